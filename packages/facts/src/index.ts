@@ -1,1 +1,29 @@
-export {}
+/**
+ * @maka/facts: the durable vocabulary of maka. Schemas of every fact and record, identities,
+ * canonical JSON and digests, validation, limits, the summary format and every fixed prompt.
+ */
+export * as Archive from "./Archive.ts"
+export * as ArchivedPlaceholder from "./Archive.ts"
+export * as Canonical from "./Canonical.ts"
+export * as Codec from "./Codec.ts"
+export * as Configuration from "./Configuration.ts"
+export * as Digest from "./Digest.ts"
+export * as Event from "./Event.ts"
+export * as EventSink from "./EventSink.ts"
+export * as EventWrite from "./EventWrite.ts"
+export * as Fact from "./Fact.ts"
+export * as FactError from "./FactError.ts"
+export * as Identity from "./Identity.ts"
+export * as Input from "./Input.ts"
+export * as Interaction from "./Interaction.ts"
+export * as InvocationProjection from "./InvocationProjection.ts"
+export * as Limits from "./Limits.ts"
+export * as Lineage from "./Lineage.ts"
+export * as Model from "./Model.ts"
+export * as ModelContext from "./ModelContext.ts"
+export * as Outcome from "./Outcome.ts"
+export * as Prompts from "./Prompts.ts"
+export * as Summary from "./Summary.ts"
+export * as TextSummary from "./Summary.ts"
+export * as ToolCall from "./ToolCall.ts"
+export * as Validation from "./Validation.ts"

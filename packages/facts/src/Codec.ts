@@ -1,0 +1,69 @@
+/**
+ * Decoding and encoding at trust boundaries. Every decode is closed (an unknown field is an error),
+ * then runs the rules of `Validation.ts`; every encode writes canonical JSON, the bytes the store keeps
+ * and every digest hashes.
+ */
+import { Result, Schema } from "effect"
+import * as Canonical from "./Canonical.ts"
+import { RuntimeEvent, StoredEvent } from "./Event.ts"
+import { Fact } from "./Fact.ts"
+import { factError, type FactError } from "./FactError.ts"
+import type { Invocation } from "./Identity.ts"
+import { MAX_EVENT_BYTES } from "./Limits.ts"
+import * as Validation from "./Validation.ts"
+
+/** The options every closed decode uses. */
+export const closed = { onExcessProperty: "error", errors: "first" } as const
+
+/** Decodes any schema closed, mapping the schema error into a `FactError`. */
+export const decodeClosed =
+  <S extends Schema.ConstraintDecoder<unknown>>(schema: S) =>
+  (input: unknown): Result.Result<S["Type"], FactError> =>
+    Result.mapError(Schema.decodeUnknownResult(schema)(input, closed), (error) =>
+      factError("decode", String(error.message)),
+    )
+
+const parseJson = (json: string): Result.Result<unknown, FactError> => {
+  try {
+    return Result.succeed(JSON.parse(json))
+  } catch (cause) {
+    return Result.fail(factError("decode", `invalid JSON: ${cause instanceof Error ? cause.message : String(cause)}`))
+  }
+}
+
+const decodeRuntimeEventShape = decodeClosed(RuntimeEvent)
+const decodeStoredEventShape = decodeClosed(StoredEvent)
+const decodeFactShape = decodeClosed(Fact)
+
+/** Decodes and validates one fact of `invocation`. */
+export const decodeFact = (input: unknown, invocation: Invocation): Result.Result<Fact, FactError> =>
+  Result.flatMap(decodeFactShape(input), (fact) =>
+    Result.map(Validation.fact(fact, invocation), () => fact),
+  )
+
+/** Decodes and validates a `RuntimeEvent` (shape, then the rules of its fact). */
+export const decodeEvent = (input: unknown): Result.Result<RuntimeEvent, FactError> =>
+  Result.flatMap(decodeRuntimeEventShape(input), (event) =>
+    Result.map(Validation.fact(event.fact, event.invocation), () => event),
+  )
+
+export const decodeEventJson = (json: string): Result.Result<RuntimeEvent, FactError> =>
+  Result.flatMap(parseJson(json), decodeEvent)
+
+export const decodeStoredEvent = (input: unknown): Result.Result<StoredEvent, FactError> =>
+  Result.flatMap(decodeStoredEventShape(input), (stored) =>
+    Result.map(Validation.fact(stored.event.fact, stored.event.invocation), () => stored),
+  )
+
+/** The canonical JSON of an event: the exact bytes of `event_json`. */
+export const encodeEventJson = (event: RuntimeEvent): string => Canonical.stringify(event)
+
+/** Encodes an event and checks the 1 MiB single-event limit. */
+export const encodeEventChecked = (event: RuntimeEvent): Result.Result<string, FactError> =>
+  Result.flatMap(
+    Result.mapError(Canonical.tryStringify(event), (error) => factError("canonical_json", error.message)),
+    (json) =>
+      Canonical.utf8Length(json) <= MAX_EVENT_BYTES
+        ? Result.succeed(json)
+        : Result.fail(factError("event_too_large", `event exceeds ${MAX_EVENT_BYTES} bytes`)),
+  )

@@ -1,0 +1,168 @@
+/**
+ * Digests: `"sha256:" + 64 lowercase hex` with a domain tag per digest kind (SEMANTICS §2.1), the
+ * framed log-prefix and run-prefix digests (§3.5), and the bare SHA-256 of archive bodies.
+ * A tagged digest hashes `utf8(tag) ‖ 0x00 ‖ canonical JSON`; prefix digests frame every variable
+ * part with a u64-BE length so no two inputs share bytes.
+ */
+import { createHash, type Hash } from "node:crypto"
+import * as Canonical from "./Canonical.ts"
+
+export const DIGEST_PATTERN = /^sha256:[0-9a-f]{64}$/
+
+export const isDigest = (text: string): boolean => DIGEST_PATTERN.test(text)
+
+/** The domain tag of every digest kind. */
+export const DigestTag = Object.freeze({
+  logPrefix: "maka.log-prefix.v3",
+  runPrefix: "maka.run-prefix.v1",
+  modelInput: "maka.model-input.v1",
+  route: "maka.route.v1",
+  effectiveSource: "maka.effective-source.v1",
+  toolProjection: "maka.tool-projection.v1",
+  toolRaw: "maka.tool-raw.v1",
+  messageContent: "maka.message-content.v1",
+  toolCatalog: "maka.tool-catalog.v1"
+} as const)
+
+export type DigestTag = (typeof DigestTag)[keyof typeof DigestTag]
+
+/** The `projection` field of every model-input digest. */
+export const MODEL_HISTORY_PROJECTION = "maka.model-history.v1"
+
+const SEPARATOR = Uint8Array.of(0)
+
+const startHash = (tag: string): Hash => createHash("sha256").update(tag, "utf8").update(SEPARATOR)
+
+const finish = (hash: Hash): string => `sha256:${hash.digest("hex")}`
+
+const u64 = (name: string, value: number): Buffer => {
+  if (!Number.isSafeInteger(value) || value < 0) {
+    throw new RangeError(`${name} must be a non-negative safe integer, got ${value}`)
+  }
+  const bytes = Buffer.alloc(8)
+  bytes.writeBigUInt64BE(BigInt(value))
+  return bytes
+}
+
+/** Appends `u64-BE(byte length) ‖ bytes`. */
+const updateFramed = (hash: Hash, text: string): Hash =>
+  hash.update(u64("length", Buffer.byteLength(text, "utf8"))).update(text, "utf8")
+
+const updateEvent = (hash: Hash, sequence: number, json: string): Hash =>
+  updateFramed(hash.update(u64("sequence", sequence)), json)
+
+/** `"sha256:" + hex(SHA-256(utf8(tag) ‖ 0x00 ‖ bytes))` over bytes already serialized. */
+export const taggedBytes = (tag: string, bytes: string | Uint8Array): string =>
+  finish(typeof bytes === "string" ? startHash(tag).update(bytes, "utf8") : startHash(tag).update(bytes))
+
+/** `"sha256:" + hex(SHA-256(utf8(tag) ‖ 0x00 ‖ utf8(canonical JSON of value)))`; throws `CanonicalJsonError`. */
+export const tagged = (tag: string, value: unknown): string => taggedBytes(tag, Canonical.stringify(value))
+
+/** Bare 64 lowercase hex SHA-256, no prefix and no tag (an archive's `bodySha256`). */
+export const sha256Hex = (bytes: string | Uint8Array): string =>
+  (typeof bytes === "string" ? createHash("sha256").update(bytes, "utf8") : createHash("sha256").update(bytes)).digest(
+    "hex"
+  )
+
+/** `inputDigest` of one model request (§5.5). */
+export const modelInput = (input: {
+  readonly prompt: unknown
+  readonly tools: unknown
+  readonly providerOptions: unknown
+  readonly maxOutputTokens: number
+}): string =>
+  tagged(DigestTag.modelInput, {
+    projection: MODEL_HISTORY_PROJECTION,
+    prompt: input.prompt,
+    tools: input.tools,
+    providerOptions: input.providerOptions,
+    maxOutputTokens: input.maxOutputTokens
+  })
+
+/** `routeIdentity`: a provider configuration without secrets (§4.1). */
+export const route = (configuration: unknown): string => tagged(DigestTag.route, configuration)
+
+/** `effectiveSourceDigest`; `replacements` are hashed in the order given (settled-sequence order). */
+export const effectiveSource = (
+  sourceDigest: string,
+  replacements: ReadonlyArray<{ readonly settledEventId: string; readonly archiveEventId: string }>
+): string =>
+  tagged(DigestTag.effectiveSource, {
+    sourceDigest,
+    replacements: replacements.map(({ settledEventId, archiveEventId }) => ({ settledEventId, archiveEventId }))
+  })
+
+/** `sourceProjectionDigest` of a `DurableToolProjection`. */
+export const toolProjection = (projection: unknown): string => tagged(DigestTag.toolProjection, projection)
+
+/** `RawToolResultRef.digest` over the stored raw payload bytes (already canonical JSON). */
+export const toolRaw = (bytes: string | Uint8Array): string => taggedBytes(DigestTag.toolRaw, bytes)
+
+/** `submittedContentDigest` of a `MessageInput`. */
+export const messageContent = (content: unknown): string => tagged(DigestTag.messageContent, content)
+
+export interface ToolCatalogEntry {
+  readonly name: string
+  readonly description: string
+  readonly inputSchema: unknown
+  readonly semantics: unknown
+}
+
+/** Tool catalog digest over the entries sorted by name (UTF-16 code units); the input is not mutated. */
+export const toolCatalog = (entries: ReadonlyArray<ToolCatalogEntry>): string =>
+  tagged(
+    DigestTag.toolCatalog,
+    entries
+      .map(({ name, description, inputSchema, semantics }) => ({ name, description, inputSchema, semantics }))
+      .sort((left, right) => (left.name < right.name ? -1 : left.name > right.name ? 1 : 0))
+  )
+
+/** One stored event as the prefix digests read it: its sequence and its stored JSON text. */
+export interface PrefixEvent {
+  readonly sequence: number
+  readonly json: string
+}
+
+/**
+ * Running log-prefix digest (§3.5): `"maka.log-prefix.v3\0"`, the scope's canonical JSON framed,
+ * then each event framed; `digest(highWater)` appends `highWater` on a copy, so the same hasher can
+ * keep being extended afterwards.
+ */
+export class LogPrefixHash {
+  private constructor(private readonly hash: Hash) {}
+
+  static start(scope: unknown): LogPrefixHash {
+    return new LogPrefixHash(updateFramed(startHash(DigestTag.logPrefix), Canonical.stringify(scope)))
+  }
+
+  /** Appends one event to this hasher and returns it. */
+  update(sequence: number, json: string): this {
+    updateEvent(this.hash, sequence, json)
+    return this
+  }
+
+  /** An independent hasher with the same state. */
+  copy(): LogPrefixHash {
+    return new LogPrefixHash(this.hash.copy())
+  }
+
+  /** The digest of the events so far with `highWater` last; this hasher stays usable. */
+  digest(highWater: number): string {
+    const highWaterBytes = u64("highWater", highWater)
+    return finish(this.hash.copy().update(highWaterBytes))
+  }
+}
+
+/** Log-prefix digest of `events` (in sequence order) in `scope`, ending at `highWater`. */
+export const logPrefix = (scope: unknown, events: Iterable<PrefixEvent>, highWater: number): string => {
+  const hash = LogPrefixHash.start(scope)
+  for (const event of events) hash.update(event.sequence, event.json)
+  return hash.digest(highWater)
+}
+
+/** Run-prefix digest (§3.5): `highWater` (the run's event count), the opening's `Invocation`, then each event. */
+export const runPrefix = (highWater: number, invocation: unknown, events: Iterable<PrefixEvent>): string => {
+  const hash = updateFramed(startHash(DigestTag.runPrefix).update(u64("highWater", highWater)), Canonical.stringify(invocation))
+  for (const event of events) updateEvent(hash, event.sequence, event.json)
+  return finish(hash)
+}

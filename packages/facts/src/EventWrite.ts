@@ -1,0 +1,116 @@
+/**
+ * `EventWrite`, one checked submission to the log (SEMANTICS.md §2.13). `plain` validates an event;
+ * `toolSuccess` is the only way to build a successful `tool_settled`: it encodes the raw payload,
+ * binds it by length and digest, and freezes the model-visible projection within its limits.
+ */
+import { Result } from "effect"
+import * as Canonical from "./Canonical.ts"
+import { encodeEventChecked } from "./Codec.ts"
+import * as Digest from "./Digest.ts"
+import type { RuntimeEvent } from "./Event.ts"
+import { factError, type FactError } from "./FactError.ts"
+import type { Invocation } from "./Identity.ts"
+import {
+  MAX_PROJECTION_BYTES,
+  MAX_PROJECTION_DEPTH,
+  MAX_PROJECTION_NODES,
+  MAX_RAW_TOOL_RESULT_BYTES,
+  MAX_RAW_TOOL_RESULT_DEPTH,
+} from "./Limits.ts"
+import type { DurableToolProjection, RawToolResultRef, ToolOutput } from "./ToolCall.ts"
+import * as Validation from "./Validation.ts"
+
+export interface EventWrite {
+  readonly event: RuntimeEvent
+  /** The canonical JSON of the tool output, stored apart; only on a successful `tool_settled`. */
+  readonly rawPayload?: string
+  /** The canonical JSON of `event`, as it will be stored. */
+  readonly json: string
+}
+
+const checked = (event: RuntimeEvent, rawPayload?: string): Result.Result<EventWrite, FactError> =>
+  Result.flatMap(Validation.fact(event.fact, event.invocation), () =>
+    Result.map(encodeEventChecked(event), (json): EventWrite =>
+      rawPayload === undefined ? { event, json } : { event, json, rawPayload },
+    ),
+  )
+
+/**
+ * Validates any event except a successful `tool_settled`, which only `toolSuccess` builds: openings,
+ * steering, archives, requests and checkpoints against their rules, and every event within 1 MiB.
+ */
+export const plain = (event: RuntimeEvent): Result.Result<EventWrite, FactError> =>
+  event.fact.kind === "tool_settled" && event.fact.outcome.kind === "succeeded"
+    ? Result.fail(
+        factError("tool_success_requires_tool_write", "a successful tool_settled is built only by EventWrite.toolSuccess"),
+      )
+    : checked(event)
+
+/**
+ * The frozen model-visible form of an output: text → `text`; JSON holding a string → `text`; other
+ * JSON → `json`; anything over 256 KiB encoded, 20,000 nodes or depth 32 → `failure`.
+ */
+export const freezeProjection = (output: ToolOutput): DurableToolProjection => {
+  const projection: DurableToolProjection =
+    output.format === "text"
+      ? { kind: "text", text: output.value }
+      : typeof output.value === "string"
+        ? { kind: "text", text: output.value }
+        : { kind: "json", value: output.value }
+  const encoded = Canonical.tryStringify(projection)
+  if (Result.isFailure(encoded) || Canonical.utf8Length(encoded.success) > MAX_PROJECTION_BYTES) {
+    return { kind: "failure" }
+  }
+  if (projection.kind === "json") {
+    const shape = Canonical.measure(projection.value)
+    if (shape.nodes > MAX_PROJECTION_NODES || shape.depth > MAX_PROJECTION_DEPTH) return { kind: "failure" }
+  }
+  return projection
+}
+
+/** Encodes a tool output as its raw payload and reference, within 64 MiB and depth 64. */
+export const encodeRawOutput = (
+  output: ToolOutput,
+): Result.Result<{ readonly payload: string; readonly raw: RawToolResultRef }, FactError> => {
+  const encoded = Canonical.tryStringify(output)
+  if (Result.isFailure(encoded)) return Result.fail(factError("canonical_json", encoded.failure.message))
+  const payload = encoded.success
+  const bytes = Canonical.utf8Length(payload)
+  if (bytes > MAX_RAW_TOOL_RESULT_BYTES) {
+    return Result.fail(factError("raw_payload_too_large", `raw tool result exceeds ${MAX_RAW_TOOL_RESULT_BYTES} bytes`))
+  }
+  if (Canonical.measure(output).depth > MAX_RAW_TOOL_RESULT_DEPTH) {
+    return Result.fail(factError("raw_payload_too_deep", `raw tool result is deeper than ${MAX_RAW_TOOL_RESULT_DEPTH}`))
+  }
+  return Result.succeed({ payload, raw: { bytes, digest: Digest.toolRaw(payload) } })
+}
+
+export interface ToolSuccessInput {
+  readonly id: string
+  readonly recordedAt: number
+  readonly invocation: Invocation
+  readonly operationId: string
+  readonly output: ToolOutput
+}
+
+/** Builds the successful settlement of `operationId`, its raw payload and its frozen projection. */
+export const toolSuccess = (input: ToolSuccessInput): Result.Result<EventWrite, FactError> =>
+  Result.flatMap(encodeRawOutput(input.output), ({ payload, raw }) =>
+    checked(
+      {
+        id: input.id,
+        recordedAt: input.recordedAt,
+        invocation: input.invocation,
+        fact: {
+          kind: "tool_settled",
+          operationId: input.operationId,
+          outcome: { kind: "succeeded", raw, projection: freezeProjection(input.output) },
+        },
+      },
+      payload,
+    ),
+  )
+
+/** Checks that a stored raw payload matches its reference (length, then digest). */
+export const payloadMatches = (raw: RawToolResultRef, payload: string): boolean =>
+  Canonical.utf8Length(payload) === raw.bytes && Digest.toolRaw(payload) === raw.digest
