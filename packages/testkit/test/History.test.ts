@@ -1,0 +1,69 @@
+import { assert, describe, it } from "@effect/vitest"
+import { Codec, Digest } from "@maka/facts"
+import { Result } from "effect"
+import { History } from "@maka/testkit"
+
+describe("History", () => {
+  it("builds a small run whose every event decodes back to itself", () => {
+    const history = History.smallRun()
+    assert.deepStrictEqual(
+      history.events.map((stored) => stored.event.fact.kind),
+      [
+        "invocation_opened",
+        "model_requested",
+        "model_completed",
+        "tool_dispatched",
+        "tool_settled",
+        "model_requested",
+        "model_completed",
+        "invocation_ended",
+      ],
+    )
+    for (const written of history.written) {
+      const decoded = Codec.decodeEventJson(written.write.json)
+      assert.isTrue(Result.isSuccess(decoded))
+      assert.strictEqual(Codec.encodeEventJson(History.reread(written)), written.write.json)
+    }
+    assert.deepStrictEqual(
+      history.events.map((stored) => stored.sequence),
+      [1, 2, 3, 4, 5, 6, 7, 8],
+    )
+  })
+
+  it("binds each request to the session prefix before it", () => {
+    const history = History.smallRun()
+    for (const [index, stored] of history.events.entries()) {
+      const fact = stored.event.fact
+      if (fact.kind !== "model_requested") continue
+      const before = history.written.slice(0, index)
+      assert.strictEqual(fact.sourceHighWater, index)
+      assert.strictEqual(
+        fact.sourceDigest,
+        Digest.logPrefix(
+          { kind: "session", id: "session-1" },
+          before.map((item) => ({ sequence: item.stored.sequence, json: item.write.json })),
+          index,
+        ),
+      )
+    }
+  })
+
+  it("is deterministic: the same run twice gives the same bytes, pinned by its prefix digest", () => {
+    const first = History.smallRun()
+    const second = History.smallRun()
+    assert.deepStrictEqual(
+      first.writes.map((write) => write.json),
+      second.writes.map((write) => write.json),
+    )
+    // Pinned: a change to the wire format, the serializer or a digest tag changes this value.
+    assert.strictEqual(first.prefixDigest(), PINNED_SMALL_RUN_DIGEST)
+  })
+
+  it("refuses to build an invalid event", () => {
+    const history = new History.History()
+    const run = history.open()
+    assert.throws(() => run.dispatch("missing-step", "call-1"))
+  })
+})
+
+const PINNED_SMALL_RUN_DIGEST = "sha256:38f2f6110009b97a990a23c05586d0df5b6639a69c53dadeede15a6b6c432f9a"
