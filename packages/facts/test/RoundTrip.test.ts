@@ -8,7 +8,9 @@ import {
   Event,
   Fact,
   Identity,
+  Interaction,
   Lineage,
+  Model,
 } from "@maka/facts"
 import { FactBuilders } from "@maka/testkit"
 
@@ -171,4 +173,30 @@ describe("round trip", () => {
       assert.strictEqual(Arbitrary.formatCheckFailure(result), undefined)
     }),
   )
+})
+
+describe("records outside facts", () => {
+  const records = {
+    InteractionRecord: Interaction.InteractionRecord,
+    LogPrefix: Event.LogPrefix,
+    ReadPage: Archive.ReadPage,
+    ModelEvent: Model.ModelEvent,
+  } as const
+  for (const [name, schema] of Object.entries(records)) {
+    it.effect(`encodes then decodes every generated ${name} to itself`, () =>
+      Effect.gen(function* () {
+        const decode = Codec.decodeClosed(schema)
+        const result = yield* Arbitrary.checkEffect(
+          Arbitrary.schema(schema),
+          (value) => {
+            const json = Canonical.stringify(value)
+            const decoded = decode(JSON.parse(json))
+            return Result.isSuccess(decoded) && Canonical.stringify(decoded.success) === json
+          },
+          { runs: 60, seed: 3 },
+        )
+        assert.strictEqual(Arbitrary.formatCheckFailure(result), undefined)
+      }),
+    )
+  }
 })
