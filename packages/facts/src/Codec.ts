@@ -47,8 +47,11 @@ export const decodeEvent = (input: unknown): Result.Result<RuntimeEvent, FactErr
     Result.map(Validation.fact(event.fact, event.invocation), () => event),
   )
 
+/** Decodes stored event JSON; an event over 1 MiB is refused before it is parsed. */
 export const decodeEventJson = (json: string): Result.Result<RuntimeEvent, FactError> =>
-  Result.flatMap(parseJson(json), decodeEvent)
+  Canonical.utf8Length(json) > MAX_EVENT_BYTES
+    ? Result.fail(factError("event_too_large", `event exceeds ${MAX_EVENT_BYTES} bytes`))
+    : Result.flatMap(parseJson(json), decodeEvent)
 
 export const decodeStoredEvent = (input: unknown): Result.Result<StoredEvent, FactError> =>
   Result.flatMap(decodeStoredEventShape(input), (stored) =>

@@ -5,7 +5,7 @@
  */
 import { Result } from "effect"
 import * as Canonical from "./Canonical.ts"
-import { encodeEventChecked } from "./Codec.ts"
+import { decodeEvent, encodeEventChecked } from "./Codec.ts"
 import * as Digest from "./Digest.ts"
 import type { RuntimeEvent } from "./Event.ts"
 import { factError, type FactError } from "./FactError.ts"
@@ -18,7 +18,6 @@ import {
   MAX_RAW_TOOL_RESULT_DEPTH,
 } from "./Limits.ts"
 import type { DurableToolProjection, RawToolResultRef, ToolOutput } from "./ToolCall.ts"
-import * as Validation from "./Validation.ts"
 
 export interface EventWrite {
   readonly event: RuntimeEvent
@@ -28,8 +27,9 @@ export interface EventWrite {
   readonly json: string
 }
 
+/** Decodes the event closed (schemas, then the fact's rules) and encodes it within 1 MiB. */
 const checked = (event: RuntimeEvent, rawPayload?: string): Result.Result<EventWrite, FactError> =>
-  Result.flatMap(Validation.fact(event.fact, event.invocation), () =>
+  Result.flatMap(decodeEvent(event), () =>
     Result.map(encodeEventChecked(event), (json): EventWrite =>
       rawPayload === undefined ? { event, json } : { event, json, rawPayload },
     ),

@@ -1,5 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Canonical, Digest, EventWrite, Identity, Limits, Prompts, ToolCall } from "@maka/facts"
+import { Canonical, Codec, Digest, EventWrite, Identity, Limits, Prompts, ToolCall } from "@maka/facts"
 import { FactBuilders } from "@maka/testkit"
 import { Result } from "effect"
 
@@ -63,5 +63,52 @@ describe("EventWrite.toolSuccess", () => {
     assert.deepStrictEqual(EventWrite.freezeProjection(FactBuilders.jsonOutput(deep)), { kind: "failure" })
     const fits = nest(Limits.MAX_PROJECTION_DEPTH)
     assert.strictEqual(EventWrite.freezeProjection(FactBuilders.jsonOutput(fits)).kind, "json")
+  })
+})
+
+describe("EventWrite.plain", () => {
+  const requested = {
+    id: FactBuilders.eventId(2),
+    recordedAt: 0,
+    invocation: FactBuilders.invocation(),
+    fact: {
+      kind: "model_requested" as const,
+      stepId: "step-1",
+      modelId: "test-model",
+      purpose: "main" as const,
+      sourceScope: { kind: "session" as const, id: "session-1" },
+      sourceHighWater: 0,
+      sourceDigest: FactBuilders.digestOf("source"),
+      inputDigest: FactBuilders.digestOf("input"),
+      routeIdentity: FactBuilders.digestOf("route"),
+    },
+  }
+
+  it("accepts a well-formed request", () => {
+    assert.isTrue(Result.isSuccess(EventWrite.plain(requested)))
+  })
+
+  it("runs the closed schemas, not only the fact rules", () => {
+    const badDigest = EventWrite.plain({ ...requested, fact: { ...requested.fact, sourceDigest: "not-a-digest" } })
+    assert.isTrue(Result.isFailure(badDigest) && badDigest.failure.rule === "decode")
+    const badId = EventWrite.plain({ ...requested, id: "NOT-A-UUID" })
+    assert.isTrue(Result.isFailure(badId) && badId.failure.rule === "decode")
+    const extra = EventWrite.plain({ ...requested, fact: { ...requested.fact, extra: 1 } as typeof requested.fact })
+    assert.isTrue(Result.isFailure(extra) && extra.failure.rule === "decode")
+  })
+})
+
+describe("Codec.decodeEventJson", () => {
+  it("refuses stored JSON over 1 MiB before parsing it", () => {
+    const event = {
+      id: FactBuilders.eventId(3),
+      recordedAt: 0,
+      invocation: FactBuilders.invocation(),
+      fact: { kind: "model_completed", stepId: "step-1", output: FactBuilders.textStep("x".repeat(Limits.MAX_EVENT_BYTES)) },
+    }
+    const decoded = Codec.decodeEventJson(Canonical.stringify(event))
+    assert.isTrue(Result.isFailure(decoded) && decoded.failure.rule === "event_too_large")
+    const small = { ...event, fact: { ...event.fact, output: FactBuilders.textStep("x") } }
+    assert.isTrue(Result.isSuccess(Codec.decodeEventJson(Canonical.stringify(small))))
   })
 })
