@@ -24,7 +24,7 @@ const ALLOWED = {
   cli: ["facts", "event-log", "model", "tools", "engine", "testkit"],
 }
 
-/** Every package may use testkit in tests (DESIGN.md §2); tests never import a package above their own. */
+/** Every package may use testkit in tests (DESIGN.md §2), and other packages' `./testing` entries; never a package above its own. */
 const TEST_HELPERS = ["testkit"]
 
 /** Subpaths that reach behind a package's exports map. */
@@ -51,6 +51,11 @@ const violation = (pkg, isSource, specifier) => {
   // A package's source never imports itself by name: that goes through its own dist.
   if (isSource && target === pkg) return `${SCOPE}${pkg} must not import ${specifier}`
   if (target === pkg && !isSource) return undefined
+  // Tests may use another package's `./testing` entry (a temp-file log, a fake model) unless that
+  // package depends on this one, which would make a cycle.
+  if (!isSource && subpath.length === 1 && subpath[0] === "testing" && target in ALLOWED && !ALLOWED[target].includes(pkg)) {
+    return undefined
+  }
   if (!(target in ALLOWED) || !allowedTargets(pkg, isSource).has(target)) {
     return `${SCOPE}${pkg} must not import ${specifier}`
   }
@@ -360,7 +365,10 @@ export const checkRepository = (rootDir) => {
       const isSource = field !== "devDependencies"
       for (const dependency of Object.keys(manifest[field] ?? {})) {
         const line = lineOf(manifestText, dependency, field)
-        const message = violation(pkg, isSource, dependency)
+        const message =
+          violation(pkg, isSource, dependency) === undefined || (!isSource && violation(pkg, false, `${dependency}/testing`) === undefined)
+            ? undefined
+            : violation(pkg, isSource, dependency)
         if (message !== undefined) report(manifestFile, line, message)
         // A test-only edge back to a package that depends on this one is a workspace cycle (turbo refuses it).
         else if (!isSource && dependency !== name && graph.has(dependency) && reaches(graph, dependency, name)) {

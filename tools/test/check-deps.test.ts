@@ -90,6 +90,16 @@ describe("tools/check-deps.mjs", () => {
     expect(result.status).toBe(0)
   })
 
+  it("lets a test use a sibling's ./testing entry, but not one of a package above its own", () => {
+    const root = cleanTree()
+    write(root, "packages/tools/test/Journal.test.ts", `import * as LogTesting from "@maka/event-log/testing"\n`)
+    expect(run(root).status).toBe(0)
+    write(root, "packages/tools/test/Engine.test.ts", `import * as EngineTesting from "@maka/engine/testing"\n`)
+    const result = run(root)
+    expect(result.status).toBe(1)
+    expect(result.stderr).toContain("packages/tools/test/Engine.test.ts:1: @maka/tools must not import @maka/engine/testing")
+  })
+
   it("rejects a middle package importing another middle package", () => {
     const root = cleanTree()
     write(root, "packages/model/src/Route.ts", `import { Schema } from "effect"\n\nimport type { EventLog } from "@maka/event-log"\n`)

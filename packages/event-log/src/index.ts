@@ -1,5 +1,6 @@
 /**
- * @maka/event-log public entry. The package is laid out by the monorepo foundation and filled by
- * its own issue; see DESIGN.md §2 for what it owns.
+ * @maka/event-log: the durable log of maka on SQLite and PostgreSQL. Checked appends with the
+ * transition rules, prefix and model-context reads, recovery reads and commit signals.
  */
-export {}
+export * as EventLog from "./EventLog.ts"
+export * as EventLogError from "./EventLogError.ts"

@@ -1,5 +1,14 @@
 /**
- * @maka/model public entry. The package is laid out by the monorepo foundation and filled by
- * its own issue; see DESIGN.md §2 for what it owns.
+ * @maka/model: provider adapters (OpenAI-compatible chat completions, Anthropic Messages) streamed into
+ * the runtime-owned `ModelEvent` vocabulary of `@maka/facts`, the route projection, the step builder,
+ * the concurrency limiter and `ModelError` with its classification (DESIGN.md §6, SEMANTICS.md §4).
  */
-export {}
+export * as ErrorClassification from "./ErrorClassification.ts"
+export * as LanguageModel from "./LanguageModel.ts"
+export * as ModelDefaults from "./ModelDefaults.ts"
+export * as ModelError from "./ModelError.ts"
+export * as ModelLimiter from "./ModelLimiter.ts"
+export * as Projection from "./Projection.ts"
+export * as ProviderConfig from "./ProviderConfig.ts"
+export * as StepBuilder from "./StepBuilder.ts"
+export { projectPrompt } from "./Projection.ts"

@@ -1,0 +1,244 @@
+/**
+ * The `EventLog` service: checked appends and every read the engine derives state from, on SQLite
+ * or PostgreSQL through one Kysely code path (DESIGN.md §5, SEMANTICS.md §3). Each operation is one
+ * transaction; appends are uninterruptible, so a commit is never hidden from its caller.
+ */
+import { Clock, Context, Effect, Layer, Stream, SubscriptionRef } from "effect"
+import { EventSink, Limits, type Event, type EventWrite, type Identity, type Lineage as FactLineage, type ToolCall } from "@maka/facts"
+import * as EventLogError from "./EventLogError.ts"
+import * as Append from "./internal/append.ts"
+import * as ContextReads from "./internal/context.ts"
+import type { Database } from "./internal/database.ts"
+import * as Lineage from "./internal/lineage.ts"
+import { openPostgres } from "./internal/open-postgres.ts"
+import { openSqlite } from "./internal/open-sqlite.ts"
+import * as Reads from "./internal/reads.ts"
+import type { Tx } from "./internal/rows.ts"
+
+export type { LatestMainContext, ModelContextSource, SourceEvidence, TailItem, Baseline } from "./internal/context.ts"
+export type { LogPrefix, PruneCandidate, PruneCursor, PrunePage, InvocationRecovery, UndispatchedCall } from "./internal/reads.ts"
+export type { RunPrefix } from "./internal/lineage.ts"
+
+/** The history limits every materialising read defaults to. */
+export const defaults = Object.freeze({
+  maxEvents: Limits.MAX_HISTORY_EVENTS,
+  maxBytes: Limits.MAX_HISTORY_BYTES,
+})
+
+export interface ContextRequest {
+  readonly current?: string
+  readonly maxEvents?: number
+  readonly maxBytes?: number
+}
+
+export interface EventLogShape {
+  readonly dialect: Database["dialect"]
+  readonly location: string
+  /** Appends one write; returns its sequence (the original one on an exact replay). */
+  readonly append: (write: EventWrite.EventWrite) => Effect.Effect<number, EventLogError.EventLogError>
+  /** Appends writes in one transaction, all or nothing. */
+  readonly appendBatch: (
+    writes: ReadonlyArray<EventWrite.EventWrite>,
+  ) => Effect.Effect<ReadonlyArray<number>, EventLogError.EventLogError>
+  readonly prefix: (
+    scope: Identity.LogScope,
+    maxEvents?: number,
+    maxBytes?: number,
+  ) => Effect.Effect<Reads.LogPrefix, EventLogError.EventLogError>
+  readonly runPrefix: (
+    sessionId: string,
+    runId: string,
+    upTo?: number,
+  ) => Effect.Effect<Lineage.RunPrefix | undefined, EventLogError.EventLogError>
+  readonly readModelContext: (
+    sessionId: string,
+    request?: ContextRequest,
+  ) => Effect.Effect<ContextReads.ModelContextSource, EventLogError.EventLogError>
+  /** `readModelContext` under the manual-message policy (SEMANTICS.md §5.8). */
+  readonly readManualMessageContext: (
+    sessionId: string,
+    request?: ContextRequest,
+  ) => Effect.Effect<ContextReads.ModelContextSource, EventLogError.EventLogError>
+  readonly latestMainContext: (sessionId: string) => Effect.Effect<ContextReads.LatestMainContext, EventLogError.EventLogError>
+  readonly preparePruneCandidates: (
+    sessionId: string,
+    options: Reads.PruneOptions,
+  ) => Effect.Effect<Reads.PrunePage, EventLogError.EventLogError>
+  readonly unfinishedInvocations: (
+    limit: number,
+  ) => Effect.Effect<ReadonlyArray<Identity.Invocation>, EventLogError.EventLogError>
+  readonly invocationRecovery: (
+    invocation: Identity.Invocation,
+    maxEvents?: number,
+    maxBytes?: number,
+  ) => Effect.Effect<Reads.InvocationRecovery, EventLogError.EventLogError>
+  readonly checkManualMessageHistory: (sessionId: string) => Effect.Effect<boolean, EventLogError.EventLogError>
+  readonly hasPendingHandoff: (sessionId: string) => Effect.Effect<boolean, EventLogError.EventLogError>
+  readonly continuationForSource: (
+    boundary: FactLineage.RunBoundary,
+  ) => Effect.Effect<Event.StoredEvent | undefined, EventLogError.EventLogError>
+  readonly readToolResult: (
+    sessionId: string,
+    eventId: string,
+  ) => Effect.Effect<{ readonly toolName: string; readonly raw: ToolCall.ToolOutput }, EventLogError.EventLogError>
+  readonly events: (
+    sessionId: string,
+    after?: number,
+    limit?: number,
+  ) => Effect.Effect<ReadonlyArray<Event.StoredEvent>, EventLogError.EventLogError>
+  /** A coalescing wake-up signal of the last committed sequence: subscribe, then catch up by reading. */
+  readonly commits: Stream.Stream<number>
+  readonly close: Effect.Effect<void>
+}
+
+export class EventLog extends Context.Service<EventLog, EventLogShape>()("@maka/event-log/EventLog") {}
+
+const isUniqueViolation = (cause: unknown): boolean => {
+  if (typeof cause !== "object" || cause === null) return false
+  const code = "code" in cause ? cause.code : undefined
+  return code === "SQLITE_CONSTRAINT_UNIQUE" || code === "SQLITE_CONSTRAINT_PRIMARYKEY" || code === "23505"
+}
+
+const describeCause = (cause: unknown): string => (cause instanceof Error ? cause.message : String(cause))
+
+/** Maps a failure of a write: validations stay as they are; anything else after sending is unknown. */
+const writeError = (cause: unknown): EventLogError.EventLogError => {
+  if (EventLogError.isEventLogError(cause)) return cause
+  if (isUniqueViolation(cause)) return EventLogError.invalidTransition(`a unique index refused the write: ${describeCause(cause)}`)
+  return EventLogError.make({ _tag: "OutcomeUnknown", message: describeCause(cause) })
+}
+
+const readError = (cause: unknown): EventLogError.EventLogError =>
+  EventLogError.isEventLogError(cause) ? cause : EventLogError.make({ _tag: "Database", message: describeCause(cause) })
+
+/** Builds the service over an open database; `close` closes it. */
+export const make = (database: Database): Effect.Effect<EventLogShape> =>
+  Effect.gen(function* () {
+    const committed = yield* SubscriptionRef.make(0)
+    let closed = false
+    const inFlight = new Set<Promise<unknown>>()
+    const track = <A>(run: () => Promise<A>): Promise<A> => {
+      if (closed) return Promise.reject(EventLogError.make({ _tag: "ConnectionClosed" }))
+      const promise = run()
+      inFlight.add(promise)
+      const forget = () => inFlight.delete(promise)
+      promise.then(forget, forget)
+      return promise
+    }
+    const read = <A>(body: (tx: Tx) => Promise<A>) =>
+      Effect.tryPromise({ try: () => track(() => database.read(body)), catch: readError })
+
+    const appendBatch = (writes: ReadonlyArray<EventWrite.EventWrite>) =>
+      Effect.uninterruptible(
+        Effect.gen(function* () {
+          if (writes.length === 0) return []
+          const now = yield* Clock.currentTimeMillis
+          const result = yield* Effect.tryPromise({
+            try: () => track(() => Append.appendBatch(database, writes, now)),
+            catch: writeError,
+          })
+          if (result.inserted) {
+            const last = Math.max(...result.sequences)
+            yield* SubscriptionRef.update(committed, (previous) => Math.max(previous, last))
+          }
+          return result.sequences
+        }),
+      )
+
+    const context = (sessionId: string, request: ContextRequest, manual: boolean) =>
+      read((tx) =>
+        ContextReads.readModelContext(tx, database.dialect, sessionId, {
+          ...(request.current === undefined ? {} : { current: request.current }),
+          maxEvents: request.maxEvents ?? defaults.maxEvents,
+          maxBytes: request.maxBytes ?? defaults.maxBytes,
+          manual,
+        }),
+      )
+
+    return {
+      dialect: database.dialect,
+      location: database.location,
+      append: (write) => Effect.map(appendBatch([write]), (sequences) => sequences[0]!),
+      appendBatch,
+      prefix: (scope, maxEvents = defaults.maxEvents, maxBytes = defaults.maxBytes) =>
+        read((tx) => Reads.prefix(tx, database.dialect, scope, maxEvents, maxBytes)),
+      runPrefix: (sessionId, runId, upTo) => read((tx) => Lineage.runPrefix(tx, sessionId, runId, upTo)),
+      readModelContext: (sessionId, request = {}) => context(sessionId, request, false),
+      readManualMessageContext: (sessionId, request = {}) => context(sessionId, request, true),
+      latestMainContext: (sessionId) =>
+        Effect.map(context(sessionId, {}, false), (source) => source.latestMain),
+      preparePruneCandidates: (sessionId, options) =>
+        read((tx) => Reads.preparePruneCandidates(tx, database.dialect, sessionId, options)),
+      unfinishedInvocations: (limit) => read((tx) => Reads.unfinishedInvocations(tx, limit)),
+      invocationRecovery: (invocation, maxEvents = defaults.maxEvents, maxBytes = defaults.maxBytes) =>
+        read((tx) => Reads.invocationRecovery(tx, invocation, maxEvents, maxBytes)),
+      checkManualMessageHistory: (sessionId) =>
+        read((tx) => Reads.checkManualMessageHistory(tx, database.dialect, sessionId)),
+      hasPendingHandoff: (sessionId) => read((tx) => Reads.hasPendingHandoff(tx, sessionId)),
+      continuationForSource: (boundary) => read((tx) => Reads.continuationForSource(tx, boundary)),
+      readToolResult: (sessionId, eventId) => read((tx) => Reads.readToolResult(tx, sessionId, eventId)),
+      events: (sessionId, after, limit) => read((tx) => Reads.events(tx, sessionId, after, limit)),
+      commits: SubscriptionRef.changes(committed),
+      close: Effect.promise(async () => {
+        if (closed) return
+        closed = true
+        await Promise.allSettled([...inFlight])
+        await database.close()
+      }),
+    }
+  })
+
+/** Opens `database` for the life of the scope. */
+export const fromDatabase = (open: () => Promise<Database>) =>
+  Effect.acquireRelease(
+    Effect.flatMap(
+      Effect.tryPromise({
+        try: open,
+        catch: (cause) =>
+          EventLogError.isEventLogError(cause) ? cause : EventLogError.make({ _tag: "Io", message: describeCause(cause) }),
+      }),
+      make,
+    ),
+    (log) => log.close,
+  )
+
+export interface SqliteOptions {
+  readonly path: string
+  readonly synchronous?: "FULL" | "NORMAL"
+}
+
+/** The embedded default: a SQLite file in WAL mode, `synchronous=FULL`, with the writer lease. */
+export const layerSqlite = (options: SqliteOptions) =>
+  Layer.effect(
+    EventLog,
+    fromDatabase(() =>
+      openSqlite(options.path, options.synchronous === undefined ? {} : { synchronous: options.synchronous }),
+    ),
+  )
+
+/** A read-only SQLite log for inspection: no lease, never creates, migrates or changes the file. */
+export const layerSqliteReadOnly = (path: string) =>
+  Layer.effect(EventLog, fromDatabase(() => openSqlite(path, { readOnly: true })))
+
+/** A PostgreSQL log shared by several hosts. */
+export const layerPostgres = (options: { readonly url: string; readonly schema?: string }) =>
+  Layer.effect(
+    EventLog,
+    fromDatabase(() => openPostgres({ url: options.url }, options.schema === undefined ? {} : { schema: options.schema })),
+  )
+
+/** `EventSink` over the `EventLog`: refusals are `rejected`, every other failure `outcome_unknown`. */
+export const layerEventSink = Layer.effect(
+  EventSink.EventSink,
+  Effect.gen(function* () {
+    const log = yield* EventLog
+    const toCommitError = (error: EventLogError.EventLogError) =>
+      error.reason._tag === "Rejected" || error.reason._tag === "ConnectionClosed"
+        ? EventSink.rejected(error.message)
+        : EventSink.outcomeUnknown(error.message)
+    return {
+      commit: (write: EventWrite.EventWrite) => Effect.mapError(log.append(write), toCommitError),
+      commitBatch: (writes: ReadonlyArray<EventWrite.EventWrite>) => Effect.mapError(log.appendBatch(writes), toCommitError),
+    }
+  }),
+)

@@ -1,0 +1,85 @@
+/**
+ * `EventLogError`, the one error of `@maka/event-log` (SEMANTICS.md §3.4). Callers switch on
+ * `reason._tag`: `Rejected` carries the validation that refused a write, `OutcomeUnknown` a commit
+ * whose result is unknown (never assume success), the rest are store conditions.
+ */
+import { Data } from "effect"
+
+export type Rejection =
+  | { readonly _tag: "Sealed" }
+  | { readonly _tag: "EventConflict" }
+  | { readonly _tag: "SessionBusy" }
+  | { readonly _tag: "Reserved" }
+  | { readonly _tag: "InvalidTransition"; readonly reason: string }
+  | { readonly _tag: "PayloadMismatch" }
+  | { readonly _tag: "PrefixTooLarge" }
+
+export type Reason =
+  | { readonly _tag: "Rejected"; readonly rejection: Rejection }
+  | { readonly _tag: "OutcomeUnknown"; readonly message: string }
+  | { readonly _tag: "WriterBusy"; readonly path: string }
+  | { readonly _tag: "UnsupportedDatabase"; readonly message: string }
+  | { readonly _tag: "ConnectionClosed" }
+  | { readonly _tag: "Migration"; readonly message: string }
+  | { readonly _tag: "Decode"; readonly message: string }
+  | { readonly _tag: "Io"; readonly message: string }
+  | { readonly _tag: "Database"; readonly message: string }
+
+export class EventLogError extends Data.TaggedError("EventLogError")<{ readonly reason: Reason }> {
+  override get message(): string {
+    return describe(this.reason)
+  }
+
+  /** Whether the failure is a refusal of the write (nothing was written). */
+  get isRejected(): boolean {
+    return this.reason._tag === "Rejected"
+  }
+}
+
+const describeRejection = (rejection: Rejection): string => {
+  switch (rejection._tag) {
+    case "Sealed":
+      return "the invocation is sealed"
+    case "EventConflict":
+      return "a different event was already written under this id"
+    case "SessionBusy":
+      return "the session has another live invocation"
+    case "Reserved":
+      return "Session is reserved for its sealed handoff successor"
+    case "InvalidTransition":
+      return rejection.reason
+    case "PayloadMismatch":
+      return "the raw tool payload does not match its reference"
+    case "PrefixTooLarge":
+      return "the requested history exceeds its event or byte limit"
+  }
+}
+
+export const describe = (reason: Reason): string => {
+  switch (reason._tag) {
+    case "Rejected":
+      return `rejected: ${describeRejection(reason.rejection)}`
+    case "OutcomeUnknown":
+      return `commit outcome unknown: ${reason.message}`
+    case "WriterBusy":
+      return `another writer holds the log ${reason.path}`
+    case "UnsupportedDatabase":
+      return reason.message
+    case "ConnectionClosed":
+      return "the event log is closed"
+    case "Migration":
+    case "Decode":
+    case "Io":
+    case "Database":
+      return `${reason._tag.toLowerCase()}: ${reason.message}`
+  }
+}
+
+export const make = (reason: Reason): EventLogError => new EventLogError({ reason })
+export const rejected = (rejection: Rejection): EventLogError => make({ _tag: "Rejected", rejection })
+export const invalidTransition = (reason: string): EventLogError =>
+  rejected({ _tag: "InvalidTransition", reason })
+export const prefixTooLarge = (): EventLogError => rejected({ _tag: "PrefixTooLarge" })
+
+export const isEventLogError = (value: unknown): value is EventLogError =>
+  typeof value === "object" && value !== null && "_tag" in value && value._tag === "EventLogError"

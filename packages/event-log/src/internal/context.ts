@@ -1,0 +1,272 @@
+/**
+ * Model-context materialisation (SEMANTICS.md §3.7) and `latestMain` (§3.8), inside one read
+ * transaction: the safety gate, the baseline checkpoint and its mid-turn anchor, the tail with its
+ * exclusions and archived replacements, the evidence digest over the whole selection, and the
+ * newest accepted main request.
+ */
+import { Archive, Canonical, Digest, Prompts, type Event, type Identity, type Model, type ModelContext } from "@maka/facts"
+import * as EventLogError from "../EventLogError.ts"
+import type { Dialect } from "./database.ts"
+import * as InvocationState from "./invocation-state.ts"
+import * as Rows from "./rows.ts"
+import * as Safety from "./safety.ts"
+
+export interface SourceEvidence {
+  readonly scope: Identity.LogScope
+  readonly highWater: number
+  readonly digest: string
+}
+
+export interface Baseline {
+  readonly eventId: string
+  readonly sequence: number
+  readonly checkpoint: ModelContext.ContextCheckpoint
+}
+
+export type TailItem =
+  | { readonly kind: "canonical"; readonly stored: Event.StoredEvent }
+  | {
+      readonly kind: "archived"
+      readonly sequence: number
+      readonly eventId: string
+      readonly invocation: Identity.Invocation
+      readonly operationId: string
+      /** The archive placeholder's model value. */
+      readonly replacement: ReturnType<typeof Archive.modelValue>
+      readonly archiveEventId: string
+      readonly isError: boolean
+    }
+
+export type LatestMainContext =
+  | { readonly kind: "no_completed_request" }
+  | { readonly kind: "trace_unavailable" }
+  | {
+      readonly kind: "selected"
+      readonly projectionCurrent: boolean
+      readonly sequence: number
+      readonly recordedAt: number
+      readonly modelId: string
+      readonly connectionId?: string
+      readonly checkpointEventId?: string
+      readonly context?: ModelContext.ModelRequestContext
+      readonly usage: Model.ModelUsage
+      readonly routeIdentity: string
+    }
+
+export interface ModelContextSource {
+  readonly sourceEvidence: SourceEvidence
+  readonly baseline?: Baseline
+  readonly anchor?: Event.StoredEvent
+  readonly tail: ReadonlyArray<TailItem>
+  readonly effectiveSourceDigest: string
+  readonly latestMain: LatestMainContext
+  /** Unknown prior operations under the manual-message policy (§5.8), in log order. */
+  readonly unknownOperations: ReadonlyArray<{ readonly name: string; readonly operationId: string }>
+}
+
+export interface ContextOptions {
+  readonly current?: string
+  readonly maxEvents: number
+  readonly maxBytes: number
+  /** The manual-message policy (§5.8): tolerate unknown outcomes sealed `outcome_unknown`. */
+  readonly manual?: boolean
+}
+
+const decodeOrUndefined = (row: Rows.Row): Event.RuntimeEvent | undefined => {
+  try {
+    return Rows.decode(row)
+  } catch {
+    return undefined
+  }
+}
+
+/** Requires `current` to be a live opening of the session. */
+export const requireLive = async (tx: Rows.Tx, sessionId: string, current: string): Promise<Rows.Row> => {
+  const opening = await Rows.byInvocationKind(tx, current, "invocation_opened")
+  const terminal = await Rows.byInvocationKind(tx, current, "invocation_ended")
+  if (opening === undefined || opening.sessionId !== sessionId || terminal !== undefined) {
+    throw EventLogError.invalidTransition(Prompts.CURRENT_NOT_LIVE_MESSAGE)
+  }
+  return opening
+}
+
+/** §3.8, over the selection's rows (observations excluded) up to the high water. */
+export const latestMain = (rows: ReadonlyArray<Rows.Row>): LatestMainContext => {
+  const bySequence = [...rows].sort((left, right) => right.sequence - left.sequence)
+  const bySteps = new Map<string, Rows.Row>()
+  const openings = new Map<string, Rows.Row>()
+  for (const row of rows) {
+    if (row.kind === "model_requested" && row.operationId !== null) bySteps.set(row.operationId, row)
+    if (row.kind === "invocation_opened") openings.set(row.invocationId, row)
+  }
+  for (const completion of bySequence) {
+    if (completion.kind !== "model_completed") continue
+    const completed = decodeOrUndefined(completion)
+    const requestRow = completion.operationId === null ? undefined : bySteps.get(completion.operationId)
+    const openingRow = openings.get(completion.invocationId)
+    const requested = requestRow === undefined ? undefined : decodeOrUndefined(requestRow)
+    const opened = openingRow === undefined ? undefined : decodeOrUndefined(openingRow)
+    if (
+      completed === undefined ||
+      requested === undefined ||
+      opened === undefined ||
+      requestRow === undefined ||
+      openingRow === undefined ||
+      completed.fact.kind !== "model_completed" ||
+      requested.fact.kind !== "model_requested" ||
+      opened.fact.kind !== "invocation_opened" ||
+      requestRow.invocationId !== completion.invocationId ||
+      !(openingRow.sequence < requestRow.sequence && requestRow.sequence < completion.sequence) ||
+      requested.fact.stepId !== completed.fact.stepId
+    ) {
+      return { kind: "trace_unavailable" }
+    }
+    if (requested.fact.purpose !== "main") continue
+    const request = requested.fact
+    let projectionCurrent = true
+    for (const row of rows) {
+      if (row.kind !== "tool_result_archived" || row.sequence <= requestRow.sequence) continue
+      const archived = decodeOrUndefined(row)?.fact
+      if (archived?.kind !== "tool_result_archived") continue
+      const targetId = archived.placeholder.identity.runtimeEventId
+      const target = rows.find((candidate) => candidate.eventId === targetId)
+      if (target !== undefined && target.sequence <= request.sourceHighWater) projectionCurrent = false
+    }
+    const binding = opened.fact.configuration.model
+    return {
+      kind: "selected",
+      projectionCurrent,
+      sequence: completion.sequence,
+      recordedAt: completed.recordedAt,
+      modelId: request.modelId,
+      ...(binding === undefined ? {} : { connectionId: binding.connectionId }),
+      ...(request.checkpointEventId === undefined ? {} : { checkpointEventId: request.checkpointEventId }),
+      ...(request.context === undefined ? {} : { context: request.context }),
+      usage: completed.fact.output.usage,
+      routeIdentity: request.routeIdentity,
+    }
+  }
+  return { kind: "no_completed_request" }
+}
+
+/** `readModelContext` over a session selection. */
+export const readModelContext = async (
+  tx: Rows.Tx,
+  dialect: Dialect,
+  sessionId: string,
+  options: ContextOptions,
+): Promise<ModelContextSource> => {
+  if (options.current !== undefined) await requireLive(tx, sessionId, options.current)
+  const all = await Rows.ofSession(tx, sessionId)
+  const withoutObservations = all.filter((row) => row.kind !== "model_observed")
+  const safety = await Safety.checkEvents(
+    tx,
+    dialect,
+    sessionId,
+    withoutObservations.map(Rows.stored),
+    {
+      ...(options.current === undefined ? {} : { exclude: options.current }),
+      ...(options.manual === true ? { manual: true } : {}),
+    },
+  )
+  const highWater = all.length === 0 ? 0 : all[all.length - 1]!.sequence
+  const scope: Identity.LogScope = { kind: "session", id: sessionId }
+  const sourceDigest = Digest.logPrefix(
+    scope,
+    all.map((row) => ({ sequence: row.sequence, json: row.json })),
+    highWater,
+  )
+  const checkpoints = withoutObservations.filter((row) => row.kind === "context_checkpoint_recorded")
+  const checkpointIds = new Set(checkpoints.map((row) => row.eventId))
+  const baselineRow = checkpoints[checkpoints.length - 1]
+  let baseline: Baseline | undefined
+  if (baselineRow !== undefined) {
+    const fact = Rows.decode(baselineRow).fact
+    if (fact.kind !== "context_checkpoint_recorded") throw EventLogError.make({ _tag: "Decode", message: "baseline" })
+    const previous = fact.checkpoint.previousCheckpointId
+    if (previous !== undefined && !checkpointIds.has(previous)) {
+      throw EventLogError.invalidTransition("the baseline's predecessor chain is broken")
+    }
+    baseline = { eventId: baselineRow.eventId, sequence: baselineRow.sequence, checkpoint: fact.checkpoint }
+  }
+  const coveredThrough = baseline?.checkpoint.coveredThrough ?? 0
+  let events = 0
+  let bytes = 0
+  let anchor: Event.StoredEvent | undefined
+  if (baseline !== undefined && baseline.checkpoint.mode.kind === "mid_turn") {
+    const anchorRow = await Rows.byEventId(tx, baseline.checkpoint.mode.anchorEventId)
+    if (anchorRow === undefined) throw EventLogError.invalidTransition("the baseline's anchor is missing")
+    anchor = Rows.stored(anchorRow)
+    events += 1
+    bytes += Canonical.utf8Length(anchorRow.json)
+  }
+  const compactInvocations = new Set<string>()
+  const summarySteps = new Set<string>()
+  const archives = new Map<string, { readonly placeholder: Archive.ArchivedPlaceholder; readonly eventId: string }>()
+  for (const row of withoutObservations) {
+    if (row.kind === "invocation_opened" && row.json.includes('"kind":"context_compact"')) {
+      const fact = Rows.decode(row).fact
+      if (fact.kind === "invocation_opened" && fact.input.kind === "context_compact") compactInvocations.add(row.invocationId)
+    }
+    if (row.kind === "model_requested" && row.json.includes('"purpose":"summary"') && row.operationId !== null) {
+      summarySteps.add(row.operationId)
+    }
+    if (row.kind === "tool_result_archived") {
+      const fact = Rows.decode(row).fact
+      if (fact.kind === "tool_result_archived") {
+        archives.set(fact.placeholder.identity.runtimeEventId, { placeholder: fact.placeholder, eventId: row.eventId })
+      }
+    }
+  }
+  const tailRows = withoutObservations.filter(
+    (row) =>
+      row.sequence > coveredThrough &&
+      row.kind !== "context_checkpoint_recorded" &&
+      row.kind !== "tool_result_archived" &&
+      !compactInvocations.has(row.invocationId) &&
+      !(row.operationId !== null && summarySteps.has(row.operationId) && row.kind.startsWith("model_")),
+  )
+  for (const row of tailRows) {
+    const archive = row.kind === "tool_settled" ? archives.get(row.eventId) : undefined
+    bytes += archive === undefined ? Canonical.utf8Length(row.json) : replacementBytes(archive.placeholder)
+    events += 1
+  }
+  if (events > options.maxEvents || bytes > options.maxBytes) throw EventLogError.prefixTooLarge()
+  const replacements: Array<{ settledEventId: string; archiveEventId: string }> = []
+  const tail: Array<TailItem> = tailRows.map((row) => {
+    const archive = row.kind === "tool_settled" ? archives.get(row.eventId) : undefined
+    const stored = Rows.stored(row)
+    if (archive === undefined) return { kind: "canonical", stored }
+    const fact = stored.event.fact
+    replacements.push({ settledEventId: row.eventId, archiveEventId: archive.eventId })
+    return {
+      kind: "archived",
+      sequence: row.sequence,
+      eventId: row.eventId,
+      invocation: stored.event.invocation,
+      operationId: row.operationId ?? "",
+      replacement: Archive.modelValue(archive.placeholder.identity, archive.placeholder.page),
+      archiveEventId: archive.eventId,
+      isError: fact.kind === "tool_settled" && fact.outcome.kind === "failed",
+    }
+  })
+  return {
+    sourceEvidence: { scope, highWater, digest: sourceDigest },
+    ...(baseline === undefined ? {} : { baseline }),
+    ...(anchor === undefined ? {} : { anchor }),
+    tail,
+    effectiveSourceDigest: Digest.effectiveSource(sourceDigest, replacements),
+    latestMain: latestMain(withoutObservations),
+    unknownOperations: safety.unknownOperations,
+  }
+}
+
+const replacementBytes = (placeholder: Archive.ArchivedPlaceholder): number =>
+  Canonical.utf8Length(Canonical.stringify(Archive.modelValue(placeholder.identity, placeholder.page)))
+
+/** Whether the invocation is at a settled boundary (compaction and prune need it). */
+export const requireSettledBoundary = async (tx: Rows.Tx, invocationId: string): Promise<void> => {
+  const state = InvocationState.fold((await Rows.ofInvocation(tx, invocationId)).map(Rows.stored))
+  const reason = InvocationState.unsettledReason(state)
+  if (reason !== undefined) throw EventLogError.invalidTransition(`the invocation is not at a settled boundary: ${reason}`)
+}

@@ -1,0 +1,107 @@
+/**
+ * Builds a `Database` from a Kysely instance and its two transaction kinds, shared by both
+ * dialects: the error mapping of a transaction (a failed commit of a write is `OutcomeUnknown`), the
+ * bookkeeping of accepted operations, and `close()` (finish them, close the store, then release).
+ */
+import { isAbortedTransactionError, type Kysely, type Transaction, type TransactionBuilder } from "kysely"
+import * as EventLogError from "../EventLogError.ts"
+import type { Database, Dialect } from "./database.ts"
+import { errorMessage, storeError } from "./store-error.ts"
+import type { Tables } from "./tables.ts"
+
+export interface DatabaseParts {
+  readonly dialect: Dialect
+  readonly location: string
+  readonly db: Kysely<Tables>
+  /** The write transaction, or undefined for a read-only store (its writes are refused). */
+  readonly beginWrite: ((db: Kysely<Tables>) => TransactionBuilder<Tables>) | undefined
+  readonly beginRead: (db: Kysely<Tables>) => TransactionBuilder<Tables>
+  /** Runs after the Kysely instance is destroyed: releases the lease, ends an owned pool. */
+  readonly release: () => Promise<void> | void
+}
+
+type Stage = "begin" | "body" | "commit"
+
+/**
+ * Runs `body` in the transaction `builder` begins. The body's own rejection passes through
+ * unchanged (after the rollback); a failure to begin is a store error; a failure of the commit is
+ * `OutcomeUnknown` for a write (never assume success), except when the database reports that it
+ * rolled the transaction back (PostgreSQL after a swallowed statement error), which is `Database`.
+ */
+export const runTransaction = async <A>(
+  builder: TransactionBuilder<Tables>,
+  body: (transaction: Transaction<Tables>) => Promise<A>,
+  isWrite: boolean,
+  location: string,
+): Promise<A> => {
+  const progress: { stage: Stage } = { stage: "begin" }
+  try {
+    return await builder.execute(async (transaction) => {
+      progress.stage = "body"
+      const result = await body(transaction)
+      progress.stage = "commit"
+      return result
+    })
+  } catch (error) {
+    if (progress.stage === "body") throw error
+    if (progress.stage === "commit") {
+      if (isAbortedTransactionError(error)) {
+        throw EventLogError.make({
+          _tag: "Database",
+          message: `${location}: the transaction was rolled back by the database after an earlier statement failed`,
+        })
+      }
+      if (isWrite) throw EventLogError.make({ _tag: "OutcomeUnknown", message: `${location}: ${errorMessage(error)}` })
+    }
+    throw storeError(error, location)
+  }
+}
+
+export const makeDatabase = (parts: DatabaseParts): Database => {
+  const { db, location } = parts
+  const active = new Set<Promise<void>>()
+  let closing: Promise<void> | undefined
+
+  const track = <A>(operation: Promise<A>): Promise<A> => {
+    const settled = operation.then(
+      () => undefined,
+      () => undefined,
+    )
+    active.add(settled)
+    void settled.then(() => active.delete(settled))
+    return operation
+  }
+
+  const closed = (): Promise<never> => Promise.reject(EventLogError.make({ _tag: "ConnectionClosed" }))
+
+  return {
+    dialect: parts.dialect,
+    location,
+    db,
+    write: (body) => {
+      if (closing !== undefined) return closed()
+      const { beginWrite } = parts
+      if (beginWrite === undefined) {
+        return Promise.reject(
+          EventLogError.make({ _tag: "Database", message: `${location} was opened read-only; it cannot be written` }),
+        )
+      }
+      return track(runTransaction(beginWrite(db), body, true, location))
+    },
+    read: (body) => {
+      if (closing !== undefined) return closed()
+      return track(runTransaction(parts.beginRead(db), body, false, location))
+    },
+    close: () => {
+      closing ??= (async () => {
+        await Promise.all([...active])
+        try {
+          await db.destroy()
+        } finally {
+          await parts.release()
+        }
+      })()
+      return closing
+    },
+  }
+}

@@ -1,0 +1,27 @@
+/**
+ * The store connection the `EventLog` runs on: one Kysely instance per dialect plus the two
+ * transaction kinds every operation uses. Opening (lease, open-order check, pragmas, migrations)
+ * lives in `open-sqlite.ts` and `open-postgres.ts`; nothing here awaits another operation while a
+ * transaction is held.
+ */
+import type { Kysely, Transaction } from "kysely"
+import type { Tables } from "./tables.ts"
+
+export type Dialect = "sqlite" | "postgres"
+
+export interface Database {
+  readonly dialect: Dialect
+  /** A human-readable location for messages (a file path, or a redacted URL). */
+  readonly location: string
+  readonly db: Kysely<Tables>
+  /**
+   * Runs `body` in one write transaction (`BEGIN IMMEDIATE` on SQLite; a read-committed transaction
+   * on PostgreSQL, where the caller takes the session row lock). Operations are serialised on
+   * single-connection stores. Rejects with the body's error after rolling back.
+   */
+  readonly write: <A>(body: (transaction: Transaction<Tables>) => Promise<A>) => Promise<A>
+  /** Runs `body` in one read transaction that sees one snapshot (`BEGIN` on SQLite; `REPEATABLE READ READ ONLY` on PostgreSQL). */
+  readonly read: <A>(body: (transaction: Transaction<Tables>) => Promise<A>) => Promise<A>
+  /** Finishes accepted operations, closes the store, then releases the writer lease. */
+  readonly close: () => Promise<void>
+}

@@ -1,0 +1,116 @@
+/**
+ * The resolution state of one invocation, folded from its events in log order: requests and how
+ * they ended, dispatches and settlements, rejections, and the local calls of completed main steps.
+ * The append validators, the safety gate and recovery all read it; it is a pure function.
+ */
+import { Model, type Event, type Fact } from "@maka/facts"
+
+export interface LocalCall {
+  readonly stepId: string
+  readonly operationId: string
+  readonly toolCallId: string
+  readonly name: string
+  readonly input: Model.ToolCallPart["input"]
+}
+
+export interface InvocationState {
+  readonly opening?: Event.StoredEvent
+  readonly terminal?: Event.StoredEvent
+  /** Requests by step id with their purpose, in request order. */
+  readonly requests: ReadonlyMap<string, Fact.ModelRequested>
+  /** Step ids that completed or were interrupted. */
+  readonly resolvedSteps: ReadonlySet<string>
+  readonly completions: ReadonlyMap<string, Model.ModelStep>
+  readonly dispatched: ReadonlyMap<string, Fact.ToolDispatched>
+  readonly settled: ReadonlyMap<string, Event.StoredEvent>
+  readonly rejected: ReadonlySet<string>
+  /** Local calls of completed main steps, in step and call order. */
+  readonly localCalls: ReadonlyArray<LocalCall>
+  /** Whether a completed step holds a provider-executed call. */
+  readonly hasProviderExecutedCall: boolean
+}
+
+export const fold = (events: Iterable<Event.StoredEvent>): InvocationState => {
+  let opening: Event.StoredEvent | undefined
+  let terminal: Event.StoredEvent | undefined
+  const requests = new Map<string, Fact.ModelRequested>()
+  const resolvedSteps = new Set<string>()
+  const completions = new Map<string, Model.ModelStep>()
+  const dispatched = new Map<string, Fact.ToolDispatched>()
+  const settled = new Map<string, Event.StoredEvent>()
+  const rejected = new Set<string>()
+  const localCalls: Array<LocalCall> = []
+  let hasProviderExecutedCall = false
+  for (const stored of events) {
+    const fact = stored.event.fact
+    switch (fact.kind) {
+      case "invocation_opened":
+        opening = stored
+        break
+      case "invocation_ended":
+        terminal = stored
+        break
+      case "model_requested":
+        requests.set(fact.stepId, fact)
+        break
+      case "model_completed": {
+        resolvedSteps.add(fact.stepId)
+        completions.set(fact.stepId, fact.output)
+        if (fact.output.parts.some((part) => part.kind === "tool_call" && part.providerExecuted)) {
+          hasProviderExecutedCall = true
+        }
+        if (requests.get(fact.stepId)?.purpose === "main") {
+          for (const part of Model.localToolCalls(fact.output)) {
+            localCalls.push({
+              stepId: fact.stepId,
+              operationId: `${fact.stepId}:${part.id}`,
+              toolCallId: part.id,
+              name: part.name,
+              input: part.input,
+            })
+          }
+        }
+        break
+      }
+      case "model_interrupted":
+        resolvedSteps.add(fact.stepId)
+        break
+      case "tool_dispatched":
+        dispatched.set(fact.operationId, fact)
+        break
+      case "tool_settled":
+        settled.set(fact.operationId, stored)
+        break
+      case "tool_rejected":
+        rejected.add(fact.operationId)
+        break
+      default:
+        break
+    }
+  }
+  const base = { requests, resolvedSteps, completions, dispatched, settled, rejected, localCalls, hasProviderExecutedCall }
+  return {
+    ...base,
+    ...(opening === undefined ? {} : { opening }),
+    ...(terminal === undefined ? {} : { terminal }),
+  }
+}
+
+export const unresolvedRequests = (state: InvocationState, purpose?: Model.ModelPurpose): ReadonlyArray<string> =>
+  [...state.requests.entries()]
+    .filter(([stepId, request]) => !state.resolvedSteps.has(stepId) && (purpose === undefined || request.purpose === purpose))
+    .map(([stepId]) => stepId)
+
+export const unsettledDispatches = (state: InvocationState): ReadonlyArray<string> =>
+  [...state.dispatched.keys()].filter((operationId) => !state.settled.has(operationId))
+
+export const unresolvedLocalCalls = (state: InvocationState): ReadonlyArray<LocalCall> =>
+  state.localCalls.filter((call) => !state.dispatched.has(call.operationId) && !state.rejected.has(call.operationId))
+
+/** Why the invocation is not at a settled boundary, or `undefined` when it is. */
+export const unsettledReason = (state: InvocationState): string | undefined => {
+  if (unsettledDispatches(state).length > 0) return "a dispatched tool is unsettled"
+  if (unresolvedRequests(state).length > 0) return "a model request is unresolved"
+  if (unresolvedLocalCalls(state).length > 0) return "a local tool call is neither rejected nor settled"
+  return undefined
+}

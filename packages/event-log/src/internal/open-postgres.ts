@@ -1,0 +1,198 @@
+/**
+ * Opens a PostgreSQL event log over `pg` (SEMANTICS.md §3.1): the open-order check and the
+ * migrations run in one transaction under a transaction-scoped advisory lock, so two hosts opening
+ * the same schema at once never race. Writes are READ COMMITTED transactions (the caller locks the
+ * session row); reads are REPEATABLE READ READ ONLY, one snapshot. `bigint` columns (`sequence`,
+ * `created_at`, `count(*)`) come back as decimal strings, as pg returns them by default.
+ */
+import { CompiledQuery, Kysely, PostgresDialect, sql, type PostgresPool, type Transaction } from "kysely"
+import pg from "pg"
+import * as EventLogError from "../EventLogError.ts"
+import type { Database } from "./database.ts"
+import { makeDatabase } from "./database-handle.ts"
+import { classifySchema, migrate, type SchemaSurvey } from "./migrations.ts"
+import { pglitePool, type PgliteLike } from "./pglite-dialect.ts"
+import { storeError } from "./store-error.ts"
+import type { Tables } from "./tables.ts"
+
+export type PostgresConnection = { readonly url: string } | { readonly pool: pg.Pool }
+
+export interface PostgresOptions {
+  /** The schema that holds the log (created when missing); default: the connection's `current_schema()`. */
+  readonly schema?: string | undefined
+}
+
+/** How one store is reached. Kysely's `destroy()` (at `close()`) ends `pool`. */
+export interface PostgresStore {
+  readonly pool: PostgresPool
+  readonly location: string
+  readonly schema: string | undefined
+}
+
+export const quoteIdentifier = (name: string): string => `"${name.replaceAll('"', '""')}"`
+
+/** A URL without its password, for messages. */
+export const redactUrl = (url: string): string => {
+  try {
+    const parsed = new URL(url)
+    if (parsed.password !== "") parsed.password = "***"
+    return parsed.toString()
+  } catch {
+    return "postgres (unparsable URL)"
+  }
+}
+
+const textOf = (row: unknown, key: string): string | undefined => {
+  if (typeof row !== "object" || row === null || !(key in row)) return undefined
+  const value: unknown = Reflect.get(row, key)
+  return typeof value === "string" ? value : undefined
+}
+
+const names = (rows: ReadonlyArray<unknown>, key: string): Array<string> =>
+  rows.flatMap((row) => {
+    const name = textOf(row, key)
+    return name === undefined ? [] : [name]
+  })
+
+/** The open-order survey of one schema, read inside the migration transaction. */
+export const surveyPostgres = async (
+  transaction: Transaction<Tables>,
+  schema: string,
+  location: string,
+): Promise<SchemaSurvey> => {
+  const objects = await sql<{ name: unknown; kind: unknown }>`
+    SELECT c.relname AS name, c.relkind::text AS kind
+    FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+    WHERE n.nspname = ${schema} AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S', 'i', 'I')`.execute(transaction)
+  const tables = objects.rows.flatMap((row) => {
+    const name = textOf(row, "name")
+    const kind = textOf(row, "kind")
+    return name !== undefined && (kind === "r" || kind === "p") ? [name] : []
+  })
+  const migrationColumns = tables.includes("schema_migrations")
+    ? names(
+        (
+          await sql<{ name: unknown }>`
+            SELECT column_name AS name FROM information_schema.columns
+            WHERE table_schema = ${schema} AND table_name = 'schema_migrations'`.execute(transaction)
+        ).rows,
+        "name",
+      )
+    : []
+  const versions = migrationColumns.includes("version")
+    ? (
+        await sql<{ version: unknown }>`SELECT version FROM ${sql.id(schema, "schema_migrations")}`.execute(
+          transaction,
+        )
+      ).rows.map((row) => row.version)
+    : []
+  return { location, objects: names(objects.rows, "name"), tables, migrationColumns, versions }
+}
+
+/**
+ * The open order on PostgreSQL, in one READ COMMITTED transaction: take the advisory lock of the
+ * schema, create the schema if it is missing, survey and classify it (refusing a foreign or newer
+ * one, which rolls back and leaves it unchanged), then migrate.
+ */
+const checkAndMigrate = async (db: Kysely<Tables>, store: PostgresStore): Promise<void> => {
+  await db
+    .transaction()
+    .setIsolationLevel("read committed")
+    .execute(async (transaction) => {
+      const schema = store.schema ?? (await currentSchema(transaction, store.location))
+      await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`maka.event-log:${schema}`}, 0))`.execute(
+        transaction,
+      )
+      const exists = await sql<{ found: unknown }>`
+        SELECT 1 AS found FROM pg_catalog.pg_namespace WHERE nspname = ${schema}`.execute(transaction)
+      if (exists.rows.length === 0) await sql`CREATE SCHEMA ${sql.id(schema)}`.execute(transaction)
+      await sql`SELECT set_config('search_path', ${quoteIdentifier(schema)}, true)`.execute(transaction)
+      const state = classifySchema(await surveyPostgres(transaction, schema, store.location))
+      await migrate(transaction, "postgres", state)
+    })
+}
+
+const currentSchema = async (transaction: Transaction<Tables>, location: string): Promise<string> => {
+  const result = await sql<{ schema: unknown }>`SELECT current_schema() AS schema`.execute(transaction)
+  const schema = textOf(result.rows[0], "schema")
+  if (schema === undefined) {
+    throw EventLogError.make({
+      _tag: "Database",
+      message: `${location}: no schema of the search_path exists; pass a schema to open the log in`,
+    })
+  }
+  return schema
+}
+
+/** Opens a log over an already reachable store (a `pg` pool, or the PGlite adapter). */
+export const openPostgresStore = async (store: PostgresStore): Promise<Database> => {
+  const { schema } = store
+  const setSearchPath = schema === undefined ? undefined : `SET search_path TO ${quoteIdentifier(schema)}`
+  const db = new Kysely<Tables>({
+    dialect: new PostgresDialect({
+      pool: store.pool,
+      // Runs once per client the pool hands out (the PGlite adapter hands out a new one every time).
+      ...(setSearchPath === undefined
+        ? {}
+        : {
+            onCreateConnection: async (connection) => {
+              await connection.executeQuery(CompiledQuery.raw(setSearchPath))
+            },
+          }),
+    }),
+  })
+  try {
+    await checkAndMigrate(db, store)
+  } catch (error) {
+    // Kysely's destroy() ends the pool it was given (a caller's pool and PGlite's are wrapped so it does not).
+    await db.destroy()
+    throw storeError(error, store.location)
+  }
+  return makeDatabase({
+    dialect: "postgres",
+    location: store.location,
+    db,
+    beginWrite: (handle) => handle.transaction().setIsolationLevel("read committed"),
+    beginRead: (handle) => handle.transaction().setIsolationLevel("repeatable read").setAccessMode("read only"),
+    release: () => undefined,
+  })
+}
+
+/**
+ * Opens the log over a PostgreSQL URL (a pool this log owns and ends at `close()`) or a caller's
+ * pool (never ended by the log). With `schema`, each client of the pool gets that `search_path`
+ * when the log first uses it, so a caller's pool should serve this log alone.
+ */
+export const openPostgres = async (connection: PostgresConnection, options: PostgresOptions = {}): Promise<Database> => {
+  const { schema } = options
+  const where = schema === undefined ? "" : ` (schema ${schema})`
+  if ("url" in connection) {
+    const pool = new pg.Pool({ connectionString: connection.url })
+    // An idle client's error resurfaces on its next query; without a listener it would crash the process.
+    pool.on("error", () => undefined)
+    return openPostgresStore({
+      pool,
+      location: `${redactUrl(connection.url)}${where}`,
+      schema,
+    })
+  }
+  const { pool } = connection
+  return openPostgresStore({
+    // The caller owns the pool: closing the log never ends it.
+    pool: { connect: () => pool.connect(), end: async () => undefined },
+    location: `a PostgreSQL pool${where}`,
+    schema,
+  })
+}
+
+/**
+ * Opens the log in `schema` of an in-process PGlite (tests: one instance per test file, a fresh
+ * schema per test). Every acquisition sets the `search_path`, so several logs may share one
+ * instance one at a time; the instance stays open after `close()`.
+ */
+export const openPglite = async (pglite: PgliteLike, options: { readonly schema: string }): Promise<Database> =>
+  openPostgresStore({
+    pool: pglitePool(pglite),
+    location: `PGlite (schema ${options.schema})`,
+    schema: options.schema,
+  })

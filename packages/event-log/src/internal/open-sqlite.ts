@@ -1,0 +1,184 @@
+/**
+ * Opens an SQLite event log in the open order of SEMANTICS.md §3.1. A writer takes the lease, opens
+ * the file, refuses anything that is neither empty nor a maka log of a known version while the file
+ * is still untouched (before any pragma: `journal_mode=WAL` rewrites a foreign file's header), then
+ * sets WAL, `synchronous` and foreign keys and migrates in one transaction. A read-only open takes
+ * no lease and never creates, migrates or changes the database.
+ */
+import BetterSqlite3 from "better-sqlite3"
+import { Kysely } from "kysely"
+import * as fs from "node:fs"
+import * as EventLogError from "../EventLogError.ts"
+import type { Database } from "./database.ts"
+import { makeDatabase } from "./database-handle.ts"
+import { acquireLease, canonicalDatabasePath, type Lease } from "./lease.ts"
+import { classifySchema, LATEST_VERSION, migrate, type SchemaState, type SchemaSurvey } from "./migrations.ts"
+import { SqliteDialect } from "./sqlite-driver.ts"
+import { storeError } from "./store-error.ts"
+import type { Tables } from "./tables.ts"
+
+export type Synchronous = "FULL" | "NORMAL"
+
+export interface SqliteOptions {
+  /** Inspection: no lease, the file must exist and be a maka log of the current version. */
+  readonly readOnly?: boolean | undefined
+  /** `FULL` (default) is durable across power loss; `NORMAL` across process crashes only (DESIGN.md §12). */
+  readonly synchronous?: Synchronous | undefined
+  /** Milliseconds a statement waits for a lock held by another connection (default 5,000). */
+  readonly busyTimeout?: number | undefined
+}
+
+export const SQLITE_DEFAULTS = Object.freeze({ synchronous: "FULL" satisfies Synchronous, busyTimeout: 5_000 })
+
+const textField = (row: unknown, key: string): string | undefined => {
+  if (typeof row !== "object" || row === null || !(key in row)) return undefined
+  const value: unknown = Reflect.get(row, key)
+  return typeof value === "string" ? value : undefined
+}
+
+const field = (row: unknown, key: string): unknown =>
+  typeof row === "object" && row !== null && key in row ? Reflect.get(row, key) : undefined
+
+/**
+ * Reads what the open-order check needs with plain `SELECT`s (no pragma statement, no write):
+ * the user objects of `sqlite_master`, the columns of `schema_migrations` and its versions.
+ */
+export const surveySqlite = (connection: BetterSqlite3.Database, location: string): SchemaSurvey => {
+  const objects = connection
+    .prepare("SELECT type, name FROM sqlite_master WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\'")
+    .all()
+  const names = objects.flatMap((row) => {
+    const name = textField(row, "name")
+    return name === undefined ? [] : [name]
+  })
+  const tables = objects.flatMap((row) => {
+    const name = textField(row, "name")
+    return name !== undefined && textField(row, "type") === "table" ? [name] : []
+  })
+  const migrationColumns = tables.includes("schema_migrations")
+    ? connection
+        .prepare("SELECT name FROM pragma_table_info('schema_migrations')")
+        .all()
+        .flatMap((row) => {
+          const name = textField(row, "name")
+          return name === undefined ? [] : [name]
+        })
+    : []
+  const versions = migrationColumns.includes("version")
+    ? connection
+        .prepare("SELECT version FROM schema_migrations")
+        .all()
+        .map((row) => field(row, "version"))
+    : []
+  return { location, objects: names, tables, migrationColumns, versions }
+}
+
+const unsupported = (message: string): EventLogError.EventLogError =>
+  EventLogError.make({ _tag: "UnsupportedDatabase", message })
+
+const fileSize = (file: string): number | undefined => {
+  try {
+    return fs.statSync(file).size
+  } catch {
+    return undefined
+  }
+}
+
+/** The schema state of an opened, still untouched file (a zero-byte file is empty). */
+const inspect = (connection: BetterSqlite3.Database, file: string): SchemaState => {
+  if ((fileSize(file) ?? 0) === 0) return { kind: "empty" }
+  try {
+    return classifySchema(surveySqlite(connection, file))
+  } catch (error) {
+    throw storeError(error, file)
+  }
+}
+
+const openConnection = (file: string, options: BetterSqlite3.Options): BetterSqlite3.Database => {
+  try {
+    return new BetterSqlite3(file, options)
+  } catch (error) {
+    throw storeError(error, file)
+  }
+}
+
+export const openSqlite = async (path: string, options: SqliteOptions = {}): Promise<Database> =>
+  options.readOnly === true ? openReadOnly(path, options) : openWriter(path, options)
+
+const openWriter = async (path: string, options: SqliteOptions): Promise<Database> => {
+  const file = canonicalDatabasePath(path)
+  const lease = acquireLease(file)
+  let connection: BetterSqlite3.Database | undefined
+  let db: Kysely<Tables> | undefined
+  try {
+    connection = openConnection(file, { timeout: options.busyTimeout ?? SQLITE_DEFAULTS.busyTimeout })
+    const opened = connection
+    const state = inspect(opened, file)
+    // Only now may anything change the file.
+    const journalMode = opened.pragma("journal_mode = WAL", { simple: true })
+    if (journalMode !== "wal") throw storeError(new Error(`journal_mode is ${String(journalMode)}, not wal`), file)
+    opened.pragma(`synchronous = ${options.synchronous ?? SQLITE_DEFAULTS.synchronous}`)
+    opened.pragma("foreign_keys = ON")
+    const kysely = new Kysely<Tables>({ dialect: new SqliteDialect({ connection: opened }) })
+    db = kysely
+    await kysely.transaction().execute(async (transaction) => {
+      await migrate(transaction, "sqlite", state)
+    })
+    return makeDatabase({
+      dialect: "sqlite",
+      location: file,
+      db: kysely,
+      beginWrite: (handle) => handle.transaction(),
+      beginRead: (handle) => handle.transaction().setAccessMode("read only"),
+      release: () => lease.release(),
+    })
+  } catch (error) {
+    await abandon(db, connection, lease)
+    throw storeError(error, file)
+  }
+}
+
+const abandon = async (
+  db: Kysely<Tables> | undefined,
+  connection: BetterSqlite3.Database | undefined,
+  lease: Lease | undefined,
+): Promise<void> => {
+  try {
+    if (db !== undefined) await db.destroy()
+    else if (connection?.open === true) connection.close()
+  } finally {
+    lease?.release()
+  }
+}
+
+const openReadOnly = async (path: string, options: SqliteOptions): Promise<Database> => {
+  const file = canonicalDatabasePath(path)
+  if (!fs.existsSync(file)) throw unsupported(`${file}: no event log at this path (a read-only open never creates one)`)
+  const connection = openConnection(file, {
+    readonly: true,
+    fileMustExist: true,
+    timeout: options.busyTimeout ?? SQLITE_DEFAULTS.busyTimeout,
+  })
+  try {
+    const state = inspect(connection, file)
+    if (state.kind === "empty") throw unsupported(`${file} is an empty database, not a maka event log`)
+    if (state.version < LATEST_VERSION) {
+      throw unsupported(
+        `${file} has schema ${state.version} < ${LATEST_VERSION}; open it once for writing to migrate it`,
+      )
+    }
+    connection.pragma("query_only = ON")
+    const db = new Kysely<Tables>({ dialect: new SqliteDialect({ connection }) })
+    return makeDatabase({
+      dialect: "sqlite",
+      location: file,
+      db,
+      beginWrite: undefined,
+      beginRead: (handle) => handle.transaction().setAccessMode("read only"),
+      release: () => undefined,
+    })
+  } catch (error) {
+    if (connection.open) connection.close()
+    throw storeError(error, file)
+  }
+}

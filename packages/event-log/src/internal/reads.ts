@@ -1,0 +1,298 @@
+/**
+ * The other reads of the log (SEMANTICS.md §3.5, §3.9, §3.10): complete bounded prefixes, events for
+ * inspection, prune candidates with their cursor, unfinished invocations and their recovery view,
+ * raw tool results with integrity checks, and the handoff and continuation look-ups.
+ */
+import {
+  Canonical,
+  Codec,
+  Digest,
+  EventWrite,
+  Limits,
+  ToolCall,
+  type Archive,
+  type Event,
+  type Identity,
+  type Lineage as FactLineage,
+} from "@maka/facts"
+import { Result } from "effect"
+import { sql } from "kysely"
+import * as EventLogError from "../EventLogError.ts"
+import * as Context from "./context.ts"
+import type { Dialect } from "./database.ts"
+import * as InvocationState from "./invocation-state.ts"
+import * as Lineage from "./lineage.ts"
+import * as Rows from "./rows.ts"
+import * as Safety from "./safety.ts"
+
+export interface LogPrefix {
+  readonly scope: Identity.LogScope
+  readonly highWater: number
+  readonly digest: string
+  readonly events: ReadonlyArray<Event.StoredEvent>
+}
+
+/** A complete prefix of `scope`, or `PrefixTooLarge`; never partial. */
+export const prefix = async (
+  tx: Rows.Tx,
+  dialect: Dialect,
+  scope: Identity.LogScope,
+  maxEvents: number,
+  maxBytes: number,
+): Promise<LogPrefix> => {
+  if (scope.kind === "lineage") {
+    throw EventLogError.invalidTransition("lineage-scoped prefixes are not supported by this version")
+  }
+  const length = dialect === "sqlite" ? sql<number>`length(CAST(event_json AS BLOB))` : sql<number>`octet_length(event_json)`
+  let measure = tx
+    .selectFrom("event_log")
+    .select(({ fn }) => [fn.countAll<number | string>().as("count"), fn.sum<number | string>(length).as("bytes"), fn.max("sequence").as("highWater")])
+  if (scope.kind === "session") measure = measure.where("session_id", "=", scope.id)
+  const totals = await measure.executeTakeFirst()
+  const count = totals === undefined ? 0 : Rows.toNumber(totals.count)
+  const bytes = totals?.bytes === null || totals?.bytes === undefined ? 0 : Rows.toNumber(totals.bytes)
+  if (count > maxEvents || bytes > maxBytes) throw EventLogError.prefixTooLarge()
+  const rows = scope.kind === "session" ? await Rows.ofSession(tx, scope.id) : await Rows.all(tx)
+  const highWater = rows.length === 0 ? 0 : rows[rows.length - 1]!.sequence
+  return {
+    scope,
+    highWater,
+    digest: Digest.logPrefix(scope, rows.map((row) => ({ sequence: row.sequence, json: row.json })), highWater),
+    events: rows.map(Rows.stored),
+  }
+}
+
+/** Stored events of a session after `after`, for inspection. */
+export const events = async (
+  tx: Rows.Tx,
+  sessionId: string,
+  after?: number,
+  limit?: number,
+): Promise<ReadonlyArray<Event.StoredEvent>> =>
+  (
+    await Rows.ofSession(tx, sessionId, {
+      ...(after === undefined ? {} : { after }),
+      ...(limit === undefined ? {} : { limit }),
+    })
+  ).map(Rows.stored)
+
+/** Openings without a terminal, across the log; more than `limit` is `PrefixTooLarge`. */
+export const unfinishedInvocations = async (tx: Rows.Tx, limit: number): Promise<ReadonlyArray<Identity.Invocation>> => {
+  const rows = await tx
+    .selectFrom("event_log as opening")
+    .select(["opening.event_json", "opening.sequence"])
+    .where("opening.kind", "=", "invocation_opened")
+    .where(({ not, exists, selectFrom }) =>
+      not(
+        exists(
+          selectFrom("event_log as terminal")
+            .select("terminal.sequence")
+            .whereRef("terminal.invocation_id", "=", "opening.invocation_id")
+            .where("terminal.kind", "=", "invocation_ended"),
+        ),
+      ),
+    )
+    .orderBy("opening.sequence")
+    .limit(limit + 1)
+    .execute()
+  if (rows.length > limit) throw EventLogError.prefixTooLarge()
+  return rows.map((row) => {
+    const decoded = Codec.decodeEventJson(row.event_json)
+    if (Result.isFailure(decoded)) throw EventLogError.make({ _tag: "Decode", message: decoded.failure.message })
+    return decoded.success.invocation
+  })
+}
+
+export interface UndispatchedCall {
+  readonly operationId: string
+  readonly identity: ToolCall.ToolCallIdentity
+  readonly name: string
+  readonly input: InvocationState.LocalCall["input"]
+}
+
+export interface InvocationRecovery {
+  readonly unfinishedModelSteps: ReadonlyArray<string>
+  readonly undispatchedCalls: ReadonlyArray<UndispatchedCall>
+  readonly uncertainOperations: ReadonlyArray<string>
+}
+
+/** What recovery must seal for one invocation; `model_observed` payloads are not read. */
+export const invocationRecovery = async (
+  tx: Rows.Tx,
+  invocation: Identity.Invocation,
+  maxEvents: number,
+  maxBytes: number,
+): Promise<InvocationRecovery> => {
+  const rows = await Rows.ofInvocation(tx, invocation.invocationId)
+  if (rows.length > maxEvents) throw EventLogError.prefixTooLarge()
+  let bytes = 0
+  for (const row of rows) bytes += Canonical.utf8Length(row.json)
+  if (bytes > maxBytes) throw EventLogError.prefixTooLarge()
+  if (rows.some((row) => row.sessionId !== invocation.sessionId)) {
+    throw EventLogError.invalidTransition("the invocation belongs to another session")
+  }
+  const state = InvocationState.fold(rows.map(Rows.stored))
+  return {
+    unfinishedModelSteps: InvocationState.unresolvedRequests(state),
+    undispatchedCalls: InvocationState.unresolvedLocalCalls(state).map((call) => ({
+      operationId: call.operationId,
+      identity: { toolCallId: call.toolCallId, origin: { kind: "provider", stepId: call.stepId } },
+      name: call.name,
+      input: call.input,
+    })),
+    uncertainOperations: InvocationState.unsettledDispatches(state),
+  }
+}
+
+export interface PruneCandidate {
+  readonly eventId: string
+  readonly toolCallId: string
+  readonly toolName: string
+  /** What an archive of this result would replace: a settled projection or a failure message. */
+  readonly source: Archive.ArchiveSource
+}
+
+export interface PruneCursor {
+  readonly through: number
+  readonly afterSequence: number
+}
+
+export interface PrunePage {
+  readonly candidates: ReadonlyArray<PruneCandidate>
+  readonly next?: PruneCursor
+}
+
+export interface PruneOptions {
+  readonly current?: string
+  readonly maxCandidates: number
+  readonly maxBytes: number
+  readonly cursor?: PruneCursor
+}
+
+/** §3.9: candidates for archiving, cursor-paged; `maxCandidates = 0` is the cheap safety check. */
+export const preparePruneCandidates = async (
+  tx: Rows.Tx,
+  dialect: Dialect,
+  sessionId: string,
+  options: PruneOptions,
+): Promise<PrunePage> => {
+  if (options.maxCandidates < 0 || options.maxCandidates > Limits.MAX_PRUNE_CANDIDATES) {
+    throw EventLogError.invalidTransition(`maxCandidates is outside 0..${Limits.MAX_PRUNE_CANDIDATES}`)
+  }
+  if (options.maxBytes < 0 || options.maxBytes > Limits.MAX_PRUNE_BYTES) {
+    throw EventLogError.invalidTransition(`maxBytes is outside 0..${Limits.MAX_PRUNE_BYTES}`)
+  }
+  if (options.current !== undefined) {
+    await Context.requireLive(tx, sessionId, options.current)
+    await Context.requireSettledBoundary(tx, options.current)
+  }
+  await Safety.check(tx, dialect, sessionId, options.current === undefined ? {} : { exclude: options.current })
+  if (options.maxCandidates === 0) return { candidates: [] }
+  const rows = await Rows.ofSession(tx, sessionId, { withObservations: false })
+  const through = options.cursor?.through ?? (rows.length === 0 ? 0 : rows[rows.length - 1]!.sequence)
+  let coveredThrough = 0
+  const archived = new Set<string>()
+  const dispatches = new Map<string, Rows.Row>()
+  for (const row of rows) {
+    if (row.kind === "context_checkpoint_recorded" && row.sequence <= through) {
+      const fact = Rows.decode(row).fact
+      if (fact.kind === "context_checkpoint_recorded") coveredThrough = fact.checkpoint.coveredThrough
+    }
+    if (row.kind === "tool_result_archived") {
+      const fact = Rows.decode(row).fact
+      if (fact.kind === "tool_result_archived") archived.add(fact.placeholder.identity.runtimeEventId)
+    }
+    if (row.kind === "tool_dispatched" && row.operationId !== null) dispatches.set(row.operationId, row)
+  }
+  const start = Math.max(coveredThrough, options.cursor?.afterSequence ?? 0)
+  const candidates: Array<PruneCandidate> = []
+  let bytes = 0
+  for (const row of rows) {
+    if (row.kind !== "tool_settled" || row.sequence <= start || row.sequence > through) continue
+    const charge = Canonical.utf8Length(row.json) + Limits.PRUNE_CANDIDATE_OVERHEAD
+    if (candidates.length >= options.maxCandidates || bytes + charge > options.maxBytes) {
+      if (candidates.length === 0 && bytes === 0) throw EventLogError.prefixTooLarge()
+      return { candidates, next: { through, afterSequence: candidates.length === 0 ? start : lastSequence(candidates, rows) } }
+    }
+    bytes += charge
+    if (archived.has(row.eventId)) continue
+    const settled = Rows.decode(row).fact
+    const dispatchRow = row.operationId === null ? undefined : dispatches.get(row.operationId)
+    const dispatch = dispatchRow === undefined ? undefined : Rows.decode(dispatchRow).fact
+    if (settled.kind !== "tool_settled" || dispatch?.kind !== "tool_dispatched" || dispatch.call.origin.kind !== "provider") {
+      continue
+    }
+    if (settled.outcome.kind === "failed" && Canonical.utf8Length(settled.outcome.message) > Limits.MAX_ARCHIVABLE_FAILURE_BYTES) {
+      continue
+    }
+    candidates.push({
+      eventId: row.eventId,
+      toolCallId: dispatch.call.toolCallId,
+      toolName: dispatch.name,
+      source:
+        settled.outcome.kind === "succeeded"
+          ? { kind: "projection", projection: settled.outcome.projection }
+          : { kind: "failed", message: settled.outcome.message },
+    })
+  }
+  return { candidates }
+}
+
+const lastSequence = (candidates: ReadonlyArray<PruneCandidate>, rows: ReadonlyArray<Rows.Row>): number => {
+  const last = candidates[candidates.length - 1]!
+  return rows.find((row) => row.eventId === last.eventId)!.sequence
+}
+
+/** The raw result of a settled call, with its length and digest checked. */
+export const readToolResult = async (
+  tx: Rows.Tx,
+  sessionId: string,
+  eventId: string,
+): Promise<{ readonly toolName: string; readonly raw: ToolCall.ToolOutput }> => {
+  const row = await Rows.byEventId(tx, eventId)
+  if (row === undefined || row.sessionId !== sessionId || row.kind !== "tool_settled") {
+    throw EventLogError.invalidTransition("no settled tool result with this id in the session")
+  }
+  const fact = Rows.decode(row).fact
+  if (fact.kind !== "tool_settled" || fact.outcome.kind !== "succeeded") {
+    throw EventLogError.invalidTransition("the tool result is not a success")
+  }
+  const payload = await Rows.payloadOf(tx, eventId)
+  if (payload === undefined || !EventWrite.payloadMatches(fact.outcome.raw, payload)) {
+    throw EventLogError.rejected({ _tag: "PayloadMismatch" })
+  }
+  const dispatch = (await Rows.byOperation(tx, fact.operationId)).find((item) => item.kind === "tool_dispatched")
+  const dispatched = dispatch === undefined ? undefined : Rows.decode(dispatch).fact
+  const output = Codec.decodeClosed(ToolCall.ToolOutput)(JSON.parse(payload))
+  if (Result.isFailure(output)) throw EventLogError.make({ _tag: "Decode", message: output.failure.message })
+  return { toolName: dispatched?.kind === "tool_dispatched" ? dispatched.name : "", raw: output.success }
+}
+
+
+/** Whether the session's latest opening ended `handoff_paused` and its successor has not opened. */
+export const hasPendingHandoff = async (tx: Rows.Tx, sessionId: string): Promise<boolean> =>
+  (await Lineage.pendingPause(tx, sessionId)) !== undefined
+
+/** The committed opening that claimed exactly this boundary, if any. */
+export const continuationForSource = async (
+  tx: Rows.Tx,
+  boundary: FactLineage.RunBoundary,
+): Promise<Event.StoredEvent | undefined> => {
+  for (const row of await Rows.ofSessionKind(tx, boundary.invocation.sessionId, "invocation_opened")) {
+    const stored = Rows.stored(row)
+    const fact = stored.event.fact
+    if (
+      fact.kind === "invocation_opened" &&
+      (fact.input.kind === "continuation" || fact.input.kind === "handoff") &&
+      fact.input.claim.source.invocation.runId === boundary.invocation.runId &&
+      fact.input.claim.source.highWater === boundary.highWater
+    ) {
+      return stored
+    }
+  }
+  return undefined
+}
+
+/** Safety under the manual-message policy: `true` when an unknown prior outcome exists. */
+export const checkManualMessageHistory = async (tx: Rows.Tx, dialect: Dialect, sessionId: string): Promise<boolean> =>
+  (await Safety.check(tx, dialect, sessionId, { manual: true })).priorUnknown

@@ -1,0 +1,192 @@
+/**
+ * Typed row access inside one transaction: the small set of indexed look-ups the append validators
+ * and reads share. Rows are decoded at this boundary; a row that does not decode is a `Decode`
+ * store error, never a silently skipped fact.
+ */
+import { Codec, type Event } from "@maka/facts"
+import { Result } from "effect"
+import type { Transaction } from "kysely"
+import * as EventLogError from "../EventLogError.ts"
+import type { Tables } from "./tables.ts"
+
+export type Tx = Transaction<Tables>
+
+export interface Row {
+  readonly sequence: number
+  readonly eventId: string
+  readonly sessionId: string
+  readonly turnId: string
+  readonly runId: string
+  readonly invocationId: string
+  readonly kind: string
+  readonly operationId: string | null
+  readonly json: string
+}
+
+const columns = [
+  "sequence",
+  "event_id",
+  "session_id",
+  "turn_id",
+  "run_id",
+  "invocation_id",
+  "kind",
+  "operation_id",
+  "event_json",
+] as const
+
+interface RawRow {
+  readonly sequence: number | string
+  readonly event_id: string
+  readonly session_id: string
+  readonly turn_id: string
+  readonly run_id: string
+  readonly invocation_id: string
+  readonly kind: string
+  readonly operation_id: string | null
+  readonly event_json: string
+}
+
+export const toNumber = (value: number | string | bigint): number => {
+  const number = typeof value === "number" ? value : Number(value)
+  if (!Number.isSafeInteger(number)) throw EventLogError.make({ _tag: "Decode", message: `not a safe integer: ${String(value)}` })
+  return number
+}
+
+const toRow = (raw: RawRow): Row => ({
+  sequence: toNumber(raw.sequence),
+  eventId: raw.event_id,
+  sessionId: raw.session_id,
+  turnId: raw.turn_id,
+  runId: raw.run_id,
+  invocationId: raw.invocation_id,
+  kind: raw.kind,
+  operationId: raw.operation_id,
+  json: raw.event_json,
+})
+
+/** Decodes a row's event; a row that does not decode is a store `Decode` error. */
+export const decode = (row: Row): Event.RuntimeEvent => {
+  const decoded = Codec.decodeEventJson(row.json)
+  if (Result.isFailure(decoded)) {
+    throw EventLogError.make({ _tag: "Decode", message: `event ${row.eventId} at ${row.sequence}: ${decoded.failure.message}` })
+  }
+  return decoded.success
+}
+
+export const stored = (row: Row): Event.StoredEvent => ({ sequence: row.sequence, event: decode(row) })
+
+export const byEventId = async (tx: Tx, eventId: string): Promise<Row | undefined> => {
+  const raw = await tx.selectFrom("event_log").select(columns).where("event_id", "=", eventId).executeTakeFirst()
+  return raw === undefined ? undefined : toRow(raw)
+}
+
+export const byInvocationKind = async (tx: Tx, invocationId: string, kind: string): Promise<Row | undefined> => {
+  const raw = await tx
+    .selectFrom("event_log")
+    .select(columns)
+    .where("invocation_id", "=", invocationId)
+    .where("kind", "=", kind)
+    .orderBy("sequence")
+    .executeTakeFirst()
+  return raw === undefined ? undefined : toRow(raw)
+}
+
+export const byOperation = async (tx: Tx, operationId: string): Promise<ReadonlyArray<Row>> =>
+  (
+    await tx
+      .selectFrom("event_log")
+      .select(columns)
+      .where("operation_id", "=", operationId)
+      .where("kind", "!=", "model_observed")
+      .orderBy("sequence")
+      .execute()
+  ).map(toRow)
+
+export const ofInvocation = async (tx: Tx, invocationId: string): Promise<ReadonlyArray<Row>> =>
+  (
+    await tx
+      .selectFrom("event_log")
+      .select(columns)
+      .where("invocation_id", "=", invocationId)
+      .where("kind", "!=", "model_observed")
+      .orderBy("sequence")
+      .execute()
+  ).map(toRow)
+
+export const ofSessionKind = async (tx: Tx, sessionId: string, kind: string): Promise<ReadonlyArray<Row>> =>
+  (
+    await tx
+      .selectFrom("event_log")
+      .select(columns)
+      .where("session_id", "=", sessionId)
+      .where("kind", "=", kind)
+      .orderBy("sequence")
+      .execute()
+  ).map(toRow)
+
+/** Session events after `after`, in sequence order, optionally up to `through` and without observations. */
+export const ofSession = async (
+  tx: Tx,
+  sessionId: string,
+  options: { readonly after?: number; readonly through?: number; readonly withObservations?: boolean; readonly limit?: number } = {},
+): Promise<ReadonlyArray<Row>> => {
+  let query = tx.selectFrom("event_log").select(columns).where("session_id", "=", sessionId)
+  if (options.after !== undefined) query = query.where("sequence", ">", options.after)
+  if (options.through !== undefined) query = query.where("sequence", "<=", options.through)
+  if (options.withObservations === false) query = query.where("kind", "!=", "model_observed")
+  query = query.orderBy("sequence")
+  if (options.limit !== undefined) query = query.limit(options.limit)
+  return (await query.execute()).map(toRow)
+}
+
+/** Every event of the log in sequence order. */
+export const all = async (tx: Tx): Promise<ReadonlyArray<Row>> =>
+  (await tx.selectFrom("event_log").select(columns).orderBy("sequence").execute()).map(toRow)
+
+/** Openings of the session without a terminal, in sequence order. */
+export const unsealedOpenings = async (tx: Tx, sessionId: string): Promise<ReadonlyArray<Row>> =>
+  (
+    await tx
+      .selectFrom("event_log as opening")
+      .select(columns.map((column) => `opening.${column}` as const))
+      .where("opening.session_id", "=", sessionId)
+      .where("opening.kind", "=", "invocation_opened")
+      .where(({ not, exists, selectFrom }) =>
+        not(
+          exists(
+            selectFrom("event_log as terminal")
+              .select("terminal.sequence")
+              .whereRef("terminal.invocation_id", "=", "opening.invocation_id")
+              .where("terminal.kind", "=", "invocation_ended"),
+          ),
+        ),
+      )
+      .orderBy("opening.sequence")
+      .execute()
+  ).map(toRow)
+
+/** The session's latest opening, if any. */
+export const latestOpening = async (tx: Tx, sessionId: string): Promise<Row | undefined> => {
+  const raw = await tx
+    .selectFrom("event_log")
+    .select(columns)
+    .where("session_id", "=", sessionId)
+    .where("kind", "=", "invocation_opened")
+    .orderBy("sequence", "desc")
+    .executeTakeFirst()
+  return raw === undefined ? undefined : toRow(raw)
+}
+
+export const sessionHighWater = async (tx: Tx, sessionId: string): Promise<number> => {
+  const raw = await tx
+    .selectFrom("event_log")
+    .select(({ fn }) => fn.max("sequence").as("highWater"))
+    .where("session_id", "=", sessionId)
+    .executeTakeFirst()
+  return raw?.highWater === null || raw?.highWater === undefined ? 0 : toNumber(raw.highWater)
+}
+
+export const payloadOf = async (tx: Tx, eventId: string): Promise<string | undefined> =>
+  (await tx.selectFrom("tool_result_payloads").select("payload").where("event_id", "=", eventId).executeTakeFirst())
+    ?.payload

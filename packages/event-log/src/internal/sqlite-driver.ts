@@ -1,0 +1,221 @@
+/**
+ * maka's Kysely dialect for SQLite (DESIGN.md §5, §12): one better-sqlite3 connection behind a FIFO
+ * mutex, prepared statements cached by SQL text (least recently used evicted first), write
+ * transactions begun with `BEGIN IMMEDIATE` so a writer holds the write lock before its first read,
+ * and read transactions (access mode `read only`) with a plain deferred `BEGIN`.
+ */
+import type BetterSqlite3 from "better-sqlite3"
+import {
+  CompiledQuery,
+  SelectQueryNode,
+  SqliteAdapter,
+  SqliteIntrospector,
+  SqliteQueryCompiler,
+  type DatabaseConnection,
+  type DatabaseIntrospector,
+  type Dialect,
+  type DialectAdapter,
+  type Driver,
+  type Kysely,
+  type QueryCompiler,
+  type QueryResult,
+  type TransactionSettings,
+} from "kysely"
+import { Mutex } from "./mutex.ts"
+
+/** How many prepared statements one connection keeps. */
+export const STATEMENT_CACHE_SIZE = 256
+
+type Statement = BetterSqlite3.Statement<Array<unknown>, unknown>
+
+/** A bounded map from SQL text to its prepared statement; a hit moves the entry to the back. */
+export class StatementCache {
+  readonly #connection: BetterSqlite3.Database
+  readonly #capacity: number
+  readonly #statements = new Map<string, Statement>()
+  #prepared = 0
+
+  constructor(connection: BetterSqlite3.Database, capacity: number) {
+    this.#connection = connection
+    this.#capacity = Math.max(1, capacity)
+  }
+
+  /** How many statements were prepared (cache misses) since the connection opened. */
+  get preparedCount(): number {
+    return this.#prepared
+  }
+
+  get size(): number {
+    return this.#statements.size
+  }
+
+  /** The cached statement for `sql`, or a fresh one; a statement still iterating is never shared. */
+  get(sql: string): Statement {
+    const cached = this.#statements.get(sql)
+    if (cached !== undefined && !cached.busy) {
+      this.#statements.delete(sql)
+      this.#statements.set(sql, cached)
+      return cached
+    }
+    const statement: Statement = this.#connection.prepare(sql)
+    this.#prepared += 1
+    if (cached === undefined) {
+      this.#statements.set(sql, statement)
+      if (this.#statements.size > this.#capacity) {
+        const oldest = this.#statements.keys().next()
+        if (oldest.done !== true) this.#statements.delete(oldest.value)
+      }
+    }
+    return statement
+  }
+}
+
+const toBigInt = (value: number | bigint): bigint => (typeof value === "bigint" ? value : BigInt(value))
+
+class SqliteConnection implements DatabaseConnection {
+  readonly statements: StatementCache
+
+  constructor(connection: BetterSqlite3.Database, cacheSize: number) {
+    this.statements = new StatementCache(connection, cacheSize)
+  }
+
+  executeQuery<R>(compiledQuery: CompiledQuery): Promise<QueryResult<R>> {
+    try {
+      return Promise.resolve(this.#execute<R>(compiledQuery))
+    } catch (error) {
+      return Promise.reject(error)
+    }
+  }
+
+  #execute<R>(compiledQuery: CompiledQuery): QueryResult<R> {
+    const statement = this.statements.get(compiledQuery.sql)
+    const parameters = [...compiledQuery.parameters]
+    if (statement.reader) {
+      const rows: Array<R> = asQueryRows<R>(statement.all(parameters))
+      return { rows }
+    }
+    const { changes, lastInsertRowid } = statement.run(parameters)
+    return { numAffectedRows: toBigInt(changes), insertId: toBigInt(lastInsertRowid), rows: [] }
+  }
+
+  async *streamQuery<R>(compiledQuery: CompiledQuery): AsyncIterableIterator<QueryResult<R>> {
+    if (!SelectQueryNode.is(compiledQuery.query)) {
+      throw new Error("the SQLite driver streams select queries only")
+    }
+    const statement = this.statements.get(compiledQuery.sql)
+    for (const row of statement.iterate([...compiledQuery.parameters])) {
+      yield { rows: asQueryRows<R>([row]) }
+    }
+  }
+}
+
+/**
+ * better-sqlite3's rows typed as Kysely's generic result. This is not a decode: `R` is Kysely's
+ * compile-time claim about the SQL it built, and the log's row readers check every field they use.
+ */
+function asQueryRows<R>(rows: Array<unknown>): Array<R>
+function asQueryRows(rows: Array<unknown>): Array<unknown> {
+  return rows
+}
+
+export interface SqliteDriverConfiguration {
+  readonly connection: BetterSqlite3.Database
+  /** Prepared statements kept per connection (default `STATEMENT_CACHE_SIZE`). */
+  readonly statementCacheSize?: number | undefined
+  /** Whether `destroy()` closes the better-sqlite3 connection (default true). */
+  readonly closeOnDestroy?: boolean | undefined
+}
+
+export class SqliteDriver implements Driver {
+  readonly #configuration: SqliteDriverConfiguration
+  readonly #mutex = new Mutex()
+  readonly #connection: SqliteConnection
+
+  constructor(configuration: SqliteDriverConfiguration) {
+    this.#configuration = Object.freeze({ ...configuration })
+    this.#connection = new SqliteConnection(
+      configuration.connection,
+      configuration.statementCacheSize ?? STATEMENT_CACHE_SIZE,
+    )
+  }
+
+  /** The statement cache of the one connection (exposed for tests and diagnostics). */
+  get statements(): StatementCache {
+    return this.#connection.statements
+  }
+
+  async init(): Promise<void> {}
+
+  async acquireConnection(): Promise<DatabaseConnection> {
+    await this.#mutex.lock()
+    return this.#connection
+  }
+
+  async beginTransaction(connection: DatabaseConnection, settings: TransactionSettings): Promise<void> {
+    const begin = settings.accessMode === "read only" ? "begin" : "begin immediate"
+    await connection.executeQuery(CompiledQuery.raw(begin))
+  }
+
+  async commitTransaction(connection: DatabaseConnection): Promise<void> {
+    await connection.executeQuery(CompiledQuery.raw("commit"))
+  }
+
+  async rollbackTransaction(connection: DatabaseConnection): Promise<void> {
+    await connection.executeQuery(CompiledQuery.raw("rollback"))
+  }
+
+  async savepoint(connection: DatabaseConnection, savepointName: string): Promise<void> {
+    await connection.executeQuery(CompiledQuery.raw(`savepoint ${quoteIdentifier(savepointName)}`))
+  }
+
+  async rollbackToSavepoint(connection: DatabaseConnection, savepointName: string): Promise<void> {
+    await connection.executeQuery(CompiledQuery.raw(`rollback to ${quoteIdentifier(savepointName)}`))
+  }
+
+  async releaseSavepoint(connection: DatabaseConnection, savepointName: string): Promise<void> {
+    await connection.executeQuery(CompiledQuery.raw(`release ${quoteIdentifier(savepointName)}`))
+  }
+
+  async releaseConnection(): Promise<void> {
+    this.#mutex.unlock()
+  }
+
+  async destroy(): Promise<void> {
+    if (this.#configuration.closeOnDestroy !== false && this.#configuration.connection.open) {
+      this.#configuration.connection.close()
+    }
+  }
+}
+
+const quoteIdentifier = (name: string): string => `"${name.replaceAll('"', '""')}"`
+
+export class SqliteDialect implements Dialect {
+  readonly #configuration: SqliteDriverConfiguration
+  #driver: SqliteDriver | undefined
+
+  constructor(configuration: SqliteDriverConfiguration) {
+    this.#configuration = Object.freeze({ ...configuration })
+  }
+
+  /** The driver Kysely created from this dialect (after `new Kysely(...)`). */
+  get driver(): SqliteDriver | undefined {
+    return this.#driver
+  }
+
+  createDriver(): Driver {
+    this.#driver = new SqliteDriver(this.#configuration)
+    return this.#driver
+  }
+
+  createQueryCompiler(): QueryCompiler {
+    return new SqliteQueryCompiler()
+  }
+
+  createAdapter(): DialectAdapter {
+    return new SqliteAdapter()
+  }
+
+  createIntrospector(db: Kysely<unknown>): DatabaseIntrospector {
+    return new SqliteIntrospector(db)
+  }
+}

@@ -1,0 +1,365 @@
+import { Archive, Digest, EventWrite, type Event, type Fact, type Identity } from "@maka/facts"
+import { FactBuilders, History } from "@maka/testkit"
+import { Effect, Result } from "effect"
+import { describe, expect, it } from "vitest"
+import { dialects } from "./support/dialects.ts"
+import { appendAll, expectRefused, failure, withLog } from "./support/harness.ts"
+
+const plain = (event: Event.RuntimeEvent) => Result.getOrThrow(EventWrite.plain(event))
+
+let nextId = 10_000
+const write = (invocation: Identity.Invocation, fact: Fact.Fact) =>
+  plain({ id: FactBuilders.eventId(nextId++), recordedAt: 1, invocation, fact })
+
+/** A history with one live run: opening, a completed main step calling `read_file` (a) and `list_files` (b). */
+const liveWithCalls = () => {
+  const history = new History.History()
+  const run = history.open()
+  const step = run.request()
+  run.complete(step, FactBuilders.toolCallStep([{ id: "a", name: "read_file", input: { path: "x" } }, { id: "b", name: "list_files" }]))
+  return { history, run, step }
+}
+
+for (const dialect of dialects()) {
+  describe(`append on ${dialect.name}`, () => {
+    it("returns the original sequence for an exact replay and refuses a different body under the same id", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = History.smallRun()
+          const sequences = yield* appendAll(log, history.writes)
+          expect(sequences).toEqual([1, 2, 3, 4, 5, 6, 7, 8])
+          expect(yield* log.append(history.writes[4]!)).toBe(5)
+          expect(yield* log.appendBatch(history.writes.slice(0, 3))).toEqual([1, 2, 3])
+          const original = history.writes[1]!
+          const changed = plain({ ...original.event, recordedAt: original.event.recordedAt + 1 })
+          yield* expectRefused(log, "session-1", log.append(changed), "EventConflict")
+          const settle = history.writes[4]!
+          yield* expectRefused(log, "session-1", log.append({ ...settle, rawPayload: settle.rawPayload + " " }), "EventConflict")
+          expect((yield* log.events("session-1")).length).toBe(8)
+        }),
+      ))
+
+    it("refuses any fact of a sealed invocation", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = History.smallRun()
+          yield* appendAll(log, history.writes)
+          const invocation = history.events[0]!.event.invocation
+          yield* expectRefused(log, "session-1", log.append(write(invocation, { kind: "invocation_ended", outcome: { kind: "completed" } })), "Sealed")
+          yield* expectRefused(
+            log,
+            "session-1",
+            log.append(write(invocation, { kind: "message_steered", message: FactBuilders.deliveredMessage("m1", "late") })),
+            "Sealed",
+          )
+        }),
+      ))
+
+    it("refuses a second live opening in a session, a reopened invocation, and a fact without its opening", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = new History.History()
+          const run = history.open()
+          yield* appendAll(log, history.writes)
+          const other = new History.History({ firstId: 500 }).open({ invocationId: "invocation-2", runId: "run-2", turnId: "turn-2" })
+          yield* expectRefused(log, "session-1", log.append(other.history.writes[0]!), "SessionBusy")
+          const reopened = write(run.invocation, history.events[0]!.event.fact)
+          yield* expectRefused(log, "session-1", log.append(reopened), "InvalidTransition", "already opened")
+          const orphan = write({ ...run.invocation, invocationId: "invocation-9" }, { kind: "model_interrupted", stepId: "s", status: "failed" })
+          yield* expectRefused(log, "session-1", log.append(orphan), "InvalidTransition", "no opening")
+          const mismatched = write({ ...run.invocation, runId: "run-x" }, { kind: "model_interrupted", stepId: "s", status: "failed" })
+          yield* expectRefused(log, "session-1", log.append(mismatched), "InvalidTransition", "differs from its opening")
+        }),
+      ))
+
+    it("refuses tool calls that name no local call of a completed main step", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const { history, run, step } = liveWithCalls()
+          yield* appendAll(log, history.writes)
+          const dispatch = (toolCallId: string, name: string, input: Identity.Json, stepId = step) =>
+            write(run.invocation, {
+              kind: "tool_dispatched",
+              operationId: `${stepId}:${toolCallId}`,
+              call: { toolCallId, origin: { kind: "provider", stepId } },
+              name,
+              input,
+            })
+          yield* expectRefused(log, "session-1", log.append(dispatch("z", "read_file", {})), "InvalidTransition", "does not match")
+          yield* expectRefused(log, "session-1", log.append(dispatch("a", "list_files", { path: "x" })), "InvalidTransition")
+          yield* expectRefused(log, "session-1", log.append(dispatch("a", "read_file", { path: "y" })), "InvalidTransition")
+          yield* expectRefused(log, "session-1", log.append(dispatch("a", "read_file", { path: "x" }, "no-step")), "InvalidTransition")
+          yield* log.append(dispatch("a", "read_file", { path: "x" }))
+          const rejectAfterDispatch = write(run.invocation, {
+            kind: "tool_rejected",
+            operationId: `${step}:a`,
+            call: { toolCallId: "a", origin: { kind: "provider", stepId: step } },
+            name: "read_file",
+            input: { path: "x" },
+            reason: { kind: "cancelled" },
+          })
+          yield* expectRefused(log, "session-1", log.append(rejectAfterDispatch), "InvalidTransition", "already dispatched")
+          const standalone = (operationId: string) =>
+            write(run.invocation, {
+              kind: "tool_dispatched",
+              operationId,
+              call: { toolCallId: "s1", origin: { kind: "standalone" } },
+              name: "anything",
+              input: null,
+            })
+          yield* log.append(standalone("host-op-1"))
+          yield* expectRefused(log, "session-1", log.append(standalone(`${step}:a`)), "InvalidTransition", "already used")
+        }),
+      ))
+
+    it("refuses a settlement without a dispatch, a second settlement, and settles only with a matching payload", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const { history, run, step } = liveWithCalls()
+          yield* appendAll(log, history.writes)
+          const settleA = Result.getOrThrow(
+            EventWrite.toolSuccess({
+              id: FactBuilders.eventId(nextId++),
+              recordedAt: 2,
+              invocation: run.invocation,
+              operationId: `${step}:a`,
+              output: FactBuilders.textOutput("content"),
+            }),
+          )
+          yield* expectRefused(log, "session-1", log.append(settleA), "InvalidTransition", "needs a dispatch")
+          const operation = run.dispatch(step, "a")
+          yield* log.append(history.writes[history.writes.length - 1]!)
+          yield* expectRefused(log, "session-1", log.append({ ...settleA, rawPayload: '{"format":"text","value":"other"}' }), "PayloadMismatch")
+          const { rawPayload: _dropped, ...withoutPayload } = settleA
+          yield* expectRefused(log, "session-1", log.append(withoutPayload), "PayloadMismatch")
+          yield* log.append(settleA)
+          const again = write(run.invocation, { kind: "tool_settled", operationId: operation, outcome: { kind: "failed", message: "x" } })
+          yield* expectRefused(log, "session-1", log.append(again), "InvalidTransition", "already settled")
+        }),
+      ))
+
+    it("refuses model facts without their request or after its end, a reused step id and a second unresolved request", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = new History.History()
+          const run = history.open()
+          const step = run.request()
+          run.complete(step, FactBuilders.textStep("done"))
+          yield* appendAll(log, history.writes)
+          const observed = write(run.invocation, { kind: "model_observed", stepId: step, event: { kind: "part_delta", id: "0", text: "x" } })
+          yield* expectRefused(log, "session-1", log.append(observed), "InvalidTransition", "already completed")
+          const interrupted = write(run.invocation, { kind: "model_interrupted", stepId: step, status: "failed" })
+          yield* expectRefused(log, "session-1", log.append(interrupted), "InvalidTransition")
+          const unknownStep = write(run.invocation, { kind: "model_completed", stepId: "nope", output: FactBuilders.textStep("x") })
+          yield* expectRefused(log, "session-1", log.append(unknownStep), "InvalidTransition", "no request")
+          const request = history.events[1]!.event.fact
+          if (request.kind !== "model_requested") throw new Error("expected a request")
+          yield* expectRefused(log, "session-1", log.append(write(run.invocation, request)), "InvalidTransition", "already used")
+          yield* log.append(write(run.invocation, { ...request, stepId: "step-2" }))
+          yield* expectRefused(log, "session-1", log.append(write(run.invocation, { ...request, stepId: "step-3" })), "InvalidTransition", "already unresolved")
+          yield* log.append(write(run.invocation, { ...request, stepId: "summary-1", purpose: "summary" }))
+        }),
+      ))
+
+    it("refuses a main request in a context_compact invocation", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = new History.History()
+          const run = history.open({ input: { kind: "context_compact", requestFingerprint: "compact-1" } })
+          yield* appendAll(log, history.writes)
+          run.request({ purpose: "main" })
+          yield* expectRefused(log, "session-1", log.append(history.writes[1]!), "InvalidTransition", "does not allow main")
+          const summary = new History.History({ firstId: 700 })
+          const compact = summary.open({ input: { kind: "context_compact", requestFingerprint: "compact-1" } })
+          compact.request({ purpose: "summary", stepId: "summary-step" })
+          yield* log.append(summary.writes[1]!)
+        }),
+      ))
+
+    it("refuses a clean completion while work is unresolved, and accepts a failure", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const { history, run, step } = liveWithCalls()
+          yield* appendAll(log, history.writes)
+          const completed = () => write(run.invocation, { kind: "invocation_ended", outcome: { kind: "completed" } })
+          yield* expectRefused(log, "session-1", log.append(completed()), "InvalidTransition", "neither rejected nor settled")
+          run.dispatch(step, "a")
+          run.reject(step, "b", { kind: "cancelled" })
+          yield* appendAll(log, history.writes.slice(-2))
+          yield* expectRefused(log, "session-1", log.append(completed()), "InvalidTransition", "unsettled")
+          run.request()
+          yield* log.append(history.writes[history.writes.length - 1]!)
+          run.fail(`${step}:a`, "boom")
+          yield* log.append(history.writes[history.writes.length - 1]!)
+          yield* expectRefused(log, "session-1", log.append(completed()), "InvalidTransition", "unresolved")
+          yield* log.append(write(run.invocation, { kind: "invocation_ended", outcome: { kind: "failed", class: "host_interrupted" } }))
+        }),
+      ))
+
+    it("refuses a steering message delivered twice in a session", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = new History.History()
+          const run = history.open()
+          run.steer("m-1", "also check the tests")
+          yield* appendAll(log, history.writes)
+          const again = write(run.invocation, { kind: "message_steered", message: FactBuilders.deliveredMessage("m-1", "different") })
+          yield* expectRefused(log, "session-1", log.append(again), "InvalidTransition", "already delivered")
+        }),
+      ))
+
+    it("checks a checkpoint against its completed summary request and the opening's mode", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = new History.History()
+          const run = history.open()
+          const summary = run.request({ purpose: "summary", stepId: "summary-1" })
+          run.complete(summary, FactBuilders.textStep(FactBuilders.VALID_SUMMARY))
+          yield* appendAll(log, history.writes)
+          const request = history.events[1]!.event.fact
+          if (request.kind !== "model_requested") throw new Error("expected a request")
+          const checkpoint = (overrides: Partial<Fact.ContextCheckpointRecorded["checkpoint"]>) =>
+            write(run.invocation, {
+              kind: "context_checkpoint_recorded",
+              checkpoint: {
+                mode: { kind: "pre_turn" },
+                coveredThrough: request.sourceHighWater,
+                sourceDigest: request.sourceDigest,
+                summary: { format: "sections_v1", text: FactBuilders.VALID_SUMMARY },
+                summaryStepId: summary,
+                ...overrides,
+              },
+            })
+          yield* expectRefused(log, "session-1", log.append(checkpoint({ summaryStepId: "other" })), "InvalidTransition", "completed summary")
+          yield* expectRefused(log, "session-1", log.append(checkpoint({ coveredThrough: 2 })), "InvalidTransition", "coveredThrough")
+          yield* expectRefused(log, "session-1", log.append(checkpoint({ sourceDigest: FactBuilders.digestOf("x") })), "InvalidTransition", "sourceDigest")
+          yield* expectRefused(log, "session-1", log.append(checkpoint({ mode: { kind: "standalone" } })), "InvalidTransition", "standalone")
+          yield* expectRefused(
+            log,
+            "session-1",
+            log.append(checkpoint({ mode: { kind: "mid_turn", anchorEventId: FactBuilders.eventId(999) } })),
+            "InvalidTransition",
+            "anchors",
+          )
+          yield* log.append(checkpoint({ mode: { kind: "mid_turn", anchorEventId: history.events[0]!.event.id } }))
+        }),
+      ))
+
+    it("commits a standalone checkpoint only with the terminal that names it", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const base = History.smallRun()
+          yield* appendAll(log, base.writes)
+          const compact = base.open({ input: { kind: "context_compact", requestFingerprint: "compact-1" } })
+          const summary = compact.request({ purpose: "summary", stepId: "summary-1" })
+          compact.complete(summary, FactBuilders.textStep(FactBuilders.VALID_SUMMARY))
+          yield* appendAll(log, base.writes.slice(8))
+          const request = base.events[9]!.event.fact
+          if (request.kind !== "model_requested") throw new Error("expected a request")
+          const checkpoint = write(compact.invocation, {
+            kind: "context_checkpoint_recorded",
+            checkpoint: {
+              mode: { kind: "standalone" },
+              coveredThrough: request.sourceHighWater,
+              sourceDigest: request.sourceDigest,
+              summary: { format: "sections_v1", text: FactBuilders.VALID_SUMMARY },
+              summaryStepId: summary,
+            },
+          })
+          yield* expectRefused(log, "session-1", log.append(checkpoint), "InvalidTransition", "standalone checkpoint")
+          const terminal = write(compact.invocation, {
+            kind: "invocation_ended",
+            outcome: { kind: "context_compact_finished", outcome: { kind: "compacted", checkpointId: checkpoint.event.id } },
+          })
+          const sequences = yield* log.appendBatch([checkpoint, terminal])
+          expect(sequences).toEqual([12, 13])
+        }),
+      ))
+
+    it("checks an archive against the result it replaces and archives a result once", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = new History.History()
+          const run = history.open()
+          const step = run.request()
+          run.complete(step, FactBuilders.toolCallStep([{ id: "a", name: "read_file", input: { path: "big" } }]))
+          const operation = run.dispatch(step, "a")
+          const settled = run.succeed(operation, FactBuilders.textOutput("line\n".repeat(4_000)))
+          yield* appendAll(log, history.writes)
+          const fact = settled.event.fact
+          if (fact.kind !== "tool_settled" || fact.outcome.kind !== "succeeded") throw new Error("expected a success")
+          const placeholder = Archive.prepare(settled.event.id, "a", "read_file", { kind: "projection", projection: fact.outcome.projection })!
+          const archive = (value: Archive.ArchivedPlaceholder) => write(run.invocation, { kind: "tool_result_archived", placeholder: value })
+          yield* expectRefused(
+            log,
+            "session-1",
+            log.append(archive({ ...placeholder, identity: { ...placeholder.identity, toolName: "list_file" } })),
+            "InvalidTransition",
+          )
+          const shorter = Archive.pageAt(placeholder.identity, Archive.body({ kind: "projection", projection: fact.outcome.projection }), 0)!
+          const tampered = { ...placeholder, identity: { ...placeholder.identity, bodySha256: "0".repeat(64) }, page: shorter }
+          yield* expectRefused(log, "session-1", log.append(archive(tampered)), "InvalidTransition", "differs")
+          yield* log.append(archive(placeholder))
+          yield* expectRefused(log, "session-1", log.append(archive(placeholder)), "InvalidTransition", "already archived")
+        }),
+      ))
+
+    it("appends a batch all or nothing, validating each write against the earlier ones", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = History.smallRun()
+          const broken = [...history.writes.slice(0, 4), write(history.events[0]!.event.invocation, { kind: "tool_settled", operationId: "nope", outcome: { kind: "failed", message: "x" } })]
+          const error = yield* failure(log.appendBatch(broken))
+          expect(error.reason._tag).toBe("Rejected")
+          expect(yield* log.events("session-1")).toEqual([])
+          // PostgreSQL hands out sequence values at insert, so a rolled-back batch may leave a gap.
+          const sequences = yield* log.appendBatch(history.writes)
+          expect(sequences.length).toBe(8)
+          expect(sequences.every((sequence, index) => index === 0 || sequence > sequences[index - 1]!)).toBe(true)
+          expect((yield* log.events("session-1")).map((stored) => stored.event.id)).toEqual(history.events.map((stored) => stored.event.id))
+        }),
+      ))
+
+    it("reserves a session for its sealed handoff successor", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = new History.History()
+          const run = history.open()
+          const step = run.request()
+          run.complete(step, FactBuilders.textStep("working"))
+          const pause = run.pause()
+          run.end({ kind: "handoff_paused", pause })
+          yield* appendAll(log, history.writes)
+          const intruder = new History.History({ firstId: 900 }).open({ invocationId: "invocation-7", runId: "run-7", turnId: "turn-7" })
+          yield* expectRefused(log, "session-1", log.append(intruder.history.writes[0]!), "Reserved")
+          const prefix = yield* log.runPrefix("session-1", "run-1")
+          expect(prefix?.highWater).toBe(4)
+          const emptyBase = { highWater: 0, digest: "sha256:" + "0".repeat(64) }
+          const successorInvocation = { ...run.invocation, runId: pause.intent.successorRunId, invocationId: pause.intent.successorInvocationId }
+          const opening = (claimBase: { readonly highWater: number; readonly digest: string }, configuration = history.events[0]!.event.fact) => {
+            if (configuration.kind !== "invocation_opened") throw new Error("expected an opening")
+            return write(successorInvocation, {
+              kind: "invocation_opened",
+              configuration: configuration.configuration,
+              input: {
+                kind: "handoff",
+                claim: {
+                  id: pause.intent.claimId,
+                  source: { invocation: run.invocation, highWater: prefix!.highWater, digest: prefix!.digest },
+                  base: claimBase,
+                  replay: pause.execution.replay,
+                },
+                pause,
+              },
+            })
+          }
+          yield* expectRefused(log, "session-1", log.append(opening({ ...emptyBase, digest: FactBuilders.digestOf("wrong") })), "InvalidTransition", "base")
+          const rootBase = { highWater: 0, digest: emptyRootDigest() }
+          yield* log.append(opening(rootBase))
+          expect(yield* log.hasPendingHandoff("session-1")).toBe(false)
+        }),
+      ))
+  })
+}
+
+const emptyRootDigest = () => Digest.logPrefix({ kind: "session", id: "session-1" }, [], 0)

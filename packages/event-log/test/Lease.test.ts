@@ -1,0 +1,155 @@
+import * as fs from "node:fs"
+import * as path from "node:path"
+import { describe, expect, it } from "vitest"
+import { acquireLease, canonicalDatabasePath, LOCK_SUFFIX } from "../src/internal/lease.ts"
+import { openSqlite } from "../src/internal/open-sqlite.ts"
+import { childScript, expectReason, listing, rejection, spawnChild, temporaryDirectory } from "./fixtures/storage.ts"
+
+/** Refusals of a busy lease never wait: well under better-sqlite3's default 5 s busy timeout. */
+const AT_ONCE_MS = 1_000
+
+const elapsed = async (run: () => Promise<unknown>): Promise<number> => {
+  const started = performance.now()
+  await run().catch(() => undefined)
+  return performance.now() - started
+}
+
+describe("the writer lease", () => {
+  it("refuses a second writer in the same process at once with WriterBusy", async () => {
+    const file = path.join(temporaryDirectory(), "events.sqlite")
+    const first = await openSqlite(file)
+    const started = performance.now()
+    const error = await expectReason(openSqlite(file), "WriterBusy")
+    expect(performance.now() - started).toBeLessThan(AT_ONCE_MS)
+    expect(error.reason._tag === "WriterBusy" ? error.reason.path : "").toBe(fs.realpathSync(file))
+    // A refused attempt does not disturb the holder: the lock is still held.
+    await expectReason(openSqlite(file), "WriterBusy")
+    await first.close()
+    const next = await openSqlite(file)
+    await next.close()
+  })
+
+  it("refuses a second lease on the same file and grants it again after release", () => {
+    const file = path.join(temporaryDirectory(), "events.sqlite")
+    const lease = acquireLease(file)
+    expect(lease.isHeld()).toBe(true)
+    let busy: unknown
+    try {
+      acquireLease(file)
+    } catch (error) {
+      busy = error
+    }
+    expect(busy).toMatchObject({ reason: { _tag: "WriterBusy", path: file } })
+    lease.release()
+    lease.release()
+    expect(lease.isHeld()).toBe(false)
+    const again = acquireLease(file)
+    again.release()
+  })
+
+  it("never deletes the lock file and leaves no journal beside it", async () => {
+    const directory = temporaryDirectory()
+    const file = path.join(directory, "events.sqlite")
+    const database = await openSqlite(file)
+    await database.close()
+    expect(listing(directory)).toEqual(["events.sqlite", `events.sqlite${LOCK_SUFFIX}`])
+  })
+
+  it("shares one lease between a symlink and its target", async () => {
+    const directory = temporaryDirectory()
+    const file = path.join(directory, "events.sqlite")
+    const link = path.join(directory, "link.sqlite")
+    const first = await openSqlite(file)
+    fs.symlinkSync(file, link)
+    expect(canonicalDatabasePath(link)).toBe(fs.realpathSync(file))
+    await expectReason(openSqlite(link), "WriterBusy")
+    await first.close()
+  })
+
+  it("canonicalises a path through a symlinked directory", () => {
+    const directory = temporaryDirectory()
+    fs.mkdirSync(path.join(directory, "real"))
+    fs.symlinkSync(path.join(directory, "real"), path.join(directory, "alias"))
+    expect(canonicalDatabasePath(path.join(directory, "alias", "events.sqlite"))).toBe(
+      path.join(fs.realpathSync(directory), "real", "events.sqlite"),
+    )
+  })
+
+  it("refuses a dangling symlink and creates nothing", async () => {
+    const directory = temporaryDirectory()
+    const link = path.join(directory, "events.sqlite")
+    fs.symlinkSync(path.join(directory, "missing.sqlite"), link)
+    await expectReason(openSqlite(link), "UnsupportedDatabase", "dangling symbolic link")
+    await expectReason(openSqlite(link, { readOnly: true }), "UnsupportedDatabase", "dangling symbolic link")
+    expect(listing(directory)).toEqual(["events.sqlite"])
+  })
+
+  it("refuses a hard-linked database under either name", async () => {
+    const directory = temporaryDirectory()
+    const file = path.join(directory, "events.sqlite")
+    const database = await openSqlite(file)
+    await database.close()
+    fs.linkSync(file, path.join(directory, "second.sqlite"))
+    await expectReason(openSqlite(file), "UnsupportedDatabase", "2 hard links")
+    await expectReason(openSqlite(path.join(directory, "second.sqlite")), "UnsupportedDatabase", "hard links")
+    await expectReason(openSqlite(file, { readOnly: true }), "UnsupportedDatabase", "hard links")
+  })
+
+  it("refuses a directory and a path in a missing directory", async () => {
+    const directory = temporaryDirectory()
+    await expectReason(openSqlite(directory), "UnsupportedDatabase", "not a regular file")
+    await expectReason(openSqlite(path.join(directory, "missing", "events.sqlite")), "Io", "does not exist")
+  })
+
+  it("lets a read-only open in while a writer holds the lease", async () => {
+    const file = path.join(temporaryDirectory(), "events.sqlite")
+    const writer = await openSqlite(file)
+    const reader = await openSqlite(file, { readOnly: true })
+    const versions = await reader.read((transaction) => transaction.selectFrom("schema_migrations").select("version").execute())
+    expect(versions).toEqual([{ version: 1 }])
+    await reader.close()
+    await writer.close()
+  })
+})
+
+describe("the writer lease across processes", () => {
+  it("refuses a second writer process while the first is alive, and frees the lease at once when it is killed", async () => {
+    const directory = temporaryDirectory()
+    const file = path.join(directory, "events.sqlite")
+    const holder = spawnChild(childScript("writer.ts"), ["hold", file])
+    try {
+      await holder.line("ready")
+
+      // This process is a second writer; so is another child.
+      expect(await elapsed(() => expectReason(openSqlite(file), "WriterBusy"))).toBeLessThan(AT_ONCE_MS)
+      const contender = spawnChild(childScript("writer.ts"), ["try", file])
+      expect(await contender.line("refused")).toBe("refused WriterBusy")
+      expect((await contender.exited).code).toBe(0)
+
+      holder.process.kill("SIGKILL")
+      expect((await holder.exited).signal).toBe("SIGKILL")
+      const started = performance.now()
+      const next = await openSqlite(file)
+      expect(performance.now() - started).toBeLessThan(AT_ONCE_MS)
+      const versions = await next.read((transaction) => transaction.selectFrom("schema_migrations").select("version").execute())
+      expect(versions).toEqual([{ version: 1 }])
+      await next.close()
+      expect(listing(directory)).toContain(`events.sqlite${LOCK_SUFFIX}`)
+    } finally {
+      holder.process.kill("SIGKILL")
+    }
+  })
+
+  it("hands the lease to another process after a clean close", async () => {
+    const file = path.join(temporaryDirectory(), "events.sqlite")
+    const database = await openSqlite(file)
+    const busy = spawnChild(childScript("writer.ts"), ["try", file])
+    expect(await busy.line("refused")).toBe("refused WriterBusy")
+    await database.close()
+    const free = spawnChild(childScript("writer.ts"), ["try", file])
+    expect(await free.line("opened")).toBe("opened")
+    expect((await free.exited).code).toBe(0)
+    const error = await rejection(database.read(async () => 1))
+    expect(error.reason._tag).toBe("ConnectionClosed")
+  })
+})

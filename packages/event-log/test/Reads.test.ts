@@ -1,0 +1,227 @@
+import { Archive, Canonical, Digest, EventWrite, type Event, type Fact, type Identity } from "@maka/facts"
+import { FactBuilders, History } from "@maka/testkit"
+import { Effect, Result } from "effect"
+import { describe, expect, it } from "vitest"
+import { dialects } from "./support/dialects.ts"
+import { appendAll, failure, withLog } from "./support/harness.ts"
+
+let nextId = 20_000
+const write = (invocation: Identity.Invocation, fact: Fact.Fact) =>
+  Result.getOrThrow(EventWrite.plain({ id: FactBuilders.eventId(nextId++), recordedAt: 1, invocation, fact }))
+
+const kinds = (items: ReadonlyArray<{ readonly kind: string; readonly stored?: Event.StoredEvent }>) =>
+  items.map((item) => (item.kind === "canonical" ? item.stored!.event.fact.kind : "archived"))
+
+/** Two turns, the second compacted mid-turn: returns the history and the checkpoint's event. */
+const compactedHistory = () => {
+  const history = History.smallRun()
+  const run = history.open({ message: "Now read the README." })
+  const first = run.request()
+  run.complete(first, FactBuilders.toolCallStep([{ id: "r", name: "read_file", input: { path: "README.md" } }]))
+  const operation = run.dispatch(first, "r")
+  run.succeed(operation, FactBuilders.textOutput("# Project"))
+  const summary = run.request({ purpose: "summary", stepId: "summary-1" })
+  run.complete(summary, FactBuilders.textStep(FactBuilders.VALID_SUMMARY))
+  const request = history.events[history.events.length - 2]!.event.fact
+  if (request.kind !== "model_requested") throw new Error("expected a request")
+  const checkpoint = run.checkpoint({
+    mode: { kind: "mid_turn", anchorEventId: run.opening.event.id },
+    coveredThrough: request.sourceHighWater,
+    sourceDigest: request.sourceDigest,
+    summary: { format: "sections_v1", text: FactBuilders.VALID_SUMMARY },
+    summaryStepId: summary,
+  })
+  run.steer("m-1", "and the tests")
+  return { history, run, checkpoint }
+}
+
+for (const dialect of dialects()) {
+  describe(`reads on ${dialect.name}`, () => {
+    it("materialises baseline, anchor and tail with the tail's exclusions", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const { history, run, checkpoint } = compactedHistory()
+          yield* appendAll(log, history.writes)
+          const observed = write(run.invocation, {
+            kind: "model_requested",
+            stepId: "main-live",
+            modelId: "test-model",
+            purpose: "main",
+            sourceScope: { kind: "session", id: "session-1" },
+            sourceHighWater: 15,
+            sourceDigest: FactBuilders.digestOf("s"),
+            inputDigest: FactBuilders.digestOf("i"),
+            routeIdentity: FactBuilders.digestOf("route"),
+          })
+          yield* log.append(observed)
+          yield* log.append(write(run.invocation, { kind: "model_observed", stepId: "main-live", event: { kind: "part_delta", id: "0", text: "partial" } }))
+          const source = yield* log.readModelContext("session-1", { current: run.invocation.invocationId })
+          expect(source.baseline?.eventId).toBe(checkpoint.event.id)
+          expect(source.anchor?.event.id).toBe(run.opening.event.id)
+          // Covered through the summary's source (sequence 13); the summary step's facts, the checkpoint
+          // and the observation never enter the tail.
+          expect(kinds(source.tail)).toEqual(["message_steered", "model_requested"])
+          expect(source.sourceEvidence.highWater).toBe(19)
+          const all = yield* log.events("session-1")
+          expect(source.sourceEvidence.digest).toBe(
+            Digest.logPrefix({ kind: "session", id: "session-1" }, all.map((stored) => ({ sequence: stored.sequence, json: Canonical.stringify(stored.event) })), 19),
+          )
+          expect(source.effectiveSourceDigest).toBe(Digest.effectiveSource(source.sourceEvidence.digest, []))
+        }),
+      ))
+
+    it("refuses a tail over its event or byte limit, never returning part of it", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = History.smallRun()
+          yield* appendAll(log, history.writes)
+          const full = yield* log.readModelContext("session-1")
+          expect(full.tail.length).toBe(8)
+          const tooFew = yield* failure(log.readModelContext("session-1", { maxEvents: 7 }))
+          expect(tooFew.reason._tag === "Rejected" && tooFew.reason.rejection._tag).toBe("PrefixTooLarge")
+          const bytes = history.writes.reduce((total, item) => total + Canonical.utf8Length(item.json), 0)
+          expect((yield* log.readModelContext("session-1", { maxBytes: bytes })).tail.length).toBe(8)
+          const tooSmall = yield* failure(log.readModelContext("session-1", { maxBytes: bytes - 1 }))
+          expect(tooSmall.reason._tag === "Rejected" && tooSmall.reason.rejection._tag).toBe("PrefixTooLarge")
+        }),
+      ))
+
+    it("replaces an archived result in the tail and binds it in the effective source digest", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = new History.History()
+          const run = history.open()
+          const step = run.request()
+          run.complete(step, FactBuilders.toolCallStep([{ id: "a", name: "read_file", input: { path: "big" } }]))
+          const settled = run.succeed(run.dispatch(step, "a"), FactBuilders.textOutput("row\n".repeat(5_000)))
+          const fact = settled.event.fact
+          if (fact.kind !== "tool_settled" || fact.outcome.kind !== "succeeded") throw new Error("expected a success")
+          const archive = run.archive(Archive.prepare(settled.event.id, "a", "read_file", { kind: "projection", projection: fact.outcome.projection })!)
+          yield* appendAll(log, history.writes)
+          const source = yield* log.readModelContext("session-1", { current: run.invocation.invocationId })
+          const item = source.tail.find((entry) => entry.kind === "archived")
+          expect(item?.kind === "archived" && item.replacement.kind).toBe("maka.archived_tool_result")
+          expect(kinds(source.tail)).toEqual(["invocation_opened", "model_requested", "model_completed", "tool_dispatched", "archived"])
+          expect(source.effectiveSourceDigest).toBe(
+            Digest.effectiveSource(source.sourceEvidence.digest, [{ settledEventId: settled.event.id, archiveEventId: archive.event.id }]),
+          )
+          const raw = yield* log.readToolResult("session-1", settled.event.id)
+          expect(raw.toolName).toBe("read_file")
+          expect(raw.raw).toEqual(FactBuilders.textOutput("row\n".repeat(5_000)))
+        }),
+      ))
+
+    it("refuses a session with unsealed prior work, and a current invocation that is not live", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = new History.History()
+          const run = history.open()
+          run.request()
+          yield* appendAll(log, history.writes)
+          const unsafe = yield* failure(log.readModelContext("session-1"))
+          expect(unsafe.message).toContain("Session contains unsealed or unresolved prior execution")
+          const notLive = yield* failure(log.readModelContext("session-1", { current: "invocation-9" }))
+          expect(notLive.message).toContain("current invocation is not live")
+          expect((yield* log.readModelContext("session-1", { current: run.invocation.invocationId })).tail.length).toBe(2)
+        }),
+      ))
+
+    it("selects the newest main completion as latestMain, skipping summaries, and never an older main past a damaged one", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = History.smallRun()
+          yield* appendAll(log, history.writes)
+          const latest = yield* log.latestMainContext("session-1")
+          expect(latest.kind).toBe("selected")
+          if (latest.kind === "selected") {
+            expect(latest.sequence).toBe(7)
+            expect(latest.usage).toEqual({ inputTokens: 10, outputTokens: 5 })
+            expect(latest.connectionId).toBe(FactBuilders.modelBinding().connectionId)
+            expect(latest.projectionCurrent).toBe(true)
+          }
+          const compact = history.open({ input: { kind: "context_compact", requestFingerprint: "c" } })
+          const summary = compact.request({ purpose: "summary", stepId: "summary-1" })
+          compact.complete(summary, FactBuilders.textStep(FactBuilders.VALID_SUMMARY))
+          compact.end({ kind: "context_compact_finished", outcome: { kind: "unchanged", reason: "no_new_history" } })
+          yield* appendAll(log, history.writes.slice(8))
+          const afterSummary = yield* log.latestMainContext("session-1")
+          expect(afterSummary.kind === "selected" && afterSummary.sequence).toBe(7)
+        }),
+      ))
+
+    it("reads a complete session prefix or none, and run prefixes never clamped", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = History.smallRun()
+          yield* appendAll(log, history.writes)
+          const prefix = yield* log.prefix({ kind: "session", id: "session-1" }, 8, 1 << 20)
+          expect(prefix.highWater).toBe(8)
+          expect(prefix.digest).toBe(history.prefixDigest())
+          const tooLarge = yield* failure(log.prefix({ kind: "session", id: "session-1" }, 7, 1 << 20))
+          expect(tooLarge.reason._tag === "Rejected" && tooLarge.reason.rejection._tag).toBe("PrefixTooLarge")
+          // Scenario 8: every request's sourceDigest is the session prefix digest at its sourceHighWater.
+          for (const stored of prefix.events) {
+            const fact = stored.event.fact
+            if (fact.kind !== "model_requested") continue
+            const cut = prefix.events.filter((item) => item.sequence <= fact.sourceHighWater)
+            expect(
+              Digest.logPrefix({ kind: "session", id: "session-1" }, cut.map((item) => ({ sequence: item.sequence, json: Canonical.stringify(item.event) })), fact.sourceHighWater),
+            ).toBe(fact.sourceDigest)
+          }
+          const three = yield* log.runPrefix("session-1", "run-1", 3)
+          expect(three?.highWater).toBe(3)
+          expect(three?.digest).toBe(
+            Digest.runPrefix(3, history.events[0]!.event.invocation, history.written.slice(0, 3).map((item) => ({ sequence: item.stored.sequence, json: item.write.json }))),
+          )
+          const beyond = yield* failure(log.runPrefix("session-1", "run-1", 9))
+          expect(beyond.message).toContain("does not exist")
+        }),
+      ))
+
+    it("lists unfinished invocations and what recovery must seal", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = new History.History()
+          const run = history.open()
+          const step = run.request()
+          run.complete(step, FactBuilders.toolCallStep([{ id: "a", name: "read_file" }, { id: "b", name: "list_files" }]))
+          run.dispatch(step, "a")
+          const second = run.request()
+          yield* appendAll(log, history.writes)
+          expect(yield* log.unfinishedInvocations(10)).toEqual([run.invocation])
+          const none = yield* failure(log.unfinishedInvocations(0))
+          expect(none.reason._tag === "Rejected" && none.reason.rejection._tag).toBe("PrefixTooLarge")
+          const recovery = yield* log.invocationRecovery(run.invocation)
+          expect(recovery.unfinishedModelSteps).toEqual([second])
+          expect(recovery.uncertainOperations).toEqual([`${step}:a`])
+          expect(recovery.undispatchedCalls.map((call) => call.operationId)).toEqual([`${step}:b`])
+        }),
+      ))
+
+    it("pages prune candidates with a cursor and a fixed fence", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = new History.History()
+          const run = history.open()
+          const step = run.request()
+          const calls = Array.from({ length: 5 }, (_, index) => ({ id: `c${index}`, name: "read_file", input: { path: `f${index}` } }))
+          run.complete(step, FactBuilders.toolCallStep(calls))
+          for (const call of calls) run.succeed(run.dispatch(step, call.id), FactBuilders.textOutput(`body ${call.id}`))
+          yield* appendAll(log, history.writes)
+          const first = yield* log.preparePruneCandidates("session-1", { current: run.invocation.invocationId, maxCandidates: 2, maxBytes: 1 << 20 })
+          expect(first.candidates.map((candidate) => candidate.toolCallId)).toEqual(["c0", "c1"])
+          expect(first.next).toBeDefined()
+          const second = yield* log.preparePruneCandidates("session-1", { current: run.invocation.invocationId, maxCandidates: 10, maxBytes: 1 << 20, cursor: first.next! })
+          expect(second.candidates.map((candidate) => candidate.toolCallId)).toEqual(["c2", "c3", "c4"])
+          expect(second.next).toBeUndefined()
+          const current = run.invocation.invocationId
+          const check = yield* log.preparePruneCandidates("session-1", { current, maxCandidates: 0, maxBytes: 0 })
+          expect(check.candidates).toEqual([])
+          const unsafe = yield* failure(log.preparePruneCandidates("session-1", { maxCandidates: 0, maxBytes: 0 }))
+          expect(unsafe.message).toContain("unsealed")
+          const tooSmall = yield* failure(log.preparePruneCandidates("session-1", { current, maxCandidates: 5, maxBytes: 10 }))
+          expect(tooSmall.reason._tag === "Rejected" && tooSmall.reason.rejection._tag).toBe("PrefixTooLarge")
+        }),
+      ))
+  })
+}

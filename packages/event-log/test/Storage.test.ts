@@ -1,0 +1,270 @@
+import BetterSqlite3 from "better-sqlite3"
+import { Kysely, sql, type Generated } from "kysely"
+import * as path from "node:path"
+import { describe, expect, it } from "vitest"
+import { FAULT_VARIABLE, faultPoint } from "../src/internal/fault.ts"
+import { openSqlite } from "../src/internal/open-sqlite.ts"
+import { SqliteDialect, StatementCache } from "../src/internal/sqlite-driver.ts"
+import type { Database } from "../src/internal/database.ts"
+import { errorCode } from "../src/internal/store-error.ts"
+import {
+  childScript,
+  expectReason,
+  rawEvent,
+  spawnChild,
+  temporaryDirectory,
+} from "./fixtures/storage.ts"
+
+const rowCount = async (database: Database) =>
+  database.read(async (transaction) => {
+    const rows = await transaction.selectFrom("event_log").select("event_id").execute()
+    return rows.length
+  })
+
+/** A Kysely over a raw better-sqlite3 connection with maka's dialect, for driver-level tests. */
+const driverFixture = () => {
+  const connection = new BetterSqlite3(path.join(temporaryDirectory(), "driver.sqlite"))
+  connection.exec("CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT NOT NULL)")
+  const dialect = new SqliteDialect({ connection })
+  const db = new Kysely<{ items: { id: Generated<number>; name: string } }>({ dialect })
+  const statements = () => {
+    const driver = dialect.driver
+    if (driver === undefined) throw new Error("the dialect has not created its driver")
+    return driver.statements
+  }
+  return { connection, db, statements }
+}
+
+describe("the SQLite driver", () => {
+  it("prepares each SQL text once and reuses the statement", async () => {
+    const { db, statements } = driverFixture()
+    await db.insertInto("items").values({ name: "a" }).execute()
+    const before = statements().preparedCount
+    for (let index = 0; index < 20; index += 1) {
+      await db.selectFrom("items").selectAll().where("id", "=", index).execute()
+      await db.insertInto("items").values({ name: `n${index}` }).execute()
+    }
+    // One select text, and the insert text was prepared before the loop.
+    expect(statements().preparedCount - before).toBe(1)
+    await db.destroy()
+  })
+
+  it("evicts the least recently used statement beyond its bound", () => {
+    const connection = new BetterSqlite3(":memory:")
+    const cache = new StatementCache(connection, 2)
+    const first = cache.get("SELECT 1")
+    cache.get("SELECT 2")
+    expect(cache.get("SELECT 1")).toBe(first)
+    cache.get("SELECT 3")
+    expect(cache.size).toBe(2)
+    expect(cache.get("SELECT 1")).toBe(first)
+    const prepared = cache.preparedCount
+    cache.get("SELECT 2")
+    expect(cache.preparedCount).toBe(prepared + 1)
+    connection.close()
+  })
+
+  it("returns affected rows and insert ids as bigint", async () => {
+    const { db } = driverFixture()
+    const inserted = await db.insertInto("items").values({ name: "a" }).executeTakeFirstOrThrow()
+    expect(inserted.insertId).toBe(1n)
+    expect(inserted.numInsertedOrUpdatedRows).toBe(1n)
+    const updated = await db.updateTable("items").set({ name: "b" }).executeTakeFirstOrThrow()
+    expect(updated.numUpdatedRows).toBe(1n)
+    const deleted = await db.deleteFrom("items").executeTakeFirstOrThrow()
+    expect(deleted.numDeletedRows).toBe(1n)
+    await db.destroy()
+  })
+
+  it("serialises concurrent transactions on its one connection", async () => {
+    const { db } = driverFixture()
+    const insertSlowly = (name: string) =>
+      db.transaction().execute(async (transaction) => {
+        await transaction.insertInto("items").values({ name: `${name}-1` }).execute()
+        await new Promise((resolve) => setTimeout(resolve, 5))
+        await transaction.insertInto("items").values({ name: `${name}-2` }).execute()
+      })
+    await Promise.all(["a", "b", "c", "d"].map(insertSlowly))
+    const names = (await db.selectFrom("items").select("name").orderBy("id").execute()).map((row) => row.name)
+    expect(names).toEqual(["a-1", "a-2", "b-1", "b-2", "c-1", "c-2", "d-1", "d-2"])
+    await db.destroy()
+  })
+
+  it("streams select rows", async () => {
+    const { db } = driverFixture()
+    await db.insertInto("items").values([{ name: "a" }, { name: "b" }]).execute()
+    const names: Array<string> = []
+    for await (const row of db.selectFrom("items").select("name").orderBy("id").stream()) names.push(row.name)
+    expect(names).toEqual(["a", "b"])
+    await db.destroy()
+  })
+})
+
+describe("openSqlite transactions", () => {
+  it("begins writes with BEGIN IMMEDIATE: another connection cannot write while one is open", async () => {
+    const file = path.join(temporaryDirectory(), "events.sqlite")
+    const database = await openSqlite(file)
+    const other = new BetterSqlite3(file, { timeout: 0 })
+    const outcome = await database.write(async () => {
+      // No statement has run in the body yet: only BEGIN IMMEDIATE can hold the write lock now.
+      try {
+        other.exec("INSERT INTO sessions (session_id, created_at) VALUES ('other', 1)")
+        return "written"
+      } catch (error) {
+        return error instanceof Error && "code" in error ? String(error.code) : String(error)
+      }
+    })
+    expect(outcome).toBe("SQLITE_BUSY")
+    other.exec("INSERT INTO sessions (session_id, created_at) VALUES ('other', 1)")
+    other.close()
+    await database.close()
+  })
+
+  it("begins reads with a deferred BEGIN that sees one snapshot while another connection writes", async () => {
+    const file = path.join(temporaryDirectory(), "events.sqlite")
+    const database = await openSqlite(file)
+    const other = new BetterSqlite3(file, { timeout: 0 })
+    const counts = await database.read(async (transaction) => {
+      const count = async () => (await transaction.selectFrom("sessions").select("session_id").execute()).length
+      const before = await count()
+      other.exec("INSERT INTO sessions (session_id, created_at) VALUES ('other', 1)")
+      return [before, await count()]
+    })
+    expect(counts).toEqual([0, 0])
+    expect(await database.read(async (transaction) => (await transaction.selectFrom("sessions").selectAll().execute()).length)).toBe(1)
+    other.close()
+    await database.close()
+  })
+
+  it("sets WAL, synchronous FULL by default or NORMAL when asked, and foreign keys", async () => {
+    const directory = temporaryDirectory()
+    const pragmas = async (options: Parameters<typeof openSqlite>[1]) => {
+      const database = await openSqlite(path.join(directory, `${String(options?.synchronous)}.sqlite`), options)
+      const values = await database.read(async (transaction) => ({
+        journal: (await sql<{ journal_mode: string }>`PRAGMA journal_mode`.execute(transaction)).rows[0],
+        synchronous: (await sql<{ synchronous: number }>`PRAGMA synchronous`.execute(transaction)).rows[0],
+        foreignKeys: (await sql<{ foreign_keys: number }>`PRAGMA foreign_keys`.execute(transaction)).rows[0],
+      }))
+      await database.close()
+      return values
+    }
+    expect(await pragmas({})).toEqual({
+      journal: { journal_mode: "wal" },
+      synchronous: { synchronous: 2 },
+      foreignKeys: { foreign_keys: 1 },
+    })
+    expect((await pragmas({ synchronous: "NORMAL" })).synchronous).toEqual({ synchronous: 1 })
+  })
+
+  it("rolls back a write whose body rejects and passes its error through unchanged", async () => {
+    const database = await openSqlite(path.join(temporaryDirectory(), "events.sqlite"))
+    const failure = new Error("validator refused")
+    const result = await database
+      .write(async (transaction) => {
+        await transaction.insertInto("event_log").values(rawEvent("model_observed")).execute()
+        throw failure
+      })
+      .catch((error: unknown) => error)
+    expect(result).toBe(failure)
+    expect(await rowCount(database)).toBe(0)
+    await database.close()
+  })
+
+  it("reports a write whose commit fails as OutcomeUnknown and keeps nothing of it", async () => {
+    const database = await openSqlite(path.join(temporaryDirectory(), "events.sqlite"))
+    // A deferred foreign key is checked at COMMIT: the payload names no event, so the commit fails.
+    await expectReason(
+      database.write(async (transaction) => {
+        await sql`PRAGMA defer_foreign_keys = ON`.execute(transaction)
+        await transaction.insertInto("tool_result_payloads").values({ event_id: "missing", payload: "{}" }).execute()
+      }),
+      "OutcomeUnknown",
+      "FOREIGN KEY",
+    )
+    expect(await database.read(async (transaction) => (await transaction.selectFrom("tool_result_payloads").selectAll().execute()).length)).toBe(0)
+    await database.close()
+  })
+
+  it("finishes accepted operations at close, then refuses new ones with ConnectionClosed", async () => {
+    const file = path.join(temporaryDirectory(), "events.sqlite")
+    const database = await openSqlite(file)
+    let release: () => void = () => undefined
+    const gate = new Promise<void>((resolve) => {
+      release = resolve
+    })
+    const slow = database.write(async (transaction) => {
+      await gate
+      await transaction.insertInto("event_log").values(rawEvent("model_observed")).execute()
+      return "committed"
+    })
+    const closing = database.close()
+    await expectReason(database.read(async () => 1), "ConnectionClosed")
+    await expectReason(database.write(async () => 1), "ConnectionClosed")
+    // The lease is still held while the accepted write runs.
+    await expectReason(openSqlite(file), "WriterBusy")
+    release()
+    expect(await slow).toBe("committed")
+    await closing
+    expect(database.close()).toBe(closing)
+    const reopened = await openSqlite(file)
+    expect(await rowCount(reopened)).toBe(1)
+    await reopened.close()
+  })
+
+  it("refuses writes on a read-only open", async () => {
+    const file = path.join(temporaryDirectory(), "events.sqlite")
+    await (await openSqlite(file)).close()
+    const reader = await openSqlite(file, { readOnly: true })
+    await expectReason(
+      reader.write(async (transaction) => transaction.insertInto("event_log").values(rawEvent("model_observed")).execute()),
+      "Database",
+      "read-only",
+    )
+    // Even a statement that slips into a read transaction cannot change the file.
+    const error = await reader
+      .read(async (transaction) => transaction.insertInto("sessions").values({ session_id: "s", created_at: 1 }).execute())
+      .catch((caught: unknown) => caught)
+    expect(errorCode(error)).toMatch(/^SQLITE_READONLY/)
+    await reader.close()
+  })
+})
+
+describe("fault points", () => {
+  it("do nothing unless MAKA_TEST_FAULT names them", () => {
+    const previous = process.env[FAULT_VARIABLE]
+    process.env[FAULT_VARIABLE] = "some.other-point"
+    try {
+      faultPoint("storage.in-write")
+    } finally {
+      if (previous === undefined) delete process.env[FAULT_VARIABLE]
+      else process.env[FAULT_VARIABLE] = previous
+    }
+    faultPoint("storage.in-write")
+    expect(process.pid).toBeGreaterThan(0)
+  })
+
+  it("kill the writer inside its transaction: the reopened log holds none of it and opens at once", async () => {
+    const file = path.join(temporaryDirectory(), "events.sqlite")
+    await (await openSqlite(file)).close()
+    const child = spawnChild(childScript("writer.ts"), ["crash-in-write", file], { [FAULT_VARIABLE]: "storage.in-write" })
+    const { signal } = await child.exited
+    expect(signal).toBe("SIGKILL")
+    expect(child.output()).toContain("inserted")
+    expect(child.output()).not.toContain("survived")
+    const started = performance.now()
+    const reopened = await openSqlite(file)
+    expect(performance.now() - started).toBeLessThan(1_000)
+    expect(await rowCount(reopened)).toBe(0)
+    await reopened.close()
+  })
+
+  it("let the same child commit when MAKA_TEST_FAULT is unset", async () => {
+    const file = path.join(temporaryDirectory(), "events.sqlite")
+    const child = spawnChild(childScript("writer.ts"), ["crash-in-write", file], { [FAULT_VARIABLE]: "" })
+    expect((await child.exited).code).toBe(0)
+    expect(child.output()).toContain("survived")
+    const reopened = await openSqlite(file)
+    expect(await rowCount(reopened)).toBe(1)
+    await reopened.close()
+  })
+})

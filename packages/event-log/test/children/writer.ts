@@ -1,0 +1,60 @@
+/**
+ * Child process of the lease and storage crash tests, run as `node --import tsx writer.ts <mode> <database>`:
+ * `hold` opens the log as its writer, prints `ready` and waits to be killed; `try` opens it and prints
+ * `opened` or `refused <reason>`; `crash-in-write` inserts a row inside a write transaction and then
+ * reaches the fault point `storage.in-write` (the parent sets MAKA_TEST_FAULT to it).
+ */
+import * as EventLogError from "../../src/EventLogError.ts"
+import { faultPoint } from "../../src/internal/fault.ts"
+import { openSqlite } from "../../src/internal/open-sqlite.ts"
+
+const [mode, file] = process.argv.slice(2)
+if (mode === undefined || file === undefined) throw new Error("usage: writer.ts <hold|try|crash-in-write> <database>")
+
+const main = async (): Promise<void> => {
+  if (mode === "try") {
+    try {
+      const database = await openSqlite(file)
+      process.stdout.write("opened\n")
+      await database.close()
+    } catch (error) {
+      process.stdout.write(`refused ${EventLogError.isEventLogError(error) ? error.reason._tag : String(error)}\n`)
+    }
+    return
+  }
+  const database = await openSqlite(file, { synchronous: "NORMAL" })
+  if (mode === "hold") {
+    process.stdout.write("ready\n")
+    // The timer keeps the process and the log reachable: a collected connection would drop its lock.
+    setInterval(() => database.location, 60_000)
+    return
+  }
+  if (mode === "crash-in-write") {
+    await database.write(async (transaction) => {
+      await transaction
+        .insertInto("event_log")
+        .values({
+          event_id: "crash-event",
+          session_id: "session-1",
+          turn_id: "turn-1",
+          run_id: "run-1",
+          invocation_id: "invocation-1",
+          kind: "model_observed",
+          operation_id: null,
+          event_json: "{}",
+        })
+        .execute()
+      process.stdout.write("inserted\n")
+      faultPoint("storage.in-write")
+    })
+    process.stdout.write("survived\n")
+    await database.close()
+    return
+  }
+  throw new Error(`unknown mode ${mode}`)
+}
+
+main().catch((error: unknown) => {
+  process.stderr.write(`${String(error)}\n`)
+  process.exit(1)
+})

@@ -1,0 +1,44 @@
+/**
+ * Small helpers for log tests: run a body against a fresh log of one dialect, append testkit
+ * histories, and assert that a refused append left the log exactly as it was.
+ */
+import type { EventWrite } from "@maka/facts"
+import { Cause, Effect, Exit, Option } from "effect"
+import { expect } from "vitest"
+import type * as EventLog from "../../src/EventLog.ts"
+import type { EventLogError } from "../../src/EventLogError.ts"
+import type { DialectCase } from "./dialects.ts"
+
+export const withLog = <A>(dialect: DialectCase, body: (log: EventLog.EventLogShape) => Effect.Effect<A, unknown>) =>
+  Effect.runPromise(Effect.scoped(Effect.flatMap(dialect.open, body)))
+
+export const appendAll = (log: EventLog.EventLogShape, writes: ReadonlyArray<EventWrite.EventWrite>) =>
+  Effect.forEach(writes, (write) => log.append(write))
+
+/** The failure of an effect that must fail with an `EventLogError`. */
+export const failure = <A>(effect: Effect.Effect<A, EventLogError>) =>
+  Effect.map(Effect.exit(effect), (exit) => {
+    if (Exit.isSuccess(exit)) throw new Error(`expected a failure, got ${JSON.stringify(exit.value)}`)
+    const error = Cause.findErrorOption(exit.cause)
+    if (Option.isNone(error)) throw new Error(`expected a typed failure, got ${String(exit.cause)}`)
+    return error.value
+  })
+
+/** Asserts that `effect` is refused with `tag` (and `text` in its message) and the session is unchanged. */
+export const expectRefused = (
+  log: EventLog.EventLogShape,
+  sessionId: string,
+  effect: Effect.Effect<unknown, EventLogError>,
+  tag: string,
+  text?: string,
+) =>
+  Effect.gen(function* () {
+    const before = yield* log.events(sessionId)
+    const error = yield* failure(effect)
+    expect(error.reason._tag).toBe("Rejected")
+    if (error.reason._tag === "Rejected") expect(error.reason.rejection._tag).toBe(tag)
+    if (text !== undefined) expect(error.message).toContain(text)
+    const after = yield* log.events(sessionId)
+    expect(after).toEqual(before)
+    return error
+  })

@@ -1,0 +1,162 @@
+/**
+ * `LanguageModel`: the service the engine streams model requests through (DESIGN.md §6). `make` binds a
+ * `ProviderConfig` to an adapter (OpenAI-compatible chat completions or Anthropic Messages), a
+ * concurrency limiter and an idle timeout; `stream(request)` yields the runtime-owned `ModelEvent`s
+ * and fails with `ModelError`. Cancellation is fiber interruption, an `AbortSignal` only at `fetch`.
+ */
+import type { Model, Prompt } from "@maka/facts"
+import { Canonical, Prompt as PromptSchema } from "@maka/facts"
+import { Context, Effect, Layer, Option, Redacted, Result, Schema, Scope, Stream } from "effect"
+import { anthropicNormalizer } from "./internal/anthropic-normalizer.ts"
+import { anthropicBody } from "./internal/anthropic-request.ts"
+import type { Normalizer } from "./internal/normalizer.ts"
+import { openAiNormalizer } from "./internal/openai-normalizer.ts"
+import { openAiBody } from "./internal/openai-request.ts"
+import * as Transport from "./internal/transport.ts"
+import { ModelDefaults } from "./ModelDefaults.ts"
+import * as ModelError from "./ModelError.ts"
+import * as ModelLimiter from "./ModelLimiter.ts"
+import { projectPrompt } from "./Projection.ts"
+import * as ProviderConfig from "./ProviderConfig.ts"
+
+export interface StreamOptions {
+  /** Run on a background reservation's permit instead of a foreground one. */
+  readonly reservation?: ModelLimiter.BackgroundReservation | undefined
+}
+
+export interface LanguageModelShape {
+  readonly kind: ProviderConfig.ProviderKind
+  readonly model: string
+  /** The `maka.route.v1` digest of the configuration without secrets. */
+  readonly routeIdentity: string
+  readonly limiter: ModelLimiter.ModelLimiter
+  /** Streams one request; the permit is held until the stream has drained. */
+  readonly stream: (
+    request: Prompt.ModelRequest,
+    options?: StreamOptions,
+  ) => Stream.Stream<Model.ModelEvent, ModelError.ModelError>
+  /** A background reservation on this model's limiter (SEMANTICS.md §4.2). */
+  readonly tryReserveBackground: Effect.Effect<Option.Option<ModelLimiter.BackgroundReservation>, never, Scope.Scope>
+}
+
+export class LanguageModel extends Context.Service<LanguageModel, LanguageModelShape>()("@maka/model/LanguageModel") {}
+
+export interface MakeOptions {
+  /** Idle timeout per request in milliseconds, 1,000–300,000 (default 120,000). */
+  readonly idleTimeoutMs?: number | undefined
+  /** A limiter shared with other models; by default each model gets its own of `concurrency` permits. */
+  readonly limiter?: ModelLimiter.ModelLimiter | undefined
+  /** Size of the model's own limiter (default 4). */
+  readonly concurrency?: number | undefined
+}
+
+const decodeRequest = Schema.decodeUnknownResult(PromptSchema.ModelRequest)
+
+const invalid = (message: string): ModelError.ModelError => ModelError.adapter(`invalid provider configuration: ${message}`)
+
+/** Checks the options against their ranges. */
+const checkOptions = (options: MakeOptions): string | undefined => {
+  const idle = options.idleTimeoutMs
+  if (idle !== undefined && (!Number.isSafeInteger(idle) || idle < ModelDefaults.minIdleTimeoutMs || idle > ModelDefaults.maxIdleTimeoutMs)) {
+    return `idleTimeoutMs must be an integer in [${ModelDefaults.minIdleTimeoutMs}, ${ModelDefaults.maxIdleTimeoutMs}]`
+  }
+  const concurrency = options.concurrency
+  if (concurrency !== undefined && (!Number.isSafeInteger(concurrency) || concurrency < 1)) return "concurrency must be ≥ 1"
+  return undefined
+}
+
+/** Encodes one request for the configured route: URL, headers and the canonical JSON body. */
+const encode = (
+  config: ProviderConfig.ProviderConfig,
+  routeIdentity: string,
+  request: Prompt.ModelRequest,
+): Result.Result<{ readonly url: string; readonly headers: Record<string, string>; readonly body: string }, ModelError.ModelError> => {
+  const prompt = projectPrompt(config.kind, routeIdentity, request.prompt)
+  const baseUrl = ProviderConfig.normalizeBaseUrl(config.baseUrl)
+  const key = Redacted.value(config.apiKey)
+  const extra: Record<string, string> = {}
+  for (const [name, value] of Object.entries(config.headers ?? {})) {
+    extra[name.toLowerCase()] = Redacted.isRedacted(value) ? Redacted.value(value) : value
+  }
+  const common = { "content-type": "application/json", accept: "text/event-stream" }
+  const result =
+    config.kind === "anthropic"
+      ? {
+          url: `${baseUrl}/v1/messages`,
+          headers: { ...common, "x-api-key": key, "anthropic-version": ModelDefaults.anthropicVersion, ...extra },
+          body: anthropicBody(config.model, request, prompt),
+        }
+      : {
+          url: `${baseUrl}/chat/completions`,
+          headers: { ...common, authorization: `Bearer ${key}`, ...extra },
+          body: openAiBody(config.model, request, prompt),
+        }
+  if (result.body.length > ModelDefaults.maxRequestBytes / 3 && Canonical.utf8Length(result.body) > ModelDefaults.maxRequestBytes) {
+    return Result.fail(ModelError.adapter("model request exceeds 32 MiB"))
+  }
+  return Result.succeed(result)
+}
+
+/** A `LanguageModel` for `config`; fails with an `Adapter` error when the configuration is invalid. */
+export const make = (
+  config: ProviderConfig.ProviderConfig,
+  options: MakeOptions = {},
+): Effect.Effect<LanguageModelShape, ModelError.ModelError> =>
+  Effect.suspend(() => {
+    const checked = ProviderConfig.validate(config)
+    if (Result.isFailure(checked)) return Effect.fail(invalid(checked.failure))
+    const optionsProblem = checkOptions(options)
+    if (optionsProblem !== undefined) return Effect.fail(invalid(optionsProblem))
+    return Effect.succeed(makeChecked(config, options))
+  })
+
+const makeChecked = (config: ProviderConfig.ProviderConfig, options: MakeOptions): LanguageModelShape => {
+  const routeIdentity = ProviderConfig.routeIdentity(config)
+  const limiter = options.limiter ?? ModelLimiter.makeUnsafe(options.concurrency ?? ModelDefaults.concurrency)
+  const idleTimeoutMs = options.idleTimeoutMs ?? ModelDefaults.idleTimeoutMs
+  const fetchFunction: ProviderConfig.FetchFunction = config.fetch ?? ((input, init) => globalThis.fetch(input, init))
+  const secrets = [Redacted.value(config.apiKey)]
+  const normalizer = (): Normalizer =>
+    config.kind === "anthropic" ? anthropicNormalizer(routeIdentity) : openAiNormalizer()
+
+  const stream = (
+    request: Prompt.ModelRequest,
+    streamOptions: StreamOptions = {},
+  ): Stream.Stream<Model.ModelEvent, ModelError.ModelError> =>
+    Stream.unwrap(
+      Effect.gen(function* () {
+        const decoded = decodeRequest(request, { onExcessProperty: "error" })
+        if (Result.isFailure(decoded)) return yield* Effect.fail(ModelError.adapter(`invalid model request: ${decoded.failure.message}`))
+        const encoded = encode(config, routeIdentity, decoded.success)
+        if (Result.isFailure(encoded)) return yield* Effect.fail(encoded.failure)
+        yield* ModelLimiter.acquireFor(limiter, streamOptions.reservation)
+        return Transport.stream({
+          ...encoded.success,
+          fetch: fetchFunction,
+          idleTimeoutMs,
+          cleanupGraceMs: ModelDefaults.cleanupGraceMs,
+          maxDeltaChars: ModelDefaults.maxDeltaChars,
+          maxOutputBytes: ModelDefaults.maxModelOutputBytes,
+          maxEventBytes: ModelDefaults.maxStreamEventBytes,
+          maxErrorBodyBytes: ModelDefaults.maxErrorBodyBytes,
+          secrets,
+          normalizer: normalizer(),
+        })
+      }),
+    )
+
+  return {
+    kind: config.kind,
+    model: config.model,
+    routeIdentity,
+    limiter,
+    stream,
+    tryReserveBackground: limiter.tryReserveBackground,
+  }
+}
+
+/** A layer providing `LanguageModel` for `config`. */
+export const layer = (
+  config: ProviderConfig.ProviderConfig,
+  options: MakeOptions = {},
+): Layer.Layer<LanguageModel, ModelError.ModelError> => Layer.effect(LanguageModel, make(config, options))

@@ -1,0 +1,112 @@
+/**
+ * `ModelError`, the one error of `@maka/model` (DESIGN.md §6, SEMANTICS.md §2.7, §4.5). Callers switch
+ * on `reason._tag`: `ContextOverflow`, `Provider` (with its own `reason`), `TimedOut`, `Adapter`,
+ * `Cancelled`. It is not a fact: the engine turns it into `model_interrupted` in one place. Messages
+ * are short summaries that never carry headers or credentials.
+ */
+import { Data } from "effect"
+import { Canonical, Limits } from "@maka/facts"
+
+/** Why a provider failed: the first four are transient, `rejected` and `auth` are never retried. */
+export type ProviderReason = "network" | "rate_limit" | "provider_unavailable" | "stream_truncated" | "rejected" | "auth"
+
+export const TRANSIENT_PROVIDER_REASONS: ReadonlySet<ProviderReason> = new Set([
+  "network",
+  "rate_limit",
+  "provider_unavailable",
+  "stream_truncated",
+])
+
+/** The request did not fit the model's context window; `observedOutput` tells whether content was shown. */
+export class ContextOverflow extends Data.TaggedError("ContextOverflow")<{
+  readonly observedOutput: boolean
+}> {
+  override get message(): string {
+    return "model context window exceeded"
+  }
+}
+
+/** A provider or transport failure; `replaySafe` says whether re-sending the same request is safe. */
+export class Provider extends Data.TaggedError("Provider")<{
+  readonly reason: ProviderReason
+  readonly message: string
+  readonly status?: number | undefined
+  readonly replaySafe: boolean
+  readonly retryAfterMs?: number | undefined
+}> {}
+
+/** No byte arrived within the idle timeout. */
+export class TimedOut extends Data.TaggedError("TimedOut")<{}> {
+  override get message(): string {
+    return "model request timed out waiting for data"
+  }
+}
+
+/** The provider's output broke a rule of the stream vocabulary, or a local limit was exceeded. */
+export class Adapter extends Data.TaggedError("Adapter")<{
+  readonly message: string
+}> {}
+
+/** The request was aborted by its caller. */
+export class Cancelled extends Data.TaggedError("Cancelled")<{}> {
+  override get message(): string {
+    return "model request cancelled"
+  }
+}
+
+export type ModelErrorReason = ContextOverflow | Provider | TimedOut | Adapter | Cancelled
+
+export class ModelError extends Data.TaggedError("ModelError")<{
+  readonly reason: ModelErrorReason
+}> {
+  override get message(): string {
+    return `${this.reason._tag}: ${this.reason.message}`
+  }
+
+  /** A provider failure that is transient and replay-safe: the engine may send the request again. */
+  get isRetryable(): boolean {
+    return (
+      this.reason._tag === "Provider" && this.reason.replaySafe && TRANSIENT_PROVIDER_REASONS.has(this.reason.reason)
+    )
+  }
+}
+
+/** A provider message cut to 4 KiB of UTF-8 at a character boundary. */
+export const providerMessage = (text: string): string => Canonical.truncateUtf8(text, Limits.MAX_PROVIDER_MESSAGE_BYTES)
+
+export const contextOverflow = (observedOutput: boolean): ModelError =>
+  new ModelError({ reason: new ContextOverflow({ observedOutput }) })
+
+export const provider = (options: {
+  readonly reason: ProviderReason
+  readonly message: string
+  readonly status?: number | undefined
+  readonly replaySafe: boolean
+  readonly retryAfterMs?: number | undefined
+}): ModelError =>
+  new ModelError({
+    reason: new Provider({
+      reason: options.reason,
+      message: providerMessage(options.message),
+      replaySafe: options.reason === "rejected" || options.reason === "auth" ? false : options.replaySafe,
+      ...(options.status === undefined ? {} : { status: options.status }),
+      ...(options.retryAfterMs === undefined ? {} : { retryAfterMs: options.retryAfterMs }),
+    }),
+  })
+
+export const timedOut = (): ModelError => new ModelError({ reason: new TimedOut() })
+
+export const adapter = (message: string): ModelError => new ModelError({ reason: new Adapter({ message }) })
+
+export const cancelled = (): ModelError => new ModelError({ reason: new Cancelled() })
+
+/** Adapter messages fixed by SEMANTICS.md §4.2–§4.4. */
+export const AdapterMessage = Object.freeze({
+  unsupportedEvent: "unsupported provider event",
+  eventAfterFinish: "event after model finish",
+  endedWithoutFinish: "model stream ended without finish",
+  invalidToolInput: "invalid tool call input",
+  outputTooLarge: "model output exceeds 64 MiB",
+  openPart: "model stream finished with an open part",
+  notCompleted: (reason: string): string => `model did not complete: ${reason}`,
+} as const)

@@ -1,0 +1,60 @@
+/**
+ * The route projection `projectPrompt(kind, routeIdentity, prompt)` (SEMANTICS.md §4.1, §5.5): what a
+ * route is sent of a prompt. Thinking that carries `providerOptions` (a signature) goes only to the
+ * route that produced it (`providerOptions.maka.routeIdentity`); unsigned thinking goes to
+ * OpenAI-compatible routes only; Anthropic routes get adjacent same-role messages merged. The engine
+ * digests the result and the adapter encodes exactly it; projecting twice changes nothing.
+ */
+import type { Identity, Prompt } from "@maka/facts"
+import { isNonEmpty, isObject } from "./internal/provider-options.ts"
+import type { ProviderKind } from "./ProviderConfig.ts"
+
+/** The route a `providerOptions` object was stamped with, if any. */
+export const producingRoute = (options: Identity.JsonObject | undefined): string | undefined => {
+  const maka = options?.["maka"]
+  if (!isObject(maka)) return undefined
+  const route = maka["routeIdentity"]
+  return typeof route === "string" ? route : undefined
+}
+
+const keepThinking = (kind: ProviderKind, routeIdentity: string, part: Prompt.AssistantThinking): boolean => {
+  if (isNonEmpty(part.providerOptions)) return producingRoute(part.providerOptions) === routeIdentity
+  return kind === "openai-compatible" && part.text !== ""
+}
+
+const filterThinking = (
+  kind: ProviderKind,
+  routeIdentity: string,
+  message: Prompt.PromptMessage,
+): Prompt.PromptMessage | undefined => {
+  if (message.role !== "assistant") return message
+  const parts = message.parts.filter((part) => part.kind !== "thinking" || keepThinking(kind, routeIdentity, part))
+  if (parts.length === 0) return undefined
+  return parts.length === message.parts.length ? message : { role: "assistant", parts }
+}
+
+const merge = (left: Prompt.PromptMessage, right: Prompt.PromptMessage): Prompt.PromptMessage | undefined => {
+  if (left.role === "system" && right.role === "system") return { role: "system", content: `${left.content}\n\n${right.content}` }
+  if (left.role === "user" && right.role === "user") return { role: "user", content: `${left.content}\n\n${right.content}` }
+  if (left.role === "assistant" && right.role === "assistant") return { role: "assistant", parts: [...left.parts, ...right.parts] }
+  if (left.role === "tool" && right.role === "tool") return { role: "tool", results: [...left.results, ...right.results] }
+  return undefined
+}
+
+/** The prompt `kind`/`routeIdentity` is sent; the input is not mutated. */
+export const projectPrompt = (
+  kind: ProviderKind,
+  routeIdentity: string,
+  prompt: Prompt.Prompt,
+): Prompt.Prompt => {
+  const projected: Array<Prompt.PromptMessage> = []
+  for (const message of prompt) {
+    const filtered = filterThinking(kind, routeIdentity, message)
+    if (filtered === undefined) continue
+    const previous = projected[projected.length - 1]
+    const merged = kind === "anthropic" && previous !== undefined ? merge(previous, filtered) : undefined
+    if (merged === undefined) projected.push(filtered)
+    else projected[projected.length - 1] = merged
+  }
+  return projected
+}

@@ -1,0 +1,68 @@
+/**
+ * Provider configuration and its route identity (DESIGN.md §6, SEMANTICS.md §4.1). `routeIdentity` is
+ * the `maka.route.v1` digest of `{kind, baseUrl, model, headers?}`: trailing slashes are removed from
+ * `baseUrl`, header names are lowercased, a Redacted header value contributes only its name (as
+ * `null`), absent headers are omitted. `apiKey` and `fetch` never contribute.
+ */
+import { Digest } from "@maka/facts"
+import { Redacted, Result } from "effect"
+
+export type ProviderKind = "openai-compatible" | "anthropic"
+
+/** A `fetch`-compatible function: proxies, tests and the CLI's offline model. */
+export type FetchFunction = (input: string, init: RequestInit) => Promise<Response>
+
+export type HeaderValue = string | Redacted.Redacted<string>
+
+export interface ProviderConfig {
+  readonly kind: ProviderKind
+  /** For example `https://api.openai.com/v1` or `https://api.anthropic.com`. */
+  readonly baseUrl: string
+  readonly model: string
+  readonly apiKey: Redacted.Redacted<string>
+  readonly headers?: Readonly<Record<string, HeaderValue>> | undefined
+  readonly fetch?: FetchFunction | undefined
+}
+
+/** `baseUrl` without its trailing slashes. */
+export const normalizeBaseUrl = (baseUrl: string): string => baseUrl.replace(/\/+$/, "")
+
+/** The secret-free shape the route digest hashes. */
+export const routeShape = (
+  config: Pick<ProviderConfig, "kind" | "baseUrl" | "model" | "headers">,
+): {
+  readonly kind: ProviderKind
+  readonly baseUrl: string
+  readonly model: string
+  readonly headers?: Readonly<Record<string, string | null>>
+} => {
+  const base = { kind: config.kind, baseUrl: normalizeBaseUrl(config.baseUrl), model: config.model }
+  if (config.headers === undefined) return base
+  const headers: Record<string, string | null> = {}
+  for (const [name, value] of Object.entries(config.headers)) {
+    headers[name.toLowerCase()] = Redacted.isRedacted(value) ? null : value
+  }
+  return { ...base, headers }
+}
+
+/** The route identity of a configuration: no key, no `fetch`, no Redacted header value. */
+export const routeIdentity = (config: Pick<ProviderConfig, "kind" | "baseUrl" | "model" | "headers">): string =>
+  Digest.route(routeShape(config))
+
+/** Checks a configuration before any request: an absolute http(s) base URL, a model, unique header names. */
+export const validate = (config: ProviderConfig): Result.Result<ProviderConfig, string> => {
+  if (config.kind !== "openai-compatible" && config.kind !== "anthropic") {
+    return Result.fail(`unknown provider kind ${String(config.kind)}`)
+  }
+  if (!/^https?:\/\/[^/]/i.test(config.baseUrl) || !URL.canParse(config.baseUrl)) {
+    return Result.fail("baseUrl must be an absolute http(s) URL")
+  }
+  if (config.model.length === 0) return Result.fail("model must not be empty")
+  if (!Redacted.isRedacted(config.apiKey)) return Result.fail("apiKey must be Redacted")
+  if (config.headers !== undefined) {
+    const names = Object.keys(config.headers).map((name) => name.toLowerCase())
+    if (new Set(names).size !== names.length) return Result.fail("header names must be unique ignoring case")
+    if (names.some((name) => !/^[!#$%&'*+.^_`|~0-9a-z-]+$/.test(name))) return Result.fail("invalid header name")
+  }
+  return Result.succeed(config)
+}

@@ -1,0 +1,239 @@
+/**
+ * Anthropic Messages stream events into `ModelEvent`s (SEMANTICS.md §4.3): `message_start` as metadata
+ * and input usage, content blocks as text / thinking parts or buffered tool calls, `signature_delta`
+ * and redacted thinking kept in the part's `providerOptions` (stamped with the route identity),
+ * `message_delta` for the stop reason and output usage, `message_stop` as `finished`.
+ */
+import type { Identity, Model } from "@maka/facts"
+import {
+  INVALID,
+  isRecord,
+  optionalCount,
+  optionalRecord,
+  optionalString,
+  parseJson,
+  type JsonRecord,
+} from "./json-read.ts"
+import {
+  adapterFailure,
+  isJsonObject,
+  mapFinishReason,
+  parseToolInput,
+  UNSUPPORTED,
+  type Normalizer,
+  type NormalizerFailure,
+  type SseMessage,
+} from "./normalizer.ts"
+
+type Block =
+  | {
+      readonly type: "text" | "thinking"
+      readonly id: string
+      signature: string | undefined
+      readonly redactedData: string | undefined
+    }
+  | { readonly type: "tool_use"; readonly id: string; readonly name: string; readonly json: Array<string>; readonly initial: Identity.JsonObject }
+
+interface Usage {
+  input?: number
+  cacheRead?: number
+  cacheWrite?: number
+  output?: number
+}
+
+const INVALID_USAGE = adapterFailure("invalid usage")
+
+const readUsage = (usage: JsonRecord, into: Usage): NormalizerFailure | undefined => {
+  const input = optionalCount(usage, "input_tokens")
+  const cacheRead = optionalCount(usage, "cache_read_input_tokens")
+  const cacheWrite = optionalCount(usage, "cache_creation_input_tokens")
+  const output = optionalCount(usage, "output_tokens")
+  if (input === INVALID || cacheRead === INVALID || cacheWrite === INVALID || output === INVALID) return INVALID_USAGE
+  if (input !== undefined) into.input = input
+  if (cacheRead !== undefined) into.cacheRead = cacheRead
+  if (cacheWrite !== undefined) into.cacheWrite = cacheWrite
+  if (output !== undefined) into.output = output
+  return undefined
+}
+
+const toModelUsage = (usage: Usage): Model.ModelUsage => {
+  const input =
+    usage.input === undefined ? undefined : usage.input + (usage.cacheRead ?? 0) + (usage.cacheWrite ?? 0)
+  return {
+    ...(input === undefined ? {} : { inputTokens: input }),
+    ...(usage.output === undefined ? {} : { outputTokens: usage.output }),
+    ...(usage.cacheRead === undefined ? {} : { cacheReadTokens: usage.cacheRead }),
+    ...(usage.cacheWrite === undefined ? {} : { cacheWriteTokens: usage.cacheWrite }),
+  }
+}
+
+/** `routeIdentity` is stamped into every non-empty `providerOptions` this normaliser emits. */
+export const anthropicNormalizer = (routeIdentity: string): Normalizer => {
+  const blocks = new Map<number, Block>()
+  const open = new Set<number>()
+  let stopReason: string | undefined
+  const usage: Usage = {}
+  let started = false
+  let finished = false
+
+  const signed = (block: Extract<Block, { type: "text" | "thinking" }>): Identity.JsonObject | undefined => {
+    const anthropic: Record<string, string> = {}
+    if (block.signature !== undefined) anthropic["signature"] = block.signature
+    if (block.redactedData !== undefined) anthropic["redactedData"] = block.redactedData
+    return Object.keys(anthropic).length === 0 ? undefined : { anthropic, maka: { routeIdentity } }
+  }
+
+  const blockStart = (event: JsonRecord, out: Array<Model.ModelEvent>): NormalizerFailure | undefined => {
+    const index = event["index"]
+    const content = optionalRecord(event, "content_block")
+    if (typeof index !== "number" || !Number.isSafeInteger(index) || index < 0) return UNSUPPORTED
+    if (content === INVALID || content === undefined || blocks.has(index)) return UNSUPPORTED
+    const type = content["type"]
+    const id = `block-${index}`
+    if (type === "text" || type === "thinking") {
+      const initial = optionalString(content, type === "text" ? "text" : "thinking")
+      const signature = optionalString(content, "signature")
+      if (initial === INVALID || signature === INVALID) return UNSUPPORTED
+      blocks.set(index, { type, id, signature: signature === "" ? undefined : signature, redactedData: undefined })
+      open.add(index)
+      out.push({ kind: "part_started", id, textKind: type === "text" ? "text" : "thinking" })
+      if (initial !== undefined && initial !== "") out.push({ kind: "part_delta", id, text: initial })
+      return undefined
+    }
+    if (type === "redacted_thinking") {
+      const data = optionalString(content, "data")
+      if (data === INVALID || data === undefined) return UNSUPPORTED
+      blocks.set(index, { type: "thinking", id, signature: undefined, redactedData: data })
+      open.add(index)
+      out.push({ kind: "part_started", id, textKind: "thinking" })
+      return undefined
+    }
+    if (type === "tool_use") {
+      const callId = optionalString(content, "id")
+      const name = optionalString(content, "name")
+      const input = content["input"]
+      if (callId === INVALID || name === INVALID || callId === undefined || name === undefined) return UNSUPPORTED
+      const initial = input === undefined ? {} : isJsonObject(input) ? input : undefined
+      if (initial === undefined) return adapterFailure("invalid tool call input")
+      blocks.set(index, { type: "tool_use", id: callId, name, json: [], initial })
+      open.add(index)
+      return undefined
+    }
+    return UNSUPPORTED
+  }
+
+  const blockDelta = (event: JsonRecord, out: Array<Model.ModelEvent>): NormalizerFailure | undefined => {
+    const index = event["index"]
+    const delta = optionalRecord(event, "delta")
+    if (typeof index !== "number" || delta === INVALID || delta === undefined || !open.has(index)) return UNSUPPORTED
+    const block = blocks.get(index)
+    if (block === undefined) return UNSUPPORTED
+    const type = delta["type"]
+    if (type === "text_delta" && block.type === "text") {
+      const value = optionalString(delta, "text")
+      if (value === INVALID || value === undefined) return UNSUPPORTED
+      if (value !== "") out.push({ kind: "part_delta", id: block.id, text: value })
+      return undefined
+    }
+    if (type === "thinking_delta" && block.type === "thinking" && block.redactedData === undefined) {
+      const value = optionalString(delta, "thinking")
+      if (value === INVALID || value === undefined) return UNSUPPORTED
+      if (value !== "") out.push({ kind: "part_delta", id: block.id, text: value })
+      return undefined
+    }
+    if (type === "signature_delta" && block.type === "thinking") {
+      const value = optionalString(delta, "signature")
+      if (value === INVALID || value === undefined) return UNSUPPORTED
+      block.signature = (block.signature ?? "") + value
+      return undefined
+    }
+    if (type === "input_json_delta" && block.type === "tool_use") {
+      const value = optionalString(delta, "partial_json")
+      if (value === INVALID || value === undefined) return UNSUPPORTED
+      block.json.push(value)
+      return undefined
+    }
+    return UNSUPPORTED
+  }
+
+  const blockStop = (event: JsonRecord, out: Array<Model.ModelEvent>): NormalizerFailure | undefined => {
+    const index = event["index"]
+    if (typeof index !== "number" || !open.has(index)) return UNSUPPORTED
+    const block = blocks.get(index)
+    if (block === undefined) return UNSUPPORTED
+    open.delete(index)
+    if (block.type === "tool_use") {
+      const text = block.json.join("")
+      const input = text.trim() === "" ? block.initial : parseToolInput(text)
+      if (input === undefined) return adapterFailure("invalid tool call input")
+      out.push({ kind: "tool_call", id: block.id, name: block.name, input, providerExecuted: false })
+      return undefined
+    }
+    const providerOptions = signed(block)
+    out.push({ kind: "part_finished", id: block.id, ...(providerOptions === undefined ? {} : { providerOptions }) })
+    return undefined
+  }
+
+  const event = (value: JsonRecord, out: Array<Model.ModelEvent>): NormalizerFailure | undefined => {
+    switch (value["type"]) {
+      case "message_start": {
+        const message = optionalRecord(value, "message")
+        if (message === INVALID || message === undefined || started) return UNSUPPORTED
+        started = true
+        const id = optionalString(message, "id")
+        const model = optionalString(message, "model")
+        const messageUsage = optionalRecord(message, "usage")
+        if (id === INVALID || model === INVALID || messageUsage === INVALID) return UNSUPPORTED
+        if (messageUsage !== undefined) {
+          const failure = readUsage(messageUsage, usage)
+          if (failure !== undefined) return failure
+        }
+        out.push({ kind: "response_metadata", ...(id === undefined ? {} : { id }), ...(model === undefined ? {} : { model }) })
+        return undefined
+      }
+      case "content_block_start":
+        return blockStart(value, out)
+      case "content_block_delta":
+        return blockDelta(value, out)
+      case "content_block_stop":
+        return blockStop(value, out)
+      case "message_delta": {
+        const delta = optionalRecord(value, "delta")
+        const deltaUsage = optionalRecord(value, "usage")
+        if (delta === INVALID || deltaUsage === INVALID) return UNSUPPORTED
+        const reason = delta === undefined ? undefined : optionalString(delta, "stop_reason")
+        if (reason === INVALID) return UNSUPPORTED
+        if (reason !== undefined) stopReason = reason
+        if (deltaUsage !== undefined) return readUsage(deltaUsage, usage)
+        return undefined
+      }
+      case "message_stop": {
+        if (stopReason === undefined) return { kind: "truncated", message: "message stopped without a stop reason" }
+        const reason = mapFinishReason(stopReason)
+        if (reason === undefined) return adapterFailure(`model did not complete: ${stopReason}`)
+        if (open.size > 0) return adapterFailure("model stream finished with an open part")
+        out.push({ kind: "finished", reason, usage: toModelUsage(usage) })
+        finished = true
+        return undefined
+      }
+      case "ping":
+        return undefined
+      case "error":
+        return { kind: "provider_payload", payload: value }
+      default:
+        return UNSUPPORTED
+    }
+  }
+
+  return {
+    message: (message: SseMessage, out) => {
+      if (finished) return undefined
+      const parsed = parseJson(message.data)
+      if (parsed === INVALID) return adapterFailure("malformed provider event: invalid JSON")
+      if (!isRecord(parsed)) return UNSUPPORTED
+      return event(parsed, out)
+    },
+    end: () => (finished ? undefined : { kind: "truncated", message: "stream ended before message_stop" }),
+    isFinished: () => finished,
+  }
+}

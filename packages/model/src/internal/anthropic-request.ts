@@ -1,0 +1,77 @@
+/**
+ * The Anthropic Messages request body (SEMANTICS.md §4.1): system prompt in `system`, thinking blocks
+ * returned with their signatures unchanged (redacted thinking as `redacted_thinking`), tool results as
+ * `tool_result` blocks in user turns, adjacent user-role turns merged. Written as canonical JSON, so
+ * the same request always gives the same bytes; the adapter's own fields win over `providerOptions`.
+ */
+import type { Identity, Prompt } from "@maka/facts"
+import { Canonical } from "@maka/facts"
+import { isObject } from "./provider-options.ts"
+
+type Json = Identity.Json
+
+const anthropicOptions = (options: Identity.JsonObject | undefined): Identity.JsonObject => {
+  const value = options?.["anthropic"]
+  return isObject(value) ? value : {}
+}
+
+const assistantBlocks = (message: Prompt.AssistantMessage): Array<Json> =>
+  message.parts.flatMap((part): Array<Json> => {
+    switch (part.kind) {
+      case "text":
+        return part.text === "" ? [] : [{ type: "text", text: part.text }]
+      case "thinking": {
+        const options = anthropicOptions(part.providerOptions)
+        const redacted = options["redactedData"]
+        if (typeof redacted === "string") return [{ type: "redacted_thinking", data: redacted }]
+        const signature = options["signature"]
+        return [{ type: "thinking", thinking: part.text, ...(typeof signature === "string" ? { signature } : {}) }]
+      }
+      case "tool_call":
+        return [{ type: "tool_use", id: part.toolCallId, name: part.toolName, input: part.input }]
+    }
+  })
+
+const userBlocks = (message: Prompt.UserMessage | Prompt.ToolMessage): Array<Json> =>
+  message.role === "user"
+    ? [{ type: "text", text: message.content }]
+    : message.results.map((result) => ({
+        type: "tool_result",
+        tool_use_id: result.toolCallId,
+        content: result.output.type === "json" ? Canonical.stringify(result.output.value) : result.output.value,
+        ...(result.output.type === "error-text" ? { is_error: true } : {}),
+      }))
+
+const turns = (prompt: Prompt.Prompt): { readonly system: ReadonlyArray<string>; readonly messages: Array<Json> } => {
+  const system: Array<string> = []
+  const messages: Array<{ role: "user" | "assistant"; content: Array<Json> }> = []
+  for (const message of prompt) {
+    if (message.role === "system") {
+      system.push(message.content)
+      continue
+    }
+    const role = message.role === "assistant" ? "assistant" : "user"
+    const content = message.role === "assistant" ? assistantBlocks(message) : userBlocks(message)
+    if (content.length === 0) continue
+    const previous = messages[messages.length - 1]
+    if (previous !== undefined && previous.role === role) previous.content.push(...content)
+    else messages.push({ role, content })
+  }
+  return { system, messages }
+}
+
+/** The request body for `model`, as canonical JSON text. */
+export const anthropicBody = (model: string, request: Prompt.ModelRequest, prompt: Prompt.Prompt): string => {
+  const { system, messages } = turns(prompt)
+  return Canonical.stringify({
+    ...request.providerOptions,
+    model,
+    messages,
+    max_tokens: request.maxOutputTokens,
+    stream: true,
+    ...(system.length === 0 ? {} : { system: system.join("\n\n") }),
+    ...(request.tools.length === 0
+      ? {}
+      : { tools: request.tools.map((tool) => ({ name: tool.name, description: tool.description, input_schema: tool.inputSchema })) }),
+  })
+}

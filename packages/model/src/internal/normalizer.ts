@@ -1,0 +1,69 @@
+/**
+ * What the provider normalisers share (SEMANTICS.md §4.3): the failure shapes they report, finish
+ * reason mapping, tool input parsing and the usage type. The transport turns a failure into a
+ * `ModelError` with what the stream already showed.
+ */
+import type { Identity, Model } from "@maka/facts"
+import { INVALID, isRecord, parseJson } from "./json-read.ts"
+
+export type NormalizerFailure =
+  | { readonly kind: "adapter"; readonly message: string }
+  | { readonly kind: "provider_payload"; readonly payload: unknown }
+  | { readonly kind: "truncated"; readonly message: string }
+
+export interface SseMessage {
+  readonly event?: string | undefined
+  readonly data: string
+}
+
+/** A provider stream normaliser: provider SSE messages in, `ModelEvent`s out (into `out`). */
+export interface Normalizer {
+  /** Folds one SSE message; a failure ends the stream. */
+  readonly message: (message: SseMessage, out: Array<Model.ModelEvent>) => NormalizerFailure | undefined
+  /** The body ended (cleanly); emits the closing events or reports truncation. */
+  readonly end: (out: Array<Model.ModelEvent>) => NormalizerFailure | undefined
+  /** Whether `finished` was emitted: the transport stops reading. */
+  readonly isFinished: () => boolean
+}
+
+export const adapterFailure = (message: string): NormalizerFailure => ({ kind: "adapter", message })
+
+export const UNSUPPORTED: NormalizerFailure = adapterFailure("unsupported provider event")
+
+/** Provider finish and stop reasons onto the three durable ones; anything else is undefined. */
+export const mapFinishReason = (reason: string): Model.FinishReason | undefined => {
+  switch (reason) {
+    case "stop":
+    case "end_turn":
+    case "stop_sequence":
+      return "stop"
+    case "tool_calls":
+    case "function_call":
+    case "tool_use":
+      return "tool-calls"
+    case "length":
+    case "max_tokens":
+    case "model_context_window_exceeded":
+      return "length"
+    default:
+      return undefined
+  }
+}
+
+/** Tool input: `JSON.parse` of the arguments (blank is `{}`), which must be an object. */
+export const parseToolInput = (text: string): Identity.JsonObject | undefined => {
+  if (text.trim() === "") return {}
+  const parsed = parseJson(text)
+  if (parsed === INVALID || !isJsonObject(parsed)) return undefined
+  return parsed
+}
+
+const isJson = (value: unknown): value is Identity.Json => {
+  if (value === null || typeof value === "string" || typeof value === "boolean") return true
+  if (typeof value === "number") return Number.isFinite(value)
+  if (Array.isArray(value)) return value.every(isJson)
+  return isJsonObject(value)
+}
+
+export const isJsonObject = (value: unknown): value is Identity.JsonObject =>
+  isRecord(value) && Object.values(value).every(isJson)

@@ -1,0 +1,191 @@
+/**
+ * OpenAI-compatible chat-completion chunks into `ModelEvent`s (SEMANTICS.md §4.3): metadata once,
+ * `content` as text, `reasoning_content`/`reasoning` as thinking, tool-call fragments buffered by index,
+ * the finish reason and usage recorded, and on `[DONE]` (or end of body after a finish reason) the
+ * closing events. Extra provider fields are ignored; a field of the wrong shape is refused.
+ */
+import type { Model } from "@maka/facts"
+import {
+  INVALID,
+  isRecord,
+  optionalCount,
+  optionalRecord,
+  optionalString,
+  parseJson,
+  type JsonRecord,
+} from "./json-read.ts"
+import {
+  adapterFailure,
+  mapFinishReason,
+  parseToolInput,
+  UNSUPPORTED,
+  type Normalizer,
+  type NormalizerFailure,
+  type SseMessage,
+} from "./normalizer.ts"
+
+interface PendingCall {
+  id: string | undefined
+  name: string | undefined
+  readonly arguments: Array<string>
+}
+
+const readUsage = (usage: JsonRecord): Model.ModelUsage | NormalizerFailure => {
+  const input = optionalCount(usage, "prompt_tokens")
+  const output = optionalCount(usage, "completion_tokens")
+  const promptDetails = optionalRecord(usage, "prompt_tokens_details")
+  const completionDetails = optionalRecord(usage, "completion_tokens_details")
+  if (promptDetails === INVALID || completionDetails === INVALID) return adapterFailure("invalid usage")
+  const cacheRead = promptDetails === undefined ? undefined : optionalCount(promptDetails, "cached_tokens")
+  const reasoning = completionDetails === undefined ? undefined : optionalCount(completionDetails, "reasoning_tokens")
+  if (input === INVALID || output === INVALID || cacheRead === INVALID || reasoning === INVALID) {
+    return adapterFailure("invalid usage")
+  }
+  return {
+    ...(input === undefined ? {} : { inputTokens: input }),
+    ...(output === undefined ? {} : { outputTokens: output }),
+    ...(cacheRead === undefined ? {} : { cacheReadTokens: cacheRead }),
+    ...(reasoning === undefined ? {} : { reasoningTokens: reasoning }),
+  }
+}
+
+const isFailure = (value: object): value is NormalizerFailure => "kind" in value && typeof value.kind === "string"
+
+export const openAiNormalizer = (): Normalizer => {
+  let sawMetadata = false
+  let partCount = 0
+  let open: { readonly id: string; readonly textKind: Model.TextKind } | undefined
+  const calls = new Map<number, PendingCall>()
+  let finishReason: string | undefined
+  let usage: Model.ModelUsage = {}
+  let finished = false
+
+  const closeOpen = (out: Array<Model.ModelEvent>): void => {
+    if (open !== undefined) out.push({ kind: "part_finished", id: open.id })
+    open = undefined
+  }
+
+  const text = (textKind: Model.TextKind, value: string, out: Array<Model.ModelEvent>): void => {
+    if (value === "") return
+    if (open === undefined || open.textKind !== textKind) {
+      closeOpen(out)
+      open = { id: `${textKind}-${partCount++}`, textKind }
+      out.push({ kind: "part_started", id: open.id, textKind })
+    }
+    out.push({ kind: "part_delta", id: open.id, text: value })
+  }
+
+  const toolFragment = (fragment: unknown, position: number): NormalizerFailure | undefined => {
+    if (!isRecord(fragment)) return UNSUPPORTED
+    const indexValue = fragment["index"]
+    const index = indexValue === undefined ? position : indexValue
+    if (typeof index !== "number" || !Number.isSafeInteger(index) || index < 0) return UNSUPPORTED
+    const id = optionalString(fragment, "id")
+    const fn = optionalRecord(fragment, "function")
+    if (id === INVALID || fn === INVALID) return UNSUPPORTED
+    const name = fn === undefined ? undefined : optionalString(fn, "name")
+    const args = fn === undefined ? undefined : optionalString(fn, "arguments")
+    if (name === INVALID || args === INVALID) return UNSUPPORTED
+    let call = calls.get(index)
+    if (call === undefined) {
+      call = { id: undefined, name: undefined, arguments: [] }
+      calls.set(index, call)
+    }
+    if (id !== undefined && id !== "" && call.id === undefined) call.id = id
+    if (name !== undefined && name !== "" && call.name === undefined) call.name = name
+    if (args !== undefined) call.arguments.push(args)
+    return undefined
+  }
+
+  const finish = (out: Array<Model.ModelEvent>): NormalizerFailure | undefined => {
+    if (finishReason === undefined) return { kind: "truncated", message: "stream ended without a finish reason" }
+    const reason = mapFinishReason(finishReason)
+    if (reason === undefined) return adapterFailure(`model did not complete: ${finishReason}`)
+    closeOpen(out)
+    for (const index of [...calls.keys()].sort((left, right) => left - right)) {
+      const call = calls.get(index)
+      if (call === undefined) continue
+      if (call.name === undefined) return adapterFailure("invalid tool call: missing name")
+      const input = parseToolInput(call.arguments.join(""))
+      if (input === undefined) return adapterFailure("invalid tool call input")
+      out.push({ kind: "tool_call", id: call.id ?? `call_${index}`, name: call.name, input, providerExecuted: false })
+    }
+    out.push({ kind: "finished", reason, usage })
+    finished = true
+    return undefined
+  }
+
+  const chunk = (value: JsonRecord, out: Array<Model.ModelEvent>): NormalizerFailure | undefined => {
+    if (value["error"] !== undefined && value["error"] !== null) return { kind: "provider_payload", payload: value }
+    if (!sawMetadata) {
+      const id = optionalString(value, "id")
+      const model = optionalString(value, "model")
+      const created = optionalCount(value, "created")
+      if (id === INVALID || model === INVALID || created === INVALID) return UNSUPPORTED
+      // Metadata comes from the first chunk that names the response (Azure opens with an empty one).
+      if ((id !== undefined && id !== "") || (model !== undefined && model !== "")) {
+        sawMetadata = true
+        const timestamp = created === undefined || created === 0 ? undefined : created * 1000
+        out.push({
+          kind: "response_metadata",
+          ...(id === undefined || id === "" ? {} : { id }),
+          ...(model === undefined || model === "" ? {} : { model }),
+          ...(timestamp === undefined || !Number.isSafeInteger(timestamp) ? {} : { timestamp }),
+        })
+      }
+    }
+    const usageValue = optionalRecord(value, "usage")
+    if (usageValue === INVALID) return adapterFailure("invalid usage")
+    if (usageValue !== undefined) {
+      const read = readUsage(usageValue)
+      if (isFailure(read)) return read
+      usage = read
+    }
+    const choices = value["choices"]
+    if (choices === undefined || choices === null) return undefined
+    if (!Array.isArray(choices)) return UNSUPPORTED
+    const choice: unknown = choices[0]
+    if (choice === undefined) return undefined
+    if (!isRecord(choice)) return UNSUPPORTED
+    const delta = optionalRecord(choice, "delta")
+    const reason = optionalString(choice, "finish_reason")
+    if (delta === INVALID || reason === INVALID) return UNSUPPORTED
+    if (delta !== undefined) {
+      const reasoningContent = optionalString(delta, "reasoning_content")
+      const reasoning = optionalString(delta, "reasoning")
+      const content = optionalString(delta, "content")
+      if (reasoningContent === INVALID || reasoning === INVALID || content === INVALID) return UNSUPPORTED
+      const thinking = reasoningContent ?? reasoning
+      if (thinking !== undefined) text("thinking", thinking, out)
+      if (content !== undefined) text("text", content, out)
+      const toolCalls = delta["tool_calls"]
+      if (toolCalls !== undefined && toolCalls !== null) {
+        if (!Array.isArray(toolCalls)) return UNSUPPORTED
+        for (let position = 0; position < toolCalls.length; position++) {
+          const failure = toolFragment(toolCalls[position], position)
+          if (failure !== undefined) return failure
+        }
+      }
+    }
+    if (reason !== undefined && reason !== "") finishReason = reason
+    return undefined
+  }
+
+  return {
+    message: (message: SseMessage, out) => {
+      if (finished) return undefined
+      const data = message.data
+      if (data === "[DONE]") return finish(out)
+      if (message.event === "error") {
+        const payload = parseJson(data)
+        return { kind: "provider_payload", payload: payload === INVALID ? { message: data } : payload }
+      }
+      const parsed = parseJson(data)
+      if (parsed === INVALID) return adapterFailure("malformed provider event: invalid JSON")
+      if (!isRecord(parsed)) return UNSUPPORTED
+      return chunk(parsed, out)
+    },
+    end: (out) => (finished ? undefined : finish(out)),
+    isFinished: () => finished,
+  }
+}

@@ -1,0 +1,442 @@
+/** The adapters over real sockets: request encoding, stream normalisation, limits, the limiter, cancellation. */
+import { assert, describe, it } from "@effect/vitest"
+import type { Prompt } from "@maka/facts"
+import { Effect, Fiber, Option, Redacted, Result, Stream } from "effect"
+import { AnthropicSse, OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
+import { LanguageModel, ProviderConfig, StepBuilder } from "@maka/model"
+import { API_KEY, anthropic, collect, failureOf, openAi, request, waitUntil } from "./support.ts"
+
+const serve = (...responders: ReadonlyArray<Respond.Responder>) => ScriptedServer.make({ script: responders })
+
+/** A short real pause that lets a wrong implementation misbehave; nothing is asserted on its length. */
+const pause = Effect.promise(() => new Promise((resolve) => setTimeout(resolve, 20)))
+
+const stepOf = (stream: Stream.Stream<import("@maka/facts").Model.ModelEvent, import("@maka/model").ModelError.ModelError>) =>
+  Effect.gen(function* () {
+    const { events, error } = yield* collect(stream)
+    assert.strictEqual(error, undefined, error?.message)
+    const step = StepBuilder.fold("step-1", events)
+    if (Result.isFailure(step)) return assert.fail(step.failure.message)
+    return step.success
+  })
+
+const history: Prompt.Prompt = [
+  { role: "system", content: "You are terse." },
+  { role: "user", content: "Read a.txt" },
+  {
+    role: "assistant",
+    parts: [
+      { kind: "thinking", text: "I should read it." },
+      { kind: "text", text: "Reading." },
+      { kind: "tool_call", toolCallId: "call-1", toolName: "read_file", input: { path: "a.txt" }, providerExecuted: false },
+    ],
+  },
+  { role: "tool", results: [{ toolCallId: "call-1", toolName: "read_file", output: { type: "json", value: { text: "hi", size: 2 } } }] },
+  { role: "user", content: "Thanks" },
+]
+
+const tools: ReadonlyArray<Prompt.ToolDefinition> = [
+  { name: "read_file", description: "Read a file", inputSchema: { type: "object", properties: { path: { type: "string" } } } },
+]
+
+describe("OpenAI-compatible adapter", () => {
+  it.effect("encodes the request as canonical JSON: the same request gives the same bytes", () =>
+    Effect.gen(function* () {
+      const server = yield* serve(Respond.sse(OpenAiSse.response({ text: ["a"] })), Respond.sse(OpenAiSse.response({ text: ["a"] })))
+      const model = yield* openAi(server)
+      const sent = request({ prompt: history, tools, providerOptions: { temperature: 0, model: "other", stream: false } })
+      yield* stepOf(model.stream(sent))
+      yield* stepOf(model.stream(structuredClone(sent)))
+      const [first, second] = server.requests()
+      assert.strictEqual(first?.body, second?.body)
+      assert.strictEqual(first?.path, "/v1/chat/completions")
+      assert.strictEqual(first?.headers["authorization"], `Bearer ${API_KEY}`)
+      assert.strictEqual(
+        first?.body,
+        '{"max_tokens":256,"messages":[{"content":"You are terse.","role":"system"},{"content":"Read a.txt","role":"user"},' +
+          '{"content":"Reading.","reasoning_content":"I should read it.","role":"assistant","tool_calls":[{"function":{"arguments":"{\\"path\\":\\"a.txt\\"}","name":"read_file"},"id":"call-1","type":"function"}]},' +
+          '{"content":"{\\"size\\":2,\\"text\\":\\"hi\\"}","role":"tool","tool_call_id":"call-1"},{"content":"Thanks","role":"user"}],' +
+          '"model":"test-model","stream":true,"stream_options":{"include_usage":true},"temperature":0,' +
+          '"tools":[{"function":{"description":"Read a file","name":"read_file","parameters":{"properties":{"path":{"type":"string"}},"type":"object"}},"type":"function"}]}',
+      )
+    }),
+  )
+
+  it.effect("streams reasoning, text and tool calls assembled by index into one step", () =>
+    Effect.gen(function* () {
+      const server = yield* serve(
+        Respond.sse([
+          OpenAiSse.role(),
+          OpenAiSse.reasoning("Let me "),
+          OpenAiSse.reasoning("look."),
+          OpenAiSse.text("Checking "),
+          OpenAiSse.text("both."),
+          OpenAiSse.toolCall({ index: 1, id: "call-b", name: "grep", arguments: '{"q":' }),
+          OpenAiSse.toolCall({ index: 0, id: "call-a", name: "read_file", arguments: "" }),
+          OpenAiSse.toolCall({ index: 1, arguments: '"x"}' }),
+          OpenAiSse.finish("tool_calls"),
+          OpenAiSse.usage({ prompt_tokens: 30, completion_tokens: 12, prompt_tokens_details: { cached_tokens: 20 }, completion_tokens_details: { reasoning_tokens: 4 } }),
+          OpenAiSse.done(),
+        ]),
+      )
+      const model = yield* openAi(server)
+      const step = yield* stepOf(model.stream(request()))
+      assert.deepStrictEqual(step, {
+        parts: [
+          { kind: "text", textKind: "thinking", text: "Let me look." },
+          { kind: "text", textKind: "text", text: "Checking both." },
+          { kind: "tool_call", id: "call-a", name: "read_file", input: {}, providerExecuted: false },
+          { kind: "tool_call", id: "call-b", name: "grep", input: { q: "x" }, providerExecuted: false },
+        ],
+        finishReason: "tool-calls",
+        usage: { inputTokens: 30, outputTokens: 12, cacheReadTokens: 20, reasoningTokens: 4 },
+        responseId: "chatcmpl-test",
+        model: "test-model",
+        timestamp: 1_767_225_600_000,
+      })
+    }),
+  )
+
+  it.effect("takes the metadata from the first chunk that names the response", () =>
+    Effect.gen(function* () {
+      const server = yield* serve(
+        Respond.sse([
+          Respond.event({ id: "", object: "", created: 0, model: "", choices: [], prompt_filter_results: [{ prompt_index: 0 }] }),
+          ...OpenAiSse.response({ id: "chatcmpl-azure", model: "gpt-4o", text: ["hi"] }),
+        ]),
+      )
+      const { events } = yield* collect((yield* openAi(server)).stream(request()))
+      assert.deepStrictEqual(events.filter((event) => event.kind === "response_metadata"), [
+        { kind: "response_metadata", id: "chatcmpl-azure", model: "gpt-4o", timestamp: 1_767_225_600_000 },
+      ])
+    }),
+  )
+
+  it.effect("a malformed chunk is an adapter error", () =>
+    Effect.gen(function* () {
+      const server = yield* serve(Respond.sse([OpenAiSse.role(), Respond.event("{not json"), OpenAiSse.done()]))
+      const error = yield* failureOf((yield* openAi(server)).stream(request()))
+      assert.strictEqual(error.reason._tag, "Adapter")
+      assert.isTrue(error.reason.message.startsWith("malformed provider event"))
+    }),
+  )
+
+  it.effect("a chunk of an unknown shape is an unsupported provider event", () =>
+    Effect.gen(function* () {
+      const server = yield* serve(Respond.sse([OpenAiSse.role(), Respond.event({ choices: "nope" }), OpenAiSse.done()]))
+      const error = yield* failureOf((yield* openAi(server)).stream(request()))
+      assert.strictEqual(error.reason.message, "unsupported provider event")
+    }),
+  )
+
+  it.effect("an unknown finish reason is an adapter error naming it", () =>
+    Effect.gen(function* () {
+      const server = yield* serve(Respond.sse(OpenAiSse.response({ text: ["no"], finishReason: "content_filter" })))
+      const error = yield* failureOf((yield* openAi(server)).stream(request()))
+      assert.strictEqual(error.reason._tag, "Adapter")
+      assert.strictEqual(error.reason.message, "model did not complete: content_filter")
+    }),
+  )
+
+  it.effect("tool-call arguments that are not JSON, or not an object, are an adapter error", () =>
+    Effect.gen(function* () {
+      const server = yield* serve(
+        Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "c", name: "read_file", arguments: ['{"path": "a.t'] }] })),
+        Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "c", name: "read_file", arguments: ["[1,2]"] }] })),
+      )
+      const model = yield* openAi(server)
+      const cut = yield* failureOf(model.stream(request()))
+      const array = yield* failureOf(model.stream(request()))
+      assert.strictEqual(cut.reason.message, "invalid tool call input")
+      assert.strictEqual(array.reason.message, "invalid tool call input")
+    }),
+  )
+
+  it.effect("a finish reason followed by the end of the body finishes the step without [DONE]", () =>
+    Effect.gen(function* () {
+      const server = yield* serve(Respond.sse(OpenAiSse.response({ text: ["ok"], done: false, usage: null })))
+      const step = yield* stepOf((yield* openAi(server)).stream(request()))
+      assert.strictEqual(step.finishReason, "stop")
+      assert.deepStrictEqual(step.usage, {})
+    }),
+  )
+
+  it.effect("splits deltas over 8,192 UTF-16 units without splitting a surrogate pair", () =>
+    Effect.gen(function* () {
+      // 8,191 units, then a pair straddling the 8,192 boundary, then more.
+      const text = "a".repeat(8191) + "😀" + "b".repeat(9000)
+      const server = yield* serve(Respond.sse(OpenAiSse.response({ text: [text] })))
+      const { events } = yield* collect((yield* openAi(server)).stream(request()))
+      const deltas = events.flatMap((event) => (event.kind === "part_delta" ? [event.text] : []))
+      assert.deepStrictEqual(deltas.map((delta) => delta.length), [8191, 8192, 810])
+      assert.isTrue(deltas.every((delta) => delta.length <= 8192 && !/\p{Cs}/u.test(delta)))
+      assert.strictEqual(deltas.join(""), text)
+    }),
+  )
+
+  it.effect("uses the configured fetch, which never enters the route identity", () =>
+    Effect.gen(function* () {
+      const server = yield* serve(Respond.sse(OpenAiSse.response({ text: ["via proxy"] })))
+      const calls: Array<string> = []
+      const config: ProviderConfig.ProviderConfig = {
+        kind: "openai-compatible",
+        baseUrl: `${server.url}/v1`,
+        model: "test-model",
+        apiKey: Redacted.make(API_KEY),
+        headers: { "X-Org": "acme", "X-Secret": Redacted.make("hidden") },
+        fetch: (input, init) => {
+          calls.push(input)
+          return fetch(input, init)
+        },
+      }
+      const model = yield* LanguageModel.make(config)
+      const step = yield* stepOf(model.stream(request()))
+      assert.deepStrictEqual(calls, [`${server.url}/v1/chat/completions`])
+      assert.deepStrictEqual(step.parts, [{ kind: "text", textKind: "text", text: "via proxy" }])
+      const { fetch: _fetch, ...withoutFetch } = config
+      assert.strictEqual(model.routeIdentity, ProviderConfig.routeIdentity(withoutFetch))
+      const sent = server.requests()[0]
+      assert.strictEqual(sent?.headers["x-org"], "acme")
+      assert.strictEqual(sent?.headers["x-secret"], "hidden")
+    }),
+  )
+
+  it.effect("refuses an idle timeout outside 1–300 s and an invalid base URL", () =>
+    Effect.gen(function* () {
+      const server = yield* serve()
+      for (const idleTimeoutMs of [999, 300_001, 1.5]) {
+        const error = yield* Effect.flip(openAi(server, { idleTimeoutMs }))
+        assert.strictEqual(error.reason._tag, "Adapter")
+      }
+      const error = yield* Effect.flip(
+        LanguageModel.make({ kind: "openai-compatible", baseUrl: "localhost:8080", model: "m", apiKey: Redacted.make(API_KEY) }),
+      )
+      assert.isTrue(error.reason.message.includes("baseUrl"))
+      assert.isFalse(error.message.includes(API_KEY))
+    }),
+  )
+
+  it.effect("refuses a request whose output limit is not a positive integer, before sending it", () =>
+    Effect.gen(function* () {
+      const server = yield* serve()
+      const error = yield* failureOf((yield* openAi(server)).stream(request({ maxOutputTokens: 0 })))
+      assert.strictEqual(error.reason._tag, "Adapter")
+      assert.strictEqual(server.requests().length, 0)
+    }),
+  )
+})
+
+describe("Anthropic adapter", () => {
+  it.effect("encodes system, merged user turns, signed thinking, tool use and tool results", () =>
+    Effect.gen(function* () {
+      const server = yield* serve(Respond.sse(AnthropicSse.response({ text: ["ok"] })))
+      const model = yield* anthropic(server)
+      const signed: Prompt.Prompt = [
+        { role: "system", content: "You are terse." },
+        { role: "user", content: "Read a.txt" },
+        {
+          role: "assistant",
+          parts: [
+            { kind: "thinking", text: "Plan.", providerOptions: { anthropic: { signature: "sig-1" }, maka: { routeIdentity: model.routeIdentity } } },
+            { kind: "thinking", text: "Unsigned, from elsewhere." },
+            { kind: "tool_call", toolCallId: "toolu_1", toolName: "read_file", input: { path: "a.txt" }, providerExecuted: false },
+          ],
+        },
+        { role: "tool", results: [{ toolCallId: "toolu_1", toolName: "read_file", output: { type: "error-text", value: "missing" } }] },
+        { role: "user", content: "Try again" },
+      ]
+      yield* stepOf(model.stream(request({ prompt: signed, tools, providerOptions: { thinking: { type: "enabled", budget_tokens: 1024 } } })))
+      const sent = server.requests()[0]
+      assert.strictEqual(sent?.path, "/v1/messages")
+      assert.strictEqual(sent?.headers["x-api-key"], API_KEY)
+      assert.strictEqual(sent?.headers["anthropic-version"], "2023-06-01")
+      assert.deepStrictEqual(sent?.json, {
+        max_tokens: 256,
+        messages: [
+          { role: "user", content: [{ type: "text", text: "Read a.txt" }] },
+          {
+            role: "assistant",
+            content: [
+              { type: "thinking", thinking: "Plan.", signature: "sig-1" },
+              { type: "tool_use", id: "toolu_1", name: "read_file", input: { path: "a.txt" } },
+            ],
+          },
+          {
+            role: "user",
+            content: [
+              { type: "tool_result", tool_use_id: "toolu_1", content: "missing", is_error: true },
+              { type: "text", text: "Try again" },
+            ],
+          },
+        ],
+        model: "claude-test",
+        stream: true,
+        system: "You are terse.",
+        thinking: { type: "enabled", budget_tokens: 1024 },
+        tools: [{ name: "read_file", description: "Read a file", input_schema: { type: "object", properties: { path: { type: "string" } } } }],
+      })
+    }),
+  )
+
+  it.effect("keeps the thinking signature and redacted thinking in providerOptions stamped with the route", () =>
+    Effect.gen(function* () {
+      const server = yield* serve(
+        Respond.sse([
+          AnthropicSse.messageStart({ usage: { input_tokens: 5, cache_read_input_tokens: 100, cache_creation_input_tokens: 7, output_tokens: 1 } }),
+          ...AnthropicSse.thinkingBlock(0, ["Think", "ing."], "c2ln"),
+          AnthropicSse.blockStart(1, { type: "redacted_thinking", data: "EmwKAhgB" }),
+          AnthropicSse.blockStop(1),
+          ...AnthropicSse.textBlock(2, ["Done."]),
+          ...AnthropicSse.toolUseBlock(3, { id: "toolu_9", name: "grep" }, ['{"q"', ':"x"}']),
+          AnthropicSse.messageDelta("tool_use", { output_tokens: 42 }),
+          AnthropicSse.messageStop(),
+        ]),
+      )
+      const model = yield* anthropic(server)
+      const step = yield* stepOf(model.stream(request()))
+      const maka = { routeIdentity: model.routeIdentity }
+      assert.deepStrictEqual(step, {
+        parts: [
+          { kind: "text", textKind: "thinking", text: "Thinking.", providerOptions: { anthropic: { signature: "c2ln" }, maka } },
+          { kind: "text", textKind: "thinking", text: "", providerOptions: { anthropic: { redactedData: "EmwKAhgB" }, maka } },
+          { kind: "text", textKind: "text", text: "Done." },
+          { kind: "tool_call", id: "toolu_9", name: "grep", input: { q: "x" }, providerExecuted: false },
+        ],
+        finishReason: "tool-calls",
+        usage: { inputTokens: 112, outputTokens: 42, cacheReadTokens: 100, cacheWriteTokens: 7 },
+        responseId: "msg_test",
+        model: "claude-test",
+      })
+    }),
+  )
+
+  it.effect("a delta for a block of another kind is an unsupported provider event", () =>
+    Effect.gen(function* () {
+      const server = yield* serve(
+        Respond.sse([
+          AnthropicSse.messageStart(),
+          AnthropicSse.blockStart(0, { type: "text", text: "" }),
+          AnthropicSse.blockDelta(0, { type: "thinking_delta", thinking: "x" }),
+        ]),
+      )
+      const error = yield* failureOf((yield* anthropic(server)).stream(request()))
+      assert.strictEqual(error.reason.message, "unsupported provider event")
+    }),
+  )
+
+  it.effect("an unknown stop reason is an adapter error", () =>
+    Effect.gen(function* () {
+      const server = yield* serve(Respond.sse(AnthropicSse.response({ text: ["x"], stopReason: "refusal" })))
+      const error = yield* failureOf((yield* anthropic(server)).stream(request()))
+      assert.strictEqual(error.reason.message, "model did not complete: refusal")
+    }),
+  )
+})
+
+describe("concurrency and cancellation", () => {
+  it.effect("holds at most `concurrency` requests in flight; a background reservation keeps a foreground slot", () =>
+    Effect.gen(function* () {
+      const gate = Respond.gate()
+      const server = yield* ScriptedServer.make({
+        script: [{ respond: Respond.hold(gate, Respond.sse(OpenAiSse.response({ text: ["ok"] }))), repeat: true }],
+      })
+      const model = yield* openAi(server, { concurrency: 3 })
+      // A reservation with three free permits succeeds and leaves two.
+      const reservation = yield* model.tryReserveBackground
+      assert.isTrue(Option.isSome(reservation))
+      const first = yield* Effect.forkChild(collect(model.stream(request())))
+      yield* ScriptedServer.awaitRequest(server, 0)
+      // One permit is free: a second reservation would take the last foreground slot, so it is refused.
+      assert.isTrue(Option.isNone(yield* Effect.scoped(model.tryReserveBackground)))
+      const second = yield* Effect.forkChild(collect(model.stream(request())))
+      yield* ScriptedServer.awaitRequest(server, 1)
+      // Every permit is held now: a third foreground stream waits without sending.
+      const third = yield* Effect.forkChild(collect(model.stream(request())))
+      const background = yield* Effect.forkChild(
+        collect(model.stream(request(), { reservation: Option.getOrUndefined(reservation) })),
+      )
+      yield* ScriptedServer.awaitRequest(server, 2)
+      // Give a wrongly admitted fourth request the chance to arrive (real time; never asserted on).
+      yield* pause
+      assert.strictEqual(server.requests().length, 3)
+      gate.release()
+      for (const fiber of [first, second, third, background]) {
+        const { error } = yield* Fiber.join(fiber)
+        assert.strictEqual(error, undefined)
+      }
+      assert.strictEqual(server.requests().length, 4)
+    }),
+  )
+
+  it.effect("a background reservation runs its streams one after another", () =>
+    Effect.gen(function* () {
+      const gate = Respond.gate()
+      const order: Array<string> = []
+      const server = yield* ScriptedServer.make({
+        script: [
+          Respond.hold(gate, Respond.sse(OpenAiSse.response({ text: ["one"] }))),
+          Respond.sse(OpenAiSse.response({ text: ["two"] })),
+        ],
+        onProgress: (progress) => {
+          if (progress.type === "request") order.push(`request ${progress.request.index}`)
+          if (progress.type === "response") order.push(`response ${progress.exchange.request.index}`)
+        },
+      })
+      const model = yield* openAi(server, { concurrency: 4 })
+      const reservation = Option.getOrUndefined(yield* model.tryReserveBackground)
+      assert.isDefined(reservation)
+      const first = yield* Effect.forkChild(collect(model.stream(request(), { reservation })))
+      yield* ScriptedServer.awaitRequest(server, 0)
+      const second = yield* Effect.forkChild(collect(model.stream(request(), { reservation })))
+      yield* pause
+      gate.release()
+      yield* Fiber.join(first)
+      assert.strictEqual((yield* Fiber.join(second)).error, undefined)
+      yield* ScriptedServer.awaitExchange(server, 1)
+      assert.deepStrictEqual(order, ["request 0", "response 0", "request 1", "response 1"])
+    }),
+  )
+
+  it.effect("interrupting a stream that waits for a permit sends nothing", () =>
+    Effect.gen(function* () {
+      const gate = Respond.gate()
+      const server = yield* serve(Respond.hold(gate, Respond.sse(OpenAiSse.response({ text: ["ok"] }))))
+      const model = yield* openAi(server, { concurrency: 1 })
+      const first = yield* Effect.forkChild(collect(model.stream(request())))
+      yield* ScriptedServer.awaitRequest(server, 0)
+      const waiting = yield* Effect.forkChild(collect(model.stream(request())))
+      yield* Fiber.interrupt(waiting)
+      gate.release()
+      yield* Fiber.join(first)
+      assert.strictEqual(server.requests().length, 1)
+    }),
+  )
+
+  it.effect("cancelling while waiting for the response headers aborts the request", () =>
+    Effect.gen(function* () {
+      const server = yield* serve(Respond.hang())
+      const model = yield* openAi(server)
+      const fiber = yield* Effect.forkChild(collect(model.stream(request())))
+      yield* ScriptedServer.awaitRequest(server, 0)
+      yield* Fiber.interrupt(fiber)
+      assert.strictEqual((yield* ScriptedServer.awaitExchange(server, 0)).outcome, "client_closed")
+    }),
+  )
+
+  it.effect("cancelling mid-stream aborts the socket and frees the permit", () =>
+    Effect.gen(function* () {
+      const server = yield* serve(
+        Respond.stallAfter([OpenAiSse.role(), OpenAiSse.text("partial")]),
+        Respond.sse(OpenAiSse.response({ text: ["next"] })),
+      )
+      const model = yield* openAi(server, { concurrency: 1 })
+      const seen: Array<string> = []
+      const fiber = yield* Effect.forkChild(Stream.runForEach(model.stream(request()), (event) => Effect.sync(() => seen.push(event.kind))))
+      yield* waitUntil(() => seen.includes("part_delta"))
+      yield* Fiber.interrupt(fiber)
+      assert.strictEqual((yield* ScriptedServer.awaitExchange(server, 0)).outcome, "client_closed")
+      const next = yield* stepOf(model.stream(request()))
+      assert.deepStrictEqual(next.parts, [{ kind: "text", textKind: "text", text: "next" }])
+    }),
+  )
+})

@@ -1,0 +1,152 @@
+/**
+ * The builtin set (DESIGN.md §7), confined to a workspace root: `read_file`, `list_files` and
+ * `search_text` (the `read` set), plus `write_file` (`write`), plus `run_command` (`all`). Write and
+ * command tools are opt-in. Every expected error is a `ToolFailure` the model can read.
+ */
+import { Schema } from "effect"
+import { defaults, type BuiltinLimits } from "./Defaults.ts"
+import { listFiles as listFilesEffect } from "./internal/list-files.ts"
+import { readFile as readFileEffect } from "./internal/read-file.ts"
+import { runCommand as runCommandEffect } from "./internal/run-command.ts"
+import { searchText as searchTextEffect } from "./internal/search-text.ts"
+import { writeFile as writeFileEffect } from "./internal/write-file.ts"
+import * as Tool from "./Tool.ts"
+import type { Workspace } from "./Workspace.ts"
+
+/** What a builtin needs of a workspace: its canonical root (from `Workspace.open`). */
+export type Root = Pick<Workspace, "root">
+
+/** The model-facing descriptions; they are part of the catalog digest, so they change only deliberately. */
+export const descriptions = Object.freeze({
+  read_file:
+    "Read a text file in the workspace. Returns numbered lines (line number, tab, text). Use offset (1-based line) and limit (lines) to page through long files; binary files are refused.",
+  list_files:
+    "List one directory of the workspace as [{name, type, size}] sorted by name; type is file, directory or symlink.",
+  search_text:
+    "Search the text files under a workspace path for a literal string (not a regular expression). Returns {matches: [{path, line, text}], truncated}.",
+  write_file:
+    "Write a file in the workspace, creating parent directories and replacing any existing content.",
+  run_command:
+    "Run a shell command with /bin/sh -c in the workspace root. Returns {exitCode, signal?, stdout, stderr, timedOut}; output is capped and the command is killed at its timeout.",
+} as const)
+
+const Path = (description: string) => Schema.String.annotate({ description })
+
+const PositiveInt = (maximum: number, description: string) =>
+  Schema.Int.check(Schema.isBetween({ minimum: 1, maximum })).annotate({ description })
+
+const limitsOf = (overrides: Partial<BuiltinLimits>): BuiltinLimits => ({ ...defaults, ...overrides })
+
+export const readFile = (workspace: Root, overrides: Partial<BuiltinLimits> = {}): Tool.Tool => {
+  const limits = limitsOf(overrides)
+  return Tool.make({
+    name: "read_file",
+    description: descriptions.read_file,
+    input: Schema.Struct({
+      path: Path("File path relative to the workspace root"),
+      offset: Schema.optionalKey(PositiveInt(Number.MAX_SAFE_INTEGER, "1-based line to start at (default 1)")),
+      limit: Schema.optionalKey(
+        PositiveInt(limits.readFileMaxLimitLines, `Lines to read (default ${limits.readFileLimitLines})`),
+      ),
+    }),
+    semantics: "parallel",
+    execute: (input, { signal }) => readFileEffect(workspace.root, limits, input, signal),
+  })
+}
+
+export const listFiles = (workspace: Root): Tool.Tool =>
+  Tool.make({
+    name: "list_files",
+    description: descriptions.list_files,
+    input: Schema.Struct({
+      path: Schema.optionalKey(Path('Directory path relative to the workspace root (default ".")')),
+    }),
+    semantics: "parallel",
+    execute: (input) => listFilesEffect(workspace.root, input),
+  })
+
+export const searchText = (workspace: Root, overrides: Partial<BuiltinLimits> = {}): Tool.Tool => {
+  const limits = limitsOf(overrides)
+  return Tool.make({
+    name: "search_text",
+    description: descriptions.search_text,
+    input: Schema.Struct({
+      pattern: Schema.String.check(Schema.isMinLength(1)).annotate({ description: "The literal text to find" }),
+      path: Schema.optionalKey(Path('File or directory to search, relative to the workspace root (default ".")')),
+      maxResults: Schema.optionalKey(
+        PositiveInt(limits.searchMaxResultsLimit, `Most matches to return (default ${limits.searchMaxResults})`),
+      ),
+    }),
+    semantics: "parallel",
+    execute: (input, { signal }) => searchTextEffect(workspace.root, limits, input, signal),
+  })
+}
+
+export const writeFile = (workspace: Root): Tool.Tool =>
+  Tool.make({
+    name: "write_file",
+    description: descriptions.write_file,
+    input: Schema.Struct({
+      path: Path("File path relative to the workspace root"),
+      content: Schema.String.annotate({ description: "The complete new content of the file" }),
+    }),
+    semantics: "parallel",
+    execute: (input) => writeFileEffect(workspace.root, input),
+  })
+
+export const runCommand = (workspace: Root, overrides: Partial<BuiltinLimits> = {}): Tool.Tool => {
+  const limits = limitsOf(overrides)
+  return Tool.make({
+    name: "run_command",
+    description: descriptions.run_command,
+    input: Schema.Struct({
+      command: Schema.String.check(Schema.isMinLength(1)).annotate({ description: "The shell command to run" }),
+      timeoutSeconds: Schema.optionalKey(
+        PositiveInt(
+          limits.commandMaxTimeoutSeconds,
+          `Seconds before the command is killed (default ${limits.commandTimeoutSeconds})`,
+        ),
+      ),
+    }),
+    semantics: "parallel",
+    execute: (input, { signal }) =>
+      runCommandEffect(
+        workspace.root,
+        {
+          timeoutSeconds: input.timeoutSeconds ?? limits.commandTimeoutSeconds,
+          outputBytes: limits.commandOutputBytes,
+        },
+        input,
+        signal,
+      ),
+  })
+}
+
+/** `read_file`, `list_files`, `search_text`. */
+export const read = (workspace: Root, overrides: Partial<BuiltinLimits> = {}): ReadonlyArray<Tool.Tool> => [
+  readFile(workspace, overrides),
+  listFiles(workspace),
+  searchText(workspace, overrides),
+]
+
+/** `read` and `write_file`. */
+export const write = (workspace: Root, overrides: Partial<BuiltinLimits> = {}): ReadonlyArray<Tool.Tool> => [
+  ...read(workspace, overrides),
+  writeFile(workspace),
+]
+
+/** `write` and `run_command`. */
+export const all = (workspace: Root, overrides: Partial<BuiltinLimits> = {}): ReadonlyArray<Tool.Tool> => [
+  ...write(workspace, overrides),
+  runCommand(workspace, overrides),
+]
+
+/** The CLI's `--tools` levels (DESIGN.md §10.1). */
+export type Level = "none" | "read" | "write" | "all"
+
+export const forLevel = (
+  level: Level,
+  workspace: Root,
+  overrides: Partial<BuiltinLimits> = {},
+): ReadonlyArray<Tool.Tool> =>
+  level === "none" ? [] : level === "read" ? read(workspace, overrides) : level === "write" ? write(workspace, overrides) : all(workspace, overrides)

@@ -1,0 +1,101 @@
+/**
+ * `ToolCatalog`, an immutable set of tools with a stable digest (`maka.tool-catalog.v1`), and its
+ * per-step capture: `capture()` freezes the definitions and handlers one logical step uses (its
+ * retries reuse the capture). `admit` applies the step's exclusivity rule (SEMANTICS.md §5.7).
+ */
+import { Digest } from "@maka/facts"
+import type { Semantics, Tool, ToolDefinition } from "./Tool.ts"
+import { invalidDefinition } from "./ToolError.ts"
+
+export interface ToolCatalog {
+  /** The tools, sorted by name. */
+  readonly tools: ReadonlyArray<Tool>
+  /** The names, sorted and unique. */
+  readonly names: ReadonlyArray<string>
+  readonly digest: string
+  readonly get: (name: string) => Tool | undefined
+  /** Freezes the definitions and handlers for one logical step. */
+  readonly capture: () => CapturedCatalog
+}
+
+/** The catalog one step was built with: what the model was offered and what runs its calls. */
+export interface CapturedCatalog {
+  readonly digest: string
+  readonly names: ReadonlyArray<string>
+  /** The provider-facing definitions, sorted by name. */
+  readonly definitions: ReadonlyArray<ToolDefinition>
+  readonly get: (name: string) => Tool | undefined
+}
+
+const byName = (left: { readonly name: string }, right: { readonly name: string }): number =>
+  left.name < right.name ? -1 : left.name > right.name ? 1 : 0
+
+/** The catalog digest of a set of tools (SEMANTICS.md §2.1). */
+export const digestOf = (tools: ReadonlyArray<Tool>): string =>
+  Digest.toolCatalog(
+    tools.map((tool) => ({
+      name: tool.name,
+      description: tool.description,
+      inputSchema: tool.inputSchema,
+      semantics: tool.semantics,
+    })),
+  )
+
+/** Builds a catalog; throws `ToolError` (`InvalidDefinition`) when two tools share a name. */
+export const make = (tools: Iterable<Tool>): ToolCatalog => {
+  const sorted = [...tools].sort(byName)
+  const index = new Map<string, Tool>()
+  for (const tool of sorted) {
+    if (index.has(tool.name)) throw invalidDefinition(`tool name ${tool.name} appears twice in one catalog`)
+    index.set(tool.name, tool)
+  }
+  const names = Object.freeze(sorted.map((tool) => tool.name))
+  const digest = digestOf(sorted)
+  const get = (name: string): Tool | undefined => index.get(name)
+  const captured: CapturedCatalog = Object.freeze({
+    digest,
+    names,
+    definitions: Object.freeze(sorted.map((tool) => tool.definition)),
+    get,
+  })
+  return Object.freeze({
+    tools: Object.freeze(sorted),
+    names,
+    digest,
+    get,
+    capture: () => captured,
+  })
+}
+
+export const empty: ToolCatalog = make([])
+
+/** A new catalog with `tools` added; throws like `make` on a repeated name. */
+export const extend = (catalog: ToolCatalog, tools: Iterable<Tool>): ToolCatalog => make([...catalog.tools, ...tools])
+
+/** Whether a call of this tool was admitted into its step, or conflicts with its exclusivity. */
+export type Admission = "admitted" | "exclusive_conflict"
+
+const isExclusive = (semantics: Semantics): boolean => semantics !== "parallel"
+
+/**
+ * The exclusivity rule over a step's calls, in order (SEMANTICS.md §5.7): a step starts fresh; a
+ * `parallel` call makes it parallel; an `exclusive_step` or `finish_turn` call is admitted only into a
+ * fresh step and makes it exclusive; any call into an exclusive step, or an exclusive call into a
+ * parallel step, conflicts. A name outside the catalog leaves the mode unchanged (its call is
+ * rejected `unavailable` afterwards) unless the step is already exclusive.
+ */
+export const admit = (captured: CapturedCatalog, names: ReadonlyArray<string>): ReadonlyArray<Admission> => {
+  let mode: "fresh" | "parallel" | "exclusive" = "fresh"
+  return names.map((name): Admission => {
+    if (mode === "exclusive") return "exclusive_conflict"
+    const tool = captured.get(name)
+    if (tool === undefined) return "admitted"
+    if (!isExclusive(tool.semantics)) {
+      mode = "parallel"
+      return "admitted"
+    }
+    if (mode === "parallel") return "exclusive_conflict"
+    mode = "exclusive"
+    return "admitted"
+  })
+}

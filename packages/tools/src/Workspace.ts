@@ -1,0 +1,111 @@
+/**
+ * The workspace (DESIGN.md §7, §10.1): `open(root)` gives the canonical root (realpath; it must be an
+ * existing directory) and its identity `"workspace:v1:" + uuid`, read from the `.maka-workspace.json`
+ * marker (`{"uuid": "<uuid>"}`), which is created with a fresh UUIDv4 when absent.
+ */
+import * as fs from "node:fs/promises"
+import * as path from "node:path"
+import { Configuration } from "@maka/facts"
+import { Effect, Option, Result, Schema } from "effect"
+import { defaults } from "./Defaults.ts"
+import { Ids } from "./Ids.ts"
+import { describeFsError, tryFs, type FsError } from "./internal/fs.ts"
+import { workspaceInvalid, type ToolError } from "./ToolError.ts"
+
+export interface Workspace {
+  /** The canonical absolute root: `configuration.cwd`. */
+  readonly root: string
+  /** `"workspace:v1:" + uuid`: `configuration.workspaceIdentity`. */
+  readonly identity: string
+  /** The marker's UUID in its exact spelling. */
+  readonly uuid: string
+}
+
+/** The marker's closed shape: exactly `{"uuid": "<RFC 4122 variant UUID, version 1-8>"}`. */
+export const Marker = Schema.Struct({
+  uuid: Schema.String.check(Schema.isPattern(Configuration.WORKSPACE_UUID_PATTERN)),
+})
+export type Marker = typeof Marker.Type
+
+const decodeMarker = Schema.decodeUnknownResult(Marker)
+
+/** The marker file's path under a canonical root. */
+export const markerPath = (root: string): string => path.join(root, defaults.workspaceMarker)
+
+/** The marker file's text for `uuid`. */
+export const markerText = (uuid: string): string => `${JSON.stringify({ uuid })}\n`
+
+const fsFailure = (where: string) => (error: FsError) => workspaceInvalid(where, describeFsError(where, error))
+
+/** Parses and validates a marker's text; a corrupt marker is a clear error. */
+export const parseMarker = (file: string, text: string): Result.Result<Marker, ToolError> => {
+  const parsed = Result.try(() => JSON.parse(text) as unknown)
+  if (Result.isFailure(parsed)) {
+    return Result.fail(workspaceInvalid(file, `workspace marker is not valid JSON; expected {"uuid": "<uuid>"}`))
+  }
+  const decoded = decodeMarker(parsed.success, { onExcessProperty: "error" })
+  return Result.mapError(decoded, (error) =>
+    workspaceInvalid(file, `workspace marker must be exactly {"uuid": "<uuid>"}: ${error.message}`),
+  )
+}
+
+/** Reads the marker when present; anything other than a regular file is refused. */
+const readMarker = (file: string): Effect.Effect<Option.Option<Marker>, ToolError> =>
+  tryFs(() => fs.lstat(file)).pipe(
+    Effect.map(Option.some),
+    Effect.catchIf(
+      (error) => error.code === "ENOENT",
+      () => Effect.succeedNone,
+    ),
+    Effect.mapError(fsFailure(file)),
+    Effect.flatMap((stat) => {
+      if (Option.isNone(stat)) return Effect.succeedNone
+      if (!stat.value.isFile()) return Effect.fail(workspaceInvalid(file, "workspace marker is not a regular file"))
+      return tryFs(() => fs.readFile(file, "utf8")).pipe(
+        Effect.mapError(fsFailure(file)),
+        Effect.flatMap((text) => Effect.fromResult(parseMarker(file, text))),
+        Effect.map(Option.some),
+      )
+    }),
+  )
+
+/**
+ * Creates the marker without ever replacing one: the text goes to a temporary file that is then
+ * hard-linked into place (atomic, fails if the marker exists), so a concurrent `open` that won the
+ * race is read back instead, and a crash never leaves a half-written marker.
+ */
+const createMarker = (root: string, file: string): Effect.Effect<Marker, ToolError, Ids> =>
+  Effect.gen(function* () {
+    const uuid = yield* Ids.use((ids) => ids.next)
+    const temporary = path.join(root, `${defaults.workspaceMarker}.${uuid}.tmp`)
+    const linked = yield* tryFs(() => fs.writeFile(temporary, markerText(uuid), { flag: "wx" })).pipe(
+      Effect.andThen(tryFs(() => fs.link(temporary, file))),
+      Effect.as(true),
+      Effect.catchIf(
+        (error) => error.code === "EEXIST",
+        () => Effect.succeed(false),
+      ),
+      Effect.mapError(fsFailure(file)),
+      Effect.ensuring(Effect.ignore(tryFs(() => fs.rm(temporary, { force: true })))),
+    )
+    if (linked) return { uuid }
+    const raced = yield* readMarker(file)
+    return Option.isSome(raced) ? raced.value : yield* Effect.fail(workspaceInvalid(file, "workspace marker vanished"))
+  })
+
+/** Opens the workspace at `root` (resolved against the current directory). */
+export const open = (root: string): Effect.Effect<Workspace, ToolError, Ids> =>
+  Effect.gen(function* () {
+    const requested = path.resolve(root)
+    const canonical = yield* tryFs(() => fs.realpath(requested)).pipe(Effect.mapError(fsFailure(requested)))
+    const stat = yield* tryFs(() => fs.stat(canonical)).pipe(Effect.mapError(fsFailure(canonical)))
+    if (!stat.isDirectory()) return yield* Effect.fail(workspaceInvalid(canonical, "workspace root is not a directory"))
+    const file = markerPath(canonical)
+    const existing = yield* readMarker(file)
+    const marker = Option.isSome(existing) ? existing.value : yield* createMarker(canonical, file)
+    return {
+      root: canonical,
+      identity: Configuration.workspaceIdentity(marker.uuid),
+      uuid: marker.uuid,
+    } satisfies Workspace
+  })

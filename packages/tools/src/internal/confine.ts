@@ -1,0 +1,108 @@
+/**
+ * Confinement of builtin paths to the workspace root: a path is relative, has no NUL, stays under
+ * the root lexically (`..` may not climb out), and its real path (symlinks resolved) stays under the
+ * canonical root too. Every refusal is a `ToolFailure` naming the path as the model wrote it.
+ */
+import * as fs from "node:fs/promises"
+import * as path from "node:path"
+import { Effect, Option } from "effect"
+import { ToolFailure } from "../Tool.ts"
+import { describeFsError, tryFs, type FsError } from "./fs.ts"
+
+export const failure = (message: string): ToolFailure => new ToolFailure({ message })
+
+export const fsFailure = (displayPath: string) => (error: FsError) => failure(describeFsError(displayPath, error))
+
+/** Whether `candidate` (absolute, normalised) is `root` or below it. */
+export const isInside = (root: string, candidate: string): boolean =>
+  root === path.sep || candidate === root || candidate.startsWith(root + path.sep)
+
+/** The canonical root, read at each call so a root that moved or vanished is caught. */
+export const canonicalRoot = (root: string): Effect.Effect<string, ToolFailure> =>
+  tryFs(() => fs.realpath(root)).pipe(Effect.mapError((error) => failure(describeFsError("workspace root", error))))
+
+/** The lexical absolute path of `input` under `root`, or why it is refused. */
+export const lexical = (root: string, input: string): Effect.Effect<string, ToolFailure> => {
+  if (input.length === 0) return Effect.fail(failure("path is empty; use \".\" for the workspace root"))
+  if (input.includes("\u0000")) return Effect.fail(failure("path contains a NUL character"))
+  if (path.isAbsolute(input)) {
+    return Effect.fail(failure(`${input}: absolute paths are refused; paths are relative to the workspace root`))
+  }
+  const resolved = path.resolve(root, input)
+  return isInside(root, resolved)
+    ? Effect.succeed(resolved)
+    : Effect.fail(failure(`${input}: path is outside the workspace`))
+}
+
+const checkReal = (root: string, input: string, real: string): Effect.Effect<string, ToolFailure> =>
+  isInside(root, real) ? Effect.succeed(real) : Effect.fail(failure(`${input}: path resolves outside the workspace`))
+
+/** The real path of an existing `input`, under the root; follows symlinks that stay inside. */
+export const existing = (root: string, input: string): Effect.Effect<string, ToolFailure> =>
+  Effect.gen(function* () {
+    const resolved = yield* lexical(root, input)
+    const real = yield* tryFs(() => fs.realpath(resolved)).pipe(Effect.mapError(fsFailure(input)))
+    return yield* checkReal(root, input, real)
+  })
+
+/** The deepest existing ancestor directory of `absolute` (`root` exists, so the walk ends there). */
+const existingAncestor = (root: string, absolute: string): Effect.Effect<string, ToolFailure> =>
+  Effect.gen(function* () {
+    let current = path.dirname(absolute)
+    while (true) {
+      const real = yield* tryFs(() => fs.realpath(current)).pipe(
+        Effect.map(Option.some),
+        Effect.catchIf(
+          (error) => error.code === "ENOENT" && current !== root,
+          () => Effect.succeedNone,
+        ),
+        Effect.mapError(fsFailure(path.relative(root, current) || ".")),
+      )
+      if (Option.isSome(real)) return real.value
+      current = path.dirname(current)
+    }
+  })
+
+/**
+ * Where a write to `input` lands, creating its missing parent directories: the real path of the
+ * target (an existing file, or a symlink to one, inside the root) or a new name in a real parent
+ * inside the root. A directory, or a symlink whose target is missing or outside, is refused.
+ */
+export const writable = (root: string, input: string): Effect.Effect<string, ToolFailure> =>
+  Effect.gen(function* () {
+    const resolved = yield* lexical(root, input)
+    if (resolved === root) return yield* Effect.fail(failure(`${input}: is the workspace root`))
+    yield* Effect.flatMap(existingAncestor(root, resolved), (ancestor) => checkReal(root, input, ancestor))
+    const parent = path.dirname(resolved)
+    yield* tryFs(() => fs.mkdir(parent, { recursive: true })).pipe(Effect.mapError(fsFailure(input)))
+    const realParent = yield* tryFs(() => fs.realpath(parent)).pipe(
+      Effect.mapError(fsFailure(input)),
+      Effect.flatMap((real) => checkReal(root, input, real)),
+    )
+    const target = path.join(realParent, path.basename(resolved))
+    const stat = yield* tryFs(() => fs.lstat(target)).pipe(
+      Effect.map(Option.some),
+      Effect.catchIf(
+        (error) => error.code === "ENOENT",
+        () => Effect.succeedNone,
+      ),
+      Effect.mapError(fsFailure(input)),
+    )
+    if (Option.isNone(stat)) return target
+    if (stat.value.isDirectory()) return yield* Effect.fail(failure(`${input}: is a directory`))
+    if (!stat.value.isSymbolicLink()) return target
+    const real = yield* tryFs(() => fs.realpath(target)).pipe(
+      Effect.mapError((error) =>
+        error.code === "ENOENT"
+          ? failure(`${input}: is a symbolic link whose target does not exist`)
+          : fsFailure(input)(error),
+      ),
+    )
+    const inside = yield* checkReal(root, input, real)
+    const targetStat = yield* tryFs(() => fs.stat(inside)).pipe(Effect.mapError(fsFailure(input)))
+    return targetStat.isDirectory() ? yield* Effect.fail(failure(`${input}: is a directory`)) : inside
+  })
+
+/** A path relative to the root with `/` separators, for results the model reads. */
+export const display = (root: string, absolute: string): string =>
+  path.relative(root, absolute).split(path.sep).join("/") || "."

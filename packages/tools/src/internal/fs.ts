@@ -1,0 +1,39 @@
+/**
+ * The Promise edge to `node:fs/promises`: every call wrapped with `Effect.tryPromise`, its rejection
+ * kept as an `FsError` carrying the errno code, so callers turn expected errors into readable
+ * messages (a `ToolFailure` for tools, a `ToolError` for the workspace) instead of defects.
+ */
+import { Data, Effect } from "effect"
+
+export class FsError extends Data.TaggedError("FsError")<{ readonly code: string | undefined; readonly detail: string }> {}
+
+const toFsError = (error: unknown): FsError => {
+  const code =
+    typeof error === "object" && error !== null && "code" in error && typeof error.code === "string" ? error.code : undefined
+  const detail = error instanceof Error ? error.message : String(error)
+  return new FsError({ code, detail })
+}
+
+export const tryFs = <A>(thunk: () => PromiseLike<A>): Effect.Effect<A, FsError> =>
+  Effect.tryPromise({ try: () => Promise.resolve(thunk()), catch: toFsError })
+
+/** Short readable reasons for the errno codes a model can act on. */
+const REASONS: Readonly<Record<string, string>> = {
+  ENOENT: "no such file or directory",
+  ENOTDIR: "a component of the path is not a directory",
+  EISDIR: "is a directory",
+  EACCES: "permission denied",
+  EPERM: "operation not permitted",
+  ELOOP: "too many levels of symbolic links",
+  ENAMETOOLONG: "file name too long",
+  EEXIST: "already exists",
+  ENOSPC: "no space left on device",
+  EROFS: "read-only file system",
+  EMFILE: "too many open files",
+  ENOTEMPTY: "directory not empty",
+  EBUSY: "resource busy",
+}
+
+/** `"<path>: <reason>"` for an `FsError`. */
+export const describeFsError = (displayPath: string, error: FsError): string =>
+  `${displayPath}: ${(error.code !== undefined ? REASONS[error.code] : undefined) ?? error.detail}`

@@ -1,0 +1,46 @@
+/**
+ * `list_files`: the entries of one workspace directory as `[{name, type, size}]`, sorted by name
+ * (UTF-16 code units). Entries are described without following symbolic links: a link is a
+ * `symlink` whatever it points to, and its size is the link's own.
+ */
+import * as fs from "node:fs/promises"
+import * as path from "node:path"
+import type { ToolCall } from "@maka/facts"
+import { Effect, Option } from "effect"
+import type { ToolFailure } from "../Tool.ts"
+import { canonicalRoot, existing, failure, fsFailure } from "./confine.ts"
+import { tryFs } from "./fs.ts"
+
+export interface Entry {
+  readonly name: string
+  readonly type: "file" | "directory" | "symlink"
+  readonly size: number
+}
+
+const typeOf = (stat: { isSymbolicLink(): boolean; isDirectory(): boolean }): Entry["type"] =>
+  stat.isSymbolicLink() ? "symlink" : stat.isDirectory() ? "directory" : "file"
+
+export const listFiles = (root: string, input: { readonly path?: string | undefined }): Effect.Effect<ToolCall.ToolOutput, ToolFailure> =>
+  Effect.gen(function* () {
+    const displayPath = input.path ?? "."
+    const canonical = yield* canonicalRoot(root)
+    const directory = yield* existing(canonical, displayPath)
+    const stat = yield* tryFs(() => fs.stat(directory)).pipe(Effect.mapError(fsFailure(displayPath)))
+    if (!stat.isDirectory()) return yield* Effect.fail(failure(`${displayPath}: is not a directory; use read_file`))
+    const names = yield* tryFs(() => fs.readdir(directory)).pipe(Effect.mapError(fsFailure(displayPath)))
+    const entries = yield* Effect.forEach(
+      names,
+      (name) =>
+        tryFs(() => fs.lstat(path.join(directory, name))).pipe(
+          Effect.map((entry) => Option.some<Entry>({ name, type: typeOf(entry), size: entry.size })),
+          // An entry removed between readdir and lstat is simply not listed.
+          Effect.orElseSucceed(() => Option.none<Entry>()),
+        ),
+      { concurrency: 16 },
+    )
+    const listed = entries
+      .filter(Option.isSome)
+      .map((entry) => entry.value)
+      .sort((left, right) => (left.name < right.name ? -1 : left.name > right.name ? 1 : 0))
+    return { format: "json", value: listed.map((entry) => ({ ...entry })) } satisfies ToolCall.ToolOutput
+  })

@@ -1,0 +1,113 @@
+/**
+ * `run_command`: `/bin/sh -c command` in the workspace root, detached in its own process group
+ * (so a timeout or cancellation kills everything it started, and a crashed host leaves it running).
+ * stdout and stderr keep at most their cap each; a non-zero exit is a result, not a failure.
+ */
+import { spawn } from "node:child_process"
+import type { ToolCall } from "@maka/facts"
+import { Effect, Result } from "effect"
+import type { ToolFailure } from "../Tool.ts"
+import { canonicalRoot, failure } from "./confine.ts"
+import { describeDefect } from "./describe.ts"
+
+export interface RunCommandInput {
+  readonly command: string
+  readonly timeoutSeconds?: number | undefined
+}
+
+export interface RunCommandOptions {
+  readonly timeoutSeconds: number
+  readonly outputBytes: number
+}
+
+/** Keeps the first `cap` bytes of a stream and counts the rest. */
+class Capture {
+  private readonly chunks: Array<Buffer> = []
+  private kept = 0
+  dropped = 0
+
+  constructor(private readonly cap: number) {}
+
+  push(chunk: Buffer): void {
+    const room = this.cap - this.kept
+    if (room <= 0) {
+      this.dropped += chunk.length
+      return
+    }
+    const taken = chunk.length <= room ? chunk : chunk.subarray(0, room)
+    this.chunks.push(taken)
+    this.kept += taken.length
+    this.dropped += chunk.length - taken.length
+  }
+
+  /** The kept bytes as text (a trailing partial character dropped), with a note when cut. */
+  text(): string {
+    const decoded = new TextDecoder("utf-8").decode(Buffer.concat(this.chunks), { stream: true })
+    return this.dropped === 0 ? decoded : `${decoded}\n[truncated: ${this.dropped} more bytes]`
+  }
+}
+
+/** Sends `signal` to the whole process group led by `pid`; a group already gone is not an error. */
+const killGroup = (pid: number | undefined, signal: NodeJS.Signals): void => {
+  if (pid !== undefined) Result.try(() => process.kill(-pid, signal))
+}
+
+export const runCommand = (
+  root: string,
+  options: RunCommandOptions,
+  input: RunCommandInput,
+  abortSignal: AbortSignal,
+): Effect.Effect<ToolCall.ToolOutput, ToolFailure> =>
+  Effect.flatMap(canonicalRoot(root), (cwd) =>
+    Effect.callback<ToolCall.ToolOutput, ToolFailure>((resume, interruption) => {
+      const child = spawn("/bin/sh", ["-c", input.command], {
+        cwd,
+        detached: true,
+        stdio: ["ignore", "pipe", "pipe"],
+      })
+      const stdout = new Capture(options.outputBytes)
+      const stderr = new Capture(options.outputBytes)
+      child.stdout.on("data", (chunk: Buffer) => stdout.push(chunk))
+      child.stderr.on("data", (chunk: Buffer) => stderr.push(chunk))
+      let timedOut = false
+      // Killing the group ends the shell and everything it started; destroying the pipes ends the
+      // wait even if a process that left the group still holds them.
+      const stop = () => {
+        killGroup(child.pid, "SIGKILL")
+        child.stdout.destroy()
+        child.stderr.destroy()
+      }
+      const timer = setTimeout(() => {
+        timedOut = true
+        stop()
+      }, options.timeoutSeconds * 1000)
+      const onAbort = () => stop()
+      const cleanup = () => {
+        clearTimeout(timer)
+        abortSignal.removeEventListener("abort", onAbort)
+        interruption.removeEventListener("abort", onAbort)
+      }
+      if (abortSignal.aborted) stop()
+      else abortSignal.addEventListener("abort", onAbort, { once: true })
+      interruption.addEventListener("abort", onAbort, { once: true })
+      child.once("error", (error) => {
+        cleanup()
+        resume(Effect.fail(failure(`could not run /bin/sh: ${describeDefect(error)}`)))
+      })
+      child.once("close", (exitCode, signal) => {
+        cleanup()
+        resume(
+          Effect.succeed({
+            format: "json",
+            value: {
+              exitCode,
+              ...(signal === null ? {} : { signal }),
+              stdout: stdout.text(),
+              stderr: stderr.text(),
+              timedOut,
+            },
+          }),
+        )
+      })
+    }),
+  )

@@ -1,0 +1,115 @@
+import * as fs from "node:fs"
+import * as path from "node:path"
+import { assert, describe, it } from "@effect/vitest"
+import { Builtins, Defaults } from "@maka/tools"
+import { Effect } from "effect"
+import { call, jsonOf, workspaceFixture } from "./fixtures.ts"
+
+interface CommandResult {
+  readonly exitCode: number | null
+  readonly signal?: string
+  readonly stdout: string
+  readonly stderr: string
+  readonly timedOut: boolean
+}
+
+const resultOf = (outcome: Parameters<typeof jsonOf>[0]): CommandResult => jsonOf(outcome) as CommandResult
+
+/** The process group of `pid`, from /proc (field 5 of stat, after the parenthesised name). */
+const processGroup = (pid: number | "self"): string =>
+  fs.readFileSync(`/proc/${pid}/stat`, "utf8").replace(/^.*\) /s, "").split(" ")[2]!
+
+/** Whether `pid` is gone or a zombie (killed, waiting to be reaped by whoever adopted it). */
+const isDead = (pid: number): boolean => {
+  if (!fs.existsSync(`/proc/${pid}/stat`)) return true
+  const state = fs.readFileSync(`/proc/${pid}/stat`, "utf8").replace(/^.*\) /s, "")[0]
+  return state === "Z" || state === "X"
+}
+
+/** Waits (by polling, not by asserting a duration) until `pid` is dead, or gives up. */
+const awaitDeath = (pid: number) =>
+  Effect.gen(function* () {
+    for (let attempt = 0; attempt < 200 && !isDead(pid); attempt++) yield* Effect.promise(() => new Promise((resolve) => setTimeout(resolve, 25)))
+    return isDead(pid)
+  })
+
+describe("run_command", () => {
+  it.effect("runs /bin/sh -c in the workspace root and returns a non-zero exit as a result", () =>
+    Effect.gen(function* () {
+      const { root, workspace } = yield* workspaceFixture
+      const tool = Builtins.runCommand(workspace)
+      const result = resultOf(yield* call(tool, { command: "pwd; echo oops >&2; exit 3" }))
+      assert.deepStrictEqual(result, { exitCode: 3, stdout: `${root}\n`, stderr: "oops\n", timedOut: false })
+    }),
+  )
+
+  it.effect("runs the command in its own process group", () =>
+    Effect.gen(function* () {
+      const { workspace } = yield* workspaceFixture
+      const result = resultOf(yield* call(Builtins.runCommand(workspace), { command: "cut -d' ' -f5 /proc/$$/stat; echo $$" }))
+      const [group, pid] = result.stdout.trim().split("\n")
+      assert.strictEqual(group, pid, "the shell leads its own group")
+      assert.notStrictEqual(group, processGroup("self"))
+    }),
+  )
+
+  it.effect("keeps at most 64 KiB of stdout and of stderr from a command with huge output", () =>
+    Effect.gen(function* () {
+      const { workspace } = yield* workspaceFixture
+      const cap = Defaults.defaults.commandOutputBytes
+      const result = resultOf(
+        yield* call(Builtins.runCommand(workspace), {
+          command: "head -c 3000000 /dev/zero | tr '\\0' a; head -c 200000 /dev/zero | tr '\\0' b >&2",
+        }),
+      )
+      assert.strictEqual(result.exitCode, 0)
+      assert.strictEqual(result.stdout, `${"a".repeat(cap)}\n[truncated: ${3_000_000 - cap} more bytes]`)
+      assert.strictEqual(result.stderr, `${"b".repeat(cap)}\n[truncated: ${200_000 - cap} more bytes]`)
+    }),
+  )
+
+  it.effect("kills the whole process group at the timeout, a background grandchild included", () =>
+    Effect.gen(function* () {
+      const { root, workspace } = yield* workspaceFixture
+      const result = resultOf(
+        yield* call(Builtins.runCommand(workspace), {
+          command: "sleep 300 & echo $! > grandchild.pid; echo started; wait",
+          timeoutSeconds: 1,
+        }),
+      )
+      assert.deepInclude(result, { exitCode: null, signal: "SIGKILL", timedOut: true, stdout: "started\n" })
+      const grandchild = Number(fs.readFileSync(path.join(root, "grandchild.pid"), "utf8"))
+      assert.isTrue(Number.isInteger(grandchild) && grandchild > 0)
+      assert.isTrue(yield* awaitDeath(grandchild), `sleep ${grandchild} survived the timeout`)
+    }),
+  )
+
+  it.effect("kills the process group when the call's signal is aborted", () =>
+    Effect.gen(function* () {
+      const { root, workspace } = yield* workspaceFixture
+      const controller = new AbortController()
+      const watcher = setInterval(() => {
+        if (fs.existsSync(path.join(root, "child.pid"))) controller.abort()
+      }, 10)
+      const outcome = yield* call(
+        Builtins.runCommand(workspace),
+        { command: "sleep 300 & echo $! > child.pid.tmp; mv child.pid.tmp child.pid; wait" },
+        controller.signal,
+      ).pipe(Effect.ensuring(Effect.sync(() => clearInterval(watcher))))
+      const result = resultOf(outcome)
+      assert.deepInclude(result, { exitCode: null, signal: "SIGKILL", timedOut: false })
+      const child = Number(fs.readFileSync(path.join(root, "child.pid"), "utf8"))
+      assert.isTrue(yield* awaitDeath(child))
+    }),
+  )
+
+  it.effect("rejects an empty command or a timeout out of range", () =>
+    Effect.gen(function* () {
+      const { workspace } = yield* workspaceFixture
+      const tool = Builtins.runCommand(workspace)
+      for (const input of [{ command: "" }, { command: "true", timeoutSeconds: 0 }, { command: "true", timeoutSeconds: 3601 }]) {
+        assert.strictEqual((yield* call(tool, input))._tag, "Invalid", JSON.stringify(input))
+      }
+    }),
+  )
+})

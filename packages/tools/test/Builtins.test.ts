@@ -1,0 +1,250 @@
+import * as fs from "node:fs"
+import * as path from "node:path"
+import { assert, describe, it } from "@effect/vitest"
+import { Builtins, Defaults, ToolCatalog } from "@maka/tools"
+import { Effect } from "effect"
+import { call, failureOf, jsonOf, textOf, workspaceFixture } from "./fixtures.ts"
+
+const KIB = 1024
+
+describe("Builtins sets", () => {
+  it.effect("offer read tools by default and write and command tools only when asked", () =>
+    Effect.gen(function* () {
+      const { workspace } = yield* workspaceFixture
+      const names = (level: Builtins.Level) => ToolCatalog.make(Builtins.forLevel(level, workspace)).names
+      assert.deepStrictEqual(names("none"), [])
+      assert.deepStrictEqual(names("read"), ["list_files", "read_file", "search_text"])
+      assert.deepStrictEqual(names("write"), ["list_files", "read_file", "search_text", "write_file"])
+      assert.deepStrictEqual(names("all"), ["list_files", "read_file", "run_command", "search_text", "write_file"])
+      // The catalog digest does not depend on where the workspace is.
+      const other = yield* workspaceFixture
+      assert.strictEqual(
+        ToolCatalog.make(Builtins.all(workspace)).digest,
+        ToolCatalog.make(Builtins.all(other.workspace)).digest,
+      )
+    }),
+  )
+})
+
+describe("read_file", () => {
+  it.effect("returns numbered lines, pages with offset and limit, and says how to read on", () =>
+    Effect.gen(function* () {
+      const { root, workspace } = yield* workspaceFixture
+      fs.writeFileSync(path.join(root, "a.txt"), "one\r\ntwo\nthree\nfour")
+      const tool = Builtins.readFile(workspace)
+      assert.strictEqual(textOf(yield* call(tool, { path: "a.txt" })), "     1\tone\n     2\ttwo\n     3\tthree\n     4\tfour")
+      assert.strictEqual(
+        textOf(yield* call(tool, { path: "a.txt", offset: 2, limit: 2 })),
+        "     2\ttwo\n     3\tthree\n[showing lines 2-3; the file continues; read on with offset 4]",
+      )
+      assert.strictEqual(textOf(yield* call(tool, { path: "./a.txt", offset: 4 })), "     4\tfour")
+      assert.include(failureOf(yield* call(tool, { path: "a.txt", offset: 5 })), "past the end of the file (4 lines)")
+      fs.writeFileSync(path.join(root, "empty.txt"), "")
+      assert.strictEqual(textOf(yield* call(tool, { path: "empty.txt" })), "(empty file)")
+    }),
+  )
+
+  it.effect("reads the default 2,000 lines of a huge file within the 256 KiB page", () =>
+    Effect.gen(function* () {
+      const { root, workspace } = yield* workspaceFixture
+      const line = "x".repeat(99)
+      fs.writeFileSync(path.join(root, "many.txt"), `${line}\n`.repeat(200_000))
+      const tool = Builtins.readFile(workspace)
+      const page = textOf(yield* call(tool, { path: "many.txt" }))
+      const lines = page.split("\n")
+      assert.strictEqual(lines.length, Defaults.defaults.readFileLimitLines + 1)
+      assert.strictEqual(lines.at(-1), "[showing lines 1-2000; the file continues; read on with offset 2001]")
+      const wide = textOf(yield* call(tool, { path: "many.txt", offset: 100_000, limit: 100_000 }))
+      assert.isAtMost(Buffer.byteLength(wide), Defaults.defaults.readFilePageBytes + 200)
+      assert.match(wide.split("\n").at(-1)!, /^\[page cut at its byte limit after line \d+; read on with offset \d+\]$/)
+      assert.match(wide, /^100000\t/)
+      // One line longer than a page is cut to the page and marked.
+      fs.writeFileSync(path.join(root, "long.txt"), "y".repeat(1024 * KIB))
+      const long = textOf(yield* call(tool, { path: "long.txt" }))
+      assert.isAtMost(Buffer.byteLength(long), Defaults.defaults.readFilePageBytes + 200)
+      assert.match(long, /\[line 1 is longer than one page \(long\.txt\); it was cut; read on with offset 2\]$/)
+    }),
+  )
+
+  it.effect("refuses a binary file, a directory and a missing file as ToolFailures", () =>
+    Effect.gen(function* () {
+      const { root, workspace } = yield* workspaceFixture
+      fs.writeFileSync(path.join(root, "image.png"), Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x00, 0x0d, 0x0a]))
+      fs.mkdirSync(path.join(root, "dir"))
+      const tool = Builtins.readFile(workspace)
+      assert.include(failureOf(yield* call(tool, { path: "image.png" })), "binary file")
+      assert.include(failureOf(yield* call(tool, { path: "dir" })), "is a directory")
+      assert.strictEqual(failureOf(yield* call(tool, { path: "nope.txt" })), "nope.txt: no such file or directory")
+    }),
+  )
+
+  it.effect("refuses paths that escape the root through .., absolute paths and symlinks", () =>
+    Effect.gen(function* () {
+      const { root, outside, workspace } = yield* workspaceFixture
+      fs.writeFileSync(path.join(outside, "secret.txt"), "secret")
+      fs.writeFileSync(path.join(root, "inside.txt"), "inside")
+      fs.symlinkSync(path.join(outside, "secret.txt"), path.join(root, "leak.txt"))
+      fs.symlinkSync(outside, path.join(root, "leakdir"))
+      fs.symlinkSync(path.join(root, "inside.txt"), path.join(root, "alias.txt"))
+      fs.symlinkSync("../workspace/inside.txt", path.join(root, "relative-alias.txt"))
+      const tool = Builtins.readFile(workspace)
+      const refusals: ReadonlyArray<readonly [string, string]> = [
+        ["../outside/secret.txt", "outside the workspace"],
+        ["sub/../../outside/secret.txt", "outside the workspace"],
+        [path.join(outside, "secret.txt"), "absolute paths are refused"],
+        ["/etc/passwd", "absolute paths are refused"],
+        ["leak.txt", "resolves outside the workspace"],
+        ["leakdir/secret.txt", "resolves outside the workspace"],
+        ["", "path is empty"],
+        ["a\u0000b", "NUL"],
+      ]
+      for (const [input, expected] of refusals) {
+        const outcome = yield* call(tool, { path: input })
+        assert.include(failureOf(outcome), expected, input)
+        assert.notInclude(JSON.stringify(outcome), "secret\\n")
+      }
+      // Symlinks that stay inside are followed.
+      assert.strictEqual(textOf(yield* call(tool, { path: "alias.txt" })), "     1\tinside")
+      assert.strictEqual(textOf(yield* call(tool, { path: "relative-alias.txt" })), "     1\tinside")
+      assert.strictEqual(textOf(yield* call(tool, { path: "sub/../inside.txt" })), "     1\tinside")
+    }),
+  )
+
+  it.effect("rejects schema-invalid input before touching the disk", () =>
+    Effect.gen(function* () {
+      const { workspace } = yield* workspaceFixture
+      const tool = Builtins.readFile(workspace)
+      for (const input of [{}, { path: 1 }, { path: "a", offset: 0 }, { path: "a", limit: 1.5 }, { path: "a", extra: 1 }]) {
+        assert.strictEqual((yield* call(tool, input))._tag, "Invalid", JSON.stringify(input))
+      }
+    }),
+  )
+})
+
+describe("list_files", () => {
+  it.effect("lists a directory sorted by name with types and sizes, symlinks unfollowed", () =>
+    Effect.gen(function* () {
+      const { root, outside, workspace } = yield* workspaceFixture
+      fs.writeFileSync(path.join(root, "b.txt"), "12345")
+      fs.mkdirSync(path.join(root, "a-dir"))
+      fs.writeFileSync(path.join(root, "a-dir", "inner.txt"), "x")
+      fs.symlinkSync(outside, path.join(root, "c-link"))
+      const tool = Builtins.listFiles(workspace)
+      const listed = jsonOf(yield* call(tool, {})) as ReadonlyArray<{ name: string; type: string; size: number }>
+      assert.deepStrictEqual(
+        listed.map(({ name, type }) => [name, type]),
+        [
+          [".maka-workspace.json", "file"],
+          ["a-dir", "directory"],
+          ["b.txt", "file"],
+          ["c-link", "symlink"],
+        ],
+      )
+      assert.strictEqual(listed.find((entry) => entry.name === "b.txt")!.size, 5)
+      assert.deepStrictEqual(jsonOf(yield* call(tool, { path: "a-dir" })), [{ name: "inner.txt", type: "file", size: 1 }])
+      assert.include(failureOf(yield* call(tool, { path: "c-link" })), "resolves outside the workspace")
+      assert.include(failureOf(yield* call(tool, { path: ".." })), "outside the workspace")
+      assert.include(failureOf(yield* call(tool, { path: outside })), "absolute paths are refused")
+      assert.include(failureOf(yield* call(tool, { path: "b.txt" })), "is not a directory")
+    }),
+  )
+})
+
+describe("search_text", () => {
+  it.effect("finds a literal pattern in text files, skipping binaries, .git and symlinks out", () =>
+    Effect.gen(function* () {
+      const { root, outside, workspace } = yield* workspaceFixture
+      fs.mkdirSync(path.join(root, "src", "deep"), { recursive: true })
+      fs.mkdirSync(path.join(root, ".git"))
+      fs.writeFileSync(path.join(root, "src", "a.ts"), "const a = b.c(1)\nnothing here\nb.c(2)\n")
+      fs.writeFileSync(path.join(root, "src", "deep", "z.ts"), "b.c(3)")
+      fs.writeFileSync(path.join(root, "src", "bin.dat"), Buffer.concat([Buffer.from("b.c("), Buffer.from([0])]))
+      fs.writeFileSync(path.join(root, ".git", "config"), "b.c(")
+      fs.writeFileSync(path.join(outside, "secret.ts"), "b.c(secret)")
+      fs.symlinkSync(outside, path.join(root, "src", "link"))
+      const tool = Builtins.searchText(workspace)
+      assert.deepStrictEqual(jsonOf(yield* call(tool, { pattern: "b.c(" })), {
+        matches: [
+          { path: "src/a.ts", line: 1, text: "const a = b.c(1)" },
+          { path: "src/a.ts", line: 3, text: "b.c(2)" },
+          { path: "src/deep/z.ts", line: 1, text: "b.c(3)" },
+        ],
+        truncated: false,
+      })
+      assert.deepStrictEqual(jsonOf(yield* call(tool, { pattern: "b.c(", maxResults: 2, path: "src" })), {
+        matches: [
+          { path: "src/a.ts", line: 1, text: "const a = b.c(1)" },
+          { path: "src/a.ts", line: 3, text: "b.c(2)" },
+        ],
+        truncated: true,
+      })
+      assert.deepStrictEqual(jsonOf(yield* call(tool, { pattern: "b.c(", path: "src/deep/z.ts" })), {
+        matches: [{ path: "src/deep/z.ts", line: 1, text: "b.c(3)" }],
+        truncated: false,
+      })
+      assert.include(failureOf(yield* call(tool, { pattern: "b", path: "../outside" })), "outside the workspace")
+      assert.include(failureOf(yield* call(tool, { pattern: "b", path: "src/link" })), "resolves outside the workspace")
+      assert.strictEqual((yield* call(tool, { pattern: "" }))._tag, "Invalid")
+    }),
+  )
+})
+
+describe("write_file", () => {
+  it.effect("creates parent directories and overwrites", () =>
+    Effect.gen(function* () {
+      const { root, workspace } = yield* workspaceFixture
+      const tool = Builtins.writeFile(workspace)
+      assert.strictEqual(textOf(yield* call(tool, { path: "new/deep/file.txt", content: "héllo" })), "Wrote 6 bytes to new/deep/file.txt")
+      assert.strictEqual(fs.readFileSync(path.join(root, "new/deep/file.txt"), "utf8"), "héllo")
+      yield* call(tool, { path: "new/deep/file.txt", content: "bye" })
+      assert.strictEqual(fs.readFileSync(path.join(root, "new/deep/file.txt"), "utf8"), "bye")
+      fs.writeFileSync(path.join(root, "target.txt"), "old")
+      fs.symlinkSync("target.txt", path.join(root, "alias.txt"))
+      yield* call(tool, { path: "alias.txt", content: "through the link" })
+      assert.strictEqual(fs.readFileSync(path.join(root, "target.txt"), "utf8"), "through the link")
+    }),
+  )
+
+  it.effect("never writes the workspace marker, whatever path leads to it", () =>
+    Effect.gen(function* () {
+      const { root, workspace } = yield* workspaceFixture
+      const marker = path.join(root, ".maka-workspace.json")
+      const before = fs.readFileSync(marker, "utf8")
+      fs.symlinkSync(".maka-workspace.json", path.join(root, "marker-link"))
+      fs.linkSync(marker, path.join(root, "marker-hardlink"))
+      fs.mkdirSync(path.join(root, "sub"))
+      const tool = Builtins.writeFile(workspace)
+      for (const input of [".maka-workspace.json", "./sub/../.maka-workspace.json", "marker-link", "marker-hardlink"]) {
+        assert.include(failureOf(yield* call(tool, { path: input, content: "{}" })), "workspace marker", input)
+      }
+      assert.strictEqual(fs.readFileSync(marker, "utf8"), before)
+    }),
+  )
+
+  it.effect("refuses writes that escape the root and leaves the outside untouched", () =>
+    Effect.gen(function* () {
+      const { root, outside, workspace } = yield* workspaceFixture
+      fs.writeFileSync(path.join(outside, "victim.txt"), "intact")
+      fs.symlinkSync(path.join(outside, "victim.txt"), path.join(root, "victim-link"))
+      fs.symlinkSync(outside, path.join(root, "outdir"))
+      fs.symlinkSync(path.join(outside, "missing.txt"), path.join(root, "dangling"))
+      fs.mkdirSync(path.join(root, "dir"))
+      const tool = Builtins.writeFile(workspace)
+      const refusals: ReadonlyArray<readonly [string, string]> = [
+        ["../outside/victim.txt", "outside the workspace"],
+        [path.join(outside, "victim.txt"), "absolute paths are refused"],
+        ["victim-link", "resolves outside the workspace"],
+        ["outdir/victim.txt", "resolves outside the workspace"],
+        ["outdir/new/file.txt", "resolves outside the workspace"],
+        ["dangling", "symbolic link whose target does not exist"],
+        ["dir", "is a directory"],
+        [".", "is the workspace root"],
+      ]
+      for (const [input, expected] of refusals) {
+        assert.include(failureOf(yield* call(tool, { path: input, content: "pwned" })), expected, input)
+      }
+      assert.strictEqual(fs.readFileSync(path.join(outside, "victim.txt"), "utf8"), "intact")
+      assert.deepStrictEqual(fs.readdirSync(outside), ["victim.txt"])
+    }),
+  )
+})

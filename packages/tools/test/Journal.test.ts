@@ -1,0 +1,173 @@
+import { assert, describe, it } from "@effect/vitest"
+import { EventSink, type Identity, type ToolCall } from "@maka/facts"
+import { FactBuilders } from "@maka/testkit"
+import { Cancellation, Journal, Tool, ToolCatalog } from "@maka/tools"
+import { RecordingSink, TestIds } from "@maka/tools/testing"
+import { Cause, Context, Deferred, Effect, Exit, Fiber, Layer, Schema } from "effect"
+import { TestClock } from "effect/testing"
+import { Committed, journalSuite, kinds, setup, withSink } from "./journal-suite.ts"
+
+const recordingLayer = (): Layer.Layer<EventSink.EventSink | Committed> =>
+  Layer.effectContext(
+    Effect.map(RecordingSink.make(), (recording) =>
+      Context.make(EventSink.EventSink, recording.sink).pipe(Context.add(Committed, { events: recording.events })),
+    ),
+  )
+
+journalSuite("the in-memory recording sink", recordingLayer)
+
+const Input = Schema.Struct({ value: Schema.String })
+
+const single = (execute: (value: string, context: Tool.ToolContext) => Tool.Execution) =>
+  ToolCatalog.make([
+    Tool.make({ name: "probe", description: "A probe.", input: Input, semantics: "parallel", execute: ({ value }, context) => execute(value, context) }),
+  ]).capture()
+
+const runProbe = (execute: (value: string, context: Tool.ToolContext) => Tool.Execution) =>
+  Effect.gen(function* () {
+    const context = yield* setup([{ id: "call-1", name: "probe", input: { value: "x" } }])
+    const result = yield* withSink(context)(Journal.runStep(context.invocation, single(execute), context.requests))
+    return { result: result.calls[0]!, facts: yield* context.facts }
+  }).pipe(Effect.provide(recordingLayer()))
+
+const nested = (depth: number): Identity.Json => (depth === 0 ? "leaf" : [nested(depth - 1)])
+
+describe("Journal.invoke", () => {
+  it.effect("settles a Promise tool's result and a rejection with ToolFailure as a known failure", () =>
+    Effect.gen(function* () {
+      const resolved = yield* runProbe((value) => Promise.resolve(Tool.text(value.toUpperCase())))
+      assert.deepStrictEqual(kinds(resolved.facts), ["tool_dispatched", "tool_settled:succeeded"])
+      const rejected = yield* runProbe(() => Promise.reject(new Tool.ToolFailure({ message: "no such thing" })))
+      assert.deepStrictEqual(rejected.facts[1], {
+        kind: "tool_settled",
+        operationId: "invocation-1-step-1:call-1",
+        outcome: { kind: "failed", message: "no such thing" },
+      })
+      const thrown = yield* runProbe(() => {
+        throw new Tool.ToolFailure({ message: "thrown before any promise" })
+      })
+      assert.deepStrictEqual(kinds(thrown.facts), ["tool_dispatched", "tool_settled:failed"])
+    }),
+  )
+
+  it.effect("leaves ToolOutcomeUnknown, another error, or an invalid output unsettled", () =>
+    Effect.gen(function* () {
+      const unknown = yield* runProbe(() => Promise.reject(new Tool.ToolOutcomeUnknown({ message: "connection lost" })))
+      assert.deepStrictEqual(kinds(unknown.facts), ["tool_dispatched"])
+      assert.deepInclude(unknown.result, { _tag: "OutcomeUnknown", cause: "outcome_unknown", message: "connection lost" })
+      const other = yield* runProbe(() => Promise.reject(new RangeError("out of range")))
+      assert.deepStrictEqual(kinds(other.facts), ["tool_dispatched"])
+      assert.deepInclude(other.result, { _tag: "OutcomeUnknown", cause: "defect", message: "RangeError: out of range" })
+      const typed = yield* runProbe(() => Effect.fail("a plain error"))
+      assert.deepInclude(typed.result, { _tag: "OutcomeUnknown", cause: "defect" })
+      const invalid = yield* runProbe(() => Promise.resolve({ format: "text", value: 3 } as unknown as ToolCall.ToolOutput))
+      assert.deepStrictEqual(kinds(invalid.facts), ["tool_dispatched"])
+      assert.strictEqual(invalid.result._tag, "OutcomeUnknown")
+      if (invalid.result._tag === "OutcomeUnknown") assert.include(invalid.result.message, "invalid output")
+    }),
+  )
+
+  it.effect("settles an output too deep to record as a failure that says the tool completed", () =>
+    Effect.gen(function* () {
+      const { facts } = yield* runProbe(() => Effect.succeed(Tool.json(nested(70))))
+      const settled = facts[1]!
+      assert.strictEqual(settled.kind, "tool_settled")
+      if (settled.kind === "tool_settled" && settled.outcome.kind === "failed") {
+        assert.match(settled.outcome.message, /^The tool completed, but its result could not be recorded: /)
+      } else assert.fail("expected a failed settlement")
+    }),
+  )
+
+  it.effect("caps a huge failure message", () =>
+    Effect.gen(function* () {
+      const { facts } = yield* runProbe(() => Tool.fail("x".repeat(200_000)))
+      const settled = facts[1]!
+      if (settled.kind === "tool_settled" && settled.outcome.kind === "failed") {
+        assert.isAtMost(Buffer.byteLength(settled.outcome.message), 64 * 1024 + 64)
+        assert.match(settled.outcome.message, /\[truncated: \d+ more bytes\]$/)
+      } else assert.fail("expected a failed settlement")
+    }),
+  )
+
+  it.effect("takes event ids from Ids and times from the Clock", () =>
+    Effect.gen(function* () {
+      yield* TestClock.setTime(1_767_225_600_123)
+      const recording = yield* RecordingSink.make()
+      const request = Journal.standaloneCall({ operationId: "op-1", toolCallId: "host-1", name: "probe", input: { value: "v" } })
+      const preparation = yield* Journal.prepare(single((value) => Effect.succeed(Tool.text(value))), request)
+      if (preparation._tag !== "Prepared") return assert.fail("expected a prepared call")
+      const result = yield* Journal.invoke(FactBuilders.invocation(), preparation).pipe(
+        Effect.provideService(EventSink.EventSink, recording.sink),
+        Effect.provide(TestIds.layer(7)),
+      )
+      assert.strictEqual(result._tag, "Settled")
+      const events = yield* recording.events
+      assert.deepStrictEqual(
+        events.map((event) => [event.id, event.recordedAt]),
+        [
+          [TestIds.id(7), 1_767_225_600_123],
+          [TestIds.id(8), 1_767_225_600_123],
+        ],
+      )
+      const records = yield* recording.records
+      assert.strictEqual(records[1]!.write.rawPayload, '{"format":"text","value":"v"}')
+    }),
+  )
+
+  it.effect("treats interruption of the caller as cancellation: the effect finishes and settles", () =>
+    Effect.gen(function* () {
+      const running = yield* Deferred.make<AbortSignal>()
+      const release = yield* Deferred.make<void>()
+      const context = yield* setup([
+        { id: "call-1", name: "probe", input: { value: "x" } },
+        { id: "call-2", name: "probe", input: { value: "y" } },
+      ])
+      const captured = single((_value, { signal }) =>
+        Effect.gen(function* () {
+          yield* Deferred.succeed(running, signal)
+          yield* Deferred.await(release)
+          return Tool.text(`aborted: ${signal.aborted}`)
+        }),
+      )
+      const fiber = yield* Effect.forkChild(withSink(context)(Journal.runStep(context.invocation, captured, context.requests)))
+      const signal = yield* Deferred.await(running)
+      const interrupting = yield* Effect.forkChild(Fiber.interrupt(fiber))
+      // The interruption reaches the running effect as an aborted signal; the effect still finishes.
+      yield* Cancellation.fromSignal(signal).requested
+      yield* Deferred.succeed(release, undefined)
+      yield* Fiber.join(interrupting)
+      const exit = yield* Fiber.await(fiber)
+      assert.isTrue(Exit.isFailure(exit) && Cause.hasInterruptsOnly(exit.cause))
+      const facts = yield* context.facts
+      assert.deepStrictEqual(kinds(facts), ["tool_dispatched", "tool_settled:succeeded", "tool_rejected:cancelled"])
+      const settled = facts[1]!
+      if (settled.kind === "tool_settled" && settled.outcome.kind === "succeeded") {
+        assert.deepStrictEqual(settled.outcome.projection, { kind: "text", text: "aborted: true" })
+      }
+    }).pipe(Effect.provide(recordingLayer())),
+  )
+})
+
+describe("Journal.reject", () => {
+  it.effect("commits tool_rejected and returns the text the model reads", () =>
+    Effect.gen(function* () {
+      const context = yield* setup([{ id: "call-1", name: "probe", input: { value: "x" } }])
+      const rejected = yield* withSink(context)(
+        Journal.reject(context.invocation, context.requests[0]!, { kind: "preparation_failed", message: "output was cut" }),
+      )
+      assert.strictEqual(rejected.text, "output was cut")
+      assert.deepStrictEqual(kinds(yield* context.facts), ["tool_rejected:preparation_failed"])
+    }).pipe(Effect.provide(recordingLayer())),
+  )
+
+  it.effect("fails with CommitFailed when the rejection cannot be committed", () =>
+    Effect.gen(function* () {
+      const context = yield* setup([{ id: "call-1", name: "probe", input: { value: "x" } }], [{ commit: 1, kind: "rejected" }])
+      const error = yield* Effect.flip(
+        withSink(context)(Journal.reject(context.invocation, context.requests[0]!, { kind: "cancelled" })),
+      )
+      assert.strictEqual(error.reason._tag, "CommitFailed")
+      assert.isFalse(error.isRetryable)
+    }).pipe(Effect.provide(recordingLayer())),
+  )
+})

@@ -1,0 +1,66 @@
+import { assert, describe, it } from "@effect/vitest"
+import { Digest } from "@maka/facts"
+import { Tool, ToolCatalog, ToolError } from "@maka/tools"
+import { Effect, Schema } from "effect"
+
+const tool = (name: string, semantics: Tool.Semantics = "parallel", description = `The ${name} tool.`) =>
+  Tool.make({
+    name,
+    description,
+    input: Schema.Struct({ value: Schema.String }),
+    semantics,
+    execute: () => Effect.succeed(Tool.text(name)),
+  })
+
+describe("ToolCatalog", () => {
+  it("has a digest over the sorted definitions and semantics, independent of the order given", () => {
+    const catalog = ToolCatalog.make([tool("b"), tool("a", "finish_turn")])
+    assert.deepStrictEqual(catalog.names, ["a", "b"])
+    assert.strictEqual(catalog.digest, ToolCatalog.make([tool("a", "finish_turn"), tool("b")]).digest)
+    assert.strictEqual(
+      catalog.digest,
+      Digest.toolCatalog(
+        catalog.tools.map((item) => ({
+          name: item.name,
+          description: item.description,
+          inputSchema: item.inputSchema,
+          semantics: item.semantics,
+        })),
+      ),
+    )
+    assert.notStrictEqual(catalog.digest, ToolCatalog.make([tool("b"), tool("a")]).digest)
+    assert.notStrictEqual(catalog.digest, ToolCatalog.make([tool("b"), tool("a", "finish_turn", "other")]).digest)
+    assert.match(ToolCatalog.empty.digest, Digest.DIGEST_PATTERN)
+  })
+
+  it("refuses two tools with one name", () => {
+    assert.throws(() => ToolCatalog.make([tool("a"), tool("a")]), ToolError.ToolError)
+    assert.throws(() => ToolCatalog.extend(ToolCatalog.make([tool("a")]), [tool("a")]), ToolError.ToolError)
+  })
+
+  it("is immutable and captures frozen definitions and handlers for a step", () => {
+    const catalog = ToolCatalog.make([tool("a")])
+    const captured = catalog.capture()
+    assert.isTrue(Object.isFrozen(catalog) && Object.isFrozen(captured) && Object.isFrozen(captured.definitions))
+    assert.strictEqual(captured.digest, catalog.digest)
+    assert.deepStrictEqual(captured.definitions.map((definition) => definition.name), ["a"])
+    const extended = ToolCatalog.extend(catalog, [tool("b")])
+    assert.deepStrictEqual(captured.names, ["a"])
+    assert.deepStrictEqual(extended.names, ["a", "b"])
+    assert.isUndefined(captured.get("b"))
+  })
+
+  it("admits parallel calls together and an exclusive or finish-turn call only alone, first", () => {
+    const captured = ToolCatalog.make([tool("p"), tool("q"), tool("x", "exclusive_step"), tool("f", "finish_turn")]).capture()
+    const admit = (names: ReadonlyArray<string>) => ToolCatalog.admit(captured, names)
+    assert.deepStrictEqual(admit(["p", "q", "p"]), ["admitted", "admitted", "admitted"])
+    assert.deepStrictEqual(admit(["x", "p"]), ["admitted", "exclusive_conflict"])
+    assert.deepStrictEqual(admit(["p", "x", "q"]), ["admitted", "exclusive_conflict", "admitted"])
+    assert.deepStrictEqual(admit(["f", "x"]), ["admitted", "exclusive_conflict"])
+    assert.deepStrictEqual(admit(["x"]), ["admitted"])
+    // An unknown name leaves the step as it was (it is rejected `unavailable` later) …
+    assert.deepStrictEqual(admit(["missing", "x"]), ["admitted", "admitted"])
+    // … unless the step is already exclusive.
+    assert.deepStrictEqual(admit(["x", "missing"]), ["admitted", "exclusive_conflict"])
+  })
+})

@@ -1,0 +1,88 @@
+import * as fs from "node:fs"
+import * as path from "node:path"
+import { assert, describe, it } from "@effect/vitest"
+import { Configuration } from "@maka/facts"
+import { Ids, Workspace } from "@maka/tools"
+import { TestIds } from "@maka/tools/testing"
+import { Effect, Schema } from "effect"
+import { tempDirectory } from "./fixtures.ts"
+
+const open = (root: string) => Effect.provide(Workspace.open(root), Ids.layer)
+
+const reasonOf = (root: string) =>
+  Effect.map(Effect.flip(open(root)), (error) => {
+    assert.strictEqual(error.reason._tag, "WorkspaceInvalid")
+    return error.message
+  })
+
+describe("Workspace.open", () => {
+  it.effect("creates the marker with a fresh UUIDv4 and derives the identity from it", () =>
+    Effect.gen(function* () {
+      const root = yield* tempDirectory
+      const workspace = yield* open(root)
+      assert.strictEqual(workspace.root, root)
+      assert.match(workspace.uuid, /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/)
+      assert.strictEqual(workspace.identity, `workspace:v1:${workspace.uuid}`)
+      assert.isTrue(Schema.is(Configuration.WorkspaceIdentity)(workspace.identity))
+      const marker = fs.readFileSync(path.join(root, ".maka-workspace.json"), "utf8")
+      assert.deepStrictEqual(JSON.parse(marker), { uuid: workspace.uuid })
+      assert.deepStrictEqual(
+        fs.readdirSync(root),
+        [".maka-workspace.json"],
+        "no temporary file is left behind",
+      )
+      // Opening again reads the same identity.
+      assert.deepStrictEqual(yield* open(root), workspace)
+    }),
+  )
+
+  it.effect("takes the UUID from Ids and keeps an existing marker's exact spelling", () =>
+    Effect.gen(function* () {
+      const root = yield* tempDirectory
+      const created = yield* Effect.provide(Workspace.open(root), TestIds.layer(5))
+      assert.strictEqual(created.uuid, TestIds.id(5))
+      const other = yield* tempDirectory
+      const uuid = "6BA7B810-9DAD-11D1-80B4-00C04FD430C8"
+      fs.writeFileSync(path.join(other, ".maka-workspace.json"), JSON.stringify({ uuid }))
+      const workspace = yield* open(other)
+      assert.strictEqual(workspace.identity, `workspace:v1:${uuid}`)
+    }),
+  )
+
+  it.effect("canonicalises the root through symlinks and relative paths", () =>
+    Effect.gen(function* () {
+      const base = yield* tempDirectory
+      fs.mkdirSync(path.join(base, "real"))
+      fs.symlinkSync(path.join(base, "real"), path.join(base, "link"))
+      const workspace = yield* open(path.join(base, "link", "..", "link"))
+      assert.strictEqual(workspace.root, path.join(base, "real"))
+      const relative = path.relative(process.cwd(), path.join(base, "real"))
+      assert.strictEqual((yield* open(relative)).root, path.join(base, "real"))
+    }),
+  )
+
+  it.effect("refuses a missing root, a file as root, and corrupt markers with clear errors", () =>
+    Effect.gen(function* () {
+      const base = yield* tempDirectory
+      assert.include(yield* reasonOf(path.join(base, "missing")), "no such file or directory")
+      fs.writeFileSync(path.join(base, "file"), "x")
+      assert.include(yield* reasonOf(path.join(base, "file")), "workspace root is not a directory")
+      const cases: ReadonlyArray<readonly [string, string]> = [
+        ["not json", "not valid JSON"],
+        [JSON.stringify({ uuid: "not-a-uuid" }), "must be exactly"],
+        [JSON.stringify({ uuid: "6ba7b810-9dad-11d1-80b4-00c04fd430c8", extra: 1 }), "must be exactly"],
+        [JSON.stringify(["6ba7b810-9dad-11d1-80b4-00c04fd430c8"]), "must be exactly"],
+      ]
+      for (const [index, [text, expected]] of cases.entries()) {
+        const root = path.join(base, `corrupt-${index}`)
+        fs.mkdirSync(root)
+        fs.writeFileSync(path.join(root, ".maka-workspace.json"), text)
+        assert.include(yield* reasonOf(root), expected)
+        assert.strictEqual(fs.readFileSync(path.join(root, ".maka-workspace.json"), "utf8"), text, "left unchanged")
+      }
+      const directoryMarker = path.join(base, "directory-marker")
+      fs.mkdirSync(path.join(directoryMarker, ".maka-workspace.json"), { recursive: true })
+      assert.include(yield* reasonOf(directoryMarker), "not a regular file")
+    }),
+  )
+})
