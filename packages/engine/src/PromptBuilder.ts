@@ -1,0 +1,164 @@
+/**
+ * Prompt building (SEMANTICS.md §5.5): the main and summary prompts over a `ModelContextSource`, the
+ * main output limit and the automatic-compaction trigger (§5.12), and the request's `inputDigest`.
+ * Everything here is a pure function of facts; the caller applies the route projection
+ * (`projectPrompt` of `@maka/model`) before digesting or sending a prompt.
+ */
+import { Digest, Limits, Prompts, type ModelContext, type Prompt } from "@maka/facts"
+import type { EventLog } from "@maka/event-log"
+import { projectHistory, type ProjectedHistory } from "./internal/prompt-history.ts"
+
+export type { ProjectedHistory } from "./internal/prompt-history.ts"
+
+export interface MainPromptInput {
+  /** `configuration.systemPrompt.text` of the current opening. */
+  readonly systemPrompt?: string | undefined
+  /** The prior-unknown notice (§5.8); when absent and `priorUnknown` is set, it is built from the source. */
+  readonly notice?: string | undefined
+  readonly priorUnknown?: boolean | undefined
+  readonly source: EventLog.ModelContextSource
+}
+
+export interface SummaryPromptInput {
+  readonly source: EventLog.ModelContextSource
+}
+
+/** The anchor is re-sent only under a `mid_turn` baseline. */
+const anchorOf = (source: EventLog.ModelContextSource) =>
+  source.baseline?.checkpoint.mode.kind === "mid_turn" ? source.anchor : undefined
+
+/** The projected history of a source: anchor (mid-turn only) then tail, and its unresolved calls. */
+export const projectSource = (source: EventLog.ModelContextSource): ProjectedHistory =>
+  projectHistory(anchorOf(source), source.tail)
+
+/**
+ * Local calls of the source that have no result: no settlement, no rejection, and no dispatch in an
+ * invocation sealed `outcome_unknown`. The prompt omits a result for them rather than inventing one;
+ * the safety gate guarantees none in sealed prior invocations, so a non-empty list means the current
+ * invocation is not at a settled boundary.
+ */
+export const unresolvedOperations = (source: EventLog.ModelContextSource): ReadonlyArray<string> =>
+  projectSource(source).unresolvedOperations
+
+/**
+ * The prior-unknown notice of a source read under the manual-message policy, or `undefined` when it
+ * lists no operation (§5.4 step 9: the caller then fails `ReconciliationRequired`).
+ */
+export const priorUnknownNotice = (source: EventLog.ModelContextSource): string | undefined =>
+  source.unknownOperations.length === 0 ? undefined : Prompts.priorUnknownNotice(source.unknownOperations)
+
+/**
+ * The main prompt: the system message (system prompt, then the notice after a blank line), the
+ * baseline summary as `Continuation summary:`, the anchor of a mid-turn baseline, then the tail.
+ */
+export const buildMainPrompt = (input: MainPromptInput): Prompt.Prompt => {
+  const notice = input.notice ?? (input.priorUnknown === true ? priorUnknownNotice(input.source) : undefined)
+  const system = Prompts.systemMessageWithNotice(input.systemPrompt, notice)
+  const baseline = input.source.baseline
+  return [
+    ...(system === undefined ? [] : [{ role: "system" as const, content: system }]),
+    ...(baseline === undefined
+      ? []
+      : [{ role: "user" as const, content: Prompts.continuationSummaryMessage(baseline.checkpoint.summary.text) }]),
+    ...projectSource(input.source).messages,
+  ]
+}
+
+/**
+ * The summary prompt without its instruction: no system message; the baseline as `Previous
+ * continuation summary:`, then anchor and tail. The caller appends `Prompts.compactionAttemptMessage`.
+ */
+export const buildSummaryPrompt = (input: SummaryPromptInput): Prompt.Prompt => {
+  const baseline = input.source.baseline
+  return [
+    ...(baseline === undefined
+      ? []
+      : [{ role: "user" as const, content: Prompts.previousContinuationSummaryMessage(baseline.checkpoint.summary.text) }]),
+    ...projectSource(input.source).messages,
+  ]
+}
+
+/** What decides whether the latest main completion describes the request about to be sent. */
+export interface RouteMatch {
+  readonly latestMain: EventLog.LatestMainContext
+  readonly routeIdentity: string
+  /** The current opening's `configuration.model.connectionId`, if it has a binding. */
+  readonly connectionId?: string | undefined
+  readonly modelId: string
+  /** The current baseline's checkpoint event id, if any. */
+  readonly baselineId?: string | undefined
+}
+
+type SelectedMain = Extract<EventLog.LatestMainContext, { readonly kind: "selected" }>
+
+/**
+ * The latest main completion when it was produced on the same connection, model and route, its
+ * projection is still current and it used the current baseline (§5.12 "Due"); otherwise `undefined`.
+ * An absent connection id or baseline matches only an absent one.
+ */
+const matchingLatestMain = (match: RouteMatch): SelectedMain | undefined => {
+  const latest = match.latestMain
+  if (latest.kind !== "selected") return undefined
+  if (
+    latest.connectionId !== match.connectionId ||
+    latest.modelId !== match.modelId ||
+    latest.routeIdentity !== match.routeIdentity ||
+    !latest.projectionCurrent ||
+    latest.checkpointEventId !== match.baselineId
+  ) {
+    return undefined
+  }
+  return latest
+}
+
+export interface CompactionDueInput extends RouteMatch {
+  readonly context?: ModelContext.ModelRequestContext | undefined
+}
+
+/**
+ * §5.12 "Due": `declaredWindow` is set, the latest main matches, its input is known and positive, and
+ * input (or input plus a known output) reaches the declared window.
+ */
+export const compactionDue = (input: CompactionDueInput): boolean => {
+  const window = input.context?.declaredWindow
+  if (window === undefined) return false
+  const latest = matchingLatestMain(input)
+  const inputTokens = latest?.usage.inputTokens
+  if (latest === undefined || inputTokens === undefined || inputTokens <= 0) return false
+  const outputTokens = latest.usage.outputTokens
+  return inputTokens >= window || (outputTokens !== undefined && inputTokens + outputTokens >= window)
+}
+
+export interface OutputLimitInput extends RouteMatch {
+  readonly mainOutputLimit?: number | undefined
+  readonly context?: ModelContext.ModelRequestContext | undefined
+  /** The Anthropic thinking budget in the provider options; 0 otherwise. */
+  readonly thinkingBudget?: number | undefined
+}
+
+/**
+ * §5.12 "Output limit": `mainOutputLimit ?? 8,000`, capped by what the model's context window leaves
+ * after the retained usage of a matching latest main, the 8,000-token reserve and the thinking budget;
+ * never above the limit and never below `min(limit, 8,000)`. Only `modelContextWindow` caps output.
+ */
+export const outputLimit = (input: OutputLimitInput): number => {
+  const limit = input.mainOutputLimit ?? Limits.DEFAULT_OUTPUT_LIMIT
+  const window = input.context?.modelContextWindow
+  if (window === undefined) return limit
+  const usage = matchingLatestMain(input)?.usage
+  if (usage?.inputTokens === undefined) return limit
+  const retained = usage.inputTokens + (usage.outputTokens ?? 0)
+  const available = window - retained - Limits.OUTPUT_RESERVE - (input.thinkingBudget ?? 0)
+  return Math.max(Math.min(available, limit), Math.min(limit, Limits.DEFAULT_OUTPUT_LIMIT))
+}
+
+/**
+ * `inputDigest` of one request (§5.5) over the route-projected prompt, i.e. exactly what the adapter
+ * encodes: `Digest.modelInput` of `{projection: "maka.model-history.v1", prompt, tools, providerOptions, maxOutputTokens}`.
+ */
+export const inputDigest = (
+  projectedPrompt: Prompt.Prompt,
+  tools: ReadonlyArray<Prompt.ToolDefinition>,
+  providerOptions: Prompt.ModelRequest["providerOptions"],
+  maxOutputTokens: number,
+): string => Digest.modelInput({ prompt: projectedPrompt, tools, providerOptions, maxOutputTokens })

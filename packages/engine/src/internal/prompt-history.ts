@@ -1,0 +1,189 @@
+/**
+ * The history projection of SEMANTICS.md §5.5: the anchor and tail of a `ModelContextSource` as
+ * prompt messages. Openings and steering become user messages, each main completion an assistant
+ * message followed by one tool message with the results of its local calls in call order; requests,
+ * observations, interruptions and dispatches contribute nothing by themselves.
+ */
+import { Canonical, Model, Prompts, ToolCall, type Event, type Prompt } from "@maka/facts"
+import type { EventLog } from "@maka/event-log"
+
+type TailItem = EventLog.TailItem
+
+/** What the anchor and tail project to, plus the local calls that have no result yet. */
+export interface ProjectedHistory {
+  readonly messages: ReadonlyArray<Prompt.PromptMessage>
+  /** Operation ids of local calls with no settlement, rejection or known-unknown dispatch, in prompt order. */
+  readonly unresolvedOperations: ReadonlyArray<string>
+}
+
+/** The results of the history, keyed by operation id, and what is needed to read them. */
+interface ResultIndex {
+  /** Settled and archived outputs; a settlement always wins over anything else for its call. */
+  readonly settled: Map<string, Prompt.ToolResultOutput>
+  readonly rejected: Map<string, Prompt.ToolResultOutput>
+  /** Dispatched operations and the invocation that dispatched them. */
+  readonly dispatched: Map<string, string>
+  /** Invocations sealed `failed {outcome_unknown}`. */
+  readonly outcomeUnknown: Set<string>
+  /** Steps requested with purpose `summary`; the store leaves them out already, this is a second guard. */
+  readonly summarySteps: Set<string>
+}
+
+/** The model-visible output of a settled outcome. */
+export const settledOutput = (outcome: ToolCall.ToolOutcome): Prompt.ToolResultOutput => {
+  if (outcome.kind === "failed") return { type: "error-text", value: outcome.message }
+  const projection = outcome.projection
+  switch (projection.kind) {
+    case "text":
+      return { type: "text", value: projection.text }
+    case "json":
+      return { type: "json", value: projection.value }
+    case "failure":
+      return { type: "error-text", value: Prompts.PROJECTION_FAILURE_TEXT }
+  }
+}
+
+/** The model-visible output of an archived replacement: its model value, or that value's JSON as an error. */
+const archivedOutput = (item: Extract<TailItem, { readonly kind: "archived" }>): Prompt.ToolResultOutput =>
+  item.isError
+    ? { type: "error-text", value: Canonical.stringify(item.replacement) }
+    : { type: "json", value: item.replacement }
+
+/** The operation id a rejection or dispatch names: its provider call identity, or none for standalone calls. */
+const providerOperation = (call: ToolCall.ToolCallIdentity): string | undefined =>
+  call.origin.kind === "provider" ? ToolCall.providerOperationId(call.origin.stepId, call.toolCallId) : undefined
+
+const indexResults = (items: ReadonlyArray<TailItem>): ResultIndex => {
+  const index: ResultIndex = {
+    settled: new Map(),
+    rejected: new Map(),
+    dispatched: new Map(),
+    outcomeUnknown: new Set(),
+    summarySteps: new Set(),
+  }
+  for (const item of items) {
+    if (item.kind === "archived") {
+      index.settled.set(item.operationId, archivedOutput(item))
+      continue
+    }
+    const event = item.stored.event
+    const fact = event.fact
+    switch (fact.kind) {
+      case "tool_settled":
+        index.settled.set(fact.operationId, settledOutput(fact.outcome))
+        break
+      case "tool_rejected": {
+        const operationId = providerOperation(fact.call)
+        if (operationId !== undefined) {
+          index.rejected.set(operationId, { type: "error-text", value: ToolCall.rejectionText(fact.reason) })
+        }
+        break
+      }
+      case "tool_dispatched": {
+        const operationId = providerOperation(fact.call)
+        if (operationId !== undefined) index.dispatched.set(operationId, event.invocation.invocationId)
+        break
+      }
+      case "invocation_ended":
+        if (fact.outcome.kind === "failed" && fact.outcome.class === "outcome_unknown") {
+          index.outcomeUnknown.add(event.invocation.invocationId)
+        }
+        break
+      case "model_requested":
+        if (fact.purpose === "summary") index.summarySteps.add(fact.stepId)
+        break
+      default:
+        break
+    }
+  }
+  return index
+}
+
+/** The output of one local call, or `undefined` when the history holds none (never invented). */
+const resolve = (index: ResultIndex, operationId: string): Prompt.ToolResultOutput | undefined => {
+  const settled = index.settled.get(operationId)
+  if (settled !== undefined) return settled
+  const rejected = index.rejected.get(operationId)
+  if (rejected !== undefined) return rejected
+  const dispatcher = index.dispatched.get(operationId)
+  if (dispatcher !== undefined && index.outcomeUnknown.has(dispatcher)) {
+    return { type: "error-text", value: Prompts.OUTCOME_UNKNOWN_TOOL_TEXT }
+  }
+  return undefined
+}
+
+const hasOptions = (options: Prompt.AssistantThinking["providerOptions"]): options is NonNullable<typeof options> =>
+  options !== undefined && Object.keys(options).length > 0
+
+/**
+ * The assistant message of a completion: text and thinking in order, then the tool calls; `undefined`
+ * when nothing remains. Empty texts are dropped, except thinking that carries provider options (a
+ * redacted or signature-only block), which the producing route must get back.
+ */
+export const assistantMessage = (step: Model.ModelStep): Prompt.AssistantMessage | undefined => {
+  const parts: Array<Prompt.AssistantPart> = []
+  for (const part of step.parts) {
+    if (part.kind !== "text") continue
+    if (part.textKind === "text") {
+      if (part.text !== "") parts.push({ kind: "text", text: part.text })
+    } else if (part.text !== "" || hasOptions(part.providerOptions)) {
+      parts.push({
+        kind: "thinking",
+        text: part.text,
+        ...(hasOptions(part.providerOptions) ? { providerOptions: part.providerOptions } : {}),
+      })
+    }
+  }
+  for (const part of step.parts) {
+    if (part.kind !== "tool_call") continue
+    parts.push({
+      kind: "tool_call",
+      toolCallId: part.id,
+      toolName: part.name,
+      input: part.input,
+      providerExecuted: part.providerExecuted,
+    })
+  }
+  return parts.length === 0 ? undefined : { role: "assistant", parts }
+}
+
+/** Projects the anchor (when given) and the tail, in order. */
+export const projectHistory = (
+  anchor: Event.StoredEvent | undefined,
+  tail: ReadonlyArray<TailItem>,
+): ProjectedHistory => {
+  const items: ReadonlyArray<TailItem> = anchor === undefined ? tail : [{ kind: "canonical", stored: anchor }, ...tail]
+  const index = indexResults(items)
+  const messages: Array<Prompt.PromptMessage> = []
+  const unresolvedOperations: Array<string> = []
+  for (const item of items) {
+    if (item.kind === "archived") continue
+    const fact = item.stored.event.fact
+    switch (fact.kind) {
+      case "invocation_opened":
+        if (fact.input.kind === "message") messages.push({ role: "user", content: fact.input.content.text })
+        break
+      case "message_steered":
+        messages.push({ role: "user", content: Prompts.steeringMessage(fact.message.content.text) })
+        break
+      case "model_completed": {
+        if (index.summarySteps.has(fact.stepId)) break
+        const assistant = assistantMessage(fact.output)
+        if (assistant === undefined) break
+        messages.push(assistant)
+        const results: Array<Prompt.ToolResult> = []
+        for (const call of Model.localToolCalls(fact.output)) {
+          const operationId = ToolCall.providerOperationId(fact.stepId, call.id)
+          const output = resolve(index, operationId)
+          if (output === undefined) unresolvedOperations.push(operationId)
+          else results.push({ toolCallId: call.id, toolName: call.name, output })
+        }
+        if (results.length > 0) messages.push({ role: "tool", results })
+        break
+      }
+      default:
+        break
+    }
+  }
+  return { messages, unresolvedOperations }
+}
