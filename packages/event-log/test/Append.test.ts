@@ -320,6 +320,44 @@ for (const dialect of dialects()) {
         }),
       ))
 
+    it("admits a continuation only on the exact sealed prefix of its source, once per boundary", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = History.smallRun()
+          yield* appendAll(log, history.writes)
+          const source = (yield* log.runPrefix("session-1", "run-1"))!
+          const configuration = history.events[0]!.event.fact
+          if (configuration.kind !== "invocation_opened") throw new Error("expected an opening")
+          const rootBase = { highWater: 0, digest: emptyRootDigest() }
+          const continuation = (index: number, claimId: string, digest = source.digest, base = rootBase) =>
+            write(
+              { sessionId: "session-1", turnId: `turn-c${index}`, runId: `run-c${index}`, invocationId: `invocation-c${index}` },
+              {
+                kind: "invocation_opened",
+                configuration: configuration.configuration,
+                input: {
+                  kind: "continuation",
+                  requestFingerprint: FactBuilders.digestOf(`fingerprint-${index}`),
+                  claim: {
+                    id: claimId,
+                    source: { invocation: source.invocation, highWater: source.highWater, digest },
+                    base,
+                    replay: { version: 1, digest: FactBuilders.digestOf("replay"), routeIdentity: FactBuilders.digestOf("route") },
+                  },
+                },
+              },
+            )
+          yield* expectRefused(log, "session-1", log.append(continuation(1, "claim-1", FactBuilders.digestOf("other"))), "InvalidTransition", "exact prefix")
+          const badBase = continuation(1, "claim-1", source.digest, { highWater: 0, digest: FactBuilders.digestOf("base") })
+          yield* expectRefused(log, "session-1", log.append(badBase), "InvalidTransition", "base")
+          const accepted = continuation(1, "claim-1")
+          yield* log.append(accepted)
+          yield* log.append(write(accepted.event.invocation, { kind: "invocation_ended", outcome: { kind: "failed", class: "runtime_internal" } }))
+          expect((yield* log.continuationForSource({ invocation: source.invocation, highWater: source.highWater, digest: source.digest }))?.event.id).toBe(accepted.event.id)
+          yield* expectRefused(log, "session-1", log.append(continuation(2, "claim-2")), "InvalidTransition", "already claimed")
+        }),
+      ))
+
     it("reserves a session for its sealed handoff successor", () =>
       withLog(dialect, (log) =>
         Effect.gen(function* () {

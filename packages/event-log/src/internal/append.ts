@@ -38,8 +38,8 @@ const invocationState = async (context: Context, invocationId: string): Promise<
 const requireOpening = async (context: Context, event: Event.RuntimeEvent): Promise<Rows.Row> => {
   const opening = await Rows.byInvocationKind(context.tx, event.invocation.invocationId, "invocation_opened")
   if (opening === undefined) throw invalid("the invocation has no opening")
-  const stored = Rows.decode(opening)
-  if (!Identity.sameInvocation(stored.invocation, event.invocation)) {
+  const invocation = event.invocation
+  if (opening.sessionId !== invocation.sessionId || opening.turnId !== invocation.turnId || opening.runId !== invocation.runId) {
     throw invalid("the invocation differs from its opening")
   }
   return opening
@@ -129,10 +129,25 @@ const validateRequested = async (context: Context, event: Event.RuntimeEvent, fa
   if (openingFact.kind !== "invocation_opened" || !Input.allowsPurpose(openingFact.input, fact.purpose)) {
     throw invalid(`the opening does not allow ${fact.purpose} requests`)
   }
-  const state = await invocationState(context, event.invocation.invocationId)
-  if (InvocationState.unresolvedRequests(state, fact.purpose).length > 0) {
-    throw invalid(`a ${fact.purpose} request is already unresolved`)
-  }
+  // Canonical JSON escapes quotes inside strings, so this pattern can only match the purpose field.
+  const unresolved = await context.tx
+    .selectFrom("event_log as request")
+    .select("request.sequence")
+    .where("request.invocation_id", "=", event.invocation.invocationId)
+    .where("request.kind", "=", "model_requested")
+    .where("request.event_json", "like", `%"purpose":"${fact.purpose}"%`)
+    .where(({ not, exists, selectFrom }) =>
+      not(
+        exists(
+          selectFrom("event_log as end")
+            .select("end.sequence")
+            .whereRef("end.operation_id", "=", "request.operation_id")
+            .where("end.kind", "in", ["model_completed", "model_interrupted"]),
+        ),
+      ),
+    )
+    .executeTakeFirst()
+  if (unresolved !== undefined) throw invalid(`a ${fact.purpose} request is already unresolved`)
 }
 
 const validateSteered = async (context: Context, event: Event.RuntimeEvent, fact: Fact.MessageSteered) => {
