@@ -1,5 +1,8 @@
 /**
- * @maka/engine public entry. The package is laid out by the monorepo foundation and filled by
- * its own issue; see DESIGN.md §2 for what it owns.
+ * @maka/engine: the maka agent engine. Admission, the step loop, retries, cancellation, recovery and
+ * the prompt built from facts; the Promise facade for callers who do not use Effect.
  */
-export {}
+export * as Engine from "./Engine.ts"
+export * as EngineError from "./EngineError.ts"
+export * as PromptBuilder from "./PromptBuilder.ts"
+export * as Recovery from "./Recovery.ts"

@@ -1,0 +1,249 @@
+/**
+ * The `Engine` service (DESIGN.md §8, SEMANTICS.md §5.1–§5.2): admission that returns only after the
+ * opening is durable, one live run per session, the runner in the engine's scope, live `events()`,
+ * steering, cancellation that drains, and recovery. Time, randomness and ids come from services.
+ */
+import {
+  Codec,
+  Configuration,
+  Digest,
+  Identity,
+  Input,
+  Limits,
+  ModelContext,
+  type Event,
+  type Outcome,
+} from "@maka/facts"
+import { EventLog } from "@maka/event-log"
+import type { LanguageModel } from "@maka/model"
+import { Cancellation, Ids, type ToolCatalog } from "@maka/tools"
+import { Context, Deferred, Effect, Exit, Fiber, Layer, Ref, Result, Schema, Scope, Stream, SubscriptionRef } from "effect"
+import * as EngineError from "./EngineError.ts"
+import { defaults, type EngineOptions } from "./internal/options.ts"
+import type { Run } from "./internal/run-context.ts"
+import { runMessage } from "./internal/runner.ts"
+import * as Recovery from "./Recovery.ts"
+
+export { defaults, type EngineOptions }
+
+export interface StartInput {
+  readonly invocation: Identity.Invocation
+  /** The bound model; its `model` must equal `configuration.model.model`. */
+  readonly model: LanguageModel.LanguageModelShape
+  readonly configuration: Configuration.InvocationConfiguration
+  readonly message: Input.MessageInput
+  readonly tools: ToolCatalog.ToolCatalog
+  readonly maxSteps?: number
+  readonly allowPriorUnknown?: boolean
+  readonly providerOptions?: Identity.JsonObject
+  readonly context?: ModelContext.ModelRequestContext
+  readonly mainOutputLimit?: number
+  readonly requestFingerprint?: string
+}
+
+export interface RunResult {
+  readonly invocation: Identity.Invocation
+  readonly outcome: Outcome.InvocationOutcome
+}
+
+export interface RunningInvocation {
+  readonly invocation: Identity.Invocation
+  readonly toolNames: ReadonlyArray<string>
+  /** Every committed event of this invocation from its opening, live, ending after the terminal. */
+  readonly events: Stream.Stream<Event.StoredEvent>
+  /** Queues a user message for the next step boundary. */
+  readonly steer: (text: string) => Effect.Effect<void, EngineError.EngineError>
+  /** Requests cancellation: dispatched effects finish, the run seals `cancelled`. */
+  readonly cancel: Effect.Effect<void>
+  readonly wait: Effect.Effect<RunResult, EngineError.EngineError>
+}
+
+export interface EngineShape {
+  readonly log: EventLog.EventLogShape
+  readonly start: (input: StartInput) => Effect.Effect<RunningInvocation, EngineError.EngineError>
+  /** `start` then `wait`. */
+  readonly run: (input: StartInput) => Effect.Effect<RunResult, EngineError.EngineError>
+  readonly recover: Effect.Effect<Recovery.Report, EngineError.EngineError>
+  /** Cancels every live run and waits until each is sealed. */
+  readonly close: Effect.Effect<void>
+}
+
+export class Engine extends Context.Service<Engine, EngineShape>()("@maka/engine/Engine") {}
+
+const decodeClosed = <S extends Schema.ConstraintDecoder<unknown>>(schema: S, value: unknown, what: string) => {
+  const decoded = Codec.decodeClosed(schema)(value)
+  return Result.isFailure(decoded) ? `${what}: ${decoded.failure.message}` : undefined
+}
+
+/** The input checks of SEMANTICS.md §5.2 for a message run; the first problem, or `undefined`. */
+export const validateInput = (input: StartInput): string | undefined => {
+  const maxSteps = input.maxSteps ?? Limits.DEFAULT_MAX_STEPS
+  if (!Number.isSafeInteger(maxSteps) || maxSteps < 1 || maxSteps > Limits.MAX_STEPS) {
+    return `maxSteps must be an integer in 1..${Limits.MAX_STEPS}`
+  }
+  const limit = input.mainOutputLimit
+  if (limit !== undefined && (!Number.isSafeInteger(limit) || limit < 1 || limit > Limits.MAX_MAIN_OUTPUT_LIMIT)) {
+    return `mainOutputLimit must be an integer in 1..${Limits.MAX_MAIN_OUTPUT_LIMIT}`
+  }
+  const problems = [
+    decodeClosed(Identity.Invocation, input.invocation, "invocation"),
+    input.context === undefined ? undefined : decodeClosed(ModelContext.ModelRequestContext, input.context, "context"),
+    input.providerOptions === undefined ? undefined : decodeClosed(Identity.JsonObject, input.providerOptions, "providerOptions"),
+  ]
+  const first = problems.find((problem) => problem !== undefined)
+  if (first !== undefined) return first
+  const binding = input.configuration.model
+  if (binding !== undefined && binding.model !== input.model.model) {
+    return `the configuration's model ${binding.model} differs from the provider's model ${input.model.model}`
+  }
+  const opening = Codec.decodeFact(
+    {
+      kind: "invocation_opened",
+      input: {
+        kind: "message",
+        content: input.message,
+        ...(input.requestFingerprint === undefined ? {} : { requestFingerprint: input.requestFingerprint }),
+      },
+      configuration: input.configuration,
+    },
+    input.invocation,
+  )
+  return Result.isFailure(opening) ? opening.failure.message : undefined
+}
+
+/** Builds the engine over the `EventLog` in context; runs live in the surrounding scope. */
+export const make = (options: Partial<EngineOptions> = {}) =>
+  Effect.gen(function* () {
+    const log = yield* EventLog.EventLog
+    const ids = yield* Ids.Ids
+    const scope = yield* Scope.Scope
+    const settingsOf: EngineOptions = { ...defaults, ...options }
+    const active = new Set<string>()
+    const live = new Map<string, { readonly cancel: Effect.Effect<void>; readonly fiber: Fiber.Fiber<unknown, unknown> }>()
+
+    const start = (input: StartInput): Effect.Effect<RunningInvocation, EngineError.EngineError> =>
+      Effect.gen(function* () {
+        const problem = validateInput(input)
+        if (problem !== undefined) return yield* Effect.fail(EngineError.invalidInput(problem))
+        const sessionId = input.invocation.sessionId
+        if (active.has(sessionId)) return yield* Effect.fail(EngineError.busy(EngineError.SESSION_ACTIVE_MESSAGE))
+        active.add(sessionId)
+        const cancellation = yield* Cancellation.make
+        const steering = yield* Ref.make<ReadonlyArray<Input.DeliveredMessage>>([])
+        const committed: Array<Event.StoredEvent> = []
+        const count = yield* SubscriptionRef.make(0)
+        const admitted = yield* Deferred.make<void>()
+        const result = yield* Deferred.make<RunResult, EngineError.EngineError>()
+        const run: Run = {
+          log,
+          model: input.model,
+          options: settingsOf,
+          cancellation,
+          steering,
+          live: undefined,
+          settings: {
+            invocation: input.invocation,
+            configuration: input.configuration,
+            providerOptions: input.providerOptions ?? {},
+            ...(input.context === undefined ? {} : { context: input.context }),
+            ...(input.mainOutputLimit === undefined ? {} : { mainOutputLimit: input.mainOutputLimit }),
+            ...(input.requestFingerprint === undefined ? {} : { requestFingerprint: input.requestFingerprint }),
+            message: input.message,
+            tools: input.tools,
+            maxSteps: input.maxSteps ?? Limits.DEFAULT_MAX_STEPS,
+            allowPriorUnknown: input.allowPriorUnknown ?? false,
+          },
+          onCommitted: (events) => {
+            committed.push(...events)
+            Effect.runSync(SubscriptionRef.set(count, committed.length))
+          },
+        }
+        const worker = runMessage(run, Deferred.succeed(admitted, undefined)).pipe(
+          Effect.provideService(Ids.Ids, ids),
+          Effect.exit,
+          Effect.flatMap((exit) =>
+            Effect.gen(function* () {
+              active.delete(sessionId)
+              live.delete(input.invocation.invocationId)
+              if (Exit.isSuccess(exit)) {
+                yield* Deferred.succeed(result, { invocation: input.invocation, outcome: exit.value.outcome })
+              } else {
+                const failure = Exit.findErrorOption(exit)
+                yield* Deferred.fail(
+                  result,
+                  failure._tag === "Some" ? failure.value : EngineError.internal(`the run failed: ${String(exit.cause)}`),
+                )
+              }
+              yield* Deferred.succeed(admitted, undefined)
+            }),
+          ),
+        )
+        const fiber = yield* Effect.forkIn(worker, scope)
+        live.set(input.invocation.invocationId, { cancel: cancellation.cancel, fiber })
+        yield* Deferred.await(admitted)
+        if (committed.length === 0) {
+          // The worker ended before the opening was durable: its error, nothing written.
+          const exit = yield* Effect.exit(Deferred.await(result))
+          const failure = Exit.isFailure(exit) ? Exit.findErrorOption(exit) : undefined
+          return yield* Effect.fail(
+            failure !== undefined && failure._tag === "Some"
+              ? failure.value
+              : EngineError.internal("worker omitted durable admission"),
+          )
+        }
+        const events = Stream.suspend(() => {
+          let emitted = 0
+          return Stream.flatMap(SubscriptionRef.changes(count), (total) => {
+            const next = committed.slice(emitted, total)
+            emitted = Math.max(emitted, total)
+            return Stream.fromIterable(next)
+          }).pipe(Stream.takeUntil((stored) => stored.event.fact.kind === "invocation_ended"))
+        })
+        return {
+          invocation: input.invocation,
+          toolNames: input.tools.names,
+          events,
+          steer: (text: string) =>
+            Effect.gen(function* () {
+              const content = { text }
+              const messageId = yield* ids.next
+              const delivered = { messageId, content, submittedContentDigest: Digest.messageContent(content) }
+              const problem = decodeClosed(Input.DeliveredMessage, delivered, "steering message")
+              if (problem !== undefined) return yield* Effect.fail(EngineError.invalidInput(problem))
+              yield* Ref.update(steering, (queued) => [...queued, delivered])
+            }),
+          cancel: cancellation.cancel,
+          wait: Deferred.await(result),
+        } satisfies RunningInvocation
+      })
+
+    const close = Effect.gen(function* () {
+      const runs = [...live.values()]
+      for (const item of runs) yield* item.cancel
+      for (const item of runs) yield* Fiber.await(item.fiber)
+    })
+
+    return {
+      log,
+      start,
+      run: (input: StartInput) => Effect.flatMap(start(input), (running) => running.wait),
+      recover: Effect.provideService(
+        Recovery.recover(log, (invocation) => active.has(invocation.sessionId)),
+        Ids.Ids,
+        ids,
+      ),
+      close,
+    } satisfies EngineShape
+  })
+
+/** The engine over the `EventLog` and `Ids` in context; on SQLite it recovers when it opens the log. */
+export const layer = (options: Partial<EngineOptions> = {}) =>
+  Layer.effect(
+    Engine,
+    Effect.gen(function* () {
+      const engine = yield* make(options)
+      if (engine.log.dialect === "sqlite") yield* engine.recover
+      yield* Effect.addFinalizer(() => engine.close)
+      return engine
+    }),
+  )

@@ -1,0 +1,116 @@
+/**
+ * `EngineError`, the one error of `@maka/engine` (SEMANTICS.md §5.1): why a run could not be admitted
+ * or how it failed. `failureClass` maps a reason to the durable failure class its terminal records.
+ */
+import { Canonical, Limits, Prompts, type Outcome } from "@maka/facts"
+import type { ModelError } from "@maka/model"
+import { Data } from "effect"
+
+export type Reason =
+  | { readonly _tag: "Busy"; readonly message: string }
+  | { readonly _tag: "ReconciliationRequired"; readonly message: string }
+  | { readonly _tag: "InvalidInput"; readonly message: string }
+  | { readonly _tag: "Cancelled" }
+  | { readonly _tag: "StepLimit" }
+  | { readonly _tag: "ModelIncomplete" }
+  | { readonly _tag: "Commit"; readonly message: string }
+  | { readonly _tag: "Store"; readonly message: string }
+  | { readonly _tag: "Model"; readonly error: ModelError.ModelError }
+  | { readonly _tag: "Tool"; readonly message: string }
+  | { readonly _tag: "ToolOutcomeUnknown"; readonly operationId: string }
+  | { readonly _tag: "Internal"; readonly message: string }
+
+export const SESSION_ACTIVE_MESSAGE = "session already has an active invocation"
+export const SESSION_RESERVED_MESSAGE = "session is reserved for its sealed handoff successor"
+export const UNSEALED_RUN_MESSAGE =
+  "session has an unsealed run: it is live on another host, or it crashed; run recover when no other engine is live"
+export const INCOMPLETE_MESSAGE = Prompts.INCOMPLETE_OUTPUT_REJECTION_TEXT
+
+const describe = (reason: Reason): string => {
+  switch (reason._tag) {
+    case "Busy":
+    case "ReconciliationRequired":
+    case "InvalidInput":
+    case "Commit":
+    case "Store":
+    case "Tool":
+    case "Internal":
+      return reason.message
+    case "Cancelled":
+      return "the run was cancelled"
+    case "StepLimit":
+      return "the run reached its step limit"
+    case "ModelIncomplete":
+      return INCOMPLETE_MESSAGE
+    case "Model":
+      return reason.error.reason._tag === "TimedOut" ? Prompts.MODEL_IDLE_TIMEOUT_MESSAGE : reason.error.message
+    case "ToolOutcomeUnknown":
+      return `the outcome of tool operation ${reason.operationId} is unknown`
+  }
+}
+
+export class EngineError extends Data.TaggedError("EngineError")<{ readonly reason: Reason }> {
+  override get message(): string {
+    return describe(this.reason)
+  }
+}
+
+export const make = (reason: Reason): EngineError => new EngineError({ reason })
+export const busy = (message: string) => make({ _tag: "Busy", message })
+export const reconciliation = (message: string) => make({ _tag: "ReconciliationRequired", message })
+export const invalidInput = (message: string) => make({ _tag: "InvalidInput", message })
+export const cancelled = () => make({ _tag: "Cancelled" })
+export const commit = (message: string) => make({ _tag: "Commit", message })
+export const store = (message: string) => make({ _tag: "Store", message })
+export const internal = (message: string) => make({ _tag: "Internal", message })
+
+/** The durable failure class of a reason (SEMANTICS.md §5.3). */
+export const failureClass = (reason: Reason): Outcome.FailureClass => {
+  switch (reason._tag) {
+    case "Busy":
+      return "session_busy"
+    case "ReconciliationRequired":
+      return "reconciliation_required"
+    case "InvalidInput":
+      return "invalid_input"
+    case "Cancelled":
+      return "cancelled"
+    case "StepLimit":
+      return "step_limit"
+    case "ModelIncomplete":
+      return "model_incomplete"
+    case "Commit":
+      return "event_commit"
+    case "Store":
+      return "event_store"
+    case "Tool":
+      return "tool_execution"
+    case "ToolOutcomeUnknown":
+      return "outcome_unknown"
+    case "Internal":
+      return "runtime_internal"
+    case "Model":
+      switch (reason.error.reason._tag) {
+        case "TimedOut":
+          return "model_timeout"
+        case "Adapter":
+          return "model_adapter"
+        case "Provider":
+          return "model_provider"
+        case "ContextOverflow":
+          return "context_overflow"
+        case "Cancelled":
+          return "cancelled"
+      }
+  }
+}
+
+/** The terminal outcome of a failed run: `cancelled` for cancellation, else `failed {class, message}`. */
+export const outcomeOf = (error: EngineError): Outcome.InvocationOutcome => {
+  const reason = error.reason
+  if (reason._tag === "Cancelled" || (reason._tag === "Model" && reason.error.reason._tag === "Cancelled")) {
+    return { kind: "cancelled", source: "runtime_cancellation" }
+  }
+  const message = Canonical.truncateUtf16(error.message, Limits.MAX_FAILURE_MESSAGE)
+  return message === "" ? { kind: "failed", class: failureClass(reason) } : { kind: "failed", class: failureClass(reason), message }
+}

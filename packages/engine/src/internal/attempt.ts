@@ -1,0 +1,181 @@
+/**
+ * One model attempt and its physical retries (SEMANTICS.md §5.6): `model_requested` before sending,
+ * every stream event folded and committed as `model_observed` before it is shown (consecutive deltas
+ * of one part coalesced, never dropped), `model_interrupted` for a failed attempt, and byte-identical
+ * re-sends of replay-safe provider failures after a cancellable backoff.
+ */
+import { Canonical, Limits, Model, type Fact, type Prompt } from "@maka/facts"
+import type { EventLog } from "@maka/event-log"
+import { ModelError, StepBuilder } from "@maka/model"
+import { Ids } from "@maka/tools"
+import { Effect, Exit, Random, Result, Stream } from "effect"
+import * as EngineError from "../EngineError.ts"
+import { commit, commitFacts, failIfCancelled, isCancelled, plainWrite, type Run } from "./run-context.ts"
+
+export interface AttemptInput {
+  /** The route-projected request, frozen for every retry of the logical step. */
+  readonly request: Prompt.ModelRequest
+  readonly inputDigest: string
+  readonly source: EventLog.ModelContextSource
+}
+
+export interface Completed {
+  readonly stepId: string
+  readonly step: Model.ModelStep
+}
+
+const modelFailure = (error: ModelError.ModelError) => EngineError.make({ _tag: "Model", error })
+
+/** How a failed attempt is recorded. */
+export const interruptionOf = (error: ModelError.ModelError): Model.ModelInterruption => {
+  const reason = error.reason
+  switch (reason._tag) {
+    case "Cancelled":
+      return "cancelled"
+    case "TimedOut":
+      return "timed_out"
+    case "Adapter":
+    case "ContextOverflow":
+      return "failed"
+    case "Provider":
+      return reason.replaySafe && ModelError.TRANSIENT_PROVIDER_REASONS.has(reason.reason) ? "retryable_failure" : "failed"
+  }
+}
+
+/** Merges consecutive text deltas of one part (without provider options) up to `maxChars`. */
+export const coalesce = (events: ReadonlyArray<Model.ModelEvent>, maxChars: number): ReadonlyArray<Model.ModelEvent> => {
+  const out: Array<Model.ModelEvent> = []
+  for (const event of events) {
+    const previous = out[out.length - 1]
+    if (
+      event.kind === "part_delta" &&
+      event.providerOptions === undefined &&
+      previous?.kind === "part_delta" &&
+      previous.providerOptions === undefined &&
+      previous.id === event.id &&
+      previous.text.length + event.text.length <= maxChars
+    ) {
+      out[out.length - 1] = { kind: "part_delta", id: event.id, text: previous.text + event.text }
+    } else {
+      out.push(event)
+    }
+  }
+  return out
+}
+
+const requestedFact = (run: Run, input: AttemptInput, stepId: string): Fact.ModelRequested => {
+  const source = input.source
+  const archived = source.tail.some((item) => item.kind === "archived")
+  return {
+    kind: "model_requested",
+    stepId,
+    modelId: run.model.model,
+    purpose: "main",
+    sourceScope: source.sourceEvidence.scope,
+    sourceHighWater: source.sourceEvidence.highWater,
+    sourceDigest: source.sourceEvidence.digest,
+    inputDigest: input.inputDigest,
+    routeIdentity: run.model.routeIdentity,
+    ...(source.baseline === undefined ? {} : { checkpointEventId: source.baseline.eventId }),
+    ...(run.settings.context === undefined ? {} : { context: run.settings.context }),
+    ...(archived ? { effectiveSourceDigest: source.effectiveSourceDigest } : {}),
+  }
+}
+
+/** Streams the request, committing observations; fails with the model error or `Cancelled`. */
+const streamStep = (run: Run, request: Prompt.ModelRequest, stepId: string) =>
+  Effect.gen(function* () {
+    const builder = StepBuilder.forStep(stepId)
+    const stream = run.model.stream(request).pipe(Stream.interruptWhen(run.cancellation.cancellation.requested))
+    yield* Stream.runForEachArray(stream, (events) =>
+      Effect.gen(function* () {
+        for (const event of events) {
+          const added = builder.add(event)
+          if (Result.isFailure(added)) return yield* Effect.fail(added.failure)
+        }
+        const observed = coalesce(events, run.options.observationMaxChars).map(
+          (event): Fact.Fact => ({ kind: "model_observed", stepId, event }),
+        )
+        yield* Effect.mapError(commitFacts(run, observed), (error) => ModelError.adapter(`observation commit failed: ${error.message}`))
+      }),
+    )
+    if (!builder.isFinished && (yield* isCancelled(run))) return yield* Effect.fail(ModelError.cancelled())
+    const finished = builder.finish()
+    return Result.isSuccess(finished) ? finished.success : yield* Effect.fail(finished.failure)
+  })
+
+/** One physical attempt of a main step. */
+export const attempt = (run: Run, input: AttemptInput): Effect.Effect<Completed, EngineError.EngineError, Ids.Ids> =>
+  Effect.gen(function* () {
+    const stepId = yield* Ids.next
+    yield* commitFacts(run, [requestedFact(run, input, stepId)])
+    const streamed = yield* Effect.exit(streamStep(run, input.request, stepId))
+    if (Exit.isFailure(streamed)) {
+      const failure = Exit.findErrorOption(streamed)
+      const error = failure._tag === "Some" ? failure.value : ModelError.adapter(`model stream failed: ${String(streamed.cause)}`)
+      yield* commitFacts(run, [{ kind: "model_interrupted", stepId, status: interruptionOf(error) }])
+      return yield* Effect.fail(modelFailure(error))
+    }
+    const step = streamed.value
+    const completed: Fact.ModelCompleted = { kind: "model_completed", stepId, output: step }
+    if (Canonical.utf8Length(Canonical.stringify(completed)) > Limits.MAX_EVENT_BYTES - 4_096) {
+      const error = ModelError.adapter("model output exceeds event limit")
+      yield* commitFacts(run, [{ kind: "model_interrupted", stepId, status: "failed" }])
+      return yield* Effect.fail(modelFailure(error))
+    }
+    if (step.finishReason === "length") {
+      const rejections = Model.localToolCalls(step).map(
+        (part): Fact.Fact => ({
+          kind: "tool_rejected",
+          operationId: `${stepId}:${part.id}`,
+          call: { toolCallId: part.id, origin: { kind: "provider", stepId } },
+          name: part.name,
+          input: part.input,
+          reason: { kind: "preparation_failed", message: EngineError.INCOMPLETE_MESSAGE },
+        }),
+      )
+      const writes = yield* Effect.forEach([completed, ...rejections], (fact) => plainWrite(run, fact))
+      yield* Effect.mapError(commit(run, writes), (error) => EngineError.commit(error.message))
+      return yield* Effect.fail(EngineError.make({ _tag: "ModelIncomplete" }))
+    }
+    yield* commitFacts(run, [completed])
+    yield* failIfCancelled(run)
+    return { stepId, step }
+  })
+
+/** The backoff before attempt `failed + 1`: `retryAfterMs`, or base × 2^(n−1) (capped) plus 0–25 % jitter. */
+export const backoffMs = (run: Run, failedAttempts: number, retryAfterMs: number | undefined): Effect.Effect<number> => {
+  if (retryAfterMs !== undefined) return Effect.succeed(retryAfterMs)
+  const base = Math.min(run.options.backoffBaseMs * 2 ** Math.min(failedAttempts - 1, 5), run.options.backoffMaxMs)
+  return Effect.map(Random.nextIntBetween(0, Math.floor(base / 4)), (jitter) => base + jitter)
+}
+
+const retryable = (error: EngineError.EngineError): { readonly retryAfterMs: number | undefined } | undefined => {
+  const reason = error.reason
+  if (reason._tag !== "Model" || reason.error.reason._tag !== "Provider") return undefined
+  const provider = reason.error.reason
+  return provider.replaySafe && ModelError.TRANSIENT_PROVIDER_REASONS.has(provider.reason)
+    ? { retryAfterMs: provider.retryAfterMs }
+    : undefined
+}
+
+/** Runs attempts until one completes, a failure is not retryable, or the attempts are spent. */
+export const attemptWithRetries = (run: Run, input: AttemptInput): Effect.Effect<Completed, EngineError.EngineError, Ids.Ids> =>
+  Effect.gen(function* () {
+    for (let failed = 0; ; ) {
+      const result = yield* Effect.exit(attempt(run, input))
+      if (Exit.isSuccess(result)) return result.value
+      const error = Exit.findErrorOption(result)
+      if (error._tag !== "Some") return yield* Effect.failCause(result.cause)
+      failed++
+      const retry = retryable(error.value)
+      if (retry === undefined || failed >= run.options.maxModelAttempts) return yield* Effect.fail(error.value)
+      yield* failIfCancelled(run)
+      const delay = yield* backoffMs(run, failed, retry.retryAfterMs)
+      const slept = yield* Effect.raceFirst(
+        Effect.as(Effect.sleep(delay), "slept" as const),
+        Effect.as(run.cancellation.cancellation.requested, "cancelled" as const),
+      )
+      if (slept === "cancelled") return yield* Effect.fail(EngineError.cancelled())
+    }
+  })

@@ -1,0 +1,22 @@
+/**
+ * Engine tunables in one frozen defaults object: retry backoff, attempts per logical step, and the
+ * bounds of `model_observed` coalescing. Tests pass smaller values; time always comes from `Clock`.
+ */
+import { Limits } from "@maka/facts"
+
+export interface EngineOptions {
+  /** First backoff delay; doubles per failed attempt up to `backoffMaxMs`, plus 0–25 % jitter. */
+  readonly backoffBaseMs: number
+  readonly backoffMaxMs: number
+  /** Physical attempts per logical main step. */
+  readonly maxModelAttempts: number
+  /** At most this many UTF-16 units of text in one coalesced observation. */
+  readonly observationMaxChars: number
+}
+
+export const defaults: EngineOptions = Object.freeze({
+  backoffBaseMs: Limits.BACKOFF_INITIAL_MS,
+  backoffMaxMs: Limits.BACKOFF_MAX_MS,
+  maxModelAttempts: Limits.MAX_MODEL_ATTEMPTS,
+  observationMaxChars: Limits.MAX_DELTA_CHARS,
+})

@@ -1,0 +1,77 @@
+/**
+ * What one run carries through its steps: the log, the bound model, the invocation and its frozen
+ * settings, the in-memory context, the cancellation controller, and `commit`, the one path every
+ * fact of the run takes to the log (so the live context sees exactly what was committed).
+ */
+import { EventWrite, type Configuration, type Event, type Identity, type Input, type ModelContext } from "@maka/facts"
+import type { EventLog, EventLogError } from "@maka/event-log"
+import type { LanguageModel } from "@maka/model"
+import { Cancellation, Ids, type ToolCatalog } from "@maka/tools"
+import { Clock, Effect, Result, type Ref } from "effect"
+import * as EngineError from "../EngineError.ts"
+import type { EngineOptions } from "./options.ts"
+import type { LiveContext } from "./live-context.ts"
+
+export interface RunSettings {
+  readonly invocation: Identity.Invocation
+  readonly configuration: Configuration.InvocationConfiguration
+  readonly providerOptions: Identity.JsonObject
+  readonly context?: ModelContext.ModelRequestContext
+  readonly mainOutputLimit?: number
+  readonly requestFingerprint?: string
+  readonly message: Input.MessageInput
+  readonly tools: ToolCatalog.ToolCatalog
+  readonly maxSteps: number
+  readonly allowPriorUnknown: boolean
+}
+
+export interface Run {
+  readonly log: EventLog.EventLogShape
+  readonly model: LanguageModel.LanguageModelShape
+  readonly settings: RunSettings
+  readonly options: EngineOptions
+  readonly cancellation: Cancellation.Controller
+  readonly steering: Ref.Ref<ReadonlyArray<Input.DeliveredMessage>>
+  /** Set once the opening is durable. */
+  live: LiveContext | undefined
+  /** Events committed by this run, for `events()` subscribers. */
+  readonly onCommitted: (events: ReadonlyArray<Event.StoredEvent>) => void
+}
+
+/** A fresh event id and the informational time of a write. */
+export const stamp = Effect.all({ id: Ids.next, recordedAt: Clock.currentTimeMillis })
+
+/** Builds a checked plain write of the run's invocation. */
+export const plainWrite = (run: Run, fact: Event.RuntimeEvent["fact"]) =>
+  Effect.flatMap(stamp, ({ id, recordedAt }) => {
+    const built = EventWrite.plain({ id, recordedAt, invocation: run.settings.invocation, fact })
+    return Result.isSuccess(built)
+      ? Effect.succeed(built.success)
+      : Effect.fail(EngineError.internal(`the engine built an invalid ${fact.kind}: ${built.failure.message}`))
+  })
+
+export const storeError = (error: EventLogError.EventLogError) => EngineError.store(error.message)
+export const commitError = (error: EventLogError.EventLogError) => EngineError.commit(error.message)
+
+/** Commits writes in one transaction and applies them to the live context, uninterruptibly. */
+export const commit = (run: Run, writes: ReadonlyArray<EventWrite.EventWrite>) =>
+  Effect.uninterruptible(
+    Effect.gen(function* () {
+      const sequences = yield* run.log.appendBatch(writes)
+      const stored = writes.map((write, index) => ({ sequence: sequences[index]!, event: write.event }))
+      for (const [index, item] of stored.entries()) run.live?.apply(item, writes[index]!.json)
+      run.onCommitted(stored)
+      return sequences
+    }),
+  )
+
+export const commitFacts = (run: Run, facts: ReadonlyArray<Event.RuntimeEvent["fact"]>) =>
+  Effect.flatMap(
+    Effect.forEach(facts, (fact) => plainWrite(run, fact)),
+    (writes) => Effect.mapError(commit(run, writes), commitError),
+  )
+
+export const isCancelled = (run: Run) => run.cancellation.cancellation.isRequested
+
+export const failIfCancelled = (run: Run) =>
+  Effect.flatMap(isCancelled(run), (cancelled) => (cancelled ? Effect.fail(EngineError.cancelled()) : Effect.void))

@@ -1,0 +1,231 @@
+/**
+ * The runner and the step loop of a message run (SEMANTICS.md §5.3–§5.4, §5.7). The loop keeps the
+ * seams where later capabilities insert their steps — handoff boundary, background-summary adoption,
+ * proactive compaction, overflow recovery, prune — as marked no-ops, never as pretend work.
+ */
+import { Digest, Prompts, type Fact, type Outcome } from "@maka/facts"
+import type { EventLogError } from "@maka/event-log"
+import { projectPrompt } from "@maka/model"
+import { Journal, type Ids } from "@maka/tools"
+import { EventSink } from "@maka/facts"
+import { Effect, Exit, Ref } from "effect"
+import * as EngineError from "../EngineError.ts"
+import * as PromptBuilder from "../PromptBuilder.ts"
+import { attemptWithRetries } from "./attempt.ts"
+import { LiveContext } from "./live-context.ts"
+import { commit, commitError, commitFacts, isCancelled, plainWrite, storeError, type Run } from "./run-context.ts"
+
+type Done = { readonly _tag: "Completed" }
+
+const admissionRefusal = (error: EventLogError.EventLogError): EngineError.EngineError => {
+  if (error.reason._tag === "Rejected") {
+    const rejection = error.reason.rejection
+    if (rejection._tag === "SessionBusy") return EngineError.busy(EngineError.SESSION_ACTIVE_MESSAGE)
+    if (rejection._tag === "Reserved") return EngineError.busy(EngineError.SESSION_RESERVED_MESSAGE)
+    if (rejection._tag === "InvalidTransition") return EngineError.reconciliation(rejection.reason)
+    return EngineError.commit(error.message)
+  }
+  return EngineError.store(error.message)
+}
+
+/** The safety preflight (§5.3 step 2): returns whether the run proceeds under the prior-unknown policy. */
+export const preflight = (run: Run) =>
+  Effect.gen(function* () {
+    const { log, settings } = run
+    const sessionId = settings.invocation.sessionId
+    if (yield* Effect.mapError(log.hasPendingHandoff(sessionId), storeError)) {
+      return yield* Effect.fail(EngineError.busy(EngineError.SESSION_RESERVED_MESSAGE))
+    }
+    const checked = settings.allowPriorUnknown
+      ? yield* Effect.exit(log.checkManualMessageHistory(sessionId))
+      : yield* Effect.exit(Effect.as(log.preparePruneCandidates(sessionId, { maxCandidates: 0, maxBytes: 0 }), false))
+    if (Exit.isSuccess(checked)) return checked.value
+    const failure = Exit.findErrorOption(checked)
+    if (failure._tag !== "Some") return yield* Effect.die(checked.cause)
+    const error = failure.value
+    if (error.reason._tag === "Rejected" && error.reason.rejection._tag === "InvalidTransition") {
+      const unsealed = yield* Effect.mapError(log.unfinishedInvocations(10_000), storeError)
+      const foreign = unsealed.some((invocation) => invocation.sessionId === sessionId)
+      return yield* Effect.fail(EngineError.reconciliation(foreign ? EngineError.UNSEALED_RUN_MESSAGE : error.reason.rejection.reason))
+    }
+    return yield* Effect.fail(storeError(error))
+  })
+
+/** Appends the opening; the run is admitted once it is durable. */
+export const open = (run: Run) =>
+  Effect.gen(function* () {
+    const { settings } = run
+    const fact: Fact.InvocationOpened = {
+      kind: "invocation_opened",
+      input: {
+        kind: "message",
+        content: settings.message,
+        ...(settings.requestFingerprint === undefined ? {} : { requestFingerprint: settings.requestFingerprint }),
+      },
+      configuration: settings.configuration,
+    }
+    const write = yield* plainWrite(run, fact)
+    yield* Effect.mapError(commit(run, [write]), admissionRefusal)
+  })
+
+const deliverSteering = (run: Run) =>
+  Effect.gen(function* () {
+    const queued = yield* Ref.getAndSet(run.steering, [])
+    if (queued.length === 0) return
+    yield* commitFacts(
+      run,
+      queued.map((message): Fact.Fact => ({ kind: "message_steered", message })),
+    )
+  })
+
+/** The event sink the tool journal commits through: the run's own commit path. */
+const journalSink = (run: Run): EventSink.EventSinkShape => ({
+  commit: (write) =>
+    Effect.mapError(
+      Effect.map(commit(run, [write]), (sequences) => sequences[0]!),
+      (error) => (error.isRejected ? EventSink.rejected(error.message) : EventSink.outcomeUnknown(error.message)),
+    ),
+  commitBatch: (writes) =>
+    Effect.mapError(commit(run, writes), (error) =>
+      error.isRejected ? EventSink.rejected(error.message) : EventSink.outcomeUnknown(error.message),
+    ),
+})
+
+/** One logical step after the context read: prompt, model, tools. Returns whether the turn is done. */
+const runStep = (run: Run, priorUnknown: boolean) =>
+  Effect.gen(function* () {
+    const live = run.live!
+    const source = live.snapshot()
+    // Seam: proactive compaction (SEMANTICS.md §5.12) decides here, before the tools are captured.
+    const captured = run.settings.tools.capture()
+    let notice: string | undefined
+    if (priorUnknown) {
+      notice = PromptBuilder.priorUnknownNotice(source)
+      if (notice === undefined) {
+        return yield* Effect.fail(EngineError.reconciliation("unknown prior tool is missing from model context"))
+      }
+    }
+    const prompt = PromptBuilder.buildMainPrompt({
+      ...(run.settings.configuration.systemPrompt === undefined ? {} : { systemPrompt: run.settings.configuration.systemPrompt.text }),
+      ...(notice === undefined ? {} : { notice }),
+      source,
+    })
+    const maxOutputTokens = PromptBuilder.outputLimit({
+      ...(run.settings.mainOutputLimit === undefined ? {} : { mainOutputLimit: run.settings.mainOutputLimit }),
+      ...(run.settings.context === undefined ? {} : { context: run.settings.context }),
+      latestMain: source.latestMain,
+      routeIdentity: run.model.routeIdentity,
+      ...(run.settings.configuration.model === undefined ? {} : { connectionId: run.settings.configuration.model.connectionId }),
+      modelId: run.model.model,
+      ...(source.baseline === undefined ? {} : { baselineId: source.baseline.eventId }),
+    })
+    const projected = projectPrompt(run.model.kind, run.model.routeIdentity, prompt)
+    const tools = captured.definitions
+    const request = { prompt: projected, tools, providerOptions: run.settings.providerOptions, maxOutputTokens }
+    const inputDigest = Digest.modelInput(request)
+    const completed = yield* attemptWithRetries(run, { request, inputDigest, source })
+    // Seam: overflow recovery (SEMANTICS.md §5.4 step 11) wraps the attempt above.
+    const calls = completed.step.parts.flatMap((part) =>
+      part.kind === "tool_call" && !part.providerExecuted ? [Journal.providerCall(completed.stepId, part)] : [],
+    )
+    if (calls.length === 0) return true
+    const result = yield* Journal.runStep(run.settings.invocation, captured, calls, {
+      cancellation: run.cancellation.cancellation,
+    }).pipe(
+      Effect.provideService(EventSink.EventSink, journalSink(run)),
+      Effect.mapError((error) => EngineError.commit(error.message)),
+    )
+    if (result.uncertain) {
+      const unknown = result.calls.find((call) => call._tag === "OutcomeUnknown")
+      return yield* Effect.fail(
+        EngineError.make({ _tag: "ToolOutcomeUnknown", operationId: unknown?.request.operationId ?? "" }),
+      )
+    }
+    if (result.cancelled) return yield* Effect.fail(EngineError.cancelled())
+    // Seam: prune (SEMANTICS.md §5.11) runs here after each tool batch.
+    return result.finishTurn
+  })
+
+/** The step loop (§5.4). */
+export const stepLoop = (run: Run, priorUnknown: boolean): Effect.Effect<Done, EngineError.EngineError, Ids.Ids> =>
+  Effect.gen(function* () {
+    for (let step = 0; step < run.settings.maxSteps; step++) {
+      yield* deliverSteering(run)
+      // Seam: the handoff boundary (SEMANTICS.md §5.10) seals a requested handoff here.
+      if (yield* isCancelled(run)) return yield* Effect.fail(EngineError.cancelled())
+      // Seam: adopt a finished background summary (SEMANTICS.md §5.12).
+      if (yield* runStep(run, priorUnknown)) return { _tag: "Completed" } as const
+    }
+    return yield* Effect.fail(
+      (yield* isCancelled(run)) ? EngineError.cancelled() : EngineError.make({ _tag: "StepLimit" }),
+    )
+  })
+
+/** The epilogue's zero-budget safety check with `current` = this run (§5.4). */
+const epilogue = (run: Run, priorUnknown: boolean) =>
+  priorUnknown
+    ? Effect.void
+    : Effect.mapError(
+        run.log.preparePruneCandidates(run.settings.invocation.sessionId, {
+          current: run.settings.invocation.invocationId,
+          maxCandidates: 0,
+          maxBytes: 0,
+        }),
+        (error) => EngineError.reconciliation(error.message),
+      )
+
+/** Seals the run with the outcome of its work; a terminal that cannot be appended is left to recovery. */
+const seal = (run: Run, outcome: Outcome.InvocationOutcome) =>
+  Effect.flatMap(plainWrite(run, { kind: "invocation_ended", outcome }), (write) =>
+    Effect.mapError(commit(run, [write]), commitError),
+  )
+
+export interface RunResult {
+  readonly outcome: Outcome.InvocationOutcome
+}
+
+/**
+ * Runs an admitted message run: preflight and opening (then `admitted` resolves), the step loop,
+ * and the seal. Fails only before admission (nothing written) or when the terminal itself fails.
+ */
+export const runMessage = (run: Run, admitted: Effect.Effect<void>) =>
+  Effect.gen(function* () {
+    if (yield* isCancelled(run)) return yield* Effect.fail(EngineError.cancelled())
+    const priorUnknown = yield* preflight(run)
+    yield* open(run)
+    yield* admitted
+    const work = Effect.gen(function* () {
+      run.live = yield* Effect.mapError(
+        LiveContext.load(
+          run.log,
+          run.settings.invocation.sessionId,
+          run.settings.invocation.invocationId,
+          run.settings.configuration,
+          priorUnknown,
+        ),
+        (error) => (error.reason._tag === "Rejected" ? EngineError.reconciliation(error.message) : storeError(error)),
+      )
+      // Seam: prune once after the opening (SEMANTICS.md §5.11), unless under prior-unknown.
+      yield* stepLoop(run, priorUnknown)
+      yield* epilogue(run, priorUnknown)
+    })
+    const exit = yield* Effect.exit(work)
+    const cancelled = yield* isCancelled(run)
+    const outcome: Outcome.InvocationOutcome = Exit.isSuccess(exit)
+      ? cancelled
+        ? { kind: "cancelled", source: "runtime_cancellation" }
+        : { kind: "completed" }
+      : EngineError.outcomeOf(
+          Exit.findErrorOption(exit)._tag === "Some"
+            ? (Exit.findErrorOption(exit) as { readonly value: EngineError.EngineError }).value
+            : EngineError.internal(`the run failed: ${String(exit.cause)}`),
+        )
+    yield* seal(run, outcome)
+    return { outcome } satisfies RunResult
+  })
+
+/** A failed admission's reason, for callers that only need to know nothing was written. */
+export const isAdmissionError = (error: EngineError.EngineError): boolean =>
+  error.reason._tag === "Busy" || error.reason._tag === "ReconciliationRequired" || error.reason._tag === "InvalidInput"
+
+export type { Prompts }

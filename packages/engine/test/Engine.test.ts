@@ -1,0 +1,263 @@
+import { assert, describe, it } from "@effect/vitest"
+import { Canonical, type Event } from "@maka/facts"
+import { OpenAiSse, Respond } from "@maka/testkit"
+import { Effect, Fiber, Stream } from "effect"
+import { catalog, input, setup, type Effects } from "./support/setup.ts"
+
+const kinds = (events: ReadonlyArray<Event.StoredEvent>) =>
+  events.filter((stored) => stored.event.fact.kind !== "model_observed").map((stored) => {
+    const fact = stored.event.fact
+    if (fact.kind === "model_interrupted") return `model_interrupted:${fact.status}`
+    if (fact.kind === "invocation_ended") return `invocation_ended:${fact.outcome.kind}`
+    if (fact.kind === "tool_settled") return `tool_settled:${fact.outcome.kind}`
+    if (fact.kind === "tool_rejected") return `tool_rejected:${fact.reason.kind}`
+    return fact.kind
+  })
+
+const toolThenAnswer = [
+  Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-1", name: "echo", arguments: ['{"value":', '"hi"}'] }] })),
+  Respond.sse(OpenAiSse.response({ text: ["The echo ", "said hi."] })),
+]
+
+describe("Engine", () => {
+  it.live("commits before each effect, runs the tool once, and completes (scenario 11)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({ script: toolThenAnswer })
+        const effects: Effects = { ran: [] }
+        const result = yield* context.engine.run(input(context, "Say hi through echo.", catalog(effects)))
+        assert.deepStrictEqual(result.outcome, { kind: "completed" })
+        assert.deepStrictEqual(effects.ran, ["hi"])
+        const events = yield* context.engine.log.events("session-1")
+        assert.deepStrictEqual(kinds(events), [
+          "invocation_opened",
+          "model_requested",
+          "model_completed",
+          "tool_dispatched",
+          "tool_settled:succeeded",
+          "model_requested",
+          "model_completed",
+          "invocation_ended:completed",
+        ])
+        const second = context.server.requests()[1]!.json as { messages: ReadonlyArray<{ role: string; content?: unknown }> }
+        assert.deepStrictEqual(
+          second.messages.map((message) => message.role),
+          ["system", "user", "assistant", "tool"],
+        )
+        assert.isFalse(JSON.stringify(events).includes("sk-test-secret"))
+        assert.isFalse(context.server.requests().some((request) => request.body.includes("sk-test-secret")))
+      }),
+    ))
+
+  it.live("streams every committed event of the run from its opening to its terminal", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({ script: toolThenAnswer })
+        const running = yield* context.engine.start(input(context, "Say hi.", catalog({ ran: [] })))
+        const streamed = yield* Stream.runCollect(running.events)
+        yield* running.wait
+        const stored = yield* context.engine.log.events("session-1")
+        assert.deepStrictEqual(
+          streamed.map((item) => Canonical.stringify(item)),
+          stored.map((item) => Canonical.stringify(item)),
+        )
+        const late = yield* Stream.runCollect(running.events)
+        assert.strictEqual(late.length, stored.length)
+      }),
+    ))
+
+  it.live("refuses invalid input and a second live run on a session, writing nothing (scenarios 9, 10)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({ script: [Respond.hang()] })
+        const tools = catalog({ ran: [] })
+        for (const overrides of [{ maxSteps: 0 }, { maxSteps: 257 }]) {
+          const refused = yield* Effect.flip(context.engine.start(input(context, "x", tools, overrides)))
+          assert.strictEqual(refused.reason._tag, "InvalidInput")
+        }
+        const relative = input(context, "x", tools)
+        const badCwd = yield* Effect.flip(
+          context.engine.start({ ...relative, configuration: { ...relative.configuration, cwd: "relative/path" } }),
+        )
+        assert.strictEqual(badCwd.reason._tag, "InvalidInput")
+        const otherModel = yield* Effect.flip(
+          context.engine.start({
+            ...relative,
+            configuration: { ...relative.configuration, model: { connectionId: "c", connectionSlug: "c", model: "other" } },
+          }),
+        )
+        assert.strictEqual(otherModel.reason._tag, "InvalidInput")
+        assert.deepStrictEqual(yield* context.engine.log.events("session-1"), [])
+        const first = yield* context.engine.start(input(context, "first", tools))
+        const busy = yield* Effect.flip(context.engine.start(input(context, "second", tools)))
+        assert.strictEqual(busy.reason._tag, "Busy")
+        yield* Effect.promise(() => context.server.request(0))
+        yield* first.cancel
+        const result = yield* first.wait
+        assert.deepStrictEqual(result.outcome, { kind: "cancelled", source: "runtime_cancellation" })
+        assert.deepStrictEqual(
+          kinds(yield* context.engine.log.events("session-1")),
+          ["invocation_opened", "model_requested", "model_interrupted:cancelled", "invocation_ended:cancelled"],
+        )
+      }),
+    ))
+
+  it.live("re-sends a byte-identical request after a replay-safe failure, with a new step id (scenario 21)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({
+          script: [
+            Respond.json(503, Respond.openAiError("overloaded")),
+            Respond.json(429, Respond.openAiError("slow down"), { "retry-after-ms": "10" }),
+            Respond.sse(OpenAiSse.response({ text: ["done"] })),
+          ],
+        })
+        const result = yield* context.engine.run(input(context, "Answer.", catalog({ ran: [] })))
+        assert.deepStrictEqual(result.outcome, { kind: "completed" })
+        const bodies = context.server.requests().map((request) => request.body)
+        assert.strictEqual(bodies.length, 3)
+        assert.strictEqual(bodies[1], bodies[0])
+        assert.strictEqual(bodies[2], bodies[0])
+        const events = yield* context.engine.log.events("session-1")
+        assert.deepStrictEqual(kinds(events), [
+          "invocation_opened",
+          "model_requested",
+          "model_interrupted:retryable_failure",
+          "model_requested",
+          "model_interrupted:retryable_failure",
+          "model_requested",
+          "model_completed",
+          "invocation_ended:completed",
+        ])
+        const requests = events.flatMap((stored) => (stored.event.fact.kind === "model_requested" ? [stored.event.fact] : []))
+        assert.strictEqual(new Set(requests.map((request) => request.inputDigest)).size, 1)
+        assert.strictEqual(new Set(requests.map((request) => request.stepId)).size, 3)
+      }),
+    ))
+
+  it.live("fails model_provider after ten replay-safe failures and never retries a 401 (scenarios 21, 25)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({ script: [{ respond: Respond.json(503, Respond.openAiError("down")), repeat: true }] }, {
+          backoffBaseMs: 1,
+          backoffMaxMs: 2,
+        })
+        const result = yield* context.engine.run(input(context, "Answer.", catalog({ ran: [] })))
+        assert.strictEqual(result.outcome.kind, "failed")
+        assert.strictEqual(result.outcome.kind === "failed" && result.outcome.class, "model_provider")
+        assert.strictEqual(context.server.requests().length, 10)
+        const auth = yield* setup({ script: [Respond.json(401, Respond.openAiError("bad key"))] })
+        const refused = yield* auth.engine.run(input(auth, "Answer.", catalog({ ran: [] })))
+        assert.strictEqual(refused.outcome.kind === "failed" && refused.outcome.class, "model_provider")
+        assert.strictEqual(auth.server.requests().length, 1)
+        assert.deepStrictEqual(kinds(yield* auth.engine.log.events("session-1")).slice(1, 3), [
+          "model_requested",
+          "model_interrupted:failed",
+        ])
+      }),
+    ))
+
+  it.live("keeps partial text of a truncated stream as observation only and re-sends (scenario 23)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({
+          script: [
+            Respond.dropAfter([OpenAiSse.role(), OpenAiSse.text("partial answer"), OpenAiSse.toolCall({ index: 0, id: "c", name: "echo", arguments: '{"val' })]),
+            Respond.sse(OpenAiSse.response({ text: ["whole answer"] })),
+          ],
+        })
+        const effects: Effects = { ran: [] }
+        const result = yield* context.engine.run(input(context, "Answer.", catalog(effects)))
+        assert.deepStrictEqual(result.outcome, { kind: "completed" })
+        assert.deepStrictEqual(effects.ran, [])
+        const events = yield* context.engine.log.events("session-1")
+        assert.isTrue(JSON.stringify(events).includes("partial answer"))
+        const completions = events.flatMap((stored) => (stored.event.fact.kind === "model_completed" ? [stored.event.fact] : []))
+        assert.strictEqual(completions.length, 1)
+        assert.isFalse(JSON.stringify(completions).includes("partial"))
+        assert.strictEqual(context.server.requests()[1]!.body, context.server.requests()[0]!.body)
+      }),
+    ))
+
+  it.live("commits a length-cut main output with its calls rejected and fails model_incomplete (scenario 28)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({
+          script: [
+            Respond.sse(
+              OpenAiSse.response({
+                text: ["I will call"],
+                toolCalls: [{ id: "call-1", name: "echo", arguments: ['{"value":"x"}'] }],
+                finishReason: "length",
+              }),
+            ),
+          ],
+        })
+        const effects: Effects = { ran: [] }
+        const result = yield* context.engine.run(input(context, "Answer.", catalog(effects)))
+        assert.strictEqual(result.outcome.kind === "failed" && result.outcome.class, "model_incomplete")
+        assert.deepStrictEqual(effects.ran, [])
+        assert.deepStrictEqual(kinds(yield* context.engine.log.events("session-1")), [
+          "invocation_opened",
+          "model_requested",
+          "model_completed",
+          "tool_rejected:preparation_failed",
+          "invocation_ended:failed",
+        ])
+      }),
+    ))
+
+  it.live("delivers a queued steering message once at the next step boundary (scenario 12)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const gate = Respond.gate()
+        const context = yield* setup({
+          script: [
+            Respond.hold(gate, Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-1", name: "echo", arguments: ['{"value":"a"}'] }] }))),
+            Respond.sse(OpenAiSse.response({ text: ["ok"] })),
+          ],
+        })
+        const running = yield* context.engine.start(input(context, "Start.", catalog({ ran: [] })))
+        yield* Effect.promise(() => context.server.request(0))
+        yield* running.steer("also check the tests")
+        gate.release()
+        const result = yield* running.wait
+        assert.deepStrictEqual(result.outcome, { kind: "completed" })
+        const second = context.server.requests()[1]!.body
+        assert.strictEqual(second.split("<user_query>\\nalso check the tests\\n</user_query>").length, 2)
+        const steered = (yield* context.engine.log.events("session-1")).filter((stored) => stored.event.fact.kind === "message_steered")
+        assert.strictEqual(steered.length, 1)
+      }),
+    ))
+
+  it.live("fails step_limit after maxSteps model steps (scenario 14)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const call = (id: string) =>
+          Respond.sse(OpenAiSse.response({ toolCalls: [{ id, name: "echo", arguments: [`{"value":"${id}"}`] }] }))
+        const context = yield* setup({ script: [call("a"), call("b"), call("c")] })
+        const result = yield* context.engine.run(input(context, "Loop.", catalog({ ran: [] }), { maxSteps: 2 }))
+        assert.strictEqual(result.outcome.kind === "failed" && result.outcome.class, "step_limit")
+        assert.strictEqual(context.server.requests().length, 2)
+      }),
+    ))
+
+  it.live("cancels during a backoff sleep without sending another request (scenario 24)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({ script: [{ respond: Respond.json(503, Respond.openAiError("down")), repeat: true }] }, {
+          backoffBaseMs: 60_000,
+          backoffMaxMs: 60_000,
+        })
+        const running = yield* context.engine.start(input(context, "Answer.", catalog({ ran: [] })))
+        yield* Effect.promise(() => context.server.exchange(0))
+        yield* Effect.sleep(50)
+        yield* running.cancel
+        const result = yield* running.wait
+        assert.deepStrictEqual(result.outcome, { kind: "cancelled", source: "runtime_cancellation" })
+        assert.strictEqual(context.server.requests().length, 1)
+      }),
+    ))
+})
+
+export { Fiber }

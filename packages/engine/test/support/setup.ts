@@ -1,0 +1,86 @@
+/**
+ * Test set-up for the engine: the testkit server as the model over real sockets, a real SQLite log
+ * in a temporary folder, a temporary workspace, and an engine over them, all owned by the scope.
+ */
+import { FactBuilders } from "@maka/testkit"
+import * as LogTesting from "@maka/event-log/testing"
+import { LanguageModel } from "@maka/model"
+import { ScriptedServer } from "@maka/testkit"
+import { Ids, Tool, ToolCatalog } from "@maka/tools"
+import { Effect, Redacted, Schema } from "effect"
+import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
+import * as Engine from "../../src/Engine.ts"
+
+export interface Effects {
+  readonly ran: Array<string>
+}
+
+/** An `echo` tool that records each effect, and a `slow` tool that waits for a release. */
+export const echoTool = (effects: Effects) =>
+  Tool.make({
+    name: "echo",
+    description: "Echoes its input.",
+    input: Schema.Struct({ value: Schema.String }),
+    semantics: "parallel",
+    execute: ({ value }) => {
+      effects.ran.push(value)
+      return Effect.succeed(Tool.text(`echo: ${value}`))
+    },
+  })
+
+export const catalog = (effects: Effects) => ToolCatalog.make([echoTool(effects)])
+
+export interface Setup {
+  readonly server: ScriptedServer.ScriptedServer
+  readonly engine: Engine.EngineShape
+  readonly model: LanguageModel.LanguageModelShape
+  readonly file: string
+  readonly workspace: string
+}
+
+export const setup = (
+  options: ScriptedServer.ServerOptions,
+  engineOptions: Partial<Engine.EngineOptions> = { backoffBaseMs: 5, backoffMaxMs: 40 },
+  modelOptions: LanguageModel.MakeOptions = {},
+) =>
+  Effect.gen(function* () {
+    const server = yield* ScriptedServer.make(options)
+    const { log, file, directory } = yield* LogTesting.makeTemporary()
+    const workspace = path.join(directory, "workspace")
+    fs.mkdirSync(workspace)
+    const model = yield* LanguageModel.make(
+      { kind: "openai-compatible", baseUrl: `${server.url}/v1`, model: "test-model", apiKey: Redacted.make("sk-test-secret") },
+      modelOptions,
+    )
+    const engine = yield* Engine.make(engineOptions).pipe(
+      Effect.provideService(LogTesting.EventLog.EventLog, log),
+      Effect.provide(Ids.layer),
+    )
+    return { server, engine, model, file, workspace } satisfies Setup
+  })
+
+let runs = 0
+/** A message run's input on `session-1` with a fresh invocation. */
+export const input = (
+  context: Setup,
+  message: string,
+  tools: ToolCatalog.ToolCatalog,
+  overrides: Partial<Engine.StartInput> = {},
+): Engine.StartInput => {
+  runs++
+  return {
+    invocation: FactBuilders.invocation({ turnId: `turn-${runs}`, runId: `run-${runs}`, invocationId: `invocation-${runs}` }),
+    model: context.model,
+    configuration: FactBuilders.configuration({
+      cwd: context.workspace,
+      model: FactBuilders.modelBinding({ model: "test-model" }),
+    }),
+    message: { text: message },
+    tools,
+    ...overrides,
+  }
+}
+
+export const temporary = () => fs.mkdtempSync(path.join(os.tmpdir(), "maka-engine-"))

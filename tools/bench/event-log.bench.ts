@@ -1,0 +1,160 @@
+/**
+ * The durable log (DESIGN.md §12): `EventLog.append` of a streamed observation against a raw
+ * better-sqlite3 insert of the same row in its own `BEGIN IMMEDIATE` transaction (same file settings:
+ * WAL, synchronous=FULL), and `readModelContext` at 100, 1,000 and 10,000 events of history against
+ * a raw read of the same rows with `JSON.parse`. Every figure is a ratio against its own baseline.
+ */
+import Database from "better-sqlite3"
+import { Effect, Result } from "effect"
+import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
+import { EventWrite, type EventWrite as EventWriteType } from "@maka/facts"
+import { EventLog } from "@maka/event-log"
+import { FactBuilders, History } from "@maka/testkit"
+
+const APPENDS = Number(process.env["MAKA_BENCH_APPENDS"] ?? 2_000)
+const READ_ROUNDS = 15
+const directory = fs.mkdtempSync(path.join(os.tmpdir(), "maka-bench-log-"))
+
+const median = (values: ReadonlyArray<number>): number => {
+  const sorted = [...values].sort((left, right) => left - right)
+  return sorted[Math.floor(sorted.length / 2)] ?? 0
+}
+const round3 = (value: number): number => Math.round(value * 1000) / 1000
+
+/** A live run with one open request, and `count` observations of it. */
+const observations = (count: number) => {
+  const history = new History.History()
+  const run = history.open()
+  const step = run.request()
+  const preamble = [...history.writes]
+  const writes: Array<EventWriteType.EventWrite> = []
+  for (let index = 0; index < count; index++) {
+    writes.push(
+      Result.getOrThrow(
+        EventWrite.plain({
+          id: FactBuilders.eventId(100_000 + index),
+          recordedAt: index,
+          invocation: run.invocation,
+          fact: { kind: "model_observed", stepId: step, event: { kind: "part_delta", id: "0", text: `token ${index} ` } },
+        }),
+      ),
+    )
+  }
+  return { preamble, writes }
+}
+
+const openLog = (file: string, synchronous: "FULL" | "NORMAL") => EventLog.layerSqlite({ path: file, synchronous })
+
+const withLog = <A>(file: string, synchronous: "FULL" | "NORMAL", body: (log: EventLog.EventLogShape) => Effect.Effect<A, unknown>) =>
+  Effect.runPromise(
+    Effect.scoped(
+      Effect.provide(
+        Effect.gen(function* () {
+          return yield* body(yield* EventLog.EventLog)
+        }),
+        openLog(file, synchronous),
+      ),
+    ),
+  )
+
+// --- append -------------------------------------------------------------------------------------
+
+const { preamble, writes } = observations(APPENDS)
+const logFile = path.join(directory, "append.sqlite")
+const engineAppendMs = await withLog(logFile, "FULL", (log) =>
+  Effect.gen(function* () {
+    yield* log.appendBatch(preamble)
+    const start = performance.now()
+    for (const write of writes) yield* log.append(write)
+    return (performance.now() - start) / APPENDS
+  }),
+)
+
+const rawFile = path.join(directory, "raw.sqlite")
+const raw = new Database(rawFile)
+raw.pragma("journal_mode = WAL")
+raw.pragma("synchronous = FULL")
+raw.exec(
+  "CREATE TABLE event_log (sequence INTEGER PRIMARY KEY AUTOINCREMENT, event_id TEXT NOT NULL UNIQUE, session_id TEXT NOT NULL, turn_id TEXT NOT NULL, run_id TEXT NOT NULL, invocation_id TEXT NOT NULL, kind TEXT NOT NULL, operation_id TEXT, event_json TEXT NOT NULL)",
+)
+const insert = raw.prepare(
+  "INSERT INTO event_log (event_id, session_id, turn_id, run_id, invocation_id, kind, operation_id, event_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+)
+const begin = raw.prepare("BEGIN IMMEDIATE")
+const commit = raw.prepare("COMMIT")
+const rawStart = performance.now()
+for (const write of writes) {
+  const event = write.event
+  begin.run()
+  insert.run(event.id, event.invocation.sessionId, event.invocation.turnId, event.invocation.runId, event.invocation.invocationId, event.fact.kind, "step", write.json)
+  commit.run()
+}
+const rawAppendMs = (performance.now() - rawStart) / APPENDS
+raw.close()
+console.log(`append: engine ${round3(engineAppendMs * 1000)} µs, raw insert ${round3(rawAppendMs * 1000)} µs per durable commit`)
+
+// --- model-context read -------------------------------------------------------------------------
+
+/** A completed session of `events` events: tool steps of four facts each. */
+const sessionOf = (events: number) => {
+  const history = new History.History()
+  const run = history.open()
+  while (history.writes.length + 4 <= events - 1) {
+    const step = run.request()
+    run.complete(step, FactBuilders.toolCallStep([{ id: "c", name: "read_file", input: { path: "README.md" } }]))
+    run.succeed(run.dispatch(step, "c"), FactBuilders.textOutput("line of the file\n".repeat(8)))
+  }
+  while (history.writes.length < events - 1) run.steer(`m${history.writes.length}`, "more")
+  run.end({ kind: "failed", class: "runtime_internal" })
+  return history
+}
+
+const contextFigures: Record<string, { engineMs: number; rawMs: number; ratio: number }> = {}
+for (const size of (process.env["MAKA_BENCH_SIZES"] ?? "100,1000,10000").split(",").map(Number)) {
+  const history = sessionOf(size)
+  const file = path.join(directory, `context-${size}.sqlite`)
+  const engineMs = await withLog(file, "NORMAL", (log) =>
+    Effect.gen(function* () {
+      for (let start = 0; start < history.writes.length; start += 500) yield* log.appendBatch(history.writes.slice(start, start + 500))
+      const times: Array<number> = []
+      for (let round = 0; round < READ_ROUNDS; round++) {
+        const start = performance.now()
+        const source = yield* log.readModelContext("session-1")
+        times.push(performance.now() - start)
+        if (source.tail.length !== size) throw new Error(`expected ${size} tail items, read ${source.tail.length}`)
+      }
+      return median(times)
+    }),
+  )
+  const reader = new Database(file, { readonly: true })
+  const select = reader.prepare("SELECT sequence, event_json FROM event_log WHERE session_id = ? ORDER BY sequence")
+  const rawTimes: Array<number> = []
+  for (let round = 0; round < READ_ROUNDS; round++) {
+    const start = performance.now()
+    const rows = select.all("session-1") as Array<{ event_json: string }>
+    for (const row of rows) JSON.parse(row.event_json)
+    rawTimes.push(performance.now() - start)
+  }
+  reader.close()
+  const rawMs = median(rawTimes)
+  contextFigures[String(size)] = { engineMs: round3(engineMs), rawMs: round3(rawMs), ratio: round3(engineMs / rawMs) }
+  console.log(`readModelContext at ${size} events: ${round3(engineMs)} ms (raw select + JSON.parse ${round3(rawMs)} ms)`)
+}
+
+fs.rmSync(directory, { recursive: true, force: true })
+console.log(
+  JSON.stringify({
+    "event-log": {
+      appends: APPENDS,
+      engineAppendUs: round3(engineAppendMs * 1000),
+      rawInsertUs: round3(rawAppendMs * 1000),
+      appendRatio: round3(engineAppendMs / rawAppendMs),
+      appendBaseline: "better-sqlite3 prepared insert of the same row, BEGIN IMMEDIATE/COMMIT per row, WAL, synchronous=FULL",
+      readModelContext: contextFigures,
+      readBaseline: "better-sqlite3 select of the session's rows + JSON.parse per row",
+      node: process.version,
+    },
+  }),
+)
