@@ -5,6 +5,7 @@
  * A write is inserted before the next one is validated, so later writes see earlier ones.
  */
 import { Archive, Canonical, EventWrite, Fact, Input, Identity, type Event } from "@maka/facts"
+import { sql } from "kysely"
 import * as EventLogError from "../EventLogError.ts"
 import type { Database, Dialect } from "./database.ts"
 import { faultPoint } from "./fault.ts"
@@ -35,8 +36,7 @@ const invocationState = async (context: Context, invocationId: string): Promise<
   InvocationState.fold((await Rows.ofInvocation(context.tx, invocationId)).map(Rows.stored))
 
 /** Rule 3: the opening of any non-opening fact exists and names the identical invocation. */
-const requireOpening = async (context: Context, event: Event.RuntimeEvent): Promise<Rows.Row> => {
-  const opening = await Rows.byInvocationKind(context.tx, event.invocation.invocationId, "invocation_opened")
+const requireOpening = (event: Event.RuntimeEvent, opening: Rows.Row | undefined): Rows.Row => {
   if (opening === undefined) throw invalid("the invocation has no opening")
   const invocation = event.invocation
   if (opening.sessionId !== invocation.sessionId || opening.turnId !== invocation.turnId || opening.runId !== invocation.runId) {
@@ -142,6 +142,7 @@ const validateRequested = async (context: Context, event: Event.RuntimeEvent, fa
           selectFrom("event_log as end")
             .select("end.sequence")
             .whereRef("end.operation_id", "=", "request.operation_id")
+            .where(sql<boolean>`"end".kind <> 'model_observed'`)
             .where("end.kind", "in", ["model_completed", "model_interrupted"]),
         ),
       ),
@@ -263,11 +264,10 @@ const validate = async (context: Context, write: EventWrite.EventWrite): Promise
   const event = write.event
   const fact = event.fact
   validatePayload(write)
-  if ((await Rows.byInvocationKind(context.tx, event.invocation.invocationId, "invocation_ended")) !== undefined) {
-    throw reject({ _tag: "Sealed" })
-  }
+  const boundaries = await Rows.boundaries(context.tx, event.invocation.invocationId)
+  if (boundaries.terminal !== undefined) throw reject({ _tag: "Sealed" })
   if (fact.kind === "invocation_opened") return validateOpening(context, event, fact)
-  const opening = await requireOpening(context, event)
+  const opening = requireOpening(event, boundaries.opening)
   switch (fact.kind) {
     case "tool_dispatched":
     case "tool_rejected":
@@ -311,6 +311,9 @@ const checkBatchRules = (writes: ReadonlyArray<EventWrite.EventWrite>) => {
   }
 }
 
+/** Sessions whose row is known to exist, per database (SQLite only skips the insert). */
+const knownSessionsByDatabase = new WeakMap<Database, Set<string>>()
+
 export interface AppendResult {
   readonly sequences: ReadonlyArray<number>
   /** Whether anything new was inserted (a pure replay inserts nothing). */
@@ -320,17 +323,25 @@ export interface AppendResult {
 /** Validates and appends `writes` in one transaction; all or nothing. */
 export const appendBatch = (database: Database, writes: ReadonlyArray<EventWrite.EventWrite>, now: number) =>
   database.write(async (tx): Promise<AppendResult> => {
+    let knownSessions = knownSessionsByDatabase.get(database)
+    if (knownSessions === undefined) {
+      knownSessions = new Set()
+      knownSessionsByDatabase.set(database, knownSessions)
+    }
     const context: Context = { tx, dialect: database.dialect }
     const sequences: Array<number> = []
     let inserted = false
     let insertedCount = 0
     const locked = new Set<string>()
+    // SQLite has one writer: a session row known to exist needs no insert (rows are never deleted).
     const fresh = writes.filter((write, index) => writes.findIndex((other) => other.event.id === write.event.id) === index)
     let checkedBatch = false
     for (const write of writes) {
       const event = write.event
       if (!locked.has(event.invocation.sessionId)) {
-        await lockSession(context, event.invocation.sessionId, now)
+        if (database.dialect === "postgres" || !knownSessions.has(event.invocation.sessionId)) {
+          await lockSession(context, event.invocation.sessionId, now)
+        }
         locked.add(event.invocation.sessionId)
       }
       const existing = await Rows.byEventId(tx, event.id)
@@ -370,5 +381,6 @@ export const appendBatch = (database: Database, writes: ReadonlyArray<EventWrite
       faultPoint(`append.after-insert.${insertedCount}`)
     }
     faultPoint("append.before-commit")
+    for (const sessionId of locked) knownSessions.add(sessionId)
     return { sequences, inserted }
   })

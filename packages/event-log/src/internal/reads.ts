@@ -88,7 +88,8 @@ export const unfinishedInvocations = async (tx: Rows.Tx, limit: number): Promise
           selectFrom("event_log as terminal")
             .select("terminal.sequence")
             .whereRef("terminal.invocation_id", "=", "opening.invocation_id")
-            .where("terminal.kind", "=", "invocation_ended"),
+            .where("terminal.kind", "=", "invocation_ended")
+            .where(sql<boolean>`terminal.kind IN ('invocation_opened', 'invocation_ended')`),
         ),
       ),
     )

@@ -5,11 +5,18 @@
  */
 import { Codec, type Event } from "@maka/facts"
 import { Result } from "effect"
-import type { Transaction } from "kysely"
+import { sql, type Transaction } from "kysely"
 import * as EventLogError from "../EventLogError.ts"
 import type { Tables } from "./tables.ts"
 
 export type Tx = Transaction<Tables>
+
+/**
+ * Kind predicates written as SQL literals, so the planner can prove the partial unique indexes'
+ * conditions (a bound parameter hides them, and SQLite then scans).
+ */
+export const notObservation = sql<boolean>`kind <> 'model_observed'`
+export const boundaryKinds = sql<boolean>`kind IN ('invocation_opened', 'invocation_ended')`
 
 export interface Row {
   readonly sequence: number
@@ -87,6 +94,7 @@ export const byInvocationKind = async (tx: Tx, invocationId: string, kind: strin
     .select(columns)
     .where("invocation_id", "=", invocationId)
     .where("kind", "=", kind)
+    .where(boundaryKinds)
     .orderBy("sequence")
     .executeTakeFirst()
   return raw === undefined ? undefined : toRow(raw)
@@ -98,7 +106,7 @@ export const byOperation = async (tx: Tx, operationId: string): Promise<Readonly
       .selectFrom("event_log")
       .select(columns)
       .where("operation_id", "=", operationId)
-      .where("kind", "!=", "model_observed")
+      .where(notObservation)
       .orderBy("sequence")
       .execute()
   ).map(toRow)
@@ -140,6 +148,24 @@ export const ofSession = async (
   return (await query.execute()).map(toRow)
 }
 
+/** The opening and the terminal of an invocation, in one indexed look-up. */
+export const boundaries = async (
+  tx: Tx,
+  invocationId: string,
+): Promise<{ readonly opening?: Row; readonly terminal?: Row }> => {
+  const rows = (
+    await tx
+      .selectFrom("event_log")
+      .select(columns)
+      .where("invocation_id", "=", invocationId)
+      .where(boundaryKinds)
+      .execute()
+  ).map(toRow)
+  const opening = rows.find((row) => row.kind === "invocation_opened")
+  const terminal = rows.find((row) => row.kind === "invocation_ended")
+  return { ...(opening === undefined ? {} : { opening }), ...(terminal === undefined ? {} : { terminal }) }
+}
+
 /** Every event of the log in sequence order. */
 export const all = async (tx: Tx): Promise<ReadonlyArray<Row>> =>
   (await tx.selectFrom("event_log").select(columns).orderBy("sequence").execute()).map(toRow)
@@ -158,7 +184,8 @@ export const unsealedOpenings = async (tx: Tx, sessionId: string): Promise<Reado
             selectFrom("event_log as terminal")
               .select("terminal.sequence")
               .whereRef("terminal.invocation_id", "=", "opening.invocation_id")
-              .where("terminal.kind", "=", "invocation_ended"),
+              .where("terminal.kind", "=", "invocation_ended")
+              .where(sql<boolean>`terminal.kind IN ('invocation_opened', 'invocation_ended')`),
           ),
         ),
       )
