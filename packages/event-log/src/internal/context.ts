@@ -159,11 +159,15 @@ export const readModelContext = async (
   if (options.current !== undefined) await requireLive(tx, sessionId, options.current)
   const all = await Rows.ofSession(tx, sessionId)
   const withoutObservations = all.filter((row) => row.kind !== "model_observed")
+  // Each row is decoded once; the gate, the baseline, the archives and the tail share the result.
+  const decodedEvents = withoutObservations.map(Rows.stored)
+  const decoded = new Map(decodedEvents.map((stored) => [stored.sequence, stored]))
+  const storedOf = (row: Rows.Row): Event.StoredEvent => decoded.get(row.sequence) ?? Rows.stored(row)
   const safety = await Safety.checkEvents(
     tx,
     dialect,
     sessionId,
-    withoutObservations.map(Rows.stored),
+    decodedEvents,
     {
       ...(options.current === undefined ? {} : { exclude: options.current }),
       ...(options.manual === true ? { manual: true } : {}),
@@ -181,7 +185,7 @@ export const readModelContext = async (
   const baselineRow = checkpoints[checkpoints.length - 1]
   let baseline: Baseline | undefined
   if (baselineRow !== undefined) {
-    const fact = Rows.decode(baselineRow).fact
+    const fact = storedOf(baselineRow).event.fact
     if (fact.kind !== "context_checkpoint_recorded") throw EventLogError.make({ _tag: "Decode", message: "baseline" })
     const previous = fact.checkpoint.previousCheckpointId
     if (previous !== undefined && !checkpointIds.has(previous)) {
@@ -205,14 +209,14 @@ export const readModelContext = async (
   const archives = new Map<string, { readonly placeholder: Archive.ArchivedPlaceholder; readonly eventId: string }>()
   for (const row of withoutObservations) {
     if (row.kind === "invocation_opened" && row.json.includes('"kind":"context_compact"')) {
-      const fact = Rows.decode(row).fact
+      const fact = storedOf(row).event.fact
       if (fact.kind === "invocation_opened" && fact.input.kind === "context_compact") compactInvocations.add(row.invocationId)
     }
     if (row.kind === "model_requested" && row.json.includes('"purpose":"summary"') && row.operationId !== null) {
       summarySteps.add(row.operationId)
     }
     if (row.kind === "tool_result_archived") {
-      const fact = Rows.decode(row).fact
+      const fact = storedOf(row).event.fact
       if (fact.kind === "tool_result_archived") {
         archives.set(fact.placeholder.identity.runtimeEventId, { placeholder: fact.placeholder, eventId: row.eventId })
       }
@@ -235,7 +239,7 @@ export const readModelContext = async (
   const replacements: Array<{ settledEventId: string; archiveEventId: string }> = []
   const tail: Array<TailItem> = tailRows.map((row) => {
     const archive = row.kind === "tool_settled" ? archives.get(row.eventId) : undefined
-    const stored = Rows.stored(row)
+    const stored = storedOf(row)
     if (archive === undefined) return { kind: "canonical", stored }
     const fact = stored.event.fact
     replacements.push({ settledEventId: row.eventId, archiveEventId: archive.eventId })
