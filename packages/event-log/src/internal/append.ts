@@ -4,7 +4,7 @@
  * per-kind validators, transitions, clean completion), then inserts the row and its raw payload.
  * A write is inserted before the next one is validated, so later writes see earlier ones.
  */
-import { Archive, Canonical, EventWrite, Fact, Input, Identity, type Event } from "@maka/facts"
+import { Archive, Canonical, EventWrite, Fact, Input, type Event } from "@maka/facts"
 import { sql } from "kysely"
 import * as EventLogError from "../EventLogError.ts"
 import type { Database, Dialect } from "./database.ts"

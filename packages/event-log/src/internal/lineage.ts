@@ -48,13 +48,7 @@ export const runPrefix = async (
     maxBytes: Limits.MAX_HISTORY_BYTES,
   },
 ): Promise<RunPrefix | undefined> => {
-  const rows = await tx
-    .selectFrom("event_log")
-    .select(["sequence", "event_id", "session_id", "turn_id", "run_id", "invocation_id", "kind", "operation_id", "event_json"])
-    .where("session_id", "=", sessionId)
-    .where("run_id", "=", runId)
-    .orderBy("sequence")
-    .execute()
+  const rows = await Rows.ofRun(tx, sessionId, runId)
   if (rows.length === 0) return undefined
   if (upTo !== undefined && (!Number.isSafeInteger(upTo) || upTo < 1 || upTo > rows.length)) {
     throw invalid(`run position ${upTo} does not exist (the run has ${rows.length} events)`)
@@ -62,21 +56,9 @@ export const runPrefix = async (
   const selected = upTo === undefined ? rows : rows.slice(0, upTo)
   if (selected.length > limits.maxEvents) throw EventLogError.prefixTooLarge()
   let bytes = 0
-  for (const row of selected) bytes += Canonical.utf8Length(row.event_json)
+  for (const row of selected) bytes += Canonical.utf8Length(row.json)
   if (bytes > limits.maxBytes) throw EventLogError.prefixTooLarge()
-  const events = selected.map((raw) =>
-    Rows.stored({
-      sequence: Rows.toNumber(raw.sequence),
-      eventId: raw.event_id,
-      sessionId: raw.session_id,
-      turnId: raw.turn_id,
-      runId: raw.run_id,
-      invocationId: raw.invocation_id,
-      kind: raw.kind,
-      operationId: raw.operation_id,
-      json: raw.event_json,
-    }),
-  )
+  const events = selected.map(Rows.stored)
   const first = events[0]!
   if (first.event.fact.kind !== "invocation_opened") throw invalid("a run prefix starts with the run's opening")
   const invocation = first.event.invocation
@@ -86,7 +68,7 @@ export const runPrefix = async (
   const digest = Digest.runPrefix(
     events.length,
     invocation,
-    selected.map((raw) => ({ sequence: Rows.toNumber(raw.sequence), json: raw.event_json })),
+    selected.map((row) => ({ sequence: row.sequence, json: row.json })),
   )
   return { invocation, highWater: events.length, digest, events }
 }

@@ -78,30 +78,9 @@ export const events = async (
 
 /** Openings without a terminal, across the log; more than `limit` is `PrefixTooLarge`. */
 export const unfinishedInvocations = async (tx: Rows.Tx, limit: number): Promise<ReadonlyArray<Identity.Invocation>> => {
-  const rows = await tx
-    .selectFrom("event_log as opening")
-    .select(["opening.event_json", "opening.sequence"])
-    .where("opening.kind", "=", "invocation_opened")
-    .where(({ not, exists, selectFrom }) =>
-      not(
-        exists(
-          selectFrom("event_log as terminal")
-            .select("terminal.sequence")
-            .whereRef("terminal.invocation_id", "=", "opening.invocation_id")
-            .where("terminal.kind", "=", "invocation_ended")
-            .where(sql<boolean>`terminal.kind IN ('invocation_opened', 'invocation_ended')`),
-        ),
-      ),
-    )
-    .orderBy("opening.sequence")
-    .limit(limit + 1)
-    .execute()
+  const rows = await Rows.unsealedOpenings(tx, undefined, limit + 1)
   if (rows.length > limit) throw EventLogError.prefixTooLarge()
-  return rows.map((row) => {
-    const decoded = Codec.decodeEventJson(row.event_json)
-    if (Result.isFailure(decoded)) throw EventLogError.make({ _tag: "Decode", message: decoded.failure.message })
-    return decoded.success.invocation
-  })
+  return rows.map((row) => Rows.decode(row).invocation)
 }
 
 export interface UndispatchedCall {

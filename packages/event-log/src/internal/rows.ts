@@ -170,26 +170,42 @@ export const boundaries = async (
 export const all = async (tx: Tx): Promise<ReadonlyArray<Row>> =>
   (await tx.selectFrom("event_log").select(columns).orderBy("sequence").execute()).map(toRow)
 
-/** Openings of the session without a terminal, in sequence order. */
-export const unsealedOpenings = async (tx: Tx, sessionId: string): Promise<ReadonlyArray<Row>> =>
+/** Openings without a terminal (of one session, or of the whole log), in sequence order. */
+export const unsealedOpenings = async (
+  tx: Tx,
+  sessionId: string | undefined,
+  limit?: number,
+): Promise<ReadonlyArray<Row>> => {
+  let query = tx
+    .selectFrom("event_log as opening")
+    .select(columns.map((column) => `opening.${column}` as const))
+    .where("opening.kind", "=", "invocation_opened")
+    .where(({ not, exists, selectFrom }) =>
+      not(
+        exists(
+          selectFrom("event_log as terminal")
+            .select("terminal.sequence")
+            .whereRef("terminal.invocation_id", "=", "opening.invocation_id")
+            .where("terminal.kind", "=", "invocation_ended")
+            .where(sql<boolean>`terminal.kind IN ('invocation_opened', 'invocation_ended')`),
+        ),
+      ),
+    )
+  if (sessionId !== undefined) query = query.where("opening.session_id", "=", sessionId)
+  query = query.orderBy("opening.sequence")
+  if (limit !== undefined) query = query.limit(limit)
+  return (await query.execute()).map(toRow)
+}
+
+/** Every event of one run of a session, in sequence order. */
+export const ofRun = async (tx: Tx, sessionId: string, runId: string): Promise<ReadonlyArray<Row>> =>
   (
     await tx
-      .selectFrom("event_log as opening")
-      .select(columns.map((column) => `opening.${column}` as const))
-      .where("opening.session_id", "=", sessionId)
-      .where("opening.kind", "=", "invocation_opened")
-      .where(({ not, exists, selectFrom }) =>
-        not(
-          exists(
-            selectFrom("event_log as terminal")
-              .select("terminal.sequence")
-              .whereRef("terminal.invocation_id", "=", "opening.invocation_id")
-              .where("terminal.kind", "=", "invocation_ended")
-              .where(sql<boolean>`terminal.kind IN ('invocation_opened', 'invocation_ended')`),
-          ),
-        ),
-      )
-      .orderBy("opening.sequence")
+      .selectFrom("event_log")
+      .select(columns)
+      .where("session_id", "=", sessionId)
+      .where("run_id", "=", runId)
+      .orderBy("sequence")
       .execute()
   ).map(toRow)
 
