@@ -9,6 +9,7 @@ import type { LanguageModel } from "@maka/model"
 import { Cancellation, Ids, type ToolCatalog } from "@maka/tools"
 import { Clock, Effect, Result, type Ref } from "effect"
 import * as EngineError from "../EngineError.ts"
+import { faultPoint } from "./fault.ts"
 import type { EngineOptions } from "./options.ts"
 import type { LiveContext } from "./live-context.ts"
 
@@ -58,6 +59,7 @@ export const commit = (run: Run, writes: ReadonlyArray<EventWrite.EventWrite>) =
   Effect.uninterruptible(
     Effect.gen(function* () {
       const sequences = yield* run.log.appendBatch(writes)
+      faultPoint("engine.commit")
       const stored = writes.map((write, index) => ({ sequence: sequences[index]!, event: write.event }))
       for (const [index, item] of stored.entries()) run.live?.apply(item, writes[index]!.json)
       run.onCommitted(stored)

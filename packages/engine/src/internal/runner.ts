@@ -12,6 +12,7 @@ import { Effect, Exit, Ref } from "effect"
 import * as EngineError from "../EngineError.ts"
 import * as PromptBuilder from "../PromptBuilder.ts"
 import { attemptWithRetries } from "./attempt.ts"
+import { faultPoint } from "./fault.ts"
 import { LiveContext } from "./live-context.ts"
 import { commit, commitError, commitFacts, isCancelled, plainWrite, storeError, type Run } from "./run-context.ts"
 
@@ -82,7 +83,14 @@ const deliverSteering = (run: Run) =>
 const journalSink = (run: Run): EventSink.EventSinkShape => ({
   commit: (write) =>
     Effect.mapError(
-      Effect.map(commit(run, [write]), (sequences) => sequences[0]!),
+      Effect.suspend(() => {
+        const kind = write.event.fact.kind
+        if (kind === "tool_settled") faultPoint("engine.before-settle")
+        return Effect.map(commit(run, [write]), (sequences) => {
+          if (kind === "tool_dispatched") faultPoint("engine.after-dispatch")
+          return sequences[0]!
+        })
+      }),
       (error) => (error.isRejected ? EventSink.rejected(error.message) : EventSink.outcomeUnknown(error.message)),
     ),
   commitBatch: (writes) =>
@@ -188,7 +196,10 @@ export interface RunResult {
  * Runs an admitted message run: preflight and opening (then `admitted` resolves), the step loop,
  * and the seal. Fails only before admission (nothing written) or when the terminal itself fails.
  */
-export const runMessage = (run: Run, admitted: Effect.Effect<void>) =>
+export const runMessage = (
+  run: Run,
+  admitted: Effect.Effect<void>,
+): Effect.Effect<RunResult, EngineError.EngineError, Ids.Ids> =>
   Effect.gen(function* () {
     if (yield* isCancelled(run)) return yield* Effect.fail(EngineError.cancelled())
     const priorUnknown = yield* preflight(run)

@@ -38,12 +38,20 @@ export interface Setup {
   readonly model: LanguageModel.LanguageModelShape
   readonly file: string
   readonly workspace: string
+  /** The log under the engine (unwrapped); `log.close` releases the file for a reopen. */
+  readonly log: LogTesting.EventLog.EventLogShape
+}
+
+export interface SetupExtras {
+  /** Wraps the log the engine writes through (a spy); the engine sees the wrapper. */
+  readonly wrapLog?: (log: LogTesting.EventLog.EventLogShape) => LogTesting.EventLog.EventLogShape
 }
 
 export const setup = (
   options: ScriptedServer.ServerOptions,
   engineOptions: Partial<Engine.EngineOptions> = { backoffBaseMs: 5, backoffMaxMs: 40 },
   modelOptions: LanguageModel.MakeOptions = {},
+  extras: SetupExtras = {},
 ) =>
   Effect.gen(function* () {
     const server = yield* ScriptedServer.make(options)
@@ -55,10 +63,10 @@ export const setup = (
       modelOptions,
     )
     const engine = yield* Engine.make(engineOptions).pipe(
-      Effect.provideService(LogTesting.EventLog.EventLog, log),
+      Effect.provideService(LogTesting.EventLog.EventLog, extras.wrapLog === undefined ? log : extras.wrapLog(log)),
       Effect.provide(Ids.layer),
     )
-    return { server, engine, model, file, workspace } satisfies Setup
+    return { server, engine, model, file, workspace, log } satisfies Setup
   })
 
 let runs = 0

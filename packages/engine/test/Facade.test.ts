@@ -1,0 +1,251 @@
+import type { Event } from "@maka/facts"
+import { OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
+import { Builtins, ToolCatalog } from "@maka/tools"
+import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
+import { afterEach, assert, describe, it } from "vitest"
+import * as EngineError from "../src/EngineError.ts"
+import { createEngine, openWorkspace, type MakaEngine, type StartOptions } from "../src/Facade.ts"
+
+const API_KEY = "sk-facade-secret-4f1c"
+
+const cleanups: Array<() => Promise<void> | void> = []
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup()
+})
+
+interface Context {
+  readonly folder: string
+  readonly database: string
+  readonly workspace: string
+  readonly server: ScriptedServer.ScriptedServer
+  readonly engine: MakaEngine
+}
+
+const setup = async (script: ReadonlyArray<Respond.Responder>): Promise<Context> => {
+  const folder = fs.mkdtempSync(path.join(os.tmpdir(), "maka-facade-"))
+  cleanups.push(() => fs.rmSync(folder, { recursive: true, force: true }))
+  const workspace = path.join(folder, "workspace")
+  fs.mkdirSync(workspace)
+  fs.writeFileSync(path.join(workspace, "README.md"), "# Demo\n\nA demo project.\n")
+  const server = await ScriptedServer.start({ script })
+  cleanups.push(() => server.close())
+  const database = path.join(folder, "events.sqlite")
+  const engine = await createEngine({ database, engineOptions: { backoffBaseMs: 5, backoffMaxMs: 40 } })
+  cleanups.push(() => engine.close())
+  return { folder, database, workspace, server, engine }
+}
+
+const options = (context: Context, overrides: Partial<StartOptions> = {}): StartOptions => ({
+  sessionId: "session-1",
+  provider: { kind: "openai-compatible", baseUrl: `${context.server.url}/v1/`, model: "test-model", apiKey: API_KEY },
+  message: "What is in this workspace?",
+  tools: ToolCatalog.make(Builtins.read({ root: fs.realpathSync(context.workspace) })),
+  workspace: context.workspace,
+  ...overrides,
+})
+
+const listThenAnswer = [
+  Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-1", name: "list_files", arguments: ['{"path":', '"."}'] }] })),
+  Respond.sse(OpenAiSse.response({ text: ["A README ", "and nothing else."] })),
+]
+
+const kinds = (events: ReadonlyArray<Event.StoredEvent>) =>
+  events.filter((stored) => stored.event.fact.kind !== "model_observed").map((stored) => stored.event.fact.kind)
+
+const collect = async (iterable: AsyncIterable<Event.StoredEvent>) => {
+  const items: Array<Event.StoredEvent> = []
+  for await (const item of iterable) items.push(item)
+  return items
+}
+
+const rejection = async (promise: Promise<unknown>): Promise<EngineError.EngineError> => {
+  try {
+    await promise
+  } catch (error) {
+    assert.instanceOf(error, EngineError.EngineError)
+    return error as EngineError.EngineError
+  }
+  return assert.fail("expected a rejection")
+}
+
+describe("Facade", () => {
+  it("runs a two-step tool loop to completion with the connection and context defaults", async () => {
+    const context = await setup(listThenAnswer)
+    const run = await context.engine.start(options(context))
+    for (const name of ["list_files", "read_file", "search_text"]) assert.include(run.toolNames, name)
+    const result = await run.wait()
+    assert.deepStrictEqual(result.outcome, { kind: "completed" })
+    assert.deepStrictEqual(result.invocation, run.invocation)
+    const events = await context.engine.events("session-1")
+    assert.deepStrictEqual(kinds(events), [
+      "invocation_opened",
+      "model_requested",
+      "model_completed",
+      "tool_dispatched",
+      "tool_settled",
+      "model_requested",
+      "model_completed",
+      "invocation_ended",
+    ])
+    const opening = events[0]!.event.fact
+    assert.strictEqual(opening.kind, "invocation_opened")
+    if (opening.kind !== "invocation_opened") return
+    assert.deepStrictEqual(opening.configuration.model, {
+      connectionId: `openai-compatible:${context.server.url}/v1`,
+      connectionSlug: "openai-compatible",
+      model: "test-model",
+    })
+    assert.strictEqual(opening.configuration.cwd, fs.realpathSync(context.workspace))
+    assert.match(opening.configuration.workspaceIdentity ?? "", /^workspace:v1:[0-9a-f-]{36}$/)
+    const requested = events[1]!.event.fact
+    assert.deepStrictEqual(requested.kind === "model_requested" ? requested.context : undefined, { providerId: "openai-compatible" })
+    const ids = [run.invocation.turnId, run.invocation.runId, run.invocation.invocationId]
+    for (const id of ids) assert.match(id, /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/)
+    assert.strictEqual(new Set(ids).size, 3)
+    assert.strictEqual(context.server.requests()[0]!.headers["authorization"], `Bearer ${API_KEY}`)
+  })
+
+  it("yields every committed event from the opening to the terminal, also when called after wait()", async () => {
+    const context = await setup(listThenAnswer)
+    const run = await context.engine.start(options(context))
+    const live = await collect(run.events())
+    const result = await run.wait()
+    const late = await collect(run.events())
+    const stored = await context.engine.events("session-1")
+    assert.deepStrictEqual(live, stored)
+    assert.deepStrictEqual(late, stored)
+    assert.strictEqual(live[0]!.event.fact.kind, "invocation_opened")
+    assert.strictEqual(live.at(-1)!.event.fact.kind, "invocation_ended")
+    assert.deepStrictEqual(
+      live.map((item) => item.sequence),
+      live.map((_, index) => index + 1),
+    )
+    assert.deepStrictEqual(result.outcome, { kind: "completed" })
+    assert.isTrue(live.some((item) => item.event.fact.kind === "model_observed"))
+  })
+
+  it("cancels a run when its AbortSignal aborts, and writes nothing when it aborted before start", async () => {
+    const context = await setup([Respond.hang()])
+    const controller = new AbortController()
+    const run = await context.engine.start(options(context, { signal: controller.signal }))
+    await context.server.request(0)
+    controller.abort()
+    const result = await run.wait()
+    assert.deepStrictEqual(result.outcome, { kind: "cancelled", source: "runtime_cancellation" })
+    assert.deepStrictEqual(kinds(await context.engine.events("session-1")), [
+      "invocation_opened",
+      "model_requested",
+      "model_interrupted",
+      "invocation_ended",
+    ])
+    const refused = await rejection(context.engine.start(options(context, { sessionId: "session-2", signal: controller.signal })))
+    assert.strictEqual(refused.reason._tag, "Cancelled")
+    assert.deepStrictEqual(await context.engine.events("session-2"), [])
+  })
+
+  it("refuses invalid input with InvalidInput and writes nothing", async () => {
+    const context = await setup([])
+    const invalid: ReadonlyArray<Partial<StartOptions>> = [
+      { maxSteps: 0 },
+      { maxSteps: 257 },
+      { workspace: "relative/folder/that/does/not/exist" },
+      { idleTimeoutMs: 10 },
+      { provider: { kind: "openai-compatible", baseUrl: "not a url", model: "test-model" } },
+      { systemPrompt: "   " },
+      { sessionId: "" },
+      { message: 42 as unknown as string },
+      { provider: undefined as unknown as StartOptions["provider"] },
+    ]
+    for (const overrides of invalid) {
+      const refused = await rejection(context.engine.start(options(context, overrides)))
+      assert.strictEqual(refused.reason._tag, "InvalidInput", JSON.stringify(overrides))
+    }
+    assert.deepStrictEqual(await context.engine.events("session-1"), [])
+    assert.strictEqual(context.server.requests().length, 0)
+    const both = await rejection(createEngine({ database: context.database, databaseUrl: "postgres://localhost/x" }))
+    assert.strictEqual(both.reason._tag, "InvalidInput")
+    const neither = await rejection(createEngine({}))
+    assert.strictEqual(neither.reason._tag, "InvalidInput")
+  })
+
+  it("advertises no tool at all when tools are omitted", async () => {
+    const context = await setup([Respond.sse(OpenAiSse.response({ text: ["Nothing to call."] }))])
+    const { tools: _omitted, ...withoutTools } = options(context)
+    const run = await context.engine.start(withoutTools)
+    assert.deepStrictEqual(run.toolNames, [])
+    assert.deepStrictEqual((await run.wait()).outcome, { kind: "completed" })
+    const body = context.server.requests()[0]!.json as { readonly tools?: ReadonlyArray<unknown> }
+    assert.strictEqual(body.tools?.length ?? 0, 0)
+  })
+
+  it("delivers a steering message at the next step boundary", async () => {
+    const gate = Respond.gate()
+    const context = await setup([Respond.hold(gate, listThenAnswer[0]!), listThenAnswer[1]!])
+    const run = await context.engine.start(options(context))
+    await context.server.request(0)
+    await run.steer("also mention the tests")
+    gate.release()
+    assert.deepStrictEqual((await run.wait()).outcome, { kind: "completed" })
+    const steered = (await context.engine.events("session-1")).filter((stored) => stored.event.fact.kind === "message_steered")
+    assert.strictEqual(steered.length, 1)
+    assert.include(context.server.requests()[1]!.body, "also mention the tests")
+  })
+
+  it("refuses a second live run on a session with Busy", async () => {
+    const context = await setup([Respond.hang()])
+    const first = await context.engine.start(options(context))
+    const busy = await rejection(context.engine.start(options(context, { message: "again" })))
+    assert.strictEqual(busy.reason._tag, "Busy")
+    await first.cancel()
+    assert.strictEqual((await first.wait()).outcome.kind, "cancelled")
+  })
+
+  it("never writes a plain apiKey to the log file", async () => {
+    const context = await setup(listThenAnswer)
+    const run = await context.engine.start(options(context))
+    await run.wait()
+    await context.engine.close()
+    const files = fs.readdirSync(context.folder).filter((name) => name.startsWith("events.sqlite"))
+    assert.isNotEmpty(files)
+    for (const name of files) {
+      const bytes = fs.readFileSync(path.join(context.folder, name))
+      assert.strictEqual(bytes.indexOf(API_KEY), -1, name)
+    }
+    assert.isTrue(context.server.requests().every((request) => request.headers["authorization"] === `Bearer ${API_KEY}`))
+  })
+
+  it("closes, then a new engine on the same file reads the session back", async () => {
+    const context = await setup(listThenAnswer)
+    const run = await context.engine.start(options(context, { workspace: await openWorkspace(context.workspace) }))
+    await run.wait()
+    const before = await context.engine.events("session-1")
+    await context.engine.close()
+    await context.engine.close()
+    const closed = await rejection(context.engine.start(options(context)))
+    assert.strictEqual(closed.reason._tag, "Internal")
+    const reopened = await createEngine({ database: context.database })
+    cleanups.push(() => reopened.close())
+    assert.deepStrictEqual(await reopened.events("session-1"), before)
+    assert.deepStrictEqual((await reopened.recover()).count, 0)
+  })
+
+  it("close() cancels a live run and waits until it is sealed", async () => {
+    const context = await setup([Respond.hang()])
+    const run = await context.engine.start(options(context))
+    await context.server.request(0)
+    await context.engine.close()
+    assert.deepStrictEqual((await run.wait()).outcome, { kind: "cancelled", source: "runtime_cancellation" })
+    const reopened = await createEngine({ database: context.database })
+    cleanups.push(() => reopened.close())
+    const events = await reopened.events("session-1")
+    assert.deepStrictEqual(events.at(-1)?.event.fact, { kind: "invocation_ended", outcome: { kind: "cancelled", source: "runtime_cancellation" } })
+  })
+
+  it("refuses a second engine on a SQLite file whose writer lease is held, as a Store error", async () => {
+    const context = await setup([])
+    const second = await rejection(createEngine({ database: context.database }))
+    assert.strictEqual(second.reason._tag, "Store")
+  })
+})

@@ -1,0 +1,278 @@
+/**
+ * The live context (src/internal/live-context.ts) against fresh reads. A spy wraps the log the
+ * engine writes through: after every commit of a live invocation it applies the batch to its own
+ * `LiveContext` (loaded when the opening commits, as the runner does) and compares the whole
+ * `snapshot()` with a fresh `readModelContext(session, {current})`; before every `model_requested`
+ * it reads the context fresh at that cut and rebuilds the request the runner must have sent from it
+ * (prompt, output limit, tools, digest), which the test then compares with what the model received.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { Digest, type Configuration, type Fact, type Prompt } from "@maka/facts"
+import type { EventLog } from "@maka/event-log"
+import { projectPrompt, type LanguageModel } from "@maka/model"
+import { FactBuilders, History, OpenAiSse, Respond } from "@maka/testkit"
+import type { ToolCatalog } from "@maka/tools"
+import { Effect } from "effect"
+import { isDeepStrictEqual } from "node:util"
+import * as PromptBuilder from "../src/PromptBuilder.ts"
+import { LiveContext } from "../src/internal/live-context.ts"
+import type * as Engine from "../src/Engine.ts"
+import { kinds, recording } from "./support/harness.ts"
+import { catalog, input, setup, type Effects } from "./support/setup.ts"
+
+interface Comparison {
+  /** Whole-context comparisons made after commits. */
+  snapshots: number
+  /** Requests rebuilt from a fresh read at their cut. */
+  readonly expected: Array<Prompt.ModelRequest>
+  /** The `model_requested` facts seen, in order. */
+  readonly requests: Array<Fact.ModelRequested>
+  /** Retries whose evidence is their first attempt's, not a fresh read at their own cut. */
+  retries: number
+  readonly mismatches: Array<string>
+}
+
+interface Current {
+  readonly invocationId: string
+  readonly configuration: Configuration.InvocationConfiguration
+  readonly live: LiveContext
+}
+
+/** What the runner needs to rebuild a request: the run's input, as the test started it. */
+type Settings = Pick<Engine.StartInput, "model" | "mainOutputLimit" | "context" | "tools" | "allowPriorUnknown">
+
+const rebuild = (
+  settings: Settings,
+  configuration: Configuration.InvocationConfiguration,
+  source: EventLog.ModelContextSource,
+): Prompt.ModelRequest => {
+  const model: LanguageModel.LanguageModelShape = settings.model
+  const notice = settings.allowPriorUnknown === true ? PromptBuilder.priorUnknownNotice(source) : undefined
+  const prompt = PromptBuilder.buildMainPrompt({
+    systemPrompt: configuration.systemPrompt?.text,
+    notice,
+    source,
+  })
+  const maxOutputTokens = PromptBuilder.outputLimit({
+    mainOutputLimit: settings.mainOutputLimit,
+    context: settings.context,
+    latestMain: source.latestMain,
+    routeIdentity: model.routeIdentity,
+    ...(configuration.model === undefined ? {} : { connectionId: configuration.model.connectionId }),
+    modelId: model.model,
+    ...(source.baseline === undefined ? {} : { baselineId: source.baseline.eventId }),
+  })
+  const tools: ToolCatalog.ToolCatalog = settings.tools
+  return {
+    prompt: projectPrompt(model.kind, model.routeIdentity, prompt),
+    tools: tools.capture().definitions,
+    providerOptions: {},
+    maxOutputTokens,
+  }
+}
+
+/** The spy: wraps `appendBatch` of the log the engine writes through. */
+const comparing = (
+  comparison: Comparison,
+  sessionId: string,
+  settings: () => Settings,
+  log: EventLog.EventLogShape,
+): EventLog.EventLogShape => {
+  let current: Current | undefined
+  const read = (invocationId: string) =>
+    settings().allowPriorUnknown === true
+      ? log.readManualMessageContext(sessionId, { current: invocationId })
+      : log.readModelContext(sessionId, { current: invocationId })
+  const appendBatch: EventLog.EventLogShape["appendBatch"] = (writes) =>
+    Effect.gen(function* () {
+      for (const write of writes) {
+        const fact: Fact.Fact = write.event.fact
+        if (fact.kind !== "model_requested" || current === undefined) continue
+        const fresh = yield* read(current.invocationId)
+        const previous = comparison.requests.at(-1)
+        const request = rebuild(settings(), current.configuration, fresh)
+        comparison.expected.push(request)
+        comparison.requests.push(fact)
+        if (Digest.modelInput(request) !== fact.inputDigest) {
+          comparison.mismatches.push(`request ${fact.stepId}: inputDigest differs from one rebuilt from a fresh read`)
+        }
+        if (fresh.sourceEvidence.highWater === fact.sourceHighWater && fresh.sourceEvidence.digest === fact.sourceDigest) continue
+        // A physical retry re-sends the frozen request of its logical step, with that step's evidence.
+        const isRetry =
+          previous !== undefined &&
+          previous.inputDigest === fact.inputDigest &&
+          previous.sourceHighWater === fact.sourceHighWater &&
+          previous.sourceDigest === fact.sourceDigest
+        if (isRetry) comparison.retries++
+        else comparison.mismatches.push(`request ${fact.stepId}: source evidence differs from a fresh read`)
+      }
+      const sequences = yield* log.appendBatch(writes)
+      const opening = writes.find((write) => write.event.fact.kind === "invocation_opened")
+      if (opening !== undefined && opening.event.fact.kind === "invocation_opened") {
+        const { invocationId } = opening.event.invocation
+        const configuration = opening.event.fact.configuration
+        const live = yield* LiveContext.load(log, sessionId, invocationId, configuration, settings().allowPriorUnknown === true)
+        current = { invocationId, configuration, live }
+      } else if (current !== undefined) {
+        for (const [index, write] of writes.entries()) {
+          current.live.apply({ sequence: sequences[index]!, event: write.event }, write.json)
+        }
+        if (writes.some((write) => write.event.fact.kind === "invocation_ended")) {
+          current = undefined
+        } else {
+          const fresh = yield* read(current.invocationId)
+          comparison.snapshots++
+          if (!isDeepStrictEqual(current.live.snapshot(), fresh)) {
+            comparison.mismatches.push(
+              `after ${writes.map((write) => write.event.fact.kind).join("+")} at ${sequences.join(",")}: ` +
+                `live ${JSON.stringify(current.live.snapshot())} != fresh ${JSON.stringify(fresh)}`,
+            )
+          }
+        }
+      }
+      return sequences
+    })
+  return { ...log, appendBatch, append: (write) => Effect.map(appendBatch([write]), (sequences) => sequences[0]!) }
+}
+
+const usage = (prompt: number, completion: number) => ({ prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion })
+
+describe("the live context", () => {
+  it.live("equals a fresh readModelContext after every commit of a multi-step run, across turns", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const gate = Respond.gate()
+        const comparison: Comparison = { snapshots: 0, expected: [], requests: [], retries: 0, mismatches: [] }
+        let settings: Settings | undefined
+        const context = yield* setup(
+          {
+            script: [
+              // Turn 1, step 1: text, a good call and a schema-invalid one; held so steering can queue.
+              Respond.hold(
+                gate,
+                Respond.sse(
+                  OpenAiSse.response({
+                    text: ["Let me ", "look."],
+                    toolCalls: [
+                      { id: "call-1", name: "echo", arguments: ['{"value":"a"}'] },
+                      { id: "call-2", name: "echo", arguments: ['{"value":5}'] },
+                    ],
+                    usage: usage(1_000, 100),
+                  }),
+                ),
+              ),
+              // Step 2: a replay-safe failure after partial text, then the retry calls again.
+              Respond.dropAfter([OpenAiSse.role(), OpenAiSse.text("half an ans")]),
+              Respond.sse(
+                OpenAiSse.response({
+                  toolCalls: [{ id: "call-3", name: "echo", arguments: ['{"value":"b"}'] }],
+                  usage: usage(2_000, 200),
+                }),
+              ),
+              // Step 3: the answer.
+              Respond.sse(OpenAiSse.response({ text: ["Done: a, b."], usage: usage(3_000, 300) })),
+              // Turn 2: one more call, then the answer.
+              Respond.sse(
+                OpenAiSse.response({
+                  toolCalls: [{ id: "call-4", name: "echo", arguments: ['{"value":"c"}'] }],
+                  usage: usage(4_000, 400),
+                }),
+              ),
+              Respond.sse(OpenAiSse.response({ text: ["And c."], usage: usage(5_000, 500) })),
+            ],
+          },
+          undefined,
+          {},
+          { wrapLog: (log) => comparing(comparison, "session-1", () => settings!, log) },
+        )
+        const effects: Effects = { ran: [] }
+        const spy = recording(context.model)
+        const overrides = {
+          model: spy.model,
+          mainOutputLimit: 16_000,
+          context: { providerId: "provider-1", modelContextWindow: 20_000 },
+        }
+        const first = input(context, "Echo a, then b.", catalog(effects), overrides)
+        settings = first
+        const running = yield* context.engine.start(first)
+        yield* Effect.promise(() => context.server.request(0))
+        yield* running.steer("also say done")
+        gate.release()
+        assert.deepStrictEqual((yield* running.wait).outcome, { kind: "completed" })
+        const second = input(context, "Now c.", catalog(effects), overrides)
+        settings = second
+        assert.deepStrictEqual((yield* context.engine.run(second)).outcome, { kind: "completed" })
+
+        assert.deepStrictEqual(effects.ran, ["a", "b", "c"])
+        const events = yield* context.log.events("session-1")
+        assert.deepStrictEqual(kinds(events).slice(0, 14), [
+          "invocation_opened",
+          "model_requested",
+          "model_completed",
+          "tool_dispatched",
+          "tool_settled:succeeded",
+          "tool_rejected:invalid_input",
+          "message_steered",
+          "model_requested",
+          "model_interrupted:retryable_failure",
+          "model_requested",
+          "model_completed",
+          "tool_dispatched",
+          "tool_settled:succeeded",
+          "model_requested",
+        ])
+        assert.deepStrictEqual(comparison.mismatches, [])
+        assert.strictEqual(comparison.retries, 1)
+        // Every commit between an opening and its terminal was compared: requests, dispatches and
+        // settlements alone are one commit each.
+        const single = events.filter((stored) =>
+          ["model_requested", "tool_dispatched", "tool_settled"].includes(stored.event.fact.kind),
+        )
+        assert.isAtLeast(comparison.snapshots, single.length)
+        // The requests the model received are exactly those rebuilt from fresh reads at their cuts.
+        assert.strictEqual(spy.requests.length, 6)
+        assert.deepStrictEqual(spy.requests, comparison.expected)
+        // The output limit followed the latest main's usage, which the live context tracks.
+        assert.deepStrictEqual(
+          spy.requests.map((request) => request.maxOutputTokens),
+          [16_000, 10_900, 10_900, 9_800, 8_700, 8_000],
+        )
+      }),
+    ))
+
+  it.live("equals a fresh readManualMessageContext under the prior-unknown policy", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const comparison: Comparison = { snapshots: 0, expected: [], requests: [], retries: 0, mismatches: [] }
+        let settings: Settings | undefined
+        const context = yield* setup(
+          {
+            script: [
+              Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-5", name: "echo", arguments: ['{"value":"state"}'] }] })),
+              Respond.sse(OpenAiSse.response({ text: ["The state is known now."] })),
+            ],
+          },
+          undefined,
+          {},
+          { wrapLog: (log) => comparing(comparison, "session-1", () => settings!, log) },
+        )
+        const history = new History.History()
+        const crashed = history.open({ turnId: "crashed-turn", runId: "crashed-run", invocationId: "crashed-invocation" })
+        const step = crashed.request()
+        crashed.complete(step, FactBuilders.toolCallStep([{ id: "call-1", name: "echo", input: { value: "one" } }]))
+        crashed.dispatch(step, "call-1")
+        yield* context.log.appendBatch(history.writes)
+        yield* context.engine.recover
+        const effects: Effects = { ran: [] }
+        const spy = recording(context.model)
+        const start = input(context, "Check the state.", catalog(effects), { model: spy.model, allowPriorUnknown: true })
+        settings = start
+        assert.deepStrictEqual((yield* context.engine.run(start)).outcome, { kind: "completed" })
+        assert.deepStrictEqual(effects.ran, ["state"])
+        assert.deepStrictEqual(comparison.mismatches, [])
+        assert.isAtLeast(comparison.snapshots, 5)
+        assert.strictEqual(spy.requests.length, 2)
+        assert.deepStrictEqual(spy.requests, comparison.expected)
+      }),
+    ))
+})

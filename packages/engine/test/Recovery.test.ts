@@ -1,0 +1,186 @@
+import { assert, describe, it } from "@effect/vitest"
+import { Canonical, Prompts, ToolCall } from "@maka/facts"
+import { EventLog } from "@maka/event-log"
+import * as LogTesting from "@maka/event-log/testing"
+import { FactBuilders, History, OpenAiSse, Respond } from "@maka/testkit"
+import { Context, Effect, Layer } from "effect"
+import * as path from "node:path"
+import { factsOf, kinds, recording, reopen } from "./support/harness.ts"
+import { catalog, input, setup, type Effects } from "./support/setup.ts"
+
+/** A crashed run the test builds by hand, on `session-1`, with ids that never meet `input()`'s. */
+const crashed = () => {
+  const history = new History.History()
+  const run = history.open({ turnId: "crashed-turn", runId: "crashed-run", invocationId: "crashed-invocation" })
+  return { history, run }
+}
+
+/** A crash with an open main request and an open summary request. */
+const openRequests = () => {
+  const { history, run } = crashed()
+  const main = run.request()
+  const summary = run.request({ purpose: "summary" })
+  return { history, run, main, summary }
+}
+
+/** A crash between the dispatch of `call-1` and its settlement; `call-2` of the same step never dispatched. */
+const unsettledDispatch = () => {
+  const { history, run } = crashed()
+  const step = run.request()
+  run.complete(
+    step,
+    FactBuilders.toolCallStep([
+      { id: "call-1", name: "echo", input: { value: "one" } },
+      { id: "call-2", name: "echo", input: { value: "two" } },
+    ]),
+  )
+  const operation = run.dispatch(step, "call-1")
+  return { history, run, step, operation }
+}
+
+describe("Recovery", () => {
+  it.live("interrupts open main and summary requests and seals host_interrupted; a second pass seals nothing (scenario 63)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({ script: [] })
+        const { history, run, main, summary } = openRequests()
+        yield* context.log.appendBatch(history.writes)
+        const report = yield* context.engine.recover
+        assert.deepStrictEqual(report, { sealed: [{ invocation: run.invocation, failureClass: "host_interrupted" }], count: 1 })
+        const events = yield* context.log.events("session-1")
+        const written = events.slice(history.events.length).map((stored) => stored.event.fact)
+        assert.deepStrictEqual(written, [
+          { kind: "model_interrupted", stepId: main, status: "failed" },
+          { kind: "model_interrupted", stepId: summary, status: "failed" },
+          { kind: "invocation_ended", outcome: { kind: "failed", class: "host_interrupted" } },
+        ])
+        const again = yield* context.engine.recover
+        assert.deepStrictEqual(again, { sealed: [], count: 0 })
+        assert.strictEqual((yield* context.log.events("session-1")).length, events.length)
+        // The sealed opening's invocation id cannot be opened again.
+        const reused = yield* Effect.flip(context.engine.start({ ...input(context, "again", catalog({ ran: [] })), invocation: run.invocation }))
+        assert.strictEqual(reused.reason._tag, "Commit")
+        assert.strictEqual((yield* context.log.events("session-1")).length, events.length)
+      }),
+    ))
+
+  it.live("rejects a never-dispatched call cancelled and seals a dispatch without settlement outcome_unknown (scenarios 64, 65)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({ script: [] })
+        const { history, run, step } = unsettledDispatch()
+        yield* context.log.appendBatch(history.writes)
+        const report = yield* context.engine.recover
+        assert.deepStrictEqual(report.sealed, [{ invocation: run.invocation, failureClass: "outcome_unknown" }])
+        const events = yield* context.log.events("session-1")
+        assert.deepStrictEqual(
+          events.slice(history.events.length).map((stored) => stored.event.fact),
+          [
+            {
+              kind: "tool_rejected",
+              operationId: `${step}:call-2`,
+              call: { toolCallId: "call-2", origin: { kind: "provider", stepId: step } },
+              name: "echo",
+              input: { value: "two" },
+              reason: { kind: "cancelled" },
+            },
+            { kind: "invocation_ended", outcome: { kind: "failed", class: "outcome_unknown" } },
+          ],
+        )
+        assert.deepStrictEqual(yield* context.engine.recover, { sealed: [], count: 0 })
+        // The next ordinary admission is reconciliation_required and writes nothing.
+        const effects: Effects = { ran: [] }
+        const refused = yield* Effect.flip(context.engine.start(input(context, "Carry on.", catalog(effects))))
+        assert.strictEqual(refused.reason._tag, "ReconciliationRequired")
+        assert.strictEqual((yield* context.log.events("session-1")).length, events.length)
+        assert.deepStrictEqual(context.server.requests(), [])
+      }),
+    ))
+
+  it.live("lets an explicit new message proceed past an unknown effect with the exact notice (scenario 66, §5.8)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({ script: [Respond.sse(OpenAiSse.response({ text: ["I will check the state first."] }))] })
+        const { history, operation } = unsettledDispatch()
+        yield* context.log.appendBatch(history.writes)
+        yield* context.engine.recover
+        const effects: Effects = { ran: [] }
+        const spy = recording(context.model)
+        const result = yield* context.engine.run(
+          input(context, "Did the echo happen?", catalog(effects), { model: spy.model, allowPriorUnknown: true }),
+        )
+        assert.deepStrictEqual(result.outcome, { kind: "completed" })
+        assert.deepStrictEqual(effects.ran, [])
+        const request = spy.requests[0]!
+        assert.deepStrictEqual(request.prompt[0], {
+          role: "system",
+          content: `${FactBuilders.SYSTEM_PROMPT}\n\n${Prompts.PRIOR_UNKNOWN_NOTICE_HEADER}\n- echo (operation ${operation})`,
+        })
+        const toolMessage = request.prompt.find((message) => message.role === "tool")
+        assert.deepStrictEqual(toolMessage, {
+          role: "tool",
+          results: [
+            { toolCallId: "call-1", toolName: "echo", output: { type: "error-text", value: Prompts.OUTCOME_UNKNOWN_TOOL_TEXT } },
+            {
+              toolCallId: "call-2",
+              toolName: "echo",
+              output: { type: "error-text", value: ToolCall.rejectionText({ kind: "cancelled" }) },
+            },
+          ],
+        })
+        assert.deepStrictEqual(
+          request.prompt.map((message) => message.role),
+          ["system", "user", "assistant", "tool", "user"],
+        )
+        // The wire request carries the same texts.
+        const wire = context.server.requests()[0]!.json as { messages: ReadonlyArray<{ role: string; content?: string }> }
+        assert.strictEqual(wire.messages[0]!.content, (request.prompt[0] as { content: string }).content)
+        assert.strictEqual(wire.messages[3]!.content, Prompts.OUTCOME_UNKNOWN_TOOL_TEXT)
+        // The run itself wrote no archive, no checkpoint and no dispatch.
+        const events = yield* context.log.events("session-1")
+        const own = events.slice(history.events.length + 2)
+        assert.deepStrictEqual(kinds(own), ["invocation_opened", "model_requested", "model_completed", "invocation_ended:completed"])
+        assert.strictEqual(factsOf(events, "tool_dispatched").length, 1)
+      }),
+    ))
+
+  it.live("recovers on open when Engine.layer opens a SQLite log", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const directory = yield* LogTesting.temporaryDirectory
+        const file = path.join(directory, "events.sqlite")
+        const { history, main, summary } = openRequests()
+        // A second session crashed mid-effect; both were written by a host that then went away.
+        const other = new History.History({ sessionId: "session-2", firstId: 1_000 })
+        const otherRun = other.open()
+        const otherStep = otherRun.request()
+        otherRun.complete(otherStep, FactBuilders.toolCallStep([{ id: "call-9", name: "echo", input: { value: "x" } }]))
+        otherRun.dispatch(otherStep, "call-9")
+        yield* Effect.scoped(
+          Effect.gen(function* () {
+            const log = Context.get(yield* Layer.build(EventLog.layerSqlite({ path: file })), EventLog.EventLog)
+            yield* log.appendBatch(history.writes)
+            yield* log.appendBatch(other.writes)
+          }),
+        )
+        const engine = yield* reopen(file)
+        assert.deepStrictEqual(yield* engine.log.unfinishedInvocations(100), [])
+        const events = yield* engine.log.events("session-1")
+        assert.deepStrictEqual(kinds(events.slice(history.events.length)), [
+          "model_interrupted:failed",
+          "model_interrupted:failed",
+          "invocation_ended:failed:host_interrupted",
+        ])
+        assert.deepStrictEqual(
+          factsOf(events, "model_interrupted").map((fact) => fact.stepId),
+          [main, summary],
+        )
+        const otherEvents = yield* engine.log.events("session-2")
+        assert.deepStrictEqual(kinds(otherEvents.slice(other.events.length)), ["invocation_ended:failed:outcome_unknown"])
+        // Opening again recovers nothing more, and the bytes stay as they were.
+        const before = Canonical.stringify(events)
+        assert.deepStrictEqual(yield* engine.recover, { sealed: [], count: 0 })
+        assert.strictEqual(Canonical.stringify(yield* engine.log.events("session-1")), before)
+      }),
+    ))
+})

@@ -1,0 +1,85 @@
+/**
+ * Shared helpers of the engine's scenario suites, beside `setup.ts`: fact summaries for exact-order
+ * assertions, a recording wrapper around the real (socket) model so a test can read the `Prompt` it
+ * was sent, the OpenAI wire messages of a recorded request, and `reopen`, which opens a log file with
+ * a new engine through `Engine.layer` (so SQLite recovery runs) in the current scope.
+ */
+import type { Event, Fact, Prompt } from "@maka/facts"
+import { EventLog } from "@maka/event-log"
+import type { LanguageModel } from "@maka/model"
+import type { ScriptedServer } from "@maka/testkit"
+import { Ids } from "@maka/tools"
+import { Context, Effect, Layer } from "effect"
+import * as Engine from "../../src/Engine.ts"
+
+/** One label per fact, `model_observed` left out: kind plus status, outcome or reason where it has one. */
+export const kinds = (events: ReadonlyArray<Event.StoredEvent>): ReadonlyArray<string> =>
+  events.filter((stored) => stored.event.fact.kind !== "model_observed").map((stored) => label(stored.event.fact))
+
+export const label = (fact: Fact.Fact): string => {
+  switch (fact.kind) {
+    case "model_interrupted":
+      return `model_interrupted:${fact.status}`
+    case "invocation_ended":
+      return fact.outcome.kind === "failed"
+        ? `invocation_ended:failed:${fact.outcome.class}`
+        : `invocation_ended:${fact.outcome.kind}`
+    case "tool_settled":
+      return `tool_settled:${fact.outcome.kind}`
+    case "tool_rejected":
+      return `tool_rejected:${fact.reason.kind}`
+    default:
+      return fact.kind
+  }
+}
+
+/** The facts of one kind, narrowed. */
+export const factsOf = <K extends Fact.Fact["kind"]>(events: ReadonlyArray<Event.StoredEvent>, kind: K) =>
+  events.flatMap((stored) => (stored.event.fact.kind === kind ? [stored.event.fact as Extract<Fact.Fact, { kind: K }>] : []))
+
+export interface Recording {
+  readonly model: LanguageModel.LanguageModelShape
+  /** Every request the engine streamed through `model`, in order, as the engine built it. */
+  readonly requests: Array<Prompt.ModelRequest>
+}
+
+/** The same model (real sockets), recording each `ModelRequest` before it is sent. */
+export const recording = (model: LanguageModel.LanguageModelShape): Recording => {
+  const requests: Array<Prompt.ModelRequest> = []
+  return {
+    requests,
+    model: {
+      ...model,
+      stream: (request, options) => {
+        requests.push(request)
+        return model.stream(request, options)
+      },
+    },
+  }
+}
+
+export interface WireMessage {
+  readonly role: string
+  readonly content?: string
+  readonly tool_call_id?: string
+  readonly tool_calls?: ReadonlyArray<{ readonly id: string; readonly function: { readonly name: string; readonly arguments: string } }>
+}
+
+/** The chat-completions messages of the `index`-th request the server received. */
+export const wireMessages = (server: ScriptedServer.ScriptedServer, index: number): ReadonlyArray<WireMessage> => {
+  const request = server.requests()[index]
+  if (request === undefined) throw new Error(`the server received no request ${index}`)
+  return (request.json as { readonly messages: ReadonlyArray<WireMessage> }).messages
+}
+
+/**
+ * Opens the SQLite log at `file` with a new engine through `Engine.layer` (recovery runs on open),
+ * for the rest of the current scope. The log must not be open elsewhere (the writer lease).
+ */
+export const reopen = (file: string, options: Partial<Engine.EngineOptions> = { backoffBaseMs: 5, backoffMaxMs: 40 }) =>
+  Effect.map(
+    Layer.build(
+      Engine.layer(options).pipe(Layer.provide(Layer.mergeAll(EventLog.layerSqlite({ path: file }), Ids.layer))),
+    ),
+    (context) => Context.get(context, Engine.Engine),
+  )
