@@ -117,7 +117,11 @@ export const make = (options: Partial<EngineOptions> = {}) =>
     const log = yield* EventLog.EventLog
     const ids = yield* Ids.Ids
     const scope = yield* Scope.Scope
-    const settingsOf: EngineOptions = { ...defaults, ...options }
+    const merged: EngineOptions = { ...defaults, ...options }
+    const settingsOf: EngineOptions = {
+      ...merged,
+      observationDelayMs: Math.min(50, Math.max(0, merged.observationDelayMs)),
+    }
     const active = new Set<string>()
     const live = new Map<string, { readonly cancel: Effect.Effect<void>; readonly fiber: Fiber.Fiber<unknown, unknown> }>()
 

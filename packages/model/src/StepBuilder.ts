@@ -46,10 +46,11 @@ export class StepBuilder {
   /** Folds one event; the builder is unusable after an error. */
   add(event: Model.ModelEvent): Result.Result<void, ModelError.ModelError> {
     if (this.finished !== undefined) return Result.fail(ModelError.adapter(ModelError.AdapterMessage.eventAfterFinish))
-    const unsupported = Result.fail(ModelError.adapter(ModelError.AdapterMessage.unsupportedEvent))
+    const unsupported = (): Result.Result<void, ModelError.ModelError> =>
+      Result.fail(ModelError.adapter(ModelError.AdapterMessage.unsupportedEvent))
     switch (event.kind) {
       case "part_started": {
-        if (this.textById.has(event.id)) return unsupported
+        if (this.textById.has(event.id)) return unsupported()
         const slot: TextSlot = {
           kind: "text",
           id: event.id,
@@ -64,20 +65,20 @@ export class StepBuilder {
       }
       case "part_delta": {
         const slot = this.textById.get(event.id)
-        if (slot === undefined || !slot.isOpen) return unsupported
+        if (slot === undefined || !slot.isOpen) return unsupported()
         slot.chunks.push(event.text)
         slot.providerOptions = deepMerge(slot.providerOptions, event.providerOptions)
         return Result.void
       }
       case "part_finished": {
         const slot = this.textById.get(event.id)
-        if (slot === undefined || !slot.isOpen) return unsupported
+        if (slot === undefined || !slot.isOpen) return unsupported()
         slot.isOpen = false
         slot.providerOptions = deepMerge(slot.providerOptions, event.providerOptions)
         return Result.void
       }
       case "tool_call": {
-        if (this.toolCallIds.has(event.id)) return unsupported
+        if (this.toolCallIds.has(event.id)) return unsupported()
         this.toolCallIds.add(event.id)
         const { kind: _kind, ...call } = event
         this.slots.push({ kind: "tool_call", part: { kind: "tool_call", ...call } })

@@ -8,7 +8,7 @@ import { Canonical, Limits, Model, type Fact, type Prompt } from "@maka/facts"
 import type { EventLog } from "@maka/event-log"
 import { ModelError, StepBuilder } from "@maka/model"
 import { Ids } from "@maka/tools"
-import { Effect, Exit, Random, Result, Stream } from "effect"
+import { Cause, Effect, Exit, Option, Queue, Random, Result, Stream } from "effect"
 import * as EngineError from "../EngineError.ts"
 import { commit, commitFacts, failIfCancelled, isCancelled, plainWrite, type Run } from "./run-context.ts"
 
@@ -41,6 +41,8 @@ export const interruptionOf = (error: ModelError.ModelError): Model.ModelInterru
       return reason.replaySafe && ModelError.TRANSIENT_PROVIDER_REASONS.has(reason.reason) ? "retryable_failure" : "failed"
   }
 }
+
+const isStreamingText = (event: Model.ModelEvent): boolean => event.kind === "part_delta" || event.kind === "part_started"
 
 /** Merges consecutive text deltas of one part (without provider options) up to `maxChars`. */
 export const coalesce = (events: ReadonlyArray<Model.ModelEvent>, maxChars: number): ReadonlyArray<Model.ModelEvent> => {
@@ -83,12 +85,33 @@ const requestedFact = (run: Run, input: AttemptInput, stepId: string): Fact.Mode
 }
 
 /** Streams the request, committing observations; fails with the model error or `Cancelled`. */
+/**
+ * Streams the request, committing observations; fails with the model error or `Cancelled`. The
+ * stream is read into a queue by its own fiber, so while one batch of observations is committed the
+ * next events keep arriving; each commit takes everything that arrived meanwhile (one flush).
+ */
 const streamStep = (run: Run, request: Prompt.ModelRequest, stepId: string) =>
-  Effect.gen(function* () {
-    const builder = StepBuilder.forStep(stepId)
-    const stream = run.model.stream(request).pipe(Stream.interruptWhen(run.cancellation.cancellation.requested))
-    yield* Stream.runForEachArray(stream, (events) =>
-      Effect.gen(function* () {
+  Effect.scoped(
+    Effect.gen(function* () {
+      const builder = StepBuilder.forStep(stepId)
+      const stream = run.model.stream(request).pipe(Stream.interruptWhen(run.cancellation.cancellation.requested))
+      const queue = yield* Stream.toQueue(stream, { capacity: "unbounded" })
+      while (true) {
+        const taken = yield* Effect.result(Queue.takeAll(queue))
+        if (Result.isFailure(taken)) {
+          if (Cause.isDone(taken.failure)) break
+          return yield* Effect.fail(taken.failure)
+        }
+        const events: Array<Model.ModelEvent> = [...taken.success]
+        // Text still streaming: wait a bounded moment so one flush carries the deltas that follow.
+        if (run.options.observationDelayMs > 0 && events.every(isStreamingText)) {
+          yield* Effect.sleep(run.options.observationDelayMs)
+          while (true) {
+            const next = yield* Queue.poll(queue)
+            if (Option.isNone(next)) break
+            events.push(next.value)
+          }
+        }
         for (const event of events) {
           const added = builder.add(event)
           if (Result.isFailure(added)) return yield* Effect.fail(added.failure)
@@ -96,13 +119,15 @@ const streamStep = (run: Run, request: Prompt.ModelRequest, stepId: string) =>
         const observed = coalesce(events, run.options.observationMaxChars).map(
           (event): Fact.Fact => ({ kind: "model_observed", stepId, event }),
         )
-        yield* Effect.mapError(commitFacts(run, observed), (error) => ModelError.adapter(`observation commit failed: ${error.message}`))
-      }),
-    )
-    if (!builder.isFinished && (yield* isCancelled(run))) return yield* Effect.fail(ModelError.cancelled())
-    const finished = builder.finish()
-    return Result.isSuccess(finished) ? finished.success : yield* Effect.fail(finished.failure)
-  })
+        yield* Effect.mapError(commitFacts(run, observed), (error) =>
+          ModelError.adapter(`observation commit failed: ${error.message}`),
+        )
+      }
+      if (!builder.isFinished && (yield* isCancelled(run))) return yield* Effect.fail(ModelError.cancelled())
+      const finished = builder.finish()
+      return Result.isSuccess(finished) ? finished.success : yield* Effect.fail(finished.failure)
+    }),
+  )
 
 /** One physical attempt of a main step. */
 export const attempt = (run: Run, input: AttemptInput): Effect.Effect<Completed, EngineError.EngineError, Ids.Ids> =>

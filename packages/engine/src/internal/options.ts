@@ -12,6 +12,11 @@ export interface EngineOptions {
   readonly maxModelAttempts: number
   /** At most this many UTF-16 units of text in one coalesced observation. */
   readonly observationMaxChars: number
+  /**
+   * How long a batch of text deltas may wait for the deltas that follow before it is committed
+   * (at most 50 ms; 0 commits at once). Nothing is shown before it is committed.
+   */
+  readonly observationDelayMs: number
 }
 
 export const defaults: EngineOptions = Object.freeze({
@@ -19,4 +24,5 @@ export const defaults: EngineOptions = Object.freeze({
   backoffMaxMs: Limits.BACKOFF_MAX_MS,
   maxModelAttempts: Limits.MAX_MODEL_ATTEMPTS,
   observationMaxChars: Limits.MAX_DELTA_CHARS,
+  observationDelayMs: 20,
 })
