@@ -39,6 +39,8 @@ export interface StartInput {
   readonly context?: ModelContext.ModelRequestContext
   readonly mainOutputLimit?: number
   readonly requestFingerprint?: string
+  /** Cancels the run when it aborts; aborted before admission, nothing is written. */
+  readonly signal?: AbortSignal
 }
 
 export interface RunResult {
@@ -133,6 +135,11 @@ export const make = (options: Partial<EngineOptions> = {}) =>
         if (active.has(sessionId)) return yield* Effect.fail(EngineError.busy(EngineError.SESSION_ACTIVE_MESSAGE))
         active.add(sessionId)
         const cancellation = yield* Cancellation.make
+        const signal = input.signal
+        if (signal !== undefined) {
+          if (signal.aborted) yield* cancellation.cancel
+          else signal.addEventListener("abort", () => Effect.runFork(cancellation.cancel), { once: true })
+        }
         const steering = yield* Ref.make<ReadonlyArray<Input.DeliveredMessage>>([])
         const committed: Array<Event.StoredEvent> = []
         const count = yield* SubscriptionRef.make(0)

@@ -214,6 +214,7 @@ const startInput = (options: StartOptions) =>
         ...(context.declaredWindow === undefined ? {} : { declaredWindow: context.declaredWindow }),
         ...(context.modelContextWindow === undefined ? {} : { modelContextWindow: context.modelContextWindow }),
       },
+      ...(options.signal === undefined ? {} : { signal: options.signal }),
     } satisfies Engine.StartInput
   })
 

@@ -95,3 +95,20 @@ describe("Cancellation", () => {
       }),
     ))
 })
+
+describe("cancellation before admission", () => {
+  it.live("writes nothing when the signal aborts before the opening is durable", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({ script: [Respond.hang()] })
+        const controller = new AbortController()
+        controller.abort()
+        const refused = yield* Effect.flip(
+          context.engine.start(input(context, "x", ToolCatalog.make([]), { signal: controller.signal })),
+        )
+        assert.strictEqual(refused.reason._tag, "Cancelled")
+        assert.deepStrictEqual(yield* context.engine.log.events("session-1"), [])
+        assert.strictEqual(context.server.requests().length, 0)
+      }),
+    ))
+})

@@ -83,12 +83,17 @@ const encode = (
     config.kind === "anthropic"
       ? {
           url: `${baseUrl}/v1/messages`,
-          headers: { ...common, "x-api-key": key, "anthropic-version": ModelDefaults.anthropicVersion, ...extra },
+          headers: {
+            ...common,
+            ...(key === "" ? {} : { "x-api-key": key }),
+            "anthropic-version": ModelDefaults.anthropicVersion,
+            ...extra,
+          },
           body: anthropicBody(config.model, request, prompt),
         }
       : {
           url: `${baseUrl}/chat/completions`,
-          headers: { ...common, authorization: `Bearer ${key}`, ...extra },
+          headers: { ...common, ...(key === "" ? {} : { authorization: `Bearer ${key}` }), ...extra },
           body: openAiBody(config.model, request, prompt),
         }
   if (result.body.length > ModelDefaults.maxRequestBytes / 3 && Canonical.utf8Length(result.body) > ModelDefaults.maxRequestBytes) {
@@ -115,7 +120,8 @@ const makeChecked = (config: ProviderConfig.ProviderConfig, options: MakeOptions
   const limiter = options.limiter ?? ModelLimiter.makeUnsafe(options.concurrency ?? ModelDefaults.concurrency)
   const idleTimeoutMs = options.idleTimeoutMs ?? ModelDefaults.idleTimeoutMs
   const fetchFunction: ProviderConfig.FetchFunction = config.fetch ?? ((input, init) => globalThis.fetch(input, init))
-  const secrets = [Redacted.value(config.apiKey)]
+  // An empty key (a local server needs none) sends no credential header and redacts nothing.
+  const secrets = [Redacted.value(config.apiKey)].filter((secret) => secret !== "")
   const normalizer = (): Normalizer =>
     config.kind === "anthropic" ? anthropicNormalizer(routeIdentity) : openAiNormalizer()
 

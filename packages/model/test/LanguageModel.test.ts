@@ -39,6 +39,22 @@ const tools: ReadonlyArray<Prompt.ToolDefinition> = [
   { name: "read_file", description: "Read a file", inputSchema: { type: "object", properties: { path: { type: "string" } } } },
 ]
 
+describe("credentials", () => {
+  it.effect("sends no credential header when the key is empty (a local server needs none)", () =>
+    Effect.gen(function* () {
+      const server = yield* serve(Respond.sse(OpenAiSse.response({ text: ["a"] })), Respond.sse(AnthropicSse.response({ text: ["a"] })))
+      const local = yield* LanguageModel.make({ kind: "openai-compatible", baseUrl: `${server.url}/v1`, model: "m", apiKey: Redacted.make("") })
+      yield* stepOf(local.stream(request()))
+      const anthropicLocal = yield* LanguageModel.make({ kind: "anthropic", baseUrl: server.url, model: "m", apiKey: Redacted.make("") })
+      yield* stepOf(anthropicLocal.stream(request()))
+      const [openAiRequest, anthropicRequest] = server.requests()
+      assert.isUndefined(openAiRequest?.headers["authorization"])
+      assert.isUndefined(anthropicRequest?.headers["x-api-key"])
+      assert.strictEqual(anthropicRequest?.headers["anthropic-version"], "2023-06-01")
+    }),
+  )
+})
+
 describe("OpenAI-compatible adapter", () => {
   it.effect("encodes the request as canonical JSON: the same request gives the same bytes", () =>
     Effect.gen(function* () {

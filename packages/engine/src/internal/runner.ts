@@ -203,6 +203,7 @@ export const runMessage = (
   Effect.gen(function* () {
     if (yield* isCancelled(run)) return yield* Effect.fail(EngineError.cancelled())
     const priorUnknown = yield* preflight(run)
+    if (yield* isCancelled(run)) return yield* Effect.fail(EngineError.cancelled())
     yield* open(run)
     yield* admitted
     const work = Effect.gen(function* () {
