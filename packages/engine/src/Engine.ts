@@ -118,7 +118,9 @@ export const make = (options: Partial<EngineOptions> = {}) =>
   Effect.gen(function* () {
     const log = yield* EventLog.EventLog
     const ids = yield* Ids.Ids
-    const scope = yield* Scope.Scope
+    // Runs live in the engine's own scope, so closing the surrounding scope first cancels and drains
+    // them (the finalizer below) instead of interrupting them mid-step.
+    const runScope = yield* Scope.make()
     const merged: EngineOptions = { ...defaults, ...options }
     const settingsOf: EngineOptions = {
       ...merged,
@@ -142,7 +144,7 @@ export const make = (options: Partial<EngineOptions> = {}) =>
         }
         const steering = yield* Ref.make<ReadonlyArray<Input.DeliveredMessage>>([])
         const committed: Array<Event.StoredEvent> = []
-        const count = yield* SubscriptionRef.make(0)
+        const progress = yield* SubscriptionRef.make({ total: 0, done: false })
         const admitted = yield* Deferred.make<void>()
         const result = yield* Deferred.make<RunResult, EngineError.EngineError>()
         const run: Run = {
@@ -166,7 +168,7 @@ export const make = (options: Partial<EngineOptions> = {}) =>
           },
           onCommitted: (events) => {
             committed.push(...events)
-            Effect.runSync(SubscriptionRef.set(count, committed.length))
+            Effect.runSync(SubscriptionRef.set(progress, { total: committed.length, done: false }))
           },
         }
         const worker = runMessage(run, Deferred.succeed(admitted, undefined)).pipe(
@@ -176,6 +178,7 @@ export const make = (options: Partial<EngineOptions> = {}) =>
             Effect.gen(function* () {
               active.delete(sessionId)
               live.delete(input.invocation.invocationId)
+              yield* SubscriptionRef.set(progress, { total: committed.length, done: true })
               if (Exit.isSuccess(exit)) {
                 yield* Deferred.succeed(result, { invocation: input.invocation, outcome: exit.value.outcome })
               } else {
@@ -189,7 +192,7 @@ export const make = (options: Partial<EngineOptions> = {}) =>
             }),
           ),
         )
-        const fiber = yield* Effect.forkIn(worker, scope)
+        const fiber = yield* Effect.forkIn(worker, runScope)
         live.set(input.invocation.invocationId, { cancel: cancellation.cancel, fiber })
         yield* Deferred.await(admitted)
         if (committed.length === 0) {
@@ -204,11 +207,15 @@ export const make = (options: Partial<EngineOptions> = {}) =>
         }
         const events = Stream.suspend(() => {
           let emitted = 0
-          return Stream.flatMap(SubscriptionRef.changes(count), (total) => {
-            const next = committed.slice(emitted, total)
-            emitted = Math.max(emitted, total)
-            return Stream.fromIterable(next)
-          }).pipe(Stream.takeUntil((stored) => stored.event.fact.kind === "invocation_ended"))
+          // Ends after the terminal, or when the run ended without one (its terminal could not be appended).
+          return Stream.flatMap(
+            SubscriptionRef.changes(progress).pipe(Stream.takeUntil((state) => state.done)),
+            (state) => {
+              const next = committed.slice(emitted, state.total)
+              emitted = Math.max(emitted, state.total)
+              return Stream.fromIterable(next)
+            },
+          )
         })
         return {
           invocation: input.invocation,
@@ -232,7 +239,9 @@ export const make = (options: Partial<EngineOptions> = {}) =>
       const runs = [...live.values()]
       for (const item of runs) yield* item.cancel
       for (const item of runs) yield* Fiber.await(item.fiber)
+      yield* Scope.close(runScope, Exit.void)
     })
+    yield* Effect.addFinalizer(() => close)
 
     return {
       log,
@@ -254,7 +263,6 @@ export const layer = (options: Partial<EngineOptions> = {}) =>
     Effect.gen(function* () {
       const engine = yield* make(options)
       if (engine.log.dialect === "sqlite") yield* engine.recover
-      yield* Effect.addFinalizer(() => engine.close)
       return engine
     }),
   )

@@ -8,9 +8,9 @@ import { Canonical, Limits, Model, type Fact, type Prompt } from "@maka/facts"
 import type { EventLog } from "@maka/event-log"
 import { ModelError, StepBuilder } from "@maka/model"
 import { Ids } from "@maka/tools"
-import { Cause, Effect, Exit, Option, Queue, Random, Result, Stream } from "effect"
+import { Cause, Data, Effect, Exit, Option, Queue, Random, Result, Stream } from "effect"
 import * as EngineError from "../EngineError.ts"
-import { commit, commitFacts, failIfCancelled, isCancelled, plainWrite, type Run } from "./run-context.ts"
+import { commit, commitFacts, eventWrite, failIfCancelled, isCancelled, plainWrite, stamp, type Run } from "./run-context.ts"
 
 export interface AttemptInput {
   /** The route-projected request, frozen for every retry of the logical step. */
@@ -41,6 +41,9 @@ export const interruptionOf = (error: ModelError.ModelError): Model.ModelInterru
       return reason.replaySafe && ModelError.TRANSIENT_PROVIDER_REASONS.has(reason.reason) ? "retryable_failure" : "failed"
   }
 }
+
+/** An observation could not be committed: a store failure, not a model one. */
+class ObservationCommitFailed extends Data.TaggedError("ObservationCommitFailed")<{ readonly error: EngineError.EngineError }> {}
 
 const isStreamingText = (event: Model.ModelEvent): boolean => event.kind === "part_delta" || event.kind === "part_started"
 
@@ -119,9 +122,7 @@ const streamStep = (run: Run, request: Prompt.ModelRequest, stepId: string) =>
         const observed = coalesce(events, run.options.observationMaxChars).map(
           (event): Fact.Fact => ({ kind: "model_observed", stepId, event }),
         )
-        yield* Effect.mapError(commitFacts(run, observed), (error) =>
-          ModelError.adapter(`observation commit failed: ${error.message}`),
-        )
+        yield* Effect.mapError(commitFacts(run, observed), (error) => new ObservationCommitFailed({ error }))
       }
       if (!builder.isFinished && (yield* isCancelled(run))) return yield* Effect.fail(ModelError.cancelled())
       const finished = builder.finish()
@@ -137,13 +138,23 @@ export const attempt = (run: Run, input: AttemptInput): Effect.Effect<Completed,
     const streamed = yield* Effect.exit(streamStep(run, input.request, stepId))
     if (Exit.isFailure(streamed)) {
       const failure = Exit.findErrorOption(streamed)
-      const error = failure._tag === "Some" ? failure.value : ModelError.adapter(`model stream failed: ${String(streamed.cause)}`)
+      if (failure._tag === "Some" && failure.value._tag === "ObservationCommitFailed") {
+        // The request is still resolved when the log takes writes again, so the session stays usable.
+        yield* Effect.ignore(commitFacts(run, [{ kind: "model_interrupted", stepId, status: "failed" }]))
+        return yield* Effect.fail(failure.value.error)
+      }
+      const error =
+        failure._tag === "Some" && failure.value._tag === "ModelError"
+          ? failure.value
+          : ModelError.adapter(`model stream failed: ${String(streamed.cause)}`)
       yield* commitFacts(run, [{ kind: "model_interrupted", stepId, status: interruptionOf(error) }])
       return yield* Effect.fail(modelFailure(error))
     }
     const step = streamed.value
     const completed: Fact.ModelCompleted = { kind: "model_completed", stepId, output: step }
-    if (Canonical.utf8Length(Canonical.stringify(completed)) > Limits.MAX_EVENT_BYTES - 4_096) {
+    const { id, recordedAt } = yield* stamp
+    const event = { id, recordedAt, invocation: run.settings.invocation, fact: completed }
+    if (Canonical.utf8Length(Canonical.stringify(event)) > Limits.MAX_EVENT_BYTES) {
       const error = ModelError.adapter("model output exceeds event limit")
       yield* commitFacts(run, [{ kind: "model_interrupted", stepId, status: "failed" }])
       return yield* Effect.fail(modelFailure(error))
@@ -159,12 +170,13 @@ export const attempt = (run: Run, input: AttemptInput): Effect.Effect<Completed,
           reason: { kind: "preparation_failed", message: EngineError.INCOMPLETE_MESSAGE },
         }),
       )
-      const writes = yield* Effect.forEach([completed, ...rejections], (fact) => plainWrite(run, fact))
+      const rejectionWrites = yield* Effect.forEach(rejections, (fact) => plainWrite(run, fact))
+      const writes = [yield* eventWrite(event), ...rejectionWrites]
       yield* Effect.mapError(commit(run, writes), (error) => EngineError.commit(error.message))
       return yield* Effect.fail(EngineError.make({ _tag: "ModelIncomplete" }))
     }
-    yield* commitFacts(run, [completed])
-    yield* failIfCancelled(run)
+    yield* Effect.mapError(commit(run, [yield* eventWrite(event)]), (error) => EngineError.commit(error.message))
+    // A cancellation requested now is handled by the tool step: undispatched calls are rejected.
     return { stepId, step }
   })
 

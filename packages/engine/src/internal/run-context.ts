@@ -51,6 +51,14 @@ export const plainWrite = (run: Run, fact: Event.RuntimeEvent["fact"]) =>
       : Effect.fail(EngineError.internal(`the engine built an invalid ${fact.kind}: ${built.failure.message}`))
   })
 
+/** A checked write of an event built by the caller. */
+export const eventWrite = (event: Event.RuntimeEvent) => {
+  const built = EventWrite.plain(event)
+  return Result.isSuccess(built)
+    ? Effect.succeed(built.success)
+    : Effect.fail(EngineError.internal(`the engine built an invalid ${event.fact.kind}: ${built.failure.message}`))
+}
+
 export const storeError = (error: EventLogError.EventLogError) => EngineError.store(error.message)
 export const commitError = (error: EventLogError.EventLogError) => EngineError.commit(error.message)
 

@@ -26,7 +26,7 @@ const admissionRefusal = (error: EventLogError.EventLogError): EngineError.Engin
     if (rejection._tag === "InvalidTransition") return EngineError.reconciliation(rejection.reason)
     return EngineError.commit(error.message)
   }
-  return EngineError.store(error.message)
+  return error.reason._tag === "OutcomeUnknown" ? EngineError.commit(error.message) : EngineError.store(error.message)
 }
 
 /** The safety preflight (§5.3 step 2): returns whether the run proceeds under the prior-unknown policy. */
@@ -99,6 +99,15 @@ const journalSink = (run: Run): EventSink.EventSinkShape => ({
     ),
 })
 
+/** The Anthropic thinking budget in the provider options (0 otherwise), which the output cap reserves. */
+const thinkingBudget = (run: Run): number => {
+  if (run.model.kind !== "anthropic") return 0
+  const thinking = run.settings.providerOptions["thinking"]
+  if (typeof thinking !== "object" || thinking === null || Array.isArray(thinking)) return 0
+  const budget = "budget_tokens" in thinking ? thinking["budget_tokens"] : undefined
+  return typeof budget === "number" && Number.isSafeInteger(budget) && budget > 0 ? budget : 0
+}
+
 /** One logical step after the context read: prompt, model, tools. Returns whether the turn is done. */
 const runStep = (run: Run, priorUnknown: boolean) =>
   Effect.gen(function* () {
@@ -126,6 +135,7 @@ const runStep = (run: Run, priorUnknown: boolean) =>
       ...(run.settings.configuration.model === undefined ? {} : { connectionId: run.settings.configuration.model.connectionId }),
       modelId: run.model.model,
       ...(source.baseline === undefined ? {} : { baselineId: source.baseline.eventId }),
+      thinkingBudget: thinkingBudget(run),
     })
     const projected = projectPrompt(run.model.kind, run.model.routeIdentity, prompt)
     const tools = captured.definitions
@@ -179,7 +189,10 @@ const epilogue = (run: Run, priorUnknown: boolean) =>
           maxCandidates: 0,
           maxBytes: 0,
         }),
-        (error) => EngineError.reconciliation(error.message),
+        (error) =>
+          error.reason._tag === "Rejected" && error.reason.rejection._tag === "InvalidTransition"
+            ? EngineError.reconciliation(error.message)
+            : storeError(error),
       )
 
 /** Seals the run with the outcome of its work; a terminal that cannot be appended is left to recovery. */
@@ -215,7 +228,10 @@ export const runMessage = (
           run.settings.configuration,
           priorUnknown,
         ),
-        (error) => (error.reason._tag === "Rejected" ? EngineError.reconciliation(error.message) : storeError(error)),
+        (error) =>
+          error.reason._tag === "Rejected" && error.reason.rejection._tag === "InvalidTransition"
+            ? EngineError.reconciliation(error.message)
+            : storeError(error),
       )
       // Seam: prune once after the opening (SEMANTICS.md §5.11), unless under prior-unknown.
       yield* stepLoop(run, priorUnknown)

@@ -263,11 +263,14 @@ const validatePayload = (write: EventWrite.EventWrite) => {
 const validate = async (context: Context, write: EventWrite.EventWrite): Promise<void> => {
   const event = write.event
   const fact = event.fact
-  validatePayload(write)
   const boundaries = await Rows.boundaries(context.tx, event.invocation.invocationId)
   if (boundaries.terminal !== undefined) throw reject({ _tag: "Sealed" })
-  if (fact.kind === "invocation_opened") return validateOpening(context, event, fact)
+  if (fact.kind === "invocation_opened") {
+    validatePayload(write)
+    return validateOpening(context, event, fact)
+  }
   const opening = requireOpening(event, boundaries.opening)
+  validatePayload(write)
   switch (fact.kind) {
     case "tool_dispatched":
     case "tool_rejected":
@@ -335,7 +338,6 @@ export const appendBatch = (database: Database, writes: ReadonlyArray<EventWrite
     const locked = new Set<string>()
     // SQLite has one writer: a session row known to exist needs no insert (rows are never deleted).
     const fresh = writes.filter((write, index) => writes.findIndex((other) => other.event.id === write.event.id) === index)
-    let checkedBatch = false
     for (const write of writes) {
       const event = write.event
       if (!locked.has(event.invocation.sessionId)) {
@@ -351,10 +353,6 @@ export const appendBatch = (database: Database, writes: ReadonlyArray<EventWrite
         if (payload !== write.rawPayload) throw reject({ _tag: "EventConflict" })
         sequences.push(existing.sequence)
         continue
-      }
-      if (!checkedBatch) {
-        checkBatchRules(fresh)
-        checkedBatch = true
       }
       await validate(context, write)
       const row = await tx
@@ -380,6 +378,7 @@ export const appendBatch = (database: Database, writes: ReadonlyArray<EventWrite
       faultPoint("append.after-insert")
       faultPoint(`append.after-insert.${insertedCount}`)
     }
+    if (inserted) checkBatchRules(fresh)
     faultPoint("append.before-commit")
     for (const sessionId of locked) knownSessions.add(sessionId)
     return { sequences, inserted }
