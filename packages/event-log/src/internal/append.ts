@@ -129,35 +129,41 @@ const validateRequested = async (context: Context, event: Event.RuntimeEvent, fa
   if (openingFact.kind !== "invocation_opened" || !Input.allowsPurpose(openingFact.input, fact.purpose)) {
     throw invalid(`the opening does not allow ${fact.purpose} requests`)
   }
-  // Canonical JSON escapes quotes inside strings, so this pattern can only match the purpose field.
-  const unresolved = await context.tx
-    .selectFrom("event_log as request")
-    .select("request.sequence")
-    .where("request.invocation_id", "=", event.invocation.invocationId)
-    .where("request.kind", "=", "model_requested")
-    .where("request.event_json", "like", `%"purpose":"${fact.purpose}"%`)
-    .where(({ not, exists, selectFrom }) =>
-      not(
-        exists(
-          selectFrom("event_log as end")
-            .select("end.sequence")
-            .whereRef("end.operation_id", "=", "request.operation_id")
-            .where(sql<boolean>`"end".kind <> 'model_observed'`)
-            .where("end.kind", "in", ["model_completed", "model_interrupted"]),
-        ),
-      ),
-    )
+  // At most one request per purpose is ever unresolved, so only the latest one can be. Canonical
+  // JSON escapes quotes inside strings, so this pattern matches only the purpose field.
+  const latest = await context.tx
+    .selectFrom("event_log")
+    .select("operation_id")
+    .where("invocation_id", "=", event.invocation.invocationId)
+    .where("kind", "=", "model_requested")
+    .where("event_json", "like", `%"purpose":"${fact.purpose}"%`)
+    .orderBy("sequence", "desc")
     .executeTakeFirst()
+  const unresolved =
+    latest?.operation_id === null || latest?.operation_id === undefined
+      ? undefined
+      : (await Rows.byOperation(context.tx, latest.operation_id)).some(
+            (row) => row.kind === "model_completed" || row.kind === "model_interrupted",
+          )
+        ? undefined
+        : latest
   if (unresolved !== undefined) throw invalid(`a ${fact.purpose} request is already unresolved`)
 }
 
 const validateSteered = async (context: Context, event: Event.RuntimeEvent, fact: Fact.MessageSteered) => {
-  for (const row of await Rows.ofSessionKind(context.tx, event.invocation.sessionId, "message_steered")) {
-    const steered = Rows.decode(row).fact
-    if (steered.kind === "message_steered" && steered.message.messageId === fact.message.messageId) {
-      throw invalid("the message was already delivered in this session")
-    }
-  }
+  // The steering-identity index: an expression index on SQLite, a generated column on PostgreSQL.
+  const messageId =
+    context.dialect === "sqlite"
+      ? sql<string>`json_extract(event_json, '$.fact.message.messageId')`
+      : sql<string>`steering_message_id`
+  const delivered = await context.tx
+    .selectFrom("event_log")
+    .select("sequence")
+    .where("session_id", "=", event.invocation.sessionId)
+    .where(sql<boolean>`kind = 'message_steered'`)
+    .where(messageId, "=", fact.message.messageId)
+    .executeTakeFirst()
+  if (delivered !== undefined) throw invalid("the message was already delivered in this session")
 }
 
 const validateCheckpoint = async (
