@@ -4,7 +4,7 @@
  * transaction; appends are uninterruptible, so a commit is never hidden from its caller.
  */
 import { Clock, Context, Effect, Layer, Stream, SubscriptionRef } from "effect"
-import { EventSink, Limits, type Event, type EventWrite, type Identity, type Lineage as FactLineage, type ToolCall } from "@maka/facts"
+import { EventSink, Limits, type Digest, type Event, type EventWrite, type Identity, type Lineage as FactLineage, type ToolCall } from "@maka/facts"
 import * as EventLogError from "./EventLogError.ts"
 import * as Append from "./internal/append.ts"
 import * as ContextReads from "./internal/context.ts"
@@ -86,6 +86,8 @@ export interface EventLogShape {
     after?: number,
     limit?: number,
   ) => Effect.Effect<ReadonlyArray<Event.StoredEvent>, EventLogError.EventLogError>
+  /** The session's running prefix hash through `through`, to be extended by a live run. */
+  readonly sessionHash: (sessionId: string, through: number) => Effect.Effect<Digest.LogPrefixHash, EventLogError.EventLogError>
   /** A coalescing wake-up signal of the last committed sequence: subscribe, then catch up by reading. */
   readonly commits: Stream.Stream<number>
   readonly close: Effect.Effect<void>
@@ -178,6 +180,7 @@ export const make = (database: Database): Effect.Effect<EventLogShape> =>
       continuationForSource: (boundary) => read((tx) => Reads.continuationForSource(tx, boundary)),
       readToolResult: (sessionId, eventId) => read((tx) => Reads.readToolResult(tx, sessionId, eventId)),
       events: (sessionId, after, limit) => read((tx) => Reads.events(tx, sessionId, after, limit)),
+      sessionHash: (sessionId, through) => read((tx) => Reads.sessionHash(tx, sessionId, through)),
       commits: SubscriptionRef.changes(committed),
       close: Effect.promise(async () => {
         if (closed) return

@@ -178,6 +178,22 @@ for (const dialect of dialects()) {
         }),
       ))
 
+    it("hashes the session without decoding, extendable event by event to the prefix digest", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = History.smallRun()
+          yield* appendAll(log, history.writes.slice(0, 5))
+          const hash = yield* log.sessionHash("session-1", 5)
+          for (const item of history.written.slice(5)) {
+            yield* log.append(item.write)
+            hash.update(item.stored.sequence, item.write.json)
+          }
+          const prefix = yield* log.prefix({ kind: "session", id: "session-1" }, 100, 1 << 20)
+          expect(hash.digest(prefix.highWater)).toBe(prefix.digest)
+          expect(prefix.digest).toBe(history.prefixDigest())
+        }),
+      ))
+
     it("lists unfinished invocations and what recovery must seal", () =>
       withLog(dialect, (log) =>
         Effect.gen(function* () {

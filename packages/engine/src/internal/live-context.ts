@@ -3,7 +3,7 @@
  * extended with every event the run commits, so a step costs O(new events). The log-prefix hash is
  * extended event by event (SEMANTICS.md §3.5); `snapshot()` equals a fresh `readModelContext`.
  */
-import { Codec, Digest, type Configuration, type Event, type Fact } from "@maka/facts"
+import { Digest, type Configuration, type Event, type Fact } from "@maka/facts"
 import { EventLog, type EventLogError } from "@maka/event-log"
 import { Effect } from "effect"
 
@@ -40,17 +40,7 @@ export class LiveContext {
       const source = manual
         ? yield* log.readManualMessageContext(sessionId, request)
         : yield* log.readModelContext(sessionId, request)
-      const hash = Digest.LogPrefixHash.start(source.sourceEvidence.scope)
-      let after = 0
-      while (after < source.sourceEvidence.highWater) {
-        const page = yield* log.events(sessionId, after, 1_000)
-        if (page.length === 0) break
-        for (const stored of page) {
-          if (stored.sequence > source.sourceEvidence.highWater) break
-          hash.update(stored.sequence, Codec.encodeEventJson(stored.event))
-        }
-        after = page[page.length - 1]!.sequence
-      }
+      const hash = yield* log.sessionHash(sessionId, source.sourceEvidence.highWater)
       return new LiveContext(source, hash, configuration)
     })
   }

@@ -62,6 +62,16 @@ export const prefix = async (
   }
 }
 
+/**
+ * The running log-prefix hash of a session through `through` (SEMANTICS.md §3.5), over the stored
+ * bytes without decoding them, for a live run to extend event by event.
+ */
+export const sessionHash = async (tx: Rows.Tx, sessionId: string, through: number): Promise<Digest.LogPrefixHash> => {
+  const hash = Digest.LogPrefixHash.start({ kind: "session", id: sessionId })
+  for (const row of await Rows.ofSession(tx, sessionId, { through })) hash.update(row.sequence, row.json)
+  return hash
+}
+
 /** Stored events of a session after `after`, for inspection. */
 export const events = async (
   tx: Rows.Tx,
