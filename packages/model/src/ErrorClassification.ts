@@ -164,11 +164,17 @@ export const hasErrorField = (payload: unknown): boolean =>
 const scrub = (text: string, secrets: ReadonlyArray<string>): string =>
   secrets.reduce((current, secret) => (secret.length >= 4 ? current.split(secret).join("[redacted]") : current), text)
 
-/** A short summary: status, code and the start of the provider message; never headers. */
-const summary = (status: number | undefined, codes: ReadonlyArray<string>, message: string | undefined): string => {
+/** A short summary: status, code and the start of the provider message; never headers or keys. */
+const summary = (
+  status: number | undefined,
+  codes: ReadonlyArray<string>,
+  message: string | undefined,
+  secrets: ReadonlyArray<string>,
+): string => {
   const head = [status === undefined ? "provider error" : `HTTP ${status}`, codes[0]].filter((part) => part !== undefined)
-  const text = message === undefined ? "" : `: ${message.replace(/\s+/g, " ").trim().slice(0, 1000)}`
-  return head.join(" ") + text
+  // Scrub before cutting, so a secret split by the cut cannot leave a fragment behind.
+  const text = message === undefined ? "" : `: ${scrub(message, secrets).replace(/\s+/g, " ").trim().slice(0, 1000)}`
+  return scrub(head.join(" ") + text, secrets)
 }
 
 /** Classifies an HTTP error response or an in-stream error payload (rules 2–9; first match wins). */
@@ -187,7 +193,7 @@ export const classify = (evidence: Evidence): ModelError.ModelError => {
       ? numericCode
       : undefined)
   const secrets = evidence.secrets ?? []
-  const message = scrub(summary(status, codes, providerText ?? (parsed === undefined ? evidence.body : undefined)), secrets)
+  const message = summary(status, codes, providerText ?? (parsed === undefined ? evidence.body : undefined), secrets)
   const fail = (reason: ModelError.ProviderReason, retryAfterMs?: number): ModelError.ModelError =>
     ModelError.provider({ reason, message, status, replaySafe: evidence.replaySafe, retryAfterMs })
   const retryAfter = (): number | undefined =>

@@ -121,7 +121,10 @@ const makeChecked = (config: ProviderConfig.ProviderConfig, options: MakeOptions
   const idleTimeoutMs = options.idleTimeoutMs ?? ModelDefaults.idleTimeoutMs
   const fetchFunction: ProviderConfig.FetchFunction = config.fetch ?? ((input, init) => globalThis.fetch(input, init))
   // An empty key (a local server needs none) sends no credential header and redacts nothing.
-  const secrets = [Redacted.value(config.apiKey)].filter((secret) => secret !== "")
+  const secrets = [
+    Redacted.value(config.apiKey),
+    ...Object.values(config.headers ?? {}).flatMap((value) => (Redacted.isRedacted(value) ? [Redacted.value(value)] : [])),
+  ].filter((secret) => secret !== "")
   const normalizer = (): Normalizer =>
     config.kind === "anthropic" ? anthropicNormalizer(routeIdentity) : openAiNormalizer()
 

@@ -57,6 +57,10 @@ export const validate = (config: ProviderConfig): Result.Result<ProviderConfig, 
   if (!/^https?:\/\/[^/]/i.test(config.baseUrl) || !URL.canParse(config.baseUrl)) {
     return Result.fail("baseUrl must be an absolute http(s) URL")
   }
+  const url = new URL(config.baseUrl)
+  if (url.username !== "" || url.password !== "") {
+    return Result.fail("baseUrl must not carry credentials; pass the key as apiKey or a Redacted header")
+  }
   if (config.model.length === 0) return Result.fail("model must not be empty")
   if (!Redacted.isRedacted(config.apiKey)) return Result.fail("apiKey must be Redacted")
   if (config.headers !== undefined) {

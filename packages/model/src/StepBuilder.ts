@@ -22,6 +22,8 @@ interface TextSlot {
 
 type Slot = TextSlot | { readonly kind: "tool_call"; readonly part: Model.ToolCallPart }
 
+const FINISH_REASONS: ReadonlySet<string> = new Set(["stop", "tool-calls", "length"])
+
 export class StepBuilder {
   private readonly slots: Array<Slot> = []
   private readonly textById = new Map<string, TextSlot>()
@@ -91,6 +93,9 @@ export class StepBuilder {
         return Result.void
       }
       case "finished": {
+        if (!FINISH_REASONS.has(event.reason)) {
+          return Result.fail(ModelError.adapter(`unknown finish reason: ${String(event.reason)}`))
+        }
         if (this.hasOpenPart()) return Result.fail(ModelError.adapter(ModelError.AdapterMessage.openPart))
         this.finished = event
         return Result.void

@@ -229,7 +229,7 @@ export const anthropicNormalizer = (routeIdentity: string): Normalizer => {
     message: (message: SseMessage, out) => {
       if (finished) return undefined
       const parsed = parseJson(message.data)
-      if (parsed === INVALID) return adapterFailure("malformed provider event: invalid JSON")
+      if (parsed === INVALID) return UNSUPPORTED
       if (!isRecord(parsed)) return UNSUPPORTED
       return event(parsed, out)
     },

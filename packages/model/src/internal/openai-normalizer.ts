@@ -181,7 +181,7 @@ export const openAiNormalizer = (): Normalizer => {
         return { kind: "provider_payload", payload: payload === INVALID ? { message: data } : payload }
       }
       const parsed = parseJson(data)
-      if (parsed === INVALID) return adapterFailure("malformed provider event: invalid JSON")
+      if (parsed === INVALID) return UNSUPPORTED
       if (!isRecord(parsed)) return UNSUPPORTED
       return chunk(parsed, out)
     },

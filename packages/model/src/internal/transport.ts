@@ -290,6 +290,8 @@ const readErrorBody = (
     parts.push(decoder.decode(bytes, { stream: true }))
     return size >= limit ? Effect.succeed(parts.join("") + decoder.decode()) : loop
   })
-  // A body that fails half-way is classified with what arrived.
-  return Effect.suspend(() => loop).pipe(Effect.catch(() => Effect.succeed(parts.join(""))))
+  // A body that fails half-way is classified with what arrived; an idle timeout stays `timed_out`.
+  return Effect.suspend(() => loop).pipe(
+    Effect.catch((error) => (error.reason._tag === "TimedOut" ? Effect.fail(error) : Effect.succeed(parts.join("")))),
+  )
 }
