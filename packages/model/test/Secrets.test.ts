@@ -83,3 +83,22 @@ describe("StepBuilder", () => {
     assert.isTrue(Result.isFailure(folded))
   })
 })
+
+describe("observed output", () => {
+  it.effect("counts buffered tool-call fragments before an overflow error", () =>
+    Effect.gen(function* () {
+      const server = yield* ScriptedServer.make({
+        script: [
+          Respond.sse([
+            Respond.event({ id: "c", choices: [{ index: 0, delta: { tool_calls: [{ index: 0, id: "c1", function: { name: "f", arguments: '{"a"' } }] } }] }),
+            Respond.event({ error: { message: "too long", code: "context_length_exceeded" } }),
+          ]),
+        ],
+      })
+      const model = yield* LanguageModel.make({ kind: "openai-compatible", baseUrl: `${server.url}/v1`, model: "m", apiKey: Redacted.make("") })
+      const error = yield* failureOf(model.stream(request()))
+      assert.strictEqual(error.reason._tag, "ContextOverflow")
+      assert.isTrue(error.reason._tag === "ContextOverflow" && error.reason.observedOutput)
+    }),
+  )
+})

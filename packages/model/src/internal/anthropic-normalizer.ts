@@ -235,5 +235,6 @@ export const anthropicNormalizer = (routeIdentity: string): Normalizer => {
     },
     end: () => (finished ? undefined : { kind: "truncated", message: "stream ended before message_stop" }),
     isFinished: () => finished,
+    hasBufferedOutput: () => [...blocks.values()].some((block) => block.type === "tool_use"),
   }
 }

@@ -24,6 +24,8 @@ export interface Normalizer {
   readonly end: (out: Array<Model.ModelEvent>) => NormalizerFailure | undefined
   /** Whether `finished` was emitted: the transport stops reading. */
   readonly isFinished: () => boolean
+  /** Whether content arrived that is still buffered (tool-call fragments): it counts as observed output. */
+  readonly hasBufferedOutput: () => boolean
 }
 
 export const adapterFailure = (message: string): NormalizerFailure => ({ kind: "adapter", message })

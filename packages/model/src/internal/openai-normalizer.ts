@@ -187,5 +187,6 @@ export const openAiNormalizer = (): Normalizer => {
     },
     end: (out) => (finished ? undefined : finish(out)),
     isFinished: () => finished,
+    hasBufferedOutput: () => calls.size > 0,
   }
 }

@@ -189,7 +189,7 @@ const open = Effect.fn("LanguageModel.stream")(function* (request: TransportRequ
           payload: found.payload,
           nowMs: clock.currentTimeMillisUnsafe(),
           replaySafe: tracker.replaySafe,
-          observedOutput: tracker.observedOutput,
+          observedOutput: tracker.observedOutput || request.normalizer.hasBufferedOutput(),
           secrets: request.secrets,
         })
     }
