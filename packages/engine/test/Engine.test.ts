@@ -1,7 +1,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Canonical, type Event } from "@maka/facts"
 import { OpenAiSse, Respond } from "@maka/testkit"
-import { Effect, Fiber, Stream } from "effect"
+import { Effect, Stream } from "effect"
 import { catalog, input, setup, type Effects } from "./support/setup.ts"
 
 const kinds = (events: ReadonlyArray<Event.StoredEvent>) =>
@@ -260,4 +260,3 @@ describe("Engine", () => {
     ))
 })
 
-export { Fiber }

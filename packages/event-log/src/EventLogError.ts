@@ -3,6 +3,7 @@
  * `reason._tag`: `Rejected` carries the validation that refused a write, `OutcomeUnknown` a commit
  * whose result is unknown (never assume success), the rest are store conditions.
  */
+import { Prompts } from "@maka/facts"
 import { Data } from "effect"
 
 export type Rejection =
@@ -45,7 +46,7 @@ const describeRejection = (rejection: Rejection): string => {
     case "SessionBusy":
       return "the session has another live invocation"
     case "Reserved":
-      return "Session is reserved for its sealed handoff successor"
+      return Prompts.SESSION_RESERVED_MESSAGE
     case "InvalidTransition":
       return rejection.reason
     case "PayloadMismatch":

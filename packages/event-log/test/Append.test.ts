@@ -1,15 +1,9 @@
-import { Archive, Digest, EventWrite, type Event, type Fact, type Identity } from "@maka/facts"
+import { Archive, Digest, EventWrite, type Fact, type Identity } from "@maka/facts"
 import { FactBuilders, History } from "@maka/testkit"
 import { Effect, Result } from "effect"
 import { describe, expect, it } from "vitest"
 import { dialects } from "./support/dialects.ts"
-import { appendAll, expectRefused, failure, withLog } from "./support/harness.ts"
-
-const plain = (event: Event.RuntimeEvent) => Result.getOrThrow(EventWrite.plain(event))
-
-let nextId = 10_000
-const write = (invocation: Identity.Invocation, fact: Fact.Fact) =>
-  plain({ id: FactBuilders.eventId(nextId++), recordedAt: 1, invocation, fact })
+import { appendAll, expectRefused, failure, freshId, plain, withLog, write } from "./support/harness.ts"
 
 /** A history with one live run: opening, a completed main step calling `read_file` (a) and `list_files` (b). */
 const liveWithCalls = () => {
@@ -119,7 +113,7 @@ for (const dialect of dialects()) {
           yield* appendAll(log, history.writes)
           const settleA = Result.getOrThrow(
             EventWrite.toolSuccess({
-              id: FactBuilders.eventId(nextId++),
+              id: freshId(),
               recordedAt: 2,
               invocation: run.invocation,
               operationId: `${step}:a`,

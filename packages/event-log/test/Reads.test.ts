@@ -1,13 +1,9 @@
-import { Archive, Canonical, Digest, EventWrite, type Event, type Fact, type Identity } from "@maka/facts"
+import { Archive, Canonical, Digest, type Event } from "@maka/facts"
 import { FactBuilders, History } from "@maka/testkit"
-import { Effect, Result } from "effect"
+import { Effect } from "effect"
 import { describe, expect, it } from "vitest"
 import { dialects } from "./support/dialects.ts"
-import { appendAll, failure, withLog } from "./support/harness.ts"
-
-let nextId = 20_000
-const write = (invocation: Identity.Invocation, fact: Fact.Fact) =>
-  Result.getOrThrow(EventWrite.plain({ id: FactBuilders.eventId(nextId++), recordedAt: 1, invocation, fact }))
+import { appendAll, failure, withLog, write } from "./support/harness.ts"
 
 const kinds = (items: ReadonlyArray<{ readonly kind: string; readonly stored?: Event.StoredEvent }>) =>
   items.map((item) => (item.kind === "canonical" ? item.stored!.event.fact.kind : "archived"))

@@ -3,12 +3,12 @@
  * seams where later capabilities insert their steps — handoff boundary, background-summary adoption,
  * proactive compaction, overflow recovery, prune — as marked no-ops, never as pretend work.
  */
-import { Digest, Prompts, type Fact, type Outcome } from "@maka/facts"
+import { Digest, type Fact, type Outcome } from "@maka/facts"
 import type { EventLogError } from "@maka/event-log"
 import { projectPrompt } from "@maka/model"
 import { Journal, type Ids } from "@maka/tools"
 import { EventSink } from "@maka/facts"
-import { Effect, Exit, Ref } from "effect"
+import { Effect, Exit, Option, Ref } from "effect"
 import * as EngineError from "../EngineError.ts"
 import * as PromptBuilder from "../PromptBuilder.ts"
 import { attemptWithRetries } from "./attempt.ts"
@@ -244,16 +244,8 @@ export const runMessage = (
         ? { kind: "cancelled", source: "runtime_cancellation" }
         : { kind: "completed" }
       : EngineError.outcomeOf(
-          Exit.findErrorOption(exit)._tag === "Some"
-            ? (Exit.findErrorOption(exit) as { readonly value: EngineError.EngineError }).value
-            : EngineError.internal(`the run failed: ${String(exit.cause)}`),
+          Option.getOrElse(Exit.findErrorOption(exit), () => EngineError.internal(`the run failed: ${String(exit.cause)}`)),
         )
     yield* seal(run, outcome)
     return { outcome } satisfies RunResult
   })
-
-/** A failed admission's reason, for callers that only need to know nothing was written. */
-export const isAdmissionError = (error: EngineError.EngineError): boolean =>
-  error.reason._tag === "Busy" || error.reason._tag === "ReconciliationRequired" || error.reason._tag === "InvalidInput"
-
-export type { Prompts }

@@ -122,16 +122,24 @@ export const ofInvocation = async (tx: Tx, invocationId: string): Promise<Readon
       .execute()
   ).map(toRow)
 
-export const ofSessionKind = async (tx: Tx, sessionId: string, kind: string): Promise<ReadonlyArray<Row>> =>
+/** Events of a session whose `column` equals `value`, in sequence order. */
+const ofSessionWhere = async (
+  tx: Tx,
+  sessionId: string,
+  column: "kind" | "run_id",
+  value: string,
+): Promise<ReadonlyArray<Row>> =>
   (
     await tx
       .selectFrom("event_log")
       .select(columns)
       .where("session_id", "=", sessionId)
-      .where("kind", "=", kind)
+      .where(column, "=", value)
       .orderBy("sequence")
       .execute()
   ).map(toRow)
+
+export const ofSessionKind = (tx: Tx, sessionId: string, kind: string) => ofSessionWhere(tx, sessionId, "kind", kind)
 
 /** Session events after `after`, in sequence order, optionally up to `through` and without observations. */
 export const ofSession = async (
@@ -198,16 +206,7 @@ export const unsealedOpenings = async (
 }
 
 /** Every event of one run of a session, in sequence order. */
-export const ofRun = async (tx: Tx, sessionId: string, runId: string): Promise<ReadonlyArray<Row>> =>
-  (
-    await tx
-      .selectFrom("event_log")
-      .select(columns)
-      .where("session_id", "=", sessionId)
-      .where("run_id", "=", runId)
-      .orderBy("sequence")
-      .execute()
-  ).map(toRow)
+export const ofRun = (tx: Tx, sessionId: string, runId: string) => ofSessionWhere(tx, sessionId, "run_id", runId)
 
 /** The session's latest opening, if any. */
 export const latestOpening = async (tx: Tx, sessionId: string): Promise<Row | undefined> => {

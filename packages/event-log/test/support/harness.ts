@@ -2,8 +2,9 @@
  * Small helpers for log tests: run a body against a fresh log of one dialect, append testkit
  * histories, and assert that a refused append left the log exactly as it was.
  */
-import type { EventWrite } from "@maka/facts"
-import { Cause, Effect, Exit, Option } from "effect"
+import { EventWrite, type Event, type Fact, type Identity } from "@maka/facts"
+import { FactBuilders } from "@maka/testkit"
+import { Cause, Effect, Exit, Option, Result } from "effect"
 import { expect } from "vitest"
 import type * as EventLog from "../../src/EventLog.ts"
 import type { EventLogError } from "../../src/EventLogError.ts"
@@ -42,3 +43,14 @@ export const expectRefused = (
     expect(after).toEqual(before)
     return error
   })
+
+/** A checked write of any event; refuses to build an invalid one. */
+export const plain = (event: Event.RuntimeEvent) => Result.getOrThrow(EventWrite.plain(event))
+
+let nextId = 10_000
+/** A fresh event id for writes built outside a testkit `History`. */
+export const freshId = () => FactBuilders.eventId(nextId++)
+
+/** A checked write of `fact` for `invocation` with a fresh id. */
+export const write = (invocation: Identity.Invocation, fact: Fact.Fact) =>
+  plain({ id: freshId(), recordedAt: 1, invocation, fact })
