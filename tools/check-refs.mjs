@@ -21,40 +21,39 @@ import * as fs from "node:fs"
 import * as path from "node:path"
 import { fileURLToPath, pathToFileURL } from "node:url"
 
-const SECTION = "\u00a7"
+export const SECTION = "\u00a7"
 const SKIPPED_DIRECTORIES = new Set(["node_modules", "dist", ".turbo", "coverage", ".git"])
 const SCANNED_ROOTS = ["README.md", ".ci", ".changeset", "packages", "tools", "docs"]
 
 /** The two retired contract files, spelled so that this file does not mention them itself. */
 export const RETIRED_NAMES = ["DESIGN", "SEMANTICS"]
 
-const NUMBER = String.raw`\d+(?:\.\d+)*`
-const LIST_SEPARATOR = String.raw`\s*(?:,|and|or|to|\u2013|\u2014|-)\s*`
+export const NUMBER = String.raw`\d+(?:\.\d+)*`
+export const LIST_SEPARATOR = String.raw`\s*(?:,|and|or|to|\u2013|\u2014|-)\s*`
+/** `§N`, then more sections of the same file (`, §M`, `–§M`); group 1 is the first number, group 2 the rest. */
+const SECTION_LIST = String.raw`\x60?\s?${SECTION}\s?(${NUMBER})((?:${LIST_SEPARATOR}${SECTION}\s?${NUMBER})*)`
+/** An anchor ends before punctuation that follows it in prose. */
+const ANCHOR = String.raw`[^\s)\]>"'\x60|:;,.!?]+`
 
-/** A qualified reference: a docs path, then an anchor or a section list (group 4 holds the rest of the list). */
+/**
+ * A reference into docs/: group 1 is the file, then either group 2 (an anchor) or groups 3 and 4 (a
+ * section list). A leading `../` is allowed (Markdown links); a path inside a URL is not a reference.
+ */
 export const qualifiedPattern = () =>
-  new RegExp(
-    String.raw`(?<![\w-])(?:\.\.?\/)*docs\/((?:[\w.-]+\/)*[\w.-]+\.md)\b(?:#([^\s)\]>"'\x60|]+)|\x60?\s?${SECTION}\s?(${NUMBER})((?:${LIST_SEPARATOR}${SECTION}\s?${NUMBER})*))?`,
-    "g",
-  )
+  new RegExp(String.raw`(?<![\w/.-])(?:\.\.?\/)*docs\/((?:[\w.-]+\/)*[\w.-]+\.md)\b(?:#(${ANCHOR})|${SECTION_LIST})?`, "g")
 
 /** Inside docs/: `<file>.md §N`, a section of a sibling file. */
-export const localPattern = () =>
-  new RegExp(String.raw`(?<![\w/.-])([\w-]+\.md)\x60?\s?${SECTION}\s?(${NUMBER})((?:${LIST_SEPARATOR}${SECTION}\s?${NUMBER})*)`, "g")
+export const localPattern = () => new RegExp(String.raw`(?<![\w/.-])([\w-]+\.md)${SECTION_LIST}`, "g")
 
 /** A section sign followed by a number, wherever it stands. */
 export const sectionPattern = () => new RegExp(String.raw`${SECTION}\s?(${NUMBER})`, "g")
 
 /** A reference to a retired contract file, with or without a section. */
 export const retiredPattern = () =>
-  new RegExp(
-    String.raw`\b(?:${RETIRED_NAMES.join("|")})(?:(?:\.md)?\x60?\s?${SECTION}\s?${NUMBER}(?:${LIST_SEPARATOR}${SECTION}\s?${NUMBER})*|\.md\b)`,
-    "g",
-  )
+  new RegExp(String.raw`\b(?:${RETIRED_NAMES.join("|")})(?:(?:\.md)?${SECTION_LIST}|\.md\b)`, "g")
 
 /** `scenario 12`, `scenarios 9, 10`, `Scenario 8`. */
-export const scenarioPattern = () =>
-  new RegExp(String.raw`\bscenarios?\s+#?(\d+)((?:${LIST_SEPARATOR}\d+)*)`, "gi")
+export const scenarioPattern = () => new RegExp(String.raw`\bscenarios?\s+#?(\d+)((?:${LIST_SEPARATOR}\d+)*)`, "gi")
 
 // ---------------------------------------------------------------------------------------------
 // Headings of a Markdown file
@@ -169,7 +168,8 @@ export const checkText = (file, text, docs) => {
 
     for (const match of line.matchAll(retiredPattern())) {
       covered.push([match.index, match.index + match[0].length])
-      report(`${match[0].replace(/`/g, "")}: names a file that is not part of this repository; cite docs/ instead (docs/README.md)`)
+      const text = match[0].replace(/`/g, "")
+      report(`${text}: names a file that is not part of this repository; cite docs/ instead (docs/README.md)`)
     }
 
     for (const match of line.matchAll(qualifiedPattern())) {
@@ -185,7 +185,8 @@ export const checkText = (file, text, docs) => {
       }
       if (first !== undefined) {
         for (const number of sectionNumbersOf(first, rest)) {
-          if (!headings.sections.has(number)) report(`docs/${target} ${SECTION}${number}: docs/${target} has no heading numbered ${number}`)
+          if (headings.sections.has(number)) continue
+          report(`docs/${target} ${SECTION}${number}: docs/${target} has no heading numbered ${number}`)
         }
       }
     }
@@ -201,7 +202,8 @@ export const checkText = (file, text, docs) => {
           continue
         }
         for (const number of sectionNumbersOf(first, rest)) {
-          if (!headings.sections.has(number)) report(`${name} ${SECTION}${number}: docs/${target} has no heading numbered ${number}`)
+          if (headings.sections.has(number)) continue
+          report(`${name} ${SECTION}${number}: docs/${target} has no heading numbered ${number}`)
         }
       }
     }
@@ -209,7 +211,9 @@ export const checkText = (file, text, docs) => {
     for (const match of line.matchAll(sectionPattern())) {
       if (covered.some(([start, end]) => match.index >= start && match.index < end)) continue
       if (ownDoc !== undefined) {
-        if (!docs.get(ownDoc)?.sections.has(match[1])) report(`${SECTION}${match[1]}: docs/${ownDoc} has no heading numbered ${match[1]}`)
+        // Inside docs/, a section without a file is one of the same file.
+        if (docs.get(ownDoc)?.sections.has(match[1])) continue
+        report(`${SECTION}${match[1]}: docs/${ownDoc} has no heading numbered ${match[1]}`)
         continue
       }
       report(`${SECTION}${match[1]} names no file; write docs/<file>.md ${SECTION}${match[1]} (docs/README.md)`)
@@ -219,7 +223,8 @@ export const checkText = (file, text, docs) => {
       const numbers = [match[1], ...[...(match[2] ?? "").matchAll(/\d+/g)].map((number) => number[0])]
       const scenarios = docs.get("scenarios.md")
       for (const number of numbers) {
-        if (!scenarios?.anchors.has(`scenario-${number}`)) report(`scenario ${number}: docs/scenarios.md has no scenario ${number}`)
+        if (scenarios?.anchors.has(`scenario-${number}`)) continue
+        report(`scenario ${number}: docs/scenarios.md has no scenario ${number}`)
       }
     }
 
@@ -234,14 +239,16 @@ export const checkText = (file, text, docs) => {
         if (!target.endsWith(".md")) continue
         const headings = docs.get(target)
         if (headings === undefined) report(`${href}: docs/${target} does not exist`)
-        else if (anchor !== undefined && !headings.anchors.has(anchor)) report(`${href}: docs/${target} has no heading or anchor "${anchor}"`)
+        else if (anchor !== undefined && !headings.anchors.has(anchor)) {
+          report(`${href}: docs/${target} has no heading or anchor "${anchor}"`)
+        }
       }
     }
   })
   return problems
 }
 
-/** Checks the tree at rootDir; returns the problems as `file:line: message` strings, sorted by file. */
+/** Checks the tree at rootDir: the problems as `file:line: message`, and how many references were read. */
 export const checkTree = (rootDir) => {
   const docs = loadDocs(rootDir)
   const problems = []

@@ -16,11 +16,17 @@
 import * as fs from "node:fs"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
-import { loadDocs, qualifiedPattern, RETIRED_NAMES, retiredPattern, scannedFiles } from "./check-refs.mjs"
+import {
+  LIST_SEPARATOR,
+  loadDocs,
+  NUMBER,
+  qualifiedPattern,
+  RETIRED_NAMES,
+  retiredPattern,
+  scannedFiles,
+  SECTION,
+} from "./check-refs.mjs"
 
-const SECTION = "\u00a7"
-const NUMBER = String.raw`\d+(?:\.\d+)*`
-const LIST_SEPARATOR = String.raw`\s*(?:,|and|or|to|\u2013|\u2014|-)\s*`
 const [DESIGN, BEHAVIOUR] = RETIRED_NAMES
 
 /** `docs/<file>` holding a chapter's section `number`, by the map of docs/README.md. */
@@ -36,15 +42,13 @@ export const targetOf = (chapter, number) => {
   return undefined
 }
 
-/** A named reference: optional backtick, the chapter's file, section list. */
-const namedPattern = () =>
-  new RegExp(
-    String.raw`(\x60?)\b(${RETIRED_NAMES.join("|")})(?:\.md)?\1\s?${SECTION}\s?(${NUMBER})((?:${LIST_SEPARATOR}${SECTION}\s?${NUMBER})*)`,
-    "g",
-  )
+const SECTIONS = String.raw`${SECTION}\s?(${NUMBER})((?:${LIST_SEPARATOR}${SECTION}\s?${NUMBER})*)`
 
-/** A bare section list. */
-const barePattern = () => new RegExp(String.raw`${SECTION}\s?(${NUMBER})((?:${LIST_SEPARATOR}${SECTION}\s?${NUMBER})*)`, "g")
+/** A retired file and a section list; the file may stand in backticks: group 2 is the file's name. */
+const namedPattern = () => new RegExp(String.raw`(\x60?)\b(${RETIRED_NAMES.join("|")})(?:\.md)?\1\s?${SECTIONS}`, "g")
+
+/** A section list without a file. */
+const barePattern = () => new RegExp(SECTIONS, "g")
 
 const itemsOf = (first, rest) => [
   { separator: "", number: first },
@@ -69,7 +73,9 @@ export const rewriteText = (file, text, docs) => {
     const inCode = markdown && (fence !== undefined || fenceRun !== null)
     if (fenceRun !== null) {
       if (fence === undefined) fence = fenceRun[1]
-      else if (fenceRun[1][0] === fence[0] && fenceRun[1].length >= fence.length && line.trim() === fenceRun[1]) fence = undefined
+      else if (fenceRun[1][0] === fence[0] && fenceRun[1].length >= fence.length && line.trim() === fenceRun[1]) {
+        fence = undefined
+      }
     }
     if (!line.includes(SECTION) && !RETIRED_NAMES.some((name) => line.includes(name))) return line
 
@@ -80,12 +86,14 @@ export const rewriteText = (file, text, docs) => {
     for (const match of line.matchAll(namedPattern())) {
       if (isTaken(match.index)) continue
       taken.push([match.index, match.index + match[0].length])
-      groups.push({ start: match.index, text: match[0], chapter: match[2], inferred: false, items: itemsOf(match[3], match[4]) })
+      const items = itemsOf(match[3], match[4])
+      groups.push({ start: match.index, text: match[0], chapter: match[2], inferred: false, items })
     }
     for (const match of line.matchAll(barePattern())) {
       if (isTaken(match.index)) continue
       taken.push([match.index, match.index + match[0].length])
-      groups.push({ start: match.index, text: match[0], chapter: BEHAVIOUR, inferred: true, items: itemsOf(match[1], match[2]) })
+      const items = itemsOf(match[1], match[2])
+      groups.push({ start: match.index, text: match[0], chapter: BEHAVIOUR, inferred: true, items })
     }
     for (const match of line.matchAll(retiredPattern())) {
       if (isTaken(match.index)) continue
@@ -148,13 +156,15 @@ const main = () => {
     const fileInferred = rewritten.filter((item) => item.inferred).length
     named += rewritten.length - fileInferred
     inferred += fileInferred
-    if (rewritten.length > 0) console.log(`${file}: ${rewritten.length}${fileInferred > 0 ? ` (${fileInferred} without a file)` : ""}`)
+    const detail = fileInferred > 0 ? ` (${fileInferred} without a file)` : ""
+    if (rewritten.length > 0) console.log(`${file}: ${rewritten.length}${detail}`)
     for (const item of fileLeft) left.push(`${file}:${item.line}: ${item.text.trim()} ${item.reason}`)
   }
   const total = named + inferred
   const changed = files.filter((entry) => entry.rewritten.length > 0).length
+  const plural = (count, noun) => `${count} ${noun}${count === 1 ? "" : "s"}`
   console.log(
-    `rewrite-refs: ${dryRun ? "would rewrite" : "rewrote"} ${total} reference${total === 1 ? "" : "s"} in ${changed} file${changed === 1 ? "" : "s"} ` +
+    `rewrite-refs: ${dryRun ? "would rewrite" : "rewrote"} ${plural(total, "reference")} in ${plural(changed, "file")} ` +
       `(${named} naming a retired file, ${inferred} without a file, read as behaviour chapters); ${left.length} left`,
   )
   for (const line of left) console.log(`left: ${line}`)

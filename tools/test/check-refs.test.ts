@@ -14,6 +14,7 @@ const S = "\u00a7"
 const DESIGN = "DESIGN"
 const BEHAVIOUR = "SEMANTICS"
 const SCENARIO = "scenario"
+const DOCS = "docs"
 
 const run = (script: string, args: ReadonlyArray<string>) => {
   const result = spawnSync(process.execPath, [script, ...args], { cwd: os.tmpdir(), encoding: "utf8" })
@@ -80,7 +81,7 @@ const cleanTree = () => {
   write(root, "packages/engine/test/Runner.test.ts", `it("never runs a failed dispatch (${SCENARIO} 18)", () => {})\n`)
   write(root, "packages/engine/README.md", `The step loop: [docs/engine.md ${S}5.4](../../docs/engine.md#54-step-loop).\n`)
   write(root, "tools/script.mjs", `// The layers of docs/architecture.md ${S}2.\n`)
-  write(root, "README.md", "See [docs/](docs/README.md) and docs/cli.md.\n")
+  write(root, "README.md", "See [docs/](docs/README.md), docs/cli.md and https://example.com/guide/docs/intro.md.\n")
   return root
 }
 
@@ -140,12 +141,12 @@ describe("check-refs", () => {
     write(
       root,
       "packages/cli/test/Cli.test.ts",
-      [`// docs/shell.md ${S}1`, "// docs/engine.md#55-prompts", `it("x (${SCENARIO}s 18, 99)", () => {})`, ""].join("\n"),
+      [`// ${DOCS}/shell.md ${S}1`, `// ${DOCS}/engine.md#55-prompts`, `it("x (${SCENARIO}s 18, 99)", () => {})`, ""].join("\n"),
     )
     const result = check(root)
     expect(result.status).toBe(1)
-    expect(result.stderr).toContain(`packages/cli/test/Cli.test.ts:1: docs/shell.md ${S}1: docs/shell.md does not exist`)
-    expect(result.stderr).toContain('packages/cli/test/Cli.test.ts:2: docs/engine.md#55-prompts: docs/engine.md has no heading or anchor "55-prompts"')
+    expect(result.stderr).toContain(`packages/cli/test/Cli.test.ts:1: ${DOCS}/shell.md ${S}1: ${DOCS}/shell.md does not exist`)
+    expect(result.stderr).toContain(`packages/cli/test/Cli.test.ts:2: ${DOCS}/engine.md#55-prompts: docs/engine.md has no heading or anchor "55-prompts"`)
     expect(result.stderr).toContain(`packages/cli/test/Cli.test.ts:3: ${SCENARIO} 99: docs/scenarios.md has no ${SCENARIO} 99`)
     expect(result.stderr).toContain("check-refs: 3 reference problems")
   })
