@@ -9,7 +9,8 @@
 //   `docs/<file>.md §N`; sections listed after it (`, §M`, `–§M`) keep its chapter.
 // - A section sign with a number but no file, outside docs/, is read as a behaviour chapter (every
 //   such reference in the code cites one) and is qualified the same way.
-// - In Markdown outside code, the reference becomes a link: `[docs/<file>.md §N](<relative>#anchor)`.
+// - In Markdown outside code, the reference becomes a link: `[docs/<file>.md §N](<relative>#anchor)`;
+//   not in .changeset/, whose text is copied into each package's changelog, where the link would break.
 // - A section that has no heading in docs/ is left as it is and listed; so is a mention of a retired
 //   file without a section. The exit status is 1 when anything is left for hand editing.
 // Files are the ones tools/check-refs.mjs scans, except docs/ itself.
@@ -64,6 +65,7 @@ const itemsOf = (first, rest) => [
  */
 export const rewriteText = (file, text, docs) => {
   const markdown = file.endsWith(".md")
+  const linked = markdown && !file.startsWith(".changeset/")
   const docsLink = (target) => path.posix.relative(path.posix.dirname(file), `docs/${target}`)
   const rewritten = []
   const left = []
@@ -116,7 +118,7 @@ export const rewriteText = (file, text, docs) => {
         const { target, anchor } = targets[position]
         const label = `docs/${target} ${SECTION}${number}`
         const sameFile = position > 0 && targets[position - 1].target === target
-        if (markdown && !inCode) replacement += `${separator}[${label}](${docsLink(target)}#${anchor})`
+        if (linked && !inCode) replacement += `${separator}[${label}](${docsLink(target)}#${anchor})`
         else replacement += sameFile ? `${separator}${SECTION}${number}` : `${separator}${label}`
         rewritten.push({ line: index + 1, chapter: group.chapter, inferred: group.inferred, from: number, to: label })
       })

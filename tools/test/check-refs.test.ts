@@ -188,6 +188,7 @@ describe("rewrite-refs", () => {
       ].join("\n"),
     )
     write(root, "packages/engine/README.md", `Errors follow \`${BEHAVIOUR}.md\` ${S}4.5.\n\n\`\`\`ts\n// ${BEHAVIOUR}.md ${S}5.4\n\`\`\`\n`)
+    write(root, ".changeset/model.md", `---\n"@maka/model": minor\n---\n\nThe output limit field (${DESIGN}.md ${S}7).\n`)
     return root
   }
 
@@ -195,7 +196,7 @@ describe("rewrite-refs", () => {
     const root = oldTree()
     const first = run(rewriteScript, [root])
     expect(first.status).toBe(0)
-    expect(first.stdout).toContain("rewrote 9 references in 2 files (8 naming a retired file, 1 without a file, read as behaviour chapters); 0 left")
+    expect(first.stdout).toContain("rewrote 10 references in 3 files (9 naming a retired file, 1 without a file, read as behaviour chapters); 0 left")
     expect(read(root, "packages/tools/src/Journal.ts")).toBe(
       [
         `/** The journal (docs/tools.md ${S}2.12, docs/engine.md ${S}5.4) and the tool contract (docs/architecture.md ${S}7, docs/cli.md ${S}10.1). */`,
@@ -206,6 +207,8 @@ describe("rewrite-refs", () => {
     expect(read(root, "packages/engine/README.md")).toBe(
       `Errors follow [docs/model.md ${S}4.5](../../docs/model.md#45-error-classification).\n\n\`\`\`ts\n// docs/engine.md ${S}5.4\n\`\`\`\n`,
     )
+    // A changeset's text is copied into each package's changelog: no relative link there.
+    expect(read(root, ".changeset/model.md")).toContain(`The output limit field (docs/architecture.md ${S}7).`)
     expect(check(root).status).toBe(0)
 
     const before = read(root, "packages/tools/src/Journal.ts")
@@ -221,7 +224,7 @@ describe("rewrite-refs", () => {
     const before = read(root, "packages/tools/src/Journal.ts")
     const result = run(rewriteScript, ["--dry-run", root])
     expect(result.status).toBe(1)
-    expect(result.stdout).toContain("would rewrite 9 references in 2 files")
+    expect(result.stdout).toContain("would rewrite 10 references in 3 files")
     expect(result.stdout).toContain(`left: packages/facts/src/Old.ts:1: ${BEHAVIOUR}.md ${S}9.9 has no heading in docs/`)
     expect(result.stdout).toContain(`left: packages/facts/src/Old.ts:1: ${DESIGN}.md names a retired file without a section`)
     expect(read(root, "packages/tools/src/Journal.ts")).toBe(before)
