@@ -10,7 +10,7 @@ const runExample = (name: string) =>
   promisify(execFile)(process.execPath, ["--conditions=@maka/source", "--import", "tsx", `packages/engine/examples/${name}`], {
     cwd: root,
     timeout: 60_000,
-  }, 60_000)
+  })
 
 describe("Examples", () => {
   it("runs the Promise example to a completed run and prints the answer from run.text()", async () => {
