@@ -281,7 +281,7 @@ const logLayer = (options: LogOptions): Layer.Layer<EventLog.EventLog, EngineErr
  * recovers what a crashed host left open before it admits anything; on PostgreSQL call `recover`.
  */
 export const layer = (options: LogOptions): Layer.Layer<Engine.Engine | EventLog.EventLog | Ids.Ids, EngineError.EngineError> => {
-  if ((options.database !== undefined) === (options.databaseUrl !== undefined)) {
+  if (!isRecord(options) || (options.database !== undefined) === (options.databaseUrl !== undefined)) {
     return Layer.effectContext(
       Effect.fail(EngineError.invalidInput("pass exactly one of database (a SQLite file) and databaseUrl (PostgreSQL)")),
     )

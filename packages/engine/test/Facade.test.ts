@@ -171,6 +171,8 @@ describe("Facade", () => {
     assert.strictEqual(both.reason._tag, "InvalidInput")
     const neither = await rejection(createEngine({}))
     assert.strictEqual(neither.reason._tag, "InvalidInput")
+    const missing = await rejection(createEngine(undefined as unknown as { database: string }))
+    assert.strictEqual(missing.reason._tag, "InvalidInput")
   })
 
   it("advertises no tool at all when tools are omitted", async () => {
