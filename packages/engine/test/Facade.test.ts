@@ -1,6 +1,6 @@
 import type { Event } from "@maka/facts"
 import { EventLogError } from "@maka/event-log"
-import { OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
+import { AnthropicSse, OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
 import { Builtins, Tool, ToolCatalog } from "@maka/tools"
 import { Effect, Schema } from "effect"
 import * as fs from "node:fs"
@@ -284,6 +284,32 @@ describe("Facade", () => {
       assert.strictEqual(body["stream"], true)
       assert.isNotEmpty(body["messages"] as ReadonlyArray<unknown>)
     }
+  })
+
+  it("sends Anthropic thinking through providerOptions, with maxOutputTokens as max_tokens, and renders both kinds", async () => {
+    const context = await setup([
+      Respond.sse(AnthropicSse.response({ thinking: { chunks: ["Weighing ", "it."], signature: "sig-1" }, text: ["Forty", "-two."] })),
+    ])
+    const thinking = { type: "enabled", budget_tokens: 4_000 }
+    const run = await context.engine.start(
+      options(context, {
+        provider: { kind: "anthropic", baseUrl: context.server.url, model: "claude-test", apiKey: API_KEY },
+        maxOutputTokens: 16_000,
+        providerOptions: { thinking },
+      }),
+    )
+    const both = await collect(run.textAndThinking())
+    assert.deepStrictEqual((await run.wait()).outcome, { kind: "completed" })
+    assert.deepStrictEqual(
+      both.map((delta) => delta.kind).filter((kind, index, kinds) => kind !== kinds[index - 1]),
+      ["thinking", "text"],
+    )
+    assert.strictEqual(both.filter((delta) => delta.kind === "thinking").map((delta) => delta.text).join(""), "Weighing it.")
+    assert.strictEqual(both.filter((delta) => delta.kind === "text").map((delta) => delta.text).join(""), "Forty-two.")
+    const body = context.server.requests()[0]!.json as Record<string, unknown>
+    assert.deepStrictEqual(body["thinking"], thinking)
+    assert.strictEqual(body["max_tokens"], 16_000)
+    assert.strictEqual(body["model"], "claude-test")
   })
 
   it("passes outputLimitField to the provider configuration only when it is set", () => {
