@@ -10,7 +10,7 @@ import { Limits } from "@maka/facts"
 import { EventLog, type EventLogError } from "@maka/event-log"
 import { LanguageModel, ModelDefaults, ProviderConfig } from "@maka/model"
 import { Ids, type Tool, ToolCatalog, Workspace } from "@maka/tools"
-import { Effect, Layer, Redacted, Result, Stream } from "effect"
+import { Effect, Layer, Redacted, Stream } from "effect"
 import * as Engine from "./Engine.ts"
 import * as EngineError from "./EngineError.ts"
 import * as Hints from "./Hints.ts"
@@ -160,11 +160,10 @@ const shapeProblem = (options: RunOptions): string | undefined => {
 const catalogOf = (tools: Tools | undefined): Effect.Effect<ToolCatalog.ToolCatalog, EngineError.EngineError> => {
   if (tools === undefined) return Effect.succeed(ToolCatalog.empty)
   if (isCatalog(tools)) return Effect.succeed(tools)
-  const made = Result.try({
+  return Effect.try({
     try: () => ToolCatalog.make(tools),
     catch: (error) => EngineError.invalidInput(`tools: ${error instanceof Error ? error.message : String(error)}`),
   })
-  return Result.isSuccess(made) ? Effect.succeed(made.success) : Effect.fail(made.failure)
 }
 
 /** `configuration.cwd` and `workspaceIdentity`: the opened workspace, or the process's directory. */
