@@ -258,6 +258,15 @@ describe("Facade", () => {
     assert.include(second.message, Hints.WRITER_BUSY_HINT)
   })
 
+  it("refuses a file that is not a maka log as Store {UnsupportedDatabase}", async () => {
+    const context = await setup([])
+    const foreign = path.join(context.folder, "notes.txt")
+    fs.writeFileSync(foreign, "not a database, just notes\n".repeat(200))
+    const refused = await rejection(createEngine({ database: foreign }))
+    assert.strictEqual(refused.reason._tag === "Store" ? refused.reason.storeReason : refused.reason._tag, "UnsupportedDatabase")
+    assert.strictEqual(fs.readFileSync(foreign, "utf8"), "not a database, just notes\n".repeat(200))
+  })
+
   it("sends maxOutputTokens as the output limit, 8,000 when omitted", async () => {
     const answer = Respond.sse(OpenAiSse.response({ text: ["Done."] }))
     const context = await setup([answer, answer])
