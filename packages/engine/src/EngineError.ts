@@ -76,7 +76,7 @@ export const fromStore = (error: EventLogError.EventLogError): EngineError =>
   new EngineError({
     reason: {
       _tag: "Store",
-      message: Hints.append(error.message, Hints.forStore(error.reason._tag, error.message)),
+      message: Hints.storeMessage(error.reason._tag, error.message),
       storeReason: error.reason._tag,
     },
     cause: error,

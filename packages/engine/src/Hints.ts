@@ -6,9 +6,9 @@
 import type { ModelError } from "@maka/model"
 
 export const NATIVE_BUILD_HINT =
-  "better-sqlite3 has no native build for this Node.js: with pnpm allow its build " +
-  "(`pnpm add @maka/engine effect --allow-build=better-sqlite3`, or `pnpm approve-builds`) and run " +
-  "`pnpm rebuild better-sqlite3`; with npm or yarn run `npm rebuild better-sqlite3` / `yarn rebuild better-sqlite3`"
+  "better-sqlite3 has no native build for this Node.js (its install script was skipped, or built for another " +
+  "Node.js): with pnpm run `pnpm approve-builds` (or install with `--allow-build=better-sqlite3`), then " +
+  "`pnpm rebuild better-sqlite3`; with npm or yarn run `npm rebuild better-sqlite3`"
 
 export const WRITER_BUSY_HINT =
   "another engine (this process or another one) has the SQLite file open; close it, or give this engine its own file"
@@ -28,11 +28,22 @@ const NATIVE_BUILD_PATTERNS = [
   /ERR_DLOPEN_FAILED/,
 ]
 
+const isNativeBuildMissing = (message: string): boolean => NATIVE_BUILD_PATTERNS.some((pattern) => pattern.test(message))
+
 /** A log failure: `reason` is the `EventLogError` reason tag. */
 export const forStore = (reason: string, message: string): string | undefined => {
   if (reason === "WriterBusy") return WRITER_BUSY_HINT
-  if (NATIVE_BUILD_PATTERNS.some((pattern) => pattern.test(message))) return NATIVE_BUILD_HINT
+  if (isNativeBuildMissing(message)) return NATIVE_BUILD_HINT
   return undefined
+}
+
+/**
+ * The message of a log failure with its way out: a missing native build leads with the fix (the
+ * driver's own text lists every path it tried), the others end with it.
+ */
+export const storeMessage = (reason: string, message: string): string => {
+  const hint = forStore(reason, message)
+  return hint === NATIVE_BUILD_HINT ? `${hint}\n${message}` : append(message, hint)
 }
 
 /** An admission refused over unsettled history; nothing when the message already names the way out. */
