@@ -2,12 +2,12 @@
  * An offline run of the engine end to end (root `pnpm example`): a real SQLite log in a temporary
  * folder, the testkit's scripted server as the model (a `list_files` call, a `read_file` call, then a
  * streamed answer), the read-only builtins over a temporary workspace. Prints the answer as it becomes
- * durable, then every fact the run committed, and exits 0 when the run completed.
+ * durable (`run.text()`), then every fact the run committed, and exits 0 when the run completed.
  */
 import { createEngine, Facade } from "@maka/engine"
 import type { Event } from "@maka/facts"
 import { OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
-import { Builtins, ToolCatalog } from "@maka/tools"
+import { Builtins } from "@maka/tools"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
@@ -71,18 +71,10 @@ try {
     sessionId,
     provider: { kind: "openai-compatible", baseUrl: `${server.url}/v1`, model: "maka-offline" },
     message: "What is this project about?",
-    tools: ToolCatalog.make(Builtins.read(workspace)),
+    tools: Builtins.read(workspace),
     workspace,
   })
-  const textParts = new Set<string>()
-  for await (const stored of run.events()) {
-    const fact = stored.event.fact
-    if (fact.kind === "tool_dispatched") process.stderr.write(`[tool] ${fact.name} ${JSON.stringify(fact.input)}\n`)
-    if (fact.kind !== "model_observed") continue
-    const event = fact.event
-    if (event.kind === "part_started" && event.textKind === "text") textParts.add(`${fact.stepId}/${event.id}`)
-    if (event.kind === "part_delta" && textParts.has(`${fact.stepId}/${event.id}`)) process.stdout.write(event.text)
-  }
+  for await (const text of run.text()) process.stdout.write(text) // the answer, as it becomes durable
   const result = await run.wait()
   process.stdout.write(`\n\noutcome: ${result.outcome.kind}\n\nfacts committed:\n`)
   for (const stored of await engine.events(sessionId)) {

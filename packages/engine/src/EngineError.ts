@@ -3,8 +3,10 @@
  * or how it failed. `failureClass` maps a reason to the durable failure class its terminal records.
  */
 import { Canonical, Limits, Prompts, type Outcome } from "@maka/facts"
+import type { EventLogError } from "@maka/event-log"
 import type { ModelError } from "@maka/model"
 import { Data } from "effect"
+import * as Hints from "./Hints.ts"
 
 export type Reason =
   | { readonly _tag: "Busy"; readonly message: string }
@@ -14,7 +16,12 @@ export type Reason =
   | { readonly _tag: "StepLimit" }
   | { readonly _tag: "ModelIncomplete" }
   | { readonly _tag: "Commit"; readonly message: string }
-  | { readonly _tag: "Store"; readonly message: string }
+  | {
+      readonly _tag: "Store"
+      readonly message: string
+      /** The log's own reason (`WriterBusy`, `UnsupportedDatabase`, …) when the error came from the log. */
+      readonly storeReason?: EventLogError.Reason["_tag"]
+    }
   | { readonly _tag: "Model"; readonly error: ModelError.ModelError }
   | { readonly _tag: "Tool"; readonly message: string }
   | { readonly _tag: "ToolOutcomeUnknown"; readonly operationId: string }
@@ -43,13 +50,15 @@ const describe = (reason: Reason): string => {
     case "ModelIncomplete":
       return INCOMPLETE_MESSAGE
     case "Model":
-      return reason.error.reason._tag === "TimedOut" ? Prompts.MODEL_IDLE_TIMEOUT_MESSAGE : reason.error.message
+      return reason.error.reason._tag === "TimedOut"
+        ? Prompts.MODEL_IDLE_TIMEOUT_MESSAGE
+        : Hints.append(reason.error.message, Hints.forModel(reason.error))
     case "ToolOutcomeUnknown":
       return `the outcome of tool operation ${reason.operationId} is unknown`
   }
 }
 
-export class EngineError extends Data.TaggedError("EngineError")<{ readonly reason: Reason }> {
+export class EngineError extends Data.TaggedError("EngineError")<{ readonly reason: Reason; readonly cause?: unknown }> {
   override get message(): string {
     return describe(this.reason)
   }
@@ -62,6 +71,16 @@ export const invalidInput = (message: string) => make({ _tag: "InvalidInput", me
 export const cancelled = () => make({ _tag: "Cancelled" })
 export const commit = (message: string) => make({ _tag: "Commit", message })
 export const store = (message: string) => make({ _tag: "Store", message })
+/** A log failure as `Store`: the log's reason tag as `storeReason`, the `EventLogError` as `cause`. */
+export const fromStore = (error: EventLogError.EventLogError): EngineError =>
+  new EngineError({
+    reason: {
+      _tag: "Store",
+      message: Hints.storeMessage(error.reason._tag, error.message),
+      storeReason: error.reason._tag,
+    },
+    cause: error,
+  })
 export const internal = (message: string) => make({ _tag: "Internal", message })
 
 /** The durable failure class of a reason (SEMANTICS.md §5.3). */

@@ -1,12 +1,15 @@
 import type { Event } from "@maka/facts"
-import { OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
-import { Builtins, ToolCatalog } from "@maka/tools"
+import { EventLogError } from "@maka/event-log"
+import { AnthropicSse, OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
+import { Builtins, Tool, ToolCatalog } from "@maka/tools"
+import { Effect, Schema } from "effect"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { afterEach, assert, describe, it } from "vitest"
 import * as EngineError from "../src/EngineError.ts"
-import { createEngine, openWorkspace, type MakaEngine, type StartOptions } from "../src/Facade.ts"
+import { createEngine, openWorkspace, providerConfig, type MakaEngine, type StartOptions } from "../src/Facade.ts"
+import * as Hints from "../src/Hints.ts"
 
 const API_KEY = "sk-facade-secret-4f1c"
 
@@ -54,8 +57,8 @@ const listThenAnswer = [
 const kinds = (events: ReadonlyArray<Event.StoredEvent>) =>
   events.filter((stored) => stored.event.fact.kind !== "model_observed").map((stored) => stored.event.fact.kind)
 
-const collect = async (iterable: AsyncIterable<Event.StoredEvent>) => {
-  const items: Array<Event.StoredEvent> = []
+const collect = async <A>(iterable: AsyncIterable<A>) => {
+  const items: Array<A> = []
   for await (const item of iterable) items.push(item)
   return items
 }
@@ -168,6 +171,8 @@ describe("Facade", () => {
     assert.strictEqual(both.reason._tag, "InvalidInput")
     const neither = await rejection(createEngine({}))
     assert.strictEqual(neither.reason._tag, "InvalidInput")
+    const missing = await rejection(createEngine(undefined as unknown as { database: string }))
+    assert.strictEqual(missing.reason._tag, "InvalidInput")
   })
 
   it("advertises no tool at all when tools are omitted", async () => {
@@ -243,9 +248,179 @@ describe("Facade", () => {
     assert.deepStrictEqual(events.at(-1)?.event.fact, { kind: "invocation_ended", outcome: { kind: "cancelled", source: "runtime_cancellation" } })
   })
 
-  it("refuses a second engine on a SQLite file whose writer lease is held, as a Store error", async () => {
+  it("refuses a second engine on a SQLite file whose writer lease is held, as Store {WriterBusy} with the log's error as cause", async () => {
     const context = await setup([])
     const second = await rejection(createEngine({ database: context.database }))
     assert.strictEqual(second.reason._tag, "Store")
+    assert.strictEqual(second.reason._tag === "Store" ? second.reason.storeReason : undefined, "WriterBusy")
+    assert.isTrue(EventLogError.isEventLogError(second.cause))
+    assert.strictEqual(EventLogError.isEventLogError(second.cause) ? second.cause.reason._tag : undefined, "WriterBusy")
+    assert.include(second.message, Hints.WRITER_BUSY_HINT)
+  })
+
+  it("refuses a file that is not a maka log as Store {UnsupportedDatabase}", async () => {
+    const context = await setup([])
+    const foreign = path.join(context.folder, "notes.txt")
+    fs.writeFileSync(foreign, "not a database, just notes\n".repeat(200))
+    const refused = await rejection(createEngine({ database: foreign }))
+    assert.strictEqual(refused.reason._tag === "Store" ? refused.reason.storeReason : refused.reason._tag, "UnsupportedDatabase")
+    assert.strictEqual(fs.readFileSync(foreign, "utf8"), "not a database, just notes\n".repeat(200))
+  })
+
+  it("sends maxOutputTokens as the output limit, 8,000 when omitted", async () => {
+    const answer = Respond.sse(OpenAiSse.response({ text: ["Done."] }))
+    const context = await setup([answer, answer])
+    await (await context.engine.start(options(context, { maxOutputTokens: 1_234 }))).wait()
+    await (await context.engine.start(options(context, { sessionId: "session-2" }))).wait()
+    const [limited, plain] = context.server.requests().map((request) => request.json as Record<string, unknown>)
+    assert.strictEqual(limited?.["max_tokens"], 1_234)
+    assert.strictEqual(plain?.["max_tokens"], 8_000)
+    const refused = await rejection(context.engine.start(options(context, { sessionId: "session-3", maxOutputTokens: 0 })))
+    assert.strictEqual(refused.reason._tag, "InvalidInput")
+  })
+
+  it("merges providerOptions into every request body, never over model, messages or stream", async () => {
+    const context = await setup(listThenAnswer)
+    const providerOptions = { temperature: 0.25, reasoning_effort: "low", model: "other-model", messages: [], stream: false }
+    const run = await context.engine.start(options(context, { providerOptions }))
+    assert.deepStrictEqual((await run.wait()).outcome, { kind: "completed" })
+    const bodies = context.server.requests().map((request) => request.json as Record<string, unknown>)
+    assert.strictEqual(bodies.length, 2)
+    for (const body of bodies) {
+      assert.strictEqual(body["temperature"], 0.25)
+      assert.strictEqual(body["reasoning_effort"], "low")
+      assert.strictEqual(body["model"], "test-model")
+      assert.strictEqual(body["stream"], true)
+      assert.isNotEmpty(body["messages"] as ReadonlyArray<unknown>)
+    }
+  })
+
+  it("sends Anthropic thinking through providerOptions, with maxOutputTokens as max_tokens, and renders both kinds", async () => {
+    const context = await setup([
+      Respond.sse(AnthropicSse.response({ thinking: { chunks: ["Weighing ", "it."], signature: "sig-1" }, text: ["Forty", "-two."] })),
+    ])
+    const thinking = { type: "enabled", budget_tokens: 4_000 }
+    const run = await context.engine.start(
+      options(context, {
+        provider: { kind: "anthropic", baseUrl: context.server.url, model: "claude-test", apiKey: API_KEY },
+        maxOutputTokens: 16_000,
+        providerOptions: { thinking },
+      }),
+    )
+    const both = await collect(run.textAndThinking())
+    assert.deepStrictEqual((await run.wait()).outcome, { kind: "completed" })
+    assert.deepStrictEqual(
+      both.map((delta) => delta.kind).filter((kind, index, kinds) => kind !== kinds[index - 1]),
+      ["thinking", "text"],
+    )
+    assert.strictEqual(both.filter((delta) => delta.kind === "thinking").map((delta) => delta.text).join(""), "Weighing it.")
+    assert.strictEqual(both.filter((delta) => delta.kind === "text").map((delta) => delta.text).join(""), "Forty-two.")
+    const body = context.server.requests()[0]!.json as Record<string, unknown>
+    assert.deepStrictEqual(body["thinking"], thinking)
+    assert.strictEqual(body["max_tokens"], 16_000)
+    assert.strictEqual(body["model"], "claude-test")
+  })
+
+  it("passes outputLimitField to the provider configuration only when it is set", () => {
+    const provider = { kind: "openai-compatible" as const, baseUrl: "https://api.openai.com/v1", model: "o4-mini", apiKey: API_KEY }
+    const config: Record<string, unknown> = { ...providerConfig({ ...provider, outputLimitField: "max_completion_tokens" }) }
+    assert.strictEqual(config["outputLimitField"], "max_completion_tokens")
+    assert.isFalse("outputLimitField" in providerConfig(provider))
+  })
+
+  it("yields the answer's text deltas with text(), and text and thinking in order with textAndThinking()", async () => {
+    const context = await setup([
+      Respond.sse(
+        OpenAiSse.response({
+          reasoning: ["Let me ", "look."],
+          text: ["Listing."],
+          toolCalls: [{ id: "call-1", name: "list_files", arguments: ['{"path":"."}'] }],
+        }),
+      ),
+      Respond.sse(OpenAiSse.response({ reasoning: ["Found it."], text: ["A README ", "and nothing else."] })),
+    ])
+    const run = await context.engine.start(options(context))
+    const [text, both] = await Promise.all([collect(run.text()), collect(run.textAndThinking())])
+    assert.deepStrictEqual((await run.wait()).outcome, { kind: "completed" })
+    assert.strictEqual(text.join(""), "Listing.A README and nothing else.")
+    const joined = (kind: "text" | "thinking") => both.filter((delta) => delta.kind === kind).map((delta) => delta.text)
+    assert.strictEqual(joined("thinking").join(""), "Let me look.Found it.")
+    assert.strictEqual(joined("text").join(""), text.join(""))
+    assert.deepStrictEqual(
+      both.map((delta) => delta.kind).filter((kind, index, kinds) => kind !== kinds[index - 1]),
+      ["thinking", "text", "thinking", "text"],
+    )
+    assert.strictEqual((await collect(run.text())).join(""), text.join(""))
+  })
+
+  it("takes tools as a plain array, and an empty array advertises none", async () => {
+    const answer = Respond.sse(OpenAiSse.response({ text: ["Done."] }))
+    const context = await setup([listThenAnswer[0]!, listThenAnswer[1]!, answer])
+    const root = fs.realpathSync(context.workspace)
+    const run = await context.engine.start(options(context, { tools: Builtins.read({ root }) }))
+    assert.deepStrictEqual([...run.toolNames].sort(), ["list_files", "read_file", "search_text"])
+    assert.deepStrictEqual((await run.wait()).outcome, { kind: "completed" })
+    assert.include(kinds(await context.engine.events("session-1")), "tool_settled")
+    const none = await context.engine.start(options(context, { sessionId: "session-2", tools: [] }))
+    assert.deepStrictEqual(none.toolNames, [])
+    await none.wait()
+    const body = context.server.requests()[2]!.json as { readonly tools?: ReadonlyArray<unknown> }
+    assert.strictEqual(body.tools?.length ?? 0, 0)
+    const twice = [...Builtins.read({ root }), ...Builtins.read({ root })]
+    const refused = await rejection(context.engine.start(options(context, { sessionId: "session-3", tools: twice })))
+    assert.strictEqual(refused.reason._tag, "InvalidInput")
+  })
+
+  it("runs without a workspace in the process's directory, with no identity and no marker written", async () => {
+    const context = await setup([Respond.sse(OpenAiSse.response({ text: ["Hello."] }))])
+    const marker = path.join(process.cwd(), ".maka-workspace.json")
+    const hadMarker = fs.existsSync(marker)
+    const { workspace: _omitted, tools: _none, ...withoutWorkspace } = options(context)
+    const run = await context.engine.start(withoutWorkspace)
+    assert.deepStrictEqual((await run.wait()).outcome, { kind: "completed" })
+    const opening = (await context.engine.events("session-1"))[0]!.event.fact
+    assert.strictEqual(opening.kind === "invocation_opened" ? opening.configuration.cwd : undefined, process.cwd())
+    assert.isFalse(opening.kind === "invocation_opened" && "workspaceIdentity" in opening.configuration)
+    assert.strictEqual(fs.existsSync(marker), hadMarker)
+  })
+
+  it("names allowPriorUnknown when the session's earlier outcome is unknown, and admits the next message with it", async () => {
+    const answer = Respond.sse(OpenAiSse.response({ text: ["Carrying on."] }))
+    const context = await setup([
+      Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-1", name: "deploy", arguments: ['{"target":"prod"}'] }] })),
+      answer,
+    ])
+    const deploy = Tool.make({
+      name: "deploy",
+      description: "Deploys the project.",
+      input: Schema.Struct({ target: Schema.String }),
+      semantics: "exclusive_step",
+      execute: () => Effect.fail(new Tool.ToolOutcomeUnknown({ message: "the deploy host stopped answering" })),
+    })
+    const first = await context.engine.start(options(context, { tools: [deploy] }))
+    const outcome = (await first.wait()).outcome
+    assert.strictEqual(outcome.kind === "failed" ? outcome.class : outcome.kind, "outcome_unknown")
+    const refused = await rejection(context.engine.start(options(context, { tools: [deploy], message: "Did it deploy?" })))
+    assert.strictEqual(refused.reason._tag, "ReconciliationRequired")
+    assert.include(refused.message, "allowPriorUnknown")
+    const next = await context.engine.start(options(context, { tools: [deploy], message: "Did it deploy?", allowPriorUnknown: true }))
+    assert.deepStrictEqual((await next.wait()).outcome, { kind: "completed" })
+  })
+
+  it("adds the way out to the failure of an unreachable endpoint and of a refused key", async () => {
+    const context = await setup([Respond.json(401, Respond.openAiError("Incorrect API key provided", { type: "invalid_request_error", code: "invalid_api_key" }))])
+    const closed = await ScriptedServer.start({ script: [] })
+    const unreachable = `${closed.url}/v1`
+    await closed.close()
+    const offline = await createEngine({ database: path.join(context.folder, "offline.sqlite"), engineOptions: { maxModelAttempts: 1 } })
+    cleanups.push(() => offline.close())
+    const provider = { kind: "openai-compatible" as const, baseUrl: unreachable, model: "test-model" }
+    const network = (await (await offline.start(options(context, { provider }))).wait()).outcome
+    assert.strictEqual(network.kind === "failed" ? network.class : network.kind, "model_provider")
+    assert.include(network.kind === "failed" ? network.message : "", Hints.NETWORK_HINT)
+    const auth = (await (await context.engine.start(options(context))).wait()).outcome
+    assert.strictEqual(auth.kind === "failed" ? auth.class : auth.kind, "model_provider")
+    assert.include(auth.kind === "failed" ? auth.message : "", "401")
+    assert.include(auth.kind === "failed" ? auth.message : "", Hints.AUTH_HINT)
   })
 })

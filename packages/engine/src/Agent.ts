@@ -1,0 +1,289 @@
+/**
+ * The short Effect API (DESIGN.md §9): a run from the same plain options as the Promise facade.
+ * `startInput` is the one home of their defaults (fresh ids from `Ids`, the bound model, the
+ * workspace or the process's directory, the connection and context defaults, the output limit);
+ * `start` and `run` admit on the `Engine` in context; `text` and `textAndThinking` render a run's
+ * committed events; `layer` opens the log and an engine over it from `createEngine`'s options.
+ */
+import type { Event, Identity, Input, Model } from "@maka/facts"
+import { Limits } from "@maka/facts"
+import { EventLog, type EventLogError } from "@maka/event-log"
+import { LanguageModel, ModelDefaults, ProviderConfig } from "@maka/model"
+import { Ids, type Tool, ToolCatalog, Workspace } from "@maka/tools"
+import { Effect, Layer, Redacted, Stream } from "effect"
+import * as Engine from "./Engine.ts"
+import * as EngineError from "./EngineError.ts"
+import * as Hints from "./Hints.ts"
+
+/** The defaults of `createEngine`, `start` and `Agent.start`. */
+export const defaults = Object.freeze({
+  synchronous: "FULL" as const,
+  maxSteps: Limits.DEFAULT_MAX_STEPS,
+  idleTimeoutMs: ModelDefaults.ModelDefaults.idleTimeoutMs,
+  allowPriorUnknown: false,
+  /** The main output limit (`SEMANTICS.md` §5.12). */
+  maxOutputTokens: Limits.DEFAULT_OUTPUT_LIMIT,
+})
+
+/** Where the log lives and how the engine over it retries. */
+export interface LogOptions {
+  /** A SQLite file (created when absent); exactly one of `database` and `databaseUrl`. */
+  readonly database?: string | undefined
+  /** A PostgreSQL URL (`postgres://…`), for a log shared by several hosts. */
+  readonly databaseUrl?: string | undefined
+  /** SQLite only: `FULL` (default, durable across power loss) or `NORMAL` (across process crashes). */
+  readonly synchronous?: "FULL" | "NORMAL" | undefined
+  /** Retry backoff, attempts per step and observation coalescing (`Engine.defaults`). */
+  readonly engineOptions?: Partial<Engine.EngineOptions> | undefined
+}
+
+/** The body field of the output limit on OpenAI-compatible endpoints. */
+export type OutputLimitField = "max_tokens" | "max_completion_tokens"
+
+export interface ProviderOptions {
+  readonly kind: ProviderConfig.ProviderKind
+  /** For example `https://api.openai.com/v1`; trailing slashes are ignored. */
+  readonly baseUrl: string
+  readonly model: string
+  /** Wrapped in `Redacted` at once; never written to the log. Local servers need none. */
+  readonly apiKey?: string | Redacted.Redacted<string> | undefined
+  readonly headers?: Readonly<Record<string, ProviderConfig.HeaderValue>> | undefined
+  /** A `fetch`-compatible function (proxies, tests, an in-process model); never part of the route. */
+  readonly fetch?: ProviderConfig.FetchFunction | undefined
+  /** OpenAI-compatible only: `max_completion_tokens` for `api.openai.com`, `max_tokens` elsewhere. */
+  readonly outputLimitField?: OutputLimitField | undefined
+}
+
+/** A catalog, or a plain array of tools (`[]` is none). */
+export type Tools = ToolCatalog.ToolCatalog | ReadonlyArray<Tool.Tool>
+
+export interface RunOptions {
+  readonly sessionId: string
+  readonly provider: ProviderOptions
+  /** The public model identity; defaults to `{id: kind + ":" + baseUrl (normalised), slug: kind}`. */
+  readonly connection?: { readonly id: string; readonly slug: string } | undefined
+  readonly message: string | Input.MessageInput
+  /** Omitted or empty: the run advertises no tool at all. */
+  readonly tools?: Tools | undefined
+  /**
+   * A directory (resolved against the current directory) or an opened `Workspace`. Omitted: the run's
+   * `cwd` is the process's working directory, it has no workspace identity and no marker is written.
+   */
+  readonly workspace?: string | Pick<Workspace.Workspace, "root" | "identity"> | undefined
+  readonly systemPrompt?: string | undefined
+  /** `providerId` defaults to the provider's `kind`; absent windows are unknown. */
+  readonly context?:
+    | {
+        readonly providerId?: string | undefined
+        readonly contextWindow?: number | undefined
+        readonly declaredWindow?: number | undefined
+        readonly modelContextWindow?: number | undefined
+      }
+    | undefined
+  /** The main output limit, default 8,000; sent as the provider's output limit field. */
+  readonly maxOutputTokens?: number | undefined
+  /** Merged into every request body (temperature, reasoning effort, Anthropic `thinking`, …); never `model`, `messages` or `stream`. */
+  readonly providerOptions?: Identity.JsonObject | undefined
+  /** 1–256, default 32. */
+  readonly maxSteps?: number | undefined
+  /** Per model request, 1,000–300,000 ms, default 120,000. */
+  readonly idleTimeoutMs?: number | undefined
+  /** Admit an explicit new message over unresolved history with the prior-unknown notice. */
+  readonly allowPriorUnknown?: boolean | undefined
+  /** Aborting it cancels the run (terminal `cancelled`); aborted before `start`, nothing is written. */
+  readonly signal?: AbortSignal | undefined
+}
+
+/** One piece of a rendered answer: visible text or the model's thinking. */
+export interface TextDelta {
+  readonly kind: Model.TextKind
+  readonly text: string
+}
+
+/** A running invocation with its answer as text. */
+export interface AgentRun extends Engine.RunningInvocation {
+  /** The answer's text deltas as they become durable; thinking excluded. */
+  readonly text: Stream.Stream<string>
+  /** Text and thinking deltas in order, each with its kind. */
+  readonly textAndThinking: Stream.Stream<TextDelta>
+}
+
+/** The provider configuration of a run: the key wrapped in `Redacted` at once. */
+export const providerConfig = (provider: ProviderOptions): ProviderConfig.ProviderConfig => ({
+  kind: provider.kind,
+  baseUrl: provider.baseUrl,
+  model: provider.model,
+  apiKey: Redacted.isRedacted(provider.apiKey) ? provider.apiKey : Redacted.make(provider.apiKey ?? ""),
+  ...(provider.headers === undefined ? {} : { headers: provider.headers }),
+  ...(provider.fetch === undefined ? {} : { fetch: provider.fetch }),
+  ...(provider.outputLimitField === undefined ? {} : { outputLimitField: provider.outputLimitField }),
+})
+
+const isRecord = (value: unknown): value is Readonly<Record<string, unknown>> => typeof value === "object" && value !== null
+
+const isCatalog = (tools: Tools): tools is ToolCatalog.ToolCatalog => !Array.isArray(tools)
+
+/** The shape checks a caller without types may miss; the value checks follow in admission. */
+const shapeProblem = (options: RunOptions): string | undefined => {
+  if (!isRecord(options)) return "start options must be an object"
+  if (typeof options.sessionId !== "string") return "sessionId must be a string"
+  const provider: unknown = options.provider
+  if (!isRecord(provider) || typeof provider["baseUrl"] !== "string" || typeof provider["model"] !== "string") {
+    return "provider must be {kind, baseUrl, model, apiKey?, headers?, fetch?, outputLimitField?}"
+  }
+  const apiKey = provider["apiKey"]
+  if (apiKey !== undefined && typeof apiKey !== "string" && !Redacted.isRedacted(apiKey)) return "apiKey must be a string"
+  const limitField = provider["outputLimitField"]
+  if (limitField !== undefined && limitField !== "max_tokens" && limitField !== "max_completion_tokens") {
+    return "outputLimitField must be max_tokens or max_completion_tokens"
+  }
+  const message: unknown = options.message
+  if (typeof message !== "string" && !(isRecord(message) && typeof message["text"] === "string")) {
+    return "message must be a string"
+  }
+  const workspace: unknown = options.workspace
+  if (workspace !== undefined && typeof workspace !== "string" && !(isRecord(workspace) && typeof workspace["root"] === "string")) {
+    return "workspace must be a directory path or an opened Workspace"
+  }
+  const tools: unknown = options.tools
+  if (tools !== undefined && !Array.isArray(tools) && !(isRecord(tools) && typeof tools["capture"] === "function")) {
+    return "tools must be a ToolCatalog or an array of tools"
+  }
+  const limit: unknown = options.maxOutputTokens
+  if (limit !== undefined && (typeof limit !== "number" || !Number.isSafeInteger(limit) || limit < 1)) {
+    return "maxOutputTokens must be a positive integer"
+  }
+  return undefined
+}
+
+/** The catalog of `tools`: a plain array becomes a catalog; a repeated name is `InvalidInput`. */
+const catalogOf = (tools: Tools | undefined): Effect.Effect<ToolCatalog.ToolCatalog, EngineError.EngineError> => {
+  if (tools === undefined) return Effect.succeed(ToolCatalog.empty)
+  if (isCatalog(tools)) return Effect.succeed(tools)
+  return Effect.try({
+    try: () => ToolCatalog.make(tools),
+    catch: (error) => EngineError.invalidInput(`tools: ${error instanceof Error ? error.message : String(error)}`),
+  })
+}
+
+/** `configuration.cwd` and `workspaceIdentity`: the opened workspace, or the process's directory. */
+const placeOf = (workspace: RunOptions["workspace"]) =>
+  workspace === undefined
+    ? Effect.sync(() => ({ cwd: process.cwd() }))
+    : Effect.map(
+        typeof workspace === "string"
+          ? Effect.mapError(Workspace.open(workspace), (error) => EngineError.invalidInput(`workspace: ${error.message}`))
+          : Effect.succeed(workspace),
+        (opened) => ({ cwd: opened.root, workspaceIdentity: opened.identity }),
+      )
+
+/** The detailed `Engine.StartInput` of plain options: fresh ids, a bound model, the place and the defaults. */
+export const startInput = (options: RunOptions): Effect.Effect<Engine.StartInput, EngineError.EngineError, Ids.Ids> =>
+  Effect.gen(function* () {
+    const problem = shapeProblem(options)
+    if (problem !== undefined) return yield* Effect.fail(EngineError.invalidInput(problem))
+    const config = providerConfig(options.provider)
+    const model = yield* Effect.mapError(
+      LanguageModel.make(config, { idleTimeoutMs: options.idleTimeoutMs ?? defaults.idleTimeoutMs }),
+      (error) => EngineError.invalidInput(error.reason.message),
+    )
+    const tools = yield* catalogOf(options.tools)
+    const place = yield* placeOf(options.workspace)
+    const connection = options.connection ?? {
+      id: `${config.kind}:${ProviderConfig.normalizeBaseUrl(config.baseUrl)}`,
+      slug: config.kind,
+    }
+    const context = options.context ?? {}
+    const invocation: Identity.Invocation = {
+      sessionId: options.sessionId,
+      turnId: yield* Ids.next,
+      runId: yield* Ids.next,
+      invocationId: yield* Ids.next,
+    }
+    return {
+      invocation,
+      model,
+      configuration: {
+        ...(options.systemPrompt === undefined ? {} : { systemPrompt: { text: options.systemPrompt } }),
+        ...place,
+        model: { connectionId: connection.id, connectionSlug: connection.slug, model: config.model },
+        toolMode: "direct",
+      },
+      message: typeof options.message === "string" ? { text: options.message } : options.message,
+      tools,
+      maxSteps: options.maxSteps ?? defaults.maxSteps,
+      allowPriorUnknown: options.allowPriorUnknown ?? defaults.allowPriorUnknown,
+      mainOutputLimit: options.maxOutputTokens ?? defaults.maxOutputTokens,
+      ...(options.providerOptions === undefined ? {} : { providerOptions: options.providerOptions }),
+      context: {
+        providerId: context.providerId ?? config.kind,
+        ...(context.contextWindow === undefined ? {} : { contextWindow: context.contextWindow }),
+        ...(context.declaredWindow === undefined ? {} : { declaredWindow: context.declaredWindow }),
+        ...(context.modelContextWindow === undefined ? {} : { modelContextWindow: context.modelContextWindow }),
+      },
+      ...(options.signal === undefined ? {} : { signal: options.signal }),
+    } satisfies Engine.StartInput
+  })
+
+/** The text and thinking deltas of committed events in order; parts are told apart by their step. */
+export const textAndThinking = <E, R>(events: Stream.Stream<Event.StoredEvent, E, R>): Stream.Stream<TextDelta, E, R> =>
+  Stream.mapAccum(
+    events,
+    () => new Map<string, Model.TextKind>(),
+    (kinds, stored): readonly [Map<string, Model.TextKind>, ReadonlyArray<TextDelta>] => {
+      const fact = stored.event.fact
+      if (fact.kind !== "model_observed") return [kinds, []]
+      const observed = fact.event
+      const key = `${fact.stepId}:${"id" in observed ? String(observed.id) : ""}`
+      if (observed.kind === "part_started") return [kinds.set(key, observed.textKind), []]
+      if (observed.kind !== "part_delta" || observed.text === "") return [kinds, []]
+      return [kinds, [{ kind: kinds.get(key) ?? "text", text: observed.text }]]
+    },
+  )
+
+/** The answer's text deltas of committed events, thinking excluded. */
+export const text = <E, R>(events: Stream.Stream<Event.StoredEvent, E, R>): Stream.Stream<string, E, R> =>
+  textAndThinking(events).pipe(
+    Stream.filter((delta) => delta.kind === "text"),
+    Stream.map((delta) => delta.text),
+  )
+
+/** An admission refusal with the way out added to its message. */
+const withHint = (error: EngineError.EngineError): EngineError.EngineError =>
+  error.reason._tag === "ReconciliationRequired"
+    ? EngineError.reconciliation(Hints.append(error.reason.message, Hints.forReconciliation(error.reason.message)))
+    : error
+
+/** Admits a run from plain options on the `Engine` in context; resolves once the opening is durable. */
+export const start = (options: RunOptions): Effect.Effect<AgentRun, EngineError.EngineError, Engine.Engine | Ids.Ids> =>
+  Effect.gen(function* () {
+    const engine = yield* Engine.Engine
+    const running = yield* Effect.mapError(Effect.flatMap(startInput(options), engine.start), withHint)
+    return { ...running, text: text(running.events), textAndThinking: textAndThinking(running.events) }
+  })
+
+/** `start`, then the terminal: `{invocation, outcome}`. */
+export const run = (options: RunOptions): Effect.Effect<Engine.RunResult, EngineError.EngineError, Engine.Engine | Ids.Ids> =>
+  Effect.flatMap(start(options), (running) => running.wait)
+
+/** A log failure as an `EngineError` `Store` with its reason and cause kept. */
+export const storeError = (error: EventLogError.EventLogError): EngineError.EngineError => EngineError.fromStore(error)
+
+const logLayer = (options: LogOptions): Layer.Layer<EventLog.EventLog, EngineError.EngineError> =>
+  (options.databaseUrl !== undefined
+    ? EventLog.layerPostgres({ url: options.databaseUrl })
+    : EventLog.layerSqlite({ path: options.database ?? "", synchronous: options.synchronous ?? defaults.synchronous })
+  ).pipe(Layer.catchTag("EventLogError", (error) => Layer.effect(EventLog.EventLog, Effect.fail(storeError(error)))))
+
+/**
+ * The log of `options`, `Ids` and an engine over them. On SQLite the engine takes the writer lease and
+ * recovers what a crashed host left open before it admits anything; on PostgreSQL call `recover`.
+ */
+export const layer = (options: LogOptions): Layer.Layer<Engine.Engine | EventLog.EventLog | Ids.Ids, EngineError.EngineError> => {
+  if (!isRecord(options) || (options.database !== undefined) === (options.databaseUrl !== undefined)) {
+    return Layer.effectContext(
+      Effect.fail(EngineError.invalidInput("pass exactly one of database (a SQLite file) and databaseUrl (PostgreSQL)")),
+    )
+  }
+  return Engine.layer(options.engineOptions ?? {}).pipe(Layer.provideMerge(Layer.merge(logLayer(options), Ids.layer)))
+}

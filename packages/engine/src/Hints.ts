@@ -1,0 +1,64 @@
+/**
+ * The way out of the errors a new user meets first: a missing native SQLite build, an endpoint that
+ * does not answer, a wrong key, a session whose earlier outcome is unknown. Each function returns the
+ * sentence to add to an error's message, or `undefined` when the message needs none.
+ */
+import type { ModelError } from "@maka/model"
+
+export const NATIVE_BUILD_HINT =
+  "better-sqlite3 has no native build for this Node.js (its install script was skipped, or built for another " +
+  "Node.js): with pnpm run `pnpm approve-builds` (or install with `--allow-build=better-sqlite3`), then " +
+  "`pnpm rebuild better-sqlite3`; with npm or yarn run `npm rebuild better-sqlite3`"
+
+export const WRITER_BUSY_HINT =
+  "another engine (this process or another one) has the SQLite file open; close it, or give this engine its own file"
+
+export const PRIOR_UNKNOWN_HINT =
+  "to go on with a new message, start again with `allowPriorUnknown: true` (the model is told that the earlier outcome is unknown)"
+
+export const NETWORK_HINT = "check that the server is running and that the provider's baseUrl is right"
+
+export const AUTH_HINT = "check the provider's apiKey (and that it belongs to this baseUrl)"
+
+/** What `bindings` and Node say when better-sqlite3's `.node` file is absent or built for another Node. */
+const NATIVE_BUILD_PATTERNS = [
+  /Could not locate the bindings file/,
+  /NODE_MODULE_VERSION/,
+  /better_sqlite3\.node/,
+  /ERR_DLOPEN_FAILED/,
+]
+
+const isNativeBuildMissing = (message: string): boolean => NATIVE_BUILD_PATTERNS.some((pattern) => pattern.test(message))
+
+/** A log failure: `reason` is the `EventLogError` reason tag. */
+export const forStore = (reason: string, message: string): string | undefined => {
+  if (reason === "WriterBusy") return WRITER_BUSY_HINT
+  if (isNativeBuildMissing(message)) return NATIVE_BUILD_HINT
+  return undefined
+}
+
+/**
+ * The message of a log failure with its way out: a missing native build leads with the fix (the
+ * driver's own text lists every path it tried), the others end with it.
+ */
+export const storeMessage = (reason: string, message: string): string => {
+  const hint = forStore(reason, message)
+  return hint === NATIVE_BUILD_HINT ? `${hint}\n${message}` : append(message, hint)
+}
+
+/** An admission refused over unsettled history; nothing when the message already names the way out. */
+export const forReconciliation = (message: string): string | undefined =>
+  message.includes("allowPriorUnknown") || message.includes("recover") ? undefined : PRIOR_UNKNOWN_HINT
+
+/** A model failure after its retries: unreachable endpoints and refused keys. */
+export const forModel = (error: ModelError.ModelError): string | undefined => {
+  const reason = error.reason
+  if (reason._tag !== "Provider") return undefined
+  if (reason.reason === "network") return NETWORK_HINT
+  if (reason.reason === "auth") return AUTH_HINT
+  return undefined
+}
+
+/** `message` followed by `hint`, once. */
+export const append = (message: string, hint: string | undefined): string =>
+  hint === undefined || message.includes(hint) ? message : `${message}; ${hint}`

@@ -1,0 +1,41 @@
+import { EventLogError } from "@maka/event-log"
+import { assert, describe, it } from "vitest"
+import * as EngineError from "../src/EngineError.ts"
+import * as Hints from "../src/Hints.ts"
+
+/** What `bindings` reports when better-sqlite3's native build was never compiled. */
+const MISSING_BUILD =
+  "/project/agent.sqlite: Could not locate the bindings file. Tried:\n" +
+  " → /project/node_modules/better-sqlite3/build/better_sqlite3.node\n" +
+  " → /project/node_modules/better-sqlite3/build/Release/better_sqlite3.node"
+
+/** What Node reports when the build belongs to another Node.js. */
+const OTHER_NODE =
+  "The module '/project/node_modules/better-sqlite3/build/Release/better_sqlite3.node' was compiled against a " +
+  "different Node.js version using NODE_MODULE_VERSION 127. This version of Node.js requires NODE_MODULE_VERSION 115."
+
+describe("Hints", () => {
+  it("tells how to build better-sqlite3 when its native build is missing or built for another Node.js", () => {
+    for (const message of [MISSING_BUILD, OTHER_NODE]) {
+      const error = EngineError.fromStore(EventLogError.make({ _tag: "Database", message }))
+      assert.strictEqual(error.reason._tag, "Store")
+      assert.strictEqual(error.reason._tag === "Store" ? error.reason.storeReason : undefined, "Database")
+      assert.include(error.message, "--allow-build=better-sqlite3")
+      assert.include(error.message, "pnpm approve-builds")
+      assert.include(error.message, "npm rebuild better-sqlite3")
+    }
+  })
+
+  it("adds nothing to a store failure it has no way out for", () => {
+    const error = EngineError.fromStore(EventLogError.make({ _tag: "Database", message: "disk I/O error" }))
+    assert.strictEqual(error.message, "database: disk I/O error")
+  })
+
+  it("adds the allowPriorUnknown way out once, and never where the message already names one", () => {
+    assert.strictEqual(Hints.forReconciliation("Session contains unsealed or unresolved prior execution"), Hints.PRIOR_UNKNOWN_HINT)
+    assert.isUndefined(Hints.forReconciliation("start again with allowPriorUnknown"))
+    assert.isUndefined(Hints.forReconciliation(EngineError.UNSEALED_RUN_MESSAGE))
+    const once = Hints.append("refused", Hints.PRIOR_UNKNOWN_HINT)
+    assert.strictEqual(Hints.append(once, Hints.PRIOR_UNKNOWN_HINT), once)
+  })
+})
