@@ -1,8 +1,8 @@
 /**
  * A tool (DESIGN.md §7, SEMANTICS.md §2.12): a name, a description, an Effect Schema input whose
  * JSON Schema is what providers see, step semantics and an `execute` that returns an Effect or a
- * Promise of a `ToolOutput`. `ToolFailure` is a known failure; `ToolOutcomeUnknown`, any other error
- * and any defect leave the outcome unknown.
+ * Promise of a `ToolOutput`. `ToolFailure`, and any other error thrown, rejected or failed with, is a
+ * known failure the model reads; only `ToolOutcomeUnknown` leaves the outcome unknown.
  */
 import { Identity, type ToolCall } from "@maka/facts"
 import { Data, Effect, Result, Schema } from "effect"
@@ -34,7 +34,7 @@ export interface ToolContext {
   readonly signal: AbortSignal
 }
 
-/** An Effect (its errors other than `ToolFailure` mean unknown) or a Promise (a rejection with `ToolFailure` is known). */
+/** An Effect or a Promise; any error is a known failure carrying its message, except `ToolOutcomeUnknown`. */
 export type Execution = Effect.Effect<ToolCall.ToolOutput, unknown> | PromiseLike<ToolCall.ToolOutput>
 
 export interface Config<S extends Schema.ConstraintDecoder<unknown, never>> {

@@ -50,20 +50,30 @@ describe("Journal.invoke", () => {
     }),
   )
 
-  it.effect("leaves ToolOutcomeUnknown, another error, or an invalid output unsettled", () =>
+  it.effect("leaves ToolOutcomeUnknown unsettled and settles another error or an invalid output as failed", () =>
     Effect.gen(function* () {
       const unknown = yield* runProbe(() => Promise.reject(new Tool.ToolOutcomeUnknown({ message: "connection lost" })))
       assert.deepStrictEqual(kinds(unknown.facts), ["tool_dispatched"])
       assert.deepInclude(unknown.result, { _tag: "OutcomeUnknown", cause: "outcome_unknown", message: "connection lost" })
       const other = yield* runProbe(() => Promise.reject(new RangeError("out of range")))
-      assert.deepStrictEqual(kinds(other.facts), ["tool_dispatched"])
-      assert.deepInclude(other.result, { _tag: "OutcomeUnknown", cause: "defect", message: "RangeError: out of range" })
-      const typed = yield* runProbe(() => Effect.fail("a plain error"))
-      assert.deepInclude(typed.result, { _tag: "OutcomeUnknown", cause: "defect" })
+      assert.deepStrictEqual(other.facts[1], {
+        kind: "tool_settled",
+        operationId: "invocation-1-step-1:call-1",
+        outcome: { kind: "failed", message: "out of range" },
+      })
+      const typed = yield* runProbe(() => Effect.fail({ code: 7 }))
+      assert.deepInclude(typed.result, { _tag: "Settled", outcome: { kind: "failed", message: '{"code":7}' } })
       const invalid = yield* runProbe(() => Promise.resolve({ format: "text", value: 3 } as unknown as ToolCall.ToolOutput))
-      assert.deepStrictEqual(kinds(invalid.facts), ["tool_dispatched"])
-      assert.strictEqual(invalid.result._tag, "OutcomeUnknown")
-      if (invalid.result._tag === "OutcomeUnknown") assert.include(invalid.result.message, "invalid output")
+      assert.deepStrictEqual(kinds(invalid.facts), ["tool_dispatched", "tool_settled:failed"])
+      const settled = invalid.facts[1]!
+      if (settled.kind === "tool_settled" && settled.outcome.kind === "failed") {
+        assert.match(settled.outcome.message, /^tool returned an invalid output: /)
+      } else assert.fail("expected a failed settlement")
+      const neither = yield* runProbe(() => 42 as unknown as Tool.Execution)
+      assert.deepInclude(neither.result, {
+        _tag: "Settled",
+        outcome: { kind: "failed", message: "execute returned neither an Effect nor a Promise" },
+      })
     }),
   )
 
@@ -78,13 +88,12 @@ describe("Journal.invoke", () => {
     }),
   )
 
-  it.effect("caps a huge failure message", () =>
+  it.effect("cuts a huge ToolFailure message to 2,048 UTF-16 units", () =>
     Effect.gen(function* () {
       const { facts } = yield* runProbe(() => Tool.fail("x".repeat(200_000)))
       const settled = facts[1]!
       if (settled.kind === "tool_settled" && settled.outcome.kind === "failed") {
-        assert.isAtMost(Buffer.byteLength(settled.outcome.message), 64 * 1024 + 64)
-        assert.match(settled.outcome.message, /\[truncated: \d+ more bytes\]$/)
+        assert.strictEqual(settled.outcome.message, "x".repeat(2_048))
       } else assert.fail("expected a failed settlement")
     }),
   )
