@@ -144,6 +144,7 @@ const makeChecked = (config: ProviderConfig.ProviderConfig, options: MakeOptions
           fetch: fetchFunction,
           idleTimeoutMs,
           cleanupGraceMs: ModelDefaults.cleanupGraceMs,
+          afterFinishGraceMs: ModelDefaults.afterFinishGraceMs,
           maxDeltaChars: ModelDefaults.maxDeltaChars,
           maxOutputBytes: ModelDefaults.maxModelOutputBytes,
           maxEventBytes: ModelDefaults.maxStreamEventBytes,

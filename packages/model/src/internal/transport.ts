@@ -26,6 +26,8 @@ export interface TransportRequest {
   readonly maxOutputBytes: number
   readonly maxEventBytes: number
   readonly maxErrorBodyBytes: number
+  /** How long the body may stay open after the finish before the step completes without its end. */
+  readonly afterFinishGraceMs: number
   /** Strings scrubbed from every error message (the API key). */
   readonly secrets: ReadonlyArray<string>
   readonly normalizer: Normalizer
@@ -200,7 +202,12 @@ const open = Effect.fn("LanguageModel.stream")(function* (request: TransportRequ
     const produced: Array<Model.ModelEvent> = []
     let found: NormalizerFailure | undefined
     for (const message of messages) {
-      if (found !== undefined || request.normalizer.isFinished()) break
+      if (found !== undefined) break
+      // Once the stream finished, any further event (not a comment) breaks the vocabulary.
+      if (request.normalizer.isFinished()) {
+        found = { kind: "adapter", message: ModelError.AdapterMessage.eventAfterFinish }
+        break
+      }
       if (message.data.length > request.maxEventBytes / 3 && Canonical.utf8Length(message.data) > request.maxEventBytes) {
         found = { kind: "adapter", message: "provider event exceeds 8 MiB" }
         break
@@ -257,12 +264,30 @@ const open = Effect.fn("LanguageModel.stream")(function* (request: TransportRequ
     drainMessages(out)
   }
 
+  // The events of the chunk that finished the stream, held until the body is known to carry nothing more.
+  const held: Array<Model.ModelEvent> = []
+  const release = (): Effect.Effect<Events, Cause.Done> => {
+    const [first, ...rest] = held.splice(0)
+    return first === undefined ? Cause.done() : Effect.succeed<Events>([first, ...rest])
+  }
+  /** After the finish: the rest of the body, for at most the grace; a body left open ends the stream. */
+  const readAfterFinish = Effect.map(Effect.timeoutOption(read(), request.afterFinishGraceMs), (chunk) =>
+    chunk._tag === "Some" ? chunk.value : ({ done: true, value: undefined } as const),
+  )
+
   const pull: Effect.Effect<Events, ModelError.ModelError | Cause.Done> = Effect.suspend(() => {
     if (failure !== undefined) return Effect.fail(failure)
-    if (ended || request.normalizer.isFinished()) return Cause.done()
-    return Effect.flatMap(read(), (chunk) => {
+    if (ended) return release()
+    const finished = request.normalizer.isFinished()
+    return Effect.flatMap(finished ? readAfterFinish : read(), (chunk) => {
       const out: Array<Model.ModelEvent> = []
       onChunk(chunk, out)
+      if (request.normalizer.isFinished()) {
+        // Nothing of a finished stream is yielded until its body is known to carry nothing more.
+        if (failure !== undefined) return Effect.fail(failure)
+        held.push(...out)
+        return ended ? release() : pull
+      }
       const [first, ...rest] = out
       if (first !== undefined) return Effect.succeed<Events>([first, ...rest])
       return pull
