@@ -63,13 +63,23 @@ export class ModelError extends Data.TaggedError("ModelError")<{
     return `${this.reason._tag}: ${this.reason.message}`
   }
 
-  /** A provider failure that is transient and replay-safe: the engine may send the request again. */
+  /** `isRetryable(this)`: the one retry predicate. */
   get isRetryable(): boolean {
-    return (
-      this.reason._tag === "Provider" && this.reason.replaySafe && TRANSIENT_PROVIDER_REASONS.has(this.reason.reason)
-    )
+    return isRetryable(this)
   }
 }
+
+/**
+ * THE retry predicate of maka (SEMANTICS.md §4.5, §5.6): a `Provider` failure whose reason is
+ * transient (`network`, `rate_limit`, `provider_unavailable`, `stream_truncated`) and that is still
+ * replay-safe. The engine asks it; nothing else re-derives it.
+ */
+export const isRetryable = (error: ModelError): boolean =>
+  error.reason._tag === "Provider" && error.reason.replaySafe && TRANSIENT_PROVIDER_REASONS.has(error.reason.reason)
+
+/** The delay the provider asked for (`Retry-After`), for a retryable failure only. */
+export const retryAfterMs = (error: ModelError): number | undefined =>
+  isRetryable(error) && error.reason._tag === "Provider" ? error.reason.retryAfterMs : undefined
 
 /** A provider message cut to 4 KiB of UTF-8 at a character boundary. */
 export const providerMessage = (text: string): string => Canonical.truncateUtf8(text, Limits.MAX_PROVIDER_MESSAGE_BYTES)
