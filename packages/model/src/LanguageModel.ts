@@ -94,7 +94,7 @@ const encode = (
       : {
           url: `${baseUrl}/chat/completions`,
           headers: { ...common, ...(key === "" ? {} : { authorization: `Bearer ${key}` }), ...extra },
-          body: openAiBody(config.model, request, prompt),
+          body: openAiBody(config.model, request, prompt, ProviderConfig.outputLimitFieldOf(config)),
         }
   if (result.body.length > ModelDefaults.maxRequestBytes / 3 && Canonical.utf8Length(result.body) > ModelDefaults.maxRequestBytes) {
     return Result.fail(ModelError.adapter("model request exceeds 32 MiB"))
