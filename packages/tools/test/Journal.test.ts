@@ -5,6 +5,7 @@ import { Cancellation, Journal, Tool, ToolCatalog } from "@maka/tools"
 import { RecordingSink, TestIds } from "@maka/tools/testing"
 import { Cause, Context, Deferred, Effect, Exit, Fiber, Layer, Schema } from "effect"
 import { TestClock } from "effect/testing"
+import { z } from "zod"
 import { Committed, journalSuite, kinds, setup, withSink } from "./journal-suite.ts"
 
 const recordingLayer = (): Layer.Layer<EventSink.EventSink | Committed> =>
@@ -153,6 +154,37 @@ describe("Journal.invoke", () => {
       if (settled.kind === "tool_settled" && settled.outcome.kind === "succeeded") {
         assert.deepStrictEqual(settled.outcome.projection, { kind: "text", text: "aborted: true" })
       }
+    }).pipe(Effect.provide(recordingLayer())),
+  )
+})
+
+describe("Journal with a Standard Schema tool", () => {
+  it.effect("rejects invalid input as invalid_input with the schema's readable reason, and runs valid input", () =>
+    Effect.gen(function* () {
+      const ran: Array<string> = []
+      const captured = ToolCatalog.from([
+        Tool.make({
+          name: "probe",
+          description: "A probe.",
+          input: z.object({ value: z.string().min(2) }),
+          semantics: "parallel",
+          execute: ({ value }) => (ran.push(value), Promise.resolve(Tool.text(value))),
+        }),
+      ]).capture()
+      const context = yield* setup([
+        { id: "call-1", name: "probe", input: { value: "x" } },
+        { id: "call-2", name: "probe", input: { value: "ok" } },
+      ])
+      const result = yield* withSink(context)(Journal.runStep(context.invocation, captured, context.requests))
+      const facts = yield* context.facts
+      assert.deepStrictEqual(kinds(facts), ["tool_rejected:invalid_input", "tool_dispatched", "tool_settled:succeeded"])
+      assert.deepStrictEqual(ran, ["ok"])
+      const rejected = result.calls[0]!
+      if (rejected._tag !== "Rejected") return assert.fail("expected a rejection")
+      assert.strictEqual(
+        rejected.text,
+        'Invalid input for tool "probe": Too small: expected string to have >=2 characters\n  at ["value"]',
+      )
     }).pipe(Effect.provide(recordingLayer())),
   )
 })
