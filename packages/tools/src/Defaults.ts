@@ -31,6 +31,8 @@ export const defaults = Object.freeze({
   commandMaxTimeoutSeconds: 3_600,
   /** `run_command`: bytes of stdout, and separately of stderr, kept per command. */
   commandOutputBytes: 64 * KIB,
+  /** `run_command`: milliseconds the pipes may still deliver output after the shell exited. */
+  commandOutputDrainMs: 100,
   /** The journal: UTF-16 units of a failure message recorded in `tool_settled {failed}`. */
   failureMessageUnits: Limits.MAX_FAILURE_MESSAGE,
   /** The workspace identity marker at the workspace root (DESIGN.md §10.1). */
