@@ -116,6 +116,7 @@ export const AdapterMessage = Object.freeze({
   eventAfterFinish: "event after model finish",
   endedWithoutFinish: "model stream ended without finish",
   invalidToolInput: "invalid tool call input",
+  invalidToolCallId: "invalid tool call id",
   outputTooLarge: "model output exceeds 64 MiB",
   openPart: "model stream finished with an open part",
   notCompleted: (reason: string): string => `model did not complete: ${reason}`,

@@ -88,6 +88,13 @@ export const validate = (config: ProviderConfig): Result.Result<ProviderConfig, 
   if (url.username !== "" || url.password !== "") {
     return Result.fail("baseUrl must not carry credentials; pass the key as apiKey or a Redacted header")
   }
+  // A query string may carry a key (`?key=`, `?api_key=`, `?token=`) and would enter the route
+  // identity; it is refused whatever it holds, like a fragment (neither fits `{baseUrl}/path`).
+  if (config.baseUrl.includes("?") || config.baseUrl.includes("#")) {
+    return Result.fail(
+      "baseUrl must not carry a query string or fragment; pass a key as apiKey or a Redacted header, other parameters as headers or providerOptions",
+    )
+  }
   if (config.model.length === 0) return Result.fail("model must not be empty")
   if (config.outputLimitField !== undefined) {
     if (config.kind !== "openai-compatible") return Result.fail("outputLimitField applies to openai-compatible providers only")

@@ -5,7 +5,7 @@
  * tracked, stream limits enforced. The response is released when the stream's scope closes.
  */
 import type { Model } from "@maka/facts"
-import { Canonical } from "@maka/facts"
+import { Canonical, Limits } from "@maka/facts"
 import { Cause, Clock, Effect, Scope, Stream } from "effect"
 import { createParser, type EventSourceMessage } from "eventsource-parser"
 import * as ErrorClassification from "../ErrorClassification.ts"
@@ -14,6 +14,7 @@ import type { FetchFunction } from "../ProviderConfig.ts"
 import { splitDelta } from "./delta-split.ts"
 import type { Normalizer, NormalizerFailure, SseMessage } from "./normalizer.ts"
 import { ReplayTracker } from "./replay-tracker.ts"
+import { scrub } from "./secrets.ts"
 
 export interface TransportRequest {
   readonly url: string
@@ -28,7 +29,7 @@ export interface TransportRequest {
   readonly maxErrorBodyBytes: number
   /** How long the body may stay open after the finish before the step completes without its end. */
   readonly afterFinishGraceMs: number
-  /** Strings scrubbed from every error message (the API key). */
+  /** Every form of the secrets scrubbed from every error message (`secrets.ts` `formsOf`). */
   readonly secrets: ReadonlyArray<string>
   readonly normalizer: Normalizer
 }
@@ -48,6 +49,10 @@ const describe = (cause: unknown): string => {
   }
   return String(cause)
 }
+
+/** A provider's tool-call id becomes a fact's id: 1–512 UTF-16 units of well-formed text, no NUL. */
+const isToolCallId = (id: string): boolean =>
+  id.length >= 1 && id.length <= Limits.MAX_ID_UTF16 && !/\p{Cs}/u.test(id) && !id.includes("\u0000")
 
 const isAbortError = (cause: unknown): boolean => cause instanceof Error && cause.name === "AbortError"
 
@@ -216,6 +221,10 @@ const open = Effect.fn("LanguageModel.stream")(function* (request: TransportRequ
     }
     messages.length = 0
     for (const event of produced) {
+      if (event.kind === "tool_call" && !isToolCallId(event.id)) {
+        found ??= { kind: "adapter", message: ModelError.AdapterMessage.invalidToolCallId }
+        break
+      }
       if (event.kind === "part_delta" && event.text.length > request.maxDeltaChars) {
         for (const piece of splitDelta(event, request.maxDeltaChars)) {
           tracker.observe(piece)
@@ -242,8 +251,12 @@ const open = Effect.fn("LanguageModel.stream")(function* (request: TransportRequ
       drainMessages(out)
       if (failure === undefined && !request.normalizer.isFinished()) {
         const produced: Array<Model.ModelEvent> = []
-        const found = request.normalizer.end(produced)
+        let found = request.normalizer.end(produced)
         for (const event of produced) {
+          if (event.kind === "tool_call" && !isToolCallId(event.id)) {
+            found ??= { kind: "adapter", message: ModelError.AdapterMessage.invalidToolCallId }
+            break
+          }
           tracker.observe(event)
           out.push(event)
         }
@@ -296,8 +309,6 @@ const open = Effect.fn("LanguageModel.stream")(function* (request: TransportRequ
   return Stream.fromPull(Effect.succeed(pull))
 })
 
-const scrub = (text: string, secrets: ReadonlyArray<string>): string =>
-  secrets.reduce((current, secret) => (secret.length >= 4 ? current.split(secret).join("[redacted]") : current), text)
 
 /** Reads at most `limit` bytes of an error body as text. */
 const readErrorBody = (
