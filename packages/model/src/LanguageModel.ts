@@ -147,6 +147,7 @@ const makeChecked = (config: ProviderConfig.ProviderConfig, options: MakeOptions
           ...encoded.success,
           fetch: fetchFunction,
           idleTimeoutMs,
+          deadlineMs: config.requestDeadlineMs,
           cleanupGraceMs: ModelDefaults.cleanupGraceMs,
           afterFinishGraceMs: ModelDefaults.afterFinishGraceMs,
           maxDeltaChars: ModelDefaults.maxDeltaChars,

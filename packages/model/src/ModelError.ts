@@ -35,10 +35,14 @@ export class Provider extends Data.TaggedError("Provider")<{
   readonly retryAfterMs?: number | undefined
 }> {}
 
-/** No byte arrived within the idle timeout. */
-export class TimedOut extends Data.TaggedError("TimedOut")<{}> {
+/** No byte arrived within the idle timeout, or the request outlived its deadline (`deadlineMs`). */
+export class TimedOut extends Data.TaggedError("TimedOut")<{
+  readonly deadlineMs?: number | undefined
+}> {
   override get message(): string {
-    return "model request timed out waiting for data"
+    return this.deadlineMs === undefined
+      ? "model request timed out waiting for data"
+      : `model request exceeded its deadline of ${this.deadlineMs} ms`
   }
 }
 
@@ -104,7 +108,10 @@ export const provider = (options: {
     }),
   })
 
-export const timedOut = (): ModelError => new ModelError({ reason: new TimedOut() })
+export const timedOut = (): ModelError => new ModelError({ reason: new TimedOut({}) })
+
+/** The request outlived the host's overall deadline (`ProviderConfig.requestDeadlineMs`). */
+export const deadlineExceeded = (deadlineMs: number): ModelError => new ModelError({ reason: new TimedOut({ deadlineMs }) })
 
 export const adapter = (message: string): ModelError => new ModelError({ reason: new Adapter({ message }) })
 

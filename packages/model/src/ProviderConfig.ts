@@ -34,7 +34,16 @@ export interface ProviderConfig {
    * `max_completion_tokens` for the host `api.openai.com` and `max_tokens` elsewhere.
    */
   readonly outputLimitField?: OutputLimitField | undefined
+  /**
+   * An overall deadline per request in milliseconds (1 to 2^31−1), from send to the end of the
+   * response, besides the idle timeout: keep-alive comments do not extend it. Absent, a request
+   * streams for as long as bytes keep arriving. Never part of the route identity.
+   */
+  readonly requestDeadlineMs?: number | undefined
 }
+
+/** The largest `requestDeadlineMs`. */
+export const MAX_REQUEST_DEADLINE_MS = 2 ** 31 - 1
 
 /** The output limit field a configuration sends: the explicit one, else the host's default. */
 export const outputLimitFieldOf = (config: Pick<ProviderConfig, "baseUrl" | "outputLimitField">): OutputLimitField => {
@@ -96,6 +105,10 @@ export const validate = (config: ProviderConfig): Result.Result<ProviderConfig, 
     )
   }
   if (config.model.length === 0) return Result.fail("model must not be empty")
+  const deadline = config.requestDeadlineMs
+  if (deadline !== undefined && (!Number.isSafeInteger(deadline) || deadline < 1 || deadline > MAX_REQUEST_DEADLINE_MS)) {
+    return Result.fail(`requestDeadlineMs must be an integer in [1, ${MAX_REQUEST_DEADLINE_MS}]`)
+  }
   if (config.outputLimitField !== undefined) {
     if (config.kind !== "openai-compatible") return Result.fail("outputLimitField applies to openai-compatible providers only")
     if (config.outputLimitField !== "max_tokens" && config.outputLimitField !== "max_completion_tokens") {

@@ -6,7 +6,7 @@
  */
 import type { Model } from "@maka/facts"
 import { Canonical, Limits } from "@maka/facts"
-import { Cause, Clock, Effect, Scope, Stream } from "effect"
+import { Cause, Clock, Deferred, Effect, Scope, Stream } from "effect"
 import { createParser, type EventSourceMessage } from "eventsource-parser"
 import * as ErrorClassification from "../ErrorClassification.ts"
 import * as ModelError from "../ModelError.ts"
@@ -22,6 +22,8 @@ export interface TransportRequest {
   readonly body: string
   readonly fetch: FetchFunction
   readonly idleTimeoutMs: number
+  /** The overall deadline of the request from send to its end, when the host set one. */
+  readonly deadlineMs: number | undefined
   readonly cleanupGraceMs: number
   readonly maxDeltaChars: number
   readonly maxOutputBytes: number
@@ -39,7 +41,6 @@ type Events = readonly [Model.ModelEvent, ...Array<Model.ModelEvent>]
 interface IdleState {
   reading: boolean
   lastActivity: number
-  timedOut: boolean
 }
 
 const describe = (cause: unknown): string => {
@@ -63,33 +64,45 @@ export const stream = (request: TransportRequest): Stream.Stream<Model.ModelEven
 const open = Effect.fn("LanguageModel.stream")(function* (request: TransportRequest) {
   const clock = yield* Clock.Clock
   const controller = new AbortController()
-  const idle: IdleState = { reading: false, lastActivity: clock.currentTimeMillisUnsafe(), timedOut: false }
+  const idle: IdleState = { reading: false, lastActivity: clock.currentTimeMillisUnsafe() }
   const tracker = new ReplayTracker()
   const scope = yield* Scope.Scope
   yield* Scope.addFinalizer(scope, Effect.sync(() => controller.abort()))
 
-  // The watchdog: aborts the request once a read has waited `idleTimeoutMs` without a byte.
+  // Set once the idle timeout or the deadline expired: every wait, running or to come, ends with it,
+  // whether or not the `fetch` honours the abort.
+  const expired = yield* Deferred.make<never, ModelError.ModelError>()
+  let expiry: ModelError.ModelError | undefined
+  const expire = (error: ModelError.ModelError) =>
+    Effect.suspend(() => {
+      expiry ??= error
+      controller.abort()
+      return Deferred.fail(expired, expiry)
+    })
+
+  // The watchdog: expires the request once a read has waited `idleTimeoutMs` without a byte.
   const watchdog: Effect.Effect<void> = Effect.suspend(() => {
     const now = clock.currentTimeMillisUnsafe()
     const remaining = idle.lastActivity + request.idleTimeoutMs - now
-    if (idle.reading && remaining <= 0) {
-      idle.timedOut = true
-      return Effect.sync(() => controller.abort())
-    }
+    if (idle.reading && remaining <= 0) return Effect.asVoid(expire(ModelError.timedOut()))
     return Effect.flatMap(Effect.sleep(idle.reading ? remaining : request.idleTimeoutMs), () => watchdog)
   })
   yield* Effect.forkScoped(watchdog)
+  const deadlineMs = request.deadlineMs
+  if (deadlineMs !== undefined) {
+    yield* Effect.forkScoped(Effect.andThen(Effect.sleep(deadlineMs), expire(ModelError.deadlineExceeded(deadlineMs))))
+  }
 
-  /** Runs one wait on the network under the idle timer. */
+  /** Runs one wait on the network under the idle timer and the deadline, raced against their expiry. */
   const waitFor = <A>(promise: () => Promise<A>, onFailure: (cause: unknown) => ModelError.ModelError) =>
     Effect.suspend(() => {
       idle.reading = true
       idle.lastActivity = clock.currentTimeMillisUnsafe()
-      return Effect.tryPromise({
+      const waiting = Effect.tryPromise({
         try: promise,
-        catch: (cause) =>
-          idle.timedOut ? ModelError.timedOut() : isAbortError(cause) ? ModelError.cancelled() : onFailure(cause),
-      }).pipe(
+        catch: (cause) => expiry ?? (isAbortError(cause) ? ModelError.cancelled() : onFailure(cause)),
+      })
+      return Effect.raceFirst(waiting, Deferred.await(expired)).pipe(
         Effect.ensuring(
           Effect.sync(() => {
             idle.reading = false
