@@ -197,3 +197,18 @@ describe("provider tool-call ids at the end of the body", () => {
     }),
   )
 })
+
+describe("secrets in adapter errors", () => {
+  it.effect("scrubs the key from an adapter message that quotes provider text", () =>
+    Effect.gen(function* () {
+      const key = "sk-quoted-0123456789"
+      const server = yield* ScriptedServer.make({
+        script: [Respond.sse(OpenAiSse.response({ text: ["x"], finishReason: `stopped by ${key}` }))],
+      })
+      const model = yield* LanguageModel.make({ kind: "openai-compatible", baseUrl: `${server.url}/v1`, model: "m", apiKey: Redacted.make(key) })
+      const error = yield* failureOf(model.stream(request()))
+      assert.strictEqual(error.reason._tag, "Adapter")
+      assert.strictEqual(error.reason.message, "model did not complete: stopped by [redacted]")
+    }),
+  )
+})

@@ -201,7 +201,7 @@ const open = Effect.fn("LanguageModel.stream")(function* (request: TransportRequ
   const toError = (found: NormalizerFailure): ModelError.ModelError => {
     switch (found.kind) {
       case "adapter":
-        return ModelError.adapter(found.message)
+        return ModelError.adapter(scrub(found.message, request.secrets))
       case "truncated":
         return truncated(found.message)
       case "provider_payload":
