@@ -4,6 +4,7 @@
  * and the free-text overflow patterns of common providers with their vetoes, and `Retry-After` parsing.
  * Pure functions: the caller passes the current time and what the stream already showed.
  */
+import { scrub } from "./internal/secrets.ts"
 import { Limits } from "@maka/facts"
 import * as ModelError from "./ModelError.ts"
 
@@ -143,7 +144,7 @@ export interface Evidence {
   /** What the stream showed so far (SEMANTICS.md §4.5). */
   readonly replaySafe: boolean
   readonly observedOutput: boolean
-  /** Strings that must never appear in a message (the API key), replaced by `[redacted]`. */
+  /** Every form of the secrets that must never appear in a message (`secrets.ts` `formsOf`), replaced by `[redacted]`. */
   readonly secrets?: ReadonlyArray<string> | undefined
 }
 
@@ -161,8 +162,6 @@ export const parsePayload = (body: string | undefined): unknown => {
 export const hasErrorField = (payload: unknown): boolean =>
   isRecord(payload) && payload["error"] !== undefined && payload["error"] !== null
 
-const scrub = (text: string, secrets: ReadonlyArray<string>): string =>
-  secrets.reduce((current, secret) => (secret.length >= 4 ? current.split(secret).join("[redacted]") : current), text)
 
 /** A short summary: status, code and the start of the provider message; never headers or keys. */
 const summary = (

@@ -12,6 +12,7 @@ import { anthropicBody } from "./internal/anthropic-request.ts"
 import type { Normalizer } from "./internal/normalizer.ts"
 import { openAiNormalizer } from "./internal/openai-normalizer.ts"
 import { openAiBody } from "./internal/openai-request.ts"
+import { formsOf } from "./internal/secrets.ts"
 import * as Transport from "./internal/transport.ts"
 import { ModelDefaults } from "./ModelDefaults.ts"
 import * as ModelError from "./ModelError.ts"
@@ -94,7 +95,7 @@ const encode = (
       : {
           url: `${baseUrl}/chat/completions`,
           headers: { ...common, ...(key === "" ? {} : { authorization: `Bearer ${key}` }), ...extra },
-          body: openAiBody(config.model, request, prompt),
+          body: openAiBody(config.model, request, prompt, ProviderConfig.outputLimitFieldOf(config)),
         }
   if (result.body.length > ModelDefaults.maxRequestBytes / 3 && Canonical.utf8Length(result.body) > ModelDefaults.maxRequestBytes) {
     return Result.fail(ModelError.adapter("model request exceeds 32 MiB"))
@@ -120,11 +121,14 @@ const makeChecked = (config: ProviderConfig.ProviderConfig, options: MakeOptions
   const limiter = options.limiter ?? ModelLimiter.makeUnsafe(options.concurrency ?? ModelDefaults.concurrency)
   const idleTimeoutMs = options.idleTimeoutMs ?? ModelDefaults.idleTimeoutMs
   const fetchFunction: ProviderConfig.FetchFunction = config.fetch ?? ((input, init) => globalThis.fetch(input, init))
-  // An empty key (a local server needs none) sends no credential header and redacts nothing.
-  const secrets = [
-    Redacted.value(config.apiKey),
-    ...Object.values(config.headers ?? {}).flatMap((value) => (Redacted.isRedacted(value) ? [Redacted.value(value)] : [])),
-  ].filter((secret) => secret !== "")
+  // An empty key (a local server needs none) sends no credential header and redacts nothing. Every
+  // form the key and the Redacted header values can come back in is scrubbed from error messages.
+  const secrets = formsOf(
+    [
+      Redacted.value(config.apiKey),
+      ...Object.values(config.headers ?? {}).flatMap((value) => (Redacted.isRedacted(value) ? [Redacted.value(value)] : [])),
+    ].filter((secret) => secret.trim() !== ""),
+  )
   const normalizer = (): Normalizer =>
     config.kind === "anthropic" ? anthropicNormalizer(routeIdentity) : openAiNormalizer()
 
@@ -143,7 +147,9 @@ const makeChecked = (config: ProviderConfig.ProviderConfig, options: MakeOptions
           ...encoded.success,
           fetch: fetchFunction,
           idleTimeoutMs,
+          deadlineMs: config.requestDeadlineMs,
           cleanupGraceMs: ModelDefaults.cleanupGraceMs,
+          afterFinishGraceMs: ModelDefaults.afterFinishGraceMs,
           maxDeltaChars: ModelDefaults.maxDeltaChars,
           maxOutputBytes: ModelDefaults.maxModelOutputBytes,
           maxEventBytes: ModelDefaults.maxStreamEventBytes,

@@ -11,6 +11,8 @@ export const ModelDefaults = Object.freeze({
   maxIdleTimeoutMs: Limits.MAX_IDLE_TIMEOUT_MS,
   /** Time the adapter gives itself to release a response after an abort. */
   cleanupGraceMs: Limits.CLEANUP_GRACE_MS,
+  /** How long a response body may stay open after the finish before the step completes without its end. */
+  afterFinishGraceMs: 1_000,
   /** Size of the concurrency limiter (≥ 1). */
   concurrency: Limits.MODEL_CONCURRENCY,
   maxDeltaChars: Limits.MAX_DELTA_CHARS,

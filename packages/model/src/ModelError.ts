@@ -35,10 +35,14 @@ export class Provider extends Data.TaggedError("Provider")<{
   readonly retryAfterMs?: number | undefined
 }> {}
 
-/** No byte arrived within the idle timeout. */
-export class TimedOut extends Data.TaggedError("TimedOut")<{}> {
+/** No byte arrived within the idle timeout, or the request outlived its deadline (`deadlineMs`). */
+export class TimedOut extends Data.TaggedError("TimedOut")<{
+  readonly deadlineMs?: number | undefined
+}> {
   override get message(): string {
-    return "model request timed out waiting for data"
+    return this.deadlineMs === undefined
+      ? "model request timed out waiting for data"
+      : `model request exceeded its deadline of ${this.deadlineMs} ms`
   }
 }
 
@@ -63,13 +67,23 @@ export class ModelError extends Data.TaggedError("ModelError")<{
     return `${this.reason._tag}: ${this.reason.message}`
   }
 
-  /** A provider failure that is transient and replay-safe: the engine may send the request again. */
+  /** `isRetryable(this)`: the one retry predicate. */
   get isRetryable(): boolean {
-    return (
-      this.reason._tag === "Provider" && this.reason.replaySafe && TRANSIENT_PROVIDER_REASONS.has(this.reason.reason)
-    )
+    return isRetryable(this)
   }
 }
+
+/**
+ * THE retry predicate of maka (SEMANTICS.md §4.5, §5.6): a `Provider` failure whose reason is
+ * transient (`network`, `rate_limit`, `provider_unavailable`, `stream_truncated`) and that is still
+ * replay-safe. The engine asks it; nothing else re-derives it.
+ */
+export const isRetryable = (error: ModelError): boolean =>
+  error.reason._tag === "Provider" && error.reason.replaySafe && TRANSIENT_PROVIDER_REASONS.has(error.reason.reason)
+
+/** The delay the provider asked for (`Retry-After`), for a retryable failure only. */
+export const retryAfterMs = (error: ModelError): number | undefined =>
+  isRetryable(error) && error.reason._tag === "Provider" ? error.reason.retryAfterMs : undefined
 
 /** A provider message cut to 4 KiB of UTF-8 at a character boundary. */
 export const providerMessage = (text: string): string => Canonical.truncateUtf8(text, Limits.MAX_PROVIDER_MESSAGE_BYTES)
@@ -94,7 +108,10 @@ export const provider = (options: {
     }),
   })
 
-export const timedOut = (): ModelError => new ModelError({ reason: new TimedOut() })
+export const timedOut = (): ModelError => new ModelError({ reason: new TimedOut({}) })
+
+/** The request outlived the host's overall deadline (`ProviderConfig.requestDeadlineMs`). */
+export const deadlineExceeded = (deadlineMs: number): ModelError => new ModelError({ reason: new TimedOut({ deadlineMs }) })
 
 export const adapter = (message: string): ModelError => new ModelError({ reason: new Adapter({ message }) })
 
@@ -106,6 +123,7 @@ export const AdapterMessage = Object.freeze({
   eventAfterFinish: "event after model finish",
   endedWithoutFinish: "model stream ended without finish",
   invalidToolInput: "invalid tool call input",
+  invalidToolCallId: "invalid tool call id",
   outputTooLarge: "model output exceeds 64 MiB",
   openPart: "model stream finished with an open part",
   notCompleted: (reason: string): string => `model did not complete: ${reason}`,

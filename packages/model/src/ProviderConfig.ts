@@ -2,7 +2,8 @@
  * Provider configuration and its route identity (DESIGN.md §6, SEMANTICS.md §4.1). `routeIdentity` is
  * the `maka.route.v1` digest of `{kind, baseUrl, model, headers?}`: trailing slashes are removed from
  * `baseUrl`, header names are lowercased, a Redacted header value contributes only its name (as
- * `null`), absent headers are omitted. `apiKey` and `fetch` never contribute.
+ * `null`), absent headers are omitted; `outputLimitField` contributes only when set explicitly.
+ * `apiKey`, `fetch` and `requestDeadlineMs` never contribute.
  */
 import { Digest } from "@maka/facts"
 import { Redacted, Result } from "effect"
@@ -14,6 +15,12 @@ export type FetchFunction = (input: string, init: RequestInit) => Promise<Respon
 
 export type HeaderValue = string | Redacted.Redacted<string>
 
+/** The body field of the output limit of an OpenAI-compatible request. */
+export type OutputLimitField = "max_tokens" | "max_completion_tokens"
+
+/** The host whose models (the reasoning ones) refuse `max_tokens`. */
+export const OPENAI_HOST = "api.openai.com"
+
 export interface ProviderConfig {
   readonly kind: ProviderKind
   /** For example `https://api.openai.com/v1` or `https://api.anthropic.com`. */
@@ -22,6 +29,27 @@ export interface ProviderConfig {
   readonly apiKey: Redacted.Redacted<string>
   readonly headers?: Readonly<Record<string, HeaderValue>> | undefined
   readonly fetch?: FetchFunction | undefined
+  /**
+   * OpenAI-compatible only: the body field of the output limit. Absent, it is
+   * `max_completion_tokens` for the host `api.openai.com` and `max_tokens` elsewhere.
+   */
+  readonly outputLimitField?: OutputLimitField | undefined
+  /**
+   * An overall deadline per request in milliseconds (1 to 2^31−1), from send to the end of the
+   * response, besides the idle timeout: keep-alive comments do not extend it. Absent, a request
+   * streams for as long as bytes keep arriving. Never part of the route identity.
+   */
+  readonly requestDeadlineMs?: number | undefined
+}
+
+/** The largest `requestDeadlineMs`. */
+export const MAX_REQUEST_DEADLINE_MS = 2 ** 31 - 1
+
+/** The output limit field a configuration sends: the explicit one, else the host's default. */
+export const outputLimitFieldOf = (config: Pick<ProviderConfig, "baseUrl" | "outputLimitField">): OutputLimitField => {
+  if (config.outputLimitField !== undefined) return config.outputLimitField
+  const host = URL.canParse(config.baseUrl) ? new URL(config.baseUrl).hostname.toLowerCase() : ""
+  return host === OPENAI_HOST ? "max_completion_tokens" : "max_tokens"
 }
 
 /** `baseUrl` without its trailing slashes. */
@@ -29,14 +57,20 @@ export const normalizeBaseUrl = (baseUrl: string): string => baseUrl.replace(/\/
 
 /** The secret-free shape the route digest hashes. */
 export const routeShape = (
-  config: Pick<ProviderConfig, "kind" | "baseUrl" | "model" | "headers">,
+  config: Pick<ProviderConfig, "kind" | "baseUrl" | "model" | "headers" | "outputLimitField">,
 ): {
   readonly kind: ProviderKind
   readonly baseUrl: string
   readonly model: string
   readonly headers?: Readonly<Record<string, string | null>>
+  readonly outputLimitField?: OutputLimitField
 } => {
-  const base = { kind: config.kind, baseUrl: normalizeBaseUrl(config.baseUrl), model: config.model }
+  const base = {
+    kind: config.kind,
+    baseUrl: normalizeBaseUrl(config.baseUrl),
+    model: config.model,
+    ...(config.outputLimitField === undefined ? {} : { outputLimitField: config.outputLimitField }),
+  }
   if (config.headers === undefined) return base
   const headers: Record<string, string | null> = {}
   for (const [name, value] of Object.entries(config.headers)) {
@@ -46,7 +80,9 @@ export const routeShape = (
 }
 
 /** The route identity of a configuration: no key, no `fetch`, no Redacted header value. */
-export const routeIdentity = (config: Pick<ProviderConfig, "kind" | "baseUrl" | "model" | "headers">): string =>
+export const routeIdentity = (
+  config: Pick<ProviderConfig, "kind" | "baseUrl" | "model" | "headers" | "outputLimitField">,
+): string =>
   Digest.route(routeShape(config))
 
 /** Checks a configuration before any request: an absolute http(s) base URL, a model, unique header names. */
@@ -61,7 +97,24 @@ export const validate = (config: ProviderConfig): Result.Result<ProviderConfig, 
   if (url.username !== "" || url.password !== "") {
     return Result.fail("baseUrl must not carry credentials; pass the key as apiKey or a Redacted header")
   }
+  // A query string may carry a key (`?key=`, `?api_key=`, `?token=`) and would enter the route
+  // identity; it is refused whatever it holds, like a fragment (neither fits `{baseUrl}/path`).
+  if (config.baseUrl.includes("?") || config.baseUrl.includes("#")) {
+    return Result.fail(
+      "baseUrl must not carry a query string or fragment; pass a key as apiKey or a Redacted header, other parameters as headers or providerOptions",
+    )
+  }
   if (config.model.length === 0) return Result.fail("model must not be empty")
+  const deadline = config.requestDeadlineMs
+  if (deadline !== undefined && (!Number.isSafeInteger(deadline) || deadline < 1 || deadline > MAX_REQUEST_DEADLINE_MS)) {
+    return Result.fail(`requestDeadlineMs must be an integer in [1, ${MAX_REQUEST_DEADLINE_MS}]`)
+  }
+  if (config.outputLimitField !== undefined) {
+    if (config.kind !== "openai-compatible") return Result.fail("outputLimitField applies to openai-compatible providers only")
+    if (config.outputLimitField !== "max_tokens" && config.outputLimitField !== "max_completion_tokens") {
+      return Result.fail("outputLimitField must be max_tokens or max_completion_tokens")
+    }
+  }
   if (!Redacted.isRedacted(config.apiKey)) return Result.fail("apiKey must be Redacted")
   if (config.headers !== undefined) {
     const names = Object.keys(config.headers).map((name) => name.toLowerCase())

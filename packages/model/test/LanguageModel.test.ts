@@ -4,7 +4,7 @@ import type { Prompt } from "@maka/facts"
 import { Effect, Fiber, Option, Redacted, Result, Stream } from "effect"
 import { AnthropicSse, OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
 import { LanguageModel, ProviderConfig, StepBuilder } from "@maka/model"
-import { API_KEY, anthropic, collect, failureOf, openAi, request, waitUntil } from "./support.ts"
+import { advanceUntilDone, API_KEY, anthropic, collect, failureOf, openAi, request, waitUntil } from "./support.ts"
 
 const serve = (...responders: ReadonlyArray<Respond.Responder>) => ScriptedServer.make({ script: responders })
 
@@ -453,6 +453,58 @@ describe("concurrency and cancellation", () => {
       assert.strictEqual((yield* ScriptedServer.awaitExchange(server, 0)).outcome, "client_closed")
       const next = yield* stepOf(model.stream(request()))
       assert.deepStrictEqual(next.parts, [{ kind: "text", textKind: "text", text: "next" }])
+    }),
+  )
+})
+
+describe("after the finish", () => {
+  const afterFinish = (error: import("@maka/model").ModelError.ModelError | undefined) => {
+    assert.isDefined(error)
+    assert.strictEqual(error?.reason._tag, "Adapter")
+    assert.strictEqual(error?.reason.message, "event after model finish")
+  }
+
+  it.effect("an OpenAI chunk after [DONE] is an adapter error, and no finished event is yielded", () =>
+    Effect.gen(function* () {
+      const server = yield* serve(
+        Respond.sse([...OpenAiSse.response({ text: ["ok"] }), OpenAiSse.text(" more")]),
+        Respond.sse([Respond.raw(`data: [DONE]\n\ndata: {"choices":[]}\n\n`)].flatMap((done) => [...OpenAiSse.response({ text: ["ok"], done: false }), done])),
+      )
+      const model = yield* openAi(server)
+      for (let index = 0; index < 2; index++) {
+        const { events, error } = yield* collect(model.stream(request()))
+        afterFinish(error)
+        assert.isFalse(events.some((event) => event.kind === "finished"))
+      }
+    }),
+  )
+
+  it.effect("an Anthropic event after message_stop is an adapter error", () =>
+    Effect.gen(function* () {
+      const server = yield* serve(Respond.sse([...AnthropicSse.response({ text: ["ok"] }), ...AnthropicSse.textBlock(1, ["late"])]))
+      const { events, error } = yield* collect((yield* anthropic(server)).stream(request()))
+      afterFinish(error)
+      assert.isFalse(events.some((event) => event.kind === "finished"))
+    }),
+  )
+
+  it.effect("keep-alive comments after the finish are allowed", () =>
+    Effect.gen(function* () {
+      const server = yield* serve(Respond.sse([...OpenAiSse.response({ text: ["ok"] }), Respond.comment(), Respond.comment()]))
+      const step = yield* stepOf((yield* openAi(server)).stream(request()))
+      assert.strictEqual(step.finishReason, "stop")
+    }),
+  )
+
+  it.effect("a body left open after the finish completes the step once the grace has passed", () =>
+    Effect.gen(function* () {
+      const server = yield* serve(Respond.stallAfter(OpenAiSse.response({ text: ["ok"] })))
+      const fiber = yield* Effect.forkChild(collect((yield* openAi(server)).stream(request())))
+      yield* advanceUntilDone(fiber, 500)
+      const { events, error } = yield* Fiber.join(fiber)
+      assert.strictEqual(error, undefined)
+      assert.strictEqual(events.at(-1)?.kind, "finished")
+      assert.strictEqual((yield* ScriptedServer.awaitExchange(server, 0)).outcome, "client_closed")
     }),
   )
 })

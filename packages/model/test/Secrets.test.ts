@@ -1,7 +1,7 @@
 /** Credentials never reach an error message; an idle timeout while reading an error body stays `timed_out`. */
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Fiber, Redacted, Result } from "effect"
-import { Respond, ScriptedServer } from "@maka/testkit"
+import { AnthropicSse, OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
 import { LanguageModel, ProviderConfig, StepBuilder } from "@maka/model"
 import { advanceUntilDone, failureOf, request } from "./support.ts"
 
@@ -99,6 +99,116 @@ describe("observed output", () => {
       const error = yield* failureOf(model.stream(request()))
       assert.strictEqual(error.reason._tag, "ContextOverflow")
       assert.isTrue(error.reason._tag === "ContextOverflow" && error.reason.observedOutput)
+    }),
+  )
+})
+
+describe("secrets in the form actually sent", () => {
+  // Characters that JSON-escaping and URL-encoding change; the trailing newline is what a key read
+  // from a file carries, and what Node trims from the header value it sends.
+  const KEY = 'sk-Test/Key+Value="x\\y"-0123456789'
+  const forms = [KEY, JSON.stringify(KEY).slice(1, -1), encodeURIComponent(KEY)]
+
+  it.effect("scrubs the key as sent (trimmed), JSON-escaped and URL-encoded from every error message", () =>
+    Effect.gen(function* () {
+      const server = yield* ScriptedServer.make({
+        script: [
+          // The server echoes the authorization header it received, in each encoding.
+          { respond: Respond.json(401, `invalid key ${KEY}`, { "content-type": "text/plain" }) },
+          { respond: Respond.json(401, `{"error":{"message":"bad","detail":"${JSON.stringify(KEY).slice(1, -1)}"}}`) },
+          { respond: Respond.json(401, `{"error":{"message":"invalid key ${JSON.stringify(KEY).slice(1, -1)}"}}`) },
+          { respond: Respond.json(403, `denied for ${encodeURIComponent(KEY)}`, { "content-type": "text/plain" }) },
+          { respond: Respond.sse([Respond.event({ error: { message: `key ${KEY} revoked`, type: "auth" } })]) },
+        ],
+      })
+      const model = yield* LanguageModel.make({
+        kind: "openai-compatible",
+        baseUrl: `${server.url}/v1`,
+        model: "m",
+        apiKey: Redacted.make(`${KEY}\n`),
+      })
+      for (let index = 0; index < 5; index++) {
+        const error = yield* failureOf(model.stream(request()))
+        for (const form of forms) assert.notInclude(error.message, form, `response ${index}`)
+        assert.notInclude(error.message, "Key+Value", `response ${index}`)
+        assert.notInclude(error.message, "Key%2BValue", `response ${index}`)
+      }
+      // The key was sent trimmed, as Node sends header values.
+      assert.strictEqual(server.requests()[0]?.headers["authorization"], `Bearer ${KEY}`)
+    }),
+  )
+
+  it("refuses a base URL with any query string or fragment, without echoing it", () => {
+    for (const suffix of ["?key=abc123secret", "?api_key=abc123secret", "?token=abc123secret", "?api-version=2024-01-01", "#abc123secret"]) {
+      const checked = ProviderConfig.validate({
+        kind: "openai-compatible",
+        baseUrl: `https://example.com/v1${suffix}`,
+        model: "m",
+        apiKey: Redacted.make(""),
+      })
+      assert.isTrue(Result.isFailure(checked), suffix)
+      assert.isFalse(Result.isFailure(checked) && checked.failure.includes("abc123secret"), suffix)
+    }
+  })
+})
+
+describe("provider tool-call ids", () => {
+  const long = "c".repeat(513)
+
+  it.effect("an OpenAI tool-call id over 512 UTF-16 units is an adapter error", () =>
+    Effect.gen(function* () {
+      const server = yield* ScriptedServer.make({
+        script: [Respond.sse(OpenAiSse.response({ toolCalls: [{ id: long, name: "f", arguments: ["{}"] }] }))],
+      })
+      const model = yield* LanguageModel.make({ kind: "openai-compatible", baseUrl: `${server.url}/v1`, model: "m", apiKey: Redacted.make("") })
+      const error = yield* failureOf(model.stream(request()))
+      assert.strictEqual(error.reason._tag, "Adapter")
+      assert.strictEqual(error.reason.message, "invalid tool call id")
+    }),
+  )
+
+  it.effect("an Anthropic tool-use id over 512 UTF-16 units, or not well-formed, is an adapter error", () =>
+    Effect.gen(function* () {
+      const server = yield* ScriptedServer.make({
+        script: [
+          Respond.sse(AnthropicSse.response({ toolUses: [{ id: long, name: "f", json: ["{}"] }] })),
+          Respond.sse(AnthropicSse.response({ toolUses: [{ id: "toolu_\ud800", name: "f", json: ["{}"] }] })),
+        ],
+      })
+      const model = yield* LanguageModel.make({ kind: "anthropic", baseUrl: server.url, model: "m", apiKey: Redacted.make("") })
+      for (let index = 0; index < 2; index++) {
+        const error = yield* failureOf(model.stream(request()))
+        assert.strictEqual(error.reason._tag, "Adapter")
+        assert.strictEqual(error.reason.message, "invalid tool call id")
+      }
+    }),
+  )
+})
+
+describe("provider tool-call ids at the end of the body", () => {
+  it.effect("an over-long id in a stream that ends without [DONE] is an adapter error", () =>
+    Effect.gen(function* () {
+      const server = yield* ScriptedServer.make({
+        script: [Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "c".repeat(513), name: "f", arguments: ["{}"] }], done: false }))],
+      })
+      const model = yield* LanguageModel.make({ kind: "openai-compatible", baseUrl: `${server.url}/v1`, model: "m", apiKey: Redacted.make("") })
+      const error = yield* failureOf(model.stream(request()))
+      assert.strictEqual(error.reason.message, "invalid tool call id")
+    }),
+  )
+})
+
+describe("secrets in adapter errors", () => {
+  it.effect("scrubs the key from an adapter message that quotes provider text", () =>
+    Effect.gen(function* () {
+      const key = "sk-quoted-0123456789"
+      const server = yield* ScriptedServer.make({
+        script: [Respond.sse(OpenAiSse.response({ text: ["x"], finishReason: `stopped by ${key}` }))],
+      })
+      const model = yield* LanguageModel.make({ kind: "openai-compatible", baseUrl: `${server.url}/v1`, model: "m", apiKey: Redacted.make(key) })
+      const error = yield* failureOf(model.stream(request()))
+      assert.strictEqual(error.reason._tag, "Adapter")
+      assert.strictEqual(error.reason.message, "model did not complete: stopped by [redacted]")
     }),
   )
 })

@@ -115,6 +115,7 @@ export const runCommand = (workspace: Root, overrides: Partial<BuiltinLimits> = 
         {
           timeoutSeconds: input.timeoutSeconds ?? limits.commandTimeoutSeconds,
           outputBytes: limits.commandOutputBytes,
+          outputDrainMs: defaults.commandOutputDrainMs,
         },
         input,
         signal,

@@ -3,6 +3,7 @@
  * the bounds of their inputs, the cap on a recorded failure message and the workspace marker name.
  * Hosts override the builtin caps per set (`Builtins.read(workspace, overrides)`), never globally.
  */
+import { Limits } from "@maka/facts"
 
 const KIB = 1024
 const MIB = 1024 * KIB
@@ -30,8 +31,10 @@ export const defaults = Object.freeze({
   commandMaxTimeoutSeconds: 3_600,
   /** `run_command`: bytes of stdout, and separately of stderr, kept per command. */
   commandOutputBytes: 64 * KIB,
-  /** The journal: UTF-8 bytes of a `ToolFailure` message recorded in `tool_settled {failed}`. */
-  failureMessageBytes: 64 * KIB,
+  /** `run_command`: milliseconds the pipes may still deliver output after the shell exited. */
+  commandOutputDrainMs: 100,
+  /** The journal: UTF-16 units of a failure message recorded in `tool_settled {failed}`. */
+  failureMessageUnits: Limits.MAX_FAILURE_MESSAGE,
   /** The workspace identity marker at the workspace root (DESIGN.md §10.1). */
   workspaceMarker: ".maka-workspace.json",
 } as const)

@@ -4,13 +4,13 @@
  * `tool_dispatched`, runs the effect, and commits `tool_settled`, leaving an unknown outcome unknown;
  * `runStep` does this for one step's calls in order, with exclusivity and cancellation.
  */
-import { EventSink, EventWrite, Prompts, ToolCall, type Event, type Identity } from "@maka/facts"
-import { Clock, Effect, Exit, Fiber, Result } from "effect"
+import { Canonical, EventSink, EventWrite, Prompts, ToolCall, type Event, type Identity } from "@maka/facts"
+import { Clock, Effect, Exit, Fiber, type Redacted, Result } from "effect"
 import * as Cancellation from "./Cancellation.ts"
 import { defaults } from "./Defaults.ts"
 import { Ids } from "./Ids.ts"
-import { capUtf8 } from "./internal/describe.ts"
 import { execute, type Execution } from "./internal/execution.ts"
+import { scrub } from "./internal/secrets.ts"
 import type { Runner, Semantics, Tool } from "./Tool.ts"
 import { admit, type CapturedCatalog } from "./ToolCatalog.ts"
 import { commitFailed, invalidWrite, type ToolError } from "./ToolError.ts"
@@ -89,14 +89,13 @@ export interface Settled {
 }
 
 /**
- * `tool_dispatched` is durable and no settlement is: the tool could not say (`outcome_unknown`), it
- * died or returned an invalid output (`defect`), or the settlement could not be built or committed
- * (`settle_commit`).
+ * `tool_dispatched` is durable and no settlement is: the tool failed with `ToolOutcomeUnknown`
+ * (`outcome_unknown`), or the settlement could not be built or committed (`settle_commit`).
  */
 export interface OutcomeUnknown {
   readonly _tag: "OutcomeUnknown"
   readonly request: CallRequest
-  readonly cause: "outcome_unknown" | "defect" | "settle_commit"
+  readonly cause: "outcome_unknown" | "settle_commit"
   readonly message: string
 }
 
@@ -170,7 +169,16 @@ export const unrecordableOutputMessage = (detail: string): string =>
 
 export interface InvokeOptions {
   readonly cancellation?: Cancellation.Cancellation | undefined
+  /**
+   * Secrets of the host (an API key, a token) that must never be stored: each is replaced by
+   * `[redacted]` in a failure message, as given, trimmed, JSON-escaped and URL-encoded.
+   */
+  readonly secrets?: ReadonlyArray<Redacted.Redacted<string>> | undefined
 }
+
+/** A failure message as it is settled: secrets scrubbed, then cut to `MAX_FAILURE_MESSAGE` units. */
+export const failureMessage = (message: string, secrets: ReadonlyArray<Redacted.Redacted<string>> = []): string =>
+  Canonical.truncateUtf16(scrub(message, secrets), defaults.failureMessageUnits)
 
 /** Whether an interruption of the calling fiber is pending (inside an uninterruptible region). */
 const interruptionPending = (restore: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>) =>
@@ -207,9 +215,10 @@ const settleWrite = (
   invocation: Identity.Invocation,
   request: CallRequest,
   execution: Execution & { readonly _tag: "Succeeded" | "Failed" },
+  secrets: ReadonlyArray<Redacted.Redacted<string>>,
 ): Effect.Effect<{ readonly write: EventWrite.EventWrite; readonly outcome: ToolCall.ToolOutcome }, ToolError, Ids> => {
   const failed = (message: string) => {
-    const outcome: ToolCall.ToolOutcome = { kind: "failed", message: capUtf8(message, defaults.failureMessageBytes) }
+    const outcome: ToolCall.ToolOutcome = { kind: "failed", message: failureMessage(message, secrets) }
     return Effect.map(
       plainWrite(invocation, { kind: "tool_settled", operationId: request.operationId, outcome }),
       (write) => ({ write, outcome }),
@@ -238,11 +247,12 @@ const settleWrite = (
 const invokeWith = (
   invocation: Identity.Invocation,
   prepared: Prepared,
-  cancellation: Cancellation.Cancellation,
+  options: InvokeOptions,
   restore: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>,
 ): Effect.Effect<{ readonly invoked: Invoked; readonly interrupted: boolean }, ToolError, Requirements> =>
   Effect.gen(function* () {
     const { request } = prepared
+    const cancellation = options.cancellation ?? Cancellation.none
     // T1: nothing runs before the dispatch is durable; any commit error aborts with no effect.
     const dispatch = yield* plainWrite(invocation, {
       kind: "tool_dispatched",
@@ -258,7 +268,8 @@ const invokeWith = (
       ? { execution: { _tag: "Failed", message: Prompts.CANCELLED_BEFORE_EFFECT }, interrupted: pending }
       : yield* runDispatched(prepared.runner, cancellation, restore)
     if (execution._tag === "Unknown") {
-      const unknown = { _tag: "OutcomeUnknown", request, cause: execution.cause, message: execution.message } satisfies OutcomeUnknown
+      const message = failureMessage(execution.message, options.secrets)
+      const unknown = { _tag: "OutcomeUnknown", request, cause: "outcome_unknown", message } satisfies OutcomeUnknown
       return { invoked: unknown, interrupted }
     }
     // T2: the settlement; if its commit fails the call stays uncertain, never reported settled.
@@ -266,7 +277,7 @@ const invokeWith = (
       const unknown = { _tag: "OutcomeUnknown", request, cause: "settle_commit", message } satisfies OutcomeUnknown
       return { invoked: unknown, interrupted }
     }
-    const built = yield* Effect.result(settleWrite(invocation, request, execution))
+    const built = yield* Effect.result(settleWrite(invocation, request, execution, options.secrets ?? []))
     if (Result.isFailure(built)) return unsettled(built.failure.message)
     const settle = built.success
     const committed = yield* Effect.result(commit(settle.write))
@@ -295,7 +306,7 @@ export const invoke = (
   options: InvokeOptions = {},
 ): Effect.Effect<Invoked, ToolError, Requirements> =>
   Effect.uninterruptibleMask((restore) =>
-    Effect.flatMap(invokeWith(invocation, prepared, options.cancellation ?? Cancellation.none, restore), (ran) =>
+    Effect.flatMap(invokeWith(invocation, prepared, options, restore), (ran) =>
       ran.interrupted ? Effect.interrupt : Effect.succeed(ran.invoked),
     ),
   )
@@ -355,7 +366,7 @@ export const runStep = (
           calls.push(yield* reject(invocation, request, preparation.reason))
           continue
         }
-        const ran = yield* invokeWith(invocation, preparation, cancellation, restore)
+        const ran = yield* invokeWith(invocation, preparation, options, restore)
         const result = ran.invoked
         if (ran.interrupted) interrupted = cancelled = true
         calls.push(result)

@@ -1,11 +1,13 @@
 /**
- * A tool (DESIGN.md §7, SEMANTICS.md §2.12): a name, a description, an Effect Schema input whose
- * JSON Schema is what providers see, step semantics and an `execute` that returns an Effect or a
- * Promise of a `ToolOutput`. `ToolFailure` is a known failure; `ToolOutcomeUnknown`, any other error
- * and any defect leave the outcome unknown.
+ * A tool (DESIGN.md §7, SEMANTICS.md §2.12): a name, a description, an input schema (an Effect
+ * Schema, or any Standard Schema that also implements Standard JSON Schema: zod 4, ArkType, Valibot
+ * with its adapter) whose JSON Schema is what providers see, step semantics and an `execute` that returns an Effect or a
+ * Promise of a `ToolOutput`. `ToolFailure`, and any other error thrown, rejected or failed with, is a
+ * known failure the model reads; only `ToolOutcomeUnknown` leaves the outcome unknown.
  */
 import { Identity, type ToolCall } from "@maka/facts"
 import { Data, Effect, Result, Schema } from "effect"
+import type { StandardJSONSchemaV1, StandardSchemaV1 } from "effect/StandardSchema"
 import { describeDefect } from "./internal/describe.ts"
 import { invalidDefinition } from "./ToolError.ts"
 
@@ -34,15 +36,34 @@ export interface ToolContext {
   readonly signal: AbortSignal
 }
 
-/** An Effect (its errors other than `ToolFailure` mean unknown) or a Promise (a rejection with `ToolFailure` is known). */
+/** An Effect or a Promise; any error is a known failure carrying its message, except `ToolOutcomeUnknown`. */
 export type Execution = Effect.Effect<ToolCall.ToolOutput, unknown> | PromiseLike<ToolCall.ToolOutput>
 
-export interface Config<S extends Schema.ConstraintDecoder<unknown, never>> {
+/**
+ * A Standard Schema (`@standard-schema/spec` 1.1) that also implements Standard JSON Schema: zod 4,
+ * ArkType, Valibot with its JSON Schema adapter. The types are the spec's own, as Effect vendors them.
+ */
+export interface StandardInput<Input = unknown, Output = Input> {
+  readonly "~standard": StandardSchemaV1.Props<Input, Output> & StandardJSONSchemaV1.Props<Input, Output>
+}
+
+/** What `input` may be: an Effect Schema without decoding services, or a `StandardInput`. */
+export type InputSchema = Schema.ConstraintDecoder<unknown, never> | StandardInput
+
+/** The decoded input `execute` receives: the Effect Schema's `Type`, or the Standard Schema's output. */
+export type InputOf<S extends InputSchema> =
+  S extends Schema.ConstraintDecoder<unknown, never>
+    ? S["Type"]
+    : S extends StandardInput
+      ? StandardSchemaV1.InferOutput<S>
+      : never
+
+export interface Config<S extends InputSchema> {
   readonly name: string
   readonly description: string
   readonly input: S
   readonly semantics: Semantics
-  readonly execute: (input: S["Type"], context: ToolContext) => Execution
+  readonly execute: (input: InputOf<S>, context: ToolContext) => Execution
 }
 
 /** The provider-facing definition (SEMANTICS.md §2.12). */
@@ -71,19 +92,80 @@ export interface Tool {
   readonly decode: (input: unknown) => Effect.Effect<Runner, DecodeFailure>
 }
 
-/** The JSON Schema sent to providers: the document's root with its definitions as `$defs`. */
-export const jsonSchemaOf = (schema: Schema.Constraint): Identity.JsonObject => {
-  const document = Schema.toJsonSchemaDocument(schema, { onExcessProperty: "error" })
-  const decoded = decodeJsonObject(
-    Object.keys(document.definitions).length === 0
-      ? document.schema
-      : { ...document.schema, $defs: document.definitions },
-  )
+const decodeJsonObject = Schema.decodeUnknownResult(Identity.JsonObject)
+
+const asJsonObject = (value: unknown): Identity.JsonObject => {
+  const decoded = decodeJsonObject(value)
   if (Result.isFailure(decoded)) throw invalidDefinition(`input schema is not JSON: ${decoded.failure.message}`)
   return decoded.success
 }
 
-const decodeJsonObject = Schema.decodeUnknownResult(Identity.JsonObject)
+/** An Effect Schema (its decoding services are `never` by `Config`'s bound). */
+const isEffectSchema = (input: InputSchema): input is Schema.ConstraintDecoder<unknown, never> => Schema.isSchema(input)
+
+const isStandardInput = (input: unknown): input is StandardInput => {
+  if (typeof input !== "object" && typeof input !== "function") return false
+  if (input === null || !("~standard" in input)) return false
+  const standard: unknown = input["~standard"]
+  return typeof standard === "object" && standard !== null && "validate" in standard && typeof standard.validate === "function"
+}
+
+const hasJsonSchema = (input: StandardInput): boolean => {
+  const converter: unknown = (input["~standard"] as { readonly jsonSchema?: unknown }).jsonSchema
+  return typeof converter === "object" && converter !== null && "input" in converter && typeof converter.input === "function"
+}
+
+/** The JSON Schema sent to providers from an Effect Schema: the document's root with its definitions as `$defs`. */
+export const jsonSchemaOf = (schema: Schema.Constraint): Identity.JsonObject => {
+  const document = Schema.toJsonSchemaDocument(schema, { onExcessProperty: "error" })
+  return asJsonObject(
+    Object.keys(document.definitions).length === 0
+      ? document.schema
+      : { ...document.schema, $defs: document.definitions },
+  )
+}
+
+/** The JSON Schema (draft 2020-12) of what the model sends, from a Standard JSON Schema; `$schema` dropped. */
+export const standardJsonSchemaOf = (schema: StandardInput): Identity.JsonObject => {
+  const generated = Result.try({
+    try: () => schema["~standard"].jsonSchema.input({ target: "draft-2020-12" }),
+    catch: (error) => invalidDefinition(`input schema has no JSON Schema: ${describeDefect(error)}`),
+  })
+  if (Result.isFailure(generated)) throw generated.failure
+  const { $schema: _dialect, ...document } = generated.success
+  return asJsonObject(document)
+}
+
+/** One Standard Schema issue as the model reads it: the message, then its path like Effect's. */
+const describeIssue = (issue: StandardSchemaV1.Issue): string => {
+  const path = (issue.path ?? []).map((segment) =>
+    typeof segment === "object" && segment !== null ? segment.key : segment,
+  )
+  const keys = path.map((key) => (typeof key === "symbol" ? String(key) : key))
+  return keys.length === 0 ? issue.message : `${issue.message}\n  at ${JSON.stringify(keys)}`
+}
+
+/** A decoder of the tool's input: the decoded value, or the readable problem. */
+type InputDecoder = (input: unknown) => Effect.Effect<unknown, { readonly message: string }>
+
+const standardDecoder =
+  (schema: StandardInput): InputDecoder =>
+  (input) =>
+    Effect.flatMap(
+      Effect.suspend(() => {
+        const validated = schema["~standard"].validate(input)
+        return validated instanceof Promise ? Effect.promise(() => validated) : Effect.succeed(validated)
+      }),
+      (result) =>
+        result.issues === undefined
+          ? Effect.succeed(result.value)
+          : Effect.fail({ message: result.issues.map(describeIssue).join("\n") }),
+    )
+
+const effectDecoder = (schema: Schema.ConstraintDecoder<unknown, never>): InputDecoder => {
+  const decode = Schema.decodeUnknownEffect(schema)
+  return (input) => decode(input, { onExcessProperty: "error", errors: "all" })
+}
 
 /** The readable message of an `invalid_input` rejection. */
 export const invalidInputMessage = (name: string, detail: string): string =>
@@ -91,20 +173,34 @@ export const invalidInputMessage = (name: string, detail: string): string =>
 
 /**
  * Builds a tool. Throws `ToolError` (`InvalidDefinition`) when the name breaks `NAME_PATTERN`, the
- * semantics are unknown, or the input Schema does not describe a JSON object.
+ * semantics are unknown, the input is neither an Effect Schema nor a Standard Schema with Standard
+ * JSON Schema, or it does not describe a JSON object.
  */
-export const make = <S extends Schema.ConstraintDecoder<unknown, never>>(config: Config<S>): Tool => {
+export const make = <S extends InputSchema>(config: Config<S>): Tool => {
   if (!NAME_PATTERN.test(config.name)) {
     throw invalidDefinition(`tool name ${JSON.stringify(config.name)} must be 1-64 characters of [A-Za-z0-9_-]`)
   }
   if (!Schema.is(Semantics)(config.semantics)) {
     throw invalidDefinition(`tool ${config.name} has unknown semantics ${JSON.stringify(config.semantics)}`)
   }
-  const inputSchema = jsonSchemaOf(config.input)
+  const input: InputSchema = config.input
+  let inputSchema: Identity.JsonObject
+  let decodeInput: InputDecoder
+  if (isEffectSchema(input)) {
+    inputSchema = jsonSchemaOf(input)
+    decodeInput = effectDecoder(input)
+  } else if (isStandardInput(input)) {
+    if (!hasJsonSchema(input)) {
+      throw invalidDefinition(`tool ${config.name}: its Standard Schema input must also implement Standard JSON Schema`)
+    }
+    inputSchema = standardJsonSchemaOf(input)
+    decodeInput = standardDecoder(input)
+  } else {
+    throw invalidDefinition(`tool ${config.name}: input must be an Effect Schema or a Standard Schema`)
+  }
   if (inputSchema["type"] !== "object") {
     throw invalidDefinition(`tool ${config.name} must take a JSON object as input`)
   }
-  const decodeInput = Schema.decodeUnknownEffect(config.input)
   const definition: ToolDefinition = Object.freeze({
     name: config.name,
     description: config.description,
@@ -117,8 +213,9 @@ export const make = <S extends Schema.ConstraintDecoder<unknown, never>>(config:
     inputSchema,
     definition,
     decode: (input: unknown) =>
-      decodeInput(input, { onExcessProperty: "error", errors: "all" }).pipe(
-        Effect.map((decoded): Runner => (context) => config.execute(decoded, context)),
+      decodeInput(input).pipe(
+        // The decoder is the schema's own, so its output is the schema's output type.
+        Effect.map((decoded): Runner => (context) => config.execute(decoded as InputOf<S>, context)),
         Effect.mapError(
           (error): DecodeFailure => ({ kind: "invalid_input", message: invalidInputMessage(config.name, error.message) }),
         ),

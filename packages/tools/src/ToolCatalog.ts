@@ -7,6 +7,9 @@ import { Digest } from "@maka/facts"
 import type { Semantics, Tool, ToolDefinition } from "./Tool.ts"
 import { invalidDefinition } from "./ToolError.ts"
 
+/** Marks a catalog built by `make`, so a plain array of tools can be told apart. */
+const CatalogBrand: unique symbol = Symbol.for("@maka/tools/ToolCatalog")
+
 export interface ToolCatalog {
   /** The tools, sorted by name. */
   readonly tools: ReadonlyArray<Tool>
@@ -59,6 +62,7 @@ export const make = (tools: Iterable<Tool>): ToolCatalog => {
     get,
   })
   return Object.freeze({
+    [CatalogBrand]: true,
     tools: Object.freeze(sorted),
     names,
     digest,
@@ -68,6 +72,16 @@ export const make = (tools: Iterable<Tool>): ToolCatalog => {
 }
 
 export const empty: ToolCatalog = make([])
+
+/** What a host may pass where a catalog is expected: a catalog, or a plain array of tools (`[]` is none). */
+export type Tools = ToolCatalog | ReadonlyArray<Tool>
+
+/** Whether `value` is a catalog built by `make` (a plain array of tools is not). */
+export const isToolCatalog = (value: unknown): value is ToolCatalog =>
+  typeof value === "object" && value !== null && CatalogBrand in value
+
+/** The catalog of `tools`: a catalog as it is, an array built with `make` (throws like `make`). */
+export const from = (tools: Tools): ToolCatalog => (isToolCatalog(tools) ? tools : make(tools))
 
 /** A new catalog with `tools` added; throws like `make` on a repeated name. */
 export const extend = (catalog: ToolCatalog, tools: Iterable<Tool>): ToolCatalog => make([...catalog.tools, ...tools])

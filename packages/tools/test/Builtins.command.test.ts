@@ -112,4 +112,35 @@ describe("run_command", () => {
       }
     }),
   )
+
+  it.effect("returns when the shell exits, leaving a background process that holds the pipes running", () =>
+    Effect.gen(function* () {
+      const { workspace } = yield* workspaceFixture
+      const started = Date.now()
+      const result = resultOf(yield* call(Builtins.runCommand(workspace), { command: "sleep 20 & echo $!; echo started" }))
+      const elapsed = Date.now() - started
+      const [pid, said] = result.stdout.trim().split("\n")
+      const background = Number(pid)
+      try {
+        assert.strictEqual(said, "started")
+        assert.deepInclude(result, { exitCode: 0, timedOut: false })
+        assert.isBelow(elapsed, 10_000)
+        assert.isFalse(isDead(background), "the background process is left running")
+      } finally {
+        process.kill(background, "SIGKILL")
+      }
+    }),
+  )
+
+  it.effect("keeps the output the shell wrote just before it exited", () =>
+    Effect.gen(function* () {
+      const { workspace } = yield* workspaceFixture
+      const command = "sleep 20 & i=0; while [ $i -lt 2000 ]; do echo line-$i; i=$((i+1)); done; echo $! >&2"
+      const result = resultOf(yield* call(Builtins.runCommand(workspace), { command }))
+      const lines = result.stdout.trim().split("\n")
+      process.kill(Number(result.stderr.trim()), "SIGKILL")
+      assert.strictEqual(lines.length, 2000)
+      assert.strictEqual(lines.at(-1), "line-1999")
+    }),
+  )
 })

@@ -1,3 +1,4 @@
+import { execFileSync } from "node:child_process"
 import * as fs from "node:fs"
 import * as path from "node:path"
 import { assert, describe, it } from "@effect/vitest"
@@ -245,6 +246,27 @@ describe("write_file", () => {
       }
       assert.strictEqual(fs.readFileSync(path.join(outside, "victim.txt"), "utf8"), "intact")
       assert.deepStrictEqual(fs.readdirSync(outside), ["victim.txt"])
+    }),
+  )
+})
+
+describe("non-regular files", () => {
+  it.effect("write_file, read_file and search_text refuse or pass over a FIFO without blocking", () =>
+    Effect.gen(function* () {
+      const { root, workspace } = yield* workspaceFixture
+      execFileSync("mkfifo", [path.join(root, "pipe")])
+      fs.writeFileSync(path.join(root, "a.txt"), "needle\n")
+      assert.include(failureOf(yield* call(Builtins.writeFile(workspace), { path: "pipe", content: "x" })), "pipe: is not a regular file")
+      assert.include(failureOf(yield* call(Builtins.readFile(workspace), { path: "pipe" })), "pipe: is not a regular file")
+      assert.deepStrictEqual(jsonOf(yield* call(Builtins.searchText(workspace), { pattern: "needle" })), {
+        matches: [{ path: "a.txt", line: 1, text: "needle" }],
+        truncated: false,
+      })
+      assert.deepStrictEqual(jsonOf(yield* call(Builtins.listFiles(workspace), {})), [
+        { name: ".maka-workspace.json", type: "file", size: fs.statSync(path.join(root, ".maka-workspace.json")).size },
+        { name: "a.txt", type: "file", size: 7 },
+        { name: "pipe", type: "file", size: 0 },
+      ])
     }),
   )
 })

@@ -5,6 +5,7 @@ import { Cancellation, Journal, Tool, ToolCatalog } from "@maka/tools"
 import { RecordingSink, TestIds } from "@maka/tools/testing"
 import { Cause, Context, Deferred, Effect, Exit, Fiber, Layer, Schema } from "effect"
 import { TestClock } from "effect/testing"
+import { z } from "zod"
 import { Committed, journalSuite, kinds, setup, withSink } from "./journal-suite.ts"
 
 const recordingLayer = (): Layer.Layer<EventSink.EventSink | Committed> =>
@@ -50,20 +51,30 @@ describe("Journal.invoke", () => {
     }),
   )
 
-  it.effect("leaves ToolOutcomeUnknown, another error, or an invalid output unsettled", () =>
+  it.effect("leaves ToolOutcomeUnknown unsettled and settles another error or an invalid output as failed", () =>
     Effect.gen(function* () {
       const unknown = yield* runProbe(() => Promise.reject(new Tool.ToolOutcomeUnknown({ message: "connection lost" })))
       assert.deepStrictEqual(kinds(unknown.facts), ["tool_dispatched"])
       assert.deepInclude(unknown.result, { _tag: "OutcomeUnknown", cause: "outcome_unknown", message: "connection lost" })
       const other = yield* runProbe(() => Promise.reject(new RangeError("out of range")))
-      assert.deepStrictEqual(kinds(other.facts), ["tool_dispatched"])
-      assert.deepInclude(other.result, { _tag: "OutcomeUnknown", cause: "defect", message: "RangeError: out of range" })
-      const typed = yield* runProbe(() => Effect.fail("a plain error"))
-      assert.deepInclude(typed.result, { _tag: "OutcomeUnknown", cause: "defect" })
+      assert.deepStrictEqual(other.facts[1], {
+        kind: "tool_settled",
+        operationId: "invocation-1-step-1:call-1",
+        outcome: { kind: "failed", message: "out of range" },
+      })
+      const typed = yield* runProbe(() => Effect.fail({ code: 7 }))
+      assert.deepInclude(typed.result, { _tag: "Settled", outcome: { kind: "failed", message: '{"code":7}' } })
       const invalid = yield* runProbe(() => Promise.resolve({ format: "text", value: 3 } as unknown as ToolCall.ToolOutput))
-      assert.deepStrictEqual(kinds(invalid.facts), ["tool_dispatched"])
-      assert.strictEqual(invalid.result._tag, "OutcomeUnknown")
-      if (invalid.result._tag === "OutcomeUnknown") assert.include(invalid.result.message, "invalid output")
+      assert.deepStrictEqual(kinds(invalid.facts), ["tool_dispatched", "tool_settled:failed"])
+      const settled = invalid.facts[1]!
+      if (settled.kind === "tool_settled" && settled.outcome.kind === "failed") {
+        assert.match(settled.outcome.message, /^tool returned an invalid output: /)
+      } else assert.fail("expected a failed settlement")
+      const neither = yield* runProbe(() => 42 as unknown as Tool.Execution)
+      assert.deepInclude(neither.result, {
+        _tag: "Settled",
+        outcome: { kind: "failed", message: "execute returned neither an Effect nor a Promise" },
+      })
     }),
   )
 
@@ -78,13 +89,12 @@ describe("Journal.invoke", () => {
     }),
   )
 
-  it.effect("caps a huge failure message", () =>
+  it.effect("cuts a huge ToolFailure message to 2,048 UTF-16 units", () =>
     Effect.gen(function* () {
       const { facts } = yield* runProbe(() => Tool.fail("x".repeat(200_000)))
       const settled = facts[1]!
       if (settled.kind === "tool_settled" && settled.outcome.kind === "failed") {
-        assert.isAtMost(Buffer.byteLength(settled.outcome.message), 64 * 1024 + 64)
-        assert.match(settled.outcome.message, /\[truncated: \d+ more bytes\]$/)
+        assert.strictEqual(settled.outcome.message, "x".repeat(2_048))
       } else assert.fail("expected a failed settlement")
     }),
   )
@@ -144,6 +154,37 @@ describe("Journal.invoke", () => {
       if (settled.kind === "tool_settled" && settled.outcome.kind === "succeeded") {
         assert.deepStrictEqual(settled.outcome.projection, { kind: "text", text: "aborted: true" })
       }
+    }).pipe(Effect.provide(recordingLayer())),
+  )
+})
+
+describe("Journal with a Standard Schema tool", () => {
+  it.effect("rejects invalid input as invalid_input with the schema's readable reason, and runs valid input", () =>
+    Effect.gen(function* () {
+      const ran: Array<string> = []
+      const captured = ToolCatalog.from([
+        Tool.make({
+          name: "probe",
+          description: "A probe.",
+          input: z.object({ value: z.string().min(2) }),
+          semantics: "parallel",
+          execute: ({ value }) => (ran.push(value), Promise.resolve(Tool.text(value))),
+        }),
+      ]).capture()
+      const context = yield* setup([
+        { id: "call-1", name: "probe", input: { value: "x" } },
+        { id: "call-2", name: "probe", input: { value: "ok" } },
+      ])
+      const result = yield* withSink(context)(Journal.runStep(context.invocation, captured, context.requests))
+      const facts = yield* context.facts
+      assert.deepStrictEqual(kinds(facts), ["tool_rejected:invalid_input", "tool_dispatched", "tool_settled:succeeded"])
+      assert.deepStrictEqual(ran, ["ok"])
+      const rejected = result.calls[0]!
+      if (rejected._tag !== "Rejected") return assert.fail("expected a rejection")
+      assert.strictEqual(
+        rejected.text,
+        'Invalid input for tool "probe": Too small: expected string to have >=2 characters\n  at ["value"]',
+      )
     }).pipe(Effect.provide(recordingLayer())),
   )
 })

@@ -1,6 +1,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Tool, ToolError } from "@maka/tools"
 import { Effect, Schema } from "effect"
+import { z } from "zod"
 
 const Input = Schema.Struct({
   path: Schema.String.annotate({ description: "A path" }),
@@ -93,4 +94,107 @@ describe("Tool.make", () => {
       assert.include(failure.message, 'at ["other"]')
     }),
   )
+})
+
+describe("Tool.make with a Standard Schema (zod 4)", () => {
+  const ZodInput = z.object({
+    path: z.string().describe("A path"),
+    limit: z.number().int().min(1).max(10).optional(),
+  })
+
+  const zodTool = (input: Tool.InputSchema = ZodInput) =>
+    Tool.make({
+      name: "read",
+      description: "Reads.",
+      input,
+      semantics: "parallel",
+      execute: (decoded) => Effect.succeed(Tool.text(JSON.stringify(decoded))),
+    })
+
+  it("derives the provider JSON Schema from the schema's input JSON Schema, without $schema", () => {
+    assert.deepStrictEqual(zodTool().inputSchema, {
+      type: "object",
+      properties: {
+        path: { type: "string", description: "A path" },
+        limit: { type: "integer", minimum: 1, maximum: 10 },
+      },
+      required: ["path"],
+    })
+  })
+
+  it.effect("runs execute with the schema's output and types it from the schema", () =>
+    Effect.gen(function* () {
+      const seen: Array<{ readonly path: string; readonly mode: "a" | "b" }> = []
+      const tool = Tool.make({
+        name: "defaults",
+        description: "d",
+        input: z.object({ path: z.string(), mode: z.enum(["a", "b"]).default("a") }),
+        semantics: "parallel",
+        execute: (input) => {
+          seen.push(input)
+          return Promise.resolve(Tool.text(input.path))
+        },
+      })
+      const runner = yield* tool.decode({ path: "x" })
+      yield* Effect.promise(() => Promise.resolve(runner({ signal: new AbortController().signal })))
+      assert.deepStrictEqual(seen, [{ path: "x", mode: "a" }])
+    }),
+  )
+
+  it.effect("reports every issue of invalid input with its path in one readable message", () =>
+    Effect.gen(function* () {
+      const failure = yield* Effect.flip(zodTool().decode({ path: 1, limit: 0 }))
+      assert.strictEqual(failure.kind, "invalid_input")
+      assert.match(failure.message, /^Invalid input for tool "read": /)
+      assert.include(failure.message, 'expected string, received number\n  at ["path"]')
+      assert.include(failure.message, 'expected number to be >=1\n  at ["limit"]')
+    }),
+  )
+
+  it.effect("awaits an asynchronous validation", () =>
+    Effect.gen(function* () {
+      const tool = zodTool(z.object({ name: z.string().refine(async (name) => name !== "taken", "name is taken") }))
+      yield* tool.decode({ name: "free" })
+      const failure = yield* Effect.flip(tool.decode({ name: "taken" }))
+      assert.include(failure.message, 'name is taken\n  at ["name"]')
+    }),
+  )
+
+  it.effect("turns a validator that throws into preparation_failed", () =>
+    Effect.gen(function* () {
+      const tool = zodTool(
+        z.object({
+          name: z.string().refine(() => {
+            throw new Error("validator broke")
+          }),
+        }),
+      )
+      const failure = yield* Effect.flip(tool.decode({ name: "x" }))
+      assert.strictEqual(failure.kind, "preparation_failed")
+      assert.include(failure.message, "validator broke")
+    }),
+  )
+
+  it("refuses a schema that is not a JSON object, and a Standard Schema without Standard JSON Schema", () => {
+    assert.include(definitionError(() => zodTool(z.string())), "must take a JSON object")
+    const validateOnly = {
+      "~standard": { version: 1, vendor: "custom", validate: (value: unknown) => ({ value }) },
+    } as unknown as Tool.InputSchema
+    assert.include(definitionError(() => zodTool(validateOnly)), "Standard JSON Schema")
+    assert.include(definitionError(() => zodTool({} as unknown as Tool.InputSchema)), "Effect Schema or a Standard Schema")
+  })
+
+  it("gives the same definition for the same tool written with zod and with Effect Schema", () => {
+    // The README's example.
+    const withZod = zodTool(
+      z.strictObject({ path: z.string().describe("A file path"), limit: z.number().int().min(1).optional() }),
+    )
+    const withEffect = zodTool(
+      Schema.Struct({
+        path: Schema.String.annotate({ description: "A file path" }),
+        limit: Schema.optionalKey(Schema.Int.check(Schema.isGreaterThanOrEqualTo(1))),
+      }),
+    )
+    assert.deepStrictEqual(withZod.inputSchema, withEffect.inputSchema)
+  })
 })

@@ -64,3 +64,22 @@ describe("ToolCatalog", () => {
     assert.deepStrictEqual(admit(["x", "missing"]), ["admitted", "exclusive_conflict"])
   })
 })
+
+describe("ToolCatalog.from", () => {
+  it("takes a catalog as it is and builds one from a plain array; [] is the empty catalog", () => {
+    const catalog = ToolCatalog.make([tool("a")])
+    assert.strictEqual(ToolCatalog.from(catalog), catalog)
+    const built = ToolCatalog.from([tool("b"), tool("a")])
+    assert.deepStrictEqual(built.names, ["a", "b"])
+    assert.strictEqual(built.digest, ToolCatalog.make([tool("a"), tool("b")]).digest)
+    const none = ToolCatalog.from([])
+    assert.deepStrictEqual(none.names, [])
+    assert.strictEqual(none.digest, ToolCatalog.empty.digest)
+    assert.isTrue(ToolCatalog.isToolCatalog(catalog))
+    assert.isFalse(ToolCatalog.isToolCatalog([tool("a")]))
+  })
+
+  it("refuses an array that repeats a name, like make", () => {
+    assert.throws(() => ToolCatalog.from([tool("a"), tool("a")]), /appears twice/)
+  })
+})

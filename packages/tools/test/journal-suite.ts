@@ -9,7 +9,7 @@ import { EventSink, Prompts, type Event, type Fact, type Identity } from "@maka/
 import { FactBuilders, History } from "@maka/testkit"
 import { Cancellation, Journal, Tool, ToolCatalog } from "@maka/tools"
 import { RecordingSink, TestIds } from "@maka/tools/testing"
-import { Context, Deferred, Effect, Fiber, Layer, Schema } from "effect"
+import { Context, Deferred, Effect, Fiber, Layer, Redacted, Schema } from "effect"
 
 /** What a sink layer under test must also provide: the events it stored, in sequence order. */
 export class Committed extends Context.Service<
@@ -56,6 +56,41 @@ export const fixtureTools = (effects: Effects, gate?: Gate) =>
       semantics: "parallel",
       execute: ({ value }) =>
         Effect.andThen(Effect.sync(() => effects.ran.push(`dies:${value}`)), Effect.die(new Error("crashed mid-way"))),
+    }),
+    Tool.make({
+      name: "throws",
+      description: "Throws an Error with its input as the message.",
+      input: TextInput,
+      semantics: "parallel",
+      execute: ({ value }) => {
+        effects.ran.push(`throws:${value}`)
+        throw new Error(value)
+      },
+    }),
+    Tool.make({
+      name: "rejects",
+      description: "Returns a Promise that rejects with a RangeError.",
+      input: TextInput,
+      semantics: "parallel",
+      execute: ({ value }) => (effects.ran.push(`rejects:${value}`), Promise.reject(new RangeError(value))),
+    }),
+    Tool.make({
+      name: "errs",
+      description: "Fails its Effect with a plain value.",
+      input: TextInput,
+      semantics: "parallel",
+      execute: ({ value }) => Effect.andThen(Effect.sync(() => effects.ran.push(`errs:${value}`)), Effect.fail(value)),
+    }),
+    Tool.make({
+      name: "unknown",
+      description: "Cannot say whether its effect happened.",
+      input: TextInput,
+      semantics: "parallel",
+      execute: ({ value }) =>
+        Effect.andThen(
+          Effect.sync(() => effects.ran.push(`unknown:${value}`)),
+          Effect.fail(new Tool.ToolOutcomeUnknown({ message: "connection lost" })),
+        ),
     }),
     Tool.make({
       name: "exclusive",
@@ -215,21 +250,77 @@ export const journalSuite = (name: string, makeSinkLayer: MakeSinkLayer) =>
       }).pipe(Effect.provide(makeSinkLayer())),
     )
 
-    it.effect("leaves an effect that dies mid-way dispatched and unsettled, and stops the step", () =>
+    it.effect("settles a thrown Error, a rejection, an Effect failure and a defect as failed with the error's message", () =>
       Effect.gen(function* () {
         const effects: Effects = { ran: [] }
-        const context = yield* setup([call("call-1", "dies"), call("call-2", "echo")])
+        const context = yield* setup([
+          call("call-1", "throws", "x"),
+          call("call-2", "rejects", "out of range"),
+          call("call-3", "errs", "a plain error"),
+          call("call-4", "dies"),
+          call("call-5", "throws", ""),
+          call("call-6", "echo"),
+        ])
+        const result = yield* withSink(context)(
+          Journal.runStep(context.invocation, fixtureTools(effects).capture(), context.requests),
+        )
+        const facts = yield* context.facts
+        assert.deepStrictEqual(
+          facts.flatMap((fact) =>
+            fact.kind === "tool_settled" ? [fact.outcome.kind === "failed" ? fact.outcome.message : fact.outcome.kind] : [],
+          ),
+          ["x", "out of range", "a plain error", "crashed mid-way", "tool failed", "succeeded"],
+        )
+        assert.isFalse(result.uncertain)
+        assert.deepStrictEqual(effects.ran, ["throws:x", "rejects:out of range", "errs:a plain error", "dies:call-4", "throws:", "echo:call-6"])
+      }).pipe(Effect.provide(makeSinkLayer())),
+    )
+
+    it.effect("leaves a ToolOutcomeUnknown dispatched and unsettled, and stops the step", () =>
+      Effect.gen(function* () {
+        const effects: Effects = { ran: [] }
+        const context = yield* setup([call("call-1", "unknown"), call("call-2", "echo")])
         const result = yield* withSink(context)(
           Journal.runStep(context.invocation, fixtureTools(effects).capture(), context.requests),
         )
         assert.deepStrictEqual(kinds(yield* context.facts), ["tool_dispatched", "tool_rejected:cancelled"])
-        assert.deepStrictEqual(effects.ran, ["dies:call-1"])
+        assert.deepStrictEqual(effects.ran, ["unknown:call-1"])
         assert.isTrue(result.uncertain)
-        const unknown = result.calls[0]!
-        assert.strictEqual(unknown._tag, "OutcomeUnknown")
-        if (unknown._tag === "OutcomeUnknown") {
-          assert.strictEqual(unknown.cause, "defect")
-          assert.include(unknown.message, "crashed mid-way")
+        assert.deepInclude(result.calls[0]!, { _tag: "OutcomeUnknown", cause: "outcome_unknown", message: "connection lost" })
+      }).pipe(Effect.provide(makeSinkLayer())),
+    )
+
+    it.effect("cuts a failure message to 2,048 UTF-16 units without splitting a surrogate pair", () =>
+      Effect.gen(function* () {
+        // 2,047 units, then an emoji (a surrogate pair) across the boundary, then more.
+        const long = "a".repeat(2_047) + "\u{1F600}" + "b".repeat(5_000)
+        const exact = "c".repeat(2_048)
+        const context = yield* setup([call("call-1", "throws", long), call("call-2", "throws", exact), call("call-3", "throws", exact + "d")])
+        yield* withSink(context)(Journal.runStep(context.invocation, fixtureTools({ ran: [] }).capture(), context.requests))
+        const messages = (yield* context.facts).flatMap((fact) =>
+          fact.kind === "tool_settled" && fact.outcome.kind === "failed" ? [fact.outcome.message] : [],
+        )
+        assert.deepStrictEqual(messages, ["a".repeat(2_047), exact, exact])
+      }).pipe(Effect.provide(makeSinkLayer())),
+    )
+
+    it.effect("scrubs the host's secrets from a failure message in every form they can take", () =>
+      Effect.gen(function* () {
+        const key = "sk-test/secret+key=1\n"
+        const forms = [key, key.trim(), encodeURIComponent(key.trim()), JSON.stringify(key).slice(1, -1)]
+        const context = yield* setup(forms.map((form, index) => call(`call-${index + 1}`, "throws", `request failed with ${form} sent`)))
+        yield* withSink(context)(
+          Journal.runStep(context.invocation, fixtureTools({ ran: [] }).capture(), context.requests, {
+            secrets: [Redacted.make(key)],
+          }),
+        )
+        const messages = (yield* context.facts).flatMap((fact) =>
+          fact.kind === "tool_settled" && fact.outcome.kind === "failed" ? [fact.outcome.message] : [],
+        )
+        assert.strictEqual(messages.length, forms.length)
+        for (const message of messages) {
+          assert.match(message, /^request failed with \[redacted\]\s* sent$/)
+          assert.notInclude(message, "secret")
         }
       }).pipe(Effect.provide(makeSinkLayer())),
     )

@@ -5,6 +5,7 @@
  */
 import type { Identity, Prompt } from "@maka/facts"
 import { Canonical } from "@maka/facts"
+import type { OutputLimitField } from "../ProviderConfig.ts"
 
 type Json = Identity.Json
 
@@ -39,13 +40,18 @@ const messages = (prompt: Prompt.Prompt): Array<Json> =>
     }
   })
 
-/** The request body for `model`, as canonical JSON text. */
-export const openAiBody = (model: string, request: Prompt.ModelRequest, prompt: Prompt.Prompt): string =>
+/** The request body for `model`, as canonical JSON text; the output limit goes in `limitField`. */
+export const openAiBody = (
+  model: string,
+  request: Prompt.ModelRequest,
+  prompt: Prompt.Prompt,
+  limitField: OutputLimitField,
+): string =>
   Canonical.stringify({
     ...request.providerOptions,
     model,
     messages: messages(prompt),
-    max_tokens: request.maxOutputTokens,
+    [limitField]: request.maxOutputTokens,
     stream: true,
     stream_options: { include_usage: true },
     ...(request.tools.length === 0

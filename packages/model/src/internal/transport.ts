@@ -5,8 +5,8 @@
  * tracked, stream limits enforced. The response is released when the stream's scope closes.
  */
 import type { Model } from "@maka/facts"
-import { Canonical } from "@maka/facts"
-import { Cause, Clock, Effect, Scope, Stream } from "effect"
+import { Canonical, Limits } from "@maka/facts"
+import { Cause, Clock, Deferred, Effect, Scope, Stream } from "effect"
 import { createParser, type EventSourceMessage } from "eventsource-parser"
 import * as ErrorClassification from "../ErrorClassification.ts"
 import * as ModelError from "../ModelError.ts"
@@ -14,6 +14,7 @@ import type { FetchFunction } from "../ProviderConfig.ts"
 import { splitDelta } from "./delta-split.ts"
 import type { Normalizer, NormalizerFailure, SseMessage } from "./normalizer.ts"
 import { ReplayTracker } from "./replay-tracker.ts"
+import { scrub } from "./secrets.ts"
 
 export interface TransportRequest {
   readonly url: string
@@ -21,12 +22,16 @@ export interface TransportRequest {
   readonly body: string
   readonly fetch: FetchFunction
   readonly idleTimeoutMs: number
+  /** The overall deadline of the request from send to its end, when the host set one. */
+  readonly deadlineMs: number | undefined
   readonly cleanupGraceMs: number
   readonly maxDeltaChars: number
   readonly maxOutputBytes: number
   readonly maxEventBytes: number
   readonly maxErrorBodyBytes: number
-  /** Strings scrubbed from every error message (the API key). */
+  /** How long the body may stay open after the finish before the step completes without its end. */
+  readonly afterFinishGraceMs: number
+  /** Every form of the secrets scrubbed from every error message (`secrets.ts` `formsOf`). */
   readonly secrets: ReadonlyArray<string>
   readonly normalizer: Normalizer
 }
@@ -36,7 +41,6 @@ type Events = readonly [Model.ModelEvent, ...Array<Model.ModelEvent>]
 interface IdleState {
   reading: boolean
   lastActivity: number
-  timedOut: boolean
 }
 
 const describe = (cause: unknown): string => {
@@ -47,6 +51,10 @@ const describe = (cause: unknown): string => {
   return String(cause)
 }
 
+/** A provider's tool-call id becomes a fact's id: 1–512 UTF-16 units of well-formed text, no NUL. */
+const isToolCallId = (id: string): boolean =>
+  id.length >= 1 && id.length <= Limits.MAX_ID_UTF16 && !/\p{Cs}/u.test(id) && !id.includes("\u0000")
+
 const isAbortError = (cause: unknown): boolean => cause instanceof Error && cause.name === "AbortError"
 
 /** Streams the `ModelEvent`s of one request; the caller's scope handling is the stream's own. */
@@ -56,33 +64,45 @@ export const stream = (request: TransportRequest): Stream.Stream<Model.ModelEven
 const open = Effect.fn("LanguageModel.stream")(function* (request: TransportRequest) {
   const clock = yield* Clock.Clock
   const controller = new AbortController()
-  const idle: IdleState = { reading: false, lastActivity: clock.currentTimeMillisUnsafe(), timedOut: false }
+  const idle: IdleState = { reading: false, lastActivity: clock.currentTimeMillisUnsafe() }
   const tracker = new ReplayTracker()
   const scope = yield* Scope.Scope
   yield* Scope.addFinalizer(scope, Effect.sync(() => controller.abort()))
 
-  // The watchdog: aborts the request once a read has waited `idleTimeoutMs` without a byte.
+  // Set once the idle timeout or the deadline expired: every wait, running or to come, ends with it,
+  // whether or not the `fetch` honours the abort.
+  const expired = yield* Deferred.make<never, ModelError.ModelError>()
+  let expiry: ModelError.ModelError | undefined
+  const expire = (error: ModelError.ModelError) =>
+    Effect.suspend(() => {
+      expiry ??= error
+      controller.abort()
+      return Deferred.fail(expired, expiry)
+    })
+
+  // The watchdog: expires the request once a read has waited `idleTimeoutMs` without a byte.
   const watchdog: Effect.Effect<void> = Effect.suspend(() => {
     const now = clock.currentTimeMillisUnsafe()
     const remaining = idle.lastActivity + request.idleTimeoutMs - now
-    if (idle.reading && remaining <= 0) {
-      idle.timedOut = true
-      return Effect.sync(() => controller.abort())
-    }
+    if (idle.reading && remaining <= 0) return Effect.asVoid(expire(ModelError.timedOut()))
     return Effect.flatMap(Effect.sleep(idle.reading ? remaining : request.idleTimeoutMs), () => watchdog)
   })
   yield* Effect.forkScoped(watchdog)
+  const deadlineMs = request.deadlineMs
+  if (deadlineMs !== undefined) {
+    yield* Effect.forkScoped(Effect.andThen(Effect.sleep(deadlineMs), expire(ModelError.deadlineExceeded(deadlineMs))))
+  }
 
-  /** Runs one wait on the network under the idle timer. */
+  /** Runs one wait on the network under the idle timer and the deadline, raced against their expiry. */
   const waitFor = <A>(promise: () => Promise<A>, onFailure: (cause: unknown) => ModelError.ModelError) =>
     Effect.suspend(() => {
       idle.reading = true
       idle.lastActivity = clock.currentTimeMillisUnsafe()
-      return Effect.tryPromise({
+      const waiting = Effect.tryPromise({
         try: promise,
-        catch: (cause) =>
-          idle.timedOut ? ModelError.timedOut() : isAbortError(cause) ? ModelError.cancelled() : onFailure(cause),
-      }).pipe(
+        catch: (cause) => expiry ?? (isAbortError(cause) ? ModelError.cancelled() : onFailure(cause)),
+      })
+      return Effect.raceFirst(waiting, Deferred.await(expired)).pipe(
         Effect.ensuring(
           Effect.sync(() => {
             idle.reading = false
@@ -181,7 +201,7 @@ const open = Effect.fn("LanguageModel.stream")(function* (request: TransportRequ
   const toError = (found: NormalizerFailure): ModelError.ModelError => {
     switch (found.kind) {
       case "adapter":
-        return ModelError.adapter(found.message)
+        return ModelError.adapter(scrub(found.message, request.secrets))
       case "truncated":
         return truncated(found.message)
       case "provider_payload":
@@ -200,7 +220,12 @@ const open = Effect.fn("LanguageModel.stream")(function* (request: TransportRequ
     const produced: Array<Model.ModelEvent> = []
     let found: NormalizerFailure | undefined
     for (const message of messages) {
-      if (found !== undefined || request.normalizer.isFinished()) break
+      if (found !== undefined) break
+      // Once the stream finished, any further event (not a comment) breaks the vocabulary.
+      if (request.normalizer.isFinished()) {
+        found = { kind: "adapter", message: ModelError.AdapterMessage.eventAfterFinish }
+        break
+      }
       if (message.data.length > request.maxEventBytes / 3 && Canonical.utf8Length(message.data) > request.maxEventBytes) {
         found = { kind: "adapter", message: "provider event exceeds 8 MiB" }
         break
@@ -209,6 +234,10 @@ const open = Effect.fn("LanguageModel.stream")(function* (request: TransportRequ
     }
     messages.length = 0
     for (const event of produced) {
+      if (event.kind === "tool_call" && !isToolCallId(event.id)) {
+        found ??= { kind: "adapter", message: ModelError.AdapterMessage.invalidToolCallId }
+        break
+      }
       if (event.kind === "part_delta" && event.text.length > request.maxDeltaChars) {
         for (const piece of splitDelta(event, request.maxDeltaChars)) {
           tracker.observe(piece)
@@ -235,8 +264,12 @@ const open = Effect.fn("LanguageModel.stream")(function* (request: TransportRequ
       drainMessages(out)
       if (failure === undefined && !request.normalizer.isFinished()) {
         const produced: Array<Model.ModelEvent> = []
-        const found = request.normalizer.end(produced)
+        let found = request.normalizer.end(produced)
         for (const event of produced) {
+          if (event.kind === "tool_call" && !isToolCallId(event.id)) {
+            found ??= { kind: "adapter", message: ModelError.AdapterMessage.invalidToolCallId }
+            break
+          }
           tracker.observe(event)
           out.push(event)
         }
@@ -257,12 +290,30 @@ const open = Effect.fn("LanguageModel.stream")(function* (request: TransportRequ
     drainMessages(out)
   }
 
+  // The events of the chunk that finished the stream, held until the body is known to carry nothing more.
+  const held: Array<Model.ModelEvent> = []
+  const release = (): Effect.Effect<Events, Cause.Done> => {
+    const [first, ...rest] = held.splice(0)
+    return first === undefined ? Cause.done() : Effect.succeed<Events>([first, ...rest])
+  }
+  /** After the finish: the rest of the body, for at most the grace; a body left open ends the stream. */
+  const readAfterFinish = Effect.map(Effect.timeoutOption(read(), request.afterFinishGraceMs), (chunk) =>
+    chunk._tag === "Some" ? chunk.value : ({ done: true, value: undefined } as const),
+  )
+
   const pull: Effect.Effect<Events, ModelError.ModelError | Cause.Done> = Effect.suspend(() => {
     if (failure !== undefined) return Effect.fail(failure)
-    if (ended || request.normalizer.isFinished()) return Cause.done()
-    return Effect.flatMap(read(), (chunk) => {
+    if (ended) return release()
+    const finished = request.normalizer.isFinished()
+    return Effect.flatMap(finished ? readAfterFinish : read(), (chunk) => {
       const out: Array<Model.ModelEvent> = []
       onChunk(chunk, out)
+      if (request.normalizer.isFinished()) {
+        // Nothing of a finished stream is yielded until its body is known to carry nothing more.
+        if (failure !== undefined) return Effect.fail(failure)
+        held.push(...out)
+        return ended ? release() : pull
+      }
       const [first, ...rest] = out
       if (first !== undefined) return Effect.succeed<Events>([first, ...rest])
       return pull
@@ -271,8 +322,6 @@ const open = Effect.fn("LanguageModel.stream")(function* (request: TransportRequ
   return Stream.fromPull(Effect.succeed(pull))
 })
 
-const scrub = (text: string, secrets: ReadonlyArray<string>): string =>
-  secrets.reduce((current, secret) => (secret.length >= 4 ? current.split(secret).join("[redacted]") : current), text)
 
 /** Reads at most `limit` bytes of an error body as text. */
 const readErrorBody = (

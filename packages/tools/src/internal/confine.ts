@@ -45,8 +45,11 @@ export const existing = (root: string, input: string): Effect.Effect<string, Too
     return yield* checkReal(root, input, real)
   })
 
-/** The deepest existing ancestor directory of `absolute` (`root` exists, so the walk ends there). */
-const existingAncestor = (root: string, absolute: string): Effect.Effect<string, ToolFailure> =>
+/** The deepest existing ancestor of `absolute` (`root` exists, so the walk ends there): as written and its real path. */
+export const existingAncestor = (
+  root: string,
+  absolute: string,
+): Effect.Effect<{ readonly lexical: string; readonly real: string }, ToolFailure> =>
   Effect.gen(function* () {
     let current = path.dirname(absolute)
     while (true) {
@@ -58,50 +61,13 @@ const existingAncestor = (root: string, absolute: string): Effect.Effect<string,
         ),
         Effect.mapError(fsFailure(path.relative(root, current) || ".")),
       )
-      if (Option.isSome(real)) return real.value
+      if (Option.isSome(real)) return { lexical: current, real: real.value }
       current = path.dirname(current)
     }
   })
 
-/**
- * Where a write to `input` lands, creating its missing parent directories: the real path of the
- * target (an existing file, or a symlink to one, inside the root) or a new name in a real parent
- * inside the root. A directory, or a symlink whose target is missing or outside, is refused.
- */
-export const writable = (root: string, input: string): Effect.Effect<string, ToolFailure> =>
-  Effect.gen(function* () {
-    const resolved = yield* lexical(root, input)
-    if (resolved === root) return yield* Effect.fail(failure(`${input}: is the workspace root`))
-    yield* Effect.flatMap(existingAncestor(root, resolved), (ancestor) => checkReal(root, input, ancestor))
-    const parent = path.dirname(resolved)
-    yield* tryFs(() => fs.mkdir(parent, { recursive: true })).pipe(Effect.mapError(fsFailure(input)))
-    const realParent = yield* tryFs(() => fs.realpath(parent)).pipe(
-      Effect.mapError(fsFailure(input)),
-      Effect.flatMap((real) => checkReal(root, input, real)),
-    )
-    const target = path.join(realParent, path.basename(resolved))
-    const stat = yield* tryFs(() => fs.lstat(target)).pipe(
-      Effect.map(Option.some),
-      Effect.catchIf(
-        (error) => error.code === "ENOENT",
-        () => Effect.succeedNone,
-      ),
-      Effect.mapError(fsFailure(input)),
-    )
-    if (Option.isNone(stat)) return target
-    if (stat.value.isDirectory()) return yield* Effect.fail(failure(`${input}: is a directory`))
-    if (!stat.value.isSymbolicLink()) return target
-    const real = yield* tryFs(() => fs.realpath(target)).pipe(
-      Effect.mapError((error) =>
-        error.code === "ENOENT"
-          ? failure(`${input}: is a symbolic link whose target does not exist`)
-          : fsFailure(input)(error),
-      ),
-    )
-    const inside = yield* checkReal(root, input, real)
-    const targetStat = yield* tryFs(() => fs.stat(inside)).pipe(Effect.mapError(fsFailure(input)))
-    return targetStat.isDirectory() ? yield* Effect.fail(failure(`${input}: is a directory`)) : inside
-  })
+/** `real` when it lies under `root`, else the refusal naming `input`. */
+export const inside = (root: string, input: string, real: string): Effect.Effect<string, ToolFailure> => checkReal(root, input, real)
 
 /** A path relative to the root with `/` separators, for results the model reads. */
 export const display = (root: string, absolute: string): string =>

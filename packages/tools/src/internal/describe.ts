@@ -31,11 +31,3 @@ export const cutUtf8 = (text: string, maxBytes: number): string => {
   }
   return text.slice(0, end)
 }
-
-/** `text` within `maxBytes` UTF-8 bytes; a cut one ends with a note saying how much was dropped. */
-export const capUtf8 = (text: string, maxBytes: number): string => {
-  const total = Buffer.byteLength(text, "utf8")
-  if (total <= maxBytes) return text
-  const kept = cutUtf8(text, maxBytes)
-  return `${kept}\n[truncated: ${total - Buffer.byteLength(kept, "utf8")} more bytes]`
-}

@@ -1,7 +1,8 @@
 /**
- * Runs one prepared tool call and classifies how it ended, without ever failing: a decoded
- * `ToolOutput` is a success, `ToolFailure` a known failure, and `ToolOutcomeUnknown`, any other error,
- * an invalid output, an interruption or a defect an unknown outcome (SEMANTICS.md §2.12).
+ * Runs one prepared tool call and classifies how it ended, without ever failing (SEMANTICS.md
+ * §2.12): a decoded `ToolOutput` is a success; `ToolOutcomeUnknown` leaves the outcome unknown; a
+ * `ToolFailure`, any other error thrown, rejected with or failed with, a defect, an interruption of
+ * the tool's own effect and an invalid output are known failures that carry the error's message.
  */
 import { ToolCall } from "@maka/facts"
 import { Cause, Effect, Exit, Result, Schema } from "effect"
@@ -11,18 +12,34 @@ import { describeDefect } from "./describe.ts"
 export type Execution =
   | { readonly _tag: "Succeeded"; readonly output: ToolCall.ToolOutput }
   | { readonly _tag: "Failed"; readonly message: string }
-  | { readonly _tag: "Unknown"; readonly cause: "outcome_unknown" | "defect"; readonly message: string }
+  | { readonly _tag: "Unknown"; readonly message: string }
+
+/** The message of a failure whose error said nothing. */
+export const EMPTY_FAILURE_MESSAGE = "tool failed"
 
 const hasTag = (value: unknown, tag: string): value is { readonly _tag: string; readonly message: unknown } =>
   typeof value === "object" && value !== null && "_tag" in value && value._tag === tag
 
+/** The message of an error as the model should read it: an `Error`'s own message, not its name. */
+const messageOf = (error: unknown): string => {
+  if (error instanceof Error) return error.message
+  if (typeof error === "object" && error !== null && "message" in error && typeof error.message === "string") {
+    return error.message
+  }
+  return describeDefect(error)
+}
+
+const failed = (message: string): Execution => ({
+  _tag: "Failed",
+  message: message.length === 0 ? EMPTY_FAILURE_MESSAGE : message,
+})
+
 /** Classifies an error by its tag (never `instanceof`, so a second copy of this package agrees). */
 export const classifyError = (error: unknown): Execution => {
-  if (hasTag(error, "ToolFailure") && typeof error.message === "string") return { _tag: "Failed", message: error.message }
   if (hasTag(error, "ToolOutcomeUnknown")) {
-    return { _tag: "Unknown", cause: "outcome_unknown", message: typeof error.message === "string" ? error.message : "" }
+    return { _tag: "Unknown", message: typeof error.message === "string" ? error.message : "" }
   }
-  return { _tag: "Unknown", cause: "defect", message: describeDefect(error) }
+  return failed(messageOf(error))
 }
 
 const decodeOutput = Schema.decodeUnknownResult(ToolCall.ToolOutput)
@@ -33,7 +50,7 @@ const isPromiseLike = (value: unknown): value is PromiseLike<unknown> =>
 const toEffect = (result: ToolExecution): Effect.Effect<unknown, unknown> => {
   if (Effect.isEffect(result)) return result
   if (isPromiseLike(result)) return Effect.tryPromise({ try: () => Promise.resolve(result), catch: (error) => error })
-  return Effect.die(new TypeError("execute returned neither an Effect nor a Promise"))
+  return Effect.fail(new TypeError("execute returned neither an Effect nor a Promise"))
 }
 
 const fromExit = (exit: Exit.Exit<unknown, unknown>): Execution => {
@@ -41,13 +58,13 @@ const fromExit = (exit: Exit.Exit<unknown, unknown>): Execution => {
     const output = decodeOutput(exit.value, { onExcessProperty: "error" })
     return Result.isSuccess(output)
       ? { _tag: "Succeeded", output: output.success }
-      : { _tag: "Unknown", cause: "defect", message: `tool returned an invalid output: ${output.failure.message}` }
+      : failed(`tool returned an invalid output: ${output.failure.message}`)
   }
   const error = Cause.findError(exit.cause)
   if (Result.isSuccess(error)) return classifyError(error.success)
   const defect = Cause.findDie(exit.cause)
-  if (Result.isSuccess(defect)) return { _tag: "Unknown", cause: "defect", message: describeDefect(defect.success.defect) }
-  return { _tag: "Unknown", cause: "defect", message: "tool effect was interrupted" }
+  if (Result.isSuccess(defect)) return classifyError(defect.success.defect)
+  return failed("tool effect was interrupted")
 }
 
 /** Runs `runner` with `signal`; a synchronous throw from `execute` is classified like a rejection. */

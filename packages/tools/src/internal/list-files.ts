@@ -3,13 +3,11 @@
  * (UTF-16 code units). Entries are described without following symbolic links: a link is a
  * `symlink` whatever it points to, and its size is the link's own.
  */
-import * as fs from "node:fs/promises"
-import * as path from "node:path"
 import type { ToolCall } from "@maka/facts"
 import { Effect, Option } from "effect"
 import type { ToolFailure } from "../Tool.ts"
-import { canonicalRoot, existing, failure, fsFailure } from "./confine.ts"
-import { tryFs } from "./fs.ts"
+import { entries as readEntries, lstatChild, openForReading } from "./beneath.ts"
+import { canonicalRoot, existing, failure } from "./confine.ts"
 
 export interface Entry {
   readonly name: string
@@ -24,19 +22,25 @@ export const listFiles = (root: string, input: { readonly path?: string | undefi
   Effect.gen(function* () {
     const displayPath = input.path ?? "."
     const canonical = yield* canonicalRoot(root)
-    const directory = yield* existing(canonical, displayPath)
-    const stat = yield* tryFs(() => fs.stat(directory)).pipe(Effect.mapError(fsFailure(displayPath)))
-    if (!stat.isDirectory()) return yield* Effect.fail(failure(`${displayPath}: is not a directory; use read_file`))
-    const names = yield* tryFs(() => fs.readdir(directory)).pipe(Effect.mapError(fsFailure(displayPath)))
-    const entries = yield* Effect.forEach(
-      names,
-      (name) =>
-        tryFs(() => fs.lstat(path.join(directory, name))).pipe(
-          Effect.map((entry) => Option.some<Entry>({ name, type: typeOf(entry), size: entry.size })),
-          // An entry removed between readdir and lstat is simply not listed.
-          Effect.orElseSucceed(() => Option.none<Entry>()),
-        ),
-      { concurrency: 16 },
+    const real = yield* existing(canonical, displayPath)
+    // Listed through the descriptor opened without following links, so a swapped path lists nothing else.
+    const entries = yield* Effect.scoped(
+      Effect.gen(function* () {
+        const opened = yield* openForReading(canonical, real, displayPath)
+        if (!opened.stat.isDirectory()) return yield* Effect.fail(failure(`${displayPath}: is not a directory; use read_file`))
+        const directory = { handle: opened.handle, path: opened.path }
+        const names = yield* readEntries(directory, displayPath)
+        return yield* Effect.forEach(
+          names,
+          ({ name }) =>
+            lstatChild(directory, name).pipe(
+              Effect.map((entry) => Option.some<Entry>({ name, type: typeOf(entry), size: entry.size })),
+              // An entry removed between readdir and lstat is simply not listed.
+              Effect.orElseSucceed(() => Option.none<Entry>()),
+            ),
+          { concurrency: 16 },
+        )
+      }),
     )
     const listed = entries
       .filter(Option.isSome)

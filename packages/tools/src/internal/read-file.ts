@@ -3,11 +3,12 @@
  * the page it serves. A NUL byte in what is read (always at least the first 8 KiB) marks the file
  * binary, which is refused as a `ToolFailure`. A page holds at most `limit` lines and 256 KiB.
  */
-import * as fs from "node:fs/promises"
+import type * as fs from "node:fs/promises"
 import type { ToolCall } from "@maka/facts"
 import { Effect } from "effect"
 import type { BuiltinLimits } from "../Defaults.ts"
 import type { ToolFailure } from "../Tool.ts"
+import { openForReading } from "./beneath.ts"
 import { canonicalRoot, existing, failure, fsFailure } from "./confine.ts"
 import { cutUtf8 } from "./describe.ts"
 import { tryFs } from "./fs.ts"
@@ -114,15 +115,16 @@ export const readFile = (
   Effect.gen(function* () {
     const canonical = yield* canonicalRoot(root)
     const file = yield* existing(canonical, input.path)
-    const stat = yield* tryFs(() => fs.stat(file)).pipe(Effect.mapError(fsFailure(input.path)))
-    if (stat.isDirectory()) return yield* Effect.fail(failure(`${input.path}: is a directory; use list_files`))
-    if (!stat.isFile()) return yield* Effect.fail(failure(`${input.path}: is not a regular file`))
     const first = input.offset ?? 1
     const limit = input.limit ?? limits.readFileLimitLines
-    const page = yield* Effect.acquireUseRelease(
-      tryFs(() => fs.open(file, "r")).pipe(Effect.mapError(fsFailure(input.path))),
-      (handle) => readPage(handle, input.path, first, limit, limits, signal),
-      (handle) => Effect.ignore(tryFs(() => handle.close())),
+    // Opened without following links and checked on the descriptor: what is read is what was checked.
+    const page = yield* Effect.scoped(
+      Effect.gen(function* () {
+        const opened = yield* openForReading(canonical, file, input.path)
+        if (opened.stat.isDirectory()) return yield* Effect.fail(failure(`${input.path}: is a directory; use list_files`))
+        if (!opened.stat.isFile()) return yield* Effect.fail(failure(`${input.path}: is not a regular file`))
+        return yield* readPage(opened.handle, input.path, first, limit, limits, signal)
+      }),
     )
     if (page.lines.length === 0) {
       if (page.seen === 0) return { format: "text", value: "(empty file)" } satisfies ToolCall.ToolOutput

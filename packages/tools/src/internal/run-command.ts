@@ -1,7 +1,10 @@
 /**
  * `run_command`: `/bin/sh -c command` in the workspace root, detached in its own process group
  * (so a timeout or cancellation kills everything it started, and a crashed host leaves it running).
- * stdout and stderr keep at most their cap each; a non-zero exit is a result, not a failure.
+ * stdout and stderr keep at most their cap each; a non-zero exit is a result, not a failure. The
+ * call returns when the shell exits: a background process it left running may hold the pipes open
+ * for as long as it lives, so after the exit the pipes are closed on our side once they stayed quiet
+ * for `outputDrainMs` (at the latest after 20 times that), keeping what was still buffered.
  */
 import { spawn } from "node:child_process"
 import type { ToolCall } from "@maka/facts"
@@ -18,6 +21,8 @@ export interface RunCommandInput {
 export interface RunCommandOptions {
   readonly timeoutSeconds: number
   readonly outputBytes: number
+  /** How long after the shell exits its pipes may still deliver buffered output. */
+  readonly outputDrainMs: number
 }
 
 /** Keeps the first `cap` bytes of a stream and counts the rest. */
@@ -70,6 +75,7 @@ export const runCommand = (
       child.stdout.on("data", (chunk: Buffer) => stdout.push(chunk))
       child.stderr.on("data", (chunk: Buffer) => stderr.push(chunk))
       let timedOut = false
+      let drain: ReturnType<typeof setTimeout> | undefined
       // Killing the group ends the shell and everything it started; destroying the pipes ends the
       // wait even if a process that left the group still holds them.
       const stop = () => {
@@ -84,6 +90,7 @@ export const runCommand = (
       const onAbort = () => stop()
       const cleanup = () => {
         clearTimeout(timer)
+        clearTimeout(drain)
         abortSignal.removeEventListener("abort", onAbort)
         interruption.removeEventListener("abort", onAbort)
       }
@@ -93,6 +100,26 @@ export const runCommand = (
       child.once("error", (error) => {
         cleanup()
         resume(Effect.fail(failure(`could not run /bin/sh: ${describeDefect(error)}`)))
+      })
+      // The shell exited: what it wrote is in the pipes; a background process may keep them open.
+      // They are closed once they stayed quiet for `outputDrainMs`, and at the latest 20 times that.
+      let exited = false
+      const close = () => {
+        child.stdout.destroy()
+        child.stderr.destroy()
+      }
+      const quiet = () => {
+        if (!exited) return
+        clearTimeout(drain)
+        drain = setTimeout(close, options.outputDrainMs)
+      }
+      child.stdout.on("data", quiet)
+      child.stderr.on("data", quiet)
+      child.once("exit", () => {
+        exited = true
+        quiet()
+        const latest = setTimeout(close, options.outputDrainMs * 20)
+        child.once("close", () => clearTimeout(latest))
       })
       child.once("close", (exitCode, signal) => {
         cleanup()

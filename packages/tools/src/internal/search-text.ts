@@ -3,14 +3,14 @@
  * path, in name order, as `{matches: [{path, line, text}], truncated}`. Symbolic links are not
  * followed, `.git` folders are skipped, and binary or very large files are passed over.
  */
-import type { Dirent } from "node:fs"
-import * as fs from "node:fs/promises"
+import { constants, type Dirent } from "node:fs"
 import * as path from "node:path"
 import type { ToolCall } from "@maka/facts"
 import { Effect } from "effect"
 import type { BuiltinLimits } from "../Defaults.ts"
 import type { ToolFailure } from "../Tool.ts"
-import { canonicalRoot, display, existing, failure, fsFailure } from "./confine.ts"
+import { type Directory, entries as readEntries, openChild, openChildDirectory, openForReading, type Opened } from "./beneath.ts"
+import { canonicalRoot, display, existing, failure } from "./confine.ts"
 import { tryFs } from "./fs.ts"
 
 export interface SearchTextInput {
@@ -52,10 +52,11 @@ export const searchText = (
     const matches: Array<Match> = []
     let truncated = false
 
-    /** Searches one file; returns true once the search must stop. */
-    const searchFile = (file: string): Effect.Effect<boolean> =>
+    /** Searches one opened file; returns true once the search must stop. Only regular files are read. */
+    const searchFile = (opened: Opened): Effect.Effect<boolean> =>
       Effect.gen(function* () {
-        const content = yield* tryFs(() => fs.readFile(file))
+        if (!opened.stat.isFile() || opened.stat.size > limits.searchMaxFileBytes) return false
+        const content = yield* tryFs(() => opened.handle.readFile())
         if (content.subarray(0, limits.binaryProbeBytes).includes(0)) return false
         const lines = content.toString("utf8").split("\n")
         for (const [index, raw] of lines.entries()) {
@@ -65,37 +66,46 @@ export const searchText = (
             return true
           }
           const text = raw.endsWith("\r") ? raw.slice(0, -1) : raw
-          matches.push({ path: display(canonical, file), line: index + 1, text: cutLine(text, limits.searchLineChars) })
+          matches.push({ path: display(canonical, opened.path), line: index + 1, text: cutLine(text, limits.searchLineChars) })
         }
         return false
       }).pipe(Effect.orElseSucceed(() => false))
 
-    const searchEntry = (file: string, size: number): Effect.Effect<boolean> =>
-      size > limits.searchMaxFileBytes ? Effect.succeed(false) : searchFile(file)
-
-    const walk = (directory: string): Effect.Effect<boolean, ToolFailure> =>
+    // Each directory and file is opened relative to its parent's descriptor without following links;
+    // an entry that turned into a link (or vanished) since it was listed is passed over.
+    const walk = (directory: Directory): Effect.Effect<boolean, ToolFailure> =>
       Effect.gen(function* () {
-        const entries = yield* tryFs(() => fs.readdir(directory, { withFileTypes: true })).pipe(
-          Effect.orElseSucceed((): Array<Dirent> => []),
-        )
-        for (const entry of entries.sort(byName)) {
+        const listed = yield* readEntries(directory, displayPath).pipe(Effect.orElseSucceed((): Array<Dirent> => []))
+        for (const entry of listed.sort(byName)) {
           if (signal.aborted) return yield* Effect.fail(failure("search cancelled"))
-          const full = path.join(directory, entry.name)
+          const entryDisplay = display(canonical, path.join(directory.path, entry.name))
           if (entry.isDirectory()) {
             if (SKIPPED_DIRECTORIES.has(entry.name)) continue
-            if (yield* walk(full)) return true
+            const stop = yield* Effect.scoped(
+              Effect.gen(function* () {
+                const child = yield* Effect.option(openChildDirectory(canonical, directory, entry.name, entryDisplay))
+                return child._tag === "Some" ? yield* walk(child.value) : false
+              }),
+            )
+            if (stop) return true
           } else if (entry.isFile()) {
-            const stat = yield* tryFs(() => fs.stat(full)).pipe(Effect.option)
-            if (stat._tag === "Some" && (yield* searchEntry(full, stat.value.size))) return true
+            const stop = yield* Effect.scoped(
+              Effect.flatMap(openChild(canonical, directory, entry.name, constants.O_RDONLY, entryDisplay), searchFile),
+            ).pipe(Effect.orElseSucceed(() => false))
+            if (stop) return true
           }
         }
         return false
       })
 
-    const stat = yield* tryFs(() => fs.stat(start)).pipe(Effect.mapError(fsFailure(displayPath)))
-    if (stat.isDirectory()) yield* walk(start)
-    else if (stat.isFile()) yield* searchEntry(start, stat.size)
-    else return yield* Effect.fail(failure(`${displayPath}: is not a file or directory`))
+    yield* Effect.scoped(
+      Effect.gen(function* () {
+        const opened = yield* openForReading(canonical, start, displayPath)
+        if (opened.stat.isDirectory()) yield* walk({ handle: opened.handle, path: opened.path })
+        else if (opened.stat.isFile()) yield* searchFile(opened)
+        else return yield* Effect.fail(failure(`${displayPath}: is not a file or directory`))
+      }),
+    )
     return {
       format: "json",
       value: { matches: matches.map((match) => ({ ...match })), truncated },

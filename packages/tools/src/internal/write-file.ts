@@ -1,15 +1,19 @@
 /**
  * `write_file`: creates or overwrites one file under the workspace root, creating its parent
- * directories. The workspace marker is never written, whatever path (a symlink, a hard link) leads to it.
+ * directories. Every directory on the way and the file itself are opened relative to the descriptor
+ * of the directory before them without following links (`beneath.ts`), so a path swapped for a link
+ * after it was checked writes nothing anywhere; only a regular file is written (a FIFO, a socket or
+ * a device is refused without blocking). The workspace marker is never written, whatever path (a
+ * symlink, a hard link) leads to it.
  */
-import type { Stats } from "node:fs"
 import * as fs from "node:fs/promises"
 import * as path from "node:path"
 import type { ToolCall } from "@maka/facts"
-import { Effect, Option } from "effect"
+import { Effect, Option, type Scope } from "effect"
 import { defaults } from "../Defaults.ts"
 import type { ToolFailure } from "../Tool.ts"
-import { canonicalRoot, failure, fsFailure, writable } from "./confine.ts"
+import { type Directory, lstatChild, makeChildDirectory, openDirectory, openForWriting } from "./beneath.ts"
+import { canonicalRoot, existingAncestor, failure, fsFailure, inside, lexical } from "./confine.ts"
 import { tryFs } from "./fs.ts"
 
 export interface WriteFileInput {
@@ -17,28 +21,70 @@ export interface WriteFileInput {
   readonly content: string
 }
 
-const sameFile = (left: { dev: number; ino: number }, right: { dev: number; ino: number }): boolean =>
-  left.dev === right.dev && left.ino === right.ino
+/** The directory the file goes in, opened beneath the root, its missing parts created on the way. */
+const parentOf = (root: string, resolved: string, display: string): Effect.Effect<Directory, ToolFailure, Scope.Scope> =>
+  Effect.gen(function* () {
+    const ancestor = yield* existingAncestor(root, resolved)
+    yield* inside(root, display, ancestor.real)
+    let directory = yield* openDirectory(root, ancestor.real, display)
+    const missing = path.relative(ancestor.lexical, path.dirname(resolved)).split(path.sep).filter((name) => name.length > 0)
+    for (const name of missing) directory = yield* makeChildDirectory(root, directory, name, display)
+    return directory
+  })
 
-const statOption = (file: string): Effect.Effect<Option.Option<Stats>> =>
-  tryFs(() => fs.stat(file)).pipe(
-    Effect.map(Option.some),
-    Effect.orElseSucceed(() => Option.none<Stats>()),
-  )
+/**
+ * Where the write lands: `name` in `directory`, or, when that entry is a link to a file inside the
+ * root, the link's target (its real parent opened beneath the root again).
+ */
+const landing = (
+  root: string,
+  directory: Directory,
+  name: string,
+  display: string,
+): Effect.Effect<{ readonly directory: Directory; readonly name: string }, ToolFailure, Scope.Scope> =>
+  Effect.gen(function* () {
+    const entry = yield* lstatChild(directory, name).pipe(
+      Effect.map(Option.some),
+      Effect.catchIf(
+        (error) => error.code === "ENOENT",
+        () => Effect.succeedNone,
+      ),
+      Effect.mapError(fsFailure(display)),
+    )
+    if (Option.isNone(entry) || !entry.value.isSymbolicLink()) return { directory, name }
+    const real = yield* tryFs(() => fs.realpath(path.join(directory.path, name))).pipe(
+      Effect.mapError((error) =>
+        error.code === "ENOENT" ? failure(`${display}: is a symbolic link whose target does not exist`) : fsFailure(display)(error),
+      ),
+    )
+    yield* inside(root, display, real)
+    return { directory: yield* openDirectory(root, path.dirname(real), display), name: path.basename(real) }
+  })
 
 export const writeFile = (root: string, input: WriteFileInput): Effect.Effect<ToolCall.ToolOutput, ToolFailure> =>
   Effect.gen(function* () {
     const canonical = yield* canonicalRoot(root)
     const marker = path.join(canonical, defaults.workspaceMarker)
     const refused = failure(`${input.path}: the workspace marker ${defaults.workspaceMarker} is never written`)
-    const target = yield* writable(canonical, input.path)
-    if (target === marker) return yield* Effect.fail(refused)
-    const [targetStat, markerStat] = yield* Effect.all([statOption(target), statOption(marker)])
-    if (Option.isSome(targetStat) && Option.isSome(markerStat) && sameFile(targetStat.value, markerStat.value)) {
-      return yield* Effect.fail(refused)
-    }
-    yield* tryFs(() => fs.writeFile(target, input.content, { encoding: "utf8" })).pipe(
-      Effect.mapError(fsFailure(input.path)),
+    const resolved = yield* lexical(canonical, input.path)
+    if (resolved === canonical) return yield* Effect.fail(failure(`${input.path}: is the workspace root`))
+    yield* Effect.scoped(
+      Effect.gen(function* () {
+        const parent = yield* parentOf(canonical, resolved, input.path)
+        const target = yield* landing(canonical, parent, path.basename(resolved), input.path)
+        if (path.join(target.directory.path, target.name) === marker) return yield* Effect.fail(refused)
+        const opened = yield* openForWriting(canonical, target.directory, target.name, input.path)
+        if (opened.stat.isDirectory()) return yield* Effect.fail(failure(`${input.path}: is a directory`))
+        if (!opened.stat.isFile()) return yield* Effect.fail(failure(`${input.path}: is not a regular file`))
+        const markerStat = yield* tryFs(() => fs.lstat(marker)).pipe(Effect.option)
+        if (Option.isSome(markerStat) && markerStat.value.dev === opened.stat.dev && markerStat.value.ino === opened.stat.ino) {
+          return yield* Effect.fail(refused)
+        }
+        yield* tryFs(() => opened.handle.truncate(0)).pipe(
+          Effect.andThen(tryFs(() => opened.handle.writeFile(input.content, { encoding: "utf8" }))),
+          Effect.mapError(fsFailure(input.path)),
+        )
+      }),
     )
     const bytes = Buffer.byteLength(input.content, "utf8")
     return { format: "text", value: `Wrote ${bytes} bytes to ${input.path}` } satisfies ToolCall.ToolOutput

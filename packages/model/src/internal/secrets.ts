@@ -1,0 +1,30 @@
+/**
+ * The forms a secret can come back in, and scrubbing them from text: as given, as sent (Node trims
+ * a header value's surrounding whitespace, so a key read from a file with a trailing newline is sent
+ * without it), JSON-escaped and URL-encoded (`%20` or `+` for a space), each of the given and the
+ * trimmed value. Forms are replaced longest first, so no form leaves a fragment of a longer one.
+ */
+
+/** What replaces a secret. */
+export const REDACTED = "[redacted]"
+
+/** Shorter forms are not scrubbed: they would erase ordinary text. */
+const MIN_FORM_LENGTH = 4
+
+/** Every form of every secret, longest first; empty secrets give none. */
+export const formsOf = (secrets: ReadonlyArray<string>): ReadonlyArray<string> => {
+  const forms = new Set<string>()
+  for (const secret of secrets) {
+    for (const value of [secret, secret.trim()]) {
+      forms.add(value)
+      forms.add(JSON.stringify(value).slice(1, -1))
+      forms.add(encodeURIComponent(value))
+      forms.add(encodeURIComponent(value).replace(/%20/g, "+"))
+    }
+  }
+  return [...forms].filter((form) => form.length >= MIN_FORM_LENGTH).sort((left, right) => right.length - left.length)
+}
+
+/** `text` with every one of `forms` (from `formsOf`) replaced by `[redacted]`. */
+export const scrub = (text: string, forms: ReadonlyArray<string>): string =>
+  forms.reduce((current, form) => current.split(form).join(REDACTED), text)
