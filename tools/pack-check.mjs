@@ -1,4 +1,3 @@
-// @ts-nocheck
 // Checks the tarballs of every released package as a user receives them (`.ci/run`, step `packages`):
 // packs them (into a temporary folder, or into `--out DIR` where they stay for later steps, or
 // takes the ones in `--tarballs DIR`), then for each one checks the contents below, runs publint

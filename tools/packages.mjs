@@ -1,4 +1,3 @@
-// @ts-nocheck
 // The released packages of the repository and their tarballs, shared by tools/pack-check.mjs and
 // tools/consumer-test/run.mjs. A package is released unless its package.json says "private": true.
 import { execFileSync } from "node:child_process"

@@ -1,4 +1,3 @@
-// @ts-nocheck
 // The consumer test (`.ci/run`, step `consumer`): installs the packed packages into fresh projects
 // outside the repository with pnpm and with npm, using the install commands the package READMEs
 // give, type checks `project/main.ts` under strict NodeNext and runs it (one turn through

@@ -7,8 +7,6 @@
  * To add a case: a tool to `tools`, the model's turn to `script`, a run option to `start`, and
  * what must hold to `checks`.
  */
-// @ts-nocheck
-
 import { createEngine } from "@maka/engine"
 import { OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
 import { Tool, ToolCatalog } from "@maka/tools"
@@ -102,7 +100,7 @@ try {
 }
 
 // The types are real: a wrong option does not compile (an `any` would make this directive unused).
-//  sessionId is a string
+// @ts-expect-error sessionId is a string
 void (() => engine.start({ sessionId: 1 }))
 
 for (const [name, passed, detail] of checks) {
