@@ -11,8 +11,8 @@
 //
 // Mutants are placed in the working tree itself (Stryker's `inPlace`: a sandbox copy would resolve
 // the workspace packages through node_modules symlinks back to the unmutated sources): only the
-// mutated files change, and Stryker restores them when the run ends; do not edit them, build or
-// run other tests of the repository while it runs. Static mutants
+// mutated files change, and Stryker restores them when the run ends (also on Ctrl-C; after a
+// `kill -9`, `git checkout` them); do not edit them, build or run other tests while it runs. Static mutants
 // (module-level constants, evaluated once at import) are ignored, which keeps a run to minutes.
 // Reports: clear text on stdout, HTML and JSON under $TMPDIR/maka-mutate/<module>/.
 import * as fs from "node:fs"
