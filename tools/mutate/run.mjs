@@ -1,0 +1,124 @@
+// `pnpm mutate [module…]`: mutation testing of the rule modules with StrykerJS and its vitest
+// runner. Each module is mutated against its own package's vitest project (which resolves the
+// packages through the `@maka/source` condition, straight from the TypeScript sources); without an
+// argument every module runs, one after the other. Not part of `.ci/run`: a module takes minutes.
+//
+//   pnpm mutate                    every module
+//   pnpm mutate facts journal      named modules (a package name stands for its modules)
+//   pnpm mutate --list             the modules and their files
+//
+//   MAKA_MUTATE_CONCURRENCY   test processes at once (default 1; the machines have 2 cores)
+//
+// Mutants are placed in the working tree itself (Stryker's `inPlace`: a sandbox copy would resolve
+// the workspace packages through node_modules symlinks back to the unmutated sources): only the
+// mutated files change, and Stryker restores them when the run ends (also on Ctrl-C; after a
+// `kill -9`, `git checkout` them); do not edit them, build or run other tests while it runs. Static mutants
+// (module-level constants, evaluated once at import) are ignored, which keeps a run to minutes.
+// Reports: clear text on stdout, HTML and JSON under $TMPDIR/maka-mutate/<module>/.
+import * as fs from "node:fs"
+import { createRequire } from "node:module"
+import * as os from "node:os"
+import * as path from "node:path"
+
+const ROOT = path.resolve(import.meta.dirname, "../..")
+
+/** The rule modules: the files mutated and the vitest project whose tests must kill the mutants. */
+export const MODULES = {
+  append: { project: "event-log", files: ["packages/event-log/src/internal/append.ts", "packages/event-log/src/internal/safety.ts"] },
+  validation: { project: "facts", files: ["packages/facts/src/Validation.ts"] },
+  attempt: { project: "engine", files: ["packages/engine/src/internal/attempt.ts"] },
+  runner: { project: "engine", files: ["packages/engine/src/internal/runner.ts"] },
+  journal: { project: "tools", files: ["packages/tools/src/Journal.ts"] },
+  recovery: { project: "engine", files: ["packages/engine/src/Recovery.ts"] },
+}
+
+/** A package name stands for every module of its project. */
+export const resolveModules = (names) => {
+  if (names.length === 0) return Object.keys(MODULES)
+  const chosen = new Set()
+  for (const name of names) {
+    if (MODULES[name] !== undefined) chosen.add(name)
+    else {
+      const ofPackage = Object.keys(MODULES).filter((module) => MODULES[module].project === name)
+      if (ofPackage.length === 0) {
+        throw new Error(`unknown module ${name}: one of ${Object.keys(MODULES).join(", ")}, or a package name`)
+      }
+      for (const module of ofPackage) chosen.add(module)
+    }
+  }
+  return [...chosen]
+}
+
+const concurrency = () => {
+  const value = Number(process.env.MAKA_MUTATE_CONCURRENCY ?? "1")
+  if (!Number.isInteger(value) || value < 1) throw new Error("MAKA_MUTATE_CONCURRENCY must be a positive integer")
+  return value
+}
+
+/** Stryker's options for one module. */
+export const strykerOptions = (module, reports) => {
+  const { project, files } = MODULES[module]
+  const require = createRequire(path.join(ROOT, "package.json"))
+  return {
+    mutate: files,
+    testRunner: "vitest",
+    plugins: [require.resolve("@stryker-mutator/vitest-runner")],
+    vitest: { configFile: `packages/${project}/vitest.config.ts`, dir: `packages/${project}` },
+    coverageAnalysis: "perTest",
+    inPlace: true,
+    // vitest does not type check, so no file needs `// @ts-nocheck`; in place, Stryker would
+    // otherwise write that line into every source file of the repository for the run.
+    disableTypeChecks: false,
+    ignoreStatic: true,
+    concurrency: concurrency(),
+    timeoutMS: 30_000,
+    tempDirName: path.join(reports, "stryker-tmp"),
+    cleanTempDir: true,
+    reporters: ["clear-text", "progress-append-only", "html", "json"],
+    htmlReporter: { fileName: path.join(reports, "index.html") },
+    jsonReporter: { fileName: path.join(reports, "report.json") },
+    thresholds: { high: 85, low: 70, break: null },
+    logLevel: "info",
+    fileLogLevel: "off",
+  }
+}
+
+/** The score of Stryker's results: killed and timed-out mutants over all that were tested or survived. */
+export const score = (results) => {
+  const count = (...statuses) => results.filter((result) => statuses.includes(result.status)).length
+  const detected = count("Killed", "Timeout")
+  const undetected = count("Survived", "NoCoverage")
+  const valid = detected + undetected
+  return { detected, undetected, ignored: count("Ignored"), invalid: count("CompileError", "RuntimeError"), score: valid === 0 ? 100 : (100 * detected) / valid }
+}
+
+const main = async () => {
+  const args = process.argv.slice(2)
+  if (args.includes("--list")) {
+    for (const [name, { project, files }] of Object.entries(MODULES)) console.log(`${name.padEnd(11)} ${project.padEnd(10)} ${files.join(" ")}`)
+    return
+  }
+  const modules = resolveModules(args)
+  process.chdir(ROOT)
+  const { Stryker } = await import("@stryker-mutator/core")
+  const lines = []
+  for (const module of modules) {
+    const reports = path.join(os.tmpdir(), "maka-mutate", module)
+    fs.mkdirSync(reports, { recursive: true })
+    const started = Date.now()
+    console.log(`\n==> mutate ${module}: ${MODULES[module].files.join(", ")} (vitest project ${MODULES[module].project})`)
+    const results = await new Stryker(strykerOptions(module, reports)).runMutationTest()
+    const { detected, undetected, ignored, score: value } = score(results)
+    const minutes = ((Date.now() - started) / 60_000).toFixed(1)
+    lines.push(`${module.padEnd(11)} ${value.toFixed(1).padStart(5)} %  (${detected} killed, ${undetected} survived or uncovered, ${ignored} ignored; ${minutes} min; report ${reports}/index.html)`)
+  }
+  console.log("\nmutation scores")
+  for (const line of lines) console.log(line)
+}
+
+if (process.argv[1] && path.resolve(process.argv[1]) === import.meta.filename) {
+  main().catch((error) => {
+    console.error(error instanceof Error ? error.message : error)
+    process.exitCode = 1
+  })
+}
