@@ -83,7 +83,10 @@ const oneLine = (value: string, max: number): string => {
   return flat.length <= max ? flat : `${flat.slice(0, max - 1)}…`
 }
 
-/** A `sections_v1` summary of the user messages and tool names the request shows. */
+/**
+ * A `sections_v1` summary of the user messages and tool names the request shows. Its fixed lines keep
+ * it above the fold floor (200 output tokens, i.e. 800 characters at ceil(characters / 4)).
+ */
 export const summaryText = (request: ChatRequest): string => {
   const users = request.messages
     .filter((message) => message.role === "user" && !message.content.endsWith(Prompts.COMPACTION_ATTEMPT_SUFFIX))
@@ -102,9 +105,12 @@ export const summaryText = (request: ChatRequest): string => {
     "## Key Decisions",
     "- **Offline model**: answers come from the workspace files it listed and read, never from outside knowledge.",
     "- **Tools**: list the workspace root once per turn, then read the first README file found there.",
+    "- **Determinism**: the same conversation always gives the same summary, so a repeated compaction reproduces it.",
     "",
     "## Next Steps",
     "1. Wait for the next user message.",
+    "2. List the workspace again before answering a question about its files.",
+    "3. Read the README again when the question concerns the project itself.",
     "",
     "## Critical Context",
     toolNames.length === 0 ? "- Tools used: (none)" : `- Tools used: ${toolNames.join(", ")}`,
