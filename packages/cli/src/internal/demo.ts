@@ -2,7 +2,8 @@
  * `maka demo`: an offline tour in a temporary folder, narrated step by step. A tool loop on the
  * offline model; then a run killed with SIGKILL in the middle of its answer (a child process started
  * as `process.execPath` with this CLI's own entry) and its recovery; then the session's timeline and
- * the exact model input of its first step, checked against the recorded digest.
+ * the exact model input of its first step, checked against the recorded digest. The other legs run
+ * in this process, through the same command code.
  */
 import { spawn } from "node:child_process"
 import * as fs from "node:fs"
@@ -10,6 +11,7 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { CliError, ExitCode } from "./exit.ts"
 import * as Flags from "./flags.ts"
+import { main } from "./main.ts"
 import type { CommandContext } from "./read-commands.ts"
 
 /** The CLI's own entry, with the Node options it runs under (e.g. a source loader in development). */
@@ -49,6 +51,21 @@ const maka = (
     child.on("close", (code, signal) => resolve({ code, signal, stdout, stderr }))
   })
 
+/** Runs `maka ARGS` in this process (quicker than a child), offline, with its output captured. */
+const inProcess = async (args: ReadonlyArray<string>, cwd: string): Promise<Child> => {
+  let stdout = ""
+  let stderr = ""
+  const code = await main({
+    argv: args,
+    environment: {},
+    cwd,
+    sink: { out: (text) => void (stdout += text), err: (text) => void (stderr += text) },
+    stdin: process.stdin,
+    version: "",
+  })
+  return { code, signal: null, stdout, stderr }
+}
+
 const indent = (text: string): string =>
   text
     .trimEnd()
@@ -80,7 +97,7 @@ export const demoCommand = async (context: CommandContext): Promise<number> => {
 
     say("1. A tool loop. `maka run` asks about the workspace; the model lists it, reads the README, and answers.")
     say(`   $ maka run --session tour "What is this project?"`)
-    const first = await maka(["run", ...common, "--session", "tour", "What is this project?"], { cwd: folder })
+    const first = await inProcess(["run", ...common, "--session", "tour", "What is this project?"], folder)
     check("the tool loop", first, 0)
     say(indent(first.stderr))
     say(indent(first.stdout))
@@ -89,7 +106,7 @@ export const demoCommand = async (context: CommandContext): Promise<number> => {
     say("2. A crash. A second run streams its answer slowly; it is killed with SIGKILL after its first delta.")
     const crashed = await maka(["run", ...common, "--session", "crash", "--json", "Summarise the README, please."], {
       cwd: folder,
-      environment: { MAKA_OFFLINE_DELAY_MS: "150" },
+      environment: { MAKA_OFFLINE_DELAY_MS: "60" },
       killOnLine: (line) => line.includes('"kind":"part_delta"'),
     })
     if (crashed.signal !== "SIGKILL") {
@@ -97,23 +114,23 @@ export const demoCommand = async (context: CommandContext): Promise<number> => {
     }
     const committed = crashed.stdout.split("\n").filter((line) => line.startsWith("{")).length
     say(`   The process died with SIGKILL after ${committed} committed events; its run has an opening and no terminal.`)
-    const before = await maka(["sessions", "--db", db], { cwd: folder })
+    const before = await inProcess(["sessions", "--db", db], folder)
     check("sessions", before, 0)
     say("   $ maka sessions")
     say(indent(before.stdout))
     say("")
 
     say("3. Recovery. `maka recover` takes the log's writer lease and seals what the dead host left open.")
-    const recovered = await maka(["recover", "--db", db], { cwd: folder })
+    const recovered = await inProcess(["recover", "--db", db], folder)
     check("recover", recovered, 0)
     say("   $ maka recover")
     say(indent(recovered.stdout))
-    const after = await maka(["sessions", "--db", db], { cwd: folder })
+    const after = await inProcess(["sessions", "--db", db], folder)
     check("sessions", after, 0)
     say("   $ maka sessions")
     say(indent(after.stdout))
     say("   The interrupted request was sealed `failed`, the run `failed {host_interrupted}`; the session is usable again.")
-    const again = await maka(["run", ...common, "--session", "crash", "Summarise the README, please."], { cwd: folder })
+    const again = await inProcess(["run", ...common, "--session", "crash", "Summarise the README, please."], folder)
     check("the run after recovery", again, 0)
     say("   $ maka run --session crash \"Summarise the README, please.\"")
     say(indent(again.stdout))
@@ -121,11 +138,11 @@ export const demoCommand = async (context: CommandContext): Promise<number> => {
 
     say("4. Inspection. The timeline of the first session, and the exact input of its first model step,")
     say("   rebuilt from the log and checked against the digest recorded when it was sent.")
-    const timeline = await maka(["inspect", "--db", db, "--session", "tour"], { cwd: folder })
+    const timeline = await inProcess(["inspect", "--db", db, "--session", "tour"], folder)
     check("inspect", timeline, 0)
     say("   $ maka inspect --session tour")
     say(indent(timeline.stdout))
-    const step = await maka(["inspect", "--db", db, "--session", "tour", "--step", "1"], { cwd: folder })
+    const step = await inProcess(["inspect", "--db", db, "--session", "tour", "--step", "1"], folder)
     check("inspect --step 1", step, 0)
     say("   $ maka inspect --session tour --step 1")
     say(indent(step.stdout.split("\n").filter((line) => line.startsWith("input digest")).join("\n")))
