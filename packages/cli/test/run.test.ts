@@ -175,7 +175,7 @@ describe("maka run refuses bad input with exit 2 and writes nothing", () => {
     fs.writeFileSync(path.join(root, "file"), "x")
     const file = await maka(["run", "--db", db, "--workspace", path.join(root, "file"), "hi"], { cwd: root })
     expect(file.code).toBe(2)
-    expect(file.stderr).toContain("not a directory")
+    expect(file.stderr).toContain("is not a directory; pass a directory with --workspace")
     expect(fs.existsSync(db)).toBe(false)
   })
 })
