@@ -104,8 +104,10 @@ export const demoCommand = async (context: CommandContext): Promise<number> => {
     say("   Every line above came from an event committed to the log before it was shown.\n")
 
     say("2. A crash. A second run streams its answer slowly; it is killed with SIGKILL after its first delta.")
+    // The child runs in the caller's directory, where its Node options (e.g. `--import tsx`) resolve;
+    // every path it gets is absolute.
     const crashed = await maka(["run", ...common, "--session", "crash", "--json", "Summarise the README, please."], {
-      cwd: folder,
+      cwd: context.cwd,
       environment: { MAKA_OFFLINE_DELAY_MS: "60" },
       killOnLine: (line) => line.includes('"kind":"part_delta"'),
     })
