@@ -66,6 +66,32 @@ describe("read-only commands over a log with a completed and a crashed run", () 
     if (step === 3) expect(result.stdout).toContain("# Lantern")
   })
 
+  it("maka inspect --html writes a self-contained page: timeline, context size per step, each step's input and output", async () => {
+    const page = path.join(shared.root, "page.html")
+    const result = await maka(["inspect", "--db", shared.db, "--session", "done", "--html", page], { cwd: shared.root })
+    expect(result.code).toBe(0)
+    const html = fs.readFileSync(page, "utf8")
+    expect(html).toMatch(/^<!doctype html>/)
+    expect(html).toContain("<h2>Timeline</h2>")
+    expect(html).toMatch(/<li>\s+\d+ [\d:.]+ invocation \S+ opened: message &quot;What is this\?&quot;<\/li>/)
+    expect(html).toContain("<h2>Context size per step</h2>")
+    expect(html.match(/<tr><td>step \d+<\/td>/g)).toHaveLength(3)
+    expect(html.match(/<details id="step-\d+">/g)).toHaveLength(3)
+    expect(html.match(/input digest matches/g)).toHaveLength(3)
+    expect(html).toContain("# Lantern")
+    expect(html).toContain("What is this?")
+    // Self-contained: nothing to fetch, no script.
+    expect(html).not.toMatch(/<script|<link|<img|<iframe|\ssrc=|\shref=|url\(/i)
+  })
+
+  it("maka inspect --html into a folder that does not exist is exit 1", async () => {
+    const result = await maka(["inspect", "--db", shared.db, "--session", "done", "--html", path.join(shared.root, "no/such/page.html")], {
+      cwd: shared.root,
+    })
+    expect(result.code).toBe(1)
+    expect(result.stderr).toContain("cannot write")
+  })
+
   it("maka inspect --step beyond the session's steps is exit 2", async () => {
     const result = await maka(["inspect", "--db", shared.db, "--session", "done", "--step", "4"], { cwd: shared.root })
     expect(result.code).toBe(2)

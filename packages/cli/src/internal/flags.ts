@@ -55,6 +55,7 @@ export const FLAGS = {
   },
   json: { type: "boolean", description: "print events as JSON lines {\"sequence\":N,\"event\":{…}}", defaultText: "off" },
   step: { type: "string", value: "N", description: "show the exact model input of step N (from 1)", defaultText: "none" },
+  html: { type: "string", value: "FILE", description: "also write a self-contained HTML page of the session", defaultText: "none" },
   keep: { type: "boolean", description: "keep the tour's temporary folder and print its path", defaultText: "off" },
   help: { type: "boolean", description: "show this help" },
 } as const satisfies Record<string, FlagSpec>
@@ -92,7 +93,7 @@ export const COMMANDS = {
   events: { summary: "the stored events of a session", flags: [...DATABASE, "session", "json"] },
   inspect: {
     summary: "timeline of a session and the exact model input of a step, checked against its digest",
-    flags: [...DATABASE, "session", "step"],
+    flags: [...DATABASE, "session", "step", "html"],
   },
   recover: { summary: "seal what a crashed host left in flight", flags: [...DATABASE] },
   sessions: { summary: "list sessions with their state", flags: [...DATABASE] },

@@ -9,6 +9,8 @@ import type { EventLog } from "@maka/event-log"
 import { PromptBuilder } from "@maka/engine"
 import { projectPrompt } from "@maka/model"
 import { Builtins, ToolCatalog } from "@maka/tools"
+import * as fs from "node:fs"
+import * as path from "node:path"
 import { TOOL_LEVELS, type ToolLevel } from "../Configuration.ts"
 import { CliError, ExitCode } from "./exit.ts"
 import * as Flags from "./flags.ts"
@@ -240,6 +242,7 @@ export const inspectCommand = async (context: CommandContext): Promise<number> =
   const target = Flags.database(values, context.environment, context.cwd)
   const sessionId = Flags.requiredSession(values, "inspect")
   const stepNumber = Flags.integer("step", values.step, 1, Number.MAX_SAFE_INTEGER)
+  const html = values.html === undefined || values.html === "" ? undefined : path.resolve(context.cwd, values.html)
   const open = await openReadOnly(target)
   let events: ReadonlyArray<Event.StoredEvent>
   try {
@@ -248,6 +251,16 @@ export const inspectCommand = async (context: CommandContext): Promise<number> =
     await open.close()
   }
   if (events.length === 0) throw new CliError(`session ${sessionId} has no events`, ExitCode.failed)
+  if (html !== undefined) {
+    const { inspectHtml } = await import("./inspect-html.ts")
+    try {
+      fs.writeFileSync(html, inspectHtml(sessionId, events))
+    } catch (error) {
+      throw new CliError(`cannot write ${html}: ${error instanceof Error ? error.message : String(error)}`, ExitCode.failed)
+    }
+    context.sink.err(`wrote ${html}\n`)
+    if (stepNumber === undefined) return ExitCode.completed
+  }
   if (stepNumber === undefined) {
     context.sink.out(`session ${sessionId}: ${events.length} events\n`)
     for (const line of timeline(events)) context.sink.out(`${line}\n`)
