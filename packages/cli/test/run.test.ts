@@ -257,6 +257,36 @@ describe("maka run against an endpoint", () => {
   })
 })
 
+describe("timeouts and long tool calls", () => {
+  it("--idle-timeout bounds a silent model request: failed model_timeout, exit 1", async () => {
+    const server = await serve([Respond.hang()])
+    const { root, workspace, db } = fresh()
+    const started = performance.now()
+    const result = await maka(["run", "--db", db, "--workspace", workspace, "--base-url", `${server.url}/v1`, "--model", "m", "--idle-timeout", "1", "hi"], {
+      cwd: root,
+    })
+    expect(result.stderr).toMatch(/^failed: model_timeout/m)
+    expect(result.code).toBe(1)
+    expect(performance.now() - started).toBeLessThan(30_000)
+  })
+
+  it("shows progress while a tool call runs long", async () => {
+    const server = await serve([
+      Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-1", name: "run_command", arguments: ['{"command":"sleep 6"}'] }] })),
+      answer(["slept"]),
+    ])
+    const { root, workspace, db } = fresh()
+    const result = await maka(["run", "--db", db, "--workspace", workspace, "--base-url", `${server.url}/v1`, "--model", "m", "--tools", "all", "nap"], {
+      cwd: root,
+    })
+    expect(result.stderr).toContain('tool: run_command {"command":"sleep 6"}')
+    expect(result.stderr).toMatch(/^tool: run_command still running \(\d+ s\)$/m)
+    expect(result.stderr).toMatch(/^tool: run_command done \(\d+ ms\)$/m)
+    expect(result.stdout).toBe("slept\n")
+    expect(result.code).toBe(0)
+  })
+})
+
 describe("signals and store conditions", () => {
   const hanging = async () => serve([Respond.hang()])
 

@@ -28,12 +28,12 @@ const shortJson = (value: unknown, max = 120): string => {
   return text.length <= max ? text : `${text.slice(0, max - 1)}…`
 }
 
-/** How long a tool call runs before its progress is shown, and how often after that. */
+/** How long a tool call runs before its progress is shown, and how often after that (checked every second). */
 export const PROGRESS_INTERVAL_MS = 5_000
 
 export class RunRenderer {
   private readonly textParts = new Set<string>()
-  private readonly dispatched = new Map<string, { readonly name: string; readonly at: number; readonly startedAt: number }>()
+  private readonly dispatched = new Map<string, { readonly name: string; readonly at: number; readonly startedAt: number; shown: number }>()
   private lastChar = "\n"
   private failedAttempts = 0
   private progress: ReturnType<typeof setInterval> | undefined
@@ -53,10 +53,13 @@ export class RunRenderer {
     this.progress = setInterval(() => {
       const now = Date.now()
       for (const call of this.dispatched.values()) {
-        const elapsed = now - call.startedAt
-        if (elapsed >= PROGRESS_INTERVAL_MS) this.sink.err(`tool: ${call.name} still running (${formatSeconds(elapsed)})\n`)
+        const periods = Math.floor((now - call.startedAt) / PROGRESS_INTERVAL_MS)
+        if (periods > call.shown) {
+          call.shown = periods
+          this.sink.err(`tool: ${call.name} still running (${formatSeconds(periods * PROGRESS_INTERVAL_MS)})\n`)
+        }
       }
-    }, PROGRESS_INTERVAL_MS)
+    }, 1_000)
     this.progress.unref()
   }
 
@@ -100,7 +103,7 @@ export class RunRenderer {
         return
       }
       case "tool_dispatched":
-        this.dispatched.set(fact.operationId, { name: fact.name, at: stored.event.recordedAt, startedAt: Date.now() })
+        this.dispatched.set(fact.operationId, { name: fact.name, at: stored.event.recordedAt, startedAt: Date.now(), shown: 0 })
         this.sink.err(`tool: ${fact.name} ${shortJson(fact.input)}\n`)
         return
       case "tool_settled": {
