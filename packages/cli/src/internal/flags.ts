@@ -90,6 +90,22 @@ export const COMMANDS = {
       "json",
     ],
   },
+  chat: {
+    summary: "interactive turns in one session: one message per line of stdin; a line sent during a turn steers it",
+    flags: [
+      ...DATABASE,
+      "session",
+      ...PROVIDER,
+      "workspace",
+      "tools",
+      "max-steps",
+      "context-window",
+      "declared-window",
+      "allow-prior-unknown",
+      "idle-timeout",
+      "json",
+    ],
+  },
   events: { summary: "the stored events of a session", flags: [...DATABASE, "session", "json"] },
   inspect: {
     summary: "timeline of a session and the exact model input of a step, checked against its digest",

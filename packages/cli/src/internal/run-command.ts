@@ -98,83 +98,152 @@ const offlineDelay = (environment: Flags.Environment): number => {
   return Number(value)
 }
 
-export const runCommand = async (context: RunContext): Promise<number> => {
-  const { values, positionals } = Flags.parse("run", context.args)
-  const database = Flags.database(values, context.environment, context.cwd)
-  const provider = Flags.provider(values, context.environment)
-  const level = Flags.toolLevel(values.tools)
-  const maxSteps = Flags.integer("max-steps", values["max-steps"], ...defaults.maxStepsRange) ?? defaults.maxSteps
-  const idleTimeout = Flags.integer("idle-timeout", values["idle-timeout"], ...defaults.idleTimeoutRange) ?? defaults.idleTimeoutSeconds
-  const contextWindow = Flags.integer("context-window", values["context-window"], 1, Number.MAX_SAFE_INTEGER)
-  const declaredWindow = Flags.integer("declared-window", values["declared-window"], 1, Number.MAX_SAFE_INTEGER)
-  const directory = workspaceDirectory(context.cwd, values.workspace)
-  offlineDelay(context.environment)
-  const message = await readMessage(context, positionals)
+/** Everything a run or chat needs from its flags, checked before anything is opened. */
+export interface RunSettings {
+  readonly database: Flags.DatabaseTarget
+  readonly provider: Flags.ProviderSettings
+  readonly level: ReturnType<typeof Flags.toolLevel>
+  readonly maxSteps: number
+  readonly idleTimeoutSeconds: number
+  readonly contextWindow: number | undefined
+  readonly declaredWindow: number | undefined
+  readonly directory: string
+  readonly sessionId: string
+  readonly isNewSession: boolean
+  readonly allowPriorUnknown: boolean
+  readonly json: boolean
+  readonly offlineDelayMs: number
+}
+
+export const settingsOf = (values: Flags.Values, context: Pick<RunContext, "environment" | "cwd">): RunSettings => {
   const isNewSession = values.session === undefined || values.session === ""
-  const sessionId = isNewSession ? randomUUID() : values.session!
+  return {
+    database: Flags.database(values, context.environment, context.cwd),
+    provider: Flags.provider(values, context.environment),
+    level: Flags.toolLevel(values.tools),
+    maxSteps: Flags.integer("max-steps", values["max-steps"], ...defaults.maxStepsRange) ?? defaults.maxSteps,
+    idleTimeoutSeconds: Flags.integer("idle-timeout", values["idle-timeout"], ...defaults.idleTimeoutRange) ?? defaults.idleTimeoutSeconds,
+    contextWindow: Flags.integer("context-window", values["context-window"], 1, Number.MAX_SAFE_INTEGER),
+    declaredWindow: Flags.integer("declared-window", values["declared-window"], 1, Number.MAX_SAFE_INTEGER),
+    directory: workspaceDirectory(context.cwd, values.workspace),
+    sessionId: isNewSession ? randomUUID() : values.session!,
+    isNewSession,
+    allowPriorUnknown: values["allow-prior-unknown"] === true,
+    json: values.json === true,
+    offlineDelayMs: offlineDelay(context.environment),
+  }
+}
 
-  // Signals before the opening is durable cancel with nothing written.
-  const controller = new AbortController()
-  const onSignal = () => controller.abort()
-  process.on("SIGINT", onSignal)
-  process.on("SIGTERM", onSignal)
+/** An open engine, workspace and model for one or more turns of a session. */
+export interface Host {
+  /** Starts a turn, shows it as it becomes durable and resolves with its exit code. */
+  readonly turn: (message: string, onStarted?: (run: { readonly steer: (text: string) => Promise<void> }) => void) => Promise<number>
+  readonly close: () => Promise<void>
+}
 
+/**
+ * Opens the model (the offline server when chosen), the workspace and the log. `signal` cancels the
+ * turn in flight; aborted before the log is opened, nothing is written.
+ */
+export const openHost = async (settings: RunSettings, sink: Sink, signal: AbortSignal): Promise<Host> => {
   const { createEngine, Facade } = await import("@maka/engine")
   const { Builtins, ToolCatalog } = await import("@maka/tools")
-  const offline =
-    provider.provider === "offline" ? await (await import("../OfflineModel.ts")).start({ delayMs: offlineDelay(context.environment) }) : undefined
+  const provider = settings.provider
+  const offline = provider.provider === "offline" ? await (await import("../OfflineModel.ts")).start({ delayMs: settings.offlineDelayMs }) : undefined
   let lastFailure: ObservedFailure | undefined
   const record = (failure: ObservedFailure) => {
     lastFailure = failure
   }
   let engine: Awaited<ReturnType<typeof createEngine>> | undefined
-  try {
-    const providerOptions = offline !== undefined
-      ? { ...offline.provider, fetch: observingFetch(offline.provider.fetch, record) }
-      : {
-          kind: provider.provider === "anthropic" ? ("anthropic" as const) : ("openai-compatible" as const),
-          baseUrl: provider.baseUrl!,
-          model: provider.model!,
-          ...(provider.apiKey === undefined ? {} : { apiKey: provider.apiKey }),
-          fetch: observingFetch((input, init) => fetch(input, init), record),
-        }
-    const workspace = await Facade.openWorkspace(directory)
-    if (database.kind === "sqlite") fs.mkdirSync(path.dirname(database.path), { recursive: true })
-    if (controller.signal.aborted) throw new CliError("cancelled", ExitCode.cancelled)
-    engine = await createEngine(database.kind === "sqlite" ? { database: database.path } : { databaseUrl: database.url })
-    if (isNewSession) context.sink.err(`session: ${sessionId}\n`)
-    const run = await engine.start({
-      sessionId,
-      provider: providerOptions,
-      connection: connectionOf(provider.provider, providerOptions.baseUrl),
-      message,
-      tools: ToolCatalog.make(Builtins.forLevel(level, workspace)),
-      workspace,
-      systemPrompt: CLI_SYSTEM_PROMPT,
-      context: contextOf(provider.provider, { contextWindow, declaredWindow }),
-      maxSteps,
-      idleTimeoutMs: idleTimeout * 1000,
-      allowPriorUnknown: values["allow-prior-unknown"] === true,
-      signal: controller.signal,
-    })
-    const renderer = new RunRenderer(context.sink, values.json === true, () => lastFailure)
-    renderer.startProgress()
-    try {
-      for await (const stored of run.events()) renderer.handle(stored)
-    } finally {
-      renderer.stop()
-    }
-    const result = await run.wait()
-    const outcome = result.outcome
-    if (outcome.kind === "failed") context.sink.err(`${failureLine(outcome)}\n`)
-    if (outcome.kind === "cancelled") context.sink.err("cancelled\n")
-    return exitCodeOf(outcome)
-  } catch (error) {
-    throw fromEngineError(error)
-  } finally {
-    process.off("SIGINT", onSignal)
-    process.off("SIGTERM", onSignal)
+  const close = async () => {
     await engine?.close()
     await offline?.close()
+  }
+  try {
+    const providerOptions =
+      offline !== undefined
+        ? { ...offline.provider, fetch: observingFetch(offline.provider.fetch, record) }
+        : {
+            kind: provider.provider === "anthropic" ? ("anthropic" as const) : ("openai-compatible" as const),
+            baseUrl: provider.baseUrl!,
+            model: provider.model!,
+            ...(provider.apiKey === undefined ? {} : { apiKey: provider.apiKey }),
+            fetch: observingFetch((input, init) => fetch(input, init), record),
+          }
+    const workspace = await Facade.openWorkspace(settings.directory)
+    const database = settings.database
+    if (database.kind === "sqlite") fs.mkdirSync(path.dirname(database.path), { recursive: true })
+    if (signal.aborted) throw new CliError("cancelled", ExitCode.cancelled)
+    engine = await createEngine(database.kind === "sqlite" ? { database: database.path } : { databaseUrl: database.url })
+    const opened = engine
+    if (settings.isNewSession) sink.err(`session: ${settings.sessionId}\n`)
+    const tools = ToolCatalog.make(Builtins.forLevel(settings.level, workspace))
+    const turn: Host["turn"] = async (message, onStarted) => {
+      const run = await opened.start({
+        sessionId: settings.sessionId,
+        provider: providerOptions,
+        connection: connectionOf(provider.provider, providerOptions.baseUrl),
+        message,
+        tools,
+        workspace,
+        systemPrompt: CLI_SYSTEM_PROMPT,
+        context: contextOf(provider.provider, { contextWindow: settings.contextWindow, declaredWindow: settings.declaredWindow }),
+        maxSteps: settings.maxSteps,
+        idleTimeoutMs: settings.idleTimeoutSeconds * 1000,
+        allowPriorUnknown: settings.allowPriorUnknown,
+        signal,
+      })
+      onStarted?.(run)
+      const renderer = new RunRenderer(sink, settings.json, () => lastFailure)
+      renderer.startProgress()
+      try {
+        for await (const stored of run.events()) renderer.handle(stored)
+      } finally {
+        renderer.stop()
+      }
+      const outcome = (await run.wait()).outcome
+      if (outcome.kind === "failed") sink.err(`${failureLine(outcome)}\n`)
+      if (outcome.kind === "cancelled") sink.err("cancelled\n")
+      return exitCodeOf(outcome)
+    }
+    return { turn, close }
+  } catch (error) {
+    await close()
+    throw fromEngineError(error)
+  }
+}
+
+/** SIGINT and SIGTERM abort the returned signal until `release` (SIGTERM hands off once handoff lands). */
+export const cancelOnSignals = (): { readonly signal: AbortSignal; readonly release: () => void } => {
+  const controller = new AbortController()
+  const onSignal = () => controller.abort()
+  process.on("SIGINT", onSignal)
+  process.on("SIGTERM", onSignal)
+  return {
+    signal: controller.signal,
+    release: () => {
+      process.off("SIGINT", onSignal)
+      process.off("SIGTERM", onSignal)
+    },
+  }
+}
+
+export const runCommand = async (context: RunContext): Promise<number> => {
+  const { values, positionals } = Flags.parse("run", context.args)
+  const settings = settingsOf(values, context)
+  const message = await readMessage(context, positionals)
+  // Signals before the opening is durable cancel with nothing written.
+  const signals = cancelOnSignals()
+  try {
+    const host = await openHost(settings, context.sink, signals.signal)
+    try {
+      return await host.turn(message)
+    } catch (error) {
+      throw fromEngineError(error)
+    } finally {
+      await host.close()
+    }
+  } finally {
+    signals.release()
   }
 }

@@ -21,8 +21,8 @@ export interface Result {
 export interface SpawnOptions {
   readonly cwd: string
   readonly env?: Readonly<Record<string, string>>
-  /** Written to stdin, then closed; absent: stdin is closed at once (not a TTY). */
-  readonly input?: string
+  /** Written to stdin, then closed; absent: stdin is closed at once (not a TTY); `open`: left to `onOutput`. */
+  readonly input?: string | { readonly open: string }
   /** Called with the child and each stdout/stderr chunk seen so far. */
   readonly onOutput?: (child: ChildProcess, output: { readonly stdout: string; readonly stderr: string }) => void
 }
@@ -54,7 +54,8 @@ export const maka = (args: ReadonlyArray<string>, options: SpawnOptions): Promis
     })
     child.on("error", reject)
     child.on("close", (code, signal) => resolve({ code, signal, stdout, stderr }))
-    child.stdin.end(options.input ?? "")
+    if (typeof options.input === "object") child.stdin.write(options.input.open)
+    else child.stdin.end(options.input ?? "")
   })
 
 export interface Folder {
