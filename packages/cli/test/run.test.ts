@@ -229,6 +229,14 @@ describe("maka run against an endpoint", () => {
     expect(result.stderr).toContain("retrying in 1 s: rate_limit")
     expect(result.stdout).toBe("after the retry\n")
     expect(result.code).toBe(0)
+    // The inspector shows the retry, and the retried attempt's input is the one recorded.
+    const session = sessionOf(result.stderr)
+    const timeline = await maka(["inspect", "--db", db, "--session", session], { cwd: root })
+    expect(timeline.stdout).toMatch(/step 1 interrupted: retryable_failure \(retried\)/)
+    expect(timeline.stdout).toMatch(/step 2 completed/)
+    const step = await maka(["inspect", "--db", db, "--session", session, "--step", "2"], { cwd: root })
+    expect(step.stdout).toMatch(/^input digest: \S+ matches the rebuilt input \(tools none\)$/m)
+    expect(step.code).toBe(0)
   })
 
   it("fails model_provider with exit 1 and the class on stderr when the provider refuses", async () => {
