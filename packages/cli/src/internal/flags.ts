@@ -192,10 +192,8 @@ export const provider = (values: Values, environment: Environment): ProviderSett
   const baseUrl = nonEmpty(values["base-url"]) ?? nonEmpty(environment["MAKA_BASE_URL"])
   const model = nonEmpty(values.model) ?? nonEmpty(environment["MAKA_MODEL"])
   const chosen = values.provider ?? (baseUrl === undefined ? "offline" : "openai-compatible")
-  if (!PROVIDERS.some((name) => name === chosen)) {
-    throw new UsageError(`--provider must be one of ${PROVIDERS.join(", ")}, got '${chosen}'`)
-  }
-  const name = chosen as ProviderName // checked against PROVIDERS just above
+  const name = PROVIDERS.find((candidate) => candidate === chosen)
+  if (name === undefined) throw new UsageError(`--provider must be one of ${PROVIDERS.join(", ")}, got '${chosen}'`)
   if (name === "offline") return { provider: name }
   if (baseUrl === undefined) throw new UsageError(`--provider ${name} needs --base-url or MAKA_BASE_URL`)
   if (!isHttpUrl(baseUrl)) throw new UsageError(`--base-url must be an http(s) URL, got '${baseUrl}'`)
@@ -205,11 +203,10 @@ export const provider = (values: Values, environment: Environment): ProviderSett
 }
 
 export const toolLevel = (value: string | undefined): ToolLevel => {
-  const level = value ?? defaults.tools
-  if (!TOOL_LEVELS.some((name) => name === level)) {
-    throw new UsageError(`--tools must be one of ${TOOL_LEVELS.join(", ")}, got '${level}'`)
-  }
-  return level as ToolLevel // checked against TOOL_LEVELS just above
+  const wanted = value ?? defaults.tools
+  const level = TOOL_LEVELS.find((candidate) => candidate === wanted)
+  if (level === undefined) throw new UsageError(`--tools must be one of ${TOOL_LEVELS.join(", ")}, got '${wanted}'`)
+  return level
 }
 
 export const requiredSession = (values: Values, command: CommandName): string => {
