@@ -21,7 +21,7 @@ describe("read-only commands over a log with a completed and a crashed run", () 
     expect(done.code).toBe(0)
     const crashed = await maka(["run", "--db", shared.db, "--workspace", shared.workspace, "--session", "crashed", "--json", "hi"], {
       cwd: shared.root,
-      env: { MAKA_OFFLINE_DELAY_MS: "100" },
+      env: { MAKA_OFFLINE_DELAY_MS: "200" },
       onOutput: when((output) => output.stdout.includes('"kind":"part_delta"'), (child) => child.kill("SIGKILL")),
     })
     expect(crashed.signal).toBe("SIGKILL")
@@ -133,7 +133,7 @@ describe("maka recover", () => {
     folders.push(created)
     const crashed = await maka(["run", "--db", created.db, "--workspace", created.workspace, "--session", "c", "--json", "hi"], {
       cwd: created.root,
-      env: { MAKA_OFFLINE_DELAY_MS: "100" },
+      env: { MAKA_OFFLINE_DELAY_MS: "200" },
       onOutput: when((output) => output.stdout.includes('"kind":"part_delta"'), (child) => child.kill("SIGKILL")),
     })
     expect(crashed.signal).toBe("SIGKILL")
@@ -154,7 +154,7 @@ describe("maka recover", () => {
     folders.push(created)
     await maka(["run", "--db", created.db, "--workspace", created.workspace, "--session", "c", "--json", "hi"], {
       cwd: created.root,
-      env: { MAKA_OFFLINE_DELAY_MS: "100" },
+      env: { MAKA_OFFLINE_DELAY_MS: "200" },
       onOutput: when((output) => output.stdout.includes('"kind":"part_delta"'), (child) => child.kill("SIGKILL")),
     })
     const next = await maka(["run", "--db", created.db, "--workspace", created.workspace, "--session", "c", "again"], { cwd: created.root })

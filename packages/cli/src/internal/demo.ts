@@ -108,7 +108,7 @@ export const demoCommand = async (context: CommandContext): Promise<number> => {
     // every path it gets is absolute.
     const crashed = await maka(["run", ...common, "--session", "crash", "--json", "Summarise the README, please."], {
       cwd: context.cwd,
-      environment: { MAKA_OFFLINE_DELAY_MS: "60" },
+      environment: { MAKA_OFFLINE_DELAY_MS: "120" },
       killOnLine: (line) => line.includes('"kind":"part_delta"'),
     })
     if (crashed.signal !== "SIGKILL") {
