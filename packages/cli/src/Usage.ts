@@ -1,23 +1,46 @@
 /**
- * The usage text of the `maka` command (DESIGN.md §10). Commands are filled in by the CLI issue;
- * until then the binary prints this text and exits.
+ * The help texts of the `maka` command (DESIGN.md §10): the command list, and for each command every
+ * flag it takes with its default, built from the flag table so the two never disagree.
  */
+import { COMMANDS, FLAGS, type CommandName, type FlagName } from "./internal/flags.ts"
+
+const commandLines = (Object.keys(COMMANDS) as Array<CommandName>).map((name) => {
+  const spec = COMMANDS[name]
+  const head = "arguments" in spec ? `${name} ${spec.arguments}` : name
+  return `  ${head.padEnd(16)}${spec.summary}`
+})
+
 export const USAGE = `maka: a durable, event-sourced agent engine
 
 Usage: maka <command> [options]
 
 Commands:
-  run [MESSAGE]     one user turn (MESSAGE or stdin)
-  chat              interactive turns in one session
-  events            the stored events of a session
-  inspect           timeline, checkpoints, archives and model inputs of a session
-  recover           seal what a crashed host left in flight
-  resume            run the successors of sealed handoffs
-  compact           standalone compaction of a session
-  sessions          list sessions with their state
-  demo              an offline tour
+${commandLines.join("\n")}
 
 Options:
-  -h, --help        show this help
+  -h, --help        show this help (maka <command> --help lists the command's flags)
   -v, --version     show the version
+
+Exit codes: 0 completed · 1 failed · 2 usage or invalid input · 3 reconciliation required ·
+130 cancelled. The API key comes only from MAKA_API_KEY.
 `
+
+const flagLine = (name: FlagName): string => {
+  const spec = FLAGS[name]
+  const head = "value" in spec ? `--${name} ${spec.value}` : `--${name}`
+  const tail = "defaultText" in spec ? ` (default: ${spec.defaultText})` : ""
+  return `  ${head.padEnd(44)}${spec.description}${tail}`
+}
+
+/** The help of one command: usage line, summary and every flag with its default. */
+export const commandUsage = (name: CommandName): string => {
+  const spec = COMMANDS[name]
+  const flags: ReadonlyArray<FlagName> = [...spec.flags, "help"]
+  return `Usage: maka ${name}${"arguments" in spec ? ` ${spec.arguments}` : ""} [options]
+
+${spec.summary}
+
+Options:
+${flags.map(flagLine).join("\n")}
+`
+}

@@ -1,17 +1,22 @@
 #!/usr/bin/env node
 /**
- * The `maka` executable. Parses the command line and dispatches; the commands arrive with the CLI issue.
+ * The `maka` executable: runs the command line and exits with its code once stdout and stderr are
+ * flushed.
  */
-import { USAGE } from "./Usage.ts"
+import * as fs from "node:fs"
+import { main } from "./internal/main.ts"
 
-const argv = process.argv.slice(2)
-const first = argv[0]
-if (first === undefined || first === "-h" || first === "--help" || first === "help") {
-  process.stdout.write(USAGE)
-  process.exitCode = first === undefined ? 2 : 0
-} else if (first === "-v" || first === "--version") {
-  process.stdout.write("0.0.0\n")
-} else {
-  process.stderr.write(`maka: unknown command '${first}'\n\n${USAGE}`)
-  process.exitCode = 2
-}
+// `src/bin.ts` and `dist/bin.js` both sit one folder below the package root.
+const manifest: unknown = JSON.parse(fs.readFileSync(new URL("../package.json", import.meta.url), "utf8"))
+const VERSION =
+  typeof manifest === "object" && manifest !== null && "version" in manifest && typeof manifest.version === "string" ? manifest.version : "unknown"
+
+const code = await main({
+  argv: process.argv.slice(2),
+  environment: process.env,
+  cwd: process.cwd(),
+  sink: { out: (text) => void process.stdout.write(text), err: (text) => void process.stderr.write(text) },
+  stdin: process.stdin,
+  version: VERSION,
+})
+process.exitCode = code

@@ -1,48 +1,78 @@
-import { spawnSync } from "node:child_process"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
-import { fileURLToPath } from "node:url"
-import { beforeAll, describe, expect, it } from "vitest"
+import { describe, expect, it } from "vitest"
+import { FLAGS, COMMANDS } from "../src/internal/flags.ts"
+import { maka, packageRoot } from "./support/cli.ts"
 
 // The built `maka` binary, run with plain `node` from a directory outside the repository (DESIGN.md §2).
-const packageRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..")
-const repositoryRoot = path.resolve(packageRoot, "../..")
-const bin = path.join(packageRoot, "dist/bin.js")
-
-const maka = (...args: ReadonlyArray<string>) => {
-  const result = spawnSync(process.execPath, [bin, ...args], { cwd: os.tmpdir(), encoding: "utf8", timeout: 30_000 })
-  return { status: result.status, stdout: result.stdout, stderr: result.stderr }
-}
-
-beforeAll(() => {
-  const tsc = path.join(repositoryRoot, "node_modules/.bin/tsc")
-  const build = spawnSync(tsc, ["-b", "packages/cli"], { cwd: repositoryRoot, encoding: "utf8", timeout: 240_000 })
-  if (build.status !== 0) {
-    throw new Error(`tsc -b packages/cli failed (${build.status ?? build.signal}):\n${build.stdout}${build.stderr}`)
-  }
-}, 300_000)
+const run = (...args: ReadonlyArray<string>) => maka(args, { cwd: os.tmpdir() })
 
 describe("the maka binary", () => {
-  it("prints the usage with --help and exits 0", () => {
-    const result = maka("--help")
-    expect(result.status).toBe(0)
+  it("prints the usage with --help and exits 0", async () => {
+    const result = await run("--help")
+    expect(result.code).toBe(0)
     expect(result.stdout).toContain("Usage: maka <command>")
-    expect(result.stdout).toContain("run")
+    for (const command of Object.keys(COMMANDS)) expect(result.stdout).toContain(`  ${command}`)
   })
 
-  it("refuses an unknown command with exit 2 and a message on stderr", () => {
-    const result = maka("no-such-command")
-    expect(result.status).toBe(2)
+  it("prints the usage on stderr and exits 2 without a command", async () => {
+    const result = await run()
+    expect(result.code).toBe(2)
+    expect(result.stderr).toContain("Usage: maka <command>")
+    expect(result.stdout).toBe("")
+  })
+
+  it("leaves resume and compact out of the usage until they work", async () => {
+    const result = await run("--help")
+    expect(result.stdout).not.toMatch(/^\s+(resume|compact)\b/m)
+    expect((await run("resume")).code).toBe(2)
+  })
+
+  it("refuses an unknown command with exit 2 and a message on stderr", async () => {
+    const result = await run("no-such-command")
+    expect(result.code).toBe(2)
     expect(result.stderr).toContain("no-such-command")
     expect(result.stdout).toBe("")
   })
 
-  it("prints the package version with --version", () => {
+  it("prints the package version with --version", async () => {
     const { version } = JSON.parse(fs.readFileSync(path.join(packageRoot, "package.json"), "utf8")) as { version: string }
-    const result = maka("--version")
-    expect(result.status).toBe(0)
-    expect(result.stdout).toContain(version)
-    expect(result.stdout).toMatch(/\d+\.\d+\.\d+/)
+    const result = await run("--version")
+    expect(result.code).toBe(0)
+    expect(result.stdout.trim()).toBe(version)
+  })
+
+  it.each(Object.keys(COMMANDS))("lists every flag of %s with its default in its --help", async (command) => {
+    const result = await run(command, "--help")
+    expect(result.code).toBe(0)
+    expect(result.stdout).toContain(`Usage: maka ${command}`)
+    const spec = COMMANDS[command as keyof typeof COMMANDS]
+    for (const flag of spec.flags) {
+      const line = result.stdout.split("\n").find((candidate) => candidate.trimStart().startsWith(`--${flag} `) || candidate.trim() === `--${flag}`)
+      expect(line, `--${flag}`).toBeDefined()
+      const defaultText = (FLAGS[flag] as { readonly defaultText?: string }).defaultText
+      if (defaultText !== undefined) expect(line).toContain(`(default: ${defaultText})`)
+    }
+  })
+
+  it("documents the run defaults of DESIGN.md §10.1 in run --help", async () => {
+    const { stdout } = await run("run", "--help")
+    const lineOf = (flag: string) => stdout.split("\n").find((line) => line.trimStart().startsWith(`--${flag}`)) ?? ""
+    expect(lineOf("db")).toContain(".maka/events.sqlite, env MAKA_DB")
+    expect(lineOf("tools")).toContain("(default: read)")
+    expect(lineOf("max-steps")).toContain("(default: 32)")
+    expect(lineOf("max-steps")).toContain("1–256")
+    expect(lineOf("idle-timeout")).toContain("(default: 120)")
+    expect(lineOf("idle-timeout")).toContain("1–300")
+    expect(stdout).not.toContain("--api-key")
+  })
+
+  it("starts quickly: --help answers well under a second", async () => {
+    const started = performance.now()
+    const result = await run("--help")
+    expect(result.code).toBe(0)
+    // Generous for a loaded CI machine; a --help that loads the engine takes several times longer here.
+    expect(performance.now() - started).toBeLessThan(1_500)
   })
 })

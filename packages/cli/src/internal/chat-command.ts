@@ -1,0 +1,65 @@
+/**
+ * `maka chat` (DESIGN.md §10.1): interactive turns in one session. One message per line of stdin; a
+ * line entered while a turn runs is delivered to it as steering; end of input ends the chat after
+ * the current turn; SIGINT cancels the current turn and ends the chat (exit 130). The exit code is
+ * the last turn's.
+ */
+import * as readline from "node:readline"
+import { ExitCode } from "./exit.ts"
+import * as Flags from "./flags.ts"
+import { cancelOnSignals, openHost, settingsOf, type RunContext } from "./run-command.ts"
+
+export const chatCommand = async (context: RunContext): Promise<number> => {
+  const { values } = Flags.parse("chat", context.args)
+  const settings = settingsOf(values, context)
+  const signals = cancelOnSignals()
+  const lines = readline.createInterface({ input: context.stdin, terminal: false })
+  const queued: Array<string> = []
+  let ended = false
+  let wake: (() => void) | undefined
+  let steer: ((text: string) => Promise<void>) | undefined
+  lines.on("line", (line) => {
+    if (line.trim() === "") return
+    if (steer !== undefined) {
+      const deliver = steer
+      // A turn that ended before the line reached it leaves the line for the next turn.
+      deliver(line).catch(() => queued.push(line))
+    } else {
+      queued.push(line)
+    }
+    wake?.()
+  })
+  lines.on("close", () => {
+    ended = true
+    wake?.()
+  })
+  const nextLine = async (): Promise<string | undefined> => {
+    while (queued.length === 0 && !ended && !signals.signal.aborted) {
+      await new Promise<void>((resolve) => {
+        wake = resolve
+        signals.signal.addEventListener("abort", () => resolve(), { once: true })
+      })
+      wake = undefined
+    }
+    return signals.signal.aborted ? undefined : queued.shift()
+  }
+  try {
+    const host = await openHost(settings, context.sink, signals.signal)
+    let code: number = ExitCode.completed
+    try {
+      for (let message = await nextLine(); message !== undefined; message = await nextLine()) {
+        code = await host.turn(message, (run) => {
+          steer = (text) => run.steer(text)
+        })
+        steer = undefined
+        if (code === ExitCode.cancelled) break
+      }
+      return signals.signal.aborted ? ExitCode.cancelled : code
+    } finally {
+      await host.close()
+    }
+  } finally {
+    lines.close()
+    signals.release()
+  }
+}

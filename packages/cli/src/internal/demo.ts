@@ -1,0 +1,157 @@
+/**
+ * `maka demo`: an offline tour in a temporary folder, narrated step by step. A tool loop on the
+ * offline model; then a run killed with SIGKILL in the middle of its answer (a child process started
+ * as `process.execPath` with this CLI's own entry) and its recovery; then the session's timeline and
+ * the exact model input of its first step, checked against the recorded digest. The other legs run
+ * in this process, through the same command code.
+ */
+import { spawn } from "node:child_process"
+import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
+import { CliError, ExitCode } from "./exit.ts"
+import * as Flags from "./flags.ts"
+import { main } from "./main.ts"
+import type { CommandContext } from "./read-commands.ts"
+
+/** The CLI's own entry, with the Node options it runs under (e.g. a source loader in development). */
+const self = (): ReadonlyArray<string> => [...process.execArgv, process.argv[1]!]
+
+interface Child {
+  readonly code: number | null
+  readonly signal: NodeJS.Signals | null
+  readonly stdout: string
+  readonly stderr: string
+}
+
+/** Runs `maka ARGS` as a child; `onLine` may kill it by returning true. */
+const maka = (
+  args: ReadonlyArray<string>,
+  options: { readonly cwd: string; readonly environment?: NodeJS.ProcessEnv; readonly killOnLine?: (line: string) => boolean },
+): Promise<Child> =>
+  new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [...self(), ...args], {
+      cwd: options.cwd,
+      env: { ...process.env, MAKA_DB: "", MAKA_DATABASE_URL: "", MAKA_BASE_URL: "", ...options.environment },
+      stdio: ["ignore", "pipe", "pipe"],
+    })
+    let stdout = ""
+    let stderr = ""
+    let pending = ""
+    child.stdout.setEncoding("utf8").on("data", (chunk: string) => {
+      stdout += chunk
+      if (options.killOnLine === undefined) return
+      pending += chunk
+      const lines = pending.split("\n")
+      pending = lines.pop() ?? ""
+      if (lines.some(options.killOnLine)) child.kill("SIGKILL")
+    })
+    child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk))
+    child.on("error", reject)
+    child.on("close", (code, signal) => resolve({ code, signal, stdout, stderr }))
+  })
+
+/** Runs `maka ARGS` in this process (quicker than a child), offline, with its output captured. */
+const inProcess = async (args: ReadonlyArray<string>, cwd: string): Promise<Child> => {
+  let stdout = ""
+  let stderr = ""
+  const code = await main({
+    argv: args,
+    environment: {},
+    cwd,
+    sink: { out: (text) => void (stdout += text), err: (text) => void (stderr += text) },
+    stdin: process.stdin,
+    version: "",
+  })
+  return { code, signal: null, stdout, stderr }
+}
+
+const indent = (text: string): string =>
+  text
+    .trimEnd()
+    .split("\n")
+    .map((line) => `    ${line}`)
+    .join("\n")
+
+export const demoCommand = async (context: CommandContext): Promise<number> => {
+  const { values } = Flags.parse("demo", context.args)
+  const say = (text: string) => context.sink.out(`${text}\n`)
+  const folder = fs.mkdtempSync(path.join(os.tmpdir(), "maka-demo-"))
+  const workspace = path.join(folder, "workspace")
+  fs.mkdirSync(workspace)
+  fs.writeFileSync(
+    path.join(workspace, "README.md"),
+    "# Lantern\n\nA tiny static-site generator: it turns a folder of Markdown into HTML pages.\n",
+  )
+  fs.writeFileSync(path.join(workspace, "lantern.js"), "export const build = (folder) => folder\n")
+  const db = path.join(folder, "events.sqlite")
+  const common = ["--db", db, "--workspace", workspace]
+  const check = (step: string, child: Child, expected: number) => {
+    if (child.code !== expected) {
+      throw new CliError(`demo: ${step} exited ${child.code ?? child.signal} (expected ${expected}):\n${child.stderr.trim()}`, ExitCode.failed)
+    }
+  }
+  try {
+    say(`maka demo: an offline tour in ${folder}`)
+    say("The model is maka's built-in offline model: a deterministic OpenAI-compatible server on 127.0.0.1.\n")
+
+    say("1. A tool loop. `maka run` asks about the workspace; the model lists it, reads the README, and answers.")
+    say(`   $ maka run --session tour "What is this project?"`)
+    const first = await inProcess(["run", ...common, "--session", "tour", "What is this project?"], folder)
+    check("the tool loop", first, 0)
+    say(indent(first.stderr))
+    say(indent(first.stdout))
+    say("   Every line above came from an event committed to the log before it was shown.\n")
+
+    say("2. A crash. A second run streams its answer slowly; it is killed with SIGKILL after its first delta.")
+    // The child runs in the caller's directory, where its Node options (e.g. `--import tsx`) resolve;
+    // every path it gets is absolute.
+    const crashed = await maka(["run", ...common, "--session", "crash", "--json", "Summarise the README, please."], {
+      cwd: context.cwd,
+      environment: { MAKA_OFFLINE_DELAY_MS: "120" },
+      killOnLine: (line) => line.includes('"kind":"part_delta"'),
+    })
+    if (crashed.signal !== "SIGKILL") {
+      throw new CliError(`demo: the run to crash ended on its own (exit ${crashed.code}) before it could be killed`, ExitCode.failed)
+    }
+    const committed = crashed.stdout.split("\n").filter((line) => line.startsWith("{")).length
+    say(`   The process died with SIGKILL after ${committed} committed events; its run has an opening and no terminal.`)
+    const before = await inProcess(["sessions", "--db", db], folder)
+    check("sessions", before, 0)
+    say("   $ maka sessions")
+    say(indent(before.stdout))
+    say("")
+
+    say("3. Recovery. `maka recover` takes the log's writer lease and seals what the dead host left open.")
+    const recovered = await inProcess(["recover", "--db", db], folder)
+    check("recover", recovered, 0)
+    say("   $ maka recover")
+    say(indent(recovered.stdout))
+    const after = await inProcess(["sessions", "--db", db], folder)
+    check("sessions", after, 0)
+    say("   $ maka sessions")
+    say(indent(after.stdout))
+    say("   The interrupted request was sealed `failed`, the run `failed {host_interrupted}`; the session is usable again.")
+    const again = await inProcess(["run", ...common, "--session", "crash", "Summarise the README, please."], folder)
+    check("the run after recovery", again, 0)
+    say("   $ maka run --session crash \"Summarise the README, please.\"")
+    say(indent(again.stdout))
+    say("")
+
+    say("4. Inspection. The timeline of the first session, and the exact input of its first model step,")
+    say("   rebuilt from the log and checked against the digest recorded when it was sent.")
+    const timeline = await inProcess(["inspect", "--db", db, "--session", "tour"], folder)
+    check("inspect", timeline, 0)
+    say("   $ maka inspect --session tour")
+    say(indent(timeline.stdout))
+    const step = await inProcess(["inspect", "--db", db, "--session", "tour", "--step", "1"], folder)
+    check("inspect --step 1", step, 0)
+    say("   $ maka inspect --session tour --step 1")
+    say(indent(step.stdout.split("\n").filter((line) => line.startsWith("input digest")).join("\n")))
+    say("\nDone. Compaction and handoff join this tour when they land.")
+    if (values.keep === true) say(`The tour's files are kept in ${folder}`)
+    return ExitCode.completed
+  } finally {
+    if (values.keep !== true) fs.rmSync(folder, { recursive: true, force: true })
+  }
+}

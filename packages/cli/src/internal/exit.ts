@@ -1,0 +1,68 @@
+/**
+ * The exit codes of DESIGN.md §10.1 and the mapping from outcomes and engine errors to them, with the
+ * one-line messages the CLI prints on stderr.
+ */
+import type { Outcome } from "@maka/facts"
+
+export const ExitCode = Object.freeze({
+  completed: 0,
+  failed: 1,
+  usage: 2,
+  reconciliation: 3,
+  handedOff: 75,
+  cancelled: 130,
+})
+
+/** A failure the CLI reports with one line on stderr and a fixed exit code. */
+export class CliError extends Error {
+  override readonly name = "CliError"
+  constructor(
+    message: string,
+    readonly exitCode: number,
+  ) {
+    super(message)
+  }
+}
+
+/** The exit code of a run's terminal outcome. */
+export const exitCodeOf = (outcome: Outcome.InvocationOutcome): number => {
+  switch (outcome.kind) {
+    case "completed":
+    case "context_compact_finished":
+      return ExitCode.completed
+    case "handoff_paused":
+      return ExitCode.handedOff
+    case "cancelled":
+      return ExitCode.cancelled
+    case "failed":
+      return outcome.class === "reconciliation_required" ? ExitCode.reconciliation : ExitCode.failed
+  }
+}
+
+/** The stderr line of a failed outcome: `failed: <class>: <message>`. */
+export const failureLine = (outcome: Extract<Outcome.InvocationOutcome, { readonly kind: "failed" }>): string =>
+  outcome.message === undefined ? `failed: ${outcome.class}` : `failed: ${outcome.class}: ${outcome.message}`
+
+const isRecord = (value: unknown): value is Readonly<Record<string, unknown>> => typeof value === "object" && value !== null
+
+/** Maps a rejection of the facade (an `EngineError`) to the CLI's message and exit code. */
+export const fromEngineError = (error: unknown): CliError => {
+  if (error instanceof CliError) return error
+  const reason = isRecord(error) && isRecord(error["reason"]) ? error["reason"] : undefined
+  const tag = typeof reason?.["_tag"] === "string" ? reason["_tag"] : undefined
+  const message = error instanceof Error ? error.message : String(error)
+  switch (tag) {
+    case "InvalidInput":
+      return new CliError(`invalid input: ${message}`, ExitCode.usage)
+    case "Busy":
+      return new CliError(`failed: session_busy: ${message}`, ExitCode.failed)
+    case "ReconciliationRequired":
+      return new CliError(`failed: reconciliation_required: ${message}`, ExitCode.reconciliation)
+    case "Cancelled":
+      return new CliError("cancelled", ExitCode.cancelled)
+    case "Store":
+      return new CliError(`store error: ${message}`, ExitCode.failed)
+    default:
+      return new CliError(`error: ${message}`, ExitCode.failed)
+  }
+}

@@ -1,0 +1,216 @@
+/**
+ * The command line (DESIGN.md §10, §10.1): every flag with its default, which command takes which,
+ * parsing with `node:util` `parseArgs`, and the checks that turn flags and environment into settings.
+ * A problem is a `UsageError` (exit 2) that says what to do; nothing is opened before these checks.
+ */
+import * as path from "node:path"
+import { parseArgs } from "node:util"
+import { defaults, PROVIDERS, TOOL_LEVELS, type ProviderName, type ToolLevel } from "../Configuration.ts"
+
+export class UsageError extends Error {
+  override readonly name = "UsageError"
+}
+
+export interface FlagSpec {
+  readonly type: "string" | "boolean"
+  /** The placeholder of the value in the help text. */
+  readonly value?: string
+  readonly description: string
+  /** What the help shows as the default, with its environment variable. */
+  readonly defaultText?: string
+}
+
+export const FLAGS = {
+  db: { type: "string", value: "PATH", description: "SQLite event log", defaultText: `${defaults.database}, env MAKA_DB` },
+  "database-url": { type: "string", value: "URL", description: "PostgreSQL event log instead of --db", defaultText: "env MAKA_DATABASE_URL" },
+  session: { type: "string", value: "ID", description: "session id", defaultText: "a new id, printed on stderr" },
+  provider: {
+    type: "string",
+    value: PROVIDERS.join("|"),
+    description: "model provider",
+    defaultText: "openai-compatible when a base URL is set, else offline",
+  },
+  "base-url": { type: "string", value: "URL", description: "provider base URL (http or https)", defaultText: "env MAKA_BASE_URL" },
+  model: { type: "string", value: "NAME", description: "model name", defaultText: "env MAKA_MODEL; maka-offline offline" },
+  workspace: { type: "string", value: "DIR", description: "workspace the tools are confined to", defaultText: "the current directory" },
+  tools: { type: "string", value: TOOL_LEVELS.join("|"), description: "builtin tools offered to the model", defaultText: defaults.tools },
+  "max-steps": {
+    type: "string",
+    value: "N",
+    description: `model steps per run (${defaults.maxStepsRange[0]}–${defaults.maxStepsRange[1]})`,
+    defaultText: String(defaults.maxSteps),
+  },
+  "context-window": { type: "string", value: "N", description: "the model's context window in tokens", defaultText: "unknown" },
+  "declared-window": { type: "string", value: "N", description: "tokens at which compaction is due", defaultText: "none" },
+  "allow-prior-unknown": {
+    type: "boolean",
+    description: "admit a message over tool calls whose outcome is unknown",
+    defaultText: "off",
+  },
+  "idle-timeout": {
+    type: "string",
+    value: "SECONDS",
+    description: `seconds without model output before a request times out (${defaults.idleTimeoutRange[0]}–${defaults.idleTimeoutRange[1]})`,
+    defaultText: String(defaults.idleTimeoutSeconds),
+  },
+  json: { type: "boolean", description: "print events as JSON lines {\"sequence\":N,\"event\":{…}}", defaultText: "off" },
+  step: { type: "string", value: "N", description: "show the exact model input of step N (from 1)", defaultText: "none" },
+  html: { type: "string", value: "FILE", description: "also write a self-contained HTML page of the session", defaultText: "none" },
+  keep: { type: "boolean", description: "keep the tour's temporary folder and print its path", defaultText: "off" },
+  help: { type: "boolean", description: "show this help" },
+} as const satisfies Record<string, FlagSpec>
+
+export type FlagName = keyof typeof FLAGS
+
+const DATABASE: ReadonlyArray<FlagName> = ["db", "database-url"]
+const PROVIDER: ReadonlyArray<FlagName> = ["provider", "base-url", "model"]
+
+export interface CommandSpec {
+  readonly summary: string
+  readonly arguments?: string
+  readonly flags: ReadonlyArray<FlagName>
+}
+
+/** The commands and the flags each takes. */
+export const COMMANDS = {
+  run: {
+    summary: "one user turn (MESSAGE, or stdin when it is not a terminal)",
+    arguments: "[MESSAGE]",
+    flags: [
+      ...DATABASE,
+      "session",
+      ...PROVIDER,
+      "workspace",
+      "tools",
+      "max-steps",
+      "context-window",
+      "declared-window",
+      "allow-prior-unknown",
+      "idle-timeout",
+      "json",
+    ],
+  },
+  chat: {
+    summary: "interactive turns in one session: one message per line of stdin; a line sent during a turn steers it",
+    flags: [
+      ...DATABASE,
+      "session",
+      ...PROVIDER,
+      "workspace",
+      "tools",
+      "max-steps",
+      "context-window",
+      "declared-window",
+      "allow-prior-unknown",
+      "idle-timeout",
+      "json",
+    ],
+  },
+  events: { summary: "the stored events of a session", flags: [...DATABASE, "session", "json"] },
+  inspect: {
+    summary: "timeline of a session and the exact model input of a step, checked against its digest",
+    flags: [...DATABASE, "session", "step", "html"],
+  },
+  recover: { summary: "seal what a crashed host left in flight", flags: [...DATABASE] },
+  sessions: { summary: "list sessions with their state", flags: [...DATABASE] },
+  demo: { summary: "an offline tour: a tool loop, then a crash and its recovery", flags: ["keep"] },
+} as const satisfies Record<string, CommandSpec>
+
+export type CommandName = keyof typeof COMMANDS
+
+export const isCommand = (name: string): name is CommandName => Object.hasOwn(COMMANDS, name)
+
+export type Values = { readonly [K in FlagName]?: (typeof FLAGS)[K]["type"] extends "boolean" ? boolean : string }
+
+export interface Parsed {
+  readonly values: Values
+  readonly positionals: ReadonlyArray<string>
+}
+
+/** Parses the arguments after the command name; unknown flags and missing values are usage errors. */
+export const parse = (command: CommandName, args: ReadonlyArray<string>): Parsed => {
+  const spec: CommandSpec = COMMANDS[command]
+  const options: Record<string, { type: "string" | "boolean" }> = { help: { type: "boolean" } }
+  for (const name of spec.flags) options[name] = { type: FLAGS[name].type }
+  try {
+    const parsed = parseArgs({ args: [...args], options, allowPositionals: spec.arguments !== undefined, strict: true })
+    return { values: parsed.values as Values, positionals: parsed.positionals } // parseArgs types values by `options`, built above from FLAGS
+  } catch (error) {
+    const message = error instanceof Error ? error.message.split("\n")[0]! : String(error)
+    throw new UsageError(`${message}; see maka ${command} --help`)
+  }
+}
+
+export type Environment = Readonly<Record<string, string | undefined>>
+
+const nonEmpty = (value: string | undefined): string | undefined => (value === undefined || value === "" ? undefined : value)
+
+/** An integer flag in a range, or a usage error that names it. */
+export const integer = (name: FlagName, value: string | undefined, minimum: number, maximum: number): number | undefined => {
+  if (value === undefined) return undefined
+  if (!/^\d+$/.test(value) || !Number.isSafeInteger(Number(value)) || Number(value) < minimum || Number(value) > maximum) {
+    throw new UsageError(`--${name} must be an integer in ${minimum}..${maximum}, got '${value}'`)
+  }
+  return Number(value)
+}
+
+export type DatabaseTarget = { readonly kind: "sqlite"; readonly path: string } | { readonly kind: "postgres"; readonly url: string }
+
+/** `--db` / `MAKA_DB` (default `.maka/events.sqlite` under `cwd`) or `--database-url` / `MAKA_DATABASE_URL`; both is an error. */
+export const database = (values: Values, environment: Environment, cwd: string): DatabaseTarget => {
+  const file = nonEmpty(values.db) ?? nonEmpty(environment["MAKA_DB"])
+  const url = nonEmpty(values["database-url"]) ?? nonEmpty(environment["MAKA_DATABASE_URL"])
+  if (file !== undefined && url !== undefined) {
+    throw new UsageError("pass either --db (MAKA_DB) or --database-url (MAKA_DATABASE_URL), not both")
+  }
+  if (url !== undefined) {
+    if (!/^postgres(ql)?:\/\//.test(url)) throw new UsageError("--database-url must be a postgres:// URL")
+    return { kind: "postgres", url }
+  }
+  return { kind: "sqlite", path: path.resolve(cwd, file ?? defaults.database) }
+}
+
+export interface ProviderSettings {
+  readonly provider: ProviderName
+  readonly baseUrl?: string | undefined
+  readonly model?: string | undefined
+  /** From `MAKA_API_KEY` only. */
+  readonly apiKey?: string | undefined
+}
+
+const isHttpUrl = (value: string): boolean => {
+  try {
+    const url = new URL(value)
+    return url.protocol === "http:" || url.protocol === "https:"
+  } catch {
+    return false
+  }
+}
+
+/** The provider of §10.1: offline unless a base URL is set; remote providers need base URL and model. */
+export const provider = (values: Values, environment: Environment): ProviderSettings => {
+  const baseUrl = nonEmpty(values["base-url"]) ?? nonEmpty(environment["MAKA_BASE_URL"])
+  const model = nonEmpty(values.model) ?? nonEmpty(environment["MAKA_MODEL"])
+  const chosen = values.provider ?? (baseUrl === undefined ? "offline" : "openai-compatible")
+  const name = PROVIDERS.find((candidate) => candidate === chosen)
+  if (name === undefined) throw new UsageError(`--provider must be one of ${PROVIDERS.join(", ")}, got '${chosen}'`)
+  if (name === "offline") return { provider: name }
+  if (baseUrl === undefined) throw new UsageError(`--provider ${name} needs --base-url or MAKA_BASE_URL`)
+  if (!isHttpUrl(baseUrl)) throw new UsageError(`--base-url must be an http(s) URL, got '${baseUrl}'`)
+  if (model === undefined) throw new UsageError(`--provider ${name} needs --model or MAKA_MODEL`)
+  const apiKey = nonEmpty(environment["MAKA_API_KEY"])
+  return { provider: name, baseUrl, model, ...(apiKey === undefined ? {} : { apiKey }) }
+}
+
+export const toolLevel = (value: string | undefined): ToolLevel => {
+  const wanted = value ?? defaults.tools
+  const level = TOOL_LEVELS.find((candidate) => candidate === wanted)
+  if (level === undefined) throw new UsageError(`--tools must be one of ${TOOL_LEVELS.join(", ")}, got '${wanted}'`)
+  return level
+}
+
+export const requiredSession = (values: Values, command: CommandName): string => {
+  const session = nonEmpty(values.session)
+  if (session === undefined) throw new UsageError(`maka ${command} needs --session ID`)
+  return session
+}

@@ -1,0 +1,116 @@
+/**
+ * `maka inspect --html FILE`: one self-contained page (inline styles, no script, nothing fetched)
+ * with the session's timeline, the context size per step, and each main step's exact input (rebuilt
+ * from the log and checked against its `inputDigest`) and output.
+ */
+import type { Event, Prompt } from "@maka/facts"
+import { rebuildInput, timeline } from "./inspect.ts"
+
+const escape = (text: string): string =>
+  text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;").replace(/'/g, "&#39;")
+
+const STYLE = `
+body { font: 14px/1.45 system-ui, sans-serif; margin: 2rem auto; max-width: 72rem; padding: 0 1rem; color: #1d1d1f; }
+h1 { font-size: 1.4rem; } h2 { font-size: 1.1rem; margin-top: 2rem; }
+pre, code { font: 12px/1.4 ui-monospace, monospace; }
+pre { background: #f5f5f7; padding: .6rem .8rem; border-radius: 6px; white-space: pre-wrap; word-break: break-word; }
+ol.timeline { list-style: none; padding: 0; font: 12px/1.5 ui-monospace, monospace; }
+ol.timeline li { padding: 1px 0; border-bottom: 1px solid #eee; white-space: pre-wrap; }
+table.sizes td { padding: 2px 6px; vertical-align: middle; } .bar { background: #4a7bd0; height: .8rem; border-radius: 2px; }
+details { border: 1px solid #ddd; border-radius: 6px; margin: .6rem 0; padding: .4rem .8rem; }
+summary { cursor: pointer; font-weight: 600; } .ok { color: #137333; } .bad { color: #b3261e; }
+.role { font-weight: 600; margin-top: .6rem; }
+`
+
+const messageHtml = (message: Prompt.PromptMessage): string => {
+  const body = (() => {
+    switch (message.role) {
+      case "system":
+      case "user":
+        return message.content
+      case "assistant":
+        return message.parts
+          .map((part) =>
+            part.kind === "tool_call" ? `call ${part.toolName} ${JSON.stringify(part.input)} (${part.toolCallId})` : part.kind === "thinking" ? `(thinking) ${part.text}` : part.text,
+          )
+          .join("\n")
+      case "tool":
+        return message.results
+          .map((result) => `${result.toolName} (${result.toolCallId}) → ${typeof result.output.value === "string" ? result.output.value : JSON.stringify(result.output.value)}`)
+          .join("\n")
+    }
+  })()
+  return `<div class="role">${escape(message.role)}</div><pre>${escape(body)}</pre>`
+}
+
+/** The page of a session's events. */
+export const inspectHtml = (sessionId: string, events: ReadonlyArray<Event.StoredEvent>): string => {
+  const mainRequests = events.filter((stored) => stored.event.fact.kind === "model_requested" && stored.event.fact.purpose === "main")
+  const steps = mainRequests.map((stored, index) => {
+    const request = stored.event.fact
+    const stepId = request.kind === "model_requested" ? request.stepId : ""
+    const completed = events.find((candidate) => candidate.event.fact.kind === "model_completed" && candidate.event.fact.stepId === stepId)?.event.fact
+    const output = completed?.kind === "model_completed" ? completed.output : undefined
+    return { number: index + 1, stored, rebuilt: rebuildInput(events, stored), output }
+  })
+  const largest = Math.max(1, ...steps.map((step) => step.output?.usage.inputTokens ?? 0))
+  const sizeRows = steps
+    .map((step) => {
+      const tokens = step.output?.usage.inputTokens
+      const width = tokens === undefined ? 0 : Math.max(1, Math.round((tokens / largest) * 100))
+      return `<tr><td>step ${step.number}</td><td style="width:30rem"><div class="bar" style="width:${width}%"></div></td><td>${tokens ?? "?"} tokens in, ${step.rebuilt.prompt.length} messages</td></tr>`
+    })
+    .join("\n")
+  const stepSections = steps
+    .map((step) => {
+      const request = step.stored.event.fact
+      const digest = request.kind === "model_requested" ? request.inputDigest : ""
+      const check = step.rebuilt.matches
+        ? `<span class="ok">input digest matches (${escape(digest)})</span>`
+        : `<span class="bad">input digest differs: recorded ${escape(digest)}, rebuilt ${escape(step.rebuilt.digest)}</span>`
+      const output =
+        step.output === undefined
+          ? "<p>No output: the request did not complete.</p>"
+          : `<pre>${escape(
+              step.output.parts
+                .map((part) => (part.kind === "tool_call" ? `call ${part.name} ${JSON.stringify(part.input)}` : part.text))
+                .join("\n"),
+            )}</pre><p>finish ${escape(step.output.finishReason)}</p>`
+      return `<details id="step-${step.number}"><summary>Step ${step.number} — ${step.rebuilt.prompt.length} messages, tools ${escape(
+        step.rebuilt.tools.map((tool) => tool.name).join(", ") || "none",
+      )}</summary>
+<p>${check}; max output tokens ${step.rebuilt.maxOutputTokens}</p>
+<h3>Input</h3>
+${step.rebuilt.prompt.map(messageHtml).join("\n")}
+<h3>Output</h3>
+${output}
+</details>`
+    })
+    .join("\n")
+  return `<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">
+<title>maka inspect: ${escape(sessionId)}</title>
+<style>${STYLE}</style>
+</head>
+<body>
+<h1>Session ${escape(sessionId)}</h1>
+<p>${events.length} events, ${steps.length} model steps.</p>
+<h2>Timeline</h2>
+<ol class="timeline">
+${timeline(events)
+  .map((line) => `<li>${escape(line)}</li>`)
+  .join("\n")}
+</ol>
+<h2>Context size per step</h2>
+<table class="sizes">
+${sizeRows}
+</table>
+<h2>Steps</h2>
+${stepSections}
+</body>
+</html>
+`
+}

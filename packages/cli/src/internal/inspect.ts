@@ -1,0 +1,288 @@
+/**
+ * `maka inspect --session S [--step N]`: a terminal timeline of a session (invocations, model steps
+ * with their retries, tool calls with durations, checkpoints, archives, terminals), and the exact
+ * model input of step N rebuilt from the log and checked against the step's recorded `inputDigest`.
+ * Steps are numbered from 1 over the session's `model_requested {main}` facts in sequence order.
+ */
+import type { Event, Fact, Prompt } from "@maka/facts"
+import type { EventLog } from "@maka/event-log"
+import { PromptBuilder } from "@maka/engine"
+import { projectPrompt } from "@maka/model"
+import { Builtins, ToolCatalog } from "@maka/tools"
+import * as fs from "node:fs"
+import * as path from "node:path"
+import { TOOL_LEVELS, type ToolLevel } from "../Configuration.ts"
+import { CliError, ExitCode } from "./exit.ts"
+import * as Flags from "./flags.ts"
+import type { CommandContext } from "./read-commands.ts"
+import { openReadOnly } from "./store.ts"
+
+const clip = (text: string, max = 100): string => {
+  const flat = text.replace(/\s+/g, " ").trim()
+  return flat.length <= max ? flat : `${flat.slice(0, max - 1)}…`
+}
+
+const time = (ms: number): string => new Date(ms).toISOString().slice(11, 23)
+
+/** The timeline lines of a session's events. */
+export const timeline = (events: ReadonlyArray<Event.StoredEvent>): ReadonlyArray<string> => {
+  const lines: Array<string> = []
+  const steps = new Map<string, { readonly number: number | undefined; readonly at: number }>()
+  const dispatched = new Map<string, { readonly name: string; readonly at: number }>()
+  let mainSteps = 0
+  for (const stored of events) {
+    const fact: Fact.Fact = stored.event.fact
+    const at = stored.event.recordedAt
+    const prefix = `${String(stored.sequence).padStart(5)} ${time(at)}`
+    switch (fact.kind) {
+      case "invocation_opened": {
+        const input = fact.input.kind === "message" ? `message ${JSON.stringify(clip(fact.input.content.text, 80))}` : fact.input.kind
+        const model = fact.configuration.model
+        lines.push(`${prefix} invocation ${stored.event.invocation.invocationId} opened: ${input}`)
+        if (model !== undefined) lines.push(`${" ".repeat(19)}  model ${model.model} on ${model.connectionId}, cwd ${fact.configuration.cwd}`)
+        break
+      }
+      case "model_requested": {
+        const number = fact.purpose === "main" ? ++mainSteps : undefined
+        steps.set(fact.stepId, { number, at })
+        const label = number === undefined ? `${fact.purpose} request` : `step ${number}`
+        lines.push(`${prefix}   ${label} requested (input ${fact.inputDigest.slice(0, 19)}…, source through ${fact.sourceHighWater})`)
+        break
+      }
+      case "model_completed": {
+        const step = steps.get(fact.stepId)
+        const label = step?.number === undefined ? "request" : `step ${step.number}`
+        const text = fact.output.parts.flatMap((part) => (part.kind === "text" && part.textKind === "text" ? [part.text] : [])).join("")
+        const calls = fact.output.parts.flatMap((part) => (part.kind === "tool_call" ? [part.name] : []))
+        const usage = fact.output.usage
+        const took = step === undefined ? "" : ` in ${at - step.at} ms`
+        lines.push(
+          `${prefix}   ${label} completed${took}: finish ${fact.output.finishReason}, tokens in ${usage.inputTokens ?? "?"} out ${usage.outputTokens ?? "?"}` +
+            (calls.length === 0 ? "" : `, calls ${calls.join(", ")}`) +
+            (text === "" ? "" : `, text ${JSON.stringify(clip(text, 60))}`),
+        )
+        break
+      }
+      case "model_interrupted": {
+        const step = steps.get(fact.stepId)
+        const label = step?.number === undefined ? "request" : `step ${step.number}`
+        lines.push(`${prefix}   ${label} interrupted: ${fact.status}${fact.status === "retryable_failure" ? " (retried)" : ""}`)
+        break
+      }
+      case "tool_dispatched":
+        dispatched.set(fact.operationId, { name: fact.name, at })
+        lines.push(`${prefix}     tool ${fact.name} ${clip(JSON.stringify(fact.input), 80)} dispatched`)
+        break
+      case "tool_settled": {
+        const call = dispatched.get(fact.operationId)
+        const took = call === undefined ? "" : ` in ${at - call.at} ms`
+        lines.push(`${prefix}     tool ${call?.name ?? fact.operationId} ${fact.outcome.kind}${took}`)
+        break
+      }
+      case "tool_rejected":
+        lines.push(`${prefix}     tool ${fact.name} rejected: ${fact.reason.kind}`)
+        break
+      case "message_steered":
+        lines.push(`${prefix}   steered: ${JSON.stringify(clip(fact.message.content.text, 80))}`)
+        break
+      case "context_checkpoint_recorded":
+        lines.push(`${prefix}   checkpoint recorded (covers through ${fact.checkpoint.coveredThrough})`)
+        break
+      case "tool_result_archived":
+        lines.push(`${prefix}   tool result archived`)
+        break
+      case "invocation_ended": {
+        const outcome = fact.outcome
+        const detail =
+          outcome.kind === "failed" ? `failed ${outcome.class}${outcome.message === undefined ? "" : `: ${clip(outcome.message, 80)}`}` : outcome.kind
+        lines.push(`${prefix} invocation ${stored.event.invocation.invocationId} ended: ${detail}`)
+        break
+      }
+      default:
+        break
+    }
+  }
+  return lines
+}
+
+type Requested = Extract<Fact.Fact, { readonly kind: "model_requested" }>
+
+/** The model-context source of a request in a log without checkpoints: the session's events through its high water. */
+const sourceOf = (events: ReadonlyArray<Event.StoredEvent>, request: Requested): EventLog.ModelContextSource => {
+  const summarySteps = new Set<string>()
+  const tail: Array<EventLog.TailItem> = []
+  for (const stored of events) {
+    if (stored.sequence > request.sourceHighWater) break
+    const fact = stored.event.fact
+    if (fact.kind === "model_requested" && fact.purpose === "summary") summarySteps.add(fact.stepId)
+    const isSummaryFact =
+      (fact.kind === "model_requested" || fact.kind === "model_completed" || fact.kind === "model_interrupted") &&
+      summarySteps.has(fact.stepId)
+    if (fact.kind === "model_observed" || fact.kind === "context_checkpoint_recorded" || fact.kind === "tool_result_archived" || isSummaryFact) continue
+    tail.push({ kind: "canonical", stored })
+  }
+  return {
+    sourceEvidence: { scope: request.sourceScope, highWater: request.sourceHighWater, digest: request.sourceDigest },
+    tail,
+    effectiveSourceDigest: request.effectiveSourceDigest ?? request.sourceDigest,
+    latestMain: latestMainBefore(events, request),
+    unknownOperations: [],
+  }
+}
+
+/** The newest main completion before a request's high water, as the engine selected it (§3.8). */
+const latestMainBefore = (events: ReadonlyArray<Event.StoredEvent>, request: Requested): EventLog.LatestMainContext => {
+  const requests = new Map<string, Requested>()
+  const connections = new Map<string, string | undefined>()
+  let latest: EventLog.LatestMainContext = { kind: "no_completed_request" }
+  for (const stored of events) {
+    if (stored.sequence > request.sourceHighWater) break
+    const fact = stored.event.fact
+    if (fact.kind === "invocation_opened") connections.set(stored.event.invocation.invocationId, fact.configuration.model?.connectionId)
+    if (fact.kind === "model_requested") requests.set(fact.stepId, fact)
+    if (fact.kind !== "model_completed") continue
+    const requested = requests.get(fact.stepId)
+    if (requested === undefined || requested.purpose !== "main") continue
+    const connectionId = connections.get(stored.event.invocation.invocationId)
+    latest = {
+      kind: "selected",
+      projectionCurrent: true,
+      sequence: stored.sequence,
+      recordedAt: stored.event.recordedAt,
+      modelId: requested.modelId,
+      ...(connectionId === undefined ? {} : { connectionId }),
+      ...(requested.checkpointEventId === undefined ? {} : { checkpointEventId: requested.checkpointEventId }),
+      ...(requested.context === undefined ? {} : { context: requested.context }),
+      usage: fact.output.usage,
+      routeIdentity: requested.routeIdentity,
+    }
+  }
+  return latest
+}
+
+export interface RebuiltInput {
+  readonly prompt: Prompt.Prompt
+  readonly tools: ReadonlyArray<Prompt.ToolDefinition>
+  readonly toolLevel: ToolLevel | undefined
+  readonly maxOutputTokens: number
+  readonly digest: string
+  readonly matches: boolean
+}
+
+/**
+ * Rebuilds the exact input of a main request from the log: the prompt of its source, the route
+ * projection, the output limit, and the CLI's tool set (the level whose digest matches; the log records
+ * the catalog only through the digest).
+ */
+export const rebuildInput = (events: ReadonlyArray<Event.StoredEvent>, stored: Event.StoredEvent): RebuiltInput => {
+  const request = stored.event.fact
+  if (request.kind !== "model_requested") throw new CliError("not a model request", ExitCode.failed)
+  const opening = events.find(
+    (candidate) =>
+      candidate.event.fact.kind === "invocation_opened" && candidate.event.invocation.invocationId === stored.event.invocation.invocationId,
+  )?.event.fact
+  if (opening?.kind !== "invocation_opened") throw new CliError("the step's opening is missing from the log", ExitCode.failed)
+  const source = sourceOf(events, request)
+  const systemPrompt = opening.configuration.systemPrompt?.text
+  const prompt = PromptBuilder.buildMainPrompt({ ...(systemPrompt === undefined ? {} : { systemPrompt }), source })
+  const binding = opening.configuration.model
+  const kind = binding?.connectionSlug === "anthropic" ? "anthropic" : "openai-compatible"
+  const projected = projectPrompt(kind, request.routeIdentity, prompt)
+  const maxOutputTokens = PromptBuilder.outputLimit({
+    ...(request.context === undefined ? {} : { context: request.context }),
+    latestMain: source.latestMain,
+    routeIdentity: request.routeIdentity,
+    ...(binding === undefined ? {} : { connectionId: binding.connectionId }),
+    modelId: request.modelId,
+  })
+  const root = { root: opening.configuration.cwd }
+  const candidates = TOOL_LEVELS.map((level) => {
+    const tools = ToolCatalog.make(Builtins.forLevel(level, root)).capture().definitions
+    return { level, tools, digest: PromptBuilder.inputDigest(projected, tools, {}, maxOutputTokens) }
+  })
+  const match = candidates.find((candidate) => candidate.digest === request.inputDigest)
+  const shown = match ?? candidates.find((candidate) => candidate.level === "read")!
+  return {
+    prompt: projected,
+    tools: shown.tools,
+    toolLevel: match?.level,
+    maxOutputTokens,
+    digest: shown.digest,
+    matches: match !== undefined,
+  }
+}
+
+const renderMessage = (message: Prompt.PromptMessage): ReadonlyArray<string> => {
+  const indent = (text: string) => text.split("\n").map((line) => `    ${line}`)
+  switch (message.role) {
+    case "system":
+    case "user":
+      return [`  [${message.role}]`, ...indent(message.content)]
+    case "assistant":
+      return [
+        "  [assistant]",
+        ...message.parts.flatMap((part) =>
+          part.kind === "tool_call"
+            ? indent(`call ${part.toolName} ${JSON.stringify(part.input)} (${part.toolCallId})`)
+            : indent(part.kind === "thinking" ? `(thinking) ${part.text}` : part.text),
+        ),
+      ]
+    case "tool":
+      return [
+        "  [tool]",
+        ...message.results.flatMap((result) =>
+          indent(`${result.toolName} (${result.toolCallId}) → ${result.output.type}: ${typeof result.output.value === "string" ? result.output.value : JSON.stringify(result.output.value)}`),
+        ),
+      ]
+  }
+}
+
+export const inspectCommand = async (context: CommandContext): Promise<number> => {
+  const { values } = Flags.parse("inspect", context.args)
+  const target = Flags.database(values, context.environment, context.cwd)
+  const sessionId = Flags.requiredSession(values, "inspect")
+  const stepNumber = Flags.integer("step", values.step, 1, Number.MAX_SAFE_INTEGER)
+  const html = values.html === undefined || values.html === "" ? undefined : path.resolve(context.cwd, values.html)
+  const open = await openReadOnly(target)
+  let events: ReadonlyArray<Event.StoredEvent>
+  try {
+    events = await open.run(open.log.events(sessionId))
+  } finally {
+    await open.close()
+  }
+  if (events.length === 0) throw new CliError(`session ${sessionId} has no events`, ExitCode.failed)
+  if (html !== undefined) {
+    const { inspectHtml } = await import("./inspect-html.ts")
+    try {
+      fs.writeFileSync(html, inspectHtml(sessionId, events))
+    } catch (error) {
+      throw new CliError(`cannot write ${html}: ${error instanceof Error ? error.message : String(error)}`, ExitCode.failed)
+    }
+    context.sink.err(`wrote ${html}\n`)
+    if (stepNumber === undefined) return ExitCode.completed
+  }
+  if (stepNumber === undefined) {
+    context.sink.out(`session ${sessionId}: ${events.length} events\n`)
+    for (const line of timeline(events)) context.sink.out(`${line}\n`)
+    return ExitCode.completed
+  }
+  const mainRequests = events.filter((stored) => stored.event.fact.kind === "model_requested" && stored.event.fact.purpose === "main")
+  const stored = mainRequests[stepNumber - 1]
+  if (stored === undefined) {
+    throw new Flags.UsageError(`session ${sessionId} has ${mainRequests.length} steps; --step must be in 1..${mainRequests.length}`)
+  }
+  const request = stored.event.fact
+  if (request.kind !== "model_requested") throw new CliError("not a model request", ExitCode.failed)
+  const rebuilt = rebuildInput(events, stored)
+  context.sink.out(`step ${stepNumber} of session ${sessionId} (event ${stored.sequence}, step ${request.stepId})\n`)
+  context.sink.out(`model ${request.modelId}, route ${request.routeIdentity}, max output tokens ${rebuilt.maxOutputTokens}\n`)
+  context.sink.out(`tools: ${rebuilt.tools.map((tool) => tool.name).join(", ") || "(none)"}\n`)
+  context.sink.out(`messages (${rebuilt.prompt.length}):\n`)
+  for (const message of rebuilt.prompt) for (const line of renderMessage(message)) context.sink.out(`${line}\n`)
+  if (rebuilt.matches) {
+    context.sink.out(`input digest: ${request.inputDigest} matches the rebuilt input (tools ${rebuilt.toolLevel})\n`)
+    return ExitCode.completed
+  }
+  context.sink.err(`input digest: recorded ${request.inputDigest}, rebuilt ${rebuilt.digest}: the rebuilt input differs\n`)
+  return ExitCode.failed
+}

@@ -1,0 +1,73 @@
+/**
+ * The `maka` command line: picks the command, prints help, loads the command's module only when it
+ * runs (so `maka --help` stays quick), and turns every failure into one stderr line and an exit code.
+ */
+import { USAGE, commandUsage } from "../Usage.ts"
+import { CliError, ExitCode } from "./exit.ts"
+import { isCommand, UsageError, type Environment } from "./flags.ts"
+import type { Sink } from "./render.ts"
+
+export interface MainContext {
+  readonly argv: ReadonlyArray<string>
+  readonly environment: Environment
+  readonly cwd: string
+  readonly sink: Sink
+  readonly stdin: NodeJS.ReadStream
+  readonly version: string
+}
+
+const dispatch = async (context: MainContext): Promise<number> => {
+  const [first, ...args] = context.argv
+  if (first === undefined) {
+    context.sink.err(USAGE)
+    return ExitCode.usage
+  }
+  if (first === "-h" || first === "--help" || first === "help") {
+    context.sink.out(USAGE)
+    return ExitCode.completed
+  }
+  if (first === "-v" || first === "--version") {
+    context.sink.out(`${context.version}\n`)
+    return ExitCode.completed
+  }
+  if (!isCommand(first)) throw new UsageError(`unknown command '${first}'; see maka --help`)
+  if (args.includes("--help") || args.includes("-h")) {
+    context.sink.out(commandUsage(first))
+    return ExitCode.completed
+  }
+  const command = { args, environment: context.environment, cwd: context.cwd, sink: context.sink }
+  switch (first) {
+    case "run":
+      return (await import("./run-command.ts")).runCommand({ ...command, stdin: context.stdin })
+    case "chat":
+      return (await import("./chat-command.ts")).chatCommand({ ...command, stdin: context.stdin })
+    case "events":
+      return (await import("./read-commands.ts")).eventsCommand(command)
+    case "sessions":
+      return (await import("./read-commands.ts")).sessionsCommand(command)
+    case "recover":
+      return (await import("./read-commands.ts")).recoverCommand(command)
+    case "inspect":
+      return (await import("./inspect.ts")).inspectCommand(command)
+    case "demo":
+      return (await import("./demo.ts")).demoCommand(command)
+  }
+}
+
+/** Runs one command line; resolves with the exit code. */
+export const main = async (context: MainContext): Promise<number> => {
+  try {
+    return await dispatch(context)
+  } catch (error) {
+    if (error instanceof UsageError) {
+      context.sink.err(`maka: ${error.message}\n`)
+      return ExitCode.usage
+    }
+    if (error instanceof CliError) {
+      context.sink.err(`maka: ${error.message}\n`)
+      return error.exitCode
+    }
+    context.sink.err(`maka: internal error: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`)
+    return ExitCode.failed
+  }
+}

@@ -1,0 +1,138 @@
+/**
+ * `maka events`, `maka sessions` and `maka recover` (DESIGN.md §10.1). The first two are read-only;
+ * `recover` takes the writer lease and seals what a crashed host left open, one line per invocation.
+ */
+import type { Event } from "@maka/facts"
+import { Recovery } from "@maka/engine"
+import { Effect } from "effect"
+import * as fs from "node:fs"
+import * as path from "node:path"
+import { ExitCode } from "./exit.ts"
+import * as Flags from "./flags.ts"
+import { eventLine, type Sink } from "./render.ts"
+import { openReadOnly, openWriter } from "./store.ts"
+
+export interface CommandContext {
+  readonly args: ReadonlyArray<string>
+  readonly environment: Flags.Environment
+  readonly cwd: string
+  readonly sink: Sink
+}
+
+/** A one-line human description of a stored event. */
+export const describeEvent = (stored: Event.StoredEvent): string => {
+  const fact = stored.event.fact
+  const detail = (() => {
+    switch (fact.kind) {
+      case "invocation_opened":
+        return fact.input.kind === "message" ? JSON.stringify(fact.input.content.text) : fact.input.kind
+      case "model_requested":
+        return `${fact.purpose} step ${fact.stepId}`
+      case "model_observed":
+        return fact.event.kind === "part_delta" ? `${fact.event.kind} ${JSON.stringify(fact.event.text)}` : fact.event.kind
+      case "model_completed":
+        return `finish ${fact.output.finishReason}`
+      case "model_interrupted":
+        return fact.status
+      case "tool_dispatched":
+      case "tool_rejected":
+        return `${fact.name} ${JSON.stringify(fact.input)}`
+      case "tool_settled":
+        return fact.outcome.kind
+      case "invocation_ended":
+        return fact.outcome.kind === "failed" ? `failed ${fact.outcome.class}` : fact.outcome.kind
+      default:
+        return ""
+    }
+  })()
+  return `${String(stored.sequence).padStart(5)}  ${fact.kind.padEnd(27)} ${detail}`.trimEnd()
+}
+
+export const eventsCommand = async (context: CommandContext): Promise<number> => {
+  const { values } = Flags.parse("events", context.args)
+  const target = Flags.database(values, context.environment, context.cwd)
+  const sessionId = Flags.requiredSession(values, "events")
+  const open = await openReadOnly(target)
+  try {
+    const events = await open.run(open.log.events(sessionId))
+    for (const stored of events) context.sink.out(`${values.json === true ? eventLine(stored) : describeEvent(stored)}\n`)
+    return ExitCode.completed
+  } finally {
+    await open.close()
+  }
+}
+
+export type SessionState = "idle" | "unsealed" | "paused (handoff)" | "needs reconciliation"
+
+/** The state of one session from its events (DESIGN.md §10.1 "Other commands"). */
+export const sessionState = (events: ReadonlyArray<Event.StoredEvent>, hasPendingHandoff: boolean): SessionState => {
+  const ended = new Set<string>()
+  const opened: Array<string> = []
+  for (const stored of events) {
+    const fact = stored.event.fact
+    if (fact.kind === "invocation_opened") opened.push(stored.event.invocation.invocationId)
+    if (fact.kind === "invocation_ended") ended.add(stored.event.invocation.invocationId)
+  }
+  if (opened.some((invocation) => !ended.has(invocation))) return "unsealed"
+  if (hasPendingHandoff) return "paused (handoff)"
+  // A dispatch with no settlement in an invocation sealed `outcome_unknown`, with no completed run after it.
+  const settled = new Set<string>()
+  const dispatched = new Map<string, string>()
+  for (const stored of events) {
+    const fact = stored.event.fact
+    if (fact.kind === "tool_settled") settled.add(fact.operationId)
+    if (fact.kind === "tool_dispatched") dispatched.set(fact.operationId, stored.event.invocation.invocationId)
+  }
+  let needsReconciliation = false
+  for (const stored of events) {
+    const fact = stored.event.fact
+    if (fact.kind !== "invocation_ended") continue
+    const invocation = stored.event.invocation.invocationId
+    if (fact.outcome.kind === "failed" && fact.outcome.class === "outcome_unknown") {
+      needsReconciliation = [...dispatched].some(([operation, owner]) => owner === invocation && !settled.has(operation))
+    } else if (fact.outcome.kind === "completed") {
+      needsReconciliation = false
+    }
+  }
+  return needsReconciliation ? "needs reconciliation" : "idle"
+}
+
+export const sessionsCommand = async (context: CommandContext): Promise<number> => {
+  const { values } = Flags.parse("sessions", context.args)
+  const target = Flags.database(values, context.environment, context.cwd)
+  const open = await openReadOnly(target)
+  try {
+    const prefix = await open.run(open.log.prefix({ kind: "root" }))
+    const bySession = new Map<string, Array<Event.StoredEvent>>()
+    for (const stored of prefix.events) {
+      const list = bySession.get(stored.event.invocation.sessionId) ?? []
+      list.push(stored)
+      bySession.set(stored.event.invocation.sessionId, list)
+    }
+    for (const [sessionId, events] of bySession) {
+      const pending = await open.run(open.log.hasPendingHandoff(sessionId))
+      const invocations = events.filter((stored) => stored.event.fact.kind === "invocation_opened").length
+      context.sink.out(`${sessionId}  ${sessionState(events, pending)}  ${invocations} invocation${invocations === 1 ? "" : "s"}, ${events.length} events\n`)
+    }
+    return ExitCode.completed
+  } finally {
+    await open.close()
+  }
+}
+
+export const recoverCommand = async (context: CommandContext): Promise<number> => {
+  const { values } = Flags.parse("recover", context.args)
+  const target = Flags.database(values, context.environment, context.cwd)
+  if (target.kind === "sqlite") fs.mkdirSync(path.dirname(target.path), { recursive: true })
+  const open = await openWriter(target)
+  try {
+    const report = await open.run(Effect.flatMap(Effect.succeed(open.log), (log) => Recovery.recover(log)))
+    for (const sealed of report.sealed) {
+      context.sink.out(`${sealed.invocation.sessionId} ${sealed.invocation.invocationId} ${sealed.failureClass}\n`)
+    }
+    context.sink.out(`recovered ${report.count} invocation${report.count === 1 ? "" : "s"}\n`)
+    return ExitCode.completed
+  } finally {
+    await open.close()
+  }
+}

@@ -1,0 +1,129 @@
+/**
+ * What `maka run` shows while a run goes on (DESIGN.md §10.1 "Output"): assistant text on stdout as it
+ * becomes durable; tool activity, progress of long tool calls and retries with their wait on stderr;
+ * or, with `--json`, one line per committed event. Every line comes from a committed event.
+ */
+import { Canonical, Limits, type Event } from "@maka/facts"
+
+export interface Sink {
+  readonly out: (text: string) => void
+  readonly err: (text: string) => void
+}
+
+/** The JSON line of a stored event, shared by `maka run --json` and `maka events --json`. */
+export const eventLine = (stored: Event.StoredEvent): string =>
+  Canonical.stringify({ sequence: stored.sequence, event: stored.event })
+
+/** The last provider failure the run's `fetch` saw: what a retry line names. */
+export interface ObservedFailure {
+  readonly reason: string
+  readonly retryAfterMs?: number | undefined
+}
+
+export const formatSeconds = (ms: number): string =>
+  ms >= 1000 ? `${Math.round(ms / 1000)} s` : `${(Math.max(ms, 0) / 1000).toFixed(1)} s`
+
+const shortJson = (value: unknown, max = 120): string => {
+  const text = Canonical.stringify(value)
+  return text.length <= max ? text : `${text.slice(0, max - 1)}…`
+}
+
+/** How long a tool call runs before its progress is shown, and how often after that (checked every second). */
+export const PROGRESS_INTERVAL_MS = 5_000
+
+export class RunRenderer {
+  private readonly textParts = new Set<string>()
+  private readonly dispatched = new Map<string, { readonly name: string; readonly at: number; readonly startedAt: number; shown: number }>()
+  private lastChar = "\n"
+  private failedAttempts = 0
+  private progress: ReturnType<typeof setInterval> | undefined
+
+  constructor(
+    private readonly sink: Sink,
+    private readonly json: boolean,
+    private readonly lastFailure: () => ObservedFailure | undefined,
+    private readonly backoff: { readonly baseMs: number; readonly maxMs: number } = {
+      baseMs: Limits.BACKOFF_INITIAL_MS,
+      maxMs: Limits.BACKOFF_MAX_MS,
+    },
+  ) {}
+
+  /** Starts the progress lines of long tool calls (real time: this is the terminal edge). */
+  startProgress(): void {
+    this.progress = setInterval(() => {
+      const now = Date.now()
+      for (const call of this.dispatched.values()) {
+        const periods = Math.floor((now - call.startedAt) / PROGRESS_INTERVAL_MS)
+        if (periods > call.shown) {
+          call.shown = periods
+          this.sink.err(`tool: ${call.name} still running (${formatSeconds(periods * PROGRESS_INTERVAL_MS)})\n`)
+        }
+      }
+    }, 1_000)
+    this.progress.unref()
+  }
+
+  stop(): void {
+    if (this.progress !== undefined) clearInterval(this.progress)
+    if (!this.json && this.lastChar !== "\n") {
+      this.sink.out("\n")
+      this.lastChar = "\n"
+    }
+  }
+
+  private text(value: string): void {
+    if (value === "") return
+    this.sink.out(value)
+    this.lastChar = value.at(-1)!
+  }
+
+  handle(stored: Event.StoredEvent): void {
+    if (this.json) this.sink.out(`${eventLine(stored)}\n`)
+    const fact = stored.event.fact
+    switch (fact.kind) {
+      case "model_observed": {
+        const event = fact.event
+        const key = `${fact.stepId}/${"id" in event ? event.id : ""}`
+        if (event.kind === "part_started" && event.textKind === "text") this.textParts.add(key)
+        if (event.kind === "part_delta" && this.textParts.has(key) && !this.json) this.text(event.text)
+        return
+      }
+      case "model_completed":
+        this.failedAttempts = 0
+        if (!this.json && this.lastChar !== "\n") this.text("\n")
+        return
+      case "model_interrupted": {
+        if (fact.status !== "retryable_failure") return
+        this.failedAttempts++
+        const failure = this.lastFailure()
+        const exponent = Math.min(this.failedAttempts - 1, 5)
+        const delay = failure?.retryAfterMs ?? Math.min(this.backoff.baseMs * 2 ** exponent, this.backoff.maxMs)
+        if (!this.json && this.lastChar !== "\n") this.text("\n")
+        this.sink.err(`retrying in ${formatSeconds(delay)}: ${failure?.reason ?? "provider failure"}\n`)
+        return
+      }
+      case "tool_dispatched":
+        this.dispatched.set(fact.operationId, { name: fact.name, at: stored.event.recordedAt, startedAt: Date.now(), shown: 0 })
+        this.sink.err(`tool: ${fact.name} ${shortJson(fact.input)}\n`)
+        return
+      case "tool_settled": {
+        const call = this.dispatched.get(fact.operationId)
+        this.dispatched.delete(fact.operationId)
+        const name = call?.name ?? fact.operationId
+        const took = call === undefined ? "" : ` (${stored.event.recordedAt - call.at} ms)`
+        this.sink.err(
+          fact.outcome.kind === "succeeded" ? `tool: ${name} done${took}\n` : `tool: ${name} failed${took}: ${fact.outcome.message}\n`,
+        )
+        return
+      }
+      case "tool_rejected":
+        this.sink.err(`tool: ${fact.name} rejected: ${fact.reason.kind}${"message" in fact.reason ? `: ${fact.reason.message}` : ""}\n`)
+        return
+      case "message_steered":
+        this.sink.err(`steered: ${fact.message.content.text}\n`)
+        return
+      default:
+        return
+    }
+  }
+}

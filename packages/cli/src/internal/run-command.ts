@@ -1,0 +1,249 @@
+/**
+ * `maka run [MESSAGE]` (DESIGN.md §10.1): checks every flag before anything is opened, builds the
+ * run's configuration as pure functions of the flags, starts it through the Promise facade, shows it
+ * as it becomes durable, and maps its terminal to the exit code. SIGINT and SIGTERM cancel it.
+ */
+import { randomUUID } from "node:crypto"
+import * as fs from "node:fs"
+import * as path from "node:path"
+import { CLI_SYSTEM_PROMPT, connectionOf, contextOf, defaults } from "../Configuration.ts"
+import { CliError, ExitCode, exitCodeOf, failureLine, fromEngineError } from "./exit.ts"
+import * as Flags from "./flags.ts"
+import { RunRenderer, type ObservedFailure, type Sink } from "./render.ts"
+
+export interface RunContext {
+  readonly args: ReadonlyArray<string>
+  readonly environment: Flags.Environment
+  readonly cwd: string
+  readonly sink: Sink
+  readonly stdin: NodeJS.ReadStream
+}
+
+const readStdin = (stdin: NodeJS.ReadStream): Promise<string> =>
+  new Promise((resolve, reject) => {
+    const chunks: Array<Buffer> = []
+    stdin.on("data", (chunk: Buffer) => chunks.push(chunk))
+    stdin.on("end", () => resolve(Buffer.concat(chunks).toString("utf8")))
+    stdin.on("error", reject)
+  })
+
+/** The canonical workspace directory, or a usage error (it must exist and be a directory). */
+export const workspaceDirectory = (cwd: string, flag: string | undefined): string => {
+  const resolved = path.resolve(cwd, flag ?? ".")
+  let real: string
+  try {
+    real = fs.realpathSync(resolved)
+  } catch {
+    throw new Flags.UsageError(`workspace ${resolved} does not exist; pass an existing directory with --workspace`)
+  }
+  if (!fs.statSync(real).isDirectory()) {
+    throw new Flags.UsageError(`workspace ${real} is not a directory; pass a directory with --workspace`)
+  }
+  return real
+}
+
+/** Wraps a `fetch` so a retry line can name the provider's failure and its requested wait. */
+const observingFetch = (
+  inner: (input: string, init: RequestInit) => Promise<Response>,
+  record: (failure: ObservedFailure) => void,
+) => {
+  let classify: typeof import("@maka/model").ErrorClassification.classify | undefined
+  return async (input: string, init: RequestInit): Promise<Response> => {
+    let response: Response
+    try {
+      response = await inner(input, init)
+    } catch (error) {
+      record({ reason: "network" })
+      throw error
+    }
+    if (!response.ok) {
+      classify ??= (await import("@maka/model")).ErrorClassification.classify
+      const classifyNow = classify
+      response
+        .clone()
+        .text()
+        .then(
+          (body) => {
+            const error = classifyNow({ status: response.status, headers: response.headers, body, nowMs: Date.now(), replaySafe: true, observedOutput: false })
+            const reason = error.reason
+            record(
+              reason._tag === "Provider"
+                ? { reason: reason.reason, retryAfterMs: reason.retryAfterMs }
+                : { reason: reason._tag === "ContextOverflow" ? "context_overflow" : `HTTP ${response.status}` },
+            )
+          },
+          () => record({ reason: `HTTP ${response.status}` }),
+        )
+    }
+    return response
+  }
+}
+
+const readMessage = async (context: RunContext, positionals: ReadonlyArray<string>): Promise<string> => {
+  if (positionals.length > 1) throw new Flags.UsageError("maka run takes one MESSAGE; quote it")
+  let message = positionals[0]
+  if (message === undefined) {
+    if (context.stdin.isTTY === true) throw new Flags.UsageError("give a MESSAGE, or pipe it on stdin")
+    message = await readStdin(context.stdin)
+  }
+  if (message.trim() === "") throw new Flags.UsageError("the message is empty; give a MESSAGE with text")
+  return message
+}
+
+/** `MAKA_OFFLINE_DELAY_MS`: a pause between the offline model's stream events (0–10,000 ms, default 0). */
+const offlineDelay = (environment: Flags.Environment): number => {
+  const value = environment["MAKA_OFFLINE_DELAY_MS"]
+  if (value === undefined || value === "") return 0
+  if (!/^\d+$/.test(value) || Number(value) > 10_000) throw new Flags.UsageError("MAKA_OFFLINE_DELAY_MS must be an integer in 0..10000")
+  return Number(value)
+}
+
+/** Everything a run or chat needs from its flags, checked before anything is opened. */
+export interface RunSettings {
+  readonly database: Flags.DatabaseTarget
+  readonly provider: Flags.ProviderSettings
+  readonly level: ReturnType<typeof Flags.toolLevel>
+  readonly maxSteps: number
+  readonly idleTimeoutSeconds: number
+  readonly contextWindow: number | undefined
+  readonly declaredWindow: number | undefined
+  readonly directory: string
+  readonly sessionId: string
+  readonly isNewSession: boolean
+  readonly allowPriorUnknown: boolean
+  readonly json: boolean
+  readonly offlineDelayMs: number
+}
+
+export const settingsOf = (values: Flags.Values, context: Pick<RunContext, "environment" | "cwd">): RunSettings => {
+  const isNewSession = values.session === undefined || values.session === ""
+  return {
+    database: Flags.database(values, context.environment, context.cwd),
+    provider: Flags.provider(values, context.environment),
+    level: Flags.toolLevel(values.tools),
+    maxSteps: Flags.integer("max-steps", values["max-steps"], ...defaults.maxStepsRange) ?? defaults.maxSteps,
+    idleTimeoutSeconds: Flags.integer("idle-timeout", values["idle-timeout"], ...defaults.idleTimeoutRange) ?? defaults.idleTimeoutSeconds,
+    contextWindow: Flags.integer("context-window", values["context-window"], 1, Number.MAX_SAFE_INTEGER),
+    declaredWindow: Flags.integer("declared-window", values["declared-window"], 1, Number.MAX_SAFE_INTEGER),
+    directory: workspaceDirectory(context.cwd, values.workspace),
+    sessionId: isNewSession ? randomUUID() : values.session!,
+    isNewSession,
+    allowPriorUnknown: values["allow-prior-unknown"] === true,
+    json: values.json === true,
+    offlineDelayMs: offlineDelay(context.environment),
+  }
+}
+
+/** An open engine, workspace and model for one or more turns of a session. */
+export interface Host {
+  /** Starts a turn, shows it as it becomes durable and resolves with its exit code. */
+  readonly turn: (message: string, onStarted?: (run: { readonly steer: (text: string) => Promise<void> }) => void) => Promise<number>
+  readonly close: () => Promise<void>
+}
+
+/**
+ * Opens the model (the offline server when chosen), the workspace and the log. `signal` cancels the
+ * turn in flight; aborted before the log is opened, nothing is written.
+ */
+export const openHost = async (settings: RunSettings, sink: Sink, signal: AbortSignal): Promise<Host> => {
+  const { createEngine, Facade } = await import("@maka/engine")
+  const { Builtins, ToolCatalog } = await import("@maka/tools")
+  const provider = settings.provider
+  const offline = provider.provider === "offline" ? await (await import("../OfflineModel.ts")).start({ delayMs: settings.offlineDelayMs }) : undefined
+  let lastFailure: ObservedFailure | undefined
+  const record = (failure: ObservedFailure) => {
+    lastFailure = failure
+  }
+  let engine: Awaited<ReturnType<typeof createEngine>> | undefined
+  const close = async () => {
+    await engine?.close()
+    await offline?.close()
+  }
+  try {
+    const providerOptions =
+      offline !== undefined
+        ? { ...offline.provider, fetch: observingFetch(offline.provider.fetch, record) }
+        : {
+            kind: provider.provider === "anthropic" ? ("anthropic" as const) : ("openai-compatible" as const),
+            baseUrl: provider.baseUrl!,
+            model: provider.model!,
+            ...(provider.apiKey === undefined ? {} : { apiKey: provider.apiKey }),
+            fetch: observingFetch((input, init) => fetch(input, init), record),
+          }
+    const workspace = await Facade.openWorkspace(settings.directory)
+    const database = settings.database
+    if (database.kind === "sqlite") fs.mkdirSync(path.dirname(database.path), { recursive: true })
+    if (signal.aborted) throw new CliError("cancelled", ExitCode.cancelled)
+    engine = await createEngine(database.kind === "sqlite" ? { database: database.path } : { databaseUrl: database.url })
+    const opened = engine
+    if (settings.isNewSession) sink.err(`session: ${settings.sessionId}\n`)
+    const tools = ToolCatalog.make(Builtins.forLevel(settings.level, workspace))
+    const turn: Host["turn"] = async (message, onStarted) => {
+      const run = await opened.start({
+        sessionId: settings.sessionId,
+        provider: providerOptions,
+        connection: connectionOf(provider.provider, providerOptions.baseUrl),
+        message,
+        tools,
+        workspace,
+        systemPrompt: CLI_SYSTEM_PROMPT,
+        context: contextOf(provider.provider, { contextWindow: settings.contextWindow, declaredWindow: settings.declaredWindow }),
+        maxSteps: settings.maxSteps,
+        idleTimeoutMs: settings.idleTimeoutSeconds * 1000,
+        allowPriorUnknown: settings.allowPriorUnknown,
+        signal,
+      })
+      onStarted?.(run)
+      const renderer = new RunRenderer(sink, settings.json, () => lastFailure)
+      renderer.startProgress()
+      try {
+        for await (const stored of run.events()) renderer.handle(stored)
+      } finally {
+        renderer.stop()
+      }
+      const outcome = (await run.wait()).outcome
+      if (outcome.kind === "failed") sink.err(`${failureLine(outcome)}\n`)
+      if (outcome.kind === "cancelled") sink.err("cancelled\n")
+      return exitCodeOf(outcome)
+    }
+    return { turn, close }
+  } catch (error) {
+    await close()
+    throw fromEngineError(error)
+  }
+}
+
+/** SIGINT and SIGTERM abort the returned signal until `release` (SIGTERM hands off once handoff lands). */
+export const cancelOnSignals = (): { readonly signal: AbortSignal; readonly release: () => void } => {
+  const controller = new AbortController()
+  const onSignal = () => controller.abort()
+  process.on("SIGINT", onSignal)
+  process.on("SIGTERM", onSignal)
+  return {
+    signal: controller.signal,
+    release: () => {
+      process.off("SIGINT", onSignal)
+      process.off("SIGTERM", onSignal)
+    },
+  }
+}
+
+export const runCommand = async (context: RunContext): Promise<number> => {
+  const { values, positionals } = Flags.parse("run", context.args)
+  const settings = settingsOf(values, context)
+  const message = await readMessage(context, positionals)
+  // Signals before the opening is durable cancel with nothing written.
+  const signals = cancelOnSignals()
+  try {
+    const host = await openHost(settings, context.sink, signals.signal)
+    try {
+      return await host.turn(message)
+    } catch (error) {
+      throw fromEngineError(error)
+    } finally {
+      await host.close()
+    }
+  } finally {
+    signals.release()
+  }
+}

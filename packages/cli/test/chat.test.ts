@@ -1,0 +1,73 @@
+import { afterEach, describe, expect, it } from "vitest"
+import { eventLines, folder, maka, when, type Folder } from "./support/cli.ts"
+
+const folders: Array<Folder> = []
+const fresh = () => {
+  const created = folder()
+  folders.push(created)
+  return created
+}
+afterEach(() => {
+  for (const created of folders.splice(0)) created.remove()
+})
+
+const invocationsOf = async (root: string, db: string, session: string) => {
+  const lines = eventLines((await maka(["events", "--db", db, "--session", session, "--json"], { cwd: root })).stdout)
+  return {
+    lines,
+    openings: lines.filter((line) => line.event.fact.kind === "invocation_opened"),
+    endings: lines.filter((line) => line.event.fact.kind === "invocation_ended"),
+  }
+}
+
+describe("maka chat", () => {
+  it("runs one turn per line of stdin in one session, and ends with the input (exit 0)", async () => {
+    const { root, workspace, db } = fresh()
+    const result = await maka(["chat", "--db", db, "--workspace", workspace, "--session", "c"], { cwd: root, input: "first question\n\nsecond question\n" })
+    expect(result.code).toBe(0)
+    expect(result.stdout).toContain('You asked: "first question"')
+    expect(result.stdout).toContain('You asked: "second question"')
+    const { openings, endings } = await invocationsOf(root, db, "c")
+    expect(openings.map((line) => line.event.fact["input"].content.text)).toEqual(["first question", "second question"])
+    expect(endings.map((line) => line.event.fact["outcome"].kind)).toEqual(["completed", "completed"])
+  })
+
+  it("delivers a line entered while a turn runs to that turn as steering", async () => {
+    const { root, workspace, db } = fresh()
+    const result = await maka(["chat", "--db", db, "--workspace", workspace, "--session", "s"], {
+      cwd: root,
+      env: { MAKA_OFFLINE_DELAY_MS: "100" },
+      input: { open: "look around\n" },
+      onOutput: when(
+        (output) => output.stderr.includes("tool: list_files"),
+        (child) => child.stdin!.end("and mind the notes\n"),
+      ),
+    })
+    expect(result.code).toBe(0)
+    const { lines, openings } = await invocationsOf(root, db, "s")
+    expect(openings).toHaveLength(1)
+    const steered = lines.filter((line) => line.event.fact.kind === "message_steered")
+    expect(steered.map((line) => line.event.fact["message"].content.text)).toEqual(["and mind the notes"])
+    expect(result.stderr).toContain("steered: and mind the notes")
+  })
+
+  it("SIGINT cancels the current turn and ends the chat with exit 130", async () => {
+    const { root, workspace, db } = fresh()
+    const result = await maka(["chat", "--db", db, "--workspace", workspace, "--session", "x", "--json"], {
+      cwd: root,
+      env: { MAKA_OFFLINE_DELAY_MS: "200" },
+      input: { open: "hello\nnext\n" },
+      onOutput: when((output) => output.stdout.includes('"kind":"model_requested"'), (child) => child.kill("SIGINT")),
+    })
+    expect(result.code).toBe(130)
+    const { openings, endings } = await invocationsOf(root, db, "x")
+    expect(openings).toHaveLength(1)
+    expect(endings.map((line) => line.event.fact["outcome"])).toEqual([{ kind: "cancelled", source: "runtime_cancellation" }])
+  })
+
+  it("refuses bad flags with exit 2 before reading any line", async () => {
+    const { root, workspace, db } = fresh()
+    const result = await maka(["chat", "--db", db, "--workspace", workspace, "--max-steps", "0"], { cwd: root, input: "hi\n" })
+    expect(result.code).toBe(2)
+  })
+})

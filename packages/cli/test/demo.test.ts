@@ -1,0 +1,32 @@
+import * as fs from "node:fs"
+import { afterEach, describe, expect, it } from "vitest"
+import { folder, maka, type Folder } from "./support/cli.ts"
+
+const folders: Array<Folder> = []
+afterEach(() => {
+  for (const created of folders.splice(0)) created.remove()
+})
+
+describe("maka demo", () => {
+  it("tours a tool loop, a SIGKILL crash and its recovery offline, narrated, and exits 0", async () => {
+    const created = folder()
+    folders.push(created)
+    // No endpoint configured, and none leaks in from the environment: the tour is offline.
+    const result = await maka(["demo", "--keep"], { cwd: created.root, env: { MAKA_BASE_URL: "http://127.0.0.1:9/v1" } })
+    expect(result.stderr).toBe("")
+    expect(result.code).toBe(0)
+    const out = result.stdout
+    expect(out).toContain("1. A tool loop.")
+    expect(out).toContain('tool: list_files {"path":"."}')
+    expect(out).toContain("Lantern")
+    expect(out).toMatch(/The process died with SIGKILL after \d+ committed events/)
+    expect(out).toMatch(/crash {2}unsealed/)
+    expect(out).toMatch(/crash [0-9a-f-]{36} host_interrupted/)
+    expect(out).toMatch(/crash {2}idle/)
+    expect(out).toMatch(/input digest: sha256:[0-9a-f]{64} matches the rebuilt input/)
+    const kept = /kept in (\S+)$/m.exec(out)?.[1]
+    expect(kept).toBeDefined()
+    expect(fs.existsSync(`${kept}/events.sqlite`)).toBe(true)
+    fs.rmSync(kept!, { recursive: true, force: true })
+  }, 180_000)
+})

@@ -1,0 +1,37 @@
+import { describe, expect, it } from "vitest"
+import { EngineError } from "@maka/engine"
+import { exitCodeOf, failureLine, fromEngineError } from "../src/internal/exit.ts"
+
+describe("exit codes (DESIGN.md §10.1)", () => {
+  it.each([
+    [{ kind: "completed" }, 0],
+    [{ kind: "failed", class: "model_provider" }, 1],
+    [{ kind: "failed", class: "step_limit" }, 1],
+    [{ kind: "failed", class: "session_busy" }, 1],
+    [{ kind: "failed", class: "reconciliation_required" }, 3],
+    [{ kind: "cancelled", source: "runtime_cancellation" }, 130],
+    [{ kind: "context_compact_finished", outcome: { kind: "unchanged", reason: "no_new_history" } }, 0],
+  ] as const)("maps the terminal %j to %i", (outcome, code) => {
+    expect(exitCodeOf(outcome)).toBe(code)
+  })
+
+  it("maps a sealed handoff pause to 75", () => {
+    expect(exitCodeOf({ kind: "handoff_paused" } as Parameters<typeof exitCodeOf>[0])).toBe(75)
+  })
+
+  it.each([
+    [EngineError.invalidInput("bad"), 2],
+    [EngineError.busy("busy"), 1],
+    [EngineError.reconciliation("unknown"), 3],
+    [EngineError.cancelled(), 130],
+    [EngineError.store("another writer holds the log"), 1],
+    [EngineError.internal("boom"), 1],
+  ])("maps a facade rejection %s to its exit code", (error, code) => {
+    expect(fromEngineError(error).exitCode).toBe(code)
+  })
+
+  it("prints a failure as failed: <class>: <message>", () => {
+    expect(failureLine({ kind: "failed", class: "model_provider", message: "HTTP 400" })).toBe("failed: model_provider: HTTP 400")
+    expect(failureLine({ kind: "failed", class: "step_limit" })).toBe("failed: step_limit")
+  })
+})

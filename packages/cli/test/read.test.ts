@@ -1,0 +1,201 @@
+import { createHash } from "node:crypto"
+import * as fs from "node:fs"
+import * as path from "node:path"
+import { afterEach, beforeAll, afterAll, describe, expect, it } from "vitest"
+import { eventLines, folder, maka, when, type Folder } from "./support/cli.ts"
+
+/** Every file of a folder with its digest, to prove a command changed nothing. */
+const snapshot = (directory: string): Readonly<Record<string, string>> =>
+  Object.fromEntries(
+    fs
+      .readdirSync(directory)
+      .filter((name) => fs.statSync(path.join(directory, name)).isFile())
+      .map((name) => [name, createHash("sha256").update(fs.readFileSync(path.join(directory, name))).digest("hex")]),
+  )
+
+describe("read-only commands over a log with a completed and a crashed run", () => {
+  let shared: Folder
+  beforeAll(async () => {
+    shared = folder()
+    const done = await maka(["run", "--db", shared.db, "--workspace", shared.workspace, "--session", "done", "What is this?"], { cwd: shared.root })
+    expect(done.code).toBe(0)
+    const crashed = await maka(["run", "--db", shared.db, "--workspace", shared.workspace, "--session", "crashed", "--json", "hi"], {
+      cwd: shared.root,
+      env: { MAKA_OFFLINE_DELAY_MS: "200" },
+      onOutput: when((output) => output.stdout.includes('"kind":"part_delta"'), (child) => child.kill("SIGKILL")),
+    })
+    expect(crashed.signal).toBe("SIGKILL")
+  }, 120_000)
+  afterAll(() => shared.remove())
+
+  it("maka sessions lists each session with its state, idle and unsealed", async () => {
+    const result = await maka(["sessions", "--db", shared.db], { cwd: shared.root })
+    expect(result.code).toBe(0)
+    expect(result.stdout).toMatch(/^done {2}idle {2}1 invocation, \d+ events$/m)
+    expect(result.stdout).toMatch(/^crashed {2}unsealed {2}1 invocation, \d+ events$/m)
+  })
+
+  it("maka events prints a session's events, one line each; an unknown session prints nothing and exits 0", async () => {
+    const result = await maka(["events", "--db", shared.db, "--session", "done"], { cwd: shared.root })
+    expect(result.code).toBe(0)
+    expect(result.stdout.split("\n")[0]).toMatch(/^\s+1 {2}invocation_opened\s+"What is this\?"$/)
+    expect(result.stdout).toMatch(/invocation_ended\s+completed$/m)
+    const unknown = await maka(["events", "--db", shared.db, "--session", "nobody", "--json"], { cwd: shared.root })
+    expect(unknown.code).toBe(0)
+    expect(unknown.stdout).toBe("")
+  })
+
+  it("maka inspect shows the timeline: invocation, steps, tool calls with durations, terminal", async () => {
+    const result = await maka(["inspect", "--db", shared.db, "--session", "done"], { cwd: shared.root })
+    expect(result.code).toBe(0)
+    expect(result.stdout).toMatch(/invocation \S+ opened: message "What is this\?"/)
+    expect(result.stdout).toMatch(/step 1 requested/)
+    expect(result.stdout).toMatch(/step 3 completed in \d+ ms: finish stop/)
+    expect(result.stdout).toMatch(/tool list_files succeeded in \d+ ms/)
+    expect(result.stdout).toMatch(/tool read_file succeeded in \d+ ms/)
+    expect(result.stdout).toMatch(/ended: completed$/m)
+  })
+
+  it.each([1, 2, 3])("maka inspect --step %i rebuilds the exact model input and matches its recorded inputDigest", async (step) => {
+    const result = await maka(["inspect", "--db", shared.db, "--session", "done", "--step", String(step)], { cwd: shared.root })
+    expect(result.stderr).toBe("")
+    expect(result.code).toBe(0)
+    expect(result.stdout).toMatch(/^input digest: sha256:[0-9a-f]{64} matches the rebuilt input \(tools read\)$/m)
+    expect(result.stdout).toContain("[system]")
+    expect(result.stdout).toContain("What is this?")
+    if (step === 3) expect(result.stdout).toContain("# Lantern")
+  })
+
+  it("maka inspect --html writes a self-contained page: timeline, context size per step, each step's input and output", async () => {
+    const page = path.join(shared.root, "page.html")
+    const result = await maka(["inspect", "--db", shared.db, "--session", "done", "--html", page], { cwd: shared.root })
+    expect(result.code).toBe(0)
+    const html = fs.readFileSync(page, "utf8")
+    expect(html).toMatch(/^<!doctype html>/)
+    expect(html).toContain("<h2>Timeline</h2>")
+    expect(html).toMatch(/<li>\s+\d+ [\d:.]+ invocation \S+ opened: message &quot;What is this\?&quot;<\/li>/)
+    expect(html).toContain("<h2>Context size per step</h2>")
+    expect(html.match(/<tr><td>step \d+<\/td>/g)).toHaveLength(3)
+    expect(html.match(/<details id="step-\d+">/g)).toHaveLength(3)
+    expect(html.match(/input digest matches/g)).toHaveLength(3)
+    expect(html).toContain("# Lantern")
+    expect(html).toContain("What is this?")
+    // Self-contained: nothing to fetch, no script.
+    expect(html).not.toMatch(/<script|<link|<img|<iframe|\ssrc=|\shref=|url\(/i)
+  })
+
+  it("maka inspect --html into a folder that does not exist is exit 1", async () => {
+    const result = await maka(["inspect", "--db", shared.db, "--session", "done", "--html", path.join(shared.root, "no/such/page.html")], {
+      cwd: shared.root,
+    })
+    expect(result.code).toBe(1)
+    expect(result.stderr).toContain("cannot write")
+  })
+
+  it("maka inspect --step beyond the session's steps is exit 2", async () => {
+    const result = await maka(["inspect", "--db", shared.db, "--session", "done", "--step", "4"], { cwd: shared.root })
+    expect(result.code).toBe(2)
+    expect(result.stderr).toContain("1..3")
+  })
+
+  it("maka inspect of a session without events is exit 1", async () => {
+    const result = await maka(["inspect", "--db", shared.db, "--session", "nobody"], { cwd: shared.root })
+    expect(result.code).toBe(1)
+  })
+
+  it("events and inspect need --session (exit 2)", async () => {
+    expect((await maka(["events", "--db", shared.db], { cwd: shared.root })).code).toBe(2)
+    expect((await maka(["inspect", "--db", shared.db], { cwd: shared.root })).code).toBe(2)
+  })
+
+  it("read-only commands change no byte of the log, even with a crashed run in it", async () => {
+    const before = snapshot(shared.root)
+    for (const args of [
+      ["sessions"],
+      ["events", "--session", "crashed", "--json"],
+      ["inspect", "--session", "crashed"],
+      ["inspect", "--session", "done", "--step", "1"],
+    ]) {
+      expect((await maka([...args, "--db", shared.db], { cwd: shared.root })).code).toBe(0)
+    }
+    expect(snapshot(shared.root)).toEqual(before)
+  })
+})
+
+describe("maka recover", () => {
+  const folders: Array<Folder> = []
+  afterEach(() => {
+    for (const created of folders.splice(0)) created.remove()
+  })
+
+  it("prints one line per sealed invocation and the count; a second pass seals nothing", async () => {
+    const created = folder()
+    folders.push(created)
+    const crashed = await maka(["run", "--db", created.db, "--workspace", created.workspace, "--session", "c", "--json", "hi"], {
+      cwd: created.root,
+      env: { MAKA_OFFLINE_DELAY_MS: "200" },
+      onOutput: when((output) => output.stdout.includes('"kind":"part_delta"'), (child) => child.kill("SIGKILL")),
+    })
+    expect(crashed.signal).toBe("SIGKILL")
+    const invocation = eventLines(crashed.stdout.split("\n").slice(0, 1).join("\n"))[0]!.event.invocation.invocationId
+    const first = await maka(["recover", "--db", created.db], { cwd: created.root })
+    expect(first.code).toBe(0)
+    expect(first.stdout).toBe(`c ${invocation} host_interrupted\nrecovered 1 invocation\n`)
+    const second = await maka(["recover", "--db", created.db], { cwd: created.root })
+    expect(second.stdout).toBe("recovered 0 invocations\n")
+    const events = eventLines((await maka(["events", "--db", created.db, "--session", "c", "--json"], { cwd: created.root })).stdout)
+    expect(events.at(-1)!.event.fact).toEqual({ kind: "invocation_ended", outcome: { kind: "failed", class: "host_interrupted" } })
+    const sessions = await maka(["sessions", "--db", created.db], { cwd: created.root })
+    expect(sessions.stdout).toMatch(/^c {2}idle /m)
+  })
+
+  it("a run on SQLite recovers what a crashed host left before it starts", async () => {
+    const created = folder()
+    folders.push(created)
+    await maka(["run", "--db", created.db, "--workspace", created.workspace, "--session", "c", "--json", "hi"], {
+      cwd: created.root,
+      env: { MAKA_OFFLINE_DELAY_MS: "200" },
+      onOutput: when((output) => output.stdout.includes('"kind":"part_delta"'), (child) => child.kill("SIGKILL")),
+    })
+    const next = await maka(["run", "--db", created.db, "--workspace", created.workspace, "--session", "c", "again"], { cwd: created.root })
+    expect(next.code).toBe(0)
+    const events = await maka(["events", "--db", created.db, "--session", "c"], { cwd: created.root })
+    expect(events.stdout).toMatch(/invocation_ended\s+failed host_interrupted/)
+    expect(events.stdout).toMatch(/invocation_ended\s+completed$/m)
+  })
+})
+
+describe("a missing or foreign log", () => {
+  const folders: Array<Folder> = []
+  afterEach(() => {
+    for (const created of folders.splice(0)) created.remove()
+  })
+
+  it.each([["events", "--session", "s"], ["inspect", "--session", "s"], ["sessions"]])(
+    "maka %s on a missing file is exit 1 and creates nothing",
+    async (...args) => {
+      const created = folder()
+      folders.push(created)
+      const result = await maka([...args, "--db", created.db], { cwd: created.root })
+      expect(result.code).toBe(1)
+      expect(result.stderr).toContain("no maka log")
+      expect(fs.readdirSync(created.root).sort()).toEqual(["workspace"])
+    },
+  )
+
+  it.each([["events", "--session", "s"], ["sessions"], ["recover"], ["run", "hi"]])(
+    "maka %s on a file that is not a maka log is exit 1 and leaves it untouched",
+    async (...args) => {
+      const created = folder()
+      folders.push(created)
+      fs.writeFileSync(created.db, "this is not a database, just some text that is long enough to look like a file\n".repeat(20))
+      const before = snapshot(created.root)
+      const result = await maka([...args, "--db", created.db, ...(args[0] === "run" ? ["--workspace", created.workspace] : [])], {
+        cwd: created.root,
+      })
+      expect(result.code).toBe(1)
+      expect(result.stderr.trim().split("\n")).toHaveLength(1)
+      expect(snapshot(created.root)[path.basename(created.db)]).toBe(before[path.basename(created.db)])
+    },
+  )
+})

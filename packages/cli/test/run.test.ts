@@ -1,0 +1,379 @@
+import { Canonical } from "@maka/facts"
+import { OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
+import * as fs from "node:fs"
+import * as path from "node:path"
+import { afterEach, describe, expect, it } from "vitest"
+import { CLI_SYSTEM_PROMPT } from "../src/index.ts"
+import { eventLines, folder, maka, sessionOf, when, type Folder } from "./support/cli.ts"
+
+const folders: Array<Folder> = []
+const servers: Array<ScriptedServer.ScriptedServer> = []
+const fresh = () => {
+  const created = folder()
+  folders.push(created)
+  return created
+}
+const serve = async (script: ReadonlyArray<ScriptedServer.ScriptEntry | Respond.Responder>) => {
+  const server = await ScriptedServer.start({ script })
+  servers.push(server)
+  return server
+}
+afterEach(async () => {
+  for (const server of servers.splice(0)) await server.close()
+  for (const created of folders.splice(0)) created.remove()
+})
+
+const answer = (text: ReadonlyArray<string>) => Respond.sse(OpenAiSse.response({ text, model: "test-model" }))
+const KEY = "sk-test-secret-key-0123456789"
+
+describe("maka run on the offline model", () => {
+  it("streams the answer to stdout, tool activity and the session to stderr, and exits 0", async () => {
+    const { root, workspace, db } = fresh()
+    const result = await maka(["run", "--db", db, "--workspace", workspace, "What is this project?"], { cwd: root })
+    expect(result.stderr).toMatch(/^session: [0-9a-f-]{36}$/m)
+    expect(result.stderr).toContain('tool: list_files {"path":"."}')
+    expect(result.stderr).toContain('tool: read_file {"path":"README.md"}')
+    expect(result.stdout).toContain("README.md")
+    expect(result.stdout).toContain("Lantern")
+    expect(result.code).toBe(0)
+  })
+
+  it("uses .maka/events.sqlite under the current directory by default, and MAKA_DB when set", async () => {
+    const { root, workspace } = fresh()
+    expect((await maka(["run", "--workspace", workspace, "hi"], { cwd: root })).code).toBe(0)
+    expect(fs.existsSync(path.join(root, ".maka/events.sqlite"))).toBe(true)
+    const other = path.join(root, "elsewhere/log.sqlite")
+    expect((await maka(["run", "--workspace", workspace, "hi"], { cwd: root, env: { MAKA_DB: other } })).code).toBe(0)
+    expect(fs.existsSync(other)).toBe(true)
+  })
+
+  it("uses the current directory as the workspace by default", async () => {
+    const { workspace, db } = fresh()
+    const result = await maka(["run", "--db", db, "--json", "hi"], { cwd: workspace })
+    const opening = eventLines(result.stdout)[0]!.event.fact
+    expect(opening.configuration.cwd).toBe(workspace)
+    expect(fs.existsSync(path.join(workspace, ".maka-workspace.json"))).toBe(true)
+  })
+
+  it("reads the message from stdin when it is absent", async () => {
+    const { root, workspace, db } = fresh()
+    const result = await maka(["run", "--db", db, "--workspace", workspace, "--json"], { cwd: root, input: "from stdin\n" })
+    expect(result.code).toBe(0)
+    const opening = eventLines(result.stdout)[0]!.event.fact
+    expect(opening.input.content.text).toBe("from stdin\n")
+  })
+
+  it("prints every committed event with --json, the same lines maka events --json prints", async () => {
+    const { root, workspace, db } = fresh()
+    const result = await maka(["run", "--db", db, "--workspace", workspace, "--session", "s1", "--json", "hi"], { cwd: root })
+    expect(result.code).toBe(0)
+    const lines = eventLines(result.stdout)
+    expect(lines[0]!.event.fact.kind).toBe("invocation_opened")
+    expect(lines.at(-1)!.event.fact.kind).toBe("invocation_ended")
+    expect(lines.some((line) => line.event.fact.kind === "model_observed")).toBe(true)
+    expect(lines.map((line) => line.sequence)).toEqual(lines.map((_, index) => index + 1))
+    const events = await maka(["events", "--db", db, "--session", "s1", "--json"], { cwd: root })
+    expect(events.code).toBe(0)
+    expect(events.stdout).toBe(result.stdout)
+    // A session given with --session is not announced.
+    expect(result.stderr).not.toContain("session:")
+  })
+
+  it("writes the configuration and context as pure functions of the flags", async () => {
+    const { root, workspace, db } = fresh()
+    const args = ["run", "--db", db, "--workspace", workspace, "--json", "--context-window", "100000", "--declared-window", "90000", "hi"]
+    const first = eventLines((await maka(args, { cwd: root })).stdout)
+    const second = eventLines((await maka(args, { cwd: root })).stdout)
+    const opening = first[0]!.event.fact as Record<string, any>
+    expect(opening["configuration"]).toEqual({
+      systemPrompt: { text: CLI_SYSTEM_PROMPT },
+      cwd: workspace,
+      workspaceIdentity: expect.stringMatching(/^workspace:v1:[0-9a-f-]{36}$/),
+      model: { connectionId: "offline:http://offline.maka.invalid/v1", connectionSlug: "offline", model: "maka-offline" },
+      toolMode: "direct",
+    })
+    expect((second[0]!.event.fact as Record<string, any>)["configuration"]).toEqual(opening["configuration"])
+    const requests = first.filter((line) => line.event.fact.kind === "model_requested").map((line) => line.event.fact as Record<string, any>)
+    expect(requests[0]!["context"]).toEqual({ providerId: "offline", contextWindow: 100000, modelContextWindow: 100000, declaredWindow: 90000 })
+    // The same route in every process: the offline model's port is not part of it.
+    const secondRequests = second.filter((line) => line.event.fact.kind === "model_requested").map((line) => line.event.fact as Record<string, any>)
+    expect(secondRequests[0]!["routeIdentity"]).toBe(requests[0]!["routeIdentity"])
+  })
+
+  it("writes the context without windows when no window flag is given", async () => {
+    const { root, workspace, db } = fresh()
+    const lines = eventLines((await maka(["run", "--db", db, "--workspace", workspace, "--json", "hi"], { cwd: root })).stdout)
+    const request = lines.find((line) => line.event.fact.kind === "model_requested")!.event.fact as Record<string, any>
+    expect(request["context"]).toEqual({ providerId: "offline" })
+  })
+
+  it("offers no tool with --tools none, so the model answers at once", async () => {
+    const { root, workspace, db } = fresh()
+    const result = await maka(["run", "--db", db, "--workspace", workspace, "--tools", "none", "--json", "hi"], { cwd: root })
+    expect(result.code).toBe(0)
+    expect(eventLines(result.stdout).filter((line) => line.event.fact.kind === "tool_dispatched")).toEqual([])
+  })
+
+  it("fails step_limit with exit 1 when --max-steps is spent", async () => {
+    const { root, workspace, db } = fresh()
+    const result = await maka(["run", "--db", db, "--workspace", workspace, "--max-steps", "1", "hi"], { cwd: root })
+    expect(result.stderr).toMatch(/^failed: step_limit/m)
+    expect(result.code).toBe(1)
+  })
+})
+
+describe("maka run refuses bad input with exit 2 and writes nothing", () => {
+  interface Case {
+    readonly name: string
+    readonly args: ReadonlyArray<string>
+    readonly env?: Readonly<Record<string, string>>
+  }
+  const table: ReadonlyArray<readonly [string, ReadonlyArray<string>, Readonly<Record<string, string>>?]> = [
+    ["an unknown flag", ["--no-such-flag", "hi"]],
+    ["an empty message", [""]],
+    ["a blank message", ["  \n "]],
+    ["two messages", ["one", "two"]],
+    ["--max-steps 0", ["--max-steps", "0", "hi"]],
+    ["--max-steps 257", ["--max-steps", "257", "hi"]],
+    ["--idle-timeout 0", ["--idle-timeout", "0", "hi"]],
+    ["--idle-timeout 301", ["--idle-timeout", "301", "hi"]],
+    ["--idle-timeout 1.5", ["--idle-timeout", "1.5", "hi"]],
+    ["--tools everything", ["--tools", "everything", "hi"]],
+    ["--provider nope", ["--provider", "nope", "hi"]],
+    ["a base URL that is not http(s)", ["--base-url", "ftp://example.com", "--model", "m", "hi"]],
+    ["a base URL that is not a URL", ["--base-url", "not a url", "--model", "m", "hi"]],
+    ["openai-compatible without a base URL", ["--provider", "openai-compatible", "--model", "m", "hi"]],
+    ["anthropic without a model", ["--provider", "anthropic", "--base-url", "http://127.0.0.1:9/v1", "hi"]],
+    ["MAKA_BASE_URL without a model", ["hi"], { MAKA_BASE_URL: "http://127.0.0.1:9/v1" }],
+    ["--db and --database-url", ["--database-url", "postgres://x@127.0.0.1:1/x", "hi"]],
+    ["--db and MAKA_DATABASE_URL", ["hi"], { MAKA_DATABASE_URL: "postgres://x@127.0.0.1:1/x" }],
+    ["--api-key (the key is never a flag)", ["--api-key", "k", "hi"]],
+  ]
+  const cases: ReadonlyArray<Case> = table.map(([name, args, env]) => ({ name, args, ...(env === undefined ? {} : { env }) }))
+  it.each(cases)("$name", async ({ args, env }) => {
+    const { root, workspace, db } = fresh()
+    const result = await maka(["run", "--db", db, "--workspace", workspace, ...args], { cwd: root, ...(env === undefined ? {} : { env }) })
+    expect(result.code).toBe(2)
+    expect(result.stderr.trim().split("\n")).toHaveLength(1)
+    expect(result.stdout).toBe("")
+    expect(fs.existsSync(db)).toBe(false)
+    expect(fs.existsSync(path.join(workspace, ".maka-workspace.json"))).toBe(false)
+  })
+
+  it("a blank message on stdin", async () => {
+    const { root, workspace, db } = fresh()
+    const result = await maka(["run", "--db", db, "--workspace", workspace], { cwd: root, input: "   \n" })
+    expect(result.code).toBe(2)
+    expect(fs.existsSync(db)).toBe(false)
+  })
+
+  it("a missing workspace, and a workspace that is a file", async () => {
+    const { root, db } = fresh()
+    const missing = await maka(["run", "--db", db, "--workspace", path.join(root, "nope"), "hi"], { cwd: root })
+    expect(missing.code).toBe(2)
+    expect(missing.stderr).toContain("does not exist")
+    fs.writeFileSync(path.join(root, "file"), "x")
+    const file = await maka(["run", "--db", db, "--workspace", path.join(root, "file"), "hi"], { cwd: root })
+    expect(file.code).toBe(2)
+    expect(file.stderr).toContain("is not a directory; pass a directory with --workspace")
+    expect(fs.existsSync(db)).toBe(false)
+  })
+})
+
+describe("maka run against an endpoint", () => {
+  it("sends the key from MAKA_API_KEY as a bearer token and never shows or stores it", async () => {
+    const server = await serve([answer(["Hello ", "from ", "the server."])])
+    const { root, workspace, db } = fresh()
+    const result = await maka(["run", "--db", db, "--workspace", workspace, "--model", "test-model", "--tools", "none", "hi"], {
+      cwd: root,
+      env: { MAKA_BASE_URL: `${server.url}/v1`, MAKA_API_KEY: KEY },
+    })
+    expect(result.stdout).toBe("Hello from the server.\n")
+    expect(result.code).toBe(0)
+    expect(server.requests()[0]!.headers["authorization"]).toBe(`Bearer ${KEY}`)
+    expect(result.stdout + result.stderr).not.toContain(KEY)
+    for (const file of fs.readdirSync(path.dirname(db))) {
+      const full = path.join(path.dirname(db), file)
+      if (fs.statSync(full).isFile()) expect(fs.readFileSync(full).includes(KEY), file).toBe(false)
+    }
+    const events = await maka(["events", "--db", db, "--session", sessionOf(result.stderr), "--json"], { cwd: root })
+    expect(events.stdout).not.toContain(KEY)
+    expect(events.stdout).toContain(`"connectionId":"openai-compatible:${server.url}/v1"`)
+  })
+
+  it("sends x-api-key and anthropic-version to an Anthropic endpoint", async () => {
+    const { AnthropicSse } = await import("@maka/testkit")
+    const server = await serve([Respond.sse(AnthropicSse.response({ text: ["Hi ", "there."] }))])
+    const { root, workspace, db } = fresh()
+    const result = await maka(
+      ["run", "--db", db, "--workspace", workspace, "--provider", "anthropic", "--base-url", `${server.url}/v1`, "--model", "claude-test", "--tools", "none", "hi"],
+      { cwd: root, env: { MAKA_API_KEY: KEY } },
+    )
+    expect(result.stderr).not.toContain(KEY)
+    expect(result.code).toBe(0)
+    expect(result.stdout).toBe("Hi there.\n")
+    const headers = server.requests()[0]!.headers
+    expect(headers["x-api-key"]).toBe(KEY)
+    expect(headers["anthropic-version"]).toBe("2023-06-01")
+  })
+
+  it("shows a waiting retry with its delay and reason, then completes", async () => {
+    const server = await serve([
+      Respond.json(429, Respond.openAiError("slow down", { type: "rate_limit_error", code: "rate_limit_exceeded" }), { "retry-after": "1" }),
+      answer(["after ", "the retry"]),
+    ])
+    const { root, workspace, db } = fresh()
+    const result = await maka(["run", "--db", db, "--workspace", workspace, "--base-url", `${server.url}/v1`, "--model", "test-model", "--tools", "none", "hi"], {
+      cwd: root,
+    })
+    expect(result.stderr).toContain("retrying in 1 s: rate_limit")
+    expect(result.stdout).toBe("after the retry\n")
+    expect(result.code).toBe(0)
+    // The inspector shows the retry, and the retried attempt's input is the one recorded.
+    const session = sessionOf(result.stderr)
+    const timeline = await maka(["inspect", "--db", db, "--session", session], { cwd: root })
+    expect(timeline.stdout).toMatch(/step 1 interrupted: retryable_failure \(retried\)/)
+    expect(timeline.stdout).toMatch(/step 2 completed/)
+    const step = await maka(["inspect", "--db", db, "--session", session, "--step", "2"], { cwd: root })
+    expect(step.stdout).toMatch(/^input digest: \S+ matches the rebuilt input \(tools none\)$/m)
+    expect(step.code).toBe(0)
+  })
+
+  it("fails model_provider with exit 1 and the class on stderr when the provider refuses", async () => {
+    const server = await serve([Respond.json(400, Respond.openAiError("bad request body", { type: "invalid_request_error" }))])
+    const { root, workspace, db } = fresh()
+    const result = await maka(["run", "--db", db, "--workspace", workspace, "--base-url", `${server.url}/v1`, "--model", "test-model", "hi"], {
+      cwd: root,
+      env: { MAKA_API_KEY: KEY },
+    })
+    expect(result.stderr).toMatch(/^failed: model_provider: /m)
+    expect(result.stderr).not.toContain(KEY)
+    expect(result.code).toBe(1)
+  })
+
+  it("shows each retry of an endpoint that cannot be reached, and SIGINT cancels with exit 130", async () => {
+    const { root, workspace, db } = fresh()
+    const result = await maka(["run", "--db", db, "--workspace", workspace, "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "hi"], {
+      cwd: root,
+      onOutput: when((output) => output.stderr.includes("retrying in"), (child) => child.kill("SIGINT")),
+    })
+    expect(result.stderr).toMatch(/retrying in \d+(\.\d)? s: network/)
+    expect(result.stderr).toMatch(/^cancelled$/m)
+    expect(result.code).toBe(130)
+    const events = eventLines((await maka(["events", "--db", db, "--session", sessionOf(result.stderr), "--json"], { cwd: root })).stdout)
+    expect(events.at(-1)!.event.fact).toEqual({ kind: "invocation_ended", outcome: { kind: "cancelled", source: "runtime_cancellation" } })
+  })
+})
+
+describe("timeouts and long tool calls", () => {
+  it("--idle-timeout bounds a silent model request: failed model_timeout, exit 1", async () => {
+    const server = await serve([Respond.hang()])
+    const { root, workspace, db } = fresh()
+    const started = performance.now()
+    const result = await maka(["run", "--db", db, "--workspace", workspace, "--base-url", `${server.url}/v1`, "--model", "m", "--idle-timeout", "1", "hi"], {
+      cwd: root,
+    })
+    expect(result.stderr).toMatch(/^failed: model_timeout/m)
+    expect(result.code).toBe(1)
+    expect(performance.now() - started).toBeLessThan(30_000)
+  })
+
+  it("shows progress while a tool call runs long", async () => {
+    const server = await serve([
+      Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-1", name: "run_command", arguments: ['{"command":"sleep 6"}'] }] })),
+      answer(["slept"]),
+    ])
+    const { root, workspace, db } = fresh()
+    const result = await maka(["run", "--db", db, "--workspace", workspace, "--base-url", `${server.url}/v1`, "--model", "m", "--tools", "all", "nap"], {
+      cwd: root,
+    })
+    expect(result.stderr).toContain('tool: run_command {"command":"sleep 6"}')
+    expect(result.stderr).toMatch(/^tool: run_command still running \(\d+ s\)$/m)
+    expect(result.stderr).toMatch(/^tool: run_command done \(\d+ ms\)$/m)
+    expect(result.stdout).toBe("slept\n")
+    expect(result.code).toBe(0)
+  })
+})
+
+describe("signals and store conditions", () => {
+  const hanging = async () => serve([Respond.hang()])
+
+  it("SIGINT while the model streams cancels: terminal cancelled, exit 130", async () => {
+    const server = await hanging()
+    const { root, workspace, db } = fresh()
+    const result = await maka(["run", "--db", db, "--workspace", workspace, "--base-url", `${server.url}/v1`, "--model", "m", "--json", "hi"], {
+      cwd: root,
+      onOutput: when((output) => output.stdout.includes('"kind":"model_requested"'), (child) => child.kill("SIGINT")),
+    })
+    expect(result.code).toBe(130)
+    const lines = eventLines(result.stdout)
+    expect(lines.at(-1)!.event.fact).toEqual({ kind: "invocation_ended", outcome: { kind: "cancelled", source: "runtime_cancellation" } })
+  })
+
+  it("SIGTERM cancels too while handoff is not available (exit 130)", async () => {
+    const server = await hanging()
+    const { root, workspace, db } = fresh()
+    const result = await maka(["run", "--db", db, "--workspace", workspace, "--base-url", `${server.url}/v1`, "--model", "m", "--json", "hi"], {
+      cwd: root,
+      onOutput: when((output) => output.stdout.includes('"kind":"model_requested"'), (child) => child.kill("SIGTERM")),
+    })
+    expect(result.code).toBe(130)
+    expect(eventLines(result.stdout).at(-1)!.event.fact.kind).toBe("invocation_ended")
+  })
+
+  it("a second process on a live log fails with exit 1 and says another writer holds it", async () => {
+    const server = await hanging()
+    const { root, workspace, db } = fresh()
+    let second: Promise<Awaited<ReturnType<typeof maka>>> | undefined
+    const first = await maka(["run", "--db", db, "--workspace", workspace, "--base-url", `${server.url}/v1`, "--model", "m", "--json", "hi"], {
+      cwd: root,
+      onOutput: when(
+        (output) => output.stdout.includes('"kind":"model_requested"'),
+        (child) => {
+          second = maka(["run", "--db", db, "--workspace", workspace, "hi"], { cwd: root }).finally(() => child.kill("SIGINT"))
+        },
+      ),
+    })
+    expect(first.code).toBe(130)
+    const busy = await second!
+    expect(busy.code).toBe(1)
+    expect(busy.stderr).toContain("another writer holds the log")
+  })
+})
+
+describe("reconciliation", () => {
+  it("a run killed during a tool call leaves outcome_unknown; the next message exits 3 until --allow-prior-unknown", async () => {
+    const server = await serve([
+      Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-1", name: "run_command", arguments: ['{"command":"sleep 10"}'] }] })),
+      answer(["noted"]),
+    ])
+    const { root, workspace, db } = fresh()
+    const base = ["--db", db, "--workspace", workspace, "--base-url", `${server.url}/v1`, "--model", "m", "--session", "r1"]
+    const killed = await maka(["run", ...base, "--tools", "all", "--json", "run it"], {
+      cwd: root,
+      onOutput: when((output) => output.stdout.includes('"kind":"tool_dispatched"'), (child) => child.kill("SIGKILL")),
+    })
+    expect(killed.signal).toBe("SIGKILL")
+    const recovered = await maka(["recover", "--db", db], { cwd: root })
+    expect(recovered.code).toBe(0)
+    expect(recovered.stdout).toMatch(/^r1 [0-9a-f-]{36} outcome_unknown$/m)
+    expect(recovered.stdout).toContain("recovered 1 invocation")
+    const sessions = await maka(["sessions", "--db", db], { cwd: root })
+    expect(sessions.stdout).toMatch(/^r1 {2}needs reconciliation /m)
+    const refused = await maka(["run", ...base, "next"], { cwd: root })
+    expect(refused.stderr).toMatch(/reconciliation_required/)
+    expect(refused.code).toBe(3)
+    const allowed = await maka(["run", ...base, "--allow-prior-unknown", "next"], { cwd: root })
+    expect(allowed.stdout).toBe("noted\n")
+    expect(allowed.code).toBe(0)
+  })
+})
+
+// Keeps the canonical JSON import honest: the lines are canonical (sorted keys).
+describe("event lines", () => {
+  it("are canonical JSON", async () => {
+    const { root, workspace, db } = fresh()
+    const result = await maka(["run", "--db", db, "--workspace", workspace, "--tools", "none", "--json", "hi"], { cwd: root })
+    for (const line of result.stdout.trim().split("\n")) expect(Canonical.stringify(JSON.parse(line))).toBe(line)
+  })
+})

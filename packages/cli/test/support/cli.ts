@@ -1,0 +1,111 @@
+/**
+ * Spawning the built `maka` binary in tests: a temp folder per test with a workspace and a log path,
+ * a child process with its own environment, its output, and helpers to read the log's JSON lines.
+ */
+import { spawn, type ChildProcess } from "node:child_process"
+import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
+import { fileURLToPath } from "node:url"
+
+export const packageRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..")
+export const bin = path.join(packageRoot, "dist/bin.js")
+
+export interface Result {
+  readonly code: number | null
+  readonly signal: NodeJS.Signals | null
+  readonly stdout: string
+  readonly stderr: string
+}
+
+export interface SpawnOptions {
+  readonly cwd: string
+  readonly env?: Readonly<Record<string, string>>
+  /** Written to stdin, then closed; absent: stdin is closed at once (not a TTY); `open`: left to `onOutput`. */
+  readonly input?: string | { readonly open: string }
+  /** Called with the child and each stdout/stderr chunk seen so far. */
+  readonly onOutput?: (child: ChildProcess, output: { readonly stdout: string; readonly stderr: string }) => void
+}
+
+/** A clean environment: no MAKA_* of the developer's shell leaks into a test. */
+const baseEnvironment = (): NodeJS.ProcessEnv => {
+  const env: NodeJS.ProcessEnv = {}
+  for (const [key, value] of Object.entries(process.env)) if (!key.startsWith("MAKA_")) env[key] = value
+  return env
+}
+
+export const maka = (args: ReadonlyArray<string>, options: SpawnOptions): Promise<Result> =>
+  new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [bin, ...args], {
+      cwd: options.cwd,
+      env: { ...baseEnvironment(), ...options.env },
+      stdio: ["pipe", "pipe", "pipe"],
+    })
+    let stdout = ""
+    let stderr = ""
+    const seen = () => options.onOutput?.(child, { stdout, stderr })
+    child.stdout.setEncoding("utf8").on("data", (chunk: string) => {
+      stdout += chunk
+      seen()
+    })
+    child.stderr.setEncoding("utf8").on("data", (chunk: string) => {
+      stderr += chunk
+      seen()
+    })
+    child.on("error", reject)
+    child.on("close", (code, signal) => resolve({ code, signal, stdout, stderr }))
+    if (typeof options.input === "object") child.stdin.write(options.input.open)
+    else child.stdin.end(options.input ?? "")
+  })
+
+export interface Folder {
+  readonly root: string
+  readonly workspace: string
+  readonly db: string
+  readonly remove: () => void
+}
+
+/** A temp folder with a workspace holding a README and a log path (not created). */
+export const folder = (): Folder => {
+  const root = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), "maka-cli-")))
+  const workspace = path.join(root, "workspace")
+  fs.mkdirSync(workspace)
+  fs.writeFileSync(path.join(workspace, "README.md"), "# Lantern\n\nA tiny static-site generator.\n")
+  fs.writeFileSync(path.join(workspace, "notes.txt"), "notes\n")
+  return { root, workspace, db: path.join(root, "events.sqlite"), remove: () => fs.rmSync(root, { recursive: true, force: true }) }
+}
+
+export interface EventLine {
+  readonly sequence: number
+  readonly event: {
+    readonly id: string
+    readonly recordedAt: number
+    readonly invocation: { readonly sessionId: string; readonly invocationId: string }
+    // Test data, read field by field by the assertions.
+    readonly fact: { readonly kind: string; readonly [field: string]: any }
+  }
+}
+
+/** Parses JSON lines; every non-empty line must be one. */
+export const eventLines = (stdout: string): ReadonlyArray<EventLine> =>
+  stdout
+    .split("\n")
+    .filter((line) => line !== "")
+    .map((line) => JSON.parse(line) as EventLine) // test data: asserted field by field by the callers
+
+export const sessionOf = (stderr: string): string => {
+  const match = /^session: (.+)$/m.exec(stderr)
+  if (match === null) throw new Error(`no session line in stderr:\n${stderr}`)
+  return match[1]!
+}
+
+/** Resolves once `predicate` holds for the output seen so far (to send a signal at the right time). */
+export const when = (predicate: (output: { readonly stdout: string; readonly stderr: string }) => boolean, act: (child: ChildProcess) => void) => {
+  let done = false
+  return (child: ChildProcess, output: { readonly stdout: string; readonly stderr: string }) => {
+    if (!done && predicate(output)) {
+      done = true
+      act(child)
+    }
+  }
+}
