@@ -13,6 +13,7 @@ import * as Lineage from "./internal/lineage.ts"
 import { openPostgres } from "./internal/open-postgres.ts"
 import { openSqlite } from "./internal/open-sqlite.ts"
 import * as Reads from "./internal/reads.ts"
+import { storeError } from "./internal/store-error.ts"
 import type { Tx } from "./internal/rows.ts"
 
 export type { LatestMainContext, ModelContextSource, SourceEvidence, TailItem, Baseline } from "./internal/context.ts"
@@ -59,6 +60,10 @@ export interface EventLogShape {
     sessionId: string,
     request?: ContextRequest,
   ) => Effect.Effect<ContextReads.ModelContextSource, EventLogError.EventLogError>
+  /**
+   * The newest main completion of the session (SEMANTICS.md §3.8), read on its own: not gated by the
+   * history-safety check, and a damaged newest completion is `trace_unavailable`.
+   */
   readonly latestMainContext: (sessionId: string) => Effect.Effect<ContextReads.LatestMainContext, EventLogError.EventLogError>
   readonly preparePruneCandidates: (
     sessionId: string,
@@ -103,11 +108,15 @@ const isUniqueViolation = (cause: unknown): boolean => {
 
 const describeCause = (cause: unknown): string => (cause instanceof Error ? cause.message : String(cause))
 
-/** Maps a failure of a write: validations stay as they are; anything else after sending is unknown. */
+/**
+ * Maps a failure of a write. The transaction maps a failure of its own COMMIT to `OutcomeUnknown`
+ * (never assume success); anything else was thrown before COMMIT was sent, so the transaction was
+ * rolled back: a unique index is a refusal, any other error a store error (`Database` or `Io`).
+ */
 const writeError = (cause: unknown): EventLogError.EventLogError => {
   if (EventLogError.isEventLogError(cause)) return cause
   if (isUniqueViolation(cause)) return EventLogError.invalidTransition(`a unique index refused the write: ${describeCause(cause)}`)
-  return EventLogError.make({ _tag: "OutcomeUnknown", message: describeCause(cause) })
+  return storeError(cause)
 }
 
 const readError = (cause: unknown): EventLogError.EventLogError =>
@@ -167,8 +176,7 @@ export const make = (database: Database): Effect.Effect<EventLogShape> =>
       runPrefix: (sessionId, runId, upTo) => read((tx) => Lineage.runPrefix(tx, sessionId, runId, upTo)),
       readModelContext: (sessionId, request = {}) => context(sessionId, request, false),
       readManualMessageContext: (sessionId, request = {}) => context(sessionId, request, true),
-      latestMainContext: (sessionId) =>
-        Effect.map(context(sessionId, {}, false), (source) => source.latestMain),
+      latestMainContext: (sessionId) => read((tx) => ContextReads.readLatestMain(tx, sessionId)),
       preparePruneCandidates: (sessionId, options) =>
         read((tx) => Reads.preparePruneCandidates(tx, database.dialect, sessionId, options)),
       unfinishedInvocations: (limit) => read((tx) => Reads.unfinishedInvocations(tx, limit)),

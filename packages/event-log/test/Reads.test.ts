@@ -2,6 +2,8 @@ import { Archive, Canonical, Digest, type Event } from "@maka/facts"
 import { FactBuilders, History } from "@maka/testkit"
 import { Effect } from "effect"
 import { describe, expect, it } from "vitest"
+import BetterSqlite3 from "better-sqlite3"
+import * as Testing from "../src/testing.ts"
 import { dialects } from "./support/dialects.ts"
 import { appendAll, failure, withLog, write } from "./support/harness.ts"
 
@@ -145,6 +147,21 @@ for (const dialect of dialects()) {
         }),
       ))
 
+    it("reads latestMain on its own, past a live run and unresolved history the safety gate refuses", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = History.smallRun()
+          const live = history.open()
+          const step = live.request()
+          live.complete(step, FactBuilders.toolCallStep([{ id: "a", name: "read_file", input: { path: "x" } }]))
+          live.request()
+          yield* appendAll(log, history.writes)
+          expect((yield* failure(log.readModelContext("session-1"))).message).toContain("unsealed or unresolved")
+          const latest = yield* log.latestMainContext("session-1")
+          expect(latest.kind === "selected" && latest.sequence).toBe(history.events.length - 1)
+        }),
+      ))
+
     it("reads a complete session prefix or none, and run prefixes never clamped", () =>
       withLog(dialect, (log) =>
         Effect.gen(function* () {
@@ -237,3 +254,38 @@ for (const dialect of dialects()) {
       ))
   })
 }
+
+describe("latestMain over a damaged log", () => {
+  const damaged = (json: (original: string) => string) =>
+    Effect.runPromise(
+      Effect.scoped(
+        Effect.gen(function* () {
+          const { log, file } = yield* Testing.makeTemporary({ synchronous: "NORMAL" })
+          const history = History.smallRun()
+          const second = history.open({ message: "again" })
+          const step = second.request()
+          second.complete(step, FactBuilders.textStep("newest"))
+          second.end({ kind: "completed" })
+          yield* appendAll(log, history.writes)
+          const before = yield* log.latestMainContext("session-1")
+          expect(before.kind === "selected" && before.sequence).toBe(history.events.length - 1)
+          // Another connection damages the newest completion's stored JSON.
+          const connection = new BetterSqlite3(file)
+          const newest = connection
+            .prepare("SELECT sequence, event_json FROM event_log WHERE kind = 'model_completed' ORDER BY sequence DESC LIMIT 1")
+            .get() as { sequence: number; event_json: string }
+          connection.prepare("UPDATE event_log SET event_json = ? WHERE sequence = ?").run(json(newest.event_json), newest.sequence)
+          connection.close()
+          return yield* log.latestMainContext("session-1")
+        }),
+      ),
+    )
+
+  it("is trace_unavailable, never Decode and never an older completion, when the newest completion is not JSON", async () => {
+    expect(await damaged(() => "{not json")).toEqual({ kind: "trace_unavailable" })
+  })
+
+  it("is trace_unavailable when the newest completion no longer decodes as a fact", async () => {
+    expect(await damaged((json) => json.replace('"finishReason":"stop"', '"finishReason":"bogus"'))).toEqual({ kind: "trace_unavailable" })
+  })
+})
