@@ -65,6 +65,15 @@ export interface EventLogShape {
    * history-safety check, and a damaged newest completion is `trace_unavailable`.
    */
   readonly latestMainContext: (sessionId: string) => Effect.Effect<ContextReads.LatestMainContext, EventLogError.EventLogError>
+  /**
+   * The history-safety gate (SEMANTICS.md §3.7 step 2) by its own name: succeeds when every
+   * invocation of the session except `current` is sealed and resolved, else `InvalidTransition`.
+   * The admission preflight; `preparePruneCandidates` with `maxCandidates: 0` still runs the same gate.
+   */
+  readonly checkHistorySafety: (
+    sessionId: string,
+    options?: { readonly current?: string },
+  ) => Effect.Effect<void, EventLogError.EventLogError>
   readonly preparePruneCandidates: (
     sessionId: string,
     options: Reads.PruneOptions,
@@ -177,6 +186,8 @@ export const make = (database: Database): Effect.Effect<EventLogShape> =>
       readModelContext: (sessionId, request = {}) => context(sessionId, request, false),
       readManualMessageContext: (sessionId, request = {}) => context(sessionId, request, true),
       latestMainContext: (sessionId) => read((tx) => ContextReads.readLatestMain(tx, sessionId)),
+      checkHistorySafety: (sessionId, options = {}) =>
+        read((tx) => Reads.checkHistorySafety(tx, database.dialect, sessionId, options.current)),
       preparePruneCandidates: (sessionId, options) =>
         read((tx) => Reads.preparePruneCandidates(tx, database.dialect, sessionId, options)),
       unfinishedInvocations: (limit) => read((tx) => Reads.unfinishedInvocations(tx, limit)),

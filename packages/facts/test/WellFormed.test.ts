@@ -1,5 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Canonical, Codec, EventWrite, type Event, type Fact, Limits, Validation } from "@maka/facts"
+import { Canonical, Codec, EventWrite, type Event, type Fact, Limits, Outcome, Validation } from "@maka/facts"
 import { FactBuilders } from "@maka/testkit"
 import { Result } from "effect"
 import * as fc from "fast-check"
@@ -146,5 +146,31 @@ describe("EventWrite.verify", () => {
     assert.isTrue(Result.isFailure(swapped) && swapped.failure.rule === "write_not_canonical")
     const invalid = EventWrite.verify({ event: { ...write.event, invocation: { ...write.event.invocation, runId: "\ud800" } }, json: write.json })
     assert.isTrue(Result.isFailure(invalid) && invalid.failure.rule === "text_ill_formed")
+  })
+})
+
+describe("the failure message of a failed outcome", () => {
+  const ended = (message: string) =>
+    EventWrite.plain(event({}, { kind: "invocation_ended", outcome: { kind: "failed", class: "tool_execution", message } }))
+
+  it("holds at most 2,048 UTF-16 units", () => {
+    assert.strictEqual(Limits.MAX_FAILURE_MESSAGE, 2_048)
+    assert.isTrue(Result.isSuccess(ended("x".repeat(2_048))))
+    assert.isTrue(Result.isFailure(ended("x".repeat(2_049))))
+  })
+
+  it("is cut to 2,048 units without splitting a surrogate pair, and the cut always stores", () => {
+    assert.strictEqual(Outcome.cutFailureMessage("x".repeat(5_000)), "x".repeat(2_048))
+    const pairAtTheEdge = `${"x".repeat(2_047)}😀tail`
+    assert.strictEqual(Outcome.cutFailureMessage(pairAtTheEdge), "x".repeat(2_047))
+    assert.strictEqual(Outcome.cutFailureMessage("short"), "short")
+    fc.assert(
+      fc.property(fc.string({ unit: fc.constantFrom("x", "😀", "é"), maxLength: 3_000 }), (text) => {
+        const cut = Outcome.cutFailureMessage(text)
+        assert.isTrue(text.startsWith(cut) && cut.length <= 2_048 && cut.length >= Math.min(text.length, 2_047))
+        assert.isTrue(Result.isSuccess(ended(cut)))
+      }),
+      { numRuns: 100 },
+    )
   })
 })

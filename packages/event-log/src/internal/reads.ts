@@ -159,6 +159,21 @@ export interface PruneOptions {
   readonly cursor?: PruneCursor
 }
 
+/**
+ * The history-safety gate on its own (SEMANTICS.md §3.7 step 2): every invocation of the session
+ * other than `current` is sealed and resolved, else `InvalidTransition` with the unsafe-history
+ * message. `current`, when given, must be a live opening of the session. Materialises nothing.
+ */
+export const checkHistorySafety = async (
+  tx: Rows.Tx,
+  dialect: Dialect,
+  sessionId: string,
+  current?: string,
+): Promise<void> => {
+  if (current !== undefined) await Context.requireLive(tx, sessionId, current)
+  await Safety.check(tx, dialect, sessionId, current === undefined ? {} : { exclude: current })
+}
+
 /** §3.9: candidates for archiving, cursor-paged; `maxCandidates = 0` is the cheap safety check. */
 export const preparePruneCandidates = async (
   tx: Rows.Tx,
