@@ -18,6 +18,8 @@ export interface DatabaseParts {
   readonly beginRead: (db: Kysely<Tables>) => TransactionBuilder<Tables>
   /** Runs after the Kysely instance is destroyed: releases the lease, ends an owned pool. */
   readonly release: () => Promise<void> | void
+  /** Whether the writer lease is still held (SQLite); a write without it is refused `WriterBusy`. */
+  readonly isLeaseHeld?: () => boolean
 }
 
 type Stage = "begin" | "body" | "commit"
@@ -81,6 +83,9 @@ export const makeDatabase = (parts: DatabaseParts): Database => {
     write: (body) => {
       if (closing !== undefined) return closed()
       const { beginWrite } = parts
+      if (parts.isLeaseHeld !== undefined && !parts.isLeaseHeld()) {
+        return Promise.reject(EventLogError.make({ _tag: "WriterBusy", path: location }))
+      }
       if (beginWrite === undefined) {
         return Promise.reject(
           EventLogError.make({ _tag: "Database", message: `${location} was opened read-only; it cannot be written` }),
