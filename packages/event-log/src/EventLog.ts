@@ -102,6 +102,12 @@ export interface EventLogShape {
   ) => Effect.Effect<ReadonlyArray<Event.StoredEvent>, EventLogError.EventLogError>
   /** The session's running prefix hash through `through`, to be extended by a live run. */
   readonly sessionHash: (sessionId: string, through: number) => Effect.Effect<Digest.LogPrefixHash, EventLogError.EventLogError>
+  /**
+   * Copies a live SQLite log to the new file `destination` with SQLite's online backup API, while
+   * writes go on: the copy is a valid log holding every event committed before the backup finished.
+   * `destination` must not exist. A PostgreSQL log is refused (`Database`): use the server's tools.
+   */
+  readonly backup: (destination: string) => Effect.Effect<void, EventLogError.EventLogError>
   /** A coalescing wake-up signal of the last committed sequence: subscribe, then catch up by reading. */
   readonly commits: Stream.Stream<number>
   readonly close: Effect.Effect<void>
@@ -200,6 +206,8 @@ export const make = (database: Database): Effect.Effect<EventLogShape> =>
       readToolResult: (sessionId, eventId) => read((tx) => Reads.readToolResult(tx, sessionId, eventId)),
       events: (sessionId, after, limit) => read((tx) => Reads.events(tx, sessionId, after, limit)),
       sessionHash: (sessionId, through) => read((tx) => Reads.sessionHash(tx, sessionId, through)),
+      backup: (destination) =>
+        Effect.tryPromise({ try: () => track(() => database.backup(destination)), catch: readError }),
       commits: SubscriptionRef.changes(committed),
       close: Effect.promise(async () => {
         if (closed) return

@@ -177,6 +177,21 @@ const checkBeforeOpen = (file: string): boolean => {
   return false
 }
 
+/**
+ * The online backup of `connection` to `destination`, a path that must not exist yet (a backup never
+ * overwrites a file). Pages are copied in steps between other operations; pages this connection
+ * changes meanwhile are carried into the copy, so it holds every commit made before it finished.
+ */
+const backupTo = (connection: BetterSqlite3.Database, source: string) => async (destination: string): Promise<void> => {
+  const target = nodePath.resolve(destination)
+  if (fs.existsSync(target)) throw EventLogError.make({ _tag: "Io", message: `${target} already exists; a backup never overwrites a file` })
+  try {
+    await connection.backup(target)
+  } catch (error) {
+    throw storeError(error, `${source} → ${target}`)
+  }
+}
+
 const openConnection = (file: string, options: BetterSqlite3.Options): BetterSqlite3.Database => {
   try {
     return new BetterSqlite3(file, options)
@@ -219,6 +234,7 @@ const openWriter = async (path: string, options: SqliteOptions): Promise<Databas
       beginRead: (handle) => handle.transaction().setAccessMode("read only"),
       release: () => lease.release(),
       isLeaseHeld: () => lease.isHeld(),
+      backup: backupTo(opened, file),
     })
   } catch (error) {
     await abandon(db, connection, lease)
@@ -265,6 +281,7 @@ const openReadOnly = async (path: string, options: SqliteOptions): Promise<Datab
       beginWrite: undefined,
       beginRead: (handle) => handle.transaction().setAccessMode("read only"),
       release: () => undefined,
+      backup: backupTo(connection, file),
     })
   } catch (error) {
     if (connection.open) connection.close()
