@@ -17,7 +17,7 @@ import { storeError } from "./internal/store-error.ts"
 import type { Tx } from "./internal/rows.ts"
 
 export type { LatestMainContext, ModelContextSource, SourceEvidence, TailItem, Baseline } from "./internal/context.ts"
-export type { LogPrefix, PruneCandidate, PruneCursor, PrunePage, InvocationRecovery, UndispatchedCall } from "./internal/reads.ts"
+export type { LogPrefix, PruneCandidate, PruneCursor, PrunePage, InvocationRecovery, UndispatchedCall, UnfinishedPage } from "./internal/reads.ts"
 export type { RunPrefix } from "./internal/lineage.ts"
 
 /** The history limits every materialising read defaults to. */
@@ -81,6 +81,14 @@ export interface EventLogShape {
   readonly unfinishedInvocations: (
     limit: number,
   ) => Effect.Effect<ReadonlyArray<Identity.Invocation>, EventLogError.EventLogError>
+  /**
+   * Pages through every unfinished invocation (openings without a terminal), however many there are:
+   * pass `next` back as `after` until it is absent. `limit` defaults to 10,000.
+   */
+  readonly unfinishedInvocationPage: (options?: {
+    readonly after?: number
+    readonly limit?: number
+  }) => Effect.Effect<Reads.UnfinishedPage, EventLogError.EventLogError>
   readonly invocationRecovery: (
     invocation: Identity.Invocation,
     maxEvents?: number,
@@ -197,6 +205,8 @@ export const make = (database: Database): Effect.Effect<EventLogShape> =>
       preparePruneCandidates: (sessionId, options) =>
         read((tx) => Reads.preparePruneCandidates(tx, database.dialect, sessionId, options)),
       unfinishedInvocations: (limit) => read((tx) => Reads.unfinishedInvocations(tx, limit)),
+      unfinishedInvocationPage: (options = {}) =>
+        read((tx) => Reads.unfinishedInvocationPage(tx, options.after ?? 0, options.limit ?? defaults.maxEvents)),
       invocationRecovery: (invocation, maxEvents = defaults.maxEvents, maxBytes = defaults.maxBytes) =>
         read((tx) => Reads.invocationRecovery(tx, invocation, maxEvents, maxBytes)),
       checkManualMessageHistory: (sessionId) =>
