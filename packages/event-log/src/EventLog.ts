@@ -247,7 +247,11 @@ export interface SqliteOptions {
   readonly synchronous?: "FULL" | "NORMAL"
 }
 
-/** The embedded default: a SQLite file in WAL mode, `synchronous=FULL`, with the writer lease. */
+/**
+ * The embedded default: a SQLite file in WAL mode, `synchronous=FULL`, with the writer lease. The
+ * path `":memory:"` opens an in-memory log instead (no file, no lease, gone at close) for tests and
+ * notebooks.
+ */
 export const layerSqlite = (options: SqliteOptions) =>
   Layer.effect(
     EventLog,

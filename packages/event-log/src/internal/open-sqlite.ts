@@ -200,8 +200,43 @@ const openConnection = (file: string, options: BetterSqlite3.Options): BetterSql
   }
 }
 
+/** The path that opens an in-memory log: no file, no lease, gone when the log closes. */
+export const MEMORY_PATH = ":memory:"
+
 export const openSqlite = async (path: string, options: SqliteOptions = {}): Promise<Database> =>
-  options.readOnly === true ? openReadOnly(path, options) : openWriter(path, options)
+  path === MEMORY_PATH
+    ? openMemory(options)
+    : options.readOnly === true
+      ? openReadOnly(path, options)
+      : openWriter(path, options)
+
+/**
+ * An in-memory log for tests and notebooks: one private database that no other connection can
+ * reach, so it needs no lease and creates no file; everything in it is gone when it closes.
+ */
+const openMemory = async (options: SqliteOptions): Promise<Database> => {
+  if (options.readOnly === true) throw unsupported("an in-memory log cannot be opened read-only: it would be empty")
+  const connection = openConnection(MEMORY_PATH, {})
+  try {
+    connection.pragma("foreign_keys = ON")
+    const kysely = new Kysely<Tables>({ dialect: new SqliteDialect({ connection }) })
+    await kysely.transaction().execute(async (transaction) => {
+      await migrate(transaction, "sqlite", { kind: "empty" })
+    })
+    return makeDatabase({
+      dialect: "sqlite",
+      location: MEMORY_PATH,
+      db: kysely,
+      beginWrite: (handle) => handle.transaction(),
+      beginRead: (handle) => handle.transaction().setAccessMode("read only"),
+      release: () => undefined,
+      backup: backupTo(connection, MEMORY_PATH),
+    })
+  } catch (error) {
+    if (connection.open) connection.close()
+    throw storeError(error, MEMORY_PATH)
+  }
+}
 
 const openWriter = async (path: string, options: SqliteOptions): Promise<Database> => {
   const file = canonicalDatabasePath(path)
