@@ -129,6 +129,8 @@ describe("the writer lease across processes", () => {
     const holder = spawnChild(childScript("writer.ts"), ["hold", file])
     try {
       await holder.line("ready")
+      // Start this process's lease keeper first, so the timing below is the refusal alone.
+      await (await openSqlite(path.join(directory, "warm-up.sqlite"))).close()
 
       // This process is a second writer; so is another child.
       expect(await elapsed(() => expectReason(openSqlite(file), "WriterBusy"))).toBeLessThan(AT_ONCE_MS)

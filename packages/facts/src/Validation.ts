@@ -395,15 +395,25 @@ export const factIds = (fact: Fact): ReadonlyArray<readonly [string, string]> =>
 }
 
 /**
- * The text rules of a whole event, checked by every write (`EventWrite`) and exported for admission:
- * every string of the event is well-formed Unicode, and its ids and names hold no NUL.
+ * The text rules of one fact of `invocation`: every string is well-formed Unicode, and the ids and
+ * names hold no NUL. Admission runs them through `Codec.decodeFact`, every write through `EventWrite`.
  */
-export const wellFormedEvent = (event: RuntimeEvent): Validation => {
-  const text = wellFormed(event, "event")
+export const wellFormedFact = (fact: Fact, invocation: Invocation): Validation => {
+  const text = all(
+    () => wellFormed(invocation, "invocation"),
+    () => wellFormed(fact, "fact"),
+  )
   if (Result.isFailure(text)) return text
-  for (const [label, value] of [...prefixed("invocation", event.invocation), ...factIds(event.fact)]) {
+  for (const [label, value] of [...prefixed("invocation", invocation), ...factIds(fact)]) {
     const checked = storedId(value, label)
     if (Result.isFailure(checked)) return checked
   }
   return ok
 }
+
+/** The text rules of a whole event (`wellFormedFact` plus its id), checked by every write. */
+export const wellFormedEvent = (event: RuntimeEvent): Validation =>
+  all(
+    () => wellFormed(event.id, "id"),
+    () => wellFormedFact(event.fact, event.invocation),
+  )

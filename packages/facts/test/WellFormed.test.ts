@@ -108,7 +108,7 @@ describe("well-formed text in EventWrite.plain", () => {
     const failed: Fact.Fact = { kind: "tool_settled", operationId: "op-1", outcome: { kind: "failed", message: "cut \ud83d" } }
     assert.strictEqual(refused(failed), "text_ill_formed")
     const built = EventWrite.plain(event({}, dispatch({ path: "\ud83d" })))
-    assert.isTrue(Result.isFailure(built) && built.failure.message.includes("event.fact.input.path"))
+    assert.isTrue(Result.isFailure(built) && built.failure.message.includes("fact.input.path"))
   })
 
   it("refuses a tool success whose output holds a lone surrogate", () => {
@@ -128,6 +128,23 @@ describe("well-formed text in EventWrite.plain", () => {
     assert.isTrue(Result.isFailure(Validation.storedId("a\u0000", "id")))
     assert.isTrue(Result.isSuccess(Validation.wellFormed({ text: "a\u0000 😀" })))
     assert.isTrue(Result.isFailure(Validation.wellFormed(["ok", { nested: "\udc00" }])))
+  })
+})
+
+describe("admission's decode of an opening", () => {
+  it("refuses ill-formed text and NUL ids in the fact and the invocation, as EventWrite.plain does", () => {
+    fc.assert(
+      fc.property(fc.constantFrom("sessionId", "runId", "text"), utf16(20).filter((value) => value.length > 0), (field, value) => {
+        const invocation = FactBuilders.invocation(field === "text" ? {} : { [field]: value })
+        const fact = opening(field === "text" ? value : "hello")
+        const decoded = Codec.decodeFact(fact, invocation)
+        const written = EventWrite.plain({ id: FactBuilders.eventId(5), recordedAt: 1, invocation, fact })
+        assert.strictEqual(Result.isSuccess(decoded), Result.isSuccess(written))
+      }),
+      { numRuns: 300 },
+    )
+    const refused = Codec.decodeFact(opening("hi"), FactBuilders.invocation({ sessionId: "\ud800x" }))
+    assert.isTrue(Result.isFailure(refused) && refused.failure.rule === "text_ill_formed")
   })
 })
 

@@ -38,7 +38,7 @@ export const LEASE_DEFAULTS = Object.freeze({
    */
   contenderWaitMs: 250,
   /** How long an idle keeper (no lease held) stays up for the next lease before it exits. */
-  idleExitMs: 5_000,
+  idleExitMs: 30_000,
 })
 
 const unsupported = (message: string): EventLogError.EventLogError =>
@@ -187,6 +187,7 @@ class Keeper {
   private held = 0
   private idleTimer: NodeJS.Timeout | undefined
   private exitedFlag = false
+  private retiring = false
 
   constructor() {
     const driver = createRequire(import.meta.url).resolve("better-sqlite3")
@@ -209,8 +210,9 @@ class Keeper {
     this.updateReference()
   }
 
+  /** Whether the keeper is gone or ending: it takes no new request. */
   get exited(): boolean {
-    return this.exitedFlag
+    return this.exitedFlag || this.retiring
   }
 
   get pid(): number | undefined {
@@ -219,7 +221,7 @@ class Keeper {
 
   /** Sends one request and waits for its answer. */
   request(op: "acquire" | "release", lockPath: string): Promise<KeeperReply> {
-    if (this.exitedFlag) return Promise.reject(new Error("the lease keeper is gone"))
+    if (this.exited) return Promise.reject(new Error("the lease keeper is gone"))
     const id = this.nextId++
     return new Promise<KeeperReply>((resolve, reject) => {
       this.pending.set(id, (reply) => (reply instanceof Error ? reject(reply) : resolve(reply)))
@@ -238,9 +240,18 @@ class Keeper {
   /** Uncounts a lease; with none left the keeper exits after a while, unless a new lease comes. */
   releaseOne(): void {
     this.held--
-    if (this.held > 0 || this.exitedFlag) return
+    this.idle()
+  }
+
+  /** With no lease held, ends the keeper after `idleExitMs` unless a lease is taken meanwhile. */
+  idle(): void {
+    if (this.held > 0 || this.exitedFlag || this.idleTimer !== undefined) return
     this.idleTimer = setTimeout(() => {
-      if (this.held === 0 && this.pending.size === 0) this.child.stdin.end()
+      this.idleTimer = undefined
+      if (this.held > 0 || this.pending.size > 0) return
+      // From now on the next lease starts a new keeper; this one ends with its pipe.
+      this.retiring = true
+      this.child.stdin.end()
     }, LEASE_DEFAULTS.idleExitMs)
     this.idleTimer.unref()
   }
@@ -308,6 +319,7 @@ export const acquireLease = async (canonicalPath: string): Promise<Lease> => {
   } catch (error) {
     throw io(`${lockPath}: ${error instanceof Error ? error.message : String(error)}`)
   }
+  if (reply.ok !== true) owner.idle()
   if (reply.busy === true) throw EventLogError.make({ _tag: "WriterBusy", path: canonicalPath })
   if (reply.ok !== true) {
     throw storeError(Object.assign(new Error(reply.message ?? "the lease keeper refused"), { code: reply.code }), lockPath)
