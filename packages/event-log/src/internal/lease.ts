@@ -10,6 +10,7 @@
  * and exits when the pipe closes, that is when this process closes it or dies (SIGKILL included); the
  * operating system then drops its locks. The host's own file I/O can never touch them.
  */
+import BetterSqlite3 from "better-sqlite3"
 import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process"
 import * as fs from "node:fs"
 import { createRequire } from "node:module"
@@ -177,6 +178,19 @@ const parseReply = (line: string): KeeperReply | undefined => {
   }
 }
 
+/**
+ * The file of the better-sqlite3 this process loaded, for the keeper to load the same one: found in
+ * the module cache by its export (so it also holds when a bundler rewrote the import to a path),
+ * else resolved from this module.
+ */
+const driverPath = (): string => {
+  const require = createRequire(import.meta.url)
+  for (const entry of Object.values(require.cache)) {
+    if (entry !== undefined && entry.exports === BetterSqlite3) return entry.filename
+  }
+  return require.resolve("better-sqlite3")
+}
+
 /** The keeper process of this process, started on the first lease and shared by all of them. */
 class Keeper {
   private readonly child: ChildProcessWithoutNullStreams
@@ -190,7 +204,7 @@ class Keeper {
   private retiring = false
 
   constructor() {
-    const driver = createRequire(import.meta.url).resolve("better-sqlite3")
+    const driver = driverPath()
     // The host's NODE_OPTIONS (loaders, inspectors) have no business in the keeper.
     const { NODE_OPTIONS: _options, ...environment } = process.env
     this.child = spawn(process.execPath, ["-e", KEEPER_SOURCE, driver, String(LEASE_DEFAULTS.contenderWaitMs)], {
