@@ -277,6 +277,12 @@ const LONE_SURROGATE = /\p{Cs}/u
 export const isWellFormedText = (text: string): boolean => !LONE_SURROGATE.test(text)
 
 /**
+ * `text` with each lone surrogate replaced by U+FFFD, as a UTF-8 encoder writes it: for writers that
+ * must store text they did not produce (a thrown error's message) rather than refuse it.
+ */
+export const toWellFormedText = (text: string): string => text.replace(/\p{Cs}/gu, "\ufffd")
+
+/**
  * Every string of `value` (object keys included) is well-formed Unicode. A lone surrogate becomes
  * U+FFFD in UTF-8 (a SQLite or PostgreSQL text column, an HTTP body) while the canonical JSON keeps
  * its escape, so the stored copies of one value would differ; it is refused instead. `label` names

@@ -122,6 +122,19 @@ describe("well-formed text in EventWrite.plain", () => {
     assert.isTrue(Result.isFailure(built) && built.failure.rule === "text_ill_formed")
   })
 
+  it("repairs text it did not produce the way UTF-8 would, keeping well-formed text unchanged", () => {
+    fc.assert(
+      fc.property(utf16(60), (text) => {
+        const repaired = Validation.toWellFormedText(text)
+        assert.isTrue(isWellFormed(repaired))
+        assert.strictEqual(repaired.length, text.length)
+        assert.strictEqual(repaired, Buffer.from(text, "utf8").toString("utf8"))
+        if (isWellFormed(text)) assert.strictEqual(repaired, text)
+      }),
+      { numRuns: 300 },
+    )
+  })
+
   it("exports the checks for admission: ids, invocations and any value", () => {
     assert.isTrue(Result.isSuccess(Validation.invocationIds(FactBuilders.invocation())))
     assert.isTrue(Result.isFailure(Validation.invocationIds(FactBuilders.invocation({ runId: "\ud800x" }))))
