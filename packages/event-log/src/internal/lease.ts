@@ -96,7 +96,6 @@ export const canonicalDatabasePath = (databasePath: string): string => {
   return canonical
 }
 
-
 /**
  * The keeper, run as `node -e KEEPER_SOURCE <better-sqlite3 path> <contender wait>`. It reads one
  * JSON request per line on stdin (`acquire` or `release` of a lock file) and answers one JSON line on
