@@ -1,9 +1,12 @@
 /**
- * Opens an SQLite event log in the open order of SEMANTICS.md §3.1. A writer takes the lease, opens
- * the file, refuses anything that is neither empty nor a maka log of a known version while the file
- * is still untouched (before any pragma: `journal_mode=WAL` rewrites a foreign file's header), then
- * sets WAL, `synchronous` and foreign keys and migrates in one transaction. A read-only open takes
- * no lease and never creates, migrates or changes the database.
+ * Opens an SQLite event log in the open order of SEMANTICS.md §3.1. A writer takes the lease, reads
+ * the file header without SQLite (another application's id, or not SQLite at all, is refused before
+ * anything opens it; a file without an id that has a `-wal` or `-journal` is classified on a copy),
+ * refuses anything that is neither empty nor a maka log of a known version while the file is still
+ * untouched (`journal_mode=WAL` rewrites a foreign file's header), then sets WAL, `synchronous` and
+ * foreign keys, migrates in one transaction and stamps maka's application id. A read-only open takes
+ * no lease and never creates, migrates or changes the database. `":memory:"` opens a private
+ * in-memory log with no file and no lease. `backup` copies a live log with SQLite's backup API.
  */
 import BetterSqlite3 from "better-sqlite3"
 import { Kysely } from "kysely"
