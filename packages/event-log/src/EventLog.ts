@@ -13,10 +13,11 @@ import * as Lineage from "./internal/lineage.ts"
 import { openPostgres } from "./internal/open-postgres.ts"
 import { openSqlite } from "./internal/open-sqlite.ts"
 import * as Reads from "./internal/reads.ts"
+import { storeError } from "./internal/store-error.ts"
 import type { Tx } from "./internal/rows.ts"
 
 export type { LatestMainContext, ModelContextSource, SourceEvidence, TailItem, Baseline } from "./internal/context.ts"
-export type { LogPrefix, PruneCandidate, PruneCursor, PrunePage, InvocationRecovery, UndispatchedCall } from "./internal/reads.ts"
+export type { LogPrefix, PruneCandidate, PruneCursor, PrunePage, InvocationRecovery, UndispatchedCall, UnfinishedPage } from "./internal/reads.ts"
 export type { RunPrefix } from "./internal/lineage.ts"
 
 /** The history limits every materialising read defaults to. */
@@ -59,7 +60,20 @@ export interface EventLogShape {
     sessionId: string,
     request?: ContextRequest,
   ) => Effect.Effect<ContextReads.ModelContextSource, EventLogError.EventLogError>
+  /**
+   * The newest main completion of the session (SEMANTICS.md §3.8), read on its own: not gated by the
+   * history-safety check, and a damaged newest completion is `trace_unavailable`.
+   */
   readonly latestMainContext: (sessionId: string) => Effect.Effect<ContextReads.LatestMainContext, EventLogError.EventLogError>
+  /**
+   * The history-safety gate (SEMANTICS.md §3.7 step 2) by its own name: succeeds when every
+   * invocation of the session except `current` is sealed and resolved, else `InvalidTransition`.
+   * The admission preflight; `preparePruneCandidates` with `maxCandidates: 0` still runs the same gate.
+   */
+  readonly checkHistorySafety: (
+    sessionId: string,
+    options?: { readonly current?: string },
+  ) => Effect.Effect<void, EventLogError.EventLogError>
   readonly preparePruneCandidates: (
     sessionId: string,
     options: Reads.PruneOptions,
@@ -67,6 +81,14 @@ export interface EventLogShape {
   readonly unfinishedInvocations: (
     limit: number,
   ) => Effect.Effect<ReadonlyArray<Identity.Invocation>, EventLogError.EventLogError>
+  /**
+   * Pages through every unfinished invocation (openings without a terminal), however many there are:
+   * pass `next` back as `after` until it is absent. `limit` defaults to 10,000.
+   */
+  readonly unfinishedInvocationPage: (options?: {
+    readonly after?: number
+    readonly limit?: number
+  }) => Effect.Effect<Reads.UnfinishedPage, EventLogError.EventLogError>
   readonly invocationRecovery: (
     invocation: Identity.Invocation,
     maxEvents?: number,
@@ -88,6 +110,12 @@ export interface EventLogShape {
   ) => Effect.Effect<ReadonlyArray<Event.StoredEvent>, EventLogError.EventLogError>
   /** The session's running prefix hash through `through`, to be extended by a live run. */
   readonly sessionHash: (sessionId: string, through: number) => Effect.Effect<Digest.LogPrefixHash, EventLogError.EventLogError>
+  /**
+   * Copies a live SQLite log to the new file `destination` with SQLite's online backup API, while
+   * writes go on: the copy is a valid log holding every event committed before the backup finished.
+   * `destination` must not exist. A PostgreSQL log is refused (`Database`): use the server's tools.
+   */
+  readonly backup: (destination: string) => Effect.Effect<void, EventLogError.EventLogError>
   /** A coalescing wake-up signal of the last committed sequence: subscribe, then catch up by reading. */
   readonly commits: Stream.Stream<number>
   readonly close: Effect.Effect<void>
@@ -103,11 +131,15 @@ const isUniqueViolation = (cause: unknown): boolean => {
 
 const describeCause = (cause: unknown): string => (cause instanceof Error ? cause.message : String(cause))
 
-/** Maps a failure of a write: validations stay as they are; anything else after sending is unknown. */
+/**
+ * Maps a failure of a write. The transaction maps a failure of its own COMMIT to `OutcomeUnknown`
+ * (never assume success); anything else was thrown before COMMIT was sent, so the transaction was
+ * rolled back: a unique index is a refusal, any other error a store error (`Database` or `Io`).
+ */
 const writeError = (cause: unknown): EventLogError.EventLogError => {
   if (EventLogError.isEventLogError(cause)) return cause
   if (isUniqueViolation(cause)) return EventLogError.invalidTransition(`a unique index refused the write: ${describeCause(cause)}`)
-  return EventLogError.make({ _tag: "OutcomeUnknown", message: describeCause(cause) })
+  return storeError(cause)
 }
 
 const readError = (cause: unknown): EventLogError.EventLogError =>
@@ -167,11 +199,14 @@ export const make = (database: Database): Effect.Effect<EventLogShape> =>
       runPrefix: (sessionId, runId, upTo) => read((tx) => Lineage.runPrefix(tx, sessionId, runId, upTo)),
       readModelContext: (sessionId, request = {}) => context(sessionId, request, false),
       readManualMessageContext: (sessionId, request = {}) => context(sessionId, request, true),
-      latestMainContext: (sessionId) =>
-        Effect.map(context(sessionId, {}, false), (source) => source.latestMain),
+      latestMainContext: (sessionId) => read((tx) => ContextReads.readLatestMain(tx, sessionId)),
+      checkHistorySafety: (sessionId, options = {}) =>
+        read((tx) => Reads.checkHistorySafety(tx, database.dialect, sessionId, options.current)),
       preparePruneCandidates: (sessionId, options) =>
         read((tx) => Reads.preparePruneCandidates(tx, database.dialect, sessionId, options)),
       unfinishedInvocations: (limit) => read((tx) => Reads.unfinishedInvocations(tx, limit)),
+      unfinishedInvocationPage: (options = {}) =>
+        read((tx) => Reads.unfinishedInvocationPage(tx, options.after ?? 0, options.limit ?? defaults.maxEvents)),
       invocationRecovery: (invocation, maxEvents = defaults.maxEvents, maxBytes = defaults.maxBytes) =>
         read((tx) => Reads.invocationRecovery(tx, invocation, maxEvents, maxBytes)),
       checkManualMessageHistory: (sessionId) =>
@@ -181,6 +216,8 @@ export const make = (database: Database): Effect.Effect<EventLogShape> =>
       readToolResult: (sessionId, eventId) => read((tx) => Reads.readToolResult(tx, sessionId, eventId)),
       events: (sessionId, after, limit) => read((tx) => Reads.events(tx, sessionId, after, limit)),
       sessionHash: (sessionId, through) => read((tx) => Reads.sessionHash(tx, sessionId, through)),
+      backup: (destination) =>
+        Effect.tryPromise({ try: () => track(() => database.backup(destination)), catch: readError }),
       commits: SubscriptionRef.changes(committed),
       close: Effect.promise(async () => {
         if (closed) return
@@ -210,7 +247,11 @@ export interface SqliteOptions {
   readonly synchronous?: "FULL" | "NORMAL"
 }
 
-/** The embedded default: a SQLite file in WAL mode, `synchronous=FULL`, with the writer lease. */
+/**
+ * The embedded default: a SQLite file in WAL mode, `synchronous=FULL`, with the writer lease. The
+ * path `":memory:"` opens an in-memory log instead (no file, no lease, gone at close) for tests and
+ * notebooks.
+ */
 export const layerSqlite = (options: SqliteOptions) =>
   Layer.effect(
     EventLog,

@@ -1,4 +1,4 @@
-import { Archive, Digest, EventWrite, type Fact, type Identity } from "@maka/facts"
+import { Archive, Canonical, Digest, EventWrite, type Fact, type Identity } from "@maka/facts"
 import { FactBuilders, History } from "@maka/testkit"
 import { Effect, Result } from "effect"
 import { describe, expect, it } from "vitest"
@@ -297,6 +297,46 @@ for (const dialect of dialects()) {
           yield* expectRefused(log, "session-1", log.append(archive(tampered)), "InvalidTransition", "differs")
           yield* log.append(archive(placeholder))
           yield* expectRefused(log, "session-1", log.append(archive(placeholder)), "InvalidTransition", "already archived")
+        }),
+      ))
+
+    it("refuses a hand-built write holding a lone surrogate or a NUL id, writes nothing, and stays usable", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const opening = History.smallRun().events[0]!.event
+          const handBuilt = (event: typeof opening): EventWrite.EventWrite => ({ event, json: Canonical.stringify(event) })
+          for (const sessionId of ["\ud800x", "a\u0000b"]) {
+            const event = { ...opening, invocation: { ...opening.invocation, sessionId } }
+            const error = yield* failure(log.append(handBuilt(event)))
+            expect(error.reason._tag === "Rejected" && error.reason.rejection._tag).toBe("InvalidTransition")
+            expect(error.message).toContain("not a checked EventWrite")
+          }
+          const truncatedEmoji = { ...opening, fact: { ...opening.fact, input: { kind: "message", content: { text: "hi \ud83d" } } } } as typeof opening
+          yield* expectRefused(log, "session-1", log.append(handBuilt(truncatedEmoji)), "InvalidTransition", "well-formed")
+          expect(yield* log.prefix({ kind: "root" })).toMatchObject({ highWater: 0, events: [] })
+          const history = History.smallRun()
+          expect((yield* appendAll(log, history.writes)).length).toBe(8)
+        }),
+      ))
+
+    it("refuses a write whose json is not its event's: a forged terminal of another session is never stored", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const first = new History.History()
+          const runA = first.open()
+          const second = new History.History({ sessionId: "session-2", firstId: 500 })
+          const runB = second.open({ invocationId: "invocation-b", runId: "run-b", turnId: "turn-b" })
+          yield* appendAll(log, [...first.writes, ...second.writes])
+          const terminalA = write(runA.invocation, { kind: "invocation_ended", outcome: { kind: "failed", class: "cancelled" } })
+          const terminalB = write(runB.invocation, { kind: "invocation_ended", outcome: { kind: "completed" } })
+          // The log validates session-1's terminal while the stored bytes would seal session-2.
+          yield* expectRefused(log, "session-2", log.append({ event: terminalA.event, json: terminalB.json }), "InvalidTransition", "canonical JSON")
+          // The same forgery the other way round: a checked write whose event was swapped afterwards.
+          yield* expectRefused(log, "session-1", log.append({ ...terminalB, event: terminalA.event }), "InvalidTransition", "canonical JSON")
+          yield* expectRefused(log, "session-1", log.appendBatch([terminalB, { event: terminalA.event, json: terminalB.json }]), "InvalidTransition")
+          expect((yield* log.events("session-1")).length).toBe(1)
+          expect((yield* log.events("session-2")).length).toBe(1)
+          expect(yield* log.appendBatch([terminalA, terminalB])).toHaveLength(2)
         }),
       ))
 

@@ -1,7 +1,7 @@
 import * as fs from "node:fs"
 import * as path from "node:path"
 import { describe, expect, it } from "vitest"
-import { acquireLease, canonicalDatabasePath, LOCK_SUFFIX } from "../src/internal/lease.ts"
+import { acquireLease, canonicalDatabasePath, keeperProcessId, LOCK_SUFFIX } from "../src/internal/lease.ts"
 import { openSqlite } from "../src/internal/open-sqlite.ts"
 import { childScript, expectReason, listing, rejection, spawnChild, temporaryDirectory } from "./fixtures/storage.ts"
 
@@ -12,6 +12,21 @@ const elapsed = async (run: () => Promise<unknown>): Promise<number> => {
   const started = performance.now()
   await run().catch(() => undefined)
   return performance.now() - started
+}
+
+/** Opens `file` as its writer, retrying WriterBusy for at most `PROMPTLY_MS` (a killed holder's lock is being freed). */
+const PROMPTLY_MS = 2_000
+const openPromptly = async (file: string) => {
+  const started = performance.now()
+  for (;;) {
+    try {
+      return await openSqlite(file)
+    } catch (error) {
+      const busy = typeof error === "object" && error !== null && "reason" in error && (error as { reason: { _tag: string } }).reason._tag === "WriterBusy"
+      if (!busy || performance.now() - started > PROMPTLY_MS) throw error
+      await new Promise((resolve) => setTimeout(resolve, 20))
+    }
+  }
 }
 
 describe("the writer lease", () => {
@@ -29,22 +44,17 @@ describe("the writer lease", () => {
     await next.close()
   })
 
-  it("refuses a second lease on the same file and grants it again after release", () => {
+  it("refuses a second lease on the same file and grants it again after release", async () => {
     const file = path.join(temporaryDirectory(), "events.sqlite")
-    const lease = acquireLease(file)
+    const lease = await acquireLease(file)
     expect(lease.isHeld()).toBe(true)
-    let busy: unknown
-    try {
-      acquireLease(file)
-    } catch (error) {
-      busy = error
-    }
+    const busy = await acquireLease(file).catch((error: unknown) => error)
     expect(busy).toMatchObject({ reason: { _tag: "WriterBusy", path: file } })
-    lease.release()
-    lease.release()
+    await lease.release()
+    await lease.release()
     expect(lease.isHeld()).toBe(false)
-    const again = acquireLease(file)
-    again.release()
+    const again = await acquireLease(file)
+    await again.release()
   })
 
   it("never deletes the lock file and leaves no journal beside it", async () => {
@@ -119,6 +129,8 @@ describe("the writer lease across processes", () => {
     const holder = spawnChild(childScript("writer.ts"), ["hold", file])
     try {
       await holder.line("ready")
+      // Start this process's lease keeper first, so the timing below is the refusal alone.
+      await (await openSqlite(path.join(directory, "warm-up.sqlite"))).close()
 
       // This process is a second writer; so is another child.
       expect(await elapsed(() => expectReason(openSqlite(file), "WriterBusy"))).toBeLessThan(AT_ONCE_MS)
@@ -138,6 +150,68 @@ describe("the writer lease across processes", () => {
     } finally {
       holder.process.kill("SIGKILL")
     }
+  })
+
+  it("keeps the lease while its holder reads the lock and database files and copies the folder, and frees it when the holder is killed", async () => {
+    const directory = temporaryDirectory()
+    const file = path.join(directory, "events.sqlite")
+    const holder = spawnChild(childScript("writer.ts"), ["hold-io", file])
+    try {
+      await holder.line("ready")
+      const contender = spawnChild(childScript("writer.ts"), ["try", file])
+      expect(await contender.line("refused")).toBe("refused WriterBusy")
+      await expectReason(openSqlite(file), "WriterBusy")
+      holder.process.kill("SIGKILL")
+      await holder.exited
+      const next = await openPromptly(file)
+      await next.close()
+    } finally {
+      holder.process.kill("SIGKILL")
+    }
+  })
+
+  it("keeps this process's lease while it reads the lock file, copies the folder and opens the database file", async () => {
+    const directory = temporaryDirectory()
+    const file = path.join(directory, "events.sqlite")
+    const database = await openSqlite(file)
+    const copies = temporaryDirectory()
+    for (let round = 0; round < 10; round++) {
+      fs.readFileSync(`${file}${LOCK_SUFFIX}`)
+      fs.closeSync(fs.openSync(`${file}${LOCK_SUFFIX}`, "r+"))
+      fs.readFileSync(file)
+      fs.cpSync(directory, path.join(copies, String(round)), { recursive: true })
+    }
+    const contender = spawnChild(childScript("writer.ts"), ["try", file])
+    expect(await contender.line("refused")).toBe("refused WriterBusy")
+    await database.close()
+    const free = spawnChild(childScript("writer.ts"), ["try", file])
+    expect(await free.line("opened")).toBe("opened")
+  })
+
+  it("lets a host that never closes its log exit on its own, and frees the lease when it does", async () => {
+    const file = path.join(temporaryDirectory(), "events.sqlite")
+    const child = spawnChild(childScript("writer.ts"), ["open-and-leave", file])
+    await child.line("left")
+    expect((await child.exited).code).toBe(0)
+    const next = await openPromptly(file)
+    await next.close()
+  })
+
+  it("refuses writes once the keeper holding the lease is gone, and lets the next writer in", async () => {
+    const file = path.join(temporaryDirectory(), "events.sqlite")
+    const database = await openSqlite(file)
+    const keeper = keeperProcessId()
+    expect(keeper).toBeDefined()
+    process.kill(keeper!, "SIGKILL")
+    for (let waited = 0; keeperProcessId() !== undefined && waited < 5_000; waited += 20) {
+      await new Promise((resolve) => setTimeout(resolve, 20))
+    }
+    await expectReason(database.write(async () => 1), "WriterBusy")
+    const free = spawnChild(childScript("writer.ts"), ["try", file])
+    expect(await free.line("opened")).toBe("opened")
+    await database.close()
+    const next = await openSqlite(file)
+    await next.close()
   })
 
   it("hands the lease to another process after a clean close", async () => {

@@ -9,7 +9,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import type { Database } from "../src/internal/database.ts"
 import { INDEXES, LATEST_VERSION, MIGRATIONS, REQUIRED_TABLES } from "../src/internal/migrations.ts"
 import { openPglite, openPostgres } from "../src/internal/open-postgres.ts"
-import { openSqlite } from "../src/internal/open-sqlite.ts"
+import { LOCK_SUFFIX } from "../src/internal/lease.ts"
+import { MAKA_APPLICATION_ID, openSqlite } from "../src/internal/open-sqlite.ts"
 import { errorCode } from "../src/internal/store-error.ts"
 import type { Tables } from "../src/internal/tables.ts"
 import {
@@ -462,6 +463,80 @@ describe("the SQLite open-order check", () => {
       await openRefused(file, readOnly, "is not a maka event log")
     })
   }
+
+  /**
+   * Another application's WAL-mode database as a crash left it: rows only in its `-wal`. Copying the
+   * three files of a live connection gives exactly the state a killed process leaves behind.
+   */
+  const foreignWal = (applicationId = 0) => {
+    const source = path.join(temporaryDirectory(), "app.sqlite")
+    const connection = new BetterSqlite3(source)
+    connection.pragma("journal_mode = WAL")
+    connection.pragma("wal_autocheckpoint = 0")
+    if (applicationId !== 0) connection.pragma(`application_id = ${applicationId}`)
+    connection.exec("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT)")
+    for (let index = 0; index < 50; index++) connection.prepare("INSERT INTO notes (body) VALUES (?)").run(`note ${index}`)
+    const directory = temporaryDirectory()
+    const file = path.join(directory, "app.sqlite")
+    for (const suffix of ["", "-wal", "-shm"]) fs.copyFileSync(`${source}${suffix}`, `${file}${suffix}`)
+    connection.close()
+    return { directory, file }
+  }
+
+  const snapshot = (directory: string) =>
+    Object.fromEntries(listing(directory).map((name) => [name, sha256File(path.join(directory, name))]))
+
+  for (const readOnly of [false, true]) {
+    const mode = readOnly ? "read-only" : "writer"
+    for (const applicationId of [0, 0x12345678]) {
+      it(`leaves a foreign WAL-mode database, its -wal and -shm byte-for-byte unchanged (${mode}, application id ${applicationId})`, async () => {
+        const { directory, file } = foreignWal(applicationId)
+        expect(fs.statSync(`${file}-wal`).size).toBeGreaterThan(0)
+        const before = snapshot(directory)
+        await expectReason(openSqlite(file, { readOnly }), "UnsupportedDatabase", "not a maka event log")
+        const after = snapshot(directory)
+        delete after[`app.sqlite${LOCK_SUFFIX}`]
+        expect(after).toEqual(before)
+      })
+    }
+  }
+
+  it("stamps maka's application id on a new log and refuses a file stamped by another application without opening it", async () => {
+    const directory = temporaryDirectory()
+    const file = path.join(directory, "events.sqlite")
+    const database = await openSqlite(file)
+    await database.close()
+    const header = fs.readFileSync(file).subarray(0, 100)
+    expect(header.readUInt32BE(68)).toBe(MAKA_APPLICATION_ID)
+    const other = path.join(directory, "other.sqlite")
+    const connection = new BetterSqlite3(other)
+    connection.pragma("application_id = 7")
+    connection.exec("CREATE TABLE schema_migrations (version INTEGER, applied_at INTEGER); CREATE TABLE event_log (x)")
+    connection.close()
+    await openRefused(other, false, "application id is 7")
+  })
+
+  it("opens a version-1 log without the application id that a killed writer left with rows only in its -wal, and stamps it", async () => {
+    const source = path.join(temporaryDirectory(), "events.sqlite")
+    buildSqliteAtVersion(source, 1, { journalMode: "wal" })
+    const connection = new BetterSqlite3(source)
+    connection.pragma("wal_autocheckpoint = 0")
+    const row = rawEvent("model_observed")
+    connection
+      .prepare(
+        `INSERT INTO event_log (event_id, session_id, turn_id, run_id, invocation_id, kind, operation_id, event_json)
+         VALUES (@event_id, @session_id, @turn_id, @run_id, @invocation_id, @kind, @operation_id, @event_json)`,
+      )
+      .run(row)
+    const file = path.join(temporaryDirectory(), "events.sqlite")
+    for (const suffix of ["", "-wal", "-shm"]) fs.copyFileSync(`${source}${suffix}`, `${file}${suffix}`)
+    connection.close()
+    expect(fs.readFileSync(file).readUInt32BE(68)).toBe(0)
+    const database = await openSqlite(file)
+    expect(await database.read(async (transaction) => (await transaction.selectFrom("event_log").select("event_id").execute()).map((item) => item.event_id))).toEqual([row.event_id])
+    await database.close()
+    expect(fs.readFileSync(file).readUInt32BE(68)).toBe(MAKA_APPLICATION_ID)
+  })
 
   it("refuses a read-only open of a missing file and creates nothing", async () => {
     const directory = temporaryDirectory()

@@ -2,6 +2,12 @@ import { Archive, Canonical, Digest, type Event } from "@maka/facts"
 import { FactBuilders, History } from "@maka/testkit"
 import { Effect } from "effect"
 import { describe, expect, it } from "vitest"
+import BetterSqlite3 from "better-sqlite3"
+import * as path from "node:path"
+import * as EventLog from "../src/EventLog.ts"
+import { openSqlite } from "../src/internal/open-sqlite.ts"
+import * as Testing from "../src/testing.ts"
+import { buildSqliteAtVersion, rawEvent, temporaryDirectory } from "./fixtures/storage.ts"
 import { dialects } from "./support/dialects.ts"
 import { appendAll, failure, withLog, write } from "./support/harness.ts"
 
@@ -145,6 +151,21 @@ for (const dialect of dialects()) {
         }),
       ))
 
+    it("reads latestMain on its own, past a live run and unresolved history the safety gate refuses", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = History.smallRun()
+          const live = history.open()
+          const step = live.request()
+          live.complete(step, FactBuilders.toolCallStep([{ id: "a", name: "read_file", input: { path: "x" } }]))
+          live.request()
+          yield* appendAll(log, history.writes)
+          expect((yield* failure(log.readModelContext("session-1"))).message).toContain("unsealed or unresolved")
+          const latest = yield* log.latestMainContext("session-1")
+          expect(latest.kind === "selected" && latest.sequence).toBe(history.events.length - 1)
+        }),
+      ))
+
     it("reads a complete session prefix or none, and run prefixes never clamped", () =>
       withLog(dialect, (log) =>
         Effect.gen(function* () {
@@ -210,6 +231,35 @@ for (const dialect of dialects()) {
         }),
       ))
 
+    it("pages through unfinished invocations with a cursor, in opening order", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const openings = Array.from({ length: 7 }, (_, index) => {
+            const history = new History.History({ sessionId: `session-${index}`, firstId: 1 + index * 10 })
+            const run = history.open({ invocationId: `invocation-${index}`, runId: `run-${index}`, turnId: `turn-${index}` })
+            if (index === 3) run.end({ kind: "failed", class: "cancelled" })
+            return history
+          })
+          for (const history of openings) yield* appendAll(log, history.writes)
+          const seen: Array<string> = []
+          let after: number | undefined = 0
+          let pages = 0
+          while (after !== undefined && pages < 10) {
+            const page: EventLog.UnfinishedPage = yield* log.unfinishedInvocationPage({ after, limit: 2 })
+            seen.push(...page.invocations.map((invocation) => invocation.invocationId))
+            after = page.next
+            pages++
+          }
+          expect(seen).toEqual(["invocation-0", "invocation-1", "invocation-2", "invocation-4", "invocation-5", "invocation-6"])
+          expect(pages).toBe(3)
+          const all = yield* log.unfinishedInvocationPage()
+          expect(all.next).toBeUndefined()
+          expect(all.invocations[0]).toEqual(openings[0]!.events[0]!.event.invocation)
+          expect((yield* failure(log.unfinishedInvocationPage({ limit: 0 }))).reason._tag).toBe("Rejected")
+          expect((yield* failure(log.unfinishedInvocationPage({ limit: 10_001 }))).reason._tag).toBe("Rejected")
+        }),
+      ))
+
     it("pages prune candidates with a cursor and a fixed fence", () =>
       withLog(dialect, (log) =>
         Effect.gen(function* () {
@@ -237,3 +287,68 @@ for (const dialect of dialects()) {
       ))
   })
 }
+
+describe("latestMain over a damaged log", () => {
+  const damaged = (json: (original: string) => string) =>
+    Effect.runPromise(
+      Effect.scoped(
+        Effect.gen(function* () {
+          const { log, file } = yield* Testing.makeTemporary({ synchronous: "NORMAL" })
+          const history = History.smallRun()
+          const second = history.open({ message: "again" })
+          const step = second.request()
+          second.complete(step, FactBuilders.textStep("newest"))
+          second.end({ kind: "completed" })
+          yield* appendAll(log, history.writes)
+          const before = yield* log.latestMainContext("session-1")
+          expect(before.kind === "selected" && before.sequence).toBe(history.events.length - 1)
+          // Another connection damages the newest completion's stored JSON.
+          const connection = new BetterSqlite3(file)
+          const newest = connection
+            .prepare("SELECT sequence, event_json FROM event_log WHERE kind = 'model_completed' ORDER BY sequence DESC LIMIT 1")
+            .get() as { sequence: number; event_json: string }
+          connection.prepare("UPDATE event_log SET event_json = ? WHERE sequence = ?").run(json(newest.event_json), newest.sequence)
+          connection.close()
+          return yield* log.latestMainContext("session-1")
+        }),
+      ),
+    )
+
+  it("is trace_unavailable, never Decode and never an older completion, when the newest completion is not JSON", async () => {
+    expect(await damaged(() => "{not json")).toEqual({ kind: "trace_unavailable" })
+  })
+
+  it("is trace_unavailable when the newest completion no longer decodes as a fact", async () => {
+    expect(await damaged((json) => json.replace('"finishReason":"stop"', '"finishReason":"bogus"'))).toEqual({ kind: "trace_unavailable" })
+  })
+})
+
+describe("unfinished invocations beyond 10,000", () => {
+  it("pages through 10,050 unsealed openings where the single read refuses them", async () => {
+    const file = path.join(temporaryDirectory(), "events.sqlite")
+    const rows = Array.from({ length: 10_050 }, (_, index) =>
+      rawEvent("invocation_opened", {}, { session_id: `s-${index}`, invocation_id: `i-${index}`, run_id: `r-${index}`, turn_id: `t-${index}` }),
+    )
+    buildSqliteAtVersion(file, 1, { journalMode: "wal", rows })
+    const seen = await Effect.runPromise(
+      Effect.scoped(
+        Effect.gen(function* () {
+          const log = yield* EventLog.fromDatabase(() => openSqlite(file, { synchronous: "NORMAL" }))
+          const single = yield* failure(log.unfinishedInvocations(10_000))
+          expect(single.reason._tag === "Rejected" && single.reason.rejection._tag).toBe("PrefixTooLarge")
+          const ids: Array<string> = []
+          let after: number | undefined = 0
+          for (let pages = 0; after !== undefined && pages < 5; pages++) {
+            const page: EventLog.UnfinishedPage = yield* log.unfinishedInvocationPage({ after })
+            ids.push(...page.invocations.map((invocation) => invocation.invocationId))
+            after = page.next
+          }
+          return ids
+        }),
+      ),
+    )
+    expect(seen.length).toBe(10_050)
+    expect(new Set(seen).size).toBe(10_050)
+    expect(seen[10_049]).toBe("i-10049")
+  })
+})

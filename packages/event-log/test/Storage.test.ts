@@ -1,7 +1,10 @@
 import BetterSqlite3 from "better-sqlite3"
 import { Kysely, sql, type Generated } from "kysely"
 import * as path from "node:path"
+import { History } from "@maka/testkit"
+import { Effect } from "effect"
 import { describe, expect, it } from "vitest"
+import * as EventLog from "../src/EventLog.ts"
 import { FAULT_VARIABLE, faultPoint } from "../src/internal/fault.ts"
 import { openSqlite } from "../src/internal/open-sqlite.ts"
 import { SqliteDialect, StatementCache } from "../src/internal/sqlite-driver.ts"
@@ -183,6 +186,29 @@ describe("openSqlite transactions", () => {
     )
     expect(await database.read(async (transaction) => (await transaction.selectFrom("tool_result_payloads").selectAll().execute()).length)).toBe(0)
     await database.close()
+  })
+
+  it("reports an append whose statement fails before COMMIT as Database, not OutcomeUnknown, and keeps nothing", async () => {
+    const file = path.join(temporaryDirectory(), "events.sqlite")
+    const history = History.smallRun()
+    const outcome = await Effect.runPromise(
+      Effect.scoped(
+        Effect.gen(function* () {
+          const log = yield* EventLog.fromDatabase(() => openSqlite(file))
+          yield* log.append(history.writes[0]!)
+          // Another connection makes every later insert fail inside the write transaction.
+          const other = new BetterSqlite3(file)
+          other.exec("CREATE TRIGGER refuse_insert BEFORE INSERT ON event_log BEGIN SELECT RAISE(ABORT, 'disk says no'); END")
+          other.close()
+          const error = yield* Effect.flip(log.appendBatch(history.writes.slice(1, 4)))
+          const events = yield* log.events("session-1")
+          return { error, events }
+        }),
+      ),
+    )
+    expect(outcome.error.reason._tag).toBe("Database")
+    expect(outcome.error.message).toContain("disk says no")
+    expect(outcome.events.map((stored) => stored.sequence)).toEqual([1])
   })
 
   it("finishes accepted operations at close, then refuses new ones with ConnectionClosed", async () => {

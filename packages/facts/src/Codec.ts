@@ -35,10 +35,15 @@ const decodeRuntimeEventShape = decodeClosed(RuntimeEvent)
 const decodeStoredEventShape = decodeClosed(StoredEvent)
 const decodeFactShape = decodeClosed(Fact)
 
-/** Decodes and validates one fact of `invocation`. */
+/**
+ * Decodes and validates one fact of `invocation` as admission does: the schema, the fact's rules,
+ * and the text rules of the fact and the invocation (well-formed, ids without NUL).
+ */
 export const decodeFact = (input: unknown, invocation: Invocation): Result.Result<Fact, FactError> =>
   Result.flatMap(decodeFactShape(input), (fact) =>
-    Result.map(Validation.fact(fact, invocation), () => fact),
+    Result.flatMap(Validation.fact(fact, invocation), () =>
+      Result.map(Validation.wellFormedFact(fact, invocation), () => fact),
+    ),
   )
 
 /** Decodes and validates a `RuntimeEvent` (shape, then the rules of its fact). */

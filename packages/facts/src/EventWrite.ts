@@ -18,6 +18,7 @@ import {
   MAX_RAW_TOOL_RESULT_DEPTH,
 } from "./Limits.ts"
 import type { DurableToolProjection, RawToolResultRef, ToolOutput } from "./ToolCall.ts"
+import { wellFormedEvent } from "./Validation.ts"
 
 export interface EventWrite {
   readonly event: RuntimeEvent
@@ -27,12 +28,29 @@ export interface EventWrite {
   readonly json: string
 }
 
-/** Decodes the event closed (schemas, then the fact's rules) and encodes it within 1 MiB. */
+/**
+ * Decodes the event closed (schemas, then the fact's rules), checks its text (well-formed, ids
+ * without NUL), and encodes it within 1 MiB.
+ */
 const checked = (event: RuntimeEvent, rawPayload?: string): Result.Result<EventWrite, FactError> =>
   Result.flatMap(decodeEvent(event), () =>
-    Result.map(encodeEventChecked(event), (json): EventWrite =>
-      rawPayload === undefined ? { event, json } : { event, json, rawPayload },
+    Result.flatMap(wellFormedEvent(event), () =>
+      Result.map(encodeEventChecked(event), (json): EventWrite =>
+        rawPayload === undefined ? { event, json } : { event, json, rawPayload },
+      ),
     ),
+  )
+
+/**
+ * Re-checks a write at the store: its event passes every rule `plain` checks and `json` is exactly
+ * the canonical JSON of `event`, so a hand-built write cannot store one event while the log
+ * validates another. The raw payload of a success is checked by the store against its reference.
+ */
+export const verify = (write: EventWrite): Result.Result<void, FactError> =>
+  Result.flatMap(checked(write.event), (rebuilt) =>
+    rebuilt.json === write.json
+      ? Result.succeed(undefined)
+      : Result.fail(factError("write_not_canonical", "the write's json is not the canonical JSON of its event")),
   )
 
 /**

@@ -25,6 +25,9 @@ export type FactRule =
   | "tool_success_requires_tool_write"
   | "raw_payload_too_large"
   | "raw_payload_too_deep"
+  | "text_ill_formed"
+  | "id_has_nul"
+  | "write_not_canonical"
 
 export class FactError extends Data.TaggedError("FactError")<{
   readonly rule: FactRule

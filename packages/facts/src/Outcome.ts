@@ -3,6 +3,7 @@
  * outcomes and their reasons, and the terminal status derived from an outcome.
  */
 import { Schema } from "effect"
+import { truncateUtf16 } from "./Canonical.ts"
 import { EventId } from "./Identity.ts"
 import { HandoffPause } from "./Lineage.ts"
 import { MAX_FAILURE_MESSAGE } from "./Limits.ts"
@@ -57,6 +58,12 @@ export const InvocationOutcome = Schema.Union([
   Schema.Struct({ kind: Schema.tag("cancelled"), source: CancellationSource }),
 ]).annotate({ identifier: "InvocationOutcome" })
 export type InvocationOutcome = typeof InvocationOutcome.Type
+
+/**
+ * A failure message as a `failed` outcome stores it: cut to 2,048 UTF-16 units without splitting a
+ * surrogate pair. The schema refuses a longer message, so every writer cuts through this one rule.
+ */
+export const cutFailureMessage = (message: string): string => truncateUtf16(message, MAX_FAILURE_MESSAGE)
 
 export const TerminalStatus = Schema.Literals(["completed", "failed", "cancelled", "paused"])
 export type TerminalStatus = typeof TerminalStatus.Type

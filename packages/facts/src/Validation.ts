@@ -8,6 +8,7 @@ import * as Archive from "./Archive.ts"
 import * as Canonical from "./Canonical.ts"
 import * as Digest from "./Digest.ts"
 import type { InvocationConfiguration } from "./Configuration.ts"
+import type { RuntimeEvent } from "./Event.ts"
 import type { ContextCheckpoint } from "./ModelContext.ts"
 import type { Fact } from "./Fact.ts"
 import { factError, type FactError } from "./FactError.ts"
@@ -27,6 +28,7 @@ import {
 import type { InvocationOutcome } from "./Outcome.ts"
 import * as Summary from "./Summary.ts"
 import type { ToolCallIdentity } from "./ToolCall.ts"
+import { operationKey } from "./Fact.ts"
 import { providerOperationId } from "./ToolCall.ts"
 
 export type Validation<A = void> = Result.Result<A, FactError>
@@ -264,3 +266,160 @@ export const fact = (value: Fact, invocation: Invocation): Validation => {
       return ok
   }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Well-formed text: what the log stores must survive every encoder unchanged.
+
+/** A UTF-16 unit that is half of a surrogate pair without its other half (the `u` flag pairs them). */
+const LONE_SURROGATE = /\p{Cs}/u
+
+/** Whether `text` is well-formed Unicode: every surrogate is part of a pair. */
+export const isWellFormedText = (text: string): boolean => !LONE_SURROGATE.test(text)
+
+/**
+ * `text` with each lone surrogate replaced by U+FFFD, as a UTF-8 encoder writes it: for writers that
+ * must store text they did not produce (a thrown error's message) rather than refuse it.
+ */
+export const toWellFormedText = (text: string): string => text.replace(/\p{Cs}/gu, "\ufffd")
+
+/**
+ * Every string of `value` (object keys included) is well-formed Unicode. A lone surrogate becomes
+ * U+FFFD in UTF-8 (a SQLite or PostgreSQL text column, an HTTP body) while the canonical JSON keeps
+ * its escape, so the stored copies of one value would differ; it is refused instead. `label` names
+ * the value in the message.
+ */
+export const wellFormed = (value: unknown, label = "value"): Validation => {
+  const path: Array<string> = [label]
+  const visit = (node: unknown): boolean => {
+    if (typeof node === "string") return isWellFormedText(node)
+    if (typeof node !== "object" || node === null) return true
+    if (Array.isArray(node)) {
+      for (let index = 0; index < node.length; index++) {
+        path.push(String(index))
+        if (!visit(node[index])) return false
+        path.pop()
+      }
+      return true
+    }
+    for (const [key, child] of Object.entries(node)) {
+      path.push(key)
+      if (!isWellFormedText(key) || !visit(child)) return false
+      path.pop()
+    }
+    return true
+  }
+  return visit(value)
+    ? ok
+    : Result.fail(factError("text_ill_formed", `${path.join(".")} is not well-formed Unicode (it holds a lone surrogate)`))
+}
+
+/**
+ * A stored id or name: well-formed and without NUL. Ids are index keys and columns in both dialects,
+ * and a PostgreSQL text column cannot hold NUL.
+ */
+export const storedId = (value: string, label: string): Validation =>
+  all(
+    () => wellFormed(value, label),
+    () => require(!value.includes("\u0000"), "id_has_nul", `${label} contains NUL`),
+  )
+
+/** The four ids of an invocation. */
+export const invocationIds = (invocation: Invocation): Validation =>
+  all(
+    () => storedId(invocation.sessionId, "invocation.sessionId"),
+    () => storedId(invocation.turnId, "invocation.turnId"),
+    () => storedId(invocation.runId, "invocation.runId"),
+    () => storedId(invocation.invocationId, "invocation.invocationId"),
+  )
+
+const prefixed = (prefix: string, invocation: Invocation): ReadonlyArray<readonly [string, string]> => [
+  [`${prefix}.sessionId`, invocation.sessionId],
+  [`${prefix}.turnId`, invocation.turnId],
+  [`${prefix}.runId`, invocation.runId],
+  [`${prefix}.invocationId`, invocation.invocationId],
+]
+
+const intentIds = (prefix: string, intent: HandoffIntent): ReadonlyArray<readonly [string, string]> => [
+  [`${prefix}.handoffId`, intent.handoffId],
+  [`${prefix}.hostEpoch`, intent.hostEpoch],
+  [`${prefix}.rootRunId`, intent.rootRunId],
+  [`${prefix}.successorRunId`, intent.successorRunId],
+  [`${prefix}.successorInvocationId`, intent.successorInvocationId],
+  [`${prefix}.claimId`, intent.claimId],
+]
+
+/** The ids and names a fact carries (what the log indexes or looks up), labelled by their path. */
+export const factIds = (fact: Fact): ReadonlyArray<readonly [string, string]> => {
+  const key = operationKey(fact)
+  const ids: Array<readonly [string, string]> = key === undefined ? [] : [["fact.operationKey", key]]
+  switch (fact.kind) {
+    case "invocation_opened": {
+      const binding = fact.configuration.model
+      if (binding !== undefined) {
+        ids.push(["fact.configuration.model.connectionId", binding.connectionId])
+        ids.push(["fact.configuration.model.connectionSlug", binding.connectionSlug])
+        ids.push(["fact.configuration.model.model", binding.model])
+      }
+      const input = fact.input
+      if (input.kind === "continuation" || input.kind === "handoff") {
+        ids.push(["fact.input.claim.id", input.claim.id], ...prefixed("fact.input.claim.source.invocation", input.claim.source.invocation))
+      }
+      if (input.kind === "handoff") ids.push(...intentIds("fact.input.pause.intent", input.pause.intent))
+      break
+    }
+    case "model_requested":
+      ids.push(["fact.modelId", fact.modelId])
+      if (fact.context !== undefined) ids.push(["fact.context.providerId", fact.context.providerId])
+      break
+    case "tool_dispatched":
+    case "tool_rejected":
+      ids.push(["fact.name", fact.name], ["fact.call.toolCallId", fact.call.toolCallId])
+      if (fact.call.origin.kind === "provider") ids.push(["fact.call.origin.stepId", fact.call.origin.stepId])
+      break
+    case "message_steered":
+      ids.push(["fact.message.messageId", fact.message.messageId])
+      break
+    case "context_checkpoint_recorded":
+      ids.push(["fact.checkpoint.summaryStepId", fact.checkpoint.summaryStepId])
+      break
+    case "tool_result_archived":
+      ids.push(
+        ["fact.placeholder.identity.toolCallId", fact.placeholder.identity.toolCallId],
+        ["fact.placeholder.identity.toolName", fact.placeholder.identity.toolName],
+      )
+      break
+    case "invocation_ended":
+      if (fact.outcome.kind === "handoff_paused") ids.push(...intentIds("fact.outcome.pause.intent", fact.outcome.pause.intent))
+      break
+    case "model_observed":
+    case "model_completed":
+    case "model_interrupted":
+    case "tool_settled":
+      break
+  }
+  return ids
+}
+
+/**
+ * The text rules of one fact of `invocation`: every string is well-formed Unicode, and the ids and
+ * names hold no NUL. Admission runs them through `Codec.decodeFact`, every write through `EventWrite`.
+ */
+export const wellFormedFact = (fact: Fact, invocation: Invocation): Validation => {
+  const text = all(
+    () => wellFormed(invocation, "invocation"),
+    () => wellFormed(fact, "fact"),
+  )
+  if (Result.isFailure(text)) return text
+  for (const [label, value] of [...prefixed("invocation", invocation), ...factIds(fact)]) {
+    const checked = storedId(value, label)
+    if (Result.isFailure(checked)) return checked
+  }
+  return ok
+}
+
+/** The text rules of a whole event (`wellFormedFact` plus its id), checked by every write. */
+export const wellFormedEvent = (event: RuntimeEvent): Validation =>
+  all(
+    () => wellFormed(event.id, "id"),
+    () => wellFormedFact(event.fact, event.invocation),
+  )

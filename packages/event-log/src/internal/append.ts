@@ -5,6 +5,7 @@
  * A write is inserted before the next one is validated, so later writes see earlier ones.
  */
 import { Archive, Canonical, EventWrite, Fact, Input, type Event } from "@maka/facts"
+import { Result } from "effect"
 import { sql } from "kysely"
 import * as EventLogError from "../EventLogError.ts"
 import type { Database, Dialect } from "./database.ts"
@@ -329,9 +330,22 @@ export interface AppendResult {
   readonly inserted: boolean
 }
 
+/**
+ * Rule 0: each write is what `EventWrite.plain` or `toolSuccess` would build: its event passes the
+ * fact rules (well-formed text included) and `json`, the bytes stored, is the canonical JSON of the
+ * event the log validates. A hand-built write cannot store one event while the rules check another.
+ */
+const verifyWrites = (writes: ReadonlyArray<EventWrite.EventWrite>): void => {
+  for (const write of writes) {
+    const verified = EventWrite.verify(write)
+    if (Result.isFailure(verified)) throw invalid(`the write is not a checked EventWrite: ${verified.failure.message}`)
+  }
+}
+
 /** Validates and appends `writes` in one transaction; all or nothing. */
-export const appendBatch = (database: Database, writes: ReadonlyArray<EventWrite.EventWrite>, now: number) =>
-  database.write(async (tx): Promise<AppendResult> => {
+export const appendBatch = async (database: Database, writes: ReadonlyArray<EventWrite.EventWrite>, now: number) => {
+  verifyWrites(writes)
+  return database.write(async (tx): Promise<AppendResult> => {
     let knownSessions = knownSessionsByDatabase.get(database)
     if (knownSessions === undefined) {
       knownSessions = new Set()
@@ -389,3 +403,4 @@ export const appendBatch = (database: Database, writes: ReadonlyArray<EventWrite
     for (const sessionId of locked) knownSessions.add(sessionId)
     return { sequences, inserted }
   })
+}

@@ -149,6 +149,14 @@ export const latestMain = (rows: ReadonlyArray<Rows.Row>): LatestMainContext => 
   return { kind: "no_completed_request" }
 }
 
+/**
+ * `latestMain` read on its own (§3.8): the session's rows without observations, each decoded only
+ * when the walk reaches it, so a damaged newest completion is `trace_unavailable` (never `Decode`,
+ * never an older completion). It reads evidence and is not gated by the history-safety check.
+ */
+export const readLatestMain = async (tx: Rows.Tx, sessionId: string): Promise<LatestMainContext> =>
+  latestMain(await Rows.ofSession(tx, sessionId, { withObservations: false }))
+
 /** `readModelContext` over a session selection. */
 export const readModelContext = async (
   tx: Rows.Tx,

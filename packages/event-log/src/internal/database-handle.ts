@@ -18,6 +18,10 @@ export interface DatabaseParts {
   readonly beginRead: (db: Kysely<Tables>) => TransactionBuilder<Tables>
   /** Runs after the Kysely instance is destroyed: releases the lease, ends an owned pool. */
   readonly release: () => Promise<void> | void
+  /** The online backup of an SQLite connection; undefined where the store has none (PostgreSQL). */
+  readonly backup?: (destination: string) => Promise<void>
+  /** Whether the writer lease is still held (SQLite); a write without it is refused `WriterBusy`. */
+  readonly isLeaseHeld?: () => boolean
 }
 
 type Stage = "begin" | "body" | "commit"
@@ -81,6 +85,9 @@ export const makeDatabase = (parts: DatabaseParts): Database => {
     write: (body) => {
       if (closing !== undefined) return closed()
       const { beginWrite } = parts
+      if (parts.isLeaseHeld !== undefined && !parts.isLeaseHeld()) {
+        return Promise.reject(EventLogError.make({ _tag: "WriterBusy", path: location }))
+      }
       if (beginWrite === undefined) {
         return Promise.reject(
           EventLogError.make({ _tag: "Database", message: `${location} was opened read-only; it cannot be written` }),
@@ -91,6 +98,19 @@ export const makeDatabase = (parts: DatabaseParts): Database => {
     read: (body) => {
       if (closing !== undefined) return closed()
       return track(runTransaction(parts.beginRead(db), body, false, location))
+    },
+    backup: (destination) => {
+      if (closing !== undefined) return closed()
+      const { backup } = parts
+      if (backup === undefined) {
+        return Promise.reject(
+          EventLogError.make({
+            _tag: "Database",
+            message: `${location}: backup copies SQLite logs; back a PostgreSQL log up with the server's tools (pg_dump)`,
+          }),
+        )
+      }
+      return track(backup(destination))
     },
     close: () => {
       closing ??= (async () => {

@@ -22,6 +22,11 @@ export interface Database {
   readonly write: <A>(body: (transaction: Transaction<Tables>) => Promise<A>) => Promise<A>
   /** Runs `body` in one read transaction that sees one snapshot (`BEGIN` on SQLite; `REPEATABLE READ READ ONLY` on PostgreSQL). */
   readonly read: <A>(body: (transaction: Transaction<Tables>) => Promise<A>) => Promise<A>
+  /**
+   * Copies the live database to the new file `destination` with SQLite's online backup API: a
+   * consistent copy holding every transaction committed before it finishes. SQLite only.
+   */
+  readonly backup: (destination: string) => Promise<void>
   /** Finishes accepted operations, closes the store, then releases the writer lease. */
   readonly close: () => Promise<void>
 }

@@ -1,11 +1,19 @@
 /**
  * The single-writer lease of an SQLite log (SEMANTICS.md §3.1): an exclusive SQLite lock on the
- * sibling file `<database>.writer.lock`, taken without waiting and held until `release()`. The
- * operating system drops it when the process dies, so a writer killed with SIGKILL never blocks the
- * next one. The lock file is never deleted. Also the canonicalisation of database paths.
+ * sibling file `<database>.writer.lock`, taken without waiting and held until `release()`, plus the
+ * canonicalisation of database paths. The lock file is never deleted.
+ *
+ * The lock is a POSIX lock, and POSIX drops every lock a process holds on a file when that process
+ * closes any descriptor of the file: a host that reads the lock file or copies the log folder would
+ * silently lose a lock held in its own process. So the lock is held by a small keeper process that
+ * opens the lock files and nothing else. The keeper serves every lease of this process over a pipe
+ * and exits when the pipe closes, that is when this process closes it or dies (SIGKILL included); the
+ * operating system then drops its locks. The host's own file I/O can never touch them.
  */
 import BetterSqlite3 from "better-sqlite3"
+import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process"
 import * as fs from "node:fs"
+import { createRequire } from "node:module"
 import * as path from "node:path"
 import * as EventLogError from "../EventLogError.ts"
 import { errorCode, storeError } from "./store-error.ts"
@@ -16,10 +24,23 @@ export interface Lease {
   /** The canonical database path the lease guards. */
   readonly databasePath: string
   readonly lockPath: string
+  /** False once released, or when the keeper holding the lock is gone. */
   readonly isHeld: () => boolean
-  /** Releases the lock (closes its connection); later calls do nothing. */
-  readonly release: () => void
+  /** Releases the lock and waits until the keeper confirms it; later calls do nothing. */
+  readonly release: () => Promise<void>
 }
+
+/** Tunables of the lease keeper. */
+export const LEASE_DEFAULTS = Object.freeze({
+  /**
+   * How long a contender waits for a lock held by another process before `WriterBusy`: long enough
+   * for the keeper of a holder that was just killed to see its pipe close and exit, far below the
+   * database's busy timeout. A second writer in the same process is refused without waiting.
+   */
+  contenderWaitMs: 250,
+  /** How long an idle keeper (no lease held) stays up for the next lease before it exits. */
+  idleExitMs: 30_000,
+})
 
 const unsupported = (message: string): EventLogError.EventLogError =>
   EventLogError.make({ _tag: "UnsupportedDatabase", message })
@@ -76,33 +97,264 @@ export const canonicalDatabasePath = (databasePath: string): string => {
 }
 
 /**
- * Takes the writer lease of the database at `canonicalPath` (already canonical) or fails at once
- * with `WriterBusy`, also when another connection of this process holds it. The lock connection
- * keeps its journal in memory, so a killed holder leaves no `-journal` file beside the lock file.
+ * The keeper, run as `node -e KEEPER_SOURCE <better-sqlite3 path> <contender wait>`. It reads one
+ * JSON request per line on stdin (`acquire` or `release` of a lock file) and answers one JSON line on
+ * stdout. Each lock is a better-sqlite3 connection in `locking_mode=EXCLUSIVE` inside `BEGIN
+ * EXCLUSIVE` with its journal in memory (a killed keeper leaves no `-journal` beside the lock file).
+ * End of stdin, or any pipe error, ends the process and with it every lock.
  */
-export const acquireLease = (canonicalPath: string): Lease => {
-  const lockPath = `${canonicalPath}${LOCK_SUFFIX}`
-  let connection: BetterSqlite3.Database | undefined
+const KEEPER_SOURCE = String.raw`"use strict";
+const Database = require(process.argv[1]);
+const wait = Number(process.argv[2]);
+const held = new Map();
+const reply = (message) => process.stdout.write(JSON.stringify(message) + "\n");
+const acquire = (request) => {
+  if (held.has(request.path)) return reply({ id: request.id, busy: true });
+  let connection;
   try {
-    connection = new BetterSqlite3(lockPath, { timeout: 0 })
-    connection.pragma("journal_mode = MEMORY")
-    connection.pragma("locking_mode = EXCLUSIVE")
-    connection.exec("BEGIN EXCLUSIVE")
+    connection = new Database(request.path, { timeout: wait });
+    connection.pragma("journal_mode = MEMORY");
+    connection.pragma("locking_mode = EXCLUSIVE");
+    connection.exec("BEGIN EXCLUSIVE");
+    held.set(request.path, connection);
+    reply({ id: request.id, ok: true });
   } catch (error) {
-    connection?.close()
-    const code = errorCode(error)
-    if (code === "SQLITE_BUSY" || code === "SQLITE_LOCKED") {
-      throw EventLogError.make({ _tag: "WriterBusy", path: canonicalPath })
-    }
-    throw storeError(error, lockPath)
+    try { if (connection !== undefined) connection.close(); } catch {}
+    const code = error !== null && typeof error === "object" ? error.code : undefined;
+    if (code === "SQLITE_BUSY" || code === "SQLITE_LOCKED") return reply({ id: request.id, busy: true });
+    reply({ id: request.id, code, message: String(error && error.message ? error.message : error) });
   }
-  const held = connection
+};
+const release = (request) => {
+  const connection = held.get(request.path);
+  held.delete(request.path);
+  try { if (connection !== undefined) connection.close(); } catch {}
+  reply({ id: request.id, ok: true });
+};
+let buffer = "";
+process.stdin.setEncoding("utf8");
+process.stdin.on("data", (chunk) => {
+  buffer += chunk;
+  for (let newline = buffer.indexOf("\n"); newline >= 0; newline = buffer.indexOf("\n")) {
+    const line = buffer.slice(0, newline);
+    buffer = buffer.slice(newline + 1);
+    if (line.length === 0) continue;
+    const request = JSON.parse(line);
+    if (request.op === "acquire") acquire(request);
+    else release(request);
+  }
+});
+const end = () => process.exit(0);
+process.stdin.on("end", end);
+process.stdin.on("error", end);
+process.stdout.on("error", end);
+`
+
+interface KeeperReply {
+  readonly id: number
+  readonly ok?: boolean
+  readonly busy?: boolean
+  readonly code?: string
+  readonly message?: string
+}
+
+const parseReply = (line: string): KeeperReply | undefined => {
+  try {
+    const value: unknown = JSON.parse(line)
+    if (typeof value !== "object" || value === null || !("id" in value) || typeof value.id !== "number") return undefined
+    const field = (key: string): unknown => Reflect.get(value, key)
+    const code = field("code")
+    const message = field("message")
+    return {
+      id: value.id,
+      ok: field("ok") === true,
+      busy: field("busy") === true,
+      ...(typeof code === "string" ? { code } : {}),
+      ...(typeof message === "string" ? { message } : {}),
+    }
+  } catch {
+    return undefined
+  }
+}
+
+/**
+ * The file of the better-sqlite3 this process loaded, for the keeper to load the same one: found in
+ * the module cache by its export (so it also holds when a bundler rewrote the import to a path),
+ * else resolved from this module.
+ */
+const driverPath = (): string => {
+  const require = createRequire(import.meta.url)
+  for (const entry of Object.values(require.cache)) {
+    if (entry !== undefined && entry.exports === BetterSqlite3) return entry.filename
+  }
+  return require.resolve("better-sqlite3")
+}
+
+/** The keeper process of this process, started on the first lease and shared by all of them. */
+class Keeper {
+  private readonly child: ChildProcessWithoutNullStreams
+  private readonly pending = new Map<number, (reply: KeeperReply | Error) => void>()
+  private nextId = 1
+  private buffer = ""
+  private stderr = ""
+  private held = 0
+  private idleTimer: NodeJS.Timeout | undefined
+  private exitedFlag = false
+  private retiring = false
+
+  constructor() {
+    const driver = driverPath()
+    // The host's NODE_OPTIONS (loaders, inspectors) have no business in the keeper.
+    const { NODE_OPTIONS: _options, ...environment } = process.env
+    this.child = spawn(process.execPath, ["-e", KEEPER_SOURCE, driver, String(LEASE_DEFAULTS.contenderWaitMs)], {
+      stdio: ["pipe", "pipe", "pipe"],
+      env: environment,
+      windowsHide: true,
+    })
+    this.child.stdout.setEncoding("utf8").on("data", (chunk: string) => this.receive(chunk))
+    this.child.stderr.setEncoding("utf8").on("data", (chunk: string) => {
+      this.stderr = `${this.stderr}${chunk}`.slice(-2_000)
+    })
+    this.child.stdin.on("error", () => undefined)
+    this.child.on("error", (error) => this.gone(error))
+    this.child.on("exit", (code, signal) =>
+      this.gone(new Error(`the lease keeper exited (${signal ?? code})${this.stderr === "" ? "" : `: ${this.stderr.trim()}`}`)),
+    )
+    this.updateReference()
+  }
+
+  /** Whether the keeper is gone or ending: it takes no new request. */
+  get exited(): boolean {
+    return this.exitedFlag || this.retiring
+  }
+
+  get pid(): number | undefined {
+    return this.child.pid
+  }
+
+  /** Sends one request and waits for its answer. */
+  request(op: "acquire" | "release", lockPath: string): Promise<KeeperReply> {
+    if (this.exited) return Promise.reject(new Error("the lease keeper is gone"))
+    const id = this.nextId++
+    return new Promise<KeeperReply>((resolve, reject) => {
+      this.pending.set(id, (reply) => (reply instanceof Error ? reject(reply) : resolve(reply)))
+      this.updateReference()
+      this.child.stdin.write(`${JSON.stringify({ id, op, path: lockPath })}\n`)
+    })
+  }
+
+  /** Counts a held lease (the keeper stays up while any is held). */
+  retain(): void {
+    this.held++
+    if (this.idleTimer !== undefined) clearTimeout(this.idleTimer)
+    this.idleTimer = undefined
+  }
+
+  /** Uncounts a lease; with none left the keeper exits after a while, unless a new lease comes. */
+  releaseOne(): void {
+    this.held--
+    this.idle()
+  }
+
+  /** With no lease held, ends the keeper after `idleExitMs` unless a lease is taken meanwhile. */
+  idle(): void {
+    if (this.held > 0 || this.exitedFlag || this.idleTimer !== undefined) return
+    this.idleTimer = setTimeout(() => {
+      this.idleTimer = undefined
+      if (this.held > 0 || this.pending.size > 0) return
+      // From now on the next lease starts a new keeper; this one ends with its pipe.
+      this.retiring = true
+      this.child.stdin.end()
+    }, LEASE_DEFAULTS.idleExitMs)
+    this.idleTimer.unref()
+  }
+
+  private receive(chunk: string): void {
+    this.buffer += chunk
+    for (let newline = this.buffer.indexOf("\n"); newline >= 0; newline = this.buffer.indexOf("\n")) {
+      const reply = parseReply(this.buffer.slice(0, newline))
+      this.buffer = this.buffer.slice(newline + 1)
+      const settle = reply === undefined ? undefined : this.pending.get(reply.id)
+      if (reply === undefined || settle === undefined) continue
+      this.pending.delete(reply.id)
+      settle(reply)
+    }
+    this.updateReference()
+  }
+
+  private gone(error: Error): void {
+    if (this.exitedFlag) return
+    this.exitedFlag = true
+    if (this.idleTimer !== undefined) clearTimeout(this.idleTimer)
+    for (const settle of this.pending.values()) settle(error)
+    this.pending.clear()
+    if (keeper === this) keeper = undefined
+  }
+
+  /**
+   * The keeper keeps this process alive only while a request waits for its answer: a host that ends
+   * without closing its log exits as it would without the keeper (which then sees its pipe close).
+   */
+  private updateReference(): void {
+    const hold = this.pending.size > 0
+    if (hold) this.child.ref()
+    else this.child.unref()
+    // The pipes are sockets at run time (typed as plain streams): each holds the loop on its own.
+    for (const stream of [this.child.stdin, this.child.stdout, this.child.stderr]) {
+      const method: unknown = Reflect.get(stream, hold ? "ref" : "unref")
+      if (typeof method === "function") Reflect.apply(method, stream, [])
+    }
+  }
+
+}
+
+let keeper: Keeper | undefined
+
+const currentKeeper = (): Keeper => {
+  if (keeper === undefined || keeper.exited) keeper = new Keeper()
+  return keeper
+}
+
+/** The process id of the running keeper, if any (for tests). */
+export const keeperProcessId = (): number | undefined => (keeper === undefined || keeper.exited ? undefined : keeper.pid)
+
+/**
+ * Takes the writer lease of the database at `canonicalPath` (already canonical) or fails with
+ * `WriterBusy`: at once when this process already holds it, after at most
+ * `LEASE_DEFAULTS.contenderWaitMs` when another process does.
+ */
+export const acquireLease = async (canonicalPath: string): Promise<Lease> => {
+  const lockPath = `${canonicalPath}${LOCK_SUFFIX}`
+  const owner = currentKeeper()
+  let reply: KeeperReply
+  try {
+    reply = await owner.request("acquire", lockPath)
+  } catch (error) {
+    throw io(`${lockPath}: ${error instanceof Error ? error.message : String(error)}`)
+  }
+  if (reply.ok !== true) owner.idle()
+  if (reply.busy === true) throw EventLogError.make({ _tag: "WriterBusy", path: canonicalPath })
+  if (reply.ok !== true) {
+    throw storeError(Object.assign(new Error(reply.message ?? "the lease keeper refused"), { code: reply.code }), lockPath)
+  }
+  owner.retain()
+  let released: Promise<void> | undefined
   return {
     databasePath: canonicalPath,
     lockPath,
-    isHeld: () => held.open,
+    isHeld: () => released === undefined && !owner.exited,
     release: () => {
-      if (held.open) held.close()
+      released ??= (async () => {
+        if (owner.exited) return
+        try {
+          await owner.request("release", lockPath)
+        } catch {
+          // The keeper is gone: its locks went with it.
+        } finally {
+          owner.releaseOne()
+        }
+      })()
+      return released
     },
   }
 }

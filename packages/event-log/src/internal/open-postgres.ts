@@ -6,7 +6,6 @@
  * `created_at`, `count(*)`) come back as decimal strings, as pg returns them by default.
  */
 import { CompiledQuery, Kysely, PostgresDialect, sql, type PostgresPool, type Transaction } from "kysely"
-import pg from "pg"
 import * as EventLogError from "../EventLogError.ts"
 import type { Database } from "./database.ts"
 import { makeDatabase } from "./database-handle.ts"
@@ -15,7 +14,45 @@ import { pglitePool, type PgliteLike } from "./pglite-dialect.ts"
 import { storeError } from "./store-error.ts"
 import type { Tables } from "./tables.ts"
 
-export type PostgresConnection = { readonly url: string } | { readonly pool: pg.Pool }
+/** A URL (a pool this log owns), or a caller's pool (`pg.Pool` or anything with its `connect`). */
+export type PostgresConnection = { readonly url: string } | { readonly pool: PostgresPool }
+
+/** The package a PostgreSQL URL needs; an optional peer dependency, loaded only when used. */
+export const PG_PACKAGE = "pg"
+
+interface PgModule {
+  readonly Pool: new (options: { readonly connectionString: string }) => PostgresPool & {
+    on(event: "error", listener: () => void): unknown
+  }
+}
+
+const isPgModule = (value: unknown): value is PgModule =>
+  typeof value === "object" && value !== null && "Pool" in value && typeof value.Pool === "function"
+
+/**
+ * Loads `pg` on first use of a PostgreSQL URL, so SQLite users never load or install it. A missing
+ * package is a `Database` error that names the package to install.
+ */
+export const loadPg = async (importPg: () => Promise<unknown> = () => import("pg")): Promise<PgModule> => {
+  let loaded: unknown
+  try {
+    loaded = await importPg()
+  } catch (error) {
+    const code = typeof error === "object" && error !== null && "code" in error ? error.code : undefined
+    const missing = code === "ERR_MODULE_NOT_FOUND" || code === "MODULE_NOT_FOUND"
+    throw EventLogError.make({
+      _tag: "Database",
+      message: missing
+        ? `a PostgreSQL log needs the package "${PG_PACKAGE}", which is not installed: add it next to @maka/event-log (npm install ${PG_PACKAGE})`
+        : `the package "${PG_PACKAGE}" failed to load: ${error instanceof Error ? error.message : String(error)}`,
+    })
+  }
+  // An ES module namespace of a CommonJS package keeps its exports under `default`.
+  const candidate = typeof loaded === "object" && loaded !== null && "default" in loaded ? loaded.default : loaded
+  if (isPgModule(candidate)) return candidate
+  if (isPgModule(loaded)) return loaded
+  throw EventLogError.make({ _tag: "Database", message: `the package "${PG_PACKAGE}" has no Pool export` })
+}
 
 export interface PostgresOptions {
   /** The schema that holds the log (created when missing); default: the connection's `current_schema()`. */
@@ -167,6 +204,7 @@ export const openPostgres = async (connection: PostgresConnection, options: Post
   const { schema } = options
   const where = schema === undefined ? "" : ` (schema ${schema})`
   if ("url" in connection) {
+    const pg = await loadPg()
     const pool = new pg.Pool({ connectionString: connection.url })
     // An idle client's error resurfaces on its next query; without a listener it would crash the process.
     pool.on("error", () => undefined)

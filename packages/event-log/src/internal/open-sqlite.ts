@@ -1,20 +1,25 @@
 /**
- * Opens an SQLite event log in the open order of SEMANTICS.md §3.1. A writer takes the lease, opens
- * the file, refuses anything that is neither empty nor a maka log of a known version while the file
- * is still untouched (before any pragma: `journal_mode=WAL` rewrites a foreign file's header), then
- * sets WAL, `synchronous` and foreign keys and migrates in one transaction. A read-only open takes
- * no lease and never creates, migrates or changes the database.
+ * Opens an SQLite event log in the open order of SEMANTICS.md §3.1. A writer takes the lease, reads
+ * the file header without SQLite (another application's id, or not SQLite at all, is refused before
+ * anything opens it; a file without an id that has a `-wal` or `-journal` is classified on a copy),
+ * refuses anything that is neither empty nor a maka log of a known version while the file is still
+ * untouched (`journal_mode=WAL` rewrites a foreign file's header), then sets WAL, `synchronous` and
+ * foreign keys, migrates in one transaction and stamps maka's application id. A read-only open takes
+ * no lease and never creates, migrates or changes the database. `":memory:"` opens a private
+ * in-memory log with no file and no lease. `backup` copies a live log with SQLite's backup API.
  */
 import BetterSqlite3 from "better-sqlite3"
 import { Kysely } from "kysely"
 import * as fs from "node:fs"
+import * as os from "node:os"
+import * as nodePath from "node:path"
 import * as EventLogError from "../EventLogError.ts"
 import type { Database } from "./database.ts"
 import { makeDatabase } from "./database-handle.ts"
 import { acquireLease, canonicalDatabasePath, type Lease } from "./lease.ts"
 import { classifySchema, LATEST_VERSION, migrate, type SchemaState, type SchemaSurvey } from "./migrations.ts"
 import { SqliteDialect } from "./sqlite-driver.ts"
-import { storeError } from "./store-error.ts"
+import { errorCode, storeError } from "./store-error.ts"
 import type { Tables } from "./tables.ts"
 
 export type Synchronous = "FULL" | "NORMAL"
@@ -94,6 +99,102 @@ const inspect = (connection: BetterSqlite3.Database, file: string): SchemaState 
   }
 }
 
+/** maka's SQLite application id (`PRAGMA application_id`, header offset 68): `"maka"` in ASCII. */
+export const MAKA_APPLICATION_ID = 0x6d616b61
+
+const SQLITE_MAGIC = Buffer.from("SQLite format 3\u0000", "latin1")
+const HEADER_BYTES = 100
+
+type Header =
+  | { readonly kind: "empty" }
+  | { readonly kind: "not_sqlite" }
+  | { readonly kind: "sqlite"; readonly applicationId: number }
+
+/** The database header read with plain file reads, before SQLite opens the file (it cannot write). */
+const readHeader = (file: string): Header => {
+  let descriptor: number
+  try {
+    descriptor = fs.openSync(file, "r")
+  } catch (error) {
+    if (errorCode(error) === "ENOENT") return { kind: "empty" }
+    throw storeError(error, file)
+  }
+  try {
+    const header = Buffer.alloc(HEADER_BYTES)
+    const read = fs.readSync(descriptor, header, 0, HEADER_BYTES, 0)
+    if (read === 0) return { kind: "empty" }
+    if (read < HEADER_BYTES || !header.subarray(0, SQLITE_MAGIC.length).equals(SQLITE_MAGIC)) return { kind: "not_sqlite" }
+    return { kind: "sqlite", applicationId: header.readUInt32BE(68) }
+  } finally {
+    fs.closeSync(descriptor)
+  }
+}
+
+/** The sidecars SQLite would replay or delete on open: a `-wal` or a hot `-journal`. */
+const SIDECARS = ["-wal", "-journal"] as const
+
+/**
+ * Classifies a database that has sidecars without opening it: a copy of the file and its sidecars
+ * in a temporary folder is opened and surveyed instead, so the original, its `-wal` and `-shm` stay
+ * byte-for-byte unchanged whatever it turns out to be.
+ */
+const surveyCopy = (file: string): SchemaState => {
+  const directory = fs.mkdtempSync(nodePath.join(os.tmpdir(), "maka-survey-"))
+  try {
+    const copy = nodePath.join(directory, "survey.sqlite")
+    fs.copyFileSync(file, copy)
+    for (const suffix of SIDECARS) {
+      if (fs.existsSync(`${file}${suffix}`)) fs.copyFileSync(`${file}${suffix}`, `${copy}${suffix}`)
+    }
+    const connection = openConnection(copy, {})
+    try {
+      return classifySchema(surveySqlite(connection, file))
+    } finally {
+      connection.close()
+    }
+  } catch (error) {
+    throw storeError(error, file)
+  } finally {
+    fs.rmSync(directory, { recursive: true, force: true })
+  }
+}
+
+/**
+ * The part of the open-order check that runs before SQLite opens the file, so that opening another
+ * application's database can never checkpoint its WAL, roll back its journal or delete a sidecar:
+ * not SQLite, or stamped with another application id, is refused from the header alone; a file
+ * without an application id (another program's, or a log of an earlier maka) that has a `-wal` or
+ * `-journal` is classified on a copy. Returns whether the file already carries maka's id.
+ */
+const checkBeforeOpen = (file: string): boolean => {
+  const header = readHeader(file)
+  if (header.kind === "empty") return false
+  if (header.kind === "not_sqlite") throw unsupported(`${file} is not a maka event log: it is not an SQLite database`)
+  if (header.applicationId === MAKA_APPLICATION_ID) return true
+  if (header.applicationId !== 0) {
+    throw unsupported(
+      `${file} is not a maka event log: its SQLite application id is ${header.applicationId} (another application's database)`,
+    )
+  }
+  if (SIDECARS.some((suffix) => fs.existsSync(`${file}${suffix}`))) surveyCopy(file)
+  return false
+}
+
+/**
+ * The online backup of `connection` to `destination`, a path that must not exist yet (a backup never
+ * overwrites a file). Pages are copied in steps between other operations; pages this connection
+ * changes meanwhile are carried into the copy, so it holds every commit made before it finished.
+ */
+const backupTo = (connection: BetterSqlite3.Database, source: string) => async (destination: string): Promise<void> => {
+  const target = nodePath.resolve(destination)
+  if (fs.existsSync(target)) throw EventLogError.make({ _tag: "Io", message: `${target} already exists; a backup never overwrites a file` })
+  try {
+    await connection.backup(target)
+  } catch (error) {
+    throw storeError(error, `${source} → ${target}`)
+  }
+}
+
 const openConnection = (file: string, options: BetterSqlite3.Options): BetterSqlite3.Database => {
   try {
     return new BetterSqlite3(file, options)
@@ -102,15 +203,51 @@ const openConnection = (file: string, options: BetterSqlite3.Options): BetterSql
   }
 }
 
+/** The path that opens an in-memory log: no file, no lease, gone when the log closes. */
+export const MEMORY_PATH = ":memory:"
+
 export const openSqlite = async (path: string, options: SqliteOptions = {}): Promise<Database> =>
-  options.readOnly === true ? openReadOnly(path, options) : openWriter(path, options)
+  path === MEMORY_PATH
+    ? openMemory(options)
+    : options.readOnly === true
+      ? openReadOnly(path, options)
+      : openWriter(path, options)
+
+/**
+ * An in-memory log for tests and notebooks: one private database that no other connection can
+ * reach, so it needs no lease and creates no file; everything in it is gone when it closes.
+ */
+const openMemory = async (options: SqliteOptions): Promise<Database> => {
+  if (options.readOnly === true) throw unsupported("an in-memory log cannot be opened read-only: it would be empty")
+  const connection = openConnection(MEMORY_PATH, {})
+  try {
+    connection.pragma("foreign_keys = ON")
+    const kysely = new Kysely<Tables>({ dialect: new SqliteDialect({ connection }) })
+    await kysely.transaction().execute(async (transaction) => {
+      await migrate(transaction, "sqlite", { kind: "empty" })
+    })
+    return makeDatabase({
+      dialect: "sqlite",
+      location: MEMORY_PATH,
+      db: kysely,
+      beginWrite: (handle) => handle.transaction(),
+      beginRead: (handle) => handle.transaction().setAccessMode("read only"),
+      release: () => undefined,
+      backup: backupTo(connection, MEMORY_PATH),
+    })
+  } catch (error) {
+    if (connection.open) connection.close()
+    throw storeError(error, MEMORY_PATH)
+  }
+}
 
 const openWriter = async (path: string, options: SqliteOptions): Promise<Database> => {
   const file = canonicalDatabasePath(path)
-  const lease = acquireLease(file)
+  const lease = await acquireLease(file)
   let connection: BetterSqlite3.Database | undefined
   let db: Kysely<Tables> | undefined
   try {
+    const isStamped = checkBeforeOpen(file)
     connection = openConnection(file, { timeout: options.busyTimeout ?? SQLITE_DEFAULTS.busyTimeout })
     const opened = connection
     const state = inspect(opened, file)
@@ -124,6 +261,9 @@ const openWriter = async (path: string, options: SqliteOptions): Promise<Databas
     await kysely.transaction().execute(async (transaction) => {
       await migrate(transaction, "sqlite", state)
     })
+    if (!isStamped && opened.pragma("application_id", { simple: true }) !== MAKA_APPLICATION_ID) {
+      opened.pragma(`application_id = ${MAKA_APPLICATION_ID}`)
+    }
     return makeDatabase({
       dialect: "sqlite",
       location: file,
@@ -131,6 +271,8 @@ const openWriter = async (path: string, options: SqliteOptions): Promise<Databas
       beginWrite: (handle) => handle.transaction(),
       beginRead: (handle) => handle.transaction().setAccessMode("read only"),
       release: () => lease.release(),
+      isLeaseHeld: () => lease.isHeld(),
+      backup: backupTo(opened, file),
     })
   } catch (error) {
     await abandon(db, connection, lease)
@@ -147,13 +289,14 @@ const abandon = async (
     if (db !== undefined) await db.destroy()
     else if (connection?.open === true) connection.close()
   } finally {
-    lease?.release()
+    await lease?.release()
   }
 }
 
 const openReadOnly = async (path: string, options: SqliteOptions): Promise<Database> => {
   const file = canonicalDatabasePath(path)
   if (!fs.existsSync(file)) throw unsupported(`${file}: no event log at this path (a read-only open never creates one)`)
+  checkBeforeOpen(file)
   const connection = openConnection(file, {
     readonly: true,
     fileMustExist: true,
@@ -176,6 +319,7 @@ const openReadOnly = async (path: string, options: SqliteOptions): Promise<Datab
       beginWrite: undefined,
       beginRead: (handle) => handle.transaction().setAccessMode("read only"),
       release: () => undefined,
+      backup: backupTo(connection, file),
     })
   } catch (error) {
     if (connection.open) connection.close()

@@ -93,6 +93,33 @@ export const unfinishedInvocations = async (tx: Rows.Tx, limit: number): Promise
   return rows.map((row) => Rows.decode(row).invocation)
 }
 
+export interface UnfinishedPage {
+  /** Unfinished invocations in opening order, each named by its opening row's id columns. */
+  readonly invocations: ReadonlyArray<Identity.Invocation>
+  /** The cursor of the next page (the last opening's sequence) when more may follow. */
+  readonly next?: number
+}
+
+/**
+ * One page of openings without a terminal after the opening sequence `after`, at most `limit`
+ * (1..10,000). Ids come from the row's columns, not its JSON, so one damaged opening cannot stop
+ * recovery from reading the others.
+ */
+export const unfinishedInvocationPage = async (tx: Rows.Tx, after: number, limit: number): Promise<UnfinishedPage> => {
+  if (!Number.isSafeInteger(limit) || limit < 1 || limit > Limits.MAX_HISTORY_EVENTS) {
+    throw EventLogError.invalidTransition(`limit is outside 1..${Limits.MAX_HISTORY_EVENTS}`)
+  }
+  const rows = await Rows.unsealedOpenings(tx, undefined, limit + 1, after)
+  const page = rows.slice(0, limit)
+  const invocations = page.map((row) => ({
+    sessionId: row.sessionId,
+    turnId: row.turnId,
+    runId: row.runId,
+    invocationId: row.invocationId,
+  }))
+  return rows.length > limit ? { invocations, next: page[page.length - 1]!.sequence } : { invocations }
+}
+
 export interface UndispatchedCall {
   readonly operationId: string
   readonly identity: ToolCall.ToolCallIdentity
@@ -157,6 +184,21 @@ export interface PruneOptions {
   readonly maxCandidates: number
   readonly maxBytes: number
   readonly cursor?: PruneCursor
+}
+
+/**
+ * The history-safety gate on its own (SEMANTICS.md §3.7 step 2): every invocation of the session
+ * other than `current` is sealed and resolved, else `InvalidTransition` with the unsafe-history
+ * message. `current`, when given, must be a live opening of the session. Materialises nothing.
+ */
+export const checkHistorySafety = async (
+  tx: Rows.Tx,
+  dialect: Dialect,
+  sessionId: string,
+  current?: string,
+): Promise<void> => {
+  if (current !== undefined) await Context.requireLive(tx, sessionId, current)
+  await Safety.check(tx, dialect, sessionId, current === undefined ? {} : { exclude: current })
 }
 
 /** §3.9: candidates for archiving, cursor-paged; `maxCandidates = 0` is the cheap safety check. */

@@ -183,6 +183,7 @@ export const unsealedOpenings = async (
   tx: Tx,
   sessionId: string | undefined,
   limit?: number,
+  after?: number,
 ): Promise<ReadonlyArray<Row>> => {
   let query = tx
     .selectFrom("event_log as opening")
@@ -200,6 +201,7 @@ export const unsealedOpenings = async (
       ),
     )
   if (sessionId !== undefined) query = query.where("opening.session_id", "=", sessionId)
+  if (after !== undefined) query = query.where("opening.sequence", ">", after)
   query = query.orderBy("opening.sequence")
   if (limit !== undefined) query = query.limit(limit)
   return (await query.execute()).map(toRow)

@@ -1,15 +1,19 @@
 /**
  * Child process of the lease and storage crash tests, run as `node --import tsx writer.ts <mode> <database>`:
- * `hold` opens the log as its writer, prints `ready` and waits to be killed; `try` opens it and prints
+ * `hold` opens the log as its writer, prints `ready` and waits to be killed; `hold-io` does the same
+ * after reading the lock and database files and copying the log folder many times, as a host that
+ * backs its folder up would; `open-and-leave` opens it and ends without closing it; `try` opens it and prints
  * `opened` or `refused <reason>`; `crash-in-write` inserts a row inside a write transaction and then
  * reaches the fault point `storage.in-write` (the parent sets MAKA_TEST_FAULT to it).
  */
+import * as fs from "node:fs"
+import * as path from "node:path"
 import * as EventLogError from "../../src/EventLogError.ts"
 import { faultPoint } from "../../src/internal/fault.ts"
 import { openSqlite } from "../../src/internal/open-sqlite.ts"
 
 const [mode, file] = process.argv.slice(2)
-if (mode === undefined || file === undefined) throw new Error("usage: writer.ts <hold|try|crash-in-write> <database>")
+if (mode === undefined || file === undefined) throw new Error("usage: writer.ts <hold|hold-io|try|crash-in-write> <database>")
 
 const main = async (): Promise<void> => {
   if (mode === "try") {
@@ -23,10 +27,27 @@ const main = async (): Promise<void> => {
     return
   }
   const database = await openSqlite(file, { synchronous: "NORMAL" })
-  if (mode === "hold") {
+  if (mode === "hold-io") {
+    const directory = path.dirname(file)
+    const copies = fs.mkdtempSync(`${directory}-copies-`)
+    for (let round = 0; round < 20; round++) {
+      for (const name of fs.readdirSync(directory)) fs.readFileSync(path.join(directory, name))
+      const handle = fs.openSync(`${file}.writer.lock`, "r")
+      fs.closeSync(handle)
+      fs.cpSync(directory, path.join(copies, String(round)), { recursive: true })
+    }
+    fs.rmSync(copies, { recursive: true, force: true })
+  }
+  if (mode === "hold" || mode === "hold-io") {
     process.stdout.write("ready\n")
     // The timer keeps the process and the log reachable: a collected connection would drop its lock.
     setInterval(() => database.location, 60_000)
+    return
+  }
+  if (mode === "open-and-leave") {
+    // Never closes the log: the process must still end on its own, and its lease with it.
+    await database.write(async () => undefined)
+    process.stdout.write("left\n")
     return
   }
   if (mode === "crash-in-write") {

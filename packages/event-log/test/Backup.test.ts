@@ -1,0 +1,100 @@
+import { FactBuilders, History } from "@maka/testkit"
+import BetterSqlite3 from "better-sqlite3"
+import { Effect, Fiber } from "effect"
+import * as fs from "node:fs"
+import * as path from "node:path"
+import { describe, expect, it } from "vitest"
+import * as EventLog from "../src/EventLog.ts"
+import { openSqlite } from "../src/internal/open-sqlite.ts"
+import * as Testing from "../src/testing.ts"
+import { dialects } from "./support/dialects.ts"
+import { appendAll, failure, withLog } from "./support/harness.ts"
+import { temporaryDirectory } from "./fixtures/storage.ts"
+
+/** A finished run of its own session: opening, a request, its completion and the terminal. */
+const session = (index: number) => {
+  const history = new History.History({ sessionId: `session-${index}`, firstId: 1 + index * 100 })
+  const run = history.open({ invocationId: `invocation-${index}`, runId: `run-${index}`, turnId: `turn-${index}` })
+  run.complete(run.request(), FactBuilders.textStep(`answer ${index}`))
+  run.end()
+  return history
+}
+
+describe("EventLog.backup", () => {
+  it("copies a live log while writes go on: the copy is a valid log holding every event committed before it finished", () =>
+    Effect.runPromise(
+      Effect.scoped(
+        Effect.gen(function* () {
+          const { log } = yield* Testing.makeTemporary({ synchronous: "NORMAL" })
+          for (let index = 0; index < 20; index++) yield* appendAll(log, session(index).writes)
+          const destination = path.join(temporaryDirectory(), "backup.sqlite")
+          const writer = yield* Effect.forkChild(
+            Effect.forEach(Array.from({ length: 40 }, (_, index) => index + 20), (index) => appendAll(log, session(index).writes), { discard: true }),
+          )
+          yield* log.backup(destination)
+          const committedBeforeEnd = yield* log.prefix({ kind: "root" }, 100_000, 1 << 30)
+          yield* Fiber.join(writer)
+          const source = yield* log.prefix({ kind: "root" }, 100_000, 1 << 30)
+          const copy = yield* Effect.scoped(
+            Effect.flatMap(EventLog.fromDatabase(() => openSqlite(destination)), (backup) =>
+              Effect.gen(function* () {
+                const prefix = yield* backup.prefix({ kind: "root" }, 100_000, 1 << 30)
+                // The copy is a working log: it admits the next run of a new session.
+                yield* appendAll(backup, session(99).writes)
+                return prefix
+              }),
+            ),
+          )
+          expect(copy.highWater).toBeGreaterThanOrEqual(committedBeforeEnd.highWater)
+          expect(copy.events.length).toBeGreaterThanOrEqual(20 * 4)
+          // Every event of the copy is the source's event at the same sequence, with nothing missing before it.
+          expect(copy.events).toEqual(source.events.slice(0, copy.events.length))
+          expect(copy.events.map((stored) => stored.sequence)).toEqual(copy.events.map((_, index) => index + 1))
+        }),
+      ),
+    ))
+
+  it("copies a live log from another connection with VACUUM INTO, as the README says", () =>
+    Effect.runPromise(
+      Effect.scoped(
+        Effect.gen(function* () {
+          const { log, file } = yield* Testing.makeTemporary({ synchronous: "NORMAL" })
+          for (let index = 0; index < 5; index++) yield* appendAll(log, session(index).writes)
+          const destination = path.join(temporaryDirectory(), "vacuumed.sqlite")
+          const reader = new BetterSqlite3(file, { readonly: true })
+          reader.prepare("VACUUM INTO ?").run(destination)
+          reader.close()
+          const source = yield* log.prefix({ kind: "root" })
+          const copy = yield* Effect.scoped(
+            Effect.flatMap(EventLog.fromDatabase(() => openSqlite(destination, { readOnly: true })), (backup) => backup.prefix({ kind: "root" })),
+          )
+          expect(copy.digest).toBe(source.digest)
+        }),
+      ),
+    ))
+
+  it("never overwrites an existing file", () =>
+    Effect.runPromise(
+      Effect.scoped(
+        Effect.gen(function* () {
+          const { log } = yield* Testing.makeTemporary({ synchronous: "NORMAL" })
+          const destination = path.join(temporaryDirectory(), "taken.sqlite")
+          fs.writeFileSync(destination, "mine")
+          const error = yield* failure(log.backup(destination))
+          expect(error.reason._tag).toBe("Io")
+          expect(fs.readFileSync(destination, "utf8")).toBe("mine")
+        }),
+      ),
+    ))
+
+  for (const dialect of dialects().filter((item) => item.name !== "sqlite")) {
+    it(`refuses a ${dialect.name} log with a pointer to the server's tools`, () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const error = yield* failure(log.backup(path.join(temporaryDirectory(), "backup.sqlite")))
+          expect(error.reason._tag).toBe("Database")
+          expect(error.message).toContain("pg_dump")
+        }),
+      ))
+  }
+})
