@@ -127,6 +127,27 @@ export const make = (options: Partial<EngineOptions> = {}) =>
       observationDelayMs: Math.min(50, Math.max(0, merged.observationDelayMs)),
     }
     const active = new Set<string>()
+    // Runs of this engine that ended without a durable terminal (or whose opening may have landed):
+    // no fiber runs them any more, so the engine seals them itself before its next start on the session.
+    const unwritten = new Map<string, Identity.Invocation>()
+    const sealUnwritten = (sessionId: string) =>
+      Effect.forEach(
+        [...unwritten.values()].filter((invocation) => invocation.sessionId === sessionId),
+        (invocation) =>
+          Recovery.seal(log, invocation, {
+            kind: "failed",
+            class: "event_commit",
+            message: EngineError.UNWRITTEN_TERMINAL_MESSAGE,
+          }).pipe(
+            Effect.provideService(Ids.Ids, ids),
+            Effect.match({
+              onSuccess: () => unwritten.delete(invocation.invocationId),
+              // A refusal: already sealed, or the opening never landed. Anything else: try again next time.
+              onFailure: (error) => error._tag === "EventLogError" && error.isRejected && unwritten.delete(invocation.invocationId),
+            }),
+          ),
+        { discard: true },
+      )
     const live = new Map<string, { readonly cancel: Effect.Effect<void>; readonly fiber: Fiber.Fiber<unknown, unknown> }>()
 
     const start = (input: StartInput): Effect.Effect<RunningInvocation, EngineError.EngineError> =>
@@ -134,6 +155,8 @@ export const make = (options: Partial<EngineOptions> = {}) =>
         const problem = validateInput(input)
         if (problem !== undefined) return yield* Effect.fail(EngineError.invalidInput(problem))
         const sessionId = input.invocation.sessionId
+        if (active.has(sessionId)) return yield* Effect.fail(EngineError.busy(EngineError.SESSION_ACTIVE_MESSAGE))
+        yield* sealUnwritten(sessionId)
         if (active.has(sessionId)) return yield* Effect.fail(EngineError.busy(EngineError.SESSION_ACTIVE_MESSAGE))
         active.add(sessionId)
         const cancellation = yield* Cancellation.make
@@ -154,6 +177,7 @@ export const make = (options: Partial<EngineOptions> = {}) =>
           cancellation,
           steering,
           live: undefined,
+          openingUncertain: false,
           settings: {
             invocation: input.invocation,
             configuration: input.configuration,
@@ -182,6 +206,7 @@ export const make = (options: Partial<EngineOptions> = {}) =>
               if (Exit.isSuccess(exit)) {
                 yield* Deferred.succeed(result, { invocation: input.invocation, outcome: exit.value.outcome })
               } else {
+                if (committed.length > 0 || run.openingUncertain) unwritten.set(input.invocation.invocationId, input.invocation)
                 const failure = Exit.findErrorOption(exit)
                 yield* Deferred.fail(
                   result,
@@ -199,11 +224,13 @@ export const make = (options: Partial<EngineOptions> = {}) =>
           // The worker ended before the opening was durable: its error, nothing written.
           const exit = yield* Effect.exit(Deferred.await(result))
           const failure = Exit.isFailure(exit) ? Exit.findErrorOption(exit) : undefined
-          return yield* Effect.fail(
-            failure !== undefined && failure._tag === "Some"
-              ? failure.value
-              : EngineError.internal("worker omitted durable admission"),
-          )
+          const error =
+            failure !== undefined && failure._tag === "Some" ? failure.value : EngineError.internal("worker omitted durable admission")
+          const own =
+            error.reason._tag === "ReconciliationRequired" &&
+            error.reason.message === EngineError.UNSEALED_RUN_MESSAGE &&
+            [...unwritten.values()].some((invocation) => invocation.sessionId === sessionId)
+          return yield* Effect.fail(own ? EngineError.reconciliation(EngineError.UNWRITTEN_TERMINAL_MESSAGE) : error)
         }
         const events = Stream.suspend(() => {
           let emitted = 0

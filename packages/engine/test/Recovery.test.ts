@@ -46,7 +46,7 @@ describe("Recovery", () => {
         const { history, run, main, summary } = openRequests()
         yield* context.log.appendBatch(history.writes)
         const report = yield* context.engine.recover
-        assert.deepStrictEqual(report, { sealed: [{ invocation: run.invocation, failureClass: "host_interrupted" }], count: 1 })
+        assert.deepStrictEqual(report, { sealed: [{ invocation: run.invocation, failureClass: "host_interrupted" }], count: 1, unsealed: [] })
         const events = yield* context.log.events("session-1")
         const written = events.slice(history.events.length).map((stored) => stored.event.fact)
         assert.deepStrictEqual(written, [
@@ -55,7 +55,7 @@ describe("Recovery", () => {
           { kind: "invocation_ended", outcome: { kind: "failed", class: "host_interrupted" } },
         ])
         const again = yield* context.engine.recover
-        assert.deepStrictEqual(again, { sealed: [], count: 0 })
+        assert.deepStrictEqual(again, { sealed: [], count: 0, unsealed: [] })
         assert.strictEqual((yield* context.log.events("session-1")).length, events.length)
         // The sealed opening's invocation id cannot be opened again.
         const reused = yield* Effect.flip(context.engine.start({ ...input(context, "again", catalog({ ran: [] })), invocation: run.invocation }))
@@ -87,7 +87,7 @@ describe("Recovery", () => {
             { kind: "invocation_ended", outcome: { kind: "failed", class: "outcome_unknown" } },
           ],
         )
-        assert.deepStrictEqual(yield* context.engine.recover, { sealed: [], count: 0 })
+        assert.deepStrictEqual(yield* context.engine.recover, { sealed: [], count: 0, unsealed: [] })
         // The next ordinary admission is reconciliation_required and writes nothing.
         const effects: Effects = { ran: [] }
         const refused = yield* Effect.flip(context.engine.start(input(context, "Carry on.", catalog(effects))))
@@ -179,7 +179,7 @@ describe("Recovery", () => {
         assert.deepStrictEqual(kinds(otherEvents.slice(other.events.length)), ["invocation_ended:failed:outcome_unknown"])
         // Opening again recovers nothing more, and the bytes stay as they were.
         const before = Canonical.stringify(events)
-        assert.deepStrictEqual(yield* engine.recover, { sealed: [], count: 0 })
+        assert.deepStrictEqual(yield* engine.recover, { sealed: [], count: 0, unsealed: [] })
         assert.strictEqual(Canonical.stringify(yield* engine.log.events("session-1")), before)
       }),
     ))

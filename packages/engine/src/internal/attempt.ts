@@ -139,8 +139,7 @@ export const attempt = (run: Run, input: AttemptInput): Effect.Effect<Completed,
     if (Exit.isFailure(streamed)) {
       const failure = Exit.findErrorOption(streamed)
       if (failure._tag === "Some" && failure.value._tag === "ObservationCommitFailed") {
-        // The request is still resolved when the log takes writes again, so the session stays usable.
-        yield* Effect.ignore(commitFacts(run, [{ kind: "model_interrupted", stepId, status: "failed" }]))
+        // The seal resolves the open request (SEMANTICS.md §5.3): one path for every refused commit.
         return yield* Effect.fail(failure.value.error)
       }
       const error =

@@ -35,6 +35,8 @@ export interface Run {
   readonly steering: Ref.Ref<ReadonlyArray<Input.DeliveredMessage>>
   /** Set once the opening is durable. */
   live: LiveContext | undefined
+  /** The opening's commit failed without a refusal: it may have landed. */
+  openingUncertain: boolean
   /** Events committed by this run, for `events()` subscribers. */
   readonly onCommitted: (events: ReadonlyArray<Event.StoredEvent>) => void
 }

@@ -11,6 +11,7 @@ import { EventSink } from "@maka/facts"
 import { Effect, Exit, Option, Ref } from "effect"
 import * as EngineError from "../EngineError.ts"
 import * as PromptBuilder from "../PromptBuilder.ts"
+import * as Recovery from "../Recovery.ts"
 import { attemptWithRetries } from "./attempt.ts"
 import { faultPoint } from "./fault.ts"
 import { LiveContext } from "./live-context.ts"
@@ -46,8 +47,14 @@ export const preflight = (run: Run) =>
     const error = failure.value
     if (error.reason._tag === "Rejected" && error.reason.rejection._tag === "InvalidTransition") {
       const unsealed = yield* Effect.mapError(log.unfinishedInvocations(10_000), storeError)
-      const foreign = unsealed.some((invocation) => invocation.sessionId === sessionId)
-      return yield* Effect.fail(EngineError.reconciliation(foreign ? EngineError.UNSEALED_RUN_MESSAGE : error.reason.rejection.reason))
+      if (unsealed.some((invocation) => invocation.sessionId === sessionId)) {
+        return yield* Effect.fail(EngineError.reconciliation(EngineError.UNSEALED_RUN_MESSAGE))
+      }
+      // Sealed history the manual-message policy admits: only unknown outcomes stand in the way.
+      const manual = settings.allowPriorUnknown ? false : yield* Effect.orElseSucceed(log.checkManualMessageHistory(sessionId), () => false)
+      return yield* Effect.fail(
+        EngineError.reconciliation(manual ? EngineError.PRIOR_UNKNOWN_MESSAGE : error.reason.rejection.reason),
+      )
     }
     return yield* Effect.fail(storeError(error))
   })
@@ -66,7 +73,15 @@ export const open = (run: Run) =>
       configuration: settings.configuration,
     }
     const write = yield* plainWrite(run, fact)
-    yield* Effect.mapError(commit(run, [write]), admissionRefusal)
+    yield* commit(run, [write]).pipe(
+      Effect.tapError((error) =>
+        Effect.sync(() => {
+          // Not a refusal: the opening may have landed, and the engine must seal it later.
+          if (!error.isRejected) run.openingUncertain = true
+        }),
+      ),
+      Effect.mapError(admissionRefusal),
+    )
   })
 
 const deliverSteering = (run: Run) =>
@@ -195,10 +210,27 @@ const epilogue = (run: Run, priorUnknown: boolean) =>
             : storeError(error),
       )
 
-/** Seals the run with the outcome of its work; a terminal that cannot be appended is left to recovery. */
-const seal = (run: Run, outcome: Outcome.InvocationOutcome) =>
-  Effect.flatMap(plainWrite(run, { kind: "invocation_ended", outcome }), (write) =>
-    Effect.mapError(commit(run, [write]), commitError),
+/**
+ * Seals the run with the outcome of its work (uninterruptibly). A run that did not complete may have
+ * left a request open or a call neither dispatched nor rejected after a refused or uncertain commit:
+ * its durable state is read and resolved in the terminal's batch, as recovery does, so a session is
+ * never sealed over unresolved work. Fails only when the read or the batch fails; the run then stays
+ * open and the engine seals it later.
+ */
+const seal = (run: Run, outcome: Outcome.InvocationOutcome): Effect.Effect<Outcome.InvocationOutcome, EngineError.EngineError, Ids.Ids> =>
+  Effect.uninterruptible(
+    Effect.gen(function* () {
+      const facts =
+        outcome.kind === "completed"
+          ? [{ kind: "invocation_ended", outcome } as const]
+          : Recovery.sealingFacts(
+              yield* Effect.mapError(run.log.invocationRecovery(run.settings.invocation), commitError),
+              outcome,
+            )
+      yield* commitFacts(run, facts)
+      const terminal = facts[facts.length - 1]!
+      return terminal.kind === "invocation_ended" ? terminal.outcome : outcome
+    }),
   )
 
 export interface RunResult {
@@ -246,6 +278,5 @@ export const runMessage = (
       : EngineError.outcomeOf(
           Option.getOrElse(Exit.findErrorOption(exit), () => EngineError.internal(`the run failed: ${String(exit.cause)}`)),
         )
-    yield* seal(run, outcome)
-    return { outcome } satisfies RunResult
+    return { outcome: yield* seal(run, outcome) } satisfies RunResult
   })
