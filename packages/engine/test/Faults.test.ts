@@ -6,13 +6,18 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import type { Event } from "@maka/facts"
-import type { EventLog } from "@maka/event-log"
+import { EventLog, EventLogError } from "@maka/event-log"
+import * as LogTesting from "@maka/event-log/testing"
 import { LanguageModel, ModelError } from "@maka/model"
-import { OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
-import { Effect, Exit, Redacted, type Scope } from "effect"
+import { Ids, Tool, ToolCatalog } from "@maka/tools"
+import { History, OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
+import { Context, Effect, Exit, Layer, Redacted, Schema, type Scope } from "effect"
+import * as path from "node:path"
+import * as Engine from "../src/Engine.ts"
+import * as EngineError from "../src/EngineError.ts"
 import { kinds } from "./support/harness.ts"
 import { faulty, toolLoop, type FaultMode, type Faulty } from "./support/faults.ts"
-import { catalog, databaseUrl, input, postgresLog, setup, type Effects, type Setup } from "./support/setup.ts"
+import { catalog, databaseUrl, echoTool, input, postgresLog, setup, type Effects, type Setup } from "./support/setup.ts"
 
 const isUnknownTerminal = (stored: Event.StoredEvent) =>
   stored.event.fact.kind === "invocation_ended" &&
@@ -192,6 +197,140 @@ describe("refused and uncertain commits leave a usable session", () => {
         ])
         assert.deepStrictEqual(effects.ran, [])
         yield* admitsNext(faulted, context.log)
+      }),
+    ))
+})
+
+describe("unknown outcomes and unwritten terminals", () => {
+  it.live("a settle commit that fails rejects the step's later calls and seals outcome_unknown (scenario 19)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const faulted = yield* faultedSetup("tool_settled#2", "refuse")
+        const { wait } = yield* runLoop(faulted)
+        assert.isTrue(Exit.isSuccess(wait) && wait.value.outcome.kind === "failed" && wait.value.outcome.class === "outcome_unknown")
+        assert.deepStrictEqual(faulted.effects.ran, ["a", "b"])
+        const events = yield* faulted.context.log.events("session-1")
+        assert.deepStrictEqual(kinds(events).slice(-4), [
+          "model_completed",
+          "tool_dispatched",
+          "tool_rejected:cancelled",
+          "invocation_ended:failed:outcome_unknown",
+        ])
+        const refused = yield* Effect.flip(faulted.context.engine.start(input(faulted.context, "Next.", catalog(faulted.effects))))
+        assert.strictEqual(refused.message, EngineError.PRIOR_UNKNOWN_MESSAGE)
+        yield* admitsNext(faulted, faulted.context.log)
+      }),
+    ))
+
+  it.live("a tool that cannot tell its outcome ends the loop with outcome_unknown (scenario 19, engine level)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const faulted = yield* faultedSetup(undefined, "refuse")
+        const { context, effects } = faulted
+        const unsure = Tool.make({
+          name: "unsure",
+          description: "Cannot tell whether it acted.",
+          input: Schema.Struct({ value: Schema.String }),
+          semantics: "parallel",
+          execute: () => Effect.fail(new Tool.ToolOutcomeUnknown({ message: "the remote side went silent" })),
+        })
+        const model = yield* scriptedModel(
+          OpenAiSse.response({
+            toolCalls: [
+              { id: "call-u", name: "unsure", arguments: ['{"value":"u"}'] },
+              { id: "call-x", name: "echo", arguments: ['{"value":"x"}'] },
+            ],
+          }),
+        )
+        const result = yield* context.engine.run(
+          input(context, "Loop.", ToolCatalog.make([unsure, echoTool(effects)]), { model }),
+        )
+        assert.strictEqual(result.outcome.kind === "failed" ? result.outcome.class : result.outcome.kind, "outcome_unknown")
+        assert.deepStrictEqual(effects.ran, [])
+        const events = yield* context.log.events("session-1")
+        assert.deepStrictEqual(kinds(events), [
+          "invocation_opened",
+          "model_requested",
+          "model_completed",
+          "tool_dispatched",
+          "tool_rejected:cancelled",
+          "invocation_ended:failed:outcome_unknown",
+        ])
+        assert.strictEqual(context.server.requests().length, 0)
+        yield* admitsNext(faulted, context.log)
+      }),
+    ))
+
+  it.live("a terminal the full disk refuses is sealed by the same engine once space is back, naming no other host", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const faulted = yield* faultedSetup("invocation_ended#1", "outage")
+        const { context, effects } = faulted
+        const { wait } = yield* runLoop(faulted)
+        assert.isTrue(Exit.isFailure(wait))
+        assert.deepStrictEqual(effects.ran, ["a", "b", "c"])
+        assert.strictEqual((yield* context.log.unfinishedInvocations(10)).length, 1)
+        // Still full: the next start says what happened, and writes nothing.
+        const before = (yield* context.log.events("session-1")).length
+        const refused = yield* Effect.flip(context.engine.start(input(context, "Next.", catalog(effects))))
+        assert.strictEqual(refused.reason._tag, "ReconciliationRequired")
+        assert.strictEqual(refused.message, EngineError.UNWRITTEN_TERMINAL_MESSAGE)
+        assert.notInclude(refused.message, "another host")
+        assert.strictEqual((yield* context.log.events("session-1")).length, before)
+        // Space is back: the next start seals the run and proceeds, without a recover() call.
+        faulted.faults.heal()
+        const next = yield* context.engine.run(input(context, "Next.", catalog(effects)))
+        assert.deepStrictEqual(next.outcome, { kind: "completed" })
+        const events = yield* context.log.events("session-1")
+        const terminals = events.flatMap((stored) => (stored.event.fact.kind === "invocation_ended" ? [stored.event.fact.outcome] : []))
+        assert.deepStrictEqual(terminals, [
+          { kind: "failed", class: "event_commit", message: EngineError.UNWRITTEN_TERMINAL_MESSAGE },
+          { kind: "completed" },
+        ])
+        assert.deepStrictEqual(yield* context.engine.recover, { sealed: [], count: 0, unsealed: [] })
+      }),
+    ))
+
+  it.live("recovery reports an invocation it cannot seal and seals the others; Engine.layer still opens the log", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const directory = yield* LogTesting.temporaryDirectory
+        const file = path.join(directory, "events.sqlite")
+        const bad = new History.History({ sessionId: "session-bad", firstId: 1 })
+        const badRun = bad.open({ turnId: "bad-turn", runId: "bad-run", invocationId: "bad-invocation" })
+        badRun.request()
+        const good = new History.History({ sessionId: "session-good", firstId: 1_000 })
+        const goodRun = good.open({ turnId: "good-turn", runId: "good-run", invocationId: "good-invocation" })
+        goodRun.request()
+        const raw = Context.get(yield* Layer.build(EventLog.layerSqlite({ path: file })), EventLog.EventLog)
+        yield* raw.appendBatch(bad.writes)
+        yield* raw.appendBatch(good.writes)
+        // Every write of session-bad is refused, as a store refuses an invocation it cannot take.
+        const refusing: EventLog.EventLogShape = {
+          ...raw,
+          appendBatch: (writes) =>
+            writes.some((write) => write.event.invocation.sessionId === "session-bad")
+              ? Effect.fail(EventLogError.invalidTransition("this invocation cannot be sealed (injected)"))
+              : raw.appendBatch(writes),
+        }
+        const engine = Context.get(
+          yield* Layer.build(
+            Engine.layer().pipe(Layer.provide(Layer.mergeAll(Layer.succeed(EventLog.EventLog, refusing), Ids.layer))),
+          ),
+          Engine.Engine,
+        )
+        assert.deepStrictEqual(yield* raw.unfinishedInvocations(10), [badRun.invocation])
+        const report = yield* engine.recover
+        assert.deepStrictEqual(report.sealed, [])
+        assert.deepStrictEqual(
+          report.unsealed.map((item) => item.invocation),
+          [badRun.invocation],
+        )
+        assert.include(report.unsealed[0]!.message, "cannot be sealed")
+        assert.deepStrictEqual(
+          kinds(yield* raw.events("session-good")).slice(-2),
+          ["model_interrupted:failed", "invocation_ended:failed:host_interrupted"],
+        )
       }),
     ))
 })

@@ -5,6 +5,7 @@ import * as LogTesting from "@maka/event-log/testing"
 import { FactBuilders, History, OpenAiSse, Respond } from "@maka/testkit"
 import { Context, Effect, Layer } from "effect"
 import * as path from "node:path"
+import * as EngineError from "../src/EngineError.ts"
 import { factsOf, kinds, recording, reopen } from "./support/harness.ts"
 import { catalog, input, setup, type Effects } from "./support/setup.ts"
 
@@ -92,6 +93,9 @@ describe("Recovery", () => {
         const effects: Effects = { ran: [] }
         const refused = yield* Effect.flip(context.engine.start(input(context, "Carry on.", catalog(effects))))
         assert.strictEqual(refused.reason._tag, "ReconciliationRequired")
+        // The message names the way out.
+        assert.strictEqual(refused.message, EngineError.PRIOR_UNKNOWN_MESSAGE)
+        assert.include(refused.message, "allowPriorUnknown")
         assert.strictEqual((yield* context.log.events("session-1")).length, events.length)
         assert.deepStrictEqual(context.server.requests(), [])
       }),
@@ -141,6 +145,25 @@ describe("Recovery", () => {
         const own = events.slice(history.events.length + 2)
         assert.deepStrictEqual(kinds(own), ["invocation_opened", "model_requested", "model_completed", "invocation_ended:completed"])
         assert.strictEqual(factsOf(events, "tool_dispatched").length, 1)
+      }),
+    ))
+
+  it.live("refuses a session with an unsealed run of another host with the exact unsealed-run reason, writing nothing", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({ script: [] })
+        const { history } = openRequests()
+        yield* context.log.appendBatch(history.writes)
+        const refused = yield* Effect.flip(context.engine.start(input(context, "Carry on.", catalog({ ran: [] }))))
+        assert.strictEqual(refused.reason._tag, "ReconciliationRequired")
+        assert.strictEqual(refused.message, EngineError.UNSEALED_RUN_MESSAGE)
+        // Under the prior-unknown policy as well: an unsealed run is never an unknown outcome.
+        const explicit = yield* Effect.flip(
+          context.engine.start(input(context, "Carry on.", catalog({ ran: [] }), { allowPriorUnknown: true })),
+        )
+        assert.strictEqual(explicit.message, EngineError.UNSEALED_RUN_MESSAGE)
+        assert.strictEqual((yield* context.log.events("session-1")).length, history.events.length)
+        assert.deepStrictEqual(context.server.requests(), [])
       }),
     ))
 
