@@ -253,8 +253,11 @@ export const make = (options: Partial<EngineOptions> = {}) =>
               const content = { text }
               const messageId = yield* ids.next
               const delivered = { messageId, content, submittedContentDigest: Digest.messageContent(content) }
-              const problem = decodeClosed(Input.DeliveredMessage, delivered, "steering message")
-              if (problem !== undefined) return yield* Effect.fail(EngineError.invalidInput(problem))
+              // The whole validation of the fact it becomes, so a queued message can always be committed.
+              const checked = Codec.decodeFact({ kind: "message_steered", message: delivered }, input.invocation)
+              if (Result.isFailure(checked)) {
+                return yield* Effect.fail(EngineError.invalidInput(`steering message: ${checked.failure.message}`))
+              }
               yield* Ref.update(steering, (queued) => [...queued, delivered])
             }),
           cancel: cancellation.cancel,
