@@ -127,7 +127,8 @@ const thinkingBudget = (run: Run): number => {
 const runStep = (run: Run, priorUnknown: boolean) =>
   Effect.gen(function* () {
     const live = run.live!
-    const source = live.snapshot()
+    // Over the history limits the live context fails as a fresh read would (`PrefixTooLarge`).
+    const source = yield* Effect.mapError(Effect.fromResult(live.snapshot()), storeError)
     // Seam: proactive compaction (SEMANTICS.md §5.12) decides here, before the tools are captured.
     const captured = run.settings.tools.capture()
     let notice: string | undefined
