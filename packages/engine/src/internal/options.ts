@@ -17,6 +17,13 @@ export interface EngineOptions {
    * (at most 50 ms; 0 commits at once). Nothing is shown before it is committed.
    */
   readonly observationDelayMs: number
+  /**
+   * How long a cancelled run (`cancel()`, the caller's signal, `close()`) waits for its dispatched
+   * tool effects to finish after their AbortSignal fired. A tool still running then is abandoned:
+   * its outcome is recorded as unknown and the run is sealed `failed {outcome_unknown}`. This bounds
+   * `cancel()` → sealed and `close()`, whatever a tool does with its signal.
+   */
+  readonly cancelGraceMs: number
 }
 
 export const defaults: EngineOptions = Object.freeze({
@@ -25,4 +32,5 @@ export const defaults: EngineOptions = Object.freeze({
   maxModelAttempts: Limits.MAX_MODEL_ATTEMPTS,
   observationMaxChars: Limits.MAX_DELTA_CHARS,
   observationDelayMs: 20,
+  cancelGraceMs: 10_000,
 })

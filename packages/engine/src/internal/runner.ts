@@ -3,12 +3,11 @@
  * seams where later capabilities insert their steps — handoff boundary, background-summary adoption,
  * proactive compaction, overflow recovery, prune — as marked no-ops, never as pretend work.
  */
-import { Digest, type Fact, type Outcome } from "@maka/facts"
+import { Digest, EventSink, type EventWrite, type Fact, type Outcome } from "@maka/facts"
 import type { EventLogError } from "@maka/event-log"
 import { projectPrompt } from "@maka/model"
-import { Journal, type Ids } from "@maka/tools"
-import { EventSink } from "@maka/facts"
-import { Effect, Exit, Option, Ref } from "effect"
+import { Ids, Journal } from "@maka/tools"
+import { Effect, Exit, Fiber, Option, Ref, Semaphore } from "effect"
 import * as EngineError from "../EngineError.ts"
 import * as PromptBuilder from "../PromptBuilder.ts"
 import * as Recovery from "../Recovery.ts"
@@ -94,25 +93,76 @@ const deliverSteering = (run: Run) =>
     )
   })
 
-/** The event sink the tool journal commits through: the run's own commit path. */
-const journalSink = (run: Run): EventSink.EventSinkShape => ({
-  commit: (write) =>
-    Effect.mapError(
-      Effect.suspend(() => {
-        const kind = write.event.fact.kind
-        if (kind === "tool_settled") faultPoint("engine.before-settle")
-        return Effect.map(commit(run, [write]), (sequences) => {
-          if (kind === "tool_dispatched") faultPoint("engine.after-dispatch")
-          return sequences[0]!
-        })
-      }),
-      (error) => (error.isRejected ? EventSink.rejected(error.message) : EventSink.outcomeUnknown(error.message)),
-    ),
-  commitBatch: (writes) =>
-    Effect.mapError(commit(run, writes), (error) =>
-      error.isRejected ? EventSink.rejected(error.message) : EventSink.outcomeUnknown(error.message),
-    ),
-})
+/**
+ * What the engine keeps of one step's journal: the dispatches without a settlement, and whether the
+ * step was abandoned. The gate orders every journal commit against the abandonment, so once it is
+ * set no fact of the step lands any more and the seal reads a state that stays put.
+ */
+interface JournalGuard {
+  readonly gate: Semaphore.Semaphore
+  readonly unsettled: Set<string>
+  abandoned: boolean
+}
+
+const sinkError = (error: EventLogError.EventLogError) =>
+  error.isRejected ? EventSink.rejected(error.message) : EventSink.outcomeUnknown(error.message)
+
+/** The event sink the tool journal commits through: the run's own commit path, behind the guard. */
+const journalSink = (run: Run, guard: JournalGuard): EventSink.EventSinkShape => {
+  const guarded = <A>(effect: Effect.Effect<A, EventLogError.EventLogError>) =>
+    guard.gate.withPermits(1)(
+      Effect.suspend(() =>
+        guard.abandoned ? Effect.fail(EventSink.rejected(ABANDONED_MESSAGE)) : Effect.mapError(effect, sinkError),
+      ),
+    )
+  const track = (writes: ReadonlyArray<EventWrite.EventWrite>) => {
+    for (const write of writes) {
+      const fact = write.event.fact
+      if (fact.kind === "tool_dispatched") guard.unsettled.add(fact.operationId)
+      if (fact.kind === "tool_settled") guard.unsettled.delete(fact.operationId)
+    }
+  }
+  return {
+    commit: (write) =>
+      guarded(
+        Effect.suspend(() => {
+          const kind = write.event.fact.kind
+          if (kind === "tool_settled") faultPoint("engine.before-settle")
+          return Effect.map(commit(run, [write]), (sequences) => {
+            track([write])
+            if (kind === "tool_dispatched") faultPoint("engine.after-dispatch")
+            return sequences[0]!
+          })
+        }),
+      ),
+    commitBatch: (writes) => guarded(Effect.tap(commit(run, writes), () => Effect.sync(() => track(writes)))),
+  }
+}
+
+const ABANDONED_MESSAGE = "the step was abandoned after its cancellation grace; its run is sealed"
+
+/**
+ * Runs one step's journal. Once cancellation is requested, dispatched effects have `cancelGraceMs`
+ * to finish after their AbortSignal fired; a tool that ignores it is then abandoned (its fiber is
+ * left to end on its own, its facts refused): the step fails `ToolOutcomeUnknown` for the unsettled
+ * dispatch, or `Cancelled` when none is left, and the seal resolves the rest from the log.
+ */
+const journalWithin = <E>(
+  run: Run,
+  guard: JournalGuard,
+  journal: Effect.Effect<Journal.StepResult, E>,
+): Effect.Effect<Journal.StepResult, E | EngineError.EngineError> =>
+  Effect.gen(function* () {
+    const fiber = yield* Effect.forkDetach(Effect.exit(journal))
+    const grace = Effect.andThen(run.cancellation.cancellation.requested, Effect.sleep(run.options.cancelGraceMs))
+    const ended = yield* Effect.raceFirst(Fiber.join(fiber), Effect.as(grace, undefined))
+    if (ended !== undefined) return yield* ended
+    yield* guard.gate.withPermits(1)(Effect.sync(() => (guard.abandoned = true)))
+    const [unknown] = guard.unsettled
+    return yield* Effect.fail(
+      unknown === undefined ? EngineError.cancelled() : EngineError.make({ _tag: "ToolOutcomeUnknown", operationId: unknown }),
+    )
+  })
 
 /** The Anthropic thinking budget in the provider options (0 otherwise), which the output cap reserves. */
 const thinkingBudget = (run: Run): number => {
@@ -163,12 +213,15 @@ const runStep = (run: Run, priorUnknown: boolean) =>
       part.kind === "tool_call" && !part.providerExecuted ? [Journal.providerCall(completed.stepId, part)] : [],
     )
     if (calls.length === 0) return true
-    const result = yield* Journal.runStep(run.settings.invocation, captured, calls, {
+    const guard: JournalGuard = { gate: yield* Semaphore.make(1), unsettled: new Set(), abandoned: false }
+    const journal = Journal.runStep(run.settings.invocation, captured, calls, {
       cancellation: run.cancellation.cancellation,
     }).pipe(
-      Effect.provideService(EventSink.EventSink, journalSink(run)),
+      Effect.provideService(EventSink.EventSink, journalSink(run, guard)),
+      Effect.provideService(Ids.Ids, yield* Ids.Ids),
       Effect.mapError((error) => EngineError.commit(error.message)),
     )
+    const result = yield* journalWithin(run, guard, journal)
     if (result.uncertain) {
       const unknown = result.calls.find((call) => call._tag === "OutcomeUnknown")
       return yield* Effect.fail(
