@@ -113,6 +113,14 @@ export const validateInput = (input: StartInput): string | undefined => {
   return Result.isFailure(opening) ? opening.failure.message : undefined
 }
 
+/** Waits until `signal` aborts; its listener is removed when the wait ends or is interrupted. */
+const onAbort = (signal: AbortSignal): Effect.Effect<void> =>
+  Effect.callback<void>((resume) => {
+    const listener = () => resume(Effect.void)
+    signal.addEventListener("abort", listener, { once: true })
+    return Effect.sync(() => signal.removeEventListener("abort", listener))
+  })
+
 /** Builds the engine over the `EventLog` in context; runs live in the surrounding scope. */
 export const make = (options: Partial<EngineOptions> = {}) =>
   Effect.gen(function* () {
@@ -160,11 +168,7 @@ export const make = (options: Partial<EngineOptions> = {}) =>
         if (active.has(sessionId)) return yield* Effect.fail(EngineError.busy(EngineError.SESSION_ACTIVE_MESSAGE))
         active.add(sessionId)
         const cancellation = yield* Cancellation.make
-        const signal = input.signal
-        if (signal !== undefined) {
-          if (signal.aborted) yield* cancellation.cancel
-          else signal.addEventListener("abort", () => Effect.runFork(cancellation.cancel), { once: true })
-        }
+        if (input.signal?.aborted === true) yield* cancellation.cancel
         const steering = yield* Ref.make<ReadonlyArray<Input.DeliveredMessage>>([])
         const committed: Array<Event.StoredEvent> = []
         const progress = yield* SubscriptionRef.make({ total: 0, done: false })
@@ -190,12 +194,21 @@ export const make = (options: Partial<EngineOptions> = {}) =>
             maxSteps: input.maxSteps ?? Limits.DEFAULT_MAX_STEPS,
             allowPriorUnknown: input.allowPriorUnknown ?? false,
           },
-          onCommitted: (events) => {
-            committed.push(...events)
-            Effect.runSync(SubscriptionRef.set(progress, { total: committed.length, done: false }))
-          },
+          onCommitted: (events) =>
+            Effect.suspend(() => {
+              committed.push(...events)
+              return SubscriptionRef.set(progress, { total: committed.length, done: false })
+            }),
         }
-        const worker = runMessage(run, Deferred.succeed(admitted, undefined)).pipe(
+        // The caller's signal cancels the run while it runs; its listener goes with the run.
+        const watched =
+          input.signal === undefined || input.signal.aborted
+            ? runMessage(run, Deferred.succeed(admitted, undefined))
+            : Effect.raceFirst(
+                runMessage(run, Deferred.succeed(admitted, undefined)),
+                Effect.andThen(onAbort(input.signal), Effect.andThen(cancellation.cancel, Effect.never)),
+              )
+        const worker = watched.pipe(
           Effect.provideService(Ids.Ids, ids),
           Effect.exit,
           Effect.flatMap((exit) =>

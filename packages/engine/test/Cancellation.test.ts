@@ -2,6 +2,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { OpenAiSse, Respond } from "@maka/testkit"
 import { Tool, ToolCatalog } from "@maka/tools"
 import { Deferred, Effect, Schema, Stream } from "effect"
+import { getEventListeners } from "node:events"
 import { factsOf, kinds, wireMessages } from "./support/harness.ts"
 import { catalog, echoTool, input, setup, type Effects } from "./support/setup.ts"
 
@@ -171,6 +172,27 @@ describe("a tool that ignores its AbortSignal", () => {
         const result = yield* running.wait
         assert.strictEqual(result.outcome.kind === "failed" ? result.outcome.class : result.outcome.kind, "outcome_unknown")
         assert.deepStrictEqual(yield* context.log.unfinishedInvocations(10), [])
+      }),
+    ))
+})
+
+describe("the caller's signal", () => {
+  it.live("cancels a running run when it aborts, and no listener is left on it once a run ends", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({ script: [Respond.sse(OpenAiSse.response({ text: ["ok"] })), Respond.hang()] })
+        const kept = new AbortController()
+        const done = yield* context.engine.run(input(context, "Answer.", catalog({ ran: [] }), { signal: kept.signal }))
+        assert.deepStrictEqual(done.outcome, { kind: "completed" })
+        assert.strictEqual(getEventListeners(kept.signal, "abort").length, 0)
+        // A run on a hanging request is cancelled by the signal, and its listener goes with it.
+        const aborting = new AbortController()
+        const running = yield* context.engine.start(input(context, "Hang.", catalog({ ran: [] }), { signal: aborting.signal }))
+        yield* Effect.promise(() => context.server.request(1))
+        aborting.abort()
+        const result = yield* running.wait
+        assert.deepStrictEqual(result.outcome, { kind: "cancelled", source: "runtime_cancellation" })
+        assert.strictEqual(getEventListeners(aborting.signal, "abort").length, 0)
       }),
     ))
 })

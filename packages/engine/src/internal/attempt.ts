@@ -38,9 +38,12 @@ export const interruptionOf = (error: ModelError.ModelError): Model.ModelInterru
     case "ContextOverflow":
       return "failed"
     case "Provider":
-      return reason.replaySafe && ModelError.TRANSIENT_PROVIDER_REASONS.has(reason.reason) ? "retryable_failure" : "failed"
+      return error.isRetryable ? "retryable_failure" : "failed"
   }
 }
+
+/** How many stream events may wait for their commit before the stream reader waits too. */
+const OBSERVATION_QUEUE_CAPACITY = 1_024
 
 /** An observation could not be committed: a store failure, not a model one. */
 class ObservationCommitFailed extends Data.TaggedError("ObservationCommitFailed")<{ readonly error: EngineError.EngineError }> {}
@@ -87,7 +90,6 @@ const requestedFact = (run: Run, input: AttemptInput, stepId: string): Fact.Mode
   }
 }
 
-/** Streams the request, committing observations; fails with the model error or `Cancelled`. */
 /**
  * Streams the request, committing observations; fails with the model error or `Cancelled`. The
  * stream is read into a queue by its own fiber, so while one batch of observations is committed the
@@ -98,7 +100,8 @@ const streamStep = (run: Run, request: Prompt.ModelRequest, stepId: string) =>
     Effect.gen(function* () {
       const builder = StepBuilder.forStep(stepId)
       const stream = run.model.stream(request).pipe(Stream.interruptWhen(run.cancellation.cancellation.requested))
-      const queue = yield* Stream.toQueue(stream, { capacity: "unbounded" })
+      // Bounded: a model that outruns the log waits for the commits (default strategy: suspend).
+      const queue = yield* Stream.toQueue(stream, { capacity: OBSERVATION_QUEUE_CAPACITY })
       while (true) {
         const taken = yield* Effect.result(Queue.takeAll(queue))
         if (Result.isFailure(taken)) {
@@ -186,13 +189,11 @@ export const backoffMs = (run: Run, failedAttempts: number, retryAfterMs: number
   return Effect.map(Random.nextIntBetween(0, Math.floor(base / 4)), (jitter) => base + jitter)
 }
 
+/** The model package's retry rule (`ModelError.isRetryable`), with the provider's `retryAfterMs`. */
 const retryable = (error: EngineError.EngineError): { readonly retryAfterMs: number | undefined } | undefined => {
   const reason = error.reason
-  if (reason._tag !== "Model" || reason.error.reason._tag !== "Provider") return undefined
-  const provider = reason.error.reason
-  return provider.replaySafe && ModelError.TRANSIENT_PROVIDER_REASONS.has(provider.reason)
-    ? { retryAfterMs: provider.retryAfterMs }
-    : undefined
+  if (reason._tag !== "Model" || !reason.error.isRetryable || reason.error.reason._tag !== "Provider") return undefined
+  return { retryAfterMs: reason.error.reason.retryAfterMs }
 }
 
 /** Runs attempts until one completes, a failure is not retryable, or the attempts are spent. */

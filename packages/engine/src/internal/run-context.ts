@@ -38,7 +38,7 @@ export interface Run {
   /** The opening's commit failed without a refusal: it may have landed. */
   openingUncertain: boolean
   /** Events committed by this run, for `events()` subscribers. */
-  readonly onCommitted: (events: ReadonlyArray<Event.StoredEvent>) => void
+  readonly onCommitted: (events: ReadonlyArray<Event.StoredEvent>) => Effect.Effect<void>
 }
 
 /** A fresh event id and the informational time of a write. */
@@ -72,7 +72,7 @@ export const commit = (run: Run, writes: ReadonlyArray<EventWrite.EventWrite>) =
       faultPoint("engine.commit")
       const stored = writes.map((write, index) => ({ sequence: sequences[index]!, event: write.event }))
       for (const [index, item] of stored.entries()) run.live?.apply(item, writes[index]!.json)
-      run.onCommitted(stored)
+      yield* run.onCommitted(stored)
       return sequences
     }),
   )
