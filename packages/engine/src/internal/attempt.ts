@@ -8,7 +8,7 @@ import { Canonical, Limits, Model, type Fact, type Prompt } from "@maka/facts"
 import type { EventLog } from "@maka/event-log"
 import { ModelError, StepBuilder } from "@maka/model"
 import { Ids } from "@maka/tools"
-import { Cause, Data, Effect, Exit, Option, Queue, Random, Result, Stream } from "effect"
+import { Cause, Data, Effect, Option, Queue, Random, Result, Stream } from "effect"
 import * as EngineError from "../EngineError.ts"
 import { commit, commitFacts, eventWrite, failIfCancelled, isCancelled, plainWrite, stamp, type Run } from "./run-context.ts"
 
@@ -138,21 +138,17 @@ export const attempt = (run: Run, input: AttemptInput): Effect.Effect<Completed,
   Effect.gen(function* () {
     const stepId = yield* Ids.next
     yield* commitFacts(run, [requestedFact(run, input, stepId)])
-    const streamed = yield* Effect.exit(streamStep(run, input.request, stepId))
-    if (Exit.isFailure(streamed)) {
-      const failure = Exit.findErrorOption(streamed)
-      if (failure._tag === "Some" && failure.value._tag === "ObservationCommitFailed") {
-        // The seal resolves the open request (SEMANTICS.md §5.3): one path for every refused commit.
-        return yield* Effect.fail(failure.value.error)
-      }
-      const error =
-        failure._tag === "Some" && failure.value._tag === "ModelError"
-          ? failure.value
-          : ModelError.adapter(`model stream failed: ${String(streamed.cause)}`)
-      yield* commitFacts(run, [{ kind: "model_interrupted", stepId, status: interruptionOf(error) }])
-      return yield* Effect.fail(modelFailure(error))
-    }
-    const step = streamed.value
+    const step = yield* streamStep(run, input.request, stepId).pipe(
+      Effect.catchDefect((defect) => Effect.fail(ModelError.adapter(`model stream failed: ${String(defect)}`))),
+      // The seal resolves the open request (SEMANTICS.md §5.3): one path for every refused commit.
+      Effect.catchTag("ObservationCommitFailed", (failure) => Effect.fail(failure.error)),
+      Effect.catchTag("ModelError", (error) =>
+        Effect.andThen(
+          commitFacts(run, [{ kind: "model_interrupted", stepId, status: interruptionOf(error) }]),
+          Effect.fail(modelFailure(error)),
+        ),
+      ),
+    )
     const completed: Fact.ModelCompleted = { kind: "model_completed", stepId, output: step }
     const { id, recordedAt } = yield* stamp
     const event = { id, recordedAt, invocation: run.settings.invocation, fact: completed }
@@ -200,13 +196,11 @@ const retryable = (error: EngineError.EngineError): { readonly retryAfterMs: num
 export const attemptWithRetries = (run: Run, input: AttemptInput): Effect.Effect<Completed, EngineError.EngineError, Ids.Ids> =>
   Effect.gen(function* () {
     for (let failed = 0; ; ) {
-      const result = yield* Effect.exit(attempt(run, input))
-      if (Exit.isSuccess(result)) return result.value
-      const error = Exit.findErrorOption(result)
-      if (error._tag !== "Some") return yield* Effect.failCause(result.cause)
+      const result = yield* Effect.result(attempt(run, input))
+      if (Result.isSuccess(result)) return result.success
       failed++
-      const retry = retryable(error.value)
-      if (retry === undefined || failed >= run.options.maxModelAttempts) return yield* Effect.fail(error.value)
+      const retry = retryable(result.failure)
+      if (retry === undefined || failed >= run.options.maxModelAttempts) return yield* Effect.fail(result.failure)
       yield* failIfCancelled(run)
       const delay = yield* backoffMs(run, failed, retry.retryAfterMs)
       const slept = yield* Effect.raceFirst(

@@ -3,11 +3,11 @@
  * seams where later capabilities insert their steps — handoff boundary, background-summary adoption,
  * proactive compaction, overflow recovery, prune — as marked no-ops, never as pretend work.
  */
-import { Digest, EventSink, type EventWrite, type Fact, type Outcome } from "@maka/facts"
+import { Digest, EventSink, Limits, type EventWrite, type Fact, type Outcome } from "@maka/facts"
 import type { EventLogError } from "@maka/event-log"
 import { projectPrompt } from "@maka/model"
 import { Ids, Journal } from "@maka/tools"
-import { Effect, Exit, Fiber, Option, Ref, Semaphore } from "effect"
+import { Effect, Fiber, Ref, Result, Semaphore } from "effect"
 import * as EngineError from "../EngineError.ts"
 import * as PromptBuilder from "../PromptBuilder.ts"
 import * as Recovery from "../Recovery.ts"
@@ -29,6 +29,35 @@ const admissionRefusal = (error: EventLogError.EventLogError): EngineError.Engin
   return error.reason._tag === "OutcomeUnknown" ? EngineError.commit(error.message) : EngineError.store(error.message)
 }
 
+const isInvalidTransition = (error: EventLogError.EventLogError) =>
+  error.reason._tag === "Rejected" && error.reason.rejection._tag === "InvalidTransition"
+
+/**
+ * The zero-budget history-safety gate of SEMANTICS.md §5.3 (`current` excluded): fails
+ * `InvalidTransition` while the session's history is unsettled. One home for the call.
+ */
+const historyGate = (log: Run["log"], sessionId: string, current?: string) =>
+  Effect.asVoid(
+    log.preparePruneCandidates(sessionId, { ...(current === undefined ? {} : { current }), maxCandidates: 0, maxBytes: 0 }),
+  )
+
+/** Why an unsettled history refuses admission, in words that name the way out. */
+const unsettledHistory = (run: Run, error: EventLogError.EventLogError) =>
+  Effect.gen(function* () {
+    const { log, settings } = run
+    const sessionId = settings.invocation.sessionId
+    const unsealed = yield* Effect.mapError(log.unfinishedInvocations(Limits.MAX_HISTORY_EVENTS), storeError)
+    if (unsealed.some((invocation) => invocation.sessionId === sessionId)) {
+      return yield* Effect.fail(EngineError.reconciliation(EngineError.UNSEALED_RUN_MESSAGE))
+    }
+    // Sealed history the manual-message policy admits: only unknown outcomes stand in the way.
+    const manual = settings.allowPriorUnknown
+      ? false
+      : yield* Effect.orElseSucceed(log.checkManualMessageHistory(sessionId), () => false)
+    const reason = error.reason._tag === "Rejected" && error.reason.rejection._tag === "InvalidTransition" ? error.reason.rejection.reason : error.message
+    return yield* Effect.fail(EngineError.reconciliation(manual ? EngineError.PRIOR_UNKNOWN_MESSAGE : reason))
+  })
+
 /** The safety preflight (§5.3 step 2): returns whether the run proceeds under the prior-unknown policy. */
 export const preflight = (run: Run) =>
   Effect.gen(function* () {
@@ -37,25 +66,13 @@ export const preflight = (run: Run) =>
     if (yield* Effect.mapError(log.hasPendingHandoff(sessionId), storeError)) {
       return yield* Effect.fail(EngineError.busy(EngineError.SESSION_RESERVED_MESSAGE))
     }
-    const checked = settings.allowPriorUnknown
-      ? yield* Effect.exit(log.checkManualMessageHistory(sessionId))
-      : yield* Effect.exit(Effect.as(log.preparePruneCandidates(sessionId, { maxCandidates: 0, maxBytes: 0 }), false))
-    if (Exit.isSuccess(checked)) return checked.value
-    const failure = Exit.findErrorOption(checked)
-    if (failure._tag !== "Some") return yield* Effect.die(checked.cause)
-    const error = failure.value
-    if (error.reason._tag === "Rejected" && error.reason.rejection._tag === "InvalidTransition") {
-      const unsealed = yield* Effect.mapError(log.unfinishedInvocations(10_000), storeError)
-      if (unsealed.some((invocation) => invocation.sessionId === sessionId)) {
-        return yield* Effect.fail(EngineError.reconciliation(EngineError.UNSEALED_RUN_MESSAGE))
-      }
-      // Sealed history the manual-message policy admits: only unknown outcomes stand in the way.
-      const manual = settings.allowPriorUnknown ? false : yield* Effect.orElseSucceed(log.checkManualMessageHistory(sessionId), () => false)
-      return yield* Effect.fail(
-        EngineError.reconciliation(manual ? EngineError.PRIOR_UNKNOWN_MESSAGE : error.reason.rejection.reason),
-      )
-    }
-    return yield* Effect.fail(storeError(error))
+    const gate = settings.allowPriorUnknown
+      ? log.checkManualMessageHistory(sessionId)
+      : Effect.as(historyGate(log, sessionId), false)
+    return yield* gate.pipe(
+      Effect.catchIf(isInvalidTransition, (error) => unsettledHistory(run, error)),
+      Effect.mapError((error) => (error._tag === "EventLogError" ? storeError(error) : error)),
+    )
   })
 
 /** Appends the opening; the run is admitted once it is durable. */
@@ -252,16 +269,8 @@ export const stepLoop = (run: Run, priorUnknown: boolean): Effect.Effect<Done, E
 const epilogue = (run: Run, priorUnknown: boolean) =>
   priorUnknown
     ? Effect.void
-    : Effect.mapError(
-        run.log.preparePruneCandidates(run.settings.invocation.sessionId, {
-          current: run.settings.invocation.invocationId,
-          maxCandidates: 0,
-          maxBytes: 0,
-        }),
-        (error) =>
-          error.reason._tag === "Rejected" && error.reason.rejection._tag === "InvalidTransition"
-            ? EngineError.reconciliation(error.message)
-            : storeError(error),
+    : Effect.mapError(historyGate(run.log, run.settings.invocation.sessionId, run.settings.invocation.invocationId), (error) =>
+        isInvalidTransition(error) ? EngineError.reconciliation(error.message) : storeError(error),
       )
 
 /**
@@ -323,14 +332,15 @@ export const runMessage = (
       yield* stepLoop(run, priorUnknown)
       yield* epilogue(run, priorUnknown)
     })
-    const exit = yield* Effect.exit(work)
+    const ended = yield* work.pipe(
+      Effect.catchDefect((defect) => Effect.fail(EngineError.internal(`the run failed: ${String(defect)}`))),
+      Effect.result,
+    )
     const cancelled = yield* isCancelled(run)
-    const outcome: Outcome.InvocationOutcome = Exit.isSuccess(exit)
-      ? cancelled
+    const outcome: Outcome.InvocationOutcome = Result.isFailure(ended)
+      ? EngineError.outcomeOf(ended.failure)
+      : cancelled
         ? { kind: "cancelled", source: "runtime_cancellation" }
         : { kind: "completed" }
-      : EngineError.outcomeOf(
-          Option.getOrElse(Exit.findErrorOption(exit), () => EngineError.internal(`the run failed: ${String(exit.cause)}`)),
-        )
     return { outcome: yield* seal(run, outcome) } satisfies RunResult
   })
