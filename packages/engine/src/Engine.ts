@@ -19,8 +19,8 @@ import type { LanguageModel } from "@maka/model"
 import { Cancellation, Ids, type ToolCatalog } from "@maka/tools"
 import { Context, Deferred, Effect, Exit, Fiber, Layer, Ref, Result, Schema, Scope, Stream, SubscriptionRef } from "effect"
 import * as EngineError from "./EngineError.ts"
-import { defaults, type EngineOptions } from "./internal/options.ts"
-import type { Run } from "./internal/run-context.ts"
+import { defaults, resolveOptions, type EngineOptions } from "./internal/options.ts"
+import type { Run, RunSettings } from "./internal/run-context.ts"
 import { runMessage } from "./internal/runner.ts"
 import * as Recovery from "./Recovery.ts"
 
@@ -121,6 +121,50 @@ const onAbort = (signal: AbortSignal): Effect.Effect<void> =>
     return Effect.sync(() => signal.removeEventListener("abort", listener))
   })
 
+/** The frozen settings of a run from its input. */
+const runSettings = (input: StartInput): RunSettings => ({
+  invocation: input.invocation,
+  configuration: input.configuration,
+  providerOptions: input.providerOptions ?? {},
+  ...(input.context === undefined ? {} : { context: input.context }),
+  ...(input.mainOutputLimit === undefined ? {} : { mainOutputLimit: input.mainOutputLimit }),
+  ...(input.requestFingerprint === undefined ? {} : { requestFingerprint: input.requestFingerprint }),
+  message: input.message,
+  tools: input.tools,
+  maxSteps: input.maxSteps ?? Limits.DEFAULT_MAX_STEPS,
+  allowPriorUnknown: input.allowPriorUnknown ?? false,
+})
+
+/**
+ * Every committed event of a run from its opening, live: ends after the terminal, or when the run
+ * ended without one (its terminal could not be appended).
+ */
+const liveEvents = (
+  progress: SubscriptionRef.SubscriptionRef<{ readonly total: number; readonly done: boolean }>,
+  committed: ReadonlyArray<Event.StoredEvent>,
+): Stream.Stream<Event.StoredEvent> =>
+  Stream.suspend(() => {
+    let emitted = 0
+    return Stream.flatMap(SubscriptionRef.changes(progress).pipe(Stream.takeUntil((state) => state.done)), (state) => {
+      const next = committed.slice(emitted, state.total)
+      emitted = Math.max(emitted, state.total)
+      return Stream.fromIterable(next)
+    })
+  })
+
+/** Queues a steering message after the whole validation of the fact it becomes, so it can always be committed. */
+const steer = (invocation: Identity.Invocation, steering: Ref.Ref<ReadonlyArray<Input.DeliveredMessage>>, text: string) =>
+  Effect.gen(function* () {
+    const content = { text }
+    const messageId = yield* Ids.next
+    const delivered = { messageId, content, submittedContentDigest: Digest.messageContent(content) }
+    const checked = Codec.decodeFact({ kind: "message_steered", message: delivered }, invocation)
+    if (Result.isFailure(checked)) {
+      return yield* Effect.fail(EngineError.invalidInput(`steering message: ${checked.failure.message}`))
+    }
+    yield* Ref.update(steering, (queued) => [...queued, delivered])
+  })
+
 /** Builds the engine over the `EventLog` in context; runs live in the surrounding scope. */
 export const make = (options: Partial<EngineOptions> = {}) =>
   Effect.gen(function* () {
@@ -129,11 +173,7 @@ export const make = (options: Partial<EngineOptions> = {}) =>
     // Runs live in the engine's own scope, so closing the surrounding scope first cancels and drains
     // them (the finalizer below) instead of interrupting them mid-step.
     const runScope = yield* Scope.make()
-    const merged: EngineOptions = { ...defaults, ...options }
-    const settingsOf: EngineOptions = {
-      ...merged,
-      observationDelayMs: Math.min(50, Math.max(0, merged.observationDelayMs)),
-    }
+    const settingsOf = resolveOptions(options)
     const active = new Set<string>()
     // Runs of this engine that ended without a durable terminal (or whose opening may have landed):
     // no fiber runs them any more, so the engine seals them itself before its next start on the session.
@@ -182,18 +222,7 @@ export const make = (options: Partial<EngineOptions> = {}) =>
           steering,
           live: undefined,
           openingUncertain: false,
-          settings: {
-            invocation: input.invocation,
-            configuration: input.configuration,
-            providerOptions: input.providerOptions ?? {},
-            ...(input.context === undefined ? {} : { context: input.context }),
-            ...(input.mainOutputLimit === undefined ? {} : { mainOutputLimit: input.mainOutputLimit }),
-            ...(input.requestFingerprint === undefined ? {} : { requestFingerprint: input.requestFingerprint }),
-            message: input.message,
-            tools: input.tools,
-            maxSteps: input.maxSteps ?? Limits.DEFAULT_MAX_STEPS,
-            allowPriorUnknown: input.allowPriorUnknown ?? false,
-          },
+          settings: runSettings(input),
           onCommitted: (events) =>
             Effect.suspend(() => {
               committed.push(...events)
@@ -208,71 +237,48 @@ export const make = (options: Partial<EngineOptions> = {}) =>
                 runMessage(run, Deferred.succeed(admitted, undefined)),
                 Effect.andThen(onAbort(input.signal), Effect.andThen(cancellation.cancel, Effect.never)),
               )
+        // The session is released before the result is, so a caller that awaits `wait` can start again.
+        const release = Effect.suspend(() => {
+          active.delete(sessionId)
+          live.delete(input.invocation.invocationId)
+          return SubscriptionRef.set(progress, { total: committed.length, done: true })
+        })
+        const failed = (error: EngineError.EngineError) =>
+          Effect.suspend(() => {
+            // Ended without a durable terminal: the engine seals it before its next start on the session.
+            if (committed.length > 0 || run.openingUncertain) unwritten.set(input.invocation.invocationId, input.invocation)
+            return Effect.andThen(release, Deferred.fail(result, error))
+          })
         const worker = watched.pipe(
           Effect.provideService(Ids.Ids, ids),
-          Effect.exit,
-          Effect.flatMap((exit) =>
-            Effect.gen(function* () {
-              active.delete(sessionId)
-              live.delete(input.invocation.invocationId)
-              yield* SubscriptionRef.set(progress, { total: committed.length, done: true })
-              if (Exit.isSuccess(exit)) {
-                yield* Deferred.succeed(result, { invocation: input.invocation, outcome: exit.value.outcome })
-              } else {
-                if (committed.length > 0 || run.openingUncertain) unwritten.set(input.invocation.invocationId, input.invocation)
-                const failure = Exit.findErrorOption(exit)
-                yield* Deferred.fail(
-                  result,
-                  failure._tag === "Some" ? failure.value : EngineError.internal(`the run failed: ${String(exit.cause)}`),
-                )
-              }
-              yield* Deferred.succeed(admitted, undefined)
-            }),
-          ),
+          Effect.catchDefect((defect) => Effect.fail(EngineError.internal(`the run failed: ${String(defect)}`))),
+          Effect.matchEffect({
+            onSuccess: ({ outcome }) => Effect.andThen(release, Deferred.succeed(result, { invocation: input.invocation, outcome })),
+            onFailure: failed,
+          }),
+          Effect.onInterrupt(() => failed(EngineError.internal("the run was interrupted before its terminal"))),
+          Effect.ensuring(Deferred.succeed(admitted, undefined)),
         )
         const fiber = yield* Effect.forkIn(worker, runScope)
         live.set(input.invocation.invocationId, { cancel: cancellation.cancel, fiber })
         yield* Deferred.await(admitted)
         if (committed.length === 0) {
           // The worker ended before the opening was durable: its error, nothing written.
-          const exit = yield* Effect.exit(Deferred.await(result))
-          const failure = Exit.isFailure(exit) ? Exit.findErrorOption(exit) : undefined
-          const error =
-            failure !== undefined && failure._tag === "Some" ? failure.value : EngineError.internal("worker omitted durable admission")
+          const error = yield* Effect.match(Deferred.await(result), {
+            onFailure: (error) => error,
+            onSuccess: () => EngineError.internal("worker omitted durable admission"),
+          })
           const own =
             error.reason._tag === "ReconciliationRequired" &&
             error.reason.message === EngineError.UNSEALED_RUN_MESSAGE &&
             [...unwritten.values()].some((invocation) => invocation.sessionId === sessionId)
           return yield* Effect.fail(own ? EngineError.reconciliation(EngineError.UNWRITTEN_TERMINAL_MESSAGE) : error)
         }
-        const events = Stream.suspend(() => {
-          let emitted = 0
-          // Ends after the terminal, or when the run ended without one (its terminal could not be appended).
-          return Stream.flatMap(
-            SubscriptionRef.changes(progress).pipe(Stream.takeUntil((state) => state.done)),
-            (state) => {
-              const next = committed.slice(emitted, state.total)
-              emitted = Math.max(emitted, state.total)
-              return Stream.fromIterable(next)
-            },
-          )
-        })
         return {
           invocation: input.invocation,
           toolNames: input.tools.names,
-          events,
-          steer: (text: string) =>
-            Effect.gen(function* () {
-              const content = { text }
-              const messageId = yield* ids.next
-              const delivered = { messageId, content, submittedContentDigest: Digest.messageContent(content) }
-              // The whole validation of the fact it becomes, so a queued message can always be committed.
-              const checked = Codec.decodeFact({ kind: "message_steered", message: delivered }, input.invocation)
-              if (Result.isFailure(checked)) {
-                return yield* Effect.fail(EngineError.invalidInput(`steering message: ${checked.failure.message}`))
-              }
-              yield* Ref.update(steering, (queued) => [...queued, delivered])
-            }),
+          events: liveEvents(progress, committed),
+          steer: (text: string) => Effect.provideService(steer(input.invocation, steering, text), Ids.Ids, ids),
           cancel: cancellation.cancel,
           wait: Deferred.await(result),
         } satisfies RunningInvocation

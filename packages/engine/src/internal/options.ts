@@ -26,6 +26,9 @@ export interface EngineOptions {
   readonly cancelGraceMs: number
 }
 
+/** The most `observationDelayMs` may be: nothing waits longer to be shown. */
+export const MAX_OBSERVATION_DELAY_MS = 50
+
 export const defaults: EngineOptions = Object.freeze({
   backoffBaseMs: Limits.BACKOFF_INITIAL_MS,
   backoffMaxMs: Limits.BACKOFF_MAX_MS,
@@ -34,3 +37,9 @@ export const defaults: EngineOptions = Object.freeze({
   observationDelayMs: 20,
   cancelGraceMs: 10_000,
 })
+
+/** The defaults with `options` over them, `observationDelayMs` clamped to 0..`MAX_OBSERVATION_DELAY_MS`. */
+export const resolveOptions = (options: Partial<EngineOptions>): EngineOptions => {
+  const merged: EngineOptions = { ...defaults, ...options }
+  return { ...merged, observationDelayMs: Math.min(MAX_OBSERVATION_DELAY_MS, Math.max(0, merged.observationDelayMs)) }
+}
