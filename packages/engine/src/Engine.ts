@@ -311,7 +311,12 @@ export const layer = (options: Partial<EngineOptions> = {}) =>
     Engine,
     Effect.gen(function* () {
       const engine = yield* make(options)
-      if (engine.log.dialect === "sqlite") yield* engine.recover
+      if (engine.log.dialect === "sqlite") {
+        const report = yield* engine.recover
+        for (const item of report.unsealed) {
+          yield* Effect.logWarning(`recovery could not seal invocation ${item.invocation.invocationId}: ${item.message}`)
+        }
+      }
       return engine
     }),
   )

@@ -172,7 +172,10 @@ const journalWithin = <E>(
   Effect.gen(function* () {
     const fiber = yield* Effect.forkDetach(Effect.exit(journal))
     const grace = Effect.andThen(run.cancellation.cancellation.requested, Effect.sleep(run.options.cancelGraceMs))
-    const ended = yield* Effect.raceFirst(Fiber.join(fiber), Effect.as(grace, undefined))
+    // Interrupting the run cancels the step: the journal rejects what it has not dispatched.
+    const ended = yield* Effect.onInterrupt(Effect.raceFirst(Fiber.join(fiber), Effect.as(grace, undefined)), () =>
+      run.cancellation.cancel,
+    )
     if (ended !== undefined) return yield* ended
     yield* guard.gate.withPermits(1)(Effect.sync(() => (guard.abandoned = true)))
     const [unknown] = guard.unsettled
