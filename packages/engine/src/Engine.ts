@@ -222,6 +222,7 @@ export const make = (options: Partial<EngineOptions> = {}) =>
           steering,
           live: undefined,
           openingUncertain: false,
+          mayBeUnresolved: false,
           settings: runSettings(input),
           onCommitted: (events) =>
             Effect.suspend(() => {

@@ -9,11 +9,13 @@ import { assert, describe, it } from "@effect/vitest"
 import { Limits, type Configuration, type EventWrite } from "@maka/facts"
 import { EventLog } from "@maka/event-log"
 import * as LogTesting from "@maka/event-log/testing"
-import { FactBuilders, History } from "@maka/testkit"
-import { Effect, Result } from "effect"
+import { FactBuilders, History, OpenAiSse, Respond } from "@maka/testkit"
+import { Tool, ToolCatalog } from "@maka/tools"
+import { Effect, Result, Schema } from "effect"
 import * as fc from "fast-check"
 import { isDeepStrictEqual } from "node:util"
 import { LiveContext } from "../src/internal/live-context.ts"
+import { input, setup } from "./support/setup.ts"
 
 type Action =
   | { readonly kind: "answer"; readonly size: number }
@@ -147,6 +149,35 @@ describe("the live context's limits", () => {
       }),
     120_000,
   )
+
+  it.live("a run whose history outgrows 8 MiB fails event_store before it sends the request a fresh read refuses", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        // Each step calls `sink` nine times with 100,000 characters: about 1.8 MB of completion and
+        // dispatches per step, so after five steps the history is over the 8 MiB a fresh read takes.
+        const argument = JSON.stringify({ value: "v".repeat(100_000) })
+        const step = Respond.sse(
+          OpenAiSse.response({ toolCalls: Array.from({ length: 9 }, (_, index) => ({ id: `call-${index}`, name: "sink", arguments: [argument] })) }),
+        )
+        const context = yield* setup({ script: [{ respond: step, repeat: true }] })
+        const sink = Tool.make({
+          name: "sink",
+          description: "Takes a large input.",
+          input: Schema.Struct({ value: Schema.String }),
+          semantics: "parallel",
+          execute: () => Effect.succeed(Tool.text("ok")),
+        })
+        const result = yield* context.engine.run(input(context, "Fill the context.", ToolCatalog.make([sink]), { maxSteps: 8 }))
+        assert.strictEqual(result.outcome.kind === "failed" ? result.outcome.class : result.outcome.kind, "event_store")
+        // The requests that went out were all built from a context a fresh read also returns.
+        const sent = context.server.requests()
+        assert.strictEqual(sent.length, 5)
+        for (const request of sent) assert.isBelow(request.body.length, Limits.MAX_HISTORY_BYTES)
+        const fresh = yield* Effect.flip(context.log.readModelContext("session-1"))
+        assert.strictEqual(fresh.reason._tag === "Rejected" ? fresh.reason.rejection._tag : fresh.reason._tag, "PrefixTooLarge")
+      }),
+    ),
+  60_000)
 
   it.live("uses the read's own default limits (10,000 events, 8 MiB)", () =>
     Effect.sync(() => {

@@ -177,7 +177,12 @@ const journalWithin = <E>(
       run.cancellation.cancel,
     )
     if (ended !== undefined) return yield* ended
-    yield* guard.gate.withPermits(1)(Effect.sync(() => (guard.abandoned = true)))
+    yield* guard.gate.withPermits(1)(
+      Effect.sync(() => {
+        guard.abandoned = true
+        run.mayBeUnresolved = true
+      }),
+    )
     const [unknown] = guard.unsettled
     return yield* Effect.fail(
       unknown === undefined ? EngineError.cancelled() : EngineError.make({ _tag: "ToolOutcomeUnknown", operationId: unknown }),
@@ -278,24 +283,31 @@ const epilogue = (run: Run, priorUnknown: boolean) =>
 
 /**
  * Seals the run with the outcome of its work (uninterruptibly). A run that did not complete may have
- * left a request open or a call neither dispatched nor rejected after a refused or uncertain commit:
- * its durable state is read and resolved in the terminal's batch, as recovery does, so a session is
- * never sealed over unresolved work. Fails only when the read or the batch fails; the run then stays
- * open and the engine seals it later.
+ * left a request open, a call neither dispatched nor rejected, or a dispatch unsettled (after a
+ * refused or uncertain commit, an abandoned step, a defect): its durable state is read and resolved
+ * in the terminal's batch, as recovery does, so a session is never sealed over unresolved work.
+ * Fails only when the batch fails, or the read does after a failed commit; the run then stays open
+ * and the engine seals it later.
  */
 const seal = (run: Run, outcome: Outcome.InvocationOutcome): Effect.Effect<Outcome.InvocationOutcome, EngineError.EngineError, Ids.Ids> =>
   Effect.uninterruptible(
     Effect.gen(function* () {
+      const terminal: ReadonlyArray<Fact.Fact> = [{ kind: "invocation_ended", outcome }]
       const facts =
         outcome.kind === "completed"
-          ? [{ kind: "invocation_ended", outcome } as const]
-          : Recovery.sealingFacts(
-              yield* Effect.mapError(run.log.invocationRecovery(run.settings.invocation), commitError),
-              outcome,
+          ? terminal
+          : yield* run.log.invocationRecovery(run.settings.invocation).pipe(
+              Effect.map((recovery) => Recovery.sealingFacts(recovery, outcome)),
+              // Unreadable (an invocation over the read limits): the run's own account holds when every commit went through.
+              Effect.catchIf(
+                () => !run.mayBeUnresolved,
+                () => Effect.succeed(terminal),
+              ),
+              Effect.mapError(commitError),
             )
       yield* commitFacts(run, facts)
-      const terminal = facts[facts.length - 1]!
-      return terminal.kind === "invocation_ended" ? terminal.outcome : outcome
+      const last = facts[facts.length - 1]!
+      return last.kind === "invocation_ended" ? last.outcome : outcome
     }),
   )
 
