@@ -3,10 +3,10 @@
  * seams where later capabilities insert their steps — handoff boundary, background-summary adoption,
  * proactive compaction, overflow recovery, prune — as marked no-ops, never as pretend work.
  */
-import { Digest, EventSink, Limits, type EventWrite, type Fact, type Outcome } from "@maka/facts"
-import type { EventLogError } from "@maka/event-log"
+import { Digest, EventSink, Limits, type EventWrite, type Fact, type Outcome, type Prompt } from "@maka/facts"
+import type { EventLog, EventLogError } from "@maka/event-log"
 import { projectPrompt } from "@maka/model"
-import { Ids, Journal } from "@maka/tools"
+import { Ids, Journal, type ToolCatalog } from "@maka/tools"
 import { Effect, Fiber, Ref, Result, Semaphore } from "effect"
 import * as EngineError from "../EngineError.ts"
 import * as PromptBuilder from "../PromptBuilder.ts"
@@ -198,46 +198,37 @@ const thinkingBudget = (run: Run): number => {
   return typeof budget === "number" && Number.isSafeInteger(budget) && budget > 0 ? budget : 0
 }
 
-/** One logical step after the context read: prompt, model, tools. Returns whether the turn is done. */
-const runStep = (run: Run, priorUnknown: boolean) =>
+/** The main request of a step from the context (SEMANTICS.md §5.5), frozen for its retries. */
+const mainRequest = (run: Run, source: EventLog.ModelContextSource, tools: Prompt.ModelRequest["tools"], priorUnknown: boolean) =>
   Effect.gen(function* () {
-    const live = run.live!
-    // Over the history limits the live context fails as a fresh read would (`PrefixTooLarge`).
-    const source = yield* Effect.mapError(Effect.fromResult(live.snapshot()), storeError)
-    // Seam: proactive compaction (SEMANTICS.md §5.12) decides here, before the tools are captured.
-    const captured = run.settings.tools.capture()
-    let notice: string | undefined
-    if (priorUnknown) {
-      notice = PromptBuilder.priorUnknownNotice(source)
-      if (notice === undefined) {
-        return yield* Effect.fail(EngineError.reconciliation("unknown prior tool is missing from model context"))
-      }
+    const { settings } = run
+    const notice = priorUnknown ? PromptBuilder.priorUnknownNotice(source) : undefined
+    if (priorUnknown && notice === undefined) {
+      return yield* Effect.fail(EngineError.reconciliation("unknown prior tool is missing from model context"))
     }
     const prompt = PromptBuilder.buildMainPrompt({
-      ...(run.settings.configuration.systemPrompt === undefined ? {} : { systemPrompt: run.settings.configuration.systemPrompt.text }),
+      ...(settings.configuration.systemPrompt === undefined ? {} : { systemPrompt: settings.configuration.systemPrompt.text }),
       ...(notice === undefined ? {} : { notice }),
       source,
     })
     const maxOutputTokens = PromptBuilder.outputLimit({
-      ...(run.settings.mainOutputLimit === undefined ? {} : { mainOutputLimit: run.settings.mainOutputLimit }),
-      ...(run.settings.context === undefined ? {} : { context: run.settings.context }),
+      ...(settings.mainOutputLimit === undefined ? {} : { mainOutputLimit: settings.mainOutputLimit }),
+      ...(settings.context === undefined ? {} : { context: settings.context }),
       latestMain: source.latestMain,
       routeIdentity: run.model.routeIdentity,
-      ...(run.settings.configuration.model === undefined ? {} : { connectionId: run.settings.configuration.model.connectionId }),
+      ...(settings.configuration.model === undefined ? {} : { connectionId: settings.configuration.model.connectionId }),
       modelId: run.model.model,
       ...(source.baseline === undefined ? {} : { baselineId: source.baseline.eventId }),
       thinkingBudget: thinkingBudget(run),
     })
     const projected = projectPrompt(run.model.kind, run.model.routeIdentity, prompt)
-    const tools = captured.definitions
-    const request = { prompt: projected, tools, providerOptions: run.settings.providerOptions, maxOutputTokens }
-    const inputDigest = Digest.modelInput(request)
-    const completed = yield* attemptWithRetries(run, { request, inputDigest, source })
-    // Seam: overflow recovery (SEMANTICS.md §5.4 step 11) wraps the attempt above.
-    const calls = completed.step.parts.flatMap((part) =>
-      part.kind === "tool_call" && !part.providerExecuted ? [Journal.providerCall(completed.stepId, part)] : [],
-    )
-    if (calls.length === 0) return true
+    const request: Prompt.ModelRequest = { prompt: projected, tools, providerOptions: settings.providerOptions, maxOutputTokens }
+    return { request, inputDigest: Digest.modelInput(request), source }
+  })
+
+/** Runs the local calls of a completed step through the journal; returns whether the turn is done. */
+const runTools = (run: Run, captured: ToolCatalog.CapturedCatalog, calls: ReadonlyArray<Journal.CallRequest>) =>
+  Effect.gen(function* () {
     const guard: JournalGuard = { gate: yield* Semaphore.make(1), unsettled: new Set(), abandoned: false }
     const journal = Journal.runStep(run.settings.invocation, captured, calls, {
       cancellation: run.cancellation.cancellation,
@@ -254,8 +245,26 @@ const runStep = (run: Run, priorUnknown: boolean) =>
       )
     }
     if (result.cancelled) return yield* Effect.fail(EngineError.cancelled())
-    // Seam: prune (SEMANTICS.md §5.11) runs here after each tool batch.
     return result.finishTurn
+  })
+
+/** One logical step after the context read: prompt, model, tools. Returns whether the turn is done. */
+const runStep = (run: Run, priorUnknown: boolean) =>
+  Effect.gen(function* () {
+    // Over the history limits the live context fails as a fresh read would (`PrefixTooLarge`).
+    const source = yield* Effect.mapError(Effect.fromResult(run.live!.snapshot()), storeError)
+    // Seam: proactive compaction (SEMANTICS.md §5.12) decides here, before the tools are captured.
+    const captured = run.settings.tools.capture()
+    const input = yield* mainRequest(run, source, captured.definitions, priorUnknown)
+    const completed = yield* attemptWithRetries(run, input)
+    // Seam: overflow recovery (SEMANTICS.md §5.4 step 11) wraps the attempt above.
+    const calls = completed.step.parts.flatMap((part) =>
+      part.kind === "tool_call" && !part.providerExecuted ? [Journal.providerCall(completed.stepId, part)] : [],
+    )
+    if (calls.length === 0) return true
+    const finishTurn = yield* runTools(run, captured, calls)
+    // Seam: prune (SEMANTICS.md §5.11) runs here after each tool batch.
+    return finishTurn
   })
 
 /** The step loop (§5.4). */
