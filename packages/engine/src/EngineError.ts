@@ -31,6 +31,8 @@ export const UNWRITTEN_TERMINAL_MESSAGE =
 export const PRIOR_UNKNOWN_MESSAGE =
   "session has a tool effect whose outcome is unknown: check what it did, then send an explicit new message with allowPriorUnknown"
 export const INCOMPLETE_MESSAGE = Prompts.INCOMPLETE_OUTPUT_REJECTION_TEXT
+/** Under `allowPriorUnknown`, the context lost the unknown operation the notice must name. */
+export const PRIOR_UNKNOWN_MISSING_MESSAGE = "unknown prior tool is missing from model context"
 
 const describe = (reason: Reason): string => {
   switch (reason._tag) {

@@ -204,7 +204,7 @@ const mainRequest = (run: Run, source: EventLog.ModelContextSource, tools: Promp
     const { settings } = run
     const notice = priorUnknown ? PromptBuilder.priorUnknownNotice(source) : undefined
     if (priorUnknown && notice === undefined) {
-      return yield* Effect.fail(EngineError.reconciliation("unknown prior tool is missing from model context"))
+      return yield* Effect.fail(EngineError.reconciliation(EngineError.PRIOR_UNKNOWN_MISSING_MESSAGE))
     }
     const prompt = PromptBuilder.buildMainPrompt({
       ...(settings.configuration.systemPrompt === undefined ? {} : { systemPrompt: settings.configuration.systemPrompt.text }),
