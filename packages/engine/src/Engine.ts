@@ -19,7 +19,7 @@ import type { LanguageModel } from "@maka/model"
 import { Cancellation, Ids, type ToolCatalog } from "@maka/tools"
 import { Context, Deferred, Effect, Exit, Fiber, Layer, Ref, Result, Schema, Scope, Stream, SubscriptionRef } from "effect"
 import * as EngineError from "./EngineError.ts"
-import { defaults, resolveOptions, type EngineOptions } from "./internal/options.ts"
+import { defaults, MAX_QUEUED_STEERING, resolveOptions, type EngineOptions } from "./internal/options.ts"
 import type { Run, RunSettings } from "./internal/run-context.ts"
 import { runMessage } from "./internal/runner.ts"
 import * as Recovery from "./Recovery.ts"
@@ -152,7 +152,10 @@ const liveEvents = (
     })
   })
 
-/** Queues a steering message after the whole validation of the fact it becomes, so it can always be committed. */
+/**
+ * Queues a steering message after the whole validation of the fact it becomes, so it can always be
+ * committed; the queue is bounded (`MAX_QUEUED_STEERING`, then `Busy`).
+ */
 const steer = (invocation: Identity.Invocation, steering: Ref.Ref<ReadonlyArray<Input.DeliveredMessage>>, text: string) =>
   Effect.gen(function* () {
     const content = { text }
@@ -162,7 +165,14 @@ const steer = (invocation: Identity.Invocation, steering: Ref.Ref<ReadonlyArray<
     if (Result.isFailure(checked)) {
       return yield* Effect.fail(EngineError.invalidInput(`steering message: ${checked.failure.message}`))
     }
-    yield* Ref.update(steering, (queued) => [...queued, delivered])
+    const queued = yield* Ref.modify(steering, (queued) =>
+      queued.length >= MAX_QUEUED_STEERING ? [false, queued] : [true, [...queued, delivered]],
+    )
+    if (!queued) {
+      return yield* Effect.fail(
+        EngineError.busy(`the run already holds ${MAX_QUEUED_STEERING} steering messages for its next step`),
+      )
+    }
   })
 
 /** Builds the engine over the `EventLog` in context; runs live in the surrounding scope. */

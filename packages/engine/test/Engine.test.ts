@@ -2,6 +2,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { Canonical, type Event } from "@maka/facts"
 import { OpenAiSse, Respond } from "@maka/testkit"
 import { Effect, Stream } from "effect"
+import { MAX_QUEUED_STEERING } from "../src/internal/options.ts"
 import { factsOf } from "./support/harness.ts"
 import { catalog, input, setup, type Effects } from "./support/setup.ts"
 
@@ -231,7 +232,7 @@ describe("Engine", () => {
       }),
     ))
 
-  it.live("refuses steering that fails message validation with InvalidInput and lets the run go on", () =>
+  it.live("refuses steering that fails message validation with InvalidInput, bounds the queue, and lets the run go on", () =>
     Effect.scoped(
       Effect.gen(function* () {
         const gate = Respond.gate()
@@ -248,13 +249,17 @@ describe("Engine", () => {
         assert.strictEqual(refused.reason._tag, "InvalidInput")
         assert.include(refused.message, "message text exceeds")
         yield* running.steer("a real one")
+        // The queue is bounded: 64 messages wait for the step boundary, the next one is refused.
+        for (let index = 1; index < MAX_QUEUED_STEERING; index++) yield* running.steer(`more ${index}`)
+        const full = yield* Effect.flip(running.steer("one too many"))
+        assert.strictEqual(full.reason._tag, "Busy")
         gate.release()
         const result = yield* running.wait
         assert.deepStrictEqual(result.outcome, { kind: "completed" })
         const steered = factsOf(yield* context.engine.log.events("session-1"), "message_steered")
         assert.deepStrictEqual(
           steered.map((fact) => fact.message.content.text),
-          ["a real one"],
+          ["a real one", ...Array.from({ length: MAX_QUEUED_STEERING - 1 }, (_, index) => `more ${index + 1}`)],
         )
       }),
     ))

@@ -26,6 +26,9 @@ export interface EngineOptions {
   readonly cancelGraceMs: number
 }
 
+/** The most steering messages one run holds for its next step boundary; `steer` refuses more. */
+export const MAX_QUEUED_STEERING = 64
+
 /** The most `observationDelayMs` may be: nothing waits longer to be shown. */
 export const MAX_OBSERVATION_DELAY_MS = 50
 
