@@ -388,6 +388,12 @@ const everyCommitPoint = (openLog?: Effect.Effect<Setup["log"], unknown, Scope.S
             const faulted = yield* faultedSetup(label, mode, openLog)
             const { wait } = yield* runLoop(faulted)
             assert.isTrue(faulted.faults.fired(), `${label} ${mode} never fired: ${faulted.faults.labels.join(" ")} ${String(wait)}`)
+            // A sealed run names the store failure (or the unknown outcome it left): never a bug, never success.
+            if (Exit.isSuccess(wait)) {
+              const outcome = wait.value.outcome
+              const ending = outcome.kind === "failed" ? outcome.class : outcome.kind
+              assert.include(["event_commit", "outcome_unknown"], ending, `${label} ${mode}`)
+            }
             yield* admitsNext(faulted, faulted.context.log)
           }),
         ).pipe(Effect.tapCause(() => Effect.sync(() => console.error(`failed at ${label} ${mode}`))))
