@@ -19,8 +19,8 @@ import type { LanguageModel } from "@maka/model"
 import { Cancellation, Ids, type ToolCatalog } from "@maka/tools"
 import { Context, Deferred, Effect, Exit, Fiber, Layer, Ref, Result, Schema, Scope, Stream, SubscriptionRef } from "effect"
 import * as EngineError from "./EngineError.ts"
-import { defaults, type EngineOptions } from "./internal/options.ts"
-import type { Run } from "./internal/run-context.ts"
+import { defaults, MAX_QUEUED_STEERING, resolveOptions, type EngineOptions } from "./internal/options.ts"
+import type { Run, RunSettings } from "./internal/run-context.ts"
 import { runMessage } from "./internal/runner.ts"
 import * as Recovery from "./Recovery.ts"
 
@@ -113,6 +113,68 @@ export const validateInput = (input: StartInput): string | undefined => {
   return Result.isFailure(opening) ? opening.failure.message : undefined
 }
 
+/** Waits until `signal` aborts; its listener is removed when the wait ends or is interrupted. */
+const onAbort = (signal: AbortSignal): Effect.Effect<void> =>
+  Effect.callback<void>((resume) => {
+    const listener = () => resume(Effect.void)
+    signal.addEventListener("abort", listener, { once: true })
+    return Effect.sync(() => signal.removeEventListener("abort", listener))
+  })
+
+/** The frozen settings of a run from its input. */
+const runSettings = (input: StartInput): RunSettings => ({
+  invocation: input.invocation,
+  configuration: input.configuration,
+  providerOptions: input.providerOptions ?? {},
+  ...(input.context === undefined ? {} : { context: input.context }),
+  ...(input.mainOutputLimit === undefined ? {} : { mainOutputLimit: input.mainOutputLimit }),
+  ...(input.requestFingerprint === undefined ? {} : { requestFingerprint: input.requestFingerprint }),
+  message: input.message,
+  tools: input.tools,
+  maxSteps: input.maxSteps ?? Limits.DEFAULT_MAX_STEPS,
+  allowPriorUnknown: input.allowPriorUnknown ?? false,
+})
+
+/**
+ * Every committed event of a run from its opening, live: ends after the terminal, or when the run
+ * ended without one (its terminal could not be appended).
+ */
+const liveEvents = (
+  progress: SubscriptionRef.SubscriptionRef<{ readonly total: number; readonly done: boolean }>,
+  committed: ReadonlyArray<Event.StoredEvent>,
+): Stream.Stream<Event.StoredEvent> =>
+  Stream.suspend(() => {
+    let emitted = 0
+    return Stream.flatMap(SubscriptionRef.changes(progress).pipe(Stream.takeUntil((state) => state.done)), (state) => {
+      const next = committed.slice(emitted, state.total)
+      emitted = Math.max(emitted, state.total)
+      return Stream.fromIterable(next)
+    })
+  })
+
+/**
+ * Queues a steering message after the whole validation of the fact it becomes, so it can always be
+ * committed; the queue is bounded (`MAX_QUEUED_STEERING`, then `Busy`).
+ */
+const steer = (invocation: Identity.Invocation, steering: Ref.Ref<ReadonlyArray<Input.DeliveredMessage>>, text: string) =>
+  Effect.gen(function* () {
+    const content = { text }
+    const messageId = yield* Ids.next
+    const delivered = { messageId, content, submittedContentDigest: Digest.messageContent(content) }
+    const checked = Codec.decodeFact({ kind: "message_steered", message: delivered }, invocation)
+    if (Result.isFailure(checked)) {
+      return yield* Effect.fail(EngineError.invalidInput(`steering message: ${checked.failure.message}`))
+    }
+    const queued = yield* Ref.modify(steering, (queued) =>
+      queued.length >= MAX_QUEUED_STEERING ? [false, queued] : [true, [...queued, delivered]],
+    )
+    if (!queued) {
+      return yield* Effect.fail(
+        EngineError.busy(`the run already holds ${MAX_QUEUED_STEERING} steering messages for its next step`),
+      )
+    }
+  })
+
 /** Builds the engine over the `EventLog` in context; runs live in the surrounding scope. */
 export const make = (options: Partial<EngineOptions> = {}) =>
   Effect.gen(function* () {
@@ -121,12 +183,29 @@ export const make = (options: Partial<EngineOptions> = {}) =>
     // Runs live in the engine's own scope, so closing the surrounding scope first cancels and drains
     // them (the finalizer below) instead of interrupting them mid-step.
     const runScope = yield* Scope.make()
-    const merged: EngineOptions = { ...defaults, ...options }
-    const settingsOf: EngineOptions = {
-      ...merged,
-      observationDelayMs: Math.min(50, Math.max(0, merged.observationDelayMs)),
-    }
+    const settingsOf = resolveOptions(options)
     const active = new Set<string>()
+    // Runs of this engine that ended without a durable terminal (or whose opening may have landed):
+    // no fiber runs them any more, so the engine seals them itself before its next start on the session.
+    const unwritten = new Map<string, Identity.Invocation>()
+    const sealUnwritten = (sessionId: string) =>
+      Effect.forEach(
+        [...unwritten.values()].filter((invocation) => invocation.sessionId === sessionId),
+        (invocation) =>
+          Recovery.seal(log, invocation, {
+            kind: "failed",
+            class: "event_commit",
+            message: EngineError.UNWRITTEN_TERMINAL_MESSAGE,
+          }).pipe(
+            Effect.provideService(Ids.Ids, ids),
+            Effect.match({
+              onSuccess: () => unwritten.delete(invocation.invocationId),
+              // A refusal: already sealed, or the opening never landed. Anything else: try again next time.
+              onFailure: (error) => error._tag === "EventLogError" && error.isRejected && unwritten.delete(invocation.invocationId),
+            }),
+          ),
+        { discard: true },
+      )
     const live = new Map<string, { readonly cancel: Effect.Effect<void>; readonly fiber: Fiber.Fiber<unknown, unknown> }>()
 
     const start = (input: StartInput): Effect.Effect<RunningInvocation, EngineError.EngineError> =>
@@ -135,13 +214,11 @@ export const make = (options: Partial<EngineOptions> = {}) =>
         if (problem !== undefined) return yield* Effect.fail(EngineError.invalidInput(problem))
         const sessionId = input.invocation.sessionId
         if (active.has(sessionId)) return yield* Effect.fail(EngineError.busy(EngineError.SESSION_ACTIVE_MESSAGE))
+        yield* sealUnwritten(sessionId)
+        if (active.has(sessionId)) return yield* Effect.fail(EngineError.busy(EngineError.SESSION_ACTIVE_MESSAGE))
         active.add(sessionId)
         const cancellation = yield* Cancellation.make
-        const signal = input.signal
-        if (signal !== undefined) {
-          if (signal.aborted) yield* cancellation.cancel
-          else signal.addEventListener("abort", () => Effect.runFork(cancellation.cancel), { once: true })
-        }
+        if (input.signal?.aborted === true) yield* cancellation.cancel
         const steering = yield* Ref.make<ReadonlyArray<Input.DeliveredMessage>>([])
         const committed: Array<Event.StoredEvent> = []
         const progress = yield* SubscriptionRef.make({ total: 0, done: false })
@@ -154,82 +231,65 @@ export const make = (options: Partial<EngineOptions> = {}) =>
           cancellation,
           steering,
           live: undefined,
-          settings: {
-            invocation: input.invocation,
-            configuration: input.configuration,
-            providerOptions: input.providerOptions ?? {},
-            ...(input.context === undefined ? {} : { context: input.context }),
-            ...(input.mainOutputLimit === undefined ? {} : { mainOutputLimit: input.mainOutputLimit }),
-            ...(input.requestFingerprint === undefined ? {} : { requestFingerprint: input.requestFingerprint }),
-            message: input.message,
-            tools: input.tools,
-            maxSteps: input.maxSteps ?? Limits.DEFAULT_MAX_STEPS,
-            allowPriorUnknown: input.allowPriorUnknown ?? false,
-          },
-          onCommitted: (events) => {
-            committed.push(...events)
-            Effect.runSync(SubscriptionRef.set(progress, { total: committed.length, done: false }))
-          },
-        }
-        const worker = runMessage(run, Deferred.succeed(admitted, undefined)).pipe(
-          Effect.provideService(Ids.Ids, ids),
-          Effect.exit,
-          Effect.flatMap((exit) =>
-            Effect.gen(function* () {
-              active.delete(sessionId)
-              live.delete(input.invocation.invocationId)
-              yield* SubscriptionRef.set(progress, { total: committed.length, done: true })
-              if (Exit.isSuccess(exit)) {
-                yield* Deferred.succeed(result, { invocation: input.invocation, outcome: exit.value.outcome })
-              } else {
-                const failure = Exit.findErrorOption(exit)
-                yield* Deferred.fail(
-                  result,
-                  failure._tag === "Some" ? failure.value : EngineError.internal(`the run failed: ${String(exit.cause)}`),
-                )
-              }
-              yield* Deferred.succeed(admitted, undefined)
+          openingUncertain: false,
+          mayBeUnresolved: false,
+          settings: runSettings(input),
+          onCommitted: (events) =>
+            Effect.suspend(() => {
+              committed.push(...events)
+              return SubscriptionRef.set(progress, { total: committed.length, done: false })
             }),
-          ),
+        }
+        // The caller's signal cancels the run while it runs; its listener goes with the run.
+        const watched =
+          input.signal === undefined || input.signal.aborted
+            ? runMessage(run, Deferred.succeed(admitted, undefined))
+            : Effect.raceFirst(
+                runMessage(run, Deferred.succeed(admitted, undefined)),
+                Effect.andThen(onAbort(input.signal), Effect.andThen(cancellation.cancel, Effect.never)),
+              )
+        // The session is released before the result is, so a caller that awaits `wait` can start again.
+        const release = Effect.suspend(() => {
+          active.delete(sessionId)
+          live.delete(input.invocation.invocationId)
+          return SubscriptionRef.set(progress, { total: committed.length, done: true })
+        })
+        const failed = (error: EngineError.EngineError) =>
+          Effect.suspend(() => {
+            // Ended without a durable terminal: the engine seals it before its next start on the session.
+            if (committed.length > 0 || run.openingUncertain) unwritten.set(input.invocation.invocationId, input.invocation)
+            return Effect.andThen(release, Deferred.fail(result, error))
+          })
+        const worker = watched.pipe(
+          Effect.provideService(Ids.Ids, ids),
+          Effect.catchDefect((defect) => Effect.fail(EngineError.internal(`the run failed: ${String(defect)}`))),
+          Effect.matchEffect({
+            onSuccess: ({ outcome }) => Effect.andThen(release, Deferred.succeed(result, { invocation: input.invocation, outcome })),
+            onFailure: failed,
+          }),
+          Effect.onInterrupt(() => failed(EngineError.internal("the run was interrupted before its terminal"))),
+          Effect.ensuring(Deferred.succeed(admitted, undefined)),
         )
         const fiber = yield* Effect.forkIn(worker, runScope)
         live.set(input.invocation.invocationId, { cancel: cancellation.cancel, fiber })
         yield* Deferred.await(admitted)
         if (committed.length === 0) {
           // The worker ended before the opening was durable: its error, nothing written.
-          const exit = yield* Effect.exit(Deferred.await(result))
-          const failure = Exit.isFailure(exit) ? Exit.findErrorOption(exit) : undefined
-          return yield* Effect.fail(
-            failure !== undefined && failure._tag === "Some"
-              ? failure.value
-              : EngineError.internal("worker omitted durable admission"),
-          )
+          const error = yield* Effect.match(Deferred.await(result), {
+            onFailure: (error) => error,
+            onSuccess: () => EngineError.internal("worker omitted durable admission"),
+          })
+          const own =
+            error.reason._tag === "ReconciliationRequired" &&
+            error.reason.message === EngineError.UNSEALED_RUN_MESSAGE &&
+            [...unwritten.values()].some((invocation) => invocation.sessionId === sessionId)
+          return yield* Effect.fail(own ? EngineError.reconciliation(EngineError.UNWRITTEN_TERMINAL_MESSAGE) : error)
         }
-        const events = Stream.suspend(() => {
-          let emitted = 0
-          // Ends after the terminal, or when the run ended without one (its terminal could not be appended).
-          return Stream.flatMap(
-            SubscriptionRef.changes(progress).pipe(Stream.takeUntil((state) => state.done)),
-            (state) => {
-              const next = committed.slice(emitted, state.total)
-              emitted = Math.max(emitted, state.total)
-              return Stream.fromIterable(next)
-            },
-          )
-        })
         return {
           invocation: input.invocation,
           toolNames: input.tools.names,
-          events,
-          steer: (text: string) =>
-            Effect.gen(function* () {
-              const content = { text }
-              const messageId = yield* ids.next
-              const delivered = { messageId, content, submittedContentDigest: Digest.messageContent(content) }
-              const problem = decodeClosed(Input.DeliveredMessage, delivered, "steering message")
-              if (problem !== undefined) return yield* Effect.fail(EngineError.invalidInput(problem))
-              yield* Ref.update(steering, (queued) => [...queued, delivered])
-            }),
+          events: liveEvents(progress, committed),
+          steer: (text: string) => Effect.provideService(steer(input.invocation, steering, text), Ids.Ids, ids),
           cancel: cancellation.cancel,
           wait: Deferred.await(result),
         } satisfies RunningInvocation
@@ -262,7 +322,12 @@ export const layer = (options: Partial<EngineOptions> = {}) =>
     Engine,
     Effect.gen(function* () {
       const engine = yield* make(options)
-      if (engine.log.dialect === "sqlite") yield* engine.recover
+      if (engine.log.dialect === "sqlite") {
+        const report = yield* engine.recover
+        for (const item of report.unsealed) {
+          yield* Effect.logWarning(`recovery could not seal invocation ${item.invocation.invocationId}: ${item.message}`)
+        }
+      }
       return engine
     }),
   )

@@ -28,10 +28,18 @@ export type Reason =
   | { readonly _tag: "Internal"; readonly message: string }
 
 export const SESSION_ACTIVE_MESSAGE = "session already has an active invocation"
-export const SESSION_RESERVED_MESSAGE = "session is reserved for its sealed handoff successor"
+export const SESSION_RESERVED_MESSAGE = Prompts.SESSION_RESERVED_MESSAGE
 export const UNSEALED_RUN_MESSAGE =
   "session has an unsealed run: it is live on another host, or it crashed; run recover when no other engine is live"
+/** A run of this engine ended but its terminal could not be written; the engine seals it itself. */
+export const UNWRITTEN_TERMINAL_MESSAGE =
+  "session has a run of this engine whose terminal could not be written; it is sealed when the log accepts writes again"
+/** The way out of an unknown tool outcome (SEMANTICS.md §5.8). */
+export const PRIOR_UNKNOWN_MESSAGE =
+  "session has a tool effect whose outcome is unknown: check what it did, then send an explicit new message with allowPriorUnknown"
 export const INCOMPLETE_MESSAGE = Prompts.INCOMPLETE_OUTPUT_REJECTION_TEXT
+/** Under `allowPriorUnknown`, the context lost the unknown operation the notice must name. */
+export const PRIOR_UNKNOWN_MISSING_MESSAGE = "unknown prior tool is missing from model context"
 
 const describe = (reason: Reason): string => {
   switch (reason._tag) {

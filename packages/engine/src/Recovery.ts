@@ -1,11 +1,12 @@
 /**
- * Recovery (SEMANTICS.md §5.13): seals every invocation a crashed host left open, without calling a
- * model or a tool. Open requests are interrupted `failed`, calls never dispatched are rejected
- * `cancelled`, and the terminal is `failed {host_interrupted}` or, when a dispatch has no settlement,
- * `failed {outcome_unknown}`. Idempotent: a second pass seals nothing.
+ * Recovery (SEMANTICS.md §5.13) and the one sealing rule it shares with the runner: open requests are
+ * interrupted `failed`, calls never dispatched are rejected `cancelled`, and the terminal records the
+ * intended outcome, or `failed {outcome_unknown}` when a dispatch has no settlement. Recovery seals
+ * what a crashed host left open without calling a model or a tool; one invocation it cannot seal is
+ * reported and the others are sealed all the same. Idempotent: a second pass seals nothing.
  */
 import { EventWrite, Limits, type Fact, type Identity, type Outcome } from "@maka/facts"
-import type { EventLog } from "@maka/event-log"
+import type { EventLog, EventLogError } from "@maka/event-log"
 import { Ids } from "@maka/tools"
 import { Clock, Effect, Result } from "effect"
 import * as EngineError from "./EngineError.ts"
@@ -15,9 +16,50 @@ export interface Sealed {
   readonly failureClass: Extract<Outcome.FailureClass, "host_interrupted" | "outcome_unknown">
 }
 
+/** An invocation recovery could not seal, and why; it stays open for the next pass. */
+export interface Unsealed {
+  readonly invocation: Identity.Invocation
+  readonly message: string
+}
+
 export interface Report {
   readonly sealed: ReadonlyArray<Sealed>
   readonly count: number
+  readonly unsealed: ReadonlyArray<Unsealed>
+}
+
+/**
+ * The facts that seal an invocation in the state `recovery` read, ending with its terminal: the
+ * intended `outcome`, unless a dispatch has no settlement, which only `failed {outcome_unknown}` may
+ * seal (keeping the intended failure's message).
+ */
+export const sealingFacts = (
+  recovery: EventLog.InvocationRecovery,
+  outcome: Outcome.InvocationOutcome,
+): ReadonlyArray<Fact.Fact> => {
+  const uncertain = recovery.uncertainOperations.length > 0
+  const terminal: Outcome.InvocationOutcome =
+    uncertain && !(outcome.kind === "failed" && outcome.class === "outcome_unknown")
+      ? {
+          kind: "failed",
+          class: "outcome_unknown",
+          ...(outcome.kind === "failed" && outcome.message !== undefined ? { message: outcome.message } : {}),
+        }
+      : outcome
+  return [
+    ...recovery.unfinishedModelSteps.map((stepId): Fact.Fact => ({ kind: "model_interrupted", stepId, status: "failed" })),
+    ...recovery.undispatchedCalls.map(
+      (call): Fact.Fact => ({
+        kind: "tool_rejected",
+        operationId: call.operationId,
+        call: call.identity,
+        name: call.name,
+        input: call.input,
+        reason: { kind: "cancelled" },
+      }),
+    ),
+    { kind: "invocation_ended", outcome: terminal },
+  ]
 }
 
 const write = (invocation: Identity.Invocation, fact: Fact.Fact) =>
@@ -30,40 +72,54 @@ const write = (invocation: Identity.Invocation, fact: Fact.Fact) =>
       : yield* Effect.fail(EngineError.internal(`recovery built an invalid ${fact.kind}: ${built.failure.message}`))
   })
 
-/** Seals one unfinished invocation in one batch. */
-export const sealOne = (log: EventLog.EventLogShape, invocation: Identity.Invocation) =>
+/**
+ * Seals one open invocation with `outcome` in one batch, from its durable state; returns the
+ * terminal outcome written. Fails with the log's error when the read or the batch fails.
+ */
+export const seal = (
+  log: EventLog.EventLogShape,
+  invocation: Identity.Invocation,
+  outcome: Outcome.InvocationOutcome,
+): Effect.Effect<Outcome.InvocationOutcome, EventLogError.EventLogError | EngineError.EngineError, Ids.Ids> =>
   Effect.gen(function* () {
-    const recovery = yield* Effect.mapError(log.invocationRecovery(invocation), (error) => EngineError.store(error.message))
-    const failureClass = recovery.uncertainOperations.length === 0 ? "host_interrupted" : "outcome_unknown"
-    const facts: Array<Fact.Fact> = [
-      ...recovery.unfinishedModelSteps.map((stepId): Fact.Fact => ({ kind: "model_interrupted", stepId, status: "failed" })),
-      ...recovery.undispatchedCalls.map(
-        (call): Fact.Fact => ({
-          kind: "tool_rejected",
-          operationId: call.operationId,
-          call: call.identity,
-          name: call.name,
-          input: call.input,
-          reason: { kind: "cancelled" },
-        }),
-      ),
-      { kind: "invocation_ended", outcome: { kind: "failed", class: failureClass } },
-    ]
+    const facts = sealingFacts(yield* log.invocationRecovery(invocation), outcome)
     const writes = yield* Effect.forEach(facts, (fact) => write(invocation, fact))
-    yield* Effect.mapError(log.appendBatch(writes), (error) => EngineError.commit(error.message))
-    return { invocation, failureClass } satisfies Sealed
+    yield* log.appendBatch(writes)
+    const terminal = facts[facts.length - 1]!
+    return terminal.kind === "invocation_ended" ? terminal.outcome : outcome
   })
 
-/** Seals every unfinished invocation of the log (at most 10,000 per pass). */
+/** Seals one unfinished invocation a crashed host left: `host_interrupted`, or `outcome_unknown`. */
+export const sealOne = (log: EventLog.EventLogShape, invocation: Identity.Invocation) =>
+  seal(log, invocation, { kind: "failed", class: "host_interrupted" }).pipe(
+    Effect.mapError((error) => (error._tag === "EventLogError" ? EngineError.commit(error.message) : error)),
+    Effect.map(
+      (outcome): Sealed => ({
+        invocation,
+        failureClass: outcome.kind === "failed" && outcome.class === "outcome_unknown" ? "outcome_unknown" : "host_interrupted",
+      }),
+    ),
+  )
+
+/**
+ * Seals every unfinished invocation of the log (at most 10,000 per pass) except those `skip` names.
+ * An invocation that cannot be sealed is reported in `unsealed`; the pass goes on with the others.
+ */
 export const recover = (log: EventLog.EventLogShape, skip: (invocation: Identity.Invocation) => boolean = () => false) =>
   Effect.gen(function* () {
     const unfinished = yield* Effect.mapError(log.unfinishedInvocations(Limits.MAX_HISTORY_EVENTS), (error) =>
       EngineError.store(error.message),
     )
     const sealed: Array<Sealed> = []
+    const unsealed: Array<Unsealed> = []
     for (const invocation of unfinished) {
       if (skip(invocation)) continue
-      sealed.push(yield* sealOne(log, invocation))
+      yield* sealOne(log, invocation).pipe(
+        Effect.match({
+          onSuccess: (item) => sealed.push(item),
+          onFailure: (error) => unsealed.push({ invocation, message: error.message }),
+        }),
+      )
     }
-    return { sealed, count: sealed.length } satisfies Report
+    return { sealed, count: sealed.length, unsealed } satisfies Report
   })

@@ -2,8 +2,9 @@ import { assert, describe, it } from "@effect/vitest"
 import { OpenAiSse, Respond } from "@maka/testkit"
 import { Tool, ToolCatalog } from "@maka/tools"
 import { Deferred, Effect, Schema, Stream } from "effect"
+import { getEventListeners } from "node:events"
 import { factsOf, kinds, wireMessages } from "./support/harness.ts"
-import { echoTool, input, setup, type Effects } from "./support/setup.ts"
+import { catalog, echoTool, input, setup, type Effects } from "./support/setup.ts"
 
 /** A `slow` tool whose effect signals `started`, waits for `release`, then records itself. */
 const slowTool = (effects: Effects, started: Deferred.Deferred<void>, release: Deferred.Deferred<void>) =>
@@ -92,6 +93,106 @@ describe("Cancellation", () => {
             ["call-2", "tool cancelled before dispatch; tool was not executed"],
           ],
         )
+      }),
+    ))
+})
+
+/** A `stuck` tool whose effect signals `started`, then never ends and ignores its AbortSignal. */
+const stuckTool = (started: Deferred.Deferred<void>) =>
+  Tool.make({
+    name: "stuck",
+    description: "Never returns.",
+    input: Schema.Struct({ value: Schema.String }),
+    semantics: "parallel",
+    execute: () => Effect.andThen(Deferred.succeed(started, undefined), Effect.never),
+  })
+
+const stuckScript = () => [
+  Respond.sse(
+    OpenAiSse.response({
+      toolCalls: [
+        { id: "call-1", name: "stuck", arguments: ['{"value":"first"}'] },
+        { id: "call-2", name: "echo", arguments: ['{"value":"second"}'] },
+      ],
+    }),
+  ),
+]
+
+describe("a tool that ignores its AbortSignal", () => {
+  const graceMs = 300
+
+  it.live("cancel() seals the run within cancelGraceMs and records the effect's outcome as unknown", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({ script: stuckScript() }, { backoffBaseMs: 5, backoffMaxMs: 40, cancelGraceMs: graceMs })
+        const effects: Effects = { ran: [] }
+        const started = yield* Deferred.make<void>()
+        const running = yield* context.engine.start(input(context, "Run both.", ToolCatalog.make([stuckTool(started), echoTool(effects)])))
+        yield* Deferred.await(started)
+        const cancelledAt = Date.now()
+        yield* running.cancel
+        const result = yield* Effect.timeoutOrElse(running.wait, {
+          duration: graceMs + 4_000,
+          orElse: () => Effect.die(new Error("the run was not sealed within its bound")),
+        })
+        assert.isBelow(Date.now() - cancelledAt, graceMs + 4_000)
+        assert.isAtLeast(Date.now() - cancelledAt, graceMs - 50)
+        assert.strictEqual(result.outcome.kind === "failed" ? result.outcome.class : result.outcome.kind, "outcome_unknown")
+        assert.deepStrictEqual(kinds(yield* context.log.events("session-1")), [
+          "invocation_opened",
+          "model_requested",
+          "model_completed",
+          "tool_dispatched",
+          "tool_rejected:cancelled",
+          "invocation_ended:failed:outcome_unknown",
+        ])
+        assert.deepStrictEqual(effects.ran, [])
+        // The session says how to go on.
+        const refused = yield* Effect.flip(context.engine.start(input(context, "Next.", catalog(effects))))
+        assert.strictEqual(refused.reason._tag, "ReconciliationRequired")
+        assert.include(refused.message, "allowPriorUnknown")
+      }),
+    ))
+
+  it.live("close() finishes within cancelGraceMs and leaves the run sealed outcome_unknown", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({ script: stuckScript() }, { backoffBaseMs: 5, backoffMaxMs: 40, cancelGraceMs: graceMs })
+        const started = yield* Deferred.make<void>()
+        const running = yield* context.engine.start(
+          input(context, "Run both.", ToolCatalog.make([stuckTool(started), echoTool({ ran: [] })])),
+        )
+        yield* Deferred.await(started)
+        const closingAt = Date.now()
+        yield* Effect.timeoutOrElse(context.engine.close, {
+          duration: graceMs + 4_000,
+          orElse: () => Effect.die(new Error("close() did not finish within its bound")),
+        })
+        assert.isBelow(Date.now() - closingAt, graceMs + 4_000)
+        const result = yield* running.wait
+        assert.strictEqual(result.outcome.kind === "failed" ? result.outcome.class : result.outcome.kind, "outcome_unknown")
+        assert.deepStrictEqual(yield* context.log.unfinishedInvocations(10), [])
+      }),
+    ))
+})
+
+describe("the caller's signal", () => {
+  it.live("cancels a running run when it aborts, and no listener is left on it once a run ends", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({ script: [Respond.sse(OpenAiSse.response({ text: ["ok"] })), Respond.hang()] })
+        const kept = new AbortController()
+        const done = yield* context.engine.run(input(context, "Answer.", catalog({ ran: [] }), { signal: kept.signal }))
+        assert.deepStrictEqual(done.outcome, { kind: "completed" })
+        assert.strictEqual(getEventListeners(kept.signal, "abort").length, 0)
+        // A run on a hanging request is cancelled by the signal, and its listener goes with it.
+        const aborting = new AbortController()
+        const running = yield* context.engine.start(input(context, "Hang.", catalog({ ran: [] }), { signal: aborting.signal }))
+        yield* Effect.promise(() => context.server.request(1))
+        aborting.abort()
+        const result = yield* running.wait
+        assert.deepStrictEqual(result.outcome, { kind: "cancelled", source: "runtime_cancellation" })
+        assert.strictEqual(getEventListeners(aborting.signal, "abort").length, 0)
       }),
     ))
 })

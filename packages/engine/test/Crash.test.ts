@@ -274,7 +274,7 @@ const verify = (point: string, child: ChildResult) =>
       const workspace = path.join(child.directory, "workspace")
       const engine = yield* reopen(path.join(child.directory, "events.sqlite"))
       assert.deepStrictEqual(yield* engine.log.unfinishedInvocations(100), [])
-      assert.deepStrictEqual(yield* engine.recover, { sealed: [], count: 0 })
+      assert.deepStrictEqual(yield* engine.recover, { sealed: [], count: 0, unsealed: [] })
       const events = yield* engine.log.events(SESSION)
       assertSealed(events)
       const lines = readEffects(workspace)

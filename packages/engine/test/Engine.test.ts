@@ -2,6 +2,8 @@ import { assert, describe, it } from "@effect/vitest"
 import { Canonical, type Event } from "@maka/facts"
 import { OpenAiSse, Respond } from "@maka/testkit"
 import { Effect, Stream } from "effect"
+import { MAX_QUEUED_STEERING } from "../src/internal/options.ts"
+import { factsOf } from "./support/harness.ts"
 import { catalog, input, setup, type Effects } from "./support/setup.ts"
 
 const kinds = (events: ReadonlyArray<Event.StoredEvent>) =>
@@ -227,6 +229,38 @@ describe("Engine", () => {
         assert.strictEqual(second.split("<user_query>\\nalso check the tests\\n</user_query>").length, 2)
         const steered = (yield* context.engine.log.events("session-1")).filter((stored) => stored.event.fact.kind === "message_steered")
         assert.strictEqual(steered.length, 1)
+      }),
+    ))
+
+  it.live("refuses steering that fails message validation with InvalidInput, bounds the queue, and lets the run go on", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const gate = Respond.gate()
+        const context = yield* setup({
+          script: [
+            Respond.hold(gate, Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-1", name: "echo", arguments: ['{"value":"a"}'] }] }))),
+            Respond.sse(OpenAiSse.response({ text: ["ok"] })),
+          ],
+        })
+        const running = yield* context.engine.start(input(context, "Start.", catalog({ ran: [] })))
+        yield* Effect.promise(() => context.server.request(0))
+        // 70 KiB is over the 64 KiB message limit: refused where it enters, never a failed run.
+        const refused = yield* Effect.flip(running.steer("x".repeat(70 * 1024)))
+        assert.strictEqual(refused.reason._tag, "InvalidInput")
+        assert.include(refused.message, "message text exceeds")
+        yield* running.steer("a real one")
+        // The queue is bounded: 64 messages wait for the step boundary, the next one is refused.
+        for (let index = 1; index < MAX_QUEUED_STEERING; index++) yield* running.steer(`more ${index}`)
+        const full = yield* Effect.flip(running.steer("one too many"))
+        assert.strictEqual(full.reason._tag, "Busy")
+        gate.release()
+        const result = yield* running.wait
+        assert.deepStrictEqual(result.outcome, { kind: "completed" })
+        const steered = factsOf(yield* context.engine.log.events("session-1"), "message_steered")
+        assert.deepStrictEqual(
+          steered.map((fact) => fact.message.content.text),
+          ["a real one", ...Array.from({ length: MAX_QUEUED_STEERING - 1 }, (_, index) => `more ${index + 1}`)],
+        )
       }),
     ))
 

@@ -12,7 +12,7 @@ import type { EventLog } from "@maka/event-log"
 import { projectPrompt, type LanguageModel } from "@maka/model"
 import { FactBuilders, History, OpenAiSse, Respond } from "@maka/testkit"
 import type { ToolCatalog } from "@maka/tools"
-import { Effect } from "effect"
+import { Effect, Result } from "effect"
 import { isDeepStrictEqual } from "node:util"
 import * as PromptBuilder from "../src/PromptBuilder.ts"
 import { LiveContext } from "../src/internal/live-context.ts"
@@ -122,10 +122,11 @@ const comparing = (
         } else {
           const fresh = yield* read(current.invocationId)
           comparison.snapshots++
-          if (!isDeepStrictEqual(current.live.snapshot(), fresh)) {
+          const cached = current.live.snapshot()
+          if (!Result.isSuccess(cached) || !isDeepStrictEqual(cached.success, fresh)) {
             comparison.mismatches.push(
               `after ${writes.map((write) => write.event.fact.kind).join("+")} at ${sequences.join(",")}: ` +
-                `live ${JSON.stringify(current.live.snapshot())} != fresh ${JSON.stringify(fresh)}`,
+                `live ${JSON.stringify(cached)} != fresh ${JSON.stringify(fresh)}`,
             )
           }
         }

@@ -5,6 +5,7 @@ import * as LogTesting from "@maka/event-log/testing"
 import { FactBuilders, History, OpenAiSse, Respond } from "@maka/testkit"
 import { Context, Effect, Layer } from "effect"
 import * as path from "node:path"
+import * as EngineError from "../src/EngineError.ts"
 import { factsOf, kinds, recording, reopen } from "./support/harness.ts"
 import { catalog, input, setup, type Effects } from "./support/setup.ts"
 
@@ -46,7 +47,7 @@ describe("Recovery", () => {
         const { history, run, main, summary } = openRequests()
         yield* context.log.appendBatch(history.writes)
         const report = yield* context.engine.recover
-        assert.deepStrictEqual(report, { sealed: [{ invocation: run.invocation, failureClass: "host_interrupted" }], count: 1 })
+        assert.deepStrictEqual(report, { sealed: [{ invocation: run.invocation, failureClass: "host_interrupted" }], count: 1, unsealed: [] })
         const events = yield* context.log.events("session-1")
         const written = events.slice(history.events.length).map((stored) => stored.event.fact)
         assert.deepStrictEqual(written, [
@@ -55,7 +56,7 @@ describe("Recovery", () => {
           { kind: "invocation_ended", outcome: { kind: "failed", class: "host_interrupted" } },
         ])
         const again = yield* context.engine.recover
-        assert.deepStrictEqual(again, { sealed: [], count: 0 })
+        assert.deepStrictEqual(again, { sealed: [], count: 0, unsealed: [] })
         assert.strictEqual((yield* context.log.events("session-1")).length, events.length)
         // The sealed opening's invocation id cannot be opened again.
         const reused = yield* Effect.flip(context.engine.start({ ...input(context, "again", catalog({ ran: [] })), invocation: run.invocation }))
@@ -87,11 +88,14 @@ describe("Recovery", () => {
             { kind: "invocation_ended", outcome: { kind: "failed", class: "outcome_unknown" } },
           ],
         )
-        assert.deepStrictEqual(yield* context.engine.recover, { sealed: [], count: 0 })
+        assert.deepStrictEqual(yield* context.engine.recover, { sealed: [], count: 0, unsealed: [] })
         // The next ordinary admission is reconciliation_required and writes nothing.
         const effects: Effects = { ran: [] }
         const refused = yield* Effect.flip(context.engine.start(input(context, "Carry on.", catalog(effects))))
         assert.strictEqual(refused.reason._tag, "ReconciliationRequired")
+        // The message names the way out.
+        assert.strictEqual(refused.message, EngineError.PRIOR_UNKNOWN_MESSAGE)
+        assert.include(refused.message, "allowPriorUnknown")
         assert.strictEqual((yield* context.log.events("session-1")).length, events.length)
         assert.deepStrictEqual(context.server.requests(), [])
       }),
@@ -144,6 +148,25 @@ describe("Recovery", () => {
       }),
     ))
 
+  it.live("refuses a session with an unsealed run of another host with the exact unsealed-run reason, writing nothing", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({ script: [] })
+        const { history } = openRequests()
+        yield* context.log.appendBatch(history.writes)
+        const refused = yield* Effect.flip(context.engine.start(input(context, "Carry on.", catalog({ ran: [] }))))
+        assert.strictEqual(refused.reason._tag, "ReconciliationRequired")
+        assert.strictEqual(refused.message, EngineError.UNSEALED_RUN_MESSAGE)
+        // Under the prior-unknown policy as well: an unsealed run is never an unknown outcome.
+        const explicit = yield* Effect.flip(
+          context.engine.start(input(context, "Carry on.", catalog({ ran: [] }), { allowPriorUnknown: true })),
+        )
+        assert.strictEqual(explicit.message, EngineError.UNSEALED_RUN_MESSAGE)
+        assert.strictEqual((yield* context.log.events("session-1")).length, history.events.length)
+        assert.deepStrictEqual(context.server.requests(), [])
+      }),
+    ))
+
   it.live("recovers on open when Engine.layer opens a SQLite log", () =>
     Effect.scoped(
       Effect.gen(function* () {
@@ -179,7 +202,7 @@ describe("Recovery", () => {
         assert.deepStrictEqual(kinds(otherEvents.slice(other.events.length)), ["invocation_ended:failed:outcome_unknown"])
         // Opening again recovers nothing more, and the bytes stay as they were.
         const before = Canonical.stringify(events)
-        assert.deepStrictEqual(yield* engine.recover, { sealed: [], count: 0 })
+        assert.deepStrictEqual(yield* engine.recover, { sealed: [], count: 0, unsealed: [] })
         assert.strictEqual(Canonical.stringify(yield* engine.log.events("session-1")), before)
       }),
     ))

@@ -45,7 +45,7 @@ describe("model streams", () => {
         const again = yield* reopened.log.events("session-1")
         assert.strictEqual(Canonical.stringify(again), Canonical.stringify(events))
         assert.deepStrictEqual(factsOf(again, "invocation_ended")[0]!.outcome, result.outcome)
-        assert.deepStrictEqual(yield* reopened.recover, { sealed: [], count: 0 })
+        assert.deepStrictEqual(yield* reopened.recover, { sealed: [], count: 0, unsealed: [] })
       }),
     ))
 

@@ -8,7 +8,7 @@ import { Canonical, Limits, Model, type Fact, type Prompt } from "@maka/facts"
 import type { EventLog } from "@maka/event-log"
 import { ModelError, StepBuilder } from "@maka/model"
 import { Ids } from "@maka/tools"
-import { Cause, Data, Effect, Exit, Option, Queue, Random, Result, Stream } from "effect"
+import { Cause, Data, Effect, Option, Queue, Random, Result, Stream } from "effect"
 import * as EngineError from "../EngineError.ts"
 import { commit, commitFacts, eventWrite, failIfCancelled, isCancelled, plainWrite, stamp, type Run } from "./run-context.ts"
 
@@ -38,9 +38,12 @@ export const interruptionOf = (error: ModelError.ModelError): Model.ModelInterru
     case "ContextOverflow":
       return "failed"
     case "Provider":
-      return reason.replaySafe && ModelError.TRANSIENT_PROVIDER_REASONS.has(reason.reason) ? "retryable_failure" : "failed"
+      return error.isRetryable ? "retryable_failure" : "failed"
   }
 }
+
+/** How many stream events may wait for their commit before the stream reader waits too. */
+const OBSERVATION_QUEUE_CAPACITY = 1_024
 
 /** An observation could not be committed: a store failure, not a model one. */
 class ObservationCommitFailed extends Data.TaggedError("ObservationCommitFailed")<{ readonly error: EngineError.EngineError }> {}
@@ -87,7 +90,6 @@ const requestedFact = (run: Run, input: AttemptInput, stepId: string): Fact.Mode
   }
 }
 
-/** Streams the request, committing observations; fails with the model error or `Cancelled`. */
 /**
  * Streams the request, committing observations; fails with the model error or `Cancelled`. The
  * stream is read into a queue by its own fiber, so while one batch of observations is committed the
@@ -98,7 +100,8 @@ const streamStep = (run: Run, request: Prompt.ModelRequest, stepId: string) =>
     Effect.gen(function* () {
       const builder = StepBuilder.forStep(stepId)
       const stream = run.model.stream(request).pipe(Stream.interruptWhen(run.cancellation.cancellation.requested))
-      const queue = yield* Stream.toQueue(stream, { capacity: "unbounded" })
+      // Bounded: a model that outruns the log waits for the commits (default strategy: suspend).
+      const queue = yield* Stream.toQueue(stream, { capacity: OBSERVATION_QUEUE_CAPACITY })
       while (true) {
         const taken = yield* Effect.result(Queue.takeAll(queue))
         if (Result.isFailure(taken)) {
@@ -135,22 +138,17 @@ export const attempt = (run: Run, input: AttemptInput): Effect.Effect<Completed,
   Effect.gen(function* () {
     const stepId = yield* Ids.next
     yield* commitFacts(run, [requestedFact(run, input, stepId)])
-    const streamed = yield* Effect.exit(streamStep(run, input.request, stepId))
-    if (Exit.isFailure(streamed)) {
-      const failure = Exit.findErrorOption(streamed)
-      if (failure._tag === "Some" && failure.value._tag === "ObservationCommitFailed") {
-        // The request is still resolved when the log takes writes again, so the session stays usable.
-        yield* Effect.ignore(commitFacts(run, [{ kind: "model_interrupted", stepId, status: "failed" }]))
-        return yield* Effect.fail(failure.value.error)
-      }
-      const error =
-        failure._tag === "Some" && failure.value._tag === "ModelError"
-          ? failure.value
-          : ModelError.adapter(`model stream failed: ${String(streamed.cause)}`)
-      yield* commitFacts(run, [{ kind: "model_interrupted", stepId, status: interruptionOf(error) }])
-      return yield* Effect.fail(modelFailure(error))
-    }
-    const step = streamed.value
+    const step = yield* streamStep(run, input.request, stepId).pipe(
+      Effect.catchDefect((defect) => Effect.fail(ModelError.adapter(`model stream failed: ${String(defect)}`))),
+      // The seal resolves the open request (SEMANTICS.md §5.3): one path for every refused commit.
+      Effect.catchTag("ObservationCommitFailed", (failure) => Effect.fail(failure.error)),
+      Effect.catchTag("ModelError", (error) =>
+        Effect.andThen(
+          commitFacts(run, [{ kind: "model_interrupted", stepId, status: interruptionOf(error) }]),
+          Effect.fail(modelFailure(error)),
+        ),
+      ),
+    )
     const completed: Fact.ModelCompleted = { kind: "model_completed", stepId, output: step }
     const { id, recordedAt } = yield* stamp
     const event = { id, recordedAt, invocation: run.settings.invocation, fact: completed }
@@ -187,26 +185,22 @@ export const backoffMs = (run: Run, failedAttempts: number, retryAfterMs: number
   return Effect.map(Random.nextIntBetween(0, Math.floor(base / 4)), (jitter) => base + jitter)
 }
 
+/** The model package's retry rule (`ModelError.isRetryable`), with the provider's `retryAfterMs`. */
 const retryable = (error: EngineError.EngineError): { readonly retryAfterMs: number | undefined } | undefined => {
   const reason = error.reason
-  if (reason._tag !== "Model" || reason.error.reason._tag !== "Provider") return undefined
-  const provider = reason.error.reason
-  return provider.replaySafe && ModelError.TRANSIENT_PROVIDER_REASONS.has(provider.reason)
-    ? { retryAfterMs: provider.retryAfterMs }
-    : undefined
+  if (reason._tag !== "Model" || !reason.error.isRetryable || reason.error.reason._tag !== "Provider") return undefined
+  return { retryAfterMs: reason.error.reason.retryAfterMs }
 }
 
 /** Runs attempts until one completes, a failure is not retryable, or the attempts are spent. */
 export const attemptWithRetries = (run: Run, input: AttemptInput): Effect.Effect<Completed, EngineError.EngineError, Ids.Ids> =>
   Effect.gen(function* () {
     for (let failed = 0; ; ) {
-      const result = yield* Effect.exit(attempt(run, input))
-      if (Exit.isSuccess(result)) return result.value
-      const error = Exit.findErrorOption(result)
-      if (error._tag !== "Some") return yield* Effect.failCause(result.cause)
+      const result = yield* Effect.result(attempt(run, input))
+      if (Result.isSuccess(result)) return result.success
       failed++
-      const retry = retryable(error.value)
-      if (retry === undefined || failed >= run.options.maxModelAttempts) return yield* Effect.fail(error.value)
+      const retry = retryable(result.failure)
+      if (retry === undefined || failed >= run.options.maxModelAttempts) return yield* Effect.fail(result.failure)
       yield* failIfCancelled(run)
       const delay = yield* backoffMs(run, failed, retry.retryAfterMs)
       const slept = yield* Effect.raceFirst(

@@ -1,30 +1,55 @@
 /**
  * The live run's model context, kept in memory (DESIGN.md §12): loaded once from the log, then
  * extended with every event the run commits, so a step costs O(new events). The log-prefix hash is
- * extended event by event (SEMANTICS.md §3.5); `snapshot()` equals a fresh `readModelContext`.
+ * extended event by event (SEMANTICS.md §3.5), and the materialised events and bytes are counted as
+ * the read counts them: `snapshot()` equals a fresh `readModelContext` with the same limits, and
+ * fails `PrefixTooLarge` where that read would.
  */
-import { Digest, type Configuration, type Event, type Fact } from "@maka/facts"
-import { EventLog, type EventLogError } from "@maka/event-log"
-import { Effect } from "effect"
+import { Canonical, Digest, type Configuration, type Event, type Fact } from "@maka/facts"
+import { EventLog, EventLogError } from "@maka/event-log"
+import { Effect, Result } from "effect"
 
 type Source = EventLog.ModelContextSource
 type TailItem = EventLog.TailItem
 
+/** The bounds of a materialised context (SEMANTICS.md §3.7). */
+export interface ContextLimits {
+  readonly maxEvents: number
+  readonly maxBytes: number
+}
+
+/** The bytes the read charges for a tail item: its stored JSON, or an archived result's replacement. */
+const itemBytes = (item: TailItem): number =>
+  Canonical.utf8Length(Canonical.stringify(item.kind === "archived" ? item.replacement : item.stored.event))
+
 export class LiveContext {
+  /** The limits of every materialising read of the log, which the engine's reads use. */
+  static readonly defaultLimits: ContextLimits = Object.freeze({
+    maxEvents: EventLog.defaults.maxEvents,
+    maxBytes: EventLog.defaults.maxBytes,
+  })
+
   private readonly tail: Array<TailItem>
   private readonly summarySteps = new Set<string>()
   private readonly requests = new Map<string, { readonly fact: Fact.ModelRequested }>()
   private highWater: number
   private latestMain: EventLog.LatestMainContext
+  /** The events and bytes the read would materialise: anchor and tail. */
+  private events: number
+  private bytes: number
 
   private constructor(
     private readonly initial: Source,
     private readonly hash: Digest.LogPrefixHash,
     private readonly configuration: Configuration.InvocationConfiguration,
+    private readonly limits: ContextLimits,
   ) {
     this.tail = [...initial.tail]
     this.highWater = initial.sourceEvidence.highWater
     this.latestMain = initial.latestMain
+    const anchor = initial.anchor === undefined ? [] : [Canonical.utf8Length(Canonical.stringify(initial.anchor.event))]
+    this.events = anchor.length + initial.tail.length
+    this.bytes = [...anchor, ...initial.tail.map(itemBytes)].reduce((sum, bytes) => sum + bytes, 0)
   }
 
   /** Reads the context of `current` and hashes the session once; `manual` is the §5.8 policy. */
@@ -34,14 +59,15 @@ export class LiveContext {
     current: string,
     configuration: Configuration.InvocationConfiguration,
     manual: boolean,
+    limits: ContextLimits = LiveContext.defaultLimits,
   ): Effect.Effect<LiveContext, EventLogError.EventLogError> {
     return Effect.gen(function* () {
-      const request = { current }
+      const request = { current, ...limits }
       const source = manual
         ? yield* log.readManualMessageContext(sessionId, request)
         : yield* log.readModelContext(sessionId, request)
       const hash = yield* log.sessionHash(sessionId, source.sourceEvidence.highWater)
-      return new LiveContext(source, hash, configuration)
+      return new LiveContext(source, hash, configuration, limits)
     })
   }
 
@@ -63,7 +89,11 @@ export class LiveContext {
       fact.kind === "context_checkpoint_recorded" ||
       fact.kind === "tool_result_archived" ||
       isSummaryFact
-    if (!excluded) this.tail.push({ kind: "canonical", stored })
+    if (!excluded) {
+      this.tail.push({ kind: "canonical", stored })
+      this.events += 1
+      this.bytes += Canonical.utf8Length(json)
+    }
     if (fact.kind === "model_completed") {
       const request = this.requests.get(fact.stepId)?.fact
       if (request !== undefined && request.purpose === "main") {
@@ -84,18 +114,21 @@ export class LiveContext {
     }
   }
 
-  /** The context a fresh `readModelContext` would return now. */
-  snapshot(): Source {
+  /** The context a fresh `readModelContext` would return now, or its `PrefixTooLarge`. */
+  snapshot(): Result.Result<Source, EventLogError.EventLogError> {
+    if (this.events > this.limits.maxEvents || this.bytes > this.limits.maxBytes) {
+      return Result.fail(EventLogError.prefixTooLarge())
+    }
     const digest = this.hash.digest(this.highWater)
     const replacements = this.tail.flatMap((item) =>
       item.kind === "archived" ? [{ settledEventId: item.eventId, archiveEventId: item.archiveEventId }] : [],
     )
-    return {
+    return Result.succeed({
       ...this.initial,
       sourceEvidence: { ...this.initial.sourceEvidence, highWater: this.highWater, digest },
       tail: [...this.tail],
       effectiveSourceDigest: Digest.effectiveSource(digest, replacements),
       latestMain: this.latestMain,
-    }
+    })
   }
 }

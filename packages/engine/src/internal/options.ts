@@ -17,7 +17,20 @@ export interface EngineOptions {
    * (at most 50 ms; 0 commits at once). Nothing is shown before it is committed.
    */
   readonly observationDelayMs: number
+  /**
+   * How long a cancelled run (`cancel()`, the caller's signal, `close()`) waits for its dispatched
+   * tool effects to finish after their AbortSignal fired. A tool still running then is abandoned:
+   * its outcome is recorded as unknown and the run is sealed `failed {outcome_unknown}`. This bounds
+   * `cancel()` → sealed and `close()`, whatever a tool does with its signal.
+   */
+  readonly cancelGraceMs: number
 }
+
+/** The most steering messages one run holds for its next step boundary; `steer` refuses more. */
+export const MAX_QUEUED_STEERING = 64
+
+/** The most `observationDelayMs` may be: nothing waits longer to be shown. */
+export const MAX_OBSERVATION_DELAY_MS = 50
 
 export const defaults: EngineOptions = Object.freeze({
   backoffBaseMs: Limits.BACKOFF_INITIAL_MS,
@@ -25,4 +38,11 @@ export const defaults: EngineOptions = Object.freeze({
   maxModelAttempts: Limits.MAX_MODEL_ATTEMPTS,
   observationMaxChars: Limits.MAX_DELTA_CHARS,
   observationDelayMs: 20,
+  cancelGraceMs: 10_000,
 })
+
+/** The defaults with `options` over them, `observationDelayMs` clamped to 0..`MAX_OBSERVATION_DELAY_MS`. */
+export const resolveOptions = (options: Partial<EngineOptions>): EngineOptions => {
+  const merged: EngineOptions = { ...defaults, ...options }
+  return { ...merged, observationDelayMs: Math.min(MAX_OBSERVATION_DELAY_MS, Math.max(0, merged.observationDelayMs)) }
+}

@@ -35,8 +35,15 @@ export interface Run {
   readonly steering: Ref.Ref<ReadonlyArray<Input.DeliveredMessage>>
   /** Set once the opening is durable. */
   live: LiveContext | undefined
+  /** The opening's commit failed without a refusal: it may have landed. */
+  openingUncertain: boolean
+  /**
+   * A commit failed, or a step's journal was abandoned: what the log holds may differ from what the
+   * run knows, so the seal reads the durable state to resolve it.
+   */
+  mayBeUnresolved: boolean
   /** Events committed by this run, for `events()` subscribers. */
-  readonly onCommitted: (events: ReadonlyArray<Event.StoredEvent>) => void
+  readonly onCommitted: (events: ReadonlyArray<Event.StoredEvent>) => Effect.Effect<void>
 }
 
 /** A fresh event id and the informational time of a write. */
@@ -66,11 +73,15 @@ export const commitError = (error: EventLogError.EventLogError) => EngineError.c
 export const commit = (run: Run, writes: ReadonlyArray<EventWrite.EventWrite>) =>
   Effect.uninterruptible(
     Effect.gen(function* () {
-      const sequences = yield* run.log.appendBatch(writes)
+      const sequences = yield* Effect.tapError(run.log.appendBatch(writes), () =>
+        Effect.sync(() => {
+          run.mayBeUnresolved = true
+        }),
+      )
       faultPoint("engine.commit")
       const stored = writes.map((write, index) => ({ sequence: sequences[index]!, event: write.event }))
       for (const [index, item] of stored.entries()) run.live?.apply(item, writes[index]!.json)
-      run.onCommitted(stored)
+      yield* run.onCommitted(stored)
       return sequences
     }),
   )

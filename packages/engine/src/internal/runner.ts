@@ -3,14 +3,14 @@
  * seams where later capabilities insert their steps — handoff boundary, background-summary adoption,
  * proactive compaction, overflow recovery, prune — as marked no-ops, never as pretend work.
  */
-import { Digest, type Fact, type Outcome } from "@maka/facts"
-import type { EventLogError } from "@maka/event-log"
+import { Digest, EventSink, Limits, type EventWrite, type Fact, type Outcome, type Prompt } from "@maka/facts"
+import type { EventLog, EventLogError } from "@maka/event-log"
 import { projectPrompt } from "@maka/model"
-import { Journal, type Ids } from "@maka/tools"
-import { EventSink } from "@maka/facts"
-import { Effect, Exit, Option, Ref } from "effect"
+import { Ids, Journal, type ToolCatalog } from "@maka/tools"
+import { Effect, Fiber, Ref, Result, Semaphore } from "effect"
 import * as EngineError from "../EngineError.ts"
 import * as PromptBuilder from "../PromptBuilder.ts"
+import * as Recovery from "../Recovery.ts"
 import { attemptWithRetries } from "./attempt.ts"
 import { faultPoint } from "./fault.ts"
 import { LiveContext } from "./live-context.ts"
@@ -29,6 +29,35 @@ const admissionRefusal = (error: EventLogError.EventLogError): EngineError.Engin
   return error.reason._tag === "OutcomeUnknown" ? EngineError.commit(error.message) : EngineError.store(error.message)
 }
 
+const isInvalidTransition = (error: EventLogError.EventLogError) =>
+  error.reason._tag === "Rejected" && error.reason.rejection._tag === "InvalidTransition"
+
+/**
+ * The zero-budget history-safety gate of SEMANTICS.md §5.3 (`current` excluded): fails
+ * `InvalidTransition` while the session's history is unsettled. One home for the call.
+ */
+const historyGate = (log: Run["log"], sessionId: string, current?: string) =>
+  Effect.asVoid(
+    log.preparePruneCandidates(sessionId, { ...(current === undefined ? {} : { current }), maxCandidates: 0, maxBytes: 0 }),
+  )
+
+/** Why an unsettled history refuses admission, in words that name the way out. */
+const unsettledHistory = (run: Run, error: EventLogError.EventLogError) =>
+  Effect.gen(function* () {
+    const { log, settings } = run
+    const sessionId = settings.invocation.sessionId
+    const unsealed = yield* Effect.mapError(log.unfinishedInvocations(Limits.MAX_HISTORY_EVENTS), storeError)
+    if (unsealed.some((invocation) => invocation.sessionId === sessionId)) {
+      return yield* Effect.fail(EngineError.reconciliation(EngineError.UNSEALED_RUN_MESSAGE))
+    }
+    // Sealed history the manual-message policy admits: only unknown outcomes stand in the way.
+    const manual = settings.allowPriorUnknown
+      ? false
+      : yield* Effect.orElseSucceed(log.checkManualMessageHistory(sessionId), () => false)
+    const reason = error.reason._tag === "Rejected" && error.reason.rejection._tag === "InvalidTransition" ? error.reason.rejection.reason : error.message
+    return yield* Effect.fail(EngineError.reconciliation(manual ? EngineError.PRIOR_UNKNOWN_MESSAGE : reason))
+  })
+
 /** The safety preflight (§5.3 step 2): returns whether the run proceeds under the prior-unknown policy. */
 export const preflight = (run: Run) =>
   Effect.gen(function* () {
@@ -37,19 +66,13 @@ export const preflight = (run: Run) =>
     if (yield* Effect.mapError(log.hasPendingHandoff(sessionId), storeError)) {
       return yield* Effect.fail(EngineError.busy(EngineError.SESSION_RESERVED_MESSAGE))
     }
-    const checked = settings.allowPriorUnknown
-      ? yield* Effect.exit(log.checkManualMessageHistory(sessionId))
-      : yield* Effect.exit(Effect.as(log.preparePruneCandidates(sessionId, { maxCandidates: 0, maxBytes: 0 }), false))
-    if (Exit.isSuccess(checked)) return checked.value
-    const failure = Exit.findErrorOption(checked)
-    if (failure._tag !== "Some") return yield* Effect.die(checked.cause)
-    const error = failure.value
-    if (error.reason._tag === "Rejected" && error.reason.rejection._tag === "InvalidTransition") {
-      const unsealed = yield* Effect.mapError(log.unfinishedInvocations(10_000), storeError)
-      const foreign = unsealed.some((invocation) => invocation.sessionId === sessionId)
-      return yield* Effect.fail(EngineError.reconciliation(foreign ? EngineError.UNSEALED_RUN_MESSAGE : error.reason.rejection.reason))
-    }
-    return yield* Effect.fail(storeError(error))
+    const gate = settings.allowPriorUnknown
+      ? log.checkManualMessageHistory(sessionId)
+      : Effect.as(historyGate(log, sessionId), false)
+    return yield* gate.pipe(
+      Effect.catchIf(isInvalidTransition, (error) => unsettledHistory(run, error)),
+      Effect.mapError((error) => (error._tag === "EventLogError" ? storeError(error) : error)),
+    )
   })
 
 /** Appends the opening; the run is admitted once it is durable. */
@@ -66,7 +89,15 @@ export const open = (run: Run) =>
       configuration: settings.configuration,
     }
     const write = yield* plainWrite(run, fact)
-    yield* Effect.mapError(commit(run, [write]), admissionRefusal)
+    yield* commit(run, [write]).pipe(
+      Effect.tapError((error) =>
+        Effect.sync(() => {
+          // Not a refusal: the opening may have landed, and the engine must seal it later.
+          if (!error.isRejected) run.openingUncertain = true
+        }),
+      ),
+      Effect.mapError(admissionRefusal),
+    )
   })
 
 const deliverSteering = (run: Run) =>
@@ -79,25 +110,84 @@ const deliverSteering = (run: Run) =>
     )
   })
 
-/** The event sink the tool journal commits through: the run's own commit path. */
-const journalSink = (run: Run): EventSink.EventSinkShape => ({
-  commit: (write) =>
-    Effect.mapError(
-      Effect.suspend(() => {
-        const kind = write.event.fact.kind
-        if (kind === "tool_settled") faultPoint("engine.before-settle")
-        return Effect.map(commit(run, [write]), (sequences) => {
-          if (kind === "tool_dispatched") faultPoint("engine.after-dispatch")
-          return sequences[0]!
-        })
+/**
+ * What the engine keeps of one step's journal: the dispatches without a settlement, and whether the
+ * step was abandoned. The gate orders every journal commit against the abandonment, so once it is
+ * set no fact of the step lands any more and the seal reads a state that stays put.
+ */
+interface JournalGuard {
+  readonly gate: Semaphore.Semaphore
+  readonly unsettled: Set<string>
+  abandoned: boolean
+}
+
+const sinkError = (error: EventLogError.EventLogError) =>
+  error.isRejected ? EventSink.rejected(error.message) : EventSink.outcomeUnknown(error.message)
+
+/** The event sink the tool journal commits through: the run's own commit path, behind the guard. */
+const journalSink = (run: Run, guard: JournalGuard): EventSink.EventSinkShape => {
+  const guarded = <A>(effect: Effect.Effect<A, EventLogError.EventLogError>) =>
+    guard.gate.withPermits(1)(
+      Effect.suspend(() =>
+        guard.abandoned ? Effect.fail(EventSink.rejected(ABANDONED_MESSAGE)) : Effect.mapError(effect, sinkError),
+      ),
+    )
+  const track = (writes: ReadonlyArray<EventWrite.EventWrite>) => {
+    for (const write of writes) {
+      const fact = write.event.fact
+      if (fact.kind === "tool_dispatched") guard.unsettled.add(fact.operationId)
+      if (fact.kind === "tool_settled") guard.unsettled.delete(fact.operationId)
+    }
+  }
+  return {
+    commit: (write) =>
+      guarded(
+        Effect.suspend(() => {
+          const kind = write.event.fact.kind
+          if (kind === "tool_settled") faultPoint("engine.before-settle")
+          return Effect.map(commit(run, [write]), (sequences) => {
+            track([write])
+            if (kind === "tool_dispatched") faultPoint("engine.after-dispatch")
+            return sequences[0]!
+          })
+        }),
+      ),
+    commitBatch: (writes) => guarded(Effect.tap(commit(run, writes), () => Effect.sync(() => track(writes)))),
+  }
+}
+
+const ABANDONED_MESSAGE = "the step was abandoned after its cancellation grace; its run is sealed"
+
+/**
+ * Runs one step's journal. Once cancellation is requested, dispatched effects have `cancelGraceMs`
+ * to finish after their AbortSignal fired; a tool that ignores it is then abandoned (its fiber is
+ * left to end on its own, its facts refused): the step fails `ToolOutcomeUnknown` for the unsettled
+ * dispatch, or `Cancelled` when none is left, and the seal resolves the rest from the log.
+ */
+const journalWithin = <E>(
+  run: Run,
+  guard: JournalGuard,
+  journal: Effect.Effect<Journal.StepResult, E>,
+): Effect.Effect<Journal.StepResult, E | EngineError.EngineError> =>
+  Effect.gen(function* () {
+    const fiber = yield* Effect.forkDetach(Effect.exit(journal))
+    const grace = Effect.andThen(run.cancellation.cancellation.requested, Effect.sleep(run.options.cancelGraceMs))
+    // Interrupting the run cancels the step: the journal rejects what it has not dispatched.
+    const ended = yield* Effect.onInterrupt(Effect.raceFirst(Fiber.join(fiber), Effect.as(grace, undefined)), () =>
+      run.cancellation.cancel,
+    )
+    if (ended !== undefined) return yield* ended
+    yield* guard.gate.withPermits(1)(
+      Effect.sync(() => {
+        guard.abandoned = true
+        run.mayBeUnresolved = true
       }),
-      (error) => (error.isRejected ? EventSink.rejected(error.message) : EventSink.outcomeUnknown(error.message)),
-    ),
-  commitBatch: (writes) =>
-    Effect.mapError(commit(run, writes), (error) =>
-      error.isRejected ? EventSink.rejected(error.message) : EventSink.outcomeUnknown(error.message),
-    ),
-})
+    )
+    const [unknown] = guard.unsettled
+    return yield* Effect.fail(
+      unknown === undefined ? EngineError.cancelled() : EngineError.make({ _tag: "ToolOutcomeUnknown", operationId: unknown }),
+    )
+  })
 
 /** The Anthropic thinking budget in the provider options (0 otherwise), which the output cap reserves. */
 const thinkingBudget = (run: Run): number => {
@@ -108,51 +198,46 @@ const thinkingBudget = (run: Run): number => {
   return typeof budget === "number" && Number.isSafeInteger(budget) && budget > 0 ? budget : 0
 }
 
-/** One logical step after the context read: prompt, model, tools. Returns whether the turn is done. */
-const runStep = (run: Run, priorUnknown: boolean) =>
+/** The main request of a step from the context (SEMANTICS.md §5.5), frozen for its retries. */
+const mainRequest = (run: Run, source: EventLog.ModelContextSource, tools: Prompt.ModelRequest["tools"], priorUnknown: boolean) =>
   Effect.gen(function* () {
-    const live = run.live!
-    const source = live.snapshot()
-    // Seam: proactive compaction (SEMANTICS.md §5.12) decides here, before the tools are captured.
-    const captured = run.settings.tools.capture()
-    let notice: string | undefined
-    if (priorUnknown) {
-      notice = PromptBuilder.priorUnknownNotice(source)
-      if (notice === undefined) {
-        return yield* Effect.fail(EngineError.reconciliation("unknown prior tool is missing from model context"))
-      }
+    const { settings } = run
+    const notice = priorUnknown ? PromptBuilder.priorUnknownNotice(source) : undefined
+    if (priorUnknown && notice === undefined) {
+      return yield* Effect.fail(EngineError.reconciliation(EngineError.PRIOR_UNKNOWN_MISSING_MESSAGE))
     }
     const prompt = PromptBuilder.buildMainPrompt({
-      ...(run.settings.configuration.systemPrompt === undefined ? {} : { systemPrompt: run.settings.configuration.systemPrompt.text }),
+      ...(settings.configuration.systemPrompt === undefined ? {} : { systemPrompt: settings.configuration.systemPrompt.text }),
       ...(notice === undefined ? {} : { notice }),
       source,
     })
     const maxOutputTokens = PromptBuilder.outputLimit({
-      ...(run.settings.mainOutputLimit === undefined ? {} : { mainOutputLimit: run.settings.mainOutputLimit }),
-      ...(run.settings.context === undefined ? {} : { context: run.settings.context }),
+      ...(settings.mainOutputLimit === undefined ? {} : { mainOutputLimit: settings.mainOutputLimit }),
+      ...(settings.context === undefined ? {} : { context: settings.context }),
       latestMain: source.latestMain,
       routeIdentity: run.model.routeIdentity,
-      ...(run.settings.configuration.model === undefined ? {} : { connectionId: run.settings.configuration.model.connectionId }),
+      ...(settings.configuration.model === undefined ? {} : { connectionId: settings.configuration.model.connectionId }),
       modelId: run.model.model,
       ...(source.baseline === undefined ? {} : { baselineId: source.baseline.eventId }),
       thinkingBudget: thinkingBudget(run),
     })
     const projected = projectPrompt(run.model.kind, run.model.routeIdentity, prompt)
-    const tools = captured.definitions
-    const request = { prompt: projected, tools, providerOptions: run.settings.providerOptions, maxOutputTokens }
-    const inputDigest = Digest.modelInput(request)
-    const completed = yield* attemptWithRetries(run, { request, inputDigest, source })
-    // Seam: overflow recovery (SEMANTICS.md §5.4 step 11) wraps the attempt above.
-    const calls = completed.step.parts.flatMap((part) =>
-      part.kind === "tool_call" && !part.providerExecuted ? [Journal.providerCall(completed.stepId, part)] : [],
-    )
-    if (calls.length === 0) return true
-    const result = yield* Journal.runStep(run.settings.invocation, captured, calls, {
+    const request: Prompt.ModelRequest = { prompt: projected, tools, providerOptions: settings.providerOptions, maxOutputTokens }
+    return { request, inputDigest: Digest.modelInput(request), source }
+  })
+
+/** Runs the local calls of a completed step through the journal; returns whether the turn is done. */
+const runTools = (run: Run, captured: ToolCatalog.CapturedCatalog, calls: ReadonlyArray<Journal.CallRequest>) =>
+  Effect.gen(function* () {
+    const guard: JournalGuard = { gate: yield* Semaphore.make(1), unsettled: new Set(), abandoned: false }
+    const journal = Journal.runStep(run.settings.invocation, captured, calls, {
       cancellation: run.cancellation.cancellation,
     }).pipe(
-      Effect.provideService(EventSink.EventSink, journalSink(run)),
+      Effect.provideService(EventSink.EventSink, journalSink(run, guard)),
+      Effect.provideService(Ids.Ids, yield* Ids.Ids),
       Effect.mapError((error) => EngineError.commit(error.message)),
     )
+    const result = yield* journalWithin(run, guard, journal)
     if (result.uncertain) {
       const unknown = result.calls.find((call) => call._tag === "OutcomeUnknown")
       return yield* Effect.fail(
@@ -160,8 +245,26 @@ const runStep = (run: Run, priorUnknown: boolean) =>
       )
     }
     if (result.cancelled) return yield* Effect.fail(EngineError.cancelled())
-    // Seam: prune (SEMANTICS.md §5.11) runs here after each tool batch.
     return result.finishTurn
+  })
+
+/** One logical step after the context read: prompt, model, tools. Returns whether the turn is done. */
+const runStep = (run: Run, priorUnknown: boolean) =>
+  Effect.gen(function* () {
+    // Over the history limits the live context fails as a fresh read would (`PrefixTooLarge`).
+    const source = yield* Effect.mapError(Effect.fromResult(run.live!.snapshot()), storeError)
+    // Seam: proactive compaction (SEMANTICS.md §5.12) decides here, before the tools are captured.
+    const captured = run.settings.tools.capture()
+    const input = yield* mainRequest(run, source, captured.definitions, priorUnknown)
+    const completed = yield* attemptWithRetries(run, input)
+    // Seam: overflow recovery (SEMANTICS.md §5.4 step 11) wraps the attempt above.
+    const calls = completed.step.parts.flatMap((part) =>
+      part.kind === "tool_call" && !part.providerExecuted ? [Journal.providerCall(completed.stepId, part)] : [],
+    )
+    if (calls.length === 0) return true
+    const finishTurn = yield* runTools(run, captured, calls)
+    // Seam: prune (SEMANTICS.md §5.11) runs here after each tool batch.
+    return finishTurn
   })
 
 /** The step loop (§5.4). */
@@ -183,22 +286,38 @@ export const stepLoop = (run: Run, priorUnknown: boolean): Effect.Effect<Done, E
 const epilogue = (run: Run, priorUnknown: boolean) =>
   priorUnknown
     ? Effect.void
-    : Effect.mapError(
-        run.log.preparePruneCandidates(run.settings.invocation.sessionId, {
-          current: run.settings.invocation.invocationId,
-          maxCandidates: 0,
-          maxBytes: 0,
-        }),
-        (error) =>
-          error.reason._tag === "Rejected" && error.reason.rejection._tag === "InvalidTransition"
-            ? EngineError.reconciliation(error.message)
-            : storeError(error),
+    : Effect.mapError(historyGate(run.log, run.settings.invocation.sessionId, run.settings.invocation.invocationId), (error) =>
+        isInvalidTransition(error) ? EngineError.reconciliation(error.message) : storeError(error),
       )
 
-/** Seals the run with the outcome of its work; a terminal that cannot be appended is left to recovery. */
-const seal = (run: Run, outcome: Outcome.InvocationOutcome) =>
-  Effect.flatMap(plainWrite(run, { kind: "invocation_ended", outcome }), (write) =>
-    Effect.mapError(commit(run, [write]), commitError),
+/**
+ * Seals the run with the outcome of its work (uninterruptibly). A run that did not complete may have
+ * left a request open, a call neither dispatched nor rejected, or a dispatch unsettled (after a
+ * refused or uncertain commit, an abandoned step, a defect): its durable state is read and resolved
+ * in the terminal's batch, as recovery does, so a session is never sealed over unresolved work.
+ * Fails only when the batch fails, or the read does after a failed commit; the run then stays open
+ * and the engine seals it later.
+ */
+const seal = (run: Run, outcome: Outcome.InvocationOutcome): Effect.Effect<Outcome.InvocationOutcome, EngineError.EngineError, Ids.Ids> =>
+  Effect.uninterruptible(
+    Effect.gen(function* () {
+      const terminal: ReadonlyArray<Fact.Fact> = [{ kind: "invocation_ended", outcome }]
+      const facts =
+        outcome.kind === "completed"
+          ? terminal
+          : yield* run.log.invocationRecovery(run.settings.invocation).pipe(
+              Effect.map((recovery) => Recovery.sealingFacts(recovery, outcome)),
+              // Unreadable (an invocation over the read limits): the run's own account holds when every commit went through.
+              Effect.catchIf(
+                () => !run.mayBeUnresolved,
+                () => Effect.succeed(terminal),
+              ),
+              Effect.mapError(commitError),
+            )
+      yield* commitFacts(run, facts)
+      const last = facts[facts.length - 1]!
+      return last.kind === "invocation_ended" ? last.outcome : outcome
+    }),
   )
 
 export interface RunResult {
@@ -237,15 +356,15 @@ export const runMessage = (
       yield* stepLoop(run, priorUnknown)
       yield* epilogue(run, priorUnknown)
     })
-    const exit = yield* Effect.exit(work)
+    const ended = yield* work.pipe(
+      Effect.catchDefect((defect) => Effect.fail(EngineError.internal(`the run failed: ${String(defect)}`))),
+      Effect.result,
+    )
     const cancelled = yield* isCancelled(run)
-    const outcome: Outcome.InvocationOutcome = Exit.isSuccess(exit)
-      ? cancelled
+    const outcome: Outcome.InvocationOutcome = Result.isFailure(ended)
+      ? EngineError.outcomeOf(ended.failure)
+      : cancelled
         ? { kind: "cancelled", source: "runtime_cancellation" }
         : { kind: "completed" }
-      : EngineError.outcomeOf(
-          Option.getOrElse(Exit.findErrorOption(exit), () => EngineError.internal(`the run failed: ${String(exit.cause)}`)),
-        )
-    yield* seal(run, outcome)
-    return { outcome } satisfies RunResult
+    return { outcome: yield* seal(run, outcome) } satisfies RunResult
   })

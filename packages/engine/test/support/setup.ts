@@ -7,7 +7,7 @@ import * as LogTesting from "@maka/event-log/testing"
 import { LanguageModel } from "@maka/model"
 import { ScriptedServer } from "@maka/testkit"
 import { Ids, Tool, ToolCatalog } from "@maka/tools"
-import { Effect, Redacted, Schema } from "effect"
+import { Context, Effect, Layer, Redacted, Schema, type Scope } from "effect"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
@@ -45,7 +45,24 @@ export interface Setup {
 export interface SetupExtras {
   /** Wraps the log the engine writes through (a spy); the engine sees the wrapper. */
   readonly wrapLog?: (log: LogTesting.EventLog.EventLogShape) => LogTesting.EventLog.EventLogShape
+  /** Opens the log instead of a temporary SQLite file (`file` is then empty). */
+  readonly openLog?: Effect.Effect<LogTesting.EventLog.EventLogShape, unknown, Scope.Scope>
 }
+
+/** A PostgreSQL log in a fresh schema of `url` (left in place, like the log suites' schemas), closed with the scope. */
+export const postgresLog = (url: string) =>
+  Effect.suspend(() =>
+    Effect.map(
+      Layer.build(
+        LogTesting.EventLog.layerPostgres({ url, schema: `engine_${process.pid}_${Date.now().toString(36)}_${++schemas}` }),
+      ),
+      (context) => Context.get(context, LogTesting.EventLog.EventLog),
+    ),
+  )
+let schemas = 0
+
+/** The PostgreSQL server of the suites that also run there, or `undefined` (those cases are skipped). */
+export const databaseUrl = process.env["MAKA_TEST_DATABASE_URL"] === "" ? undefined : process.env["MAKA_TEST_DATABASE_URL"]
 
 export const setup = (
   options: ScriptedServer.ServerOptions,
@@ -55,7 +72,11 @@ export const setup = (
 ) =>
   Effect.gen(function* () {
     const server = yield* ScriptedServer.make(options)
-    const { log, file, directory } = yield* LogTesting.makeTemporary()
+    const temporary =
+      extras.openLog === undefined
+        ? yield* LogTesting.makeTemporary()
+        : { log: yield* extras.openLog, file: "", directory: yield* LogTesting.temporaryDirectory }
+    const { log, file, directory } = temporary
     const workspace = path.join(directory, "workspace")
     fs.mkdirSync(workspace)
     const model = yield* LanguageModel.make(

@@ -1,0 +1,187 @@
+/**
+ * The cached live context equals a fresh read, limits included (DESIGN.md §5): generated runs —
+ * answers, tool steps with settled, failed and rejected calls, steering, of sizes on both sides of
+ * the history limits — are appended write by write to a real SQLite log; after every write the
+ * `LiveContext` snapshot and a fresh `readModelContext` with the same limits must agree: the same
+ * context, or both `PrefixTooLarge`.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { Limits, type Configuration, type EventWrite } from "@maka/facts"
+import { EventLog } from "@maka/event-log"
+import * as LogTesting from "@maka/event-log/testing"
+import { FactBuilders, History, OpenAiSse, Respond } from "@maka/testkit"
+import { Tool, ToolCatalog } from "@maka/tools"
+import { Effect, Result, Schema } from "effect"
+import * as fc from "fast-check"
+import { isDeepStrictEqual } from "node:util"
+import { LiveContext } from "../src/internal/live-context.ts"
+import { input, setup } from "./support/setup.ts"
+
+type Action =
+  | { readonly kind: "answer"; readonly size: number }
+  | { readonly kind: "tools"; readonly outputs: ReadonlyArray<{ readonly size: number; readonly how: "succeed" | "fail" | "reject" }> }
+  | { readonly kind: "steer"; readonly size: number }
+
+const size = fc.integer({ min: 0, max: 6_000 })
+const action: fc.Arbitrary<Action> = fc.oneof(
+  fc.record({ kind: fc.constant("answer" as const), size }),
+  fc.record({
+    kind: fc.constant("tools" as const),
+    outputs: fc.array(fc.record({ size, how: fc.constantFrom("succeed" as const, "fail" as const, "reject" as const) }), {
+      minLength: 1,
+      maxLength: 3,
+    }),
+  }),
+  fc.record({ kind: fc.constant("steer" as const), size }),
+)
+
+interface Scenario {
+  /** Runs of the session before the live one, each a list of actions, sealed `completed`. */
+  readonly prior: ReadonlyArray<ReadonlyArray<Action>>
+  readonly live: ReadonlyArray<Action>
+  readonly maxEvents: number
+  readonly maxBytes: number
+}
+
+const scenario: fc.Arbitrary<Scenario> = fc.record({
+  prior: fc.array(fc.array(action, { maxLength: 3 }), { maxLength: 2 }),
+  live: fc.array(action, { minLength: 1, maxLength: 8 }),
+  maxEvents: fc.integer({ min: 3, max: 60 }),
+  maxBytes: fc.integer({ min: 2_000, max: 80_000 }),
+})
+
+/** Appends the facts of `action` to `run`. */
+const play = (run: History.Run, action: Action, index: number) => {
+  const text = (n: number) => "t".repeat(n)
+  switch (action.kind) {
+    case "answer": {
+      const step = run.request()
+      run.complete(step, FactBuilders.textStep(text(action.size)))
+      return
+    }
+    case "steer":
+      run.steer(`steer-${run.invocation.invocationId}-${index}`, text(action.size) || "s")
+      return
+    case "tools": {
+      const step = run.request()
+      const calls = action.outputs.map((_, position) => ({ id: `call-${position}`, name: "echo", input: { value: `${position}` } }))
+      run.complete(step, FactBuilders.toolCallStep(calls))
+      action.outputs.forEach((output, position) => {
+        if (output.how === "reject") {
+          run.reject(step, `call-${position}`, { kind: "unavailable" })
+          return
+        }
+        const operation = run.dispatch(step, `call-${position}`)
+        if (output.how === "fail") run.fail(operation, text(output.size) || "f")
+        else run.succeed(operation, FactBuilders.textOutput(text(output.size)))
+      })
+    }
+  }
+}
+
+const compare = (item: Scenario) =>
+  Effect.scoped(
+    Effect.gen(function* () {
+      const { log } = yield* LogTesting.makeTemporary({ synchronous: "NORMAL" })
+      const history = new History.History({ sessionId: "session-1" })
+      let written = 0
+      /** Appends what the history holds beyond the log, write by write, calling `after` after each. */
+      const flush = (after: (sequence: number, write: EventWrite.EventWrite) => Effect.Effect<void> = () => Effect.void) =>
+        Effect.gen(function* () {
+          const writes: ReadonlyArray<EventWrite.EventWrite> = history.written.slice(written).map((item) => item.write)
+          written = history.written.length
+          for (const write of writes) yield* after(yield* log.append(write), write)
+        })
+      item.prior.forEach((actions, runIndex) => {
+        const run = history.open({ turnId: `prior-turn-${runIndex}`, runId: `prior-run-${runIndex}`, invocationId: `prior-${runIndex}` })
+        actions.forEach((action, index) => play(run, action, index))
+        run.end()
+      })
+      const live = history.open({ turnId: "live-turn", runId: "live-run", invocationId: "live" })
+      yield* flush()
+      const limits = { maxEvents: item.maxEvents, maxBytes: item.maxBytes }
+      const configuration: Configuration.InvocationConfiguration = FactBuilders.configuration()
+      const fresh = () => Effect.result(log.readModelContext("session-1", { current: "live", ...limits }))
+      const loaded = yield* Effect.result(LiveContext.load(log, "session-1", "live", configuration, false, limits))
+      const first = yield* fresh()
+      if (Result.isFailure(loaded)) {
+        assert.isTrue(Result.isFailure(first), "the live context refused what a fresh read returns")
+        return "refused"
+      }
+      const context = loaded.success
+      let outcome: "fits" | "refused" = "fits"
+      for (const [index, action] of item.live.entries()) {
+        play(live, action, index)
+        yield* flush((sequence, write) =>
+          Effect.gen(function* () {
+            context.apply({ sequence, event: write.event }, write.json)
+            const cached = context.snapshot()
+            const read = yield* fresh()
+            if (Result.isFailure(read)) {
+              assert.strictEqual(read.failure.reason._tag, "Rejected")
+              assert.isTrue(Result.isFailure(cached), `the cached context fits where a fresh read is refused (${read.failure.message})`)
+              if (Result.isFailure(cached)) assert.strictEqual(cached.failure.message, read.failure.message)
+              outcome = "refused"
+            } else {
+              assert.isTrue(Result.isSuccess(cached), "the cached context is refused where a fresh read fits")
+              if (Result.isSuccess(cached) && !isDeepStrictEqual(cached.success, read.success)) {
+                assert.deepStrictEqual(cached.success, read.success, "the cached context differs")
+              }
+            }
+          }),
+        )
+      }
+      return outcome
+    }),
+  )
+
+describe("the live context's limits", () => {
+  it.live(
+    "equals a fresh read with the same limits after every write of generated runs, oversized ones included",
+    () =>
+      Effect.gen(function* () {
+        const seen = { fits: 0, refused: 0 }
+        const samples = fc.sample(scenario, { numRuns: 40, seed: 20_261_201 })
+        for (const item of samples) seen[yield* compare(item)]++
+        // Both sides of the limits were exercised.
+        assert.isAbove(seen.fits, 5)
+        assert.isAbove(seen.refused, 5)
+      }),
+    120_000,
+  )
+
+  it.live("a run whose history outgrows 8 MiB fails event_store before it sends the request a fresh read refuses", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        // Each step calls `sink` nine times with 100,000 characters: about 1.8 MB of completion and
+        // dispatches per step, so after five steps the history is over the 8 MiB a fresh read takes.
+        const argument = JSON.stringify({ value: "v".repeat(100_000) })
+        const step = Respond.sse(
+          OpenAiSse.response({ toolCalls: Array.from({ length: 9 }, (_, index) => ({ id: `call-${index}`, name: "sink", arguments: [argument] })) }),
+        )
+        const context = yield* setup({ script: [{ respond: step, repeat: true }] })
+        const sink = Tool.make({
+          name: "sink",
+          description: "Takes a large input.",
+          input: Schema.Struct({ value: Schema.String }),
+          semantics: "parallel",
+          execute: () => Effect.succeed(Tool.text("ok")),
+        })
+        const result = yield* context.engine.run(input(context, "Fill the context.", ToolCatalog.make([sink]), { maxSteps: 8 }))
+        assert.strictEqual(result.outcome.kind === "failed" ? result.outcome.class : result.outcome.kind, "event_store")
+        // The requests that went out were all built from a context a fresh read also returns.
+        const sent = context.server.requests()
+        assert.strictEqual(sent.length, 5)
+        for (const request of sent) assert.isBelow(request.body.length, Limits.MAX_HISTORY_BYTES)
+        const fresh = yield* Effect.flip(context.log.readModelContext("session-1"))
+        assert.strictEqual(fresh.reason._tag === "Rejected" ? fresh.reason.rejection._tag : fresh.reason._tag, "PrefixTooLarge")
+      }),
+    ),
+  60_000)
+
+  it.live("uses the read's own default limits (10,000 events, 8 MiB)", () =>
+    Effect.sync(() => {
+      assert.deepStrictEqual(LiveContext.defaultLimits, { maxEvents: Limits.MAX_HISTORY_EVENTS, maxBytes: Limits.MAX_HISTORY_BYTES })
+      assert.deepStrictEqual(LiveContext.defaultLimits, { maxEvents: EventLog.defaults.maxEvents, maxBytes: EventLog.defaults.maxBytes })
+    }))
+})
