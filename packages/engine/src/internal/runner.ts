@@ -54,7 +54,8 @@ const unsettledHistory = (run: Run, error: EventLogError.EventLogError) =>
     const manual = settings.allowPriorUnknown
       ? false
       : yield* Effect.orElseSucceed(log.checkManualMessageHistory(sessionId), () => false)
-    const reason = error.reason._tag === "Rejected" && error.reason.rejection._tag === "InvalidTransition" ? error.reason.rejection.reason : error.message
+    const rejection = error.reason._tag === "Rejected" ? error.reason.rejection : undefined
+    const reason = rejection?._tag === "InvalidTransition" ? rejection.reason : error.message
     return yield* Effect.fail(EngineError.reconciliation(manual ? EngineError.PRIOR_UNKNOWN_MESSAGE : reason))
   })
 
