@@ -11,7 +11,7 @@ import { Agent, OpenAIProvider, Runner, setTracingDisabled, tool } from "@openai
 import Database from "better-sqlite3"
 import { Effect, Schema } from "effect"
 import { createParser } from "eventsource-parser"
-import { createEngine, type MakaEngine } from "@maka/engine"
+import { createEngine, type Facade } from "@maka/engine"
 import { Tool, ToolCatalog } from "@maka/tools"
 import { z } from "zod"
 
@@ -40,7 +40,7 @@ export interface MakaTurn {
 }
 
 export interface MakaContender {
-  readonly engine: MakaEngine
+  readonly engine: Facade.MakaEngine
   readonly turn: (sessionId: string, model: string, message?: string) => Promise<MakaTurn>
 }
 

@@ -212,22 +212,41 @@ export const profiled = async (file: string, body: () => Promise<void>): Promise
 }
 let lastProfile: Profile | undefined
 
-/** The functions with the most self time (samples in the function itself), as printable lines. */
+const where = (url: string): string => {
+  if (url === "") return "(native or VM)"
+  const dependency = /node_modules\/\.pnpm\/[^/]+\/node_modules\/((?:@[^/]+\/)?[^/]+)\//.exec(url)
+  if (dependency !== null) return dependency[1]!
+  const workspace = /\/packages\/([^/]+)\//.exec(url)
+  if (workspace !== null) return `@maka/${workspace[1]}`
+  if (url.startsWith("node:")) return "node internals"
+  return "other"
+}
+
+/**
+ * The functions with the most self time (samples in the function itself, idle excluded), then the
+ * same time summed per package (a dependency, a maka package, node internals, native code), as lines.
+ */
 export const topSelfTime = (profile: Profile, count = 15, root = process.cwd()): Array<string> => {
   const byId = new Map(profile.nodes.map((node) => [node.id, node]))
   const self = new Map<number, number>()
   profile.samples.forEach((id, index) => self.set(id, (self.get(id) ?? 0) + (profile.timeDeltas[index] ?? 0)))
-  const totals = new Map<string, number>()
+  const functions = new Map<string, number>()
+  const packages = new Map<string, number>()
   let all = 0
   for (const [id, micros] of self) {
     const frame = byId.get(id)!.callFrame
-    const where = frame.url === "" ? "" : ` ${frame.url.replace(/^file:\/\//, "").replace(`${root}/`, "")}:${frame.lineNumber + 1}`
-    const key = `${frame.functionName === "" ? "(anonymous)" : frame.functionName}${where}`
-    totals.set(key, (totals.get(key) ?? 0) + micros)
+    if (frame.functionName === "(idle)") continue
+    const location = frame.url === "" ? "" : ` ${frame.url.replace(/^file:\/\//, "").replace(`${root}/`, "")}:${frame.lineNumber + 1}`
+    const key = `${frame.functionName === "" ? "(anonymous)" : frame.functionName}${location}`
+    functions.set(key, (functions.get(key) ?? 0) + micros)
+    const owner = frame.functionName.startsWith("(") ? frame.functionName : where(frame.url)
+    packages.set(owner, (packages.get(owner) ?? 0) + micros)
     all += micros
   }
-  return [...totals.entries()]
-    .sort((left, right) => right[1] - left[1])
-    .slice(0, count)
-    .map(([key, micros]) => `${(micros / 1000).toFixed(1).padStart(9)} ms ${((micros / all) * 100).toFixed(1).padStart(5)} %  ${key}`)
+  const lines = (totals: Map<string, number>, limit: number) =>
+    [...totals.entries()]
+      .sort((left, right) => right[1] - left[1])
+      .slice(0, limit)
+      .map(([key, micros]) => `${(micros / 1000).toFixed(1).padStart(9)} ms ${((micros / all) * 100).toFixed(1).padStart(5)} %  ${key}`)
+  return [...lines(functions, count), "by package:", ...lines(packages, 12)]
 }
