@@ -1,5 +1,5 @@
 /**
- * The engine against its peers and its floor (DESIGN.md §12), all through the same fake
+ * The engine against its peers and its floor (docs/architecture.md §12), all through the same fake
  * OpenAI-compatible server, which runs in its own process:
  *
  * 1. The streaming 10-step tool loop (nine `noop` calls, then a text answer): maka through

@@ -1,5 +1,5 @@
 /**
- * The durable log (DESIGN.md §12): `EventLog.append` of a streamed observation against a raw
+ * The durable log (docs/architecture.md §12): `EventLog.append` of a streamed observation against a raw
  * better-sqlite3 insert of the same row in its own `BEGIN IMMEDIATE` transaction (same file settings:
  * WAL, synchronous=FULL), and `readModelContext` at 100, 1,000 and 10,000 events of history against
  * a raw read of the same rows with `JSON.parse`. Every figure is a ratio against its own baseline.

@@ -1,5 +1,5 @@
 /**
- * Step time against session history (DESIGN.md §12): one session grown to 100, 1,000 and 10,000
+ * Step time against session history (docs/architecture.md §12): one session grown to 100, 1,000 and 10,000
  * events (and 100,000 with `MAKA_BENCH_HISTORY_LARGE=1`, which takes long to build) by running real
  * turns through `createEngine` (`build-<n>`: n parallel `noop` calls, then an answer), never by
  * writing rows. At each size, `MAKA_BENCH_HISTORY_TURNS` (default 5) 10-step tool-loop turns are

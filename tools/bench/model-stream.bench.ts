@@ -1,5 +1,5 @@
 /**
- * Streaming through the model adapter (DESIGN.md §12): a 1,000-delta OpenAI-compatible response from
+ * Streaming through the model adapter (docs/architecture.md §12): a 1,000-delta OpenAI-compatible response from
  * the testkit server, read through `LanguageModel.stream` (normaliser, limits, replay tracking, the
  * limiter and the idle watchdog) against the same bytes read with bare `fetch` + `eventsource-parser`
  * (each event's JSON parsed, as any client must). Reports medians and the ratio adapter / baseline.

@@ -4,7 +4,7 @@
  * condition so the workspace sources are measured. Each prints `{"entries": {...}, "environment":
  * {...}}` on its last stdout line; the entries (name → {value, unit, baseline, ratio, note}) are merged
  * by name into `bench/results.json`, and `BENCHMARKS.md` at the repository root is rewritten from it.
- * Every figure that has a baseline was measured against it in the same run (DESIGN.md §12).
+ * Every figure that has a baseline was measured against it in the same run (docs/architecture.md §12).
  *
  * `--profile` runs the named benches in profile mode instead (only `engine` has one): the bench writes
  * `bench/profiles/<name>-<time>.cpuprofile` (open it in Chrome DevTools or VS Code) and prints the 15
@@ -79,7 +79,7 @@ How to read it:
 - **value** is maka's figure; **baseline** is the figure it is compared with, measured in the same run
   on the same machine (interleaved, round-robin, so load drifts hit both); **ratio** is value / baseline.
   Absolute times move with the machine's load (see the load average per bench below); ratios move much
-  less, and they are what DESIGN.md §12 and the acceptance criteria are stated in.
+  less, and they are what docs/architecture.md §12 and the acceptance criteria are stated in.
 - Times are medians over trials (\`MAKA_BENCH_TRIALS\`, default 7, after \`MAKA_BENCH_WARMUP\` = 2 warm-up
   trials); per-step figures divide a trial's time by its steps.
 - CPU is \`process.cpuUsage()\` over a trial (user + system, every thread of the process).
