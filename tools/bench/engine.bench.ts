@@ -21,7 +21,7 @@ import * as fs from "node:fs"
 import * as path from "node:path"
 import { agentsSdk, floor, maka, rawExchange } from "./contenders.ts"
 import { startFakeServer } from "./fake-server.ts"
-import { cpuMs, emit, entry, type Entry, integer, median, profiled, round, temporaryDirectory, topSelfTime, WalMeter } from "./lib.ts"
+import { countStatements, cpuMs, emit, entry, type Entry, integer, median, profiled, round, temporaryDirectory, topSelfTime, WalMeter } from "./lib.ts"
 
 const STEPS = 10
 const LOOP_MODEL = `loop-${STEPS}`
@@ -110,11 +110,14 @@ const cpuPerStep = { maka: median(cpu.maka), agentsSdk: median(cpu.agentsSdk), f
 const account = async (file: string, loop: () => Promise<void>) => {
   const meter = new WalMeter(file)
   meter.start()
-  for (let index = 0; index < ACCOUNTING_LOOPS; index++) await loop()
+  const statements = await countStatements(async () => {
+    for (let index = 0; index < ACCOUNTING_LOOPS; index++) await loop()
+  })
   const count = meter.stop()
   meter.close()
   const steps = ACCOUNTING_LOOPS * STEPS
   return {
+    statements: statements / steps,
     commits: count.commits / steps,
     bytes: count.bytes / steps,
     pages: Object.fromEntries(Object.entries(count.pagesByTree).map(([tree, pages]) => [tree, pages / steps])),
@@ -130,7 +133,7 @@ raw.close()
 console.log(
   `tool loop, ms per step: maka ${round(msPerStep.maka, 2)}, Agents SDK ${round(msPerStep.agentsSdk, 2)}, floor ${round(msPerStep.floor, 2)}; ` +
     `CPU ms per step: ${round(cpuPerStep.maka, 2)}, ${round(cpuPerStep.agentsSdk, 2)}, ${round(cpuPerStep.floor, 2)}; ` +
-    `commits per step ${round(makaWrites.commits, 2)} (floor ${round(floorWrites.commits, 2)}), ` +
+    `commits per step ${round(makaWrites.commits, 2)} (floor ${round(floorWrites.commits, 2)}), SQL statements per step ${round(makaWrites.statements, 1)} (floor ${round(floorWrites.statements, 1)}), ` +
     `WAL KB per step ${round(makaWrites.bytes / 1024, 1)} (floor ${round(floorWrites.bytes / 1024, 1)})`,
 )
 
@@ -143,6 +146,7 @@ const entries: Record<string, Entry> = {
   "engine.loop.cpuMsPerStep.vsAgentsSdk": entry(cpuPerStep.maka, "CPU ms/step", cpuPerStep.agentsSdk, "process CPU (user + system, every thread) per step, maka vs the Agents SDK"),
   "engine.loop.cpuMsPerStep.vsFloor": entry(cpuPerStep.maka, "CPU ms/step", cpuPerStep.floor, "process CPU per step, maka vs the durable floor"),
   "engine.loop.commitsPerStep.vsFloor": entry(makaWrites.commits, "commits/step", floorWrites.commits, "WAL commit frames per step (accounting pass), maka vs the durable floor; the Agents SDK makes none"),
+  "engine.loop.sqlStatementsPerStep.vsFloor": entry(makaWrites.statements, "statements/step", floorWrites.statements, "SQL statements executed per step (better-sqlite3 calls counted by a wrapper in the accounting pass), maka vs the durable floor"),
   "engine.loop.walBytesPerStep.vsFloor": entry(makaWrites.bytes, "bytes/step", floorWrites.bytes, "bytes appended to the WAL per step (frames × (page + 24)), maka vs the durable floor; the Agents SDK writes none"),
   "engine.loop.eventsPerStep": entry(eventsPerStep, "events/step", null, "events maka stores per step of the loop"),
   "engine.loop.eventJsonBytesPerStep.vsWalBytes": entry(eventJsonBytesPerStep, "bytes/step", makaWrites.bytes, "the JSON of the events a step stores vs the WAL bytes the step writes (the ratio is the share that is payload)"),

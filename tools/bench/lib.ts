@@ -1,7 +1,7 @@
 /**
  * What every bench file shares: medians, the result entries `pnpm bench` merges into
  * `bench/results.json`, CPU time, the WAL meter that counts the commits and bytes a SQLite writer
- * makes, and the in-process CPU profiler behind `pnpm bench <name> --profile`.
+ * makes, the SQL statement counter, and the in-process CPU profiler behind `pnpm bench <name> --profile`.
  */
 import Database from "better-sqlite3"
 import * as fs from "node:fs"
@@ -171,6 +171,41 @@ export class WalMeter {
   close(): void {
     this.reader.close()
   }
+}
+
+// --- statement counter --------------------------------------------------------------------------
+
+/**
+ * Counts the SQL statements every better-sqlite3 connection of this process executes while `body`
+ * runs (a prepared statement's `run`/`get`/`all`/`iterate`, a connection's `exec` and `pragma`), by
+ * wrapping those methods on the shared prototypes and restoring them afterwards. The engine's log
+ * uses the same better-sqlite3 module, so its statements count too. Accounting passes only.
+ */
+export const countStatements = async (body: () => Promise<void>): Promise<number> => {
+  const probe = new Database(":memory:")
+  const statementPrototype = Object.getPrototypeOf(probe.prepare("SELECT 1")) as Record<string, unknown>
+  const databasePrototype = Object.getPrototypeOf(probe) as Record<string, unknown>
+  probe.close()
+  let count = 0
+  const restore: Array<() => void> = []
+  const wrap = (prototype: Record<string, unknown>, name: string): void => {
+    const original = prototype[name] as (...args: Array<unknown>) => unknown
+    prototype[name] = function (this: unknown, ...args: Array<unknown>) {
+      count++
+      return original.apply(this, args)
+    }
+    restore.push(() => {
+      prototype[name] = original
+    })
+  }
+  for (const name of ["run", "get", "all", "iterate"]) wrap(statementPrototype, name)
+  for (const name of ["exec", "pragma"]) wrap(databasePrototype, name)
+  try {
+    await body()
+  } finally {
+    for (const undo of restore) undo()
+  }
+  return count
 }
 
 // --- CPU profile --------------------------------------------------------------------------------
