@@ -8,7 +8,8 @@
  *
  * `--profile` runs the named benches in profile mode instead (only `engine` has one): the bench writes
  * `bench/profiles/<name>-<time>.cpuprofile` (open it in Chrome DevTools or VS Code) and prints the 15
- * functions with the most self time. Profile runs record no figures.
+ * functions with the most self time. Profile runs record no figures. `--report` only rewrites
+ * `BENCHMARKS.md` from the stored results.
  */
 import { spawnSync } from "node:child_process"
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs"
@@ -26,11 +27,13 @@ const available = readdirSync(benchDirectory)
   .map((file) => file.slice(0, -".bench.ts".length))
   .sort()
 const args = process.argv.slice(2)
+const FLAGS = ["--profile", "--report"]
 const profile = args.includes("--profile")
-const requested = args.filter((arg) => arg !== "--profile")
+const reportOnly = args.includes("--report")
+const requested = args.filter((arg) => !FLAGS.includes(arg))
 const unknown = requested.filter((name) => !available.includes(name))
-if (unknown.length > 0 || args.some((arg) => arg.startsWith("--") && arg !== "--profile")) {
-  console.error(`usage: pnpm bench [name…] [--profile]  (benches: ${available.join(", ")})`)
+if (unknown.length > 0 || args.some((arg) => arg.startsWith("--") && !FLAGS.includes(arg))) {
+  console.error(`usage: pnpm bench [name…] [--profile] | pnpm bench --report  (benches: ${available.join(", ")})`)
   process.exit(2)
 }
 const selected = requested.length > 0 ? requested : available
@@ -104,16 +107,67 @@ How to read it:
 
 Run one bench with \`pnpm bench <name>\` (${available.join(", ")}); profile with
 \`pnpm bench engine --profile\` (writes \`bench/profiles/*.cpuprofile\`, prints the top 15 self-time
-functions).
+functions and the time per package); rewrite this file from the stored results with
+\`pnpm bench --report\`. Knobs (environment): \`MAKA_BENCH_TRIALS\`, \`MAKA_BENCH_WARMUP\`,
+\`MAKA_BENCH_LOOPS\` (tool loops per contender per trial, default 5), \`MAKA_BENCH_STREAM_ROUNDS\`,
+\`MAKA_BENCH_PACED_ROUNDS\`, \`MAKA_BENCH_HISTORY_SIZES\` (default 100,1000,10000),
+\`MAKA_BENCH_HISTORY_TURNS\`, \`MAKA_BENCH_HISTORY_LARGE=1\` (adds 100,000 events; slow to build),
+\`MAKA_BENCH_APPENDS\`.
 `
+
+/** The targets of docs/architecture.md §12 and the hot-path acceptance, checked against the stored figures. */
+interface Target {
+  readonly label: string
+  /** An entry name, or a pattern matching several (each is checked). */
+  readonly entry: string | RegExp
+  readonly on: "ratio" | "value"
+  readonly min?: number
+  readonly max: number
+}
+
+const TARGETS: ReadonlyArray<Target> = [
+  { label: "tool loop vs the OpenAI Agents SDK, time per step (aim 0.8×)", entry: "engine.loop.msPerStep.vsAgentsSdk", on: "ratio", max: 1.0 },
+  { label: "tool loop vs the durable floor, time per step", entry: "engine.loop.msPerStep.vsFloor", on: "ratio", max: 1.5 },
+  { label: "commits per tool step", entry: "engine.loop.commitsPerStep.vsFloor", on: "value", max: 2 },
+  { label: "WAL bytes per step vs the floor", entry: "engine.loop.walBytesPerStep.vsFloor", on: "ratio", max: 2 },
+  { label: "1,000-delta answer, unpaced, vs bare fetch", entry: "engine.stream.unpaced.totalMs", on: "ratio", max: 1.15 },
+  { label: "1,000-delta answer, paced 1 ms, vs bare fetch", entry: "engine.stream.paced1ms.totalMs", on: "ratio", max: 1.05 },
+  { label: "paced: median delay from a delta's arrival to its delivery (ms)", entry: "engine.stream.paced1ms.arrivalToDeliveryMs", on: "value", max: 2 },
+  { label: "history: time per step above the raw loop, vs the smallest size (flat ±20 %)", entry: /^history\.\d+\.aboveRawMsPerStep\.vsSmallest$/, on: "ratio", min: 0.8, max: 1.2 },
+  { label: "history: first step of a new turn vs a steady step", entry: /^history\.\d+\.firstStepMs\.vsSteady$/, on: "ratio", max: 2 },
+  { label: "append vs a raw better-sqlite3 insert of the same row", entry: "event-log.appendUs.vsRawInsert", on: "ratio", max: 1.5 },
+  { label: "readModelContext vs a raw select + JSON.parse", entry: /^event-log\.readModelContextMs\.\d+\.vsRawSelect$/, on: "ratio", max: 2 },
+]
+
+const targetLines = (results: Results): Array<string> => {
+  const lines = ["## Targets\n", "| target | figure | measured | bound | met |", "|---|---|---:|---:|---|"]
+  for (const target of TARGETS) {
+    const names = Object.keys(results.entries).filter((name) => (typeof target.entry === "string" ? name === target.entry : target.entry.test(name)))
+    const bound = target.min === undefined ? `≤ ${target.max}` : `${target.min}–${target.max}`
+    const suffix = target.on === "ratio" ? "×" : ""
+    if (names.length === 0) lines.push(`| ${target.label} | \`${String(target.entry)}\` | not measured | ${bound}${suffix} | |`)
+    for (const name of names.sort((left, right) => left.localeCompare(right, "en", { numeric: true }))) {
+      const figure = results.entries[name]!
+      const measured = target.on === "ratio" ? figure.ratio : figure.value
+      if (measured === null) {
+        lines.push(`| ${target.label} | \`${name}\` | ${format(figure.value)} ${figure.unit} | (reference) | |`)
+        continue
+      }
+      const met = measured <= target.max && (target.min === undefined || measured >= target.min)
+      lines.push(`| ${target.label} | \`${name}\` | ${format(measured)}${suffix} | ${bound}${suffix} | ${met ? "yes" : "**no**"} |`)
+    }
+  }
+  lines.push("")
+  return lines
+}
 
 const writeReport = (results: Results): void => {
   const groups = new Map<string, Array<[string, Entry]>>()
-  for (const [name, value] of Object.entries(results.entries).sort(([left], [right]) => left.localeCompare(right))) {
+  for (const [name, value] of Object.entries(results.entries).sort(([left], [right]) => left.localeCompare(right, "en", { numeric: true }))) {
     const group = name.split(".")[0] ?? name
     groups.set(group, [...(groups.get(group) ?? []), [name, value]])
   }
-  const sections: Array<string> = [PREAMBLE]
+  const sections: Array<string> = [PREAMBLE, ...targetLines(results)]
   for (const [group, rows] of groups) {
     const environment = results.environment[group] as { node?: string; loadAverage?: Array<number>; at?: string; cpus?: number } | undefined
     sections.push(`## ${group}\n`)
@@ -123,14 +177,24 @@ const writeReport = (results: Results): void => {
       )
     }
     sections.push("| figure | value | unit | baseline | ratio | what |", "|---|---:|---|---:|---:|---|")
+    let previousNote: string | undefined
     for (const [name, value] of rows) {
+      // A note repeated by the next rows (a family of figures) is printed once.
+      const note = value.note === previousNote ? "〃" : (value.note ?? "").replaceAll("|", "\\|")
+      previousNote = value.note
       sections.push(
-        `| \`${name.slice(group.length + 1)}\` | ${format(value.value)} | ${value.unit} | ${format(value.baseline)} | ${value.ratio === null ? "" : `${value.ratio.toFixed(2)}×`} | ${(value.note ?? "").replaceAll("|", "\\|")} |`,
+        `| \`${name.slice(group.length + 1)}\` | ${format(value.value)} | ${value.unit} | ${format(value.baseline)} | ${value.ratio === null ? "" : `${value.ratio.toFixed(2)}×`} | ${note} |`,
       )
     }
     sections.push("")
   }
   writeFileSync(reportFile, `${sections.join("\n").trimEnd()}\n`)
+}
+
+if (reportOnly) {
+  writeReport(readResults())
+  console.log(`rewrote ${relative(root, reportFile)} from ${relative(root, resultsFile)}`)
+  process.exit(0)
 }
 
 let failed = false
