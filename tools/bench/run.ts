@@ -112,7 +112,7 @@ functions and the time per package); rewrite this file from the stored results w
 \`MAKA_BENCH_LOOPS\` (tool loops per contender per trial, default 5), \`MAKA_BENCH_STREAM_ROUNDS\`,
 \`MAKA_BENCH_PACED_ROUNDS\`, \`MAKA_BENCH_HISTORY_SIZES\` (default 100,1000,10000),
 \`MAKA_BENCH_HISTORY_TURNS\`, \`MAKA_BENCH_HISTORY_LARGE=1\` (adds 100,000 events; slow to build),
-\`MAKA_BENCH_APPENDS\`.
+\`MAKA_BENCH_APPENDS\`, \`MAKA_BENCH_LONG_TURNS\` (default 1,000).
 `
 
 /** The targets of docs/architecture.md §12 and the hot-path acceptance, checked against the stored figures. */
@@ -135,6 +135,9 @@ const TARGETS: ReadonlyArray<Target> = [
   { label: "paced: median delay from a delta's arrival to its delivery (ms)", entry: "engine.stream.paced1ms.arrivalToDeliveryMs", on: "value", max: 2 },
   { label: "history: time per step above the raw loop, vs the smallest size (flat ±20 %)", entry: /^history\.\d+\.aboveRawMsPerStep\.vsSmallest$/, on: "ratio", min: 0.8, max: 1.2 },
   { label: "history: first step of a new turn vs a steady step", entry: /^history\.\d+\.firstStepMs\.vsSteady$/, on: "ratio", max: 2 },
+  { label: "history: first step on a freshly created engine vs a steady step", entry: /^history\.\d+\.reopenedFirstStepMs\.vsSteady$/, on: "ratio", max: 2 },
+  { label: "long session: turn time at the last turn vs turn 100 (flat ±20 %)", entry: "long-session.turnMs.vsTurn100", on: "ratio", min: 0.8, max: 1.2 },
+  { label: "long session: heap at the last turn vs turn 100 (flat ±20 %)", entry: "long-session.heapMB.vsTurn100", on: "ratio", min: 0.8, max: 1.2 },
   { label: "append vs a raw better-sqlite3 insert of the same row", entry: "event-log.appendUs.vsRawInsert", on: "ratio", max: 1.5 },
   { label: "readModelContext vs a raw select + JSON.parse", entry: /^event-log\.readModelContextMs\.\d+\.vsRawSelect$/, on: "ratio", max: 2 },
 ]
@@ -205,7 +208,7 @@ for (const name of selected) {
     const file = join(root, "bench", "profiles", `${name}-${new Date().toISOString().replaceAll(":", "-")}.cpuprofile`)
     env["MAKA_BENCH_PROFILE"] = file
   }
-  const child = spawnSync(process.execPath, ["--conditions=@maka/source", "--import", "tsx", join(benchDirectory, `${name}.bench.ts`)], {
+  const child = spawnSync(process.execPath, ["--conditions=@maka/source", "--expose-gc", "--import", "tsx", join(benchDirectory, `${name}.bench.ts`)], {
     cwd: root,
     env,
     encoding: "utf8",
