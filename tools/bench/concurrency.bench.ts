@@ -3,8 +3,9 @@
  * `MAKA_BENCH_CONCURRENCY`, e.g. `20,200`) each running the 10-step streaming tool loop at the same
  * time through one `createEngine` (SQLite, `synchronous=FULL`), against the OpenAI Agents SDK running
  * as many loops at once against the same server, and the durable floor doing the same on one raw
- * better-sqlite3 connection. Round-robin trials (`MAKA_BENCH_CONCURRENCY_TRIALS`, default 3); the
- * figure is throughput in steps per second (higher is better, so a ratio below 1 means maka is slower).
+ * better-sqlite3 connection. Round-robin trials (`MAKA_BENCH_CONCURRENCY_TRIALS`, default 3, after one
+ * warm-up round at the first level); the figure is throughput in steps per second (higher is better,
+ * so a ratio below 1 means maka is slower).
  */
 import * as fs from "node:fs"
 import * as path from "node:path"
@@ -46,9 +47,10 @@ const contenders = [
 ] as const
 
 const entries: Record<string, Entry> = {}
-for (const level of LEVELS) {
+for (const [index, level] of LEVELS.entries()) {
   const throughput: Record<string, Array<number>> = { maka: [], agentsSdk: [], floor: [] }
-  for (let trial = -1; trial < TRIALS; trial++) {
+  // One warm-up round at the first level only: the larger levels run on warm code.
+  for (let trial = index === 0 ? -1 : 0; trial < TRIALS; trial++) {
     for (let position = 0; position < contenders.length; position++) {
       const contender = contenders[(trial + 1 + position) % contenders.length]!
       const started = performance.now()

@@ -11,9 +11,10 @@
  * functions with the most self time. Profile runs record no figures. `--report` only rewrites
  * `BENCHMARKS.md` from the stored results.
  */
-import { spawnSync } from "node:child_process"
+import { spawn } from "node:child_process"
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs"
 import { dirname, join, relative, resolve } from "node:path"
+import { createInterface } from "node:readline"
 import { fileURLToPath } from "node:url"
 import type { Entry } from "./lib.ts"
 
@@ -172,11 +173,14 @@ const writeReport = (results: Results): void => {
   }
   const sections: Array<string> = [PREAMBLE, ...targetLines(results)]
   for (const [group, rows] of groups) {
-    const environment = results.environment[group] as { node?: string; loadAverage?: Array<number>; at?: string; cpus?: number } | undefined
+    const environment = results.environment[group] as
+      | { node?: string; loadAverage?: Array<number>; at?: string; cpus?: number; seconds?: number }
+      | undefined
     sections.push(`## ${group}\n`)
     if (environment !== undefined) {
       sections.push(
-        `Measured ${environment.at ?? "?"} on Node ${environment.node ?? "?"}, ${environment.cpus ?? "?"} CPUs, load average ${(environment.loadAverage ?? []).join(" / ")} (1 / 5 / 15 min) at the end of the bench.\n`,
+        `Measured ${environment.at ?? "?"} on Node ${environment.node ?? "?"}, ${environment.cpus ?? "?"} CPUs, load average ${(environment.loadAverage ?? []).join(" / ")} (1 / 5 / 15 min) at the end of the bench` +
+          `${environment.seconds === undefined ? "" : `, which took ${environment.seconds} s`}.\n`,
       )
     }
     sections.push("| figure | value | unit | baseline | ratio | what |", "|---|---:|---|---:|---:|---|")
@@ -208,18 +212,25 @@ for (const name of selected) {
     const file = join(root, "bench", "profiles", `${name}-${new Date().toISOString().replaceAll(":", "-")}.cpuprofile`)
     env["MAKA_BENCH_PROFILE"] = file
   }
-  const child = spawnSync(process.execPath, ["--conditions=@maka/source", "--expose-gc", "--import", "tsx", join(benchDirectory, `${name}.bench.ts`)], {
-    cwd: root,
-    env,
-    encoding: "utf8",
-    stdio: ["ignore", "pipe", "inherit"],
-    maxBuffer: 64 * 1024 * 1024,
+  // The bench's output is shown as it comes; its last line is the result object.
+  const benchStarted = performance.now()
+  const outcome = await new Promise<{ readonly status: number | null; readonly signal: string | null; readonly last: string }>((done) => {
+    const child = spawn(process.execPath, ["--conditions=@maka/source", "--expose-gc", "--import", "tsx", join(benchDirectory, `${name}.bench.ts`)], {
+      cwd: root,
+      env,
+      stdio: ["ignore", "pipe", "inherit"],
+    })
+    let last = ""
+    createInterface({ input: child.stdout }).on("line", (line) => {
+      if (last !== "") console.log(`  ${last}`)
+      last = line
+    })
+    child.on("close", (status, signal) => done({ status, signal, last }))
   })
-  const lines = (child.stdout ?? "").trim().split("\n")
-  const last = lines.pop() ?? ""
-  for (const line of lines) console.log(`  ${line}`)
-  if (child.status !== 0) {
-    console.error(`bench ${name} failed (exit ${child.status ?? child.signal})`)
+  const last = outcome.last
+  if (outcome.status !== 0) {
+    if (last !== "") console.log(`  ${last}`)
+    console.error(`bench ${name} failed (exit ${outcome.status ?? outcome.signal})`)
     failed = true
     continue
   }
@@ -238,7 +249,7 @@ for (const name of selected) {
   if (profile || entries.length === 0) continue
   const results = readResults()
   for (const [key, value] of entries) results.entries[key] = value as Entry
-  results.environment[name] = printed.environment
+  results.environment[name] = { ...(printed.environment as object), seconds: Math.round((performance.now() - benchStarted) / 1000) }
   writeResults(results)
   writeReport(results)
   for (const [key, value] of entries) {
