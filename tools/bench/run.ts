@@ -158,7 +158,9 @@ const targetLines = (results: Results): Array<string> => {
         continue
       }
       const met = measured <= target.max && (target.min === undefined || measured >= target.min)
-      lines.push(`| ${target.label} | \`${name}\` | ${format(measured)}${suffix} | ${bound}${suffix} | ${met ? "yes" : "**no**"} |`)
+      // Three decimals near a bound, so that 1.055 against ≤ 1.05 does not read as 1.05.
+      const shown = Math.abs(measured) < 10 ? measured.toFixed(3) : format(measured)
+      lines.push(`| ${target.label} | \`${name}\` | ${shown}${suffix} | ${bound}${suffix} | ${met ? "yes" : "**no**"} |`)
     }
   }
   lines.push("")
