@@ -1,250 +1,266 @@
 /**
- * The engine (DESIGN.md §12), through the Promise facade on a SQLite file with `synchronous=FULL`:
- * (a) a 50-step tool loop, the engine's time per step above the testkit server's own handling time
- * (request received → response ended, from its progress reports); (b) a 1,000-delta streamed answer
- * through the engine (every delta durable as `model_observed` before the caller sees it, read to the
- * terminal through `run.events()`) against the same bytes read with bare `fetch` + `eventsource-parser`,
- * unpaced (the server writes as fast as it can) and paced (1 ms between chunks, still faster than a
- * real model). Every figure is a median; ratios are against a baseline measured in the same run.
+ * The engine against its peers and its floor (docs/architecture.md §12), all through the same fake
+ * OpenAI-compatible server, which runs in its own process:
+ *
+ * 1. The streaming 10-step tool loop (nine `noop` calls, then a text answer): maka through
+ *    `createEngine` (SQLite, `synchronous=FULL`, reading `run.events()`), the OpenAI Agents SDK (chat
+ *    completions, streaming, the same tool; it persists nothing) and the durable floor (`fetch` +
+ *    `eventsource-parser` + two FULL commits per step with raw better-sqlite3), run round-robin in
+ *    each trial (the order rotates), medians over the trials. Per step: wall time, CPU time
+ *    (`process.cpuUsage`, the whole process), and, in a separate accounting pass that holds a read
+ *    transaction so the WAL is not recycled, the commits and WAL bytes (see `WalMeter`).
+ * 2. A 1,000-delta answer through the engine (every delta durable before `run.events()` yields it)
+ *    against the same stream read with bare `fetch` + `eventsource-parser`, unpaced and paced 1 ms per
+ *    chunk: total time, and the median delay from a delta's sending (stamped by the server) to its
+ *    delivery, the bare read's being the transport's share.
+ *
+ * `MAKA_BENCH_PROFILE=<file>` (what `pnpm bench engine --profile` sets) runs only maka's tool loop
+ * under the CPU profiler instead, writes the `.cpuprofile` and prints the top 15 self-time functions.
  */
-import { Effect, Schema } from "effect"
-import { createParser } from "eventsource-parser"
 import * as fs from "node:fs"
-import * as os from "node:os"
 import * as path from "node:path"
-import { createEngine, type Facade } from "@maka/engine"
-import { OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
-import { Tool, ToolCatalog } from "@maka/tools"
+import { agentsSdk, floor, maka, rawExchange } from "./contenders.ts"
+import { startFakeServer } from "./fake-server.ts"
+import { countStatements, cpuMs, emit, entry, type Entry, integer, median, profiled, round, temporaryDirectory, topSelfTime, WalMeter } from "./lib.ts"
 
-const STEPS = 50
-const LOOP_WARMUP = 2
-const LOOP_ROUNDS = Number(process.env["MAKA_BENCH_LOOP_ROUNDS"] ?? 10)
+const STEPS = 10
+const LOOP_MODEL = `loop-${STEPS}`
+const TRIALS = integer("MAKA_BENCH_TRIALS", 7)
+const WARMUP = integer("MAKA_BENCH_WARMUP", 2)
+const LOOPS = integer("MAKA_BENCH_LOOPS", 5)
+const ACCOUNTING_LOOPS = 3
 const DELTAS = 1_000
-const STREAM_WARMUP = 5
-const STREAM_ROUNDS = Number(process.env["MAKA_BENCH_STREAM_ROUNDS"] ?? 30)
-const PACED_ROUNDS = Number(process.env["MAKA_BENCH_PACED_ROUNDS"] ?? 6)
-const PACE_MS = 1
+const STREAM_ROUNDS = integer("MAKA_BENCH_STREAM_ROUNDS", 15)
+const PACED_ROUNDS = integer("MAKA_BENCH_PACED_ROUNDS", 5)
+const PROFILE = process.env["MAKA_BENCH_PROFILE"] ?? ""
+const PROFILE_LOOPS = integer("MAKA_BENCH_PROFILE_LOOPS", 20)
 
-const median = (values: ReadonlyArray<number>): number => {
-  const sorted = [...values].sort((left, right) => left - right)
-  const middle = Math.floor(sorted.length / 2)
-  return sorted.length % 2 === 1 ? (sorted[middle] ?? 0) : ((sorted[middle - 1] ?? 0) + (sorted[middle] ?? 0)) / 2
-}
-const round3 = (value: number): number => Math.round(value * 1000) / 1000
-
-const directory = fs.mkdtempSync(path.join(os.tmpdir(), "maka-bench-engine-"))
+const directory = temporaryDirectory("maka-bench-engine-")
 const workspace = path.join(directory, "workspace")
 fs.mkdirSync(workspace)
-
-/** The server's own handling time: from a request's arrival to the end of its response. */
-let serverMs = 0
-const arrivals = new Map<number, number>()
-const server = await ScriptedServer.start({
-  onProgress: (progress) => {
-    if (progress.type === "request") arrivals.set(progress.request.index, performance.now())
-    if (progress.type === "response") serverMs += performance.now() - (arrivals.get(progress.exchange.request.index) ?? performance.now())
-  },
-})
-const engine = await createEngine({ database: path.join(directory, "events.sqlite"), synchronous: "FULL" })
-
-const noop = Tool.make({
-  name: "noop",
-  description: "Does nothing.",
-  input: Schema.Struct({ step: Schema.Number }),
-  semantics: "parallel",
-  execute: () => Effect.succeed(Tool.text("ok")),
-})
-const tools = ToolCatalog.make([noop])
-
+const server = await startFakeServer()
+const makaFile = path.join(directory, "maka.sqlite")
+const floorFile = path.join(directory, "floor.sqlite")
+const engine = await maka({ database: makaFile, baseUrl: server.baseUrl, workspace })
 let sessions = 0
-const start = (message: string, withTools: boolean): Promise<Facade.Run> =>
-  engine.start({
-    sessionId: `bench-${++sessions}`,
-    provider: { kind: "openai-compatible", baseUrl: `${server.url}/v1`, model: "bench" },
-    message,
-    workspace,
-    maxSteps: STEPS,
-    ...(withTools ? { tools } : {}),
-  })
-
-// (a) The tool loop: 49 steps that call `noop`, then a text answer.
-interface LoopRound {
-  readonly wallMs: number
-  readonly serverMs: number
-  readonly events: number
+const makaLoop = async (): Promise<void> => {
+  const turn = await engine.turn(`loop-${++sessions}`, LOOP_MODEL)
+  if (turn.requestedAt.length !== STEPS) throw new Error(`maka made ${turn.requestedAt.length} requests, not ${STEPS}`)
 }
 
-const loopRound = async (): Promise<LoopRound> => {
-  const first = server.requests().length
-  for (let step = 0; step < STEPS - 1; step++) {
-    server.push(Respond.sse(OpenAiSse.response({ toolCalls: [{ id: `call-${step}`, name: "noop", arguments: [`{"step":${step}}`] }] })))
-  }
-  server.push(Respond.sse(OpenAiSse.response({ text: ["done"] })))
-  const serverBefore = serverMs
+const finish = async (): Promise<void> => {
+  await engine.engine.close()
+  await server.close()
+  fs.rmSync(directory, { recursive: true, force: true })
+}
+
+if (PROFILE !== "") {
+  for (let loop = 0; loop < 3; loop++) await makaLoop()
   const started = performance.now()
-  const run = await start("Call noop until told otherwise.", true)
-  const result = await run.wait()
-  const wallMs = performance.now() - started
-  await server.exchange(first + STEPS - 1)
-  if (result.outcome.kind !== "completed") throw new Error(`tool loop ended ${JSON.stringify(result.outcome)}`)
-  if (server.requests().length !== first + STEPS) throw new Error(`expected ${STEPS} requests`)
-  const events = await engine.events(run.invocation.sessionId)
-  return { wallMs, serverMs: serverMs - serverBefore, events: events.length }
+  const profile = await profiled(PROFILE, async () => {
+    for (let loop = 0; loop < PROFILE_LOOPS; loop++) await makaLoop()
+  })
+  const steps = PROFILE_LOOPS * STEPS
+  console.log(`profiled ${steps} steps of maka's tool loop (${round((performance.now() - started) / steps)} ms per step under the profiler)`)
+  console.log(`wrote ${PROFILE}; top 15 functions by self time:`)
+  for (const line of topSelfTime(profile)) console.log(line)
+  await finish()
+  console.log(JSON.stringify({ entries: {} }))
+  process.exit(0)
 }
 
-for (let round = 0; round < LOOP_WARMUP; round++) await loopRound()
-const loops: Array<LoopRound> = []
-for (let round = 0; round < LOOP_ROUNDS; round++) loops.push(await loopRound())
-const loopWallMs = median(loops.map((loop) => loop.wallMs))
-const loopServerMs = median(loops.map((loop) => loop.serverMs))
-const overheadPerStepMs = median(loops.map((loop) => (loop.wallMs - loop.serverMs) / STEPS))
+// --- 1. The tool loop ---------------------------------------------------------------------------
+
+const sdk = agentsSdk(server.baseUrl)
+const raw = floor(floorFile, server.baseUrl)
+const floorLoop = async (): Promise<void> => {
+  const steps = await raw.loop(LOOP_MODEL)
+  if (steps.length !== STEPS) throw new Error(`the floor made ${steps.length} requests, not ${STEPS}`)
+}
+const contenders = [
+  { name: "maka", loop: makaLoop },
+  { name: "agentsSdk", loop: () => sdk.loop(LOOP_MODEL) },
+  { name: "floor", loop: floorLoop },
+] as const
+type Name = (typeof contenders)[number]["name"]
+
+const wall: Record<Name, Array<number>> = { maka: [], agentsSdk: [], floor: [] }
+const cpu: Record<Name, Array<number>> = { maka: [], agentsSdk: [], floor: [] }
+for (let trial = 0; trial < WARMUP + TRIALS; trial++) {
+  for (let position = 0; position < contenders.length; position++) {
+    const contender = contenders[(trial + position) % contenders.length]!
+    const cpuBefore = process.cpuUsage()
+    const started = performance.now()
+    for (let loop = 0; loop < LOOPS; loop++) await contender.loop()
+    const elapsed = performance.now() - started
+    const cpuUsed = cpuMs(cpuBefore)
+    if (trial < WARMUP) continue
+    wall[contender.name].push(elapsed / (LOOPS * STEPS))
+    cpu[contender.name].push(cpuUsed / (LOOPS * STEPS))
+  }
+  if (trial >= WARMUP) {
+    const last = (name: Name) => round(wall[name].at(-1)!, 2)
+    console.log(`trial ${trial - WARMUP + 1}/${TRIALS}: ms per step maka ${last("maka")}, Agents SDK ${last("agentsSdk")}, floor ${last("floor")}`)
+  }
+}
+const msPerStep = { maka: median(wall.maka), agentsSdk: median(wall.agentsSdk), floor: median(wall.floor) }
+const cpuPerStep = { maka: median(cpu.maka), agentsSdk: median(cpu.agentsSdk), floor: median(cpu.floor) }
+
+/** Commits and WAL bytes per step, in a pass of its own (the held read transaction is not timed). */
+const account = async (file: string, loop: () => Promise<void>) => {
+  const meter = new WalMeter(file)
+  meter.start()
+  const statements = await countStatements(async () => {
+    for (let index = 0; index < ACCOUNTING_LOOPS; index++) await loop()
+  })
+  const count = meter.stop()
+  meter.close()
+  const steps = ACCOUNTING_LOOPS * STEPS
+  return {
+    statements: statements / steps,
+    commits: count.commits / steps,
+    bytes: count.bytes / steps,
+    pages: Object.fromEntries(Object.entries(count.pagesByTree).map(([tree, pages]) => [tree, pages / steps])),
+  }
+}
+const makaWrites = await account(makaFile, makaLoop)
+const floorWrites = await account(floorFile, floorLoop)
+const stored = await engine.engine.events(`loop-${sessions}`)
+const eventsPerStep = stored.length / STEPS
+const eventJsonBytesPerStep = stored.reduce((sum, event) => sum + Buffer.byteLength(JSON.stringify(event.event)), 0) / STEPS
+raw.close()
+
 console.log(
-  `tool loop: ${round3(loopWallMs)} ms wall, ${round3(loopServerMs)} ms in the server, ${round3(overheadPerStepMs)} ms engine time per step`,
+  `tool loop, ms per step: maka ${round(msPerStep.maka, 2)}, Agents SDK ${round(msPerStep.agentsSdk, 2)}, floor ${round(msPerStep.floor, 2)}; ` +
+    `CPU ms per step: ${round(cpuPerStep.maka, 2)}, ${round(cpuPerStep.agentsSdk, 2)}, ${round(cpuPerStep.floor, 2)}; ` +
+    `commits per step ${round(makaWrites.commits, 2)} (floor ${round(floorWrites.commits, 2)}), SQL statements per step ${round(makaWrites.statements, 1)} (floor ${round(floorWrites.statements, 1)}), ` +
+    `WAL KB per step ${round(makaWrites.bytes / 1024, 1)} (floor ${round(floorWrites.bytes / 1024, 1)})`,
 )
 
-// (b) Streaming: the same 1,000-delta response through the engine and through bare fetch.
-const pieces = Array.from({ length: DELTAS }, (_, index) => `token${index} `)
-const expectedText = pieces.join("")
-const answer = OpenAiSse.response({ text: pieces })
-const paced = Respond.withDelay(answer, PACE_MS)
-const body = JSON.stringify({ model: "bench", messages: [{ role: "user", content: "go" }], stream: true })
+const SDK = "the OpenAI Agents SDK 0.20.0 (chat completions, streaming; persists nothing), same server, same run"
+const FLOOR = "the durable floor: fetch + eventsource-parser + 2 synchronous=FULL commits per step with raw better-sqlite3, same server, same run"
+const entries: Record<string, Entry> = {
+  "engine.loop.msPerStep.vsAgentsSdk": entry(msPerStep.maka, "ms/step", msPerStep.agentsSdk, `maka's 10-step streaming tool loop through createEngine (SQLite, synchronous=FULL) vs ${SDK}`),
+  "engine.loop.msPerStep.vsFloor": entry(msPerStep.maka, "ms/step", msPerStep.floor, `maka's tool loop vs ${FLOOR}`),
+  "engine.loop.agentsSdk.msPerStep.vsFloor": entry(msPerStep.agentsSdk, "ms/step", msPerStep.floor, `the Agents SDK's loop vs ${FLOOR}`),
+  "engine.loop.cpuMsPerStep.vsAgentsSdk": entry(cpuPerStep.maka, "CPU ms/step", cpuPerStep.agentsSdk, "process CPU (user + system, every thread) per step, maka vs the Agents SDK"),
+  "engine.loop.cpuMsPerStep.vsFloor": entry(cpuPerStep.maka, "CPU ms/step", cpuPerStep.floor, "process CPU per step, maka vs the durable floor"),
+  "engine.loop.commitsPerStep.vsFloor": entry(makaWrites.commits, "commits/step", floorWrites.commits, "WAL commit frames per step (accounting pass), maka vs the durable floor; the Agents SDK makes none"),
+  "engine.loop.sqlStatementsPerStep.vsFloor": entry(makaWrites.statements, "statements/step", floorWrites.statements, "SQL statements executed per step (better-sqlite3 calls counted by a wrapper in the accounting pass), maka vs the durable floor"),
+  "engine.loop.walBytesPerStep.vsFloor": entry(makaWrites.bytes, "bytes/step", floorWrites.bytes, "bytes appended to the WAL per step (frames × (page + 24)), maka vs the durable floor; the Agents SDK writes none"),
+  "engine.loop.eventsPerStep": entry(eventsPerStep, "events/step", null, "events maka stores per step of the loop"),
+  "engine.loop.eventJsonBytesPerStep.vsWalBytes": entry(eventJsonBytesPerStep, "bytes/step", makaWrites.bytes, "the JSON of the events a step stores vs the WAL bytes the step writes (the ratio is the share that is payload)"),
+}
+for (const [tree, pages] of Object.entries(makaWrites.pages).sort((left, right) => right[1] - left[1])) {
+  entries[`engine.loop.walPagesPerStep.${tree}`] = entry(pages, "pages/step", null, "WAL pages maka writes per step into this table or index (from SQLite's dbstat)")
+}
 
-interface Timing {
-  /** From the call to the first text delta the reader sees. */
-  readonly firstMs: number
-  /** From the first text delta to the last one: streaming itself. */
-  readonly streamMs: number
-  /** From the call to the end (for the engine, the durable terminal). */
+// --- 2. A 1,000-delta answer --------------------------------------------------------------------
+
+interface StreamTiming {
   readonly totalMs: number
+  /** Median over the stream's deltas of (delivery − sending), in ms. */
+  readonly delayMs: number
+  readonly observations: number
 }
 
-/** Bare fetch + eventsource-parser + JSON.parse per event. */
-const baseline = async (): Promise<Timing> => {
-  const started = performance.now()
-  let first = 0
-  let last = 0
-  let deltas = 0
-  const response = await fetch(`${server.url}/v1/chat/completions`, {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body,
-  })
-  const reader = response.body!.getReader()
-  const decoder = new TextDecoder()
-  const parser = createParser({
-    onEvent: (event) => {
-      if (event.data === "[DONE]") return
-      const chunk = JSON.parse(event.data)
-      if (typeof chunk.choices?.[0]?.delta?.content === "string" && chunk.choices[0].delta.content !== "") {
-        deltas++
-        last = performance.now()
-        if (first === 0) first = last
-      }
-    },
-  })
-  for (;;) {
-    const { done, value } = await reader.read()
-    if (done) break
-    parser.feed(decoder.decode(value, { stream: true }))
+const delaysOf = (text: string, now: bigint, into: Array<number>): number => {
+  let count = 0
+  for (const token of text.split(" ")) {
+    const at = token.indexOf("@")
+    if (at < 0) continue
+    into.push(Number(now - BigInt(token.slice(at + 1))) / 1e6)
+    count++
   }
-  if (deltas !== DELTAS) throw new Error(`expected ${DELTAS} deltas, read ${deltas}`)
-  return { firstMs: first - started, streamMs: last - first, totalMs: performance.now() - started }
+  return count
 }
 
-/** Through the engine: start, read every committed event to the terminal, check the text. */
-let observations = 0
-const throughEngine = async (): Promise<Timing> => {
+const bare = async (model: string): Promise<StreamTiming> => {
   const started = performance.now()
-  let first = 0
-  let last = 0
-  let text = ""
-  const run = await start("Answer at length.", false)
-  for await (const stored of run.events()) {
-    const fact = stored.event.fact
+  const delays: Array<number> = []
+  let deltas = 0
+  const body = JSON.stringify({ model, messages: [{ role: "user", content: "go" }], stream: true })
+  await rawExchange(`${server.baseUrl}/chat/completions`, body, (data) => {
+    const content = (JSON.parse(data) as { choices?: Array<{ delta?: { content?: string } }> }).choices?.[0]?.delta?.content
+    if (typeof content === "string") deltas += delaysOf(content, process.hrtime.bigint(), delays)
+  })
+  if (deltas !== DELTAS) throw new Error(`the bare read saw ${deltas} deltas, not ${DELTAS}`)
+  return { totalMs: performance.now() - started, delayMs: median(delays), observations: 0 }
+}
+
+const throughMaka = async (model: string): Promise<StreamTiming> => {
+  const started = performance.now()
+  const delays: Array<number> = []
+  let deltas = 0
+  let observations = 0
+  const run = await engine.engine.start({
+    sessionId: `stream-${++sessions}`,
+    provider: { kind: "openai-compatible", baseUrl: server.baseUrl, model },
+    message: "Answer at length.",
+    workspace,
+  })
+  for await (const event of run.events()) {
+    const fact = event.event.fact
     if (fact.kind !== "model_observed") continue
     observations++
-    if (fact.event.kind !== "part_delta") continue
-    text += fact.event.text
-    last = performance.now()
-    if (first === 0) first = last
+    if (fact.event.kind === "part_delta") deltas += delaysOf(fact.event.text, process.hrtime.bigint(), delays)
   }
   const result = await run.wait()
   const totalMs = performance.now() - started
-  if (result.outcome.kind !== "completed") throw new Error(`stream ended ${JSON.stringify(result.outcome)}`)
-  if (text !== expectedText) throw new Error("the streamed text differs from the response")
-  return { firstMs: first - started, streamMs: last - first, totalMs }
+  if (result.outcome.kind !== "completed") throw new Error(`the stream ended ${JSON.stringify(result.outcome)}`)
+  if (deltas !== DELTAS) throw new Error(`maka delivered ${deltas} deltas, not ${DELTAS}`)
+  return { totalMs, delayMs: median(delays), observations }
 }
 
-const summary = (timings: ReadonlyArray<Timing>) => ({
-  firstDeltaMs: round3(median(timings.map((timing) => timing.firstMs))),
-  streamMs: round3(median(timings.map((timing) => timing.streamMs))),
-  totalMs: round3(median(timings.map((timing) => timing.totalMs))),
-})
-
-const compare = async (steps: ReadonlyArray<Respond.SseStep>, warmup: number, rounds: number) => {
-  const baselineTimes: Array<Timing> = []
-  const engineTimes: Array<Timing> = []
-  observations = 0
-  for (let round = 0; round < warmup + rounds; round++) {
-    server.push(Respond.sse(steps), Respond.sse(steps))
-    // Alternate the order so drift on a noisy machine hits both sides alike.
-    const baselineFirst = round % 2 === 0
-    const firstTiming = baselineFirst ? await baseline() : await throughEngine()
-    const secondTiming = baselineFirst ? await throughEngine() : await baseline()
-    if (round < warmup) continue
-    baselineTimes.push(baselineFirst ? firstTiming : secondTiming)
-    engineTimes.push(baselineFirst ? secondTiming : firstTiming)
+const compareStreams = async (model: string, rounds: number) => {
+  const bareTimes: Array<StreamTiming> = []
+  const makaTimes: Array<StreamTiming> = []
+  for (let index = -1; index < rounds; index++) {
+    const bareFirst = index % 2 === 0
+    const first = bareFirst ? await bare(model) : await throughMaka(model)
+    const second = bareFirst ? await throughMaka(model) : await bare(model)
+    if (index < 0) continue
+    bareTimes.push(bareFirst ? first : second)
+    makaTimes.push(bareFirst ? second : first)
   }
-  const bare = summary(baselineTimes)
-  const through = summary(engineTimes)
-  return {
-    rounds,
-    baseline: bare,
-    engine: through,
-    /** The whole exchange (admission, request, stream, completion, terminal) against a bare read. */
-    totalRatio: round3(through.totalMs / bare.totalMs),
-    /** First to last delta: what streaming itself costs once the answer flows. */
-    streamRatio: round3(through.streamMs / bare.streamMs),
-    overheadPerDeltaUs: round3(((through.streamMs - bare.streamMs) * 1000) / DELTAS),
-    observationsPerStream: round3(observations / (warmup + rounds)),
-  }
+  const summary = (times: ReadonlyArray<StreamTiming>) => ({
+    totalMs: median(times.map((time) => time.totalMs)),
+    delayMs: median(times.map((time) => time.delayMs)),
+    observations: median(times.map((time) => time.observations)),
+  })
+  return { bare: summary(bareTimes), maka: summary(makaTimes) }
 }
 
-const report = (name: string, result: Awaited<ReturnType<typeof compare>>) =>
+for (const [label, model, rounds] of [
+  ["unpaced", `text-${DELTAS}`, STREAM_ROUNDS],
+  ["paced1ms", `text-${DELTAS}-paced-1`, PACED_ROUNDS],
+] as const) {
+  const result = await compareStreams(model, rounds)
   console.log(
-    `${name}: total ${result.baseline.totalMs} → ${result.engine.totalMs} ms (×${result.totalRatio}), ` +
-      `first→last delta ${result.baseline.streamMs} → ${result.engine.streamMs} ms (×${result.streamRatio}), ` +
-      `${result.observationsPerStream} observations per stream`,
+    `${DELTAS}-delta answer, ${label}: total ${round(result.bare.totalMs, 1)} → ${round(result.maka.totalMs, 1)} ms, ` +
+      `send→delivery ${round(result.bare.delayMs, 2)} → ${round(result.maka.delayMs, 2)} ms, ${result.maka.observations} model_observed`,
   )
-const unpaced = await compare(answer, STREAM_WARMUP, STREAM_ROUNDS)
-report("stream, unpaced", unpaced)
-const pacedResult = await compare(paced, 1, PACED_ROUNDS)
-report(`stream, paced ${PACE_MS} ms`, pacedResult)
+  const how = label === "unpaced" ? "written as fast as the server can" : "one chunk per 1 ms"
+  entries[`engine.stream.${label}.totalMs`] = entry(
+    result.maka.totalMs,
+    "ms",
+    result.bare.totalMs,
+    `a ${DELTAS}-delta answer (${how}) through maka, from start to the durable terminal, every delta durable before run.events() yields it, vs bare fetch + eventsource-parser + JSON.parse`,
+  )
+  entries[`engine.stream.${label}.deliveryDelayMs`] = entry(
+    result.maka.delayMs,
+    "ms",
+    result.bare.delayMs,
+    "median per delta of (delivery by run.events() − the server's send stamp) vs the same for the bare read (the transport's share); the difference is maka's arrival-to-delivery delay",
+  )
+  entries[`engine.stream.${label}.arrivalToDeliveryMs`] = entry(
+    Math.max(0, result.maka.delayMs - result.bare.delayMs),
+    "ms",
+    null,
+    "maka's median send→delivery delay minus the bare read's: the delay maka adds between a delta's arrival and its delivery",
+  )
+  entries[`engine.stream.${label}.observationsPerStream`] = entry(result.maka.observations, "events", null, "model_observed events maka stores for the answer")
+}
 
-await engine.close()
-await server.close()
-fs.rmSync(directory, { recursive: true, force: true })
-
-console.log(
-  JSON.stringify({
-    engine: {
-      durability: "SQLite WAL, synchronous=FULL, model_observed committed before it is shown",
-      toolLoop: {
-        steps: STEPS,
-        rounds: LOOP_ROUNDS,
-        wallMedianMs: round3(loopWallMs),
-        serverMedianMs: round3(loopServerMs),
-        overheadPerStepMs: round3(overheadPerStepMs),
-        ratio: round3(loopWallMs / loopServerMs),
-        eventsPerStep: round3(median(loops.map((loop) => loop.events)) / STEPS),
-      },
-      stream: {
-        deltas: DELTAS,
-        baseline: "fetch + eventsource-parser + JSON.parse per event",
-        unpaced,
-        paced: { paceMs: PACE_MS, ...pacedResult },
-      },
-      node: process.version,
-    },
-  }),
-)
+await finish()
+emit(entries)

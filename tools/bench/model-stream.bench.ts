@@ -1,5 +1,5 @@
 /**
- * Streaming through the model adapter (DESIGN.md §12): a 1,000-delta OpenAI-compatible response from
+ * Streaming through the model adapter (docs/architecture.md §12): a 1,000-delta OpenAI-compatible response from
  * the testkit server, read through `LanguageModel.stream` (normaliser, limits, replay tracking, the
  * limiter and the idle watchdog) against the same bytes read with bare `fetch` + `eventsource-parser`
  * (each event's JSON parsed, as any client must). Reports medians and the ratio adapter / baseline.
@@ -8,16 +8,12 @@ import { Effect, Redacted, Stream } from "effect"
 import { createParser } from "eventsource-parser"
 import { LanguageModel } from "@maka/model"
 import { OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
+import { emit, entry, integer, median, round } from "./lib.ts"
 
 const DELTAS = 1_000
-const WARMUP = 30
-const ROUNDS = 200
+const WARMUP = integer("MAKA_BENCH_STREAM_WARMUP", 30)
+const ROUNDS = integer("MAKA_BENCH_STREAM_ROUNDS", 200)
 
-const median = (values: ReadonlyArray<number>): number => {
-  const sorted = [...values].sort((left, right) => left - right)
-  const middle = Math.floor(sorted.length / 2)
-  return sorted.length % 2 === 1 ? (sorted[middle] ?? 0) : ((sorted[middle - 1] ?? 0) + (sorted[middle] ?? 0)) / 2
-}
 
 const pieces = Array.from({ length: DELTAS }, (_, index) => `token${index} `)
 const server = await ScriptedServer.start({
@@ -66,15 +62,15 @@ const time = async (run: () => Promise<number>): Promise<number> => {
   return elapsed
 }
 
-for (let round = 0; round < WARMUP; round++) {
+for (let index = 0; index < WARMUP; index++) {
   await time(baseline)
   await time(adapter)
 }
 const baselineTimes: Array<number> = []
 const adapterTimes: Array<number> = []
-for (let round = 0; round < ROUNDS; round++) {
+for (let index = 0; index < ROUNDS; index++) {
   // Alternate the order so drift on a noisy machine hits both sides alike.
-  if (round % 2 === 0) {
+  if (index % 2 === 0) {
     baselineTimes.push(await time(baseline))
     adapterTimes.push(await time(adapter))
   } else {
@@ -86,19 +82,12 @@ await server.close()
 
 const baselineMs = median(baselineTimes)
 const adapterMs = median(adapterTimes)
-const round3 = (value: number): number => Math.round(value * 1000) / 1000
-console.log(`baseline ${round3(baselineMs)} ms, adapter ${round3(adapterMs)} ms per ${DELTAS}-delta stream`)
-console.log(
-  JSON.stringify({
-    "model-stream": {
-      deltas: DELTAS,
-      rounds: ROUNDS,
-      baselineMedianMs: round3(baselineMs),
-      adapterMedianMs: round3(adapterMs),
-      ratio: round3(adapterMs / baselineMs),
-      overheadPerDeltaUs: round3(((adapterMs - baselineMs) * 1000) / DELTAS),
-      baseline: "fetch + eventsource-parser + JSON.parse per event",
-      node: process.version,
-    },
-  }),
-)
+console.log(`baseline ${round(baselineMs)} ms, adapter ${round(adapterMs)} ms per ${DELTAS}-delta stream`)
+emit({
+  "model-stream.streamMs.vsBareFetch": entry(
+    adapterMs,
+    "ms",
+    baselineMs,
+    `a ${DELTAS}-delta answer read through LanguageModel.stream vs bare fetch + eventsource-parser + JSON.parse per event; medians of ${ROUNDS} interleaved rounds`,
+  ),
+})

@@ -1,65 +1,263 @@
 /**
- * `pnpm bench`: runs the benchmark files `tools/bench/*.bench.ts` (or those named on the command line,
- * e.g. `pnpm bench model-stream`), each in its own Node process with the `@maka/source` condition so
- * the workspace sources are measured, and merges their results into `bench/results.json` by key.
+ * `pnpm bench [name…] [--profile]`: runs the benchmark files `tools/bench/*.bench.ts` (all of them, or
+ * those named, e.g. `pnpm bench engine`), each in its own Node process with the `@maka/source`
+ * condition so the workspace sources are measured. Each prints `{"entries": {...}, "environment":
+ * {...}}` on its last stdout line; the entries (name → {value, unit, baseline, ratio, note}) are merged
+ * by name into `bench/results.json`, and `BENCHMARKS.md` at the repository root is rewritten from it.
+ * Every figure that has a baseline was measured against it in the same run (docs/architecture.md §12).
  *
- * A bench file prints one JSON object on its last stdout line: `{ "<key>": { ...figures } }`. Every
- * figure that matters is a ratio against a baseline measured in the same run (DESIGN.md §12).
+ * `--profile` runs the named benches in profile mode instead (only `engine` has one): the bench writes
+ * `bench/profiles/<name>-<time>.cpuprofile` (open it in Chrome DevTools or VS Code) and prints the 15
+ * functions with the most self time. Profile runs record no figures. `--report` only rewrites
+ * `BENCHMARKS.md` from the stored results.
  */
-import { spawnSync } from "node:child_process"
+import { spawn } from "node:child_process"
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs"
-import { dirname, join, resolve } from "node:path"
+import { dirname, join, relative, resolve } from "node:path"
+import { createInterface } from "node:readline"
 import { fileURLToPath } from "node:url"
+import type { Entry } from "./lib.ts"
 
 const benchDirectory = dirname(fileURLToPath(import.meta.url))
 const root = resolve(benchDirectory, "../..")
 const resultsFile = join(root, "bench", "results.json")
+const reportFile = join(root, "BENCHMARKS.md")
 
 const available = readdirSync(benchDirectory)
   .filter((file) => file.endsWith(".bench.ts"))
   .map((file) => file.slice(0, -".bench.ts".length))
   .sort()
-const requested = process.argv.slice(2)
+const args = process.argv.slice(2)
+const FLAGS = ["--profile", "--report"]
+const profile = args.includes("--profile")
+const reportOnly = args.includes("--report")
+const requested = args.filter((arg) => !FLAGS.includes(arg))
 const unknown = requested.filter((name) => !available.includes(name))
-if (unknown.length > 0) {
-  console.error(`unknown bench: ${unknown.join(", ")} (available: ${available.join(", ")})`)
+if (unknown.length > 0 || args.some((arg) => arg.startsWith("--") && !FLAGS.includes(arg))) {
+  console.error(`usage: pnpm bench [name…] [--profile] | pnpm bench --report  (benches: ${available.join(", ")})`)
   process.exit(2)
 }
 const selected = requested.length > 0 ? requested : available
 
-const readResults = (): Record<string, unknown> => {
-  if (!existsSync(resultsFile)) return {}
-  const parsed: unknown = JSON.parse(readFileSync(resultsFile, "utf8"))
-  return typeof parsed === "object" && parsed !== null && !Array.isArray(parsed) ? { ...parsed } : {}
+interface Results {
+  entries: Record<string, Entry>
+  environment: Record<string, unknown>
+}
+
+const isEntry = (value: unknown): value is Entry =>
+  typeof value === "object" && value !== null && typeof (value as Entry).value === "number" && typeof (value as Entry).unit === "string"
+
+/** The stored results; keys in an older layout (not entries) are dropped, since no current bench writes them. */
+const readResults = (): Results => {
+  const results: Results = { entries: {}, environment: {} }
+  if (!existsSync(resultsFile)) return results
+  const parsed = JSON.parse(readFileSync(resultsFile, "utf8")) as Record<string, unknown>
+  for (const [name, value] of Object.entries(parsed)) {
+    if (name === "environment" && typeof value === "object" && value !== null) results.environment = { ...(value as Record<string, unknown>) }
+    else if (isEntry(value)) results.entries[name] = value
+  }
+  return results
+}
+
+const writeResults = (results: Results): void => {
+  const sorted = Object.fromEntries(Object.entries(results.entries).sort(([left], [right]) => left.localeCompare(right)))
+  mkdirSync(dirname(resultsFile), { recursive: true })
+  writeFileSync(resultsFile, `${JSON.stringify({ ...sorted, environment: results.environment }, null, 2)}\n`)
+}
+
+const format = (value: number | null): string => {
+  if (value === null) return ""
+  if (Math.abs(value) >= 10_000) return Math.round(value).toLocaleString("en-US")
+  if (Math.abs(value) >= 100) return value.toFixed(0)
+  if (Math.abs(value) >= 10) return value.toFixed(1)
+  return value.toFixed(2)
+}
+
+const PREAMBLE = `# Benchmarks
+
+Written by \`pnpm bench\` (\`tools/bench/run.ts\`) from \`bench/results.json\`; rerun it to refresh. Each
+bench runs in its own Node process against workspace sources; the fake OpenAI-compatible server runs in
+a process of its own, so its work is never counted in the measured process's time or CPU.
+
+How to read it:
+- **value** is maka's figure; **baseline** is the figure it is compared with, measured in the same run
+  on the same machine (interleaved, round-robin, so load drifts hit both); **ratio** is value / baseline.
+  Absolute times move with the machine's load (see the load average per bench below); ratios move much
+  less, and they are what docs/architecture.md §12 and the acceptance criteria are stated in.
+- Times are medians over trials (\`MAKA_BENCH_TRIALS\`, default 7, after \`MAKA_BENCH_WARMUP\` = 2 warm-up
+  trials); per-step figures divide a trial's time by its steps.
+- CPU is \`process.cpuUsage()\` over a trial (user + system, every thread of the process).
+- Commits and bytes per step come from an accounting pass that is not timed: a read transaction held
+  from its start keeps the WAL from being recycled, and the bench then reads the WAL itself: the WAL
+  index header gives the last frame, each frame header its page and whether it ends a commit. Bytes are
+  frames × (page size + 24), i.e. what the commits append to the WAL (checkpoints later copy each
+  distinct page once more into the database file). Pages are attributed to tables and indexes with
+  SQLite's \`dbstat\`.
+- The durable floor is the least a durable engine must do per step: the raw stream (\`fetch\` +
+  \`eventsource-parser\`) plus two \`synchronous=FULL\` commits with raw better-sqlite3 (before the request:
+  the previous settles and the request; before the tool runs: the observations, the completion and the
+  dispatch).
+- The OpenAI Agents SDK runs the same loop (chat completions API, streaming, the same \`noop\` tool)
+  against the same server and persists nothing.
+- Delivery delay: the server stamps each delta with its send time (\`process.hrtime\`, a clock shared by
+  every process); the reader takes its delivery time; the bare read's delay is the transport's share,
+  and maka's minus it is what maka adds between a delta's arrival and its delivery.
+- History series: the session is grown by running real turns (\`build-50\`: 50 parallel tool calls then
+  an answer), never by writing rows; at each size a 10-step turn is measured, and the raw loop replays
+  the very request bodies maka sent (captured by a \`fetch\` wrapper) with its two commits per step.
+
+Run one bench with \`pnpm bench <name>\` (${available.join(", ")}); profile with
+\`pnpm bench engine --profile\` (writes \`bench/profiles/*.cpuprofile\`, prints the top 15 self-time
+functions and the time per package); rewrite this file from the stored results with
+\`pnpm bench --report\`. Knobs (environment): \`MAKA_BENCH_TRIALS\`, \`MAKA_BENCH_WARMUP\`,
+\`MAKA_BENCH_LOOPS\` (tool loops per contender per trial, default 5), \`MAKA_BENCH_STREAM_ROUNDS\`,
+\`MAKA_BENCH_PACED_ROUNDS\`, \`MAKA_BENCH_HISTORY_SIZES\` (default 100,1000,10000),
+\`MAKA_BENCH_HISTORY_TURNS\`, \`MAKA_BENCH_HISTORY_LARGE=1\` (adds 100,000 events; slow to build),
+\`MAKA_BENCH_APPENDS\`, \`MAKA_BENCH_LONG_TURNS\` (default 1,000).
+`
+
+/** The targets of docs/architecture.md §12 and the hot-path acceptance, checked against the stored figures. */
+interface Target {
+  readonly label: string
+  /** An entry name, or a pattern matching several (each is checked). */
+  readonly entry: string | RegExp
+  readonly on: "ratio" | "value"
+  readonly min?: number
+  readonly max: number
+}
+
+const TARGETS: ReadonlyArray<Target> = [
+  { label: "tool loop vs the OpenAI Agents SDK, time per step (aim 0.8×)", entry: "engine.loop.msPerStep.vsAgentsSdk", on: "ratio", max: 1.0 },
+  { label: "tool loop vs the durable floor, time per step", entry: "engine.loop.msPerStep.vsFloor", on: "ratio", max: 1.5 },
+  { label: "commits per tool step", entry: "engine.loop.commitsPerStep.vsFloor", on: "value", max: 2 },
+  { label: "WAL bytes per step vs the floor", entry: "engine.loop.walBytesPerStep.vsFloor", on: "ratio", max: 2 },
+  { label: "1,000-delta answer, unpaced, vs bare fetch", entry: "engine.stream.unpaced.totalMs", on: "ratio", max: 1.15 },
+  { label: "1,000-delta answer, paced 1 ms, vs bare fetch", entry: "engine.stream.paced1ms.totalMs", on: "ratio", max: 1.05 },
+  { label: "paced: median delay from a delta's arrival to its delivery (ms)", entry: "engine.stream.paced1ms.arrivalToDeliveryMs", on: "value", max: 2 },
+  { label: "history: time per step above the raw loop, vs the smallest size (flat ±20 %)", entry: /^history\.\d+\.aboveRawMsPerStep\.vsSmallest$/, on: "ratio", min: 0.8, max: 1.2 },
+  { label: "history: first step of a new turn vs a steady step", entry: /^history\.\d+\.firstStepMs\.vsSteady$/, on: "ratio", max: 2 },
+  { label: "history: first step on a freshly created engine vs a steady step", entry: /^history\.\d+\.reopenedFirstStepMs\.vsSteady$/, on: "ratio", max: 2 },
+  { label: "long session: turn time at the last turn vs turn 100 (flat ±20 %)", entry: "long-session.turnMs.vsTurn100", on: "ratio", min: 0.8, max: 1.2 },
+  { label: "long session: heap at the last turn vs turn 100 (flat ±20 %)", entry: "long-session.heapMB.vsTurn100", on: "ratio", min: 0.8, max: 1.2 },
+  { label: "append vs a raw better-sqlite3 insert of the same row", entry: "event-log.appendUs.vsRawInsert", on: "ratio", max: 1.5 },
+  { label: "readModelContext vs a raw select + JSON.parse", entry: /^event-log\.readModelContextMs\.\d+\.vsRawSelect$/, on: "ratio", max: 2 },
+]
+
+const targetLines = (results: Results): Array<string> => {
+  const lines = ["## Targets\n", "| target | figure | measured | bound | met |", "|---|---|---:|---:|---|"]
+  for (const target of TARGETS) {
+    const names = Object.keys(results.entries).filter((name) => (typeof target.entry === "string" ? name === target.entry : target.entry.test(name)))
+    const bound = target.min === undefined ? `≤ ${target.max}` : `${target.min}–${target.max}`
+    const suffix = target.on === "ratio" ? "×" : ""
+    if (names.length === 0) lines.push(`| ${target.label} | \`${String(target.entry)}\` | not measured | ${bound}${suffix} | |`)
+    for (const name of names.sort((left, right) => left.localeCompare(right, "en", { numeric: true }))) {
+      const figure = results.entries[name]!
+      const measured = target.on === "ratio" ? figure.ratio : figure.value
+      if (measured === null) {
+        lines.push(`| ${target.label} | \`${name}\` | ${format(figure.value)} ${figure.unit} | (reference) | |`)
+        continue
+      }
+      const met = measured <= target.max && (target.min === undefined || measured >= target.min)
+      // Three decimals near a bound, so that 1.055 against ≤ 1.05 does not read as 1.05.
+      const shown = Math.abs(measured) < 10 ? measured.toFixed(3) : format(measured)
+      lines.push(`| ${target.label} | \`${name}\` | ${shown}${suffix} | ${bound}${suffix} | ${met ? "yes" : "**no**"} |`)
+    }
+  }
+  lines.push("")
+  return lines
+}
+
+const writeReport = (results: Results): void => {
+  const groups = new Map<string, Array<[string, Entry]>>()
+  for (const [name, value] of Object.entries(results.entries).sort(([left], [right]) => left.localeCompare(right, "en", { numeric: true }))) {
+    const group = name.split(".")[0] ?? name
+    groups.set(group, [...(groups.get(group) ?? []), [name, value]])
+  }
+  const sections: Array<string> = [PREAMBLE, ...targetLines(results)]
+  for (const [group, rows] of groups) {
+    const environment = results.environment[group] as
+      | { node?: string; loadAverage?: Array<number>; at?: string; cpus?: number; seconds?: number }
+      | undefined
+    sections.push(`## ${group}\n`)
+    if (environment !== undefined) {
+      sections.push(
+        `Measured ${environment.at ?? "?"} on Node ${environment.node ?? "?"}, ${environment.cpus ?? "?"} CPUs, load average ${(environment.loadAverage ?? []).join(" / ")} (1 / 5 / 15 min) at the end of the bench` +
+          `${environment.seconds === undefined ? "" : `, which took ${environment.seconds} s`}.\n`,
+      )
+    }
+    sections.push("| figure | value | unit | baseline | ratio | what |", "|---|---:|---|---:|---:|---|")
+    let previousNote: string | undefined
+    for (const [name, value] of rows) {
+      // A note repeated by the next rows (a family of figures) is printed once.
+      const note = value.note === previousNote ? "〃" : (value.note ?? "").replaceAll("|", "\\|")
+      previousNote = value.note
+      sections.push(
+        `| \`${name.slice(group.length + 1)}\` | ${format(value.value)} | ${value.unit} | ${format(value.baseline)} | ${value.ratio === null ? "" : `${value.ratio.toFixed(2)}×`} | ${note} |`,
+      )
+    }
+    sections.push("")
+  }
+  writeFileSync(reportFile, `${sections.join("\n").trimEnd()}\n`)
+}
+
+if (reportOnly) {
+  writeReport(readResults())
+  console.log(`rewrote ${relative(root, reportFile)} from ${relative(root, resultsFile)}`)
+  process.exit(0)
 }
 
 let failed = false
 for (const name of selected) {
-  console.log(`bench ${name} …`)
-  const child = spawnSync(process.execPath, ["--conditions=@maka/source", "--import", "tsx", join(benchDirectory, `${name}.bench.ts`)], {
-    cwd: root,
-    encoding: "utf8",
-    stdio: ["ignore", "pipe", "inherit"],
-    maxBuffer: 64 * 1024 * 1024,
+  console.log(`bench ${name}${profile ? " (profile)" : ""} …`)
+  const env: NodeJS.ProcessEnv = { ...process.env }
+  if (profile) {
+    const file = join(root, "bench", "profiles", `${name}-${new Date().toISOString().replaceAll(":", "-")}.cpuprofile`)
+    env["MAKA_BENCH_PROFILE"] = file
+  }
+  // The bench's output is shown as it comes; its last line is the result object.
+  const benchStarted = performance.now()
+  const outcome = await new Promise<{ readonly status: number | null; readonly signal: string | null; readonly last: string }>((done) => {
+    const child = spawn(process.execPath, ["--conditions=@maka/source", "--expose-gc", "--import", "tsx", join(benchDirectory, `${name}.bench.ts`)], {
+      cwd: root,
+      env,
+      stdio: ["ignore", "pipe", "inherit"],
+    })
+    let last = ""
+    createInterface({ input: child.stdout }).on("line", (line) => {
+      if (last !== "") console.log(`  ${last}`)
+      last = line
+    })
+    child.on("close", (status, signal) => done({ status, signal, last }))
   })
-  const lines = (child.stdout ?? "").trim().split("\n")
-  const last = lines.pop() ?? ""
-  for (const line of lines) console.log(`  ${line}`)
-  if (child.status !== 0) {
-    console.error(`bench ${name} failed (exit ${child.status ?? child.signal})`)
+  const last = outcome.last
+  if (outcome.status !== 0) {
+    if (last !== "") console.log(`  ${last}`)
+    console.error(`bench ${name} failed (exit ${outcome.status ?? outcome.signal})`)
     failed = true
     continue
   }
-  const figures: unknown = JSON.parse(last)
-  if (typeof figures !== "object" || figures === null || Array.isArray(figures)) {
+  let printed: { entries?: Record<string, unknown>; environment?: unknown }
+  try {
+    printed = JSON.parse(last) as typeof printed
+  } catch {
+    printed = {}
+  }
+  const entries = Object.entries(printed.entries ?? {})
+  if (printed.entries === undefined || entries.some(([, value]) => !isEntry(value))) {
     console.error(`bench ${name} printed no result object`)
     failed = true
     continue
   }
-  const results = { ...readResults(), ...figures, updatedAt: new Date().toISOString() }
-  mkdirSync(dirname(resultsFile), { recursive: true })
-  writeFileSync(resultsFile, `${JSON.stringify(results, null, 2)}\n`)
-  console.log(JSON.stringify(figures, null, 2))
+  if (profile || entries.length === 0) continue
+  const results = readResults()
+  for (const [key, value] of entries) results.entries[key] = value as Entry
+  results.environment[name] = { ...(printed.environment as object), seconds: Math.round((performance.now() - benchStarted) / 1000) }
+  writeResults(results)
+  writeReport(results)
+  for (const [key, value] of entries) {
+    const compared = value as Entry
+    console.log(`  ${key}: ${format(compared.value)} ${compared.unit}${compared.baseline === null ? "" : ` vs ${format(compared.baseline)} (${compared.ratio}×)`}`)
+  }
 }
-console.log(`results in ${resultsFile}`)
+if (!profile) console.log(`results in ${relative(root, resultsFile)} and ${relative(root, reportFile)}`)
 process.exit(failed ? 1 : 0)

@@ -1,0 +1,253 @@
+/**
+ * The three ways `pnpm bench` runs the same streaming tool loop against the fake server:
+ * - maka through the Promise facade (`createEngine`, SQLite, `synchronous=FULL`), reading `run.events()`;
+ * - the OpenAI Agents SDK (chat completions, streaming, the same `noop` tool), which persists nothing;
+ * - the durable floor: `fetch` + `eventsource-parser` and two `synchronous=FULL` commits per step with
+ *   raw better-sqlite3 (before the request is sent: the previous step's settles and the request; before
+ *   the tool runs: the step's observations, its completion and the dispatch), which is the least a
+ *   durable engine must do.
+ */
+import { Agent, OpenAIProvider, Runner, setTracingDisabled, tool } from "@openai/agents"
+import Database from "better-sqlite3"
+import { Effect, Schema } from "effect"
+import { createParser } from "eventsource-parser"
+import { createEngine, type Facade } from "@maka/engine"
+import { Tool, ToolCatalog } from "@maka/tools"
+import { z } from "zod"
+
+export const SYSTEM = "You are a benchmark agent. Call noop until told otherwise."
+export const USER = "Call noop until told otherwise."
+
+// --- maka ---------------------------------------------------------------------------------------
+
+const noop = Tool.make({
+  name: "noop",
+  description: "Does nothing.",
+  input: Schema.Struct({ step: Schema.Number }),
+  semantics: "parallel",
+  execute: () => Effect.succeed(Tool.text("ok")),
+})
+export const makaTools = ToolCatalog.make([noop])
+
+export interface MakaTurn {
+  /** `performance.now()` at the call of `start`. */
+  readonly startedAt: number
+  /** `performance.now()` when each `model_requested` was delivered by `run.events()`. */
+  readonly requestedAt: ReadonlyArray<number>
+  /** `performance.now()` when the terminal was delivered. */
+  readonly endedAt: number
+  readonly events: number
+}
+
+export interface MakaContender {
+  readonly engine: Facade.MakaEngine
+  readonly turn: (sessionId: string, model: string, message?: string) => Promise<MakaTurn>
+}
+
+export const maka = async (options: {
+  readonly database: string
+  readonly baseUrl: string
+  readonly workspace: string
+  readonly fetch?: ((input: string, init: RequestInit) => Promise<Response>) | undefined
+}): Promise<MakaContender> => {
+  const engine = await createEngine({ database: options.database, synchronous: "FULL" })
+  const turn = async (sessionId: string, model: string, message = USER): Promise<MakaTurn> => {
+    const startedAt = performance.now()
+    const run = await engine.start({
+      sessionId,
+      provider: { kind: "openai-compatible", baseUrl: options.baseUrl, model, ...(options.fetch === undefined ? {} : { fetch: options.fetch }) },
+      message,
+      systemPrompt: SYSTEM,
+      workspace: options.workspace,
+      tools: makaTools,
+      maxSteps: 64,
+    })
+    const requestedAt: Array<number> = []
+    let events = 0
+    for await (const stored of run.events()) {
+      events++
+      if (stored.event.fact.kind === "model_requested") requestedAt.push(performance.now())
+    }
+    const endedAt = performance.now()
+    const result = await run.wait()
+    if (result.outcome.kind !== "completed") throw new Error(`maka's turn ended ${JSON.stringify(result.outcome)}`)
+    return { startedAt, requestedAt, endedAt, events }
+  }
+  return { engine, turn }
+}
+
+// --- OpenAI Agents SDK --------------------------------------------------------------------------
+
+export interface SdkContender {
+  readonly loop: (model: string) => Promise<void>
+}
+
+export const agentsSdk = (baseUrl: string): SdkContender => {
+  setTracingDisabled(true)
+  const runner = new Runner({
+    modelProvider: new OpenAIProvider({ baseURL: baseUrl, apiKey: "sk-bench", useResponses: false }),
+    tracingDisabled: true,
+  })
+  const noopTool = tool({
+    name: "noop",
+    description: "Does nothing.",
+    parameters: z.object({ step: z.number() }),
+    execute: async () => "ok",
+  })
+  const agents = new Map<string, Agent>()
+  const agentFor = (model: string): Agent => {
+    const known = agents.get(model)
+    if (known !== undefined) return known
+    const agent = new Agent({ name: "bench", instructions: SYSTEM, model, tools: [noopTool] })
+    agents.set(model, agent)
+    return agent
+  }
+  return {
+    loop: async (model) => {
+      const result = await runner.run(agentFor(model), USER, { stream: true, maxTurns: 64 })
+      for await (const _event of result) {
+        // Read every streamed event, as a caller rendering the run would.
+      }
+      await result.completed
+      if (result.finalOutput !== "done") throw new Error(`the Agents SDK ended with ${JSON.stringify(result.finalOutput)}`)
+    },
+  }
+}
+
+// --- The durable floor --------------------------------------------------------------------------
+
+interface Call {
+  id: string
+  name: string
+  arguments: string
+}
+
+export interface FloorStep {
+  /** `performance.now()` when the step's first commit began. */
+  readonly startedAt: number
+}
+
+/** One streamed chat-completions exchange read with bare `fetch` + `eventsource-parser`. */
+export const rawExchange = async (
+  url: string,
+  body: string,
+  onData?: (data: string) => void,
+): Promise<{ readonly text: string; readonly calls: ReadonlyArray<Call> }> => {
+  const response = await fetch(url, { method: "POST", headers: { "content-type": "application/json", authorization: "Bearer sk-bench" }, body })
+  if (!response.ok || response.body === null) throw new Error(`the server answered ${response.status}`)
+  let text = ""
+  const calls: Array<Call> = []
+  const parser = createParser({
+    onEvent: (event) => {
+      if (event.data === "[DONE]") return
+      onData?.(event.data)
+      const chunk = JSON.parse(event.data) as {
+        choices?: Array<{ delta?: { content?: string | null; tool_calls?: Array<{ index: number; id?: string; function?: { name?: string; arguments?: string } }> } }>
+      }
+      const delta = chunk.choices?.[0]?.delta
+      if (delta === undefined) return
+      if (typeof delta.content === "string") text += delta.content
+      for (const fragment of delta.tool_calls ?? []) {
+        const call = (calls[fragment.index] ??= { id: "", name: "", arguments: "" })
+        if (fragment.id !== undefined) call.id = fragment.id
+        if (fragment.function?.name !== undefined) call.name += fragment.function.name
+        if (fragment.function?.arguments !== undefined) call.arguments += fragment.function.arguments
+      }
+    },
+  })
+  const reader = response.body.getReader()
+  const decoder = new TextDecoder()
+  for (;;) {
+    const { done, value } = await reader.read()
+    if (done) break
+    parser.feed(decoder.decode(value, { stream: true }))
+  }
+  return { text, calls }
+}
+
+export interface Floor {
+  /** The loop with its own growing message list; returns each step's start. */
+  readonly loop: (model: string) => Promise<ReadonlyArray<FloorStep>>
+  /** The given request bodies, in order, each with its two commits (a replay of another client's loop). */
+  readonly replay: (bodies: ReadonlyArray<string>) => Promise<ReadonlyArray<FloorStep>>
+  readonly close: () => void
+}
+
+export const floor = (file: string, baseUrl: string): Floor => {
+  const database = new Database(file)
+  database.pragma("journal_mode = WAL")
+  database.pragma("synchronous = FULL")
+  database.exec(
+    "CREATE TABLE IF NOT EXISTS event_log (sequence INTEGER PRIMARY KEY AUTOINCREMENT, event_id TEXT NOT NULL UNIQUE, session_id TEXT NOT NULL, kind TEXT NOT NULL, event_json TEXT NOT NULL)",
+  )
+  const insert = database.prepare("INSERT INTO event_log (event_id, session_id, kind, event_json) VALUES (?, ?, ?, ?)")
+  const begin = database.prepare("BEGIN IMMEDIATE")
+  const commit = database.prepare("COMMIT")
+  let ids = 0
+  let sessions = 0
+  const write = (session: string, rows: ReadonlyArray<readonly [kind: string, json: string]>): void => {
+    begin.run()
+    for (const [kind, json] of rows) insert.run(`e${++ids}`, session, kind, json)
+    commit.run()
+  }
+  const url = `${baseUrl}/chat/completions`
+  const tools = [
+    {
+      type: "function",
+      function: { name: "noop", description: "Does nothing.", parameters: { type: "object", properties: { step: { type: "number" } }, required: ["step"] } },
+    },
+  ]
+
+  /** One durable step: commit the request (with the previous settles), stream, commit what came back. */
+  const step = async (session: string, index: number, body: string, settles: Array<readonly [string, string]>) => {
+    write(session, [...settles.splice(0), ["model_requested", JSON.stringify({ step: index, bytes: body.length })]])
+    const observations: Array<readonly [string, string]> = []
+    const answer = await rawExchange(url, body, (data) => observations.push(["model_observed", data]))
+    const dispatches = answer.calls.map((call) => ["tool_dispatched", JSON.stringify(call)] as const)
+    const last: ReadonlyArray<readonly [string, string]> =
+      answer.calls.length === 0 ? [["invocation_completed", JSON.stringify({ text: answer.text })]] : dispatches.slice(0, 1)
+    write(session, [...observations, ["model_completed", JSON.stringify({ text: answer.text, calls: answer.calls })], ...last])
+    for (const dispatch of dispatches.slice(1)) settles.push(dispatch)
+    for (const call of answer.calls) settles.push(["tool_settled", JSON.stringify({ id: call.id, output: "ok" })])
+    return answer
+  }
+
+  return {
+    loop: async (model) => {
+      const session = `floor-${++sessions}`
+      const messages: Array<Record<string, unknown>> = [
+        { role: "system", content: SYSTEM },
+        { role: "user", content: USER },
+      ]
+      const settles: Array<readonly [string, string]> = []
+      const steps: Array<FloorStep> = []
+      for (let index = 0; ; index++) {
+        steps.push({ startedAt: performance.now() })
+        const body = JSON.stringify({ model, messages, tools, stream: true, stream_options: { include_usage: true } })
+        const answer = await step(session, index, body, settles)
+        if (answer.calls.length === 0) {
+          if (answer.text !== "done") throw new Error(`the floor's loop ended with ${answer.text}`)
+          return steps
+        }
+        messages.push({
+          role: "assistant",
+          content: null,
+          tool_calls: answer.calls.map((call) => ({ id: call.id, type: "function", function: { name: call.name, arguments: call.arguments } })),
+        })
+        for (const call of answer.calls) messages.push({ role: "tool", tool_call_id: call.id, content: "ok" })
+      }
+    },
+    replay: async (bodies) => {
+      const session = `replay-${++sessions}`
+      const settles: Array<readonly [string, string]> = []
+      const steps: Array<FloorStep> = []
+      for (const [index, body] of bodies.entries()) {
+        steps.push({ startedAt: performance.now() })
+        await step(session, index, body, settles)
+      }
+      if (settles.length > 0) write(session, settles)
+      return steps
+    },
+    close: () => database.close(),
+  }
+}

@@ -1,0 +1,116 @@
+/**
+ * Step time against session history (docs/architecture.md §12): one session grown to 100, 1,000 and 10,000
+ * events (and 100,000 with `MAKA_BENCH_HISTORY_LARGE=1`, which takes long to build) by running real
+ * turns through `createEngine` (`build-<n>`: n parallel `noop` calls, then an answer), never by
+ * writing rows. At each size, `MAKA_BENCH_HISTORY_TURNS` (default 5) 10-step tool-loop turns are
+ * measured; after each, the raw loop (`fetch` + `eventsource-parser` + two FULL commits per step)
+ * replays the very request bodies maka sent in that turn (captured by a `fetch` wrapper), so both
+ * carry the same requests. Reported per size: maka's time per step against the raw loop's, maka's
+ * time above the raw loop against the same figure at the smallest size (flat is the goal), and the
+ * first step of a new turn in the same process (from `start` to the second `model_requested`) against
+ * a steady step (between consecutive `model_requested` events), and the first step of a turn on an
+ * engine created afresh over the same file (what a new process pays) against the same steady step.
+ */
+import * as fs from "node:fs"
+import * as path from "node:path"
+import { floor, maka } from "./contenders.ts"
+import { startFakeServer } from "./fake-server.ts"
+import { emit, entry, type Entry, integer, median, round, temporaryDirectory } from "./lib.ts"
+
+const STEPS = 10
+const TURNS = integer("MAKA_BENCH_HISTORY_TURNS", 5)
+const SIZES = (process.env["MAKA_BENCH_HISTORY_SIZES"] ?? "100,1000,10000").split(",").map(Number)
+if (process.env["MAKA_BENCH_HISTORY_LARGE"] === "1") SIZES.push(100_000)
+if (SIZES.some((size) => !Number.isInteger(size) || size <= 0)) throw new Error("MAKA_BENCH_HISTORY_SIZES must list positive integers")
+SIZES.sort((left, right) => left - right)
+
+const directory = temporaryDirectory("maka-bench-history-")
+const workspace = path.join(directory, "workspace")
+fs.mkdirSync(workspace)
+const server = await startFakeServer()
+
+let captured: Array<string> = []
+const capturingFetch = (input: string, init: RequestInit): Promise<Response> => {
+  captured.push(typeof init.body === "string" ? init.body : new TextDecoder().decode(init.body as Uint8Array))
+  return globalThis.fetch(input, init)
+}
+const openEngine = () => maka({ database: path.join(directory, "maka.sqlite"), baseUrl: server.baseUrl, workspace, fetch: capturingFetch })
+let engine = await openEngine()
+const raw = floor(path.join(directory, "floor.sqlite"), server.baseUrl)
+const SESSION = "history"
+
+let events = 0
+let turns = 0
+const entries: Record<string, Entry> = {}
+let smallestOverhead: number | undefined
+const started = performance.now()
+
+for (const size of SIZES) {
+  const building = performance.now()
+  while (events < size) {
+    const turn = await engine.turn(SESSION, size - events > 1_000 ? "build-50" : "build-10", `Build turn ${++turns}.`)
+    events += turn.events
+  }
+  events = (await engine.engine.events(SESSION)).length
+  console.log(`history ${size}: ${events} events after ${turns} turns (${round((performance.now() - building) / 1000, 1)} s to build)`)
+
+  const makaStep: Array<number> = []
+  const rawStep: Array<number> = []
+  const firstStep: Array<number> = []
+  const steadyStep: Array<number> = []
+  let requestBytes = 0
+  const measuredAt = events
+  for (let index = 0; index < TURNS; index++) {
+    captured = []
+    const turn = await engine.turn(SESSION, `loop-${STEPS}`, `Measured turn ${++turns}.`)
+    events += turn.events
+    if (turn.requestedAt.length !== STEPS || captured.length !== STEPS) throw new Error(`expected ${STEPS} requests, saw ${turn.requestedAt.length}`)
+    makaStep.push((turn.endedAt - turn.startedAt) / STEPS)
+    firstStep.push(turn.requestedAt[1]! - turn.startedAt)
+    const steady: Array<number> = []
+    for (let step = 1; step < STEPS - 1; step++) steady.push(turn.requestedAt[step + 1]! - turn.requestedAt[step]!)
+    steadyStep.push(median(steady))
+    requestBytes = Buffer.byteLength(captured.at(-1)!)
+    const replayStarted = performance.now()
+    await raw.replay(captured)
+    rawStep.push((performance.now() - replayStarted) / STEPS)
+  }
+  const makaMs = median(makaStep)
+  const rawMs = median(rawStep)
+  const overhead = median(makaStep.map((value, index) => value - rawStep[index]!))
+  const reference = smallestOverhead === undefined
+  smallestOverhead ??= overhead
+  const first = median(firstStep)
+  const steady = median(steadyStep)
+  console.log(
+    `history ${size}: maka ${round(makaMs, 2)} ms per step (raw loop, same requests: ${round(rawMs, 2)} ms; above it ${round(overhead, 2)} ms), ` +
+      `first step of a turn ${round(first, 2)} ms vs steady ${round(steady, 2)} ms, last request ${round(requestBytes / 1024, 1)} KB`,
+  )
+  const label = `history.${size}`
+  entries[`${label}.msPerStep.vsRaw`] = entry(makaMs, "ms/step", rawMs, `maka's 10-step turn over a session of ${measuredAt} events vs the raw loop (fetch + eventsource-parser + 2 FULL commits per step) sending the same request bodies`)
+  entries[`${label}.aboveRawMsPerStep.vsSmallest`] = entry(
+    overhead,
+    "ms/step",
+    reference ? null : smallestOverhead,
+    reference ? "maka's time per step above the raw loop at the smallest size: the reference of the larger sizes" : `maka's time per step above the raw loop at this size vs at ${SIZES[0]} events (flat means ratio ≈ 1)`,
+  )
+  entries[`${label}.firstStepMs.vsSteady`] = entry(first, "ms", steady, "the first step of a new turn in the same process (start → second model_requested) vs a steady step (between consecutive model_requested)")
+  // A fresh engine on the same file (what a new process meets, module loading aside): its first step
+  // pays for opening the log and reading the session once.
+  await engine.engine.close()
+  engine = await openEngine()
+  const cold = await engine.turn(SESSION, `loop-${STEPS}`, `Cold turn ${++turns}.`)
+  events += cold.events
+  const coldFirst = cold.requestedAt[1]! - cold.startedAt
+  console.log(`history ${size}: first step after reopening the engine ${round(coldFirst, 2)} ms`)
+  entries[`${label}.reopenedFirstStepMs.vsSteady`] = entry(coldFirst, "ms", steady, "the first step of a turn on a freshly created engine over the same file (opening the log, reading the session once) vs a steady step")
+  entries[`${label}.events`] = entry(measuredAt, "events", null, "events in the session when its measurement began (grown by running turns)")
+  entries[`${label}.requestKB`] = entry(requestBytes / 1024, "KB", null, "the last request body's size")
+}
+
+await engine.engine.close()
+raw.close()
+await server.close()
+fs.rmSync(directory, { recursive: true, force: true })
+console.log(`history series done in ${round((performance.now() - started) / 1000, 1)} s`)
+emit(entries)
