@@ -4,16 +4,17 @@
  * more unsealed invocations than one read page holds.
  */
 import { EventWrite, type Event, type Identity } from "@maka/facts"
-import { EventLog } from "@maka/event-log"
+import { EventLog, EventLogError } from "@maka/event-log"
 import { OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
-import { Tool } from "@maka/tools"
-import { Effect, Result, Schema } from "effect"
+import { Ids, Tool } from "@maka/tools"
+import { Cause, Effect, Exit, Option, Result, Schema } from "effect"
 import { randomUUID } from "node:crypto"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { afterEach, assert, describe, it } from "vitest"
 import { createEngine, type MakaEngine, type StartOptions } from "../src/Facade.ts"
+import * as Recovery from "../src/Recovery.ts"
 
 const API_KEY = "sk-integration-secret-7d2e"
 
@@ -181,6 +182,24 @@ describe("Integration", () => {
     const outcome = (await run.wait()).outcome
     assert.strictEqual(outcome.kind, "failed")
     assert.isBelow(Date.now() - started, 5_000)
+  })
+
+  it("fails recovery over a closed log with Store, the log's reason as storeReason and the EventLogError as cause", async () => {
+    const database = path.join(tempFolder(), "events.sqlite")
+    const closed = await Effect.runPromise(
+      Effect.scoped(Effect.provide(Effect.service(EventLog.EventLog), EventLog.layerSqlite({ path: database }))),
+    )
+    const exit = await Effect.runPromiseExit(Effect.provide(Recovery.recover(closed), Ids.layer))
+    assert.isTrue(Exit.isFailure(exit))
+    const error = Exit.isFailure(exit) ? Cause.findErrorOption(exit.cause) : Option.none()
+    assert.isTrue(Option.isSome(error))
+    const failure = Option.getOrThrow(error)
+    assert.strictEqual(failure.reason._tag, "Store")
+    assert.instanceOf(failure.cause, EventLogError.EventLogError)
+    assert.strictEqual(
+      failure.reason._tag === "Store" ? failure.reason.storeReason : undefined,
+      (failure.cause as EventLogError.EventLogError).reason._tag,
+    )
   })
 
   it("recovers more unsealed invocations than one read page holds when the engine opens", async () => {
