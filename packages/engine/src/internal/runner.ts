@@ -33,8 +33,8 @@ const isInvalidTransition = (error: EventLogError.EventLogError) =>
   error.reason._tag === "Rejected" && error.reason.rejection._tag === "InvalidTransition"
 
 /**
- * The zero-budget history-safety gate of SEMANTICS.md §5.3 (`current` excluded): fails
- * `InvalidTransition` while the session's history is unsettled. One home for the call.
+ * The history-safety gate of SEMANTICS.md §5.3 (`current` excluded), the log's `checkHistorySafety`:
+ * fails `InvalidTransition` while the session's history is unsettled. One home for the call.
  */
 const historyGate = (log: Run["log"], sessionId: string, current?: string) =>
   log.checkHistorySafety(sessionId, current === undefined ? {} : { current })
