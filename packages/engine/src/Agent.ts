@@ -9,7 +9,7 @@ import type { Event, Identity, Input, Model } from "@maka/facts"
 import { Limits } from "@maka/facts"
 import { EventLog, type EventLogError } from "@maka/event-log"
 import { LanguageModel, ModelDefaults, ProviderConfig } from "@maka/model"
-import { Ids, type Tool, ToolCatalog, Workspace } from "@maka/tools"
+import { Ids, ToolCatalog, Workspace } from "@maka/tools"
 import { Effect, Layer, Redacted, Stream } from "effect"
 import * as Engine from "./Engine.ts"
 import * as EngineError from "./EngineError.ts"
@@ -38,7 +38,7 @@ export interface LogOptions {
 }
 
 /** The body field of the output limit on OpenAI-compatible endpoints. */
-export type OutputLimitField = "max_tokens" | "max_completion_tokens"
+export type OutputLimitField = ProviderConfig.OutputLimitField
 
 export interface ProviderOptions {
   readonly kind: ProviderConfig.ProviderKind
@@ -52,10 +52,12 @@ export interface ProviderOptions {
   readonly fetch?: ProviderConfig.FetchFunction | undefined
   /** OpenAI-compatible only: `max_completion_tokens` for `api.openai.com`, `max_tokens` elsewhere. */
   readonly outputLimitField?: OutputLimitField | undefined
+  /** An overall deadline per request in ms, besides the idle timeout; keep-alive comments do not extend it. */
+  readonly requestDeadlineMs?: number | undefined
 }
 
 /** A catalog, or a plain array of tools (`[]` is none). */
-export type Tools = ToolCatalog.ToolCatalog | ReadonlyArray<Tool.Tool>
+export type Tools = ToolCatalog.Tools
 
 export interface RunOptions {
   readonly sessionId: string
@@ -117,11 +119,16 @@ export const providerConfig = (provider: ProviderOptions): ProviderConfig.Provid
   ...(provider.headers === undefined ? {} : { headers: provider.headers }),
   ...(provider.fetch === undefined ? {} : { fetch: provider.fetch }),
   ...(provider.outputLimitField === undefined ? {} : { outputLimitField: provider.outputLimitField }),
+  ...(provider.requestDeadlineMs === undefined ? {} : { requestDeadlineMs: provider.requestDeadlineMs }),
 })
 
-const isRecord = (value: unknown): value is Readonly<Record<string, unknown>> => typeof value === "object" && value !== null
+/** What a tool failure message must never carry: the provider key and the `Redacted` header values. */
+export const secretsOf = (config: ProviderConfig.ProviderConfig): ReadonlyArray<Redacted.Redacted<string>> => [
+  ...(Redacted.value(config.apiKey) === "" ? [] : [config.apiKey]),
+  ...Object.values(config.headers ?? {}).filter((value) => Redacted.isRedacted(value)),
+]
 
-const isCatalog = (tools: Tools): tools is ToolCatalog.ToolCatalog => !Array.isArray(tools)
+const isRecord = (value: unknown): value is Readonly<Record<string, unknown>> => typeof value === "object" && value !== null
 
 /** The shape checks a caller without types may miss; the value checks follow in admission. */
 const shapeProblem = (options: RunOptions): string | undefined => {
@@ -159,9 +166,8 @@ const shapeProblem = (options: RunOptions): string | undefined => {
 /** The catalog of `tools`: a plain array becomes a catalog; a repeated name is `InvalidInput`. */
 const catalogOf = (tools: Tools | undefined): Effect.Effect<ToolCatalog.ToolCatalog, EngineError.EngineError> => {
   if (tools === undefined) return Effect.succeed(ToolCatalog.empty)
-  if (isCatalog(tools)) return Effect.succeed(tools)
   return Effect.try({
-    try: () => ToolCatalog.make(tools),
+    try: () => ToolCatalog.from(tools),
     catch: (error) => EngineError.invalidInput(`tools: ${error instanceof Error ? error.message : String(error)}`),
   })
 }
@@ -221,6 +227,7 @@ export const startInput = (options: RunOptions): Effect.Effect<Engine.StartInput
         ...(context.declaredWindow === undefined ? {} : { declaredWindow: context.declaredWindow }),
         ...(context.modelContextWindow === undefined ? {} : { modelContextWindow: context.modelContextWindow }),
       },
+      secrets: secretsOf(config),
       ...(options.signal === undefined ? {} : { signal: options.signal }),
     } satisfies Engine.StartInput
   })

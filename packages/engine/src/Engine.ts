@@ -17,7 +17,7 @@ import {
 import { EventLog } from "@maka/event-log"
 import type { LanguageModel } from "@maka/model"
 import { Cancellation, Ids, type ToolCatalog } from "@maka/tools"
-import { Context, Deferred, Effect, Exit, Fiber, Layer, Ref, Result, Schema, Scope, Stream, SubscriptionRef } from "effect"
+import { Context, Deferred, Effect, Exit, Fiber, Layer, type Redacted, Ref, Result, Schema, Scope, Stream, SubscriptionRef } from "effect"
 import * as EngineError from "./EngineError.ts"
 import { defaults, MAX_QUEUED_STEERING, resolveOptions, type EngineOptions } from "./internal/options.ts"
 import type { Run, RunSettings } from "./internal/run-context.ts"
@@ -39,6 +39,8 @@ export interface StartInput {
   readonly context?: ModelContext.ModelRequestContext
   readonly mainOutputLimit?: number
   readonly requestFingerprint?: string
+  /** Secrets scrubbed from every tool failure message before it is stored (the provider key, secret headers). */
+  readonly secrets?: ReadonlyArray<Redacted.Redacted<string>>
   /** Cancels the run when it aborts; aborted before admission, nothing is written. */
   readonly signal?: AbortSignal
 }
@@ -133,6 +135,7 @@ const runSettings = (input: StartInput): RunSettings => ({
   tools: input.tools,
   maxSteps: input.maxSteps ?? Limits.DEFAULT_MAX_STEPS,
   allowPriorUnknown: input.allowPriorUnknown ?? false,
+  secrets: input.secrets ?? [],
 })
 
 /**

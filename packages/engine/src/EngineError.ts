@@ -2,7 +2,7 @@
  * `EngineError`, the one error of `@maka/engine` (SEMANTICS.md §5.1): why a run could not be admitted
  * or how it failed. `failureClass` maps a reason to the durable failure class its terminal records.
  */
-import { Canonical, Limits, Prompts, type Outcome } from "@maka/facts"
+import { Outcome, Prompts, Validation } from "@maka/facts"
 import type { EventLogError } from "@maka/event-log"
 import type { ModelError } from "@maka/model"
 import { Data } from "effect"
@@ -138,6 +138,7 @@ export const outcomeOf = (error: EngineError): Outcome.InvocationOutcome => {
   if (reason._tag === "Cancelled" || (reason._tag === "Model" && reason.error.reason._tag === "Cancelled")) {
     return { kind: "cancelled", source: "runtime_cancellation" }
   }
-  const message = Canonical.truncateUtf16(error.message, Limits.MAX_FAILURE_MESSAGE)
+  // A provider's or a tool's text may hold a lone surrogate, which the store refuses.
+  const message = Outcome.cutFailureMessage(Validation.toWellFormedText(error.message))
   return message === "" ? { kind: "failed", class: failureClass(reason) } : { kind: "failed", class: failureClass(reason), message }
 }

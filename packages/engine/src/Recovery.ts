@@ -101,15 +101,31 @@ export const sealOne = (log: EventLog.EventLogShape, invocation: Identity.Invoca
     ),
   )
 
+/** Every unfinished invocation of the log, read page by page however many there are. */
+export const unfinishedInvocations = (
+  log: EventLog.EventLogShape,
+): Effect.Effect<ReadonlyArray<Identity.Invocation>, EventLogError.EventLogError> =>
+  Effect.gen(function* () {
+    const all: Array<Identity.Invocation> = []
+    let after: number | undefined = undefined
+    for (;;) {
+      const page: EventLog.UnfinishedPage = yield* log.unfinishedInvocationPage({
+        ...(after === undefined ? {} : { after }),
+        limit: Limits.MAX_HISTORY_EVENTS,
+      })
+      all.push(...page.invocations)
+      if (page.next === undefined) return all
+      after = page.next
+    }
+  })
+
 /**
- * Seals every unfinished invocation of the log (at most 10,000 per pass) except those `skip` names.
+ * Seals every unfinished invocation of the log except those `skip` names.
  * An invocation that cannot be sealed is reported in `unsealed`; the pass goes on with the others.
  */
 export const recover = (log: EventLog.EventLogShape, skip: (invocation: Identity.Invocation) => boolean = () => false) =>
   Effect.gen(function* () {
-    const unfinished = yield* Effect.mapError(log.unfinishedInvocations(Limits.MAX_HISTORY_EVENTS), (error) =>
-      EngineError.store(error.message),
-    )
+    const unfinished = yield* Effect.mapError(unfinishedInvocations(log), EngineError.fromStore)
     const sealed: Array<Sealed> = []
     const unsealed: Array<Unsealed> = []
     for (const invocation of unfinished) {

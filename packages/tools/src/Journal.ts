@@ -4,7 +4,7 @@
  * `tool_dispatched`, runs the effect, and commits `tool_settled`, leaving an unknown outcome unknown;
  * `runStep` does this for one step's calls in order, with exclusivity and cancellation.
  */
-import { Canonical, EventSink, EventWrite, Prompts, ToolCall, type Event, type Identity } from "@maka/facts"
+import { Canonical, EventSink, EventWrite, Prompts, ToolCall, Validation, type Event, type Identity } from "@maka/facts"
 import { Clock, Effect, Exit, Fiber, type Redacted, Result } from "effect"
 import * as Cancellation from "./Cancellation.ts"
 import { defaults } from "./Defaults.ts"
@@ -176,9 +176,12 @@ export interface InvokeOptions {
   readonly secrets?: ReadonlyArray<Redacted.Redacted<string>> | undefined
 }
 
-/** A failure message as it is settled: secrets scrubbed, then cut to `MAX_FAILURE_MESSAGE` units. */
+/**
+ * A failure message as it is settled: made well-formed (a lone surrogate becomes U+FFFD, or the
+ * store would refuse the settlement), secrets scrubbed, then cut to `MAX_FAILURE_MESSAGE` units.
+ */
 export const failureMessage = (message: string, secrets: ReadonlyArray<Redacted.Redacted<string>> = []): string =>
-  Canonical.truncateUtf16(scrub(message, secrets), defaults.failureMessageUnits)
+  Canonical.truncateUtf16(scrub(Validation.toWellFormedText(message), secrets), defaults.failureMessageUnits)
 
 /** Whether an interruption of the calling fiber is pending (inside an uninterruptible region). */
 const interruptionPending = (restore: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>) =>

@@ -3,7 +3,7 @@ import { EventSink, type Identity, type ToolCall } from "@maka/facts"
 import { FactBuilders } from "@maka/testkit"
 import { Cancellation, Journal, Tool, ToolCatalog } from "@maka/tools"
 import { RecordingSink, TestIds } from "@maka/tools/testing"
-import { Cause, Context, Deferred, Effect, Exit, Fiber, Layer, Schema } from "effect"
+import { Cause, Context, Deferred, Effect, Exit, Fiber, Layer, Redacted, Schema } from "effect"
 import { TestClock } from "effect/testing"
 import { z } from "zod"
 import { Committed, journalSuite, kinds, setup, withSink } from "./journal-suite.ts"
@@ -96,6 +96,20 @@ describe("Journal.invoke", () => {
       if (settled.kind === "tool_settled" && settled.outcome.kind === "failed") {
         assert.strictEqual(settled.outcome.message, "x".repeat(2_048))
       } else assert.fail("expected a failed settlement")
+    }),
+  )
+
+  it.effect("settles a thrown message with lone surrogates with U+FFFD in their place, and scrubs secrets after that", () =>
+    Effect.gen(function* () {
+      const { facts } = yield* runProbe(() => {
+        throw new Error("bad \ud800 text \udc00")
+      })
+      assert.deepStrictEqual(facts[1], {
+        kind: "tool_settled",
+        operationId: "invocation-1-step-1:call-1",
+        outcome: { kind: "failed", message: "bad \ufffd text \ufffd" },
+      })
+      assert.strictEqual(Journal.failureMessage("key \ud800sk-1 \ud83d\ude00", [Redacted.make("sk-1")]), "key \ufffd[redacted] \ud83d\ude00")
     }),
   )
 

@@ -7,7 +7,7 @@ import { EventWrite, type Configuration, type Event, type Identity, type Input, 
 import type { EventLog, EventLogError } from "@maka/event-log"
 import type { LanguageModel } from "@maka/model"
 import { Cancellation, Ids, type ToolCatalog } from "@maka/tools"
-import { Clock, Effect, Result, type Ref } from "effect"
+import { Clock, Effect, Result, type Redacted, type Ref } from "effect"
 import * as EngineError from "../EngineError.ts"
 import { faultPoint } from "./fault.ts"
 import type { EngineOptions } from "./options.ts"
@@ -24,6 +24,8 @@ export interface RunSettings {
   readonly tools: ToolCatalog.ToolCatalog
   readonly maxSteps: number
   readonly allowPriorUnknown: boolean
+  /** Scrubbed from every tool failure message before it is stored (the provider key, secret headers). */
+  readonly secrets: ReadonlyArray<Redacted.Redacted<string>>
 }
 
 export interface Run {
@@ -66,7 +68,7 @@ export const eventWrite = (event: Event.RuntimeEvent) => {
     : Effect.fail(EngineError.internal(`the engine built an invalid ${event.fact.kind}: ${built.failure.message}`))
 }
 
-export const storeError = (error: EventLogError.EventLogError) => EngineError.store(error.message)
+export const storeError = (error: EventLogError.EventLogError) => EngineError.fromStore(error)
 export const commitError = (error: EventLogError.EventLogError) => EngineError.commit(error.message)
 
 /** Commits writes in one transaction and applies them to the live context, uninterruptibly. */

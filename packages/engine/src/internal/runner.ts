@@ -26,27 +26,25 @@ const admissionRefusal = (error: EventLogError.EventLogError): EngineError.Engin
     if (rejection._tag === "InvalidTransition") return EngineError.reconciliation(rejection.reason)
     return EngineError.commit(error.message)
   }
-  return error.reason._tag === "OutcomeUnknown" ? EngineError.commit(error.message) : EngineError.store(error.message)
+  return error.reason._tag === "OutcomeUnknown" ? EngineError.commit(error.message) : EngineError.fromStore(error)
 }
 
 const isInvalidTransition = (error: EventLogError.EventLogError) =>
   error.reason._tag === "Rejected" && error.reason.rejection._tag === "InvalidTransition"
 
 /**
- * The zero-budget history-safety gate of SEMANTICS.md §5.3 (`current` excluded): fails
- * `InvalidTransition` while the session's history is unsettled. One home for the call.
+ * The history-safety gate of SEMANTICS.md §5.3 (`current` excluded), the log's `checkHistorySafety`:
+ * fails `InvalidTransition` while the session's history is unsettled. One home for the call.
  */
 const historyGate = (log: Run["log"], sessionId: string, current?: string) =>
-  Effect.asVoid(
-    log.preparePruneCandidates(sessionId, { ...(current === undefined ? {} : { current }), maxCandidates: 0, maxBytes: 0 }),
-  )
+  log.checkHistorySafety(sessionId, current === undefined ? {} : { current })
 
 /** Why an unsettled history refuses admission, in words that name the way out. */
 const unsettledHistory = (run: Run, error: EventLogError.EventLogError) =>
   Effect.gen(function* () {
     const { log, settings } = run
     const sessionId = settings.invocation.sessionId
-    const unsealed = yield* Effect.mapError(log.unfinishedInvocations(Limits.MAX_HISTORY_EVENTS), storeError)
+    const unsealed = yield* Effect.mapError(Recovery.unfinishedInvocations(log), storeError)
     if (unsealed.some((invocation) => invocation.sessionId === sessionId)) {
       return yield* Effect.fail(EngineError.reconciliation(EngineError.UNSEALED_RUN_MESSAGE))
     }
@@ -233,6 +231,7 @@ const runTools = (run: Run, captured: ToolCatalog.CapturedCatalog, calls: Readon
     const guard: JournalGuard = { gate: yield* Semaphore.make(1), unsettled: new Set(), abandoned: false }
     const journal = Journal.runStep(run.settings.invocation, captured, calls, {
       cancellation: run.cancellation.cancellation,
+      secrets: run.settings.secrets,
     }).pipe(
       Effect.provideService(EventSink.EventSink, journalSink(run, guard)),
       Effect.provideService(Ids.Ids, yield* Ids.Ids),
