@@ -29,10 +29,12 @@ import { existingTarballs, packAll, ROOT } from "../packages.mjs"
 export const INSTALLS = {
   pnpm: [
     { readme: "packages/engine/README.md", command: "pnpm add @maka/engine @maka/tools effect --allow-build=better-sqlite3" },
+    { readme: "packages/tools/README.md", command: "pnpm add zod" },
     { readme: "packages/testkit/README.md", command: "pnpm add -D @maka/testkit" },
   ],
   npm: [
     { readme: "packages/engine/README.md", command: "npm install @maka/engine @maka/tools effect" },
+    { readme: "packages/tools/README.md", command: "npm install zod" },
     { readme: "packages/testkit/README.md", command: "npm install -D @maka/testkit" },
   ],
 }
