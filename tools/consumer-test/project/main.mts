@@ -6,6 +6,9 @@
  * next request and answers; the run sets `maxOutputTokens` and the answer is read through
  * `run.text()`. Prints one line per check and exits 1 when any fails.
  *
+ * It is `.mts` so that the repository's own type check (tsconfig.test.json, which takes the `.ts`
+ * files under tools) leaves it out: it imports zod, which only the consumer project installs.
+ *
  * To add a case: a tool to `tools`, the model's turn to `script`, a run option to `start`, and
  * what must hold to `checks`.
  */
