@@ -1,6 +1,6 @@
 // The consumer test (`.ci/run`, step `consumer`): installs the packed packages into fresh projects
 // outside the repository with pnpm and with npm, using the install commands the package READMEs
-// give, type checks `project/main.ts` under strict NodeNext and runs it (one turn through
+// give, type checks `project/main.mts` under strict NodeNext and runs it (one turn through
 // `createEngine` against the testkit's scripted server). Exits 1 when any step fails.
 //
 //   node tools/consumer-test/run.mjs [--tarballs DIR] [--managers pnpm,npm] [--keep] [--readme-strict]
@@ -29,10 +29,12 @@ import { existingTarballs, packAll, ROOT } from "../packages.mjs"
 export const INSTALLS = {
   pnpm: [
     { readme: "packages/engine/README.md", command: "pnpm add @maka/engine @maka/tools effect --allow-build=better-sqlite3" },
+    { readme: "packages/tools/README.md", command: "pnpm add zod" },
     { readme: "packages/testkit/README.md", command: "pnpm add -D @maka/testkit" },
   ],
   npm: [
     { readme: "packages/engine/README.md", command: "npm install @maka/engine @maka/tools effect" },
+    { readme: "packages/tools/README.md", command: "npm install zod" },
     { readme: "packages/testkit/README.md", command: "npm install -D @maka/testkit" },
   ],
 }
@@ -165,12 +167,12 @@ const consumer = (manager, tarballs, work) => {
   run([process.execPath, TSC, "-p", "tsconfig.json"], directory, environment)
   log(`${manager}: tsc -p tsconfig.json (strict, NodeNext) passes  (${seconds(started)})`)
   started = Date.now()
-  const program = spawnSync(process.execPath, ["dist/main.js"], { cwd: directory, env: environment, encoding: "utf8", timeout: 60_000 })
+  const program = spawnSync(process.execPath, ["dist/main.mjs"], { cwd: directory, env: environment, encoding: "utf8", timeout: 60_000 })
   for (const line of `${program.stdout ?? ""}`.trim().split("\n")) if (line !== "") log(`${manager}:   ${line}`)
   if (program.status !== 0) {
-    throw new Error(`node dist/main.js exited ${program.status ?? program.signal}:\n${(program.stderr ?? "").trim()}`)
+    throw new Error(`node dist/main.mjs exited ${program.status ?? program.signal}:\n${(program.stderr ?? "").trim()}`)
   }
-  log(`${manager}: node dist/main.js passes  (${seconds(started)})`)
+  log(`${manager}: node dist/main.mjs passes  (${seconds(started)})`)
   return directory
 }
 
