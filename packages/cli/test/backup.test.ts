@@ -1,5 +1,8 @@
 import * as fs from "node:fs"
 import * as path from "node:path"
+import { EventLog } from "@maka/event-log"
+import { FactBuilders, History } from "@maka/testkit"
+import { Effect } from "effect"
 import { afterEach, describe, expect, it } from "vitest"
 import { eventLines, folder, maka, type Folder, type Result } from "./support/cli.ts"
 
@@ -91,4 +94,39 @@ describe("maka recover on a missing file", () => {
     expect(result.stdout).toBe("recovered 0 invocations\n")
     expect(fs.existsSync(path.join(root, ".maka/events.sqlite"))).toBe(true)
   })
+})
+
+/** One completed run of two model steps in session `sessionId`, with ids unique to `index`. */
+const sessionOf = (sessionId: string, index: number): History.History => {
+  const history = new History.History({ sessionId, firstId: index * 100 + 1 })
+  const run = history.open({ message: "hi", turnId: `turn-${index}`, runId: `run-${index}`, invocationId: `invocation-${index}` })
+  run.complete(run.request(), FactBuilders.textStep("hello"))
+  run.end({ kind: "completed" })
+  return history
+}
+
+describe("maka sessions on a big log", () => {
+  let current: Folder | undefined
+  afterEach(() => current?.remove())
+
+  it("lists every session of a log over the default history limit of 10,000 events", async () => {
+    const { root, db } = (current = folder())
+    const sessions = 2600
+    await Effect.runPromise(
+      Effect.scoped(
+        Effect.gen(function* () {
+          const log = yield* Effect.service(EventLog.EventLog)
+          const writes = Array.from({ length: sessions }, (_, index) => sessionOf(`s${index}`, index).writes).flat()
+          expect(writes.length).toBeGreaterThan(10_000)
+          yield* log.appendBatch(writes)
+        }).pipe(Effect.provide(EventLog.layerSqlite({ path: db }))),
+      ),
+    )
+    const result = await maka(["sessions", "--db", db], { cwd: root })
+    expect(result.stderr).toBe("")
+    expect(result.code).toBe(0)
+    const lines = result.stdout.split("\n").filter((line) => line !== "")
+    expect(lines.length).toBe(sessions)
+    expect(lines).toContain(`s${sessions - 1}  idle  1 invocation, ${sessionOf("x", 0).writes.length} events`)
+  }, 120_000)
 })

@@ -103,7 +103,9 @@ export const sessionsCommand = async (context: CommandContext): Promise<number> 
   const target = Flags.database(values, context.environment, context.cwd)
   const open = await openReadOnly(target)
   try {
-    const prefix = await open.run(open.log.prefix({ kind: "root" }))
+    // The whole log, past the default history limits (PrefixTooLarge) that guard a model's context:
+    // listing is not bounded by a context window. The event log offers no root-scope page read yet.
+    const prefix = await open.run(open.log.prefix({ kind: "root" }, Number.MAX_SAFE_INTEGER, Number.MAX_SAFE_INTEGER))
     const bySession = new Map<string, Array<Event.StoredEvent>>()
     for (const stored of prefix.events) {
       const list = bySession.get(stored.event.invocation.sessionId) ?? []
