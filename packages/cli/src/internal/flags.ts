@@ -113,6 +113,11 @@ export const COMMANDS = {
   },
   recover: { summary: "seal what a crashed host left in flight", flags: [...DATABASE] },
   sessions: { summary: "list sessions with their state", flags: [...DATABASE] },
+  backup: {
+    summary: "copy a SQLite log safely while it may be in use (SQLite's online backup); FILE must not exist",
+    arguments: "DB FILE",
+    flags: [],
+  },
   demo: { summary: "an offline tour: a tool loop, then a crash and its recovery", flags: ["keep"] },
 } as const satisfies Record<string, CommandSpec>
 

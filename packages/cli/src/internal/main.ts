@@ -47,6 +47,8 @@ const dispatch = async (context: MainContext): Promise<number> => {
       return (await import("./read-commands.ts")).sessionsCommand(command)
     case "recover":
       return (await import("./read-commands.ts")).recoverCommand(command)
+    case "backup":
+      return (await import("./read-commands.ts")).backupCommand(command)
     case "inspect":
       return (await import("./inspect.ts")).inspectCommand(command)
     case "demo":

@@ -7,7 +7,8 @@ import { Recovery } from "@maka/engine"
 import { Effect } from "effect"
 import * as fs from "node:fs"
 import * as path from "node:path"
-import { ExitCode } from "./exit.ts"
+import { defaults } from "../Configuration.ts"
+import { CliError, ExitCode } from "./exit.ts"
 import * as Flags from "./flags.ts"
 import { eventLine, type Sink } from "./render.ts"
 import { openReadOnly, openWriter } from "./store.ts"
@@ -102,7 +103,9 @@ export const sessionsCommand = async (context: CommandContext): Promise<number> 
   const target = Flags.database(values, context.environment, context.cwd)
   const open = await openReadOnly(target)
   try {
-    const prefix = await open.run(open.log.prefix({ kind: "root" }))
+    // The whole log, past the default history limits (PrefixTooLarge) that guard a model's context:
+    // listing is not bounded by a context window. The event log offers no root-scope page read yet.
+    const prefix = await open.run(open.log.prefix({ kind: "root" }, Number.MAX_SAFE_INTEGER, Number.MAX_SAFE_INTEGER))
     const bySession = new Map<string, Array<Event.StoredEvent>>()
     for (const stored of prefix.events) {
       const list = bySession.get(stored.event.invocation.sessionId) ?? []
@@ -120,10 +123,40 @@ export const sessionsCommand = async (context: CommandContext): Promise<number> 
   }
 }
 
+/**
+ * `maka backup DB FILE`: opens DB read-only (no lease, so a live run keeps writing) and copies it to
+ * the new file FILE with the event log's online backup; an existing FILE is refused untouched.
+ */
+export const backupCommand = async (context: CommandContext): Promise<number> => {
+  const { positionals } = Flags.parse("backup", context.args)
+  if (positionals.length !== 2 || positionals.some((value) => value === "")) {
+    throw new Flags.UsageError("maka backup needs DB and FILE: maka backup DB FILE")
+  }
+  const source = path.resolve(context.cwd, positionals[0]!)
+  const destination = path.resolve(context.cwd, positionals[1]!)
+  if (fs.existsSync(destination)) {
+    throw new CliError(`${destination} already exists; a backup never overwrites a file, pick a new path`, ExitCode.failed)
+  }
+  const open = await openReadOnly({ kind: "sqlite", path: source })
+  try {
+    await open.run(open.log.backup(destination))
+    context.sink.out(`backed up ${source} to ${destination}\n`)
+    return ExitCode.completed
+  } finally {
+    await open.close()
+  }
+}
+
 export const recoverCommand = async (context: CommandContext): Promise<number> => {
   const { values } = Flags.parse("recover", context.args)
   const target = Flags.database(values, context.environment, context.cwd)
-  if (target.kind === "sqlite") fs.mkdirSync(path.dirname(target.path), { recursive: true })
+  if (target.kind === "sqlite") {
+    // Only the default log may be created by `recover`; a missing --db / MAKA_DB path is most likely a typo.
+    if (!fs.existsSync(target.path) && target.path !== path.resolve(context.cwd, defaults.database)) {
+      throw new CliError(`no maka log at ${target.path}; pass --db PATH of an existing log`, ExitCode.failed)
+    }
+    fs.mkdirSync(path.dirname(target.path), { recursive: true })
+  }
   const open = await openWriter(target)
   try {
     const report = await open.run(Effect.flatMap(Effect.succeed(open.log), (log) => Recovery.recover(log)))

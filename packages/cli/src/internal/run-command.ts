@@ -147,7 +147,7 @@ export interface Host {
  */
 export const openHost = async (settings: RunSettings, sink: Sink, signal: AbortSignal): Promise<Host> => {
   const { createEngine, Facade } = await import("@maka/engine")
-  const { Builtins, ToolCatalog } = await import("@maka/tools")
+  const { Builtins } = await import("@maka/tools")
   const provider = settings.provider
   const offline = provider.provider === "offline" ? await (await import("../OfflineModel.ts")).start({ delayMs: settings.offlineDelayMs }) : undefined
   let lastFailure: ObservedFailure | undefined
@@ -177,7 +177,7 @@ export const openHost = async (settings: RunSettings, sink: Sink, signal: AbortS
     engine = await createEngine(database.kind === "sqlite" ? { database: database.path } : { databaseUrl: database.url })
     const opened = engine
     if (settings.isNewSession) sink.err(`session: ${settings.sessionId}\n`)
-    const tools = ToolCatalog.make(Builtins.forLevel(settings.level, workspace))
+    const tools = Builtins.forLevel(settings.level, workspace)
     const turn: Host["turn"] = async (message, onStarted) => {
       const run = await opened.start({
         sessionId: settings.sessionId,
@@ -187,6 +187,7 @@ export const openHost = async (settings: RunSettings, sink: Sink, signal: AbortS
         tools,
         workspace,
         systemPrompt: CLI_SYSTEM_PROMPT,
+        providerOptions: {},
         context: contextOf(provider.provider, { contextWindow: settings.contextWindow, declaredWindow: settings.declaredWindow }),
         maxSteps: settings.maxSteps,
         idleTimeoutMs: settings.idleTimeoutSeconds * 1000,
