@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// The dependency-direction check of DESIGN.md §2, run by `pnpm check:deps` and `.ci/run`.
+// The dependency-direction check of docs/architecture.md §2, run by `pnpm check:deps` and `.ci/run`.
 //
 //   facts  <-  event-log, model, tools  <-  engine  <-  cli
 //   testkit depends on facts only; every package may use testkit in tests.
@@ -13,7 +13,7 @@ import { fileURLToPath } from "node:url"
 
 const SCOPE = "@maka/"
 
-/** What each package's `src/**` may import (DESIGN.md §2). The single place to change the rule. */
+/** What each package's `src/**` may import (docs/architecture.md §2). The single place to change the rule. */
 const ALLOWED = {
   facts: [],
   "event-log": ["facts"],
@@ -24,7 +24,7 @@ const ALLOWED = {
   cli: ["facts", "event-log", "model", "tools", "engine", "testkit"],
 }
 
-/** Every package may use testkit in tests (DESIGN.md §2), and other packages' `./testing` entries; never a package above its own. */
+/** Every package may use testkit in tests (docs/architecture.md §2), and other packages' `./testing` entries; never a package above its own. */
 const TEST_HELPERS = ["testkit"]
 
 /** Subpaths that reach behind a package's exports map. */
@@ -330,7 +330,7 @@ const readPackages = (rootDir, problems) => {
     const pkg = name.startsWith(SCOPE) ? name.slice(SCOPE.length) : ""
     if (!(pkg in ALLOWED)) {
       problems.push(
-        `${relative(rootDir, manifestFile)}:${lineOf(manifestText, "name")}: ${name || directory} has no place in the dependency direction; add it to tools/check-deps.mjs (DESIGN.md §2)`,
+        `${relative(rootDir, manifestFile)}:${lineOf(manifestText, "name")}: ${name || directory} has no place in the dependency direction; add it to tools/check-deps.mjs (docs/architecture.md §2)`,
       )
       continue
     }
@@ -350,7 +350,7 @@ const reaches = (graph, from, to, seen = new Set()) => {
 export const checkRepository = (rootDir) => {
   const problems = []
   const report = (file, line, message, detail) =>
-    problems.push(`${relative(rootDir, file)}:${line}: ${message} (DESIGN.md §2)${detail === undefined ? "" : `: ${detail}`}`)
+    problems.push(`${relative(rootDir, file)}:${line}: ${message} (docs/architecture.md §2)${detail === undefined ? "" : `: ${detail}`}`)
   const packages = readPackages(rootDir, problems)
   const graph = new Map(
     packages.map(({ name, manifest }) => [

@@ -8,7 +8,7 @@ import { afterEach, describe, expect, it } from "vitest"
 const repositoryRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..")
 const script = path.join(repositoryRoot, "tools/check-deps.mjs")
 
-/** What each package's source may import (DESIGN.md §2), used to build a clean fixture tree. */
+/** What each package's source may import (docs/architecture.md §2), used to build a clean fixture tree. */
 const DIRECTION: Record<string, ReadonlyArray<string>> = {
   facts: [],
   "event-log": ["facts"],
@@ -107,7 +107,7 @@ describe("tools/check-deps.mjs", () => {
     expect(result.status).toBe(1)
     expect(result.stdout).toBe("")
     expect(result.stderr).toContain(
-      "packages/model/src/Route.ts:3: @maka/model must not import @maka/event-log (DESIGN.md §2)",
+      "packages/model/src/Route.ts:3: @maka/model must not import @maka/event-log (docs/architecture.md §2)",
     )
   })
 
@@ -177,7 +177,7 @@ describe("tools/check-deps.mjs", () => {
     const result = run(root)
     expect(result.status).toBe(1)
     expect(result.stderr).toContain(
-      "packages/facts/package.json:5: @maka/facts must not import @maka/testkit (DESIGN.md §2): @maka/testkit depends on @maka/facts",
+      "packages/facts/package.json:5: @maka/facts must not import @maka/testkit (docs/architecture.md §2): @maka/testkit depends on @maka/facts",
     )
   })
 

@@ -1,5 +1,5 @@
 /**
- * How the CLI builds a run's configuration (DESIGN.md §10.1): pure functions of the flags, never of
+ * How the CLI builds a run's configuration (docs/cli.md §10.1): pure functions of the flags, never of
  * time, host or process, so two builds of the CLI write the same opening and a run started by one
  * process can be resumed by another.
  */
@@ -27,7 +27,7 @@ export const defaults = Object.freeze({
 })
 
 /**
- * The base URL as DESIGN.md §6 normalises it (trailing slashes removed), the same rule as
+ * The base URL as docs/architecture.md §6 normalises it (trailing slashes removed), the same rule as
  * `ProviderConfig.normalizeBaseUrl` of `@maka/model` (a test holds them equal); kept here so `maka
  * --help` loads no engine module.
  */

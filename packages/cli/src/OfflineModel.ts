@@ -1,5 +1,5 @@
 /**
- * The built-in offline model (DESIGN.md §10.1): a deterministic OpenAI-compatible chat-completions
+ * The built-in offline model (docs/cli.md §10.1): a deterministic OpenAI-compatible chat-completions
  * server on 127.0.0.1:0, reached through a `fetch` that maps the fixed base URL
  * `http://offline.maka.invalid/v1` to the loopback port, so its route identity is the same in every
  * process. `respond` is the pure decision: the same request body always gives the same bytes.

@@ -1,5 +1,5 @@
 /**
- * The help texts of the `maka` command (DESIGN.md §10): the command list, and for each command every
+ * The help texts of the `maka` command (docs/cli.md §10): the command list, and for each command every
  * flag it takes with its default, built from the flag table so the two never disagree.
  */
 import { COMMANDS, FLAGS, type CommandName, type FlagName } from "./internal/flags.ts"

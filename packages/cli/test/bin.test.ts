@@ -5,7 +5,7 @@ import { describe, expect, it } from "vitest"
 import { FLAGS, COMMANDS } from "../src/internal/flags.ts"
 import { maka, packageRoot } from "./support/cli.ts"
 
-// The built `maka` binary, run with plain `node` from a directory outside the repository (DESIGN.md §2).
+// The built `maka` binary, run with plain `node` from a directory outside the repository (docs/architecture.md §2).
 const run = (...args: ReadonlyArray<string>) => maka(args, { cwd: os.tmpdir() })
 
 describe("the maka binary", () => {
@@ -56,7 +56,7 @@ describe("the maka binary", () => {
     }
   })
 
-  it("documents the run defaults of DESIGN.md §10.1 in run --help", async () => {
+  it("documents the run defaults of docs/cli.md §10.1 in run --help", async () => {
     const { stdout } = await run("run", "--help")
     const lineOf = (flag: string) => stdout.split("\n").find((line) => line.trimStart().startsWith(`--${flag}`)) ?? ""
     expect(lineOf("db")).toContain(".maka/events.sqlite, env MAKA_DB")

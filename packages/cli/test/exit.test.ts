@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest"
 import { EngineError } from "@maka/engine"
 import { exitCodeOf, failureLine, fromEngineError } from "../src/internal/exit.ts"
 
-describe("exit codes (DESIGN.md §10.1)", () => {
+describe("exit codes (docs/cli.md §10.1)", () => {
   it.each([
     [{ kind: "completed" }, 0],
     [{ kind: "failed", class: "model_provider" }, 1],

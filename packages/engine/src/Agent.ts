@@ -1,5 +1,5 @@
 /**
- * The short Effect API (DESIGN.md §9): a run from the same plain options as the Promise facade.
+ * The short Effect API (docs/architecture.md §9): a run from the same plain options as the Promise facade.
  * `startInput` is the one home of their defaults (fresh ids from `Ids`, the bound model, the
  * workspace or the process's directory, the connection and context defaults, the output limit);
  * `start` and `run` admit on the `Engine` in context; `text` and `textAndThinking` render a run's
@@ -21,7 +21,7 @@ export const defaults = Object.freeze({
   maxSteps: Limits.DEFAULT_MAX_STEPS,
   idleTimeoutMs: ModelDefaults.ModelDefaults.idleTimeoutMs,
   allowPriorUnknown: false,
-  /** The main output limit (`SEMANTICS.md` §5.12). */
+  /** The main output limit (docs/engine.md §5.12). */
   maxOutputTokens: Limits.DEFAULT_OUTPUT_LIMIT,
 })
 

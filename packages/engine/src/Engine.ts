@@ -1,5 +1,5 @@
 /**
- * The `Engine` service (DESIGN.md §8, SEMANTICS.md §5.1–§5.2): admission that returns only after the
+ * The `Engine` service (docs/architecture.md §8, docs/engine.md §5.1–§5.2): admission that returns only after the
  * opening is durable, one live run per session, the runner in the engine's scope, live `events()`,
  * steering, cancellation that drains, and recovery. Time, randomness and ids come from services.
  */
@@ -79,7 +79,7 @@ const decodeClosed = <S extends Schema.ConstraintDecoder<unknown>>(schema: S, va
   return Result.isFailure(decoded) ? `${what}: ${decoded.failure.message}` : undefined
 }
 
-/** The input checks of SEMANTICS.md §5.2 for a message run; the first problem, or `undefined`. */
+/** The input checks of docs/engine.md §5.2 for a message run; the first problem, or `undefined`. */
 export const validateInput = (input: StartInput): string | undefined => {
   const maxSteps = input.maxSteps ?? Limits.DEFAULT_MAX_STEPS
   if (!Number.isSafeInteger(maxSteps) || maxSteps < 1 || maxSteps > Limits.MAX_STEPS) {

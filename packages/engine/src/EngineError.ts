@@ -1,5 +1,5 @@
 /**
- * `EngineError`, the one error of `@maka/engine` (SEMANTICS.md §5.1): why a run could not be admitted
+ * `EngineError`, the one error of `@maka/engine` (docs/engine.md §5.1): why a run could not be admitted
  * or how it failed. `failureClass` maps a reason to the durable failure class its terminal records.
  */
 import { Outcome, Prompts, Validation } from "@maka/facts"
@@ -34,7 +34,7 @@ export const UNSEALED_RUN_MESSAGE =
 /** A run of this engine ended but its terminal could not be written; the engine seals it itself. */
 export const UNWRITTEN_TERMINAL_MESSAGE =
   "session has a run of this engine whose terminal could not be written; it is sealed when the log accepts writes again"
-/** The way out of an unknown tool outcome (SEMANTICS.md §5.8). */
+/** The way out of an unknown tool outcome (docs/engine.md §5.8). */
 export const PRIOR_UNKNOWN_MESSAGE =
   "session has a tool effect whose outcome is unknown: check what it did, then send an explicit new message with allowPriorUnknown"
 export const INCOMPLETE_MESSAGE = Prompts.INCOMPLETE_OUTPUT_REJECTION_TEXT
@@ -91,7 +91,7 @@ export const fromStore = (error: EventLogError.EventLogError): EngineError =>
   })
 export const internal = (message: string) => make({ _tag: "Internal", message })
 
-/** The durable failure class of a reason (SEMANTICS.md §5.3). */
+/** The durable failure class of a reason (docs/engine.md §5.3). */
 export const failureClass = (reason: Reason): Outcome.FailureClass => {
   switch (reason._tag) {
     case "Busy":

@@ -1,5 +1,5 @@
 /**
- * The Promise facade (DESIGN.md §9) for callers who do not use Effect: `createEngine` opens the log
+ * The Promise facade (docs/architecture.md §9) for callers who do not use Effect: `createEngine` opens the log
  * (a SQLite file, or PostgreSQL) and an `Engine` over it in a `ManagedRuntime`; `start` builds a run
  * from plain options through `Agent.startInput`, the one home of their defaults. This module is the
  * Promise edge: every Effect is run here, and every failure crosses as an `EngineError`.
@@ -76,7 +76,7 @@ const closedError = () => EngineError.internal("the engine is closed")
 /** The provider configuration of a run: the key wrapped in `Redacted` at once. */
 export const providerConfig = Agent.providerConfig
 
-/** Opens a workspace (DESIGN.md §7): the canonical root and its identity; `InvalidInput` when unusable. */
+/** Opens a workspace (docs/architecture.md §7): the canonical root and its identity; `InvalidInput` when unusable. */
 export const openWorkspace = (directory: string): Promise<Workspace.Workspace> =>
   Effect.runPromiseExit(
     Workspace.open(directory).pipe(

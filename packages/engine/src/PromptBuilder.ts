@@ -1,6 +1,6 @@
 /**
- * Prompt building (SEMANTICS.md §5.5): the main and summary prompts over a `ModelContextSource`, the
- * main output limit and the automatic-compaction trigger (§5.12), and the request's `inputDigest`.
+ * Prompt building (docs/engine.md §5.5): the main and summary prompts over a `ModelContextSource`, the
+ * main output limit and the automatic-compaction trigger (docs/engine.md §5.12), and the request's `inputDigest`.
  * Everything here is a pure function of facts; the caller applies the route projection
  * (`projectPrompt` of `@maka/model`) before digesting or sending a prompt.
  */
@@ -13,7 +13,7 @@ export type { ProjectedHistory } from "./internal/prompt-history.ts"
 export interface MainPromptInput {
   /** `configuration.systemPrompt.text` of the current opening. */
   readonly systemPrompt?: string | undefined
-  /** The prior-unknown notice (§5.8); when absent and `priorUnknown` is set, it is built from the source. */
+  /** The prior-unknown notice (docs/engine.md §5.8); when absent and `priorUnknown` is set, it is built from the source. */
   readonly notice?: string | undefined
   readonly priorUnknown?: boolean | undefined
   readonly source: EventLog.ModelContextSource
@@ -42,7 +42,7 @@ export const unresolvedOperations = (source: EventLog.ModelContextSource): Reado
 
 /**
  * The prior-unknown notice of a source read under the manual-message policy, or `undefined` when it
- * lists no operation (§5.4 step 9: the caller then fails `ReconciliationRequired`).
+ * lists no operation (docs/engine.md §5.4 step 9: the caller then fails `ReconciliationRequired`).
  */
 export const priorUnknownNotice = (source: EventLog.ModelContextSource): string | undefined =>
   source.unknownOperations.length === 0 ? undefined : Prompts.priorUnknownNotice(source.unknownOperations)
@@ -93,7 +93,7 @@ type SelectedMain = Extract<EventLog.LatestMainContext, { readonly kind: "select
 
 /**
  * The latest main completion when it was produced on the same connection, model and route, its
- * projection is still current and it used the current baseline (§5.12 "Due"); otherwise `undefined`.
+ * projection is still current and it used the current baseline (docs/engine.md §5.12 "Due"); otherwise `undefined`.
  * An absent connection id or baseline matches only an absent one.
  */
 const matchingLatestMain = (match: RouteMatch): SelectedMain | undefined => {
@@ -116,7 +116,7 @@ export interface CompactionDueInput extends RouteMatch {
 }
 
 /**
- * §5.12 "Due": `declaredWindow` is set, the latest main matches, its input is known and positive, and
+ * docs/engine.md §5.12 "Due": `declaredWindow` is set, the latest main matches, its input is known and positive, and
  * input (or input plus a known output) reaches the declared window.
  */
 export const compactionDue = (input: CompactionDueInput): boolean => {
@@ -137,7 +137,7 @@ export interface OutputLimitInput extends RouteMatch {
 }
 
 /**
- * §5.12 "Output limit": `mainOutputLimit ?? 8,000`, capped by what the model's context window leaves
+ * docs/engine.md §5.12 "Output limit": `mainOutputLimit ?? 8,000`, capped by what the model's context window leaves
  * after the retained usage of a matching latest main, the 8,000-token reserve and the thinking budget;
  * never above the limit and never below `min(limit, 8,000)`. Only `modelContextWindow` caps output.
  */
@@ -153,7 +153,7 @@ export const outputLimit = (input: OutputLimitInput): number => {
 }
 
 /**
- * `inputDigest` of one request (§5.5) over the route-projected prompt, i.e. exactly what the adapter
+ * `inputDigest` of one request (docs/engine.md §5.5) over the route-projected prompt, i.e. exactly what the adapter
  * encodes: `Digest.modelInput` of `{projection: "maka.model-history.v1", prompt, tools, providerOptions, maxOutputTokens}`.
  */
 export const inputDigest = (

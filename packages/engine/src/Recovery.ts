@@ -1,5 +1,5 @@
 /**
- * Recovery (SEMANTICS.md §5.13) and the one sealing rule it shares with the runner: open requests are
+ * Recovery (docs/engine.md §5.13) and the one sealing rule it shares with the runner: open requests are
  * interrupted `failed`, calls never dispatched are rejected `cancelled`, and the terminal records the
  * intended outcome, or `failed {outcome_unknown}` when a dispatch has no settlement. Recovery seals
  * what a crashed host left open without calling a model or a tool; one invocation it cannot seal is

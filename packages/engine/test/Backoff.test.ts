@@ -8,7 +8,7 @@ import { Effect, Fiber } from "effect"
 import { TestClock } from "effect/testing"
 import * as Engine from "../src/Engine.ts"
 
-/** The retry schedule of SEMANTICS.md §5.6 on `TestClock`: exact delays, no real sleeping. */
+/** The retry schedule of docs/engine.md §5.6 on `TestClock`: exact delays, no real sleeping. */
 
 const rateLimited = (retryAfterMs?: number) =>
   FakeModel.failure(

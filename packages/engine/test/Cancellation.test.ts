@@ -23,7 +23,7 @@ const slowTool = (effects: Effects, started: Deferred.Deferred<void>, release: D
   })
 
 describe("Cancellation", () => {
-  it.live("lets the dispatched effect finish, rejects the undispatched call, and seals cancelled in that order (§5.14, scenario 62)", () =>
+  it.live("lets the dispatched effect finish, rejects the undispatched call, and seals cancelled in that order (docs/engine.md §5.14, scenario 62)", () =>
     Effect.scoped(
       Effect.gen(function* () {
         const context = yield* setup({

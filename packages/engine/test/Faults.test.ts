@@ -1,5 +1,5 @@
 /**
- * No failure wedges a session (SEMANTICS.md §5.3, scenarios 18 and 19): a commit of the scripted
+ * No failure wedges a session (docs/engine.md §5.3, scenarios 18 and 19): a commit of the scripted
  * three-step tool loop is refused, made uncertain (landed or lost), or starts an outage, at every
  * commit point in turn; afterwards the same engine admits the next run (after `outcome_unknown`, one
  * with `allowPriorUnknown`), no effect ran twice, and `recover()` twice writes nothing the second time.

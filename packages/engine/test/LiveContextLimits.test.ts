@@ -1,5 +1,5 @@
 /**
- * The cached live context equals a fresh read, limits included (DESIGN.md §5): generated runs —
+ * The cached live context equals a fresh read, limits included (docs/architecture.md §5): generated runs —
  * answers, tool steps with settled, failed and rejected calls, steering, of sizes on both sides of
  * the history limits — are appended write by write to a real SQLite log; after every write the
  * `LiveContext` snapshot and a fresh `readModelContext` with the same limits must agree: the same

@@ -101,7 +101,7 @@ describe("Recovery", () => {
       }),
     ))
 
-  it.live("lets an explicit new message proceed past an unknown effect with the exact notice (scenario 66, §5.8)", () =>
+  it.live("lets an explicit new message proceed past an unknown effect with the exact notice (scenario 66, docs/engine.md §5.8)", () =>
     Effect.scoped(
       Effect.gen(function* () {
         const context = yield* setup({ script: [Respond.sse(OpenAiSse.response({ text: ["I will check the state first."] }))] })

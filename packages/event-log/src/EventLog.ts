@@ -1,6 +1,6 @@
 /**
  * The `EventLog` service: checked appends and every read the engine derives state from, on SQLite
- * or PostgreSQL through one Kysely code path (DESIGN.md §5, SEMANTICS.md §3). Each operation is one
+ * or PostgreSQL through one Kysely code path (docs/architecture.md §5, docs/log-format.md §3). Each operation is one
  * transaction; appends are uninterruptible, so a commit is never hidden from its caller.
  */
 import { Clock, Context, Effect, Layer, Stream, SubscriptionRef } from "effect"
@@ -55,18 +55,18 @@ export interface EventLogShape {
     sessionId: string,
     request?: ContextRequest,
   ) => Effect.Effect<ContextReads.ModelContextSource, EventLogError.EventLogError>
-  /** `readModelContext` under the manual-message policy (SEMANTICS.md §5.8). */
+  /** `readModelContext` under the manual-message policy (docs/engine.md §5.8). */
   readonly readManualMessageContext: (
     sessionId: string,
     request?: ContextRequest,
   ) => Effect.Effect<ContextReads.ModelContextSource, EventLogError.EventLogError>
   /**
-   * The newest main completion of the session (SEMANTICS.md §3.8), read on its own: not gated by the
+   * The newest main completion of the session (docs/log-format.md §3.8), read on its own: not gated by the
    * history-safety check, and a damaged newest completion is `trace_unavailable`.
    */
   readonly latestMainContext: (sessionId: string) => Effect.Effect<ContextReads.LatestMainContext, EventLogError.EventLogError>
   /**
-   * The history-safety gate (SEMANTICS.md §3.7 step 2) by its own name: succeeds when every
+   * The history-safety gate (docs/log-format.md §3.7 step 2) by its own name: succeeds when every
    * invocation of the session except `current` is sealed and resolved, else `InvalidTransition`.
    * The admission preflight; `preparePruneCandidates` with `maxCandidates: 0` still runs the same gate.
    */

@@ -1,5 +1,5 @@
 /**
- * `EventLogError`, the one error of `@maka/event-log` (SEMANTICS.md §3.4). Callers switch on
+ * `EventLogError`, the one error of `@maka/event-log` (docs/log-format.md §3.4). Callers switch on
  * `reason._tag`: `Rejected` carries the validation that refused a write, `OutcomeUnknown` a commit
  * whose result is unknown (never assume success), the rest are store conditions.
  */

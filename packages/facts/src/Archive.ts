@@ -1,5 +1,5 @@
 /**
- * Archive (prune) records (SEMANTICS.md §2.9): the identity of an archived tool result, its pages,
+ * Archive (prune) records (docs/log-format.md §2.9): the identity of an archived tool result, its pages,
  * the placeholder the model sees instead of the result, and `prepare`, the one pure rule that decides
  * whether and how a settled result is archived.
  */

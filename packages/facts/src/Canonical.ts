@@ -1,6 +1,6 @@
 /**
  * Canonical JSON: the one serializer behind `event_json`, every digest and every byte comparison
- * (SEMANTICS §2.1). Keys sorted by UTF-16 code units, no whitespace, strings and numbers exactly as
+ * (docs/log-format.md §2.1). Keys sorted by UTF-16 code units, no whitespace, strings and numbers exactly as
  * `JSON.stringify` writes them; anything that is not plain JSON is refused, never coerced.
  * Also owns JSON size measures (nodes, depth) and the UTF-8 / UTF-16 length and truncation helpers.
  */

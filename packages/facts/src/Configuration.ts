@@ -1,5 +1,5 @@
 /**
- * Execution configuration committed in every opening and never reinterpreted (SEMANTICS.md §2.11):
+ * Execution configuration committed in every opening and never reinterpreted (docs/log-format.md §2.11):
  * system prompt, working directory, workspace identity, model binding and tool mode. No credential is
  * ever part of it.
  */

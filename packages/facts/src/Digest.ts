@@ -1,6 +1,6 @@
 /**
- * Digests: `"sha256:" + 64 lowercase hex` with a domain tag per digest kind (SEMANTICS §2.1), the
- * framed log-prefix and run-prefix digests (§3.5), and the bare SHA-256 of archive bodies.
+ * Digests: `"sha256:" + 64 lowercase hex` with a domain tag per digest kind (docs/log-format.md §2.1), the
+ * framed log-prefix and run-prefix digests (docs/log-format.md §3.5), and the bare SHA-256 of archive bodies.
  * A tagged digest hashes `utf8(tag) ‖ 0x00 ‖ canonical JSON`; prefix digests frame every variable
  * part with a u64-BE length so no two inputs share bytes.
  */
@@ -64,7 +64,7 @@ export const sha256Hex = (bytes: string | Uint8Array): string =>
     "hex"
   )
 
-/** `inputDigest` of one model request (§5.5). */
+/** `inputDigest` of one model request (docs/engine.md §5.5). */
 export const modelInput = (input: {
   readonly prompt: unknown
   readonly tools: unknown
@@ -79,7 +79,7 @@ export const modelInput = (input: {
     maxOutputTokens: input.maxOutputTokens
   })
 
-/** `routeIdentity`: a provider configuration without secrets (§4.1). */
+/** `routeIdentity`: a provider configuration without secrets (docs/model.md §4.1). */
 export const route = (configuration: unknown): string => tagged(DigestTag.route, configuration)
 
 /** `effectiveSourceDigest`; `replacements` are hashed in the order given (settled-sequence order). */
@@ -124,7 +124,7 @@ export interface PrefixEvent {
 }
 
 /**
- * Running log-prefix digest (§3.5): `"maka.log-prefix.v3\0"`, the scope's canonical JSON framed,
+ * Running log-prefix digest (docs/log-format.md §3.5): `"maka.log-prefix.v3\0"`, the scope's canonical JSON framed,
  * then each event framed; `digest(highWater)` appends `highWater` on a copy, so the same hasher can
  * keep being extended afterwards.
  */
@@ -160,7 +160,7 @@ export const logPrefix = (scope: unknown, events: Iterable<PrefixEvent>, highWat
   return hash.digest(highWater)
 }
 
-/** Run-prefix digest (§3.5): `highWater` (the run's event count), the opening's `Invocation`, then each event. */
+/** Run-prefix digest (docs/log-format.md §3.5): `highWater` (the run's event count), the opening's `Invocation`, then each event. */
 export const runPrefix = (highWater: number, invocation: unknown, events: Iterable<PrefixEvent>): string => {
   const hash = updateFramed(startHash(DigestTag.runPrefix).update(u64("highWater", highWater)), Canonical.stringify(invocation))
   for (const event of events) updateEvent(hash, event.sequence, event.json)

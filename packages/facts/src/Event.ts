@@ -1,5 +1,5 @@
 /**
- * The event envelope (SEMANTICS.md §2.1): `RuntimeEvent` wraps one fact with its id, informational
+ * The event envelope (docs/log-format.md §2.1): `RuntimeEvent` wraps one fact with its id, informational
  * time and invocation; `StoredEvent` adds the log sequence; `LogPrefix` is a complete bounded prefix.
  */
 import { Schema } from "effect"

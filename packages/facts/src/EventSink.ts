@@ -1,6 +1,6 @@
 /**
  * `EventSink`, the interface `@maka/tools` journals through and `@maka/event-log` implements
- * (SEMANTICS.md §1.1, §2.3). A successful commit proves durability; `CommitError` says whether the
+ * (docs/architecture.md §1.1, docs/log-format.md §2.3). A successful commit proves durability; `CommitError` says whether the
  * write was refused (`rejected`) or its outcome is unknown (`outcome_unknown`): never assume success.
  */
 import { Context, Data, type Effect } from "effect"

@@ -1,5 +1,5 @@
 /**
- * `EventWrite`, one checked submission to the log (SEMANTICS.md §2.13). `plain` validates an event;
+ * `EventWrite`, one checked submission to the log (docs/log-format.md §2.13). `plain` validates an event;
  * `toolSuccess` is the only way to build a successful `tool_settled`: it encodes the raw payload,
  * binds it by length and digest, and freezes the model-visible projection within its limits.
  */

@@ -1,5 +1,5 @@
 /**
- * The twelve facts of the log (DESIGN.md §4, SEMANTICS.md §2.2), discriminated by `kind`. The
+ * The twelve facts of the log (docs/architecture.md §4, docs/log-format.md §2.2), discriminated by `kind`. The
  * `operation_id` column of the store holds `operationId` for tool facts and `stepId` for model facts.
  */
 import { Schema } from "effect"

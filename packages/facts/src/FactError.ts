@@ -1,5 +1,5 @@
 /**
- * The one error of `@maka/facts`: a value that does not decode, or breaks a rule of SEMANTICS.md §2.
+ * The one error of `@maka/facts`: a value that does not decode, or breaks a rule of docs/log-format.md §2.
  * `rule` names the broken rule so callers and tests can tell the cases apart without parsing text.
  */
 import { Data } from "effect"

@@ -1,5 +1,5 @@
 /**
- * Identities of the durable format (SEMANTICS.md §2.1): ids, event ids, digests, sequences, the
+ * Identities of the durable format (docs/log-format.md §2.1): ids, event ids, digests, sequences, the
  * `Invocation` quadruple and log scopes. The constrained strings carry patterns, so schema-derived
  * generators produce valid values instead of mostly rejected ones.
  */
@@ -63,7 +63,7 @@ export const RootScope = Schema.Struct({ kind: Schema.tag("root") })
 export const SessionScope = Schema.Struct({ kind: Schema.tag("session"), id: Id })
 export const LineageScope = Schema.Struct({ kind: Schema.tag("lineage"), sessionId: Id, runId: Id })
 
-/** Which part of the log a prefix covers (SEMANTICS.md §2.1, §3.6). */
+/** Which part of the log a prefix covers (docs/log-format.md §2.1, §3.6). */
 export const LogScope = Schema.Union([RootScope, SessionScope, LineageScope]).annotate({ identifier: "LogScope" })
 export type LogScope = typeof LogScope.Type
 

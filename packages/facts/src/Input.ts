@@ -1,5 +1,5 @@
 /**
- * What opens an invocation (SEMANTICS.md §2.4): user messages, delivered (steered) messages and the
+ * What opens an invocation (docs/log-format.md §2.4): user messages, delivered (steered) messages and the
  * four opening inputs, with the purpose rule that says which model requests each opening allows.
  */
 import { Schema } from "effect"

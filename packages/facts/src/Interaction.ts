@@ -1,5 +1,5 @@
 /**
- * Interaction records (SEMANTICS.md §2.10): approval requests a tool's preparation may raise, their
+ * Interaction records (docs/log-format.md §2.10): approval requests a tool's preparation may raise, their
  * one append-only outcome, and the reasons a pending request is closed without an answer.
  */
 import { Schema } from "effect"

@@ -1,5 +1,5 @@
 /**
- * The invocation projection over a log prefix (SEMANTICS.md §2.1): the terminal status, the operations
+ * The invocation projection over a log prefix (docs/log-format.md §2.1): the terminal status, the operations
  * dispatched without a settlement (uncertain) and the model requests without a completion or
  * interruption (unfinished), in log order.
  */

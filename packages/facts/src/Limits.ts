@@ -1,5 +1,5 @@
 /**
- * Every named limit and default of the durable format (SEMANTICS.md §1.2). Other packages read these
+ * Every named limit and default of the durable format (docs/architecture.md §1.2). Other packages read these
  * constants instead of repeating numbers, so one change moves every check that depends on it.
  */
 

@@ -1,5 +1,5 @@
 /**
- * Continuation and handoff records (SEMANTICS.md §2.6): run boundaries, session bases, replay
+ * Continuation and handoff records (docs/log-format.md §2.6): run boundaries, session bases, replay
  * evidence, claims, handoff intents, pauses, execution settings, tool checkpoints and the compaction
  * budget. Their cross-field rules live in `Validation.ts`.
  */
@@ -65,7 +65,7 @@ export const HandoffTools = Schema.Struct({
 }).annotate({ identifier: "HandoffTools" })
 export type HandoffTools = typeof HandoffTools.Type
 
-/** One budget shared by proactive and reactive compaction (SEMANTICS.md §5.12). */
+/** One budget shared by proactive and reactive compaction (docs/engine.md §5.12). */
 export const CompactionBudget = Schema.Literals(["available", "reshaped", "failed"])
 export type CompactionBudget = typeof CompactionBudget.Type
 

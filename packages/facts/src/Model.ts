@@ -1,5 +1,5 @@
 /**
- * The model vocabulary stored in facts (SEMANTICS.md §2.7): text kinds, parts, stream events, usage,
+ * The model vocabulary stored in facts (docs/log-format.md §2.7): text kinds, parts, stream events, usage,
  * finish reasons, steps, purposes and interruptions. Provider chunk names never reach these shapes.
  */
 import { Schema } from "effect"

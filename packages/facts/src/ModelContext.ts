@@ -1,5 +1,5 @@
 /**
- * Context records (SEMANTICS.md §2.5): model request context, checkpoint modes, summaries and context
+ * Context records (docs/log-format.md §2.5): model request context, checkpoint modes, summaries and context
  * checkpoints. The summary template and its validator live in `Summary.ts`.
  */
 import { Schema } from "effect"

@@ -1,5 +1,5 @@
 /**
- * How an invocation ends (SEMANTICS.md §2.3): outcomes, the durable failure classes, compaction
+ * How an invocation ends (docs/log-format.md §2.3): outcomes, the durable failure classes, compaction
  * outcomes and their reasons, and the terminal status derived from an outcome.
  */
 import { Schema } from "effect"

@@ -1,5 +1,5 @@
 /**
- * The prompt vocabulary shared by the engine and the model adapters (SEMANTICS.md §4.1): system, user,
+ * The prompt vocabulary shared by the engine and the model adapters (docs/model.md §4.1): system, user,
  * assistant and tool messages, tool definitions and the `ModelRequest` the engine hands to a
  * `LanguageModel`. Messages are tagged by `role`, assistant parts by `kind`, tool outputs by `type`.
  * The engine digests a prompt (`Digest.modelInput`) after the route projection of `@maka/model`.

@@ -1,7 +1,7 @@
 /**
  * Every fixed text a model reads or a caller matches on, as data: the compaction instructions
- * (SEMANTICS §5.12), the summary and steering messages (§5.5), the prior-unknown notice (§5.8), the
- * tool rejection and projection texts (§2.8), the archive reading instructions (§2.9) and the fixed
+ * (docs/engine.md §5.12), the summary and steering messages (docs/engine.md §5.5), the prior-unknown notice (docs/engine.md §5.8), the
+ * tool rejection and projection texts (docs/log-format.md §2.8), the archive reading instructions (docs/log-format.md §2.9) and the fixed
  * messages of a few failures. Builders here are tiny and pure; the engine decides when to use them.
  */
 import { MAX_UNKNOWN_NOTICE_LINES } from "./Limits.ts"
@@ -10,7 +10,7 @@ import { SUMMARY_FORMAT_TEMPLATE, type SummaryDefect } from "./Summary.ts"
 export { MAX_UNKNOWN_NOTICE_LINES }
 
 // ---------------------------------------------------------------------------------------------
-// Compaction (§5.12)
+// Compaction (docs/engine.md §5.12)
 
 export const COMPACTION_BASE_INSTRUCTION: string =
   "You are a context summarization assistant.\n" +
@@ -39,7 +39,7 @@ export const compactionRepairInstruction = (defect: SummaryDefect): string =>
   "Every required section must appear in order with substantive content. Do not discuss the repair."
 
 // ---------------------------------------------------------------------------------------------
-// Summary and steering messages (§5.5)
+// Summary and steering messages (docs/engine.md §5.5)
 
 export const CONTINUATION_SUMMARY_PREFIX = "Continuation summary:\n"
 
@@ -64,7 +64,7 @@ export const OUTCOME_UNKNOWN_TOOL_TEXT =
   "outcome_unknown: this tool was dispatched but its result was never recorded; its effects may or may not have happened."
 
 // ---------------------------------------------------------------------------------------------
-// Prior unknown effects (§5.8)
+// Prior unknown effects (docs/engine.md §5.8)
 
 export const PRIOR_UNKNOWN_NOTICE_HEADER =
   "Prior execution was interrupted after these tools were dispatched. Their results were never recorded; effects may or may not have happened. Inspect current state before repeating any action. This is historical uncertainty, not a new tool result:"
@@ -77,7 +77,7 @@ export interface UnknownOperation {
 /**
  * The notice for unknown prior dispatches, in the order given (log order), at most
  * `MAX_UNKNOWN_NOTICE_LINES` lines and a count of the rest. With no operations it is the header
- * alone; the engine treats an empty list as a missing tool (§5.4 step 9) and never sends it.
+ * alone; the engine treats an empty list as a missing tool (docs/engine.md §5.4 step 9) and never sends it.
  */
 export const priorUnknownNotice = (operations: ReadonlyArray<UnknownOperation>): string => {
   const listed = operations
@@ -99,7 +99,7 @@ export const systemMessageWithNotice = (
 }
 
 // ---------------------------------------------------------------------------------------------
-// Tool results (§2.8, §2.9, §2.12, §5.6)
+// Tool results (docs/log-format.md §2.8, §2.9, docs/tools.md §2.12, docs/engine.md §5.6)
 
 /** What the model reads for a rejection whose kind carries no message of its own. */
 export const TOOL_REJECTION_TEXT = Object.freeze({
@@ -108,7 +108,7 @@ export const TOOL_REJECTION_TEXT = Object.freeze({
   cancelled: "tool cancelled before dispatch; tool was not executed",
 } as const)
 
-/** The `preparation_failed` message of local calls in a main output that ended at `length` (§5.6). */
+/** The `preparation_failed` message of local calls in a main output that ended at `length` (docs/engine.md §5.6). */
 export const INCOMPLETE_OUTPUT_REJECTION_TEXT =
   "model output was incomplete; local tools from this response were not executed"
 
@@ -118,7 +118,7 @@ export const PROJECTION_FAILURE_TEXT =
 export const ARCHIVE_READ_INSTRUCTIONS =
   "Read the page below; pass resourceRef and page.next to read_tool_result to continue. The address is a session resource, not a workspace file."
 
-/** The known failure of a dispatched call whose cancellation arrived before its effect started (§2.12). */
+/** The known failure of a dispatched call whose cancellation arrived before its effect started (docs/tools.md §2.12). */
 export const CANCELLED_BEFORE_EFFECT = "cancelled before effect"
 
 // ---------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 /**
- * The `sections_v1` continuation summary (SEMANTICS §2.5): the template the model fills in, the
+ * The `sections_v1` continuation summary (docs/log-format.md §2.5): the template the model fills in, the
  * validator every adopted summary passes, the defects it reports, and `fromModelStep`, which turns a
  * completed summary request into validated text. Pure rules only; the compaction job lives in the engine.
  */
@@ -45,7 +45,7 @@ export const SummaryDefect = Schema.Literals([
 ])
 export type SummaryDefect = typeof SummaryDefect.Type
 
-/** Only a malformed summary is worth a repair attempt (§5.12); the others fail the job at once. */
+/** Only a malformed summary is worth a repair attempt (docs/engine.md §5.12); the others fail the job at once. */
 export const isRepairable = (defect: SummaryDefect): boolean =>
   defect === "malformed_summary_missing_section" ||
   defect === "malformed_summary_truncated" ||
@@ -78,7 +78,7 @@ const isTooSmallForFold = (usage: SummaryUsage | undefined): boolean =>
   usage.outputTokens < FOLD_FLOOR_OUTPUT_TOKENS
 
 /**
- * Checks a summary in the order §2.5 fixes: size (before trimming), emptiness, the section scan,
+ * Checks a summary in the order docs/log-format.md §2.5 fixes: size (before trimming), emptiness, the section scan,
  * truncation, then the fold floor when both usage numbers of a first fold are known. Succeeds with
  * the trimmed text, which is what a checkpoint stores.
  */

@@ -1,5 +1,5 @@
 /**
- * Tool call records (SEMANTICS.md §2.8): call identities and operation ids, rejections and the text
+ * Tool call records (docs/log-format.md §2.8): call identities and operation ids, rejections and the text
  * the model reads for them, tool outputs, raw result references, the frozen model-visible projection
  * and settled outcomes.
  */

@@ -1,7 +1,7 @@
 /**
- * Every validation rule of SEMANTICS.md §2 that a schema cannot state alone, as pure functions that
+ * Every validation rule of docs/log-format.md §2 that a schema cannot state alone, as pure functions that
  * return `Result<A, FactError>`. Decoding (`Codec.ts`) runs the schema, then these rules; the store
- * adds the rules that need the log (SEMANTICS.md §3.3).
+ * adds the rules that need the log (docs/log-format.md §3.3).
  */
 import { Result } from "effect"
 import * as Archive from "./Archive.ts"
@@ -160,7 +160,7 @@ export const continuationClaim = (claim: ContinuationClaim, target: Invocation):
       ),
   )
 
-/** `validateClaim` of SEMANTICS.md §2.6: a handoff claim against its pause and the opening invocation. */
+/** `validateClaim` of docs/log-format.md §2.6: a handoff claim against its pause and the opening invocation. */
 export const handoffClaim = (claim: ContinuationClaim, pause: HandoffPause, target: Invocation): Validation =>
   all(
     () => claimSession(claim, target),

@@ -43,7 +43,7 @@ const assertDefect = (text: string, defect: SummaryDefect, usage?: { inputTokens
 }
 
 describe("SUMMARY_FORMAT_TEMPLATE", () => {
-  it("reproduces the template of SEMANTICS §2.5 exactly", () => {
+  it("reproduces the template of docs/log-format.md §2.5 exactly", () => {
     const fromSpecification: unknown = JSON.parse(
       String.raw`"## Goal\n[What the user is trying to accomplish]\n\n## Progress\n### Done\n- [Completed work and changes]\n### In Progress\n- [Current work]\n\n## Key Decisions\n- **[Decision]**: [Brief rationale]\n\n## Next Steps\n1. [Ordered list of what should happen next]\n\n## Critical Context\n- [Files, commands/results, errors, anything needed to continue; or \"(none)\"]"`,
     )

@@ -14,7 +14,7 @@ import {
 import { FactBuilders, History } from "@maka/testkit"
 
 /**
- * Decoding rejects every invalid case SEMANTICS.md §2 names. Each test starts from a valid event,
+ * Decoding rejects every invalid case docs/log-format.md §2 names. Each test starts from a valid event,
  * shows that it decodes, then changes exactly one thing and shows that the change is rejected, with
  * the rule `Validation.ts` names (`decode` for what the closed schema refuses).
  */
@@ -223,7 +223,7 @@ const archived = () => {
 
 // ---------------------------------------------------------------------------------------------------
 
-describe("envelope (§2, §2.1)", () => {
+describe("envelope (docs/log-format.md §2, §2.1)", () => {
   it("rejects an unknown field at the top level of an event", () => {
     const event = messageOpening()
     expectValid(event)
@@ -396,7 +396,7 @@ describe("envelope (§2, §2.1)", () => {
   })
 })
 
-describe("openings and messages (§2.4)", () => {
+describe("openings and messages (docs/log-format.md §2.4)", () => {
   it("rejects a message text over 64 KiB of UTF-8", () => {
     const event = messageOpening()
     // 32,768 two-byte characters: exactly 64 KiB of UTF-8 in half as many UTF-16 units.
@@ -440,7 +440,7 @@ describe("openings and messages (§2.4)", () => {
   })
 })
 
-describe("context and checkpoints (§2.5)", () => {
+describe("context and checkpoints (docs/log-format.md §2.5)", () => {
   it("rejects a request context providerId that is empty or 513 UTF-16 units", () => {
     const event = modelRequest()
     expectValid(event)
@@ -488,7 +488,7 @@ describe("context and checkpoints (§2.5)", () => {
   })
 })
 
-describe("continuation and handoff records (§2.6)", () => {
+describe("continuation and handoff records (docs/log-format.md §2.6)", () => {
   it("rejects a claim whose source highWater is 0", () => {
     const event = continuationOpening()
     expectAccepted(decode(set(event, ["fact", "input", "claim", "source", "highWater"], 1)))
@@ -642,7 +642,7 @@ describe("continuation and handoff records (§2.6)", () => {
   })
 })
 
-describe("outcomes (§2.3)", () => {
+describe("outcomes (docs/log-format.md §2.3)", () => {
   it("rejects a failure message of 2,049 UTF-16 units and accepts 2,048", () => {
     const event = ended({ kind: "failed", class: "model_provider", message: "x".repeat(2_048) })
     expectValid(event)
@@ -658,7 +658,7 @@ describe("outcomes (§2.3)", () => {
   })
 })
 
-describe("tool calls (§2.8)", () => {
+describe("tool calls (docs/log-format.md §2.8)", () => {
   it("rejects a provider-origin dispatch or rejection whose operationId is not {stepId}:{toolCallId}", () => {
     const { history, run, stepId } = toolRun()
     run.dispatch(stepId, "call-1")
@@ -694,7 +694,7 @@ describe("tool calls (§2.8)", () => {
   })
 })
 
-describe("archive placeholders (§2.9)", () => {
+describe("archive placeholders (docs/log-format.md §2.9)", () => {
   it("accepts a placeholder that prepare produces", () => {
     const { event, placeholder } = archived()
     expect(placeholder.page.offset).toBe(0)
@@ -741,7 +741,7 @@ describe("archive placeholders (§2.9)", () => {
   })
 })
 
-describe("execution configuration (§2.11)", () => {
+describe("execution configuration (docs/log-format.md §2.11)", () => {
   const configurationPath = ["fact", "configuration"]
 
   it("rejects a blank system prompt", () => {
@@ -801,7 +801,7 @@ describe("execution configuration (§2.11)", () => {
   })
 })
 
-describe("EventWrite (§2.13)", () => {
+describe("EventWrite (docs/log-format.md §2.13)", () => {
   it("refuses a successful tool_settled and accepts a failed one", () => {
     const { history, run, stepId } = toolRun()
     run.succeed(run.dispatch(stepId, "call-1"), FactBuilders.textOutput("README.md"))

@@ -1,5 +1,5 @@
 /**
- * Provider failure classification (SEMANTICS.md §4.5): HTTP status, headers, the parsed error body or an
+ * Provider failure classification (docs/model.md §4.5): HTTP status, headers, the parsed error body or an
  * in-stream error payload become one `ModelError`, first matching rule wins. Holds the overflow codes
  * and the free-text overflow patterns of common providers with their vetoes, and `Retry-After` parsing.
  * Pure functions: the caller passes the current time and what the stream already showed.
@@ -141,7 +141,7 @@ export interface Evidence {
   /** An already parsed payload (an in-stream `error` event); otherwise `body` is parsed. */
   readonly payload?: unknown
   readonly nowMs: number
-  /** What the stream showed so far (SEMANTICS.md §4.5). */
+  /** What the stream showed so far (docs/model.md §4.5). */
   readonly replaySafe: boolean
   readonly observedOutput: boolean
   /** Every form of the secrets that must never appear in a message (`secrets.ts` `formsOf`), replaced by `[redacted]`. */

@@ -1,5 +1,5 @@
 /**
- * `LanguageModel`: the service the engine streams model requests through (DESIGN.md §6). `make` binds a
+ * `LanguageModel`: the service the engine streams model requests through (docs/architecture.md §6). `make` binds a
  * `ProviderConfig` to an adapter (OpenAI-compatible chat completions or Anthropic Messages), a
  * concurrency limiter and an idle timeout; `stream(request)` yields the runtime-owned `ModelEvent`s
  * and fails with `ModelError`. Cancellation is fiber interruption, an `AbortSignal` only at `fetch`.
@@ -36,7 +36,7 @@ export interface LanguageModelShape {
     request: Prompt.ModelRequest,
     options?: StreamOptions,
   ) => Stream.Stream<Model.ModelEvent, ModelError.ModelError>
-  /** A background reservation on this model's limiter (SEMANTICS.md §4.2). */
+  /** A background reservation on this model's limiter (docs/model.md §4.2). */
   readonly tryReserveBackground: Effect.Effect<Option.Option<ModelLimiter.BackgroundReservation>, never, Scope.Scope>
 }
 

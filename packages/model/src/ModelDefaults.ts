@@ -1,5 +1,5 @@
 /**
- * The tunables of `@maka/model` in one frozen object (SEMANTICS.md §1.2, §4.2). Every value comes from
+ * The tunables of `@maka/model` in one frozen object (docs/architecture.md §1.2, docs/model.md §4.2). Every value comes from
  * `@maka/facts` `Limits`, so one change there moves every check here.
  */
 import { Limits } from "@maka/facts"

@@ -1,5 +1,5 @@
 /**
- * `ModelError`, the one error of `@maka/model` (DESIGN.md §6, SEMANTICS.md §2.7, §4.5). Callers switch
+ * `ModelError`, the one error of `@maka/model` (docs/architecture.md §6, docs/log-format.md §2.7, docs/model.md §4.5). Callers switch
  * on `reason._tag`: `ContextOverflow`, `Provider` (with its own `reason`), `TimedOut`, `Adapter`,
  * `Cancelled`. It is not a fact: the engine turns it into `model_interrupted` in one place. Messages
  * are short summaries that never carry headers or credentials.
@@ -74,7 +74,7 @@ export class ModelError extends Data.TaggedError("ModelError")<{
 }
 
 /**
- * THE retry predicate of maka (SEMANTICS.md §4.5, §5.6): a `Provider` failure whose reason is
+ * THE retry predicate of maka (docs/model.md §4.5, docs/engine.md §5.6): a `Provider` failure whose reason is
  * transient (`network`, `rate_limit`, `provider_unavailable`, `stream_truncated`) and that is still
  * replay-safe. The engine asks it; nothing else re-derives it.
  */
@@ -117,7 +117,7 @@ export const adapter = (message: string): ModelError => new ModelError({ reason:
 
 export const cancelled = (): ModelError => new ModelError({ reason: new Cancelled() })
 
-/** Adapter messages fixed by SEMANTICS.md §4.2–§4.4. */
+/** Adapter messages fixed by docs/model.md §4.2–§4.4. */
 export const AdapterMessage = Object.freeze({
   unsupportedEvent: "unsupported provider event",
   eventAfterFinish: "event after model finish",

@@ -1,5 +1,5 @@
 /**
- * The model concurrency limiter (SEMANTICS.md §4.2): `size` permits shared by every stream of the models
+ * The model concurrency limiter (docs/model.md §4.2): `size` permits shared by every stream of the models
  * built with it. A foreground stream waits (interruptibly) for a permit; a *background reservation*
  * takes two permits atomically and gives one back at once, so it succeeds only while it leaves a slot
  * free for the foreground. A reservation serves one summary job, one stream at a time.

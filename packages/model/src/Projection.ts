@@ -1,5 +1,5 @@
 /**
- * The route projection `projectPrompt(kind, routeIdentity, prompt)` (SEMANTICS.md §4.1, §5.5): what a
+ * The route projection `projectPrompt(kind, routeIdentity, prompt)` (docs/model.md §4.1, docs/engine.md §5.5): what a
  * route is sent of a prompt. Thinking that carries `providerOptions` (a signature) goes only to the
  * route that produced it (`providerOptions.maka.routeIdentity`); unsigned thinking goes to
  * OpenAI-compatible routes only; Anthropic routes get adjacent same-role messages merged. The engine

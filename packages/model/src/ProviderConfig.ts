@@ -1,5 +1,5 @@
 /**
- * Provider configuration and its route identity (DESIGN.md §6, SEMANTICS.md §4.1). `routeIdentity` is
+ * Provider configuration and its route identity (docs/architecture.md §6, docs/model.md §4.1). `routeIdentity` is
  * the `maka.route.v1` digest of `{kind, baseUrl, model, headers?}`: trailing slashes are removed from
  * `baseUrl`, header names are lowercased, a Redacted header value contributes only its name (as
  * `null`), absent headers are omitted; `outputLimitField` contributes only when set explicitly.

@@ -1,5 +1,5 @@
 /**
- * `StepBuilder` folds `ModelEvent`s into one `ModelStep` (SEMANTICS.md §4.4): parts in order of first
+ * `StepBuilder` folds `ModelEvent`s into one `ModelStep` (docs/model.md §4.4): parts in order of first
  * appearance, text from started/delta/finished events, `tool_call` events as parts, `providerOptions`
  * deep-merged, metadata into `responseId`/`model`/`timestamp`, `finished` into reason and usage.
  * Every broken rule is an `Adapter` error; nothing is thrown.

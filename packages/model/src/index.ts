@@ -1,7 +1,7 @@
 /**
  * @maka/model: provider adapters (OpenAI-compatible chat completions, Anthropic Messages) streamed into
  * the runtime-owned `ModelEvent` vocabulary of `@maka/facts`, the route projection, the step builder,
- * the concurrency limiter and `ModelError` with its classification (DESIGN.md §6, SEMANTICS.md §4).
+ * the concurrency limiter and `ModelError` with its classification (docs/architecture.md §6, docs/model.md §4).
  */
 export * as ErrorClassification from "./ErrorClassification.ts"
 export * as LanguageModel from "./LanguageModel.ts"

@@ -1,4 +1,4 @@
-/** One test per row of the classification table (SEMANTICS.md §4.5), over real sockets. */
+/** One test per row of the classification table (docs/model.md §4.5), over real sockets. */
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Fiber, Stream } from "effect"
 import { TestClock } from "effect/testing"

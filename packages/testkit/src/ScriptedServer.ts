@@ -1,5 +1,5 @@
 /**
- * The scripted model server (DESIGN.md §11): real `node:http` on 127.0.0.1 with an ephemeral port,
+ * The scripted model server (docs/architecture.md §11): real `node:http` on 127.0.0.1 with an ephemeral port,
  * answering each request with the first matching entry of its script, recording every request with its
  * raw body and how each exchange ended (completed, dropped, or closed by the client), and reporting
  * progress per request, per chunk and per response. `make` ties it to an Effect `Scope`; `start` and

@@ -1,5 +1,5 @@
 /**
- * The builtin set (DESIGN.md §7), confined to a workspace root: `read_file`, `list_files` and
+ * The builtin set (docs/architecture.md §7), confined to a workspace root: `read_file`, `list_files` and
  * `search_text` (the `read` set), plus `write_file` (`write`), plus `run_command` (`all`). Write and
  * command tools are opt-in. Every expected error is a `ToolFailure` the model can read.
  */
@@ -142,7 +142,7 @@ export const all = (workspace: Root, overrides: Partial<BuiltinLimits> = {}): Re
   runCommand(workspace, overrides),
 ]
 
-/** The CLI's `--tools` levels (DESIGN.md §10.1). */
+/** The CLI's `--tools` levels (docs/cli.md §10.1). */
 export type Level = "none" | "read" | "write" | "all"
 
 export const forLevel = (

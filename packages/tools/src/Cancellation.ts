@@ -1,5 +1,5 @@
 /**
- * `Cancellation`, how a caller asks a journal batch to stop (SEMANTICS.md §5.14): calls not yet
+ * `Cancellation`, how a caller asks a journal batch to stop (docs/engine.md §5.14): calls not yet
  * dispatched are rejected `cancelled`, a dispatched effect is let finish (its `AbortSignal` is
  * aborted, which a tool may honour) and is settled with what it returns.
  */

@@ -1,5 +1,5 @@
 /**
- * Every tunable of `@maka/tools` in one frozen object (DESIGN.md §7): the caps of the builtin set,
+ * Every tunable of `@maka/tools` in one frozen object (docs/architecture.md §7): the caps of the builtin set,
  * the bounds of their inputs, the cap on a recorded failure message and the workspace marker name.
  * Hosts override the builtin caps per set (`Builtins.read(workspace, overrides)`), never globally.
  */
@@ -35,7 +35,7 @@ export const defaults = Object.freeze({
   commandOutputDrainMs: 100,
   /** The journal: UTF-16 units of a failure message recorded in `tool_settled {failed}`. */
   failureMessageUnits: Limits.MAX_FAILURE_MESSAGE,
-  /** The workspace identity marker at the workspace root (DESIGN.md §10.1). */
+  /** The workspace identity marker at the workspace root (docs/cli.md §10.1). */
   workspaceMarker: ".maka-workspace.json",
 } as const)
 

@@ -1,5 +1,5 @@
 /**
- * The dispatch/settle journal over `EventSink` (SEMANTICS.md §2.12, §5.7): preparation decodes a
+ * The dispatch/settle journal over `EventSink` (docs/tools.md §2.12, docs/engine.md §5.7): preparation decodes a
  * call at the boundary or rejects it; `reject` commits `tool_rejected`; `invoke` commits
  * `tool_dispatched`, runs the effect, and commits `tool_settled`, leaving an unknown outcome unknown;
  * `runStep` does this for one step's calls in order, with exclusivity and cancellation.
@@ -329,7 +329,7 @@ export interface StepResult {
 }
 
 /**
- * Runs one step's calls in order (SEMANTICS.md §5.7): exclusivity, preparation, then the journal.
+ * Runs one step's calls in order (docs/engine.md §5.7): exclusivity, preparation, then the journal.
  * Once cancellation is requested (or the caller is interrupted) every call not yet dispatched is
  * rejected `cancelled`; after an unknown outcome the remaining calls are rejected `cancelled` too.
  * Fails with `ToolError` when a `tool_dispatched` or `tool_rejected` commit fails; the calls before

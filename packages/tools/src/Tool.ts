@@ -1,5 +1,5 @@
 /**
- * A tool (DESIGN.md §7, SEMANTICS.md §2.12): a name, a description, an input schema (an Effect
+ * A tool (docs/architecture.md §7, docs/tools.md §2.12): a name, a description, an input schema (an Effect
  * Schema, or any Standard Schema that also implements Standard JSON Schema: zod 4, ArkType, Valibot
  * with its adapter) whose JSON Schema is what providers see, step semantics and an `execute` that returns an Effect or a
  * Promise of a `ToolOutput`. `ToolFailure`, and any other error thrown, rejected or failed with, is a
@@ -66,7 +66,7 @@ export interface Config<S extends InputSchema> {
   readonly execute: (input: InputOf<S>, context: ToolContext) => Execution
 }
 
-/** The provider-facing definition (SEMANTICS.md §2.12). */
+/** The provider-facing definition (docs/tools.md §2.12). */
 export interface ToolDefinition {
   readonly name: string
   readonly description: string

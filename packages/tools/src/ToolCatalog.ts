@@ -1,7 +1,7 @@
 /**
  * `ToolCatalog`, an immutable set of tools with a stable digest (`maka.tool-catalog.v1`), and its
  * per-step capture: `capture()` freezes the definitions and handlers one logical step uses (its
- * retries reuse the capture). `admit` applies the step's exclusivity rule (SEMANTICS.md §5.7).
+ * retries reuse the capture). `admit` applies the step's exclusivity rule (docs/engine.md §5.7).
  */
 import { Digest } from "@maka/facts"
 import type { Semantics, Tool, ToolDefinition } from "./Tool.ts"
@@ -33,7 +33,7 @@ export interface CapturedCatalog {
 const byName = (left: { readonly name: string }, right: { readonly name: string }): number =>
   left.name < right.name ? -1 : left.name > right.name ? 1 : 0
 
-/** The catalog digest of a set of tools (SEMANTICS.md §2.1). */
+/** The catalog digest of a set of tools (docs/log-format.md §2.1). */
 export const digestOf = (tools: ReadonlyArray<Tool>): string =>
   Digest.toolCatalog(
     tools.map((tool) => ({
@@ -92,7 +92,7 @@ export type Admission = "admitted" | "exclusive_conflict"
 const isExclusive = (semantics: Semantics): boolean => semantics !== "parallel"
 
 /**
- * The exclusivity rule over a step's calls, in order (SEMANTICS.md §5.7): a step starts fresh; a
+ * The exclusivity rule over a step's calls, in order (docs/engine.md §5.7): a step starts fresh; a
  * `parallel` call makes it parallel; an `exclusive_step` or `finish_turn` call is admitted only into a
  * fresh step and makes it exclusive; any call into an exclusive step, or an exclusive call into a
  * parallel step, conflicts. A name outside the catalog leaves the mode unchanged (its call is

@@ -1,5 +1,5 @@
 /**
- * The workspace (DESIGN.md §7, §10.1): `open(root)` gives the canonical root (realpath; it must be an
+ * The workspace (docs/architecture.md §7, docs/cli.md §10.1): `open(root)` gives the canonical root (realpath; it must be an
  * existing directory) and its identity `"workspace:v1:" + uuid`, read from the `.maka-workspace.json`
  * marker (`{"uuid": "<uuid>"}`), which is created with a fresh UUIDv4 when absent.
  */

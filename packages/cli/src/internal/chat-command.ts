@@ -1,5 +1,5 @@
 /**
- * `maka chat` (DESIGN.md §10.1): interactive turns in one session. One message per line of stdin; a
+ * `maka chat` (docs/cli.md §10.1): interactive turns in one session. One message per line of stdin; a
  * line entered while a turn runs is delivered to it as steering; end of input ends the chat after
  * the current turn; SIGINT cancels the current turn and ends the chat (exit 130). The exit code is
  * the last turn's.

@@ -1,5 +1,5 @@
 /**
- * The exit codes of DESIGN.md §10.1 and the mapping from outcomes and engine errors to them, with the
+ * The exit codes of docs/cli.md §10.1 and the mapping from outcomes and engine errors to them, with the
  * one-line messages the CLI prints on stderr.
  */
 import type { Outcome } from "@maka/facts"

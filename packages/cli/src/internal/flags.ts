@@ -1,5 +1,5 @@
 /**
- * The command line (DESIGN.md §10, §10.1): every flag with its default, which command takes which,
+ * The command line (docs/cli.md §10, §10.1): every flag with its default, which command takes which,
  * parsing with `node:util` `parseArgs`, and the checks that turn flags and environment into settings.
  * A problem is a `UsageError` (exit 2) that says what to do; nothing is opened before these checks.
  */
@@ -192,7 +192,7 @@ const isHttpUrl = (value: string): boolean => {
   }
 }
 
-/** The provider of §10.1: offline unless a base URL is set; remote providers need base URL and model. */
+/** The provider of docs/cli.md §10.1: offline unless a base URL is set; remote providers need base URL and model. */
 export const provider = (values: Values, environment: Environment): ProviderSettings => {
   const baseUrl = nonEmpty(values["base-url"]) ?? nonEmpty(environment["MAKA_BASE_URL"])
   const model = nonEmpty(values.model) ?? nonEmpty(environment["MAKA_MODEL"])

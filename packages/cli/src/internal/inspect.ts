@@ -130,7 +130,7 @@ const sourceOf = (events: ReadonlyArray<Event.StoredEvent>, request: Requested):
   }
 }
 
-/** The newest main completion before a request's high water, as the engine selected it (§3.8). */
+/** The newest main completion before a request's high water, as the engine selected it (docs/log-format.md §3.8). */
 const latestMainBefore = (events: ReadonlyArray<Event.StoredEvent>, request: Requested): EventLog.LatestMainContext => {
   const requests = new Map<string, Requested>()
   const connections = new Map<string, string | undefined>()

@@ -1,5 +1,5 @@
 /**
- * `maka events`, `maka sessions` and `maka recover` (DESIGN.md §10.1). The first two are read-only;
+ * `maka events`, `maka sessions` and `maka recover` (docs/cli.md §10.1). The first two are read-only;
  * `recover` takes the writer lease and seals what a crashed host left open, one line per invocation.
  */
 import type { Event } from "@maka/facts"
@@ -65,7 +65,7 @@ export const eventsCommand = async (context: CommandContext): Promise<number> =>
 
 export type SessionState = "idle" | "unsealed" | "paused (handoff)" | "needs reconciliation"
 
-/** The state of one session from its events (DESIGN.md §10.1 "Other commands"). */
+/** The state of one session from its events (docs/cli.md §10.1 "Other commands"). */
 export const sessionState = (events: ReadonlyArray<Event.StoredEvent>, hasPendingHandoff: boolean): SessionState => {
   const ended = new Set<string>()
   const opened: Array<string> = []

@@ -1,5 +1,5 @@
 /**
- * What `maka run` shows while a run goes on (DESIGN.md §10.1 "Output"): assistant text on stdout as it
+ * What `maka run` shows while a run goes on (docs/cli.md §10.1 "Output"): assistant text on stdout as it
  * becomes durable; tool activity, progress of long tool calls and retries with their wait on stderr;
  * or, with `--json`, one line per committed event. Every line comes from a committed event.
  */

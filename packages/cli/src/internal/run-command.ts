@@ -1,5 +1,5 @@
 /**
- * `maka run [MESSAGE]` (DESIGN.md §10.1): checks every flag before anything is opened, builds the
+ * `maka run [MESSAGE]` (docs/cli.md §10.1): checks every flag before anything is opened, builds the
  * run's configuration as pure functions of the flags, starts it through the Promise facade, shows it
  * as it becomes durable, and maps its terminal to the exit code. SIGINT and SIGTERM cancel it.
  */

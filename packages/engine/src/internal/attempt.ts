@@ -1,5 +1,5 @@
 /**
- * One model attempt and its physical retries (SEMANTICS.md §5.6): `model_requested` before sending,
+ * One model attempt and its physical retries (docs/engine.md §5.6): `model_requested` before sending,
  * every stream event folded and committed as `model_observed` before it is shown (consecutive deltas
  * of one part coalesced, never dropped), `model_interrupted` for a failed attempt, and byte-identical
  * re-sends of replay-safe provider failures after a cancellable backoff.
@@ -140,7 +140,7 @@ export const attempt = (run: Run, input: AttemptInput): Effect.Effect<Completed,
     yield* commitFacts(run, [requestedFact(run, input, stepId)])
     const step = yield* streamStep(run, input.request, stepId).pipe(
       Effect.catchDefect((defect) => Effect.fail(ModelError.adapter(`model stream failed: ${String(defect)}`))),
-      // The seal resolves the open request (SEMANTICS.md §5.3): one path for every refused commit.
+      // The seal resolves the open request (docs/engine.md §5.3): one path for every refused commit.
       Effect.catchTag("ObservationCommitFailed", (failure) => Effect.fail(failure.error)),
       Effect.catchTag("ModelError", (error) =>
         Effect.andThen(

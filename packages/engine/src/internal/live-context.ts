@@ -1,7 +1,7 @@
 /**
- * The live run's model context, kept in memory (DESIGN.md §12): loaded once from the log, then
+ * The live run's model context, kept in memory (docs/architecture.md §12): loaded once from the log, then
  * extended with every event the run commits, so a step costs O(new events). The log-prefix hash is
- * extended event by event (SEMANTICS.md §3.5), and the materialised events and bytes are counted as
+ * extended event by event (docs/log-format.md §3.5), and the materialised events and bytes are counted as
  * the read counts them: `snapshot()` equals a fresh `readModelContext` with the same limits, and
  * fails `PrefixTooLarge` where that read would.
  */
@@ -12,7 +12,7 @@ import { Effect, Result } from "effect"
 type Source = EventLog.ModelContextSource
 type TailItem = EventLog.TailItem
 
-/** The bounds of a materialised context (SEMANTICS.md §3.7). */
+/** The bounds of a materialised context (docs/log-format.md §3.7). */
 export interface ContextLimits {
   readonly maxEvents: number
   readonly maxBytes: number
@@ -52,7 +52,7 @@ export class LiveContext {
     this.bytes = [...anchor, ...initial.tail.map(itemBytes)].reduce((sum, bytes) => sum + bytes, 0)
   }
 
-  /** Reads the context of `current` and hashes the session once; `manual` is the §5.8 policy. */
+  /** Reads the context of `current` and hashes the session once; `manual` is the docs/engine.md §5.8 policy. */
   static load(
     log: EventLog.EventLogShape,
     sessionId: string,

@@ -1,5 +1,5 @@
 /**
- * The history projection of SEMANTICS.md §5.5: the anchor and tail of a `ModelContextSource` as
+ * The history projection of docs/engine.md §5.5: the anchor and tail of a `ModelContextSource` as
  * prompt messages. Openings and steering become user messages, each main completion an assistant
  * message followed by one tool message with the results of its local calls in call order; requests,
  * observations, interruptions and dispatches contribute nothing by themselves.

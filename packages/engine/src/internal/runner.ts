@@ -1,5 +1,5 @@
 /**
- * The runner and the step loop of a message run (SEMANTICS.md §5.3–§5.4, §5.7). The loop keeps the
+ * The runner and the step loop of a message run (docs/engine.md §5.3–§5.4, §5.7). The loop keeps the
  * seams where later capabilities insert their steps — handoff boundary, background-summary adoption,
  * proactive compaction, overflow recovery, prune — as marked no-ops, never as pretend work.
  */
@@ -33,7 +33,7 @@ const isInvalidTransition = (error: EventLogError.EventLogError) =>
   error.reason._tag === "Rejected" && error.reason.rejection._tag === "InvalidTransition"
 
 /**
- * The history-safety gate of SEMANTICS.md §5.3 (`current` excluded), the log's `checkHistorySafety`:
+ * The history-safety gate of docs/engine.md §5.3 (`current` excluded), the log's `checkHistorySafety`:
  * fails `InvalidTransition` while the session's history is unsettled. One home for the call.
  */
 const historyGate = (log: Run["log"], sessionId: string, current?: string) =>
@@ -57,7 +57,7 @@ const unsettledHistory = (run: Run, error: EventLogError.EventLogError) =>
     return yield* Effect.fail(EngineError.reconciliation(manual ? EngineError.PRIOR_UNKNOWN_MESSAGE : reason))
   })
 
-/** The safety preflight (§5.3 step 2): returns whether the run proceeds under the prior-unknown policy. */
+/** The safety preflight (docs/engine.md §5.3 step 2): returns whether the run proceeds under the prior-unknown policy. */
 export const preflight = (run: Run) =>
   Effect.gen(function* () {
     const { log, settings } = run
@@ -197,7 +197,7 @@ const thinkingBudget = (run: Run): number => {
   return typeof budget === "number" && Number.isSafeInteger(budget) && budget > 0 ? budget : 0
 }
 
-/** The main request of a step from the context (SEMANTICS.md §5.5), frozen for its retries. */
+/** The main request of a step from the context (docs/engine.md §5.5), frozen for its retries. */
 const mainRequest = (run: Run, source: EventLog.ModelContextSource, tools: Prompt.ModelRequest["tools"], priorUnknown: boolean) =>
   Effect.gen(function* () {
     const { settings } = run
@@ -253,28 +253,28 @@ const runStep = (run: Run, priorUnknown: boolean) =>
   Effect.gen(function* () {
     // Over the history limits the live context fails as a fresh read would (`PrefixTooLarge`).
     const source = yield* Effect.mapError(Effect.fromResult(run.live!.snapshot()), storeError)
-    // Seam: proactive compaction (SEMANTICS.md §5.12) decides here, before the tools are captured.
+    // Seam: proactive compaction (docs/engine.md §5.12) decides here, before the tools are captured.
     const captured = run.settings.tools.capture()
     const input = yield* mainRequest(run, source, captured.definitions, priorUnknown)
     const completed = yield* attemptWithRetries(run, input)
-    // Seam: overflow recovery (SEMANTICS.md §5.4 step 11) wraps the attempt above.
+    // Seam: overflow recovery (docs/engine.md §5.4 step 11) wraps the attempt above.
     const calls = completed.step.parts.flatMap((part) =>
       part.kind === "tool_call" && !part.providerExecuted ? [Journal.providerCall(completed.stepId, part)] : [],
     )
     if (calls.length === 0) return true
     const finishTurn = yield* runTools(run, captured, calls)
-    // Seam: prune (SEMANTICS.md §5.11) runs here after each tool batch.
+    // Seam: prune (docs/engine.md §5.11) runs here after each tool batch.
     return finishTurn
   })
 
-/** The step loop (§5.4). */
+/** The step loop (docs/engine.md §5.4). */
 export const stepLoop = (run: Run, priorUnknown: boolean): Effect.Effect<Done, EngineError.EngineError, Ids.Ids> =>
   Effect.gen(function* () {
     for (let step = 0; step < run.settings.maxSteps; step++) {
       yield* deliverSteering(run)
-      // Seam: the handoff boundary (SEMANTICS.md §5.10) seals a requested handoff here.
+      // Seam: the handoff boundary (docs/engine.md §5.10) seals a requested handoff here.
       if (yield* isCancelled(run)) return yield* Effect.fail(EngineError.cancelled())
-      // Seam: adopt a finished background summary (SEMANTICS.md §5.12).
+      // Seam: adopt a finished background summary (docs/engine.md §5.12).
       if (yield* runStep(run, priorUnknown)) return { _tag: "Completed" } as const
     }
     return yield* Effect.fail(
@@ -282,7 +282,7 @@ export const stepLoop = (run: Run, priorUnknown: boolean): Effect.Effect<Done, E
     )
   })
 
-/** The epilogue's zero-budget safety check with `current` = this run (§5.4). */
+/** The epilogue's zero-budget safety check with `current` = this run (docs/engine.md §5.4). */
 const epilogue = (run: Run, priorUnknown: boolean) =>
   priorUnknown
     ? Effect.void
@@ -352,7 +352,7 @@ export const runMessage = (
             ? EngineError.reconciliation(error.message)
             : storeError(error),
       )
-      // Seam: prune once after the opening (SEMANTICS.md §5.11), unless under prior-unknown.
+      // Seam: prune once after the opening (docs/engine.md §5.11), unless under prior-unknown.
       yield* stepLoop(run, priorUnknown)
       yield* epilogue(run, priorUnknown)
     })

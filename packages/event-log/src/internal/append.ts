@@ -1,6 +1,6 @@
 /**
  * `appendBatch`: one write transaction that validates each write against the log and the earlier
- * writes of the batch, in the order of SEMANTICS.md §3.3 (exact replay, sealed, opening rules,
+ * writes of the batch, in the order of docs/log-format.md §3.3 (exact replay, sealed, opening rules,
  * per-kind validators, transitions, clean completion), then inserts the row and its raw payload.
  * A write is inserted before the next one is validated, so later writes see earlier ones.
  */

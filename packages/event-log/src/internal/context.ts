@@ -1,5 +1,5 @@
 /**
- * Model-context materialisation (SEMANTICS.md §3.7) and `latestMain` (§3.8), inside one read
+ * Model-context materialisation (docs/log-format.md §3.7) and `latestMain` (docs/log-format.md §3.8), inside one read
  * transaction: the safety gate, the baseline checkpoint and its mid-turn anchor, the tail with its
  * exclusions and archived replacements, the evidence digest over the whole selection, and the
  * newest accepted main request.
@@ -60,7 +60,7 @@ export interface ModelContextSource {
   readonly tail: ReadonlyArray<TailItem>
   readonly effectiveSourceDigest: string
   readonly latestMain: LatestMainContext
-  /** Unknown prior operations under the manual-message policy (§5.8), in log order. */
+  /** Unknown prior operations under the manual-message policy (docs/engine.md §5.8), in log order. */
   readonly unknownOperations: ReadonlyArray<{ readonly name: string; readonly operationId: string }>
 }
 
@@ -68,7 +68,7 @@ export interface ContextOptions {
   readonly current?: string
   readonly maxEvents: number
   readonly maxBytes: number
-  /** The manual-message policy (§5.8): tolerate unknown outcomes sealed `outcome_unknown`. */
+  /** The manual-message policy (docs/engine.md §5.8): tolerate unknown outcomes sealed `outcome_unknown`. */
   readonly manual?: boolean
 }
 
@@ -90,7 +90,7 @@ export const requireLive = async (tx: Rows.Tx, sessionId: string, current: strin
   return opening
 }
 
-/** §3.8, over the selection's rows (observations excluded) up to the high water. */
+/** docs/log-format.md §3.8, over the selection's rows (observations excluded) up to the high water. */
 export const latestMain = (rows: ReadonlyArray<Rows.Row>): LatestMainContext => {
   const bySequence = [...rows].sort((left, right) => right.sequence - left.sequence)
   const bySteps = new Map<string, Rows.Row>()
@@ -150,7 +150,7 @@ export const latestMain = (rows: ReadonlyArray<Rows.Row>): LatestMainContext => 
 }
 
 /**
- * `latestMain` read on its own (§3.8): the session's rows without observations, each decoded only
+ * `latestMain` read on its own (docs/log-format.md §3.8): the session's rows without observations, each decoded only
  * when the walk reaches it, so a damaged newest completion is `trace_unavailable` (never `Decode`,
  * never an older completion). It reads evidence and is not gated by the history-safety check.
  */

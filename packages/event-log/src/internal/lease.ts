@@ -1,5 +1,5 @@
 /**
- * The single-writer lease of an SQLite log (SEMANTICS.md §3.1): an exclusive SQLite lock on the
+ * The single-writer lease of an SQLite log (docs/log-format.md §3.1): an exclusive SQLite lock on the
  * sibling file `<database>.writer.lock`, taken without waiting and held until `release()`, plus the
  * canonicalisation of database paths. The lock file is never deleted.
  *

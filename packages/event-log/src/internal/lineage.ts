@@ -1,5 +1,5 @@
 /**
- * Continuation and handoff checks of the store (SEMANTICS.md §3.10): run prefixes and session bases,
+ * Continuation and handoff checks of the store (docs/log-format.md §3.10): run prefixes and session bases,
  * the reservation rule for a sealed pause, continuation openings with their ancestry, and the seal
  * checks of a `handoff_paused` terminal.
  */
@@ -213,7 +213,7 @@ const claimsOfSession = async (tx: Rows.Tx, sessionId: string): Promise<Readonly
   return claims
 }
 
-/** The continuation opening checks of SEMANTICS.md §3.10. */
+/** The continuation opening checks of docs/log-format.md §3.10. */
 export const checkContinuationOpening = async (
   context: Context,
   event: Event.RuntimeEvent,
@@ -251,7 +251,7 @@ export const checkContinuationOpening = async (
   await checkAncestry(tx, sessionId, claim.source.invocation.runId, claim.base, configuration.workspaceIdentity)
 }
 
-/** The seal checks of a `handoff_paused` terminal (SEMANTICS.md §3.10). */
+/** The seal checks of a `handoff_paused` terminal (docs/log-format.md §3.10). */
 export const checkHandoffSeal = async (
   context: Context,
   event: Event.RuntimeEvent,

@@ -1,5 +1,5 @@
 /**
- * The numbered schema migrations of both dialects (SEMANTICS.md §3.1, §3.2) and the open-order check
+ * The numbered schema migrations of both dialects (docs/log-format.md §3.1, §3.2) and the open-order check
  * that runs before them: a store is either empty or a maka log of a known version, anything else is
  * `UnsupportedDatabase`. Version 1 is the whole schema; a release that adds a field or a kind adds a
  * number, so older code refuses the database instead of failing to decode its rows.

@@ -1,5 +1,5 @@
 /**
- * Opens a PostgreSQL event log over `pg` (SEMANTICS.md §3.1): the open-order check and the
+ * Opens a PostgreSQL event log over `pg` (docs/log-format.md §3.1): the open-order check and the
  * migrations run in one transaction under a transaction-scoped advisory lock, so two hosts opening
  * the same schema at once never race. Writes are READ COMMITTED transactions (the caller locks the
  * session row); reads are REPEATABLE READ READ ONLY, one snapshot. `bigint` columns (`sequence`,

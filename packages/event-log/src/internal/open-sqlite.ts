@@ -1,5 +1,5 @@
 /**
- * Opens an SQLite event log in the open order of SEMANTICS.md §3.1. A writer takes the lease, reads
+ * Opens an SQLite event log in the open order of docs/log-format.md §3.1. A writer takes the lease, reads
  * the file header without SQLite (another application's id, or not SQLite at all, is refused before
  * anything opens it; a file without an id that has a `-wal` or `-journal` is classified on a copy),
  * refuses anything that is neither empty nor a maka log of a known version while the file is still
@@ -27,7 +27,7 @@ export type Synchronous = "FULL" | "NORMAL"
 export interface SqliteOptions {
   /** Inspection: no lease, the file must exist and be a maka log of the current version. */
   readonly readOnly?: boolean | undefined
-  /** `FULL` (default) is durable across power loss; `NORMAL` across process crashes only (DESIGN.md §12). */
+  /** `FULL` (default) is durable across power loss; `NORMAL` across process crashes only (docs/architecture.md §12). */
   readonly synchronous?: Synchronous | undefined
   /** Milliseconds a statement waits for a lock held by another connection (default 5,000). */
   readonly busyTimeout?: number | undefined

@@ -1,5 +1,5 @@
 /**
- * The other reads of the log (SEMANTICS.md §3.5, §3.9, §3.10): complete bounded prefixes, events for
+ * The other reads of the log (docs/log-format.md §3.5, §3.9, §3.10): complete bounded prefixes, events for
  * inspection, prune candidates with their cursor, unfinished invocations and their recovery view,
  * raw tool results with integrity checks, and the handoff and continuation look-ups.
  */
@@ -63,7 +63,7 @@ export const prefix = async (
 }
 
 /**
- * The running log-prefix hash of a session through `through` (SEMANTICS.md §3.5), over the stored
+ * The running log-prefix hash of a session through `through` (docs/log-format.md §3.5), over the stored
  * bytes without decoding them, for a live run to extend event by event.
  */
 export const sessionHash = async (tx: Rows.Tx, sessionId: string, through: number): Promise<Digest.LogPrefixHash> => {
@@ -187,7 +187,7 @@ export interface PruneOptions {
 }
 
 /**
- * The history-safety gate on its own (SEMANTICS.md §3.7 step 2): every invocation of the session
+ * The history-safety gate on its own (docs/log-format.md §3.7 step 2): every invocation of the session
  * other than `current` is sealed and resolved, else `InvalidTransition` with the unsafe-history
  * message. `current`, when given, must be a live opening of the session. Materialises nothing.
  */
@@ -201,7 +201,7 @@ export const checkHistorySafety = async (
   await Safety.check(tx, dialect, sessionId, current === undefined ? {} : { exclude: current })
 }
 
-/** §3.9: candidates for archiving, cursor-paged; `maxCandidates = 0` is the cheap safety check. */
+/** docs/log-format.md §3.9: candidates for archiving, cursor-paged; `maxCandidates = 0` is the cheap safety check. */
 export const preparePruneCandidates = async (
   tx: Rows.Tx,
   dialect: Dialect,

@@ -1,6 +1,6 @@
 /**
- * The history-safety gate (SEMANTICS.md §3.7 step 2): a session is safe to build on when every
- * invocation before the current one is sealed and resolved. The manual-message policy (§5.8)
+ * The history-safety gate (docs/log-format.md §3.7 step 2): a session is safe to build on when every
+ * invocation before the current one is sealed and resolved. The manual-message policy (docs/engine.md §5.8)
  * tolerates dispatches without settlement in invocations sealed `failed {outcome_unknown}`.
  */
 import { Prompts, type Event } from "@maka/facts"

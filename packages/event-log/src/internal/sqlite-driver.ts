@@ -1,5 +1,5 @@
 /**
- * maka's Kysely dialect for SQLite (DESIGN.md §5, §12): one better-sqlite3 connection behind a FIFO
+ * maka's Kysely dialect for SQLite (docs/architecture.md §5, §12): one better-sqlite3 connection behind a FIFO
  * mutex, prepared statements cached by SQL text (least recently used evicted first), write
  * transactions begun with `BEGIN IMMEDIATE` so a writer holds the write lock before its first read,
  * and read transactions (access mode `read only`) with a plain deferred `BEGIN`.

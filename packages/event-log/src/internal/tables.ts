@@ -1,5 +1,5 @@
 /**
- * The SQL schema as Kysely sees it (SEMANTICS.md §3.2). Both dialects use these names; `event_json`
+ * The SQL schema as Kysely sees it (docs/log-format.md §3.2). Both dialects use these names; `event_json`
  * is the canonical JSON text of the `RuntimeEvent` in both, never `jsonb`.
  */
 import type { ColumnType, Generated } from "kysely"

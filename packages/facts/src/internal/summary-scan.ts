@@ -1,5 +1,5 @@
 /**
- * The line scan behind `validateSummary` (SEMANTICS §2.5, check 3): matches the required level-2
+ * The line scan behind `validateSummary` (docs/log-format.md §2.5, check 3): matches the required level-2
  * headings in order, tracks code fences, and attributes content lines to the section they belong to.
  * Pure and private; `Summary.ts` supplies the headings and the template lines it must ignore.
  */

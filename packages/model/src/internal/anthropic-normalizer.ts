@@ -1,5 +1,5 @@
 /**
- * Anthropic Messages stream events into `ModelEvent`s (SEMANTICS.md §4.3): `message_start` as metadata
+ * Anthropic Messages stream events into `ModelEvent`s (docs/model.md §4.3): `message_start` as metadata
  * and input usage, content blocks as text / thinking parts or buffered tool calls, `signature_delta`
  * and redacted thinking kept in the part's `providerOptions` (stamped with the route identity),
  * `message_delta` for the stop reason and output usage, `message_stop` as `finished`.

@@ -1,5 +1,5 @@
 /**
- * The Anthropic Messages request body (SEMANTICS.md §4.1): system prompt in `system`, thinking blocks
+ * The Anthropic Messages request body (docs/model.md §4.1): system prompt in `system`, thinking blocks
  * returned with their signatures unchanged (redacted thinking as `redacted_thinking`), tool results as
  * `tool_result` blocks in user turns, adjacent user-role turns merged. Written as canonical JSON, so
  * the same request always gives the same bytes; the adapter's own fields win over `providerOptions`.

@@ -1,6 +1,6 @@
 /**
  * Splits a text delta longer than `MAX_DELTA_CHARS` UTF-16 units into several deltas of at most that
- * many units, never between the halves of a surrogate pair (SEMANTICS.md §4.2). `providerOptions`
+ * many units, never between the halves of a surrogate pair (docs/model.md §4.2). `providerOptions`
  * travel on the first piece.
  */
 import type { Model } from "@maka/facts"

@@ -1,5 +1,5 @@
 /**
- * What the provider normalisers share (SEMANTICS.md §4.3): the failure shapes they report, finish
+ * What the provider normalisers share (docs/model.md §4.3): the failure shapes they report, finish
  * reason mapping, tool input parsing and the usage type. The transport turns a failure into a
  * `ModelError` with what the stream already showed.
  */

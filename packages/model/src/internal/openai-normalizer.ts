@@ -1,5 +1,5 @@
 /**
- * OpenAI-compatible chat-completion chunks into `ModelEvent`s (SEMANTICS.md §4.3): metadata once,
+ * OpenAI-compatible chat-completion chunks into `ModelEvent`s (docs/model.md §4.3): metadata once,
  * `content` as text, `reasoning_content`/`reasoning` as thinking, tool-call fragments buffered by index,
  * the finish reason and usage recorded, and on `[DONE]` (or end of body after a finish reason) the
  * closing events. Extra provider fields are ignored; a field of the wrong shape is refused.

@@ -1,5 +1,5 @@
 /**
- * The OpenAI-compatible chat-completions request body (SEMANTICS.md §4.1). The body is built as plain
+ * The OpenAI-compatible chat-completions request body (docs/model.md §4.1). The body is built as plain
  * JSON and written as canonical JSON (keys sorted, no whitespace), so the same request always gives
  * the same bytes. `providerOptions` are merged first; the adapter's own fields win.
  */

@@ -1,5 +1,5 @@
 /**
- * Deep merge of `providerOptions` objects (SEMANTICS.md §2.7): nested objects merge key by key, any
+ * Deep merge of `providerOptions` objects (docs/log-format.md §2.7): nested objects merge key by key, any
  * other value from the right replaces the left, so a signature seen late is never lost.
  */
 import type { Identity } from "@maka/facts"

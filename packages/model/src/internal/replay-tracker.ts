@@ -1,5 +1,5 @@
 /**
- * What a stream has shown so far (SEMANTICS.md §4.5): `observedOutput` turns true with the first
+ * What a stream has shown so far (docs/model.md §4.5): `observedOutput` turns true with the first
  * content-carrying event; `replaySafe` turns false with a `finished`, a provider-executed tool call or
  * any non-empty `providerOptions`.
  */

@@ -1,5 +1,5 @@
 /**
- * One streamed model request over `fetch` + `eventsource-parser` (SEMANTICS.md §4.2, §4.5, §4.6): the
+ * One streamed model request over `fetch` + `eventsource-parser` (docs/model.md §4.2, §4.5, §4.6): the
  * idle timer (a watchdog fiber on the Effect `Clock`, reset by every received byte, counting only while
  * a read waits), error responses classified, SSE messages normalised, long deltas split, replay safety
  * tracked, stream limits enforced. The response is released when the stream's scope closes.
