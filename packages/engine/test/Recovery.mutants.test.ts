@@ -64,7 +64,7 @@ describe("Recovery.sealingFacts", () => {
       { kind: "completed" },
       { kind: "cancelled", source: "runtime_cancellation" },
       { kind: "failed", class: "host_interrupted" },
-      { kind: "failed", class: "model", message: "boom" },
+      { kind: "failed", class: "model_provider", message: "boom" },
     ]
     for (const outcome of outcomes) assert.deepStrictEqual(terminalOf(state(), outcome), outcome)
     assert.deepStrictEqual(Recovery.sealingFacts(state(), { kind: "completed" }), [
@@ -83,7 +83,7 @@ describe("Recovery.sealingFacts", () => {
       kind: "failed",
       class: "outcome_unknown",
     })
-    assert.deepStrictEqual(terminalOf(uncertain, { kind: "failed", class: "model", message: "the model failed" }), {
+    assert.deepStrictEqual(terminalOf(uncertain, { kind: "failed", class: "model_provider", message: "the model failed" }), {
       kind: "failed",
       class: "outcome_unknown",
       message: "the model failed",
