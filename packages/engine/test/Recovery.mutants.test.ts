@@ -7,7 +7,7 @@ import { Ids } from "@maka/tools"
 import { Effect } from "effect"
 import * as Recovery from "../src/Recovery.ts"
 
-/** The sealing rule of SEMANTICS.md §5.13 case by case, and `recover`'s skip and idempotence. */
+/** The sealing rule of docs/engine.md §5.13 case by case, and `recover`'s skip and idempotence. */
 
 const call = (id: string): EventLog.UndispatchedCall => ({
   operationId: `step-1:${id}`,
