@@ -72,6 +72,9 @@ export const strykerOptions = (module, reports) => {
     ignoreStatic: true,
     concurrency: concurrency(),
     timeoutMS: 30_000,
+    // The initial test run of the engine's suite takes minutes on a loaded 2-core machine; Stryker's
+    // default limit of 5 minutes would end the run before a single mutant is tested.
+    dryRunTimeoutMinutes: Number(process.env.MAKA_MUTATE_DRY_RUN_MINUTES ?? 30),
     tempDirName: path.join(reports, "stryker-tmp"),
     cleanTempDir: true,
     reporters: ["clear-text", "progress-append-only", "html", "json"],
