@@ -71,40 +71,31 @@ export interface CommandSpec {
   readonly flags: ReadonlyArray<FlagName>
 }
 
+/** The flags of a command that runs user turns (`run`, `chat`). */
+const TURN: ReadonlyArray<FlagName> = [
+  ...DATABASE,
+  "session",
+  ...PROVIDER,
+  "workspace",
+  "tools",
+  "max-steps",
+  "context-window",
+  "declared-window",
+  "allow-prior-unknown",
+  "idle-timeout",
+  "json",
+]
+
 /** The commands and the flags each takes. */
 export const COMMANDS = {
   run: {
     summary: "one user turn (MESSAGE, or stdin when it is not a terminal)",
     arguments: "[MESSAGE]",
-    flags: [
-      ...DATABASE,
-      "session",
-      ...PROVIDER,
-      "workspace",
-      "tools",
-      "max-steps",
-      "context-window",
-      "declared-window",
-      "allow-prior-unknown",
-      "idle-timeout",
-      "json",
-    ],
+    flags: TURN,
   },
   chat: {
     summary: "interactive turns in one session: one message per line of stdin; a line sent during a turn steers it",
-    flags: [
-      ...DATABASE,
-      "session",
-      ...PROVIDER,
-      "workspace",
-      "tools",
-      "max-steps",
-      "context-window",
-      "declared-window",
-      "allow-prior-unknown",
-      "idle-timeout",
-      "json",
-    ],
+    flags: TURN,
   },
   events: { summary: "the stored events of a session", flags: [...DATABASE, "session", "json"] },
   inspect: {
