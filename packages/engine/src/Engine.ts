@@ -236,6 +236,7 @@ export const make = (options: Partial<EngineOptions> = {}) =>
           live: undefined,
           openingUncertain: false,
           mayBeUnresolved: false,
+          carry: [],
           settings: runSettings(input),
           onCommitted: (events) =>
             Effect.suspend(() => {

@@ -91,10 +91,11 @@ const cleanLabels = Effect.scoped(
 )
 
 describe("refused and uncertain commits leave a usable session", () => {
-  it.live("a refused model_completed commit interrupts its request, seals event_commit, and the session goes on", () =>
+  it.live("a completion lost with its first dispatch interrupts its request, seals event_commit, and the session goes on", () =>
     Effect.scoped(
       Effect.gen(function* () {
-        const faulted = yield* faultedSetup("model_completed#1", "refuse")
+        // The completion rides its step's first dispatch (docs/engine.md §5.4); the commit is lost.
+        const faulted = yield* faultedSetup("tool_dispatched#1", "unknown-lost")
         const { wait } = yield* runLoop(faulted)
         assert.isTrue(faulted.faults.fired())
         assert.isTrue(Exit.isSuccess(wait) && wait.value.outcome.kind === "failed" && wait.value.outcome.class === "event_commit")
@@ -112,6 +113,7 @@ describe("refused and uncertain commits leave a usable session", () => {
   it.live("a refused tool_dispatched commit runs no effect, rejects the call cancelled, and seals event_commit (scenario 18)", () =>
     Effect.scoped(
       Effect.gen(function* () {
+        // The refused batch carries the step's completion: it is committed on its own, the dispatch not.
         const faulted = yield* faultedSetup("tool_dispatched#2", "refuse")
         const { wait } = yield* runLoop(faulted)
         assert.isTrue(Exit.isSuccess(wait) && wait.value.outcome.kind === "failed" && wait.value.outcome.class === "event_commit")
@@ -149,6 +151,7 @@ describe("refused and uncertain commits leave a usable session", () => {
   it.live("a refused tool_rejected commit rejects the step's remaining calls cancelled before the seal", () =>
     Effect.scoped(
       Effect.gen(function* () {
+        // The refused batch carries the completion: it is committed on its own, the rejection not.
         const faulted = yield* faultedSetup("tool_rejected#1", "refuse")
         const { context, effects } = faulted
         // `nope` is no tool of the catalog: its `unavailable` rejection is the refused commit.
@@ -180,7 +183,8 @@ describe("refused and uncertain commits leave a usable session", () => {
   it.live("a refused length batch interrupts its request and the session goes on", () =>
     Effect.scoped(
       Effect.gen(function* () {
-        const faulted = yield* faultedSetup("model_completed#1", "refuse")
+        // A `length` completion commits at once with the rejections of its calls.
+        const faulted = yield* faultedSetup("tool_rejected#1", "refuse")
         const { context, effects } = faulted
         const result = yield* context.engine.run(input(context, "Loop.", catalog(effects), {
             model: yield* scriptedModel(
@@ -202,10 +206,11 @@ describe("refused and uncertain commits leave a usable session", () => {
 })
 
 describe("unknown outcomes and unwritten terminals", () => {
-  it.live("a settle commit that fails rejects the step's later calls and seals outcome_unknown (scenario 19)", () =>
+  it.live("a settle whose commit is lost rejects the step's later calls and seals outcome_unknown (scenario 19)", () =>
     Effect.scoped(
       Effect.gen(function* () {
-        const faulted = yield* faultedSetup("tool_settled#2", "refuse")
+        // `b`'s settlement rides the dispatch of the step's next call; that commit is lost.
+        const faulted = yield* faultedSetup("tool_dispatched#3", "unknown-lost")
         const { wait } = yield* runLoop(faulted)
         assert.isTrue(Exit.isSuccess(wait) && wait.value.outcome.kind === "failed" && wait.value.outcome.class === "outcome_unknown")
         assert.deepStrictEqual(faulted.effects.ran, ["a", "b"])
@@ -308,10 +313,10 @@ describe("unknown outcomes and unwritten terminals", () => {
         // Every write of session-bad is refused, as a store refuses an invocation it cannot take.
         const refusing: EventLog.EventLogShape = {
           ...raw,
-          appendBatch: (writes) =>
+          appendBatch: (writes, complete) =>
             writes.some((write) => write.event.invocation.sessionId === "session-bad")
               ? Effect.fail(EventLogError.invalidTransition("this invocation cannot be sealed (injected)"))
-              : raw.appendBatch(writes),
+              : raw.appendBatch(writes, complete),
         }
         const engine = Context.get(
           yield* Layer.build(
@@ -380,7 +385,21 @@ const MODES: ReadonlyArray<FaultMode> = ["refuse", "unknown-landed", "unknown-lo
 const everyCommitPoint = (openLog?: Effect.Effect<Setup["log"], unknown, Scope.Scope>) =>
   Effect.gen(function* () {
     const labels = yield* cleanLabels
-    assert.includeMembers(labels, ["invocation_opened#1", "tool_dispatched#3", "tool_settled#3", "invocation_ended#1"])
+    // Two commits per tool step (docs/engine.md §5.4): the request with the settlements before it, and
+    // the completion with the first dispatch; a later dispatch of the step carries the settlement before it.
+    assert.deepStrictEqual(
+      labels.filter((label) => !label.startsWith("model_observed")),
+      [
+        "invocation_opened#1",
+        "model_requested#1",
+        "tool_dispatched#1",
+        "model_requested#2",
+        "tool_dispatched#2",
+        "tool_dispatched#3",
+        "model_requested#3",
+        "invocation_ended#1",
+      ],
+    )
     for (const label of labels) {
       for (const mode of MODES) {
         yield* Effect.scoped(

@@ -25,15 +25,13 @@ describe("edge cases of cancellation and commit failures", () => {
         const fake = FakeModel.make([FakeModel.toolCallResponse([{ id: "call-1", name: "echo", input: { value: "x" } }])], {
           model: "test-model",
         })
-        // The stream stays open after `finished`, so cancellation lands between completion and the tools.
+        // The stream stays open after `finished`, so cancellation lands between completion and the tools
+        // (the events that came with the finish ride the completion's commit, so none is shown yet).
         const lingering = { ...fake, stream: (request: Parameters<typeof fake.stream>[0]) => Stream.concat(fake.stream(request), Stream.never) }
         const effects = { ran: [] as Array<string> }
         const running = yield* context.engine.start(input(context, "Call echo.", catalog(effects), { model: lingering }))
-        yield* Stream.runDrain(
-          running.events.pipe(
-            Stream.takeUntil((stored) => stored.event.fact.kind === "model_observed" && stored.event.fact.event.kind === "finished"),
-          ),
-        )
+        yield* Stream.runDrain(running.events.pipe(Stream.takeUntil((stored) => stored.event.fact.kind === "model_requested")))
+        yield* Effect.sleep("50 millis")
         yield* running.cancel
         const result = yield* running.wait
         assert.deepStrictEqual(result.outcome, { kind: "cancelled", source: "runtime_cancellation" })
@@ -55,15 +53,18 @@ describe("edge cases of cancellation and commit failures", () => {
       Effect.gen(function* () {
         const wrapLog = (log: LogTesting.EventLog.EventLogShape): LogTesting.EventLog.EventLogShape => ({
           ...log,
-          appendBatch: (writes) =>
+          appendBatch: (writes, complete) =>
             writes.some((write) => write.event.fact.kind === "invocation_ended")
               ? Effect.fail(EventLogError.make({ _tag: "OutcomeUnknown", message: "disk went away" }))
-              : log.appendBatch(writes),
+              : log.appendBatch(writes, complete),
         })
         const context = yield* setup({ script: [Respond.sse(OpenAiSse.response({ text: ["hi"] }))] }, undefined, undefined, { wrapLog })
         const running = yield* context.engine.start(input(context, "Say hi.", ToolCatalog.make([])))
         const streamed = yield* Stream.runCollect(running.events)
-        assert.strictEqual(streamed[streamed.length - 1]!.event.fact.kind, "model_completed")
+        // The completion rides the terminal's commit (docs/engine.md §5.4): what was shown is what is durable.
+        const durable = yield* context.engine.log.events("session-1")
+        assert.strictEqual(streamed[streamed.length - 1]!.sequence, durable[durable.length - 1]!.sequence)
+        assert.strictEqual(streamed[streamed.length - 1]!.event.fact.kind, "model_requested")
         const failure = yield* Effect.flip(running.wait)
         assert.strictEqual(failure.reason._tag, "Commit")
       }),

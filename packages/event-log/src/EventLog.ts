@@ -32,14 +32,22 @@ export interface ContextRequest {
   readonly maxBytes?: number
 }
 
+/** Builds the trailing writes of a batch from the sequences of its leading writes (see `appendBatch`). */
+export type CompleteBatch = (sequences: ReadonlyArray<number>) => ReadonlyArray<EventWrite.EventWrite>
+
 export interface EventLogShape {
   readonly dialect: Database["dialect"]
   readonly location: string
   /** Appends one write; returns its sequence (the original one on an exact replay). */
   readonly append: (write: EventWrite.EventWrite) => Effect.Effect<number, EventLogError.EventLogError>
-  /** Appends writes in one transaction, all or nothing. */
+  /**
+   * Appends writes in one transaction, all or nothing. With `complete`, the writes it builds from
+   * the sequences of `writes` are appended after them in the same transaction (a request whose
+   * source evidence covers the settlements it commits with); the sequences returned cover both.
+   */
   readonly appendBatch: (
     writes: ReadonlyArray<EventWrite.EventWrite>,
+    complete?: CompleteBatch,
   ) => Effect.Effect<ReadonlyArray<number>, EventLogError.EventLogError>
   readonly prefix: (
     scope: Identity.LogScope,
@@ -162,13 +170,13 @@ export const make = (database: Database): Effect.Effect<EventLogShape> =>
     const read = <A>(body: (tx: Tx) => Promise<A>) =>
       Effect.tryPromise({ try: () => track(() => database.read(body)), catch: readError })
 
-    const appendBatch = (writes: ReadonlyArray<EventWrite.EventWrite>) =>
+    const appendBatch = (writes: ReadonlyArray<EventWrite.EventWrite>, complete?: CompleteBatch) =>
       Effect.uninterruptible(
         Effect.gen(function* () {
-          if (writes.length === 0) return []
+          if (writes.length === 0 && complete === undefined) return []
           const now = yield* Clock.currentTimeMillis
           const result = yield* Effect.tryPromise({
-            try: () => track(() => Append.appendBatch(database, writes, now)),
+            try: () => track(() => Append.appendBatch(database, writes, now, complete)),
             catch: writeError,
           })
           if (result.inserted) {

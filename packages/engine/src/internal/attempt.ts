@@ -4,19 +4,31 @@
  * of one part coalesced, never dropped), `model_interrupted` for a failed attempt, and byte-identical
  * re-sends of replay-safe provider failures after a cancellable backoff.
  */
-import { Canonical, Limits, Model, type Fact, type Prompt } from "@maka/facts"
+import { Canonical, EventWrite, Limits, Model, type Fact, type Prompt } from "@maka/facts"
 import type { EventLog } from "@maka/event-log"
 import { ModelError, StepBuilder } from "@maka/model"
 import { Ids } from "@maka/tools"
 import { Cause, Data, Effect, Option, Queue, Random, Result, Stream } from "effect"
 import * as EngineError from "../EngineError.ts"
-import { commit, commitFacts, eventWrite, failIfCancelled, isCancelled, plainWrite, stamp, type Run } from "./run-context.ts"
+import { commit, commitError, commitFacts, eventWrite, failIfCancelled, isCancelled, plainWrite, stamp, type Run } from "./run-context.ts"
 
 export interface AttemptInput {
   /** The route-projected request, frozen for every retry of the logical step. */
   readonly request: Prompt.ModelRequest
   readonly inputDigest: string
   readonly source: EventLog.ModelContextSource
+  /**
+   * The source evidence of the step's requests: computed inside the first request's commit (it
+   * covers the settlements and steering committed with it), then frozen for the retries.
+   */
+  readonly evidence: { current?: Evidence }
+}
+
+/** Where a request's source ends and what it digests to (docs/log-format.md §3.7 step 7). */
+export interface Evidence {
+  readonly highWater: number
+  readonly digest: string
+  readonly effectiveSourceDigest: string
 }
 
 export interface Completed {
@@ -71,7 +83,7 @@ export const coalesce = (events: ReadonlyArray<Model.ModelEvent>, maxChars: numb
   return out
 }
 
-const requestedFact = (run: Run, input: AttemptInput, stepId: string): Fact.ModelRequested => {
+const requestedFact = (run: Run, input: AttemptInput, stepId: string, evidence: Evidence): Fact.ModelRequested => {
   const source = input.source
   const archived = source.tail.some((item) => item.kind === "archived")
   return {
@@ -80,20 +92,56 @@ const requestedFact = (run: Run, input: AttemptInput, stepId: string): Fact.Mode
     modelId: run.model.model,
     purpose: "main",
     sourceScope: source.sourceEvidence.scope,
-    sourceHighWater: source.sourceEvidence.highWater,
-    sourceDigest: source.sourceEvidence.digest,
+    sourceHighWater: evidence.highWater,
+    sourceDigest: evidence.digest,
     inputDigest: input.inputDigest,
     routeIdentity: run.model.routeIdentity,
     ...(source.baseline === undefined ? {} : { checkpointEventId: source.baseline.eventId }),
     ...(run.settings.context === undefined ? {} : { context: run.settings.context }),
-    ...(archived ? { effectiveSourceDigest: source.effectiveSourceDigest } : {}),
+    ...(archived ? { effectiveSourceDigest: evidence.effectiveSourceDigest } : {}),
   }
 }
 
 /**
- * Streams the request, committing observations; fails with the model error or `Cancelled`. The
- * stream is read into a queue by its own fiber, so while one batch of observations is committed the
- * next events keep arriving; each commit takes everything that arrived meanwhile (one flush).
+ * Commits the step's request with whatever the run carries (the previous step's settlements,
+ * steering): the request's source evidence is computed inside the transaction, once the carried
+ * events have their sequences, so it covers them (docs/engine.md §5.4).
+ */
+const commitRequest = (run: Run, input: AttemptInput, stepId: string) =>
+  Effect.gen(function* () {
+    const { id, recordedAt } = yield* stamp
+    let evidence: Evidence | undefined
+    yield* Effect.mapError(
+      commit(run, [], (leading) => {
+        evidence = input.evidence.current ?? run.live!.evidence(leading)
+        const event = { id, recordedAt, invocation: run.settings.invocation, fact: requestedFact(run, input, stepId, evidence) }
+        const built = EventWrite.plain(event)
+        if (Result.isFailure(built)) throw new Error(`the engine built an invalid model_requested: ${built.failure.message}`)
+        return [built.success]
+      }),
+      commitError,
+    )
+    if (evidence !== undefined) input.evidence.current = evidence
+  })
+
+/** A finished stream: the step, and the observations that ride the completion's commit. */
+interface Streamed {
+  readonly step: Model.ModelStep
+  readonly pending: ReadonlyArray<Fact.Fact>
+}
+
+/** A failed stream, with the observations not yet committed (they commit with the interruption). */
+class StreamFailed extends Data.TaggedError("StreamFailed")<{
+  readonly error: ModelError.ModelError
+  readonly pending: ReadonlyArray<Fact.Fact>
+}> {}
+
+/**
+ * Streams the request, group-committing observations (docs/architecture.md §12): the stream is read
+ * into a queue by its own fiber; the first events commit at once, and whatever arrives during a
+ * commit goes into the next one (bounded by the queue, no timer). Events that arrive with the
+ * finish are not committed here: they ride the completion's commit. Fails with the model error
+ * (`Cancelled` included) or `ObservationCommitFailed`.
  */
 const streamStep = (run: Run, request: Prompt.ModelRequest, stepId: string) =>
   Effect.scoped(
@@ -102,14 +150,18 @@ const streamStep = (run: Run, request: Prompt.ModelRequest, stepId: string) =>
       const stream = run.model.stream(request).pipe(Stream.interruptWhen(run.cancellation.cancellation.requested))
       // Bounded: a model that outruns the log waits for the commits (default strategy: suspend).
       const queue = yield* Stream.toQueue(stream, { capacity: OBSERVATION_QUEUE_CAPACITY })
+      const pending: Array<Model.ModelEvent> = []
+      const observed = (events: ReadonlyArray<Model.ModelEvent>) =>
+        coalesce(events, run.options.observationMaxChars).map((event): Fact.Fact => ({ kind: "model_observed", stepId, event }))
+      const failed = (error: ModelError.ModelError) => Effect.fail(new StreamFailed({ error, pending: observed(pending) }))
       while (true) {
         const taken = yield* Effect.result(Queue.takeAll(queue))
         if (Result.isFailure(taken)) {
           if (Cause.isDone(taken.failure)) break
-          return yield* Effect.fail(taken.failure)
+          return yield* failed(taken.failure)
         }
         const events: Array<Model.ModelEvent> = [...taken.success]
-        // Text still streaming: wait a bounded moment so one flush carries the deltas that follow.
+        // Text still streaming: an optional bounded wait so one flush carries the deltas that follow.
         if (run.options.observationDelayMs > 0 && events.every(isStreamingText)) {
           yield* Effect.sleep(run.options.observationDelayMs)
           while (true) {
@@ -120,16 +172,22 @@ const streamStep = (run: Run, request: Prompt.ModelRequest, stepId: string) =>
         }
         for (const event of events) {
           const added = builder.add(event)
-          if (Result.isFailure(added)) return yield* Effect.fail(added.failure)
+          if (Result.isFailure(added)) {
+            pending.push(...events)
+            return yield* failed(added.failure)
+          }
         }
-        const observed = coalesce(events, run.options.observationMaxChars).map(
-          (event): Fact.Fact => ({ kind: "model_observed", stepId, event }),
-        )
-        yield* Effect.mapError(commitFacts(run, observed), (error) => new ObservationCommitFailed({ error }))
+        pending.push(...events)
+        if (builder.isFinished) continue
+        const facts = observed(pending)
+        pending.length = 0
+        yield* Effect.mapError(commitFacts(run, facts), (error) => new ObservationCommitFailed({ error }))
       }
-      if (!builder.isFinished && (yield* isCancelled(run))) return yield* Effect.fail(ModelError.cancelled())
+      if (!builder.isFinished && (yield* isCancelled(run))) return yield* failed(ModelError.cancelled())
       const finished = builder.finish()
-      return Result.isSuccess(finished) ? finished.success : yield* Effect.fail(finished.failure)
+      return Result.isSuccess(finished)
+        ? ({ step: finished.success, pending: observed(pending) } satisfies Streamed)
+        : yield* failed(finished.failure)
     }),
   )
 
@@ -137,26 +195,27 @@ const streamStep = (run: Run, request: Prompt.ModelRequest, stepId: string) =>
 export const attempt = (run: Run, input: AttemptInput): Effect.Effect<Completed, EngineError.EngineError, Ids.Ids> =>
   Effect.gen(function* () {
     const stepId = yield* Ids.next
-    yield* commitFacts(run, [requestedFact(run, input, stepId)])
-    const step = yield* streamStep(run, input.request, stepId).pipe(
-      Effect.catchDefect((defect) => Effect.fail(ModelError.adapter(`model stream failed: ${String(defect)}`))),
+    yield* commitRequest(run, input, stepId)
+    const interrupted = (error: ModelError.ModelError, pending: ReadonlyArray<Fact.Fact>) =>
+      Effect.andThen(
+        commitFacts(run, [...pending, { kind: "model_interrupted", stepId, status: interruptionOf(error) }]),
+        Effect.fail(modelFailure(error)),
+      )
+    const { step, pending } = yield* streamStep(run, input.request, stepId).pipe(
+      Effect.catchDefect((defect) =>
+        Effect.fail(new StreamFailed({ error: ModelError.adapter(`model stream failed: ${String(defect)}`), pending: [] })),
+      ),
       // The seal resolves the open request (docs/engine.md §5.3): one path for every refused commit.
       Effect.catchTag("ObservationCommitFailed", (failure) => Effect.fail(failure.error)),
-      Effect.catchTag("ModelError", (error) =>
-        Effect.andThen(
-          commitFacts(run, [{ kind: "model_interrupted", stepId, status: interruptionOf(error) }]),
-          Effect.fail(modelFailure(error)),
-        ),
-      ),
+      Effect.catchTag("StreamFailed", (failure) => interrupted(failure.error, failure.pending)),
     )
     const completed: Fact.ModelCompleted = { kind: "model_completed", stepId, output: step }
     const { id, recordedAt } = yield* stamp
     const event = { id, recordedAt, invocation: run.settings.invocation, fact: completed }
     if (Canonical.utf8Length(Canonical.stringify(event)) > Limits.MAX_EVENT_BYTES) {
-      const error = ModelError.adapter("model output exceeds event limit")
-      yield* commitFacts(run, [{ kind: "model_interrupted", stepId, status: "failed" }])
-      return yield* Effect.fail(modelFailure(error))
+      return yield* interrupted(ModelError.adapter("model output exceeds event limit"), pending)
     }
+    const observations = yield* Effect.forEach(pending, (fact) => plainWrite(run, fact))
     if (step.finishReason === "length") {
       const rejections = Model.localToolCalls(step).map(
         (part): Fact.Fact => ({
@@ -169,12 +228,13 @@ export const attempt = (run: Run, input: AttemptInput): Effect.Effect<Completed,
         }),
       )
       const rejectionWrites = yield* Effect.forEach(rejections, (fact) => plainWrite(run, fact))
-      const writes = [yield* eventWrite(event), ...rejectionWrites]
+      const writes = [...observations, yield* eventWrite(event), ...rejectionWrites]
       yield* Effect.mapError(commit(run, writes), (error) => EngineError.commit(error.message))
       return yield* Effect.fail(EngineError.make({ _tag: "ModelIncomplete" }))
     }
-    yield* Effect.mapError(commit(run, [yield* eventWrite(event)]), (error) => EngineError.commit(error.message))
-    // A cancellation requested now is handled by the tool step: undispatched calls are rejected.
+    // The completion rides the step's next commit: its first dispatch or rejection, or the terminal
+    // (docs/engine.md §5.4). A cancellation requested now is handled by the tool step.
+    run.carry.push(...observations, yield* eventWrite(event))
     return { stepId, step }
   })
 

@@ -5,7 +5,7 @@
  * the read counts them: `snapshot()` equals a fresh `readModelContext` with the same limits, and
  * fails `PrefixTooLarge` where that read would.
  */
-import { Canonical, Digest, type Configuration, type Event, type Fact } from "@maka/facts"
+import { Canonical, Digest, type Configuration, type Event, type EventWrite, type Fact } from "@maka/facts"
 import { EventLog, EventLogError } from "@maka/event-log"
 import { Effect, Result } from "effect"
 
@@ -71,6 +71,19 @@ export class LiveContext {
     })
   }
 
+  /** Whether the read leaves `fact` out of the tail (docs/log-format.md §3.7 step 6). */
+  private excluded(fact: Fact.Fact): boolean {
+    const isSummaryFact =
+      (fact.kind === "model_requested" || fact.kind === "model_completed" || fact.kind === "model_interrupted") &&
+      (this.summarySteps.has(fact.stepId) || (fact.kind === "model_requested" && fact.purpose === "summary"))
+    return (
+      fact.kind === "model_observed" ||
+      fact.kind === "context_checkpoint_recorded" ||
+      fact.kind === "tool_result_archived" ||
+      isSummaryFact
+    )
+  }
+
   /** Applies one event this run committed (in commit order), with its stored JSON. */
   apply(stored: Event.StoredEvent, json: string): void {
     if (stored.sequence <= this.highWater) return
@@ -81,15 +94,7 @@ export class LiveContext {
       this.requests.set(fact.stepId, { fact })
       if (fact.purpose === "summary") this.summarySteps.add(fact.stepId)
     }
-    const isSummaryFact =
-      (fact.kind === "model_requested" || fact.kind === "model_completed" || fact.kind === "model_interrupted") &&
-      this.summarySteps.has(fact.stepId)
-    const excluded =
-      fact.kind === "model_observed" ||
-      fact.kind === "context_checkpoint_recorded" ||
-      fact.kind === "tool_result_archived" ||
-      isSummaryFact
-    if (!excluded) {
+    if (!this.excluded(fact)) {
       this.tail.push({ kind: "canonical", stored })
       this.events += 1
       this.bytes += Canonical.utf8Length(json)
@@ -114,21 +119,53 @@ export class LiveContext {
     }
   }
 
-  /** The context a fresh `readModelContext` would return now, or its `PrefixTooLarge`. */
-  snapshot(): Result.Result<Source, EventLogError.EventLogError> {
-    if (this.events > this.limits.maxEvents || this.bytes > this.limits.maxBytes) {
+  /**
+   * The context a fresh `readModelContext` would return now, or its `PrefixTooLarge`. With
+   * `pending` (writes that ride the next commit, docs/engine.md §5.4), their events are in the tail
+   * as they will be once committed; their sequences are not known yet, so the evidence then is the
+   * committed part's, and `evidence` gives the final one inside the commit.
+   */
+  snapshot(pending: ReadonlyArray<EventWrite.EventWrite> = []): Result.Result<Source, EventLogError.EventLogError> {
+    let events = this.events
+    let bytes = this.bytes
+    const added: Array<TailItem> = []
+    for (const write of pending) {
+      if (this.excluded(write.event.fact)) continue
+      added.push({ kind: "canonical", stored: { sequence: 0, event: write.event } })
+      events += 1
+      bytes += Canonical.utf8Length(write.json)
+    }
+    if (events > this.limits.maxEvents || bytes > this.limits.maxBytes) {
       return Result.fail(EventLogError.prefixTooLarge())
     }
-    const digest = this.hash.digest(this.highWater)
+    const { highWater, digest, effectiveSourceDigest } = this.evidence()
+    return Result.succeed({
+      ...this.initial,
+      sourceEvidence: { ...this.initial.sourceEvidence, highWater, digest },
+      tail: added.length === 0 ? [...this.tail] : [...this.tail, ...added],
+      effectiveSourceDigest,
+      latestMain: this.latestMain,
+    })
+  }
+
+  /** The source evidence of the context extended by `leading` (events about to commit, in order). */
+  evidence(leading: ReadonlyArray<{ readonly sequence: number; readonly json: string }> = []): {
+    readonly highWater: number
+    readonly digest: string
+    readonly effectiveSourceDigest: string
+  } {
+    let hash = this.hash
+    let highWater = this.highWater
+    for (const event of leading) {
+      if (event.sequence <= highWater) continue
+      if (hash === this.hash) hash = this.hash.copy()
+      hash.update(event.sequence, event.json)
+      highWater = event.sequence
+    }
+    const digest = hash.digest(highWater)
     const replacements = this.tail.flatMap((item) =>
       item.kind === "archived" ? [{ settledEventId: item.eventId, archiveEventId: item.archiveEventId }] : [],
     )
-    return Result.succeed({
-      ...this.initial,
-      sourceEvidence: { ...this.initial.sourceEvidence, highWater: this.highWater, digest },
-      tail: [...this.tail],
-      effectiveSourceDigest: Digest.effectiveSource(digest, replacements),
-      latestMain: this.latestMain,
-    })
+    return { highWater, digest, effectiveSourceDigest: Digest.effectiveSource(digest, replacements) }
   }
 }

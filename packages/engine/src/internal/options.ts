@@ -14,7 +14,9 @@ export interface EngineOptions {
   readonly observationMaxChars: number
   /**
    * How long a batch of text deltas may wait for the deltas that follow before it is committed
-   * (at most 50 ms; 0 commits at once). Nothing is shown before it is committed.
+   * (at most 50 ms; 0, the default, commits at once). Observations are group-committed either way:
+   * whatever arrives while a commit is in flight goes into the next one. Nothing is shown before it
+   * is committed.
    */
   readonly observationDelayMs: number
   /**
@@ -37,7 +39,7 @@ export const defaults: EngineOptions = Object.freeze({
   backoffMaxMs: Limits.BACKOFF_MAX_MS,
   maxModelAttempts: Limits.MAX_MODEL_ATTEMPTS,
   observationMaxChars: Limits.MAX_DELTA_CHARS,
-  observationDelayMs: 20,
+  observationDelayMs: 0,
   cancelGraceMs: 10_000,
 })
 

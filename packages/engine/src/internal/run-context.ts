@@ -44,6 +44,13 @@ export interface Run {
    * run knows, so the seal reads the durable state to resolve it.
    */
   mayBeUnresolved: boolean
+  /**
+   * Writes built but not yet committed, which ride the run's next commit (docs/engine.md §5.4): the
+   * settlements of a step, steering, and a completion with its last observations. A step has two
+   * durability points: the request (with the settlements and steering before it) and the first
+   * dispatch (with the completion). Nothing in here is shown before it is durable.
+   */
+  carry: Array<EventWrite.EventWrite>
   /** Events committed by this run, for `events()` subscribers. */
   readonly onCommitted: (events: ReadonlyArray<Event.StoredEvent>) => Effect.Effect<void>
 }
@@ -71,22 +78,67 @@ export const eventWrite = (event: Event.RuntimeEvent) => {
 export const storeError = (error: EventLogError.EventLogError) => EngineError.fromStore(error)
 export const commitError = (error: EventLogError.EventLogError) => EngineError.commit(error.message)
 
-/** Commits writes in one transaction and applies them to the live context, uninterruptibly. */
-export const commit = (run: Run, writes: ReadonlyArray<EventWrite.EventWrite>) =>
+/** An event of a batch about to commit: its sequence is assigned, the transaction still open. */
+export interface Leading {
+  readonly sequence: number
+  readonly json: string
+  readonly event: Event.RuntimeEvent
+}
+
+/** Builds the trailing writes of a commit from its leading writes, once their sequences are known. */
+export type Complete = (leading: ReadonlyArray<Leading>) => ReadonlyArray<EventWrite.EventWrite>
+
+/** Appends writes (and what `complete` builds after them) in one transaction, then applies them. */
+const append = (run: Run, writes: ReadonlyArray<EventWrite.EventWrite>, complete?: Complete) =>
+  Effect.gen(function* () {
+    const built: Array<EventWrite.EventWrite> = [...writes]
+    const completing =
+      complete === undefined
+        ? undefined
+        : (sequences: ReadonlyArray<number>) => {
+            const trailing = complete(
+              writes.map((write, index) => ({ sequence: sequences[index]!, json: write.json, event: write.event })),
+            )
+            built.length = writes.length
+            built.push(...trailing)
+            return trailing
+          }
+    const sequences = yield* Effect.tapError(run.log.appendBatch(writes, completing), () =>
+      Effect.sync(() => {
+        run.mayBeUnresolved = true
+      }),
+    )
+    faultPoint("engine.commit")
+    const stored = built.map((write, index) => ({ sequence: sequences[index]!, event: write.event }))
+    for (const [index, item] of stored.entries()) run.live?.apply(item, built[index]!.json)
+    yield* run.onCommitted(stored)
+    return sequences
+  })
+
+/**
+ * Commits the run's carried writes, then `writes`, then what `complete` builds from the sequences
+ * of both, in one transaction, and applies them to the live context, uninterruptibly. Returns the
+ * sequences of `writes` and the completed writes. When the store refuses the batch, the carried
+ * writes are committed on their own at once (a refusal of the rest never costs an effect's record,
+ * docs/engine.md §5.4), and the refusal is returned: the rest is not written.
+ */
+export const commit = (run: Run, writes: ReadonlyArray<EventWrite.EventWrite>, complete?: Complete) =>
   Effect.uninterruptible(
     Effect.gen(function* () {
-      const sequences = yield* Effect.tapError(run.log.appendBatch(writes), () =>
-        Effect.sync(() => {
-          run.mayBeUnresolved = true
-        }),
-      )
-      faultPoint("engine.commit")
-      const stored = writes.map((write, index) => ({ sequence: sequences[index]!, event: write.event }))
-      for (const [index, item] of stored.entries()) run.live?.apply(item, writes[index]!.json)
-      yield* run.onCommitted(stored)
-      return sequences
+      const carried = run.carry
+      run.carry = []
+      if (carried.length === 0) return yield* append(run, writes, complete)
+      const together = yield* Effect.result(append(run, [...carried, ...writes], complete))
+      if (Result.isSuccess(together)) return together.success.slice(carried.length)
+      // Only a commit that may have landed keeps its carried writes in doubt.
+      if (together.failure.reason._tag === "OutcomeUnknown") return yield* Effect.fail(together.failure)
+      yield* append(run, carried)
+      return yield* Effect.fail(together.failure)
     }),
   )
+
+/** Commits what the run carries, if anything (before its durable state is read, or at the end). */
+export const flushCarry = (run: Run) => (run.carry.length === 0 ? Effect.void : Effect.asVoid(commit(run, [])))
 
 export const commitFacts = (run: Run, facts: ReadonlyArray<Event.RuntimeEvent["fact"]>) =>
   Effect.flatMap(

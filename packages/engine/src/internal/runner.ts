@@ -14,7 +14,7 @@ import * as Recovery from "../Recovery.ts"
 import { attemptWithRetries } from "./attempt.ts"
 import { faultPoint } from "./fault.ts"
 import { LiveContext } from "./live-context.ts"
-import { commit, commitError, commitFacts, isCancelled, plainWrite, storeError, type Run } from "./run-context.ts"
+import { commit, commitError, commitFacts, flushCarry, isCancelled, plainWrite, storeError, type Run } from "./run-context.ts"
 
 type Done = { readonly _tag: "Completed" }
 
@@ -99,14 +99,13 @@ export const open = (run: Run) =>
     )
   })
 
+/** Queued steering rides the next request's commit (docs/engine.md §5.4), and is in its prompt. */
 const deliverSteering = (run: Run) =>
   Effect.gen(function* () {
     const queued = yield* Ref.getAndSet(run.steering, [])
     if (queued.length === 0) return
-    yield* commitFacts(
-      run,
-      queued.map((message): Fact.Fact => ({ kind: "message_steered", message })),
-    )
+    const writes = yield* Effect.forEach(queued, (message) => plainWrite(run, { kind: "message_steered", message }))
+    run.carry.push(...writes)
   })
 
 /**
@@ -139,11 +138,19 @@ const journalSink = (run: Run, guard: JournalGuard): EventSink.EventSinkShape =>
     }
   }
   return {
+    // A settlement rides the run's next commit: the step's next dispatch or rejection, the next
+    // request, or the seal (docs/engine.md §5.4); it is durable before anything else is started.
+    // Its sequence is not known yet: the journal does not read it.
     commit: (write) =>
       guarded(
         Effect.suspend(() => {
           const kind = write.event.fact.kind
-          if (kind === "tool_settled") faultPoint("engine.before-settle")
+          if (kind === "tool_settled") {
+            faultPoint("engine.before-settle")
+            run.carry.push(write)
+            track([write])
+            return Effect.succeed(0)
+          }
           return Effect.map(commit(run, [write]), (sequences) => {
             track([write])
             if (kind === "tool_dispatched") faultPoint("engine.after-dispatch")
@@ -222,7 +229,7 @@ const mainRequest = (run: Run, source: EventLog.ModelContextSource, tools: Promp
     })
     const projected = projectPrompt(run.model.kind, run.model.routeIdentity, prompt)
     const request: Prompt.ModelRequest = { prompt: projected, tools, providerOptions: settings.providerOptions, maxOutputTokens }
-    return { request, inputDigest: Digest.modelInput(request), source }
+    return { request, inputDigest: Digest.modelInput(request), source, evidence: {} }
   })
 
 /** Runs the local calls of a completed step through the journal; returns whether the turn is done. */
@@ -251,8 +258,9 @@ const runTools = (run: Run, captured: ToolCatalog.CapturedCatalog, calls: Readon
 /** One logical step after the context read: prompt, model, tools. Returns whether the turn is done. */
 const runStep = (run: Run, priorUnknown: boolean) =>
   Effect.gen(function* () {
-    // Over the history limits the live context fails as a fresh read would (`PrefixTooLarge`).
-    const source = yield* Effect.mapError(Effect.fromResult(run.live!.snapshot()), storeError)
+    // Over the history limits the live context fails as a fresh read would (`PrefixTooLarge`). What
+    // the run carries (the last settlements, steering) commits with the request, and is in its prompt.
+    const source = yield* Effect.mapError(Effect.fromResult(run.live!.snapshot(run.carry)), storeError)
     // Seam: proactive compaction (docs/engine.md §5.12) decides here, before the tools are captured.
     const captured = run.settings.tools.capture()
     const input = yield* mainRequest(run, source, captured.definitions, priorUnknown)
@@ -302,6 +310,9 @@ const seal = (run: Run, outcome: Outcome.InvocationOutcome): Effect.Effect<Outco
   Effect.uninterruptible(
     Effect.gen(function* () {
       const terminal: ReadonlyArray<Fact.Fact> = [{ kind: "invocation_ended", outcome }]
+      // What the run carries is made durable before its state is read (a refusal of the terminal
+      // below would commit it alone anyway).
+      if (outcome.kind !== "completed") yield* Effect.ignore(flushCarry(run))
       const facts =
         outcome.kind === "completed"
           ? terminal

@@ -29,7 +29,7 @@ const program = Effect.scoped(
     let commits = 0
     const counted: EventLog.EventLogShape = {
       ...log,
-      appendBatch: (writes) => Effect.tap(log.appendBatch(writes), () => Effect.sync(() => void commits++)),
+      appendBatch: (writes, complete) => Effect.tap(log.appendBatch(writes, complete), () => Effect.sync(() => void commits++)),
     }
     const engine = yield* Engine.make({ backoffBaseMs: 5, backoffMaxMs: 20 }).pipe(
       Effect.provideService(EventLog.EventLog, counted),

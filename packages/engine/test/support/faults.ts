@@ -1,8 +1,9 @@
 /**
  * Commit faults for the engine's refusal suites: a wrapper around the real `EventLog` that fails
  * one chosen commit (or every commit from it on, until healed), and the scripted three-step tool
- * loop those suites drive. A commit is named by its first fact: `kind#n` (the n-th commit that
- * starts with `kind`), and `model_observed@s` for the first observation commit of the s-th request.
+ * loop those suites drive. A commit is named by its last fact: `kind#n` (the n-th commit that
+ * ends with `kind`; a request commit ends with its `model_requested`, whatever settlements and
+ * steering ride it), and `model_observed@s` for the first observation commit of the s-th request.
  */
 import type { EventWrite } from "@maka/facts"
 import { EventLogError, type EventLog } from "@maka/event-log"
@@ -47,8 +48,9 @@ export const faulty = (
   let observedStep = 0
   let fired = false
   let outage = false
-  const labelOf = (writes: ReadonlyArray<EventWrite.EventWrite>): string => {
-    const kind = writes[0]?.event.fact.kind ?? "empty"
+  const labelOf = (writes: ReadonlyArray<EventWrite.EventWrite>, completed: boolean): string => {
+    // The engine's only completed batch is a request built inside its commit.
+    const kind = completed ? "model_requested" : (writes[writes.length - 1]?.event.fact.kind ?? "empty")
     if (kind === "model_requested") requests++
     if (kind === "model_observed") {
       if (observedStep === requests) return "model_observed@later"
@@ -59,12 +61,12 @@ export const faulty = (
     counts.set(kind, count)
     return `${kind}#${count}`
   }
-  const appendBatch: EventLog.EventLogShape["appendBatch"] = (writes) =>
+  const appendBatch: EventLog.EventLogShape["appendBatch"] = (writes, complete) =>
     Effect.suspend(() => {
-      const label = labelOf(writes)
+      const label = labelOf(writes, complete !== undefined)
       labels.push(label)
       if (outage) return Effect.fail(failure("refuse"))
-      if (label !== target || fired) return log.appendBatch(writes)
+      if (label !== target || fired) return log.appendBatch(writes, complete)
       fired = true
       switch (mode) {
         case "refuse":
@@ -72,7 +74,7 @@ export const faulty = (
         case "unknown-lost":
           return Effect.fail(failure("unknown"))
         case "unknown-landed":
-          return Effect.flatMap(log.appendBatch(writes), () => Effect.fail(failure("unknown")))
+          return Effect.flatMap(log.appendBatch(writes, complete), () => Effect.fail(failure("unknown")))
         case "outage":
           outage = true
           return Effect.fail(failure("refuse"))

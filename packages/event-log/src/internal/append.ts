@@ -342,9 +342,23 @@ const verifyWrites = (writes: ReadonlyArray<EventWrite.EventWrite>): void => {
   }
 }
 
-/** Validates and appends `writes` in one transaction; all or nothing. */
-export const appendBatch = async (database: Database, writes: ReadonlyArray<EventWrite.EventWrite>, now: number) => {
-  verifyWrites(writes)
+/**
+ * Builds the trailing writes of a batch from the sequences of its leading ones, inside the
+ * transaction: a request whose source evidence covers the settlements committed with it.
+ */
+export type CompleteBatch = (sequences: ReadonlyArray<number>) => ReadonlyArray<EventWrite.EventWrite>
+
+/**
+ * Validates and appends `leading`, then the writes `complete` builds from their sequences, in one
+ * transaction; all or nothing. The sequences returned cover both, in order.
+ */
+export const appendBatch = async (
+  database: Database,
+  leading: ReadonlyArray<EventWrite.EventWrite>,
+  now: number,
+  complete?: CompleteBatch,
+) => {
+  verifyWrites(leading)
   return database.write(async (tx): Promise<AppendResult> => {
     let knownSessions = knownSessionsByDatabase.get(database)
     if (knownSessions === undefined) {
@@ -356,48 +370,55 @@ export const appendBatch = async (database: Database, writes: ReadonlyArray<Even
     let inserted = false
     let insertedCount = 0
     const locked = new Set<string>()
-    // SQLite has one writer: a session row known to exist needs no insert (rows are never deleted).
-    const fresh = writes.filter((write, index) => writes.findIndex((other) => other.event.id === write.event.id) === index)
-    for (const write of writes) {
-      const event = write.event
-      if (!locked.has(event.invocation.sessionId)) {
-        if (database.dialect === "postgres" || !knownSessions.has(event.invocation.sessionId)) {
-          await lockSession(context, event.invocation.sessionId, now)
+    const appendAll = async (writes: ReadonlyArray<EventWrite.EventWrite>) => {
+      for (const write of writes) {
+        const event = write.event
+        if (!locked.has(event.invocation.sessionId)) {
+          // SQLite has one writer: a session row known to exist needs no insert (rows are never deleted).
+          if (database.dialect === "postgres" || !knownSessions.has(event.invocation.sessionId)) {
+            await lockSession(context, event.invocation.sessionId, now)
+          }
+          locked.add(event.invocation.sessionId)
         }
-        locked.add(event.invocation.sessionId)
+        const existing = await Rows.byEventId(tx, event.id)
+        if (existing !== undefined) {
+          if (existing.json !== write.json) throw reject({ _tag: "EventConflict" })
+          const payload = await Rows.payloadOf(tx, event.id)
+          if (payload !== write.rawPayload) throw reject({ _tag: "EventConflict" })
+          sequences.push(existing.sequence)
+          continue
+        }
+        await validate(context, write)
+        const row = await tx
+          .insertInto("event_log")
+          .values({
+            event_id: event.id,
+            session_id: event.invocation.sessionId,
+            turn_id: event.invocation.turnId,
+            run_id: event.invocation.runId,
+            invocation_id: event.invocation.invocationId,
+            kind: event.fact.kind,
+            operation_id: Fact.operationKey(event.fact) ?? null,
+            event_json: write.json,
+          })
+          .returning("sequence")
+          .executeTakeFirstOrThrow()
+        if (write.rawPayload !== undefined) {
+          await tx.insertInto("tool_result_payloads").values({ event_id: event.id, payload: write.rawPayload }).execute()
+        }
+        sequences.push(Rows.toNumber(row.sequence))
+        inserted = true
+        insertedCount++
+        faultPoint("append.after-insert")
+        faultPoint(`append.after-insert.${insertedCount}`)
       }
-      const existing = await Rows.byEventId(tx, event.id)
-      if (existing !== undefined) {
-        if (existing.json !== write.json) throw reject({ _tag: "EventConflict" })
-        const payload = await Rows.payloadOf(tx, event.id)
-        if (payload !== write.rawPayload) throw reject({ _tag: "EventConflict" })
-        sequences.push(existing.sequence)
-        continue
-      }
-      await validate(context, write)
-      const row = await tx
-        .insertInto("event_log")
-        .values({
-          event_id: event.id,
-          session_id: event.invocation.sessionId,
-          turn_id: event.invocation.turnId,
-          run_id: event.invocation.runId,
-          invocation_id: event.invocation.invocationId,
-          kind: event.fact.kind,
-          operation_id: Fact.operationKey(event.fact) ?? null,
-          event_json: write.json,
-        })
-        .returning("sequence")
-        .executeTakeFirstOrThrow()
-      if (write.rawPayload !== undefined) {
-        await tx.insertInto("tool_result_payloads").values({ event_id: event.id, payload: write.rawPayload }).execute()
-      }
-      sequences.push(Rows.toNumber(row.sequence))
-      inserted = true
-      insertedCount++
-      faultPoint("append.after-insert")
-      faultPoint(`append.after-insert.${insertedCount}`)
     }
+    await appendAll(leading)
+    const trailing = complete === undefined ? [] : complete([...sequences])
+    verifyWrites(trailing)
+    await appendAll(trailing)
+    const writes = [...leading, ...trailing]
+    const fresh = writes.filter((write, index) => writes.findIndex((other) => other.event.id === write.event.id) === index)
     if (inserted) checkBatchRules(fresh)
     faultPoint("append.before-commit")
     for (const sessionId of locked) knownSessions.add(sessionId)
