@@ -19,8 +19,8 @@ import type { LanguageModel } from "@maka/model"
 import { Cancellation, Ids, type ToolCatalog } from "@maka/tools"
 import { Context, Deferred, Effect, Exit, Fiber, Layer, type Redacted, Ref, Result, Schema, Scope, Stream, SubscriptionRef } from "effect"
 import * as EngineError from "./EngineError.ts"
-import { defaults, MAX_QUEUED_STEERING, resolveOptions, type EngineOptions } from "./internal/options.ts"
-import type { Run, RunSettings } from "./internal/run-context.ts"
+import { defaults, MAX_QUEUED_STEERING, resolveOptions, SESSION_CONTEXTS, type EngineOptions } from "./internal/options.ts"
+import { SessionContexts, type Run, type RunSettings } from "./internal/run-context.ts"
 import { runMessage } from "./internal/runner.ts"
 import * as Recovery from "./Recovery.ts"
 
@@ -209,6 +209,7 @@ export const make = (options: Partial<EngineOptions> = {}) =>
           ),
         { discard: true },
       )
+    const contexts = new SessionContexts(SESSION_CONTEXTS)
     const live = new Map<string, { readonly cancel: Effect.Effect<void>; readonly fiber: Fiber.Fiber<unknown, unknown> }>()
 
     const start = (input: StartInput): Effect.Effect<RunningInvocation, EngineError.EngineError> =>
@@ -237,6 +238,8 @@ export const make = (options: Partial<EngineOptions> = {}) =>
           openingUncertain: false,
           mayBeUnresolved: false,
           carry: [],
+          opening: undefined,
+          contexts,
           settings: runSettings(input),
           onCommitted: (events) =>
             Effect.suspend(() => {

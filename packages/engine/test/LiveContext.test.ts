@@ -287,3 +287,62 @@ describe("the live context", () => {
       }),
     ))
 })
+
+describe("the context an engine keeps across runs", () => {
+  it.live("carries a session's context into its next run, and reads the log again after an append it did not make", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const comparison: Comparison = { snapshots: 0, expected: [], requests: [], retries: 0, mismatches: [] }
+        let settings: Settings | undefined
+        let reads = 0
+        const context = yield* setup(
+          {
+            script: [
+              Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-1", name: "echo", arguments: ['{"value":"a"}'] }] })),
+              Respond.sse(OpenAiSse.response({ text: ["One."] })),
+              Respond.sse(OpenAiSse.response({ text: ["Two."] })),
+              Respond.sse(OpenAiSse.response({ text: ["Three."] })),
+            ],
+          },
+          undefined,
+          {},
+          {
+            wrapLog: (log) => {
+              const compared = comparing(comparison, "session-1", () => settings!, log)
+              return {
+                ...compared,
+                readModelContext: (sessionId, request) => {
+                  reads++
+                  return compared.readModelContext(sessionId, request)
+                },
+              }
+            },
+          },
+        )
+        const effects: Effects = { ran: [] }
+        const spy = recording(context.model)
+        const turn = (message: string) =>
+          Effect.gen(function* () {
+            const start = input(context, message, catalog(effects), { model: spy.model })
+            settings = start
+            assert.deepStrictEqual((yield* context.engine.run(start)).outcome, { kind: "completed" })
+          })
+        yield* turn("Echo a.")
+        assert.strictEqual(reads, 1)
+        yield* turn("Again.")
+        assert.strictEqual(reads, 1, "the second turn starts from the kept context")
+        // Another writer seals a run in the session: the kept context is stale and read again.
+        const other = new History.History({ sessionId: "session-1", firstId: 50_000 })
+        const foreign = other.open({ turnId: "other-turn", runId: "other-run", invocationId: "other-invocation", message: "A note from elsewhere." })
+        foreign.end()
+        yield* context.log.appendBatch(other.writes)
+        yield* turn("Once more.")
+        assert.strictEqual(reads, 2, "an append the engine did not make invalidates the kept context")
+        assert.deepStrictEqual(comparison.mismatches, [])
+        assert.strictEqual(spy.requests.length, 4)
+        assert.deepStrictEqual(spy.requests, comparison.expected)
+        const last = spy.requests[3]!.prompt
+        assert.isTrue(last.some((message) => message.role === "user" && message.content === "A note from elsewhere."))
+      }),
+    ))
+})

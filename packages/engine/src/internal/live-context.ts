@@ -41,7 +41,7 @@ export class LiveContext {
   private constructor(
     private readonly initial: Source,
     private readonly hash: Digest.LogPrefixHash,
-    private readonly configuration: Configuration.InvocationConfiguration,
+    private configuration: Configuration.InvocationConfiguration,
     private readonly limits: ContextLimits,
   ) {
     this.tail = [...initial.tail]
@@ -69,6 +69,21 @@ export class LiveContext {
       const hash = yield* log.sessionHash(sessionId, source.sourceEvidence.highWater)
       return new LiveContext(source, hash, configuration, limits)
     })
+  }
+
+  /** The last sequence applied. */
+  get highWaterMark(): number {
+    return this.highWater
+  }
+
+  /**
+   * Carries the context into the next run of its session (docs/architecture.md §12): `opening` is that
+   * run's opening, the only event after this context's high water (the caller checked it), and
+   * `configuration` the new run's, for the completions it will apply.
+   */
+  continueWith(opening: Event.StoredEvent, json: string, configuration: Configuration.InvocationConfiguration): void {
+    this.configuration = configuration
+    this.apply(opening, json)
   }
 
   /** Whether the read leaves `fact` out of the tail (docs/log-format.md §3.7 step 6). */

@@ -31,6 +31,9 @@ export interface EngineOptions {
 /** The most steering messages one run holds for its next step boundary; `steer` refuses more. */
 export const MAX_QUEUED_STEERING = 64
 
+/** How many sessions' live contexts an engine keeps for their next run (least recently used dropped first). */
+export const SESSION_CONTEXTS = 256
+
 /** The most `observationDelayMs` may be: nothing waits longer to be shown. */
 export const MAX_OBSERVATION_DELAY_MS = 50
 

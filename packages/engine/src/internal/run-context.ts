@@ -28,6 +28,30 @@ export interface RunSettings {
   readonly secrets: ReadonlyArray<Redacted.Redacted<string>>
 }
 
+/**
+ * The live contexts of sessions whose last run ended cleanly in this engine, kept for their next run
+ * (docs/architecture.md §12): a new turn then costs O(new events) instead of a read of the whole session.
+ * Bounded: the least recently used session is dropped first.
+ */
+export class SessionContexts {
+  private readonly contexts = new Map<string, LiveContext>()
+
+  constructor(private readonly capacity: number) {}
+
+  /** Takes the session's context out: the run that took it owns it until it puts it back. */
+  take(sessionId: string): LiveContext | undefined {
+    const context = this.contexts.get(sessionId)
+    this.contexts.delete(sessionId)
+    return context
+  }
+
+  put(sessionId: string, context: LiveContext): void {
+    this.contexts.delete(sessionId)
+    this.contexts.set(sessionId, context)
+    while (this.contexts.size > this.capacity) this.contexts.delete(this.contexts.keys().next().value!)
+  }
+}
+
 export interface Run {
   readonly log: EventLog.EventLogShape
   readonly model: LanguageModel.LanguageModelShape
@@ -37,6 +61,10 @@ export interface Run {
   readonly steering: Ref.Ref<ReadonlyArray<Input.DeliveredMessage>>
   /** Set once the opening is durable. */
   live: LiveContext | undefined
+  /** The opening, once it is durable, with its sequence and stored JSON. */
+  opening: { readonly stored: Event.StoredEvent; readonly json: string } | undefined
+  /** The engine's kept contexts, per session. */
+  readonly contexts: SessionContexts
   /** The opening's commit failed without a refusal: it may have landed. */
   openingUncertain: boolean
   /**

@@ -88,7 +88,7 @@ export const open = (run: Run) =>
       configuration: settings.configuration,
     }
     const write = yield* plainWrite(run, fact)
-    yield* commit(run, [write]).pipe(
+    const [sequence] = yield* commit(run, [write]).pipe(
       Effect.tapError((error) =>
         Effect.sync(() => {
           // Not a refusal: the opening may have landed, and the engine must seal it later.
@@ -96,6 +96,32 @@ export const open = (run: Run) =>
         }),
       ),
       Effect.mapError(admissionRefusal),
+    )
+    run.opening = { stored: { sequence: sequence!, event: write.event }, json: write.json }
+  })
+
+/**
+ * The run's live context: the one the engine kept from the session's last run when nothing but this
+ * run's opening was appended since, else one read of the log (docs/architecture.md §12).
+ */
+const liveContext = (run: Run, priorUnknown: boolean) =>
+  Effect.gen(function* () {
+    const { invocation, configuration } = run.settings
+    const kept = run.contexts.take(invocation.sessionId)
+    const opening = run.opening
+    if (kept !== undefined && opening !== undefined && !priorUnknown) {
+      const newer = yield* Effect.mapError(run.log.events(invocation.sessionId, kept.highWaterMark, 2), storeError)
+      if (newer.length === 1 && newer[0]!.event.id === opening.stored.event.id) {
+        kept.continueWith(opening.stored, opening.json, configuration)
+        return kept
+      }
+    }
+    return yield* Effect.mapError(
+      LiveContext.load(run.log, invocation.sessionId, invocation.invocationId, configuration, priorUnknown),
+      (error) =>
+        error.reason._tag === "Rejected" && error.reason.rejection._tag === "InvalidTransition"
+          ? EngineError.reconciliation(error.message)
+          : storeError(error),
     )
   })
 
@@ -350,19 +376,7 @@ export const runMessage = (
     yield* open(run)
     yield* admitted
     const work = Effect.gen(function* () {
-      run.live = yield* Effect.mapError(
-        LiveContext.load(
-          run.log,
-          run.settings.invocation.sessionId,
-          run.settings.invocation.invocationId,
-          run.settings.configuration,
-          priorUnknown,
-        ),
-        (error) =>
-          error.reason._tag === "Rejected" && error.reason.rejection._tag === "InvalidTransition"
-            ? EngineError.reconciliation(error.message)
-            : storeError(error),
-      )
+      run.live = yield* liveContext(run, priorUnknown)
       // Seam: prune once after the opening (docs/engine.md §5.11), unless under prior-unknown.
       yield* stepLoop(run, priorUnknown)
       yield* epilogue(run, priorUnknown)
@@ -377,5 +391,8 @@ export const runMessage = (
       : cancelled
         ? { kind: "cancelled", source: "runtime_cancellation" }
         : { kind: "completed" }
-    return { outcome: yield* seal(run, outcome) } satisfies RunResult
+    const sealed = yield* seal(run, outcome)
+    // Every commit of the run went through: its context is the session's, kept for the next run.
+    if (!run.mayBeUnresolved && !priorUnknown && run.live !== undefined) run.contexts.put(run.settings.invocation.sessionId, run.live)
+    return { outcome: sealed } satisfies RunResult
   })
