@@ -4,7 +4,7 @@
  * message followed by one tool message with the results of its local calls in call order; requests,
  * observations, interruptions and dispatches contribute nothing by themselves.
  */
-import { Canonical, Model, Prompts, ToolCall, type Event, type Prompt } from "@maka/facts"
+import { Canonical, Model, Prompts, ToolCall, type Event, type Fact, type Prompt } from "@maka/facts"
 import type { EventLog } from "@maka/event-log"
 
 type TailItem = EventLog.TailItem
@@ -29,6 +29,22 @@ interface ResultIndex {
   readonly summarySteps: Set<string>
 }
 
+/**
+ * Projections are memoised by the identity of the stored facts they come from: a live context keeps
+ * its events step after step, so each step projects to the same message objects, and the request
+ * digest reuses their canonical fragments (docs/architecture.md §12). Facts are never mutated.
+ */
+const memo = <K extends object, V>(compute: (key: K) => V): ((key: K) => V) => {
+  const cache = new WeakMap<K, { readonly value: V }>()
+  return (key) => {
+    const hit = cache.get(key)
+    if (hit !== undefined) return hit.value
+    const value = compute(key)
+    cache.set(key, { value })
+    return value
+  }
+}
+
 /** The model-visible output of a settled outcome. */
 export const settledOutput = (outcome: ToolCall.ToolOutcome): Prompt.ToolResultOutput => {
   if (outcome.kind === "failed") return { type: "error-text", value: outcome.message }
@@ -43,11 +59,24 @@ export const settledOutput = (outcome: ToolCall.ToolOutcome): Prompt.ToolResultO
   }
 }
 
+const settledOutputOf = memo(settledOutput)
+
 /** The model-visible output of an archived replacement: its model value, or that value's JSON as an error. */
-const archivedOutput = (item: Extract<TailItem, { readonly kind: "archived" }>): Prompt.ToolResultOutput =>
-  item.isError
-    ? { type: "error-text", value: Canonical.stringify(item.replacement) }
-    : { type: "json", value: item.replacement }
+const archivedOutput = memo(
+  (item: Extract<TailItem, { readonly kind: "archived" }>): Prompt.ToolResultOutput =>
+    item.isError
+      ? { type: "error-text", value: Canonical.stringify(item.replacement) }
+      : { type: "json", value: item.replacement },
+)
+
+const rejectedOutput = memo(
+  (fact: Fact.ToolRejected): Prompt.ToolResultOutput => ({ type: "error-text", value: ToolCall.rejectionText(fact.reason) }),
+)
+
+const OUTCOME_UNKNOWN_OUTPUT: Prompt.ToolResultOutput = Object.freeze({
+  type: "error-text",
+  value: Prompts.OUTCOME_UNKNOWN_TOOL_TEXT,
+})
 
 /** The operation id a rejection or dispatch names: its provider call identity, or none for standalone calls. */
 const providerOperation = (call: ToolCall.ToolCallIdentity): string | undefined =>
@@ -70,13 +99,11 @@ const indexResults = (items: ReadonlyArray<TailItem>): ResultIndex => {
     const fact = event.fact
     switch (fact.kind) {
       case "tool_settled":
-        index.settled.set(fact.operationId, settledOutput(fact.outcome))
+        index.settled.set(fact.operationId, settledOutputOf(fact.outcome))
         break
       case "tool_rejected": {
         const operationId = providerOperation(fact.call)
-        if (operationId !== undefined) {
-          index.rejected.set(operationId, { type: "error-text", value: ToolCall.rejectionText(fact.reason) })
-        }
+        if (operationId !== undefined) index.rejected.set(operationId, rejectedOutput(fact))
         break
       }
       case "tool_dispatched": {
@@ -106,9 +133,7 @@ const resolve = (index: ResultIndex, operationId: string): Prompt.ToolResultOutp
   const rejected = index.rejected.get(operationId)
   if (rejected !== undefined) return rejected
   const dispatcher = index.dispatched.get(operationId)
-  if (dispatcher !== undefined && index.outcomeUnknown.has(dispatcher)) {
-    return { type: "error-text", value: Prompts.OUTCOME_UNKNOWN_TOOL_TEXT }
-  }
+  if (dispatcher !== undefined && index.outcomeUnknown.has(dispatcher)) return OUTCOME_UNKNOWN_OUTPUT
   return undefined
 }
 
@@ -147,6 +172,34 @@ export const assistantMessage = (step: Model.ModelStep): Prompt.AssistantMessage
   return parts.length === 0 ? undefined : { role: "assistant", parts }
 }
 
+const assistantOf = memo(assistantMessage)
+
+const openingMessage = memo(
+  (fact: Fact.InvocationOpened): Prompt.PromptMessage | undefined =>
+    fact.input.kind === "message" ? { role: "user", content: fact.input.content.text } : undefined,
+)
+
+const steeringMessage = memo(
+  (fact: Fact.MessageSteered): Prompt.PromptMessage => ({ role: "user", content: Prompts.steeringMessage(fact.message.content.text) }),
+)
+
+/** The tool message of a completion's results: the same object while its results are the same ones. */
+const toolMessages = new WeakMap<Fact.ModelCompleted, Prompt.PromptMessage & { readonly role: "tool" }>()
+
+const toolMessage = (completion: Fact.ModelCompleted, results: ReadonlyArray<Prompt.ToolResult>): Prompt.PromptMessage => {
+  const kept = toolMessages.get(completion)
+  if (
+    kept !== undefined &&
+    kept.results.length === results.length &&
+    kept.results.every((result, index) => result.output === results[index]!.output && result.toolCallId === results[index]!.toolCallId)
+  ) {
+    return kept
+  }
+  const message = { role: "tool" as const, results }
+  toolMessages.set(completion, message)
+  return message
+}
+
 /** Projects the anchor (when given) and the tail, in order. */
 export const projectHistory = (
   anchor: Event.StoredEvent | undefined,
@@ -160,15 +213,17 @@ export const projectHistory = (
     if (item.kind === "archived") continue
     const fact = item.stored.event.fact
     switch (fact.kind) {
-      case "invocation_opened":
-        if (fact.input.kind === "message") messages.push({ role: "user", content: fact.input.content.text })
+      case "invocation_opened": {
+        const opening = openingMessage(fact)
+        if (opening !== undefined) messages.push(opening)
         break
+      }
       case "message_steered":
-        messages.push({ role: "user", content: Prompts.steeringMessage(fact.message.content.text) })
+        messages.push(steeringMessage(fact))
         break
       case "model_completed": {
         if (index.summarySteps.has(fact.stepId)) break
-        const assistant = assistantMessage(fact.output)
+        const assistant = assistantOf(fact.output)
         if (assistant === undefined) break
         messages.push(assistant)
         const results: Array<Prompt.ToolResult> = []
@@ -178,7 +233,7 @@ export const projectHistory = (
           if (output === undefined) unresolvedOperations.push(operationId)
           else results.push({ toolCallId: call.id, toolName: call.name, output })
         }
-        if (results.length > 0) messages.push({ role: "tool", results })
+        if (results.length > 0) messages.push(toolMessage(fact, results))
         break
       }
       default:
