@@ -30,6 +30,7 @@ export class LiveContext {
   })
 
   private readonly tail: Array<TailItem>
+  private readonly replacements: ReadonlyArray<{ readonly settledEventId: string; readonly archiveEventId: string }>
   private readonly summarySteps = new Set<string>()
   private readonly requests = new Map<string, { readonly fact: Fact.ModelRequested }>()
   private highWater: number
@@ -45,6 +46,10 @@ export class LiveContext {
     private readonly limits: ContextLimits,
   ) {
     this.tail = [...initial.tail]
+    // Archived items come only from the read: a run appends canonical events.
+    this.replacements = initial.tail.flatMap((item) =>
+      item.kind === "archived" ? [{ settledEventId: item.eventId, archiveEventId: item.archiveEventId }] : [],
+    )
     this.highWater = initial.sourceEvidence.highWater
     this.latestMain = initial.latestMain
     const anchor = initial.anchor === undefined ? [] : [Canonical.utf8Length(Canonical.stringify(initial.anchor.event))]
@@ -178,9 +183,6 @@ export class LiveContext {
       highWater = event.sequence
     }
     const digest = hash.digest(highWater)
-    const replacements = this.tail.flatMap((item) =>
-      item.kind === "archived" ? [{ settledEventId: item.eventId, archiveEventId: item.archiveEventId }] : [],
-    )
-    return { highWater, digest, effectiveSourceDigest: Digest.effectiveSource(digest, replacements) }
+    return { highWater, digest, effectiveSourceDigest: Digest.effectiveSource(digest, this.replacements) }
   }
 }
