@@ -17,6 +17,8 @@ export interface MainPromptInput {
   readonly notice?: string | undefined
   readonly priorUnknown?: boolean | undefined
   readonly source: EventLog.ModelContextSource
+  /** The source's history projection when the caller keeps it (a live context); projected from `source` otherwise. */
+  readonly projection?: ProjectedHistory | undefined
 }
 
 export interface SummaryPromptInput {
@@ -60,7 +62,7 @@ export const buildMainPrompt = (input: MainPromptInput): Prompt.Prompt => {
     ...(baseline === undefined
       ? []
       : [{ role: "user" as const, content: Prompts.continuationSummaryMessage(baseline.checkpoint.summary.text) }]),
-    ...projectSource(input.source).messages,
+    ...(input.projection ?? projectSource(input.source)).messages,
   ]
 }
 

@@ -8,6 +8,7 @@
 import { Canonical, Digest, type Configuration, type Event, type EventWrite, type Fact } from "@maka/facts"
 import { EventLog, EventLogError } from "@maka/event-log"
 import { Effect, Result } from "effect"
+import { HistoryProjector, type ProjectedHistory } from "./prompt-history.ts"
 
 type Source = EventLog.ModelContextSource
 type TailItem = EventLog.TailItem
@@ -30,6 +31,7 @@ export class LiveContext {
   })
 
   private readonly tail: Array<TailItem>
+  private readonly projector: HistoryProjector
   private readonly replacements: ReadonlyArray<{ readonly settledEventId: string; readonly archiveEventId: string }>
   private readonly summarySteps = new Set<string>()
   private readonly requests = new Map<string, { readonly fact: Fact.ModelRequested }>()
@@ -46,6 +48,10 @@ export class LiveContext {
     private readonly limits: ContextLimits,
   ) {
     this.tail = [...initial.tail]
+    const midTurnAnchor = initial.baseline?.checkpoint.mode.kind === "mid_turn" ? initial.anchor : undefined
+    this.projector = new HistoryProjector(
+      midTurnAnchor === undefined ? initial.tail : [{ kind: "canonical", stored: midTurnAnchor }, ...initial.tail],
+    )
     // Archived items come only from the read: a run appends canonical events.
     this.replacements = initial.tail.flatMap((item) =>
       item.kind === "archived" ? [{ settledEventId: item.eventId, archiveEventId: item.archiveEventId }] : [],
@@ -115,7 +121,9 @@ export class LiveContext {
       if (fact.purpose === "summary") this.summarySteps.add(fact.stepId)
     }
     if (!this.excluded(fact)) {
-      this.tail.push({ kind: "canonical", stored })
+      const item: TailItem = { kind: "canonical", stored }
+      this.tail.push(item)
+      this.projector.add(item)
       this.events += 1
       this.bytes += Canonical.utf8Length(json)
     }
@@ -166,6 +174,14 @@ export class LiveContext {
       effectiveSourceDigest,
       latestMain: this.latestMain,
     })
+  }
+
+  /** The history projection of `snapshot(pending)`'s source (docs/engine.md §5.5), kept current incrementally. */
+  projection(pending: ReadonlyArray<EventWrite.EventWrite> = []): ProjectedHistory {
+    const items = pending.flatMap((write): ReadonlyArray<TailItem> =>
+      this.excluded(write.event.fact) ? [] : [{ kind: "canonical", stored: { sequence: 0, event: write.event } }],
+    )
+    return this.projector.project(items)
   }
 
   /** The source evidence of the context extended by `leading` (events about to commit, in order). */

@@ -82,58 +82,63 @@ const OUTCOME_UNKNOWN_OUTPUT: Prompt.ToolResultOutput = Object.freeze({
 const providerOperation = (call: ToolCall.ToolCallIdentity): string | undefined =>
   call.origin.kind === "provider" ? ToolCall.providerOperationId(call.origin.stepId, call.toolCallId) : undefined
 
-const indexResults = (items: ReadonlyArray<TailItem>): ResultIndex => {
-  const index: ResultIndex = {
-    settled: new Map(),
-    rejected: new Map(),
-    dispatched: new Map(),
-    outcomeUnknown: new Set(),
-    summarySteps: new Set(),
+const emptyIndex = (): ResultIndex => ({
+  settled: new Map(),
+  rejected: new Map(),
+  dispatched: new Map(),
+  outcomeUnknown: new Set(),
+  summarySteps: new Set(),
+})
+
+/** Adds what one item says about results to `index`. */
+const indexItem = (index: ResultIndex, item: TailItem): void => {
+  if (item.kind === "archived") {
+    index.settled.set(item.operationId, archivedOutput(item))
+    return
   }
-  for (const item of items) {
-    if (item.kind === "archived") {
-      index.settled.set(item.operationId, archivedOutput(item))
-      continue
+  const event = item.stored.event
+  const fact = event.fact
+  switch (fact.kind) {
+    case "tool_settled":
+      index.settled.set(fact.operationId, settledOutputOf(fact.outcome))
+      break
+    case "tool_rejected": {
+      const operationId = providerOperation(fact.call)
+      if (operationId !== undefined) index.rejected.set(operationId, rejectedOutput(fact))
+      break
     }
-    const event = item.stored.event
-    const fact = event.fact
-    switch (fact.kind) {
-      case "tool_settled":
-        index.settled.set(fact.operationId, settledOutputOf(fact.outcome))
-        break
-      case "tool_rejected": {
-        const operationId = providerOperation(fact.call)
-        if (operationId !== undefined) index.rejected.set(operationId, rejectedOutput(fact))
-        break
-      }
-      case "tool_dispatched": {
-        const operationId = providerOperation(fact.call)
-        if (operationId !== undefined) index.dispatched.set(operationId, event.invocation.invocationId)
-        break
-      }
-      case "invocation_ended":
-        if (fact.outcome.kind === "failed" && fact.outcome.class === "outcome_unknown") {
-          index.outcomeUnknown.add(event.invocation.invocationId)
-        }
-        break
-      case "model_requested":
-        if (fact.purpose === "summary") index.summarySteps.add(fact.stepId)
-        break
-      default:
-        break
+    case "tool_dispatched": {
+      const operationId = providerOperation(fact.call)
+      if (operationId !== undefined) index.dispatched.set(operationId, event.invocation.invocationId)
+      break
     }
+    case "invocation_ended":
+      if (fact.outcome.kind === "failed" && fact.outcome.class === "outcome_unknown") {
+        index.outcomeUnknown.add(event.invocation.invocationId)
+      }
+      break
+    case "model_requested":
+      if (fact.purpose === "summary") index.summarySteps.add(fact.stepId)
+      break
+    default:
+      break
   }
-  return index
 }
 
-/** The output of one local call, or `undefined` when the history holds none (never invented). */
-const resolve = (index: ResultIndex, operationId: string): Prompt.ToolResultOutput | undefined => {
-  const settled = index.settled.get(operationId)
-  if (settled !== undefined) return settled
-  const rejected = index.rejected.get(operationId)
-  if (rejected !== undefined) return rejected
-  const dispatcher = index.dispatched.get(operationId)
-  if (dispatcher !== undefined && index.outcomeUnknown.has(dispatcher)) return OUTCOME_UNKNOWN_OUTPUT
+/** The output of one local call in `indexes` (a settlement first, in any of them), or `undefined` (never invented). */
+const resolve = (indexes: ReadonlyArray<ResultIndex>, operationId: string): Prompt.ToolResultOutput | undefined => {
+  for (const index of indexes) {
+    const settled = index.settled.get(operationId)
+    if (settled !== undefined) return settled
+  }
+  for (const index of indexes) {
+    const rejected = index.rejected.get(operationId)
+    if (rejected !== undefined) return rejected
+  }
+  for (const index of indexes) {
+    const dispatcher = index.dispatched.get(operationId)
+    if (dispatcher !== undefined && indexes.some((other) => other.outcomeUnknown.has(dispatcher))) return OUTCOME_UNKNOWN_OUTPUT
+  }
   return undefined
 }
 
@@ -200,45 +205,103 @@ const toolMessage = (completion: Fact.ModelCompleted, results: ReadonlyArray<Pro
   return message
 }
 
-/** Projects the anchor (when given) and the tail, in order. */
-export const projectHistory = (
-  anchor: Event.StoredEvent | undefined,
-  tail: ReadonlyArray<TailItem>,
-): ProjectedHistory => {
-  const items: ReadonlyArray<TailItem> = anchor === undefined ? tail : [{ kind: "canonical", stored: anchor }, ...tail]
-  const index = indexResults(items)
-  const messages: Array<Prompt.PromptMessage> = []
-  const unresolvedOperations: Array<string> = []
-  for (const item of items) {
-    if (item.kind === "archived") continue
-    const fact = item.stored.event.fact
-    switch (fact.kind) {
-      case "invocation_opened": {
-        const opening = openingMessage(fact)
-        if (opening !== undefined) messages.push(opening)
-        break
-      }
-      case "message_steered":
-        messages.push(steeringMessage(fact))
-        break
-      case "model_completed": {
-        if (index.summarySteps.has(fact.stepId)) break
-        const assistant = assistantOf(fact.output)
-        if (assistant === undefined) break
-        messages.push(assistant)
-        const results: Array<Prompt.ToolResult> = []
-        for (const call of Model.localToolCalls(fact.output)) {
-          const operationId = ToolCall.providerOperationId(fact.stepId, call.id)
-          const output = resolve(index, operationId)
-          if (output === undefined) unresolvedOperations.push(operationId)
-          else results.push({ toolCallId: call.id, toolName: call.name, output })
-        }
-        if (results.length > 0) messages.push(toolMessage(fact, results))
-        break
-      }
-      default:
-        break
+/** A tail item as the prompt sees it: a message, a completion with its calls, or nothing. */
+type Entry =
+  | { readonly kind: "message"; readonly message: Prompt.PromptMessage }
+  | { readonly kind: "completion"; readonly fact: Fact.ModelCompleted; readonly assistant: Prompt.AssistantMessage }
+
+const entryOf = (summarySteps: (stepId: string) => boolean, item: TailItem): Entry | undefined => {
+  if (item.kind === "archived") return undefined
+  const fact = item.stored.event.fact
+  switch (fact.kind) {
+    case "invocation_opened": {
+      const opening = openingMessage(fact)
+      return opening === undefined ? undefined : { kind: "message", message: opening }
     }
+    case "message_steered":
+      return { kind: "message", message: steeringMessage(fact) }
+    case "model_completed": {
+      if (summarySteps(fact.stepId)) return undefined
+      const assistant = assistantOf(fact.output)
+      return assistant === undefined ? undefined : { kind: "completion", fact, assistant }
+    }
+    default:
+      return undefined
   }
-  return { messages, unresolvedOperations }
 }
+
+/** Appends an entry's messages to `messages`; returns the operation ids of its calls without a result. */
+const projectEntry = (
+  entry: Entry,
+  indexes: ReadonlyArray<ResultIndex>,
+  messages: Array<Prompt.PromptMessage>,
+): ReadonlyArray<string> => {
+  if (entry.kind === "message") {
+    messages.push(entry.message)
+    return []
+  }
+  messages.push(entry.assistant)
+  const unresolved: Array<string> = []
+  const results: Array<Prompt.ToolResult> = []
+  for (const call of Model.localToolCalls(entry.fact.output)) {
+    const operationId = ToolCall.providerOperationId(entry.fact.stepId, call.id)
+    const output = resolve(indexes, operationId)
+    if (output === undefined) unresolved.push(operationId)
+    else results.push({ toolCallId: call.id, toolName: call.name, output })
+  }
+  if (results.length > 0) messages.push(toolMessage(entry.fact, results))
+  return unresolved
+}
+
+/**
+ * The history projection, kept current item by item (docs/architecture.md §12): a live context adds
+ * each event it applies, and each step projects only what may still change. A call's result, once
+ * the history holds one, never changes (a settlement is final, and so is the outcome of a sealed
+ * invocation), so the messages up to the first completion with a call still open are kept.
+ */
+export class HistoryProjector {
+  private readonly index = emptyIndex()
+  private readonly entries: Array<Entry> = []
+  /** The messages of `entries[0 .. settledEntries)`, whose calls all have their result. */
+  private readonly settledMessages: Array<Prompt.PromptMessage> = []
+  private settledEntries = 0
+
+  constructor(items: ReadonlyArray<TailItem> = []) {
+    for (const item of items) this.add(item)
+  }
+
+  /** Adds one item of the history, in log order. */
+  add(item: TailItem): void {
+    indexItem(this.index, item)
+    const entry = entryOf((stepId) => this.index.summarySteps.has(stepId), item)
+    if (entry !== undefined) this.entries.push(entry)
+  }
+
+  /** The projection of the history, followed by `pending` (items about to commit, in order). */
+  project(pending: ReadonlyArray<TailItem> = []): ProjectedHistory {
+    const committed = [this.index]
+    while (this.settledEntries < this.entries.length) {
+      const messages: Array<Prompt.PromptMessage> = []
+      if (projectEntry(this.entries[this.settledEntries]!, committed, messages).length > 0) break
+      this.settledMessages.push(...messages)
+      this.settledEntries++
+    }
+    const overlay = emptyIndex()
+    const entries = this.entries.slice(this.settledEntries)
+    const isSummary = (stepId: string) => this.index.summarySteps.has(stepId) || overlay.summarySteps.has(stepId)
+    for (const item of pending) {
+      indexItem(overlay, item)
+      const entry = entryOf(isSummary, item)
+      if (entry !== undefined) entries.push(entry)
+    }
+    const indexes = [this.index, overlay]
+    const messages = [...this.settledMessages]
+    const unresolvedOperations: Array<string> = []
+    for (const entry of entries) unresolvedOperations.push(...projectEntry(entry, indexes, messages))
+    return { messages, unresolvedOperations }
+  }
+}
+
+/** Projects the anchor (when given) and the tail, in order. */
+export const projectHistory = (anchor: Event.StoredEvent | undefined, tail: ReadonlyArray<TailItem>): ProjectedHistory =>
+  new HistoryProjector(anchor === undefined ? tail : [{ kind: "canonical", stored: anchor }, ...tail]).project()

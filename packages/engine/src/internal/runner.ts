@@ -231,7 +231,13 @@ const thinkingBudget = (run: Run): number => {
 }
 
 /** The main request of a step from the context (docs/engine.md §5.5), frozen for its retries. */
-const mainRequest = (run: Run, source: EventLog.ModelContextSource, tools: Prompt.ModelRequest["tools"], priorUnknown: boolean) =>
+const mainRequest = (
+  run: Run,
+  source: EventLog.ModelContextSource,
+  projection: PromptBuilder.ProjectedHistory,
+  tools: Prompt.ModelRequest["tools"],
+  priorUnknown: boolean,
+) =>
   Effect.gen(function* () {
     const { settings } = run
     const notice = priorUnknown ? PromptBuilder.priorUnknownNotice(source) : undefined
@@ -242,6 +248,7 @@ const mainRequest = (run: Run, source: EventLog.ModelContextSource, tools: Promp
       ...(settings.configuration.systemPrompt === undefined ? {} : { systemPrompt: settings.configuration.systemPrompt.text }),
       ...(notice === undefined ? {} : { notice }),
       source,
+      projection,
     })
     const maxOutputTokens = PromptBuilder.outputLimit({
       ...(settings.mainOutputLimit === undefined ? {} : { mainOutputLimit: settings.mainOutputLimit }),
@@ -289,7 +296,7 @@ const runStep = (run: Run, priorUnknown: boolean) =>
     const source = yield* Effect.mapError(Effect.fromResult(run.live!.snapshot(run.carry)), storeError)
     // Seam: proactive compaction (docs/engine.md §5.12) decides here, before the tools are captured.
     const captured = run.settings.tools.capture()
-    const input = yield* mainRequest(run, source, captured.definitions, priorUnknown)
+    const input = yield* mainRequest(run, source, run.live!.projection(run.carry), captured.definitions, priorUnknown)
     const completed = yield* attemptWithRetries(run, input)
     // Seam: overflow recovery (docs/engine.md §5.4 step 11) wraps the attempt above.
     const calls = completed.step.parts.flatMap((part) =>
