@@ -130,6 +130,31 @@ describe("refused and uncertain commits leave a usable session", () => {
       }),
     ))
 
+  it.live("a refused request commits the settlement that rode it on its own, and seals event_commit (docs/engine.md §5.4)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        // The second request carries the first step's settlement; the store refuses the batch.
+        const faulted = yield* faultedSetup("model_requested#2", "refuse")
+        const { wait } = yield* runLoop(faulted)
+        assert.isTrue(faulted.faults.fired())
+        assert.isTrue(Exit.isSuccess(wait) && wait.value.outcome.kind === "failed" && wait.value.outcome.class === "event_commit")
+        assert.deepStrictEqual(faulted.effects.ran, ["a"])
+        const events = yield* faulted.context.log.events("session-1")
+        assert.deepStrictEqual(kinds(events), [
+          "invocation_opened",
+          "model_requested",
+          "model_completed",
+          "tool_dispatched",
+          "tool_settled:succeeded",
+          "invocation_ended:failed:event_commit",
+        ])
+        // The settlement was committed on its own, right after the refusal: before the terminal's batch.
+        const labels = faulted.faults.labels.filter((label) => !label.startsWith("model_observed"))
+        assert.deepStrictEqual(labels.slice(-3), ["model_requested#2", "tool_settled#1", "invocation_ended#1"])
+        yield* admitsNext(faulted, faulted.context.log)
+      }),
+    ))
+
   it.live("a dispatch that landed while its commit was reported uncertain seals outcome_unknown", () =>
     Effect.scoped(
       Effect.gen(function* () {
