@@ -35,7 +35,7 @@ interface Comparison {
 interface Current {
   readonly invocationId: string
   readonly configuration: Configuration.InvocationConfiguration
-  readonly live: LiveContext
+  live: LiveContext
 }
 
 /** What the runner needs to rebuild a request: the run's input, as the test started it. */
@@ -126,6 +126,10 @@ const comparing = (
       } else if (current !== undefined) {
         for (const [index, write] of writes.entries()) {
           current.live.apply({ sequence: sequences[index]!, event: write.event }, write.json)
+        }
+        // An archive makes the live context read the log again, as the engine's does.
+        if (current.live.stale) {
+          current.live = yield* LiveContext.load(log, sessionId, current.invocationId, current.configuration, settings().allowPriorUnknown === true)
         }
         if (writes.some((write) => write.event.fact.kind === "invocation_ended")) {
           current = undefined
@@ -343,6 +347,86 @@ describe("the context an engine keeps across runs", () => {
         assert.deepStrictEqual(spy.requests, comparison.expected)
         const last = spy.requests[3]!.prompt
         assert.isTrue(last.some((message) => message.role === "user" && message.content === "A note from elsewhere."))
+      }),
+    ))
+})
+
+describe("prune (docs/engine.md §5.11)", () => {
+  it.live("archives a result over one page before the next request, keeps the raw result readable, and the context equals a fresh read (scenario 47)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const comparison: Comparison = { snapshots: 0, expected: [], requests: [], retries: 0, mismatches: [] }
+        let settings: Settings | undefined
+        let reads = 0
+        const big = "0123456789".repeat(2_000)
+        const context = yield* setup(
+          {
+            script: [
+              Respond.sse(
+                OpenAiSse.response({
+                  toolCalls: [
+                    { id: "call-big", name: "echo", arguments: [JSON.stringify({ value: big })] },
+                    { id: "call-small", name: "echo", arguments: ['{"value":"small"}'] },
+                  ],
+                }),
+              ),
+              Respond.sse(OpenAiSse.response({ text: ["Read it."] })),
+              Respond.sse(OpenAiSse.response({ text: ["Again."] })),
+            ],
+          },
+          undefined,
+          {},
+          {
+            wrapLog: (log) => {
+              const compared = comparing(comparison, "session-1", () => settings!, log)
+              return {
+                ...compared,
+                readModelContext: (sessionId, request) => {
+                  reads++
+                  return compared.readModelContext(sessionId, request)
+                },
+              }
+            },
+          },
+        )
+        const effects: Effects = { ran: [] }
+        const spy = recording(context.model)
+        const turn = (message: string) =>
+          Effect.gen(function* () {
+            const start = input(context, message, catalog(effects), { model: spy.model })
+            settings = start
+            assert.deepStrictEqual((yield* context.engine.run(start)).outcome, { kind: "completed" })
+          })
+        yield* turn("Echo a lot.")
+        const events = yield* context.log.events("session-1")
+        const settled = events.filter((stored) => stored.event.fact.kind === "tool_settled")
+        const archives = events.flatMap((stored) => (stored.event.fact.kind === "tool_result_archived" ? [stored.event.fact] : []))
+        assert.strictEqual(archives.length, 1, "only the result over one page is archived")
+        const bigSettled = settled.find((stored) => stored.event.id === archives[0]!.placeholder.identity.runtimeEventId)!
+        assert.isDefined(bigSettled)
+        // The second request carries the placeholder, not the result.
+        const tool = spy.requests[1]!.prompt.find((message) => message.role === "tool")
+        assert.isTrue(tool !== undefined && tool.role === "tool")
+        const results = tool!.role === "tool" ? tool!.results : []
+        const archived = results.find((result) => result.toolCallId === "call-big")!.output
+        assert.strictEqual(archived.type, "json")
+        const value = archived.type === "json" ? (archived.value as Record<string, unknown>) : {}
+        assert.strictEqual(value["kind"], "maka.archived_tool_result")
+        assert.strictEqual(value["resourceRef"], `maka://tool-result/${bigSettled.event.id}`)
+        assert.isAtMost(JSON.stringify(archived.value).length, 7_500)
+        assert.notInclude(JSON.stringify(tool), big)
+        assert.deepStrictEqual(results.find((result) => result.toolCallId === "call-small")!.output, { type: "text", value: "echo: small" })
+        // The raw result stays in the log.
+        const raw = yield* context.log.readToolResult("session-1", bigSettled.event.id)
+        assert.include(JSON.stringify(raw.raw), big)
+        // The archive made the run read its context again before its next step; that context is
+        // kept, so the next turn reads nothing, and both turns' requests equal ones rebuilt from a fresh read.
+        const before = reads
+        yield* turn("And now?")
+        assert.strictEqual(reads, before)
+        assert.deepStrictEqual(comparison.mismatches, [])
+        assert.deepStrictEqual(spy.requests, comparison.expected)
+        assert.deepStrictEqual(effects.ran, [big, "small"])
       }),
     ))
 })

@@ -82,6 +82,16 @@ export class LiveContext {
     })
   }
 
+  /**
+   * An archive was applied: a fresh read replaces the archived result in the tail and changes the
+   * effective source; the context is read again before it is used (docs/engine.md §5.11).
+   */
+  get stale(): boolean {
+    return this.archived
+  }
+
+  private archived = false
+
   /** The last sequence applied. */
   get highWaterMark(): number {
     return this.highWater
@@ -120,6 +130,7 @@ export class LiveContext {
       this.requests.set(fact.stepId, { fact })
       if (fact.purpose === "summary") this.summarySteps.add(fact.stepId)
     }
+    if (fact.kind === "tool_result_archived") this.archived = true
     if (!this.excluded(fact)) {
       const item: TailItem = { kind: "canonical", stored }
       this.tail.push(item)

@@ -14,6 +14,7 @@ import * as Recovery from "../Recovery.ts"
 import { attemptWithRetries } from "./attempt.ts"
 import { faultPoint } from "./fault.ts"
 import { LiveContext } from "./live-context.ts"
+import { isArchivable, prune } from "./prune.ts"
 import { commit, commitError, commitFacts, flushCarry, isCancelled, plainWrite, storeError, type Run } from "./run-context.ts"
 
 type Done = { readonly _tag: "Completed" }
@@ -109,21 +110,27 @@ const liveContext = (run: Run, priorUnknown: boolean) =>
     const { invocation, configuration } = run.settings
     const kept = run.contexts.take(invocation.sessionId)
     const opening = run.opening
-    if (kept !== undefined && opening !== undefined && !priorUnknown) {
+    if (kept !== undefined && !kept.stale && opening !== undefined && !priorUnknown) {
       const newer = yield* Effect.mapError(run.log.events(invocation.sessionId, kept.highWaterMark, 2), storeError)
       if (newer.length === 1 && newer[0]!.event.id === opening.stored.event.id) {
         kept.continueWith(opening.stored, opening.json, configuration)
-        return kept
+        return { context: kept, kept: true }
       }
     }
-    return yield* Effect.mapError(
+    return { context: yield* readContext(run, priorUnknown), kept: false }
+  })
+
+/** One read of the run's context from the log. */
+const readContext = (run: Run, priorUnknown: boolean) => {
+  const { invocation, configuration } = run.settings
+  return Effect.mapError(
       LiveContext.load(run.log, invocation.sessionId, invocation.invocationId, configuration, priorUnknown),
       (error) =>
         error.reason._tag === "Rejected" && error.reason.rejection._tag === "InvalidTransition"
           ? EngineError.reconciliation(error.message)
           : storeError(error),
     )
-  })
+}
 
 /** Queued steering rides the next request's commit (docs/engine.md §5.4), and is in its prompt. */
 const deliverSteering = (run: Run) =>
@@ -143,6 +150,8 @@ interface JournalGuard {
   readonly gate: Semaphore.Semaphore
   readonly unsettled: Set<string>
   abandoned: boolean
+  /** A settlement of the step holds a result over one page: prune after the batch. */
+  archivable: boolean
 }
 
 const sinkError = (error: EventLogError.EventLogError) =>
@@ -173,6 +182,7 @@ const journalSink = (run: Run, guard: JournalGuard): EventSink.EventSinkShape =>
           const kind = write.event.fact.kind
           if (kind === "tool_settled") {
             faultPoint("engine.before-settle")
+            if (isArchivable(write)) guard.archivable = true
             run.carry.push(write)
             track([write])
             return Effect.succeed(0)
@@ -268,7 +278,7 @@ const mainRequest = (
 /** Runs the local calls of a completed step through the journal; returns whether the turn is done. */
 const runTools = (run: Run, captured: ToolCatalog.CapturedCatalog, calls: ReadonlyArray<Journal.CallRequest>) =>
   Effect.gen(function* () {
-    const guard: JournalGuard = { gate: yield* Semaphore.make(1), unsettled: new Set(), abandoned: false }
+    const guard: JournalGuard = { gate: yield* Semaphore.make(1), unsettled: new Set(), abandoned: false, archivable: false }
     const journal = Journal.runStep(run.settings.invocation, captured, calls, {
       cancellation: run.cancellation.cancellation,
       secrets: run.settings.secrets,
@@ -285,12 +295,14 @@ const runTools = (run: Run, captured: ToolCatalog.CapturedCatalog, calls: Readon
       )
     }
     if (result.cancelled) return yield* Effect.fail(EngineError.cancelled())
-    return result.finishTurn
+    return { finishTurn: result.finishTurn, archivable: guard.archivable }
   })
 
 /** One logical step after the context read: prompt, model, tools. Returns whether the turn is done. */
 const runStep = (run: Run, priorUnknown: boolean) =>
   Effect.gen(function* () {
+    // An archive changed what a fresh read returns: read it again, once.
+    if (run.live!.stale) run.live = yield* readContext(run, priorUnknown)
     // Over the history limits the live context fails as a fresh read would (`PrefixTooLarge`). What
     // the run carries (the last settlements, steering) commits with the request, and is in its prompt.
     const source = yield* Effect.mapError(Effect.fromResult(run.live!.snapshot(run.carry)), storeError)
@@ -303,8 +315,10 @@ const runStep = (run: Run, priorUnknown: boolean) =>
       part.kind === "tool_call" && !part.providerExecuted ? [Journal.providerCall(completed.stepId, part)] : [],
     )
     if (calls.length === 0) return true
-    const finishTurn = yield* runTools(run, captured, calls)
-    // Seam: prune (docs/engine.md §5.11) runs here after each tool batch.
+    const { finishTurn, archivable } = yield* runTools(run, captured, calls)
+    // Prune after the tool batch (docs/engine.md §5.11) when a result it settled is over one page:
+    // earlier results were archived by earlier passes.
+    if (!priorUnknown && archivable) yield* prune(run)
     return finishTurn
   })
 
@@ -383,8 +397,11 @@ export const runMessage = (
     yield* open(run)
     yield* admitted
     const work = Effect.gen(function* () {
-      run.live = yield* liveContext(run, priorUnknown)
-      // Seam: prune once after the opening (docs/engine.md §5.11), unless under prior-unknown.
+      const live = yield* liveContext(run, priorUnknown)
+      run.live = live.context
+      // Prune once after the opening (docs/engine.md §5.11): a context the engine kept was pruned
+      // after each of its tool batches already.
+      if (!priorUnknown && !live.kept) yield* prune(run)
       yield* stepLoop(run, priorUnknown)
       yield* epilogue(run, priorUnknown)
     })
