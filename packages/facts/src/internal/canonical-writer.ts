@@ -172,3 +172,13 @@ export const measure = (value: unknown): { readonly nodes: number; readonly dept
     return undefined
   }
 }
+
+/** Freezes every object and array of a plain JSON value (as `JSON.parse` returns it) and returns it. */
+export const freezeDeep = <A>(value: A): A => {
+  if (typeof value === "object" && value !== null && !Object.isFrozen(value)) {
+    const record = value as { readonly [key: string]: unknown }
+    for (const key of Object.keys(record)) freezeDeep(record[key])
+    Object.freeze(value)
+  }
+  return value
+}
