@@ -25,7 +25,25 @@ export { CanonicalJsonError } from "./internal/canonical-reference.ts"
  * The single-pass writer answers; whatever it does not accept goes to the reference writer, which
  * refuses with the path (or writes a value nested deeper than the fast writer goes).
  */
-export const stringify = (value: unknown): string => Writer.writeText(value) ?? Reference.stringify(value)
+export const stringify = (value: unknown): string =>
+  Writer.sealedText(value) ?? Writer.writeText(value) ?? Reference.stringify(value)
+
+/**
+ * A deep-frozen copy of a plain JSON value, parsed back from its canonical JSON, whose canonical JSON
+ * is kept: `stringify` and the digests (`Digest.modelInput` per prompt message) answer for it at
+ * once instead of walking it again. For values written once and read many times, such as the
+ * messages of a prompt that grows by a few messages a step. Throws like `stringify`; the copy
+ * holds `0` where the value held `-0`, as its canonical JSON does.
+ */
+export const seal = <A>(value: A): A => {
+  const text = stringify(value)
+  if (typeof value !== "object" || value === null) return value
+  if (Writer.sealedText(value) !== undefined) return value
+  const copy: unknown = Writer.freezeDeep(JSON.parse(text))
+  Writer.remember(copy as object, text)
+  // The copy is the same JSON value as `value`, parsed back from its canonical text.
+  return copy as A
+}
 
 /** The non-throwing form of `stringify`. */
 export const tryStringify = (value: unknown): Result.Result<string, CanonicalJsonError> => {

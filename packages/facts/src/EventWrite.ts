@@ -63,6 +63,7 @@ const checked = (event: RuntimeEvent, rawPayload?: string): Result.Result<EventW
     // The event the write carries is parsed back from its canonical JSON, so the bytes stored and the
     // event the log validates are one value; frozen, it cannot drift from them afterwards.
     const copy = Writer.freezeDeep(JSON.parse(json) as RuntimeEvent)
+    Writer.remember(copy, json)
     const write: EventWrite = Object.freeze(rawPayload === undefined ? { event: copy, json } : { event: copy, json, rawPayload })
     constructed.add(write)
     return write

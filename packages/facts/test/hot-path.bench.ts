@@ -73,25 +73,19 @@ const request = (messages: ReadonlyArray<Prompt.PromptMessage>) => ({
 })
 
 const fresh = (count: number) => Array.from({ length: count }, (_, index) => message(index))
-const reused = fresh(100).map((item) => JSON.parse(JSON.stringify(item)) as Prompt.PromptMessage)
-const deepFreeze = <A>(value: A): A => {
-  if (typeof value === "object" && value !== null) {
-    for (const child of Object.values(value)) deepFreeze(child)
-    Object.freeze(value)
-  }
-  return value
-}
-reused.forEach(deepFreeze)
+const sealed = (Canonical as { readonly seal?: <A>(value: A) => A }).seal ?? (<A>(value: A): A => value)
+const reused = fresh(100).map((item) => sealed(item))
 
 const completedWrite = Result.getOrThrow(EventWrite.plain(completed))
 const settledWrite = Result.getOrThrow(
   EventWrite.toolSuccess({ id: FactBuilders.eventId(2), recordedAt: 1, invocation, operationId: "step-7:call-1", output: settledOutput }),
 )
-const handBuilt = { event: completedWrite.event, json: completedWrite.json }
+const handBuilt = { event: JSON.parse(completedWrite.json) as typeof completedWrite.event, json: completedWrite.json }
+const settledEvent: unknown = JSON.parse(settledWrite.json)
 
 const cases: ReadonlyArray<readonly [string, () => unknown]> = [
   ["Canonical.stringify(model_completed event)", () => Canonical.stringify(completed)],
-  ["Canonical.stringify(tool_settled event)", () => Canonical.stringify(settledWrite.event)],
+  ["Canonical.stringify(tool_settled event)", () => Canonical.stringify(settledEvent)],
   ["EventWrite.plain(model_completed)", () => EventWrite.plain(completed)],
   ["EventWrite.toolSuccess(40-line JSON output)", () =>
     EventWrite.toolSuccess({ id: FactBuilders.eventId(2), recordedAt: 1, invocation, operationId: "step-7:call-1", output: settledOutput })],
@@ -99,7 +93,7 @@ const cases: ReadonlyArray<readonly [string, () => unknown]> = [
   ["EventWrite.verify(hand-built write)", () => EventWrite.verify(handBuilt)],
   ["Codec.decodeEventJson(model_completed row)", () => Codec.decodeEventJson(completedWrite.json)],
   ["Digest.modelInput(100 messages, fresh objects)", () => Digest.modelInput(request(fresh(100)))],
-  ["Digest.modelInput(100 messages, reused frozen objects)", () => Digest.modelInput(request(reused))],
+  ["Digest.modelInput(100 messages, reused sealed objects)", () => Digest.modelInput(request(reused))],
   ["Digest.LogPrefixHash.update(model_completed row)", (() => {
     const hash = Digest.LogPrefixHash.start({ kind: "session", id: "s" })
     let sequence = 0

@@ -173,6 +173,22 @@ export const measure = (value: unknown): { readonly nodes: number; readonly dept
   }
 }
 
+/**
+ * The canonical JSON of sealed values, by identity. Only values this package froze itself are here
+ * (parsed back from their own canonical JSON, so plain data with no accessor), and a frozen value
+ * cannot change: the text stays right for as long as the value lives.
+ */
+const sealedTexts = new WeakMap<object, string>()
+
+/** Records `text` as the canonical JSON of `value`, which the caller froze after parsing it from `text`. */
+export const remember = (value: object, text: string): void => {
+  sealedTexts.set(value, text)
+}
+
+/** The canonical JSON of a sealed value, or `undefined` for any other value. */
+export const sealedText = (value: unknown): string | undefined =>
+  typeof value === "object" && value !== null ? sealedTexts.get(value) : undefined
+
 /** Freezes every object and array of a plain JSON value (as `JSON.parse` returns it) and returns it. */
 export const freezeDeep = <A>(value: A): A => {
   if (typeof value === "object" && value !== null && !Object.isFrozen(value)) {
