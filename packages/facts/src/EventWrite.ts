@@ -32,39 +32,40 @@ export interface EventWrite {
 }
 
 /**
- * The writes `plain` and `toolSuccess` built. Each is frozen, and so is its event (a copy parsed from
- * `json`, so the caller's objects stay theirs): nothing in it can change after the checks, so the
- * store need not check it again (docs/log-format.md §2.13). A write built any other way is not here.
+ * The writes `plain` and `toolSuccess` built. Each is frozen, and so is its event (the decoded copy,
+ * which shares no object with the caller's): nothing in it can change after the checks, so the store
+ * need not check it again (docs/log-format.md §2.13). A write built any other way is not here.
  */
 const constructed = new WeakSet<EventWrite>()
 
 /**
  * Decodes the event closed (schemas, then the fact's rules), checks its text (well-formed, ids
- * without NUL), and encodes it within 1 MiB. The canonical writer notes whether every string it wrote
- * is well-formed, so on the usual path the text rules reduce to the NUL check of ids; otherwise
- * (a lone surrogate, or a value the fast writer leaves to the reference) the rules run in full,
- * in their order, before the encoding.
+ * without NUL), and encodes it within 1 MiB. Everything after the decode reads the decoded event, a
+ * fresh copy equal to the input (no fact schema transforms), so the caller cannot change what was
+ * checked. The canonical writer notes whether every string it wrote is well-formed, so on the usual
+ * path the text rules reduce to the NUL check of ids; otherwise (a lone surrogate, or a value the fast
+ * writer leaves to the reference) the rules run in full, in their order, before the encoding.
  */
-const encode = (event: RuntimeEvent): Result.Result<string, FactError> =>
-  Result.flatMap(decodeEvent(event), () => {
-    const written = Writer.write(event)
+const encode = (event: RuntimeEvent): Result.Result<{ readonly decoded: RuntimeEvent; readonly json: string }, FactError> =>
+  Result.flatMap(decodeEvent(event), (decoded) => {
+    const written = Writer.write(decoded)
     if (written === undefined || !written.isWellFormed) {
-      return Result.flatMap(wellFormedEvent(event), () => encodeEventChecked(event))
+      return Result.flatMap(wellFormedEvent(decoded), () => Result.map(encodeEventChecked(decoded), (json) => ({ decoded, json })))
     }
-    return Result.flatMap(storedIdsWithoutNul(event.fact, event.invocation), () =>
+    return Result.flatMap(storedIdsWithoutNul(decoded.fact, decoded.invocation), () =>
       written.text.length <= MAX_EVENT_BYTES / 3 || Canonical.utf8Length(written.text) <= MAX_EVENT_BYTES
-        ? Result.succeed(written.text)
+        ? Result.succeed({ decoded, json: written.text })
         : Result.fail(factError("event_too_large", `event exceeds ${MAX_EVENT_BYTES} bytes`)),
     )
   })
 
 const checked = (event: RuntimeEvent, rawPayload?: string): Result.Result<EventWrite, FactError> =>
-  Result.map(encode(event), (json): EventWrite => {
-    // The event the write carries is parsed back from its canonical JSON, so the bytes stored and the
-    // event the log validates are one value; frozen, it cannot drift from them afterwards.
-    const copy = Writer.freezeDeep(JSON.parse(json) as RuntimeEvent)
-    Writer.remember(copy, json)
-    const write: EventWrite = Object.freeze(rawPayload === undefined ? { event: copy, json } : { event: copy, json, rawPayload })
+  Result.map(encode(event), ({ decoded, json }): EventWrite => {
+    // Frozen, the event the log validates cannot drift from the bytes it stores; its canonical JSON
+    // is kept, so stringifying it again costs nothing.
+    const frozen = Writer.freezeDeep(decoded)
+    Writer.remember(frozen, json)
+    const write: EventWrite = Object.freeze(rawPayload === undefined ? { event: frozen, json } : { event: frozen, json, rawPayload })
     constructed.add(write)
     return write
   })
@@ -78,7 +79,7 @@ const checked = (event: RuntimeEvent, rawPayload?: string): Result.Result<EventW
 export const verify = (write: EventWrite): Result.Result<void, FactError> =>
   constructed.has(write)
     ? Result.succeed(undefined)
-    : Result.flatMap(encode(write.event), (json) =>
+    : Result.flatMap(encode(write.event), ({ json }) =>
         json === write.json
           ? Result.succeed(undefined)
           : Result.fail(factError("write_not_canonical", "the write's json is not the canonical JSON of its event")),

@@ -3,6 +3,7 @@ import { Canonical, Codec, Digest, type Event, EventWrite, Identity, Limits, Pro
 import { FactBuilders } from "@maka/testkit"
 import { Result } from "effect"
 import * as fc from "fast-check"
+import * as Reference from "../src/internal/canonical-reference.ts"
 
 const success = (output: ToolCall.ToolOutput) =>
   EventWrite.toolSuccess({
@@ -130,8 +131,20 @@ describe("EventWrite checks each event once", () => {
     assert.isTrue(Object.isFrozen(write))
     assert.isTrue(deeplyFrozen(write.event))
     assert.deepStrictEqual(write.event, original)
+    // The bytes kept for the frozen event are its canonical JSON, as the reference writer writes it.
+    assert.strictEqual(Reference.stringify(write.event), write.json)
+    assert.strictEqual(Canonical.stringify(write.event), write.json)
     assert.isFalse(Object.isFrozen(original))
     assert.isFalse(Object.isFrozen(original.fact.output.parts))
+    const objects = (value: unknown, found: Set<unknown>): Set<unknown> => {
+      if (typeof value === "object" && value !== null) {
+        found.add(value)
+        for (const child of Object.values(value)) objects(child, found)
+      }
+      return found
+    }
+    const callers = objects(original, new Set())
+    assert.isTrue([...objects(write.event, new Set())].every((object) => !callers.has(object)))
     const success = Result.getOrThrow(
       EventWrite.toolSuccess({ id: FactBuilders.eventId(5), recordedAt: 1, invocation: FactBuilders.invocation(), operationId: "op", output: FactBuilders.jsonOutput({ list: [1] }) }),
     )
@@ -195,7 +208,10 @@ describe("EventWrite checks each event once", () => {
           }
           const built = EventWrite.plain(candidate)
           assert.deepStrictEqual(outcomeOf(Result.map(built, (write) => write.json)), outcomeOf(reference(candidate)))
-          if (Result.isSuccess(built)) assert.isTrue(Result.isSuccess(EventWrite.verify({ ...built.success })))
+          if (Result.isSuccess(built)) {
+            assert.isTrue(Result.isSuccess(EventWrite.verify({ ...built.success })))
+            assert.strictEqual(Reference.stringify(built.success.event), built.success.json)
+          }
         },
       ),
       { numRuns: 600 },
