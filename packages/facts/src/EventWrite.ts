@@ -61,10 +61,9 @@ const encode = (event: RuntimeEvent): Result.Result<{ readonly decoded: RuntimeE
 
 const checked = (event: RuntimeEvent, rawPayload?: string): Result.Result<EventWrite, FactError> =>
   Result.map(encode(event), ({ decoded, json }): EventWrite => {
-    // Frozen, the event the log validates cannot drift from the bytes it stores; its canonical JSON
-    // is kept, so stringifying it again costs nothing.
+    // Frozen, the event the log validates cannot drift from the bytes it stores. Its text is not kept
+    // in the sealed-value table: a weak entry per event costs the collector more than it saves.
     const frozen = Writer.freezeDeep(decoded)
-    Writer.remember(frozen, json)
     const write: EventWrite = Object.freeze(rawPayload === undefined ? { event: frozen, json } : { event: frozen, json, rawPayload })
     constructed.add(write)
     return write
