@@ -6,6 +6,7 @@
  */
 import { createHash, type Hash } from "node:crypto"
 import * as Canonical from "./Canonical.ts"
+import * as Writer from "./internal/canonical-writer.ts"
 
 export const DIGEST_PATTERN = /^sha256:[0-9a-f]{64}$/
 
@@ -64,20 +65,59 @@ export const sha256Hex = (bytes: string | Uint8Array): string =>
     "hex"
   )
 
-/** `inputDigest` of one model request (docs/engine.md §5.5). */
-export const modelInput = (input: {
+/** The request object's keys in canonical order, as `modelInput` frames its fragments. */
+const MODEL_INPUT_OPENING = `{"maxOutputTokens":`
+const MODEL_INPUT_PROMPT = `,"projection":${JSON.stringify(MODEL_HISTORY_PROJECTION)},"prompt":[`
+
+/**
+ * The canonical JSON of the request object assembled from fragments: the text of each sealed prompt
+ * message is reused (`Canonical.seal`), any other is written. `undefined` when some part is not
+ * plain JSON, so the whole request goes to `tagged`, which refuses it with the path.
+ */
+const modelInputText = (input: ModelInputFields): string | undefined => {
+  const prompt: unknown = input.prompt
+  if (!Array.isArray(prompt) || Object.getPrototypeOf(prompt) !== Array.prototype) return undefined
+  const messages: ReadonlyArray<unknown> = prompt
+  const maxOutputTokens = Writer.writeText(input.maxOutputTokens)
+  const providerOptions = Writer.sealedText(input.providerOptions) ?? Writer.writeText(input.providerOptions)
+  const tools = Writer.sealedText(input.tools) ?? Writer.writeText(input.tools)
+  if (maxOutputTokens === undefined || providerOptions === undefined || tools === undefined) return undefined
+  const fragments: Array<string> = new Array(messages.length)
+  // An index loop: a hole reads as undefined, which no writer accepts.
+  for (let index = 0; index < messages.length; index += 1) {
+    const message = messages[index]
+    const fragment = Writer.sealedText(message) ?? Writer.writeText(message)
+    if (fragment === undefined) return undefined
+    fragments[index] = fragment
+  }
+  return `${MODEL_INPUT_OPENING}${maxOutputTokens}${MODEL_INPUT_PROMPT}${fragments.join(",")}],"providerOptions":${providerOptions},"tools":${tools}}`
+}
+
+interface ModelInputFields {
   readonly prompt: unknown
   readonly tools: unknown
   readonly providerOptions: unknown
   readonly maxOutputTokens: number
-}): string =>
-  tagged(DigestTag.modelInput, {
-    projection: MODEL_HISTORY_PROJECTION,
-    prompt: input.prompt,
-    tools: input.tools,
-    providerOptions: input.providerOptions,
-    maxOutputTokens: input.maxOutputTokens
-  })
+}
+
+/**
+ * `inputDigest` of one model request (docs/engine.md §5.5): the tagged canonical JSON of
+ * `{projection, prompt, tools, providerOptions, maxOutputTokens}`. Built from one fragment per
+ * prompt message, so a prompt whose messages are sealed (`Canonical.seal`) and reused step after
+ * step costs only its new messages; the bytes hashed are the same either way.
+ */
+export const modelInput = (input: ModelInputFields): string => {
+  const text = modelInputText(input)
+  return text === undefined
+    ? tagged(DigestTag.modelInput, {
+        projection: MODEL_HISTORY_PROJECTION,
+        prompt: input.prompt,
+        tools: input.tools,
+        providerOptions: input.providerOptions,
+        maxOutputTokens: input.maxOutputTokens
+      })
+    : taggedBytes(DigestTag.modelInput, text)
+}
 
 /** `routeIdentity`: a provider configuration without secrets (docs/model.md §4.1). */
 export const route = (configuration: unknown): string => tagged(DigestTag.route, configuration)

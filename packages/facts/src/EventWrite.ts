@@ -1,7 +1,8 @@
 /**
  * `EventWrite`, one checked submission to the log (docs/log-format.md §2.13). `plain` validates an event;
  * `toolSuccess` is the only way to build a successful `tool_settled`: it encodes the raw payload,
- * binds it by length and digest, and freezes the model-visible projection within its limits.
+ * binds it by length and digest, and freezes the model-visible projection within its limits. Each
+ * event is written to canonical JSON once; the store reuses those bytes for the row and its digests.
  */
 import { Result } from "effect"
 import * as Canonical from "./Canonical.ts"
@@ -11,6 +12,7 @@ import type { RuntimeEvent } from "./Event.ts"
 import { factError, type FactError } from "./FactError.ts"
 import type { Invocation } from "./Identity.ts"
 import {
+  MAX_EVENT_BYTES,
   MAX_PROJECTION_BYTES,
   MAX_PROJECTION_DEPTH,
   MAX_PROJECTION_NODES,
@@ -18,7 +20,8 @@ import {
   MAX_RAW_TOOL_RESULT_DEPTH,
 } from "./Limits.ts"
 import type { DurableToolProjection, RawToolResultRef, ToolOutput } from "./ToolCall.ts"
-import { wellFormedEvent } from "./Validation.ts"
+import { storedIdsWithoutNul, wellFormedEvent } from "./Validation.ts"
+import * as Writer from "./internal/canonical-writer.ts"
 
 export interface EventWrite {
   readonly event: RuntimeEvent
@@ -29,29 +32,57 @@ export interface EventWrite {
 }
 
 /**
- * Decodes the event closed (schemas, then the fact's rules), checks its text (well-formed, ids
- * without NUL), and encodes it within 1 MiB.
+ * The writes `plain` and `toolSuccess` built. Each is frozen, and so is its event (the decoded copy,
+ * which shares no object with the caller's): nothing in it can change after the checks, so the store
+ * need not check it again (docs/log-format.md §2.13). A write built any other way is not here.
  */
+const constructed = new WeakSet<EventWrite>()
+
+/**
+ * Decodes the event closed (schemas, then the fact's rules), checks its text (well-formed, ids
+ * without NUL), and encodes it within 1 MiB. Everything after the decode reads the decoded event, a
+ * fresh copy equal to the input (no fact schema transforms), so the caller cannot change what was
+ * checked. The canonical writer notes whether every string it wrote is well-formed, so on the usual
+ * path the text rules reduce to the NUL check of ids; otherwise (a lone surrogate, or a value the fast
+ * writer leaves to the reference) the rules run in full, in their order, before the encoding.
+ */
+const encode = (event: RuntimeEvent): Result.Result<{ readonly decoded: RuntimeEvent; readonly json: string }, FactError> =>
+  Result.flatMap(decodeEvent(event), (decoded) => {
+    const written = Writer.write(decoded)
+    if (written === undefined || !written.isWellFormed) {
+      return Result.flatMap(wellFormedEvent(decoded), () => Result.map(encodeEventChecked(decoded), (json) => ({ decoded, json })))
+    }
+    return Result.flatMap(storedIdsWithoutNul(decoded.fact, decoded.invocation), () =>
+      written.text.length <= MAX_EVENT_BYTES / 3 || Canonical.utf8Length(written.text) <= MAX_EVENT_BYTES
+        ? Result.succeed({ decoded, json: written.text })
+        : Result.fail(factError("event_too_large", `event exceeds ${MAX_EVENT_BYTES} bytes`)),
+    )
+  })
+
 const checked = (event: RuntimeEvent, rawPayload?: string): Result.Result<EventWrite, FactError> =>
-  Result.flatMap(decodeEvent(event), () =>
-    Result.flatMap(wellFormedEvent(event), () =>
-      Result.map(encodeEventChecked(event), (json): EventWrite =>
-        rawPayload === undefined ? { event, json } : { event, json, rawPayload },
-      ),
-    ),
-  )
+  Result.map(encode(event), ({ decoded, json }): EventWrite => {
+    // Frozen, the event the log validates cannot drift from the bytes it stores. Its text is not kept
+    // in the sealed-value table: a weak entry per event costs the collector more than it saves.
+    const frozen = Writer.freezeDeep(decoded)
+    const write: EventWrite = Object.freeze(rawPayload === undefined ? { event: frozen, json } : { event: frozen, json, rawPayload })
+    constructed.add(write)
+    return write
+  })
 
 /**
  * Re-checks a write at the store: its event passes every rule `plain` checks and `json` is exactly
  * the canonical JSON of `event`, so a hand-built write cannot store one event while the log
- * validates another. The raw payload of a success is checked by the store against its reference.
+ * validates another. A write `plain` or `toolSuccess` built passes at once: it and its event are
+ * frozen since those checks. The raw payload of a success is checked by the store against its reference.
  */
 export const verify = (write: EventWrite): Result.Result<void, FactError> =>
-  Result.flatMap(checked(write.event), (rebuilt) =>
-    rebuilt.json === write.json
-      ? Result.succeed(undefined)
-      : Result.fail(factError("write_not_canonical", "the write's json is not the canonical JSON of its event")),
-  )
+  constructed.has(write)
+    ? Result.succeed(undefined)
+    : Result.flatMap(encode(write.event), ({ json }) =>
+        json === write.json
+          ? Result.succeed(undefined)
+          : Result.fail(factError("write_not_canonical", "the write's json is not the canonical JSON of its event")),
+      )
 
 /**
  * Validates any event except a successful `tool_settled`, which only `toolSuccess` builds: openings,

@@ -417,6 +417,18 @@ export const wellFormedFact = (fact: Fact, invocation: Invocation): Validation =
   return ok
 }
 
+/**
+ * The NUL rule of `wellFormedFact` alone, in the same order, for a writer that already knows every
+ * string of the event is well-formed (the canonical writer notes it while it writes): with that
+ * known, it fails exactly when `wellFormedFact` does, with the same error.
+ */
+export const storedIdsWithoutNul = (fact: Fact, invocation: Invocation): Validation => {
+  for (const [label, value] of [...prefixed("invocation", invocation), ...factIds(fact)]) {
+    if (value.includes("\u0000")) return Result.fail(factError("id_has_nul", `${label} contains NUL`))
+  }
+  return ok
+}
+
 /** The text rules of a whole event (`wellFormedFact` plus its id), checked by every write. */
 export const wellFormedEvent = (event: RuntimeEvent): Validation =>
   all(

@@ -1,7 +1,9 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Canonical, Codec, Digest, EventWrite, Identity, Limits, Prompts, ToolCall } from "@maka/facts"
+import { Canonical, Codec, Digest, type Event, EventWrite, Identity, Limits, Prompts, ToolCall, Validation } from "@maka/facts"
 import { FactBuilders } from "@maka/testkit"
 import { Result } from "effect"
+import * as fc from "fast-check"
+import * as Reference from "../src/internal/canonical-reference.ts"
 
 const success = (output: ToolCall.ToolOutput) =>
   EventWrite.toolSuccess({
@@ -110,5 +112,109 @@ describe("Codec.decodeEventJson", () => {
     assert.isTrue(Result.isFailure(decoded) && decoded.failure.rule === "event_too_large")
     const small = { ...event, fact: { ...event.fact, output: FactBuilders.textStep("x") } }
     assert.isTrue(Result.isSuccess(Codec.decodeEventJson(Canonical.stringify(small))))
+  })
+})
+
+describe("EventWrite checks each event once", () => {
+  const event = (text: string) => ({
+    id: FactBuilders.eventId(4),
+    recordedAt: 7,
+    invocation: FactBuilders.invocation(),
+    fact: { kind: "model_completed" as const, stepId: "step-1", output: FactBuilders.textStep(text) },
+  })
+  const deeplyFrozen = (value: unknown): boolean =>
+    typeof value !== "object" || value === null || (Object.isFrozen(value) && Object.values(value).every(deeplyFrozen))
+
+  it("freezes a constructed write and its event, and leaves the caller's event its own", () => {
+    const original = event("hello")
+    const write = Result.getOrThrow(EventWrite.plain(original))
+    assert.isTrue(Object.isFrozen(write))
+    assert.isTrue(deeplyFrozen(write.event))
+    assert.deepStrictEqual(write.event, original)
+    // The bytes kept for the frozen event are its canonical JSON, as the reference writer writes it.
+    assert.strictEqual(Reference.stringify(write.event), write.json)
+    assert.strictEqual(Canonical.stringify(write.event), write.json)
+    assert.isFalse(Object.isFrozen(original))
+    assert.isFalse(Object.isFrozen(original.fact.output.parts))
+    const objects = (value: unknown, found: Set<unknown>): Set<unknown> => {
+      if (typeof value === "object" && value !== null) {
+        found.add(value)
+        for (const child of Object.values(value)) objects(child, found)
+      }
+      return found
+    }
+    const callers = objects(original, new Set())
+    assert.isTrue([...objects(write.event, new Set())].every((object) => !callers.has(object)))
+    const success = Result.getOrThrow(
+      EventWrite.toolSuccess({ id: FactBuilders.eventId(5), recordedAt: 1, invocation: FactBuilders.invocation(), operationId: "op", output: FactBuilders.jsonOutput({ list: [1] }) }),
+    )
+    assert.isTrue(Object.isFrozen(success) && deeplyFrozen(success.event))
+  })
+
+  it("cannot have a constructed write's event changed after its checks", () => {
+    const write = Result.getOrThrow(EventWrite.plain(event("hello")))
+    const parts = write.event.fact.kind === "model_completed" ? write.event.fact.output.parts : []
+    assert.throws(() => {
+      ;(write.event as { recordedAt: number }).recordedAt = -1
+    }, TypeError)
+    assert.throws(() => {
+      ;(parts[0] as { text: string }).text = "\ud800 not what was checked"
+    }, TypeError)
+    assert.throws(() => {
+      ;(write as { json: string }).json = "{}"
+    }, TypeError)
+    assert.strictEqual(write.json, Canonical.stringify(write.event))
+    assert.isTrue(Result.isSuccess(EventWrite.verify(write)))
+  })
+
+  it("checks in full a write that was not constructed, even one copied from a constructed write", () => {
+    const write = Result.getOrThrow(EventWrite.plain(event("hello")))
+    assert.isTrue(Result.isSuccess(EventWrite.verify({ ...write })))
+    const changed = EventWrite.verify({ ...write, event: { ...write.event, recordedAt: 8 } })
+    assert.isTrue(Result.isFailure(changed) && changed.failure.rule === "write_not_canonical")
+    const mismatched = EventWrite.verify({ event: write.event, json: write.json.replace("hello", "hullo") })
+    assert.isTrue(Result.isFailure(mismatched) && mismatched.failure.rule === "write_not_canonical")
+    const ill = EventWrite.verify({ event: event("half \ud83d"), json: write.json })
+    assert.isTrue(Result.isFailure(ill) && ill.failure.rule === "text_ill_formed")
+  })
+
+  /** The checks as they ran before the canonical writer noted well-formedness: decode, text rules, encode. */
+  const reference = (candidate: unknown): Result.Result<string, unknown> =>
+    Result.flatMap(Codec.decodeEvent(candidate as Event.RuntimeEvent), (decoded) =>
+      Result.flatMap(Validation.wellFormedEvent(decoded), () => Codec.encodeEventChecked(candidate as Event.RuntimeEvent)),
+    )
+  const outcomeOf = (result: Result.Result<string, unknown>) =>
+    Result.isSuccess(result) ? { json: result.success } : { failure: String((result.failure as { rule: string }).rule) + ": " + String((result.failure as Error).message) }
+
+  const unit = fc.oneof(
+    fc.constantFrom("a", "é", "😀", "\ud800", "\udfff", "\u0000", '"', "\\"),
+    fc.integer({ min: 0, max: 0xffff }).map((code) => String.fromCharCode(code)),
+  )
+  const tricky = fc.string({ unit, minLength: 1, maxLength: 6 })
+
+  it("refuses and admits exactly as the full text rules do, ids, names, keys and values alike", () => {
+    fc.assert(
+      fc.property(
+        fc.record({ sessionId: tricky, runId: tricky }),
+        tricky,
+        tricky,
+        fc.dictionary(tricky, fc.oneof(tricky, fc.array(tricky, { maxLength: 3 })), { maxKeys: 3 }),
+        (ids, name, toolCallId, input) => {
+          const candidate = {
+            id: FactBuilders.eventId(6),
+            recordedAt: 1,
+            invocation: FactBuilders.invocation(ids),
+            fact: { kind: "tool_dispatched" as const, operationId: "standalone-1", call: { toolCallId, origin: { kind: "standalone" as const } }, name, input },
+          }
+          const built = EventWrite.plain(candidate)
+          assert.deepStrictEqual(outcomeOf(Result.map(built, (write) => write.json)), outcomeOf(reference(candidate)))
+          if (Result.isSuccess(built)) {
+            assert.isTrue(Result.isSuccess(EventWrite.verify({ ...built.success })))
+            assert.strictEqual(Reference.stringify(built.success.event), built.success.json)
+          }
+        },
+      ),
+      { numRuns: 600 },
+    )
   })
 })
