@@ -177,19 +177,29 @@ export const assistantMessage = (step: Model.ModelStep): Prompt.AssistantMessage
   return parts.length === 0 ? undefined : { role: "assistant", parts }
 }
 
-const assistantOf = memo(assistantMessage)
+/**
+ * Messages are sealed (`Canonical.seal`: deep-frozen, their canonical JSON kept), so the request
+ * digest and the request body reuse each message's text step after step.
+ */
+const sealed = <A>(value: A): A => (value === undefined ? value : Canonical.seal(value))
+
+const assistantOf = memo((step: Model.ModelStep) => sealed(assistantMessage(step)))
 
 const openingMessage = memo(
   (fact: Fact.InvocationOpened): Prompt.PromptMessage | undefined =>
-    fact.input.kind === "message" ? { role: "user", content: fact.input.content.text } : undefined,
+    fact.input.kind === "message" ? sealed({ role: "user", content: fact.input.content.text }) : undefined,
 )
 
 const steeringMessage = memo(
-  (fact: Fact.MessageSteered): Prompt.PromptMessage => ({ role: "user", content: Prompts.steeringMessage(fact.message.content.text) }),
+  (fact: Fact.MessageSteered): Prompt.PromptMessage =>
+    sealed({ role: "user", content: Prompts.steeringMessage(fact.message.content.text) }),
 )
 
 /** The tool message of a completion's results: the same object while its results are the same ones. */
-const toolMessages = new WeakMap<Fact.ModelCompleted, Prompt.PromptMessage & { readonly role: "tool" }>()
+const toolMessages = new WeakMap<
+  Fact.ModelCompleted,
+  { readonly results: ReadonlyArray<Prompt.ToolResult>; readonly message: Prompt.PromptMessage }
+>()
 
 const toolMessage = (completion: Fact.ModelCompleted, results: ReadonlyArray<Prompt.ToolResult>): Prompt.PromptMessage => {
   const kept = toolMessages.get(completion)
@@ -198,10 +208,10 @@ const toolMessage = (completion: Fact.ModelCompleted, results: ReadonlyArray<Pro
     kept.results.length === results.length &&
     kept.results.every((result, index) => result.output === results[index]!.output && result.toolCallId === results[index]!.toolCallId)
   ) {
-    return kept
+    return kept.message
   }
-  const message = { role: "tool" as const, results }
-  toolMessages.set(completion, message)
+  const message = sealed({ role: "tool" as const, results })
+  toolMessages.set(completion, { results, message })
   return message
 }
 
