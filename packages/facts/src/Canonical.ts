@@ -45,6 +45,10 @@ export const seal = <A>(value: A): A => {
   return copy as A
 }
 
+/** Whether `value` is a sealed value (`seal`): deep-frozen, so whatever was checked of it still holds. */
+export const isSealed = (value: unknown): boolean =>
+  typeof value === "object" && value !== null && Writer.sealedText(value) !== undefined
+
 /** The non-throwing form of `stringify`. */
 export const tryStringify = (value: unknown): Result.Result<string, CanonicalJsonError> => {
   try {
