@@ -156,6 +156,11 @@ export const latestMain = (rows: ReadonlyArray<Rows.Row>): LatestMainContext => 
 export const readLatestMain = async (tx: Rows.Tx, sessionId: string): Promise<LatestMainContext> =>
   latestMain(await Rows.ofSession(tx, sessionId, { withObservations: false }))
 
+/** A row of the context read with its event, decoded once. */
+interface DecodedRow extends Rows.Row {
+  readonly stored: Event.StoredEvent
+}
+
 /** A context read with the session's running log-prefix hash over the very rows it read. */
 export interface ModelContextRead {
   readonly source: ModelContextSource
@@ -180,30 +185,32 @@ export const readModelContext = async (
   if (options.current !== undefined) await requireLive(tx, sessionId, options.current)
   const scope: Identity.LogScope = { kind: "session", id: sessionId }
   const hash = Digest.LogPrefixHash.start(scope)
-  const withoutObservations: Array<Rows.Row> = []
+  const withoutObservations: Array<DecodedRow> = []
   const decodedEvents: Array<Event.StoredEvent> = []
   let highWater = 0
   for (const row of await Rows.sessionRows(tx, sessionId)) {
-    hash.update(row.sequence, row.json)
-    highWater = row.sequence
+    const sequence = Rows.toNumber(row.sequence)
+    hash.update(sequence, row.event_json)
+    highWater = sequence
     if (row.kind === "model_observed") continue
-    const event = Rows.decodeJson(row.json, row.eventId, row.sequence)
+    const event = Rows.decodeJson(row.event_json, row.event_id, sequence)
     const invocation = event.invocation
-    decodedEvents.push({ sequence: row.sequence, event })
+    const stored: Event.StoredEvent = { sequence, event }
+    decodedEvents.push(stored)
     withoutObservations.push({
-      sequence: row.sequence,
-      eventId: row.eventId,
+      sequence,
+      eventId: row.event_id,
       sessionId: invocation.sessionId,
       turnId: invocation.turnId,
       runId: invocation.runId,
       invocationId: invocation.invocationId,
       kind: row.kind,
-      operationId: row.operationId,
-      json: row.json,
+      operationId: row.operation_id,
+      json: row.event_json,
+      stored,
     })
   }
-  const decoded = new Map(decodedEvents.map((stored) => [stored.sequence, stored]))
-  const storedOf = (row: Rows.Row): Event.StoredEvent => decoded.get(row.sequence) ?? Rows.stored(row)
+  const storedOf = (row: DecodedRow): Event.StoredEvent => row.stored
   const safety = await Safety.checkEvents(
     tx,
     dialect,

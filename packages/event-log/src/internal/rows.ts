@@ -212,38 +212,25 @@ export const ofSession = async (
 }
 
 /**
- * A session row as the context read takes it: the columns it needs before decoding. The other ids
- * come from the decoded event; observations are never decoded, only hashed.
+ * A session row as the context read takes it: the columns it needs before decoding, as the driver
+ * returns them. The other ids come from the decoded event; observations are never decoded, only hashed.
  */
 export interface SessionRow {
-  readonly sequence: number
-  readonly eventId: string
+  readonly sequence: number | string
+  readonly event_id: string
   readonly kind: string
-  readonly operationId: string | null
-  readonly json: string
+  readonly operation_id: string | null
+  readonly event_json: string
 }
 
 /** Every row of a session in sequence order, with only the columns of `SessionRow`. */
-export const sessionRows = async (tx: Tx, sessionId: string): Promise<ReadonlyArray<SessionRow>> => {
-  const raws = await tx
+export const sessionRows = (tx: Tx, sessionId: string): Promise<ReadonlyArray<SessionRow>> =>
+  tx
     .selectFrom("event_log")
     .select(["sequence", "event_id", "kind", "operation_id", "event_json"])
     .where("session_id", "=", sessionId)
     .orderBy("sequence")
     .execute()
-  const rows: Array<SessionRow> = new Array(raws.length)
-  for (let index = 0; index < raws.length; index++) {
-    const raw = raws[index]!
-    rows[index] = {
-      sequence: toNumber(raw.sequence),
-      eventId: raw.event_id,
-      kind: raw.kind,
-      operationId: raw.operation_id,
-      json: raw.event_json,
-    }
-  }
-  return rows
-}
 
 /** The opening and the terminal of an invocation, in one indexed look-up. */
 export const boundaries = async (
