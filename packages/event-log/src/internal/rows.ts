@@ -12,11 +12,13 @@ import type { Tables } from "./tables.ts"
 export type Tx = Transaction<Tables>
 
 /**
- * Kind predicates written as SQL literals, so the planner can prove the partial unique indexes'
- * conditions (a bound parameter hides them, and SQLite then scans).
+ * Kind predicates written as SQL literals, so the planner can prove the partial indexes' conditions
+ * (a bound parameter hides them from PostgreSQL's generic plans, and SQLite plans without them
+ * until the statement is prepared again). Kinds are the fact vocabulary, never outside text.
  */
 export const notObservation = sql<boolean>`kind <> 'model_observed'`
 export const boundaryKinds = sql<boolean>`kind IN ('invocation_opened', 'invocation_ended')`
+const isKind = (kind: string) => sql<boolean>`kind = ${sql.lit(kind)}`
 
 export interface Row {
   readonly sequence: number
@@ -148,7 +150,7 @@ export const byInvocationKind = async (tx: Tx, invocationId: string, kind: strin
     .selectFrom("event_log")
     .select(columns)
     .where("invocation_id", "=", invocationId)
-    .where("kind", "=", kind)
+    .where(isKind(kind))
     .where(boundaryKinds)
     .orderBy("sequence")
     .executeTakeFirst()
@@ -172,29 +174,22 @@ export const ofInvocation = async (tx: Tx, invocationId: string): Promise<Readon
       .selectFrom("event_log")
       .select(columns)
       .where("invocation_id", "=", invocationId)
-      .where("kind", "!=", "model_observed")
+      .where(notObservation)
       .orderBy("sequence")
       .execute()
   ).map(toRow)
 
-/** Events of a session whose `column` equals `value`, in sequence order. */
-const ofSessionWhere = async (
-  tx: Tx,
-  sessionId: string,
-  column: "kind" | "run_id",
-  value: string,
-): Promise<ReadonlyArray<Row>> =>
+/** Events of a session of one kind, in sequence order (the openings from their own index). */
+export const ofSessionKind = async (tx: Tx, sessionId: string, kind: string): Promise<ReadonlyArray<Row>> =>
   (
     await tx
       .selectFrom("event_log")
       .select(columns)
       .where("session_id", "=", sessionId)
-      .where(column, "=", value)
+      .where(isKind(kind))
       .orderBy("sequence")
       .execute()
   ).map(toRow)
-
-export const ofSessionKind = (tx: Tx, sessionId: string, kind: string) => ofSessionWhere(tx, sessionId, "kind", kind)
 
 /** Session events after `after`, in sequence order, optionally up to `through` and without observations. */
 export const ofSession = async (
@@ -205,7 +200,7 @@ export const ofSession = async (
   let query = tx.selectFrom("event_log").select(columns).where("session_id", "=", sessionId)
   if (options.after !== undefined) query = query.where("sequence", ">", options.after)
   if (options.through !== undefined) query = query.where("sequence", "<=", options.through)
-  if (options.withObservations === false) query = query.where("kind", "!=", "model_observed")
+  if (options.withObservations === false) query = query.where(notObservation)
   query = query.orderBy("sequence")
   if (options.limit !== undefined) query = query.limit(options.limit)
   return (await query.execute()).map(toRow)
@@ -254,7 +249,11 @@ export const boundaries = async (
 export const all = async (tx: Tx): Promise<ReadonlyArray<Row>> =>
   (await tx.selectFrom("event_log").select(columns).orderBy("sequence").execute()).map(toRow)
 
-/** Openings without a terminal (of one session, or of the whole log), in sequence order. */
+/**
+ * Openings without a terminal (of one session, or of the whole log), in sequence order: the openings
+ * come from their partial indexes (`event_log_session_openings`, `event_log_openings`) and each
+ * terminal from `event_log_invocation_boundary`, so neither walks the session's other events.
+ */
 export const unsealedOpenings = async (
   tx: Tx,
   sessionId: string | undefined,
@@ -264,14 +263,14 @@ export const unsealedOpenings = async (
   let query = tx
     .selectFrom("event_log as opening")
     .select(columns.map((column) => `opening.${column}` as const))
-    .where("opening.kind", "=", "invocation_opened")
+    .where(sql<boolean>`opening.kind = 'invocation_opened'`)
     .where(({ not, exists, selectFrom }) =>
       not(
         exists(
           selectFrom("event_log as terminal")
             .select("terminal.sequence")
             .whereRef("terminal.invocation_id", "=", "opening.invocation_id")
-            .where("terminal.kind", "=", "invocation_ended")
+            .where(sql<boolean>`terminal.kind = 'invocation_ended'`)
             .where(sql<boolean>`terminal.kind IN ('invocation_opened', 'invocation_ended')`),
         ),
       ),
@@ -284,7 +283,16 @@ export const unsealedOpenings = async (
 }
 
 /** Every event of one run of a session, in sequence order. */
-export const ofRun = (tx: Tx, sessionId: string, runId: string) => ofSessionWhere(tx, sessionId, "run_id", runId)
+export const ofRun = async (tx: Tx, sessionId: string, runId: string): Promise<ReadonlyArray<Row>> =>
+  (
+    await tx
+      .selectFrom("event_log")
+      .select(columns)
+      .where("session_id", "=", sessionId)
+      .where("run_id", "=", runId)
+      .orderBy("sequence")
+      .execute()
+  ).map(toRow)
 
 /** The session's latest opening, if any. */
 export const latestOpening = async (tx: Tx, sessionId: string): Promise<Row | undefined> => {
@@ -292,12 +300,13 @@ export const latestOpening = async (tx: Tx, sessionId: string): Promise<Row | un
     .selectFrom("event_log")
     .select(columns)
     .where("session_id", "=", sessionId)
-    .where("kind", "=", "invocation_opened")
+    .where(sql<boolean>`kind = 'invocation_opened'`)
     .orderBy("sequence", "desc")
     .executeTakeFirst()
   return raw === undefined ? undefined : toRow(raw)
 }
 
+/** The session's highest sequence, 0 without events: one descent of `event_log_session_sequence`. */
 export const sessionHighWater = async (tx: Tx, sessionId: string): Promise<number> => {
   const raw = await tx
     .selectFrom("event_log")
