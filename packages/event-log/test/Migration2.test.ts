@@ -152,7 +152,7 @@ let client: pg.Client | undefined
 let clientReady: Promise<void> | undefined
 const serverClient = async () => {
   client ??= new pg.Client({ connectionString: databaseUrl })
-  clientReady ??= client.connect()
+  clientReady ??= client.connect().then(() => undefined)
   await clientReady
   return client
 }
