@@ -3,15 +3,25 @@
  * check, the unfinished-invocation scan at open and its pages, the latest opening and the high water
  * each descend an index, and none walks `event_log` or a session's every event. The SQL is the SQL the
  * reads send (captured from Kysely), planned with `EXPLAIN QUERY PLAN` on a log holding several
- * sessions.
+ * sessions. On PostgreSQL (PGlite) the same reads keep the openings' partial indexes under a generic
+ * plan, which never sees a bound value: their kinds are literals.
  */
+import { PGlite } from "@electric-sql/pglite"
 import { FactBuilders, History } from "@maka/testkit"
 import BetterSqlite3 from "better-sqlite3"
 import { Effect } from "effect"
-import { Kysely, type CompiledQuery } from "kysely"
+import {
+  DummyDriver,
+  Kysely,
+  PostgresAdapter,
+  PostgresIntrospector,
+  PostgresQueryCompiler,
+  type CompiledQuery,
+} from "kysely"
 import * as path from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import * as EventLog from "../src/EventLog.ts"
+import { openPglite } from "../src/internal/open-postgres.ts"
 import { openSqlite } from "../src/internal/open-sqlite.ts"
 import * as Reads from "../src/internal/reads.ts"
 import * as Rows from "../src/internal/rows.ts"
@@ -135,5 +145,70 @@ describe("query plans of the safety and recovery reads on SQLite", () => {
   it("reads a context in one select of the session through its index", async () => {
     const plans = await plansOf((tx) => Rows.sessionRows(tx, "session-0"))
     expect(plans).toEqual([["SEARCH event_log USING INDEX event_log_session_sequence (session_id=?)"]])
+  })
+})
+
+describe("query plans of the openings' reads on PostgreSQL under a generic plan", () => {
+  const schema = `plans_${process.pid}`
+  let pglite: PGlite | undefined
+  const compiled: Array<CompiledQuery> = []
+  // Compiles the reads' SQL without running it (the dummy driver returns no rows).
+  const compiler = new Kysely<Tables>({
+    dialect: {
+      createAdapter: () => new PostgresAdapter(),
+      createDriver: () => new DummyDriver(),
+      createIntrospector: (db) => new PostgresIntrospector(db),
+      createQueryCompiler: () => new PostgresQueryCompiler(),
+    },
+    log: (event) => {
+      if (event.level === "query") compiled.push(event.query)
+    },
+  })
+
+  beforeAll(async () => {
+    const instance = new PGlite()
+    pglite = instance
+    await Effect.runPromise(
+      Effect.scoped(
+        Effect.gen(function* () {
+          const log = yield* EventLog.fromDatabase(() => openPglite(instance, { schema }))
+          for (const history of histories()) yield* log.appendBatch(history.writes)
+        }),
+      ),
+    )
+    await instance.exec(`SET search_path TO "${schema}"; SET plan_cache_mode = force_generic_plan; SET enable_seqscan = off`)
+  }, 120_000)
+
+  afterAll(async () => {
+    await compiler.destroy()
+    await pglite?.close()
+  })
+
+  const literal = (value: unknown): string =>
+    typeof value === "number" ? String(value) : `'${String(value).replaceAll("'", "''")}'`
+
+  /** The generic plan of the one statement `read` sends, as text. */
+  const genericPlan = async (read: (tx: Rows.Tx) => Promise<unknown>): Promise<string> => {
+    compiled.length = 0
+    await compiler.transaction().execute(read)
+    const selects = compiled.filter((query) => /^\s*select/i.test(query.sql))
+    expect(selects).toHaveLength(1)
+    const query = selects[0]!
+    const instance = pglite!
+    await instance.exec("DEALLOCATE ALL")
+    await instance.query(`PREPARE plan_under_test AS ${query.sql}`)
+    const rows = (await instance.query(`EXPLAIN EXECUTE plan_under_test(${query.parameters.map(literal).join(", ")})`)).rows
+    return rows.map((row) => String(Reflect.get(row as object, "QUERY PLAN"))).join("\n")
+  }
+
+  it("finds a session's unsealed openings through event_log_session_openings", async () => {
+    const plan = await genericPlan((tx) => Rows.unsealedOpenings(tx, "session-2"))
+    expect(plan).toMatch(/event_log_session_openings/)
+    expect(plan).toMatch(/event_log_invocation_boundary/)
+  })
+
+  it("walks the log's openings through event_log_openings, and reads the latest opening from its index", async () => {
+    expect(await genericPlan((tx) => Reads.unfinishedInvocationPage(tx, 5, 2))).toMatch(/event_log_openings/)
+    expect(await genericPlan((tx) => Rows.latestOpening(tx, "session-1"))).toMatch(/event_log_session_openings/)
   })
 })
