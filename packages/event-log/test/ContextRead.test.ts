@@ -7,7 +7,7 @@
 import { Codec, Prompts, type EventWrite } from "@maka/facts"
 import { FactBuilders, History } from "@maka/testkit"
 import { Effect, Result } from "effect"
-import { describe, expect, it } from "vitest"
+import { beforeAll, describe, expect, it } from "vitest"
 import * as Rows from "../src/internal/rows.ts"
 import { dialects } from "./support/dialects.ts"
 import { appendAll, failure, withLog, write } from "./support/harness.ts"
@@ -91,6 +91,9 @@ describe("stored-row decode", () => {
 
 for (const dialect of dialects()) {
   describe(`context read with its hash on ${dialect.name}`, () => {
+    // Starting a store (PGlite above all) can take long on a loaded machine: do it outside the tests' time limit.
+    beforeAll(() => withLog(dialect, () => Effect.void), 180_000)
+
     it("returns the running hash sessionHash computes over the same rows, observations included", () =>
       withLog(dialect, (log) =>
         Effect.gen(function* () {

@@ -12,7 +12,7 @@ import { Effect } from "effect"
 import * as crypto from "node:crypto"
 import * as path from "node:path"
 import pg from "pg"
-import { afterAll, describe, expect, it } from "vitest"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import * as EventLog from "../src/EventLog.ts"
 import type { Database } from "../src/internal/database.ts"
 import { INDEXES, MIGRATIONS } from "../src/internal/migrations.ts"
@@ -156,6 +156,11 @@ const serverClient = async () => {
   await clientReady
   return client
 }
+
+// Starting PGlite can take long on a loaded machine: do it outside the tests' time limit.
+beforeAll(async () => {
+  await pgliteInstance().waitReady
+}, 180_000)
 
 afterAll(async () => {
   await pglite?.close()
