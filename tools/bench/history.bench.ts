@@ -10,15 +10,22 @@
  * first step of a new turn in the same process (from `start` to the second `model_requested`) against
  * a steady step (between consecutive `model_requested` events), and the first step of a turn on an
  * engine created afresh over the same file (what a new process pays) against the same steady step.
+ * At each size the session's context read (`readModelContextWithHash`, on a read-only log over the
+ * same file) is also timed against a raw select of the same rows with `JSON.parse` of each
+ * (`MAKA_BENCH_HISTORY_READS` round-robin trials, default 7).
  */
+import Database from "better-sqlite3"
+import { Effect } from "effect"
 import * as fs from "node:fs"
 import * as path from "node:path"
+import { EventLog } from "@maka/event-log"
 import { floor, maka } from "./contenders.ts"
 import { startFakeServer } from "./fake-server.ts"
 import { emit, entry, type Entry, integer, median, round, temporaryDirectory } from "./lib.ts"
 
 const STEPS = 10
 const TURNS = integer("MAKA_BENCH_HISTORY_TURNS", 5)
+const READS = integer("MAKA_BENCH_HISTORY_READS", 7)
 const SIZES = (process.env["MAKA_BENCH_HISTORY_SIZES"] ?? "100,1000,10000").split(",").map(Number)
 if (process.env["MAKA_BENCH_HISTORY_LARGE"] === "1") SIZES.push(100_000)
 if (SIZES.some((size) => !Number.isInteger(size) || size <= 0)) throw new Error("MAKA_BENCH_HISTORY_SIZES must list positive integers")
@@ -34,7 +41,45 @@ const capturingFetch = (input: string, init: RequestInit): Promise<Response> => 
   captured.push(typeof init.body === "string" ? init.body : new TextDecoder().decode(init.body as Uint8Array))
   return globalThis.fetch(input, init)
 }
-const openEngine = () => maka({ database: path.join(directory, "maka.sqlite"), baseUrl: server.baseUrl, workspace, fetch: capturingFetch })
+const databaseFile = path.join(directory, "maka.sqlite")
+const openEngine = () => maka({ database: databaseFile, baseUrl: server.baseUrl, workspace, fetch: capturingFetch })
+
+/**
+ * Medians of the session's context read with its running hash (a read-only log beside the engine's
+ * writer) and of a raw select of the same rows plus `JSON.parse` of each, timed round-robin.
+ */
+const timeContextRead = async (sessionId: string) => {
+  const raw = new Database(databaseFile, { readonly: true })
+  const select = raw.prepare(
+    "SELECT sequence, event_id, session_id, turn_id, run_id, invocation_id, kind, operation_id, event_json FROM event_log WHERE session_id = ? ORDER BY sequence",
+  )
+  const rawMs: Array<number> = []
+  const contextMs: Array<number> = []
+  await Effect.runPromise(
+    Effect.provide(
+      Effect.gen(function* () {
+        const log = yield* EventLog.EventLog
+        for (let trial = 0; trial < READS + 1; trial++) {
+          let started = performance.now()
+          const rows = select.all(sessionId).map((row) => JSON.parse((row as { event_json: string }).event_json) as unknown)
+          const rawElapsed = performance.now() - started
+          started = performance.now()
+          const read = yield* log.readModelContextWithHash(sessionId)
+          const contextElapsed = performance.now() - started
+          if (rows.length === 0 || read.source.sourceEvidence.highWater === 0) throw new Error("the session is empty")
+          // The first trial warms both paths up.
+          if (trial > 0) {
+            rawMs.push(rawElapsed)
+            contextMs.push(contextElapsed)
+          }
+        }
+      }),
+      EventLog.layerSqliteReadOnly(databaseFile),
+    ),
+  )
+  raw.close()
+  return { rawMs: median(rawMs), contextMs: median(contextMs) }
+}
 let engine = await openEngine()
 const raw = floor(path.join(directory, "floor.sqlite"), server.baseUrl)
 const SESSION = "history"
@@ -104,6 +149,9 @@ for (const size of SIZES) {
   const coldFirst = cold.requestedAt[1]! - cold.startedAt
   console.log(`history ${size}: first step after reopening the engine ${round(coldFirst, 2)} ms`)
   entries[`${label}.reopenedFirstStepMs.vsSteady`] = entry(coldFirst, "ms", steady, "the first step of a turn on a freshly created engine over the same file (opening the log, reading the session once) vs a steady step")
+  const reads = await timeContextRead(SESSION)
+  console.log(`history ${size}: readModelContextWithHash ${round(reads.contextMs, 2)} ms vs raw select + JSON.parse ${round(reads.rawMs, 2)} ms`)
+  entries[`${label}.readModelContextMs.vsRawSelectParse`] = entry(reads.contextMs, "ms", reads.rawMs, "the session's context read with its running hash (readModelContextWithHash, read-only log) vs a raw better-sqlite3 select of the session's rows and JSON.parse of each")
   entries[`${label}.events`] = entry(measuredAt, "events", null, "events in the session when its measurement began (grown by running turns)")
   entries[`${label}.requestKB`] = entry(requestBytes / 1024, "KB", null, "the last request body's size")
 }

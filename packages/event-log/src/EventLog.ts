@@ -14,9 +14,9 @@ import { openPostgres } from "./internal/open-postgres.ts"
 import { openSqlite } from "./internal/open-sqlite.ts"
 import * as Reads from "./internal/reads.ts"
 import { storeError } from "./internal/store-error.ts"
-import type { Tx } from "./internal/rows.ts"
+import * as Rows from "./internal/rows.ts"
 
-export type { LatestMainContext, ModelContextSource, SourceEvidence, TailItem, Baseline } from "./internal/context.ts"
+export type { LatestMainContext, ModelContextRead, ModelContextSource, SourceEvidence, TailItem, Baseline } from "./internal/context.ts"
 export type { LogPrefix, PruneCandidate, PruneCursor, PrunePage, InvocationRecovery, UndispatchedCall, UnfinishedPage } from "./internal/reads.ts"
 export type { RunPrefix } from "./internal/lineage.ts"
 
@@ -69,6 +69,20 @@ export interface EventLogShape {
     request?: ContextRequest,
   ) => Effect.Effect<ContextReads.ModelContextSource, EventLogError.EventLogError>
   /**
+   * `readModelContext` with the session's running log-prefix hash through the context's high water,
+   * computed over the same rows in the same read: the hash `sessionHash(sessionId, highWater)` would
+   * return, without reading the session a second time.
+   */
+  readonly readModelContextWithHash: (
+    sessionId: string,
+    request?: ContextRequest,
+  ) => Effect.Effect<ContextReads.ModelContextRead, EventLogError.EventLogError>
+  /** `readManualMessageContext` with the running hash, as `readModelContextWithHash`. */
+  readonly readManualMessageContextWithHash: (
+    sessionId: string,
+    request?: ContextRequest,
+  ) => Effect.Effect<ContextReads.ModelContextRead, EventLogError.EventLogError>
+  /**
    * The newest main completion of the session (docs/log-format.md §3.8), read on its own: not gated by the
    * history-safety check, and a damaged newest completion is `trace_unavailable`.
    */
@@ -116,6 +130,11 @@ export interface EventLogShape {
     after?: number,
     limit?: number,
   ) => Effect.Effect<ReadonlyArray<Event.StoredEvent>, EventLogError.EventLogError>
+  /**
+   * The highest sequence of the session (0 when it has none), from one index look-up: whether a
+   * context read earlier is still current.
+   */
+  readonly sessionHighWater: (sessionId: string) => Effect.Effect<number, EventLogError.EventLogError>
   /** The session's running prefix hash through `through`, to be extended by a live run. */
   readonly sessionHash: (sessionId: string, through: number) => Effect.Effect<Digest.LogPrefixHash, EventLogError.EventLogError>
   /**
@@ -167,7 +186,7 @@ export const make = (database: Database): Effect.Effect<EventLogShape> =>
       promise.then(forget, forget)
       return promise
     }
-    const read = <A>(body: (tx: Tx) => Promise<A>) =>
+    const read = <A>(body: (tx: Rows.Tx) => Promise<A>) =>
       Effect.tryPromise({ try: () => track(() => database.read(body)), catch: readError })
 
     const appendBatch = (writes: ReadonlyArray<EventWrite.EventWrite>, complete?: CompleteBatch) =>
@@ -205,8 +224,11 @@ export const make = (database: Database): Effect.Effect<EventLogShape> =>
       prefix: (scope, maxEvents = defaults.maxEvents, maxBytes = defaults.maxBytes) =>
         read((tx) => Reads.prefix(tx, database.dialect, scope, maxEvents, maxBytes)),
       runPrefix: (sessionId, runId, upTo) => read((tx) => Lineage.runPrefix(tx, sessionId, runId, upTo)),
-      readModelContext: (sessionId, request = {}) => context(sessionId, request, false),
-      readManualMessageContext: (sessionId, request = {}) => context(sessionId, request, true),
+      readModelContext: (sessionId, request = {}) => Effect.map(context(sessionId, request, false), (read) => read.source),
+      readManualMessageContext: (sessionId, request = {}) =>
+        Effect.map(context(sessionId, request, true), (read) => read.source),
+      readModelContextWithHash: (sessionId, request = {}) => context(sessionId, request, false),
+      readManualMessageContextWithHash: (sessionId, request = {}) => context(sessionId, request, true),
       latestMainContext: (sessionId) => read((tx) => ContextReads.readLatestMain(tx, sessionId)),
       checkHistorySafety: (sessionId, options = {}) =>
         read((tx) => Reads.checkHistorySafety(tx, database.dialect, sessionId, options.current)),
@@ -223,6 +245,7 @@ export const make = (database: Database): Effect.Effect<EventLogShape> =>
       continuationForSource: (boundary) => read((tx) => Reads.continuationForSource(tx, boundary)),
       readToolResult: (sessionId, eventId) => read((tx) => Reads.readToolResult(tx, sessionId, eventId)),
       events: (sessionId, after, limit) => read((tx) => Reads.events(tx, sessionId, after, limit)),
+      sessionHighWater: (sessionId) => read((tx) => Rows.sessionHighWater(tx, sessionId)),
       sessionHash: (sessionId, through) => read((tx) => Reads.sessionHash(tx, sessionId, through)),
       backup: (destination) =>
         Effect.tryPromise({ try: () => track(() => database.backup(destination)), catch: readError }),

@@ -2,6 +2,7 @@ import * as fs from "node:fs"
 import * as path from "node:path"
 import { describe, expect, it } from "vitest"
 import { acquireLease, canonicalDatabasePath, keeperProcessId, LOCK_SUFFIX } from "../src/internal/lease.ts"
+import { MIGRATIONS } from "../src/internal/migrations.ts"
 import { openSqlite } from "../src/internal/open-sqlite.ts"
 import { childScript, expectReason, listing, rejection, spawnChild, temporaryDirectory } from "./fixtures/storage.ts"
 
@@ -116,7 +117,7 @@ describe("the writer lease", () => {
     const writer = await openSqlite(file)
     const reader = await openSqlite(file, { readOnly: true })
     const versions = await reader.read((transaction) => transaction.selectFrom("schema_migrations").select("version").execute())
-    expect(versions).toEqual([{ version: 1 }])
+    expect(versions).toEqual(MIGRATIONS.map((migration) => ({ version: migration.version })))
     await reader.close()
     await writer.close()
   })
@@ -144,7 +145,7 @@ describe("the writer lease across processes", () => {
       const next = await openSqlite(file)
       expect(performance.now() - started).toBeLessThan(AT_ONCE_MS)
       const versions = await next.read((transaction) => transaction.selectFrom("schema_migrations").select("version").execute())
-      expect(versions).toEqual([{ version: 1 }])
+      expect(versions).toEqual(MIGRATIONS.map((migration) => ({ version: migration.version })))
       await next.close()
       expect(listing(directory)).toContain(`events.sqlite${LOCK_SUFFIX}`)
     } finally {

@@ -5,6 +5,7 @@ import * as path from "node:path"
 import { describe, expect, it } from "vitest"
 import * as EventLog from "../src/EventLog.ts"
 import { openSqlite } from "../src/internal/open-sqlite.ts"
+import { MIGRATIONS } from "../src/internal/migrations.ts"
 import { expectReason, temporaryDirectory } from "./fixtures/storage.ts"
 import { appendAll } from "./support/harness.ts"
 
@@ -36,7 +37,7 @@ describe("an in-memory log", () => {
     await database.backup(destination)
     await database.close()
     const copy = await openSqlite(destination, { readOnly: true })
-    expect(await copy.read((transaction) => transaction.selectFrom("schema_migrations").select("version").execute())).toEqual([{ version: 1 }])
+    expect(await copy.read((transaction) => transaction.selectFrom("schema_migrations").select("version").execute())).toEqual(MIGRATIONS.map((migration) => ({ version: migration.version })))
     await copy.close()
     await expectReason(openSqlite(":memory:", { readOnly: true }), "UnsupportedDatabase", "in-memory")
     expect(stray()).toEqual([])

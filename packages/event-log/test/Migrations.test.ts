@@ -56,6 +56,9 @@ interface Backend {
   readonly uniqueViolation: string
 }
 
+/** Every version a log opened by this code records, in order. */
+const ALL_VERSIONS = MIGRATIONS.map((migration) => migration.version)
+
 const sorted = (values: Iterable<string>): ReadonlyArray<string> => [...values].sort()
 
 const textColumn = (rows: ReadonlyArray<unknown>, key: string): Array<string> =>
@@ -299,7 +302,7 @@ for (const backend of [sqliteBackend, pgliteBackend, postgresBackend]) {
         expect(objects.tables).toEqual(sorted(REQUIRED_TABLES))
         expect(objects.indexes).toEqual(sorted(INDEXES))
         const rows = await migrationRows(database)
-        expect(rows.map((row) => row.version)).toEqual([1])
+        expect(rows.map((row) => row.version)).toEqual(ALL_VERSIONS)
         expect(LATEST_VERSION).toBe(MIGRATIONS.length)
       }))
 
@@ -344,7 +347,9 @@ for (const backend of [sqliteBackend, pgliteBackend, postgresBackend]) {
         ),
       ])
       const database = await store.open()
-      expect(await migrationRows(database)).toEqual([{ version: 1, appliedAt: "1700000000000" }])
+      const migrations = await migrationRows(database)
+      expect(migrations[0]).toEqual({ version: 1, appliedAt: "1700000000000" })
+      expect(migrations.map((row) => row.version)).toEqual(ALL_VERSIONS)
       const stored = await database.read((transaction) =>
         transaction.selectFrom("event_log").select(["sequence", "event_id", "event_json"]).orderBy("sequence").execute(),
       )
@@ -415,7 +420,7 @@ describe("the SQLite open-order check", () => {
     const file = path.join(temporaryDirectory(), "events.sqlite")
     fs.writeFileSync(file, "")
     const database = await openSqlite(file)
-    expect((await migrationRows(database)).map((row) => row.version)).toEqual([1])
+    expect((await migrationRows(database)).map((row) => row.version)).toEqual(ALL_VERSIONS)
     await database.close()
   })
 
@@ -426,7 +431,7 @@ describe("the SQLite open-order check", () => {
     connection.close()
     expect(fs.statSync(file).size).toBeGreaterThan(0)
     const database = await openSqlite(file)
-    expect((await migrationRows(database)).map((row) => row.version)).toEqual([1])
+    expect((await migrationRows(database)).map((row) => row.version)).toEqual(ALL_VERSIONS)
     await database.close()
   })
 
@@ -445,7 +450,7 @@ describe("the SQLite open-order check", () => {
     it(`refuses a log of a newer schema unchanged (${mode})`, async () => {
       const file = path.join(temporaryDirectory(), "events.sqlite")
       buildSqliteAtVersion(file, 1, { journalMode: "delete", recordedVersions: [1, 99], rows: [rawEvent("model_observed")] })
-      await openRefused(file, readOnly, "created by a newer maka (schema 99 > 1)")
+      await openRefused(file, readOnly, `created by a newer maka (schema 99 > ${LATEST_VERSION})`)
     })
 
     it(`refuses a file of random bytes unchanged (${mode})`, async () => {
@@ -612,7 +617,7 @@ for (const backend of [pgliteBackend, postgresBackend]) {
         "INSERT INTO schema_migrations (version, applied_at) VALUES (1, 1), (99, 2)",
       ])
       const before = await store.objects()
-      await expectReason(store.open(), "UnsupportedDatabase", "created by a newer maka (schema 99 > 1)")
+      await expectReason(store.open(), "UnsupportedDatabase", `created by a newer maka (schema 99 > ${LATEST_VERSION})`)
       expect(await store.objects()).toEqual(before)
     })
 
@@ -632,7 +637,7 @@ for (const backend of [pgliteBackend, postgresBackend]) {
       try {
         const first = databases[0]
         if (first === undefined) throw new Error("no database")
-        expect((await migrationRows(first)).map((row) => row.version)).toEqual([1])
+        expect((await migrationRows(first)).map((row) => row.version)).toEqual(ALL_VERSIONS)
       } finally {
         for (const database of databases) await database.close()
       }

@@ -82,8 +82,7 @@ const decodeOrUndefined = (row: Rows.Row): Event.RuntimeEvent | undefined => {
 
 /** Requires `current` to be a live opening of the session. */
 export const requireLive = async (tx: Rows.Tx, sessionId: string, current: string): Promise<Rows.Row> => {
-  const opening = await Rows.byInvocationKind(tx, current, "invocation_opened")
-  const terminal = await Rows.byInvocationKind(tx, current, "invocation_ended")
+  const { opening, terminal } = await Rows.boundaries(tx, current)
   if (opening === undefined || opening.sessionId !== sessionId || terminal !== undefined) {
     throw EventLogError.invalidTransition(Prompts.CURRENT_NOT_LIVE_MESSAGE)
   }
@@ -157,20 +156,61 @@ export const latestMain = (rows: ReadonlyArray<Rows.Row>): LatestMainContext => 
 export const readLatestMain = async (tx: Rows.Tx, sessionId: string): Promise<LatestMainContext> =>
   latestMain(await Rows.ofSession(tx, sessionId, { withObservations: false }))
 
-/** `readModelContext` over a session selection. */
+/** A row of the context read with its event, decoded once. */
+interface DecodedRow extends Rows.Row {
+  readonly stored: Event.StoredEvent
+}
+
+/** A context read with the session's running log-prefix hash over the very rows it read. */
+export interface ModelContextRead {
+  readonly source: ModelContextSource
+  /**
+   * The running hash of the session through `source.sourceEvidence.highWater`: equal to
+   * `sessionHash(sessionId, highWater)`, ready to be extended by a live run (docs/log-format.md §3.5).
+   */
+  readonly hash: Digest.LogPrefixHash
+}
+
+/**
+ * `readModelContext` over a session selection, in one select of the session: every row is hashed
+ * from its stored text, and every row but the observations is decoded once and shared by the gate,
+ * the baseline, the archives, the tail and `latestMain`.
+ */
 export const readModelContext = async (
   tx: Rows.Tx,
   dialect: Dialect,
   sessionId: string,
   options: ContextOptions,
-): Promise<ModelContextSource> => {
+): Promise<ModelContextRead> => {
   if (options.current !== undefined) await requireLive(tx, sessionId, options.current)
-  const all = await Rows.ofSession(tx, sessionId)
-  const withoutObservations = all.filter((row) => row.kind !== "model_observed")
-  // Each row is decoded once; the gate, the baseline, the archives and the tail share the result.
-  const decodedEvents = withoutObservations.map(Rows.stored)
-  const decoded = new Map(decodedEvents.map((stored) => [stored.sequence, stored]))
-  const storedOf = (row: Rows.Row): Event.StoredEvent => decoded.get(row.sequence) ?? Rows.stored(row)
+  const scope: Identity.LogScope = { kind: "session", id: sessionId }
+  const hash = Digest.LogPrefixHash.start(scope)
+  const withoutObservations: Array<DecodedRow> = []
+  const decodedEvents: Array<Event.StoredEvent> = []
+  let highWater = 0
+  for (const row of await Rows.sessionRows(tx, sessionId)) {
+    const sequence = Rows.toNumber(row.sequence)
+    hash.update(sequence, row.event_json)
+    highWater = sequence
+    if (row.kind === "model_observed") continue
+    const event = Rows.decodeJson(row.event_json, row.event_id, sequence)
+    const invocation = event.invocation
+    const stored: Event.StoredEvent = { sequence, event }
+    decodedEvents.push(stored)
+    withoutObservations.push({
+      sequence,
+      eventId: row.event_id,
+      sessionId: invocation.sessionId,
+      turnId: invocation.turnId,
+      runId: invocation.runId,
+      invocationId: invocation.invocationId,
+      kind: row.kind,
+      operationId: row.operation_id,
+      json: row.event_json,
+      stored,
+    })
+  }
+  const storedOf = (row: DecodedRow): Event.StoredEvent => row.stored
   const safety = await Safety.checkEvents(
     tx,
     dialect,
@@ -181,13 +221,7 @@ export const readModelContext = async (
       ...(options.manual === true ? { manual: true } : {}),
     },
   )
-  const highWater = all.length === 0 ? 0 : all[all.length - 1]!.sequence
-  const scope: Identity.LogScope = { kind: "session", id: sessionId }
-  const sourceDigest = Digest.logPrefix(
-    scope,
-    all.map((row) => ({ sequence: row.sequence, json: row.json })),
-    highWater,
-  )
+  const sourceDigest = hash.digest(highWater)
   const checkpoints = withoutObservations.filter((row) => row.kind === "context_checkpoint_recorded")
   const checkpointIds = new Set(checkpoints.map((row) => row.eventId))
   const baselineRow = checkpoints[checkpoints.length - 1]
@@ -262,7 +296,7 @@ export const readModelContext = async (
       isError: fact.kind === "tool_settled" && fact.outcome.kind === "failed",
     }
   })
-  return {
+  const source: ModelContextSource = {
     sourceEvidence: { scope, highWater, digest: sourceDigest },
     ...(baseline === undefined ? {} : { baseline }),
     ...(anchor === undefined ? {} : { anchor }),
@@ -271,6 +305,7 @@ export const readModelContext = async (
     latestMain: latestMain(withoutObservations),
     unknownOperations: safety.unknownOperations,
   }
+  return { source, hash }
 }
 
 const replacementBytes = (placeholder: Archive.ArchivedPlaceholder): number =>

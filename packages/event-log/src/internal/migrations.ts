@@ -163,17 +163,32 @@ const POSTGRES_V1: ReadonlyArray<string> = [
     WHERE kind = 'invocation_opened'`,
 ]
 
+/**
+ * Version 2: the openings as partial indexes the safety and recovery reads name with literal kinds
+ * (docs/log-format.md §3.2). `event_log_openings` walks the log's openings in sequence order (the
+ * unfinished-invocation scan at open and its pages); `event_log_session_openings` walks one session's
+ * (the busy check, the latest opening, the claims and continuations), where the version-1 index on
+ * `(session_id, turn_id, sequence)` gave no sequence order and no query names a turn with it, so it
+ * goes. Both hold one row per invocation, so a commit without an opening writes neither.
+ */
+const V2: ReadonlyArray<string> = [
+  `CREATE INDEX event_log_openings ON event_log (sequence) WHERE kind = 'invocation_opened'`,
+  `CREATE INDEX event_log_session_openings ON event_log (session_id, sequence) WHERE kind = 'invocation_opened'`,
+  `DROP INDEX event_log_session_turn_openings`,
+]
+
 export const MIGRATIONS: ReadonlyArray<Migration> = [
   { version: 1, description: "the event log schema", sqlite: SQLITE_V1, postgres: POSTGRES_V1 },
+  { version: 2, description: "partial indexes of the openings", sqlite: V2, postgres: V2 },
 ]
 
 /** The schema version this code reads and writes. */
-export const LATEST_VERSION = 1
+export const LATEST_VERSION = 2
 
 /** Tables a maka log of version ≥ 1 has, in both dialects. */
 export const REQUIRED_TABLES: ReadonlyArray<string> = ["sessions", "event_log", "tool_result_payloads", "schema_migrations"]
 
-/** The unique and plain indexes of version 1 (PostgreSQL also has `event_log_event_id` as a constraint). */
+/** The unique and plain indexes of the latest version (PostgreSQL also has `event_log_event_id` as a constraint). */
 export const INDEXES: ReadonlyArray<string> = [
   "event_log_event_id",
   "event_log_invocation_boundary",
@@ -187,7 +202,8 @@ export const INDEXES: ReadonlyArray<string> = [
   "event_log_successor_claim",
   "event_log_invocation_sequence",
   "event_log_session_sequence",
-  "event_log_session_turn_openings",
+  "event_log_openings",
+  "event_log_session_openings",
 ]
 
 export type SchemaState = { readonly kind: "empty" } | { readonly kind: "maka"; readonly version: number }

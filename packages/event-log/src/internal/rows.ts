@@ -3,8 +3,8 @@
  * and reads share. Rows are decoded at this boundary; a row that does not decode is a `Decode`
  * store error, never a silently skipped fact.
  */
-import { Codec, type Event } from "@maka/facts"
-import { Result } from "effect"
+import { Codec, Event, Limits, Validation } from "@maka/facts"
+import { Result, Schema } from "effect"
 import { sql, type Transaction } from "kysely"
 import * as EventLogError from "../EventLogError.ts"
 import type { Tables } from "./tables.ts"
@@ -12,11 +12,13 @@ import type { Tables } from "./tables.ts"
 export type Tx = Transaction<Tables>
 
 /**
- * Kind predicates written as SQL literals, so the planner can prove the partial unique indexes'
- * conditions (a bound parameter hides them, and SQLite then scans).
+ * Kind predicates written as SQL literals, so the planner can prove the partial indexes' conditions
+ * (a bound parameter hides them from PostgreSQL's generic plans, and SQLite plans without them
+ * until the statement is prepared again). Kinds are the fact vocabulary, never outside text.
  */
 export const notObservation = sql<boolean>`kind <> 'model_observed'`
 export const boundaryKinds = sql<boolean>`kind IN ('invocation_opened', 'invocation_ended')`
+const isKind = (kind: string) => sql<boolean>`kind = ${sql.lit(kind)}`
 
 export interface Row {
   readonly sequence: number
@@ -72,14 +74,69 @@ const toRow = (raw: RawRow): Row => ({
   json: raw.event_json,
 })
 
-/** Decodes a row's event; a row that does not decode is a store `Decode` error. */
-export const decode = (row: Row): Event.RuntimeEvent => {
-  const decoded = Codec.decodeEventJson(row.json)
+/**
+ * The event schema decoded open: Effect's struct parser has a fast path for the default options
+ * only, and the closed decode (`onExcessProperty: "error"`) costs about three times as much. The
+ * closure is checked afterwards by `keepsEveryKey`.
+ */
+const decodeOpen = Schema.decodeUnknownResult(Event.RuntimeEvent)
+
+/**
+ * Whether the open decode kept every key of the parsed JSON: an open decode copies only the keys the
+ * schema declares, so an unknown key anywhere leaves some output object with fewer keys than its
+ * input. A value the schema passed through unchanged (the same reference) is not looked into, as a
+ * closed decode does not look into it either.
+ */
+const keepsEveryKey = (input: unknown, output: unknown): boolean => {
+  if (input === output || typeof input !== "object" || input === null) return true
+  if (typeof output !== "object" || output === null) return false
+  if (Array.isArray(input)) {
+    if (!Array.isArray(output) || output.length !== input.length) return false
+    for (let index = 0; index < input.length; index++) {
+      if (!keepsEveryKey(input[index], output[index])) return false
+    }
+    return true
+  }
+  let keys = 0
+  for (const key in input) {
+    keys += 1
+    if (!Object.hasOwn(output, key) || !keepsEveryKey(Reflect.get(input, key), Reflect.get(output, key))) return false
+  }
+  return keys === Object.keys(output).length
+}
+
+/**
+ * The stored JSON decoded as `Codec.decodeEventJson` decodes it (closed schema, then the fact's
+ * rules), by the faster open decode plus the closure check; `undefined` when that path does not
+ * accept the row, so the caller asks `Codec` for the verdict and its message.
+ */
+const decodeFast = (json: string): Event.RuntimeEvent | undefined => {
+  if (json.length > Limits.MAX_EVENT_BYTES / 3) return undefined
+  let parsed: unknown
+  try {
+    parsed = JSON.parse(json)
+  } catch {
+    return undefined
+  }
+  const decoded = decodeOpen(parsed)
+  if (Result.isFailure(decoded) || !keepsEveryKey(parsed, decoded.success)) return undefined
+  const event = decoded.success
+  return Result.isSuccess(Validation.fact(event.fact, event.invocation)) ? event : undefined
+}
+
+/** Decodes stored event JSON; JSON that does not decode is a store `Decode` error naming `eventId` and `sequence`. */
+export const decodeJson = (json: string, eventId: string, sequence: number): Event.RuntimeEvent => {
+  const fast = decodeFast(json)
+  if (fast !== undefined) return fast
+  const decoded = Codec.decodeEventJson(json)
   if (Result.isFailure(decoded)) {
-    throw EventLogError.make({ _tag: "Decode", message: `event ${row.eventId} at ${row.sequence}: ${decoded.failure.message}` })
+    throw EventLogError.make({ _tag: "Decode", message: `event ${eventId} at ${sequence}: ${decoded.failure.message}` })
   }
   return decoded.success
 }
+
+/** Decodes a row's event; a row that does not decode is a store `Decode` error. */
+export const decode = (row: Row): Event.RuntimeEvent => decodeJson(row.json, row.eventId, row.sequence)
 
 export const stored = (row: Row): Event.StoredEvent => ({ sequence: row.sequence, event: decode(row) })
 
@@ -93,7 +150,7 @@ export const byInvocationKind = async (tx: Tx, invocationId: string, kind: strin
     .selectFrom("event_log")
     .select(columns)
     .where("invocation_id", "=", invocationId)
-    .where("kind", "=", kind)
+    .where(isKind(kind))
     .where(boundaryKinds)
     .orderBy("sequence")
     .executeTakeFirst()
@@ -117,29 +174,22 @@ export const ofInvocation = async (tx: Tx, invocationId: string): Promise<Readon
       .selectFrom("event_log")
       .select(columns)
       .where("invocation_id", "=", invocationId)
-      .where("kind", "!=", "model_observed")
+      .where(notObservation)
       .orderBy("sequence")
       .execute()
   ).map(toRow)
 
-/** Events of a session whose `column` equals `value`, in sequence order. */
-const ofSessionWhere = async (
-  tx: Tx,
-  sessionId: string,
-  column: "kind" | "run_id",
-  value: string,
-): Promise<ReadonlyArray<Row>> =>
+/** Events of a session of one kind, in sequence order (the openings from their own index). */
+export const ofSessionKind = async (tx: Tx, sessionId: string, kind: string): Promise<ReadonlyArray<Row>> =>
   (
     await tx
       .selectFrom("event_log")
       .select(columns)
       .where("session_id", "=", sessionId)
-      .where(column, "=", value)
+      .where(isKind(kind))
       .orderBy("sequence")
       .execute()
   ).map(toRow)
-
-export const ofSessionKind = (tx: Tx, sessionId: string, kind: string) => ofSessionWhere(tx, sessionId, "kind", kind)
 
 /** Session events after `after`, in sequence order, optionally up to `through` and without observations. */
 export const ofSession = async (
@@ -150,11 +200,32 @@ export const ofSession = async (
   let query = tx.selectFrom("event_log").select(columns).where("session_id", "=", sessionId)
   if (options.after !== undefined) query = query.where("sequence", ">", options.after)
   if (options.through !== undefined) query = query.where("sequence", "<=", options.through)
-  if (options.withObservations === false) query = query.where("kind", "!=", "model_observed")
+  if (options.withObservations === false) query = query.where(notObservation)
   query = query.orderBy("sequence")
   if (options.limit !== undefined) query = query.limit(options.limit)
   return (await query.execute()).map(toRow)
 }
+
+/**
+ * A session row as the context read takes it: the columns it needs before decoding, as the driver
+ * returns them. The other ids come from the decoded event; observations are never decoded, only hashed.
+ */
+export interface SessionRow {
+  readonly sequence: number | string
+  readonly event_id: string
+  readonly kind: string
+  readonly operation_id: string | null
+  readonly event_json: string
+}
+
+/** Every row of a session in sequence order, with only the columns of `SessionRow`. */
+export const sessionRows = (tx: Tx, sessionId: string): Promise<ReadonlyArray<SessionRow>> =>
+  tx
+    .selectFrom("event_log")
+    .select(["sequence", "event_id", "kind", "operation_id", "event_json"])
+    .where("session_id", "=", sessionId)
+    .orderBy("sequence")
+    .execute()
 
 /** The opening and the terminal of an invocation, in one indexed look-up. */
 export const boundaries = async (
@@ -178,7 +249,11 @@ export const boundaries = async (
 export const all = async (tx: Tx): Promise<ReadonlyArray<Row>> =>
   (await tx.selectFrom("event_log").select(columns).orderBy("sequence").execute()).map(toRow)
 
-/** Openings without a terminal (of one session, or of the whole log), in sequence order. */
+/**
+ * Openings without a terminal (of one session, or of the whole log), in sequence order: the openings
+ * come from their partial indexes (`event_log_session_openings`, `event_log_openings`) and each
+ * terminal from `event_log_invocation_boundary`, so neither walks the session's other events.
+ */
 export const unsealedOpenings = async (
   tx: Tx,
   sessionId: string | undefined,
@@ -188,14 +263,14 @@ export const unsealedOpenings = async (
   let query = tx
     .selectFrom("event_log as opening")
     .select(columns.map((column) => `opening.${column}` as const))
-    .where("opening.kind", "=", "invocation_opened")
+    .where(sql<boolean>`opening.kind = 'invocation_opened'`)
     .where(({ not, exists, selectFrom }) =>
       not(
         exists(
           selectFrom("event_log as terminal")
             .select("terminal.sequence")
             .whereRef("terminal.invocation_id", "=", "opening.invocation_id")
-            .where("terminal.kind", "=", "invocation_ended")
+            .where(sql<boolean>`terminal.kind = 'invocation_ended'`)
             .where(sql<boolean>`terminal.kind IN ('invocation_opened', 'invocation_ended')`),
         ),
       ),
@@ -208,7 +283,16 @@ export const unsealedOpenings = async (
 }
 
 /** Every event of one run of a session, in sequence order. */
-export const ofRun = (tx: Tx, sessionId: string, runId: string) => ofSessionWhere(tx, sessionId, "run_id", runId)
+export const ofRun = async (tx: Tx, sessionId: string, runId: string): Promise<ReadonlyArray<Row>> =>
+  (
+    await tx
+      .selectFrom("event_log")
+      .select(columns)
+      .where("session_id", "=", sessionId)
+      .where("run_id", "=", runId)
+      .orderBy("sequence")
+      .execute()
+  ).map(toRow)
 
 /** The session's latest opening, if any. */
 export const latestOpening = async (tx: Tx, sessionId: string): Promise<Row | undefined> => {
@@ -216,12 +300,13 @@ export const latestOpening = async (tx: Tx, sessionId: string): Promise<Row | un
     .selectFrom("event_log")
     .select(columns)
     .where("session_id", "=", sessionId)
-    .where("kind", "=", "invocation_opened")
+    .where(sql<boolean>`kind = 'invocation_opened'`)
     .orderBy("sequence", "desc")
     .executeTakeFirst()
   return raw === undefined ? undefined : toRow(raw)
 }
 
+/** The session's highest sequence, 0 without events: one descent of `event_log_session_sequence`. */
 export const sessionHighWater = async (tx: Tx, sessionId: string): Promise<number> => {
   const raw = await tx
     .selectFrom("event_log")

@@ -1,0 +1,162 @@
+/**
+ * The context read with its running hash, the stored-row decode it runs on, and `sessionHighWater`:
+ * the hash returned with a context equals `sessionHash` over the same rows (observations included),
+ * the decode accepts exactly what `Codec.decodeEventJson` accepts, and the high water is the
+ * session's own.
+ */
+import { Codec, Prompts, type EventWrite } from "@maka/facts"
+import { FactBuilders, History } from "@maka/testkit"
+import { Effect, Result } from "effect"
+import { beforeAll, describe, expect, it } from "vitest"
+import * as Rows from "../src/internal/rows.ts"
+import { dialects } from "./support/dialects.ts"
+import { appendAll, failure, withLog, write } from "./support/harness.ts"
+
+const ids = (sessionId: string, turn: number) => ({
+  turnId: `${sessionId}-turn-${turn}`,
+  runId: `${sessionId}-run-${turn}`,
+  invocationId: `${sessionId}-invocation-${turn}`,
+})
+
+/** Two finished turns with observations, then a live third one with its own observation. */
+const sessionWithObservations = (sessionId = "session-1", firstId = 1) => {
+  const history = new History.History({ sessionId, firstId })
+  for (let turn = 0; turn < 2; turn++) {
+    const run = history.open({ message: `Turn ${turn}.`, ...ids(sessionId, turn) })
+    const first = run.request()
+    run.observe(first, { kind: "part_delta", id: "0", text: "looking" })
+    run.complete(first, FactBuilders.toolCallStep([{ id: `call-${turn}`, name: "list_files", input: { path: "." } }]))
+    run.succeed(run.dispatch(first, `call-${turn}`), FactBuilders.jsonOutput([{ name: "README.md" }]))
+    const second = run.request()
+    run.observe(second, { kind: "part_delta", id: "0", text: "done" })
+    run.complete(second, FactBuilders.textStep("Done."))
+    run.end({ kind: "completed" })
+  }
+  const live = history.open({ message: "And now?", ...ids(sessionId, 2) })
+  const step = live.request()
+  live.observe(step, { kind: "part_delta", id: "0", text: "partial" })
+  return { history, live, step }
+}
+
+/** `json` with `"extra": 1` added to the object at `path` (an empty path is the event itself). */
+const withExtraKey = (json: string, path: ReadonlyArray<string>): string => {
+  const value: unknown = JSON.parse(json)
+  let target = value as Record<string, unknown>
+  for (const key of path) target = target[key] as Record<string, unknown>
+  target["extra"] = 1
+  return JSON.stringify(value)
+}
+
+describe("stored-row decode", () => {
+  const { history } = sessionWithObservations()
+
+  it("decodes every stored event to what Codec.decodeEventJson returns", () => {
+    expect(history.writes.length).toBeGreaterThan(20)
+    for (const item of history.writes) {
+      const expected = Codec.decodeEventJson(item.json)
+      expect(Result.isSuccess(expected)).toBe(true)
+      if (Result.isSuccess(expected)) expect(Rows.decodeJson(item.json, item.event.id, 1)).toEqual(expected.success)
+    }
+  })
+
+  it("refuses an unknown key at any depth as a Decode error, as the closed decode does", () => {
+    const cases: ReadonlyArray<readonly [EventWrite.EventWrite, ReadonlyArray<string>]> = history.writes.flatMap(
+      (item) => {
+        const paths: Array<ReadonlyArray<string>> = [[], ["invocation"], ["fact"]]
+        if (item.event.fact.kind === "model_completed") paths.push(["fact", "output"], ["fact", "output", "usage"])
+        if (item.event.fact.kind === "invocation_opened") paths.push(["fact", "configuration"], ["fact", "input"])
+        if (item.event.fact.kind === "tool_settled") paths.push(["fact", "outcome"])
+        return paths.map((path) => [item, path] as const)
+      },
+    )
+    expect(cases.length).toBeGreaterThan(60)
+    for (const [item, path] of cases) {
+      const damaged = withExtraKey(item.json, path)
+      expect(Result.isFailure(Codec.decodeEventJson(damaged))).toBe(true)
+      let caught: unknown
+      try {
+        Rows.decodeJson(damaged, item.event.id, 7)
+      } catch (error) {
+        caught = error
+      }
+      expect(caught).toMatchObject({ reason: { _tag: "Decode" } })
+      expect(String(caught)).toContain(`event ${item.event.id} at 7`)
+    }
+  })
+
+  it("refuses text that is not JSON as a Decode error", () => {
+    expect(() => Rows.decodeJson("{not json", "e-1", 3)).toThrow(/event e-1 at 3/)
+  })
+})
+
+for (const dialect of dialects()) {
+  describe(`context read with its hash on ${dialect.name}`, () => {
+    // Starting a store (PGlite above all) can take long on a loaded machine: do it outside the tests' time limit.
+    beforeAll(() => withLog(dialect, () => Effect.void), 180_000)
+
+    it("returns the running hash sessionHash computes over the same rows, observations included", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const { history, live, step } = sessionWithObservations()
+          yield* appendAll(log, history.writes)
+          yield* appendAll(log, sessionWithObservations("session-2", 1_000).history.writes)
+          const current = live.invocation.invocationId
+          const read = yield* log.readModelContextWithHash("session-1", { current })
+          const highWater = read.source.sourceEvidence.highWater
+          expect(highWater).toBe(history.highWater)
+          const expected = yield* log.sessionHash("session-1", highWater)
+          expect(read.hash.digest(highWater)).toBe(expected.digest(highWater))
+          expect(read.hash.digest(highWater)).toBe(read.source.sourceEvidence.digest)
+          expect(read.source.sourceEvidence.digest).toBe(history.prefixDigest())
+          expect(read.source).toEqual(yield* log.readModelContext("session-1", { current }))
+          // The hash keeps running: extended by the next event it equals a fresh sessionHash.
+          const next = write(live.invocation, { kind: "model_observed", stepId: step, event: { kind: "part_delta", id: "0", text: "more" } })
+          const sequence = yield* log.append(next)
+          read.hash.update(sequence, next.json)
+          expect(read.hash.digest(sequence)).toBe((yield* log.sessionHash("session-1", sequence)).digest(sequence))
+        }),
+      ))
+
+    it("returns the running hash with the manual-message context too", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const { history } = sessionWithObservations()
+          // The two finished turns only: the manual policy gates every invocation.
+          yield* appendAll(log, history.writes.slice(0, 20))
+          const read = yield* log.readManualMessageContextWithHash("session-1")
+          const highWater = read.source.sourceEvidence.highWater
+          expect(highWater).toBe(20)
+          expect(read.hash.digest(highWater)).toBe((yield* log.sessionHash("session-1", highWater)).digest(highWater))
+          expect(read.source).toEqual(yield* log.readManualMessageContext("session-1"))
+        }),
+      ))
+
+    it("refuses the context of an unsafe session with the same error with or without the hash", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const { history } = sessionWithObservations()
+          yield* appendAll(log, history.writes)
+          const plain = yield* failure(log.readModelContext("session-1"))
+          const hashed = yield* failure(log.readModelContextWithHash("session-1"))
+          expect(hashed.reason).toEqual(plain.reason)
+          expect(hashed.reason).toMatchObject({ _tag: "Rejected", rejection: { _tag: "InvalidTransition", reason: Prompts.UNSAFE_HISTORY_MESSAGE } })
+        }),
+      ))
+
+    it("reads the session's highest sequence, 0 for a session without events", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          expect(yield* log.sessionHighWater("session-1")).toBe(0)
+          const first = sessionWithObservations()
+          yield* appendAll(log, first.history.writes.slice(0, 5))
+          const second = sessionWithObservations("session-2", 1_000)
+          yield* appendAll(log, second.history.writes.slice(0, 3))
+          expect(yield* log.sessionHighWater("session-1")).toBe(5)
+          expect(yield* log.sessionHighWater("session-2")).toBe(8)
+          yield* appendAll(log, first.history.writes.slice(5, 6))
+          expect(yield* log.sessionHighWater("session-1")).toBe(9)
+          expect(yield* log.sessionHighWater("session-3")).toBe(0)
+        }),
+      ))
+  })
+}
