@@ -315,9 +315,9 @@ describe("the context an engine keeps across runs", () => {
               const compared = comparing(comparison, "session-1", () => settings!, log)
               return {
                 ...compared,
-                readModelContext: (sessionId, request) => {
+                readModelContextWithHash: (sessionId, request) => {
                   reads++
-                  return compared.readModelContext(sessionId, request)
+                  return compared.readModelContextWithHash(sessionId, request)
                 },
               }
             },
@@ -381,9 +381,9 @@ describe("prune (docs/engine.md §5.11)", () => {
               const compared = comparing(comparison, "session-1", () => settings!, log)
               return {
                 ...compared,
-                readModelContext: (sessionId, request) => {
+                readModelContextWithHash: (sessionId, request) => {
                   reads++
-                  return compared.readModelContext(sessionId, request)
+                  return compared.readModelContextWithHash(sessionId, request)
                 },
               }
             },

@@ -63,7 +63,7 @@ export class LiveContext {
     this.bytes = [...anchor, ...initial.tail.map(itemBytes)].reduce((sum, bytes) => sum + bytes, 0)
   }
 
-  /** Reads the context of `current` and hashes the session once; `manual` is the docs/engine.md §5.8 policy. */
+  /** Reads the context of `current` with its running hash, in one read; `manual` is the docs/engine.md §5.8 policy. */
   static load(
     log: EventLog.EventLogShape,
     sessionId: string,
@@ -74,10 +74,10 @@ export class LiveContext {
   ): Effect.Effect<LiveContext, EventLogError.EventLogError> {
     return Effect.gen(function* () {
       const request = { current, ...limits }
-      const source = manual
-        ? yield* log.readManualMessageContext(sessionId, request)
-        : yield* log.readModelContext(sessionId, request)
-      const hash = yield* log.sessionHash(sessionId, source.sourceEvidence.highWater)
+      // One read of the session: the context and the running hash through its high water.
+      const { source, hash } = manual
+        ? yield* log.readManualMessageContextWithHash(sessionId, request)
+        : yield* log.readModelContextWithHash(sessionId, request)
       return new LiveContext(source, hash, configuration, limits)
     })
   }
