@@ -4,13 +4,13 @@
  * of one part coalesced, never dropped), `model_interrupted` for a failed attempt, and byte-identical
  * re-sends of replay-safe provider failures after a cancellable backoff.
  */
-import { Canonical, EventWrite, Limits, Model, type Fact, type Prompt } from "@maka/facts"
+import { EventWrite, Model, type Fact, type Prompt } from "@maka/facts"
 import type { EventLog } from "@maka/event-log"
 import { ModelError, StepBuilder } from "@maka/model"
 import { Ids } from "@maka/tools"
 import { Cause, Data, Effect, Option, Queue, Random, Result, Stream } from "effect"
 import * as EngineError from "../EngineError.ts"
-import { commit, commitError, commitFacts, eventWrite, failIfCancelled, isCancelled, plainWrite, stamp, type Run } from "./run-context.ts"
+import { commit, commitError, commitFacts, failIfCancelled, isCancelled, plainWrite, stamp, type Run } from "./run-context.ts"
 
 export interface AttemptInput {
   /** The route-projected request, frozen for every retry of the logical step. */
@@ -212,9 +212,15 @@ export const attempt = (run: Run, input: AttemptInput): Effect.Effect<Completed,
     const completed: Fact.ModelCompleted = { kind: "model_completed", stepId, output: step }
     const { id, recordedAt } = yield* stamp
     const event = { id, recordedAt, invocation: run.settings.invocation, fact: completed }
-    if (Canonical.utf8Length(Canonical.stringify(event)) > Limits.MAX_EVENT_BYTES) {
+    // The completion's write is built once; over the event limit, the attempt fails as an adapter error.
+    const built = EventWrite.plain(event)
+    if (Result.isFailure(built) && built.failure.rule === "event_too_large") {
       return yield* interrupted(ModelError.adapter("model output exceeds event limit"), pending)
     }
+    if (Result.isFailure(built)) {
+      return yield* Effect.fail(EngineError.internal(`the engine built an invalid model_completed: ${built.failure.message}`))
+    }
+    const completion = built.success
     const observations = yield* Effect.forEach(pending, (fact) => plainWrite(run, fact))
     if (step.finishReason === "length") {
       const rejections = Model.localToolCalls(step).map(
@@ -228,13 +234,13 @@ export const attempt = (run: Run, input: AttemptInput): Effect.Effect<Completed,
         }),
       )
       const rejectionWrites = yield* Effect.forEach(rejections, (fact) => plainWrite(run, fact))
-      const writes = [...observations, yield* eventWrite(event), ...rejectionWrites]
+      const writes = [...observations, completion, ...rejectionWrites]
       yield* Effect.mapError(commit(run, writes), (error) => EngineError.commit(error.message))
       return yield* Effect.fail(EngineError.make({ _tag: "ModelIncomplete" }))
     }
     // The completion rides the step's next commit: its first dispatch or rejection, or the terminal
     // (docs/engine.md §5.4). A cancellation requested now is handled by the tool step.
-    run.carry.push(...observations, yield* eventWrite(event))
+    run.carry.push(...observations, completion)
     return { stepId, step }
   })
 
