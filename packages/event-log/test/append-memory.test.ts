@@ -13,7 +13,8 @@ import * as Safety from "../src/internal/safety.ts"
 
 /**
  * Sequences the random comparison rarely builds, run on both state sources of the append rules
- * (docs/log-format.md §3.3) and the gate (§3.7): SQLite's in-memory index and rows read back.
+ * (docs/log-format.md §3.3) and the gate (docs/log-format.md §3.7): SQLite's in-memory index and
+ * rows read back.
  */
 
 const directory = fs.mkdtempSync(path.join(os.tmpdir(), "maka-append-memory-"))
@@ -26,8 +27,14 @@ const writer = () => {
   return (fact: Fact.Fact) => Result.getOrThrow(EventWrite.plain({ id: FactBuilders.eventId(next++), recordedAt: 0, invocation, fact }))
 }
 
+const opened: Fact.Fact = {
+  kind: "invocation_opened",
+  input: { kind: "message", content: { text: "hello" } },
+  configuration: FactBuilders.configuration(),
+}
+
 const facts = {
-  opened: { kind: "invocation_opened", input: { kind: "message", content: { text: "hello" } }, configuration: FactBuilders.configuration() },
+  opened,
   requested: (stepId: string): Fact.Fact => ({
     kind: "model_requested",
     stepId,

@@ -14,7 +14,7 @@ import * as Rows from "../src/internal/rows.ts"
 import * as Safety from "../src/internal/safety.ts"
 
 /**
- * The append rules of docs/log-format.md §3.3 and the gate of §3.7 have two state sources: the
+ * The append rules of docs/log-format.md §3.3 and the gate of docs/log-format.md §3.7 have two state sources: the
  * writer's in-memory index (SQLite) and rows read back in the transaction (PostgreSQL, and SQLite
  * with `validation: "sql"`). Random batches of writes, legal and illegal (replays, conflicting
  * bodies, ids shared across sessions, batches refused half-way), go to both; they must agree on

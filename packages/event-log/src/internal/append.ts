@@ -401,7 +401,8 @@ export const appendBatch = async (
     let insertedCount = 0
     const locked = new Set<string>()
     // SQLite has one writer: a session row known to exist needs no insert (rows are never deleted).
-    const fresh = writes.filter((write, index) => writes.findIndex((other) => other.event.id === write.event.id) === index)
+    const seen = new Set<string>()
+    const fresh = writes.filter((write) => !seen.has(write.event.id) && seen.add(write.event.id) !== undefined)
     for (const write of writes) {
       const event = write.event
       const sessionId = event.invocation.sessionId

@@ -1,9 +1,9 @@
 /**
- * The writer's in-memory index of the log (docs/architecture.md §12): on SQLite the writer lease
- * guarantees that this process alone appends, so the state the append rules of
- * docs/log-format.md §3.3 and the safety gate of §3.7 ask about is kept per session in memory,
- * loaded by one read of the session on first touch and then kept current by the writer's own
- * commits. A transaction's changes are applied as its writes are inserted; when it does not commit,
+ * The writer's in-memory index of the log (docs/architecture.md §5, §12): on SQLite the writer
+ * lease guarantees that this process alone appends, so the state the append rules of
+ * docs/log-format.md §3.3 and the safety gate of docs/log-format.md §3.7 ask about is kept per
+ * session in memory, loaded by one read of the session on first touch and then kept current by the
+ * writer's own commits. A transaction's changes are applied as its writes are inserted; when it does not commit,
  * every session it touched is dropped and reloads from the store on its next use, so a refused or
  * rolled-back batch leaves nothing behind.
  *
@@ -103,11 +103,11 @@ export class SessionIndex {
   }
 
   /** A terminal: the invocation's verdict is kept and its live state dropped. Payloads were checked on insert. */
-  #seal(entry: LiveInvocation, fact: Fact.InvocationEnded, evidence?: Safety.Evidence): void {
-    const status = Safety.invocationStatus(
-      entry.state,
-      evidence ?? { payloadMatches: () => true, providerCallObserved: (stepId) => entry.providerCallSteps.has(stepId) },
-    )
+  #seal(entry: LiveInvocation, fact: Fact.InvocationEnded): void {
+    const status = Safety.invocationStatus(entry.state, {
+      payloadMatches: () => true,
+      providerCallObserved: (stepId) => entry.providerCallSteps.has(stepId),
+    })
     if (status.kind === "safe") this.#notSafe.delete(entry.invocationId)
     else this.#notSafe.set(entry.invocationId, status)
     if (this.latestOpening === entry.invocationId) this.latestOpeningOutcome = fact.outcome.kind

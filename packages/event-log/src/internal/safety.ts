@@ -4,7 +4,7 @@
  * tolerates dispatches without settlement in invocations sealed `failed {outcome_unknown}`.
  *
  * One verdict per invocation (`invocationStatus`) serves both state sources: the writer's in-memory
- * index keeps each sealed invocation's verdict (docs/architecture.md §12), and the SQL path folds
+ * index keeps each sealed invocation's verdict (docs/architecture.md §5), and the SQL path folds
  * the loaded events and reads only the evidence it needs by index (payload lengths by event id,
  * observations of incomplete steps by invocation), never a pattern match over a session.
  */
