@@ -435,8 +435,8 @@ export const appendBatch = async (
           if (isUniqueViolation(error)) throw invalid("an id of this write is already used in the log")
           throw error
         }
-        const session = index.loaded(sessionId) ?? (await index.session(tx, database.dialect, sessionId))
-        session.add({ sequence, event }, {
+        // A session dropped since its validation (the index's size bound) reloads with this row.
+        index.loaded(sessionId)?.add({ sequence, event }, {
           sequence,
           eventId: event.id,
           sessionId,
