@@ -1,8 +1,10 @@
 /**
  * The durable log (docs/architecture.md §12): `EventLog.append` of a streamed observation against a raw
  * better-sqlite3 insert of the same row in its own `BEGIN IMMEDIATE` transaction (same file settings:
- * WAL, synchronous=FULL), and `readModelContext` at 100, 1,000 and 10,000 events of history against
- * a raw read of the same rows with `JSON.parse`. Every figure is a ratio against its own baseline.
+ * WAL, synchronous=FULL), once into a bare table and once into a file with the log's own schema (its
+ * indexes included), the SQL statements one append executes, and `readModelContext` at 100, 1,000
+ * and 10,000 events of history against a raw read of the same rows with `JSON.parse`. Every figure
+ * is a ratio against its own baseline.
  */
 import Database from "better-sqlite3"
 import { Effect, Result } from "effect"
@@ -12,7 +14,7 @@ import * as path from "node:path"
 import { EventWrite, type EventWrite as EventWriteType } from "@maka/facts"
 import { EventLog } from "@maka/event-log"
 import { FactBuilders, History } from "@maka/testkit"
-import { emit, entry, type Entry, median } from "./lib.ts"
+import { countStatements, emit, entry, type Entry, median } from "./lib.ts"
 
 const APPENDS = Number(process.env["MAKA_BENCH_APPENDS"] ?? 2_000)
 const READ_ROUNDS = 15
@@ -62,34 +64,49 @@ const { preamble, writes } = observations(APPENDS)
 const BLOCKS = 10
 const blockSize = Math.ceil(APPENDS / BLOCKS)
 
+/** A file holding the log's `event_log` table: bare (one unique index), or the log's own schema. */
 const rawFile = path.join(directory, "raw.sqlite")
 const raw = new Database(rawFile)
-raw.pragma("journal_mode = WAL")
-raw.pragma("synchronous = FULL")
 raw.exec(
   "CREATE TABLE event_log (sequence INTEGER PRIMARY KEY AUTOINCREMENT, event_id TEXT NOT NULL UNIQUE, session_id TEXT NOT NULL, turn_id TEXT NOT NULL, run_id TEXT NOT NULL, invocation_id TEXT NOT NULL, kind TEXT NOT NULL, operation_id TEXT, event_json TEXT NOT NULL)",
 )
-const insert = raw.prepare(
-  "INSERT INTO event_log (event_id, session_id, turn_id, run_id, invocation_id, kind, operation_id, event_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-)
-const begin = raw.prepare("BEGIN IMMEDIATE")
-const commit = raw.prepare("COMMIT")
-const rawBlock = (block: ReadonlyArray<EventWriteType.EventWrite>): number => {
-  const start = performance.now()
-  for (const write of block) {
-    const event = write.event
-    begin.run()
-    insert.run(event.id, event.invocation.sessionId, event.invocation.turnId, event.invocation.runId, event.invocation.invocationId, event.fact.kind, "step", write.json)
-    commit.run()
-  }
-  return (performance.now() - start) / block.length
+// The same raw insert into a file the log itself created, so the row also meets the log's indexes.
+const schemaFile = path.join(directory, "schema.sqlite")
+await withLog(schemaFile, "FULL", () => Effect.void)
+const schemaRaw = new Database(schemaFile)
+for (const connection of [raw, schemaRaw]) {
+  connection.pragma("journal_mode = WAL")
+  connection.pragma("synchronous = FULL")
 }
 
+/** Inserts each write in its own transaction through `connection`; returns milliseconds per row. */
+const rawInserter = (connection: Database.Database) => {
+  const insert = connection.prepare(
+    "INSERT INTO event_log (event_id, session_id, turn_id, run_id, invocation_id, kind, operation_id, event_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+  )
+  const begin = connection.prepare("BEGIN IMMEDIATE")
+  const commit = connection.prepare("COMMIT")
+  return (block: ReadonlyArray<EventWriteType.EventWrite>): number => {
+    const start = performance.now()
+    for (const write of block) {
+      const event = write.event
+      begin.run()
+      insert.run(event.id, event.invocation.sessionId, event.invocation.turnId, event.invocation.runId, event.invocation.invocationId, event.fact.kind, "step", write.json)
+      commit.run()
+    }
+    return (performance.now() - start) / block.length
+  }
+}
+const rawBlock = rawInserter(raw)
+const schemaBlock = rawInserter(schemaRaw)
+
 // The engine's appends and the raw inserts alternate in blocks, so load drift on a shared machine hits
-// both alike; each side's figure is the median of its blocks' per-row times.
+// both alike; each side's figure is the median of its blocks' per-row times. The last block is
+// appended again under the statement counter (its own file), for the statements one append costs.
 const logFile = path.join(directory, "append.sqlite")
 const appendTimes: Array<number> = []
 const rawTimes: Array<number> = []
+const schemaTimes: Array<number> = []
 await withLog(logFile, "FULL", (log) =>
   Effect.gen(function* () {
     yield* log.appendBatch(preamble)
@@ -100,13 +117,31 @@ await withLog(logFile, "FULL", (log) =>
       for (const write of block) yield* log.append(write)
       appendTimes.push((performance.now() - start) / block.length)
       rawTimes.push(rawBlock(block))
+      schemaTimes.push(schemaBlock(block))
     }
   }),
 )
 raw.close()
+schemaRaw.close()
+const COUNTED = 200
+let statementsPerAppend = 0
+await withLog(path.join(directory, "counted.sqlite"), "FULL", (log) =>
+  Effect.gen(function* () {
+    yield* log.appendBatch(preamble)
+    yield* log.append(writes[0]!)
+    const counted = writes.slice(1, 1 + COUNTED)
+    const statements = yield* Effect.promise(() =>
+      countStatements(() => Effect.runPromise(Effect.forEach(counted, (write) => log.append(write), { discard: true }))),
+    )
+    statementsPerAppend = statements / counted.length
+  }),
+)
 const engineAppendMs = median(appendTimes)
 const rawAppendMs = median(rawTimes)
-console.log(`append: engine ${round3(engineAppendMs * 1000)} µs, raw insert ${round3(rawAppendMs * 1000)} µs per durable commit`)
+const schemaAppendMs = median(schemaTimes)
+console.log(
+  `append: engine ${round3(engineAppendMs * 1000)} µs, raw insert ${round3(rawAppendMs * 1000)} µs (into the log's schema ${round3(schemaAppendMs * 1000)} µs) per durable commit; ${round3(statementsPerAppend)} SQL statements per append`,
+)
 
 // --- model-context read -------------------------------------------------------------------------
 
@@ -163,6 +198,18 @@ const entries: Record<string, Entry> = {
     "µs",
     rawAppendMs * 1000,
     `EventLog.append of one streamed observation (its own transaction) vs a better-sqlite3 prepared insert of the same row in BEGIN IMMEDIATE/COMMIT; both WAL, synchronous=FULL; ${APPENDS} appends`,
+  ),
+  "event-log.appendUs.vsRawInsertLogSchema": entry(
+    engineAppendMs * 1000,
+    "µs",
+    schemaAppendMs * 1000,
+    "EventLog.append vs the same raw insert into a file with the log's own schema (every index of event_log), both WAL, synchronous=FULL",
+  ),
+  "event-log.appendStatements": entry(
+    statementsPerAppend,
+    "statements/append",
+    3,
+    "better-sqlite3 statements one EventLog.append of an observation executes (counted over 200 appends) vs the raw insert's BEGIN/INSERT/COMMIT",
   ),
 }
 for (const [size, figures] of Object.entries(contextFigures)) {

@@ -195,7 +195,7 @@ export const make = (database: Database): Effect.Effect<EventLogShape> =>
           if (writes.length === 0 && complete === undefined) return []
           const now = yield* Clock.currentTimeMillis
           const result = yield* Effect.tryPromise({
-            try: () => track(() => Append.appendBatch(database, writes, now, complete)),
+            try: () => track(() => Append.appendBatch(database, writes, now, { complete })),
             catch: writeError,
           })
           if (result.inserted) {

@@ -2,8 +2,13 @@ import { Prompts, type Model } from "@maka/facts"
 import { FactBuilders, History } from "@maka/testkit"
 import BetterSqlite3 from "better-sqlite3"
 import { Effect } from "effect"
+import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
 import { describe, expect, it } from "vitest"
-import * as Testing from "../src/testing.ts"
+import * as EventLog from "../src/EventLog.ts"
+import type { EventLogError } from "../src/EventLogError.ts"
+import { openSqlite } from "../src/internal/open-sqlite.ts"
 import { dialects } from "./support/dialects.ts"
 import { appendAll, expectRefused, failure, withLog, write } from "./support/harness.ts"
 
@@ -177,19 +182,30 @@ for (const dialect of dialects()) {
 }
 
 describe("the safety gate over tampered payloads", () => {
-  it("holds a successful settlement whose stored payload has the wrong length as unresolved history", () =>
-    Effect.runPromise(
-      Effect.scoped(
+  // The writer lease makes the open log the file's only writer, and its index keeps each sealed
+  // invocation's verdict: a payload changed behind its back is found by the next writer that opens it.
+  it("holds a successful settlement whose stored payload has the wrong length as unresolved history", async () => {
+    const directory = fs.mkdtempSync(path.join(os.tmpdir(), "maka-tampered-"))
+    const file = path.join(directory, "log.sqlite")
+    const withFile = <A>(body: (log: EventLog.EventLogShape) => Effect.Effect<A, EventLogError>) =>
+      Effect.runPromise(Effect.scoped(Effect.flatMap(EventLog.fromDatabase(() => openSqlite(file, { synchronous: "NORMAL" })), body)))
+    try {
+      await withFile((log) =>
         Effect.gen(function* () {
-          const { log, file } = yield* Testing.makeTemporary({ synchronous: "NORMAL" })
-          const history = History.smallRun()
-          yield* appendAll(log, history.writes)
+          yield* appendAll(log, History.smallRun().writes)
           yield* log.checkHistorySafety("session-1")
-          const connection = new BetterSqlite3(file)
-          connection.prepare("UPDATE tool_result_payloads SET payload = payload || ' '").run()
-          connection.close()
+        }),
+      )
+      const connection = new BetterSqlite3(file)
+      connection.prepare("UPDATE tool_result_payloads SET payload = payload || ' '").run()
+      connection.close()
+      await withFile((log) =>
+        Effect.gen(function* () {
           expectUnsafe(yield* failure(log.checkHistorySafety("session-1")))
         }),
-      ),
-    ))
+      )
+    } finally {
+      fs.rmSync(directory, { recursive: true, force: true })
+    }
+  })
 })

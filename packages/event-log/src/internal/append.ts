@@ -2,97 +2,69 @@
  * `appendBatch`: one write transaction that validates each write against the log and the earlier
  * writes of the batch, in the order of docs/log-format.md §3.3 (exact replay, sealed, opening rules,
  * per-kind validators, transitions, clean completion), then inserts the row and its raw payload.
- * A write is inserted before the next one is validated, so later writes see earlier ones.
+ * A write is inserted before the next one is validated, so later writes see earlier ones. The rules
+ * are written once against `SessionView`: the writer's in-memory index on SQLite, rows read back
+ * under the session lock on PostgreSQL.
  */
 import { Archive, Canonical, EventWrite, Fact, Input, type Event } from "@maka/facts"
 import { Result } from "effect"
-import { sql } from "kysely"
 import * as EventLogError from "../EventLogError.ts"
-import type { Database, Dialect } from "./database.ts"
+import type { Database } from "./database.ts"
 import { faultPoint } from "./fault.ts"
 import * as InvocationState from "./invocation-state.ts"
 import * as Lineage from "./lineage.ts"
+import * as LogIndex from "./log-index.ts"
 import * as Rows from "./rows.ts"
+import * as SessionView from "./session-view.ts"
 
 const invalid = EventLogError.invalidTransition
 const reject = (rejection: EventLogError.Rejection) => EventLogError.rejected(rejection)
 
-interface Context {
-  readonly tx: Rows.Tx
-  readonly dialect: Dialect
-}
-
-const lockSession = async ({ tx, dialect }: Context, sessionId: string, time: number): Promise<void> => {
-  await tx
-    .insertInto("sessions")
-    .values({ session_id: sessionId, created_at: time })
-    .onConflict((conflict) => conflict.column("session_id").doNothing())
-    .execute()
-  if (dialect === "postgres") {
-    await tx.selectFrom("sessions").select("session_id").where("session_id", "=", sessionId).forUpdate().execute()
-  }
-}
-
-const invocationState = async (context: Context, invocationId: string): Promise<InvocationState.InvocationState> =>
-  InvocationState.fold((await Rows.ofInvocation(context.tx, invocationId)).map(Rows.stored))
-
 /** Rule 3: the opening of any non-opening fact exists and names the identical invocation. */
-const requireOpening = (event: Event.RuntimeEvent, opening: Rows.Row | undefined): Rows.Row => {
+const requireOpening = (event: Event.RuntimeEvent, opening: SessionView.OpeningRef | undefined): SessionView.OpeningRef => {
   if (opening === undefined) throw invalid("the invocation has no opening")
   const invocation = event.invocation
-  if (opening.sessionId !== invocation.sessionId || opening.turnId !== invocation.turnId || opening.runId !== invocation.runId) {
+  const row = opening.row
+  if (row.sessionId !== invocation.sessionId || row.turnId !== invocation.turnId || row.runId !== invocation.runId) {
     throw invalid("the invocation differs from its opening")
   }
   return opening
 }
 
-const validateOpening = async (context: Context, event: Event.RuntimeEvent, fact: Fact.InvocationOpened) => {
-  const { tx } = context
-  const invocation = event.invocation
-  if ((await Rows.byInvocationKind(tx, invocation.invocationId, "invocation_opened")) !== undefined) {
-    throw invalid("the invocation is already opened")
-  }
-  const pending = await Lineage.pendingPause(tx, invocation.sessionId)
+const validateOpening = async (view: SessionView.SessionView, event: Event.RuntimeEvent, fact: Fact.InvocationOpened) => {
+  const sessionId = event.invocation.sessionId
+  const pending = await view.pendingPause(sessionId)
   if (pending !== undefined) {
-    await Lineage.checkReservedSuccessor(tx, pending, event, fact)
+    await Lineage.checkReservedSuccessor(view.tx, pending, event, fact)
   } else if (fact.input.kind === "handoff") {
     throw invalid("no sealed handoff pause awaits this successor")
   }
-  if ((await Rows.unsealedOpenings(tx, invocation.sessionId)).length > 0) throw reject({ _tag: "SessionBusy" })
+  if (await view.hasUnsealedOpening(sessionId)) throw reject({ _tag: "SessionBusy" })
   if (fact.input.kind === "continuation") {
-    await Lineage.checkContinuationOpening(context, event, fact.input, fact.configuration)
+    await Lineage.checkContinuationOpening(view, event, fact.input, fact.configuration)
   }
 }
 
 const providerCall = async (
-  context: Context,
+  view: SessionView.SessionView,
   event: Event.RuntimeEvent,
   fact: Fact.ToolDispatched | Fact.ToolRejected,
 ): Promise<void> => {
-  const existing = await Rows.byOperation(context.tx, fact.operationId)
+  const sessionId = event.invocation.sessionId
+  const existing = await view.operation(sessionId, fact.operationId)
   if (fact.call.origin.kind === "standalone") {
-    if (existing.length > 0) throw invalid("the operation id is already used")
+    if (existing.isUsed) throw invalid("the operation id is already used")
     return
   }
-  if (existing.some((row) => row.kind === "tool_dispatched" || row.kind === "tool_rejected")) {
+  if (existing.dispatch !== undefined || existing.isRejected) {
     throw invalid("the operation is already dispatched or rejected")
   }
-  const stepId = fact.call.origin.stepId
-  const stepRows = await Rows.byOperation(context.tx, stepId)
-  const request = stepRows.find((row) => row.kind === "model_requested")
-  const completion = stepRows.find((row) => row.kind === "model_completed")
-  if (request === undefined || completion === undefined || completion.invocationId !== event.invocation.invocationId) {
+  const step = await view.operation(sessionId, fact.call.origin.stepId)
+  if (step.request === undefined || step.completion === undefined || step.completion.invocationId !== event.invocation.invocationId) {
     throw invalid("the call names no completed step of this invocation")
   }
-  const requested = Rows.decode(request).fact
-  if (requested.kind !== "model_requested" || requested.purpose !== "main") {
-    throw invalid("tool calls come only from main steps")
-  }
-  const completed = Rows.decode(completion).fact
-  const part =
-    completed.kind === "model_completed"
-      ? completed.output.parts.find((item) => item.kind === "tool_call" && item.id === fact.call.toolCallId)
-      : undefined
+  if (step.request.fact.purpose !== "main") throw invalid("tool calls come only from main steps")
+  const part = step.completion.output.parts.find((item) => item.kind === "tool_call" && item.id === fact.call.toolCallId)
   if (
     part === undefined ||
     part.kind !== "tool_call" ||
@@ -104,86 +76,58 @@ const providerCall = async (
   }
 }
 
-const validateSettled = async (context: Context, event: Event.RuntimeEvent, fact: Fact.ToolSettled) => {
-  const rows = await Rows.byOperation(context.tx, fact.operationId)
-  const dispatch = rows.find((row) => row.kind === "tool_dispatched")
-  if (dispatch === undefined || dispatch.invocationId !== event.invocation.invocationId) {
+const validateSettled = async (view: SessionView.SessionView, event: Event.RuntimeEvent, fact: Fact.ToolSettled) => {
+  const operation = await view.operation(event.invocation.sessionId, fact.operationId)
+  if (operation.dispatch === undefined || operation.dispatch.invocationId !== event.invocation.invocationId) {
     throw invalid("tool_settled needs a dispatch of the same operation in this invocation")
   }
-  if (rows.some((row) => row.kind === "tool_settled")) throw invalid("the operation is already settled")
+  if (operation.isSettled) throw invalid("the operation is already settled")
 }
 
-const validateModelFollowUp = async (context: Context, event: Event.RuntimeEvent, stepId: string) => {
-  const rows = await Rows.byOperation(context.tx, stepId)
-  const request = rows.find((row) => row.kind === "model_requested")
-  if (request === undefined || request.invocationId !== event.invocation.invocationId) {
+const validateModelFollowUp = async (view: SessionView.SessionView, event: Event.RuntimeEvent, stepId: string) => {
+  const step = await view.operation(event.invocation.sessionId, stepId)
+  if (step.request === undefined || step.request.invocationId !== event.invocation.invocationId) {
     throw invalid("the step has no request in this invocation")
   }
-  if (rows.some((row) => row.kind === "model_completed" || row.kind === "model_interrupted")) {
-    throw invalid("the step is already completed or interrupted")
-  }
+  if (step.isResolved) throw invalid("the step is already completed or interrupted")
 }
 
-const validateRequested = async (context: Context, event: Event.RuntimeEvent, fact: Fact.ModelRequested, opening: Rows.Row) => {
-  if ((await Rows.byOperation(context.tx, fact.stepId)).length > 0) throw invalid("the step id is already used")
-  const openingFact = Rows.decode(opening).fact
-  if (openingFact.kind !== "invocation_opened" || !Input.allowsPurpose(openingFact.input, fact.purpose)) {
+const validateRequested = async (
+  view: SessionView.SessionView,
+  event: Event.RuntimeEvent,
+  fact: Fact.ModelRequested,
+  opening: SessionView.OpeningRef,
+) => {
+  const { sessionId, invocationId } = event.invocation
+  if ((await view.operation(sessionId, fact.stepId)).isUsed) throw invalid("the step id is already used")
+  if (!Input.allowsPurpose(opening.fact.input, fact.purpose)) {
     throw invalid(`the opening does not allow ${fact.purpose} requests`)
   }
-  // At most one request per purpose is ever unresolved, so only the latest one can be. Canonical
-  // JSON escapes quotes inside strings, so this pattern matches only the purpose field.
-  const latest = await context.tx
-    .selectFrom("event_log")
-    .select("operation_id")
-    .where("invocation_id", "=", event.invocation.invocationId)
-    .where("kind", "=", "model_requested")
-    .where("event_json", "like", `%"purpose":"${fact.purpose}"%`)
-    .orderBy("sequence", "desc")
-    .executeTakeFirst()
-  const unresolved =
-    latest?.operation_id === null || latest?.operation_id === undefined
-      ? undefined
-      : (await Rows.byOperation(context.tx, latest.operation_id)).some(
-            (row) => row.kind === "model_completed" || row.kind === "model_interrupted",
-          )
-        ? undefined
-        : latest
-  if (unresolved !== undefined) throw invalid(`a ${fact.purpose} request is already unresolved`)
+  if (await view.hasUnresolvedRequest(sessionId, invocationId, fact.purpose)) {
+    throw invalid(`a ${fact.purpose} request is already unresolved`)
+  }
 }
 
-const validateSteered = async (context: Context, event: Event.RuntimeEvent, fact: Fact.MessageSteered) => {
-  // The steering-identity index: an expression index on SQLite, a generated column on PostgreSQL.
-  const messageId =
-    context.dialect === "sqlite"
-      ? sql<string>`json_extract(event_json, '$.fact.message.messageId')`
-      : sql<string>`steering_message_id`
-  const delivered = await context.tx
-    .selectFrom("event_log")
-    .select("sequence")
-    .where("session_id", "=", event.invocation.sessionId)
-    .where(sql<boolean>`kind = 'message_steered'`)
-    .where(messageId, "=", fact.message.messageId)
-    .executeTakeFirst()
-  if (delivered !== undefined) throw invalid("the message was already delivered in this session")
+const validateSteered = async (view: SessionView.SessionView, event: Event.RuntimeEvent, fact: Fact.MessageSteered) => {
+  if (await view.isSteeringDelivered(event.invocation.sessionId, fact.message.messageId)) {
+    throw invalid("the message was already delivered in this session")
+  }
 }
 
 const validateCheckpoint = async (
-  context: Context,
+  view: SessionView.SessionView,
   event: Event.RuntimeEvent,
   fact: Fact.ContextCheckpointRecorded,
-  opening: Rows.Row,
+  opening: SessionView.OpeningRef,
 ) => {
   const checkpoint = fact.checkpoint
-  const rows = await Rows.byOperation(context.tx, checkpoint.summaryStepId)
-  const request = rows.find((row) => row.kind === "model_requested")
-  const completed = rows.some((row) => row.kind === "model_completed")
-  const requested = request === undefined ? undefined : Rows.decode(request).fact
+  const step = await view.operation(event.invocation.sessionId, checkpoint.summaryStepId)
+  const requested = step.request?.fact
   if (
     requested === undefined ||
-    requested.kind !== "model_requested" ||
-    request!.invocationId !== event.invocation.invocationId ||
+    step.request?.invocationId !== event.invocation.invocationId ||
     requested.purpose !== "summary" ||
-    !completed
+    step.completion === undefined
   ) {
     throw invalid("the checkpoint needs a completed summary request of this invocation")
   }
@@ -192,28 +136,29 @@ const validateCheckpoint = async (
   if (requested.checkpointEventId !== checkpoint.previousCheckpointId) {
     throw invalid("previousCheckpointId differs from the summary's baseline")
   }
-  const openingFact = Rows.decode(opening).fact
-  const isCompact = openingFact.kind === "invocation_opened" && openingFact.input.kind === "context_compact"
+  const isCompact = opening.fact.input.kind === "context_compact"
   if ((checkpoint.mode.kind === "standalone") !== isCompact) {
     throw invalid("standalone checkpoints belong to context_compact invocations, turn checkpoints to model runs")
   }
-  if (checkpoint.mode.kind === "mid_turn" && checkpoint.mode.anchorEventId !== opening.eventId) {
+  if (checkpoint.mode.kind === "mid_turn" && checkpoint.mode.anchorEventId !== opening.row.eventId) {
     throw invalid("a mid_turn checkpoint anchors the current opening")
   }
-  if (checkpoint.coveredThrough > (await Rows.sessionHighWater(context.tx, event.invocation.sessionId))) {
+  if (checkpoint.coveredThrough > (await view.highWater(event.invocation.sessionId))) {
     throw invalid("coveredThrough is beyond the session's history")
   }
 }
 
-const validateArchive = async (context: Context, event: Event.RuntimeEvent, fact: Fact.ToolResultArchived) => {
+/** Archives are rare (pruning): their rule reads rows on both paths. */
+const validateArchive = async (view: SessionView.SessionView, event: Event.RuntimeEvent, fact: Fact.ToolResultArchived) => {
+  const tx = view.tx
   const identity = fact.placeholder.identity
-  const settledRow = await Rows.byEventId(context.tx, identity.runtimeEventId)
+  const settledRow = await Rows.byEventId(tx, identity.runtimeEventId)
   if (settledRow === undefined || settledRow.kind !== "tool_settled" || settledRow.sessionId !== event.invocation.sessionId) {
     throw invalid("the archive names no settled tool result of this session")
   }
   const settled = Rows.decode(settledRow).fact
   if (settled.kind !== "tool_settled") throw invalid("the archive names no settled tool result")
-  const dispatchRow = (await Rows.byOperation(context.tx, settled.operationId)).find((row) => row.kind === "tool_dispatched")
+  const dispatchRow = (await Rows.byOperation(tx, settled.operationId)).find((row) => row.kind === "tool_dispatched")
   const dispatch = dispatchRow === undefined ? undefined : Rows.decode(dispatchRow).fact
   if (
     dispatch === undefined ||
@@ -232,7 +177,7 @@ const validateArchive = async (context: Context, event: Event.RuntimeEvent, fact
   if (expected === undefined || !Canonical.equal(expected, fact.placeholder)) {
     throw invalid("the archive placeholder differs from the one its result produces")
   }
-  for (const row of await Rows.ofSessionKind(context.tx, event.invocation.sessionId, "tool_result_archived")) {
+  for (const row of await Rows.ofSessionKind(tx, event.invocation.sessionId, "tool_result_archived")) {
     const archived = Rows.decode(row).fact
     if (archived.kind === "tool_result_archived" && archived.placeholder.identity.runtimeEventId === identity.runtimeEventId) {
       throw invalid("the result is already archived")
@@ -241,17 +186,18 @@ const validateArchive = async (context: Context, event: Event.RuntimeEvent, fact
 }
 
 const validateTerminal = async (
-  context: Context,
+  view: SessionView.SessionView,
   event: Event.RuntimeEvent,
   fact: Fact.InvocationEnded,
-  opening: Rows.Row,
+  opening: SessionView.OpeningRef,
 ) => {
   const outcome = fact.outcome
   if (outcome.kind === "completed" || outcome.kind === "context_compact_finished") {
-    const reason = InvocationState.unsettledReason(await invocationState(context, event.invocation.invocationId))
+    const state = await view.invocationState(event.invocation.sessionId, event.invocation.invocationId)
+    const reason = InvocationState.unsettledReason(state)
     if (reason !== undefined) throw invalid(`a clean completion is refused: ${reason}`)
   }
-  if (outcome.kind === "handoff_paused") await Lineage.checkHandoffSeal(context, event, outcome.pause, opening)
+  if (outcome.kind === "handoff_paused") await Lineage.checkHandoffSeal(view, event, outcome.pause, opening.row)
 }
 
 const validatePayload = (write: EventWrite.EventWrite) => {
@@ -267,38 +213,38 @@ const validatePayload = (write: EventWrite.EventWrite) => {
 }
 
 /** Rules 2–7 for one write. */
-const validate = async (context: Context, write: EventWrite.EventWrite): Promise<void> => {
+const validate = async (view: SessionView.SessionView, write: EventWrite.EventWrite): Promise<void> => {
   const event = write.event
   const fact = event.fact
-  const boundaries = await Rows.boundaries(context.tx, event.invocation.invocationId)
-  if (boundaries.terminal !== undefined) throw reject({ _tag: "Sealed" })
+  const boundaries = await view.boundaries(event.invocation.sessionId, event.invocation.invocationId)
+  if (boundaries.isSealed) throw reject({ _tag: "Sealed" })
   if (fact.kind === "invocation_opened") {
+    if (boundaries.isOpened) throw invalid("the invocation is already opened")
     validatePayload(write)
-    return validateOpening(context, event, fact)
+    return validateOpening(view, event, fact)
   }
   const opening = requireOpening(event, boundaries.opening)
   validatePayload(write)
   switch (fact.kind) {
     case "tool_dispatched":
     case "tool_rejected":
-      return providerCall(context, event, fact)
+      return providerCall(view, event, fact)
     case "tool_settled":
-      return validateSettled(context, event, fact)
+      return validateSettled(view, event, fact)
     case "model_requested":
-      return validateRequested(context, event, fact, opening)
+      return validateRequested(view, event, fact, opening)
     case "model_observed":
-      return validateModelFollowUp(context, event, fact.stepId)
     case "model_completed":
     case "model_interrupted":
-      return validateModelFollowUp(context, event, fact.stepId)
+      return validateModelFollowUp(view, event, fact.stepId)
     case "message_steered":
-      return validateSteered(context, event, fact)
+      return validateSteered(view, event, fact)
     case "context_checkpoint_recorded":
-      return validateCheckpoint(context, event, fact, opening)
+      return validateCheckpoint(view, event, fact, opening)
     case "tool_result_archived":
-      return validateArchive(context, event, fact)
+      return validateArchive(view, event, fact)
     case "invocation_ended":
-      return validateTerminal(context, event, fact, opening)
+      return validateTerminal(view, event, fact, opening)
   }
 }
 
@@ -330,6 +276,21 @@ export interface AppendResult {
   readonly inserted: boolean
 }
 
+export interface AppendOptions {
+  /**
+   * Where the rules read the log's state: `memory` (the default where the writer's in-memory index
+   * serves the database, SQLite) or `sql` (rows read back in the transaction, as on PostgreSQL).
+   */
+  readonly validation?: "memory" | "sql" | undefined
+  /**
+   * Builds the trailing writes of the batch from the sequences of its leading ones, inside the
+   * transaction: a request whose source evidence covers the settlements committed with it.
+   */
+  readonly complete?: CompleteBatch | undefined
+}
+
+export type CompleteBatch = (sequences: ReadonlyArray<number>) => ReadonlyArray<EventWrite.EventWrite>
+
 /**
  * Rule 0: each write is what `EventWrite.plain` or `toolSuccess` would build: its event passes the
  * fact rules (well-formed text included) and `json`, the bytes stored, is the canonical JSON of the
@@ -342,83 +303,173 @@ const verifyWrites = (writes: ReadonlyArray<EventWrite.EventWrite>): void => {
   }
 }
 
-/**
- * Builds the trailing writes of a batch from the sequences of its leading ones, inside the
- * transaction: a request whose source evidence covers the settlements committed with it.
- */
-export type CompleteBatch = (sequences: ReadonlyArray<number>) => ReadonlyArray<EventWrite.EventWrite>
+const INSERT_SESSION = "INSERT INTO sessions (session_id, created_at) VALUES (?, ?) ON CONFLICT (session_id) DO NOTHING"
+const INSERT_EVENT =
+  "INSERT INTO event_log (event_id, session_id, turn_id, run_id, invocation_id, kind, operation_id, event_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+const INSERT_PAYLOAD = "INSERT INTO tool_result_payloads (event_id, payload) VALUES (?, ?)"
+
+const lockSession = async (tx: Rows.Tx, database: Database, sessionId: string, time: number): Promise<void> => {
+  if (database.sqlite !== undefined) {
+    database.sqlite.statement(INSERT_SESSION).run(sessionId, time)
+    return
+  }
+  await tx
+    .insertInto("sessions")
+    .values({ session_id: sessionId, created_at: time })
+    .onConflict((conflict) => conflict.column("session_id").doNothing())
+    .execute()
+  if (database.dialect === "postgres") {
+    await tx.selectFrom("sessions").select("session_id").where("session_id", "=", sessionId).forUpdate().execute()
+  }
+}
+
+/** Inserts the row (rule 8) and returns its sequence: a prepared statement on SQLite. */
+const insertRow = async (tx: Rows.Tx, database: Database, write: EventWrite.EventWrite): Promise<number> => {
+  const event = write.event
+  const invocation = event.invocation
+  const operationId = Fact.operationKey(event.fact) ?? null
+  if (database.sqlite !== undefined) {
+    const { lastInsertRowid } = database.sqlite
+      .statement(INSERT_EVENT)
+      .run(event.id, invocation.sessionId, invocation.turnId, invocation.runId, invocation.invocationId, event.fact.kind, operationId, write.json)
+    if (write.rawPayload !== undefined) database.sqlite.statement(INSERT_PAYLOAD).run(event.id, write.rawPayload)
+    return Rows.toNumber(lastInsertRowid)
+  }
+  const row = await tx
+    .insertInto("event_log")
+    .values({
+      event_id: event.id,
+      session_id: invocation.sessionId,
+      turn_id: invocation.turnId,
+      run_id: invocation.runId,
+      invocation_id: invocation.invocationId,
+      kind: event.fact.kind,
+      operation_id: operationId,
+      event_json: write.json,
+    })
+    .returning("sequence")
+    .executeTakeFirstOrThrow()
+  if (write.rawPayload !== undefined) {
+    await tx.insertInto("tool_result_payloads").values({ event_id: event.id, payload: write.rawPayload }).execute()
+  }
+  return Rows.toNumber(row.sequence)
+}
+
+/** Rule 1: the sequence of a stored identical event, `EventConflict` for a different body, or undefined. */
+const replayed = async (tx: Rows.Tx, write: EventWrite.EventWrite): Promise<number | undefined> => {
+  const existing = await Rows.byEventId(tx, write.event.id)
+  if (existing === undefined) return undefined
+  if (existing.json !== write.json) throw reject({ _tag: "EventConflict" })
+  const payload = await Rows.payloadOf(tx, write.event.id)
+  if (payload !== write.rawPayload) throw reject({ _tag: "EventConflict" })
+  return existing.sequence
+}
+
+const isUniqueViolation = (error: unknown): boolean =>
+  typeof error === "object" && error !== null && "code" in error && error.code === "SQLITE_CONSTRAINT_UNIQUE"
 
 /**
- * Validates and appends `leading`, then the writes `complete` builds from their sequences, in one
- * transaction; all or nothing. The sequences returned cover both, in order.
+ * Validates and appends `writes` in one transaction; all or nothing.
+ *
+ * With the in-memory index (SQLite) the rules read memory, and rule 1 costs nothing on the usual
+ * path: an event id already stored either fails a rule or collides with the unique index on insert,
+ * and only then is the stored row read and compared, so the outcome is the one rule 1 gives first.
+ * Each inserted event is added to the index at once (later writes of the batch see it); if the
+ * transaction does not commit, the sessions it touched are dropped from the index.
  */
 export const appendBatch = async (
   database: Database,
   leading: ReadonlyArray<EventWrite.EventWrite>,
   now: number,
-  complete?: CompleteBatch,
+  options: AppendOptions = {},
 ) => {
   verifyWrites(leading)
   return database.write(async (tx): Promise<AppendResult> => {
+    const writes = [...leading]
     let knownSessions = knownSessionsByDatabase.get(database)
     if (knownSessions === undefined) {
       knownSessions = new Set()
       knownSessionsByDatabase.set(database, knownSessions)
     }
-    const context: Context = { tx, dialect: database.dialect }
+    const sqlView = new SessionView.SqlView(tx, database.dialect, database.sqlite)
+    const index = options.validation === "sql" ? undefined : LogIndex.of(tx)
+    const touched = new Set<string>()
+    if (database.index !== undefined) {
+      const logIndex = database.index
+      if (index === undefined) LogIndex.forget(tx)
+      // A transaction that does not commit leaves no trace in memory; one validated by SQL alone
+      // leaves its sessions to reload.
+      database.sqlite?.onTransactionEnd((committed) => {
+        if (!committed || index === undefined) logIndex.evict(touched)
+      })
+    }
+    const view: SessionView.SessionView = index === undefined ? sqlView : new SessionView.MemoryView(index, sqlView)
     const sequences: Array<number> = []
     let inserted = false
     let insertedCount = 0
     const locked = new Set<string>()
-    const appendAll = async (writes: ReadonlyArray<EventWrite.EventWrite>) => {
-      for (const write of writes) {
-        const event = write.event
-        if (!locked.has(event.invocation.sessionId)) {
-          // SQLite has one writer: a session row known to exist needs no insert (rows are never deleted).
-          if (database.dialect === "postgres" || !knownSessions.has(event.invocation.sessionId)) {
-            await lockSession(context, event.invocation.sessionId, now)
-          }
-          locked.add(event.invocation.sessionId)
-        }
-        const existing = await Rows.byEventId(tx, event.id)
-        if (existing !== undefined) {
-          if (existing.json !== write.json) throw reject({ _tag: "EventConflict" })
-          const payload = await Rows.payloadOf(tx, event.id)
-          if (payload !== write.rawPayload) throw reject({ _tag: "EventConflict" })
-          sequences.push(existing.sequence)
+    // SQLite has one writer: a session row known to exist needs no insert (rows are never deleted).
+    for (let position = 0; position <= writes.length; position++) {
+      if (position === leading.length && options.complete !== undefined) {
+        // The trailing writes, built from the sequences of the leading ones inside the transaction.
+        const trailing = options.complete([...sequences])
+        verifyWrites(trailing)
+        writes.push(...trailing)
+      }
+      if (position === writes.length) break
+      const write = writes[position]!
+      const event = write.event
+      const sessionId = event.invocation.sessionId
+      if (!locked.has(sessionId)) {
+        if (database.dialect === "postgres" || !knownSessions.has(sessionId)) await lockSession(tx, database, sessionId, now)
+        locked.add(sessionId)
+      }
+      touched.add(sessionId)
+      let sequence: number
+      if (index === undefined) {
+        const original = await replayed(tx, write)
+        if (original !== undefined) {
+          sequences.push(original)
           continue
         }
-        await validate(context, write)
-        const row = await tx
-          .insertInto("event_log")
-          .values({
-            event_id: event.id,
-            session_id: event.invocation.sessionId,
-            turn_id: event.invocation.turnId,
-            run_id: event.invocation.runId,
-            invocation_id: event.invocation.invocationId,
-            kind: event.fact.kind,
-            operation_id: Fact.operationKey(event.fact) ?? null,
-            event_json: write.json,
-          })
-          .returning("sequence")
-          .executeTakeFirstOrThrow()
-        if (write.rawPayload !== undefined) {
-          await tx.insertInto("tool_result_payloads").values({ event_id: event.id, payload: write.rawPayload }).execute()
+        await validate(view, write)
+        sequence = await insertRow(tx, database, write)
+      } else {
+        try {
+          await validate(view, write)
+          sequence = await insertRow(tx, database, write)
+        } catch (error) {
+          const original = await replayed(tx, write)
+          if (original !== undefined) {
+            sequences.push(original)
+            continue
+          }
+          // Another session holds this step, operation or invocation id (the indexes that SQL
+          // reads would have found it; memory knows only this session).
+          if (isUniqueViolation(error)) throw invalid("an id of this write is already used in the log")
+          throw error
         }
-        sequences.push(Rows.toNumber(row.sequence))
-        inserted = true
-        insertedCount++
-        faultPoint("append.after-insert")
-        faultPoint(`append.after-insert.${insertedCount}`)
+        // A session dropped since its validation (the index's size bound) reloads with this row.
+        index.loaded(sessionId)?.add({ sequence, event }, {
+          sequence,
+          eventId: event.id,
+          sessionId,
+          turnId: event.invocation.turnId,
+          runId: event.invocation.runId,
+          invocationId: event.invocation.invocationId,
+          kind: event.fact.kind,
+          operationId: Fact.operationKey(event.fact) ?? null,
+          json: write.json,
+        })
       }
+      sequences.push(sequence)
+      inserted = true
+      insertedCount++
+      faultPoint("append.after-insert")
+      faultPoint(`append.after-insert.${insertedCount}`)
     }
-    await appendAll(leading)
-    const trailing = complete === undefined ? [] : complete([...sequences])
-    verifyWrites(trailing)
-    await appendAll(trailing)
-    const writes = [...leading, ...trailing]
-    const fresh = writes.filter((write, index) => writes.findIndex((other) => other.event.id === write.event.id) === index)
+    const seen = new Set<string>()
+    const fresh = writes.filter((write) => !seen.has(write.event.id) && seen.add(write.event.id) !== undefined)
     if (inserted) checkBatchRules(fresh)
     faultPoint("append.before-commit")
     for (const sessionId of locked) knownSessions.add(sessionId)

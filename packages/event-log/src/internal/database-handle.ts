@@ -6,6 +6,8 @@
 import { isAbortedTransactionError, type Kysely, type Transaction, type TransactionBuilder } from "kysely"
 import * as EventLogError from "../EventLogError.ts"
 import type { Database, Dialect } from "./database.ts"
+import * as LogIndex from "./log-index.ts"
+import { sqliteAccessOf } from "./sqlite-driver.ts"
 import { errorMessage, storeError } from "./store-error.ts"
 import type { Tables } from "./tables.ts"
 
@@ -78,10 +80,26 @@ export const makeDatabase = (parts: DatabaseParts): Database => {
 
   const closed = (): Promise<never> => Promise.reject(EventLogError.make({ _tag: "ConnectionClosed" }))
 
+  const sqlite = parts.dialect === "sqlite" ? sqliteAccessOf(db) : undefined
+  // One writer per SQLite file (the lease), so its state can live in memory; PostgreSQL has several.
+  const index =
+    sqlite !== undefined && parts.beginWrite !== undefined
+      ? new LogIndex.LogIndex(() => parts.isLeaseHeld?.() ?? true)
+      : undefined
+  const served = <A>(body: (transaction: Transaction<Tables>) => Promise<A>) =>
+    index === undefined
+      ? body
+      : (transaction: Transaction<Tables>) => {
+          LogIndex.register(transaction, index)
+          return body(transaction)
+        }
+
   return {
     dialect: parts.dialect,
     location,
     db,
+    sqlite,
+    index,
     write: (body) => {
       if (closing !== undefined) return closed()
       const { beginWrite } = parts
@@ -93,11 +111,11 @@ export const makeDatabase = (parts: DatabaseParts): Database => {
           EventLogError.make({ _tag: "Database", message: `${location} was opened read-only; it cannot be written` }),
         )
       }
-      return track(runTransaction(beginWrite(db), body, true, location))
+      return track(runTransaction(beginWrite(db), served(body), true, location))
     },
     read: (body) => {
       if (closing !== undefined) return closed()
-      return track(runTransaction(parts.beginRead(db), body, false, location))
+      return track(runTransaction(parts.beginRead(db), served(body), false, location))
     },
     backup: (destination) => {
       if (closing !== undefined) return closed()

@@ -5,6 +5,8 @@
  * transaction is held.
  */
 import type { Kysely, Transaction } from "kysely"
+import type { LogIndex } from "./log-index.ts"
+import type { SqliteAccess } from "./sqlite-driver.ts"
 import type { Tables } from "./tables.ts"
 
 export type Dialect = "sqlite" | "postgres"
@@ -14,6 +16,13 @@ export interface Database {
   /** A human-readable location for messages (a file path, or a redacted URL). */
   readonly location: string
   readonly db: Kysely<Tables>
+  /** The SQLite connection's prepared statements, for the append path (SQLite only). */
+  readonly sqlite?: SqliteAccess | undefined
+  /**
+   * The writer's in-memory index (SQLite opened for writing only: the lease makes this process
+   * the one writer). Every transaction of `write` and `read` is served by it while the lease holds.
+   */
+  readonly index?: LogIndex | undefined
   /**
    * Runs `body` in one write transaction (`BEGIN IMMEDIATE` on SQLite; a read-committed transaction
    * on PostgreSQL, where the caller takes the session row lock). Operations are serialised on

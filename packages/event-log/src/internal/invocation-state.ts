@@ -30,38 +30,43 @@ export interface InvocationState {
   readonly hasProviderExecutedCall: boolean
 }
 
-export const fold = (events: Iterable<Event.StoredEvent>): InvocationState => {
-  let opening: Event.StoredEvent | undefined
-  let terminal: Event.StoredEvent | undefined
-  const requests = new Map<string, Fact.ModelRequested>()
-  const resolvedSteps = new Set<string>()
-  const completions = new Map<string, Model.ModelStep>()
-  const dispatched = new Map<string, Fact.ToolDispatched>()
-  const settled = new Map<string, Event.StoredEvent>()
-  const rejected = new Set<string>()
-  const localCalls: Array<LocalCall> = []
-  let hasProviderExecutedCall = false
-  for (const stored of events) {
+/**
+ * The state built one event at a time: `fold` runs it over stored events, and the writer's in-memory
+ * index keeps one per live invocation, adding each event it commits.
+ */
+export class Accumulator implements InvocationState {
+  opening?: Event.StoredEvent
+  terminal?: Event.StoredEvent
+  readonly requests: Map<string, Fact.ModelRequested> = new Map()
+  readonly resolvedSteps: Set<string> = new Set()
+  readonly completions: Map<string, Model.ModelStep> = new Map()
+  readonly dispatched: Map<string, Fact.ToolDispatched> = new Map()
+  readonly settled: Map<string, Event.StoredEvent> = new Map()
+  readonly rejected: Set<string> = new Set()
+  readonly localCalls: Array<LocalCall> = []
+  hasProviderExecutedCall = false
+
+  add(stored: Event.StoredEvent): void {
     const fact = stored.event.fact
     switch (fact.kind) {
       case "invocation_opened":
-        opening = stored
+        this.opening = stored
         break
       case "invocation_ended":
-        terminal = stored
+        this.terminal = stored
         break
       case "model_requested":
-        requests.set(fact.stepId, fact)
+        this.requests.set(fact.stepId, fact)
         break
       case "model_completed": {
-        resolvedSteps.add(fact.stepId)
-        completions.set(fact.stepId, fact.output)
+        this.resolvedSteps.add(fact.stepId)
+        this.completions.set(fact.stepId, fact.output)
         if (fact.output.parts.some((part) => part.kind === "tool_call" && part.providerExecuted)) {
-          hasProviderExecutedCall = true
+          this.hasProviderExecutedCall = true
         }
-        if (requests.get(fact.stepId)?.purpose === "main") {
+        if (this.requests.get(fact.stepId)?.purpose === "main") {
           for (const part of Model.localToolCalls(fact.output)) {
-            localCalls.push({
+            this.localCalls.push({
               stepId: fact.stepId,
               operationId: `${fact.stepId}:${part.id}`,
               toolCallId: part.id,
@@ -73,28 +78,32 @@ export const fold = (events: Iterable<Event.StoredEvent>): InvocationState => {
         break
       }
       case "model_interrupted":
-        resolvedSteps.add(fact.stepId)
+        this.resolvedSteps.add(fact.stepId)
         break
       case "tool_dispatched":
-        dispatched.set(fact.operationId, fact)
+        this.dispatched.set(fact.operationId, fact)
         break
       case "tool_settled":
-        settled.set(fact.operationId, stored)
+        this.settled.set(fact.operationId, stored)
         break
       case "tool_rejected":
-        rejected.add(fact.operationId)
+        this.rejected.add(fact.operationId)
         break
       default:
         break
     }
   }
-  const base = { requests, resolvedSteps, completions, dispatched, settled, rejected, localCalls, hasProviderExecutedCall }
-  return {
-    ...base,
-    ...(opening === undefined ? {} : { opening }),
-    ...(terminal === undefined ? {} : { terminal }),
-  }
 }
+
+export const fold = (events: Iterable<Event.StoredEvent>): InvocationState => {
+  const state = new Accumulator()
+  for (const stored of events) state.add(stored)
+  return state
+}
+
+/** Steps that were requested and never completed (interrupted, or still unresolved). */
+export const incompleteSteps = (state: InvocationState): ReadonlyArray<string> =>
+  [...state.requests.keys()].filter((stepId) => !state.completions.has(stepId))
 
 export const unresolvedRequests = (state: InvocationState, purpose?: Model.ModelPurpose): ReadonlyArray<string> =>
   [...state.requests.entries()]

@@ -2,12 +2,19 @@
  * The history-safety gate (docs/log-format.md §3.7 step 2): a session is safe to build on when every
  * invocation before the current one is sealed and resolved. The manual-message policy (docs/engine.md §5.8)
  * tolerates dispatches without settlement in invocations sealed `failed {outcome_unknown}`.
+ *
+ * One verdict per invocation (`invocationStatus`) serves both state sources: the writer's in-memory
+ * index keeps each sealed invocation's verdict (docs/architecture.md §5), and the SQL path folds
+ * the loaded events and reads only the evidence it needs by index (payload lengths by event id,
+ * observations of incomplete steps by invocation), never a pattern match over a session.
  */
-import { Prompts, type Event } from "@maka/facts"
+import { Codec, Prompts, type Event } from "@maka/facts"
+import { Result } from "effect"
 import { sql } from "kysely"
 import * as EventLogError from "../EventLogError.ts"
 import type { Dialect } from "./database.ts"
 import * as InvocationState from "./invocation-state.ts"
+import * as LogIndex from "./log-index.ts"
 import * as Rows from "./rows.ts"
 
 export interface SafetyOptions {
@@ -17,14 +24,78 @@ export interface SafetyOptions {
   readonly manual?: boolean
 }
 
+export interface UnknownOperation {
+  readonly name: string
+  readonly operationId: string
+}
+
 export interface SafetyResult {
   /** Whether some dispatch sealed `outcome_unknown` lacks a settlement (manual policy only). */
   readonly priorUnknown: boolean
   /** Those dispatches in log order: name and operation id. */
-  readonly unknownOperations: ReadonlyArray<{ readonly name: string; readonly operationId: string }>
+  readonly unknownOperations: ReadonlyArray<UnknownOperation>
+}
+
+/** The gate's verdict on one invocation: safe, never safe, or safe only under the manual policy. */
+export type InvocationStatus =
+  | { readonly kind: "safe" }
+  | { readonly kind: "unsafe" }
+  | { readonly kind: "unknown"; readonly operations: ReadonlyArray<UnknownOperation> }
+
+export const SAFE: InvocationStatus = { kind: "safe" }
+export const UNSAFE: InvocationStatus = { kind: "unsafe" }
+
+/** What the verdict needs beyond the folded facts. */
+export interface Evidence {
+  /** Whether the stored raw payload of a successful settlement has the length its fact records. */
+  readonly payloadMatches: (eventId: string, bytes: number) => boolean
+  /** Whether an observation of the step carries a provider-executed tool call. */
+  readonly providerCallObserved: (stepId: string) => boolean
 }
 
 const unsafe = (): EventLogError.EventLogError => EventLogError.invalidTransition(Prompts.UNSAFE_HISTORY_MESSAGE)
+
+/** Whether an observation reports a provider-executed tool call (docs/log-format.md §3.7). */
+export const isProviderCallObservation = (fact: Event.RuntimeEvent["fact"]): boolean =>
+  fact.kind === "model_observed" && fact.event.kind === "tool_call" && fact.event.providerExecuted
+
+/** The verdict on one invocation from its folded state (docs/log-format.md §3.7 step 2). */
+export const invocationStatus = (state: InvocationState.InvocationState, evidence: Evidence): InvocationStatus => {
+  if (state.opening === undefined || state.terminal === undefined) return UNSAFE
+  if (InvocationState.unresolvedRequests(state).length > 0) return UNSAFE
+  if (InvocationState.unresolvedLocalCalls(state).length > 0) return UNSAFE
+  if (state.hasProviderExecutedCall) return UNSAFE
+  for (const stored of state.settled.values()) {
+    const fact = stored.event.fact
+    if (fact.kind === "tool_settled" && fact.outcome.kind === "succeeded") {
+      if (!evidence.payloadMatches(stored.event.id, fact.outcome.raw.bytes)) return UNSAFE
+    }
+  }
+  for (const stepId of InvocationState.incompleteSteps(state)) {
+    if (evidence.providerCallObserved(stepId)) return UNSAFE
+  }
+  const unsettled = InvocationState.unsettledDispatches(state)
+  if (unsettled.length === 0) return SAFE
+  const terminal = state.terminal.event.fact
+  const sealedUnknown =
+    terminal.kind === "invocation_ended" && terminal.outcome.kind === "failed" && terminal.outcome.class === "outcome_unknown"
+  if (!sealedUnknown) return UNSAFE
+  return {
+    kind: "unknown",
+    operations: unsettled.map((operationId) => ({ name: state.dispatched.get(operationId)?.name ?? "", operationId })),
+  }
+}
+
+/** Applies the policy to the verdicts of a session's invocations, in log order. */
+export const decide = (statuses: Iterable<readonly [string, InvocationStatus]>, options: SafetyOptions): SafetyResult => {
+  const unknownOperations: Array<UnknownOperation> = []
+  for (const [invocationId, status] of statuses) {
+    if (invocationId === options.exclude || status.kind === "safe") continue
+    if (status.kind === "unsafe" || options.manual !== true) throw unsafe()
+    unknownOperations.push(...status.operations)
+  }
+  return { priorUnknown: unknownOperations.length > 0, unknownOperations }
+}
 
 /** Groups stored events by invocation, keeping log order inside each group. */
 export const byInvocation = (events: ReadonlyArray<Event.StoredEvent>): Map<string, Array<Event.StoredEvent>> => {
@@ -58,7 +129,68 @@ const payloadLengths = async (
   return lengths
 }
 
-/** Checks the gate over already loaded session events (observations excluded). */
+/** The steps of `invocationId` among `stepIds` with an observed provider-executed call. */
+const observedProviderCalls = async (
+  tx: Rows.Tx,
+  invocationId: string,
+  stepIds: ReadonlyArray<string>,
+  found: Set<string>,
+): Promise<void> => {
+  for (let start = 0; start < stepIds.length; start += 500) {
+    const rows = await tx
+      .selectFrom("event_log")
+      .select(["event_id", "sequence", "operation_id", "event_json"])
+      .where("invocation_id", "=", invocationId)
+      .where(sql<boolean>`kind = 'model_observed'`)
+      .where("operation_id", "in", stepIds.slice(start, start + 500))
+      .execute()
+    for (const row of rows) {
+      // Most observations are text deltas: only a row naming the flag is decoded and checked.
+      if (row.operation_id === null || found.has(row.operation_id) || !row.event_json.includes('"providerExecuted":true')) continue
+      const decoded = Codec.decodeEventJson(row.event_json)
+      if (Result.isFailure(decoded)) {
+        throw EventLogError.make({ _tag: "Decode", message: `event ${row.event_id}: ${decoded.failure.message}` })
+      }
+      if (isProviderCallObservation(decoded.success.fact)) found.add(row.operation_id)
+    }
+  }
+}
+
+/**
+ * The verdicts of folded invocations, reading their evidence by index: the payload lengths of their
+ * successes and the observations of their incomplete steps. Sealed invocations only need evidence;
+ * live ones are unsafe as they stand, but `observedFor` also lists their provider-call steps.
+ */
+export const statusesOf = async (
+  tx: Rows.Tx,
+  dialect: Dialect,
+  states: ReadonlyArray<readonly [string, InvocationState.InvocationState]>,
+): Promise<{ readonly statuses: Map<string, InvocationStatus>; readonly observed: ReadonlySet<string> }> => {
+  const successes: Array<string> = []
+  const observed = new Set<string>()
+  for (const [invocationId, state] of states) {
+    for (const stored of state.settled.values()) {
+      const fact = stored.event.fact
+      if (fact.kind === "tool_settled" && fact.outcome.kind === "succeeded") successes.push(stored.event.id)
+    }
+    const incomplete = InvocationState.incompleteSteps(state)
+    if (incomplete.length > 0) await observedProviderCalls(tx, invocationId, incomplete, observed)
+  }
+  const lengths = successes.length === 0 ? new Map<string, number>() : await payloadLengths(tx, dialect, successes)
+  const evidence: Evidence = {
+    payloadMatches: (eventId, bytes) => lengths.get(eventId) === bytes,
+    providerCallObserved: (stepId) => observed.has(stepId),
+  }
+  const statuses = new Map<string, InvocationStatus>()
+  for (const [invocationId, state] of states) statuses.set(invocationId, invocationStatus(state, evidence))
+  return { statuses, observed }
+}
+
+/**
+ * Checks the gate. Where the writer's in-memory index serves this transaction (SQLite with the
+ * writer lease) it answers from the verdicts kept per invocation and `events` is not read;
+ * otherwise it folds `events` (the session without observations) and reads the evidence by index.
+ */
 export const checkEvents = async (
   tx: Rows.Tx,
   dialect: Dialect,
@@ -66,69 +198,37 @@ export const checkEvents = async (
   events: ReadonlyArray<Event.StoredEvent>,
   options: SafetyOptions = {},
 ): Promise<SafetyResult> => {
-  const unknownOperations: Array<{ name: string; operationId: string }> = []
-  const successes: Array<{ eventId: string; bytes: number }> = []
-  const interruptedSteps = new Set<string>()
-  for (const [invocationId, group] of byInvocation(events)) {
-    if (invocationId === options.exclude) continue
-    const state = InvocationState.fold(group)
-    if (state.opening === undefined) throw unsafe()
-    if (state.terminal === undefined) throw unsafe()
-    if (InvocationState.unresolvedRequests(state).length > 0) throw unsafe()
-    if (InvocationState.unresolvedLocalCalls(state).length > 0) throw unsafe()
-    if (state.hasProviderExecutedCall) throw unsafe()
-    const unsettled = InvocationState.unsettledDispatches(state)
-    if (unsettled.length > 0) {
-      const terminal = state.terminal.event.fact
-      const sealedUnknown =
-        terminal.kind === "invocation_ended" &&
-        terminal.outcome.kind === "failed" &&
-        terminal.outcome.class === "outcome_unknown"
-      if (options.manual !== true || !sealedUnknown) throw unsafe()
-      for (const operationId of unsettled) {
-        unknownOperations.push({ name: state.dispatched.get(operationId)?.name ?? "", operationId })
-      }
-    }
-    for (const stored of state.settled.values()) {
-      const fact = stored.event.fact
-      if (fact.kind === "tool_settled" && fact.outcome.kind === "succeeded") {
-        successes.push({ eventId: stored.event.id, bytes: fact.outcome.raw.bytes })
-      }
-    }
-    for (const [stepId, request] of state.requests) {
-      if (request !== undefined && !state.completions.has(stepId)) interruptedSteps.add(stepId)
-    }
-  }
-  const lengths = await payloadLengths(
-    tx,
-    dialect,
-    successes.map((success) => success.eventId),
-  )
-  for (const success of successes) {
-    if (lengths.get(success.eventId) !== success.bytes) throw unsafe()
-  }
-  if (interruptedSteps.size > 0) {
-    const observedProviderCalls = await tx
-      .selectFrom("event_log")
-      .select("operation_id")
-      .where("session_id", "=", sessionId)
-      .where("kind", "=", "model_observed")
-      .where("event_json", "like", '%"providerExecuted":true%')
-      .execute()
-    for (const row of observedProviderCalls) {
-      if (row.operation_id !== null && interruptedSteps.has(row.operation_id)) throw unsafe()
-    }
-  }
-  return { priorUnknown: unknownOperations.length > 0, unknownOperations }
+  const index = LogIndex.of(tx)
+  if (index !== undefined) return decide((await index.session(tx, dialect, sessionId)).statuses(), options)
+  return checkFolded(tx, dialect, events, options)
 }
 
-/** Loads the session (observations excluded) and checks the gate. */
+/** The SQL path of the gate over loaded events (no in-memory index). */
+export const checkFolded = async (
+  tx: Rows.Tx,
+  dialect: Dialect,
+  events: ReadonlyArray<Event.StoredEvent>,
+  options: SafetyOptions = {},
+): Promise<SafetyResult> => {
+  const states: Array<readonly [string, InvocationState.InvocationState]> = []
+  for (const [invocationId, group] of byInvocation(events)) {
+    if (invocationId !== options.exclude) states.push([invocationId, InvocationState.fold(group)])
+  }
+  // A live invocation fails the gate without reading any evidence.
+  for (const [, state] of states) if (state.terminal === undefined) throw unsafe()
+  const { statuses } = await statusesOf(tx, dialect, states)
+  return decide(statuses, options)
+}
+
+/** Loads the session (observations excluded) and checks the gate; the index, where it serves, loads nothing. */
 export const check = async (
   tx: Rows.Tx,
   dialect: Dialect,
   sessionId: string,
   options: SafetyOptions = {},
 ): Promise<SafetyResult> => {
+  const index = LogIndex.of(tx)
+  if (index !== undefined) return decide((await index.session(tx, dialect, sessionId)).statuses(), options)
   const rows = await Rows.ofSession(tx, sessionId, { withObservations: false })
-  return checkEvents(tx, dialect, sessionId, rows.map(Rows.stored), options)
+  return checkFolded(tx, dialect, rows.map(Rows.stored), options)
 }

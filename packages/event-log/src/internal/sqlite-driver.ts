@@ -3,6 +3,10 @@
  * mutex, prepared statements cached by SQL text (least recently used evicted first), write
  * transactions begun with `BEGIN IMMEDIATE` so a writer holds the write lock before its first read,
  * and read transactions (access mode `read only`) with a plain deferred `BEGIN`.
+ *
+ * `sqliteAccessOf` gives the append path the connection's prepared statements directly (no query
+ * building) and a hook that runs when the current transaction ends, before the connection is
+ * released, so in-memory state follows exactly what committed.
  */
 import type BetterSqlite3 from "better-sqlite3"
 import {
@@ -74,9 +78,30 @@ const toBigInt = (value: number | bigint): bigint => (typeof value === "bigint" 
 
 class SqliteConnection implements DatabaseConnection {
   readonly statements: StatementCache
+  /** Callbacks of the current transaction, run once with whether it committed. */
+  #onEnd: Array<(committed: boolean) => void> = []
 
   constructor(connection: BetterSqlite3.Database, cacheSize: number) {
     this.statements = new StatementCache(connection, cacheSize)
+  }
+
+  onTransactionEnd(callback: (committed: boolean) => void): void {
+    this.#onEnd.push(callback)
+  }
+
+  /** Runs and clears the end callbacks; a throwing callback does not stop the others. */
+  endTransaction(committed: boolean): void {
+    const callbacks = this.#onEnd
+    this.#onEnd = []
+    let failure: unknown
+    for (const callback of callbacks) {
+      try {
+        callback(committed)
+      } catch (error) {
+        failure ??= error
+      }
+    }
+    if (failure !== undefined) throw failure
   }
 
   executeQuery<R>(compiledQuery: CompiledQuery): Promise<QueryResult<R>> {
@@ -157,11 +182,30 @@ export class SqliteDriver implements Driver {
   }
 
   async commitTransaction(connection: DatabaseConnection): Promise<void> {
-    await connection.executeQuery(CompiledQuery.raw("commit"))
+    try {
+      await connection.executeQuery(CompiledQuery.raw("commit"))
+    } catch (error) {
+      this.#connection.endTransaction(false)
+      throw error
+    }
+    this.#connection.endTransaction(true)
   }
 
   async rollbackTransaction(connection: DatabaseConnection): Promise<void> {
-    await connection.executeQuery(CompiledQuery.raw("rollback"))
+    try {
+      await connection.executeQuery(CompiledQuery.raw("rollback"))
+    } finally {
+      this.#connection.endTransaction(false)
+    }
+  }
+
+  /** Direct access to the one connection for code that runs inside one of its transactions. */
+  get access(): SqliteAccess {
+    const connection = this.#connection
+    return {
+      statement: (sql) => connection.statements.get(sql),
+      onTransactionEnd: (callback) => connection.onTransactionEnd(callback),
+    }
   }
 
   async savepoint(connection: DatabaseConnection, savepointName: string): Promise<void> {
@@ -189,6 +233,32 @@ export class SqliteDriver implements Driver {
 
 const quoteIdentifier = (name: string): string => `"${name.replaceAll('"', '""')}"`
 
+/**
+ * The connection as the append path uses it inside a transaction it holds: cached prepared
+ * statements, and a callback run when that transaction ends (`true` after a commit; `false` after a
+ * rollback or a failed commit), before another operation can take the connection.
+ */
+export interface SqliteAccess {
+  readonly statement: (sql: string) => Statement
+  readonly onTransactionEnd: (callback: (committed: boolean) => void) => void
+}
+
+/** The adapter of this dialect, carrying it so a Kysely instance leads back to its driver. */
+class MakaSqliteAdapter extends SqliteAdapter {
+  readonly dialect: SqliteDialect
+
+  constructor(dialect: SqliteDialect) {
+    super()
+    this.dialect = dialect
+  }
+}
+
+/** The connection access of a Kysely instance built on `SqliteDialect`, else undefined. */
+export const sqliteAccessOf = <DB>(db: Kysely<DB>): SqliteAccess | undefined => {
+  const adapter = db.getExecutor().adapter
+  return adapter instanceof MakaSqliteAdapter ? adapter.dialect.driver?.access : undefined
+}
+
 export class SqliteDialect implements Dialect {
   readonly #configuration: SqliteDriverConfiguration
   #driver: SqliteDriver | undefined
@@ -212,7 +282,7 @@ export class SqliteDialect implements Dialect {
   }
 
   createAdapter(): DialectAdapter {
-    return new SqliteAdapter()
+    return new MakaSqliteAdapter(this)
   }
 
   createIntrospector(db: Kysely<unknown>): DatabaseIntrospector {

@@ -1,0 +1,306 @@
+/**
+ * The state the append rules of docs/log-format.md §3.3 ask about, behind one interface with two
+ * sources: `SqlView` reads rows inside the writer's transaction (PostgreSQL, under its session
+ * lock), `MemoryView` answers from the writer's in-memory index (SQLite, one writer) and asks SQL
+ * only what memory cannot know (ids that may belong to other sessions, sealed invocations).
+ * The rules in `append.ts` are written once against this interface.
+ */
+import type { Fact, Model } from "@maka/facts"
+import { sql } from "kysely"
+import * as EventLogError from "../EventLogError.ts"
+import type { Dialect } from "./database.ts"
+import * as InvocationState from "./invocation-state.ts"
+import * as Lineage from "./lineage.ts"
+import type * as LogIndex from "./log-index.ts"
+import * as Rows from "./rows.ts"
+import type { SqliteAccess } from "./sqlite-driver.ts"
+
+export interface OpeningRef {
+  readonly row: Rows.Row
+  readonly fact: Fact.InvocationOpened
+}
+
+export interface Boundaries {
+  readonly isOpened: boolean
+  readonly isSealed: boolean
+  /** The opening, when the invocation is opened and not sealed. */
+  readonly opening?: OpeningRef | undefined
+}
+
+/** The non-observation facts stored under one operation id (a step id or a tool operation). */
+export interface OperationFacts {
+  readonly isUsed: boolean
+  readonly request?: { readonly invocationId: string; readonly fact: Fact.ModelRequested } | undefined
+  readonly completion?: { readonly invocationId: string; readonly output: Model.ModelStep } | undefined
+  /** Whether the step completed or was interrupted. */
+  readonly isResolved: boolean
+  readonly dispatch?: { readonly invocationId: string; readonly fact: Fact.ToolDispatched } | undefined
+  readonly isSettled: boolean
+  readonly isRejected: boolean
+}
+
+export interface SessionView {
+  readonly tx: Rows.Tx
+  readonly dialect: Dialect
+  readonly boundaries: (sessionId: string, invocationId: string) => Promise<Boundaries>
+  readonly operation: (sessionId: string, operationId: string) => Promise<OperationFacts>
+  readonly hasUnsealedOpening: (sessionId: string) => Promise<boolean>
+  readonly pendingPause: (sessionId: string) => Promise<Lineage.PendingPause | undefined>
+  readonly hasUnresolvedRequest: (sessionId: string, invocationId: string, purpose: Model.ModelPurpose) => Promise<boolean>
+  readonly isSteeringDelivered: (sessionId: string, messageId: string) => Promise<boolean>
+  readonly highWater: (sessionId: string) => Promise<number>
+  readonly invocationState: (sessionId: string, invocationId: string) => Promise<InvocationState.InvocationState>
+}
+
+const NO_OPERATION: OperationFacts = { isUsed: false, isResolved: false, isSettled: false, isRejected: false }
+
+const wrongKind = (row: Rows.Row, kind: string) =>
+  EventLogError.make({ _tag: "Decode", message: `event ${row.eventId} at ${row.sequence} is not ${kind}` })
+
+const requestOf = (row: Rows.Row): Fact.ModelRequested => {
+  const fact = Rows.decode(row).fact
+  if (fact.kind !== "model_requested") throw wrongKind(row, "model_requested")
+  return fact
+}
+
+const openingOf = (row: Rows.Row): Fact.InvocationOpened => {
+  const fact = Rows.decode(row).fact
+  if (fact.kind !== "invocation_opened") throw wrongKind(row, "invocation_opened")
+  return fact
+}
+
+const completionOf = (row: Rows.Row): Model.ModelStep => {
+  const fact = Rows.decode(row).fact
+  if (fact.kind !== "model_completed") throw wrongKind(row, "model_completed")
+  return fact.output
+}
+
+const dispatchOf = (row: Rows.Row): Fact.ToolDispatched => {
+  const fact = Rows.decode(row).fact
+  if (fact.kind !== "tool_dispatched") throw wrongKind(row, "tool_dispatched")
+  return fact
+}
+
+const text = (record: Record<string, unknown>, key: string): string => {
+  const value = record[key]
+  if (typeof value !== "string") throw EventLogError.make({ _tag: "Decode", message: `column ${key} is not text` })
+  return value
+}
+
+/** One row of a prepared statement, checked field by field. */
+const rowOf = (raw: unknown): Rows.Row => {
+  if (typeof raw !== "object" || raw === null) throw EventLogError.make({ _tag: "Decode", message: "a row is not an object" })
+  const record: Record<string, unknown> = { ...raw }
+  const sequence = record["sequence"]
+  const operationId = record["operation_id"]
+  if (typeof sequence !== "number" && typeof sequence !== "bigint") {
+    throw EventLogError.make({ _tag: "Decode", message: "column sequence is not an integer" })
+  }
+  return {
+    sequence: Rows.toNumber(sequence),
+    eventId: text(record, "event_id"),
+    sessionId: text(record, "session_id"),
+    turnId: text(record, "turn_id"),
+    runId: text(record, "run_id"),
+    invocationId: text(record, "invocation_id"),
+    kind: text(record, "kind"),
+    operationId: operationId === null ? null : text(record, "operation_id"),
+    json: text(record, "event_json"),
+  }
+}
+
+const OPERATION_ROWS = `SELECT sequence, event_id, session_id, turn_id, run_id, invocation_id, kind, operation_id, event_json
+  FROM event_log WHERE operation_id = ? AND kind <> 'model_observed' ORDER BY sequence`
+
+/** The rule state read from rows inside the writer's transaction. */
+export class SqlView implements SessionView {
+  readonly tx: Rows.Tx
+  readonly dialect: Dialect
+  readonly #sqlite: SqliteAccess | undefined
+
+  constructor(tx: Rows.Tx, dialect: Dialect, sqlite?: SqliteAccess) {
+    this.tx = tx
+    this.dialect = dialect
+    this.#sqlite = sqlite
+  }
+
+  async boundaries(_sessionId: string, invocationId: string): Promise<Boundaries> {
+    const { opening, terminal } = await Rows.boundaries(this.tx, invocationId)
+    return {
+      isOpened: opening !== undefined,
+      isSealed: terminal !== undefined,
+      opening:
+        opening === undefined || terminal !== undefined ? undefined : { row: opening, fact: openingOf(opening) },
+    }
+  }
+
+  async #operationRows(operationId: string): Promise<ReadonlyArray<Rows.Row>> {
+    // The hot look-up of a new step or operation id: a prepared statement where SQLite serves it.
+    if (this.#sqlite !== undefined) {
+      return this.#sqlite.statement(OPERATION_ROWS).all(operationId).map(rowOf)
+    }
+    return Rows.byOperation(this.tx, operationId)
+  }
+
+  async operation(_sessionId: string, operationId: string): Promise<OperationFacts> {
+    const rows = await this.#operationRows(operationId)
+    if (rows.length === 0) return NO_OPERATION
+    const request = rows.find((row) => row.kind === "model_requested")
+    const completion = rows.find((row) => row.kind === "model_completed")
+    const dispatch = rows.find((row) => row.kind === "tool_dispatched")
+    return {
+      isUsed: true,
+      request: request === undefined ? undefined : { invocationId: request.invocationId, fact: requestOf(request) },
+      completion: completion === undefined ? undefined : { invocationId: completion.invocationId, output: completionOf(completion) },
+      isResolved: rows.some((row) => row.kind === "model_completed" || row.kind === "model_interrupted"),
+      dispatch: dispatch === undefined ? undefined : { invocationId: dispatch.invocationId, fact: dispatchOf(dispatch) },
+      isSettled: rows.some((row) => row.kind === "tool_settled"),
+      isRejected: rows.some((row) => row.kind === "tool_rejected"),
+    }
+  }
+
+  async hasUnsealedOpening(sessionId: string): Promise<boolean> {
+    return (await Rows.unsealedOpenings(this.tx, sessionId, 1)).length > 0
+  }
+
+  pendingPause(sessionId: string): Promise<Lineage.PendingPause | undefined> {
+    return Lineage.pendingPause(this.tx, sessionId)
+  }
+
+  async hasUnresolvedRequest(_sessionId: string, invocationId: string, purpose: Model.ModelPurpose): Promise<boolean> {
+    // The invocation's requests without a completion or an interruption, by index; few at most.
+    const rows = await this.tx
+      .selectFrom("event_log as request")
+      .select(["request.sequence", "request.event_id", "request.event_json"])
+      .where("request.invocation_id", "=", invocationId)
+      .where(sql<boolean>`request.kind = 'model_requested'`)
+      .where(({ not, exists, selectFrom }) =>
+        not(
+          exists(
+            selectFrom("event_log as outcome")
+              .select("outcome.sequence")
+              .whereRef("outcome.operation_id", "=", "request.operation_id")
+              .where(sql<boolean>`outcome.kind IN ('model_completed', 'model_interrupted')`)
+              .where(sql<boolean>`outcome.kind <> 'model_observed'`),
+          ),
+        ),
+      )
+      .execute()
+    return rows.some(
+      (row) =>
+        requestOf({
+          sequence: Rows.toNumber(row.sequence),
+          eventId: row.event_id,
+          sessionId: "",
+          turnId: "",
+          runId: "",
+          invocationId,
+          kind: "model_requested",
+          operationId: null,
+          json: row.event_json,
+        }).purpose === purpose,
+    )
+  }
+
+  async isSteeringDelivered(sessionId: string, messageId: string): Promise<boolean> {
+    // The steering-identity index: an expression index on SQLite, a generated column on PostgreSQL.
+    const column =
+      this.dialect === "sqlite"
+        ? sql<string>`json_extract(event_json, '$.fact.message.messageId')`
+        : sql<string>`steering_message_id`
+    const delivered = await this.tx
+      .selectFrom("event_log")
+      .select("sequence")
+      .where("session_id", "=", sessionId)
+      .where(sql<boolean>`kind = 'message_steered'`)
+      .where(column, "=", messageId)
+      .executeTakeFirst()
+    return delivered !== undefined
+  }
+
+  highWater(sessionId: string): Promise<number> {
+    return Rows.sessionHighWater(this.tx, sessionId)
+  }
+
+  async invocationState(_sessionId: string, invocationId: string): Promise<InvocationState.InvocationState> {
+    return InvocationState.fold((await Rows.ofInvocation(this.tx, invocationId)).map(Rows.stored))
+  }
+}
+
+/**
+ * The rule state from the writer's in-memory index. Every answer equals what `SqlView` would read
+ * in the same transaction; what the index does not hold (another session's ids, a sealed
+ * invocation, the details of a pending pause) is read through `SqlView`.
+ */
+export class MemoryView implements SessionView {
+  readonly tx: Rows.Tx
+  readonly dialect: Dialect
+  readonly #index: LogIndex.LogIndex
+  readonly #sql: SqlView
+
+  constructor(index: LogIndex.LogIndex, sqlView: SqlView) {
+    this.tx = sqlView.tx
+    this.dialect = sqlView.dialect
+    this.#index = index
+    this.#sql = sqlView
+  }
+
+  #session(sessionId: string): Promise<LogIndex.SessionIndex> {
+    return this.#index.session(this.tx, this.dialect, sessionId)
+  }
+
+  async boundaries(sessionId: string, invocationId: string): Promise<Boundaries> {
+    const live = (await this.#session(sessionId)).live.get(invocationId)
+    if (live?.opening === undefined) return this.#sql.boundaries(sessionId, invocationId)
+    return { isOpened: true, isSealed: false, opening: live.opening }
+  }
+
+  async operation(sessionId: string, operationId: string): Promise<OperationFacts> {
+    const live = (await this.#session(sessionId)).operations.get(operationId)
+    if (live === undefined) return this.#sql.operation(sessionId, operationId)
+    const state = live.state
+    const request = state.requests.get(operationId)
+    const completion = state.completions.get(operationId)
+    const dispatch = state.dispatched.get(operationId)
+    const invocationId = live.invocationId
+    return {
+      isUsed: true,
+      request: request === undefined ? undefined : { invocationId, fact: request },
+      completion: completion === undefined ? undefined : { invocationId, output: completion },
+      isResolved: state.resolvedSteps.has(operationId),
+      dispatch: dispatch === undefined ? undefined : { invocationId, fact: dispatch },
+      isSettled: state.settled.has(operationId),
+      isRejected: state.rejected.has(operationId),
+    }
+  }
+
+  async hasUnsealedOpening(sessionId: string): Promise<boolean> {
+    for (const live of (await this.#session(sessionId)).live.values()) if (live.opening !== undefined) return true
+    return false
+  }
+
+  async pendingPause(sessionId: string): Promise<Lineage.PendingPause | undefined> {
+    const session = await this.#session(sessionId)
+    return session.latestOpeningOutcome === "handoff_paused" ? this.#sql.pendingPause(sessionId) : undefined
+  }
+
+  async hasUnresolvedRequest(sessionId: string, invocationId: string, purpose: Model.ModelPurpose): Promise<boolean> {
+    const live = (await this.#session(sessionId)).live.get(invocationId)
+    if (live === undefined) return this.#sql.hasUnresolvedRequest(sessionId, invocationId, purpose)
+    for (const pending of live.unresolved.values()) if (pending === purpose) return true
+    return false
+  }
+
+  async isSteeringDelivered(sessionId: string, messageId: string): Promise<boolean> {
+    return (await this.#session(sessionId)).steering.has(messageId)
+  }
+
+  async highWater(sessionId: string): Promise<number> {
+    return (await this.#session(sessionId)).highWater
+  }
+
+  async invocationState(sessionId: string, invocationId: string): Promise<InvocationState.InvocationState> {
+    const live = (await this.#session(sessionId)).live.get(invocationId)
+    return live === undefined ? this.#sql.invocationState(sessionId, invocationId) : live.state
+  }
+}
