@@ -143,7 +143,7 @@ const makeChecked = (config: ProviderConfig.ProviderConfig, options: MakeOptions
         const encoded = encode(config, routeIdentity, decoded.success)
         if (Result.isFailure(encoded)) return yield* Effect.fail(encoded.failure)
         yield* ModelLimiter.acquireFor(limiter, streamOptions.reservation)
-        return Transport.stream({
+        return yield* Transport.open({
           ...encoded.success,
           fetch: fetchFunction,
           idleTimeoutMs,

@@ -52,17 +52,19 @@ const isToolCallId = (id: string): boolean =>
 
 const isAbortError = (cause: unknown): boolean => cause instanceof Error && cause.name === "AbortError"
 
-/** Streams the `ModelEvent`s of one request; the caller's scope handling is the stream's own. */
-export const stream = (request: TransportRequest): Stream.Stream<Model.ModelEvent, ModelError.ModelError> =>
-  Stream.unwrap(open(request))
-
 /** How a pending wait on the network ends early: with the expiry, or (after the finish) the grace's end. */
 type WaitEnd = ModelError.ModelError | typeof GRACE_OVER
 const GRACE_OVER = Symbol("grace over")
 /** A read that found the finish with the body still open: the rest is read under the grace. */
 const FINISHED = Symbol("finished")
 
-const open = Effect.fn("LanguageModel.stream")(function* (request: TransportRequest) {
+/**
+ * Sends the request and returns the stream of its `ModelEvent`s; the response is released when the
+ * scope closes (the caller's `Stream.unwrap`, shared with the permit it acquired before).
+ */
+export const open: (
+  request: TransportRequest,
+) => Effect.Effect<Stream.Stream<Model.ModelEvent, ModelError.ModelError>, ModelError.ModelError, Scope.Scope> = Effect.fn("LanguageModel.stream")(function* (request: TransportRequest) {
   const clock = yield* Clock.Clock
   const now = () => clock.currentTimeMillisUnsafe()
   const controller = new AbortController()
