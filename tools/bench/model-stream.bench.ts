@@ -18,7 +18,7 @@ import { Effect, Redacted, Stream } from "effect"
 import { LanguageModel } from "@maka/model"
 import { rawExchange } from "./contenders.ts"
 import { startFakeServer } from "./fake-server.ts"
-import { emit, entry, type Entry, integer, median, profiled, round, topSelfTime } from "./lib.ts"
+import { cpuMs, emit, entry, type Entry, integer, median, profiled, round, topSelfTime } from "./lib.ts"
 
 const DELTAS = 1_000
 const STEPS = 10
@@ -42,6 +42,8 @@ const modelOf = async (name: string): Promise<LanguageModel.LanguageModelShape> 
 
 interface Timing {
   readonly totalMs: number
+  /** CPU time of this process (user + system) over the run, in ms: less sensitive to a loaded machine. */
+  readonly cpuMs: number
   /** Median over the deltas of (delivery − the server's send stamp), in ms; NaN without stamps. */
   readonly delayMs: number
 }
@@ -68,6 +70,7 @@ const answerRequest = (): Prompt.ModelRequest => ({
 })
 
 const bareAnswer = async (model: string): Promise<Timing> => {
+  const cpu = process.cpuUsage()
   const started = performance.now()
   const delays: Array<number> = []
   let deltas = 0
@@ -77,11 +80,12 @@ const bareAnswer = async (model: string): Promise<Timing> => {
     if (typeof content === "string") deltas += delaysOf(content, process.hrtime.bigint(), delays)
   })
   if (deltas !== DELTAS) throw new Error(`the bare read saw ${deltas} deltas, not ${DELTAS}`)
-  return { totalMs: performance.now() - started, delayMs: median(delays) }
+  return { totalMs: performance.now() - started, cpuMs: cpuMs(cpu), delayMs: median(delays) }
 }
 
 const adapterAnswer = async (model: string): Promise<Timing> => {
   const language = await modelOf(model)
+  const cpu = process.cpuUsage()
   const started = performance.now()
   const delays: Array<number> = []
   let deltas = 0
@@ -93,7 +97,7 @@ const adapterAnswer = async (model: string): Promise<Timing> => {
     ),
   )
   if (deltas !== DELTAS) throw new Error(`the adapter delivered ${deltas} deltas, not ${DELTAS}`)
-  return { totalMs: performance.now() - started, delayMs: median(delays) }
+  return { totalMs: performance.now() - started, cpuMs: cpuMs(cpu), delayMs: median(delays) }
 }
 
 // --- the 10-step tool loop --------------------------------------------------------------------------
@@ -138,15 +142,17 @@ const loopBodies = Array.from({ length: STEPS }, (_, step) =>
 )
 
 const bareLoop = async (): Promise<Timing> => {
+  const cpu = process.cpuUsage()
   const started = performance.now()
   let calls = 0
   for (const body of loopBodies) calls += (await rawExchange(`${server.baseUrl}/chat/completions`, body)).calls.length
   if (calls !== STEPS - 1) throw new Error(`the bare loop saw ${calls} calls, not ${STEPS - 1}`)
-  return { totalMs: performance.now() - started, delayMs: Number.NaN }
+  return { totalMs: performance.now() - started, cpuMs: cpuMs(cpu), delayMs: Number.NaN }
 }
 
 const adapterLoop = async (): Promise<Timing> => {
   const language = await modelOf(LOOP_MODEL)
+  const cpu = process.cpuUsage()
   const started = performance.now()
   let calls = 0
   for (const request of loopRequests) {
@@ -155,7 +161,7 @@ const adapterLoop = async (): Promise<Timing> => {
     )
   }
   if (calls !== STEPS - 1) throw new Error(`the adapter loop saw ${calls} calls, not ${STEPS - 1}`)
-  return { totalMs: performance.now() - started, delayMs: Number.NaN }
+  return { totalMs: performance.now() - started, cpuMs: cpuMs(cpu), delayMs: Number.NaN }
 }
 
 // --- runs -------------------------------------------------------------------------------------------
@@ -196,6 +202,7 @@ const compare = async (bare: () => Promise<Timing>, adapter: () => Promise<Timin
   }
   const summary = (times: ReadonlyArray<Timing>): Timing => ({
     totalMs: median(times.map((time) => time.totalMs)),
+    cpuMs: median(times.map((time) => time.cpuMs)),
     delayMs: median(times.map((time) => time.delayMs)),
   })
   return { bare: summary(bareTimes), adapter: summary(adapterTimes) }
@@ -211,7 +218,8 @@ for (const [label, model, warmup, rounds] of [
   const result = await compare(() => bareAnswer(model), () => adapterAnswer(model), warmup, rounds)
   console.log(
     `${DELTAS}-delta answer, ${label}: bare ${round(result.bare.totalMs, 2)} ms, adapter ${round(result.adapter.totalMs, 2)} ms ` +
-      `(${round(result.adapter.totalMs / result.bare.totalMs)}×); send→delivery ${round(result.bare.delayMs, 3)} → ${round(result.adapter.delayMs, 3)} ms`,
+      `(${round(result.adapter.totalMs / result.bare.totalMs)}×), CPU ${round(result.bare.cpuMs, 2)} → ${round(result.adapter.cpuMs, 2)} ms ` +
+      `(${round(result.adapter.cpuMs / result.bare.cpuMs)}×); send→delivery ${round(result.bare.delayMs, 3)} → ${round(result.adapter.delayMs, 3)} ms`,
   )
   const how = label === "unpaced" ? "written as fast as the server can" : "one chunk per 1 ms"
   entries[`model-stream.${label}.totalMs`] = entry(
@@ -219,6 +227,12 @@ for (const [label, model, warmup, rounds] of [
     "ms",
     result.bare.totalMs,
     `a ${DELTAS}-delta answer (${how}) read through LanguageModel.stream vs ${BASELINE}; medians of ${rounds} rounds`,
+  )
+  entries[`model-stream.${label}.cpuMs`] = entry(
+    result.adapter.cpuMs,
+    "ms",
+    result.bare.cpuMs,
+    "CPU time of the reading process (user + system) for the same answer, adapter vs the bare read; medians",
   )
   entries[`model-stream.${label}.deliveryDelayMs`] = entry(
     result.adapter.delayMs,
@@ -231,7 +245,14 @@ for (const [label, model, warmup, rounds] of [
 const loop = await compare(bareLoop, adapterLoop, WARMUP, ROUNDS)
 console.log(
   `${STEPS}-step tool loop: bare ${round(loop.bare.totalMs, 2)} ms, adapter ${round(loop.adapter.totalMs, 2)} ms ` +
-    `(${round(loop.adapter.totalMs / loop.bare.totalMs)}×), ${round(loop.adapter.totalMs / STEPS)} ms per step`,
+    `(${round(loop.adapter.totalMs / loop.bare.totalMs)}×), ${round(loop.adapter.totalMs / STEPS)} ms per step; ` +
+    `CPU ${round(loop.bare.cpuMs, 2)} → ${round(loop.adapter.cpuMs, 2)} ms (${round(loop.adapter.cpuMs / loop.bare.cpuMs)}×)`,
+)
+entries["model-stream.toolLoop.cpuMsPerStep"] = entry(
+  loop.adapter.cpuMs / STEPS,
+  "ms",
+  loop.bare.cpuMs / STEPS,
+  "CPU time of the reading process per step of the same loop, adapter vs the bare read; medians",
 )
 entries["model-stream.toolLoop.msPerStep"] = entry(
   loop.adapter.totalMs / STEPS,
