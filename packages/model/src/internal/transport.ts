@@ -330,69 +330,97 @@ export const open: (
     return Arr.isArrayNonEmpty(events) ? Effect.succeed(events) : Cause.done()
   }
 
-  /**
-   * The lean read path (docs/model.md §4.2): one callback per pull reads the body's reader directly,
-   * chunk after chunk, until a chunk yields events, and delivers all of that chunk's events at once
-   * (one wakeup per network chunk, no fiber and no stream layer per read). It also ends on a failure,
-   * on the body's end, and at the finish; after the finish it reads on until the body ends, an event
-   * breaks the vocabulary, or the grace is over.
+  /*
+   * The lean read path (docs/model.md §4.2): a pull is one callback that reads the body's reader
+   * directly, chunk after chunk, until a chunk yields events, and delivers all of that chunk's events
+   * at once: one wakeup per network chunk, no fiber and no stream layer per read, and the callbacks
+   * below made once per request. A pull also ends on a failure, at the body's end and at the finish;
+   * after the finish it reads on until the body ends, an event breaks the vocabulary, or the grace is over.
    */
-  const readEvents = Effect.callback<Events | typeof FINISHED, ModelError.ModelError | Cause.Done>((resume) => {
-    if (expiry !== undefined) return resume(Effect.fail(expiry))
-    const open = reader
-    const afterFinish = finishedAt !== undefined
-    if (open === undefined || (afterFinish && now() - finishedAt! >= request.afterFinishGraceMs)) return resume(release())
-    let settled = false
-    const settle = (effect: Effect.Effect<Events | typeof FINISHED, ModelError.ModelError | Cause.Done>): void => {
-      if (settled) return
-      settled = true
-      endWait = undefined
-      reading = false
-      lastActivity = now()
-      resume(effect)
-    }
-    const onResult = (chunk: ReadableStreamReadResult<Uint8Array>): void => {
-      if (settled) return
-      reading = false
-      lastActivity = now()
-      const out: Array<Model.ModelEvent> = []
-      onChunk(chunk, out)
-      if (request.normalizer.isFinished()) {
-        // Nothing of a finished stream is yielded until its body is known to carry nothing more.
-        if (failure !== undefined) return settle(Effect.fail(failure))
-        for (const event of out) held.push(event)
-        if (ended) return settle(release())
-        if (!afterFinish) {
-          finishedAt = now()
-          return settle(Effect.succeed(FINISHED))
-        }
-        return next()
-      }
-      // The events before a failure are delivered first; the next pull reports the failure.
-      if (Arr.isArrayNonEmpty(out)) return settle(Effect.succeed(out))
+  type PullEffect = Effect.Effect<Events | typeof FINISHED, ModelError.ModelError | Cause.Done>
+  // The waiting pull's resumption; undefined between pulls.
+  let resumePull: ((effect: PullEffect) => void) | undefined
+  // Whether the waiting pull began after the finish.
+  let pullAfterFinish = false
+  // A read is in flight (at most one); what it brings while no pull waits is kept for the next pull.
+  let readPending = false
+  let parked: (() => void) | undefined
+
+  const settle = (effect: PullEffect): void => {
+    const resume = resumePull
+    if (resume === undefined) return
+    resumePull = undefined
+    endWait = undefined
+    reading = false
+    lastActivity = now()
+    resume(effect)
+  }
+  const consume = (chunk: ReadableStreamReadResult<Uint8Array>): void => {
+    reading = false
+    lastActivity = now()
+    const out: Array<Model.ModelEvent> = []
+    onChunk(chunk, out)
+    if (request.normalizer.isFinished()) {
+      // Nothing of a finished stream is yielded until its body is known to carry nothing more.
       if (failure !== undefined) return settle(Effect.fail(failure))
+      for (const event of out) held.push(event)
       if (ended) return settle(release())
-      next()
+      if (!pullAfterFinish) {
+        finishedAt = now()
+        return settle(Effect.succeed(FINISHED))
+      }
+      return next()
     }
-    const onFailure = (cause: unknown): void => settle(Effect.fail(abortedOr(cause, bodyFailed)))
-    const next = (): void => {
-      reading = true
-      lastActivity = now()
-      open.read().then(onResult, onFailure)
-    }
-    endWait = (end) => settle(end === GRACE_OVER ? release() : Effect.fail(end))
+    // The events before a failure are delivered first; the next pull reports the failure.
+    if (Arr.isArrayNonEmpty(out)) return settle(Effect.succeed(out))
+    if (failure !== undefined) return settle(Effect.fail(failure))
+    if (ended) return settle(release())
     next()
-    return Effect.sync(() => {
-      settled = true
-      endWait = undefined
-      reading = false
-    })
+  }
+  const onRead = (chunk: ReadableStreamReadResult<Uint8Array>): void => {
+    readPending = false
+    if (resumePull === undefined) parked = () => consume(chunk)
+    else consume(chunk)
+  }
+  const onReadFailure = (cause: unknown): void => {
+    readPending = false
+    const error = abortedOr(cause, bodyFailed)
+    if (resumePull === undefined) parked = () => settle(Effect.fail(error))
+    else settle(Effect.fail(error))
+  }
+  const next = (): void => {
+    reading = true
+    lastActivity = now()
+    if (readPending || reader === undefined) return
+    readPending = true
+    reader.read().then(onRead, onReadFailure)
+  }
+  const endPull = (end: WaitEnd): void => settle(end === GRACE_OVER ? release() : Effect.fail(end))
+  const leavePull = Effect.sync(() => {
+    resumePull = undefined
+    endWait = undefined
+    reading = false
   })
 
+  const readEvents: PullEffect = Effect.callback((resume) => {
+    if (expiry !== undefined) return resume(Effect.fail(expiry))
+    if (reader === undefined || (finishedAt !== undefined && now() - finishedAt >= request.afterFinishGraceMs)) return resume(release())
+    resumePull = resume
+    pullAfterFinish = finishedAt !== undefined
+    endWait = endPull
+    const waiting = parked
+    parked = undefined
+    if (waiting !== undefined) waiting()
+    else next()
+    return leavePull
+  })
+
+  const afterRead = (outcome: Events | typeof FINISHED): Effect.Effect<Events, ModelError.ModelError | Cause.Done> =>
+    outcome === FINISHED ? pull : Effect.succeed(outcome)
   const pull: Effect.Effect<Events, ModelError.ModelError | Cause.Done> = Effect.suspend(() => {
     if (failure !== undefined) return Effect.fail(failure)
     if (ended) return release()
-    return Effect.flatMap(readEvents, (outcome) => (outcome === FINISHED ? pull : Effect.succeed(outcome)))
+    return Effect.flatMap(readEvents, afterRead)
   })
   return Stream.fromPull(Effect.succeed(pull))
 })
