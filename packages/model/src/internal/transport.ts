@@ -1,8 +1,10 @@
 /**
  * One streamed model request over `fetch` + `eventsource-parser` (docs/model.md §4.2, §4.5, §4.6): the
- * idle timer (a watchdog fiber on the Effect `Clock`, reset by every received byte, counting only while
- * a read waits), error responses classified, SSE messages normalised, long deltas split, replay safety
- * tracked, stream limits enforced. The response is released when the stream's scope closes.
+ * body's reader read directly, one TextDecoder in stream mode feeding the parser, and each network
+ * chunk's normalised events delivered together by one pull; one watchdog fiber per request on the
+ * Effect `Clock` for the idle timer (reset by every received byte, counting only while a read waits),
+ * the deadline and the grace after the finish; error responses classified, long deltas split, replay
+ * safety tracked, stream limits enforced. The response is released when the stream's scope closes.
  */
 import type { Model } from "@maka/facts"
 import { Canonical, Limits } from "@maka/facts"
