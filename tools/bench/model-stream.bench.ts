@@ -2,7 +2,9 @@
  * Streaming through the model adapter alone (docs/architecture.md §12), against the fake
  * OpenAI-compatible server in its own process: `LanguageModel.stream` (normaliser, limits, replay
  * tracking, the limiter, the idle watchdog) against the same responses read with bare `fetch` +
- * `eventsource-parser` (each event's JSON parsed, as any client must), round-robin in one run:
+ * `eventsource-parser` (each event's JSON parsed, as any client must), round-robin in one run. The
+ * adapter's events are consumed a delivered array at a time (`Stream.runForEachArray`), as the engine
+ * takes them (`Stream.toQueue` + `Queue.takeAll`), so a per-event effect of the consumer is not counted:
  *
  * - `unpaced`: a 1,000-delta answer written as fast as the server can;
  * - `paced1ms`: the same answer, one chunk per 1 ms; also the median delay from a delta's sending
@@ -90,9 +92,10 @@ const adapterAnswer = async (model: string): Promise<Timing> => {
   const delays: Array<number> = []
   let deltas = 0
   await Effect.runPromise(
-    Stream.runForEach(language.stream(answerRequest()), (event) =>
+    Stream.runForEachArray(language.stream(answerRequest()), (events) =>
       Effect.sync(() => {
-        if (event.kind === "part_delta") deltas += delaysOf(event.text, process.hrtime.bigint(), delays)
+        const now = process.hrtime.bigint()
+        for (const event of events) if (event.kind === "part_delta") deltas += delaysOf(event.text, now, delays)
       }),
     ),
   )
@@ -156,8 +159,12 @@ const adapterLoop = async (): Promise<Timing> => {
   const started = performance.now()
   let calls = 0
   for (const request of loopRequests) {
-    calls += await Effect.runPromise(
-      Stream.runFold(language.stream(request), () => 0, (count, event) => (event.kind === "tool_call" ? count + 1 : count)),
+    await Effect.runPromise(
+      Stream.runForEachArray(language.stream(request), (events) =>
+        Effect.sync(() => {
+          for (const event of events) if (event.kind === "tool_call") calls++
+        }),
+      ),
     )
   }
   if (calls !== STEPS - 1) throw new Error(`the adapter loop saw ${calls} calls, not ${STEPS - 1}`)
