@@ -119,7 +119,7 @@ export const open: (
     if (deadlineMs !== undefined) sleep = Math.min(sleep, startedAt + deadlineMs - at)
     return Effect.flatMap(Effect.sleep(sleep), () => watchdog)
   })
-  yield* Effect.forkScoped(watchdog)
+  yield* Effect.forkScoped(watchdog, { startImmediately: true })
 
   const abortedOr = (cause: unknown, onFailure: (cause: unknown) => ModelError.ModelError): ModelError.ModelError =>
     expiry ?? (isAbortError(cause) ? ModelError.cancelled() : onFailure(cause))
