@@ -11,7 +11,7 @@ import { Effect, Fiber, Queue, Redacted, Stream } from "effect"
 import { TestClock } from "effect/testing"
 import { Respond, ScriptedServer } from "@maka/testkit"
 import { LanguageModel } from "@maka/model"
-import { advanceUntilDone, collect, openAi, request, waitUntil } from "./support.ts"
+import { advanceUntilDone, API_KEY, collect, openAi, request, waitUntil } from "./support.ts"
 
 /** One OpenAI-compatible chunk as SSE text. */
 const frame = (delta: Readonly<Record<string, unknown>>, finishReason: string | null = null): string =>
@@ -52,6 +52,7 @@ const feedableBody = () => {
     push: (text: string) => controller?.enqueue(encoder.encode(text)),
     pushBytes: (bytes: Uint8Array) => controller?.enqueue(bytes),
     close: () => controller?.close(),
+    fail: (error: unknown) => controller?.error(error),
     isCancelled: () => cancelled,
   }
 }
@@ -300,6 +301,59 @@ describe("cancellation in the middle of a chunk", () => {
       const { events, error } = yield* collect(model.stream(request()))
       assert.strictEqual(error, undefined, error?.message)
       assert.deepStrictEqual(deltasOf(events), ["next"])
+    }),
+  )
+})
+
+describe("failures on the read path", () => {
+  const failingModel = (fetch: (input: string, init: RequestInit) => Promise<Response>) =>
+    LanguageModel.make({ kind: "openai-compatible", baseUrl: "http://127.0.0.1:9/v1", model: "test-model", apiKey: Redacted.make(API_KEY), fetch })
+
+  it.effect("a fetch that fails is a network error whose message never carries the key", () =>
+    Effect.gen(function* () {
+      const model = yield* failingModel(() => Promise.reject(new Error(`connect refused for Bearer ${API_KEY}`)))
+      const { error } = yield* collect(model.stream(request()))
+      assert.strictEqual(error?.reason._tag, "Provider")
+      assert.isTrue(error?.reason._tag === "Provider" && error.reason.reason === "network")
+      assert.include(error?.message ?? "", "request failed")
+      assert.notInclude(error?.message ?? "", API_KEY)
+    }),
+  )
+
+  it.effect("a body that fails mid-stream is a truncated stream whose message never carries the key", () =>
+    Effect.gen(function* () {
+      const fed = feedableBody()
+      const model = yield* failingModel(() =>
+        Promise.resolve(new Response(fed.body, { status: 200, headers: { "content-type": "text/event-stream" } })),
+      )
+      const fiber = yield* Effect.forkChild(collect(model.stream(request())))
+      yield* settle
+      fed.push(opening + texts(["a"]))
+      yield* settle
+      fed.fail(new Error(`socket reset while sending ${API_KEY}`))
+      const { events, error } = yield* Fiber.join(fiber)
+      assert.deepStrictEqual(deltasOf(events), ["a"])
+      assert.isTrue(error?.reason._tag === "Provider" && error.reason.reason === "stream_truncated")
+      assert.include(error?.message ?? "", "response body failed")
+      assert.notInclude(error?.message ?? "", API_KEY)
+    }),
+  )
+
+  it.effect("an abort that does not come from the adapter is a cancellation, at the fetch and in the body", () =>
+    Effect.gen(function* () {
+      const aborted = () => new DOMException("The operation was aborted.", "AbortError")
+      const atFetch = yield* failingModel(() => Promise.reject(aborted()))
+      assert.strictEqual((yield* collect(atFetch.stream(request()))).error?.reason._tag, "Cancelled")
+      const fed = feedableBody()
+      const inBody = yield* failingModel(() =>
+        Promise.resolve(new Response(fed.body, { status: 200, headers: { "content-type": "text/event-stream" } })),
+      )
+      const fiber = yield* Effect.forkChild(collect(inBody.stream(request())))
+      yield* settle
+      fed.push(opening)
+      yield* settle
+      fed.fail(aborted())
+      assert.strictEqual((yield* Fiber.join(fiber)).error?.reason._tag, "Cancelled")
     }),
   )
 })
