@@ -320,6 +320,17 @@ describe("failures on the read path", () => {
     }),
   )
 
+  it.effect("a fetch that throws instead of rejecting is a network error too", () =>
+    Effect.gen(function* () {
+      const model = yield* failingModel(() => {
+        throw new TypeError(`invalid header for ${API_KEY}`)
+      })
+      const { error } = yield* collect(model.stream(request()))
+      assert.isTrue(error?.reason._tag === "Provider" && error.reason.reason === "network")
+      assert.notInclude(error?.message ?? "", API_KEY)
+    }),
+  )
+
   it.effect("a body that fails mid-stream is a truncated stream whose message never carries the key", () =>
     Effect.gen(function* () {
       const fed = feedableBody()
