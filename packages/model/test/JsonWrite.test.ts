@@ -57,3 +57,27 @@ describe("canonicalJson", () => {
     assert.strictEqual(canonicalJson(deep), Canonical.stringify(deep))
   })
 })
+
+describe("canonicalJson, keys the engine would reorder", () => {
+  it("sorts index-like keys as text, like Canonical", () => {
+    const value = { b: 1, "10": "ten", "2": "two", a: { "0": [], "01": null, "4294967295": 1, __proto__x: 2 } }
+    assert.strictEqual(canonicalJson(value), Canonical.stringify(value))
+    assert.isTrue(canonicalJson(value).startsWith('{"10":"ten","2":"two","a"'))
+  })
+
+  it("keeps a `__proto__` key as a plain key", () => {
+    const value: unknown = JSON.parse('{"b":1,"__proto__":{"x":1},"a":2}')
+    assert.strictEqual(canonicalJson(value), Canonical.stringify(value))
+    assert.include(canonicalJson(value), '"__proto__":{"x":1}')
+  })
+
+  it("writes the same bytes as Canonical.stringify for objects with index-like keys", () => {
+    const key = fc.oneof(fc.string(), fc.nat().map(String))
+    fc.assert(
+      fc.property(fc.dictionary(key, fc.jsonValue({ maxDepth: 2 })), (value) => {
+        assert.strictEqual(canonicalJson(value), Canonical.stringify(value))
+      }),
+      { numRuns: 300 },
+    )
+  })
+})
