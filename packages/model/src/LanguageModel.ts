@@ -66,13 +66,15 @@ const checkOptions = (options: MakeOptions): string | undefined => {
   return undefined
 }
 
-/** Encodes one request for the configured route: URL, headers and the canonical JSON body. */
-const encode = (
-  config: ProviderConfig.ProviderConfig,
-  routeIdentity: string,
-  request: Prompt.ModelRequest,
-): Result.Result<{ readonly url: string; readonly headers: Record<string, string>; readonly body: string }, ModelError.ModelError> => {
-  const prompt = projectPrompt(config.kind, routeIdentity, request.prompt)
+/** What every request of a route shares: its URL, its headers and how its body is written. */
+interface Route {
+  readonly url: string
+  readonly headers: Readonly<Record<string, string>>
+  readonly body: (request: Prompt.ModelRequest, prompt: Prompt.Prompt) => string
+}
+
+/** The route of `config`, worked out once per model rather than once per request. */
+const routeOf = (config: ProviderConfig.ProviderConfig): Route => {
   const baseUrl = ProviderConfig.normalizeBaseUrl(config.baseUrl)
   const key = Redacted.value(config.apiKey)
   const extra: Record<string, string> = {}
@@ -80,27 +82,38 @@ const encode = (
     extra[name.toLowerCase()] = Redacted.isRedacted(value) ? Redacted.value(value) : value
   }
   const common = { "content-type": "application/json", accept: "text/event-stream" }
-  const result =
-    config.kind === "anthropic"
-      ? {
-          url: `${baseUrl}/v1/messages`,
-          headers: {
-            ...common,
-            ...(key === "" ? {} : { "x-api-key": key }),
-            "anthropic-version": ModelDefaults.anthropicVersion,
-            ...extra,
-          },
-          body: anthropicBody(config.model, request, prompt),
-        }
-      : {
-          url: `${baseUrl}/chat/completions`,
-          headers: { ...common, ...(key === "" ? {} : { authorization: `Bearer ${key}` }), ...extra },
-          body: openAiBody(config.model, request, prompt, ProviderConfig.outputLimitFieldOf(config)),
-        }
-  if (result.body.length > ModelDefaults.maxRequestBytes / 3 && Canonical.utf8Length(result.body) > ModelDefaults.maxRequestBytes) {
+  if (config.kind === "anthropic") {
+    return {
+      url: `${baseUrl}/v1/messages`,
+      headers: {
+        ...common,
+        ...(key === "" ? {} : { "x-api-key": key }),
+        "anthropic-version": ModelDefaults.anthropicVersion,
+        ...extra,
+      },
+      body: (request, prompt) => anthropicBody(config.model, request, prompt),
+    }
+  }
+  const limitField = ProviderConfig.outputLimitFieldOf(config)
+  return {
+    url: `${baseUrl}/chat/completions`,
+    headers: { ...common, ...(key === "" ? {} : { authorization: `Bearer ${key}` }), ...extra },
+    body: (request, prompt) => openAiBody(config.model, request, prompt, limitField),
+  }
+}
+
+/** Encodes one request for the route: URL, headers (a copy of its own) and the canonical JSON body. */
+const encode = (
+  config: ProviderConfig.ProviderConfig,
+  route: Route,
+  routeIdentity: string,
+  request: Prompt.ModelRequest,
+): Result.Result<{ readonly url: string; readonly headers: Record<string, string>; readonly body: string }, ModelError.ModelError> => {
+  const body = route.body(request, projectPrompt(config.kind, routeIdentity, request.prompt))
+  if (body.length > ModelDefaults.maxRequestBytes / 3 && Canonical.utf8Length(body) > ModelDefaults.maxRequestBytes) {
     return Result.fail(ModelError.adapter("model request exceeds 32 MiB"))
   }
-  return Result.succeed(result)
+  return Result.succeed({ url: route.url, headers: { ...route.headers }, body })
 }
 
 /** A `LanguageModel` for `config`; fails with an `Adapter` error when the configuration is invalid. */
@@ -118,6 +131,7 @@ export const make = (
 
 const makeChecked = (config: ProviderConfig.ProviderConfig, options: MakeOptions): LanguageModelShape => {
   const routeIdentity = ProviderConfig.routeIdentity(config)
+  const route = routeOf(config)
   const limiter = options.limiter ?? ModelLimiter.makeUnsafe(options.concurrency ?? ModelDefaults.concurrency)
   const idleTimeoutMs = options.idleTimeoutMs ?? ModelDefaults.idleTimeoutMs
   const fetchFunction: ProviderConfig.FetchFunction = config.fetch ?? ((input, init) => globalThis.fetch(input, init))
@@ -140,10 +154,10 @@ const makeChecked = (config: ProviderConfig.ProviderConfig, options: MakeOptions
       Effect.gen(function* () {
         const decoded = decodeRequest(request, { onExcessProperty: "error" })
         if (Result.isFailure(decoded)) return yield* Effect.fail(ModelError.adapter(`invalid model request: ${decoded.failure.message}`))
-        const encoded = encode(config, routeIdentity, decoded.success)
+        const encoded = encode(config, route, routeIdentity, decoded.success)
         if (Result.isFailure(encoded)) return yield* Effect.fail(encoded.failure)
         yield* ModelLimiter.acquireFor(limiter, streamOptions.reservation)
-        return Transport.stream({
+        return yield* Transport.open({
           ...encoded.success,
           fetch: fetchFunction,
           idleTimeoutMs,

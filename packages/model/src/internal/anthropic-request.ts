@@ -5,8 +5,8 @@
  * the same request always gives the same bytes; the adapter's own fields win over `providerOptions`.
  */
 import type { Identity, Prompt } from "@maka/facts"
-import { Canonical } from "@maka/facts"
 import { isObject } from "./provider-options.ts"
+import { canonicalJson } from "./json-write.ts"
 
 type Json = Identity.Json
 
@@ -38,7 +38,7 @@ const userBlocks = (message: Prompt.UserMessage | Prompt.ToolMessage): Array<Jso
     : message.results.map((result) => ({
         type: "tool_result",
         tool_use_id: result.toolCallId,
-        content: result.output.type === "json" ? Canonical.stringify(result.output.value) : result.output.value,
+        content: result.output.type === "json" ? canonicalJson(result.output.value) : result.output.value,
         ...(result.output.type === "error-text" ? { is_error: true } : {}),
       }))
 
@@ -63,7 +63,7 @@ const turns = (prompt: Prompt.Prompt): { readonly system: ReadonlyArray<string>;
 /** The request body for `model`, as canonical JSON text. */
 export const anthropicBody = (model: string, request: Prompt.ModelRequest, prompt: Prompt.Prompt): string => {
   const { system, messages } = turns(prompt)
-  return Canonical.stringify({
+  return canonicalJson({
     ...request.providerOptions,
     model,
     messages,

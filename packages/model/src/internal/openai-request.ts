@@ -4,13 +4,13 @@
  * the same bytes. `providerOptions` are merged first; the adapter's own fields win.
  */
 import type { Identity, Prompt } from "@maka/facts"
-import { Canonical } from "@maka/facts"
 import type { OutputLimitField } from "../ProviderConfig.ts"
+import { canonicalJson } from "./json-write.ts"
 
 type Json = Identity.Json
 
 const toolContent = (output: Prompt.ToolResultOutput): string =>
-  output.type === "json" ? Canonical.stringify(output.value) : output.value
+  output.type === "json" ? canonicalJson(output.value) : output.value
 
 const messages = (prompt: Prompt.Prompt): Array<Json> =>
   prompt.flatMap((message): Array<Json> => {
@@ -23,7 +23,7 @@ const messages = (prompt: Prompt.Prompt): Array<Json> =>
         const thinking = message.parts.flatMap((part) => (part.kind === "thinking" ? [part.text] : [])).join("")
         const calls = message.parts.flatMap((part): Array<Json> =>
           part.kind === "tool_call"
-            ? [{ id: part.toolCallId, type: "function", function: { name: part.toolName, arguments: Canonical.stringify(part.input) } }]
+            ? [{ id: part.toolCallId, type: "function", function: { name: part.toolName, arguments: canonicalJson(part.input) } }]
             : [],
         )
         return [
@@ -47,7 +47,7 @@ export const openAiBody = (
   prompt: Prompt.Prompt,
   limitField: OutputLimitField,
 ): string =>
-  Canonical.stringify({
+  canonicalJson({
     ...request.providerOptions,
     model,
     messages: messages(prompt),

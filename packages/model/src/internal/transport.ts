@@ -1,12 +1,14 @@
 /**
  * One streamed model request over `fetch` + `eventsource-parser` (docs/model.md §4.2, §4.5, §4.6): the
- * idle timer (a watchdog fiber on the Effect `Clock`, reset by every received byte, counting only while
- * a read waits), error responses classified, SSE messages normalised, long deltas split, replay safety
- * tracked, stream limits enforced. The response is released when the stream's scope closes.
+ * body's reader read directly, one TextDecoder in stream mode feeding the parser, and each network
+ * chunk's normalised events delivered together by one pull; one watchdog fiber per request on the
+ * Effect `Clock` for the idle timer (reset by every received byte, counting only while a read waits),
+ * the deadline and the grace after the finish; error responses classified, long deltas split, replay
+ * safety tracked, stream limits enforced. The response is released when the stream's scope closes.
  */
 import type { Model } from "@maka/facts"
 import { Canonical, Limits } from "@maka/facts"
-import { Cause, Clock, Deferred, Effect, Scope, Stream } from "effect"
+import { Array as Arr, Cause, Clock, Effect, Scope, Stream } from "effect"
 import { createParser, type EventSourceMessage } from "eventsource-parser"
 import * as ErrorClassification from "../ErrorClassification.ts"
 import * as ModelError from "../ModelError.ts"
@@ -38,11 +40,6 @@ export interface TransportRequest {
 
 type Events = readonly [Model.ModelEvent, ...Array<Model.ModelEvent>]
 
-interface IdleState {
-  reading: boolean
-  lastActivity: number
-}
-
 const describe = (cause: unknown): string => {
   if (cause instanceof Error) {
     const inner = cause.cause instanceof Error ? `: ${cause.cause.message}` : ""
@@ -57,69 +54,114 @@ const isToolCallId = (id: string): boolean =>
 
 const isAbortError = (cause: unknown): boolean => cause instanceof Error && cause.name === "AbortError"
 
-/** Streams the `ModelEvent`s of one request; the caller's scope handling is the stream's own. */
-export const stream = (request: TransportRequest): Stream.Stream<Model.ModelEvent, ModelError.ModelError> =>
-  Stream.unwrap(open(request))
+/** How a pending wait on the network ends early: with the expiry, or (after the finish) the grace's end. */
+type WaitEnd = ModelError.ModelError | typeof GRACE_OVER
+const GRACE_OVER = Symbol("grace over")
+/** A read that found the finish with the body still open: the rest is read under the grace. */
+const FINISHED = Symbol("finished")
 
-const open = Effect.fn("LanguageModel.stream")(function* (request: TransportRequest) {
+/**
+ * Sends the request and returns the stream of its `ModelEvent`s; the response is released when the
+ * scope closes (the caller's `Stream.unwrap`, shared with the permit it acquired before).
+ */
+export const open: (
+  request: TransportRequest,
+) => Effect.Effect<Stream.Stream<Model.ModelEvent, ModelError.ModelError>, ModelError.ModelError, Scope.Scope> = Effect.fn("LanguageModel.stream")(function* (request: TransportRequest) {
   const clock = yield* Clock.Clock
+  const now = () => clock.currentTimeMillisUnsafe()
   const controller = new AbortController()
-  const idle: IdleState = { reading: false, lastActivity: clock.currentTimeMillisUnsafe() }
   const tracker = new ReplayTracker()
   const scope = yield* Scope.Scope
-  yield* Scope.addFinalizer(scope, Effect.sync(() => controller.abort()))
-
-  // Set once the idle timeout or the deadline expired: every wait, running or to come, ends with it,
+  const startedAt = now()
+  // The idle timer's state: it counts only while a wait on the network is pending.
+  let reading = false
+  let lastActivity = startedAt
+  // When the normaliser emitted `finished`: the body then gets `afterFinishGraceMs` to end.
+  let finishedAt: number | undefined
+  // Set once the idle timeout or the deadline expired: every wait, pending or to come, ends with it,
   // whether or not the `fetch` honours the abort.
-  const expired = yield* Deferred.make<never, ModelError.ModelError>()
   let expiry: ModelError.ModelError | undefined
-  const expire = (error: ModelError.ModelError) =>
-    Effect.suspend(() => {
-      expiry ??= error
-      controller.abort()
-      return Deferred.fail(expired, expiry)
-    })
+  // Ends the pending wait, if any (one at a time: the stream is pulled sequentially).
+  let endWait: ((end: WaitEnd) => void) | undefined
+  let reader: ReadableStreamDefaultReader<Uint8Array> | undefined
+  // The body was read to its end: nothing is left to abort or cancel.
+  let bodyEnded = false
 
-  // The watchdog: expires the request once a read has waited `idleTimeoutMs` without a byte.
-  const watchdog: Effect.Effect<void> = Effect.suspend(() => {
-    const now = clock.currentTimeMillisUnsafe()
-    const remaining = idle.lastActivity + request.idleTimeoutMs - now
-    if (idle.reading && remaining <= 0) return Effect.asVoid(expire(ModelError.timedOut()))
-    return Effect.flatMap(Effect.sleep(idle.reading ? remaining : request.idleTimeoutMs), () => watchdog)
-  })
-  yield* Effect.forkScoped(watchdog)
-  const deadlineMs = request.deadlineMs
-  if (deadlineMs !== undefined) {
-    yield* Effect.forkScoped(Effect.andThen(Effect.sleep(deadlineMs), expire(ModelError.deadlineExceeded(deadlineMs))))
+  const expire = (error: ModelError.ModelError): void => {
+    expiry ??= error
+    controller.abort()
+    endWait?.(expiry)
   }
 
-  /** Runs one wait on the network under the idle timer and the deadline, raced against their expiry. */
-  const waitFor = <A>(promise: () => Promise<A>, onFailure: (cause: unknown) => ModelError.ModelError) =>
+  yield* Scope.addFinalizer(
+    scope,
     Effect.suspend(() => {
-      idle.reading = true
-      idle.lastActivity = clock.currentTimeMillisUnsafe()
-      const waiting = Effect.tryPromise({
-        try: promise,
-        catch: (cause) => expiry ?? (isAbortError(cause) ? ModelError.cancelled() : onFailure(cause)),
-      })
-      return Effect.raceFirst(waiting, Deferred.await(expired)).pipe(
-        Effect.ensuring(
-          Effect.sync(() => {
-            idle.reading = false
-            idle.lastActivity = clock.currentTimeMillisUnsafe()
-          }),
-        ),
+      if (bodyEnded) return Effect.void
+      controller.abort()
+      const open = reader
+      if (open === undefined) return Effect.void
+      return Effect.promise(() => open.cancel().catch(() => undefined)).pipe(Effect.timeoutOption(request.cleanupGraceMs), Effect.asVoid)
+    }),
+  )
+
+  // The watchdog, one fiber per request on the Effect `Clock`: expires the request once a wait has
+  // gone `idleTimeoutMs` without a byte or at the deadline, and ends a wait after the finish once the
+  // grace is over. It never sleeps past the grace, so a finish that arrives mid-sleep is seen in time.
+  const deadlineMs = request.deadlineMs
+  const watchdog: Effect.Effect<void> = Effect.suspend(() => {
+    const at = now()
+    if (deadlineMs !== undefined && at - startedAt >= deadlineMs) return Effect.sync(() => expire(ModelError.deadlineExceeded(deadlineMs)))
+    const idleLeft = lastActivity + request.idleTimeoutMs - at
+    if (reading && idleLeft <= 0) return Effect.sync(() => expire(ModelError.timedOut()))
+    const graceLeft = finishedAt === undefined ? request.afterFinishGraceMs : finishedAt + request.afterFinishGraceMs - at
+    if (reading && finishedAt !== undefined && graceLeft <= 0) endWait?.(GRACE_OVER)
+    let sleep = Math.min(reading ? idleLeft : request.idleTimeoutMs, graceLeft > 0 ? graceLeft : request.afterFinishGraceMs)
+    if (deadlineMs !== undefined) sleep = Math.min(sleep, startedAt + deadlineMs - at)
+    return Effect.flatMap(Effect.sleep(sleep), () => watchdog)
+  })
+  yield* Effect.forkScoped(watchdog, { startImmediately: true })
+
+  const abortedOr = (cause: unknown, onFailure: (cause: unknown) => ModelError.ModelError): ModelError.ModelError =>
+    expiry ?? (isAbortError(cause) ? ModelError.cancelled() : onFailure(cause))
+
+  /**
+   * One wait on the network (docs/model.md §4.2): a single callback, no fiber, ended by the promise or
+   * by the watchdog (`endWait`), whichever comes first.
+   */
+  const waitFor = <A>(start: () => Promise<A>, onFailure: (cause: unknown) => ModelError.ModelError) =>
+    Effect.callback<A, ModelError.ModelError>((resume) => {
+      if (expiry !== undefined) return resume(Effect.fail(expiry))
+      let settled = false
+      const settle = (effect: Effect.Effect<A, ModelError.ModelError>) => {
+        if (settled) return
+        settled = true
+        endWait = undefined
+        reading = false
+        lastActivity = now()
+        resume(effect)
+      }
+      reading = true
+      lastActivity = now()
+      endWait = (end) => {
+        if (end !== GRACE_OVER) settle(Effect.fail(end))
+      }
+      start().then(
+        (value) => settle(Effect.succeed(value)),
+        (cause) => settle(Effect.fail(abortedOr(cause, onFailure))),
       )
+      return Effect.sync(() => {
+        settled = true
+        endWait = undefined
+        reading = false
+      })
     })
 
   const response = yield* waitFor(
+    // Called from a promise, so that a `fetch` that throws is a rejection like any other.
     () =>
-      request.fetch(request.url, {
-        method: "POST",
-        headers: request.headers,
-        body: request.body,
-        signal: controller.signal,
-      }),
+      Promise.resolve().then(() =>
+        request.fetch(request.url, { method: "POST", headers: request.headers, body: request.body, signal: controller.signal }),
+      ),
     (cause) =>
       ModelError.provider({
         reason: "network",
@@ -128,16 +170,8 @@ const open = Effect.fn("LanguageModel.stream")(function* (request: TransportRequ
       }),
   )
   const body = response.body
-  const reader = body === null ? undefined : body.getReader()
-  if (reader !== undefined) {
-    yield* Scope.addFinalizer(
-      scope,
-      Effect.promise(() => reader.cancel().catch(() => undefined)).pipe(
-        Effect.timeoutOption(request.cleanupGraceMs),
-        Effect.asVoid,
-      ),
-    )
-  }
+  if (body === null) bodyEnded = true
+  else reader = body.getReader()
   const truncated = (message: string): ModelError.ModelError =>
     ModelError.provider({
       reason: "stream_truncated",
@@ -145,18 +179,16 @@ const open = Effect.fn("LanguageModel.stream")(function* (request: TransportRequ
       status: response.status,
       replaySafe: tracker.replaySafe,
     })
-  const read = (): Effect.Effect<ReadableStreamReadResult<Uint8Array>, ModelError.ModelError> =>
-    reader === undefined
-      ? Effect.succeed({ done: true, value: undefined })
-      : waitFor(
-          () => reader.read(),
-          (cause) => truncated(`response body failed: ${describe(cause)}`),
-        )
+  const bodyFailed = (cause: unknown) => truncated(`response body failed: ${describe(cause)}`)
 
   const contentType = response.headers.get("content-type") ?? ""
   if (!response.ok || !contentType.toLowerCase().includes("text/event-stream")) {
+    const read = (): Effect.Effect<ReadableStreamReadResult<Uint8Array>, ModelError.ModelError> => {
+      const open = reader
+      return open === undefined ? Effect.succeed({ done: true, value: undefined }) : waitFor(() => open.read(), bodyFailed)
+    }
     const text = yield* readErrorBody(read, request.maxErrorBodyBytes)
-    const nowMs = clock.currentTimeMillisUnsafe()
+    const nowMs = now()
     if (response.ok) {
       const payload = ErrorClassification.parsePayload(text)
       if (payload === undefined || !ErrorClassification.hasErrorField(payload)) {
@@ -207,7 +239,7 @@ const open = Effect.fn("LanguageModel.stream")(function* (request: TransportRequ
       case "provider_payload":
         return ErrorClassification.classify({
           payload: found.payload,
-          nowMs: clock.currentTimeMillisUnsafe(),
+          nowMs: now(),
           replaySafe: tracker.replaySafe,
           observedOutput: tracker.observedOutput || request.normalizer.hasBufferedOutput(),
           secrets: request.secrets,
@@ -252,9 +284,11 @@ const open = Effect.fn("LanguageModel.stream")(function* (request: TransportRequ
     if (found !== undefined && failure === undefined) failure = toError(found)
   }
 
+  /** Folds one network chunk (or the body's end) into `out`: decoded, parsed and normalised at once. */
   const onChunk = (chunk: ReadableStreamReadResult<Uint8Array>, out: Array<Model.ModelEvent>): void => {
     if (chunk.done) {
       ended = true
+      bodyEnded = true
       const tail = decoder.decode()
       if (tail !== "") parser.feed(tail)
       parser.reset({ consume: true })
@@ -293,31 +327,102 @@ const open = Effect.fn("LanguageModel.stream")(function* (request: TransportRequ
   // The events of the chunk that finished the stream, held until the body is known to carry nothing more.
   const held: Array<Model.ModelEvent> = []
   const release = (): Effect.Effect<Events, Cause.Done> => {
-    const [first, ...rest] = held.splice(0)
-    return first === undefined ? Cause.done() : Effect.succeed<Events>([first, ...rest])
+    ended = true
+    const events = held.splice(0)
+    return Arr.isArrayNonEmpty(events) ? Effect.succeed(events) : Cause.done()
   }
-  /** After the finish: the rest of the body, for at most the grace; a body left open ends the stream. */
-  const readAfterFinish = Effect.map(Effect.timeoutOption(read(), request.afterFinishGraceMs), (chunk) =>
-    chunk._tag === "Some" ? chunk.value : ({ done: true, value: undefined } as const),
-  )
 
+  /*
+   * The lean read path (docs/model.md §4.2): a pull is one callback that reads the body's reader
+   * directly, chunk after chunk, until a chunk yields events, and delivers all of that chunk's events
+   * at once: one wakeup per network chunk, no fiber and no stream layer per read, and the callbacks
+   * below made once per request. A pull also ends on a failure, at the body's end and at the finish;
+   * after the finish it reads on until the body ends, an event breaks the vocabulary, or the grace is over.
+   */
+  type PullEffect = Effect.Effect<Events | typeof FINISHED, ModelError.ModelError | Cause.Done>
+  // The waiting pull's resumption; undefined between pulls.
+  let resumePull: ((effect: PullEffect) => void) | undefined
+  // Whether the waiting pull began after the finish.
+  let pullAfterFinish = false
+  // A read is in flight (at most one); what it brings while no pull waits is kept for the next pull.
+  let readPending = false
+  let parked: (() => void) | undefined
+
+  const settle = (effect: PullEffect): void => {
+    const resume = resumePull
+    if (resume === undefined) return
+    resumePull = undefined
+    endWait = undefined
+    reading = false
+    lastActivity = now()
+    resume(effect)
+  }
+  const consume = (chunk: ReadableStreamReadResult<Uint8Array>): void => {
+    reading = false
+    lastActivity = now()
+    const out: Array<Model.ModelEvent> = []
+    onChunk(chunk, out)
+    if (request.normalizer.isFinished()) {
+      // Nothing of a finished stream is yielded until its body is known to carry nothing more.
+      if (failure !== undefined) return settle(Effect.fail(failure))
+      for (const event of out) held.push(event)
+      if (ended) return settle(release())
+      if (!pullAfterFinish) {
+        finishedAt = now()
+        return settle(Effect.succeed(FINISHED))
+      }
+      return next()
+    }
+    // The events before a failure are delivered first; the next pull reports the failure.
+    if (Arr.isArrayNonEmpty(out)) return settle(Effect.succeed(out))
+    if (failure !== undefined) return settle(Effect.fail(failure))
+    if (ended) return settle(release())
+    next()
+  }
+  const onRead = (chunk: ReadableStreamReadResult<Uint8Array>): void => {
+    readPending = false
+    if (resumePull === undefined) parked = () => consume(chunk)
+    else consume(chunk)
+  }
+  const onReadFailure = (cause: unknown): void => {
+    readPending = false
+    const error = abortedOr(cause, bodyFailed)
+    if (resumePull === undefined) parked = () => settle(Effect.fail(error))
+    else settle(Effect.fail(error))
+  }
+  const next = (): void => {
+    reading = true
+    lastActivity = now()
+    if (readPending || reader === undefined) return
+    readPending = true
+    reader.read().then(onRead, onReadFailure)
+  }
+  const endPull = (end: WaitEnd): void => settle(end === GRACE_OVER ? release() : Effect.fail(end))
+  const leavePull = Effect.sync(() => {
+    resumePull = undefined
+    endWait = undefined
+    reading = false
+  })
+
+  const readEvents: PullEffect = Effect.callback((resume) => {
+    if (expiry !== undefined) return resume(Effect.fail(expiry))
+    if (reader === undefined || (finishedAt !== undefined && now() - finishedAt >= request.afterFinishGraceMs)) return resume(release())
+    resumePull = resume
+    pullAfterFinish = finishedAt !== undefined
+    endWait = endPull
+    const waiting = parked
+    parked = undefined
+    if (waiting !== undefined) waiting()
+    else next()
+    return leavePull
+  })
+
+  const afterRead = (outcome: Events | typeof FINISHED): Effect.Effect<Events, ModelError.ModelError | Cause.Done> =>
+    outcome === FINISHED ? pull : Effect.succeed(outcome)
   const pull: Effect.Effect<Events, ModelError.ModelError | Cause.Done> = Effect.suspend(() => {
     if (failure !== undefined) return Effect.fail(failure)
     if (ended) return release()
-    const finished = request.normalizer.isFinished()
-    return Effect.flatMap(finished ? readAfterFinish : read(), (chunk) => {
-      const out: Array<Model.ModelEvent> = []
-      onChunk(chunk, out)
-      if (request.normalizer.isFinished()) {
-        // Nothing of a finished stream is yielded until its body is known to carry nothing more.
-        if (failure !== undefined) return Effect.fail(failure)
-        held.push(...out)
-        return ended ? release() : pull
-      }
-      const [first, ...rest] = out
-      if (first !== undefined) return Effect.succeed<Events>([first, ...rest])
-      return pull
-    })
+    return Effect.flatMap(readEvents, afterRead)
   })
   return Stream.fromPull(Effect.succeed(pull))
 })
