@@ -12,8 +12,7 @@ type Json = Identity.Json
 const toolContent = (output: Prompt.ToolResultOutput): string =>
   output.type === "json" ? canonicalJson(output.value) : output.value
 
-const messages = (prompt: Prompt.Prompt): Array<Json> =>
-  prompt.flatMap((message): Array<Json> => {
+const providerMessages = (message: Prompt.PromptMessage): Array<Json> => {
     switch (message.role) {
       case "system":
       case "user":
@@ -38,7 +37,36 @@ const messages = (prompt: Prompt.Prompt): Array<Json> =>
       case "tool":
         return message.results.map((result) => ({ role: "tool", tool_call_id: result.toolCallId, content: toolContent(result.output) }))
     }
-  })
+  }
+
+/**
+ * Each prompt message's provider messages as canonical JSON, by message identity: a live run sends
+ * the same message objects step after step (docs/architecture.md §12), so a step writes only its new
+ * messages. Canonical JSON is compositional: an array's text is its items' texts joined by commas.
+ */
+const fragments = new WeakMap<Prompt.PromptMessage, string>()
+
+const fragmentOf = (message: Prompt.PromptMessage): string => {
+  let fragment = fragments.get(message)
+  if (fragment === undefined) {
+    fragment = providerMessages(message).map(canonicalJson).join(",")
+    fragments.set(message, fragment)
+  }
+  return fragment
+}
+
+/** The messages array as canonical JSON text. */
+export const messagesJson = (prompt: Prompt.Prompt): string => {
+  const parts: Array<string> = []
+  for (const message of prompt) {
+    const fragment = fragmentOf(message)
+    if (fragment !== "") parts.push(fragment)
+  }
+  return `[${parts.join(",")}]`
+}
+
+/** Stands for the messages in the body's other fields; a string no request field can hold twice by chance. */
+const MESSAGES_SLOT = "\u0000maka.messages\u0000"
 
 /** The request body for `model`, as canonical JSON text; the output limit goes in `limitField`. */
 export const openAiBody = (
@@ -46,11 +74,11 @@ export const openAiBody = (
   request: Prompt.ModelRequest,
   prompt: Prompt.Prompt,
   limitField: OutputLimitField,
-): string =>
-  canonicalJson({
+): string => {
+  const body = canonicalJson({
     ...request.providerOptions,
     model,
-    messages: messages(prompt),
+    messages: MESSAGES_SLOT,
     [limitField]: request.maxOutputTokens,
     stream: true,
     stream_options: { include_usage: true },
@@ -63,3 +91,11 @@ export const openAiBody = (
           })),
         }),
   })
+  const slot = JSON.stringify(MESSAGES_SLOT)
+  const at = body.indexOf(slot)
+  // The slot is where `messages` is; should an option hold the same text, write the body whole.
+  if (at === -1 || body.indexOf(slot, at + 1) !== -1) {
+    return canonicalJson({ ...JSON.parse(body), messages: prompt.flatMap(providerMessages) })
+  }
+  return body.slice(0, at) + messagesJson(prompt) + body.slice(at + slot.length)
+}

@@ -1,0 +1,88 @@
+/**
+ * The OpenAI-compatible body written from per-message fragments (a live run sends the same message
+ * objects step after step) has exactly the bytes of the whole body written at once, whether the
+ * message objects are reused or fresh, and whatever the provider options hold.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { Canonical, type Prompt } from "@maka/facts"
+import * as fc from "fast-check"
+import { openAiBody } from "../src/internal/openai-request.ts"
+
+const text = fc.string({ maxLength: 12 })
+
+const message: fc.Arbitrary<Prompt.PromptMessage> = fc.oneof(
+  fc.record({ role: fc.constantFrom("system" as const, "user" as const), content: text }),
+  fc.record({
+    role: fc.constant("assistant" as const),
+    parts: fc.array(
+      fc.oneof(
+        fc.record({ kind: fc.constant("text" as const), text }),
+        fc.record({ kind: fc.constant("thinking" as const), text }),
+        fc.record({
+          kind: fc.constant("tool_call" as const),
+          toolCallId: text,
+          toolName: text,
+          input: fc.dictionary(text, fc.jsonValue({ maxDepth: 2 })),
+          providerExecuted: fc.boolean(),
+        }),
+      ),
+      { maxLength: 4 },
+    ),
+  }),
+  fc.record({
+    role: fc.constant("tool" as const),
+    results: fc.array(
+      fc.record({
+        toolCallId: text,
+        toolName: text,
+        output: fc.oneof(
+          fc.record({ type: fc.constant("text" as const), value: text }),
+          fc.record({ type: fc.constant("error-text" as const), value: text }),
+          fc.record({ type: fc.constant("json" as const), value: fc.jsonValue({ maxDepth: 2 }) }),
+        ),
+      }),
+      { maxLength: 3 },
+    ),
+  }),
+) as fc.Arbitrary<Prompt.PromptMessage>
+
+/** The body as it was written before fragments: one canonical write of the whole object. */
+const wholeBody = (model: string, request: Prompt.ModelRequest, prompt: Prompt.Prompt): unknown => ({
+  ...request.providerOptions,
+  model,
+  messages: JSON.parse(openAiBody(model, request, prompt, "max_tokens")).messages,
+  max_tokens: request.maxOutputTokens,
+  stream: true,
+  stream_options: { include_usage: true },
+})
+
+const requestOf = (prompt: Prompt.Prompt, providerOptions: Record<string, unknown>): Prompt.ModelRequest =>
+  ({ prompt, tools: [], providerOptions, maxOutputTokens: 1_000 }) as unknown as Prompt.ModelRequest
+
+describe("the OpenAI-compatible body from message fragments", () => {
+  it("equals the body written whole, with reused and with fresh message objects", () => {
+    fc.assert(
+      fc.property(fc.array(message, { maxLength: 8 }), fc.dictionary(text, fc.jsonValue({ maxDepth: 2 })), (prompt, options) => {
+        const request = requestOf(prompt, options)
+        const first = openAiBody("m", request, prompt, "max_tokens")
+        // Reused objects (the fragments cached), then structurally equal fresh ones.
+        assert.strictEqual(openAiBody("m", request, prompt, "max_tokens"), first)
+        const fresh = JSON.parse(JSON.stringify(prompt)) as Prompt.Prompt
+        assert.strictEqual(openAiBody("m", requestOf(fresh, options), fresh, "max_tokens"), first)
+        // Every message appears, in order: the fragments of each message alone make up the array.
+        const alone = prompt.map((item) => JSON.parse(openAiBody("m", requestOf([item], {}), [item], "max_tokens")).messages)
+        assert.strictEqual(Canonical.stringify(JSON.parse(first).messages), Canonical.stringify(alone.flat()))
+        assert.strictEqual(first, Canonical.stringify(wholeBody("m", request, prompt)))
+      }),
+      { numRuns: 300 },
+    )
+  })
+
+  it("writes the body whole when a provider option holds the messages' slot text", () => {
+    const prompt: Prompt.Prompt = [{ role: "user", content: "hi" }]
+    const request = requestOf(prompt, { a: "\u0000maka.messages\u0000" })
+    const body = JSON.parse(openAiBody("m", request, prompt, "max_tokens"))
+    assert.deepStrictEqual(body.messages, [{ role: "user", content: "hi" }])
+    assert.strictEqual(body.a, "\u0000maka.messages\u0000")
+  })
+})
