@@ -52,6 +52,40 @@ export interface MakeOptions {
 }
 
 const decodeRequest = Schema.decodeUnknownResult(PromptSchema.ModelRequest)
+const decodeMessage = Schema.decodeUnknownResult(PromptSchema.PromptMessage)
+
+/**
+ * Sealed prompt messages (`Canonical.seal`) that passed the schema: deep-frozen, so they still pass.
+ * A live run sends the same sealed messages step after step (docs/architecture.md §12): each is
+ * checked once, and goes on as the same object, whose request-body text is kept.
+ */
+const checkedMessages = new WeakSet<object>()
+
+/** The request checked against its schema (closed shapes), or the message of the first refusal. */
+const checkRequest = (request: Prompt.ModelRequest): Result.Result<Prompt.ModelRequest, string> => {
+  const whole = () => Result.mapError(decodeRequest(request, { onExcessProperty: "error" }), (error) => error.message)
+  const prompt: unknown = typeof request === "object" && request !== null ? request.prompt : undefined
+  if (!Array.isArray(prompt)) return whole()
+  const envelope = decodeRequest({ ...request, prompt: [] }, { onExcessProperty: "error" })
+  if (Result.isFailure(envelope)) return whole()
+  const messages: Array<Prompt.PromptMessage> = []
+  for (const message of prompt as ReadonlyArray<unknown>) {
+    if (typeof message === "object" && message !== null && checkedMessages.has(message)) {
+      messages.push(message as Prompt.PromptMessage)
+      continue
+    }
+    const decoded = decodeMessage(message, { onExcessProperty: "error" })
+    // The whole request's decode names the refusal with its path, as before.
+    if (Result.isFailure(decoded)) return whole()
+    if (Canonical.isSealed(message)) {
+      checkedMessages.add(message as object)
+      messages.push(message as Prompt.PromptMessage)
+    } else {
+      messages.push(decoded.success)
+    }
+  }
+  return Result.succeed({ ...envelope.success, prompt: messages })
+}
 
 const invalid = (message: string): ModelError.ModelError => ModelError.adapter(`invalid provider configuration: ${message}`)
 
@@ -152,8 +186,8 @@ const makeChecked = (config: ProviderConfig.ProviderConfig, options: MakeOptions
   ): Stream.Stream<Model.ModelEvent, ModelError.ModelError> =>
     Stream.unwrap(
       Effect.gen(function* () {
-        const decoded = decodeRequest(request, { onExcessProperty: "error" })
-        if (Result.isFailure(decoded)) return yield* Effect.fail(ModelError.adapter(`invalid model request: ${decoded.failure.message}`))
+        const decoded = checkRequest(request)
+        if (Result.isFailure(decoded)) return yield* Effect.fail(ModelError.adapter(`invalid model request: ${decoded.failure}`))
         const encoded = encode(config, route, routeIdentity, decoded.success)
         if (Result.isFailure(encoded)) return yield* Effect.fail(encoded.failure)
         yield* ModelLimiter.acquireFor(limiter, streamOptions.reservation)

@@ -1,0 +1,55 @@
+/**
+ * The request check before anything is sent: closed shapes, the refusal named with its path. A
+ * sealed message (`Canonical.seal`) is checked once and sent as itself; an unsealed one is checked
+ * on every request, so a message changed after a first request is still refused.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { Canonical, type Prompt } from "@maka/facts"
+import { OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
+import { Effect } from "effect"
+import { collect, openAi, request } from "./support.ts"
+
+const answer = () => Respond.sse(OpenAiSse.response({ text: ["ok"] }))
+
+const refusal = (error: unknown): string => (error instanceof Error ? error.message : String(error))
+
+describe("the request check", () => {
+  it.effect("refuses a message that breaks its schema, sealed or not, naming the path", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const server = yield* ScriptedServer.make({ script: [] })
+        const model = yield* openAi(server)
+        const bad = { role: "user", content: "hi", extra: 1 } as unknown as Prompt.PromptMessage
+        for (const message of [bad, Canonical.seal(bad)]) {
+          const { error } = yield* collect(model.stream(request({ prompt: [{ role: "system", content: "s" }, message] })))
+          assert.isDefined(error)
+          assert.include(refusal(error), "invalid model request")
+          assert.include(refusal(error), "prompt")
+        }
+        assert.strictEqual(server.requests().length, 0)
+      }),
+    ))
+
+  it.effect("checks an unsealed message on every request, and the request's other fields always", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const server = yield* ScriptedServer.make({ script: [answer(), answer()] })
+        const model = yield* openAi(server)
+        const sealed = Canonical.seal<Prompt.PromptMessage>({ role: "user", content: "sealed" })
+        const open: { role: "user"; content: unknown } = { role: "user", content: "open" }
+        const first = yield* collect(model.stream(request({ prompt: [sealed, open as Prompt.PromptMessage] })))
+        assert.isUndefined(first.error)
+        open.content = 42
+        const second = yield* collect(model.stream(request({ prompt: [sealed, open as Prompt.PromptMessage] })))
+        assert.include(refusal(second.error), "invalid model request")
+        const third = yield* collect(model.stream(request({ prompt: [sealed], maxOutputTokens: -1 })))
+        assert.include(refusal(third.error), "invalid model request")
+        const fourth = yield* collect(model.stream(request({ prompt: [sealed] })))
+        assert.isUndefined(fourth.error)
+        // Sent as itself: the body carries the sealed message's text.
+        const bodies = server.requests().map((received) => JSON.parse(received.body) as { messages: ReadonlyArray<unknown> })
+        assert.strictEqual(bodies.length, 2)
+        assert.deepStrictEqual(bodies[1]!.messages, [{ role: "user", content: "sealed" }])
+      }),
+    ))
+})
