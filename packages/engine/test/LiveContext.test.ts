@@ -429,4 +429,32 @@ describe("prune (docs/engine.md §5.11)", () => {
         assert.deepStrictEqual(effects.ran, [big, "small"])
       }),
     ))
+
+  it.live("archives a large result of earlier history once after the opening, before the first request", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const big = "abcdefghij".repeat(1_500)
+        const context = yield* setup({ script: [Respond.sse(OpenAiSse.response({ text: ["Seen."] }))] })
+        const history = new History.History({ sessionId: "session-1", firstId: 70_000 })
+        const earlier = history.open({ turnId: "earlier-turn", runId: "earlier-run", invocationId: "earlier-invocation" })
+        const step = earlier.request()
+        earlier.complete(step, FactBuilders.toolCallStep([{ id: "call-1", name: "echo", input: { value: "x" } }]))
+        const operation = earlier.dispatch(step, "call-1")
+        const settled = earlier.succeed(operation, FactBuilders.textOutput(big))
+        earlier.complete(earlier.request(), FactBuilders.textStep("Done."))
+        earlier.end()
+        yield* context.log.appendBatch(history.writes)
+        const effects: Effects = { ran: [] }
+        const spy = recording(context.model)
+        const result = yield* context.engine.run(input(context, "What did you see?", catalog(effects), { model: spy.model }))
+        assert.deepStrictEqual(result.outcome, { kind: "completed" })
+        const archives = (yield* context.log.events("session-1")).filter((stored) => stored.event.fact.kind === "tool_result_archived")
+        assert.strictEqual(archives.length, 1)
+        const tool = spy.requests[0]!.prompt.find((message) => message.role === "tool")
+        assert.isTrue(tool !== undefined && tool.role === "tool")
+        const output = tool!.role === "tool" ? tool!.results[0]!.output : undefined
+        assert.isTrue(output?.type === "json" && (output.value as Record<string, unknown>)["resourceRef"] === `maka://tool-result/${settled.event.id}`)
+        assert.notInclude(JSON.stringify(spy.requests[0]!.prompt), big)
+      }),
+    ))
 })

@@ -92,6 +92,14 @@ export class LiveContext {
 
   private archived = false
 
+  /**
+   * Whether the tail holds a settled result that `isArchivable` accepts, not archived yet: the only
+   * kind of prune candidate (docs/engine.md §5.11), found without reading the log.
+   */
+  holdsArchivable(isArchivable: (write: { readonly event: Event.RuntimeEvent }) => boolean): boolean {
+    return this.tail.some((item) => item.kind === "canonical" && isArchivable({ event: item.stored.event }))
+  }
+
   /** The last sequence applied. */
   get highWaterMark(): number {
     return this.highWater

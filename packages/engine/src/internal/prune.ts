@@ -43,7 +43,7 @@ export const prune = (run: Run): Effect.Effect<void, EngineError.EngineError, Id
   })
 
 /** Whether a settlement holds a result large enough to archive (over one page). */
-export const isArchivable = (write: EventWrite.EventWrite): boolean => {
+export const isArchivable = (write: { readonly event: EventWrite.EventWrite["event"] }): boolean => {
   const fact = write.event.fact
   if (fact.kind !== "tool_settled") return false
   const source: Archive.ArchiveSource =

@@ -400,8 +400,8 @@ export const runMessage = (
       const live = yield* liveContext(run, priorUnknown)
       run.live = live.context
       // Prune once after the opening (docs/engine.md §5.11): a context the engine kept was pruned
-      // after each of its tool batches already.
-      if (!priorUnknown && !live.kept) yield* prune(run)
+      // after each of its tool batches already, and one that holds no result over a page has no candidate.
+      if (!priorUnknown && !live.kept && live.context.holdsArchivable(isArchivable)) yield* prune(run)
       yield* stepLoop(run, priorUnknown)
       yield* epilogue(run, priorUnknown)
     })
