@@ -6,7 +6,6 @@
  */
 import type { Kysely, Transaction } from "kysely"
 import type { LogIndex } from "./log-index.ts"
-import type { SqliteAccess } from "./sqlite-driver.ts"
 import type { Tables } from "./tables.ts"
 
 export type Dialect = "sqlite" | "postgres"
@@ -38,4 +37,23 @@ export interface Database {
   readonly backup: (destination: string) => Promise<void>
   /** Finishes accepted operations, closes the store, then releases the writer lease. */
   readonly close: () => Promise<void>
+}
+
+/**
+ * The connection as the append path uses it inside a transaction it holds: cached prepared
+ * statements, and a callback run when that transaction ends (`true` after a commit; `false` after a
+ * rollback or a failed commit), before another operation can take the connection.
+ */
+export interface SqliteAccess {
+  readonly statement: (sql: string) => SqliteStatement
+  readonly onTransactionEnd: (callback: (committed: boolean) => void) => void
+}
+
+/**
+ * A prepared statement of that connection, as the append path uses it. Structural, so the package's
+ * declarations name no type of the SQLite driver (a consumer needs no `@types/better-sqlite3`).
+ */
+export interface SqliteStatement {
+  readonly run: (...parameters: ReadonlyArray<unknown>) => { readonly changes: number; readonly lastInsertRowid: number | bigint }
+  readonly all: (...parameters: ReadonlyArray<unknown>) => Array<unknown>
 }

@@ -13,7 +13,7 @@ import * as InvocationState from "./invocation-state.ts"
 import * as Lineage from "./lineage.ts"
 import type * as LogIndex from "./log-index.ts"
 import * as Rows from "./rows.ts"
-import type { SqliteAccess } from "./sqlite-driver.ts"
+import type { SqliteAccess } from "./database.ts"
 
 export interface OpeningRef {
   readonly row: Rows.Row

@@ -9,6 +9,7 @@
  * released, so in-memory state follows exactly what committed.
  */
 import type BetterSqlite3 from "better-sqlite3"
+import type { SqliteAccess } from "./database.ts"
 import {
   CompiledQuery,
   SelectQueryNode,
@@ -233,15 +234,6 @@ export class SqliteDriver implements Driver {
 
 const quoteIdentifier = (name: string): string => `"${name.replaceAll('"', '""')}"`
 
-/**
- * The connection as the append path uses it inside a transaction it holds: cached prepared
- * statements, and a callback run when that transaction ends (`true` after a commit; `false` after a
- * rollback or a failed commit), before another operation can take the connection.
- */
-export interface SqliteAccess {
-  readonly statement: (sql: string) => Statement
-  readonly onTransactionEnd: (callback: (committed: boolean) => void) => void
-}
 
 /** The adapter of this dialect, carrying it so a Kysely instance leads back to its driver. */
 class MakaSqliteAdapter extends SqliteAdapter {
