@@ -28,6 +28,8 @@ const filterThinking = (
   message: Prompt.PromptMessage,
 ): Prompt.PromptMessage | undefined => {
   if (message.role !== "assistant") return message
+  // Most messages carry no thinking: they go on as themselves, with nothing allocated.
+  if (message.parts.length > 0 && !message.parts.some((part) => part.kind === "thinking")) return message
   const parts = message.parts.filter((part) => part.kind !== "thinking" || keepThinking(kind, routeIdentity, part))
   if (parts.length === 0) return undefined
   return parts.length === message.parts.length ? message : { role: "assistant", parts }
