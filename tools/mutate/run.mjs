@@ -24,7 +24,16 @@ const ROOT = path.resolve(import.meta.dirname, "../..")
 
 /** The rule modules: the files mutated and the vitest project whose tests must kill the mutants. */
 export const MODULES = {
-  append: { project: "event-log", files: ["packages/event-log/src/internal/append.ts", "packages/event-log/src/internal/safety.ts"] },
+  append: {
+    project: "event-log",
+    files: [
+      "packages/event-log/src/internal/append.ts",
+      "packages/event-log/src/internal/safety.ts",
+      // The rules read the log's state through these: an in-memory index on SQLite, rows on PostgreSQL.
+      "packages/event-log/src/internal/session-view.ts",
+      "packages/event-log/src/internal/log-index.ts",
+    ],
+  },
   validation: { project: "facts", files: ["packages/facts/src/Validation.ts"] },
   attempt: { project: "engine", files: ["packages/engine/src/internal/attempt.ts"] },
   runner: { project: "engine", files: ["packages/engine/src/internal/runner.ts"] },
