@@ -292,6 +292,25 @@ describe("the live context", () => {
     ))
 })
 
+/** The log with every context read the engine makes counted. */
+const counting = (log: EventLog.EventLogShape, count: () => void): EventLog.EventLogShape => ({
+  ...log,
+  readModelContextWithHash: (sessionId, request) => {
+    count()
+    return log.readModelContextWithHash(sessionId, request)
+  },
+})
+
+/** Runs one turn that must complete; `started` sees its input first (the comparison's settings). */
+const completedTurn =
+  (context: Awaited<Effect.Success<ReturnType<typeof setup>>>, effects: Effects, model: LanguageModel.LanguageModelShape, started: (start: Engine.StartInput) => void) =>
+  (message: string) =>
+    Effect.gen(function* () {
+      const start = input(context, message, catalog(effects), { model })
+      started(start)
+      assert.deepStrictEqual((yield* context.engine.run(start)).outcome, { kind: "completed" })
+    })
+
 describe("the context an engine keeps across runs", () => {
   it.live("carries a session's context into its next run, and reads the log again after an append it did not make", () =>
     Effect.scoped(
@@ -310,27 +329,13 @@ describe("the context an engine keeps across runs", () => {
           },
           undefined,
           {},
-          {
-            wrapLog: (log) => {
-              const compared = comparing(comparison, "session-1", () => settings!, log)
-              return {
-                ...compared,
-                readModelContextWithHash: (sessionId, request) => {
-                  reads++
-                  return compared.readModelContextWithHash(sessionId, request)
-                },
-              }
-            },
-          },
+          { wrapLog: (log) => counting(comparing(comparison, "session-1", () => settings!, log), () => reads++) },
         )
         const effects: Effects = { ran: [] }
         const spy = recording(context.model)
-        const turn = (message: string) =>
-          Effect.gen(function* () {
-            const start = input(context, message, catalog(effects), { model: spy.model })
-            settings = start
-            assert.deepStrictEqual((yield* context.engine.run(start)).outcome, { kind: "completed" })
-          })
+        const turn = completedTurn(context, effects, spy.model, (start) => {
+          settings = start
+        })
         yield* turn("Echo a.")
         assert.strictEqual(reads, 1)
         yield* turn("Again.")
@@ -376,27 +381,13 @@ describe("prune (docs/engine.md §5.11)", () => {
           },
           undefined,
           {},
-          {
-            wrapLog: (log) => {
-              const compared = comparing(comparison, "session-1", () => settings!, log)
-              return {
-                ...compared,
-                readModelContextWithHash: (sessionId, request) => {
-                  reads++
-                  return compared.readModelContextWithHash(sessionId, request)
-                },
-              }
-            },
-          },
+          { wrapLog: (log) => counting(comparing(comparison, "session-1", () => settings!, log), () => reads++) },
         )
         const effects: Effects = { ran: [] }
         const spy = recording(context.model)
-        const turn = (message: string) =>
-          Effect.gen(function* () {
-            const start = input(context, message, catalog(effects), { model: spy.model })
-            settings = start
-            assert.deepStrictEqual((yield* context.engine.run(start)).outcome, { kind: "completed" })
-          })
+        const turn = completedTurn(context, effects, spy.model, (start) => {
+          settings = start
+        })
         yield* turn("Echo a lot.")
         const events = yield* context.log.events("session-1")
         const settled = events.filter((stored) => stored.event.fact.kind === "tool_settled")
