@@ -407,6 +407,12 @@ describe("prune (docs/engine.md §5.11)", () => {
         assert.isAtMost(JSON.stringify(archived.value).length, 7_500)
         assert.notInclude(JSON.stringify(tool), big)
         assert.deepStrictEqual(results.find((result) => result.toolCallId === "call-small")!.output, { type: "text", value: "echo: small" })
+        // A request whose source holds an archive binds the replacement in its effectiveSourceDigest.
+        const requests = events.flatMap((stored) => (stored.event.fact.kind === "model_requested" ? [stored.event.fact] : []))
+        assert.strictEqual(requests.length, 2)
+        assert.isUndefined(requests[0]!.effectiveSourceDigest)
+        assert.isDefined(requests[1]!.effectiveSourceDigest)
+        assert.notStrictEqual(requests[1]!.effectiveSourceDigest, requests[1]!.sourceDigest)
         // The raw result stays in the log.
         const raw = yield* context.log.readToolResult("session-1", bigSettled.event.id)
         assert.include(JSON.stringify(raw.raw), big)
