@@ -273,6 +273,10 @@ describe("Engine", () => {
         const result = yield* context.engine.run(input(context, "Loop.", catalog({ ran: [] }), { maxSteps: 2 }))
         assert.strictEqual(result.outcome.kind === "failed" && result.outcome.class, "step_limit")
         assert.strictEqual(context.server.requests().length, 2)
+        // The last step's settlement rode no request: the seal commits it before sealing (docs/engine.md §5.4).
+        const facts = (yield* context.log.events("session-1")).map((stored) => stored.event.fact.kind)
+        assert.strictEqual(facts.filter((kind) => kind === "tool_dispatched").length, 2)
+        assert.strictEqual(facts.filter((kind) => kind === "tool_settled").length, 2)
       }),
     ))
 
