@@ -232,19 +232,32 @@ export const startInput = (options: RunOptions): Effect.Effect<Engine.StartInput
     } satisfies Engine.StartInput
   })
 
-/** The text and thinking deltas of committed events in order; parts are told apart by their step. */
+/** The kinds of the parts seen so far, and the summary steps whose streams are left out. */
+interface TextState {
+  readonly kinds: Map<string, Model.TextKind>
+  readonly summaries: Set<string>
+}
+
+/**
+ * The text and thinking deltas of committed events in order; parts are told apart by their step.
+ * A summary request's stream (compaction, docs/engine.md §5.12) is not the answer: it is left out.
+ */
 export const textAndThinking = <E, R>(events: Stream.Stream<Event.StoredEvent, E, R>): Stream.Stream<TextDelta, E, R> =>
   Stream.mapAccum(
     events,
-    () => new Map<string, Model.TextKind>(),
-    (kinds, stored): readonly [Map<string, Model.TextKind>, ReadonlyArray<TextDelta>] => {
+    (): TextState => ({ kinds: new Map<string, Model.TextKind>(), summaries: new Set<string>() }),
+    (state: TextState, stored): readonly [TextState, ReadonlyArray<TextDelta>] => {
       const fact = stored.event.fact
-      if (fact.kind !== "model_observed") return [kinds, []]
+      if (fact.kind === "model_requested" && fact.purpose === "summary") state.summaries.add(fact.stepId)
+      if (fact.kind !== "model_observed" || state.summaries.has(fact.stepId)) return [state, []]
       const observed = fact.event
       const key = `${fact.stepId}:${"id" in observed ? String(observed.id) : ""}`
-      if (observed.kind === "part_started") return [kinds.set(key, observed.textKind), []]
-      if (observed.kind !== "part_delta" || observed.text === "") return [kinds, []]
-      return [kinds, [{ kind: kinds.get(key) ?? "text", text: observed.text }]]
+      if (observed.kind === "part_started") {
+        state.kinds.set(key, observed.textKind)
+        return [state, []]
+      }
+      if (observed.kind !== "part_delta" || observed.text === "") return [state, []]
+      return [state, [{ kind: state.kinds.get(key) ?? "text", text: observed.text }]]
     },
   )
 
@@ -272,6 +285,24 @@ export const start = (options: RunOptions): Effect.Effect<AgentRun, EngineError.
 /** `start`, then the terminal: `{invocation, outcome}`. */
 export const run = (options: RunOptions): Effect.Effect<Engine.RunResult, EngineError.EngineError, Engine.Engine | Ids.Ids> =>
   Effect.flatMap(start(options), (running) => running.wait)
+
+/** The options of a standalone compaction: a run's, without the message, tools and step budget. */
+export type CompactOptions = Omit<RunOptions, "message" | "tools" | "maxSteps" | "allowPriorUnknown">
+
+/**
+ * Compacts the session's history into a checkpoint (docs/engine.md §5.12 "Standalone") on the
+ * `Engine` in context: `{invocation, outcome}` with `context_compact_finished` when it ran.
+ */
+export const compact = (options: CompactOptions): Effect.Effect<Engine.RunResult, EngineError.EngineError, Engine.Engine | Ids.Ids> =>
+  Effect.gen(function* () {
+    const engine = yield* Engine.Engine
+    if (!isRecord(options)) return yield* Effect.fail(EngineError.invalidInput("compact options must be an object"))
+    const { message: _message, tools: _tools, maxSteps: _maxSteps, allowPriorUnknown: _allow, ...input } = yield* startInput({
+      ...options,
+      message: "",
+    })
+    return yield* Effect.mapError(engine.compact(input), withHint)
+  })
 
 /** A log failure as an `EngineError` `Store` with its reason and cause kept. */
 export const storeError = (error: EventLogError.EventLogError): EngineError.EngineError => EngineError.fromStore(error)

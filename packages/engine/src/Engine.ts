@@ -16,12 +16,12 @@ import {
 } from "@maka/facts"
 import { EventLog } from "@maka/event-log"
 import type { LanguageModel } from "@maka/model"
-import { Cancellation, Ids, type ToolCatalog } from "@maka/tools"
-import { Context, Deferred, Effect, Exit, Fiber, Layer, type Redacted, Ref, Result, Schema, Scope, Stream, SubscriptionRef } from "effect"
+import { Cancellation, Ids, ToolCatalog } from "@maka/tools"
+import { Context, Deferred, Effect, Exit, Fiber, Layer, type Redacted, Ref, Result, Schema, Scope, Semaphore, Stream, SubscriptionRef } from "effect"
 import * as EngineError from "./EngineError.ts"
 import { defaults, MAX_QUEUED_STEERING, resolveOptions, SESSION_CONTEXTS, type EngineOptions } from "./internal/options.ts"
 import { SessionContexts, type Run, type RunSettings } from "./internal/run-context.ts"
-import { runMessage } from "./internal/runner.ts"
+import { runCompact, runMessage } from "./internal/runner.ts"
 import * as Recovery from "./Recovery.ts"
 
 export { defaults, type EngineOptions }
@@ -42,6 +42,21 @@ export interface StartInput {
   /** Secrets scrubbed from every tool failure message before it is stored (the provider key, secret headers). */
   readonly secrets?: ReadonlyArray<Redacted.Redacted<string>>
   /** Cancels the run when it aborts; aborted before admission, nothing is written. */
+  readonly signal?: AbortSignal
+}
+
+/** A standalone compaction (docs/engine.md §5.12): a `context_compact` invocation over the session's history. */
+export interface CompactInput {
+  readonly invocation: Identity.Invocation
+  readonly model: LanguageModel.LanguageModelShape
+  readonly configuration: Configuration.InvocationConfiguration
+  readonly providerOptions?: Identity.JsonObject
+  readonly context?: ModelContext.ModelRequestContext
+  /** The summary request's output limit (default 8,000). */
+  readonly mainOutputLimit?: number
+  /** Names the request; a fresh id when absent. */
+  readonly requestFingerprint?: string
+  readonly secrets?: ReadonlyArray<Redacted.Redacted<string>>
   readonly signal?: AbortSignal
 }
 
@@ -68,6 +83,11 @@ export interface EngineShape {
   /** `start` then `wait`. */
   readonly run: (input: StartInput) => Effect.Effect<RunResult, EngineError.EngineError>
   readonly recover: Effect.Effect<Recovery.Report, EngineError.EngineError>
+  /**
+   * Compacts the session's history before this invocation into a checkpoint; resolves with the
+   * terminal `context_compact_finished {compacted | unchanged | failed}`, or a failed or cancelled one.
+   */
+  readonly compact: (input: CompactInput) => Effect.Effect<RunResult, EngineError.EngineError>
   /** Cancels every live run and waits until each is sealed. */
   readonly close: Effect.Effect<void>
 }
@@ -79,8 +99,14 @@ const decodeClosed = <S extends Schema.ConstraintDecoder<unknown>>(schema: S, va
   return Result.isFailure(decoded) ? `${what}: ${decoded.failure.message}` : undefined
 }
 
+/** What `start` and `compact` share: everything but the message and the tools. */
+type LaunchInput = Omit<StartInput, "message" | "tools"> & {
+  readonly message?: Input.MessageInput
+  readonly tools?: ToolCatalog.ToolCatalog
+}
+
 /** The input checks of docs/engine.md §5.2 for a message run; the first problem, or `undefined`. */
-export const validateInput = (input: StartInput): string | undefined => {
+export const validateInput = (input: LaunchInput): string | undefined => {
   const maxSteps = input.maxSteps ?? Limits.DEFAULT_MAX_STEPS
   if (!Number.isSafeInteger(maxSteps) || maxSteps < 1 || maxSteps > Limits.MAX_STEPS) {
     return `maxSteps must be an integer in 1..${Limits.MAX_STEPS}`
@@ -103,11 +129,14 @@ export const validateInput = (input: StartInput): string | undefined => {
   const opening = Codec.decodeFact(
     {
       kind: "invocation_opened",
-      input: {
-        kind: "message",
-        content: input.message,
-        ...(input.requestFingerprint === undefined ? {} : { requestFingerprint: input.requestFingerprint }),
-      },
+      input:
+        input.message === undefined
+          ? { kind: "context_compact", requestFingerprint: input.requestFingerprint }
+          : {
+              kind: "message",
+              content: input.message,
+              ...(input.requestFingerprint === undefined ? {} : { requestFingerprint: input.requestFingerprint }),
+            },
       configuration: input.configuration,
     },
     input.invocation,
@@ -124,15 +153,15 @@ const onAbort = (signal: AbortSignal): Effect.Effect<void> =>
   })
 
 /** The frozen settings of a run from its input. */
-const runSettings = (input: StartInput): RunSettings => ({
+const runSettings = (input: LaunchInput): RunSettings => ({
   invocation: input.invocation,
   configuration: input.configuration,
   providerOptions: input.providerOptions ?? {},
   ...(input.context === undefined ? {} : { context: input.context }),
   ...(input.mainOutputLimit === undefined ? {} : { mainOutputLimit: input.mainOutputLimit }),
   ...(input.requestFingerprint === undefined ? {} : { requestFingerprint: input.requestFingerprint }),
-  message: input.message,
-  tools: input.tools,
+  ...(input.message === undefined ? {} : { message: input.message }),
+  tools: input.tools ?? ToolCatalog.empty,
   maxSteps: input.maxSteps ?? Limits.DEFAULT_MAX_STEPS,
   allowPriorUnknown: input.allowPriorUnknown ?? false,
   secrets: input.secrets ?? [],
@@ -212,7 +241,7 @@ export const make = (options: Partial<EngineOptions> = {}) =>
     const contexts = new SessionContexts(SESSION_CONTEXTS)
     const live = new Map<string, { readonly cancel: Effect.Effect<void>; readonly fiber: Fiber.Fiber<unknown, unknown> }>()
 
-    const start = (input: StartInput): Effect.Effect<RunningInvocation, EngineError.EngineError> =>
+    const launch = (input: LaunchInput, body: typeof runMessage): Effect.Effect<RunningInvocation, EngineError.EngineError> =>
       Effect.gen(function* () {
         const problem = validateInput(input)
         if (problem !== undefined) return yield* Effect.fail(EngineError.invalidInput(problem))
@@ -238,6 +267,7 @@ export const make = (options: Partial<EngineOptions> = {}) =>
           openingUncertain: false,
           mayBeUnresolved: false,
           carry: [],
+          commitLock: Semaphore.makeUnsafe(1),
           opening: undefined,
           contexts,
           settings: runSettings(input),
@@ -250,9 +280,9 @@ export const make = (options: Partial<EngineOptions> = {}) =>
         // The caller's signal cancels the run while it runs; its listener goes with the run.
         const watched =
           input.signal === undefined || input.signal.aborted
-            ? runMessage(run, Deferred.succeed(admitted, undefined))
+            ? body(run, Deferred.succeed(admitted, undefined))
             : Effect.raceFirst(
-                runMessage(run, Deferred.succeed(admitted, undefined)),
+                body(run, Deferred.succeed(admitted, undefined)),
                 Effect.andThen(onAbort(input.signal), Effect.andThen(cancellation.cancel, Effect.never)),
               )
         // The session is released before the result is, so a caller that awaits `wait` can start again.
@@ -294,12 +324,21 @@ export const make = (options: Partial<EngineOptions> = {}) =>
         }
         return {
           invocation: input.invocation,
-          toolNames: input.tools.names,
+          toolNames: run.settings.tools.names,
           events: liveEvents(progress, committed),
           steer: (text: string) => Effect.provideService(steer(input.invocation, steering, text), Ids.Ids, ids),
           cancel: cancellation.cancel,
           wait: Deferred.await(result),
         } satisfies RunningInvocation
+      })
+
+    const start = (input: StartInput) => launch(input, runMessage)
+
+    const compact = (input: CompactInput): Effect.Effect<RunResult, EngineError.EngineError> =>
+      Effect.gen(function* () {
+        const requestFingerprint = input.requestFingerprint ?? (yield* Effect.provideService(Ids.Ids, ids)(Ids.next))
+        const running = yield* launch({ ...input, requestFingerprint, maxSteps: 1 }, runCompact)
+        return yield* running.wait
       })
 
     const close = Effect.gen(function* () {
@@ -314,6 +353,7 @@ export const make = (options: Partial<EngineOptions> = {}) =>
       log,
       start,
       run: (input: StartInput) => Effect.flatMap(start(input), (running) => running.wait),
+      compact,
       recover: Effect.provideService(
         Recovery.recover(log, (invocation) => active.has(invocation.sessionId)),
         Ids.Ids,

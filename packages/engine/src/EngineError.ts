@@ -89,6 +89,9 @@ export const fromStore = (error: EventLogError.EventLogError): EngineError =>
     },
     cause: error,
   })
+/** A summary attempt answered with a tool call: its run ends here rather than guess (docs/engine.md §5.4). */
+export const SUMMARY_TOOL_CONTENT_MESSAGE = "summary contains tool content"
+
 export const internal = (message: string) => make({ _tag: "Internal", message })
 
 /** The durable failure class of a reason (docs/engine.md §5.3). */

@@ -19,6 +19,7 @@ export const defaults = Agent.defaults
 export type CreateEngineOptions = Agent.LogOptions
 export type ProviderOptions = Agent.ProviderOptions
 export type StartOptions = Agent.RunOptions
+export type CompactOptions = Agent.CompactOptions
 export type TextDelta = Agent.TextDelta
 
 export type RunResult = Engine.RunResult
@@ -43,6 +44,11 @@ export interface Run {
 export interface MakaEngine {
   /** Resolves once the opening is durable; invalid input rejects with `InvalidInput` and writes nothing. */
   readonly start: (options: StartOptions) => Promise<Run>
+  /**
+   * Compacts the session's history into a summary checkpoint (a `context_compact` invocation) and
+   * resolves with its terminal: `context_compact_finished {compacted | unchanged | failed}`.
+   */
+  readonly compact: (options: CompactOptions) => Promise<RunResult>
   /** Seals every unfinished invocation (SQLite does this when the engine opens; PostgreSQL needs it). */
   readonly recover: () => Promise<Recovery.Report>
   /** The stored events of a session in sequence order. */
@@ -143,6 +149,15 @@ export const createEngine = async (options: CreateEngineOptions): Promise<MakaEn
       )
       starting.add(tracked)
       return admitted
+    },
+    compact: (compactOptions) => {
+      const done = run(Agent.compact(compactOptions))
+      const tracked: Promise<unknown> = done.then(
+        () => live.delete(tracked),
+        () => live.delete(tracked),
+      )
+      live.add(tracked)
+      return done
     },
     recover: () => run(engine.recover),
     events: (sessionId, range = {}) => run(engine.log.events(sessionId, range.after, range.limit)),

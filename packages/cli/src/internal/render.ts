@@ -33,6 +33,7 @@ export const PROGRESS_INTERVAL_MS = 5_000
 
 export class RunRenderer {
   private readonly textParts = new Set<string>()
+  private readonly summarySteps = new Set<string>()
   private readonly dispatched = new Map<string, { readonly name: string; readonly at: number; readonly startedAt: number; shown: number }>()
   private lastChar = "\n"
   private failedAttempts = 0
@@ -81,15 +82,28 @@ export class RunRenderer {
     if (this.json) this.sink.out(`${eventLine(stored)}\n`)
     const fact = stored.event.fact
     switch (fact.kind) {
+      case "model_requested":
+        // A summary's stream is compaction, not the answer: it is announced, not printed.
+        if (fact.purpose === "summary") {
+          this.summarySteps.add(fact.stepId)
+          if (!this.json && this.lastChar !== "\n") this.text("\n")
+          this.sink.err("compacting the context…\n")
+        }
+        return
+      case "context_checkpoint_recorded":
+        this.sink.err(`context compacted: history through #${fact.checkpoint.coveredThrough} summarised (${fact.checkpoint.mode.kind})\n`)
+        return
       case "model_observed": {
         const event = fact.event
         const key = `${fact.stepId}/${"id" in event ? event.id : ""}`
+        if (this.summarySteps.has(fact.stepId)) return
         if (event.kind === "part_started" && event.textKind === "text") this.textParts.add(key)
         if (event.kind === "part_delta" && this.textParts.has(key) && !this.json) this.text(event.text)
         return
       }
       case "model_completed":
         this.failedAttempts = 0
+        if (this.summarySteps.has(fact.stepId)) return
         if (!this.json && this.lastChar !== "\n") this.text("\n")
         return
       case "model_interrupted": {

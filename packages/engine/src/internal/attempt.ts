@@ -6,11 +6,11 @@
  */
 import { EventWrite, Model, type Fact, type Prompt } from "@maka/facts"
 import type { EventLog } from "@maka/event-log"
-import { ModelError, StepBuilder } from "@maka/model"
-import { Ids } from "@maka/tools"
+import { ModelError, StepBuilder, type ModelLimiter } from "@maka/model"
+import { Ids, type Cancellation } from "@maka/tools"
 import { Cause, Data, Effect, Option, Queue, Random, Result, Stream } from "effect"
 import * as EngineError from "../EngineError.ts"
-import { commit, commitError, commitFacts, failIfCancelled, isCancelled, plainWrite, stamp, type Run } from "./run-context.ts"
+import { commit, commitError, commitFacts, plainWrite, stamp, type Run } from "./run-context.ts"
 
 export interface AttemptInput {
   /** The route-projected request, frozen for every retry of the logical step. */
@@ -22,7 +22,17 @@ export interface AttemptInput {
    * covers the settlements and steering committed with it), then frozen for the retries.
    */
   readonly evidence: { current?: Evidence }
+  /** `main` (the default) or `summary` (docs/engine.md §5.12): a summary request's evidence is given up front. */
+  readonly purpose?: Model.ModelPurpose | undefined
+  /** A background reservation the stream runs on instead of a foreground permit. */
+  readonly reservation?: ModelLimiter.BackgroundReservation | undefined
+  /** What stops the attempt; the run's cancellation by default (a background summary has its own). */
+  readonly cancellation?: Cancellation.Cancellation | undefined
 }
+
+/** What stops an attempt. */
+const cancellationOf = (run: Run, input: AttemptInput): Cancellation.Cancellation =>
+  input.cancellation ?? run.cancellation.cancellation
 
 /** Where a request's source ends and what it digests to (docs/log-format.md §3.7 step 7). */
 export interface Evidence {
@@ -90,7 +100,7 @@ const requestedFact = (run: Run, input: AttemptInput, stepId: string, evidence: 
     kind: "model_requested",
     stepId,
     modelId: run.model.model,
-    purpose: "main",
+    purpose: input.purpose ?? "main",
     sourceScope: source.sourceEvidence.scope,
     sourceHighWater: evidence.highWater,
     sourceDigest: evidence.digest,
@@ -143,11 +153,13 @@ class StreamFailed extends Data.TaggedError("StreamFailed")<{
  * finish are not committed here: they ride the completion's commit. Fails with the model error
  * (`Cancelled` included) or `ObservationCommitFailed`.
  */
-const streamStep = (run: Run, request: Prompt.ModelRequest, stepId: string) =>
+const streamStep = (run: Run, input: AttemptInput, stepId: string) =>
   Effect.scoped(
     Effect.gen(function* () {
       const builder = StepBuilder.forStep(stepId)
-      const stream = run.model.stream(request).pipe(Stream.interruptWhen(run.cancellation.cancellation.requested))
+      const cancellation = cancellationOf(run, input)
+      const opened = input.reservation === undefined ? run.model.stream(input.request) : run.model.stream(input.request, { reservation: input.reservation })
+      const stream = opened.pipe(Stream.interruptWhen(cancellation.requested))
       // Bounded: a model that outruns the log waits for the commits (default strategy: suspend).
       const queue = yield* Stream.toQueue(stream, { capacity: OBSERVATION_QUEUE_CAPACITY })
       const pending: Array<Model.ModelEvent> = []
@@ -183,7 +195,7 @@ const streamStep = (run: Run, request: Prompt.ModelRequest, stepId: string) =>
         pending.length = 0
         yield* Effect.mapError(commitFacts(run, facts), (error) => new ObservationCommitFailed({ error }))
       }
-      if (!builder.isFinished && (yield* isCancelled(run))) return yield* failed(ModelError.cancelled())
+      if (!builder.isFinished && (yield* cancellation.isRequested)) return yield* failed(ModelError.cancelled())
       const finished = builder.finish()
       return Result.isSuccess(finished)
         ? ({ step: finished.success, pending: observed(pending) } satisfies Streamed)
@@ -201,7 +213,7 @@ export const attempt = (run: Run, input: AttemptInput): Effect.Effect<Completed,
         commitFacts(run, [...pending, { kind: "model_interrupted", stepId, status: interruptionOf(error) }]),
         Effect.fail(modelFailure(error)),
       )
-    const { step, pending } = yield* streamStep(run, input.request, stepId).pipe(
+    const { step, pending } = yield* streamStep(run, input, stepId).pipe(
       Effect.catchDefect((defect) =>
         Effect.fail(new StreamFailed({ error: ModelError.adapter(`model stream failed: ${String(defect)}`), pending: [] })),
       ),
@@ -222,6 +234,11 @@ export const attempt = (run: Run, input: AttemptInput): Effect.Effect<Completed,
     }
     const completion = built.success
     const observations = yield* Effect.forEach(pending, (fact) => plainWrite(run, fact))
+    if (input.purpose === "summary") {
+      // A summary's completion is durable before the job reads it: its checkpoint names it.
+      yield* Effect.mapError(commit(run, [...observations, completion]), (error) => EngineError.commit(error.message))
+      return { stepId, step }
+    }
     if (step.finishReason === "length") {
       const rejections = Model.localToolCalls(step).map(
         (part): Fact.Fact => ({
@@ -267,11 +284,12 @@ export const attemptWithRetries = (run: Run, input: AttemptInput): Effect.Effect
       failed++
       const retry = retryable(result.failure)
       if (retry === undefined || failed >= run.options.maxModelAttempts) return yield* Effect.fail(result.failure)
-      yield* failIfCancelled(run)
+      const cancellation = cancellationOf(run, input)
+      if (yield* cancellation.isRequested) return yield* Effect.fail(EngineError.cancelled())
       const delay = yield* backoffMs(run, failed, retry.retryAfterMs)
       const slept = yield* Effect.raceFirst(
         Effect.as(Effect.sleep(delay), "slept" as const),
-        Effect.as(run.cancellation.cancellation.requested, "cancelled" as const),
+        Effect.as(cancellation.requested, "cancelled" as const),
       )
       if (slept === "cancelled") return yield* Effect.fail(EngineError.cancelled())
     }

@@ -87,10 +87,28 @@ export class LiveContext {
    * effective source; the context is read again before it is used (docs/engine.md §5.11).
    */
   get stale(): boolean {
-    return this.archived
+    return this.archived || this.reshaped
   }
 
   private archived = false
+  private reshaped = false
+
+  /** A checkpoint was adopted: the covered history leaves the context, which is read again before it is used. */
+  markStale(): void {
+    this.reshaped = true
+  }
+
+  /** The events and bytes a fresh read would materialise with `pending` committed (docs/log-format.md §3.7 step 6). */
+  size(pending: ReadonlyArray<EventWrite.EventWrite> = []): { readonly events: number; readonly bytes: number } {
+    let events = this.events
+    let bytes = this.bytes
+    for (const write of pending) {
+      if (this.excluded(write.event.fact)) continue
+      events += 1
+      bytes += Canonical.utf8Length(write.json)
+    }
+    return { events, bytes }
+  }
 
   /**
    * Whether the tail holds a settled result that `isArchivable` accepts, not archived yet: the only
@@ -173,14 +191,11 @@ export class LiveContext {
    * committed part's, and `evidence` gives the final one inside the commit.
    */
   snapshot(pending: ReadonlyArray<EventWrite.EventWrite> = []): Result.Result<Source, EventLogError.EventLogError> {
-    let events = this.events
-    let bytes = this.bytes
+    const { events, bytes } = this.size(pending)
     const added: Array<TailItem> = []
     for (const write of pending) {
       if (this.excluded(write.event.fact)) continue
       added.push({ kind: "canonical", stored: { sequence: 0, event: write.event } })
-      events += 1
-      bytes += Canonical.utf8Length(write.json)
     }
     if (events > this.limits.maxEvents || bytes > this.limits.maxBytes) {
       return Result.fail(EventLogError.prefixTooLarge())

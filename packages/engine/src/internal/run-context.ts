@@ -7,7 +7,7 @@ import { EventWrite, type Configuration, type Event, type Identity, type Input, 
 import type { EventLog, EventLogError } from "@maka/event-log"
 import type { LanguageModel } from "@maka/model"
 import { Cancellation, Ids, type ToolCatalog } from "@maka/tools"
-import { Clock, Effect, Result, type Redacted, type Ref } from "effect"
+import { Clock, Effect, Result, type Redacted, type Ref, type Semaphore } from "effect"
 import * as EngineError from "../EngineError.ts"
 import { faultPoint } from "./fault.ts"
 import type { EngineOptions } from "./options.ts"
@@ -20,7 +20,8 @@ export interface RunSettings {
   readonly context?: ModelContext.ModelRequestContext
   readonly mainOutputLimit?: number
   readonly requestFingerprint?: string
-  readonly message: Input.MessageInput
+  /** The message of a message run; a `context_compact` run has none. */
+  readonly message?: Input.MessageInput
   readonly tools: ToolCatalog.ToolCatalog
   readonly maxSteps: number
   readonly allowPriorUnknown: boolean
@@ -79,6 +80,11 @@ export interface Run {
    * dispatch (with the completion). Nothing in here is shown before it is durable.
    */
   carry: Array<EventWrite.EventWrite>
+  /**
+   * One commit of the run at a time: a background summary commits beside the step loop, and the
+   * live context must see every commit in sequence order.
+   */
+  readonly commitLock: Semaphore.Semaphore
   /** Events committed by this run, for `events()` subscribers. */
   readonly onCommitted: (events: ReadonlyArray<Event.StoredEvent>) => Effect.Effect<void>
 }
@@ -152,7 +158,7 @@ const append = (run: Run, writes: ReadonlyArray<EventWrite.EventWrite>, complete
  */
 export const commit = (run: Run, writes: ReadonlyArray<EventWrite.EventWrite>, complete?: Complete) =>
   Effect.uninterruptible(
-    Effect.gen(function* () {
+    run.commitLock.withPermits(1)(Effect.gen(function* () {
       const carried = run.carry
       run.carry = []
       if (carried.length === 0) return yield* append(run, writes, complete)
@@ -162,7 +168,7 @@ export const commit = (run: Run, writes: ReadonlyArray<EventWrite.EventWrite>, c
       if (together.failure.reason._tag === "OutcomeUnknown") return yield* Effect.fail(together.failure)
       yield* append(run, carried)
       return yield* Effect.fail(together.failure)
-    }),
+    })),
   )
 
 /** Commits what the run carries, if anything (before its durable state is read, or at the end). */

@@ -3,8 +3,8 @@
  * seams where later capabilities insert their steps — handoff boundary, background-summary adoption,
  * proactive compaction, overflow recovery, prune — as marked no-ops, never as pretend work.
  */
-import { Digest, EventSink, Limits, type EventWrite, type Fact, type Outcome, type Prompt } from "@maka/facts"
-import type { EventLog, EventLogError } from "@maka/event-log"
+import { Digest, EventSink, Limits, type EventWrite, type Fact, type ModelContext, type Outcome, type Prompt } from "@maka/facts"
+import { EventLogError, type EventLog } from "@maka/event-log"
 import { projectPrompt } from "@maka/model"
 import { Ids, Journal, type ToolCatalog } from "@maka/tools"
 import { Effect, Fiber, Ref, Result, Semaphore } from "effect"
@@ -12,6 +12,7 @@ import * as EngineError from "../EngineError.ts"
 import * as PromptBuilder from "../PromptBuilder.ts"
 import * as Recovery from "../Recovery.ts"
 import { attemptWithRetries } from "./attempt.ts"
+import * as Compaction from "./compaction.ts"
 import { faultPoint } from "./fault.ts"
 import { LiveContext } from "./live-context.ts"
 import { isArchivable, prune } from "./prune.ts"
@@ -75,17 +76,23 @@ export const preflight = (run: Run) =>
     )
   })
 
+/** The opening of the run: a message run's, or a `context_compact` run's when it has no message. */
+const openingInput = (settings: Run["settings"]): Fact.InvocationOpened["input"] =>
+  settings.message === undefined
+    ? { kind: "context_compact", requestFingerprint: settings.requestFingerprint ?? "" }
+    : {
+        kind: "message",
+        content: settings.message,
+        ...(settings.requestFingerprint === undefined ? {} : { requestFingerprint: settings.requestFingerprint }),
+      }
+
 /** Appends the opening; the run is admitted once it is durable. */
 export const open = (run: Run) =>
   Effect.gen(function* () {
     const { settings } = run
     const fact: Fact.InvocationOpened = {
       kind: "invocation_opened",
-      input: {
-        kind: "message",
-        content: settings.message,
-        ...(settings.requestFingerprint === undefined ? {} : { requestFingerprint: settings.requestFingerprint }),
-      },
+      input: openingInput(settings),
       configuration: settings.configuration,
     }
     const write = yield* plainWrite(run, fact)
@@ -118,6 +125,34 @@ const liveContext = (run: Run, priorUnknown: boolean) =>
       }
     }
     return { context: yield* readContext(run, priorUnknown), kept: false }
+  })
+
+/** How many compaction passes may bring a session past the read limits back within them at its opening. */
+export const MAX_FIT_PASSES = 64
+
+const isPrefixTooLarge = (error: EngineError.EngineError) => {
+  const cause = error.cause
+  return (
+    error.reason._tag === "Store" &&
+    EventLogError.isEventLogError(cause) &&
+    cause.reason._tag === "Rejected" &&
+    cause.reason.rejection._tag === "PrefixTooLarge"
+  )
+}
+
+/**
+ * The run's context at its opening. A session whose context is already past the read limits (a log
+ * written before compaction was due at 80 % of them) is compacted from its newest checkpoint, one
+ * clean cut that fits at a time, instead of failing (docs/engine.md §5.12).
+ */
+const openingContext = (run: Run, loop: LoopState, priorUnknown: boolean) =>
+  Effect.gen(function* () {
+    for (let pass = 0; ; pass++) {
+      const read = yield* Effect.result(liveContext(run, priorUnknown))
+      if (Result.isSuccess(read)) return read.success
+      if (priorUnknown || pass >= MAX_FIT_PASSES || !isPrefixTooLarge(read.failure)) return yield* Effect.fail(read.failure)
+      if (!(yield* compactNow(run, loop, { kind: "pre_turn" }, true))) return yield* Effect.fail(read.failure)
+    }
   })
 
 /** One read of the run's context from the log. */
@@ -298,44 +333,200 @@ const runTools = (run: Run, captured: ToolCatalog.CapturedCatalog, calls: Readon
     return { finishTurn: result.finishTurn, archivable: guard.archivable }
   })
 
-/** One logical step after the context read: prompt, model, tools. Returns whether the turn is done. */
-const runStep = (run: Run, priorUnknown: boolean) =>
+/**
+ * What the step loop keeps between steps (docs/engine.md §5.4): the compaction budget, the summary
+ * running in the background, and whether a main step of this run completed (which makes an
+ * automatic compaction `mid_turn`).
+ */
+export interface LoopState {
+  budget: Compaction.Budget
+  pending: Compaction.Pending | undefined
+  completedStep: boolean
+  /** A summary attempt produced tool content: the run ends `ReconciliationRequired`. */
+  summaryToolContent: boolean
+}
+
+export const initialLoopState = (budget: Compaction.Budget = "available"): LoopState => ({
+  budget,
+  pending: undefined,
+  completedStep: false,
+  summaryToolContent: false,
+})
+
+/** The mode of an automatic compaction now (docs/engine.md §5.12 "Automatic start"). */
+const automaticMode = (run: Run, loop: LoopState): ModelContext.CheckpointMode =>
+  loop.completedStep ? { kind: "mid_turn", anchorEventId: run.opening!.stored.event.id } : { kind: "pre_turn" }
+
+/** Adopts a job's result: a committed checkpoint makes the live context read the log again. */
+const adopted = (run: Run, loop: LoopState, adoption: Compaction.Adoption) => {
+  if (adoption.kind === "not_adopted" && adoption.reason === "summary_contains_tool_content") loop.summaryToolContent = true
+  if (adoption.kind === "adopted") run.live?.markStale()
+  return adoption.kind === "adopted"
+}
+
+/** Runs a compaction in the foreground and adopts it; returns whether a checkpoint was adopted. */
+const compactNow = (run: Run, loop: LoopState, mode: ModelContext.CheckpointMode, fit: boolean) =>
   Effect.gen(function* () {
-    // An archive changed what a fresh read returns: read it again, once.
+    const captured = yield* Compaction.capture(run, mode, fit)
+    if (captured.kind !== "captured") return false
+    const result = yield* Effect.result(Compaction.job(run, captured.captured))
+    if (Result.isFailure(result)) {
+      const error = result.failure
+      if (error.reason._tag === "Model" && error.reason.error.reason._tag !== "Cancelled") return false
+      return yield* Effect.fail(error)
+    }
+    return adopted(run, loop, yield* Compaction.adoptResult(run, result.success))
+  })
+
+/**
+ * Proactive compaction (docs/engine.md §5.4 step 7), when the budget is available, no summary is
+ * pending and compaction is due: the budget is spent before trying; with a background reservation
+ * the job runs beside this step, else it runs and is adopted now.
+ */
+const maybeCompact = (run: Run, loop: LoopState, source: EventLog.ModelContextSource) =>
+  Effect.gen(function* () {
+    if (loop.budget !== "available" || loop.pending !== undefined || !isDue(run, source)) return
+    loop.budget = "failed"
+    const mode = automaticMode(run, loop)
+    const captured = yield* Compaction.capture(run, mode, false)
+    if (captured.kind !== "captured") return
+    const pending = yield* Compaction.startBackground(run, captured.captured)
+    if (pending !== undefined) {
+      loop.pending = pending
+      return
+    }
+    const result = yield* Effect.result(Compaction.job(run, captured.captured))
+    if (Result.isFailure(result)) {
+      if (result.failure.reason._tag === "Model" && result.failure.reason.error.reason._tag !== "Cancelled") return
+      return yield* Effect.fail(result.failure)
+    }
+    if (adopted(run, loop, yield* Compaction.adoptResult(run, result.success))) loop.budget = "reshaped"
+  })
+
+/**
+ * Whether automatic compaction is due (docs/engine.md §5.12 "Due"): the latest main request of the
+ * same route reached the declared window, or the next main context passes `READ_LIMIT_SHARE` of
+ * either read limit, whatever the window (a session never dies of its own length).
+ */
+export const isDue = (run: Run, source: EventLog.ModelContextSource): boolean => {
+  const { settings } = run
+  const size = run.live!.size(run.carry)
+  const limits = LiveContext.defaultLimits
+  if (size.events >= limits.maxEvents * Compaction.READ_LIMIT_SHARE || size.bytes >= limits.maxBytes * Compaction.READ_LIMIT_SHARE) {
+    return true
+  }
+  return PromptBuilder.compactionDue({
+    ...(settings.context === undefined ? {} : { context: settings.context }),
+    latestMain: source.latestMain,
+    routeIdentity: run.model.routeIdentity,
+    ...(settings.configuration.model === undefined ? {} : { connectionId: settings.configuration.model.connectionId }),
+    modelId: run.model.model,
+    ...(source.baseline === undefined ? {} : { baselineId: source.baseline.eventId }),
+  })
+}
+
+/** A finished background summary is adopted at the step boundary (docs/engine.md §5.4). */
+const adoptFinished = (run: Run, loop: LoopState) =>
+  Effect.gen(function* () {
+    const pending = loop.pending
+    if (pending === undefined || !(yield* pending.isFinished)) return
+    loop.pending = undefined
+    if (adopted(run, loop, yield* Compaction.adopt(run, pending))) loop.budget = "reshaped"
+  })
+
+/** Overflow recovery applies: no output was observed, a summary can be had, and a step remains. */
+const recoversOverflow = (run: Run, loop: LoopState, error: EngineError.EngineError, step: number) =>
+  Effect.gen(function* () {
+    const reason = error.reason
+    if (reason._tag !== "Model" || reason.error.reason._tag !== "ContextOverflow" || reason.error.reason.observedOutput) return false
+    if (loop.budget !== "available" && loop.pending === undefined) return false
+    if (step + 1 >= run.settings.maxSteps || (yield* isCancelled(run))) return false
+    return true
+  })
+
+/**
+ * Overflow recovery (docs/engine.md §5.4 step 11): adopt the pending summary, or make one now; the
+ * recovery consumes the step. Returns whether a checkpoint was adopted.
+ */
+const recoverOverflow = (run: Run, loop: LoopState) =>
+  Effect.gen(function* () {
+    const pending = loop.pending
+    if (pending !== undefined) {
+      loop.pending = undefined
+      const adoption = yield* Compaction.adopt(run, pending)
+      if (adopted(run, loop, adoption)) {
+        loop.budget = "reshaped"
+        return true
+      }
+      if (loop.budget !== "available") return false
+    }
+    loop.budget = "failed"
+    if (!(yield* compactNow(run, loop, automaticMode(run, loop), false))) return false
+    loop.budget = "reshaped"
+    return true
+  })
+
+/** One logical step after the context read: prompt, model, tools. Returns whether the turn is done. */
+const runStep = (run: Run, loop: LoopState, step: number, priorUnknown: boolean) =>
+  Effect.gen(function* () {
+    // An archive or a checkpoint changed what a fresh read returns: read it again, once.
     if (run.live!.stale) run.live = yield* readContext(run, priorUnknown)
     // Over the history limits the live context fails as a fresh read would (`PrefixTooLarge`). What
     // the run carries (the last settlements, steering) commits with the request, and is in its prompt.
-    const source = yield* Effect.mapError(Effect.fromResult(run.live!.snapshot(run.carry)), storeError)
-    // Seam: proactive compaction (docs/engine.md §5.12) decides here, before the tools are captured.
+    let source = yield* Effect.mapError(Effect.fromResult(run.live!.snapshot(run.carry)), storeError)
+    if (!priorUnknown) {
+      yield* maybeCompact(run, loop, source)
+      if (run.live!.stale) {
+        run.live = yield* readContext(run, priorUnknown)
+        source = yield* Effect.mapError(Effect.fromResult(run.live.snapshot(run.carry)), storeError)
+      }
+    }
     const captured = run.settings.tools.capture()
     const input = yield* mainRequest(run, source, run.live!.projection(run.carry), captured.definitions, priorUnknown)
-    const completed = yield* attemptWithRetries(run, input)
-    // Seam: overflow recovery (docs/engine.md §5.4 step 11) wraps the attempt above.
+    const attempted = yield* Effect.result(attemptWithRetries(run, input))
+    if (Result.isFailure(attempted)) {
+      if (!priorUnknown && (yield* recoversOverflow(run, loop, attempted.failure, step)) && (yield* recoverOverflow(run, loop))) {
+        return false
+      }
+      return yield* Effect.fail(attempted.failure)
+    }
+    const completed = attempted.success
+    // An accepted main step renews the budget.
+    loop.budget = "available"
+    loop.completedStep = true
     const calls = completed.step.parts.flatMap((part) =>
       part.kind === "tool_call" && !part.providerExecuted ? [Journal.providerCall(completed.stepId, part)] : [],
     )
     if (calls.length === 0) return true
     const { finishTurn, archivable } = yield* runTools(run, captured, calls)
-    // Prune after the tool batch (docs/engine.md §5.11) when a result it settled is over one page:
-    // earlier results were archived by earlier passes.
-    if (!priorUnknown && archivable) yield* prune(run)
+    // Prune after the tool batch (docs/engine.md §5.11) when a result it settled is over one page
+    // (earlier results were archived by earlier passes), unless a summary is pending.
+    if (!priorUnknown && archivable && loop.pending === undefined) yield* prune(run)
     return finishTurn
   })
 
-/** The step loop (docs/engine.md §5.4). */
-export const stepLoop = (run: Run, priorUnknown: boolean): Effect.Effect<Done, EngineError.EngineError, Ids.Ids> =>
+/** The step loop (docs/engine.md §5.4); a background summary never outlives it. */
+export const stepLoop = (run: Run, loop: LoopState, priorUnknown: boolean): Effect.Effect<Done, EngineError.EngineError, Ids.Ids> =>
   Effect.gen(function* () {
     for (let step = 0; step < run.settings.maxSteps; step++) {
       yield* deliverSteering(run)
       // Seam: the handoff boundary (docs/engine.md §5.10) seals a requested handoff here.
       if (yield* isCancelled(run)) return yield* Effect.fail(EngineError.cancelled())
-      // Seam: adopt a finished background summary (docs/engine.md §5.12).
-      if (yield* runStep(run, priorUnknown)) return { _tag: "Completed" } as const
+      if (!priorUnknown) yield* adoptFinished(run, loop)
+      if (yield* runStep(run, loop, step, priorUnknown)) return { _tag: "Completed" } as const
     }
     return yield* Effect.fail(
       (yield* isCancelled(run)) ? EngineError.cancelled() : EngineError.make({ _tag: "StepLimit" }),
     )
-  })
+  }).pipe(
+    Effect.ensuring(
+      Effect.suspend(() => {
+        const pending = loop.pending
+        loop.pending = undefined
+        return pending === undefined ? Effect.void : Compaction.drain(pending)
+      }),
+    ),
+  )
 
 /** The epilogue's zero-budget safety check with `current` = this run (docs/engine.md §5.4). */
 const epilogue = (run: Run, priorUnknown: boolean) =>
@@ -396,13 +587,15 @@ export const runMessage = (
     if (yield* isCancelled(run)) return yield* Effect.fail(EngineError.cancelled())
     yield* open(run)
     yield* admitted
+    const loop = initialLoopState()
     const work = Effect.gen(function* () {
-      const live = yield* liveContext(run, priorUnknown)
+      const live = yield* openingContext(run, loop, priorUnknown)
       run.live = live.context
       // Prune once after the opening (docs/engine.md §5.11): a context the engine kept was pruned
       // after each of its tool batches already, and one that holds no result over a page has no candidate.
       if (!priorUnknown && !live.kept && live.context.holdsArchivable(isArchivable)) yield* prune(run)
-      yield* stepLoop(run, priorUnknown)
+      yield* stepLoop(run, loop, priorUnknown)
+      if (loop.summaryToolContent) return yield* Effect.fail(EngineError.reconciliation(EngineError.SUMMARY_TOOL_CONTENT_MESSAGE))
       yield* epilogue(run, priorUnknown)
     })
     const ended = yield* work.pipe(
@@ -419,4 +612,47 @@ export const runMessage = (
     // Every commit of the run went through: its context is the session's, kept for the next run.
     if (!run.mayBeUnresolved && !priorUnknown && run.live !== undefined) run.contexts.put(run.settings.invocation.sessionId, run.live)
     return { outcome: sealed } satisfies RunResult
+  })
+
+/**
+ * Runs an admitted `context_compact` invocation (docs/engine.md §5.12 "Standalone"): the summary of
+ * the session's history before its opening. Nothing new gives `unchanged {no_new_history}`, a source
+ * that fits the read limits at no clean cut `failed {input_too_large}`; a job's outcome becomes the
+ * terminal `context_compact_finished`, and a checkpoint commits in the terminal's batch. A model error
+ * fails the invocation with its class; cancellation seals `cancelled`, with no checkpoint.
+ */
+export const runCompact = (
+  run: Run,
+  admitted: Effect.Effect<void>,
+): Effect.Effect<RunResult, EngineError.EngineError, Ids.Ids> =>
+  Effect.gen(function* () {
+    if (yield* isCancelled(run)) return yield* Effect.fail(EngineError.cancelled())
+    yield* preflight(run)
+    if (yield* isCancelled(run)) return yield* Effect.fail(EngineError.cancelled())
+    yield* open(run)
+    yield* admitted
+    const work = Effect.gen(function* () {
+      const captured = yield* Compaction.capture(run, { kind: "standalone" }, true)
+      if (captured.kind === "unchanged") return { facts: [], outcome: { kind: "unchanged", reason: "no_new_history" } } as const
+      if (captured.kind === "too_large") return { facts: [], outcome: { kind: "failed", reason: "input_too_large" } } as const
+      const result = yield* Compaction.job(run, captured.captured)
+      if (yield* isCancelled(run)) return yield* Effect.fail(EngineError.cancelled())
+      if (result.kind === "failed") return { facts: [], outcome: { kind: "failed", reason: result.reason } } as const
+      const write = yield* plainWrite(run, Compaction.checkpointFact(result.checkpoint))
+      return { facts: [write], outcome: { kind: "compacted", checkpointId: write.event.id } } as const
+    })
+    const ended = yield* work.pipe(
+      Effect.catchDefect((defect) => Effect.fail(EngineError.internal(`the run failed: ${String(defect)}`))),
+      Effect.result,
+    )
+    if (Result.isFailure(ended)) return { outcome: yield* seal(run, EngineError.outcomeOf(ended.failure)) } satisfies RunResult
+    // The checkpoint commits atomically with the terminal that names it.
+    const outcome: Outcome.InvocationOutcome = { kind: "context_compact_finished", outcome: ended.success.outcome }
+    const terminal = yield* plainWrite(run, { kind: "invocation_ended", outcome })
+    const committed = yield* Effect.result(commit(run, [...ended.success.facts, terminal]))
+    if (Result.isFailure(committed)) {
+      if (committed.failure.reason._tag === "OutcomeUnknown") return yield* Effect.fail(commitError(committed.failure))
+      return { outcome: yield* seal(run, { kind: "failed", class: "event_commit", message: committed.failure.message }) } satisfies RunResult
+    }
+    return { outcome } satisfies RunResult
   })

@@ -1,0 +1,244 @@
+/**
+ * Compaction (docs/engine.md §5.12): history folded into a validated `sections_v1` summary checkpoint.
+ * `capture` reads the fenced summary source, `job` runs the summary request (one shorter retry after
+ * a `length` finish, one repair of a malformed summary), and a checkpoint built from a successful job
+ * replaces the covered history in every later request. A job runs in the foreground, or in the
+ * background on a reservation of the model's limiter while the step goes on (`Pending`), and is
+ * adopted at a step boundary.
+ */
+import {
+  Limits,
+  Lineage,
+  Prompts,
+  Summary,
+  type Fact,
+  type ModelContext,
+  type Outcome,
+  type Prompt,
+} from "@maka/facts"
+import type { EventLog } from "@maka/event-log"
+import { projectPrompt, type ModelLimiter } from "@maka/model"
+import { Cancellation, type Ids } from "@maka/tools"
+import { Deferred, Effect, Exit, Fiber, Option, Scope } from "effect"
+import * as EngineError from "../EngineError.ts"
+import * as PromptBuilder from "../PromptBuilder.ts"
+import { attemptWithRetries, type Evidence } from "./attempt.ts"
+import { LiveContext } from "./live-context.ts"
+import { commit, commitError, flushCarry, plainWrite, storeError, type Run } from "./run-context.ts"
+
+export type Budget = Lineage.CompactionBudget
+
+/** A compaction is also due once the next main context passes this share of either read limit. */
+export const READ_LIMIT_SHARE = 0.8
+
+/** The summary source of one compaction, read with the mode's fence. */
+export interface Captured {
+  readonly mode: ModelContext.CheckpointMode
+  readonly source: EventLog.ModelContextSource
+}
+
+/** What a capture found: a source to summarise, nothing new, or a source over the read limits. */
+export type Capture =
+  | { readonly kind: "captured"; readonly captured: Captured }
+  | { readonly kind: "unchanged" }
+  | { readonly kind: "too_large" }
+
+/** Whether the tail holds conversation content: a message opening, steering, or a completion. */
+const hasConversation = (source: EventLog.ModelContextSource): boolean =>
+  source.tail.some((item) => {
+    if (item.kind !== "canonical") return false
+    const fact = item.stored.event.fact
+    return (
+      (fact.kind === "invocation_opened" && fact.input.kind === "message") ||
+      fact.kind === "message_steered" ||
+      fact.kind === "model_completed"
+    )
+  })
+
+/**
+ * Reads the summary source with the mode's fence (docs/log-format.md §3.7). What the run carries is
+ * committed first: the store requires a settled boundary. `fit` lowers a `pre_turn` or `standalone`
+ * fence to a clean cut that fits the read limits, so a session past them is compacted in passes.
+ */
+export const capture = (run: Run, mode: ModelContext.CheckpointMode, fit: boolean) =>
+  Effect.gen(function* () {
+    yield* Effect.mapError(flushCarry(run), (error) => EngineError.commit(error.message))
+    const { sessionId, invocationId } = run.settings.invocation
+    const read = yield* Effect.result(
+      run.log.prepareContextCompaction(sessionId, {
+        current: invocationId,
+        mode,
+        ...LiveContext.defaultLimits,
+        ...(fit && mode.kind !== "mid_turn" ? { fit: true } : {}),
+      }),
+    )
+    if (read._tag === "Failure") {
+      if (read.failure.reason._tag === "Rejected" && read.failure.reason.rejection._tag === "PrefixTooLarge") return { kind: "too_large" } satisfies Capture
+      return yield* Effect.fail(
+        read.failure.reason._tag === "Rejected" && read.failure.reason.rejection._tag === "InvalidTransition"
+          ? EngineError.reconciliation(read.failure.message)
+          : storeError(read.failure),
+      )
+    }
+    const source = read.success.source
+    if (!hasConversation(source)) return { kind: "unchanged" } satisfies Capture
+    return { kind: "captured", captured: { mode, source } } satisfies Capture
+  })
+
+/** How a summary job ended. */
+export type JobResult =
+  | { readonly kind: "compacted"; readonly checkpoint: ModelContext.ContextCheckpoint }
+  | { readonly kind: "failed"; readonly reason: Outcome.CompactReason }
+
+export interface JobOptions {
+  readonly reservation?: ModelLimiter.BackgroundReservation | undefined
+  readonly cancellation?: Cancellation.Cancellation | undefined
+}
+
+/**
+ * Runs the summary job over a captured source: at most three attempts (one shorter retry after a
+ * `length` finish, one repair of a repairable defect), each a `summary` request whose evidence is
+ * the fenced source. Fails with the model's error, or `Cancelled`.
+ */
+export const job = (run: Run, captured: Captured, options: JobOptions = {}): Effect.Effect<JobResult, EngineError.EngineError, Ids.Ids> =>
+  Effect.gen(function* () {
+    const { source, mode } = captured
+    const history = PromptBuilder.buildSummaryPrompt({ source })
+    const evidence: Evidence = {
+      highWater: source.sourceEvidence.highWater,
+      digest: source.sourceEvidence.digest,
+      effectiveSourceDigest: source.effectiveSourceDigest,
+    }
+    const maxOutputTokens = run.settings.mainOutputLimit ?? Limits.DEFAULT_OUTPUT_LIMIT
+    let instruction = Prompts.COMPACTION_BASE_INSTRUCTION
+    let shortened = false
+    let firstDefect: Summary.SummaryDefect | undefined
+    while (true) {
+      const prompt: Prompt.Prompt = [...history, { role: "user", content: Prompts.compactionAttemptMessage(instruction) }]
+      const projected = projectPrompt(run.model.kind, run.model.routeIdentity, prompt)
+      const request: Prompt.ModelRequest = {
+        prompt: projected,
+        tools: [],
+        providerOptions: run.settings.providerOptions,
+        maxOutputTokens,
+      }
+      const completed = yield* attemptWithRetries(run, {
+        request,
+        inputDigest: PromptBuilder.inputDigest(projected, [], run.settings.providerOptions, maxOutputTokens),
+        source,
+        evidence: { current: evidence },
+        purpose: "summary",
+        reservation: options.reservation,
+        cancellation: options.cancellation,
+      })
+      const step = completed.step
+      if (step.finishReason === "length") {
+        if (shortened || firstDefect !== undefined) return { kind: "failed", reason: "output_length" } satisfies JobResult
+        shortened = true
+        instruction = Prompts.COMPACTION_LENGTH_RETRY_INSTRUCTION
+        continue
+      }
+      const summary = Summary.fromModelStep(step, source.baseline === undefined)
+      if (summary._tag === "Success") {
+        const checkpoint: ModelContext.ContextCheckpoint = {
+          mode,
+          coveredThrough: source.sourceEvidence.highWater,
+          sourceDigest: source.sourceEvidence.digest,
+          ...(source.baseline === undefined ? {} : { previousCheckpointId: source.baseline.eventId }),
+          summary: { format: Summary.SUMMARY_FORMAT, text: summary.success },
+          summaryStepId: completed.stepId,
+        }
+        return { kind: "compacted", checkpoint } satisfies JobResult
+      }
+      const defect = summary.failure
+      if (firstDefect !== undefined) return { kind: "failed", reason: firstDefect } satisfies JobResult
+      if (!Summary.isRepairable(defect)) return { kind: "failed", reason: defect } satisfies JobResult
+      firstDefect = defect
+      instruction = Prompts.compactionRepairInstruction(defect)
+    }
+  })
+
+/** The checkpoint fact of a successful job. */
+export const checkpointFact = (checkpoint: ModelContext.ContextCheckpoint): Fact.ContextCheckpointRecorded => ({
+  kind: "context_checkpoint_recorded",
+  checkpoint,
+})
+
+/** A summary job running beside the step loop (docs/engine.md §5.12 `Pending`). */
+export interface Pending {
+  readonly fiber: Fiber.Fiber<JobResult, EngineError.EngineError>
+  /** Stops the job: its stream is interrupted and recorded, no checkpoint results. */
+  readonly cancel: Effect.Effect<void>
+  readonly isFinished: Effect.Effect<boolean>
+}
+
+/** What adopting a job gave: a committed checkpoint, or nothing (and why). */
+export type Adoption =
+  | { readonly kind: "adopted"; readonly checkpointId: string }
+  | { readonly kind: "not_adopted"; readonly reason: Outcome.CompactReason | "model_error" | "cancelled" }
+
+/** Whether a job's failure is one adoption absorbs (a model error or a cancellation) rather than propagates. */
+const isAbsorbed = (error: EngineError.EngineError): boolean =>
+  error.reason._tag === "Model" || error.reason._tag === "Cancelled"
+
+/** Appends the checkpoint of a successful job; any other result adopts nothing. */
+export const adoptResult = (run: Run, result: JobResult): Effect.Effect<Adoption, EngineError.EngineError, Ids.Ids> =>
+  Effect.gen(function* () {
+    if (result.kind === "failed") return { kind: "not_adopted", reason: result.reason } satisfies Adoption
+    const write = yield* plainWrite(run, checkpointFact(result.checkpoint))
+    yield* Effect.mapError(commit(run, [write]), commitError)
+    return { kind: "adopted", checkpointId: write.event.id } satisfies Adoption
+  })
+
+/** Joins a job and adopts what it gave: a model error or a cancellation adopts nothing. */
+export const adopt = (run: Run, pending: Pending): Effect.Effect<Adoption, EngineError.EngineError, Ids.Ids> =>
+  Effect.gen(function* () {
+    const exit = yield* Fiber.await(pending.fiber)
+    if (Exit.isFailure(exit)) {
+      const error = Option.getOrUndefined(Exit.findErrorOption(exit))
+      if (error !== undefined && isAbsorbed(error)) {
+        return { kind: "not_adopted", reason: error.reason._tag === "Cancelled" ? "cancelled" : "model_error" } satisfies Adoption
+      }
+      return yield* Effect.failCause(exit.cause)
+    }
+    if ((yield* run.cancellation.cancellation.isRequested) && exit.value.kind === "compacted") {
+      return { kind: "not_adopted", reason: "cancelled" } satisfies Adoption
+    }
+    return yield* adoptResult(run, exit.value)
+  })
+
+/** Cancels a job and waits for it: a summary never outlives its run. */
+export const drain = (pending: Pending): Effect.Effect<void> =>
+  Effect.andThen(pending.cancel, Effect.asVoid(Fiber.await(pending.fiber)))
+
+/**
+ * Starts a job over a captured source in the background when the model's limiter has a spare slot
+ * (the reservation is held for the job's life); otherwise `undefined`, and the caller runs it in the
+ * foreground. The job has its own cancellation, also requested when the run is cancelled; the
+ * runner drains it before the run ends.
+ */
+export const startBackground = (run: Run, captured: Captured): Effect.Effect<Pending | undefined, never, Ids.Ids> =>
+  Effect.gen(function* () {
+    const jobScope = yield* Scope.make()
+    const reservation = yield* Scope.provide(run.model.tryReserveBackground, jobScope)
+    if (Option.isNone(reservation)) {
+      yield* Scope.close(jobScope, Exit.void)
+      return undefined
+    }
+    const stop = yield* Deferred.make<void>()
+    const own = Cancellation.fromDeferred(stop)
+    const runs = run.cancellation.cancellation
+    const cancellation: Cancellation.Cancellation = {
+      isRequested: Effect.zipWith(own.isRequested, runs.isRequested, (a, b) => a || b),
+      requested: Effect.raceFirst(own.requested, runs.requested),
+    }
+    const work = job(run, captured, { reservation: reservation.value, cancellation }).pipe(
+      Effect.ensuring(Scope.close(jobScope, Exit.void)),
+    )
+    const fiber = yield* Effect.forkDetach(work)
+    return {
+      fiber,
+      cancel: Effect.asVoid(Deferred.succeed(stop, undefined)),
+      isFinished: Effect.sync(() => fiber.pollUnsafe() !== undefined),
+    } satisfies Pending
+  })

@@ -1,0 +1,541 @@
+/**
+ * Compaction scenarios of docs/engine.md §5.12 and SEMANTICS scenarios 31–46 (docs/engine.md §6):
+ * standalone, pre-turn and mid-turn checkpoints, the summary job's repair and length retries, the
+ * background summary beside a main request, overflow recovery and the shared budget. Real SQLite
+ * files and the scripted server on loopback.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { Prompts } from "@maka/facts"
+import { FactBuilders, OpenAiSse, Respond } from "@maka/testkit"
+import { Effect, Fiber, Stream } from "effect"
+import * as Agent from "../src/Agent.ts"
+import * as Engine from "../src/Engine.ts"
+import {
+  answer,
+  contentText,
+  echoCall,
+  isSummaryRequest,
+  mainEntry,
+  overflow,
+  summaryAnswer,
+  summaryEntry,
+  summaryText,
+  summaryWithoutNextSteps,
+  wire,
+} from "./support/compaction.ts"
+import { factsOf, kinds, reopen } from "./support/harness.ts"
+import { catalog, input, setup, type Effects, type Setup } from "./support/setup.ts"
+
+const SYSTEM = FactBuilders.SYSTEM_PROMPT
+
+let compactions = 0
+const compactInput = (context: Setup, overrides: Partial<Engine.CompactInput> = {}): Engine.CompactInput => {
+  compactions++
+  return {
+    invocation: FactBuilders.invocation({
+      turnId: `compact-turn-${compactions}`,
+      runId: `compact-run-${compactions}`,
+      invocationId: `compact-invocation-${compactions}`,
+    }),
+    model: context.model,
+    configuration: FactBuilders.configuration({ cwd: context.workspace, model: FactBuilders.modelBinding({ model: "test-model" }) }),
+    ...overrides,
+  }
+}
+
+const noTools = (effects: Effects) => catalog(effects)
+
+/** The wire messages of the server's `index`-th request as `role: text` lines. */
+const lines = (context: Setup, index: number) =>
+  wire(context.server.requests()[index]!).messages.map((message) => `${message.role}: ${contentText(message.content)}`)
+
+describe("standalone compaction", () => {
+  it.live("folds the history into a checkpoint that later requests start from, also after reopening (scenario 31)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({
+          script: [
+            mainEntry(answer("Noted: the launch code is 4417.")),
+            summaryEntry(summaryAnswer(summaryText("launch code recorded"))),
+            mainEntry(answer("Ready.")),
+          ],
+        })
+        const effects: Effects = { ran: [] }
+        yield* context.engine.run(input(context, "Remember: the launch code is 4417.", noTools(effects)))
+        const compacted = yield* context.engine.compact(compactInput(context))
+        const events = yield* context.log.events("session-1")
+        const checkpoints = factsOf(events, "context_checkpoint_recorded")
+        assert.strictEqual(checkpoints.length, 1)
+        const checkpointEvent = events.find((stored) => stored.event.fact.kind === "context_checkpoint_recorded")!
+        assert.deepStrictEqual(compacted.outcome, {
+          kind: "context_compact_finished",
+          outcome: { kind: "compacted", checkpointId: checkpointEvent.event.id },
+        })
+        // The checkpoint commits in the terminal's batch: it is the event right before it.
+        const terminal = events[events.length - 1]!
+        assert.strictEqual(terminal.sequence, checkpointEvent.sequence + 1)
+        const checkpoint = checkpoints[0]!.checkpoint
+        assert.deepStrictEqual(checkpoint.mode, { kind: "standalone" })
+        assert.strictEqual(checkpoint.summary.text, summaryText("launch code recorded"))
+        // The summary request: no system prompt, no tools, the 8,000-token limit, the instruction last.
+        const summaryRequest = wire(context.server.requests()[1]!)
+        assert.isTrue(isSummaryRequest(context.server.requests()[1]!))
+        assert.notInclude(summaryRequest.messages.map((message) => message.role), "system")
+        assert.isTrue(summaryRequest.tools === undefined || summaryRequest.tools.length === 0)
+        assert.strictEqual(summaryRequest.max_tokens ?? summaryRequest.max_completion_tokens, 8_000)
+        assert.include(contentText(summaryRequest.messages[0]!.content), "4417")
+        assert.strictEqual(
+          contentText(summaryRequest.messages[summaryRequest.messages.length - 1]!.content),
+          Prompts.compactionAttemptMessage(Prompts.COMPACTION_BASE_INSTRUCTION),
+        )
+        // The summary covers the history before the compaction's opening.
+        const opening = events.find((stored) => stored.event.invocation.invocationId === `compact-invocation-${compactions}`)!
+        assert.strictEqual(checkpoint.coveredThrough, opening.sequence - 1)
+
+        yield* context.engine.run(input(context, "What next?", noTools(effects)))
+        const expected = [`system: ${SYSTEM}`, `user: ${Prompts.CONTINUATION_SUMMARY_PREFIX}${summaryText("launch code recorded")}`, "user: What next?"]
+        assert.deepStrictEqual(lines(context, 2), expected)
+        const after = yield* context.log.events("session-1")
+        const requests = factsOf(after, "model_requested").filter((fact) => fact.purpose === "main")
+        assert.strictEqual(requests[requests.length - 1]!.checkpointEventId, checkpointEvent.event.id)
+
+        // A new engine over the same file builds the same request.
+        yield* context.log.close
+        const reopened = yield* reopen(context.file)
+        context.server.push(mainEntry(answer("Still ready.")))
+        yield* reopened.run(input(context, "What next?", noTools(effects)))
+        const last = lines(context, 3)
+        assert.deepStrictEqual(last.slice(0, 2), expected.slice(0, 2))
+        assert.notInclude(last.join("\n"), "4417")
+      }),
+    ),
+  )
+
+  it.live("reports unchanged when nothing new was said since the last checkpoint (scenario 32)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({
+          script: [mainEntry(answer("Hello.")), summaryEntry(summaryAnswer(summaryText("greeting")))],
+        })
+        yield* context.engine.run(input(context, "Hi.", noTools({ ran: [] })))
+        const first = yield* context.engine.compact(compactInput(context))
+        assert.strictEqual(first.outcome.kind === "context_compact_finished" ? first.outcome.outcome.kind : "", "compacted")
+        const second = yield* context.engine.compact(compactInput(context))
+        assert.deepStrictEqual(second.outcome, { kind: "context_compact_finished", outcome: { kind: "unchanged", reason: "no_new_history" } })
+        assert.strictEqual(context.server.requests().length, 2)
+      }),
+    ),
+  )
+
+  it.live("repairs a malformed summary once, then keeps the old history (scenario 33)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({
+          script: [
+            mainEntry(answer("The code is 4417.")),
+            summaryEntry(summaryAnswer(summaryWithoutNextSteps())),
+            summaryEntry(summaryAnswer(summaryWithoutNextSteps())),
+            mainEntry(answer("Still here.")),
+          ],
+        })
+        yield* context.engine.run(input(context, "The code is 4417.", noTools({ ran: [] })))
+        const result = yield* context.engine.compact(compactInput(context))
+        assert.deepStrictEqual(result.outcome, {
+          kind: "context_compact_finished",
+          outcome: { kind: "failed", reason: "malformed_summary_missing_section" },
+        })
+        const repair = wire(context.server.requests()[2]!).messages
+        assert.strictEqual(
+          contentText(repair[repair.length - 1]!.content),
+          Prompts.compactionAttemptMessage(Prompts.compactionRepairInstruction("malformed_summary_missing_section")),
+        )
+        const events = yield* context.log.events("session-1")
+        assert.deepStrictEqual(factsOf(events, "context_checkpoint_recorded"), [])
+        yield* context.engine.run(input(context, "And now?", noTools({ ran: [] })))
+        assert.include(lines(context, 3).join("\n"), "4417")
+      }),
+    ),
+  )
+
+  it.live("retries a summary cut by length with the shorter instruction, and fails after a second (scenario 34)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({
+          script: [
+            mainEntry(answer("Hello.")),
+            summaryEntry(summaryAnswer("## Goal\nA long", "length")),
+            summaryEntry(summaryAnswer("## Goal\nStill long", "length")),
+          ],
+        })
+        yield* context.engine.run(input(context, "Hi.", noTools({ ran: [] })))
+        const result = yield* context.engine.compact(compactInput(context))
+        assert.deepStrictEqual(result.outcome, {
+          kind: "context_compact_finished",
+          outcome: { kind: "failed", reason: "output_length" },
+        })
+        const retry = wire(context.server.requests()[2]!).messages
+        assert.strictEqual(
+          contentText(retry[retry.length - 1]!.content),
+          Prompts.compactionAttemptMessage(Prompts.COMPACTION_LENGTH_RETRY_INSTRUCTION),
+        )
+      }),
+    ),
+  )
+
+  it.live("stopped mid-stream, it leaves one interrupted request, a cancelled terminal and no checkpoint (scenario 35)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({ script: [mainEntry(answer("Hello.")), summaryEntry(Respond.hang())] })
+        yield* context.engine.run(input(context, "Hi.", noTools({ ran: [] })))
+        const controller = new AbortController()
+        const running = yield* Effect.forkChild(context.engine.compact(compactInput(context, { signal: controller.signal })))
+        yield* Effect.promise(() => context.server.request(1))
+        controller.abort()
+        const result = yield* Fiber.join(running)
+        assert.deepStrictEqual(result.outcome, { kind: "cancelled", source: "runtime_cancellation" })
+        const events = yield* context.log.events("session-1")
+        const own = events.filter((stored) => stored.event.invocation.invocationId === `compact-invocation-${compactions}`)
+        assert.deepStrictEqual(kinds(own), ["invocation_opened", "model_requested", "model_interrupted:cancelled", "invocation_ended:cancelled"])
+        assert.deepStrictEqual(factsOf(events, "context_checkpoint_recorded"), [])
+      }),
+    ),
+  )
+
+  it.live("turns a summary that calls a tool into a failed compaction with no checkpoint", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({ script: [mainEntry(answer("Hello.")), summaryEntry(echoCall("call-1", "x"))] })
+        yield* context.engine.run(input(context, "Hi.", noTools({ ran: [] })))
+        const result = yield* context.engine.compact(compactInput(context))
+        assert.deepStrictEqual(result.outcome, {
+          kind: "context_compact_finished",
+          outcome: { kind: "failed", reason: "summary_contains_tool_content" },
+        })
+        assert.deepStrictEqual(factsOf(yield* context.log.events("session-1"), "context_checkpoint_recorded"), [])
+      }),
+    ),
+  )
+})
+
+/** A model of one permit: no background reservation, every summary runs in the foreground. */
+const oneSlot = { concurrency: 1 }
+const windowed = { context: { providerId: "openai-compatible", declaredWindow: 1_000 } }
+
+describe("automatic compaction", () => {
+  it.live("runs a pre_turn summary before a request whose last main reached the declared window (scenario 38)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup(
+          {
+            script: [
+              mainEntry(answer("The code is 4417.", 5_000)),
+              summaryEntry(summaryAnswer(summaryText("code noted"))),
+              mainEntry(answer("Done.")),
+            ],
+          },
+          undefined,
+          oneSlot,
+        )
+        const effects: Effects = { ran: [] }
+        yield* context.engine.run(input(context, "The code is 4417.", noTools(effects), windowed))
+        const second = input(context, "What is next?", noTools(effects), windowed)
+        const result = yield* context.engine.run(second)
+        assert.deepStrictEqual(result.outcome, { kind: "completed" })
+        assert.isTrue(isSummaryRequest(context.server.requests()[1]!))
+        // The summary's source leaves out the current question.
+        assert.notInclude(context.server.requests()[1]!.body, "What is next?")
+        assert.deepStrictEqual(lines(context, 2), [
+          `system: ${SYSTEM}`,
+          `user: ${Prompts.CONTINUATION_SUMMARY_PREFIX}${summaryText("code noted")}`,
+          "user: What is next?",
+        ])
+        const events = yield* context.log.events("session-1")
+        const own = events.filter((stored) => stored.event.invocation.invocationId === second.invocation.invocationId)
+        assert.deepStrictEqual(kinds(own), [
+          "invocation_opened",
+          "model_requested",
+          "model_completed",
+          "context_checkpoint_recorded",
+          "model_requested",
+          "model_completed",
+          "invocation_ended:completed",
+        ])
+        const checkpoint = factsOf(own, "context_checkpoint_recorded")[0]!.checkpoint
+        assert.deepStrictEqual(checkpoint.mode, { kind: "pre_turn" })
+        assert.strictEqual(checkpoint.coveredThrough, own[0]!.sequence - 1)
+      }),
+    ),
+  )
+
+  it.live("does nothing without a declared window, or when the last main ran on another route (scenario 38)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup(
+          { script: [mainEntry(answer("One.", 5_000)), mainEntry(answer("Two.", 5_000)), mainEntry(answer("Three."))] },
+          undefined,
+          oneSlot,
+        )
+        const effects: Effects = { ran: [] }
+        yield* context.engine.run(input(context, "First.", noTools(effects)))
+        yield* context.engine.run(input(context, "Second.", noTools(effects)))
+        // Another model id on the same server is another route: its usage does not make compaction due.
+        const other = { ...context.model, model: "other-model", routeIdentity: "other-route" }
+        yield* context.engine.run(
+          input(context, "Third.", noTools(effects), {
+            ...windowed,
+            model: other,
+            configuration: FactBuilders.configuration({ cwd: context.workspace, model: FactBuilders.modelBinding({ model: "other-model" }) }),
+          }),
+        )
+        assert.isFalse(context.server.requests().some(isSummaryRequest))
+        assert.deepStrictEqual(factsOf(yield* context.log.events("session-1"), "context_checkpoint_recorded"), [])
+      }),
+    ),
+  )
+
+  it.live("anchors a mid_turn checkpoint on the opening after a tool step, and the accepted step renews the budget (scenario 40)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup(
+          {
+            script: [
+              mainEntry(echoCall("call-1", "alpha", 5_000)),
+              summaryEntry(summaryAnswer(summaryText("alpha echoed"))),
+              mainEntry(echoCall("call-2", "beta", 5_000)),
+              summaryEntry(summaryAnswer(summaryText("beta echoed"))),
+              mainEntry(answer("All done.")),
+            ],
+          },
+          undefined,
+          oneSlot,
+        )
+        const effects: Effects = { ran: [] }
+        const run = input(context, "Echo alpha then beta.", catalog(effects), windowed)
+        const result = yield* context.engine.run(run)
+        assert.deepStrictEqual(result.outcome, { kind: "completed" })
+        assert.deepStrictEqual(effects.ran, ["alpha", "beta"])
+        const events = yield* context.log.events("session-1")
+        const checkpoints = factsOf(events, "context_checkpoint_recorded")
+        assert.strictEqual(checkpoints.length, 2)
+        const opening = events[0]!
+        assert.deepStrictEqual(checkpoints[0]!.checkpoint.mode, { kind: "mid_turn", anchorEventId: opening.event.id })
+        assert.strictEqual(checkpoints[1]!.checkpoint.previousCheckpointId, events.find((stored) => stored.event.fact.kind === "context_checkpoint_recorded")!.event.id)
+        // After the first checkpoint: system, summary, the opening verbatim; the covered tool step is gone.
+        assert.deepStrictEqual(lines(context, 2), [
+          `system: ${SYSTEM}`,
+          `user: ${Prompts.CONTINUATION_SUMMARY_PREFIX}${summaryText("alpha echoed")}`,
+          "user: Echo alpha then beta.",
+        ])
+        assert.deepStrictEqual(lines(context, 4), [
+          `system: ${SYSTEM}`,
+          `user: ${Prompts.CONTINUATION_SUMMARY_PREFIX}${summaryText("beta echoed")}`,
+          "user: Echo alpha then beta.",
+        ])
+        // The second summary updates the first.
+        assert.include(contentText(wire(context.server.requests()[3]!).messages[0]!.content), "Previous continuation summary:")
+      }),
+    ),
+  )
+
+  it.live("ends the run reconciliation_required when the summariser calls a tool (scenario 43)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup(
+          {
+            script: [
+              mainEntry(answer("Noted.", 5_000)),
+              summaryEntry(echoCall("call-9", "x")),
+              mainEntry(answer("Fine.")),
+            ],
+          },
+          undefined,
+          oneSlot,
+        )
+        const effects: Effects = { ran: [] }
+        yield* context.engine.run(input(context, "Note this.", catalog(effects), windowed))
+        const result = yield* context.engine.run(input(context, "Next.", catalog(effects), windowed))
+        assert.deepStrictEqual(result.outcome.kind === "failed" ? result.outcome.class : result.outcome.kind, "reconciliation_required")
+        assert.deepStrictEqual(effects.ran, [])
+        assert.deepStrictEqual(factsOf(yield* context.log.events("session-1"), "context_checkpoint_recorded"), [])
+      }),
+    ),
+  )
+})
+
+describe("overflow recovery", () => {
+  it.live("adopts one summary and repeats the step when the provider overflows before any output (scenario 44)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup(
+          {
+            script: [
+              mainEntry(answer("The code is 4417.")),
+              mainEntry(overflow()),
+              summaryEntry(summaryAnswer(summaryText("code noted"))),
+              mainEntry(answer("Recovered.")),
+            ],
+          },
+          undefined,
+          oneSlot,
+        )
+        const effects: Effects = { ran: [] }
+        yield* context.engine.run(input(context, "The code is 4417.", noTools(effects)))
+        const second = input(context, "Go on.", noTools(effects))
+        const result = yield* context.engine.run(second)
+        assert.deepStrictEqual(result.outcome, { kind: "completed" })
+        const events = yield* context.log.events("session-1")
+        const own = events.filter((stored) => stored.event.invocation.invocationId === second.invocation.invocationId)
+        assert.deepStrictEqual(kinds(own), [
+          "invocation_opened",
+          "model_requested",
+          "model_interrupted:failed",
+          "model_requested",
+          "model_completed",
+          "context_checkpoint_recorded",
+          "model_requested",
+          "model_completed",
+          "invocation_ended:completed",
+        ])
+        assert.deepStrictEqual(lines(context, 3), [
+          `system: ${SYSTEM}`,
+          `user: ${Prompts.CONTINUATION_SUMMARY_PREFIX}${summaryText("code noted")}`,
+          "user: Go on.",
+        ])
+      }),
+    ),
+  )
+
+  it.live("does not recover an overflow on the last step (scenario 45)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({ script: [mainEntry(answer("Hi.")), mainEntry(overflow())] }, undefined, oneSlot)
+        const effects: Effects = { ran: [] }
+        yield* context.engine.run(input(context, "Hello.", noTools(effects)))
+        const result = yield* context.engine.run(input(context, "Again.", noTools(effects), { maxSteps: 1 }))
+        assert.strictEqual(result.outcome.kind === "failed" ? result.outcome.class : result.outcome.kind, "context_overflow")
+        assert.isFalse(context.server.requests().some(isSummaryRequest))
+      }),
+    ),
+  )
+
+  it.live("does not recover an overflow once a failed proactive summary spent the budget (scenario 46)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup(
+          {
+            script: [
+              mainEntry(answer("Noted.", 5_000)),
+              summaryEntry(summaryAnswer(summaryWithoutNextSteps())),
+              summaryEntry(summaryAnswer(summaryWithoutNextSteps())),
+              mainEntry(overflow()),
+            ],
+          },
+          undefined,
+          oneSlot,
+        )
+        const effects: Effects = { ran: [] }
+        yield* context.engine.run(input(context, "Note this.", noTools(effects), windowed))
+        const result = yield* context.engine.run(input(context, "Next.", noTools(effects), windowed))
+        assert.strictEqual(result.outcome.kind === "failed" ? result.outcome.class : result.outcome.kind, "context_overflow")
+        assert.strictEqual(context.server.requests().filter(isSummaryRequest).length, 2)
+        assert.deepStrictEqual(factsOf(yield* context.log.events("session-1"), "context_checkpoint_recorded"), [])
+      }),
+    ),
+  )
+})
+
+/** Waits until the session's log holds a fact of `kind` for a summary request. */
+const summaryFact = (context: Setup, kind: "model_completed" | "model_observed") =>
+  Effect.gen(function* () {
+    for (;;) {
+      const events = yield* context.log.events("session-1")
+      const summaries = new Set(factsOf(events, "model_requested").filter((fact) => fact.purpose === "summary").map((fact) => fact.stepId))
+      if (factsOf(events, kind).some((fact) => summaries.has(fact.stepId))) return
+      yield* Effect.sleep("5 millis")
+    }
+  })
+const summaryCompleted = (context: Setup) => summaryFact(context, "model_completed")
+const summaryObserved = (context: Setup) => summaryFact(context, "model_observed")
+
+describe("background compaction", () => {
+  it.live("runs beside the main request, keeps steering once and the tool tail, and is adopted at the next boundary (scenario 41)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const held = Respond.gate()
+        const context = yield* setup({
+          script: [
+            mainEntry(answer("The code is 4417.", 5_000)),
+            mainEntry(Respond.json(429, { error: { message: "slow down", type: "rate_limit" } }, { "retry-after-ms": "5" })),
+            mainEntry(Respond.hold(held, echoCall("call-1", "alpha"))),
+            summaryEntry(summaryAnswer(summaryText("code noted"))),
+            mainEntry(answer("Done.")),
+          ],
+        })
+        const effects: Effects = { ran: [] }
+        yield* context.engine.run(input(context, "The code is 4417.", catalog(effects), windowed))
+        const running = yield* context.engine.start(input(context, "Echo alpha.", catalog(effects), windowed))
+        // The summary completes while the main request is still held open.
+        yield* summaryCompleted(context)
+        assert.isFalse(held.isReleased())
+        yield* running.steer("Also mind the tests.")
+        yield* Effect.sleep("20 millis")
+        held.release()
+        const result = yield* running.wait
+        assert.deepStrictEqual(result.outcome, { kind: "completed" })
+        assert.deepStrictEqual(effects.ran, ["alpha"])
+        const requests = context.server.requests()
+        const main = requests.filter((request) => !isSummaryRequest(request))
+        // The 429 re-sent the frozen request byte for byte.
+        assert.strictEqual(main[1]!.body, main[2]!.body)
+        assert.include(main[1]!.body, "4417")
+        const last = wire(main[3]!).messages
+        assert.deepStrictEqual(
+          last.map((message) => message.role),
+          ["system", "user", "user", "assistant", "tool", "user"],
+        )
+        assert.strictEqual(contentText(last[1]!.content), `${Prompts.CONTINUATION_SUMMARY_PREFIX}${summaryText("code noted")}`)
+        assert.strictEqual(contentText(last[2]!.content), "Echo alpha.")
+        assert.notInclude(main[3]!.body, "4417")
+        assert.strictEqual(main[3]!.body.split("Also mind the tests.").length - 1, 1)
+        const events = yield* context.log.events("session-1")
+        assert.strictEqual(factsOf(events, "message_steered").length, 1)
+        assert.deepStrictEqual(factsOf(events, "context_checkpoint_recorded").map((fact) => fact.checkpoint.mode.kind), ["pre_turn"])
+      }),
+    ),
+  )
+
+  it.live("drains a summary still running when the run completes: no checkpoint, nothing shown, nothing to recover (scenario 42)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const held = Respond.gate()
+        const context = yield* setup({
+          script: [
+            mainEntry(answer("Noted.", 5_000)),
+            summaryEntry(Respond.stallAfter([OpenAiSse.role(), OpenAiSse.text("## Goal\nSECRET-SUMMARY-TEXT")])),
+            mainEntry(Respond.hold(held, answer("Done."))),
+          ],
+        })
+        const effects: Effects = { ran: [] }
+        yield* context.engine.run(input(context, "Note this.", noTools(effects), windowed))
+        const running = yield* context.engine.start(input(context, "Next.", noTools(effects), windowed))
+        const shown = yield* Effect.forkChild(Stream.runCollect(running.events))
+        // The summary's text is durable (observed) before the main answer is let through.
+        yield* summaryObserved(context)
+        held.release()
+        const result = yield* running.wait
+        assert.deepStrictEqual(result.outcome, { kind: "completed" })
+        const events = yield* context.log.events("session-1")
+        const own = events.filter((stored) => stored.event.invocation.invocationId === running.invocation.invocationId)
+        assert.deepStrictEqual(factsOf(own, "context_checkpoint_recorded"), [])
+        assert.include(kinds(own), "model_interrupted:cancelled")
+        assert.strictEqual(kinds(own)[kinds(own).length - 1], "invocation_ended:completed")
+        const text = yield* Stream.runCollect(Agent.text(Stream.fromIterable(yield* Fiber.join(shown))))
+        assert.notInclude(text.join(""), "SECRET-SUMMARY-TEXT")
+        yield* context.log.close
+        const reopened = yield* reopen(context.file)
+        const report = yield* reopened.recover
+        assert.strictEqual(report.sealed.length, 0)
+      }),
+    ),
+  )
+})
