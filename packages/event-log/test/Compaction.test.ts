@@ -304,6 +304,41 @@ for (const dialect of dialects()) {
         }),
       ))
 
+    it("with fit, never cuts before a summary request, only before an opening or a main request", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = new History.History()
+          const run = history.open(turnIds(0))
+          const first = run.request()
+          run.complete(first, FactBuilders.toolCallStep([{ id: "call-0", name: "list_files", input: { path: "." } }]))
+          run.succeed(run.dispatch(first, "call-0"), FactBuilders.jsonOutput([{ name: "README.md" }]))
+          const summary = run.request({ purpose: "summary" })
+          run.steer("m-1", "Also this.")
+          run.complete(run.request(), FactBuilders.textStep("Done."))
+          run.complete(summary, FactBuilders.textStep(FactBuilders.VALID_SUMMARY))
+          run.end({ kind: "completed" })
+          const live = history.open(turnIds(1))
+          yield* appendAll(log, history.writes)
+          // Rows 1–5 fit five events, but row 6 is a summary request: the highest clean cut that fits is 1.
+          const read = yield* log.prepareContextCompaction("session-1", { current: live.invocation.invocationId, mode: "pre_turn", maxEvents: 5, fit: true })
+          expect(read.source.sourceEvidence.highWater).toBe(1)
+        }),
+      ))
+
+    it("with fit, never cuts at or below the baseline's coverage", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = new History.History()
+          for (let turn = 0; turn < 3; turn++) finishedTurn(history, turn)
+          yield* appendAll(log, history.writes)
+          const first = yield* standalonePass(log, 1, { maxEvents: 12 })
+          expect(first.read.source.sourceEvidence.highWater).toBe(9)
+          // From coverage 9 the first clean cut, 13, holds four events.
+          const error = yield* failure(standalonePass(log, 2, { maxEvents: 3 }))
+          expect(error.reason).toMatchObject({ _tag: "Rejected", rejection: { _tag: "PrefixTooLarge" } })
+        }),
+      ))
+
     it("compacts a session past the limits in several standalone passes, each from the newest checkpoint", () =>
       withLog(dialect, (log) =>
         Effect.gen(function* () {
