@@ -3,8 +3,8 @@
  * or PostgreSQL through one Kysely code path (docs/architecture.md §5, docs/log-format.md §3). Each operation is one
  * transaction; appends are uninterruptible, so a commit is never hidden from its caller.
  */
-import { Clock, Context, Effect, Layer, Stream, SubscriptionRef } from "effect"
-import { EventSink, Limits, type Digest, type Event, type EventWrite, type Identity, type Lineage as FactLineage, type ToolCall } from "@maka/facts"
+import { Clock, Context, Effect, Layer, Result, Stream, SubscriptionRef } from "effect"
+import { EventSink, EventWrite as FactEventWrite, Limits, type Digest, type Event, type EventWrite, type Identity, type Lineage as FactLineage, type ToolCall } from "@maka/facts"
 import * as EventLogError from "./EventLogError.ts"
 import * as Append from "./internal/append.ts"
 import * as ContextReads from "./internal/context.ts"
@@ -16,9 +16,17 @@ import * as Reads from "./internal/reads.ts"
 import { storeError } from "./internal/store-error.ts"
 import * as Rows from "./internal/rows.ts"
 
-export type { LatestMainContext, ModelContextRead, ModelContextSource, SourceEvidence, TailItem, Baseline } from "./internal/context.ts"
+export type {
+  Baseline,
+  CompactionMode,
+  LatestMainContext,
+  ModelContextRead,
+  ModelContextSource,
+  SourceEvidence,
+  TailItem,
+} from "./internal/context.ts"
 export type { LogPrefix, PruneCandidate, PruneCursor, PrunePage, InvocationRecovery, UndispatchedCall, UnfinishedPage } from "./internal/reads.ts"
-export type { RunPrefix } from "./internal/lineage.ts"
+export type { PendingHandoff, RunPrefix } from "./internal/lineage.ts"
 
 /** The history limits every materialising read defaults to. */
 export const defaults = Object.freeze({
@@ -30,6 +38,20 @@ export interface ContextRequest {
   readonly current?: string
   readonly maxEvents?: number
   readonly maxBytes?: number
+}
+
+export interface CompactionRequest {
+  /** The live invocation that compacts; it must be at a settled boundary. */
+  readonly current: string
+  /** `pre_turn` and `standalone` sources stop before the current opening; `mid_turn` covers through the read. */
+  readonly mode: ContextReads.CompactionMode
+  readonly maxEvents?: number
+  readonly maxBytes?: number
+  /**
+   * Over the limits, lower the fence to the highest clean cut above the baseline whose context fits
+   * instead of failing `PrefixTooLarge` (`pre_turn` and `standalone`; no effect on `mid_turn`).
+   */
+  readonly fit?: boolean
 }
 
 /** Builds the trailing writes of a batch from the sequences of its leading writes (see `appendBatch`). */
@@ -77,6 +99,15 @@ export interface EventLogShape {
     sessionId: string,
     request?: ContextRequest,
   ) => Effect.Effect<ContextReads.ModelContextRead, EventLogError.EventLogError>
+  /**
+   * The source of a compaction (docs/log-format.md §3.7): `readModelContextWithHash` fenced by the
+   * mode, for a `current` invocation that is live and at a settled boundary. Its evidence and
+   * running hash stop at the fence, which a `context_checkpoint_recorded` built from it covers.
+   */
+  readonly prepareContextCompaction: (
+    sessionId: string,
+    request: CompactionRequest,
+  ) => Effect.Effect<ContextReads.ModelContextRead, EventLogError.EventLogError>
   /** `readManualMessageContext` with the running hash, as `readModelContextWithHash`. */
   readonly readManualMessageContextWithHash: (
     sessionId: string,
@@ -118,6 +149,27 @@ export interface EventLogShape {
   ) => Effect.Effect<Reads.InvocationRecovery, EventLogError.EventLogError>
   readonly checkManualMessageHistory: (sessionId: string) => Effect.Effect<boolean, EventLogError.EventLogError>
   readonly hasPendingHandoff: (sessionId: string) => Effect.Effect<boolean, EventLogError.EventLogError>
+  /**
+   * Up to 64 sealed `handoff_paused` terminals after `afterSequence` (default 0) whose successor has
+   * not opened, across the log, in sequence order (docs/log-format.md §3.10). Page with the last
+   * sequence seen; restart from 0 after each full pass and never persist the cursor.
+   */
+  readonly pendingHandoffs: (afterSequence?: number) => Effect.Effect<ReadonlyArray<Lineage.PendingHandoff>, EventLogError.EventLogError>
+  /**
+   * The dry run of `invocation_ended {handoff_paused: pause}` for `invocation`: the checks its
+   * append would run, with the same error, in a read transaction that writes nothing.
+   */
+  readonly checkHandoff: (
+    invocation: Identity.Invocation,
+    pause: FactLineage.HandoffPause,
+  ) => Effect.Effect<void, EventLogError.EventLogError>
+  /**
+   * The session position just before a message-opened run's opening and the session prefix digest
+   * there: the base a continuation of that run inherits.
+   */
+  readonly contextBeforeRun: (
+    invocation: Identity.Invocation,
+  ) => Effect.Effect<FactLineage.SessionBase, EventLogError.EventLogError>
   readonly continuationForSource: (
     boundary: FactLineage.RunBoundary,
   ) => Effect.Effect<Event.StoredEvent | undefined, EventLogError.EventLogError>
@@ -168,6 +220,9 @@ const writeError = (cause: unknown): EventLogError.EventLogError => {
   if (isUniqueViolation(cause)) return EventLogError.invalidTransition(`a unique index refused the write: ${describeCause(cause)}`)
   return storeError(cause)
 }
+
+/** The event id of a dry-run write: never stored, only validated. */
+const DRY_RUN_EVENT_ID = "00000000-0000-4000-8000-000000000000"
 
 const readError = (cause: unknown): EventLogError.EventLogError =>
   EventLogError.isEventLogError(cause) ? cause : EventLogError.make({ _tag: "Database", message: describeCause(cause) })
@@ -229,6 +284,16 @@ export const make = (database: Database): Effect.Effect<EventLogShape> =>
         Effect.map(context(sessionId, request, true), (read) => read.source),
       readModelContextWithHash: (sessionId, request = {}) => context(sessionId, request, false),
       readManualMessageContextWithHash: (sessionId, request = {}) => context(sessionId, request, true),
+      prepareContextCompaction: (sessionId, request) =>
+        read((tx) =>
+          ContextReads.prepareContextCompaction(tx, database.dialect, sessionId, {
+            current: request.current,
+            mode: request.mode,
+            maxEvents: request.maxEvents ?? defaults.maxEvents,
+            maxBytes: request.maxBytes ?? defaults.maxBytes,
+            ...(request.fit === undefined ? {} : { fit: request.fit }),
+          }),
+        ),
       latestMainContext: (sessionId) => read((tx) => ContextReads.readLatestMain(tx, sessionId)),
       checkHistorySafety: (sessionId, options = {}) =>
         read((tx) => Reads.checkHistorySafety(tx, database.dialect, sessionId, options.current)),
@@ -242,6 +307,22 @@ export const make = (database: Database): Effect.Effect<EventLogShape> =>
       checkManualMessageHistory: (sessionId) =>
         read((tx) => Reads.checkManualMessageHistory(tx, database.dialect, sessionId)),
       hasPendingHandoff: (sessionId) => read((tx) => Reads.hasPendingHandoff(tx, sessionId)),
+      pendingHandoffs: (afterSequence = 0) => read((tx) => Lineage.pendingHandoffs(tx, database.dialect, afterSequence)),
+      checkHandoff: (invocation, pause) =>
+        Effect.gen(function* () {
+          const recordedAt = yield* Clock.currentTimeMillis
+          const built = FactEventWrite.plain({
+            id: DRY_RUN_EVENT_ID,
+            recordedAt,
+            invocation,
+            fact: { kind: "invocation_ended", outcome: { kind: "handoff_paused", pause } },
+          })
+          if (Result.isFailure(built)) {
+            return yield* EventLogError.invalidTransition(`the write is not a checked EventWrite: ${built.failure.message}`)
+          }
+          yield* read((tx) => Append.checkWrite(tx, database.dialect, built.success))
+        }),
+      contextBeforeRun: (invocation) => read((tx) => Lineage.contextBeforeRun(tx, invocation)),
       continuationForSource: (boundary) => read((tx) => Reads.continuationForSource(tx, boundary)),
       readToolResult: (sessionId, eventId) => read((tx) => Reads.readToolResult(tx, sessionId, eventId)),
       events: (sessionId, after, limit) => read((tx) => Reads.events(tx, sessionId, after, limit)),

@@ -303,6 +303,16 @@ const verifyWrites = (writes: ReadonlyArray<EventWrite.EventWrite>): void => {
   }
 }
 
+/**
+ * Validates `write` as `appendBatch` would (rules 0 and 2–7, the same code) inside the caller's
+ * transaction, reading rows by SQL and inserting nothing: the store's dry run of a write
+ * (`checkHandoff`). A pure replay of a stored event is not recognised: the write is new.
+ */
+export const checkWrite = async (tx: Rows.Tx, dialect: Database["dialect"], write: EventWrite.EventWrite): Promise<void> => {
+  verifyWrites([write])
+  await validate(new SessionView.SqlView(tx, dialect), write)
+}
+
 const INSERT_SESSION = "INSERT INTO sessions (session_id, created_at) VALUES (?, ?) ON CONFLICT (session_id) DO NOTHING"
 const INSERT_EVENT =
   "INSERT INTO event_log (event_id, session_id, turn_id, run_id, invocation_id, kind, operation_id, event_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"

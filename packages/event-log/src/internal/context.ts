@@ -171,33 +171,105 @@ export interface ModelContextRead {
   readonly hash: Digest.LogPrefixHash
 }
 
+/** The fence of a compaction source (docs/log-format.md §3.7 step 3). */
+export type CompactionMode = ModelContext.CheckpointMode["kind"]
+
+export interface CompactionOptions {
+  /** The live invocation that compacts; it must be at a settled boundary. */
+  readonly current: string
+  readonly mode: CompactionMode
+  readonly maxEvents: number
+  readonly maxBytes: number
+  /**
+   * Over the limits, lower the fence to the highest clean cut whose context fits instead of failing
+   * (`pre_turn` and `standalone` only; a `mid_turn` source always covers through the read).
+   */
+  readonly fit?: boolean
+}
+
+/** What a compaction adds to a context read: its mode and whether the fence may be lowered. */
+interface Fence {
+  readonly mode: CompactionMode
+  readonly fit: boolean
+}
+
+/** A session row as the core keeps it: every row is hashed, every row but the observations decoded. */
+interface SessionEntry {
+  readonly sequence: number
+  readonly kind: string
+  readonly json: string
+  readonly decoded?: DecodedRow
+}
+
 /**
  * `readModelContext` over a session selection, in one select of the session: every row is hashed
  * from its stored text, and every row but the observations is decoded once and shared by the gate,
  * the baseline, the archives, the tail and `latestMain`.
  */
-export const readModelContext = async (
+export const readModelContext = (
   tx: Rows.Tx,
   dialect: Dialect,
   sessionId: string,
   options: ContextOptions,
+): Promise<ModelContextRead> => materialise(tx, dialect, sessionId, options, undefined)
+
+/**
+ * `prepareContextCompaction` (docs/log-format.md §3.7): the context read of a compaction source.
+ * `current` must be live and at a settled boundary; the source stops at the mode's fence, before
+ * the current opening for `pre_turn` and `standalone`, at the read's high water for `mid_turn`.
+ */
+export const prepareContextCompaction = (
+  tx: Rows.Tx,
+  dialect: Dialect,
+  sessionId: string,
+  options: CompactionOptions,
+): Promise<ModelContextRead> =>
+  materialise(
+    tx,
+    dialect,
+    sessionId,
+    { current: options.current, maxEvents: options.maxEvents, maxBytes: options.maxBytes },
+    { mode: options.mode, fit: options.fit === true },
+  )
+
+/**
+ * Whether the source may end at `entries[index]`: the next session row opens an invocation or
+ * requests a main step. Before either, every local call at or below the cut has its result at or
+ * below it, so a cut there never separates a call from its result.
+ */
+const isCleanCut = (entries: ReadonlyArray<SessionEntry>, index: number): boolean => {
+  const next = entries[index + 1]
+  if (next === undefined) return false
+  if (next.kind === "invocation_opened") return true
+  if (next.kind !== "model_requested" || next.decoded === undefined) return false
+  const fact = next.decoded.stored.event.fact
+  return fact.kind === "model_requested" && fact.purpose === "main"
+}
+
+/** The shared core of the context reads; `fence` makes it a compaction source. */
+const materialise = async (
+  tx: Rows.Tx,
+  dialect: Dialect,
+  sessionId: string,
+  options: ContextOptions,
+  fence: Fence | undefined,
 ): Promise<ModelContextRead> => {
-  if (options.current !== undefined) await requireLive(tx, sessionId, options.current)
+  const opening = options.current === undefined ? undefined : await requireLive(tx, sessionId, options.current)
   const scope: Identity.LogScope = { kind: "session", id: sessionId }
-  const hash = Digest.LogPrefixHash.start(scope)
+  const entries: Array<SessionEntry> = []
   const withoutObservations: Array<DecodedRow> = []
   const decodedEvents: Array<Event.StoredEvent> = []
-  let highWater = 0
   for (const row of await Rows.sessionRows(tx, sessionId)) {
     const sequence = Rows.toNumber(row.sequence)
-    hash.update(sequence, row.event_json)
-    highWater = sequence
-    if (row.kind === "model_observed") continue
+    if (row.kind === "model_observed") {
+      entries.push({ sequence, kind: row.kind, json: row.event_json })
+      continue
+    }
     const event = Rows.decodeJson(row.event_json, row.event_id, sequence)
     const invocation = event.invocation
     const stored: Event.StoredEvent = { sequence, event }
     decodedEvents.push(stored)
-    withoutObservations.push({
+    const decoded: DecodedRow = {
       sequence,
       eventId: row.event_id,
       sessionId: invocation.sessionId,
@@ -208,7 +280,15 @@ export const readModelContext = async (
       operationId: row.operation_id,
       json: row.event_json,
       stored,
-    })
+    }
+    withoutObservations.push(decoded)
+    entries.push({ sequence, kind: row.kind, json: row.event_json, decoded })
+  }
+  const readHighWater = entries.length === 0 ? 0 : entries[entries.length - 1]!.sequence
+  if (fence !== undefined && options.current !== undefined) {
+    const own = decodedEvents.filter((stored) => stored.event.invocation.invocationId === options.current)
+    const reason = InvocationState.unsettledReason(InvocationState.fold(own), "main")
+    if (reason !== undefined) throw EventLogError.invalidTransition(`the invocation is not at a settled boundary: ${reason}`)
   }
   const storedOf = (row: DecodedRow): Event.StoredEvent => row.stored
   const safety = await Safety.checkEvents(
@@ -221,8 +301,15 @@ export const readModelContext = async (
       ...(options.manual === true ? { manual: true } : {}),
     },
   )
-  const sourceDigest = hash.digest(highWater)
-  const checkpoints = withoutObservations.filter((row) => row.kind === "context_checkpoint_recorded")
+  // Step 3: the selection's high water, or the mode's fence of a compaction source.
+  let highWater = readHighWater
+  if (fence !== undefined && fence.mode !== "mid_turn" && opening !== undefined) {
+    highWater = 0
+    for (const entry of entries) if (entry.sequence < opening.sequence) highWater = entry.sequence
+  }
+  const checkpoints = withoutObservations.filter(
+    (row) => row.kind === "context_checkpoint_recorded" && row.sequence <= highWater,
+  )
   const checkpointIds = new Set(checkpoints.map((row) => row.eventId))
   const baselineRow = checkpoints[checkpoints.length - 1]
   let baseline: Baseline | undefined
@@ -236,15 +323,15 @@ export const readModelContext = async (
     baseline = { eventId: baselineRow.eventId, sequence: baselineRow.sequence, checkpoint: fact.checkpoint }
   }
   const coveredThrough = baseline?.checkpoint.coveredThrough ?? 0
-  let events = 0
-  let bytes = 0
+  let anchorEvents = 0
+  let anchorBytes = 0
   let anchor: Event.StoredEvent | undefined
   if (baseline !== undefined && baseline.checkpoint.mode.kind === "mid_turn") {
     const anchorRow = await Rows.byEventId(tx, baseline.checkpoint.mode.anchorEventId)
     if (anchorRow === undefined) throw EventLogError.invalidTransition("the baseline's anchor is missing")
     anchor = Rows.stored(anchorRow)
-    events += 1
-    bytes += Canonical.utf8Length(anchorRow.json)
+    anchorEvents = 1
+    anchorBytes = Canonical.utf8Length(anchorRow.json)
   }
   const compactInvocations = new Set<string>()
   const summarySteps = new Set<string>()
@@ -264,28 +351,58 @@ export const readModelContext = async (
       }
     }
   }
-  const tailRows = withoutObservations.filter(
-    (row) =>
-      row.sequence > coveredThrough &&
-      row.kind !== "context_checkpoint_recorded" &&
-      row.kind !== "tool_result_archived" &&
-      !compactInvocations.has(row.invocationId) &&
-      !(row.operationId !== null && summarySteps.has(row.operationId) && row.kind.startsWith("model_")),
-  )
-  for (const row of tailRows) {
+  const isTail = (row: DecodedRow): boolean =>
+    row.sequence > coveredThrough &&
+    row.kind !== "context_checkpoint_recorded" &&
+    row.kind !== "tool_result_archived" &&
+    !compactInvocations.has(row.invocationId) &&
+    !(row.operationId !== null && summarySteps.has(row.operationId) && row.kind.startsWith("model_"))
+  const charge = (row: DecodedRow): number => {
     const archive = row.kind === "tool_settled" ? archives.get(row.eventId) : undefined
-    bytes += archive === undefined ? Canonical.utf8Length(row.json) : replacementBytes(archive.placeholder)
-    events += 1
+    return archive === undefined ? Canonical.utf8Length(row.json) : replacementBytes(archive.placeholder)
   }
-  if (events > options.maxEvents || bytes > options.maxBytes) throw EventLogError.prefixTooLarge()
+  const fits = (events: number, bytes: number) => events <= options.maxEvents && bytes <= options.maxBytes
+  let events = anchorEvents
+  let bytes = anchorBytes
+  for (const row of withoutObservations) {
+    if (row.sequence > highWater) break
+    if (!isTail(row)) continue
+    events += 1
+    bytes += charge(row)
+  }
+  if (!fits(events, bytes)) {
+    if (fence === undefined || !fence.fit || fence.mode === "mid_turn") throw EventLogError.prefixTooLarge()
+    // The highest clean cut above the baseline's coverage whose context fits (docs/log-format.md §3.7).
+    let cut: number | undefined
+    events = anchorEvents
+    bytes = anchorBytes
+    for (let index = 0; index < entries.length; index++) {
+      const entry = entries[index]!
+      if (entry.sequence > highWater) break
+      if (entry.decoded !== undefined && isTail(entry.decoded)) {
+        events += 1
+        bytes += charge(entry.decoded)
+      }
+      if (!fits(events, bytes)) break
+      if (entry.sequence > coveredThrough && isCleanCut(entries, index)) cut = entry.sequence
+    }
+    if (cut === undefined) throw EventLogError.prefixTooLarge()
+    highWater = cut
+  }
   const replacements: Array<{ settledEventId: string; archiveEventId: string }> = []
-  const tail: Array<TailItem> = tailRows.map((row) => {
+  const tail: Array<TailItem> = []
+  for (const row of withoutObservations) {
+    if (row.sequence > highWater) break
+    if (!isTail(row)) continue
     const archive = row.kind === "tool_settled" ? archives.get(row.eventId) : undefined
     const stored = storedOf(row)
-    if (archive === undefined) return { kind: "canonical", stored }
+    if (archive === undefined) {
+      tail.push({ kind: "canonical", stored })
+      continue
+    }
     const fact = stored.event.fact
     replacements.push({ settledEventId: row.eventId, archiveEventId: archive.eventId })
-    return {
+    tail.push({
       kind: "archived",
       sequence: row.sequence,
       eventId: row.eventId,
@@ -294,15 +411,24 @@ export const readModelContext = async (
       replacement: Archive.modelValue(archive.placeholder.identity, archive.placeholder.page),
       archiveEventId: archive.eventId,
       isError: fact.kind === "tool_settled" && fact.outcome.kind === "failed",
-    }
-  })
+    })
+  }
+  // Step 7: the evidence streams every row of the selection up to the high water, observations included.
+  const hash = Digest.LogPrefixHash.start(scope)
+  for (const entry of entries) {
+    if (entry.sequence > highWater) break
+    hash.update(entry.sequence, entry.json)
+  }
+  const sourceDigest = hash.digest(highWater)
   const source: ModelContextSource = {
     sourceEvidence: { scope, highWater, digest: sourceDigest },
     ...(baseline === undefined ? {} : { baseline }),
     ...(anchor === undefined ? {} : { anchor }),
     tail,
     effectiveSourceDigest: Digest.effectiveSource(sourceDigest, replacements),
-    latestMain: latestMain(withoutObservations),
+    latestMain: latestMain(
+      highWater === readHighWater ? withoutObservations : withoutObservations.filter((row) => row.sequence <= highWater),
+    ),
     unknownOperations: safety.unknownOperations,
   }
   return { source, hash }

@@ -116,10 +116,14 @@ export const unsettledDispatches = (state: InvocationState): ReadonlyArray<strin
 export const unresolvedLocalCalls = (state: InvocationState): ReadonlyArray<LocalCall> =>
   state.localCalls.filter((call) => !state.dispatched.has(call.operationId) && !state.rejected.has(call.operationId))
 
-/** Why the invocation is not at a settled boundary, or `undefined` when it is. */
-export const unsettledReason = (state: InvocationState): string | undefined => {
+/**
+ * Why the invocation is not at a settled boundary, or `undefined` when it is. With `purpose`, only
+ * an unresolved request of that purpose counts (compaction asks for `main`: its own summary request
+ * is not its caller's concern).
+ */
+export const unsettledReason = (state: InvocationState, purpose?: Model.ModelPurpose): string | undefined => {
   if (unsettledDispatches(state).length > 0) return "a dispatched tool is unsettled"
-  if (unresolvedRequests(state).length > 0) return "a model request is unresolved"
+  if (unresolvedRequests(state, purpose).length > 0) return "a model request is unresolved"
   if (unresolvedLocalCalls(state).length > 0) return "a local tool call is neither rejected nor settled"
   return undefined
 }

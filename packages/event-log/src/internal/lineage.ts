@@ -13,6 +13,7 @@ import {
   type Fact,
   type Input,
 } from "@maka/facts"
+import { sql } from "kysely"
 import * as EventLogError from "../EventLogError.ts"
 import type { Dialect } from "./database.ts"
 import * as InvocationState from "./invocation-state.ts"
@@ -131,6 +132,79 @@ export const pendingPause = async (tx: Rows.Tx, sessionId: string): Promise<Pend
     return undefined
   }
   return { opening, terminal, pause }
+}
+
+/** A sealed `handoff_paused` terminal whose successor has not opened (docs/log-format.md §3.10). */
+export interface PendingHandoff {
+  /** The terminal's sequence: the cursor of the next page. */
+  readonly sequence: number
+  readonly sessionId: string
+  /** The paused run's invocation. */
+  readonly invocation: Identity.Invocation
+  readonly pause: FactLineage.HandoffPause
+}
+
+/**
+ * Up to `PENDING_HANDOFF_PAGE` pending pauses after `afterSequence`, in sequence order, across the
+ * log. The terminals come from the handoff-successor index (only `handoff_paused` terminals carry a
+ * successor), and each successor's opening from the invocation-boundary index.
+ */
+export const pendingHandoffs = async (
+  tx: Rows.Tx,
+  dialect: Dialect,
+  afterSequence: number,
+): Promise<ReadonlyArray<PendingHandoff>> => {
+  const successor =
+    dialect === "sqlite"
+      ? sql<string | null>`json_extract(terminal.event_json, '$.fact.outcome.pause.intent.successorInvocationId')`
+      : sql<string | null>`terminal.successor_invocation_id`
+  const rows = await tx
+    .selectFrom("event_log as terminal")
+    .select(["terminal.sequence", "terminal.event_id", "terminal.event_json"])
+    .where(sql<boolean>`terminal.kind = 'invocation_ended'`)
+    .where(sql<boolean>`${successor} IS NOT NULL`)
+    .where("terminal.sequence", ">", afterSequence)
+    .where(({ not, exists, selectFrom }) =>
+      not(
+        exists(
+          selectFrom("event_log as opening")
+            .select("opening.sequence")
+            .where(sql<boolean>`opening.invocation_id = ${successor}`)
+            .where(sql<boolean>`opening.kind = 'invocation_opened'`)
+            .where(sql<boolean>`opening.kind IN ('invocation_opened', 'invocation_ended')`),
+        ),
+      ),
+    )
+    .orderBy("terminal.sequence")
+    .limit(Limits.PENDING_HANDOFF_PAGE)
+    .execute()
+  return rows.map((row) => {
+    const sequence = Rows.toNumber(row.sequence)
+    const event = Rows.decodeJson(row.event_json, row.event_id, sequence)
+    const fact = event.fact
+    if (fact.kind !== "invocation_ended" || fact.outcome.kind !== "handoff_paused") {
+      throw EventLogError.make({ _tag: "Decode", message: `event ${row.event_id} at ${sequence} is not a handoff pause` })
+    }
+    return { sequence, sessionId: event.invocation.sessionId, invocation: event.invocation, pause: fact.outcome.pause }
+  })
+}
+
+/**
+ * The session position just before a message-opened run's opening, with the session prefix digest
+ * there: the base a continuation of that run inherits (docs/log-format.md §3.7).
+ */
+export const contextBeforeRun = async (tx: Rows.Tx, invocation: Identity.Invocation): Promise<FactLineage.SessionBase> => {
+  const { opening } = await Rows.boundaries(tx, invocation.invocationId)
+  if (
+    opening === undefined ||
+    opening.sessionId !== invocation.sessionId ||
+    opening.turnId !== invocation.turnId ||
+    opening.runId !== invocation.runId
+  ) {
+    throw invalid("the invocation has no opening")
+  }
+  if (openingFact(opening).input.kind !== "message") throw invalid("contextBeforeRun reads the base of a message-opened run")
+  return rootBase(tx, opening)
 }
 
 const sameBase = (left: FactLineage.SessionBase, right: FactLineage.SessionBase) =>
