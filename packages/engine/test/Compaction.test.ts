@@ -201,13 +201,28 @@ describe("standalone compaction", () => {
     ),
   )
 
-  it.live("turns a summary that calls a tool into a failed compaction with no checkpoint", () =>
+  it.live("fails a summary that calls a tool, by its finish reason first, with no checkpoint (docs/engine.md §2.5)", () =>
     Effect.scoped(
       Effect.gen(function* () {
-        const context = yield* setup({ script: [mainEntry(answer("Hello.")), summaryEntry(echoCall("call-1", "x"))] })
+        const context = yield* setup({
+          script: [
+            mainEntry(answer("Hello.")),
+            summaryEntry(echoCall("call-1", "x")),
+            mainEntry(answer("Hello again.")),
+            summaryEntry(
+              Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-2", name: "echo", arguments: ['{"value":"y"}'] }], finishReason: "stop" })),
+            ),
+          ],
+        })
         yield* context.engine.run(input(context, "Hi.", noTools({ ran: [] })))
-        const result = yield* context.engine.compact(compactInput(context))
-        assert.deepStrictEqual(result.outcome, {
+        const first = yield* context.engine.compact(compactInput(context))
+        assert.deepStrictEqual(first.outcome, {
+          kind: "context_compact_finished",
+          outcome: { kind: "failed", reason: "summary_has_invalid_finish_reason" },
+        })
+        yield* context.engine.run(input(context, "Hi again.", noTools({ ran: [] })))
+        const second = yield* context.engine.compact(compactInput(context))
+        assert.deepStrictEqual(second.outcome, {
           kind: "context_compact_finished",
           outcome: { kind: "failed", reason: "summary_contains_tool_content" },
         })

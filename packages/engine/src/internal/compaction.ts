@@ -67,7 +67,7 @@ export const capture = (run: Run, mode: ModelContext.CheckpointMode, fit: boolea
     const read = yield* Effect.result(
       run.log.prepareContextCompaction(sessionId, {
         current: invocationId,
-        mode,
+        mode: mode.kind,
         ...LiveContext.defaultLimits,
         ...(fit && mode.kind !== "mid_turn" ? { fit: true } : {}),
       }),
@@ -88,7 +88,12 @@ export const capture = (run: Run, mode: ModelContext.CheckpointMode, fit: boolea
 /** How a summary job ended. */
 export type JobResult =
   | { readonly kind: "compacted"; readonly checkpoint: ModelContext.ContextCheckpoint }
-  | { readonly kind: "failed"; readonly reason: Outcome.CompactReason }
+  | {
+      readonly kind: "failed"
+      readonly reason: Outcome.CompactReason
+      /** An attempt answered with a tool call (whatever the defect reported first): its run ends here. */
+      readonly toolContent: boolean
+    }
 
 export interface JobOptions {
   readonly reservation?: ModelLimiter.BackgroundReservation | undefined
@@ -113,6 +118,8 @@ export const job = (run: Run, captured: Captured, options: JobOptions = {}): Eff
     let instruction = Prompts.COMPACTION_BASE_INSTRUCTION
     let shortened = false
     let firstDefect: Summary.SummaryDefect | undefined
+    let toolContent = false
+    const failed = (reason: Outcome.CompactReason): JobResult => ({ kind: "failed", reason, toolContent })
     while (true) {
       const prompt: Prompt.Prompt = [...history, { role: "user", content: Prompts.compactionAttemptMessage(instruction) }]
       const projected = projectPrompt(run.model.kind, run.model.routeIdentity, prompt)
@@ -132,8 +139,9 @@ export const job = (run: Run, captured: Captured, options: JobOptions = {}): Eff
         cancellation: options.cancellation,
       })
       const step = completed.step
+      if (step.parts.some((part) => part.kind === "tool_call")) toolContent = true
       if (step.finishReason === "length") {
-        if (shortened || firstDefect !== undefined) return { kind: "failed", reason: "output_length" } satisfies JobResult
+        if (shortened || firstDefect !== undefined) return failed("output_length")
         shortened = true
         instruction = Prompts.COMPACTION_LENGTH_RETRY_INSTRUCTION
         continue
@@ -151,8 +159,8 @@ export const job = (run: Run, captured: Captured, options: JobOptions = {}): Eff
         return { kind: "compacted", checkpoint } satisfies JobResult
       }
       const defect = summary.failure
-      if (firstDefect !== undefined) return { kind: "failed", reason: firstDefect } satisfies JobResult
-      if (!Summary.isRepairable(defect)) return { kind: "failed", reason: defect } satisfies JobResult
+      if (firstDefect !== undefined) return failed(firstDefect)
+      if (!Summary.isRepairable(defect)) return failed(defect)
       firstDefect = defect
       instruction = Prompts.compactionRepairInstruction(defect)
     }
@@ -175,7 +183,11 @@ export interface Pending {
 /** What adopting a job gave: a committed checkpoint, or nothing (and why). */
 export type Adoption =
   | { readonly kind: "adopted"; readonly checkpointId: string }
-  | { readonly kind: "not_adopted"; readonly reason: Outcome.CompactReason | "model_error" | "cancelled" }
+  | {
+      readonly kind: "not_adopted"
+      readonly reason: Outcome.CompactReason | "model_error" | "cancelled"
+      readonly toolContent?: boolean
+    }
 
 /** Whether a job's failure is one adoption absorbs (a model error or a cancellation) rather than propagates. */
 const isAbsorbed = (error: EngineError.EngineError): boolean =>
@@ -184,7 +196,7 @@ const isAbsorbed = (error: EngineError.EngineError): boolean =>
 /** Appends the checkpoint of a successful job; any other result adopts nothing. */
 export const adoptResult = (run: Run, result: JobResult): Effect.Effect<Adoption, EngineError.EngineError, Ids.Ids> =>
   Effect.gen(function* () {
-    if (result.kind === "failed") return { kind: "not_adopted", reason: result.reason } satisfies Adoption
+    if (result.kind === "failed") return { kind: "not_adopted", reason: result.reason, toolContent: result.toolContent } satisfies Adoption
     const write = yield* plainWrite(run, checkpointFact(result.checkpoint))
     yield* Effect.mapError(commit(run, [write]), commitError)
     return { kind: "adopted", checkpointId: write.event.id } satisfies Adoption

@@ -359,7 +359,7 @@ const automaticMode = (run: Run, loop: LoopState): ModelContext.CheckpointMode =
 
 /** Adopts a job's result: a committed checkpoint makes the live context read the log again. */
 const adopted = (run: Run, loop: LoopState, adoption: Compaction.Adoption) => {
-  if (adoption.kind === "not_adopted" && adoption.reason === "summary_contains_tool_content") loop.summaryToolContent = true
+  if (adoption.kind === "not_adopted" && adoption.toolContent === true) loop.summaryToolContent = true
   if (adoption.kind === "adopted") run.live?.markStale()
   return adoption.kind === "adopted"
 }
