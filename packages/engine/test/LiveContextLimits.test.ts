@@ -16,6 +16,7 @@ import * as fc from "fast-check"
 import { isDeepStrictEqual } from "node:util"
 import { LiveContext } from "../src/internal/live-context.ts"
 import { input, setup } from "./support/setup.ts"
+import { answer, isSummaryRequest, mainEntry, summaryAnswer, summaryText } from "./support/compaction.ts"
 
 type Action =
   | { readonly kind: "answer"; readonly size: number }
@@ -150,7 +151,7 @@ describe("the live context's limits", () => {
     120_000,
   )
 
-  it.live("a run whose history outgrows 8 MiB fails event_store before it sends the request a fresh read refuses", () =>
+  it.live("a run whose history outgrows 8 MiB while its compaction fails ends event_store before it sends the request a fresh read refuses", () =>
     Effect.scoped(
       Effect.gen(function* () {
         // Each step calls `sink` nine times with 100,000 characters: about 1.8 MB of completion and
@@ -169,15 +170,55 @@ describe("the live context's limits", () => {
         })
         const result = yield* context.engine.run(input(context, "Fill the context.", ToolCatalog.make([sink]), { maxSteps: 8 }))
         assert.strictEqual(result.outcome.kind === "failed" ? result.outcome.class : result.outcome.kind, "event_store")
-        // The requests that went out were all built from a context a fresh read also returns.
+        // Past 80 % of the byte limit a compaction was due; its summariser answered with tool calls,
+        // which is no summary, and the budget it spent is not renewed before the limit is reached.
         const sent = context.server.requests()
-        assert.strictEqual(sent.length, 5)
+        assert.strictEqual(sent.filter(isSummaryRequest).length, 1)
+        assert.strictEqual(sent.filter((request) => !isSummaryRequest(request)).length, 5)
         for (const request of sent) assert.isBelow(request.body.length, Limits.MAX_HISTORY_BYTES)
         const fresh = yield* Effect.flip(context.log.readModelContext("session-1"))
         assert.strictEqual(fresh.reason._tag === "Rejected" ? fresh.reason.rejection._tag : fresh.reason._tag, "PrefixTooLarge")
       }),
     ),
   60_000)
+
+  it.live("a run whose turn outgrows 8 MiB goes on when its mid-turn compactions succeed", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const argument = JSON.stringify({ value: "v".repeat(100_000) })
+        const step = Respond.sse(
+          OpenAiSse.response({ toolCalls: Array.from({ length: 9 }, (_, index) => ({ id: `call-${index}`, name: "sink", arguments: [argument] })) }),
+        )
+        const context = yield* setup({
+          script: [
+            { match: isSummaryRequest, respond: summaryAnswer(summaryText("the sink was filled")), repeat: true },
+            ...Array.from({ length: 8 }, () => mainEntry(step)),
+            mainEntry(answer("Filled.")),
+          ],
+        })
+        const sink = Tool.make({
+          name: "sink",
+          description: "Takes a large input.",
+          input: Schema.Struct({ value: Schema.String }),
+          semantics: "parallel",
+          execute: () => Effect.succeed(Tool.text("ok")),
+        })
+        const result = yield* context.engine.run(input(context, "Fill the context.", ToolCatalog.make([sink]), { maxSteps: 10 }))
+        assert.deepStrictEqual(result.outcome, { kind: "completed" })
+        const events = yield* context.log.events("session-1")
+        const checkpoints = events.flatMap((stored) =>
+          stored.event.fact.kind === "context_checkpoint_recorded" ? [stored.event.fact.checkpoint.mode.kind] : [],
+        )
+        // The turn wrote far more than a fresh read takes (8 steps of about 1.8 MB), folded mid-turn.
+        assert.isAbove(events.reduce((sum, stored) => sum + JSON.stringify(stored.event).length, 0), Limits.MAX_HISTORY_BYTES)
+        assert.isAtLeast(checkpoints.length, 1)
+        assert.isTrue(checkpoints.every((mode) => mode === "mid_turn"))
+        for (const request of context.server.requests()) assert.isBelow(request.body.length, Limits.MAX_HISTORY_BYTES)
+        // The session stays readable: a fresh read fits the limits.
+        yield* context.log.readModelContext("session-1")
+      }),
+    ),
+  120_000)
 
   it.live("uses the read's own default limits (10,000 events, 8 MiB)", () =>
     Effect.sync(() => {
