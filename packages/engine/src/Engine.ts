@@ -21,6 +21,7 @@ import { Context, Deferred, Effect, Exit, Fiber, Layer, type Redacted, Ref, Resu
 import * as EngineError from "./EngineError.ts"
 import { defaults, MAX_QUEUED_STEERING, resolveOptions, SESSION_CONTEXTS, type EngineOptions } from "./internal/options.ts"
 import { SessionContexts, type Run, type RunSettings } from "./internal/run-context.ts"
+import { catalogOf, reservedNameProblem } from "./internal/read-tool-result.ts"
 import { runMessage } from "./internal/runner.ts"
 import * as Recovery from "./Recovery.ts"
 
@@ -94,7 +95,7 @@ export const validateInput = (input: StartInput): string | undefined => {
     input.context === undefined ? undefined : decodeClosed(ModelContext.ModelRequestContext, input.context, "context"),
     input.providerOptions === undefined ? undefined : decodeClosed(Identity.JsonObject, input.providerOptions, "providerOptions"),
   ]
-  const first = problems.find((problem) => problem !== undefined)
+  const first = [...problems, reservedNameProblem(input.tools)].find((problem) => problem !== undefined)
   if (first !== undefined) return first
   const binding = input.configuration.model
   if (binding !== undefined && binding.model !== input.model.model) {
@@ -123,8 +124,8 @@ const onAbort = (signal: AbortSignal): Effect.Effect<void> =>
     return Effect.sync(() => signal.removeEventListener("abort", listener))
   })
 
-/** The frozen settings of a run from its input. */
-const runSettings = (input: StartInput): RunSettings => ({
+/** The frozen settings of a run from its input; its catalog gains `read_tool_result` over `log`. */
+const runSettings = (input: StartInput, log: EventLog.EventLogShape): RunSettings => ({
   invocation: input.invocation,
   configuration: input.configuration,
   providerOptions: input.providerOptions ?? {},
@@ -132,7 +133,7 @@ const runSettings = (input: StartInput): RunSettings => ({
   ...(input.mainOutputLimit === undefined ? {} : { mainOutputLimit: input.mainOutputLimit }),
   ...(input.requestFingerprint === undefined ? {} : { requestFingerprint: input.requestFingerprint }),
   message: input.message,
-  tools: input.tools,
+  tools: catalogOf(input.tools, log, input.invocation.sessionId),
   maxSteps: input.maxSteps ?? Limits.DEFAULT_MAX_STEPS,
   allowPriorUnknown: input.allowPriorUnknown ?? false,
   secrets: input.secrets ?? [],
@@ -240,7 +241,7 @@ export const make = (options: Partial<EngineOptions> = {}) =>
           carry: [],
           opening: undefined,
           contexts,
-          settings: runSettings(input),
+          settings: runSettings(input, log),
           onCommitted: (events) =>
             Effect.suspend(() => {
               committed.push(...events)
@@ -294,7 +295,7 @@ export const make = (options: Partial<EngineOptions> = {}) =>
         }
         return {
           invocation: input.invocation,
-          toolNames: input.tools.names,
+          toolNames: run.settings.tools.names,
           events: liveEvents(progress, committed),
           steer: (text: string) => Effect.provideService(steer(input.invocation, steering, text), Ids.Ids, ids),
           cancel: cancellation.cancel,
