@@ -11,7 +11,7 @@ import { Digest, type Configuration, type EventWrite, type Fact, type Prompt } f
 import type { EventLog } from "@maka/event-log"
 import { projectPrompt, type LanguageModel } from "@maka/model"
 import { FactBuilders, History, OpenAiSse, Respond } from "@maka/testkit"
-import { ReadToolResult, ToolCatalog } from "@maka/tools"
+import { ReadToolResult } from "@maka/tools"
 import { Effect, Result } from "effect"
 import { isDeepStrictEqual } from "node:util"
 import * as PromptBuilder from "../src/PromptBuilder.ts"
@@ -63,8 +63,7 @@ const rebuild = (
     ...(source.baseline === undefined ? {} : { baselineId: source.baseline.eventId }),
   })
   // A run with tools also offers `read_tool_result`, whose definition does not depend on its reader.
-  const builtin = ReadToolResult.make(() => Effect.die("the rebuilt request never runs a tool"))
-  const tools = settings.tools.tools.length === 0 ? settings.tools : ToolCatalog.extend(settings.tools, [builtin])
+  const tools = ReadToolResult.offer(settings.tools, () => Effect.die("the rebuilt request never runs a tool"))
   return {
     prompt: projectPrompt(model.kind, model.routeIdentity, prompt),
     tools: tools.capture().definitions,

@@ -7,6 +7,7 @@
 import { Archive, Canonical, Digest, EventWrite, Identity, type ToolCall } from "@maka/facts"
 import { Effect, Schema } from "effect"
 import * as Tool from "./Tool.ts"
+import * as ToolCatalog from "./ToolCatalog.ts"
 
 export const NAME = "read_tool_result"
 
@@ -102,3 +103,11 @@ export const make = (read: Reader): Tool.Tool =>
         return typeof page === "string" ? yield* Tool.fail(page) : Tool.json(page)
       }),
   })
+
+/**
+ * The catalog a run offers for the host's `tools`: the same tools plus `read_tool_result` over `read`,
+ * or the empty catalog as it is when the host offers no tool at all. Throws like `ToolCatalog.make`
+ * when the host's catalog already holds a tool named `read_tool_result`.
+ */
+export const offer = (tools: ToolCatalog.ToolCatalog, read: Reader): ToolCatalog.ToolCatalog =>
+  tools.tools.length === 0 ? tools : ToolCatalog.extend(tools, [make(read)])

@@ -32,6 +32,6 @@ export const reservedNameProblem = (tools: ToolCatalog.ToolCatalog): string | un
     ? undefined
     : `the tool name ${ReadToolResult.NAME} is reserved: the engine adds its own tool under it`
 
-/** The run's catalog: the host's tools plus `read_tool_result`, or no tool at all when the host passed none. */
+/** The run's catalog: the host's tools plus `read_tool_result` over the run's log, or none when the host passed none. */
 export const catalogOf = (tools: ToolCatalog.ToolCatalog, log: EventLog.EventLogShape, sessionId: string): ToolCatalog.ToolCatalog =>
-  tools.tools.length === 0 ? tools : ToolCatalog.extend(tools, [ReadToolResult.make(reader(log, sessionId))])
+  ReadToolResult.offer(tools, reader(log, sessionId))
