@@ -177,7 +177,7 @@ describe.skipIf(!available && !inCi)("maka inspect --html rendered in headless C
   it("renders a step's input and output once it is opened: the tool result it read and the answer it gave", async () => {
     const step = page.locator("details#step-3")
     const summary = step.locator("summary")
-    expect(await summary.innerText()).toBe("Step 3 — 6 messages, tools list_files, read_file, search_text")
+    expect(await summary.innerText()).toBe("Step 3 — 6 messages, tools list_files, read_file, read_tool_result, search_text")
     const firstInput = step.locator("pre").first()
     expect(await firstInput.isVisible()).toBe(false)
     await summary.click()

@@ -21,6 +21,7 @@ import { Context, Deferred, Effect, Exit, Fiber, Layer, type Redacted, Ref, Resu
 import * as EngineError from "./EngineError.ts"
 import { defaults, MAX_QUEUED_STEERING, resolveOptions, SESSION_CONTEXTS, type EngineOptions } from "./internal/options.ts"
 import { SessionContexts, type Run, type RunSettings } from "./internal/run-context.ts"
+import { catalogOf, reservedNameProblem } from "./internal/read-tool-result.ts"
 import { runCompact, runMessage } from "./internal/runner.ts"
 import * as Recovery from "./Recovery.ts"
 
@@ -120,7 +121,7 @@ export const validateInput = (input: LaunchInput): string | undefined => {
     input.context === undefined ? undefined : decodeClosed(ModelContext.ModelRequestContext, input.context, "context"),
     input.providerOptions === undefined ? undefined : decodeClosed(Identity.JsonObject, input.providerOptions, "providerOptions"),
   ]
-  const first = problems.find((problem) => problem !== undefined)
+  const first = [...problems, reservedNameProblem(input.tools ?? ToolCatalog.empty)].find((problem) => problem !== undefined)
   if (first !== undefined) return first
   const binding = input.configuration.model
   if (binding !== undefined && binding.model !== input.model.model) {
@@ -152,8 +153,8 @@ const onAbort = (signal: AbortSignal): Effect.Effect<void> =>
     return Effect.sync(() => signal.removeEventListener("abort", listener))
   })
 
-/** The frozen settings of a run from its input. */
-const runSettings = (input: LaunchInput): RunSettings => ({
+/** The frozen settings of a run from its input; its catalog gains `read_tool_result` over `log`. */
+const runSettings = (input: LaunchInput, log: EventLog.EventLogShape): RunSettings => ({
   invocation: input.invocation,
   configuration: input.configuration,
   providerOptions: input.providerOptions ?? {},
@@ -161,7 +162,7 @@ const runSettings = (input: LaunchInput): RunSettings => ({
   ...(input.mainOutputLimit === undefined ? {} : { mainOutputLimit: input.mainOutputLimit }),
   ...(input.requestFingerprint === undefined ? {} : { requestFingerprint: input.requestFingerprint }),
   ...(input.message === undefined ? {} : { message: input.message }),
-  tools: input.tools ?? ToolCatalog.empty,
+  tools: catalogOf(input.tools ?? ToolCatalog.empty, log, input.invocation.sessionId),
   maxSteps: input.maxSteps ?? Limits.DEFAULT_MAX_STEPS,
   allowPriorUnknown: input.allowPriorUnknown ?? false,
   secrets: input.secrets ?? [],
@@ -270,7 +271,7 @@ export const make = (options: Partial<EngineOptions> = {}) =>
           commitLock: Semaphore.makeUnsafe(1),
           opening: undefined,
           contexts,
-          settings: runSettings(input),
+          settings: runSettings(input, log),
           onCommitted: (events) =>
             Effect.suspend(() => {
               committed.push(...events)

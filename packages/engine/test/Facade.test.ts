@@ -358,12 +358,14 @@ describe("Facade", () => {
     const context = await setup([listThenAnswer[0]!, listThenAnswer[1]!, answer])
     const root = fs.realpathSync(context.workspace)
     const run = await context.engine.start(options(context, { tools: Builtins.read({ root }) }))
-    assert.deepStrictEqual([...run.toolNames].sort(), ["list_files", "read_file", "search_text"])
+    assert.deepStrictEqual([...run.toolNames].sort(), ["list_files", "read_file", "read_tool_result", "search_text"])
     assert.deepStrictEqual((await run.wait()).outcome, { kind: "completed" })
     assert.include(kinds(await context.engine.events("session-1")), "tool_settled")
     const none = await context.engine.start(options(context, { sessionId: "session-2", tools: [] }))
     assert.deepStrictEqual(none.toolNames, [])
     await none.wait()
+    const first = context.server.requests()[0]!.json as { readonly tools: ReadonlyArray<{ readonly function: { readonly name: string } }> }
+    assert.deepStrictEqual(first.tools.map((tool) => tool.function.name), [...run.toolNames].sort())
     const body = context.server.requests()[2]!.json as { readonly tools?: ReadonlyArray<unknown> }
     assert.strictEqual(body.tools?.length ?? 0, 0)
     const twice = [...Builtins.read({ root }), ...Builtins.read({ root })]

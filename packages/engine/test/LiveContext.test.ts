@@ -11,7 +11,7 @@ import { Digest, type Configuration, type EventWrite, type Fact, type Prompt } f
 import type { EventLog } from "@maka/event-log"
 import { projectPrompt, type LanguageModel } from "@maka/model"
 import { FactBuilders, History, OpenAiSse, Respond } from "@maka/testkit"
-import type { ToolCatalog } from "@maka/tools"
+import { ReadToolResult } from "@maka/tools"
 import { Effect, Result } from "effect"
 import { isDeepStrictEqual } from "node:util"
 import * as PromptBuilder from "../src/PromptBuilder.ts"
@@ -62,7 +62,8 @@ const rebuild = (
     modelId: model.model,
     ...(source.baseline === undefined ? {} : { baselineId: source.baseline.eventId }),
   })
-  const tools: ToolCatalog.ToolCatalog = settings.tools
+  // A run with tools also offers `read_tool_result`, whose definition does not depend on its reader.
+  const tools = ReadToolResult.offer(settings.tools, () => Effect.die("the rebuilt request never runs a tool"))
   return {
     prompt: projectPrompt(model.kind, model.routeIdentity, prompt),
     tools: tools.capture().definitions,

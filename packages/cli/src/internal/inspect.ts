@@ -8,7 +8,7 @@ import type { Event, Fact, Prompt } from "@maka/facts"
 import type { EventLog } from "@maka/event-log"
 import { PromptBuilder } from "@maka/engine"
 import { projectPrompt } from "@maka/model"
-import { Builtins, ToolCatalog } from "@maka/tools"
+import { Builtins, ReadToolResult, Tool, ToolCatalog } from "@maka/tools"
 import * as fs from "node:fs"
 import * as path from "node:path"
 import { TOOL_LEVELS, type ToolLevel } from "../Configuration.ts"
@@ -197,7 +197,9 @@ export const rebuildInput = (events: ReadonlyArray<Event.StoredEvent>, stored: E
   })
   const root = { root: opening.configuration.cwd }
   const candidates = TOOL_LEVELS.map((level) => {
-    const tools = ToolCatalog.make(Builtins.forLevel(level, root)).capture().definitions
+    // The engine adds read_tool_result to a catalog with tools; its definition does not depend on the reader.
+    const catalog = ReadToolResult.offer(ToolCatalog.make(Builtins.forLevel(level, root)), () => Tool.fail("not readable offline"))
+    const tools = catalog.capture().definitions
     return { level, tools, digest: PromptBuilder.inputDigest(projected, tools, {}, maxOutputTokens) }
   })
   const match = candidates.find((candidate) => candidate.digest === request.inputDigest)
