@@ -3,7 +3,7 @@
  * settings, the in-memory context, the cancellation controller, and `commit`, the one path every
  * fact of the run takes to the log (so the live context sees exactly what was committed).
  */
-import { EventWrite, type Configuration, type Event, type Identity, type Input, type ModelContext } from "@maka/facts"
+import { EventWrite, type Configuration, type Event, type Identity, type Input, type Lineage, type ModelContext } from "@maka/facts"
 import type { EventLog, EventLogError } from "@maka/event-log"
 import type { LanguageModel } from "@maka/model"
 import { Cancellation, Ids, type ToolCatalog } from "@maka/tools"
@@ -11,6 +11,7 @@ import { Clock, Effect, Result, type Redacted, type Ref, type Semaphore } from "
 import * as EngineError from "../EngineError.ts"
 import { faultPoint } from "./fault.ts"
 import type { EngineOptions } from "./options.ts"
+import type { HandoffGate } from "./handoff.ts"
 import type { LiveContext } from "./live-context.ts"
 
 export interface RunSettings {
@@ -20,7 +21,9 @@ export interface RunSettings {
   readonly context?: ModelContext.ModelRequestContext
   readonly mainOutputLimit?: number
   readonly requestFingerprint?: string
-  /** The message of a message run; a `context_compact` run has none. */
+  /** A handoff successor: the paused run and its sealed pause (docs/engine.md §5.10). */
+  readonly successor?: { readonly paused: Identity.Invocation; readonly pause: Lineage.HandoffPause }
+  /** The message of a message run; a `context_compact` run and a handoff successor have none. */
   readonly message?: Input.MessageInput
   readonly tools: ToolCatalog.ToolCatalog
   readonly maxSteps: number
@@ -62,6 +65,10 @@ export interface Run {
   readonly steering: Ref.Ref<ReadonlyArray<Input.DeliveredMessage>>
   /** Set once the opening is durable. */
   live: LiveContext | undefined
+  /** The run's handoff gate (docs/engine.md §5.10). */
+  readonly handoff: HandoffGate
+  /** A successor's claim on the paused run's boundary, prepared before its opening. */
+  claim: Lineage.ContinuationClaim | undefined
   /** The opening, once it is durable, with its sequence and stored JSON. */
   opening: { readonly stored: Event.StoredEvent; readonly json: string } | undefined
   /** The engine's kept contexts, per session. */

@@ -1,0 +1,199 @@
+/**
+ * Handoff (docs/engine.md §5.10): the in-memory gate that schedules a pause at a settled step
+ * boundary, the pause a run seals there (`handoff_paused` with its frozen settings, remaining steps
+ * and compaction budget), and the successor's claim on the sealed run's boundary, checked against
+ * the pause before anything is written (docs/engine.md §5.9 `prepareClaim`).
+ */
+import { Canonical, Identity, Lineage, type Fact } from "@maka/facts"
+import type { EventLog, EventLogError } from "@maka/event-log"
+import { Deferred, Effect } from "effect"
+import * as EngineError from "../EngineError.ts"
+import type { Budget } from "./compaction.ts"
+import { storeError, type Run } from "./run-context.ts"
+
+/** What a requested handoff became: the sealed pause, or nothing (the run ended first, or the preflight failed). */
+export type HandoffResult = Lineage.HandoffPause | undefined
+
+type GateState = "running" | "requested" | "held" | "committed" | "sealed" | "closed"
+
+/**
+ * The gate of one run (docs/engine.md §5.10): `running → requested → held → committed → sealed`, or
+ * `closed` when the run ends. It only schedules: the store's checks decide whether a pause seals.
+ */
+export class HandoffGate {
+  private state: GateState = "running"
+  private pending: { readonly intent: Lineage.HandoffIntent; readonly done: Deferred.Deferred<HandoffResult> } | undefined
+
+  constructor(readonly rootRunId: string) {}
+
+  get current(): GateState {
+    return this.state
+  }
+
+  /** Reserves a handoff at the next step boundary; `Busy` unless the run is running and the intent names its root. */
+  reserve(intent: Lineage.HandoffIntent): Effect.Effect<Deferred.Deferred<HandoffResult>, EngineError.EngineError> {
+    return Effect.gen(this, function* () {
+      if (intent.rootRunId !== this.rootRunId) return yield* Effect.fail(EngineError.invalidInput("handoff changes the logical Run"))
+      if (this.state !== "running") return yield* Effect.fail(EngineError.busy(`the run's handoff gate is ${this.state}`))
+      const done = yield* Deferred.make<HandoffResult>()
+      this.state = "requested"
+      this.pending = { intent, done }
+      return done
+    })
+  }
+
+  /** Drops a reservation not yet held: nothing is written and the same run goes on. */
+  readonly drop: Effect.Effect<void> = Effect.suspend(() => {
+    if (this.state !== "requested" || this.pending === undefined) return Effect.void
+    const { done } = this.pending
+    this.pending = undefined
+    this.state = "running"
+    return Deferred.succeed(done, undefined)
+  })
+
+  /** The intent to hold at this boundary, if one is requested (the state becomes `held`). */
+  hold(): Lineage.HandoffIntent | undefined {
+    if (this.state !== "requested" || this.pending === undefined) return undefined
+    this.state = "held"
+    return this.pending.intent
+  }
+
+  /** The preflight failed or the run was cancelled: back to `running`, the caller learns nothing sealed. */
+  readonly release: Effect.Effect<void> = Effect.suspend(() => {
+    if (this.state !== "held" || this.pending === undefined) return Effect.void
+    const { done } = this.pending
+    this.pending = undefined
+    this.state = "running"
+    return Deferred.succeed(done, undefined)
+  })
+
+  /** The pause is about to be appended. */
+  commit(): boolean {
+    if (this.state !== "held") return false
+    this.state = "committed"
+    return true
+  }
+
+  /** The pause is durable. */
+  sealed(pause: Lineage.HandoffPause): Effect.Effect<void> {
+    return Effect.suspend(() => {
+      const pending = this.pending
+      this.pending = undefined
+      this.state = "sealed"
+      return pending === undefined ? Effect.void : Deferred.succeed(pending.done, pause)
+    })
+  }
+
+  /** The run ended: a waiting reservation learns nothing was sealed. */
+  readonly close: Effect.Effect<void> = Effect.suspend(() => {
+    const pending = this.pending
+    this.pending = undefined
+    if (this.state !== "sealed") this.state = "closed"
+    return pending === undefined ? Effect.void : Deferred.succeed(pending.done, undefined)
+  })
+}
+
+/** The tool checkpoint of a pause: the catalog's digest and its sorted names. */
+export const toolsOf = (run: Run): Lineage.HandoffTools => ({
+  catalogDigest: run.settings.tools.digest,
+  names: [...run.settings.tools.names],
+})
+
+/** The pause a run seals at step `step` (0-based) with the replay the successor's first request must match. */
+export const pauseOf = (
+  run: Run,
+  intent: Lineage.HandoffIntent,
+  step: number,
+  replayDigest: string,
+  budget: Budget,
+): Lineage.HandoffPause => {
+  const { settings } = run
+  const replayBase = settings.successor?.pause.execution.replayBase
+  return {
+    intent,
+    remainingSteps: settings.maxSteps - step,
+    execution: {
+      replay: { version: 1, digest: replayDigest, routeIdentity: run.model.routeIdentity },
+      ...(settings.context === undefined ? {} : { context: settings.context }),
+      providerOptions: settings.providerOptions,
+      ...(settings.mainOutputLimit === undefined ? {} : { mainOutputLimit: settings.mainOutputLimit }),
+      tools: toolsOf(run),
+      compaction: budget,
+      ...(replayBase === undefined ? {} : { replayBase }),
+    },
+  }
+}
+
+/** A refusal of the successor's admission: nothing is written. */
+const refused = (message: string) => EngineError.reconciliation(message)
+
+const readError = (error: EventLogError.EventLogError) =>
+  error.reason._tag === "Rejected" && error.reason.rejection._tag === "InvalidTransition"
+    ? EngineError.reconciliation(error.message)
+    : storeError(error)
+
+/** The paused run's opening and its sealed pause, read from its run prefix. */
+export const readPaused = (log: EventLog.EventLogShape, paused: Identity.Invocation) =>
+  Effect.gen(function* () {
+    const prefix = yield* Effect.mapError(log.runPrefix(paused.sessionId, paused.runId), readError)
+    if (prefix === undefined || !Identity.sameInvocation(prefix.invocation, paused)) {
+      return yield* Effect.fail(refused("no sealed run of that invocation"))
+    }
+    const opening = prefix.events[0]!.event.fact
+    const last = prefix.events[prefix.events.length - 1]!.event.fact
+    if (opening.kind !== "invocation_opened") return yield* Effect.fail(refused("the paused run has no opening"))
+    if (last.kind !== "invocation_ended" || last.outcome.kind !== "handoff_paused") {
+      return yield* Effect.fail(refused("the run is not sealed handoff_paused"))
+    }
+    return { prefix, opening: opening satisfies Fact.InvocationOpened, pause: last.outcome.pause }
+  })
+
+/**
+ * The successor's claim (docs/engine.md §5.9 steps 1–8 for a handoff): the paused run's exact
+ * boundary, the inherited base, identical settings and catalog, and a replay whose digest equals
+ * the pause's. Every failure is `ReconciliationRequired` and writes nothing.
+ */
+export const prepareClaim = (run: Run, replayDigest: (source: EventLog.ModelContextSource) => Effect.Effect<string, EngineError.EngineError>) =>
+  Effect.gen(function* () {
+    const successor = run.settings.successor!
+    const { log } = run
+    const { prefix, opening, pause } = yield* readPaused(log, successor.paused)
+    if (!Canonical.equal(pause, successor.pause)) return yield* Effect.fail(refused("the pause differs from the sealed one"))
+    const expected = Lineage.successorOf(pause.intent, successor.paused)
+    if (!Identity.sameInvocation(expected, run.settings.invocation)) {
+      return yield* Effect.fail(refused("the successor's invocation is not the pause's"))
+    }
+    if (!Canonical.equal(opening.configuration, run.settings.configuration)) {
+      return yield* Effect.fail(refused("a handoff successor runs with the paused run's configuration"))
+    }
+    const execution = pause.execution
+    if (!Canonical.equal(execution.providerOptions, run.settings.providerOptions)) {
+      return yield* Effect.fail(refused("a handoff successor runs with the paused run's provider options"))
+    }
+    if (!Canonical.equal(execution.context ?? null, run.settings.context ?? null)) {
+      return yield* Effect.fail(refused("a handoff successor runs with the paused run's context windows"))
+    }
+    if (execution.mainOutputLimit !== run.settings.mainOutputLimit) {
+      return yield* Effect.fail(refused("a handoff successor runs with the paused run's output limit"))
+    }
+    if (execution.replay.routeIdentity !== run.model.routeIdentity) {
+      return yield* Effect.fail(refused("a handoff successor runs on the paused run's route"))
+    }
+    if (execution.tools.catalogDigest !== run.settings.tools.digest) {
+      return yield* Effect.fail(refused("a handoff successor restores the paused run's tool catalog"))
+    }
+    const base =
+      opening.input.kind === "continuation" || opening.input.kind === "handoff"
+        ? opening.input.claim.base
+        : yield* Effect.mapError(log.contextBeforeRun(successor.paused), readError)
+    const source = yield* Effect.mapError(log.readModelContext(successor.paused.sessionId), readError)
+    const digest = yield* replayDigest(source)
+    if (digest !== execution.replay.digest) return yield* Effect.fail(refused("handoff admission replay changed after sealing"))
+    const claim: Lineage.ContinuationClaim = {
+      id: pause.intent.claimId,
+      source: { invocation: prefix.invocation, highWater: prefix.highWater, digest: prefix.digest },
+      base,
+      replay: execution.replay,
+    }
+    return claim
+  })
