@@ -4,13 +4,13 @@
  * refusing exactly as the append would and writing nothing; `contextBeforeRun` is the session base
  * a successor's claim inherits from a message-opened root.
  */
-import { Digest, Lineage, type Identity } from "@maka/facts"
+import { Canonical, Digest, Lineage, type EventWrite, type Identity } from "@maka/facts"
 import { FactBuilders, History } from "@maka/testkit"
 import { Effect } from "effect"
 import { beforeAll, describe, expect, it } from "vitest"
 import type * as EventLog from "../src/EventLog.ts"
 import { dialects } from "./support/dialects.ts"
-import { appendAll, expectRefused, failure, withLog, write } from "./support/harness.ts"
+import { appendAll, expectRefused, failure, freshId, withLog, write } from "./support/harness.ts"
 
 /** A run of `sessionId` with one completed step: at a settled boundary, ready to pause. */
 const settledRun = (sessionId: string, firstId: number) => {
@@ -144,6 +144,13 @@ for (const dialect of dialects()) {
           yield* expectBothRefuse(log, run.invocation, run.pause({ successorRunId: "run-x" }), "InvalidTransition", "already used")
           yield* expectBothRefuse(log, { ...run.invocation, turnId: "turn-other" }, run.pause(), "InvalidTransition", "differs from its opening")
           yield* expectBothRefuse(log, { ...run.invocation, invocationId: "invocation-9" }, run.pause(), "InvalidTransition", "no opening")
+          // A pause outside the record's rules (no steps left): the write the append would check is refused alike.
+          const spent = run.pause({}, 0)
+          const event = { id: freshId(), recordedAt: 1, invocation: run.invocation, fact: { kind: "invocation_ended", outcome: { kind: "handoff_paused", pause: spent } } } as const
+          const handBuilt: EventWrite.EventWrite = { event, json: Canonical.stringify(event) }
+          const checked = yield* expectRefused(log, "session-1", log.checkHandoff(run.invocation, spent), "InvalidTransition", "remainingSteps")
+          const appended = yield* expectRefused(log, "session-1", log.append(handBuilt), "InvalidTransition", "remainingSteps")
+          expect(checked.reason).toEqual(appended.reason)
           yield* log.checkHandoff(run.invocation, run.pause())
           yield* log.append(write(run.invocation, { kind: "invocation_ended", outcome: { kind: "completed" } }))
           yield* expectBothRefuse(log, run.invocation, run.pause(), "Sealed")

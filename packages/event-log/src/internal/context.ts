@@ -6,6 +6,7 @@
  */
 import { Archive, Canonical, Digest, Prompts, type Event, type Identity, type Model, type ModelContext } from "@maka/facts"
 import * as EventLogError from "../EventLogError.ts"
+import * as CompactionCut from "./compaction-cut.ts"
 import type { Dialect } from "./database.ts"
 import * as InvocationState from "./invocation-state.ts"
 import * as Rows from "./rows.ts"
@@ -361,7 +362,6 @@ const materialise = async (
     const archive = row.kind === "tool_settled" ? archives.get(row.eventId) : undefined
     return archive === undefined ? Canonical.utf8Length(row.json) : replacementBytes(archive.placeholder)
   }
-  const fits = (events: number, bytes: number) => events <= options.maxEvents && bytes <= options.maxBytes
   let events = anchorEvents
   let bytes = anchorBytes
   for (const row of withoutObservations) {
@@ -370,22 +370,16 @@ const materialise = async (
     events += 1
     bytes += charge(row)
   }
-  if (!fits(events, bytes)) {
+  if (events > options.maxEvents || bytes > options.maxBytes) {
     if (fence === undefined || !fence.fit || fence.mode === "mid_turn") throw EventLogError.prefixTooLarge()
-    // The highest clean cut above the baseline's coverage whose context fits (docs/log-format.md §3.7).
-    let cut: number | undefined
-    events = anchorEvents
-    bytes = anchorBytes
-    for (let index = 0; index < entries.length; index++) {
-      const entry = entries[index]!
-      if (entry.sequence > highWater) break
-      if (entry.decoded !== undefined && isTail(entry.decoded)) {
-        events += 1
-        bytes += charge(entry.decoded)
-      }
-      if (!fits(events, bytes)) break
-      if (entry.sequence > coveredThrough && isCleanCut(entries, index)) cut = entry.sequence
-    }
+    const cut = CompactionCut.highestFittingCut(
+      entries.map((entry, index): CompactionCut.CutRow => ({
+        sequence: entry.sequence,
+        isCleanCut: isCleanCut(entries, index),
+        tailBytes: entry.decoded !== undefined && isTail(entry.decoded) ? charge(entry.decoded) : undefined,
+      })),
+      { after: coveredThrough, through: highWater, anchorEvents, anchorBytes, maxEvents: options.maxEvents, maxBytes: options.maxBytes },
+    )
     if (cut === undefined) throw EventLogError.prefixTooLarge()
     highWater = cut
   }

@@ -154,16 +154,21 @@ export const pendingHandoffs = async (
   dialect: Dialect,
   afterSequence: number,
 ): Promise<ReadonlyArray<PendingHandoff>> => {
+  // SQLite: `> ''` (ids are never empty) searches the expression index for handoff terminals only,
+  // and the unary plus keeps the planner from walking the whole log by sequence instead; the few
+  // rows found are then sorted. PostgreSQL: the generated column's partial index.
   const successor =
     dialect === "sqlite"
       ? sql<string | null>`json_extract(terminal.event_json, '$.fact.outcome.pause.intent.successorInvocationId')`
       : sql<string | null>`terminal.successor_invocation_id`
+  const isHandoff = dialect === "sqlite" ? sql<boolean>`${successor} > ''` : sql<boolean>`${successor} IS NOT NULL`
+  const sequence = dialect === "sqlite" ? sql<number>`+terminal.sequence` : sql<number>`terminal.sequence`
   const rows = await tx
     .selectFrom("event_log as terminal")
     .select(["terminal.sequence", "terminal.event_id", "terminal.event_json"])
     .where(sql<boolean>`terminal.kind = 'invocation_ended'`)
-    .where(sql<boolean>`${successor} IS NOT NULL`)
-    .where("terminal.sequence", ">", afterSequence)
+    .where(isHandoff)
+    .where(sequence, ">", afterSequence)
     .where(({ not, exists, selectFrom }) =>
       not(
         exists(
@@ -175,7 +180,7 @@ export const pendingHandoffs = async (
         ),
       ),
     )
-    .orderBy("terminal.sequence")
+    .orderBy(sequence)
     .limit(Limits.PENDING_HANDOFF_PAGE)
     .execute()
   return rows.map((row) => {
