@@ -6,7 +6,7 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Prompts } from "@maka/facts"
-import { FactBuilders, OpenAiSse, Respond } from "@maka/testkit"
+import { FactBuilders, History, OpenAiSse, Respond } from "@maka/testkit"
 import { Effect, Fiber, Stream } from "effect"
 import * as Agent from "../src/Agent.ts"
 import * as Engine from "../src/Engine.ts"
@@ -553,4 +553,49 @@ describe("background compaction", () => {
       }),
     ),
   )
+})
+
+describe("a session past the read limits", () => {
+  it.live("is compacted in fitted passes at its next run's opening instead of failing", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup(
+          {
+            script: [
+              { match: isSummaryRequest, respond: summaryAnswer(summaryText("the old turns")), repeat: true },
+              mainEntry(answer("Back on track.")),
+            ],
+          },
+          undefined,
+          oneSlot,
+        )
+        // 5,100 turns of 4 events each (twice the event limit), written before compaction was due at 80 % of it.
+        const history = new History.History({ sessionId: "session-1" })
+        for (let turn = 0; turn < 5_100; turn++) {
+          const run = history.open({ message: `Old turn ${turn}.`, turnId: `old-turn-${turn}`, runId: `old-run-${turn}`, invocationId: `old-invocation-${turn}` })
+          run.complete(run.request(), FactBuilders.textStep(`Answer ${turn}.`))
+          run.end({ kind: "completed" })
+        }
+        const writes = history.written.map((written) => written.write)
+        for (let start = 0; start < writes.length; start += 500) yield* context.log.appendBatch(writes.slice(start, start + 500))
+        const tooLarge = yield* Effect.flip(context.log.readModelContext("session-1"))
+        assert.strictEqual(tooLarge.reason._tag === "Rejected" ? tooLarge.reason.rejection._tag : tooLarge.reason._tag, "PrefixTooLarge")
+
+        const result = yield* context.engine.run(input(context, "Continue.", noTools({ ran: [] })))
+        assert.deepStrictEqual(result.outcome, { kind: "completed" })
+        const events = yield* context.log.events("session-1", writes.length, 1_000)
+        const checkpoints = factsOf(events, "context_checkpoint_recorded")
+        assert.isAtLeast(checkpoints.length, 2)
+        assert.isTrue(checkpoints.every((fact) => fact.checkpoint.mode.kind === "pre_turn"))
+        // Each pass goes on from the last: coverage grows and the chain links.
+        for (let index = 1; index < checkpoints.length; index++) {
+          assert.isAbove(checkpoints[index]!.checkpoint.coveredThrough, checkpoints[index - 1]!.checkpoint.coveredThrough)
+          assert.isDefined(checkpoints[index]!.checkpoint.previousCheckpointId)
+        }
+        const main = context.server.requests().filter((request) => !isSummaryRequest(request))
+        assert.strictEqual(contentText(wire(main[0]!).messages.at(-1)!.content), "Continue.")
+        yield* context.log.readModelContext("session-1")
+      }),
+    ),
+  120_000)
 })

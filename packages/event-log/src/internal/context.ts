@@ -308,9 +308,15 @@ const materialise = async (
     highWater = 0
     for (const entry of entries) if (entry.sequence < opening.sequence) highWater = entry.sequence
   }
-  const checkpoints = withoutObservations.filter(
-    (row) => row.kind === "context_checkpoint_recorded" && row.sequence <= highWater,
-  )
+  // A compaction source's own earlier checkpoints count when they cover no more than the fence: a
+  // run compacting in passes (a fitted cut, then another) goes on from its last pass.
+  const checkpoints = withoutObservations.filter((row) => {
+    if (row.kind !== "context_checkpoint_recorded") return false
+    if (row.sequence <= highWater) return true
+    if (fence === undefined || row.invocationId !== options.current) return false
+    const fact = row.stored.event.fact
+    return fact.kind === "context_checkpoint_recorded" && fact.checkpoint.coveredThrough <= highWater
+  })
   const checkpointIds = new Set(checkpoints.map((row) => row.eventId))
   const baselineRow = checkpoints[checkpoints.length - 1]
   let baseline: Baseline | undefined
