@@ -7,9 +7,11 @@ import {
   Codec,
   Configuration,
   Digest,
+  EventWrite,
   Identity,
   Input,
   Limits,
+  Lineage,
   ModelContext,
   type Event,
   type Outcome,
@@ -17,15 +19,19 @@ import {
 import { EventLog } from "@maka/event-log"
 import type { LanguageModel } from "@maka/model"
 import { Cancellation, Ids, ToolCatalog } from "@maka/tools"
-import { Context, Deferred, Effect, Exit, Fiber, Layer, type Redacted, Ref, Result, Schema, Scope, Semaphore, Stream, SubscriptionRef } from "effect"
+import { Clock, Context, Deferred, Effect, Exit, Fiber, Layer, type Redacted, Ref, Result, Schema, Scope, Semaphore, Stream, SubscriptionRef } from "effect"
 import * as EngineError from "./EngineError.ts"
 import { defaults, MAX_QUEUED_STEERING, resolveOptions, SESSION_CONTEXTS, type EngineOptions } from "./internal/options.ts"
 import { SessionContexts, type Run, type RunSettings } from "./internal/run-context.ts"
+import * as Handoff from "./internal/handoff.ts"
 import { catalogOf, reservedNameProblem } from "./internal/read-tool-result.ts"
 import { runCompact, runMessage } from "./internal/runner.ts"
 import * as Recovery from "./Recovery.ts"
 
 export { defaults, type EngineOptions }
+
+/** `pendingHandoffs` returns pages of at most this many pauses. */
+const MAX_PENDING_PAGE = 64
 
 export interface StartInput {
   readonly invocation: Identity.Invocation
@@ -75,7 +81,53 @@ export interface RunningInvocation {
   readonly steer: (text: string) => Effect.Effect<void, EngineError.EngineError>
   /** Requests cancellation: dispatched effects finish, the run seals `cancelled`. */
   readonly cancel: Effect.Effect<void>
+  /**
+   * Requests a handoff at the next step boundary (docs/engine.md §5.10): the in-flight step settles,
+   * then the run seals `handoff_paused`. Resolves with the sealed pause, or `undefined` when the run
+   * ended first or the preflight failed (the run then goes on).
+   */
+  readonly handoff: Effect.Effect<Lineage.HandoffPause | undefined, EngineError.EngineError>
   readonly wait: Effect.Effect<RunResult, EngineError.EngineError>
+}
+
+/** A successor of a sealed pause (docs/engine.md §5.10): the paused run, and how this host serves it. */
+export interface ResumeInput {
+  /** The paused run's invocation. */
+  readonly paused: Identity.Invocation
+  /** The sealed pause; it must equal the log's. */
+  readonly pause: Lineage.HandoffPause
+  readonly model: LanguageModel.LanguageModelShape
+  readonly tools: ToolCatalog.ToolCatalog
+  /** The paused run's configuration when absent; any other is refused. */
+  readonly configuration?: Configuration.InvocationConfiguration
+  /** The pause's frozen settings when absent; any other is refused. */
+  readonly providerOptions?: Identity.JsonObject
+  readonly context?: ModelContext.ModelRequestContext
+  readonly mainOutputLimit?: number
+  readonly secrets?: ReadonlyArray<Redacted.Redacted<string>>
+  readonly signal?: AbortSignal
+}
+
+/** How a host serves pauses it finds (docs/engine.md §5.10 `resumePending`). */
+export interface ResumeResolvers {
+  /** The model of a pause's route, or `undefined` when this host cannot serve it. */
+  readonly provider: (
+    routeIdentity: string,
+    binding: Configuration.InvocationConfiguration["model"],
+  ) => LanguageModel.LanguageModelShape | undefined
+  /** The catalog the pause recorded (its names, the engine's `read_tool_result` included, and digest), or `undefined`. */
+  readonly tools: (names: ReadonlyArray<string>, catalogDigest: string) => ToolCatalog.ToolCatalog | undefined
+}
+
+export type ResumeReport =
+  | { readonly sessionId: string; readonly invocation: Identity.Invocation; readonly started: RunningInvocation }
+  | { readonly sessionId: string; readonly invocation: Identity.Invocation; readonly skipped: string }
+
+/** What became of a live run when the engine closed handing off. */
+export interface ClosedRun {
+  readonly invocation: Identity.Invocation
+  readonly outcome: "paused" | "cancelled"
+  readonly pause?: Lineage.HandoffPause
 }
 
 export interface EngineShape {
@@ -89,6 +141,17 @@ export interface EngineShape {
    * terminal `context_compact_finished {compacted | unchanged | failed}`, or a failed or cancelled one.
    */
   readonly compact: (input: CompactInput) => Effect.Effect<RunResult, EngineError.EngineError>
+  /** Starts the successor of a sealed pause; refused, writing nothing, unless every setting is identical. */
+  readonly resume: (input: ResumeInput) => Effect.Effect<RunningInvocation, EngineError.EngineError>
+  /** Starts each sealed pause of the log this host can serve, and says why it skipped the others. */
+  readonly resumePending: (resolvers: ResumeResolvers) => Effect.Effect<ReadonlyArray<ResumeReport>, EngineError.EngineError>
+  /**
+   * Releases a pause that can never be resumed (docs/engine.md §5.10 Abandon): its successor opens
+   * and is sealed `cancelled {handoff_abandoned}` at once, without a model. Returns the successor.
+   */
+  readonly abandonHandoff: (sessionId: string) => Effect.Effect<Identity.Invocation, EngineError.EngineError>
+  /** Hands off every live run it can at its next step boundary, cancels the others, and waits until each is sealed. */
+  readonly handOffAll: Effect.Effect<ReadonlyArray<ClosedRun>>
   /** Cancels every live run and waits until each is sealed. */
   readonly close: Effect.Effect<void>
 }
@@ -104,6 +167,7 @@ const decodeClosed = <S extends Schema.ConstraintDecoder<unknown>>(schema: S, va
 type LaunchInput = Omit<StartInput, "message" | "tools"> & {
   readonly message?: Input.MessageInput
   readonly tools?: ToolCatalog.ToolCatalog
+  readonly successor?: { readonly paused: Identity.Invocation; readonly pause: Lineage.HandoffPause }
 }
 
 /** The input checks of docs/engine.md §5.2 for a message run; the first problem, or `undefined`. */
@@ -127,6 +191,8 @@ export const validateInput = (input: LaunchInput): string | undefined => {
   if (binding !== undefined && binding.model !== input.model.model) {
     return `the configuration's model ${binding.model} differs from the provider's model ${input.model.model}`
   }
+  // A successor's opening holds its claim, prepared and checked against the pause before it is written.
+  if (input.successor !== undefined) return undefined
   const opening = Codec.decodeFact(
     {
       kind: "invocation_opened",
@@ -162,6 +228,7 @@ const runSettings = (input: LaunchInput, log: EventLog.EventLogShape): RunSettin
   ...(input.mainOutputLimit === undefined ? {} : { mainOutputLimit: input.mainOutputLimit }),
   ...(input.requestFingerprint === undefined ? {} : { requestFingerprint: input.requestFingerprint }),
   ...(input.message === undefined ? {} : { message: input.message }),
+  ...(input.successor === undefined ? {} : { successor: input.successor }),
   tools: catalogOf(input.tools ?? ToolCatalog.empty, log, input.invocation.sessionId),
   maxSteps: input.maxSteps ?? Limits.DEFAULT_MAX_STEPS,
   allowPriorUnknown: input.allowPriorUnknown ?? false,
@@ -240,7 +307,17 @@ export const make = (options: Partial<EngineOptions> = {}) =>
         { discard: true },
       )
     const contexts = new SessionContexts(SESSION_CONTEXTS)
-    const live = new Map<string, { readonly cancel: Effect.Effect<void>; readonly fiber: Fiber.Fiber<unknown, unknown> }>()
+    const live = new Map<
+      string,
+      {
+        readonly invocation: Identity.Invocation
+        readonly cancel: Effect.Effect<void>
+        readonly handoff: Effect.Effect<Lineage.HandoffPause | undefined, EngineError.EngineError>
+        readonly fiber: Fiber.Fiber<unknown, unknown>
+      }
+    >()
+    // The host generation that pauses runs (informational in each intent).
+    const hostEpoch = yield* Effect.provideService(Ids.next, Ids.Ids, ids)
 
     const launch = (input: LaunchInput, body: typeof runMessage): Effect.Effect<RunningInvocation, EngineError.EngineError> =>
       Effect.gen(function* () {
@@ -254,6 +331,21 @@ export const make = (options: Partial<EngineOptions> = {}) =>
         const cancellation = yield* Cancellation.make
         if (input.signal?.aborted === true) yield* cancellation.cancel
         const steering = yield* Ref.make<ReadonlyArray<Input.DeliveredMessage>>([])
+        // The logical Run a handoff continues: a successor's root is its predecessor's.
+        const gate = new Handoff.HandoffGate(input.successor?.pause.intent.rootRunId ?? input.invocation.runId)
+        const handoff = Effect.gen(function* () {
+          const intent: Lineage.HandoffIntent = {
+            handoffId: yield* Ids.next,
+            hostEpoch,
+            rootRunId: gate.rootRunId,
+            successorRunId: yield* Ids.next,
+            successorInvocationId: yield* Ids.next,
+            claimId: yield* Ids.next,
+          }
+          const done = yield* gate.reserve(intent)
+          // A caller that stops waiting drops a reservation not yet held: the same run goes on.
+          return yield* Effect.onInterrupt(Deferred.await(done), () => gate.drop)
+        }).pipe(Effect.provideService(Ids.Ids, ids))
         const committed: Array<Event.StoredEvent> = []
         const progress = yield* SubscriptionRef.make({ total: 0, done: false })
         const admitted = yield* Deferred.make<void>()
@@ -269,6 +361,8 @@ export const make = (options: Partial<EngineOptions> = {}) =>
           mayBeUnresolved: false,
           carry: [],
           commitLock: Semaphore.makeUnsafe(1),
+          handoff: gate,
+          claim: undefined,
           opening: undefined,
           contexts,
           settings: runSettings(input, log),
@@ -309,7 +403,7 @@ export const make = (options: Partial<EngineOptions> = {}) =>
           Effect.ensuring(Deferred.succeed(admitted, undefined)),
         )
         const fiber = yield* Effect.forkIn(worker, runScope)
-        live.set(input.invocation.invocationId, { cancel: cancellation.cancel, fiber })
+        live.set(input.invocation.invocationId, { invocation: input.invocation, cancel: cancellation.cancel, handoff, fiber })
         yield* Deferred.await(admitted)
         if (committed.length === 0) {
           // The worker ended before the opening was durable: its error, nothing written.
@@ -329,6 +423,7 @@ export const make = (options: Partial<EngineOptions> = {}) =>
           events: liveEvents(progress, committed),
           steer: (text: string) => Effect.provideService(steer(input.invocation, steering, text), Ids.Ids, ids),
           cancel: cancellation.cancel,
+          handoff,
           wait: Deferred.await(result),
         } satisfies RunningInvocation
       })
@@ -341,6 +436,133 @@ export const make = (options: Partial<EngineOptions> = {}) =>
         const running = yield* launch({ ...input, requestFingerprint, maxSteps: 1 }, runCompact)
         return yield* running.wait
       })
+
+    const resume = (input: ResumeInput): Effect.Effect<RunningInvocation, EngineError.EngineError> =>
+      Effect.gen(function* () {
+        const { opening } = yield* Handoff.readPaused(log, input.paused)
+        const execution = input.pause.execution
+        return yield* launch(
+          {
+            invocation: Lineage.successorOf(input.pause.intent, input.paused),
+            model: input.model,
+            configuration: input.configuration ?? opening.configuration,
+            tools: input.tools,
+            maxSteps: input.pause.remainingSteps,
+            providerOptions: input.providerOptions ?? execution.providerOptions,
+            ...(input.context !== undefined
+              ? { context: input.context }
+              : execution.context === undefined
+                ? {}
+                : { context: execution.context }),
+            ...(input.mainOutputLimit !== undefined
+              ? { mainOutputLimit: input.mainOutputLimit }
+              : execution.mainOutputLimit === undefined
+                ? {}
+                : { mainOutputLimit: execution.mainOutputLimit }),
+            ...(input.secrets === undefined ? {} : { secrets: input.secrets }),
+            ...(input.signal === undefined ? {} : { signal: input.signal }),
+            successor: { paused: input.paused, pause: input.pause },
+          },
+          runMessage,
+        )
+      })
+
+    /** Every sealed pause of the log, paged from 0 (docs/log-format.md §3.10). */
+    const allPending = Effect.gen(function* () {
+      const found: Array<EventLog.PendingHandoff> = []
+      for (let after = 0; ; ) {
+        const page = yield* Effect.mapError(log.pendingHandoffs(after), EngineError.fromStore)
+        found.push(...page)
+        if (page.length < MAX_PENDING_PAGE) return found
+        after = page[page.length - 1]!.sequence
+      }
+    })
+
+    const resumePending = (resolvers: ResumeResolvers) =>
+      Effect.gen(function* () {
+        const reports: Array<ResumeReport> = []
+        for (const pending of yield* allPending) {
+          const successor = Lineage.successorOf(pending.pause.intent, pending.invocation)
+          const skip = (skipped: string) => reports.push({ sessionId: pending.sessionId, invocation: successor, skipped })
+          const paused = yield* Effect.result(Handoff.readPaused(log, pending.invocation))
+          if (Result.isFailure(paused)) {
+            skip(paused.failure.message)
+            continue
+          }
+          const execution = pending.pause.execution
+          const model = resolvers.provider(execution.replay.routeIdentity, paused.success.opening.configuration.model)
+          if (model === undefined) {
+            skip("no provider for the pause's route")
+            continue
+          }
+          if (model.routeIdentity !== execution.replay.routeIdentity) {
+            skip("handoff route changed: the provider's route differs from the pause's")
+            continue
+          }
+          const tools = resolvers.tools(execution.tools.names, execution.tools.catalogDigest)
+          if (tools === undefined) {
+            skip("no tool catalog for the pause")
+            continue
+          }
+          const started = yield* Effect.result(resume({ paused: pending.invocation, pause: pending.pause, model, tools }))
+          if (Result.isFailure(started)) skip(started.failure.message)
+          else reports.push({ sessionId: pending.sessionId, invocation: successor, started: started.success })
+        }
+        return reports
+      })
+
+    const abandonHandoff = (sessionId: string) =>
+      Effect.gen(function* () {
+        const pending = (yield* allPending).find((item) => item.sessionId === sessionId)
+        if (pending === undefined) return yield* Effect.fail(EngineError.invalidInput(`session ${sessionId} holds no sealed handoff`))
+        if (active.has(sessionId)) return yield* Effect.fail(EngineError.busy(EngineError.SESSION_ACTIVE_MESSAGE))
+        const { prefix, opening } = yield* Handoff.readPaused(log, pending.invocation)
+        const base =
+          opening.input.kind === "continuation" || opening.input.kind === "handoff"
+            ? opening.input.claim.base
+            : yield* Effect.mapError(log.contextBeforeRun(pending.invocation), EngineError.fromStore)
+        const claim: Lineage.ContinuationClaim = {
+          id: pending.pause.intent.claimId,
+          source: { invocation: prefix.invocation, highWater: prefix.highWater, digest: prefix.digest },
+          base,
+          replay: pending.pause.execution.replay,
+        }
+        const successor = Lineage.successorOf(pending.pause.intent, pending.invocation)
+        const writes = yield* Effect.forEach(
+          [
+            { kind: "invocation_opened", input: { kind: "handoff", claim, pause: pending.pause }, configuration: opening.configuration },
+            { kind: "invocation_ended", outcome: { kind: "cancelled", source: "handoff_abandoned" } },
+          ] as const,
+          (fact) =>
+            Effect.gen(function* () {
+              const built = EventWrite.plain({ id: yield* Ids.next, recordedAt: yield* Clock.currentTimeMillis, invocation: successor, fact })
+              return Result.isSuccess(built) ? built.success : yield* Effect.fail(EngineError.internal(built.failure.message))
+            }),
+        ).pipe(Effect.provideService(Ids.Ids, ids))
+        yield* Effect.mapError(log.appendBatch(writes), (error) =>
+          error.isRejected ? EngineError.reconciliation(error.message) : EngineError.commit(error.message),
+        )
+        return successor
+      })
+
+    const handOffAll = Effect.gen(function* () {
+      const runs = [...live.values()]
+      return yield* Effect.forEach(
+        runs,
+        (item) =>
+          Effect.gen(function* () {
+            const pause = yield* Effect.orElseSucceed(item.handoff, () => undefined)
+            if (pause !== undefined) {
+              yield* Fiber.await(item.fiber)
+              return { invocation: item.invocation, outcome: "paused", pause } satisfies ClosedRun
+            }
+            yield* item.cancel
+            yield* Fiber.await(item.fiber)
+            return { invocation: item.invocation, outcome: "cancelled" } satisfies ClosedRun
+          }),
+        { concurrency: "unbounded" },
+      )
+    })
 
     const close = Effect.gen(function* () {
       const runs = [...live.values()]
@@ -355,6 +577,10 @@ export const make = (options: Partial<EngineOptions> = {}) =>
       start,
       run: (input: StartInput) => Effect.flatMap(start(input), (running) => running.wait),
       compact,
+      resume,
+      resumePending,
+      abandonHandoff,
+      handOffAll,
       recover: Effect.provideService(
         Recovery.recover(log, (invocation) => active.has(invocation.sessionId)),
         Ids.Ids,

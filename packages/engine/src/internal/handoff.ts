@@ -32,13 +32,13 @@ export class HandoffGate {
 
   /** Reserves a handoff at the next step boundary; `Busy` unless the run is running and the intent names its root. */
   reserve(intent: Lineage.HandoffIntent): Effect.Effect<Deferred.Deferred<HandoffResult>, EngineError.EngineError> {
-    return Effect.gen(this, function* () {
-      if (intent.rootRunId !== this.rootRunId) return yield* Effect.fail(EngineError.invalidInput("handoff changes the logical Run"))
-      if (this.state !== "running") return yield* Effect.fail(EngineError.busy(`the run's handoff gate is ${this.state}`))
-      const done = yield* Deferred.make<HandoffResult>()
+    return Effect.suspend(() => {
+      if (intent.rootRunId !== this.rootRunId) return Effect.fail(EngineError.invalidInput("handoff changes the logical Run"))
+      if (this.state !== "running") return Effect.fail(EngineError.busy(`the run's handoff gate is ${this.state}`))
+      const done = Deferred.makeUnsafe<HandoffResult>()
       this.state = "requested"
       this.pending = { intent, done }
-      return done
+      return Effect.succeed(done)
     })
   }
 

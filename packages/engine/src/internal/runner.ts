@@ -3,7 +3,7 @@
  * seams where later capabilities insert their steps — handoff boundary, background-summary adoption,
  * proactive compaction, overflow recovery, prune — as marked no-ops, never as pretend work.
  */
-import { Digest, EventSink, Limits, type EventWrite, type Fact, type ModelContext, type Outcome, type Prompt } from "@maka/facts"
+import { Digest, EventSink, Limits, type EventWrite, type Fact, type Lineage, type ModelContext, type Outcome, type Prompt } from "@maka/facts"
 import { EventLogError, type EventLog } from "@maka/event-log"
 import { projectPrompt } from "@maka/model"
 import { Ids, Journal, type ToolCatalog } from "@maka/tools"
@@ -14,11 +14,12 @@ import * as Recovery from "../Recovery.ts"
 import { attemptWithRetries } from "./attempt.ts"
 import * as Compaction from "./compaction.ts"
 import { faultPoint } from "./fault.ts"
+import * as Handoff from "./handoff.ts"
 import { LiveContext } from "./live-context.ts"
 import { isArchivable, prune } from "./prune.ts"
 import { commit, commitError, commitFacts, flushCarry, isCancelled, plainWrite, storeError, type Run } from "./run-context.ts"
 
-type Done = { readonly _tag: "Completed" }
+type Done = { readonly _tag: "Completed" } | { readonly _tag: "Paused"; readonly pause: Lineage.HandoffPause }
 
 const admissionRefusal = (error: EventLogError.EventLogError): EngineError.EngineError => {
   if (error.reason._tag === "Rejected") {
@@ -64,7 +65,8 @@ export const preflight = (run: Run) =>
   Effect.gen(function* () {
     const { log, settings } = run
     const sessionId = settings.invocation.sessionId
-    if (yield* Effect.mapError(log.hasPendingHandoff(sessionId), storeError)) {
+    // A handoff successor is the one opening the reservation admits (the store checks it).
+    if (settings.successor === undefined && (yield* Effect.mapError(log.hasPendingHandoff(sessionId), storeError))) {
       return yield* Effect.fail(EngineError.busy(EngineError.SESSION_RESERVED_MESSAGE))
     }
     const gate = settings.allowPriorUnknown
@@ -76,15 +78,18 @@ export const preflight = (run: Run) =>
     )
   })
 
-/** The opening of the run: a message run's, or a `context_compact` run's when it has no message. */
-const openingInput = (settings: Run["settings"]): Fact.InvocationOpened["input"] =>
-  settings.message === undefined
+/** The opening of the run: a message run's, a handoff successor's, or a `context_compact` run's. */
+const openingInput = (run: Run): Fact.InvocationOpened["input"] => {
+  const settings = run.settings
+  if (settings.successor !== undefined && run.claim !== undefined) return { kind: "handoff", claim: run.claim, pause: settings.successor.pause }
+  return settings.message === undefined
     ? { kind: "context_compact", requestFingerprint: settings.requestFingerprint ?? "" }
     : {
         kind: "message",
         content: settings.message,
         ...(settings.requestFingerprint === undefined ? {} : { requestFingerprint: settings.requestFingerprint }),
       }
+}
 
 /** Appends the opening; the run is admitted once it is durable. */
 export const open = (run: Run) =>
@@ -92,7 +97,7 @@ export const open = (run: Run) =>
     const { settings } = run
     const fact: Fact.InvocationOpened = {
       kind: "invocation_opened",
-      input: openingInput(settings),
+      input: openingInput(run),
       configuration: settings.configuration,
     }
     const write = yield* plainWrite(run, fact)
@@ -466,6 +471,46 @@ const recoverOverflow = (run: Run, loop: LoopState) =>
     return true
   })
 
+/**
+ * The handoff boundary at the top of a step (docs/engine.md §5.10): a requested handoff is held, and
+ * its preflight drains the background summary, commits what the run carries, builds the successor's
+ * replay (the request this step would send) and the pause, and asks the store's dry run. A failed
+ * preflight releases the gate and the step proceeds; a successful one returns the pause to seal.
+ */
+const handoffBoundary = (run: Run, loop: LoopState, step: number, priorUnknown: boolean) =>
+  Effect.gen(function* () {
+    const intent = run.handoff.hold()
+    if (intent === undefined) return undefined
+    if (priorUnknown) {
+      yield* run.handoff.release
+      return undefined
+    }
+    const prepared = yield* Effect.result(
+      Effect.gen(function* () {
+        if (loop.pending !== undefined) {
+          const pending = loop.pending
+          loop.pending = undefined
+          yield* Compaction.drain(pending)
+        }
+        yield* Effect.mapError(flushCarry(run), commitError)
+        if (run.live!.stale) run.live = yield* readContext(run, false)
+        const source = yield* Effect.mapError(Effect.fromResult(run.live!.snapshot()), storeError)
+        const captured = run.settings.tools.capture()
+        const request = yield* mainRequest(run, source, run.live!.projection(), captured.definitions, false)
+        const pause = Handoff.pauseOf(run, intent, step, request.inputDigest, loop.budget)
+        yield* Effect.mapError(run.log.checkHandoff(run.settings.invocation, pause), storeError)
+        return pause
+      }),
+    )
+    if (Result.isFailure(prepared) || (yield* isCancelled(run)) || !run.handoff.commit()) {
+      yield* run.handoff.release
+      // A commit that failed is the run's failure, not the preflight's.
+      if (Result.isFailure(prepared) && prepared.failure.reason._tag === "Commit") return yield* Effect.fail(prepared.failure)
+      return undefined
+    }
+    return prepared.success
+  })
+
 /** One logical step after the context read: prompt, model, tools. Returns whether the turn is done. */
 const runStep = (run: Run, loop: LoopState, step: number, priorUnknown: boolean) =>
   Effect.gen(function* () {
@@ -510,8 +555,12 @@ export const stepLoop = (run: Run, loop: LoopState, priorUnknown: boolean): Effe
   Effect.gen(function* () {
     for (let step = 0; step < run.settings.maxSteps; step++) {
       yield* deliverSteering(run)
-      // Seam: the handoff boundary (docs/engine.md §5.10) seals a requested handoff here.
-      if (yield* isCancelled(run)) return yield* Effect.fail(EngineError.cancelled())
+      if (yield* isCancelled(run)) {
+        yield* run.handoff.drop
+        return yield* Effect.fail(EngineError.cancelled())
+      }
+      const pause = yield* handoffBoundary(run, loop, step, priorUnknown)
+      if (pause !== undefined) return { _tag: "Paused", pause } as const
       if (!priorUnknown) yield* adoptFinished(run, loop)
       if (yield* runStep(run, loop, step, priorUnknown)) return { _tag: "Completed" } as const
     }
@@ -551,8 +600,9 @@ const seal = (run: Run, outcome: Outcome.InvocationOutcome): Effect.Effect<Outco
       // What the run carries is made durable before its state is read (a refusal of the terminal
       // below would commit it alone anyway).
       if (outcome.kind !== "completed") yield* Effect.ignore(flushCarry(run))
+      // A pause is sealed only at a settled boundary the store's dry run checked: nothing to resolve.
       const facts =
-        outcome.kind === "completed"
+        outcome.kind === "completed" || outcome.kind === "handoff_paused"
           ? terminal
           : yield* run.log.invocationRecovery(run.settings.invocation).pipe(
               Effect.map((recovery) => Recovery.sealingFacts(recovery, outcome)),
@@ -585,18 +635,23 @@ export const runMessage = (
     if (yield* isCancelled(run)) return yield* Effect.fail(EngineError.cancelled())
     const priorUnknown = yield* preflight(run)
     if (yield* isCancelled(run)) return yield* Effect.fail(EngineError.cancelled())
+    const successor = run.settings.successor
+    // A handoff successor claims the paused run's boundary: checked before anything is written.
+    if (successor !== undefined) run.claim = yield* Handoff.prepareClaim(run, (source) => replayDigest(run, source))
     yield* open(run)
     yield* admitted
-    const loop = initialLoopState()
+    const loop = initialLoopState(successor?.pause.execution.compaction ?? "available")
     const work = Effect.gen(function* () {
       const live = yield* openingContext(run, loop, priorUnknown)
       run.live = live.context
       // Prune once after the opening (docs/engine.md §5.11): a context the engine kept was pruned
       // after each of its tool batches already, and one that holds no result over a page has no candidate.
       if (!priorUnknown && !live.kept && live.context.holdsArchivable(isArchivable)) yield* prune(run)
-      yield* stepLoop(run, loop, priorUnknown)
+      const done = yield* stepLoop(run, loop, priorUnknown)
       if (loop.summaryToolContent) return yield* Effect.fail(EngineError.reconciliation(EngineError.SUMMARY_TOOL_CONTENT_MESSAGE))
+      if (done._tag === "Paused") return done
       yield* epilogue(run, priorUnknown)
+      return done
     })
     const ended = yield* work.pipe(
       Effect.catchDefect((defect) => Effect.fail(EngineError.internal(`the run failed: ${String(defect)}`))),
@@ -605,14 +660,28 @@ export const runMessage = (
     const cancelled = yield* isCancelled(run)
     const outcome: Outcome.InvocationOutcome = Result.isFailure(ended)
       ? EngineError.outcomeOf(ended.failure)
-      : cancelled
-        ? { kind: "cancelled", source: "runtime_cancellation" }
-        : { kind: "completed" }
-    const sealed = yield* seal(run, outcome)
+      : ended.success._tag === "Paused"
+        ? { kind: "handoff_paused", pause: ended.success.pause }
+        : cancelled
+          ? { kind: "cancelled", source: "runtime_cancellation" }
+          : { kind: "completed" }
+    const sealed = yield* seal(run, outcome).pipe(Effect.ensuring(Effect.suspend(() => (sealedPause(outcome) === undefined ? run.handoff.close : Effect.void))))
+    const pause = sealedPause(sealed)
+    if (pause !== undefined) yield* run.handoff.sealed(pause)
+    else yield* run.handoff.close
     // Every commit of the run went through: its context is the session's, kept for the next run.
     if (!run.mayBeUnresolved && !priorUnknown && run.live !== undefined) run.contexts.put(run.settings.invocation.sessionId, run.live)
     return { outcome: sealed } satisfies RunResult
   })
+
+const sealedPause = (outcome: Outcome.InvocationOutcome) => (outcome.kind === "handoff_paused" ? outcome.pause : undefined)
+
+/** The `inputDigest` of the main request `run` would send over `source`: a successor's replay check. */
+const replayDigest = (run: Run, source: EventLog.ModelContextSource) =>
+  Effect.map(
+    mainRequest(run, source, PromptBuilder.projectSource(source), run.settings.tools.capture().definitions, false),
+    (request) => request.inputDigest,
+  )
 
 /**
  * Runs an admitted `context_compact` invocation (docs/engine.md §5.12 "Standalone"): the summary of

@@ -1,0 +1,201 @@
+/**
+ * Handoff scenarios of docs/engine.md §5.10 (SEMANTICS scenarios 56–61): the pause sealed at a
+ * settled step boundary, the reservation it holds on the session, the successor's admission with
+ * identical settings, and its replay of settled facts without re-running an effect. Real SQLite
+ * files and the scripted server on loopback.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { Canonical, Digest } from "@maka/facts"
+import { FactBuilders, OpenAiSse, Respond } from "@maka/testkit"
+import { Tool, ToolCatalog } from "@maka/tools"
+import { Deferred, Effect, Fiber, Schema } from "effect"
+import * as EngineError from "../src/EngineError.ts"
+import type * as Engine from "../src/Engine.ts"
+import { answer, echoCall, mainEntry } from "./support/compaction.ts"
+import { factsOf, kinds, reopen } from "./support/harness.ts"
+import { echoTool, input, setup, type Effects, type Setup } from "./support/setup.ts"
+
+/** An `echo` tool plus a `slow` tool that waits until `release` completes. */
+const tools = (effects: Effects, release: Deferred.Deferred<void>) =>
+  ToolCatalog.make([
+    echoTool(effects),
+    Tool.make({
+      name: "slow",
+      description: "Waits for a release.",
+      input: Schema.Struct({ value: Schema.String }),
+      semantics: "parallel",
+      execute: ({ value }) =>
+        Effect.map(Deferred.await(release), () => {
+          effects.ran.push(`slow:${value}`)
+          return Tool.text(`slow: ${value}`)
+        }),
+    }),
+  ])
+
+/** One call of `slow`. */
+const slowCall = (id: string, value: string) =>
+  Respond.sse(OpenAiSse.response({ toolCalls: [{ id, name: "slow", arguments: [JSON.stringify({ value })] }] }))
+
+/** Starts a run whose first step calls `slow`, requests a handoff while it runs, then releases it. */
+const pauseWhileToolRuns = (context: Setup, effects: Effects, overrides: Partial<Engine.StartInput> = {}) =>
+  Effect.gen(function* () {
+    const release = yield* Deferred.make<void>()
+    const catalog = tools(effects, release)
+    const running = yield* context.engine.start(input(context, "Run slow, then echo.", catalog, { maxSteps: 6, ...overrides }))
+    yield* Effect.promise(() => context.server.exchange(0))
+    const requested = yield* Effect.forkChild(running.handoff)
+    yield* Effect.sleep("20 millis")
+    yield* Deferred.succeed(release, undefined)
+    const pause = yield* Fiber.join(requested)
+    const result = yield* running.wait
+    return { running, pause, result, catalog }
+  })
+
+describe("handoff", () => {
+  it.live("holds until the running tool settles, then seals handoff_paused and reserves the session (scenario 56)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({ script: [mainEntry(slowCall("call-1", "a")), mainEntry(echoCall("call-2", "b")), mainEntry(answer("Done."))] })
+        const effects: Effects = { ran: [] }
+        const { running, pause, result } = yield* pauseWhileToolRuns(context, effects)
+        assert.isDefined(pause)
+        assert.deepStrictEqual(result.outcome, { kind: "handoff_paused", pause: pause! })
+        assert.strictEqual(pause!.remainingSteps, 5)
+        assert.notProperty(pause!.execution, "replayBase")
+        assert.strictEqual(pause!.intent.rootRunId, running.invocation.runId)
+        assert.deepStrictEqual(effects.ran, ["slow:a"])
+        // No request follows the pause.
+        assert.strictEqual(context.server.requests().length, 1)
+        const events = yield* context.log.events("session-1")
+        assert.deepStrictEqual(kinds(events), [
+          "invocation_opened",
+          "model_requested",
+          "model_completed",
+          "tool_dispatched",
+          "tool_settled:succeeded",
+          "invocation_ended:handoff_paused",
+        ])
+        // Any other opening on the session is refused while the pause waits for its successor.
+        const other = yield* Effect.flip(context.engine.run(input(context, "Something else.", ToolCatalog.make([]))))
+        assert.strictEqual(other.reason._tag, "Busy")
+        assert.strictEqual(other.message, EngineError.SESSION_RESERVED_MESSAGE)
+      }),
+    ),
+  )
+
+  it.live("dropping a reservation before its boundary writes nothing and the same run completes (scenario 57)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({ script: [mainEntry(slowCall("call-1", "a")), mainEntry(answer("Done."))] })
+        const effects: Effects = { ran: [] }
+        const release = yield* Deferred.make<void>()
+        const running = yield* context.engine.start(input(context, "Run slow.", tools(effects, release)))
+        yield* Effect.promise(() => context.server.exchange(0))
+        const requested = yield* Effect.forkChild(running.handoff)
+        yield* Effect.sleep("20 millis")
+        yield* Fiber.interrupt(requested)
+        yield* Deferred.succeed(release, undefined)
+        const result = yield* running.wait
+        assert.deepStrictEqual(result.outcome, { kind: "completed" })
+        assert.strictEqual(context.server.requests().length, 2)
+      }),
+    ),
+  )
+
+  it.live("a sealed pause survives reopening: recovery seals nothing and pendingHandoffs lists it (scenario 58)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({ script: [mainEntry(slowCall("call-1", "a"))] })
+        const { running, pause } = yield* pauseWhileToolRuns(context, { ran: [] })
+        yield* context.log.close
+        const reopened = yield* reopen(context.file)
+        const report = yield* reopened.recover
+        assert.strictEqual(report.sealed.length, 0)
+        const pending = yield* reopened.log.pendingHandoffs()
+        assert.strictEqual(pending.length, 1)
+        assert.deepStrictEqual(pending[0]!.invocation, running.invocation)
+        assert.isTrue(Canonical.equal(pending[0]!.pause, pause))
+      }),
+    ),
+  )
+
+  it.live("refuses a successor with any changed setting and writes nothing (scenario 59)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({ script: [mainEntry(slowCall("call-1", "a"))] })
+        const effects: Effects = { ran: [] }
+        const { running, pause, catalog } = yield* pauseWhileToolRuns(context, effects)
+        const before = (yield* context.log.events("session-1")).length
+        const base: Engine.ResumeInput = { paused: running.invocation, pause: pause!, model: context.model, tools: catalog }
+        const changes: ReadonlyArray<[string, Engine.ResumeInput]> = [
+          ["output limit", { ...base, mainOutputLimit: 1_234 }],
+          ["options", { ...base, providerOptions: { temperature: 0.5 } }],
+          ["model", { ...base, model: { ...context.model, routeIdentity: Digest.sha256Hex("another route") } }],
+          [
+            "cwd",
+            {
+              ...base,
+              configuration: FactBuilders.configuration({ cwd: `${context.workspace}/elsewhere`, model: FactBuilders.modelBinding({ model: "test-model" }) }),
+            },
+          ],
+          ["catalog", { ...base, tools: ToolCatalog.make([echoTool(effects)]) }],
+        ]
+        for (const [what, change] of changes) {
+          const refusal = yield* Effect.flip(context.engine.resume(change))
+          assert.strictEqual(refusal.reason._tag, "ReconciliationRequired", what)
+        }
+        assert.strictEqual((yield* context.log.events("session-1")).length, before)
+      }),
+    ),
+  )
+
+  it.live("the correct successor replays settled facts only, its first request is the pause's replay, and it completes (scenario 60)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({ script: [mainEntry(slowCall("call-1", "a")), mainEntry(echoCall("call-2", "b")), mainEntry(answer("Done."))] })
+        const effects: Effects = { ran: [] }
+        const { running, pause, catalog } = yield* pauseWhileToolRuns(context, effects)
+        const successor = yield* context.engine.resume({ paused: running.invocation, pause: pause!, model: context.model, tools: catalog })
+        assert.strictEqual(successor.invocation.invocationId, pause!.intent.successorInvocationId)
+        assert.strictEqual(successor.invocation.turnId, running.invocation.turnId)
+        const result = yield* successor.wait
+        assert.deepStrictEqual(result.outcome, { kind: "completed" })
+        // Each effect ran once: the settled `slow` call was replayed, never re-run.
+        assert.deepStrictEqual(effects.ran, ["slow:a", "b"])
+        const events = yield* context.log.events("session-1")
+        const own = events.filter((stored) => stored.event.invocation.invocationId === successor.invocation.invocationId)
+        const opening = own[0]!.event.fact
+        assert.strictEqual(opening.kind === "invocation_opened" ? opening.input.kind : "", "handoff")
+        const requests = factsOf(own, "model_requested")
+        assert.strictEqual(requests[0]!.inputDigest, pause!.execution.replay.digest)
+        // The replayed request holds the settled result of the paused run.
+        assert.include(context.server.requests()[1]!.body, "slow: a")
+        const latest = yield* context.log.latestMainContext("session-1")
+        assert.strictEqual(latest.kind === "selected" ? latest.sequence : 0, own.find((stored) => stored.event.fact.kind === "model_completed" && stored.event.fact.stepId === requests[requests.length - 1]!.stepId)!.sequence)
+        // The session is free again.
+        context.server.push(mainEntry(answer("Free.")))
+        const next = yield* context.engine.run(input(context, "Next.", ToolCatalog.make([])))
+        assert.deepStrictEqual(next.outcome, { kind: "completed" })
+      }),
+    ),
+  )
+
+  it.live("abandoning a pause seals its successor cancelled without a model and frees the session", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({ script: [mainEntry(slowCall("call-1", "a")), mainEntry(answer("Free."))] })
+        const { pause } = yield* pauseWhileToolRuns(context, { ran: [] })
+        const successor = yield* context.engine.abandonHandoff("session-1")
+        assert.strictEqual(successor.invocationId, pause!.intent.successorInvocationId)
+        const events = yield* context.log.events("session-1")
+        assert.deepStrictEqual(kinds(events).slice(-2), ["invocation_opened", "invocation_ended:cancelled"])
+        const ended = events[events.length - 1]!.event.fact
+        assert.deepStrictEqual(ended.kind === "invocation_ended" ? ended.outcome : undefined, { kind: "cancelled", source: "handoff_abandoned" })
+        assert.strictEqual(context.server.requests().length, 1)
+        assert.deepStrictEqual(yield* context.log.pendingHandoffs(), [])
+        const next = yield* context.engine.run(input(context, "Next.", ToolCatalog.make([])))
+        assert.deepStrictEqual(next.outcome, { kind: "completed" })
+      }),
+    ),
+  )
+})
