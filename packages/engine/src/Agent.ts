@@ -304,6 +304,13 @@ export const compact = (options: CompactOptions): Effect.Effect<Engine.RunResult
     return yield* Effect.mapError(engine.compact(input), withHint)
   })
 
+/** The model of a provider's plain options, as `start` builds it. */
+export const modelOf = (provider: ProviderOptions, idleTimeoutMs?: number) =>
+  Effect.mapError(
+    LanguageModel.make(providerConfig(provider), { idleTimeoutMs: idleTimeoutMs ?? defaults.idleTimeoutMs }),
+    (error) => EngineError.invalidInput(error.reason.message),
+  )
+
 /** A log failure as an `EngineError` `Store` with its reason and cause kept. */
 export const storeError = (error: EventLogError.EventLogError): EngineError.EngineError => EngineError.fromStore(error)
 

@@ -114,7 +114,7 @@ export interface ResumeResolvers {
   readonly provider: (
     routeIdentity: string,
     binding: Configuration.InvocationConfiguration["model"],
-  ) => LanguageModel.LanguageModelShape | undefined
+  ) => Effect.Effect<LanguageModel.LanguageModelShape | undefined, EngineError.EngineError>
   /** The catalog the pause recorded (its names, the engine's `read_tool_result` included, and digest), or `undefined`. */
   readonly tools: (names: ReadonlyArray<string>, catalogDigest: string) => ToolCatalog.ToolCatalog | undefined
 }
@@ -152,6 +152,8 @@ export interface EngineShape {
   readonly abandonHandoff: (sessionId: string) => Effect.Effect<Identity.Invocation, EngineError.EngineError>
   /** Hands off every live run it can at its next step boundary, cancels the others, and waits until each is sealed. */
   readonly handOffAll: Effect.Effect<ReadonlyArray<ClosedRun>>
+  /** The invocations of the runs live in this engine now. */
+  readonly liveInvocations: () => ReadonlyArray<Identity.Invocation>
   /** Cancels every live run and waits until each is sealed. */
   readonly close: Effect.Effect<void>
 }
@@ -490,7 +492,12 @@ export const make = (options: Partial<EngineOptions> = {}) =>
             continue
           }
           const execution = pending.pause.execution
-          const model = resolvers.provider(execution.replay.routeIdentity, paused.success.opening.configuration.model)
+          const resolved = yield* Effect.result(resolvers.provider(execution.replay.routeIdentity, paused.success.opening.configuration.model))
+          if (Result.isFailure(resolved)) {
+            skip(resolved.failure.message)
+            continue
+          }
+          const model = resolved.success
           if (model === undefined) {
             skip("no provider for the pause's route")
             continue
@@ -581,6 +588,7 @@ export const make = (options: Partial<EngineOptions> = {}) =>
       resumePending,
       abandonHandoff,
       handOffAll,
+      liveInvocations: () => [...live.values()].map((item) => item.invocation),
       recover: Effect.provideService(
         Recovery.recover(log, (invocation) => active.has(invocation.sessionId)),
         Ids.Ids,

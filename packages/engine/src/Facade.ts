@@ -4,9 +4,9 @@
  * from plain options through `Agent.startInput`, the one home of their defaults. This module is the
  * Promise edge: every Effect is run here, and every failure crosses as an `EngineError`.
  */
-import type { Event, Identity } from "@maka/facts"
+import type { Configuration, Event, Identity, Lineage } from "@maka/facts"
 import type { EventLog, EventLogError } from "@maka/event-log"
-import { Ids, Workspace } from "@maka/tools"
+import { Ids, ToolCatalog, Workspace } from "@maka/tools"
 import { Cause, Effect, Exit, ManagedRuntime, Option, Stream } from "effect"
 import * as Agent from "./Agent.ts"
 import * as Engine from "./Engine.ts"
@@ -39,7 +39,26 @@ export interface Run {
   readonly cancel: () => Promise<void>
   /** Queues a user message for the next step boundary (`message_steered`). */
   readonly steer: (text: string) => Promise<void>
+  /**
+   * Requests a pause at the next step boundary (the in-flight step settles first) and resolves with
+   * the sealed pause, or `null` when the run ended first or the pause could not be taken.
+   */
+  readonly handoff: () => Promise<Lineage.HandoffPause | null>
 }
+
+/** How this host serves the sealed pauses it finds. */
+export interface ResumeResolvers {
+  /** The provider of a pause's route (its identity and the paused run's model binding), or `undefined`. */
+  readonly provider: (routeIdentity: string, binding: Configuration.InvocationConfiguration["model"]) => ProviderOptions | undefined
+  /** The tools of the pause's catalog (its names include the engine's `read_tool_result`), or `undefined`. */
+  readonly tools: (names: ReadonlyArray<string>, catalogDigest: string) => Agent.Tools | undefined
+}
+
+export type ResumeReport =
+  | { readonly sessionId: string; readonly invocation: Identity.Invocation; readonly started: Run }
+  | { readonly sessionId: string; readonly invocation: Identity.Invocation; readonly skipped: string }
+
+export type ClosedRun = Engine.ClosedRun
 
 export interface MakaEngine {
   /** Resolves once the opening is durable; invalid input rejects with `InvalidInput` and writes nothing. */
@@ -56,8 +75,22 @@ export interface MakaEngine {
     sessionId: string,
     options?: { readonly after?: number | undefined; readonly limit?: number | undefined },
   ) => Promise<ReadonlyArray<Event.StoredEvent>>
-  /** Cancels every live run, waits until each is sealed, and closes the log; idempotent. */
-  readonly close: () => Promise<void>
+  /** Starts the successor of every sealed pause this host can serve; says why it skipped the others. */
+  readonly resumePending: (resolvers: ResumeResolvers) => Promise<ReadonlyArray<ResumeReport>>
+  /** Releases a pause that can never be resumed: its successor is sealed `cancelled {handoff_abandoned}`. */
+  readonly abandonHandoff: (sessionId: string) => Promise<Identity.Invocation>
+  /**
+   * Cancels every live run (with `handoff: true`, hands off each it can at its next step boundary and
+   * cancels the others), waits until each is sealed, and closes the log; idempotent. Resolves with
+   * what became of each live run.
+   */
+  readonly close: Close
+}
+
+/** `close()` resolves once everything is closed; `close({handoff: true})` with what became of each live run. */
+export interface Close {
+  (): Promise<void>
+  (options: { readonly handoff?: boolean }): Promise<ReadonlyArray<ClosedRun>>
 }
 
 type Services = Engine.Engine | EventLog.EventLog | Ids.Ids
@@ -106,7 +139,7 @@ export const createEngine = async (options: CreateEngineOptions): Promise<MakaEn
   /** Starts still admitting and runs not yet sealed: `close` waits for both. */
   const starting = new Set<Promise<unknown>>()
   const live = new Set<Promise<unknown>>()
-  let closing: Promise<void> | undefined
+  let closing: Promise<ReadonlyArray<ClosedRun>> | undefined
 
   const run = <A>(effect: Effect.Effect<A, EdgeError, Services>): Promise<A> =>
     closing === undefined ? runtime.runPromiseExit(effect).then(settle) : Promise.reject(closedError())
@@ -134,8 +167,15 @@ export const createEngine = async (options: CreateEngineOptions): Promise<MakaEn
       wait: () => settled.then(settle),
       cancel,
       steer: (text) => run(running.steer(text)),
+      handoff: () => run(running.handoff).then((pause) => pause ?? null),
     }
   }
+
+  const agentRun = (running: Engine.RunningInvocation): Agent.AgentRun => ({
+    ...running,
+    text: Agent.text(running.events),
+    textAndThinking: Agent.textAndThinking(running.events),
+  })
 
   return {
     start: (startOptions) => {
@@ -159,16 +199,39 @@ export const createEngine = async (options: CreateEngineOptions): Promise<MakaEn
       live.add(tracked)
       return done
     },
+    resumePending: (resolvers) =>
+      run(
+        engine.resumePending({
+          provider: (routeIdentity, binding) => {
+            const provider = resolvers.provider(routeIdentity, binding)
+            return provider === undefined ? Effect.succeed(undefined) : Agent.modelOf(provider)
+          },
+          tools: (names, catalogDigest) => {
+            const tools = resolvers.tools(names, catalogDigest)
+            return tools === undefined ? undefined : ToolCatalog.from(tools)
+          },
+        }),
+      ).then((reports) =>
+        reports.map((report): ResumeReport =>
+          "started" in report
+            ? { sessionId: report.sessionId, invocation: report.invocation, started: wrap(agentRun(report.started), undefined) }
+            : report,
+        ),
+      ),
+    abandonHandoff: (sessionId) => run(engine.abandonHandoff(sessionId)),
     recover: () => run(engine.recover),
     events: (sessionId, range = {}) => run(engine.log.events(sessionId, range.after, range.limit)),
-    close: () => {
+    close: ((closeOptions: { readonly handoff?: boolean } = {}) => {
       closing ??= (async () => {
         await Promise.allSettled([...starting])
+        const handedOff = closeOptions.handoff === true ? await runtime.runPromise(engine.handOffAll) : []
+        const cancelled = [...engine.liveInvocations()]
         await runtime.runPromiseExit(engine.close)
         await Promise.allSettled([...live])
         await runtime.dispose()
+        return [...handedOff, ...cancelled.map((invocation): ClosedRun => ({ invocation, outcome: "cancelled" }))]
       })()
       return closing
-    },
+    }) as Close,
   }
 }

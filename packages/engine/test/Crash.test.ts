@@ -24,11 +24,10 @@ import { FactBuilders, OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
 import { Effect, Redacted, Result } from "effect"
 import { spawn } from "node:child_process"
 import * as fs from "node:fs"
-import { createRequire } from "node:module"
 import * as os from "node:os"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
-import { build } from "vite"
+import { bundleChild } from "./support/bundle.ts"
 import { factsOf, reopen } from "./support/harness.ts"
 import { ALL_NOTES, CRASH_INVOCATION, noteCatalog, readEffects } from "./support/tool-loop.ts"
 
@@ -132,30 +131,7 @@ const schedule = (concurrency: number) => {
 }
 
 beforeAll(async () => {
-  const output = path.join(scratch, "bundle")
-  const sqlite = createRequire(path.join(root, "packages/event-log/package.json")).resolve("better-sqlite3")
-  const built = await build({
-    configFile: false,
-    logLevel: "silent",
-    root,
-    resolve: { conditions: ["@maka/source"] },
-    ssr: { noExternal: true, external: ["better-sqlite3"], resolve: { conditions: ["@maka/source"] } },
-    build: {
-      ssr: path.join(here, "children/tool-loop.ts"),
-      outDir: output,
-      emptyOutDir: true,
-      target: "node20",
-      minify: false,
-      sourcemap: false,
-      rolldownOptions: { output: { format: "es", entryFileNames: "tool-loop.mjs", paths: { "better-sqlite3": sqlite } } },
-    },
-  })
-  // The child must run the sources under test, never a stale `dist` of a workspace package.
-  const outputs = (Array.isArray(built) ? built : [built]).flatMap((item) => ("output" in item ? item.output : []))
-  const modules = outputs.flatMap((chunk) => (chunk.type === "chunk" ? chunk.moduleIds : []))
-  const stale = modules.filter((id) => /[/\\]packages[/\\][^/\\]+[/\\]dist[/\\]/.test(id))
-  if (modules.length === 0 || stale.length > 0) throw new Error(`the crash child bundles built files: ${stale.slice(0, 3).join(", ")}`)
-  bundle = path.join(output, "tool-loop.mjs")
+  bundle = await bundleChild(path.join(here, "children/tool-loop.ts"), path.join(scratch, "bundle"))
   schedule(Math.max(1, Math.min(4, os.availableParallelism())))
 }, 120_000)
 afterAll(() => fs.rmSync(scratch, { recursive: true, force: true }))
