@@ -38,6 +38,11 @@ export interface ContextRequest {
   readonly current?: string
   readonly maxEvents?: number
   readonly maxBytes?: number
+  /**
+   * Read the lineage of this sealed invocation (docs/log-format.md §3.6): the replay a continuation of
+   * it claims. A live `current` opened by a continuation reads its own lineage without it.
+   */
+  readonly lineageOf?: string
 }
 
 export interface CompactionRequest {
@@ -265,6 +270,7 @@ export const make = (database: Database): Effect.Effect<EventLogShape> =>
       read((tx) =>
         ContextReads.readModelContext(tx, database.dialect, sessionId, {
           ...(request.current === undefined ? {} : { current: request.current }),
+          ...(request.lineageOf === undefined ? {} : { lineageOf: request.lineageOf }),
           maxEvents: request.maxEvents ?? defaults.maxEvents,
           maxBytes: request.maxBytes ?? defaults.maxBytes,
           manual,

@@ -380,10 +380,12 @@ for (const dialect of dialects()) {
           expect(next.baseline?.checkpoint.coveredThrough).toBe(16)
           // The current opening stays in the tail; the summary's facts and the checkpoint do not.
           expect(tailIds(next)).toEqual([live.opening.event.id])
-          // A later pre_turn source still stops before the opening: the run's own checkpoint is above its fence.
+          // A later pre_turn source still stops before the opening, and goes on from the run's own
+          // checkpoint (it covers no more than the fence): nothing new is left to summarise.
           const again = yield* log.prepareContextCompaction("session-1", { current, mode: "pre_turn" })
-          expect(again.source.baseline).toBeUndefined()
-          expect(again.source).toEqual(read.source)
+          expect(again.source.baseline?.eventId).toBe(writes.checkpoint.event.id)
+          expect(again.source.sourceEvidence).toEqual(read.source.sourceEvidence)
+          expect(again.source.tail).toEqual([])
         }),
       ))
 

@@ -4,7 +4,7 @@
  * exclusions and archived replacements, the evidence digest over the whole selection, and the
  * newest accepted main request.
  */
-import { Archive, Canonical, Digest, Prompts, type Event, type Identity, type Model, type ModelContext } from "@maka/facts"
+import { Archive, Canonical, Digest, Limits, Prompts, type Event, type Fact, type Identity, type Model, type ModelContext } from "@maka/facts"
 import * as EventLogError from "../EventLogError.ts"
 import * as CompactionCut from "./compaction-cut.ts"
 import type { Dialect } from "./database.ts"
@@ -71,6 +71,70 @@ export interface ContextOptions {
   readonly maxBytes: number
   /** The manual-message policy (docs/engine.md §5.8): tolerate unknown outcomes sealed `outcome_unknown`. */
   readonly manual?: boolean
+  /**
+   * Read the lineage of this invocation (docs/log-format.md §3.6) instead of the session: for a sealed
+   * run's replay, seen from a continuation about to claim it. A live `current` whose opening is a
+   * continuation (or a handoff successor carrying a replay base) selects its own lineage without it.
+   */
+  readonly lineageOf?: string
+}
+
+/** A lineage selection: every event at or below `base`, and the events of `invocations`. */
+export interface LineageSelection {
+  readonly base: number
+  readonly invocations: ReadonlySet<string>
+  /** The run the selection is scoped to (the lineage's newest run). */
+  readonly runId: string
+}
+
+type Openings = ReadonlyMap<string, { readonly runId: string; readonly sequence: number; readonly fact: Fact.InvocationOpened }>
+
+/**
+ * An invocation with its handoff predecessors and, recursively, its continuation sources and their
+ * predecessors (docs/log-format.md §3.6), at most `MAX_ANCESTRY` links.
+ */
+const chainOf = (openings: Openings, invocationId: string): ReadonlySet<string> => {
+  const invocations = new Set<string>([invocationId])
+  let current = openings.get(invocationId)?.fact
+  for (let depth = 0; current !== undefined && depth < Limits.MAX_ANCESTRY; depth++) {
+    if (current.input.kind !== "continuation" && current.input.kind !== "handoff") break
+    const source = current.input.claim.source.invocation.invocationId
+    if (invocations.has(source)) break
+    invocations.add(source)
+    current = openings.get(source)?.fact
+  }
+  return invocations
+}
+
+/**
+ * The selection a live invocation reads (docs/log-format.md §3.6): its lineage when it was opened by a
+ * continuation (base: the claim's) or is a handoff successor carrying a replay base; `undefined` (the
+ * session) otherwise.
+ */
+export const liveLineage = (openings: Openings, invocationId: string): LineageSelection | undefined => {
+  const start = openings.get(invocationId)
+  if (start === undefined) return undefined
+  const input = start.fact.input
+  const base =
+    input.kind === "continuation" ? input.claim.base.highWater : input.kind === "handoff" ? input.pause.execution.replayBase : undefined
+  return base === undefined ? undefined : { base, invocations: chainOf(openings, invocationId), runId: start.runId }
+}
+
+/**
+ * The lineage of a sealed run seen by a continuation that claims it: its chain over the base it
+ * inherits (a claim's, a replay base, or the session just before a message-opened root).
+ */
+export const sealedLineage = (openings: Openings, invocationId: string, sequenceBefore: (sequence: number) => number): LineageSelection => {
+  const start = openings.get(invocationId)
+  if (start === undefined) throw EventLogError.invalidTransition("the lineage's invocation has no opening")
+  const input = start.fact.input
+  const base =
+    input.kind === "continuation"
+      ? input.claim.base.highWater
+      : input.kind === "handoff"
+        ? (input.pause.execution.replayBase ?? input.claim.base.highWater)
+        : sequenceBefore(start.sequence)
+  return { base, invocations: chainOf(openings, invocationId), runId: start.runId }
 }
 
 const decodeOrUndefined = (row: Rows.Row): Event.RuntimeEvent | undefined => {
@@ -256,7 +320,9 @@ const materialise = async (
   fence: Fence | undefined,
 ): Promise<ModelContextRead> => {
   const opening = options.current === undefined ? undefined : await requireLive(tx, sessionId, options.current)
-  const scope: Identity.LogScope = { kind: "session", id: sessionId }
+  let scope: Identity.LogScope = { kind: "session", id: sessionId }
+  // Which invocation wrote each observation (observations are not decoded): their rows carry it.
+  const observationsOf = new Map<number, string>()
   const entries: Array<SessionEntry> = []
   const withoutObservations: Array<DecodedRow> = []
   const decodedEvents: Array<Event.StoredEvent> = []
@@ -264,6 +330,7 @@ const materialise = async (
     const sequence = Rows.toNumber(row.sequence)
     if (row.kind === "model_observed") {
       entries.push({ sequence, kind: row.kind, json: row.event_json })
+      observationsOf.set(sequence, row.invocation_id)
       continue
     }
     const event = Rows.decodeJson(row.event_json, row.event_id, sequence)
@@ -284,6 +351,22 @@ const materialise = async (
     }
     withoutObservations.push(decoded)
     entries.push({ sequence, kind: row.kind, json: row.event_json, decoded })
+  }
+  const selection = selectionOf(withoutObservations, options)
+  const selected = (row: { readonly sequence: number; readonly invocationId: string }) =>
+    selection === undefined || row.sequence <= selection.base || selection.invocations.has(row.invocationId)
+  if (selection !== undefined) {
+    // A lineage selection: the rows of later unrelated runs of the session are left out of the
+    // context and its evidence (the safety gate still reads the whole session).
+    scope = { kind: "lineage", sessionId, runId: selection.runId }
+    const kept = withoutObservations.filter(selected)
+    withoutObservations.length = 0
+    withoutObservations.push(...kept)
+    const keptEntries = entries.filter((entry) =>
+      selected(entry.decoded ?? { sequence: entry.sequence, invocationId: observationsOf.get(entry.sequence) ?? "" }),
+    )
+    entries.length = 0
+    entries.push(...keptEntries)
   }
   const readHighWater = entries.length === 0 ? 0 : entries[entries.length - 1]!.sequence
   if (fence !== undefined && options.current !== undefined) {
@@ -432,6 +515,19 @@ const materialise = async (
     unknownOperations: safety.unknownOperations,
   }
   return { source, hash }
+}
+
+/** The lineage a read selects: the one asked for, or the live current's own (docs/log-format.md §3.6). */
+const selectionOf = (rows: ReadonlyArray<DecodedRow>, options: ContextOptions): LineageSelection | undefined => {
+  if (options.lineageOf === undefined && options.current === undefined) return undefined
+  const openings = new Map<string, { readonly runId: string; readonly sequence: number; readonly fact: Fact.InvocationOpened }>()
+  for (const row of rows) {
+    if (row.kind !== "invocation_opened") continue
+    const fact = row.stored.event.fact
+    if (fact.kind === "invocation_opened") openings.set(row.invocationId, { runId: row.runId, sequence: row.sequence, fact })
+  }
+  if (options.lineageOf === undefined) return liveLineage(openings, options.current!)
+  return sealedLineage(openings, options.lineageOf, (sequence) => rows.filter((row) => row.sequence < sequence).at(-1)?.sequence ?? 0)
 }
 
 const replacementBytes = (placeholder: Archive.ArchivedPlaceholder): number =>

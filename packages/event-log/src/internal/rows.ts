@@ -213,6 +213,7 @@ export const ofSession = async (
 export interface SessionRow {
   readonly sequence: number | string
   readonly event_id: string
+  readonly invocation_id: string
   readonly kind: string
   readonly operation_id: string | null
   readonly event_json: string
@@ -222,7 +223,7 @@ export interface SessionRow {
 export const sessionRows = (tx: Tx, sessionId: string): Promise<ReadonlyArray<SessionRow>> =>
   tx
     .selectFrom("event_log")
-    .select(["sequence", "event_id", "kind", "operation_id", "event_json"])
+    .select(["sequence", "event_id", "invocation_id", "kind", "operation_id", "event_json"])
     .where("session_id", "=", sessionId)
     .orderBy("sequence")
     .execute()
