@@ -25,7 +25,7 @@ import { defaults, MAX_QUEUED_STEERING, resolveOptions, SESSION_CONTEXTS, type E
 import { SessionContexts, type Run, type RunSettings } from "./internal/run-context.ts"
 import * as Handoff from "./internal/handoff.ts"
 import { catalogOf, reservedNameProblem } from "./internal/read-tool-result.ts"
-import { runCompact, runMessage } from "./internal/runner.ts"
+import { checkContinuation as checkContinuationOf, runCompact, runMessage } from "./internal/runner.ts"
 import * as Recovery from "./Recovery.ts"
 
 export { defaults, type EngineOptions }
@@ -108,6 +108,29 @@ export interface ResumeInput {
   readonly signal?: AbortSignal
 }
 
+/**
+ * A continuation of a sealed run (docs/engine.md §5.9): a new turn, run and invocation of the same
+ * session whose first request replays the source's lineage; no new user message.
+ */
+export interface ContinueInput {
+  /** The sealed run to continue. */
+  readonly source: Identity.Invocation
+  /** A new turn, run and invocation in the source's session. */
+  readonly invocation: Identity.Invocation
+  readonly model: LanguageModel.LanguageModelShape
+  /** Its `workspaceIdentity` must equal the source's. */
+  readonly configuration: Configuration.InvocationConfiguration
+  readonly tools: ToolCatalog.ToolCatalog
+  readonly maxSteps?: number
+  readonly providerOptions?: Identity.JsonObject
+  readonly context?: ModelContext.ModelRequestContext
+  readonly mainOutputLimit?: number
+  /** A digest naming the request (`sha256:…`); a digest of the claim when absent. */
+  readonly requestFingerprint?: string
+  readonly secrets?: ReadonlyArray<Redacted.Redacted<string>>
+  readonly signal?: AbortSignal
+}
+
 /** How a host serves pauses it finds (docs/engine.md §5.10 `resumePending`). */
 export interface ResumeResolvers {
   /** The model of a pause's route, or `undefined` when this host cannot serve it. */
@@ -141,6 +164,13 @@ export interface EngineShape {
    * terminal `context_compact_finished {compacted | unchanged | failed}`, or a failed or cancelled one.
    */
   readonly compact: (input: CompactInput) => Effect.Effect<RunResult, EngineError.EngineError>
+  /**
+   * Continues a sealed run in a new turn (docs/engine.md §5.9): claims its exact boundary and replays
+   * its lineage; refused with `ReconciliationRequired`, writing nothing, when the claim cannot be made.
+   */
+  readonly continueRun: (input: ContinueInput) => Effect.Effect<RunningInvocation, EngineError.EngineError>
+  /** The claim `continueRun` would make, and the session's safety, checked without writing anything. */
+  readonly checkContinuation: (input: ContinueInput) => Effect.Effect<Lineage.ContinuationClaim, EngineError.EngineError>
   /** Starts the successor of a sealed pause; refused, writing nothing, unless every setting is identical. */
   readonly resume: (input: ResumeInput) => Effect.Effect<RunningInvocation, EngineError.EngineError>
   /** Starts each sealed pause of the log this host can serve, and says why it skipped the others. */
@@ -170,6 +200,7 @@ type LaunchInput = Omit<StartInput, "message" | "tools"> & {
   readonly message?: Input.MessageInput
   readonly tools?: ToolCatalog.ToolCatalog
   readonly successor?: { readonly paused: Identity.Invocation; readonly pause: Lineage.HandoffPause }
+  readonly continuation?: { readonly source: Identity.Invocation }
 }
 
 /** The input checks of docs/engine.md §5.2 for a message run; the first problem, or `undefined`. */
@@ -194,7 +225,7 @@ export const validateInput = (input: LaunchInput): string | undefined => {
     return `the configuration's model ${binding.model} differs from the provider's model ${input.model.model}`
   }
   // A successor's opening holds its claim, prepared and checked against the pause before it is written.
-  if (input.successor !== undefined) return undefined
+  if (input.successor !== undefined || input.continuation !== undefined) return undefined
   const opening = Codec.decodeFact(
     {
       kind: "invocation_opened",
@@ -231,6 +262,7 @@ const runSettings = (input: LaunchInput, log: EventLog.EventLogShape): RunSettin
   ...(input.requestFingerprint === undefined ? {} : { requestFingerprint: input.requestFingerprint }),
   ...(input.message === undefined ? {} : { message: input.message }),
   ...(input.successor === undefined ? {} : { successor: input.successor }),
+  ...(input.continuation === undefined ? {} : { continuation: input.continuation }),
   tools: catalogOf(input.tools ?? ToolCatalog.empty, log, input.invocation.sessionId),
   maxSteps: input.maxSteps ?? Limits.DEFAULT_MAX_STEPS,
   allowPriorUnknown: input.allowPriorUnknown ?? false,
@@ -469,6 +501,22 @@ export const make = (options: Partial<EngineOptions> = {}) =>
         )
       })
 
+    const continueRun = (input: ContinueInput) => launch({ ...input, continuation: { source: input.source } }, runMessage)
+
+    const checkContinuation = (input: ContinueInput) =>
+      Effect.gen(function* () {
+        const launchInput: LaunchInput = { ...input, continuation: { source: input.source } }
+        const problem = validateInput(launchInput)
+        if (problem !== undefined) return yield* Effect.fail(EngineError.invalidInput(problem))
+        const run = {
+          log,
+          model: input.model,
+          options: settingsOf,
+          settings: runSettings(launchInput, log),
+        } as unknown as Run
+        return yield* Effect.provideService(checkContinuationOf(run), Ids.Ids, ids)
+      })
+
     /** Every sealed pause of the log, paged from 0 (docs/log-format.md §3.10). */
     const allPending = Effect.gen(function* () {
       const found: Array<EventLog.PendingHandoff> = []
@@ -584,6 +632,8 @@ export const make = (options: Partial<EngineOptions> = {}) =>
       start,
       run: (input: StartInput) => Effect.flatMap(start(input), (running) => running.wait),
       compact,
+      continueRun,
+      checkContinuation,
       resume,
       resumePending,
       abandonHandoff,

@@ -21,6 +21,8 @@ export interface RunSettings {
   readonly context?: ModelContext.ModelRequestContext
   readonly mainOutputLimit?: number
   readonly requestFingerprint?: string
+  /** A continuation: the sealed run it claims (docs/engine.md §5.9). */
+  readonly continuation?: { readonly source: Identity.Invocation }
   /** A handoff successor: the paused run and its sealed pause (docs/engine.md §5.10). */
   readonly successor?: { readonly paused: Identity.Invocation; readonly pause: Lineage.HandoffPause }
   /** The message of a message run; a `context_compact` run and a handoff successor have none. */

@@ -13,6 +13,7 @@ import * as PromptBuilder from "../PromptBuilder.ts"
 import * as Recovery from "../Recovery.ts"
 import { attemptWithRetries } from "./attempt.ts"
 import * as Compaction from "./compaction.ts"
+import * as Continuation from "./continuation.ts"
 import { faultPoint } from "./fault.ts"
 import * as Handoff from "./handoff.ts"
 import { LiveContext } from "./live-context.ts"
@@ -82,6 +83,11 @@ export const preflight = (run: Run) =>
 const openingInput = (run: Run): Fact.InvocationOpened["input"] => {
   const settings = run.settings
   if (settings.successor !== undefined && run.claim !== undefined) return { kind: "handoff", claim: run.claim, pause: settings.successor.pause }
+  if (settings.continuation !== undefined && run.claim !== undefined) {
+    // A continuation's fingerprint is a digest: the caller's, or the claim's own.
+    const requestFingerprint = settings.requestFingerprint ?? Digest.tagged("maka.continuation-request.v1", run.claim)
+    return { kind: "continuation", claim: run.claim, requestFingerprint }
+  }
   return settings.message === undefined
     ? { kind: "context_compact", requestFingerprint: settings.requestFingerprint ?? "" }
     : {
@@ -122,7 +128,8 @@ const liveContext = (run: Run, priorUnknown: boolean) =>
     const { invocation, configuration } = run.settings
     const kept = run.contexts.take(invocation.sessionId)
     const opening = run.opening
-    if (kept !== undefined && !kept.stale && opening !== undefined && !priorUnknown) {
+    // A continuation reads its lineage, not the session the kept context holds.
+    if (kept !== undefined && !kept.stale && opening !== undefined && !priorUnknown && run.settings.continuation === undefined) {
       const newer = yield* Effect.mapError(run.log.events(invocation.sessionId, kept.highWaterMark, 2), storeError)
       if (newer.length === 1 && newer[0]!.event.id === opening.stored.event.id) {
         kept.continueWith(opening.stored, opening.json, configuration)
@@ -638,6 +645,9 @@ export const runMessage = (
     const successor = run.settings.successor
     // A handoff successor claims the paused run's boundary: checked before anything is written.
     if (successor !== undefined) run.claim = yield* Handoff.prepareClaim(run, (source) => replayDigest(run, source))
+    // A continuation claims a sealed run's boundary, replaying its lineage.
+    const continuation = run.settings.continuation
+    if (continuation !== undefined) run.claim = yield* Continuation.prepare(run, continuation.source, (source) => replayRequest(run, source))
     yield* open(run)
     yield* admitted
     const loop = initialLoopState(successor?.pause.execution.compaction ?? "available")
@@ -676,12 +686,22 @@ export const runMessage = (
 
 const sealedPause = (outcome: Outcome.InvocationOutcome) => (outcome.kind === "handoff_paused" ? outcome.pause : undefined)
 
-/** The `inputDigest` of the main request `run` would send over `source`: a successor's replay check. */
-const replayDigest = (run: Run, source: EventLog.ModelContextSource) =>
+/** The main request `run` would send over `source`, and its `inputDigest`: a replay's evidence. */
+const replayRequest = (run: Run, source: EventLog.ModelContextSource) =>
   Effect.map(
     mainRequest(run, source, PromptBuilder.projectSource(source), run.settings.tools.capture().definitions, false),
-    (request) => request.inputDigest,
+    (built) => ({ inputDigest: built.inputDigest, prompt: built.request.prompt }),
   )
+
+const replayDigest = (run: Run, source: EventLog.ModelContextSource) =>
+  Effect.map(replayRequest(run, source), (built) => built.inputDigest)
+
+/** Checks a continuation's claim (docs/engine.md §5.9 steps 1–8) and the session's safety, writing nothing. */
+export const checkContinuation = (run: Run): Effect.Effect<Lineage.ContinuationClaim, EngineError.EngineError, Ids.Ids> =>
+  Effect.gen(function* () {
+    yield* preflight(run)
+    return yield* Continuation.prepare(run, run.settings.continuation!.source, (source) => replayRequest(run, source))
+  })
 
 /**
  * Runs an admitted `context_compact` invocation (docs/engine.md §5.12 "Standalone"): the summary of

@@ -1,0 +1,150 @@
+/**
+ * Continuation scenarios of docs/engine.md §5.9 (SEMANTICS scenarios 52–55): a new turn claims a
+ * sealed run's exact boundary and replays only its lineage; the claim is checked without writing,
+ * one claim per boundary, and refused with a reason a caller can act on. Real SQLite files and the
+ * scripted server on loopback.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { FactBuilders, History, OpenAiSse, Respond } from "@maka/testkit"
+import { ToolCatalog } from "@maka/tools"
+import { Effect } from "effect"
+import type * as Engine from "../src/Engine.ts"
+import { UNAVAILABLE_TOOL_MESSAGE, UNSTABLE_BOUNDARY_MESSAGE } from "../src/internal/continuation.ts"
+import { answer, echoCall, mainEntry } from "./support/compaction.ts"
+import { factsOf, kinds } from "./support/harness.ts"
+import { catalog, input, setup, type Effects, type Setup } from "./support/setup.ts"
+
+/** A stream that shows some text, then fails with a provider error no retry fixes. */
+const failsAfterText = (text: string) =>
+  Respond.sse([
+    OpenAiSse.role(),
+    OpenAiSse.text(text),
+    OpenAiSse.error("The request is invalid.", { type: "invalid_request_error", code: "invalid_request" }),
+  ])
+
+let continuations = 0
+const continueInput = (context: Setup, source: Engine.RunResult["invocation"], tools: ToolCatalog.ToolCatalog): Engine.ContinueInput => {
+  continuations++
+  return {
+    source,
+    invocation: FactBuilders.invocation({
+      turnId: `continued-turn-${continuations}`,
+      runId: `continued-run-${continuations}`,
+      invocationId: `continued-invocation-${continuations}`,
+    }),
+    model: context.model,
+    configuration: FactBuilders.configuration({ cwd: context.workspace, model: FactBuilders.modelBinding({ model: "test-model" }) }),
+    tools,
+  }
+}
+
+/** A source run that echoes once, then fails after showing partial text; then an unrelated run. */
+const failedSourceThenAnother = (context: Setup, effects: Effects) =>
+  Effect.gen(function* () {
+    const source = yield* context.engine.run(input(context, "Echo alpha.", catalog(effects)))
+    assert.strictEqual(source.outcome.kind, "failed")
+    yield* context.engine.run(input(context, "UNRELATED-LATER-RUN", catalog(effects)))
+    return source
+  })
+
+describe("continuation", () => {
+  it.live("replays only the source's lineage, without later runs or interrupted text, and its claim matches the first request (scenario 52)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({
+          script: [
+            mainEntry(echoCall("call-1", "alpha")),
+            mainEntry(failsAfterText("PARTIAL-INTERRUPTED-TEXT")),
+            mainEntry(answer("Unrelated answer.")),
+            mainEntry(answer("Continued: alpha was echoed.")),
+          ],
+        })
+        const effects: Effects = { ran: [] }
+        const source = yield* failedSourceThenAnother(context, effects)
+        const running = yield* context.engine.continueRun(continueInput(context, source.invocation, catalog(effects)))
+        const result = yield* running.wait
+        assert.deepStrictEqual(result.outcome, { kind: "completed" })
+        assert.deepStrictEqual(effects.ran, ["alpha"])
+        const body = context.server.requests()[3]!.body
+        assert.include(body, "Echo alpha.")
+        assert.include(body, "echo: alpha")
+        assert.notInclude(body, "UNRELATED-LATER-RUN")
+        assert.notInclude(body, "PARTIAL-INTERRUPTED-TEXT")
+        const events = yield* context.log.events("session-1")
+        const own = events.filter((stored) => stored.event.invocation.invocationId === running.invocation.invocationId)
+        const opening = own[0]!.event.fact
+        if (opening.kind !== "invocation_opened" || opening.input.kind !== "continuation") return assert.fail("a continuation opening")
+        assert.deepStrictEqual(opening.input.claim.source.invocation, source.invocation)
+        assert.strictEqual(factsOf(own, "model_requested")[0]!.inputDigest, opening.input.claim.replay.digest)
+        assert.strictEqual(factsOf(own, "model_requested")[0]!.sourceScope.kind, "lineage")
+      }),
+    ),
+  )
+
+  it.live("checks without writing, lets one claim take a boundary, and refuses another workspace (scenario 53)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({
+          script: [mainEntry(echoCall("call-1", "alpha")), mainEntry(failsAfterText("x")), mainEntry(answer("Unrelated.")), mainEntry(answer("Continued."))],
+        })
+        const effects: Effects = { ran: [] }
+        const source = yield* failedSourceThenAnother(context, effects)
+        const before = (yield* context.log.events("session-1")).length
+        const claim = yield* context.engine.checkContinuation(continueInput(context, source.invocation, catalog(effects)))
+        assert.deepStrictEqual(claim.source.invocation, source.invocation)
+        assert.strictEqual((yield* context.log.events("session-1")).length, before)
+        const first = yield* context.engine.continueRun(continueInput(context, source.invocation, catalog(effects)))
+        assert.deepStrictEqual((yield* first.wait).outcome, { kind: "completed" })
+        const after = (yield* context.log.events("session-1")).length
+        const second = yield* Effect.flip(context.engine.continueRun(continueInput(context, source.invocation, catalog(effects))))
+        assert.strictEqual(second.reason._tag, "ReconciliationRequired")
+        assert.strictEqual((yield* context.log.events("session-1")).length, after)
+        const elsewhere = continueInput(context, source.invocation, catalog(effects))
+        const refused = yield* Effect.flip(
+          context.engine.checkContinuation({
+            ...elsewhere,
+            configuration: { ...elsewhere.configuration, workspaceIdentity: "workspace:v1:00000000-0000-4000-8000-000000000000" },
+          }),
+        )
+        assert.strictEqual(refused.reason._tag, "ReconciliationRequired")
+      }),
+    ),
+  )
+
+  it.live("refuses a source that ends with assistant text, and a replay that calls a tool the catalog lacks (scenario 54)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({ script: [mainEntry(answer("All done.")), mainEntry(echoCall("call-1", "alpha")), mainEntry(failsAfterText("x"))] })
+        const effects: Effects = { ran: [] }
+        const completed = yield* context.engine.run(input(context, "Say done.", catalog(effects)))
+        const unstable = yield* Effect.flip(context.engine.checkContinuation(continueInput(context, completed.invocation, catalog(effects))))
+        assert.strictEqual(unstable.message, UNSTABLE_BOUNDARY_MESSAGE)
+        const failed = yield* context.engine.run(input(context, "Echo alpha.", catalog(effects)))
+        const missing = yield* Effect.flip(context.engine.checkContinuation(continueInput(context, failed.invocation, ToolCatalog.make([]))))
+        assert.strictEqual(missing.message, UNAVAILABLE_TOOL_MESSAGE)
+      }),
+    ),
+  )
+
+  it.live("refuses a check while a later unknown effect stands in the session (scenario 55)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({ script: [mainEntry(echoCall("call-1", "alpha")), mainEntry(failsAfterText("x"))] })
+        const effects: Effects = { ran: [] }
+        const failed = yield* context.engine.run(input(context, "Echo alpha.", catalog(effects)))
+        const high = (yield* context.log.events("session-1")).at(-1)!.sequence
+        // A later run whose dispatch was never settled: sealed outcome_unknown.
+        const history = new History.History({ sessionId: "session-1", firstSequence: high + 1, firstId: 9_000 })
+        const later = history.open({ message: "Later.", turnId: "later-turn", runId: "later-run", invocationId: "later-invocation" })
+        const step = later.request()
+        later.complete(step, FactBuilders.toolCallStep([{ id: "call-9", name: "echo", input: { value: "z" } }]))
+        later.dispatch(step, "call-9")
+        later.end({ kind: "failed", class: "outcome_unknown" })
+        yield* context.log.appendBatch(history.written.map((written) => written.write))
+        const refused = yield* Effect.flip(context.engine.checkContinuation(continueInput(context, failed.invocation, catalog(effects))))
+        assert.strictEqual(refused.reason._tag, "ReconciliationRequired")
+        assert.deepStrictEqual(kinds(yield* context.log.events("session-1")).filter((kind) => kind === "invocation_opened").length, 2)
+      }),
+    ),
+  )
+})
