@@ -1,5 +1,5 @@
 /**
- * Compaction scenarios of docs/engine.md §5.12 and SEMANTICS scenarios 31–46 (docs/engine.md §6):
+ * Compaction scenarios of docs/engine.md §5.12 and SEMANTICS scenarios 31–46 (docs/scenarios.md §6):
  * standalone, pre-turn and mid-turn checkpoints, the summary job's repair and length retries, the
  * background summary beside a main request, overflow recovery and the shared budget. Real SQLite
  * files and the scripted server on loopback.
@@ -201,7 +201,7 @@ describe("standalone compaction", () => {
     ),
   )
 
-  it.live("fails a summary that calls a tool, by its finish reason first, with no checkpoint (docs/engine.md §2.5)", () =>
+  it.live("fails a summary that calls a tool, by its finish reason first, with no checkpoint (docs/log-format.md §2.5)", () =>
     Effect.scoped(
       Effect.gen(function* () {
         const context = yield* setup({

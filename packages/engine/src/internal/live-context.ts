@@ -93,6 +93,9 @@ export class LiveContext {
   private archived = false
   private reshaped = false
 
+  /** The run that kept this context left a result over one page unarchived (a summary was pending): its next run prunes. */
+  pruneOwed = false
+
   /** A checkpoint was adopted: the covered history leaves the context, which is read again before it is used. */
   markStale(): void {
     this.reshaped = true

@@ -356,6 +356,8 @@ export interface LoopState {
   completedStep: boolean
   /** A summary attempt produced tool content: the run ends `ReconciliationRequired`. */
   summaryToolContent: boolean
+  /** A tool batch settled a result over one page while a summary was pending: prune at the next chance. */
+  pruneOwed: boolean
 }
 
 export const initialLoopState = (budget: Compaction.Budget = "available"): LoopState => ({
@@ -363,6 +365,7 @@ export const initialLoopState = (budget: Compaction.Budget = "available"): LoopS
   pending: undefined,
   completedStep: false,
   summaryToolContent: false,
+  pruneOwed: false,
 })
 
 /** The mode of an automatic compaction now (docs/engine.md §5.12 "Automatic start"). */
@@ -553,7 +556,14 @@ const runStep = (run: Run, loop: LoopState, step: number, priorUnknown: boolean)
     const { finishTurn, archivable } = yield* runTools(run, captured, calls)
     // Prune after the tool batch (docs/engine.md §5.11) when a result it settled is over one page
     // (earlier results were archived by earlier passes), unless a summary is pending.
-    if (!priorUnknown && archivable && loop.pending === undefined) yield* prune(run)
+    // A batch that settled one while a summary was pending owes the prune to the next boundary
+    // (or to the session's next run).
+    if (!priorUnknown && (archivable || loop.pruneOwed)) {
+      if (loop.pending === undefined) {
+        yield* prune(run)
+        loop.pruneOwed = false
+      } else loop.pruneOwed = true
+    }
     return finishTurn
   })
 
@@ -656,7 +666,7 @@ export const runMessage = (
       run.live = live.context
       // Prune once after the opening (docs/engine.md §5.11): a context the engine kept was pruned
       // after each of its tool batches already, and one that holds no result over a page has no candidate.
-      if (!priorUnknown && !live.kept && live.context.holdsArchivable(isArchivable)) yield* prune(run)
+      if (!priorUnknown && (live.kept ? live.context.pruneOwed : live.context.holdsArchivable(isArchivable))) yield* prune(run)
       const done = yield* stepLoop(run, loop, priorUnknown)
       if (loop.summaryToolContent) return yield* Effect.fail(EngineError.reconciliation(EngineError.SUMMARY_TOOL_CONTENT_MESSAGE))
       if (done._tag === "Paused") return done
@@ -680,7 +690,10 @@ export const runMessage = (
     if (pause !== undefined) yield* run.handoff.sealed(pause)
     else yield* run.handoff.close
     // Every commit of the run went through: its context is the session's, kept for the next run.
-    if (!run.mayBeUnresolved && !priorUnknown && run.live !== undefined) run.contexts.put(run.settings.invocation.sessionId, run.live)
+    if (!run.mayBeUnresolved && !priorUnknown && run.live !== undefined) {
+      run.live.pruneOwed = loop.pruneOwed
+      run.contexts.put(run.settings.invocation.sessionId, run.live)
+    }
     return { outcome: sealed } satisfies RunResult
   })
 
