@@ -384,8 +384,10 @@ const play = (item: Session) =>
       const lastSteps: ReadonlyArray<Step> = [{ calls: [], usage: 10, overflow: false }]
       routing.active = item.operations.length
       scriptTurn(context, routing, item.operations.length, lastSteps)
+      const before = context.server.requests().length
       const kept = yield* context.engine.run(last)
       assert.deepStrictEqual(kept.outcome, { kind: "completed" })
+      const keptRequest = context.server.requests().slice(before).find((request) => !isSummaryRequest(request))!
       checkSession(yield* context.log.events("session-1"), context.server.requests())
       const reopened = yield* reopen(copy)
       routing.active = item.operations.length + 1
@@ -394,6 +396,12 @@ const play = (item: Session) =>
       const fresh = yield* reopened.run(last)
       assert.deepStrictEqual(fresh.outcome, { kind: "completed" })
       checkSession(yield* reopened.log.events("session-1"), [...sent, ...context.server.requests().slice(middle)])
+      const freshRequest = context.server.requests().slice(middle).find((request) => !isSummaryRequest(request))!
+      // A short account first (role, tool call id, content length), then the bytes.
+      const outline = (request: ScriptedServer.RecordedRequest) =>
+        messagesOf(request).map((message) => `${message.role} ${message.tool_call_id ?? ""} ${contentText(message.content).length}`)
+      assert.deepStrictEqual(outline(freshRequest), outline(keptRequest), "a new engine over a copy of the log builds the same next request")
+      assert.strictEqual(freshRequest.body, keptRequest.body, "a new engine over a copy of the log builds the same next request")
 
       totals.sessions++
       totals.requests += sent.length
@@ -425,5 +433,35 @@ describe("prune and compaction over generated sessions", () => {
       assert.isAbove(totals.overflowsRecovered, 1, JSON.stringify(totals))
     },
     120_000,
+  )
+})
+
+describe("prune beside a background summary", () => {
+  it.live("archives a result the tool batch left while a summary was pending, before the next run's request", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        // The first run's usage reaches the window: the second run's first step starts a summary in the
+        // background, which never answers. Its tool batch settles a result over one page while the summary
+        // is pending, so it is not pruned then; the summary is drained when the run ends. The next run
+        // prunes once after its opening (docs/engine.md §5.11), whether or not the engine kept the context.
+        const context = yield* setup({ script: [{ match: isSummaryRequest, respond: Respond.hang(), repeat: true }] }, undefined, { concurrency: 4 })
+        const routing: Routing = { active: 0, final: false }
+        scriptTurn(context, routing, 0, [{ calls: [], usage: 4_000, overflow: false }])
+        yield* context.engine.run(input(context, openingText(0), tools, windowed))
+        routing.active = 1
+        scriptTurn(context, routing, 1, [{ calls: [true], usage: 10, overflow: false }, { calls: [], usage: 10, overflow: false }])
+        const second = yield* context.engine.run(input(context, openingText(1), tools, windowed))
+        assert.deepStrictEqual(second.outcome, { kind: "completed" })
+        assert.strictEqual(context.server.requests().filter(isSummaryRequest).length, 1)
+        routing.active = 2
+        scriptTurn(context, routing, 2, [{ calls: [], usage: 10, overflow: false }])
+        yield* context.engine.run(input(context, openingText(2), tools, windowed))
+        const main = context.server.requests().filter((request) => !isSummaryRequest(request))
+        const last = messagesOf(main[main.length - 1]!)
+        const results = last.filter((message) => message.role === "tool")
+        assert.strictEqual(results.length, 1)
+        assert.include(contentText(results[0]!.content), "maka.archived_tool_result", "the result over one page is archived")
+      }),
+    ),
   )
 })
