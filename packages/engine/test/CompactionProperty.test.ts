@@ -465,3 +465,56 @@ describe("prune beside a background summary", () => {
     ),
   )
 })
+
+describe("prune after a background summary was adopted", () => {
+  it.live("archives a result left by a batch that settled while the summary was pending, at the next tool batch of the run", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        // The second run's first step starts a summary in the background; its main answer (a call
+        // with a result over one page) is held until the summary completed, so the batch settles while
+        // the summary is still pending and is not pruned then. The summary is adopted at the next step
+        // boundary; the batch after it, whatever its results, prunes (docs/engine.md §5.11), so the
+        // third request of the run no longer holds the first result whole.
+        const held = Respond.gate()
+        const context = yield* setup({ script: [{ match: isSummaryRequest, respond: summaryAnswer(summaryText("held")), repeat: true }] }, undefined, {
+          concurrency: 4,
+        })
+        const routing: Routing = { active: 0, final: false }
+        scriptTurn(context, routing, 0, [{ calls: [], usage: 4_000, overflow: false }])
+        yield* context.engine.run(input(context, openingText(0), tools, windowed))
+        routing.active = 1
+        context.server.push(mainFor(routing, 1, Respond.hold(held, stepResponse(1, 0, { calls: [true], usage: 10, overflow: false }))))
+        context.server.push(
+          mainFor(routing, 1, stepResponse(1, 1, { calls: [false], usage: 10, overflow: false })),
+          mainFor(routing, 1, stepResponse(1, 2, { calls: [], usage: 10, overflow: false })),
+        )
+        const running = yield* context.engine.start(input(context, openingText(1), tools, windowed))
+        // The summary completes, and its job ends, before the held answer is let through.
+        for (;;) {
+          const events = yield* context.log.events("session-1")
+          if (events.some((stored) => stored.event.fact.kind === "model_completed" && stored.event.invocation.invocationId === running.invocation.invocationId)) break
+          yield* Effect.sleep("5 millis")
+        }
+        yield* Effect.sleep("50 millis")
+        held.release()
+        const result = yield* running.wait
+        assert.deepStrictEqual(result.outcome, { kind: "completed" })
+        const events = yield* context.log.events("session-1")
+        const own = events.filter((stored) => stored.event.invocation.invocationId === running.invocation.invocationId)
+        const order = own.flatMap((stored) => {
+          const fact = stored.event.fact
+          if (fact.kind === "context_checkpoint_recorded") return ["checkpoint"]
+          return fact.kind === "model_requested" && fact.purpose === "main" ? ["main"] : []
+        })
+        assert.deepStrictEqual(order, ["main", "checkpoint", "main", "main"], "the summary is adopted at the second step's boundary")
+        const main = context.server.requests().filter((request) => !isSummaryRequest(request))
+        const last = messagesOf(main[main.length - 1]!).filter((message) => message.role === "tool")
+        assert.deepStrictEqual(
+          last.map((message) => message.tool_call_id),
+          ["call-1-0-0", "call-1-1-0"],
+        )
+        assert.include(contentText(last[0]!.content), "maka.archived_tool_result", "the result over one page is archived")
+      }),
+    ),
+  )
+})
