@@ -113,7 +113,7 @@ export const COMMANDS = {
     arguments: "DB FILE",
     flags: [],
   },
-  demo: { summary: "an offline tour: a tool loop, then a crash and its recovery", flags: ["keep"] },
+  demo: { summary: "an offline tour: a tool loop, a crash and its recovery, then compaction", flags: ["keep"] },
 } as const satisfies Record<string, CommandSpec>
 
 export type CommandName = keyof typeof COMMANDS
