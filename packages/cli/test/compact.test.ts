@@ -171,9 +171,14 @@ describe("automatic compaction in maka run on the offline model", () => {
     expect(next.stdout).not.toContain("## Goal")
     const requests = facts.filter((fact) => fact.kind === "model_requested" && fact.purpose === "main")
     expect(requests.at(-1)!.checkpointEventId).toEqual(expect.any(String))
+    // Every step of the compacted turn is rebuilt over its checkpoint and matches its digest.
+    for (const step of [4, 5, 6]) {
+      const rebuilt = await maka(["inspect", "--db", db, "--session", "s", "--step", String(step)], { cwd: root })
+      expect(rebuilt.stdout).toMatch(/^input digest: \S+ matches the rebuilt input \(tools read\)$/m)
+    }
   })
 
-  it("without --declared-window there is no automatic compaction", async () => {
+  it("without --declared-window a short session is not compacted", async () => {
     const { root, workspace, db } = fresh()
     expect((await maka(["run", "--db", db, "--workspace", workspace, "--session", "s", "What is this?"], { cwd: root })).code).toBe(0)
     const next = await maka(["run", "--db", db, "--workspace", workspace, "--session", "s", "--json", "And the notes?"], { cwd: root })
