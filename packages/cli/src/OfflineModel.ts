@@ -83,15 +83,42 @@ const oneLine = (value: string, max: number): string => {
   return flat.length <= max ? flat : `${flat.slice(0, max - 1)}…`
 }
 
+/** What a previous summary in the request carries over: its answered messages and the tools it names. */
+interface Carried {
+  readonly answered: ReadonlyArray<string>
+  readonly tools: ReadonlyArray<string>
+}
+
+const carriedOver = (request: ChatRequest): Carried => {
+  const previous = request.messages.find(
+    (message) => message.role === "user" && message.content.startsWith(Prompts.PREVIOUS_CONTINUATION_SUMMARY_PREFIX),
+  )
+  if (previous === undefined) return { answered: [], tools: [] }
+  const lines = previous.content.split("\n")
+  const answered = lines.flatMap((line) => (line.startsWith("- Answered: ") ? [line.slice("- Answered: ".length)] : []))
+  const toolsLine = lines.find((line) => line.startsWith("- Tools used: ") && line !== "- Tools used: (none)")
+  return { answered, tools: toolsLine === undefined ? [] : toolsLine.slice("- Tools used: ".length).split(", ") }
+}
+
 /**
- * A `sections_v1` summary of the user messages and tool names the request shows. Its fixed lines keep
- * it above the fold floor (200 output tokens, i.e. 800 characters at ceil(characters / 4)).
+ * A `sections_v1` summary of the user messages and tool names the request shows, updating the
+ * previous summary when the request carries one (its answered messages and tools are kept). Its fixed
+ * lines keep it above the fold floor (200 output tokens, i.e. 800 characters at ceil(characters / 4)).
  */
 export const summaryText = (request: ChatRequest): string => {
-  const users = request.messages
-    .filter((message) => message.role === "user" && !message.content.endsWith(Prompts.COMPACTION_ATTEMPT_SUFFIX))
-    .map((message) => oneLine(message.content, 200))
-  const toolNames = [...new Set(request.messages.flatMap((message) => message.toolCalls.map((call) => call.name)))].sort()
+  const carried = carriedOver(request)
+  const users = [
+    ...carried.answered,
+    ...request.messages
+      .filter(
+        (message) =>
+          message.role === "user" &&
+          !message.content.endsWith(Prompts.COMPACTION_ATTEMPT_SUFFIX) &&
+          !message.content.startsWith(Prompts.PREVIOUS_CONTINUATION_SUMMARY_PREFIX),
+      )
+      .map((message) => oneLine(message.content, 200)),
+  ]
+  const toolNames = [...new Set([...carried.tools, ...request.messages.flatMap((message) => message.toolCalls.map((call) => call.name))])].sort()
   const lines = [
     "## Goal",
     users.length === 0 ? "- Answer the user's questions about the workspace." : `- ${users.at(-1)}`,

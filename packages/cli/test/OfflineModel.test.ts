@@ -93,6 +93,25 @@ describe("the offline model", () => {
     expect(summary).toContain("list_files")
   })
 
+  it("updates a previous summary: its answered messages carry over, its text is not taken for a user message", () => {
+    const first = OfflineModel.summaryText(
+      OfflineModel.parseRequest(body([...listed("c1"), { role: "user", content: Prompts.compactionAttemptMessage(Prompts.COMPACTION_BASE_INSTRUCTION) }], []))!,
+    )
+    const messages = [
+      { role: "user", content: Prompts.previousContinuationSummaryMessage(first) },
+      { role: "user", content: "And the notes?" },
+      { role: "assistant", content: "They are short." },
+      { role: "user", content: Prompts.compactionAttemptMessage(Prompts.COMPACTION_BASE_INSTRUCTION) },
+    ]
+    const summary = text(OfflineModel.respond(body(messages, [])).events)
+    expect(Result.isSuccess(Summary.validateSummary(summary, { inputTokens: 20_000, outputTokens: Math.ceil(summary.length / 4) }))).toBe(true)
+    expect(summary).toContain("## Goal\n- And the notes?\n")
+    expect(summary).toContain("- Answered: What is this?\n- Answered: And the notes?\n")
+    expect(summary).toContain("- User messages so far: 2")
+    expect(summary).not.toContain("Previous continuation summary")
+    expect(summary).toContain("- Tools used: list_files")
+  })
+
   it("keeps even the summary of a conversation without user messages above the fold floor", () => {
     const summary = OfflineModel.summaryText(OfflineModel.parseRequest(body([{ role: "user", content: Prompts.compactionAttemptMessage("x") }], []))!)
     const validated = Summary.validateSummary(summary, { inputTokens: 20_000, outputTokens: Math.ceil(summary.length / 4) })

@@ -23,9 +23,10 @@ describe("the maka binary", () => {
     expect(result.stdout).toBe("")
   })
 
-  it("leaves resume and compact out of the usage until they work", async () => {
+  it("lists compact in the usage, and leaves resume out until it works", async () => {
     const result = await run("--help")
-    expect(result.stdout).not.toMatch(/^\s+(resume|compact)\b/m)
+    expect(result.stdout).toMatch(/^\s+compact\s+summarise a session's history/m)
+    expect(result.stdout).not.toMatch(/^\s+resume\b/m)
     expect((await run("resume")).code).toBe(2)
   })
 

@@ -8,7 +8,7 @@ afterEach(() => {
 })
 
 describe("maka demo", () => {
-  it("tours a tool loop, a SIGKILL crash and its recovery offline, narrated, and exits 0", async () => {
+  it("tours a tool loop, a SIGKILL crash and its recovery, and a compaction offline, narrated, and exits 0", async () => {
     const created = folder()
     folders.push(created)
     // No endpoint configured, and none leaks in from the environment: the tour is offline.
@@ -24,6 +24,10 @@ describe("maka demo", () => {
     expect(out).toMatch(/crash [0-9a-f-]{36} host_interrupted/)
     expect(out).toMatch(/crash {2}idle/)
     expect(out).toMatch(/input digest: sha256:[0-9a-f]{64} matches the rebuilt input/)
+    expect(out).toContain("5. Compaction.")
+    expect(out).toMatch(/^ {4}compacted: checkpoint [0-9a-f-]{36}, covers the history through event #\d+$/m)
+    expect(out).toMatch(/^ {8}Continuation summary:\n {8}## Goal\n {8}- What is this project\?$/m)
+    expect(out.match(/input digest: sha256:[0-9a-f]{64} matches the rebuilt input/g)).toHaveLength(2)
     const kept = /kept in (\S+)$/m.exec(out)?.[1]
     expect(kept).toBeDefined()
     expect(fs.existsSync(`${kept}/events.sqlite`)).toBe(true)

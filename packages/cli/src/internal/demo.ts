@@ -2,8 +2,9 @@
  * `maka demo`: an offline tour in a temporary folder, narrated step by step. A tool loop on the
  * offline model; then a run killed with SIGKILL in the middle of its answer (a child process started
  * as `process.execPath` with this CLI's own entry) and its recovery; then the session's timeline and
- * the exact model input of its first step, checked against the recorded digest. The other legs run
- * in this process, through the same command code.
+ * the exact model input of its first step, checked against the recorded digest; then a standalone
+ * compaction and a run that starts from its summary. The other legs run in this process, through the
+ * same command code.
  */
 import { spawn } from "node:child_process"
 import * as fs from "node:fs"
@@ -148,7 +149,27 @@ export const demoCommand = async (context: CommandContext): Promise<number> => {
     check("inspect --step 1", step, 0)
     say("   $ maka inspect --session tour --step 1")
     say(indent(step.stdout.split("\n").filter((line) => line.startsWith("input digest")).join("\n")))
-    say("\nDone. Compaction and handoff join this tour when they land.")
+    say("")
+
+    say("5. Compaction. `maka compact` summarises the first session's history into a checkpoint (a")
+    say("   structured summary: goal, progress, key decisions, next steps, critical context). The log keeps")
+    say("   every event; the next run's prompt starts from the summary instead of the whole history.")
+    const compacted = await inProcess(["compact", ...common, "--session", "tour"], folder)
+    check("compact", compacted, 0)
+    say("   $ maka compact --session tour")
+    say(indent(compacted.stdout))
+    const next = await inProcess(["run", ...common, "--session", "tour", "Which file holds the code?"], folder)
+    check("the run after compaction", next, 0)
+    say("   $ maka run --session tour \"Which file holds the code?\"")
+    say(indent(next.stdout))
+    const summarised = await inProcess(["inspect", "--db", db, "--session", "tour", "--step", "4"], folder)
+    check("inspect --step 4", summarised, 0)
+    const lines = summarised.stdout.split("\n")
+    const opening = lines.findIndex((line) => line.includes("Continuation summary:"))
+    say("   $ maka inspect --session tour --step 4   (its input, after the system prompt)")
+    say(indent([...lines.slice(opening - 1, opening + 3), "    …", ...lines.filter((line) => line.startsWith("input digest"))].join("\n")))
+    say("   With --declared-window N, `maka run` compacts by itself once a request on the same model used N tokens.")
+    say("\nDone. Handoff joins this tour when it lands.")
     if (values.keep === true) say(`The tour's files are kept in ${folder}`)
     return ExitCode.completed
   } finally {

@@ -28,8 +28,10 @@ export class CliError extends Error {
 export const exitCodeOf = (outcome: Outcome.InvocationOutcome): number => {
   switch (outcome.kind) {
     case "completed":
-    case "context_compact_finished":
       return ExitCode.completed
+    case "context_compact_finished":
+      // A compaction that ran but produced no checkpoint (`failed {reason}`) is a failure of the command.
+      return outcome.outcome.kind === "failed" ? ExitCode.failed : ExitCode.completed
     case "handoff_paused":
       return ExitCode.handedOff
     case "cancelled":

@@ -97,6 +97,10 @@ export const COMMANDS = {
     summary: "interactive turns in one session: one message per line of stdin; a line sent during a turn steers it",
     flags: TURN,
   },
+  compact: {
+    summary: "summarise a session's history into a checkpoint (standalone compaction); --session is required",
+    flags: [...DATABASE, "session", ...PROVIDER, "workspace", "context-window", "declared-window", "idle-timeout", "json"],
+  },
   events: { summary: "the stored events of a session", flags: [...DATABASE, "session", "json"] },
   inspect: {
     summary: "timeline of a session and the exact model input of a step, checked against its digest",
@@ -109,7 +113,7 @@ export const COMMANDS = {
     arguments: "DB FILE",
     flags: [],
   },
-  demo: { summary: "an offline tour: a tool loop, then a crash and its recovery", flags: ["keep"] },
+  demo: { summary: "an offline tour: a tool loop, a crash and its recovery, then compaction", flags: ["keep"] },
 } as const satisfies Record<string, CommandSpec>
 
 export type CommandName = keyof typeof COMMANDS

@@ -4,7 +4,7 @@
  * model input of step N rebuilt from the log and checked against the step's recorded `inputDigest`.
  * Steps are numbered from 1 over the session's `model_requested {main}` facts in sequence order.
  */
-import type { Event, Fact, Prompt } from "@maka/facts"
+import { Archive, type Event, type Fact, type Outcome, type Prompt } from "@maka/facts"
 import type { EventLog } from "@maka/event-log"
 import { PromptBuilder } from "@maka/engine"
 import { projectPrompt } from "@maka/model"
@@ -23,6 +23,17 @@ const clip = (text: string, max = 100): string => {
 }
 
 const time = (ms: number): string => new Date(ms).toISOString().slice(11, 23)
+
+const compactDetail = (outcome: Outcome.CompactOutcome): string => {
+  switch (outcome.kind) {
+    case "compacted":
+      return `compacted into checkpoint ${outcome.checkpointId}`
+    case "unchanged":
+      return `unchanged: ${outcome.reason}`
+    case "failed":
+      return `failed: ${outcome.reason}`
+  }
+}
 
 /** The timeline lines of a session's events. */
 export const timeline = (events: ReadonlyArray<Event.StoredEvent>): ReadonlyArray<string> => {
@@ -51,7 +62,7 @@ export const timeline = (events: ReadonlyArray<Event.StoredEvent>): ReadonlyArra
       }
       case "model_completed": {
         const step = steps.get(fact.stepId)
-        const label = step?.number === undefined ? "request" : `step ${step.number}`
+        const label = step === undefined ? "request" : step.number === undefined ? "summary request" : `step ${step.number}`
         const text = fact.output.parts.flatMap((part) => (part.kind === "text" && part.textKind === "text" ? [part.text] : [])).join("")
         const calls = fact.output.parts.flatMap((part) => (part.kind === "tool_call" ? [part.name] : []))
         const usage = fact.output.usage
@@ -65,7 +76,7 @@ export const timeline = (events: ReadonlyArray<Event.StoredEvent>): ReadonlyArra
       }
       case "model_interrupted": {
         const step = steps.get(fact.stepId)
-        const label = step?.number === undefined ? "request" : `step ${step.number}`
+        const label = step === undefined ? "request" : step.number === undefined ? "summary request" : `step ${step.number}`
         lines.push(`${prefix}   ${label} interrupted: ${fact.status}${fact.status === "retryable_failure" ? " (retried)" : ""}`)
         break
       }
@@ -86,7 +97,9 @@ export const timeline = (events: ReadonlyArray<Event.StoredEvent>): ReadonlyArra
         lines.push(`${prefix}   steered: ${JSON.stringify(clip(fact.message.content.text, 80))}`)
         break
       case "context_checkpoint_recorded":
-        lines.push(`${prefix}   checkpoint recorded (covers through ${fact.checkpoint.coveredThrough})`)
+        lines.push(
+          `${prefix}   checkpoint ${stored.event.id} recorded (${fact.checkpoint.mode.kind}, covers through ${fact.checkpoint.coveredThrough})`,
+        )
         break
       case "tool_result_archived":
         lines.push(`${prefix}   tool result archived`)
@@ -94,7 +107,11 @@ export const timeline = (events: ReadonlyArray<Event.StoredEvent>): ReadonlyArra
       case "invocation_ended": {
         const outcome = fact.outcome
         const detail =
-          outcome.kind === "failed" ? `failed ${outcome.class}${outcome.message === undefined ? "" : `: ${clip(outcome.message, 80)}`}` : outcome.kind
+          outcome.kind === "failed"
+            ? `failed ${outcome.class}${outcome.message === undefined ? "" : `: ${clip(outcome.message, 80)}`}`
+            : outcome.kind === "context_compact_finished"
+              ? `context_compact_finished: ${compactDetail(outcome.outcome)}`
+              : outcome.kind
         lines.push(`${prefix} invocation ${stored.event.invocation.invocationId} ended: ${detail}`)
         break
       }
@@ -107,22 +124,72 @@ export const timeline = (events: ReadonlyArray<Event.StoredEvent>): ReadonlyArra
 
 type Requested = Extract<Fact.Fact, { readonly kind: "model_requested" }>
 
-/** The model-context source of a request in a log without checkpoints: the session's events through its high water. */
+/**
+ * The model-context source of a main request, as the engine read it (docs/log-format.md §3.7): the
+ * baseline the request names (`checkpointEventId`), its anchor when the checkpoint is mid-turn, and
+ * the tail after the baseline's coverage through the request's high water, without observations,
+ * checkpoints, standalone compactions and summary steps, each archived tool result by its placeholder.
+ */
 const sourceOf = (events: ReadonlyArray<Event.StoredEvent>, request: Requested): EventLog.ModelContextSource => {
+  const checkpoint = events.find((stored) => stored.event.id === request.checkpointEventId && stored.event.fact.kind === "context_checkpoint_recorded")
+  const baselineFact = checkpoint?.event.fact
+  const baseline: EventLog.Baseline | undefined =
+    checkpoint !== undefined && baselineFact?.kind === "context_checkpoint_recorded"
+      ? { eventId: checkpoint.event.id, sequence: checkpoint.sequence, checkpoint: baselineFact.checkpoint }
+      : undefined
+  if (request.checkpointEventId !== undefined && baseline === undefined) {
+    throw new CliError(`the step's checkpoint ${request.checkpointEventId} is missing from the log`, ExitCode.failed)
+  }
+  const mode = baseline?.checkpoint.mode
+  const anchor = mode?.kind === "mid_turn" ? events.find((stored) => stored.event.id === mode.anchorEventId) : undefined
+  const coveredThrough = baseline?.checkpoint.coveredThrough ?? 0
   const summarySteps = new Set<string>()
-  const tail: Array<EventLog.TailItem> = []
+  const compactions = new Set<string>()
+  const archives = new Map<string, { readonly fact: Extract<Fact.Fact, { readonly kind: "tool_result_archived" }>; readonly eventId: string }>()
   for (const stored of events) {
     if (stored.sequence > request.sourceHighWater) break
     const fact = stored.event.fact
     if (fact.kind === "model_requested" && fact.purpose === "summary") summarySteps.add(fact.stepId)
+    if (fact.kind === "invocation_opened" && fact.input.kind === "context_compact") compactions.add(stored.event.invocation.invocationId)
+    if (fact.kind === "tool_result_archived") archives.set(fact.placeholder.identity.runtimeEventId, { fact, eventId: stored.event.id })
+  }
+  const tail: Array<EventLog.TailItem> = []
+  for (const stored of events) {
+    if (stored.sequence > request.sourceHighWater) break
+    if (stored.sequence <= coveredThrough) continue
+    const fact = stored.event.fact
     const isSummaryFact =
       (fact.kind === "model_requested" || fact.kind === "model_completed" || fact.kind === "model_interrupted") &&
       summarySteps.has(fact.stepId)
-    if (fact.kind === "model_observed" || fact.kind === "context_checkpoint_recorded" || fact.kind === "tool_result_archived" || isSummaryFact) continue
-    tail.push({ kind: "canonical", stored })
+    if (
+      fact.kind === "model_observed" ||
+      fact.kind === "context_checkpoint_recorded" ||
+      fact.kind === "tool_result_archived" ||
+      isSummaryFact ||
+      compactions.has(stored.event.invocation.invocationId)
+    ) {
+      continue
+    }
+    const archive = fact.kind === "tool_settled" ? archives.get(stored.event.id) : undefined
+    if (fact.kind !== "tool_settled" || archive === undefined) {
+      tail.push({ kind: "canonical", stored })
+      continue
+    }
+    tail.push({
+      kind: "archived",
+      sequence: stored.sequence,
+      eventId: stored.event.id,
+      invocation: stored.event.invocation,
+      operationId: fact.operationId,
+      replacement: Archive.modelValue(archive.fact.placeholder.identity, archive.fact.placeholder.page),
+      archiveEventId: archive.eventId,
+      isError: fact.outcome.kind === "failed",
+    })
   }
   return {
     sourceEvidence: { scope: request.sourceScope, highWater: request.sourceHighWater, digest: request.sourceDigest },
+    ...(baseline === undefined ? {} : { baseline }),
+    ...(anchor === undefined ? {} : { anchor }),
     tail,
     effectiveSourceDigest: request.effectiveSourceDigest ?? request.sourceDigest,
     latestMain: latestMainBefore(events, request),

@@ -41,6 +41,8 @@ const dispatch = async (context: MainContext): Promise<number> => {
       return (await import("./run-command.ts")).runCommand({ ...command, stdin: context.stdin })
     case "chat":
       return (await import("./chat-command.ts")).chatCommand({ ...command, stdin: context.stdin })
+    case "compact":
+      return (await import("./compact-command.ts")).compactCommand({ ...command, stdin: context.stdin })
     case "events":
       return (await import("./read-commands.ts")).eventsCommand(command)
     case "sessions":

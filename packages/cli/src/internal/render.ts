@@ -34,6 +34,8 @@ export const PROGRESS_INTERVAL_MS = 5_000
 export class RunRenderer {
   private readonly textParts = new Set<string>()
   private readonly summarySteps = new Set<string>()
+  /** A summary was announced and no checkpoint has been recorded since. */
+  private isCompacting = false
   private readonly dispatched = new Map<string, { readonly name: string; readonly at: number; readonly startedAt: number; shown: number }>()
   private lastChar = "\n"
   private failedAttempts = 0
@@ -88,9 +90,11 @@ export class RunRenderer {
           this.summarySteps.add(fact.stepId)
           if (!this.json && this.lastChar !== "\n") this.text("\n")
           this.sink.err("compacting the context…\n")
+          this.isCompacting = true
         }
         return
       case "context_checkpoint_recorded":
+        this.isCompacting = false
         this.sink.err(`context compacted: history through #${fact.checkpoint.coveredThrough} summarised (${fact.checkpoint.mode.kind})\n`)
         return
       case "model_observed": {
@@ -107,6 +111,12 @@ export class RunRenderer {
         if (!this.json && this.lastChar !== "\n") this.text("\n")
         return
       case "model_interrupted": {
+        if (this.summarySteps.has(fact.stepId) && fact.status !== "retryable_failure") {
+          // A background summary still running when the run ends is cancelled: the history stays as it was.
+          this.isCompacting = false
+          this.sink.err(`compaction stopped: the summary request was ${fact.status.replace("_", " ")}\n`)
+          return
+        }
         if (fact.status !== "retryable_failure") return
         this.failedAttempts++
         const failure = this.lastFailure()
@@ -132,6 +142,12 @@ export class RunRenderer {
       }
       case "tool_rejected":
         this.sink.err(`tool: ${fact.name} rejected: ${fact.reason.kind}${"message" in fact.reason ? `: ${fact.reason.message}` : ""}\n`)
+        return
+      case "invocation_ended":
+        if (this.isCompacting) {
+          this.isCompacting = false
+          this.sink.err("compaction not adopted: no checkpoint was recorded before the run ended\n")
+        }
         return
       case "message_steered":
         this.sink.err(`steered: ${fact.message.content.text}\n`)

@@ -3,6 +3,7 @@
  * run's configuration as pure functions of the flags, starts it through the Promise facade, shows it
  * as it becomes durable, and maps its terminal to the exit code. SIGINT and SIGTERM cancel it.
  */
+import type { Event, Outcome } from "@maka/facts"
 import { randomUUID } from "node:crypto"
 import * as fs from "node:fs"
 import * as path from "node:path"
@@ -134,10 +135,20 @@ export const settingsOf = (values: Flags.Values, context: Pick<RunContext, "envi
   }
 }
 
+/** A standalone compaction's terminal and the events it committed, from its opening to its terminal. */
+export interface CompactResult {
+  readonly outcome: Outcome.InvocationOutcome
+  readonly events: ReadonlyArray<Event.StoredEvent>
+}
+
 /** An open engine, workspace and model for one or more turns of a session. */
 export interface Host {
   /** Starts a turn, shows it as it becomes durable and resolves with its exit code. */
   readonly turn: (message: string, onStarted?: (run: { readonly steer: (text: string) => Promise<void> }) => void) => Promise<number>
+  /** Runs a standalone compaction of the session and resolves with its result and its committed events. */
+  readonly compact: () => Promise<CompactResult>
+  /** Whether the session has any stored event. */
+  readonly hasHistory: () => Promise<boolean>
   readonly close: () => Promise<void>
 }
 
@@ -207,7 +218,24 @@ export const openHost = async (settings: RunSettings, sink: Sink, signal: AbortS
       if (outcome.kind === "cancelled") sink.err("cancelled\n")
       return exitCodeOf(outcome)
     }
-    return { turn, close }
+    const compact: Host["compact"] = async () => {
+      const result = await opened.compact({
+        sessionId: settings.sessionId,
+        provider: providerOptions,
+        connection: connectionOf(provider.provider, providerOptions.baseUrl),
+        workspace,
+        systemPrompt: CLI_SYSTEM_PROMPT,
+        providerOptions: {},
+        context: contextOf(provider.provider, { contextWindow: settings.contextWindow, declaredWindow: settings.declaredWindow }),
+        idleTimeoutMs: settings.idleTimeoutSeconds * 1000,
+        signal,
+      })
+      const invocationId = result.invocation.invocationId
+      const stored = await opened.events(settings.sessionId)
+      return { outcome: result.outcome, events: stored.filter((event) => event.event.invocation.invocationId === invocationId) }
+    }
+    const hasHistory = async () => (await opened.events(settings.sessionId, { limit: 1 })).length > 0
+    return { turn, compact, hasHistory, close }
   } catch (error) {
     await close()
     throw fromEngineError(error)

@@ -1,0 +1,69 @@
+/**
+ * `maka compact --session S` (docs/cli.md §10, §10.1): a standalone compaction of the session's
+ * history into a summary checkpoint, on the same provider, database and workspace settings as `maka
+ * run`. Prints what happened (the checkpoint and its coverage, unchanged, or the failure) or, with
+ * `--json`, the committed events as `maka run --json` does; exit 0 for compacted or unchanged.
+ */
+import type { Event, Outcome } from "@maka/facts"
+import * as fs from "node:fs"
+import { CliError, ExitCode, exitCodeOf, failureLine, fromEngineError } from "./exit.ts"
+import * as Flags from "./flags.ts"
+import { eventLine } from "./render.ts"
+import { cancelOnSignals, openHost, settingsOf, type RunContext } from "./run-command.ts"
+
+/** The line that says what a finished compaction did; `stdout` false for a failure (stderr). */
+export const resultLine = (
+  outcome: Outcome.InvocationOutcome,
+  events: ReadonlyArray<Event.StoredEvent>,
+): { readonly text: string; readonly stdout: boolean } => {
+  switch (outcome.kind) {
+    case "context_compact_finished": {
+      const result = outcome.outcome
+      if (result.kind === "unchanged") return { text: `unchanged: ${result.reason} (nothing new to summarise since the last checkpoint)`, stdout: true }
+      if (result.kind === "failed") return { text: `compaction failed: ${result.reason}`, stdout: false }
+      const recorded = events.find((stored) => stored.event.id === result.checkpointId)?.event.fact
+      const coverage =
+        recorded?.kind === "context_checkpoint_recorded"
+          ? `, covers the history through event #${recorded.checkpoint.coveredThrough}` +
+            (recorded.checkpoint.previousCheckpointId === undefined ? "" : ` (updates checkpoint ${recorded.checkpoint.previousCheckpointId})`)
+          : ""
+      return { text: `compacted: checkpoint ${result.checkpointId}${coverage}`, stdout: true }
+    }
+    case "failed":
+      return { text: failureLine(outcome), stdout: false }
+    case "cancelled":
+      return { text: "cancelled", stdout: false }
+    case "completed":
+    case "handoff_paused":
+      return { text: outcome.kind, stdout: false }
+  }
+}
+
+export const compactCommand = async (context: RunContext): Promise<number> => {
+  const { values } = Flags.parse("compact", context.args)
+  Flags.requiredSession(values, "compact")
+  const settings = settingsOf(values, context)
+  // Compaction needs history: a log that does not exist is not created.
+  if (settings.database.kind === "sqlite" && !fs.existsSync(settings.database.path)) {
+    throw new CliError(`no maka log at ${settings.database.path}; pass --db PATH of an existing log`, ExitCode.failed)
+  }
+  const signals = cancelOnSignals()
+  try {
+    const host = await openHost(settings, context.sink, signals.signal)
+    try {
+      if (!(await host.hasHistory())) throw new CliError(`session ${settings.sessionId} has no events`, ExitCode.failed)
+      const { outcome, events } = await host.compact()
+      if (settings.json) for (const stored of events) context.sink.out(`${eventLine(stored)}\n`)
+      const line = resultLine(outcome, events)
+      if (line.stdout && !settings.json) context.sink.out(`${line.text}\n`)
+      if (!line.stdout) context.sink.err(`${line.text}\n`)
+      return exitCodeOf(outcome)
+    } catch (error) {
+      throw fromEngineError(error)
+    } finally {
+      await host.close()
+    }
+  } finally {
+    signals.release()
+  }
+}
