@@ -569,21 +569,24 @@ describe("a session past the read limits", () => {
           undefined,
           oneSlot,
         )
-        // 5,100 turns of 4 events each (twice the event limit), written before compaction was due at 80 % of it.
+        // 40 turns with answers of 450 KB: 18 MB, more than twice the 8 MiB a read takes, written
+        // before compaction was due at 80 % of it.
         const history = new History.History({ sessionId: "session-1" })
-        for (let turn = 0; turn < 5_100; turn++) {
+        const bulk = "b".repeat(450_000)
+        for (let turn = 0; turn < 40; turn++) {
           const run = history.open({ message: `Old turn ${turn}.`, turnId: `old-turn-${turn}`, runId: `old-run-${turn}`, invocationId: `old-invocation-${turn}` })
-          run.complete(run.request(), FactBuilders.textStep(`Answer ${turn}.`))
+          run.complete(run.request(), FactBuilders.textStep(`Answer ${turn}: ${bulk}`))
           run.end({ kind: "completed" })
         }
         const writes = history.written.map((written) => written.write)
-        for (let start = 0; start < writes.length; start += 500) yield* context.log.appendBatch(writes.slice(start, start + 500))
+        for (let start = 0; start < writes.length; start += 20) yield* context.log.appendBatch(writes.slice(start, start + 20))
         const tooLarge = yield* Effect.flip(context.log.readModelContext("session-1"))
         assert.strictEqual(tooLarge.reason._tag === "Rejected" ? tooLarge.reason.rejection._tag : tooLarge.reason._tag, "PrefixTooLarge")
 
         const result = yield* context.engine.run(input(context, "Continue.", noTools({ ran: [] })))
         assert.deepStrictEqual(result.outcome, { kind: "completed" })
         const events = yield* context.log.events("session-1", writes.length, 1_000)
+        assert.isAtLeast(writes.length, 160)
         const checkpoints = factsOf(events, "context_checkpoint_recorded")
         assert.isAtLeast(checkpoints.length, 2)
         assert.isTrue(checkpoints.every((fact) => fact.checkpoint.mode.kind === "pre_turn"))
