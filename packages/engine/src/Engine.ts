@@ -290,7 +290,12 @@ const liveEvents = (
  * Queues a steering message after the whole validation of the fact it becomes, so it can always be
  * committed; the queue is bounded (`MAX_QUEUED_STEERING`, then `Busy`).
  */
-const steer = (invocation: Identity.Invocation, steering: Ref.Ref<ReadonlyArray<Input.DeliveredMessage>>, text: string) =>
+const steer = (
+  invocation: Identity.Invocation,
+  steering: Ref.Ref<ReadonlyArray<Input.DeliveredMessage>>,
+  gate: Handoff.HandoffGate,
+  text: string,
+) =>
   Effect.gen(function* () {
     const content = { text }
     const messageId = yield* Ids.next
@@ -299,10 +304,13 @@ const steer = (invocation: Identity.Invocation, steering: Ref.Ref<ReadonlyArray<
     if (Result.isFailure(checked)) {
       return yield* Effect.fail(EngineError.invalidInput(`steering message: ${checked.failure.message}`))
     }
-    const queued = yield* Ref.modify(steering, (queued) =>
-      queued.length >= MAX_QUEUED_STEERING ? [false, queued] : [true, [...queued, delivered]],
+    // Checked in the same step as the queue: a run whose pause is committing takes no more messages.
+    type Queue = ReadonlyArray<Input.DeliveredMessage>
+    const queued = yield* Ref.modify(steering, (queued: Queue): readonly ["queued" | "full" | "ended", Queue] =>
+      !gate.acceptsSteering ? ["ended", queued] : queued.length >= MAX_QUEUED_STEERING ? ["full", queued] : ["queued", [...queued, delivered]],
     )
-    if (!queued) {
+    if (queued === "ended") return yield* Effect.fail(EngineError.busy(`the run is ${gate.current === "closed" ? "ending" : "handing off"}`))
+    if (queued === "full") {
       return yield* Effect.fail(
         EngineError.busy(`the run already holds ${MAX_QUEUED_STEERING} steering messages for its next step`),
       )
@@ -455,7 +463,7 @@ export const make = (options: Partial<EngineOptions> = {}) =>
           invocation: input.invocation,
           toolNames: run.settings.tools.names,
           events: liveEvents(progress, committed),
-          steer: (text: string) => Effect.provideService(steer(input.invocation, steering, text), Ids.Ids, ids),
+          steer: (text: string) => Effect.provideService(steer(input.invocation, steering, gate, text), Ids.Ids, ids),
           cancel: cancellation.cancel,
           handoff,
           wait: Deferred.await(result),

@@ -30,6 +30,11 @@ export class HandoffGate {
     return this.state
   }
 
+  /** Whether a steering message can still be delivered: not once a pause commits or the run ended. */
+  get acceptsSteering(): boolean {
+    return this.state === "running" || this.state === "requested" || this.state === "held"
+  }
+
   /** Reserves a handoff at the next step boundary; `Busy` unless the run is running and the intent names its root. */
   reserve(intent: Lineage.HandoffIntent): Effect.Effect<Deferred.Deferred<HandoffResult>, EngineError.EngineError> {
     return Effect.suspend(() => {

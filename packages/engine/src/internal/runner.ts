@@ -503,6 +503,11 @@ const handoffBoundary = (run: Run, loop: LoopState, step: number, priorUnknown: 
           yield* Compaction.drain(pending)
         }
         yield* Effect.mapError(flushCarry(run), commitError)
+        // A result a batch left unarchived while the summary ran is archived before the replay is fixed.
+        if (loop.pruneOwed) {
+          yield* prune(run)
+          loop.pruneOwed = false
+        }
         if (run.live!.stale) run.live = yield* readContext(run, false)
         const source = yield* Effect.mapError(Effect.fromResult(run.live!.snapshot()), storeError)
         const captured = run.settings.tools.capture()
@@ -512,7 +517,13 @@ const handoffBoundary = (run: Run, loop: LoopState, step: number, priorUnknown: 
         return pause
       }),
     )
-    if (Result.isFailure(prepared) || (yield* isCancelled(run)) || !run.handoff.commit()) {
+    // Steering queued during the preflight would miss the pause: the run goes on and delivers it. The
+    // queue is read and the gate committed in one step, so no message slips in between.
+    const committed =
+      Result.isSuccess(prepared) &&
+      !(yield* isCancelled(run)) &&
+      (yield* Ref.modify(run.steering, (queued) => [queued.length === 0 && run.handoff.commit(), queued] as const))
+    if (!committed) {
       yield* run.handoff.release
       // A commit that failed is the run's failure, not the preflight's.
       if (Result.isFailure(prepared) && prepared.failure.reason._tag === "Commit") return yield* Effect.fail(prepared.failure)
@@ -666,7 +677,9 @@ export const runMessage = (
       run.live = live.context
       // Prune once after the opening (docs/engine.md §5.11): a context the engine kept was pruned
       // after each of its tool batches already, and one that holds no result over a page has no candidate.
-      if (!priorUnknown && (live.kept ? live.context.pruneOwed : live.context.holdsArchivable(isArchivable))) yield* prune(run)
+      // A handoff successor's replay is the pause's, fixed when it sealed (its preflight pruned what was owed).
+      const owesPrune = live.kept ? live.context.pruneOwed : live.context.holdsArchivable(isArchivable)
+      if (!priorUnknown && successor === undefined && owesPrune) yield* prune(run)
       const done = yield* stepLoop(run, loop, priorUnknown)
       if (loop.summaryToolContent) return yield* Effect.fail(EngineError.reconciliation(EngineError.SUMMARY_TOOL_CONTENT_MESSAGE))
       if (done._tag === "Paused") return done
