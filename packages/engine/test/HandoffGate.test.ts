@@ -1,0 +1,206 @@
+/**
+ * The handoff gate through the engine's API (docs/engine.md §5.10, SEMANTICS scenario 61): a failed
+ * preflight returns the gate to `running` and the run goes on; cancellation before the commit seals
+ * no pause; a run that ends first resolves its handoff with nothing; a reservation while one is
+ * pending, or after the seal or the end, is `Busy`; a successor keeps the logical Run's root and can
+ * be handed off again. Real SQLite files and the scripted server on loopback.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { FactBuilders, History, OpenAiSse, Respond } from "@maka/testkit"
+import { Tool, ToolCatalog } from "@maka/tools"
+import { Deferred, Effect, Fiber, Schema } from "effect"
+import type * as Engine from "../src/Engine.ts"
+import { answer, echoCall, mainEntry } from "./support/compaction.ts"
+import { factsOf, kinds } from "./support/harness.ts"
+import { echoTool, input, setup, type Effects, type Setup } from "./support/setup.ts"
+
+/** `echo`, plus `slow`, which waits until the test opens the release it is handed. */
+const tools = (effects: Effects, releases: Array<Deferred.Deferred<void>>) =>
+  ToolCatalog.make([
+    echoTool(effects),
+    Tool.make({
+      name: "slow",
+      description: "Waits for a release.",
+      input: Schema.Struct({ value: Schema.String }),
+      semantics: "parallel",
+      execute: ({ value }) =>
+        Effect.gen(function* () {
+          const release = releases.shift()
+          if (release !== undefined) yield* Deferred.await(release)
+          effects.ran.push(`slow:${value}`)
+          return Tool.text(`slow: ${value}`)
+        }),
+    }),
+  ])
+
+const slowCall = (id: string, value: string) =>
+  Respond.sse(OpenAiSse.response({ toolCalls: [{ id, name: "slow", arguments: [JSON.stringify({ value })] }] }))
+
+/** How many `handoff_paused` terminals the session holds. */
+const pauses = (context: Setup) =>
+  Effect.map(context.log.events("session-1"), (events) => kinds(events).filter((kind) => kind === "invocation_ended:handoff_paused").length)
+
+/** Requests a handoff and gives the reservation time to land before the caller goes on. */
+const requestHandoff = (running: Engine.RunningInvocation) =>
+  Effect.gen(function* () {
+    const fiber = yield* Effect.forkChild(running.handoff)
+    yield* Effect.sleep("20 millis")
+    return fiber
+  })
+
+describe("the handoff gate", () => {
+  it.live("a failed preflight (a run under allowPriorUnknown) resolves the handoff undefined; the gate is running again and the run goes on", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({
+          script: [mainEntry(slowCall("call-1", "a")), mainEntry(slowCall("call-2", "b")), mainEntry(answer("Done."))],
+        })
+        // An earlier run left an effect whose outcome is unknown.
+        const history = new History.History()
+        const crashed = history.open({ turnId: "crashed-turn", runId: "crashed-run", invocationId: "crashed-invocation" })
+        const step = crashed.request()
+        crashed.complete(step, FactBuilders.toolCallStep([{ id: "call-0", name: "echo", input: { value: "zero" } }]))
+        crashed.dispatch(step, "call-0")
+        yield* context.log.appendBatch(history.writes)
+        const report = yield* context.engine.recover
+        assert.deepStrictEqual(report.sealed.map((item) => item.failureClass), ["outcome_unknown"])
+
+        const effects: Effects = { ran: [] }
+        const first = yield* Deferred.make<void>()
+        const second = yield* Deferred.make<void>()
+        const running = yield* context.engine.start(
+          input(context, "Run slow twice.", tools(effects, [first, second]), { allowPriorUnknown: true, maxSteps: 5 }),
+        )
+        yield* Effect.promise(() => context.server.exchange(0))
+        const requested = yield* requestHandoff(running)
+        yield* Deferred.succeed(first, undefined)
+        assert.isUndefined(yield* Fiber.join(requested))
+        // Back to `running`: a new reservation is accepted (not `Busy`), and fails its preflight the same way.
+        yield* Effect.promise(() => context.server.exchange(1))
+        const again = yield* requestHandoff(running)
+        yield* Deferred.succeed(second, undefined)
+        assert.isUndefined(yield* Fiber.join(again))
+        const result = yield* running.wait
+        assert.deepStrictEqual(result.outcome, { kind: "completed" })
+        assert.deepStrictEqual(effects.ran, ["slow:a", "slow:b"])
+        assert.strictEqual(context.server.requests().length, 3)
+        assert.strictEqual(yield* pauses(context), 0)
+        assert.deepStrictEqual(yield* context.log.pendingHandoffs(), [])
+      }),
+    ),
+  )
+
+  it.live("cancellation before the commit seals no pause: the handoff resolves undefined and the run ends cancelled", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({ script: [mainEntry(slowCall("call-1", "a")), mainEntry(answer("Free."))] })
+        const effects: Effects = { ran: [] }
+        const release = yield* Deferred.make<void>()
+        const catalog = tools(effects, [release])
+        const running = yield* context.engine.start(input(context, "Run slow.", catalog, { maxSteps: 4 }))
+        yield* Effect.promise(() => context.server.exchange(0))
+        const requested = yield* requestHandoff(running)
+        yield* running.cancel
+        yield* Deferred.succeed(release, undefined)
+        assert.isUndefined(yield* Fiber.join(requested))
+        const result = yield* running.wait
+        assert.deepStrictEqual(result.outcome, { kind: "cancelled", source: "runtime_cancellation" })
+        // The dispatched effect finished and settled; no request followed; nothing reserves the session.
+        assert.deepStrictEqual(effects.ran, ["slow:a"])
+        assert.strictEqual(context.server.requests().length, 1)
+        assert.strictEqual(yield* pauses(context), 0)
+        assert.deepStrictEqual(yield* context.log.pendingHandoffs(), [])
+        const next = yield* context.engine.run(input(context, "Next.", ToolCatalog.make([])))
+        assert.deepStrictEqual(next.outcome, { kind: "completed" })
+      }),
+    ),
+  )
+
+  it.live("a run that ends first resolves the handoff undefined, and its closed gate refuses a new reservation (Busy)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const held = Respond.gate()
+        const context = yield* setup({ script: [mainEntry(Respond.hold(held, answer("Done.")))] })
+        const running = yield* context.engine.start(input(context, "Answer.", tools({ ran: [] }, [])))
+        yield* Effect.promise(() => context.server.request(0))
+        const requested = yield* requestHandoff(running)
+        held.release()
+        assert.isUndefined(yield* Fiber.join(requested))
+        const result = yield* running.wait
+        assert.deepStrictEqual(result.outcome, { kind: "completed" })
+        const late = yield* Effect.flip(running.handoff)
+        assert.strictEqual(late.reason._tag, "Busy")
+        assert.strictEqual(yield* pauses(context), 0)
+        assert.deepStrictEqual(kinds(yield* context.log.events("session-1")).slice(-1), ["invocation_ended:completed"])
+      }),
+    ),
+  )
+
+  it.live("a second reservation while one is pending is Busy, and so is one after the seal", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({ script: [mainEntry(slowCall("call-1", "a"))] })
+        const effects: Effects = { ran: [] }
+        const release = yield* Deferred.make<void>()
+        const running = yield* context.engine.start(input(context, "Run slow.", tools(effects, [release]), { maxSteps: 4 }))
+        yield* Effect.promise(() => context.server.exchange(0))
+        const requested = yield* requestHandoff(running)
+        const second = yield* Effect.flip(running.handoff)
+        assert.strictEqual(second.reason._tag, "Busy")
+        yield* Deferred.succeed(release, undefined)
+        const pause = yield* Fiber.join(requested)
+        assert.isDefined(pause)
+        assert.deepStrictEqual((yield* running.wait).outcome, { kind: "handoff_paused", pause: pause! })
+        const afterSeal = yield* Effect.flip(running.handoff)
+        assert.strictEqual(afterSeal.reason._tag, "Busy")
+        // Exactly one pause, the first reservation's.
+        assert.strictEqual(yield* pauses(context), 1)
+        const pending = yield* context.log.pendingHandoffs()
+        assert.strictEqual(pending.length, 1)
+        assert.strictEqual(pending[0]!.pause.intent.handoffId, pause!.intent.handoffId)
+      }),
+    ),
+  )
+
+  it.live("a successor keeps the logical Run's root, can be handed off again with fewer steps, and each effect runs once", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({
+          script: [
+            mainEntry(slowCall("call-1", "a")),
+            mainEntry(slowCall("call-2", "b")),
+            mainEntry(echoCall("call-3", "c")),
+            mainEntry(answer("Done.")),
+          ],
+        })
+        const effects: Effects = { ran: [] }
+        const first = yield* Deferred.make<void>()
+        const second = yield* Deferred.make<void>()
+        const catalog = tools(effects, [first, second])
+        const running = yield* context.engine.start(input(context, "Run slow twice, then echo.", catalog, { maxSteps: 8 }))
+        yield* Effect.promise(() => context.server.exchange(0))
+        const requested = yield* requestHandoff(running)
+        yield* Deferred.succeed(first, undefined)
+        const pause = (yield* Fiber.join(requested))!
+        assert.strictEqual(pause.remainingSteps, 7)
+        const successor = yield* context.engine.resume({ paused: running.invocation, pause, model: context.model, tools: catalog })
+        yield* Effect.promise(() => context.server.exchange(1))
+        const again = yield* requestHandoff(successor)
+        yield* Deferred.succeed(second, undefined)
+        const repause = (yield* Fiber.join(again))!
+        assert.strictEqual(repause.intent.rootRunId, running.invocation.runId)
+        assert.strictEqual(repause.remainingSteps, 6)
+        assert.isAtMost(repause.remainingSteps, pause.remainingSteps)
+        const third = yield* context.engine.resume({ paused: successor.invocation, pause: repause, model: context.model, tools: catalog })
+        assert.strictEqual(third.invocation.turnId, running.invocation.turnId)
+        assert.deepStrictEqual((yield* third.wait).outcome, { kind: "completed" })
+        assert.deepStrictEqual(effects.ran, ["slow:a", "slow:b", "c"])
+        const events = yield* context.log.events("session-1")
+        const openings = factsOf(events, "invocation_opened").map((fact) => fact.input.kind)
+        assert.deepStrictEqual(openings, ["message", "handoff", "handoff"])
+        assert.strictEqual(yield* pauses(context), 2)
+        assert.deepStrictEqual(yield* context.log.pendingHandoffs(), [])
+      }),
+    ),
+  )
+})
