@@ -1,6 +1,6 @@
 /**
  * Handoff between two engines live at the same time on one PostgreSQL log (docs/engine.md §5.10,
- * DESIGN.md §8): engine A is handed off while a tool runs, engine B finds the pause with
+ * docs/architecture.md §8): engine A is handed off while a tool runs, engine B finds the pause with
  * `resumePending` and completes the run, each effect ran once, and the session is usable; then a run
  * of B goes back to A. Building B with `Engine.layer` does not recover on PostgreSQL: A's live run
  * stays unsealed and goes on. Runs when MAKA_TEST_DATABASE_URL names a server, and is skipped with a
