@@ -195,6 +195,60 @@ describe("handoff between two engines on one PostgreSQL log", () => {
   )
 
   it.live.skipIf(databaseUrl === undefined)(
+    "when both engines resume the same pause at once, one successor opens and the other writes nothing",
+    () =>
+      Effect.scoped(
+        Effect.gen(function* () {
+          const url = databaseUrl!
+          const schema = freshSchema()
+          const a = yield* setup(
+            { script: [mainEntry(slowCall("call-1", "a")), mainEntry(echoCall("call-2", "b")), mainEntry(answer("Done."))] },
+            options,
+            {},
+            { openLog: sharedLog(url, schema) },
+          )
+          const logB = yield* sharedLog(url, schema)
+          const engineB = yield* Engine.make(options).pipe(Effect.provideService(EventLog.EventLog, logB), Effect.provide(Ids.layer))
+          const modelB = yield* LanguageModel.make({
+            kind: "openai-compatible",
+            baseUrl: `${a.server.url}/v1`,
+            model: "test-model",
+            apiKey: Redacted.make("sk-test-secret"),
+          })
+          const effects: Effects = { ran: [] }
+          const release = yield* Deferred.make<void>()
+          const catalogA = tools(effects, [release])
+          const catalogB = tools(effects, [])
+          const first = yield* a.engine.start(input(a, "Run slow, then echo.", catalogA, { maxSteps: 6 }))
+          yield* Effect.promise(() => a.server.exchange(0))
+          const pause = yield* handOffDuringTool(first, release)
+          const [fromA, fromB] = yield* Effect.all(
+            [a.engine.resumePending(resolvers(a.model, catalogA, [])), engineB.resumePending(resolvers(modelB, catalogB, []))],
+            { concurrency: "unbounded" },
+          )
+          const reports = [...fromA, ...fromB]
+          const started = reports.flatMap((report) => ("started" in report ? [report.started] : []))
+          const skipped = reports.flatMap((report) => ("skipped" in report ? [report.skipped] : []))
+          // Exactly one successor runs; the loser either found no pause or was refused without writing.
+          assert.strictEqual(started.length, 1, JSON.stringify(skipped))
+          assert.isAtMost(skipped.length, 1)
+          assert.strictEqual(started[0]!.invocation.invocationId, pause.intent.successorInvocationId)
+          assert.deepStrictEqual((yield* started[0]!.wait).outcome, { kind: "completed" })
+          assert.deepStrictEqual(effects.ran, ["slow:a", "b"])
+          const events = yield* logB.events("session-1")
+          assert.deepStrictEqual(
+            factsOf(events, "invocation_opened").map((fact) => fact.input.kind),
+            ["message", "handoff"],
+          )
+          assert.deepStrictEqual(yield* logB.unfinishedInvocations(100), [])
+          assert.deepStrictEqual(yield* logB.pendingHandoffs(), [])
+          assert.strictEqual(a.server.requests().length, 3)
+        }),
+      ),
+    60_000,
+  )
+
+  it.live.skipIf(databaseUrl === undefined)(
     "recovery on the shared log runs only when asked: a pause survives an explicit recover, and a crashed run is sealed only then",
     () =>
       Effect.scoped(
