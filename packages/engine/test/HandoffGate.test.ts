@@ -8,13 +8,13 @@
 import { assert, describe, it } from "@effect/vitest"
 import { FactBuilders, History, OpenAiSse, Respond } from "@maka/testkit"
 import { Tool, ToolCatalog } from "@maka/tools"
-import { Deferred, Effect, Fiber, Schema } from "effect"
+import { Deferred, Effect, Fiber, Schema, Stream } from "effect"
 import type * as Engine from "../src/Engine.ts"
-import { answer, echoCall, mainEntry } from "./support/compaction.ts"
+import { answer, echoCall, isSummaryRequest, mainEntry, summaryAnswer, summaryEntry, summaryText } from "./support/compaction.ts"
 import { factsOf, kinds } from "./support/harness.ts"
 import { echoTool, input, setup, type Effects, type Setup } from "./support/setup.ts"
 
-/** `echo`, plus `slow`, which waits until the test opens the release it is handed. */
+/** `echo`, plus `slow`, which waits (uninterruptibly) until the test opens the release it is handed. */
 const tools = (effects: Effects, releases: Array<Deferred.Deferred<void>>) =>
   ToolCatalog.make([
     echoTool(effects),
@@ -26,7 +26,8 @@ const tools = (effects: Effects, releases: Array<Deferred.Deferred<void>>) =>
       execute: ({ value }) =>
         Effect.gen(function* () {
           const release = releases.shift()
-          if (release !== undefined) yield* Deferred.await(release)
+          // A dispatched effect finishes even when the run is cancelled meanwhile.
+          if (release !== undefined) yield* Effect.uninterruptible(Deferred.await(release))
           effects.ran.push(`slow:${value}`)
           return Tool.text(`slow: ${value}`)
         }),
@@ -39,6 +40,14 @@ const slowCall = (id: string, value: string) =>
 /** How many `handoff_paused` terminals the session holds. */
 const pauses = (context: Setup) =>
   Effect.map(context.log.events("session-1"), (events) => kinds(events).filter((kind) => kind === "invocation_ended:handoff_paused").length)
+
+/** Waits until the run has dispatched its `n`-th call (its effect is running). */
+const dispatched = (running: Engine.RunningInvocation, n = 1) =>
+  running.events.pipe(
+    Stream.filter((stored) => stored.event.fact.kind === "tool_dispatched"),
+    Stream.take(n),
+    Stream.runDrain,
+  )
 
 /** Requests a handoff and gives the reservation time to land before the caller goes on. */
 const requestHandoff = (running: Engine.RunningInvocation) =>
@@ -98,7 +107,7 @@ describe("the handoff gate", () => {
         const release = yield* Deferred.make<void>()
         const catalog = tools(effects, [release])
         const running = yield* context.engine.start(input(context, "Run slow.", catalog, { maxSteps: 4 }))
-        yield* Effect.promise(() => context.server.exchange(0))
+        yield* dispatched(running)
         const requested = yield* requestHandoff(running)
         yield* running.cancel
         yield* Deferred.succeed(release, undefined)
@@ -200,6 +209,85 @@ describe("the handoff gate", () => {
         assert.deepStrictEqual(openings, ["message", "handoff", "handoff"])
         assert.strictEqual(yield* pauses(context), 2)
         assert.deepStrictEqual(yield* context.log.pendingHandoffs(), [])
+      }),
+    ),
+  )
+
+  it.live("steering queued with a handoff is committed before the pause and replayed once by the successor", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({ script: [mainEntry(slowCall("call-1", "a")), mainEntry(answer("Done."))] })
+        const effects: Effects = { ran: [] }
+        const release = yield* Deferred.make<void>()
+        const catalog = tools(effects, [release])
+        const running = yield* context.engine.start(input(context, "Run slow.", catalog, { maxSteps: 4 }))
+        yield* Effect.promise(() => context.server.exchange(0))
+        yield* running.steer("Also mind the tests.")
+        const requested = yield* requestHandoff(running)
+        yield* Deferred.succeed(release, undefined)
+        const pause = (yield* Fiber.join(requested))!
+        assert.isDefined(pause)
+        const paused = (yield* context.log.events("session-1")).filter(
+          (stored) => stored.event.invocation.invocationId === running.invocation.invocationId,
+        )
+        assert.deepStrictEqual(kinds(paused).slice(-3), ["tool_settled:succeeded", "message_steered", "invocation_ended:handoff_paused"])
+        const successor = yield* context.engine.resume({ paused: running.invocation, pause, model: context.model, tools: catalog })
+        assert.deepStrictEqual((yield* successor.wait).outcome, { kind: "completed" })
+        const replay = context.server.requests()[1]!.body
+        assert.strictEqual(replay.split("Also mind the tests.").length - 1, 1)
+        assert.strictEqual(factsOf(yield* context.log.events("session-1"), "message_steered").length, 1)
+        assert.deepStrictEqual(effects.ran, ["slow:a"])
+      }),
+    ),
+  )
+
+  it.live("a handoff drains a background summary still running: no checkpoint, its request interrupted, the pause carries the budget its accepted step renewed", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const never = Respond.gate()
+        const context = yield* setup({
+          script: [
+            mainEntry(answer("Noted.", 5_000)),
+            summaryEntry(Respond.hold(never, summaryAnswer(summaryText("never adopted")))),
+            mainEntry(slowCall("call-1", "a")),
+            mainEntry(answer("Done.")),
+          ],
+        })
+        const windowed = { context: { providerId: "openai-compatible", declaredWindow: 1_000 } }
+        const effects: Effects = { ran: [] }
+        yield* context.engine.run(input(context, "Note this.", ToolCatalog.make([]), windowed))
+        const release = yield* Deferred.make<void>()
+        const catalog = tools(effects, [release])
+        const running = yield* context.engine.start(input(context, "Run slow.", catalog, { maxSteps: 4, ...windowed }))
+        // The summary runs beside the main request, which calls `slow`.
+        yield* Effect.promise(() => context.server.request(2))
+        assert.isTrue(context.server.requests().slice(1, 3).some(isSummaryRequest))
+        const mainIndex = context.server.requests().findIndex((request, index) => index > 0 && !isSummaryRequest(request))
+        yield* Effect.promise(() => context.server.exchange(mainIndex))
+        const requested = yield* requestHandoff(running)
+        yield* Deferred.succeed(release, undefined)
+        const pause = (yield* Fiber.join(requested))!
+        assert.isDefined(pause)
+        // The proactive attempt spent the budget, and the main step accepted beside it renewed it.
+        assert.strictEqual(pause.execution.compaction, "available")
+        const events = yield* context.log.events("session-1")
+        const own = events.filter((stored) => stored.event.invocation.invocationId === running.invocation.invocationId)
+        const summaryStep = factsOf(own, "model_requested").find((fact) => fact.purpose === "summary")!
+        assert.deepStrictEqual(
+          factsOf(own, "model_interrupted").filter((fact) => fact.stepId === summaryStep.stepId).map((fact) => fact.status),
+          ["cancelled"],
+        )
+        assert.deepStrictEqual(factsOf(events, "context_checkpoint_recorded"), [])
+        assert.deepStrictEqual(yield* context.log.unfinishedInvocations(100), [])
+        // The last main usage is under the window now: the successor sends the replay without another summary.
+        const successor = yield* context.engine.resume({ paused: running.invocation, pause, model: context.model, tools: catalog })
+        assert.deepStrictEqual((yield* successor.wait).outcome, { kind: "completed" })
+        assert.strictEqual(context.server.requests().filter(isSummaryRequest).length, 1)
+        const ownSuccessor = (yield* context.log.events("session-1")).filter(
+          (stored) => stored.event.invocation.invocationId === successor.invocation.invocationId,
+        )
+        assert.strictEqual(factsOf(ownSuccessor, "model_requested")[0]!.inputDigest, pause.execution.replay.digest)
+        assert.deepStrictEqual(effects.ran, ["slow:a"])
       }),
     ),
   )
