@@ -134,6 +134,16 @@ describe("handoff between two engines on one PostgreSQL log", () => {
           assert.strictEqual(pause.remainingSteps, 5)
           assert.deepStrictEqual(yield* logB.unfinishedInvocations(100), [])
 
+          // A host that cannot serve the route skips the pause with a reason and writes nothing; the
+          // session stays reserved for the successor.
+          const unserved = yield* engineB.resumePending({ provider: () => Effect.succeed(undefined), tools: () => catalogB })
+          assert.strictEqual(unserved.length, 1)
+          assert.isTrue("skipped" in unserved[0]!)
+          assert.strictEqual((yield* logB.pendingHandoffs()).length, 1)
+          const reserved = yield* Effect.flip(engineB.start(input(a, "Meanwhile.", catalogB, { model: modelB })))
+          assert.strictEqual(reserved.reason._tag, "Busy")
+          assert.strictEqual(reserved.message, EngineError.SESSION_RESERVED_MESSAGE)
+
           // B finds it and completes it.
           const seen: Array<ReadonlyArray<string>> = []
           const reports = yield* engineB.resumePending(resolvers(modelB, catalogB, seen))
@@ -158,6 +168,8 @@ describe("handoff between two engines on one PostgreSQL log", () => {
           yield* Effect.promise(() => a.server.exchange(4))
           const back = yield* handOffDuringTool(second, releaseB)
           assert.strictEqual(back.remainingSteps, 3)
+          // Each engine names its own host generation in the intents it seals.
+          assert.notStrictEqual(back.intent.hostEpoch, pause.intent.hostEpoch)
           const again = yield* a.engine.resumePending(resolvers(a.model, catalogA, []))
           assert.strictEqual(again.length, 1)
           const returned = again[0]!
