@@ -6,7 +6,7 @@
  * be handed off again. Real SQLite files and the scripted server on loopback.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { FactBuilders, History, OpenAiSse, Respond } from "@maka/testkit"
+import { FactBuilders, History, OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
 import { Tool, ToolCatalog } from "@maka/tools"
 import { Deferred, Effect, Fiber, Schema, Stream } from "effect"
 import type * as Engine from "../src/Engine.ts"
@@ -288,6 +288,57 @@ describe("the handoff gate", () => {
         )
         assert.strictEqual(factsOf(ownSuccessor, "model_requested")[0]!.inputDigest, pause.execution.replay.digest)
         assert.deepStrictEqual(effects.ran, ["slow:a"])
+      }),
+    ),
+  )
+
+  it.live("handing off every live run pauses each that can be paused and cancels one whose preflight fails", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({
+          script: [
+            ScriptedServer.whenBodyIncludes("Run X.", slowCall("call-x", "x")),
+            ScriptedServer.whenBodyIncludes("Run Y.", slowCall("call-y", "y")),
+            ScriptedServer.whenBodyIncludes("Run Y.", Respond.hang()),
+          ],
+        })
+        // Session 2 holds an effect whose outcome is unknown: its run goes on under allowPriorUnknown.
+        const history = new History.History({ sessionId: "session-2" })
+        const crashed = history.open({ turnId: "crashed-turn", runId: "crashed-run", invocationId: "crashed-invocation" })
+        const step = crashed.request()
+        crashed.complete(step, FactBuilders.toolCallStep([{ id: "call-0", name: "echo", input: { value: "zero" } }]))
+        crashed.dispatch(step, "call-0")
+        yield* context.log.appendBatch(history.writes)
+        yield* context.engine.recover
+        const effects: Effects = { ran: [] }
+        const releaseX = yield* Deferred.make<void>()
+        const releaseY = yield* Deferred.make<void>()
+        const x = yield* context.engine.start(input(context, "Run X.", tools(effects, [releaseX]), { maxSteps: 4 }))
+        const y = yield* context.engine.start(
+          input(context, "Run Y.", tools(effects, [releaseY]), {
+            maxSteps: 4,
+            allowPriorUnknown: true,
+            invocation: FactBuilders.invocation({ sessionId: "session-2", turnId: "turn-y", runId: "run-y", invocationId: "invocation-y" }),
+          }),
+        )
+        yield* dispatched(x)
+        yield* dispatched(y)
+        const closing = yield* Effect.forkChild(context.engine.handOffAll)
+        yield* Effect.sleep("20 millis")
+        yield* Deferred.succeed(releaseX, undefined)
+        yield* Deferred.succeed(releaseY, undefined)
+        const closed = yield* Fiber.join(closing)
+        const byInvocation = new Map(closed.map((item) => [item.invocation.invocationId, item]))
+        assert.strictEqual(closed.length, 2)
+        assert.strictEqual(byInvocation.get(x.invocation.invocationId)?.outcome, "paused")
+        assert.strictEqual(byInvocation.get(y.invocation.invocationId)?.outcome, "cancelled")
+        const pause = byInvocation.get(x.invocation.invocationId)!.pause!
+        assert.deepStrictEqual((yield* x.wait).outcome, { kind: "handoff_paused", pause })
+        assert.deepStrictEqual((yield* y.wait).outcome, { kind: "cancelled", source: "runtime_cancellation" })
+        assert.deepStrictEqual(effects.ran, ["slow:x", "slow:y"])
+        const pending = yield* context.log.pendingHandoffs()
+        assert.deepStrictEqual(pending.map((item) => item.sessionId), ["session-1"])
+        assert.deepStrictEqual(context.engine.liveInvocations(), [])
       }),
     ),
   )
