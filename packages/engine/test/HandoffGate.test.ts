@@ -6,6 +6,7 @@
  * be handed off again. Real SQLite files and the scripted server on loopback.
  */
 import { assert, describe, it } from "@effect/vitest"
+import { EventLogError } from "@maka/event-log"
 import { FactBuilders, History, OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
 import { Tool, ToolCatalog } from "@maka/tools"
 import { Deferred, Effect, Fiber, Schema, Stream } from "effect"
@@ -339,6 +340,37 @@ describe("the handoff gate", () => {
         const pending = yield* context.log.pendingHandoffs()
         assert.deepStrictEqual(pending.map((item) => item.sessionId), ["session-1"])
         assert.deepStrictEqual(context.engine.liveInvocations(), [])
+      }),
+    ),
+  )
+
+  it.live("a store dry run that refuses the pause is a failed preflight: no pause is sealed and the run goes on to complete", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        let refusals = 0
+        const context = yield* setup(
+          { script: [mainEntry(slowCall("call-1", "a")), mainEntry(answer("Done."))] },
+          undefined,
+          {},
+          {
+            wrapLog: (log) => ({
+              ...log,
+              checkHandoff: () => Effect.sync(() => void refusals++).pipe(Effect.andThen(Effect.fail(EventLogError.invalidTransition("refused by the test")))),
+            }),
+          },
+        )
+        const effects: Effects = { ran: [] }
+        const release = yield* Deferred.make<void>()
+        const running = yield* context.engine.start(input(context, "Run slow.", tools(effects, [release]), { maxSteps: 4 }))
+        yield* dispatched(running)
+        const requested = yield* requestHandoff(running)
+        yield* Deferred.succeed(release, undefined)
+        assert.isUndefined(yield* Fiber.join(requested))
+        assert.strictEqual(refusals, 1)
+        assert.deepStrictEqual((yield* running.wait).outcome, { kind: "completed" })
+        assert.strictEqual(context.server.requests().length, 2)
+        assert.strictEqual(yield* pauses(context), 0)
+        assert.deepStrictEqual(effects.ran, ["slow:a"])
       }),
     ),
   )
