@@ -3,14 +3,20 @@
  * preflight returns the gate to `running` and the run goes on; cancellation before the commit seals
  * no pause; a run that ends first resolves its handoff with nothing; a reservation while one is
  * pending, or after the seal or the end, is `Busy`; a successor keeps the logical Run's root and can
- * be handed off again. Real SQLite files and the scripted server on loopback.
+ * be handed off again; handing off every live run pauses those it can and cancels the others; the
+ * Promise facade resolves `null` where the engine resolves nothing. Real SQLite files and the scripted
+ * server on loopback.
  */
 import { assert, describe, it } from "@effect/vitest"
 import { EventLogError } from "@maka/event-log"
 import { FactBuilders, History, OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
 import { Tool, ToolCatalog } from "@maka/tools"
 import { Deferred, Effect, Fiber, Schema, Stream } from "effect"
+import * as LogTesting from "@maka/event-log/testing"
+import * as fs from "node:fs"
+import * as path from "node:path"
 import type * as Engine from "../src/Engine.ts"
+import { createEngine } from "../src/Facade.ts"
 import { answer, echoCall, isSummaryRequest, mainEntry, summaryAnswer, summaryEntry, summaryText } from "./support/compaction.ts"
 import { factsOf, kinds } from "./support/harness.ts"
 import { echoTool, input, setup, type Effects, type Setup } from "./support/setup.ts"
@@ -370,6 +376,52 @@ describe("the handoff gate", () => {
         assert.deepStrictEqual((yield* running.wait).outcome, { kind: "completed" })
         assert.strictEqual(context.server.requests().length, 2)
         assert.strictEqual(yield* pauses(context), 0)
+        assert.deepStrictEqual(effects.ran, ["slow:a"])
+      }),
+    ),
+  )
+
+  it.live("through the Promise facade, run.handoff() resolves null when the run ends first and the sealed pause otherwise", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const held = Respond.gate()
+        const server = yield* ScriptedServer.make({
+          script: [Respond.hold(held, answer("Done.")), slowCall("call-1", "a"), answer("Resumed.")],
+        })
+        const directory = yield* LogTesting.temporaryDirectory
+        const workspace = path.join(directory, "workspace")
+        fs.mkdirSync(workspace)
+        const engine = yield* Effect.acquireRelease(
+          Effect.promise(() => createEngine({ database: path.join(directory, "events.sqlite"), engineOptions: { backoffBaseMs: 5, backoffMaxMs: 40 } })),
+          (opened) => Effect.promise(() => opened.close()),
+        )
+        const effects: Effects = { ran: [] }
+        const release = yield* Deferred.make<void>()
+        const slow = [...tools(effects, [release]).tools]
+        const provider = { kind: "openai-compatible" as const, baseUrl: `${server.url}/v1`, model: "test-model", apiKey: "sk-facade" }
+        const options = { sessionId: "session-1", provider, workspace, tools: slow, maxSteps: 4 }
+
+        const first = yield* Effect.promise(() => engine.start({ ...options, message: "Answer." }))
+        yield* Effect.promise(() => server.request(0))
+        const ended = first.handoff()
+        yield* Effect.sleep("20 millis")
+        held.release()
+        assert.isNull(yield* Effect.promise(() => ended))
+        assert.deepStrictEqual((yield* Effect.promise(() => first.wait())).outcome, { kind: "completed" })
+
+        const second = yield* Effect.promise(() => engine.start({ ...options, message: "Run slow." }))
+        yield* Effect.promise(() => server.exchange(1))
+        const requested = second.handoff()
+        yield* Effect.sleep("20 millis")
+        yield* Deferred.succeed(release, undefined)
+        const pause = yield* Effect.promise(() => requested)
+        assert.isNotNull(pause)
+        assert.deepStrictEqual((yield* Effect.promise(() => second.wait())).outcome, { kind: "handoff_paused", pause: pause! })
+        const reports = yield* Effect.promise(() => engine.resumePending({ provider: () => provider, tools: () => slow }))
+        assert.strictEqual(reports.length, 1)
+        const report = reports[0]!
+        if (!("started" in report)) return assert.fail(report.skipped)
+        assert.deepStrictEqual((yield* Effect.promise(() => report.started.wait())).outcome, { kind: "completed" })
         assert.deepStrictEqual(effects.ran, ["slow:a"])
       }),
     ),
