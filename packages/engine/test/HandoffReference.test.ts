@@ -12,11 +12,14 @@ import { assert, describe, it } from "@effect/vitest"
 import { Prompts } from "@maka/facts"
 import { LanguageModel } from "@maka/model"
 import { FactBuilders, OpenAiSse, Respond } from "@maka/testkit"
-import { Tool, ToolCatalog } from "@maka/tools"
-import { Deferred, Effect, Fiber, Redacted, Schema } from "effect"
+import { EventLog } from "@maka/event-log"
+import { Ids, Tool, ToolCatalog } from "@maka/tools"
+import * as Engine from "../src/Engine.ts"
+import { Deferred, Effect, Fiber, Redacted, Schema, Stream } from "effect"
 import {
   answer,
   contentText,
+  echoCall,
   isSummaryRequest,
   mainEntry,
   overflow,
@@ -27,7 +30,7 @@ import {
   wire,
 } from "./support/compaction.ts"
 import { factsOf, kinds } from "./support/harness.ts"
-import { input, setup, type Effects } from "./support/setup.ts"
+import { echoTool, input, setup, type Effects } from "./support/setup.ts"
 
 const THINKING = ["The user wants ", "the code kept."]
 const WINDOW = { providerId: "openai-compatible", declaredWindow: 1_000 }
@@ -198,6 +201,64 @@ describe("handoff reference scenario", () => {
         assert.strictEqual(latest.kind, "selected")
         assert.strictEqual(latest.kind === "selected" ? latest.sequence : 0, finalCompletion.sequence)
         assert.deepStrictEqual(yield* context.log.pendingHandoffs(), [])
+      }),
+    ),
+  )
+
+  it.live("a successor in another engine keeps a mid_turn checkpoint's anchor: the opening is re-sent after the summary and the replay is unchanged", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup(
+          {
+            script: [
+              mainEntry(echoCall("call-1", "alpha", 5_000)),
+              summaryEntry(summaryAnswer(summaryText("alpha echoed"))),
+              mainEntry(Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-2", name: "slow", arguments: ['{"value":"a"}'] }] }))),
+              mainEntry(answer("Done.")),
+            ],
+          },
+          undefined,
+          { concurrency: 1 },
+        )
+        const effects: Effects = { ran: [] }
+        const release = yield* Deferred.make<void>()
+        const catalog = ToolCatalog.make([echoTool(effects), ...slowCatalog(effects, release).tools])
+        const running = yield* context.engine.start(input(context, "Echo alpha, then run slow.", catalog, { maxSteps: 6, context: WINDOW }))
+        // The second step starts from a mid_turn checkpoint, then calls `slow`; the run is handed off meanwhile.
+        yield* running.events.pipe(
+          Stream.filter((stored) => stored.event.fact.kind === "tool_dispatched"),
+          Stream.take(2),
+          Stream.runDrain,
+        )
+        const requested = yield* Effect.forkChild(running.handoff)
+        yield* Effect.sleep("20 millis")
+        yield* Deferred.succeed(release, undefined)
+        const pause = (yield* Fiber.join(requested))!
+        assert.isDefined(pause)
+        const paused = yield* context.log.events("session-1")
+        const checkpoint = factsOf(paused, "context_checkpoint_recorded")[0]!.checkpoint
+        assert.deepStrictEqual(checkpoint.mode, { kind: "mid_turn", anchorEventId: paused[0]!.event.id })
+
+        // Another engine on the same log, with nothing kept from the paused run, resumes it.
+        const other = yield* Engine.make({ backoffBaseMs: 5, backoffMaxMs: 40 }).pipe(
+          Effect.provideService(EventLog.EventLog, context.log),
+          Effect.provide(Ids.layer),
+        )
+        const successor = yield* other.resume({ paused: running.invocation, pause, model: context.model, tools: catalog })
+        assert.deepStrictEqual((yield* successor.wait).outcome, { kind: "completed" })
+        assert.deepStrictEqual(effects.ran, ["alpha", "a"])
+        const own = (yield* context.log.events("session-1")).filter(
+          (stored) => stored.event.invocation.invocationId === successor.invocation.invocationId,
+        )
+        assert.strictEqual(factsOf(own, "model_requested")[0]!.inputDigest, pause.execution.replay.digest)
+        const replay = wire(context.server.requests()[3]!).messages
+        assert.deepStrictEqual(
+          replay.map((message) => message.role),
+          ["system", "user", "user", "assistant", "tool"],
+        )
+        assert.strictEqual(contentText(replay[1]!.content), `${Prompts.CONTINUATION_SUMMARY_PREFIX}${summaryText("alpha echoed")}`)
+        assert.strictEqual(contentText(replay[2]!.content), "Echo alpha, then run slow.")
+        assert.strictEqual(contentText(replay[4]!.content), "slow: a")
       }),
     ),
   )
