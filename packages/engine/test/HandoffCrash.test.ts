@@ -81,7 +81,8 @@ const runChild = (name: string, baseUrl: string, kill: Kill | undefined): Promis
   delete env["MAKA_TEST_FAULT"]
   if (kill !== undefined && "fault" in kill) env["MAKA_TEST_FAULT"] = kill.fault
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, [bundle, directory, baseUrl], { cwd: root, env, stdio: ["ignore", "pipe", "pipe"] })
+    const hold = kill !== undefined && "line" in kill && kill.line === "paused" ? ["paused"] : []
+    const child = spawn(process.execPath, [bundle, directory, baseUrl, ...hold], { cwd: root, env, stdio: ["ignore", "pipe", "pipe"] })
     const lines: Array<Record<string, unknown>> = []
     let buffered = ""
     let stderr = ""

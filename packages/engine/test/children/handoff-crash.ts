@@ -1,12 +1,13 @@
 /**
  * Child process of the handoff crash test, bundled and run as `node handoff-crash.mjs <directory>
- * <baseUrl>`. It opens `<directory>/events.sqlite` with an engine, starts the run of
+ * <baseUrl> [paused]`. It opens `<directory>/events.sqlite` with an engine, starts the run of
  * `support/handoff-crash.ts` against the model at `<baseUrl>`, requests a handoff as soon as the first
  * call is dispatched (while the effect runs), and once the pause is sealed starts its successor in the
  * same process and waits for it. The parent kills it with SIGKILL at an engine fault point
  * (MAKA_TEST_FAULT) or on a progress line: `{"reserved": true}` once the handoff is requested,
- * `{"paused": remainingSteps}` once the pause is sealed (the successor starts 300 ms later). On a clean
- * finish it prints the outcomes and the kinds of each commit it made.
+ * `{"paused": remainingSteps}` once the pause is sealed (with `paused` as third argument it then waits
+ * for the kill instead of starting the successor). On a clean finish it prints the outcomes and the
+ * kinds of each commit it made.
  */
 import { EventLog } from "@maka/event-log"
 import { LanguageModel } from "@maka/model"
@@ -16,8 +17,8 @@ import * as path from "node:path"
 import * as Engine from "../../src/Engine.ts"
 import { configuration, countCatalog, HANDOFF_INVOCATION, MAX_STEPS } from "../support/handoff-crash.ts"
 
-const [directory, baseUrl] = process.argv.slice(2)
-if (directory === undefined || baseUrl === undefined) throw new Error("usage: handoff-crash.ts <directory> <baseUrl>")
+const [directory, baseUrl, hold] = process.argv.slice(2)
+if (directory === undefined || baseUrl === undefined) throw new Error("usage: handoff-crash.ts <directory> <baseUrl> [paused]")
 const workspace = path.join(directory, "workspace")
 const print = (value: unknown) => process.stdout.write(`${JSON.stringify(value)}\n`)
 
@@ -71,7 +72,8 @@ const program = Effect.scoped(
     const paused = yield* running.wait
     if (pause === undefined) return print({ outcome: paused.outcome, commits })
     print({ paused: pause.remainingSteps })
-    yield* Effect.sleep("300 millis")
+    // Told to hold here, the child waits for its kill with the pause sealed and no successor opened.
+    if (hold === "paused") yield* Effect.never
     const successor = yield* engine.resume({ paused: running.invocation, pause, model, tools })
     const result = yield* successor.wait
     print({ outcome: result.outcome, paused: paused.outcome.kind, commits })

@@ -12,7 +12,7 @@ import * as path from "node:path"
 export const EFFECTS_FILE = "effects.txt"
 
 /** How long `count` takes after its effect: the window in which the run is handed off. */
-export const COUNT_PAUSE_MS = 400
+export const COUNT_PAUSE_MS = 600
 
 /** `count {value}` appends `value` and a newline to `<workspace>/effects.txt`, then waits `COUNT_PAUSE_MS`. */
 export const countTool = (workspace: string) =>
