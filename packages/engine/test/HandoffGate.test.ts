@@ -426,4 +426,29 @@ describe("the handoff gate", () => {
       }),
     ),
   )
+
+  it.live("the logical run's step budget holds across a handoff: the successor ends step_limit after the remaining steps", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({
+          script: [mainEntry(slowCall("call-1", "a")), mainEntry(echoCall("call-2", "b")), mainEntry(echoCall("call-3", "c"))],
+        })
+        const effects: Effects = { ran: [] }
+        const release = yield* Deferred.make<void>()
+        const catalog = tools(effects, [release])
+        const running = yield* context.engine.start(input(context, "Keep calling tools.", catalog, { maxSteps: 3 }))
+        yield* dispatched(running)
+        const requested = yield* requestHandoff(running)
+        yield* Deferred.succeed(release, undefined)
+        const pause = (yield* Fiber.join(requested))!
+        assert.strictEqual(pause.remainingSteps, 2)
+        const successor = yield* context.engine.resume({ paused: running.invocation, pause, model: context.model, tools: catalog })
+        const result = yield* successor.wait
+        assert.deepStrictEqual(result.outcome.kind === "failed" ? result.outcome.class : result.outcome.kind, "step_limit")
+        // Three main requests in all, one per step of the logical run.
+        assert.strictEqual(context.server.requests().length, 3)
+        assert.deepStrictEqual(effects.ran, ["slow:a", "b", "c"])
+      }),
+    ),
+  )
 })
