@@ -1,0 +1,454 @@
+/**
+ * The handoff gate through the engine's API (docs/engine.md §5.10, SEMANTICS scenario 61): a failed
+ * preflight returns the gate to `running` and the run goes on; cancellation before the commit seals
+ * no pause; a run that ends first resolves its handoff with nothing; a reservation while one is
+ * pending, or after the seal or the end, is `Busy`; a successor keeps the logical Run's root and can
+ * be handed off again; handing off every live run pauses those it can and cancels the others; the
+ * Promise facade resolves `null` where the engine resolves nothing. Real SQLite files and the scripted
+ * server on loopback.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { EventLogError } from "@maka/event-log"
+import { FactBuilders, History, OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
+import { Tool, ToolCatalog } from "@maka/tools"
+import { Deferred, Effect, Fiber, Schema, Stream } from "effect"
+import * as LogTesting from "@maka/event-log/testing"
+import * as fs from "node:fs"
+import * as path from "node:path"
+import type * as Engine from "../src/Engine.ts"
+import { createEngine } from "../src/Facade.ts"
+import { answer, echoCall, isSummaryRequest, mainEntry, summaryAnswer, summaryEntry, summaryText } from "./support/compaction.ts"
+import { factsOf, kinds } from "./support/harness.ts"
+import { echoTool, input, setup, type Effects, type Setup } from "./support/setup.ts"
+
+/** `echo`, plus `slow`, which waits (uninterruptibly) until the test opens the release it is handed. */
+const tools = (effects: Effects, releases: Array<Deferred.Deferred<void>>) =>
+  ToolCatalog.make([
+    echoTool(effects),
+    Tool.make({
+      name: "slow",
+      description: "Waits for a release.",
+      input: Schema.Struct({ value: Schema.String }),
+      semantics: "parallel",
+      execute: ({ value }) =>
+        Effect.gen(function* () {
+          const release = releases.shift()
+          // A dispatched effect finishes even when the run is cancelled meanwhile.
+          if (release !== undefined) yield* Effect.uninterruptible(Deferred.await(release))
+          effects.ran.push(`slow:${value}`)
+          return Tool.text(`slow: ${value}`)
+        }),
+    }),
+  ])
+
+const slowCall = (id: string, value: string) =>
+  Respond.sse(OpenAiSse.response({ toolCalls: [{ id, name: "slow", arguments: [JSON.stringify({ value })] }] }))
+
+/** How many `handoff_paused` terminals the session holds. */
+const pauses = (context: Setup) =>
+  Effect.map(context.log.events("session-1"), (events) => kinds(events).filter((kind) => kind === "invocation_ended:handoff_paused").length)
+
+/** Waits until the run has dispatched its `n`-th call (its effect is running). */
+const dispatched = (running: Engine.RunningInvocation, n = 1) =>
+  running.events.pipe(
+    Stream.filter((stored) => stored.event.fact.kind === "tool_dispatched"),
+    Stream.take(n),
+    Stream.runDrain,
+  )
+
+/** Requests a handoff and gives the reservation time to land before the caller goes on. */
+const requestHandoff = (running: Engine.RunningInvocation) =>
+  Effect.gen(function* () {
+    const fiber = yield* Effect.forkChild(running.handoff)
+    yield* Effect.sleep("20 millis")
+    return fiber
+  })
+
+describe("the handoff gate", () => {
+  it.live("a failed preflight (a run under allowPriorUnknown) resolves the handoff undefined; the gate is running again and the run goes on", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({
+          script: [mainEntry(slowCall("call-1", "a")), mainEntry(slowCall("call-2", "b")), mainEntry(answer("Done."))],
+        })
+        // An earlier run left an effect whose outcome is unknown.
+        const history = new History.History()
+        const crashed = history.open({ turnId: "crashed-turn", runId: "crashed-run", invocationId: "crashed-invocation" })
+        const step = crashed.request()
+        crashed.complete(step, FactBuilders.toolCallStep([{ id: "call-0", name: "echo", input: { value: "zero" } }]))
+        crashed.dispatch(step, "call-0")
+        yield* context.log.appendBatch(history.writes)
+        const report = yield* context.engine.recover
+        assert.deepStrictEqual(report.sealed.map((item) => item.failureClass), ["outcome_unknown"])
+
+        const effects: Effects = { ran: [] }
+        const first = yield* Deferred.make<void>()
+        const second = yield* Deferred.make<void>()
+        const running = yield* context.engine.start(
+          input(context, "Run slow twice.", tools(effects, [first, second]), { allowPriorUnknown: true, maxSteps: 5 }),
+        )
+        yield* Effect.promise(() => context.server.exchange(0))
+        const requested = yield* requestHandoff(running)
+        yield* Deferred.succeed(first, undefined)
+        assert.isUndefined(yield* Fiber.join(requested))
+        // Back to `running`: a new reservation is accepted (not `Busy`), and fails its preflight the same way.
+        yield* Effect.promise(() => context.server.exchange(1))
+        const again = yield* requestHandoff(running)
+        yield* Deferred.succeed(second, undefined)
+        assert.isUndefined(yield* Fiber.join(again))
+        const result = yield* running.wait
+        assert.deepStrictEqual(result.outcome, { kind: "completed" })
+        assert.deepStrictEqual(effects.ran, ["slow:a", "slow:b"])
+        assert.strictEqual(context.server.requests().length, 3)
+        assert.strictEqual(yield* pauses(context), 0)
+        assert.deepStrictEqual(yield* context.log.pendingHandoffs(), [])
+      }),
+    ),
+  )
+
+  it.live("cancellation before the commit seals no pause: the handoff resolves undefined and the run ends cancelled", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({ script: [mainEntry(slowCall("call-1", "a")), mainEntry(answer("Free."))] })
+        const effects: Effects = { ran: [] }
+        const release = yield* Deferred.make<void>()
+        const catalog = tools(effects, [release])
+        const running = yield* context.engine.start(input(context, "Run slow.", catalog, { maxSteps: 4 }))
+        yield* dispatched(running)
+        const requested = yield* requestHandoff(running)
+        yield* running.cancel
+        yield* Deferred.succeed(release, undefined)
+        assert.isUndefined(yield* Fiber.join(requested))
+        const result = yield* running.wait
+        assert.deepStrictEqual(result.outcome, { kind: "cancelled", source: "runtime_cancellation" })
+        // The dispatched effect finished and settled; no request followed; nothing reserves the session.
+        assert.deepStrictEqual(effects.ran, ["slow:a"])
+        assert.strictEqual(context.server.requests().length, 1)
+        assert.strictEqual(yield* pauses(context), 0)
+        assert.deepStrictEqual(yield* context.log.pendingHandoffs(), [])
+        const next = yield* context.engine.run(input(context, "Next.", ToolCatalog.make([])))
+        assert.deepStrictEqual(next.outcome, { kind: "completed" })
+      }),
+    ),
+  )
+
+  it.live("a run that ends first resolves the handoff undefined, and its closed gate refuses a new reservation (Busy)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const held = Respond.gate()
+        const context = yield* setup({ script: [mainEntry(Respond.hold(held, answer("Done.")))] })
+        const running = yield* context.engine.start(input(context, "Answer.", tools({ ran: [] }, [])))
+        yield* Effect.promise(() => context.server.request(0))
+        const requested = yield* requestHandoff(running)
+        held.release()
+        assert.isUndefined(yield* Fiber.join(requested))
+        const result = yield* running.wait
+        assert.deepStrictEqual(result.outcome, { kind: "completed" })
+        const late = yield* Effect.flip(running.handoff)
+        assert.strictEqual(late.reason._tag, "Busy")
+        assert.strictEqual(yield* pauses(context), 0)
+        assert.deepStrictEqual(kinds(yield* context.log.events("session-1")).slice(-1), ["invocation_ended:completed"])
+      }),
+    ),
+  )
+
+  it.live("a second reservation while one is pending is Busy, and so is one after the seal", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({ script: [mainEntry(slowCall("call-1", "a"))] })
+        const effects: Effects = { ran: [] }
+        const release = yield* Deferred.make<void>()
+        const running = yield* context.engine.start(input(context, "Run slow.", tools(effects, [release]), { maxSteps: 4 }))
+        yield* Effect.promise(() => context.server.exchange(0))
+        const requested = yield* requestHandoff(running)
+        const second = yield* Effect.flip(running.handoff)
+        assert.strictEqual(second.reason._tag, "Busy")
+        yield* Deferred.succeed(release, undefined)
+        const pause = yield* Fiber.join(requested)
+        assert.isDefined(pause)
+        assert.deepStrictEqual((yield* running.wait).outcome, { kind: "handoff_paused", pause: pause! })
+        const afterSeal = yield* Effect.flip(running.handoff)
+        assert.strictEqual(afterSeal.reason._tag, "Busy")
+        // Exactly one pause, the first reservation's.
+        assert.strictEqual(yield* pauses(context), 1)
+        const pending = yield* context.log.pendingHandoffs()
+        assert.strictEqual(pending.length, 1)
+        assert.strictEqual(pending[0]!.pause.intent.handoffId, pause!.intent.handoffId)
+      }),
+    ),
+  )
+
+  it.live("a successor keeps the logical Run's root, can be handed off again with fewer steps, and each effect runs once", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({
+          script: [
+            mainEntry(slowCall("call-1", "a")),
+            mainEntry(slowCall("call-2", "b")),
+            mainEntry(echoCall("call-3", "c")),
+            mainEntry(answer("Done.")),
+          ],
+        })
+        const effects: Effects = { ran: [] }
+        const first = yield* Deferred.make<void>()
+        const second = yield* Deferred.make<void>()
+        const catalog = tools(effects, [first, second])
+        const running = yield* context.engine.start(input(context, "Run slow twice, then echo.", catalog, { maxSteps: 8 }))
+        yield* Effect.promise(() => context.server.exchange(0))
+        const requested = yield* requestHandoff(running)
+        yield* Deferred.succeed(first, undefined)
+        const pause = (yield* Fiber.join(requested))!
+        assert.strictEqual(pause.remainingSteps, 7)
+        const successor = yield* context.engine.resume({ paused: running.invocation, pause, model: context.model, tools: catalog })
+        yield* Effect.promise(() => context.server.exchange(1))
+        const again = yield* requestHandoff(successor)
+        yield* Deferred.succeed(second, undefined)
+        const repause = (yield* Fiber.join(again))!
+        assert.strictEqual(repause.intent.rootRunId, running.invocation.runId)
+        assert.strictEqual(repause.remainingSteps, 6)
+        assert.isAtMost(repause.remainingSteps, pause.remainingSteps)
+        const third = yield* context.engine.resume({ paused: successor.invocation, pause: repause, model: context.model, tools: catalog })
+        assert.strictEqual(third.invocation.turnId, running.invocation.turnId)
+        assert.deepStrictEqual((yield* third.wait).outcome, { kind: "completed" })
+        assert.deepStrictEqual(effects.ran, ["slow:a", "slow:b", "c"])
+        const events = yield* context.log.events("session-1")
+        const openings = factsOf(events, "invocation_opened").map((fact) => fact.input.kind)
+        assert.deepStrictEqual(openings, ["message", "handoff", "handoff"])
+        assert.strictEqual(yield* pauses(context), 2)
+        assert.deepStrictEqual(yield* context.log.pendingHandoffs(), [])
+      }),
+    ),
+  )
+
+  it.live("steering queued with a handoff is committed before the pause and replayed once by the successor", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({ script: [mainEntry(slowCall("call-1", "a")), mainEntry(answer("Done."))] })
+        const effects: Effects = { ran: [] }
+        const release = yield* Deferred.make<void>()
+        const catalog = tools(effects, [release])
+        const running = yield* context.engine.start(input(context, "Run slow.", catalog, { maxSteps: 4 }))
+        yield* Effect.promise(() => context.server.exchange(0))
+        yield* running.steer("Also mind the tests.")
+        const requested = yield* requestHandoff(running)
+        yield* Deferred.succeed(release, undefined)
+        const pause = (yield* Fiber.join(requested))!
+        assert.isDefined(pause)
+        const paused = (yield* context.log.events("session-1")).filter(
+          (stored) => stored.event.invocation.invocationId === running.invocation.invocationId,
+        )
+        assert.deepStrictEqual(kinds(paused).slice(-3), ["tool_settled:succeeded", "message_steered", "invocation_ended:handoff_paused"])
+        const successor = yield* context.engine.resume({ paused: running.invocation, pause, model: context.model, tools: catalog })
+        assert.deepStrictEqual((yield* successor.wait).outcome, { kind: "completed" })
+        const replay = context.server.requests()[1]!.body
+        assert.strictEqual(replay.split("Also mind the tests.").length - 1, 1)
+        assert.strictEqual(factsOf(yield* context.log.events("session-1"), "message_steered").length, 1)
+        assert.deepStrictEqual(effects.ran, ["slow:a"])
+      }),
+    ),
+  )
+
+  it.live("a handoff drains a background summary still running: no checkpoint, its request interrupted, the pause carries the budget its accepted step renewed", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const never = Respond.gate()
+        const context = yield* setup({
+          script: [
+            mainEntry(answer("Noted.", 5_000)),
+            summaryEntry(Respond.hold(never, summaryAnswer(summaryText("never adopted")))),
+            mainEntry(slowCall("call-1", "a")),
+            mainEntry(answer("Done.")),
+          ],
+        })
+        const windowed = { context: { providerId: "openai-compatible", declaredWindow: 1_000 } }
+        const effects: Effects = { ran: [] }
+        yield* context.engine.run(input(context, "Note this.", ToolCatalog.make([]), windowed))
+        const release = yield* Deferred.make<void>()
+        const catalog = tools(effects, [release])
+        const running = yield* context.engine.start(input(context, "Run slow.", catalog, { maxSteps: 4, ...windowed }))
+        // The summary runs beside the main request, which calls `slow`.
+        yield* Effect.promise(() => context.server.request(2))
+        assert.isTrue(context.server.requests().slice(1, 3).some(isSummaryRequest))
+        const mainIndex = context.server.requests().findIndex((request, index) => index > 0 && !isSummaryRequest(request))
+        yield* Effect.promise(() => context.server.exchange(mainIndex))
+        const requested = yield* requestHandoff(running)
+        yield* Deferred.succeed(release, undefined)
+        const pause = (yield* Fiber.join(requested))!
+        assert.isDefined(pause)
+        // The proactive attempt spent the budget, and the main step accepted beside it renewed it.
+        assert.strictEqual(pause.execution.compaction, "available")
+        const events = yield* context.log.events("session-1")
+        const own = events.filter((stored) => stored.event.invocation.invocationId === running.invocation.invocationId)
+        const summaryStep = factsOf(own, "model_requested").find((fact) => fact.purpose === "summary")!
+        assert.deepStrictEqual(
+          factsOf(own, "model_interrupted").filter((fact) => fact.stepId === summaryStep.stepId).map((fact) => fact.status),
+          ["cancelled"],
+        )
+        assert.deepStrictEqual(factsOf(events, "context_checkpoint_recorded"), [])
+        assert.deepStrictEqual(yield* context.log.unfinishedInvocations(100), [])
+        // The last main usage is under the window now: the successor sends the replay without another summary.
+        const successor = yield* context.engine.resume({ paused: running.invocation, pause, model: context.model, tools: catalog })
+        assert.deepStrictEqual((yield* successor.wait).outcome, { kind: "completed" })
+        assert.strictEqual(context.server.requests().filter(isSummaryRequest).length, 1)
+        const ownSuccessor = (yield* context.log.events("session-1")).filter(
+          (stored) => stored.event.invocation.invocationId === successor.invocation.invocationId,
+        )
+        assert.strictEqual(factsOf(ownSuccessor, "model_requested")[0]!.inputDigest, pause.execution.replay.digest)
+        assert.deepStrictEqual(effects.ran, ["slow:a"])
+      }),
+    ),
+  )
+
+  it.live("handing off every live run pauses each that can be paused and cancels one whose preflight fails", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({
+          script: [
+            ScriptedServer.whenBodyIncludes("Run X.", slowCall("call-x", "x")),
+            ScriptedServer.whenBodyIncludes("Run Y.", slowCall("call-y", "y")),
+            ScriptedServer.whenBodyIncludes("Run Y.", Respond.hang()),
+          ],
+        })
+        // Session 2 holds an effect whose outcome is unknown: its run goes on under allowPriorUnknown.
+        const history = new History.History({ sessionId: "session-2" })
+        const crashed = history.open({ turnId: "crashed-turn", runId: "crashed-run", invocationId: "crashed-invocation" })
+        const step = crashed.request()
+        crashed.complete(step, FactBuilders.toolCallStep([{ id: "call-0", name: "echo", input: { value: "zero" } }]))
+        crashed.dispatch(step, "call-0")
+        yield* context.log.appendBatch(history.writes)
+        yield* context.engine.recover
+        const effects: Effects = { ran: [] }
+        const releaseX = yield* Deferred.make<void>()
+        const releaseY = yield* Deferred.make<void>()
+        const x = yield* context.engine.start(input(context, "Run X.", tools(effects, [releaseX]), { maxSteps: 4 }))
+        const y = yield* context.engine.start(
+          input(context, "Run Y.", tools(effects, [releaseY]), {
+            maxSteps: 4,
+            allowPriorUnknown: true,
+            invocation: FactBuilders.invocation({ sessionId: "session-2", turnId: "turn-y", runId: "run-y", invocationId: "invocation-y" }),
+          }),
+        )
+        yield* dispatched(x)
+        yield* dispatched(y)
+        const closing = yield* Effect.forkChild(context.engine.handOffAll)
+        yield* Effect.sleep("20 millis")
+        yield* Deferred.succeed(releaseX, undefined)
+        yield* Deferred.succeed(releaseY, undefined)
+        const closed = yield* Fiber.join(closing)
+        const byInvocation = new Map(closed.map((item) => [item.invocation.invocationId, item]))
+        assert.strictEqual(closed.length, 2)
+        assert.strictEqual(byInvocation.get(x.invocation.invocationId)?.outcome, "paused")
+        assert.strictEqual(byInvocation.get(y.invocation.invocationId)?.outcome, "cancelled")
+        const pause = byInvocation.get(x.invocation.invocationId)!.pause!
+        assert.deepStrictEqual((yield* x.wait).outcome, { kind: "handoff_paused", pause })
+        assert.deepStrictEqual((yield* y.wait).outcome, { kind: "cancelled", source: "runtime_cancellation" })
+        assert.deepStrictEqual(effects.ran, ["slow:x", "slow:y"])
+        const pending = yield* context.log.pendingHandoffs()
+        assert.deepStrictEqual(pending.map((item) => item.sessionId), ["session-1"])
+        assert.deepStrictEqual(context.engine.liveInvocations(), [])
+      }),
+    ),
+  )
+
+  it.live("a store dry run that refuses the pause is a failed preflight: no pause is sealed and the run goes on to complete", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        let refusals = 0
+        const context = yield* setup(
+          { script: [mainEntry(slowCall("call-1", "a")), mainEntry(answer("Done."))] },
+          undefined,
+          {},
+          {
+            wrapLog: (log) => ({
+              ...log,
+              checkHandoff: () => Effect.sync(() => void refusals++).pipe(Effect.andThen(Effect.fail(EventLogError.invalidTransition("refused by the test")))),
+            }),
+          },
+        )
+        const effects: Effects = { ran: [] }
+        const release = yield* Deferred.make<void>()
+        const running = yield* context.engine.start(input(context, "Run slow.", tools(effects, [release]), { maxSteps: 4 }))
+        yield* dispatched(running)
+        const requested = yield* requestHandoff(running)
+        yield* Deferred.succeed(release, undefined)
+        assert.isUndefined(yield* Fiber.join(requested))
+        assert.strictEqual(refusals, 1)
+        assert.deepStrictEqual((yield* running.wait).outcome, { kind: "completed" })
+        assert.strictEqual(context.server.requests().length, 2)
+        assert.strictEqual(yield* pauses(context), 0)
+        assert.deepStrictEqual(effects.ran, ["slow:a"])
+      }),
+    ),
+  )
+
+  it.live("through the Promise facade, run.handoff() resolves null when the run ends first and the sealed pause otherwise", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const held = Respond.gate()
+        const server = yield* ScriptedServer.make({
+          script: [Respond.hold(held, answer("Done.")), slowCall("call-1", "a"), answer("Resumed.")],
+        })
+        const directory = yield* LogTesting.temporaryDirectory
+        const workspace = path.join(directory, "workspace")
+        fs.mkdirSync(workspace)
+        const engine = yield* Effect.acquireRelease(
+          Effect.promise(() => createEngine({ database: path.join(directory, "events.sqlite"), engineOptions: { backoffBaseMs: 5, backoffMaxMs: 40 } })),
+          (opened) => Effect.promise(() => opened.close()),
+        )
+        const effects: Effects = { ran: [] }
+        const release = yield* Deferred.make<void>()
+        const slow = [...tools(effects, [release]).tools]
+        const provider = { kind: "openai-compatible" as const, baseUrl: `${server.url}/v1`, model: "test-model", apiKey: "sk-facade" }
+        const options = { sessionId: "session-1", provider, workspace, tools: slow, maxSteps: 4 }
+
+        const first = yield* Effect.promise(() => engine.start({ ...options, message: "Answer." }))
+        yield* Effect.promise(() => server.request(0))
+        const ended = first.handoff()
+        yield* Effect.sleep("20 millis")
+        held.release()
+        assert.isNull(yield* Effect.promise(() => ended))
+        assert.deepStrictEqual((yield* Effect.promise(() => first.wait())).outcome, { kind: "completed" })
+
+        const second = yield* Effect.promise(() => engine.start({ ...options, message: "Run slow." }))
+        yield* Effect.promise(() => server.exchange(1))
+        const requested = second.handoff()
+        yield* Effect.sleep("20 millis")
+        yield* Deferred.succeed(release, undefined)
+        const pause = yield* Effect.promise(() => requested)
+        assert.isNotNull(pause)
+        assert.deepStrictEqual((yield* Effect.promise(() => second.wait())).outcome, { kind: "handoff_paused", pause: pause! })
+        const reports = yield* Effect.promise(() => engine.resumePending({ provider: () => provider, tools: () => slow }))
+        assert.strictEqual(reports.length, 1)
+        const report = reports[0]!
+        if (!("started" in report)) return assert.fail(report.skipped)
+        assert.deepStrictEqual((yield* Effect.promise(() => report.started.wait())).outcome, { kind: "completed" })
+        assert.deepStrictEqual(effects.ran, ["slow:a"])
+      }),
+    ),
+  )
+
+  it.live("the logical run's step budget holds across a handoff: the successor ends step_limit after the remaining steps", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({
+          script: [mainEntry(slowCall("call-1", "a")), mainEntry(echoCall("call-2", "b")), mainEntry(echoCall("call-3", "c"))],
+        })
+        const effects: Effects = { ran: [] }
+        const release = yield* Deferred.make<void>()
+        const catalog = tools(effects, [release])
+        const running = yield* context.engine.start(input(context, "Keep calling tools.", catalog, { maxSteps: 3 }))
+        yield* dispatched(running)
+        const requested = yield* requestHandoff(running)
+        yield* Deferred.succeed(release, undefined)
+        const pause = (yield* Fiber.join(requested))!
+        assert.strictEqual(pause.remainingSteps, 2)
+        const successor = yield* context.engine.resume({ paused: running.invocation, pause, model: context.model, tools: catalog })
+        const result = yield* successor.wait
+        assert.deepStrictEqual(result.outcome.kind === "failed" ? result.outcome.class : result.outcome.kind, "step_limit")
+        // Three main requests in all, one per step of the logical run.
+        assert.strictEqual(context.server.requests().length, 3)
+        assert.deepStrictEqual(effects.ran, ["slow:a", "b", "c"])
+      }),
+    ),
+  )
+})
