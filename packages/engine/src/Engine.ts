@@ -309,7 +309,10 @@ const steer = (
     const queued = yield* Ref.modify(steering, (queued: Queue): readonly ["queued" | "full" | "ended", Queue] =>
       !gate.acceptsSteering ? ["ended", queued] : queued.length >= MAX_QUEUED_STEERING ? ["full", queued] : ["queued", [...queued, delivered]],
     )
-    if (queued === "ended") return yield* Effect.fail(EngineError.busy(`the run is ${gate.current === "closed" ? "ending" : "handing off"}`))
+    if (queued === "ended") {
+      const handingOff = gate.current === "committed" || gate.current === "sealed"
+      return yield* Effect.fail(EngineError.busy(handingOff ? "the run is handing off: steer its successor" : "the run has ended its turn"))
+    }
     if (queued === "full") {
       return yield* Effect.fail(
         EngineError.busy(`the run already holds ${MAX_QUEUED_STEERING} steering messages for its next step`),

@@ -11,7 +11,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { EventLogError } from "@maka/event-log"
 import { FactBuilders, History, OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
 import { Tool, ToolCatalog } from "@maka/tools"
-import { Deferred, Effect, Fiber, Schema, Stream } from "effect"
+import { Deferred, Effect, Exit, Fiber, Schema, Stream } from "effect"
 import * as LogTesting from "@maka/event-log/testing"
 import * as fs from "node:fs"
 import * as path from "node:path"
@@ -448,6 +448,52 @@ describe("the handoff gate", () => {
         // Three main requests in all, one per step of the logical run.
         assert.strictEqual(context.server.requests().length, 3)
         assert.deepStrictEqual(effects.ran, ["slow:a", "b", "c"])
+      }),
+    ),
+  )
+
+  it.live("steering accepted while a handoff's preflight runs reaches the successor, and steering after the seal is refused", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const inCheck = yield* Deferred.make<void>()
+        const letCheck = yield* Deferred.make<void>()
+        const context = yield* setup(
+          { script: [mainEntry(slowCall("call-1", "a")), mainEntry(answer("Done."))] },
+          undefined,
+          {},
+          {
+            // The store's dry run waits until the test has steered.
+            wrapLog: (log) => ({
+              ...log,
+              checkHandoff: (invocation, pause) =>
+                Deferred.succeed(inCheck, undefined).pipe(Effect.andThen(Deferred.await(letCheck)), Effect.andThen(log.checkHandoff(invocation, pause))),
+            }),
+          },
+        )
+        const effects: Effects = { ran: [] }
+        const release = yield* Deferred.make<void>()
+        const catalog = tools(effects, [release])
+        const running = yield* context.engine.start(input(context, "Run slow.", catalog, { maxSteps: 4 }))
+        yield* dispatched(running)
+        const requested = yield* requestHandoff(running)
+        yield* Deferred.succeed(release, undefined)
+        yield* Deferred.await(inCheck)
+        const steered = yield* Effect.exit(running.steer("Steered during the preflight."))
+        yield* Deferred.succeed(letCheck, undefined)
+        const pause = yield* Fiber.join(requested)
+        yield* running.wait
+        if (pause !== undefined) {
+          const successor = yield* context.engine.resume({ paused: running.invocation, pause, model: context.model, tools: catalog })
+          yield* successor.wait
+        }
+        // An accepted steering message is delivered exactly once, to the paused run or to its successor.
+        if (Exit.isSuccess(steered)) {
+          assert.strictEqual(factsOf(yield* context.log.events("session-1"), "message_steered").length, 1)
+          assert.isTrue(context.server.requests().some((request) => request.body.includes("Steered during the preflight.")))
+        }
+        // A sealed run takes no more steering.
+        const late = yield* Effect.flip(running.steer("After the seal."))
+        assert.strictEqual(late.reason._tag, "Busy")
       }),
     ),
   )

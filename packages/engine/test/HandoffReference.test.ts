@@ -262,4 +262,54 @@ describe("handoff reference scenario", () => {
       }),
     ),
   )
+
+  it.live("a successor in another engine sends the pause's replay first, even when the paused step's large result was left unpruned", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const never = Respond.gate()
+        const context = yield* setup({
+          script: [
+            mainEntry(answer("Noted.", 5_000)),
+            summaryEntry(Respond.hold(never, summaryAnswer(summaryText("never adopted")))),
+            mainEntry(Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-1", name: "big", arguments: ['{"value":"a"}'] }] }))),
+            mainEntry(answer("Done.")),
+          ],
+        })
+        const release = yield* Deferred.make<void>()
+        const big = ToolCatalog.make([
+          Tool.make({
+            name: "big",
+            description: "Returns a large result once released.",
+            input: Schema.Struct({ value: Schema.String }),
+            semantics: "parallel",
+            execute: ({ value }) => Effect.as(Deferred.await(release), Tool.text(`${value}:${"x".repeat(20_000)}`)),
+          }),
+        ])
+        yield* context.engine.run(input(context, "Note this.", ToolCatalog.make([]), { context: WINDOW }))
+        // A summary runs beside the step that calls `big`, so its large result is not pruned after the batch.
+        const running = yield* context.engine.start(input(context, "Call big.", big, { maxSteps: 4, context: WINDOW }))
+        yield* running.events.pipe(
+          Stream.filter((stored) => stored.event.fact.kind === "tool_dispatched"),
+          Stream.take(1),
+          Stream.runDrain,
+        )
+        const requested = yield* Effect.forkChild(running.handoff)
+        yield* Effect.sleep("20 millis")
+        yield* Deferred.succeed(release, undefined)
+        const pause = (yield* Fiber.join(requested))!
+        assert.isDefined(pause)
+        // Another engine on the same log (no context kept from the paused run) resumes it.
+        const other = yield* Engine.make({ backoffBaseMs: 5, backoffMaxMs: 40 }).pipe(
+          Effect.provideService(EventLog.EventLog, context.log),
+          Effect.provide(Ids.layer),
+        )
+        const successor = yield* other.resume({ paused: running.invocation, pause, model: context.model, tools: big })
+        assert.deepStrictEqual((yield* successor.wait).outcome, { kind: "completed" })
+        const own = (yield* context.log.events("session-1")).filter(
+          (stored) => stored.event.invocation.invocationId === successor.invocation.invocationId,
+        )
+        assert.strictEqual(factsOf(own, "model_requested")[0]!.inputDigest, pause.execution.replay.digest)
+      }),
+    ),
+  )
 })

@@ -30,9 +30,17 @@ export class HandoffGate {
     return this.state
   }
 
+  private steeringEnded = false
+
   /** Whether a steering message can still be delivered: not once a pause commits or the run ended. */
   get acceptsSteering(): boolean {
-    return this.state === "running" || this.state === "requested" || this.state === "held"
+    return !this.steeringEnded && (this.state === "running" || this.state === "requested" || this.state === "held")
+  }
+
+  /** The run answered with nothing left to deliver: later steering is refused rather than dropped. Returns `true`. */
+  endSteering(): boolean {
+    this.steeringEnded = true
+    return true
   }
 
   /** Reserves a handoff at the next step boundary; `Busy` unless the run is running and the intent names its root. */

@@ -563,7 +563,9 @@ const runStep = (run: Run, loop: LoopState, step: number, priorUnknown: boolean)
     const calls = completed.step.parts.flatMap((part) =>
       part.kind === "tool_call" && !part.providerExecuted ? [Journal.providerCall(completed.stepId, part)] : [],
     )
-    if (calls.length === 0) return true
+    // An answer ends the turn unless steering waits: then the next step delivers it. The queue is
+    // closed in the same step, so no message is accepted and then dropped.
+    if (calls.length === 0) return yield* Ref.modify(run.steering, (queued) => [queued.length === 0 && run.handoff.endSteering(), queued] as const)
     const { finishTurn, archivable } = yield* runTools(run, captured, calls)
     // Prune after the tool batch (docs/engine.md §5.11) when a result it settled is over one page
     // (earlier results were archived by earlier passes), unless a summary is pending.
@@ -589,6 +591,8 @@ export const stepLoop = (run: Run, loop: LoopState, priorUnknown: boolean): Effe
       }
       const pause = yield* handoffBoundary(run, loop, step, priorUnknown)
       if (pause !== undefined) return { _tag: "Paused", pause } as const
+      // Steering that arrived during a handoff preflight the run did not take goes into this step.
+      yield* deliverSteering(run)
       if (!priorUnknown) yield* adoptFinished(run, loop)
       if (yield* runStep(run, loop, step, priorUnknown)) return { _tag: "Completed" } as const
     }
