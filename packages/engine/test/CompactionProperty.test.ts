@@ -1,6 +1,6 @@
 /**
- * Prune and compaction invariants over generated sessions of real runs (docs/engine.md §5.5 and §5.11, docs/engine.md
- * §5.12): turns of tool steps with small and archivable results, provider usage that makes automatic
+ * Prune and compaction invariants over generated sessions of real runs
+ * (docs/engine.md §5.5, docs/engine.md §5.11, docs/engine.md §5.12): turns of tool steps with small and archivable results, provider usage that makes automatic
  * compaction due at random points, standalone compactions, overflows, summaries that succeed or stay
  * malformed, and summaries in the foreground or the background. Every main request the server received
  * is checked against the log: no tool call is separated from its result, the run's own opening is never
