@@ -7,6 +7,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Prompts } from "@maka/facts"
 import { FactBuilders, History, OpenAiSse, Respond } from "@maka/testkit"
+import { EventLogError } from "@maka/event-log"
 import { Effect, Fiber, Stream } from "effect"
 import * as Agent from "../src/Agent.ts"
 import * as Engine from "../src/Engine.ts"
@@ -601,4 +602,74 @@ describe("a session past the read limits", () => {
       }),
     ),
   120_000)
+})
+
+describe("compaction's refusals and old history", () => {
+  it.live("seals failed {event_commit} with no checkpoint visible when the store refuses the checkpoint-and-terminal batch (scenario 36)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup(
+          { script: [mainEntry(answer("Hello.")), summaryEntry(summaryAnswer(summaryText("greeting")))] },
+          undefined,
+          {},
+          {
+            wrapLog: (log) => ({
+              ...log,
+              appendBatch: (writes, complete) =>
+                writes.some((write) => write.event.fact.kind === "context_checkpoint_recorded")
+                  ? Effect.fail(EventLogError.invalidTransition("the store refuses this batch"))
+                  : log.appendBatch(writes, complete),
+            }),
+          },
+        )
+        yield* context.engine.run(input(context, "Hi.", noTools({ ran: [] })))
+        const result = yield* context.engine.compact(compactInput(context))
+        assert.strictEqual(result.outcome.kind === "failed" ? result.outcome.class : result.outcome.kind, "event_commit")
+        const events = yield* context.log.events("session-1")
+        assert.deepStrictEqual(factsOf(events, "context_checkpoint_recorded"), [])
+        assert.strictEqual(kinds(events).at(-1), "invocation_ended:failed:event_commit")
+        // The session stays usable.
+        context.server.push(mainEntry(answer("Still here.")))
+        assert.deepStrictEqual((yield* context.engine.run(input(context, "Again.", noTools({ ran: [] })))).outcome, { kind: "completed" })
+      }),
+    ),
+  )
+
+  it.live("archives old unpruned history when a run is admitted, and a later summary sees only the first page (scenario 51)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({
+          script: [mainEntry(answer("Seen.")), summaryEntry(summaryAnswer(summaryText("old result paged")))],
+        })
+        // A run written before pruning existed: its 30,000-character result was never archived.
+        const history = new History.History({ sessionId: "session-1" })
+        const old = history.open({ message: "Dump the file.", turnId: "old-turn", runId: "old-run", invocationId: "old-invocation" })
+        const step = old.request()
+        old.complete(step, FactBuilders.toolCallStep([{ id: "call-1", name: "echo", input: { value: "dump" } }]))
+        old.succeed(old.dispatch(step, "call-1"), FactBuilders.textOutput(`START-OF-RESULT ${"r".repeat(30_000)} END-OF-RESULT`))
+        old.complete(old.request(), FactBuilders.textStep("Dumped."))
+        old.end({ kind: "completed" })
+        yield* context.log.appendBatch(history.written.map((written) => written.write))
+
+        const run = input(context, "What did it say?", noTools({ ran: [] }))
+        yield* context.engine.run(run)
+        const events = yield* context.log.events("session-1")
+        const own = events.filter((stored) => stored.event.invocation.invocationId === run.invocation.invocationId)
+        // The archive is the run's first write after its opening, before its first request.
+        assert.deepStrictEqual(kinds(own).slice(0, 3), ["invocation_opened", "tool_result_archived", "model_requested"])
+        const body = context.server.requests()[0]!.body
+        assert.include(body, "START-OF-RESULT")
+        assert.notInclude(body, "END-OF-RESULT")
+        yield* context.engine.compact(compactInput(context))
+        const summary = context.server.requests()[1]!.body
+        assert.isTrue(isSummaryRequest(context.server.requests()[1]!))
+        assert.include(summary, "maka.archived_tool_result")
+        assert.notInclude(summary, "END-OF-RESULT")
+        // The raw result stays readable.
+        const settled = events.find((stored) => stored.event.fact.kind === "tool_settled")!
+        const raw = yield* context.log.readToolResult("session-1", settled.event.id)
+        assert.include(raw.raw.format === "text" ? raw.raw.value : "", "END-OF-RESULT")
+      }),
+    ),
+  )
 })
