@@ -159,10 +159,17 @@ const isPrefixTooLarge = (error: EngineError.EngineError) => {
  */
 const openingContext = (run: Run, loop: LoopState, priorUnknown: boolean) =>
   Effect.gen(function* () {
+    let pruned = false
     for (let pass = 0; ; pass++) {
       const read = yield* Effect.result(liveContext(run, priorUnknown))
-      if (Result.isSuccess(read)) return read.success
+      if (Result.isSuccess(read)) return { ...read.success, pruned }
       if (priorUnknown || pass >= MAX_FIT_PASSES || !isPrefixTooLarge(read.failure)) return yield* Effect.fail(read.failure)
+      // Large results archived first (candidate paging needs no materialised context), then folding.
+      if (!pruned) {
+        yield* prune(run)
+        pruned = true
+        continue
+      }
       if (!(yield* compactNow(run, loop, { kind: "pre_turn" }, true))) return yield* Effect.fail(read.failure)
     }
   })
@@ -683,7 +690,7 @@ export const runMessage = (
       // after each of its tool batches already, and one that holds no result over a page has no candidate.
       // A handoff successor's replay is the pause's, fixed when it sealed (its preflight pruned what was owed).
       const owesPrune = live.kept ? live.context.pruneOwed : live.context.holdsArchivable(isArchivable)
-      if (!priorUnknown && successor === undefined && owesPrune) yield* prune(run)
+      if (!priorUnknown && successor === undefined && !live.pruned && owesPrune) yield* prune(run)
       const done = yield* stepLoop(run, loop, priorUnknown)
       if (loop.summaryToolContent) return yield* Effect.fail(EngineError.reconciliation(EngineError.SUMMARY_TOOL_CONTENT_MESSAGE))
       if (done._tag === "Paused") return done
