@@ -5,21 +5,17 @@
  * steps 1–8 and writes nothing; every failure is `ReconciliationRequired`.
  */
 import { Identity, type Lineage, type Prompt } from "@maka/facts"
-import type { EventLog, EventLogError } from "@maka/event-log"
+import type { EventLog } from "@maka/event-log"
 import { Ids } from "@maka/tools"
 import { Effect } from "effect"
 import * as EngineError from "../EngineError.ts"
-import { storeError, type Run } from "./run-context.ts"
+import { readError } from "./handoff.ts"
+import type { Run } from "./run-context.ts"
 
 export const UNAVAILABLE_TOOL_MESSAGE = "continuation requires an unavailable tool"
 export const UNSTABLE_BOUNDARY_MESSAGE = "continuation requires stable user/tool replay boundaries"
 
 const refused = (message: string) => EngineError.reconciliation(message)
-
-const readError = (error: EventLogError.EventLogError) =>
-  error.reason._tag === "Rejected" && error.reason.rejection._tag === "InvalidTransition"
-    ? EngineError.reconciliation(error.message)
-    : storeError(error)
 
 /** The tool names the replayed prompt calls locally. */
 const calledTools = (prompt: Prompt.Prompt): ReadonlyArray<string> =>

@@ -140,7 +140,8 @@ export const pauseOf = (
 /** A refusal of the successor's admission: nothing is written. */
 const refused = (message: string) => EngineError.reconciliation(message)
 
-const readError = (error: EventLogError.EventLogError) =>
+/** A log read of the claim's checks: a refusal is `ReconciliationRequired`, anything else a store failure. */
+export const readError = (error: EventLogError.EventLogError) =>
   error.reason._tag === "Rejected" && error.reason.rejection._tag === "InvalidTransition"
     ? EngineError.reconciliation(error.message)
     : storeError(error)

@@ -294,6 +294,19 @@ const thinkingBudget = (run: Run): number => {
   return typeof budget === "number" && Number.isSafeInteger(budget) && budget > 0 ? budget : 0
 }
 
+/** What decides whether the source's latest main request describes this run's next one (docs/engine.md §5.12). */
+const routeMatch = (run: Run, source: EventLog.ModelContextSource): PromptBuilder.CompactionDueInput => {
+  const { settings } = run
+  return {
+    ...(settings.context === undefined ? {} : { context: settings.context }),
+    latestMain: source.latestMain,
+    routeIdentity: run.model.routeIdentity,
+    ...(settings.configuration.model === undefined ? {} : { connectionId: settings.configuration.model.connectionId }),
+    modelId: run.model.model,
+    ...(source.baseline === undefined ? {} : { baselineId: source.baseline.eventId }),
+  }
+}
+
 /** The main request of a step from the context (docs/engine.md §5.5), frozen for its retries. */
 const mainRequest = (
   run: Run,
@@ -315,13 +328,8 @@ const mainRequest = (
       projection,
     })
     const maxOutputTokens = PromptBuilder.outputLimit({
+      ...routeMatch(run, source),
       ...(settings.mainOutputLimit === undefined ? {} : { mainOutputLimit: settings.mainOutputLimit }),
-      ...(settings.context === undefined ? {} : { context: settings.context }),
-      latestMain: source.latestMain,
-      routeIdentity: run.model.routeIdentity,
-      ...(settings.configuration.model === undefined ? {} : { connectionId: settings.configuration.model.connectionId }),
-      modelId: run.model.model,
-      ...(source.baseline === undefined ? {} : { baselineId: source.baseline.eventId }),
       thinkingBudget: thinkingBudget(run),
     })
     const projected = projectPrompt(run.model.kind, run.model.routeIdentity, prompt)
@@ -390,8 +398,13 @@ const adopted = (run: Run, loop: LoopState, adoption: Compaction.Adoption) => {
 const compactNow = (run: Run, loop: LoopState, mode: ModelContext.CheckpointMode, fit: boolean) =>
   Effect.gen(function* () {
     const captured = yield* Compaction.capture(run, mode, fit)
-    if (captured.kind !== "captured") return false
-    const result = yield* Effect.result(Compaction.job(run, captured.captured))
+    return captured.kind === "captured" && (yield* foreground(run, loop, captured.captured))
+  })
+
+/** Runs a job in the foreground and adopts it: a model error adopts nothing; cancellation fails. */
+const foreground = (run: Run, loop: LoopState, captured: Compaction.Captured) =>
+  Effect.gen(function* () {
+    const result = yield* Effect.result(Compaction.job(run, captured))
     if (Result.isFailure(result)) {
       const error = result.failure
       if (error.reason._tag === "Model" && error.reason.error.reason._tag !== "Cancelled") return false
@@ -417,12 +430,7 @@ const maybeCompact = (run: Run, loop: LoopState, source: EventLog.ModelContextSo
       loop.pending = pending
       return
     }
-    const result = yield* Effect.result(Compaction.job(run, captured.captured))
-    if (Result.isFailure(result)) {
-      if (result.failure.reason._tag === "Model" && result.failure.reason.error.reason._tag !== "Cancelled") return
-      return yield* Effect.fail(result.failure)
-    }
-    if (adopted(run, loop, yield* Compaction.adoptResult(run, result.success))) loop.budget = "reshaped"
+    if (yield* foreground(run, loop, captured.captured)) loop.budget = "reshaped"
   })
 
 /**
@@ -437,14 +445,7 @@ export const isDue = (run: Run, source: EventLog.ModelContextSource): boolean =>
   if (size.events >= limits.maxEvents * Compaction.READ_LIMIT_SHARE || size.bytes >= limits.maxBytes * Compaction.READ_LIMIT_SHARE) {
     return true
   }
-  return PromptBuilder.compactionDue({
-    ...(settings.context === undefined ? {} : { context: settings.context }),
-    latestMain: source.latestMain,
-    routeIdentity: run.model.routeIdentity,
-    ...(settings.configuration.model === undefined ? {} : { connectionId: settings.configuration.model.connectionId }),
-    modelId: run.model.model,
-    ...(source.baseline === undefined ? {} : { baselineId: source.baseline.eventId }),
-  })
+  return PromptBuilder.compactionDue(routeMatch(run, source))
 }
 
 /** A finished background summary is adopted at the step boundary (docs/engine.md §5.4). */
