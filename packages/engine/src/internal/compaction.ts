@@ -11,6 +11,7 @@ import {
   Lineage,
   Prompts,
   Summary,
+  type Event,
   type Fact,
   type ModelContext,
   type Outcome,
@@ -63,6 +64,11 @@ const hasConversation = (source: EventLog.ModelContextSource): boolean =>
 export const capture = (run: Run, mode: ModelContext.CheckpointMode, fit: boolean) =>
   Effect.gen(function* () {
     yield* Effect.mapError(flushCarry(run), (error) => EngineError.commit(error.message))
+    // A live context that saw the fence builds the same source from memory (docs/architecture.md §12).
+    const fromMemory = !fit && mode.kind !== "standalone" ? run.live?.compactionSource(mode.kind) : undefined
+    if (fromMemory !== undefined) {
+      return hasConversation(fromMemory) ? ({ kind: "captured", captured: { mode, source: fromMemory } } satisfies Capture) : ({ kind: "unchanged" } satisfies Capture)
+    }
     const { sessionId, invocationId } = run.settings.invocation
     const read = yield* Effect.result(
       run.log.prepareContextCompaction(sessionId, {
@@ -182,7 +188,7 @@ export interface Pending {
 
 /** What adopting a job gave: a committed checkpoint, or nothing (and why). */
 export type Adoption =
-  | { readonly kind: "adopted"; readonly checkpointId: string }
+  | { readonly kind: "adopted"; readonly checkpointId: string; readonly stored: Event.StoredEvent }
   | {
       readonly kind: "not_adopted"
       readonly reason: Outcome.CompactReason | "model_error" | "cancelled"
@@ -198,8 +204,8 @@ export const adoptResult = (run: Run, result: JobResult): Effect.Effect<Adoption
   Effect.gen(function* () {
     if (result.kind === "failed") return { kind: "not_adopted", reason: result.reason, toolContent: result.toolContent } satisfies Adoption
     const write = yield* plainWrite(run, checkpointFact(result.checkpoint))
-    yield* Effect.mapError(commit(run, [write]), commitError)
-    return { kind: "adopted", checkpointId: write.event.id } satisfies Adoption
+    const [sequence] = yield* Effect.mapError(commit(run, [write]), commitError)
+    return { kind: "adopted", checkpointId: write.event.id, stored: { sequence: sequence!, event: write.event } } satisfies Adoption
   })
 
 /** Joins a job and adopts what it gave: a model error or a cancellation adopts nothing. */

@@ -133,7 +133,83 @@ export class LiveContext {
    */
   continueWith(opening: Event.StoredEvent, json: string, configuration: Configuration.InvocationConfiguration): void {
     this.configuration = configuration
+    // The session just before this run: the fence of its `pre_turn` compaction source.
+    this.preOpening = { hash: this.hash.copy(), highWater: this.highWater }
     this.apply(opening, json)
+  }
+
+  /** The running hash and high water just before the current run's opening, when this context saw it applied. */
+  private preOpening: { readonly hash: Digest.LogPrefixHash; readonly highWater: number } | undefined
+
+  /**
+   * The source of a compaction of `mode` built from memory (docs/log-format.md §3.7 with the mode's
+   * fence), equal to what `prepareContextCompaction` reads; `undefined` when this context cannot tell
+   * (a `pre_turn` fence it did not see, a baseline beyond the fence), and the caller reads the log.
+   * What the run carries must have been committed first.
+   */
+  compactionSource(mode: "pre_turn" | "mid_turn"): Source | undefined {
+    if (mode === "mid_turn") {
+      const snapshot = this.snapshot()
+      return Result.isSuccess(snapshot) ? snapshot.success : undefined
+    }
+    const before = this.preOpening
+    const baseline = this.initial.baseline
+    if (before === undefined || (baseline !== undefined && baseline.checkpoint.coveredThrough > before.highWater)) return undefined
+    const fence = before.highWater
+    const tail = this.tail.filter((item) => (item.kind === "archived" ? item.sequence : item.stored.sequence) <= fence)
+    const anchor = this.initial.anchor === undefined ? [] : [Canonical.utf8Length(Canonical.stringify(this.initial.anchor.event))]
+    const bytes = [...anchor, ...tail.map(itemBytes)].reduce((sum, count) => sum + count, 0)
+    if (anchor.length + tail.length > this.limits.maxEvents || bytes > this.limits.maxBytes) return undefined
+    const digest = before.hash.digest(fence)
+    const kept = new Set(tail.flatMap((item) => (item.kind === "archived" ? [item.eventId] : [])))
+    return {
+      ...this.initial,
+      sourceEvidence: { ...this.initial.sourceEvidence, highWater: fence, digest },
+      tail,
+      effectiveSourceDigest: Digest.effectiveSource(
+        digest,
+        this.replacements.filter((replacement) => kept.has(replacement.settledEventId)),
+      ),
+      latestMain: this.latestMain,
+    }
+  }
+
+  /**
+   * The context after `checkpoint` (committed at `stored`) was adopted, built from memory as a fresh
+   * read would return it (docs/log-format.md §3.7): the checkpoint is the baseline, the covered
+   * history leaves the tail, and a `mid_turn` anchor is re-sent. `undefined` when this context does
+   * not hold the anchor; the caller reads the log.
+   */
+  rebase(stored: Event.StoredEvent): LiveContext | undefined {
+    const fact = stored.event.fact
+    if (fact.kind !== "context_checkpoint_recorded" || this.archived || this.reshaped) return undefined
+    const checkpoint = fact.checkpoint
+    const covered = checkpoint.coveredThrough
+    let anchor: Event.StoredEvent | undefined
+    if (checkpoint.mode.kind === "mid_turn") {
+      const anchorId = checkpoint.mode.anchorEventId
+      const held = this.tail.find((item) => item.kind === "canonical" && item.stored.event.id === anchorId)
+      anchor = held?.kind === "canonical" ? held.stored : this.initial.anchor?.event.id === anchorId ? this.initial.anchor : undefined
+      if (anchor === undefined) return undefined
+    }
+    const { highWater, digest, effectiveSourceDigest } = this.evidence()
+    const tail = this.tail.filter((item) => (item.kind === "archived" ? item.sequence : item.stored.sequence) > covered)
+    const { anchor: _previous, ...rest } = this.initial
+    const source: Source = {
+      ...rest,
+      sourceEvidence: { ...this.initial.sourceEvidence, highWater, digest },
+      baseline: { eventId: stored.event.id, sequence: stored.sequence, checkpoint },
+      ...(anchor === undefined ? {} : { anchor }),
+      tail,
+      effectiveSourceDigest,
+      latestMain: this.latestMain,
+    }
+    const next = new LiveContext(source, this.hash, this.configuration, this.limits)
+    for (const [stepId, request] of this.requests) next.requests.set(stepId, request)
+    for (const stepId of this.summarySteps) next.summarySteps.add(stepId)
+    next.preOpening = this.preOpening
+    next.pruneOwed = this.pruneOwed
+    return next
   }
 
   /** Whether the read leaves `fact` out of the tail (docs/log-format.md §3.7 step 6). */

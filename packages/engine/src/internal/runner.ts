@@ -390,7 +390,12 @@ const automaticMode = (run: Run, loop: LoopState): ModelContext.CheckpointMode =
 /** Adopts a job's result: a committed checkpoint makes the live context read the log again. */
 const adopted = (run: Run, loop: LoopState, adoption: Compaction.Adoption) => {
   if (adoption.kind === "not_adopted" && adoption.toolContent === true) loop.summaryToolContent = true
-  if (adoption.kind === "adopted") run.live?.markStale()
+  if (adoption.kind === "adopted" && run.live !== undefined) {
+    // Rebuilt from memory when the context holds what the checkpoint keeps; read again otherwise.
+    const rebased = run.live.rebase(adoption.stored)
+    if (rebased === undefined) run.live.markStale()
+    else run.live = rebased
+  }
   return adoption.kind === "adopted"
 }
 
@@ -549,11 +554,11 @@ const runStep = (run: Run, loop: LoopState, step: number, priorUnknown: boolean)
     // the run carries (the last settlements, steering) commits with the request, and is in its prompt.
     let source = yield* Effect.mapError(Effect.fromResult(run.live!.snapshot(run.carry)), storeError)
     if (!priorUnknown) {
+      const before = run.live
       yield* maybeCompact(run, loop, source)
-      if (run.live!.stale) {
-        run.live = yield* readContext(run, priorUnknown)
-        source = yield* Effect.mapError(Effect.fromResult(run.live.snapshot(run.carry)), storeError)
-      }
+      // An adopted checkpoint rebuilt the context (or left it to be read again): snapshot it anew.
+      if (run.live!.stale) run.live = yield* readContext(run, priorUnknown)
+      if (run.live !== before) source = yield* Effect.mapError(Effect.fromResult(run.live!.snapshot(run.carry)), storeError)
     }
     const captured = run.settings.tools.capture()
     const input = yield* mainRequest(run, source, run.live!.projection(run.carry), captured.definitions, priorUnknown)
