@@ -6,7 +6,7 @@
  * by name into `bench/results.json`, and `BENCHMARKS.md` at the repository root is rewritten from it.
  * Every figure that has a baseline was measured against it in the same run (docs/architecture.md §12).
  *
- * `--profile` runs the named benches in profile mode instead (`engine` and `model-stream` have one): the bench writes
+ * `--profile` runs the named benches in profile mode instead (`engine`, `model-stream` and `scale` have one): the bench writes
  * `bench/profiles/<name>-<time>.cpuprofile` (open it in Chrome DevTools or VS Code) and prints the 15
  * functions with the most self time. Profile runs record no figures. `--report` only rewrites
  * `BENCHMARKS.md` from the stored results.

@@ -21,12 +21,17 @@
  * Accounting (not timed): `MAKA_BENCH_SCALE_ACCOUNT_TURNS` (default 6) more turns per size with the WAL
  * meter running (a read transaction held across them, see `lib.ts`): the bytes the commits append to
  * the WAL, and the commits, per main step, checkpoints included.
+ *
+ * `MAKA_BENCH_PROFILE=<file>` (what `pnpm bench scale --profile` sets) instead runs
+ * `MAKA_BENCH_PROFILE_TURNS` (default 10) turns per size under the CPU profiler after the build,
+ * writes `<file>` with the size before its extension, prints the top 15 self-time functions per size
+ * and records no figure.
  */
 import * as fs from "node:fs"
 import * as path from "node:path"
 import { maka, type MakaTurn } from "./contenders.ts"
 import { startFakeServer } from "./fake-server.ts"
-import { emit, entry, type Entry, integer, median, round, temporaryDirectory, WalMeter } from "./lib.ts"
+import { emit, entry, type Entry, integer, median, profiled, round, temporaryDirectory, topSelfTime, WalMeter } from "./lib.ts"
 
 const STEPS = 10
 const TURNS = integer("MAKA_BENCH_SCALE_TURNS", 7)
@@ -113,6 +118,26 @@ const loopTurn = async (series: Series, label: string): Promise<MakaTurn> => {
   record(series, turn)
   series.largestRequest = Math.max(series.largestRequest, largestRequest)
   return turn
+}
+
+const PROFILE = process.env["MAKA_BENCH_PROFILE"] ?? ""
+if (PROFILE !== "") {
+  const turns = integer("MAKA_BENCH_PROFILE_TURNS", 10)
+  for (const series of all) {
+    for (let index = 0; index < WARMUP; index++) await loopTurn(series, "Warm-up")
+    const file = PROFILE.replace(/(\.cpuprofile)?$/, `-${series.size}.cpuprofile`)
+    const profileStarted = performance.now()
+    const profile = await profiled(file, async () => {
+      for (let index = 0; index < turns; index++) await loopTurn(series, "Profiled")
+    })
+    console.log(`scale ${series.size}: profiled ${turns} turns (${round((performance.now() - profileStarted) / (turns * STEPS), 2)} ms per step under the profiler); wrote ${file}; top 15 functions by self time:`)
+    for (const line of topSelfTime(profile)) console.log(line)
+  }
+  await engine.engine.close()
+  await server.close()
+  fs.rmSync(directory, { recursive: true, force: true })
+  console.log(JSON.stringify({ entries: {} }))
+  process.exit(0)
 }
 
 for (let pass = 0; pass < WARMUP + TURNS; pass++) {
