@@ -177,19 +177,24 @@ const respond = (body: string, response: http.ServerResponse): void => {
   if (text !== null) {
     const deltas = Number(text[1])
     const paceMs = text[2] === undefined ? 0 : Number(text[2])
-    const stamp = (index: number) => chunk(model, { content: `${index}@${process.hrtime.bigint()} ` })
-    const tail = [chunk(model, {}, "stop"), usage(model, { prompt: promptTokens, completion: deltas * 8 }), DONE].join("")
+    let answered = 0
+    const stamp = (index: number) => {
+      const content = `${index}@${process.hrtime.bigint()} `
+      answered += content.length
+      return chunk(model, { content })
+    }
+    const tail = () => [chunk(model, {}, "stop"), usage(model, { prompt: promptTokens, completion: tokens(answered) }), DONE].join("")
     response.write(chunk(model, { role: "assistant", content: "" }))
     if (paceMs === 0) {
       for (let index = 0; index < deltas; index++) response.write(stamp(index))
-      response.end(tail)
+      response.end(tail())
       return
     }
     let index = 0
     const next = (): void => {
       if (response.destroyed) return
       if (index === deltas) {
-        response.end(tail)
+        response.end(tail())
         return
       }
       response.write(stamp(index++))
