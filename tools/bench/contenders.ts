@@ -45,7 +45,8 @@ export interface MakaTurn {
 
 export interface MakaContender {
   readonly engine: Facade.MakaEngine
-  readonly turn: (sessionId: string, model: string, message?: string) => Promise<MakaTurn>
+  /** `declaredWindow` overrides the contender's for this turn only. */
+  readonly turn: (sessionId: string, model: string, message?: string, declaredWindow?: number) => Promise<MakaTurn>
 }
 
 export const maka = async (options: {
@@ -57,7 +58,7 @@ export const maka = async (options: {
   readonly declaredWindow?: number | undefined
 }): Promise<MakaContender> => {
   const engine = await createEngine({ database: options.database, synchronous: "FULL" })
-  const turn = async (sessionId: string, model: string, message = USER): Promise<MakaTurn> => {
+  const turn = async (sessionId: string, model: string, message = USER, declaredWindow = options.declaredWindow): Promise<MakaTurn> => {
     const startedAt = performance.now()
     const run = await engine.start({
       sessionId,
@@ -67,7 +68,7 @@ export const maka = async (options: {
       workspace: options.workspace,
       tools: makaTools,
       maxSteps: 64,
-      ...(options.declaredWindow === undefined ? {} : { context: { declaredWindow: options.declaredWindow } }),
+      ...(declaredWindow === undefined ? {} : { context: { declaredWindow } }),
     })
     const requestedAt: Array<number> = []
     let summaryRequests = 0

@@ -153,6 +153,7 @@ const TARGETS: ReadonlyArray<Target> = [
   { label: "history: first step on a freshly created engine vs a steady step", entry: /^history\.\d+\.reopenedFirstStepMs\.vsSteady$/, on: "ratio", max: 2 },
   { label: "scale, compaction on: a steady step vs at 100 events (flat ±20 %)", entry: /^scale\.\d+\.steadyStepMs\.vs\d+$/, on: "ratio", min: 0.8, max: 1.2 },
   { label: "scale, compaction on: the first step of a new turn vs at 100 events (flat ±20 %)", entry: /^scale\.\d+\.firstStepMs\.vs\d+$/, on: "ratio", min: 0.8, max: 1.2 },
+  { label: "scale, compaction on: a whole turn per step, summaries and adoptions included, vs at 100 events (flat ±20 %)", entry: /^scale\.\d+\.turnMsPerStep\.vs\d+$/, on: "ratio", min: 0.8, max: 1.2 },
   { label: "scale, compaction on: WAL bytes per step vs at 100 events (flat ±20 %)", entry: /^scale\.\d+\.walBytesPerStep\.vs\d+$/, on: "ratio", min: 0.8, max: 1.2 },
   { label: "long session: turn time at the last turn vs turn 100 (flat ±20 %)", entry: "long-session.turnMs.vsTurn100", on: "ratio", min: 0.8, max: 1.2 },
   { label: "long session: heap at the last turn vs turn 100 (flat ±20 %)", entry: "long-session.heapMB.vsTurn100", on: "ratio", min: 0.8, max: 1.2 },

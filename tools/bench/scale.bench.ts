@@ -7,9 +7,13 @@
  *
  * One engine (`createEngine`, SQLite, `synchronous=FULL`) over one database holds one session per size,
  * each grown by running real turns (`build-<n>`: n parallel `noop` calls, then an answer), never by
- * writing rows. Every run declares a context window of `MAKA_BENCH_SCALE_WINDOW` tokens (default
- * 1,500); the fake server counts a request's tokens as its body bytes / 4, so a session compacts (in
- * the background, adopted at the next step boundary) whenever its last main request reached the window.
+ * writing rows. Every measured run declares a context window of `MAKA_BENCH_SCALE_WINDOW` tokens
+ * (default 1,500); the fake server counts a request's tokens as its body bytes / 4, so a session
+ * compacts (in the background, adopted at the next step boundary) whenever its last main request
+ * reached the window. The build turns declare a wider window, `MAKA_BENCH_SCALE_BUILD_WINDOW` (default
+ * 50,000 tokens), so that building does not compact at every turn (each compaction reads the whole
+ * session once, which made a 100,000-event build take over half an hour); the warm-up turns bring each
+ * session into the measured window's regime.
  *
  * Timed: `MAKA_BENCH_SCALE_TURNS` (default 7) 10-step tool-loop turns per size after `MAKA_BENCH_WARMUP`
  * (default 2) warm-up turns, round-robin over the sizes (the order rotating each round), so load drifts
@@ -38,11 +42,12 @@ const TURNS = integer("MAKA_BENCH_SCALE_TURNS", 7)
 const WARMUP = integer("MAKA_BENCH_WARMUP", 2)
 const ACCOUNT_TURNS = integer("MAKA_BENCH_SCALE_ACCOUNT_TURNS", 6)
 const WINDOW = integer("MAKA_BENCH_SCALE_WINDOW", 1_500)
+const BUILD_WINDOW = integer("MAKA_BENCH_SCALE_BUILD_WINDOW", 50_000)
 const SIZES = (process.env["MAKA_BENCH_SCALE_SIZES"] ?? "100,1000,10000").split(",").map(Number)
 if (process.env["MAKA_BENCH_SCALE_LARGE"] === "1") SIZES.push(100_000)
 if (SIZES.some((size) => !Number.isInteger(size) || size <= 0)) throw new Error("MAKA_BENCH_SCALE_SIZES must list positive integers")
 SIZES.sort((left, right) => left - right)
-if (TURNS < 1 || WINDOW < 1) throw new Error("MAKA_BENCH_SCALE_TURNS and MAKA_BENCH_SCALE_WINDOW must be positive")
+if (TURNS < 1 || WINDOW < 1 || BUILD_WINDOW < 1) throw new Error("MAKA_BENCH_SCALE_TURNS, MAKA_BENCH_SCALE_WINDOW and MAKA_BENCH_SCALE_BUILD_WINDOW must be positive")
 
 /** The end of the compaction instruction: a body holding it is a summary request, not a main one. */
 const SUMMARY_MARK = "Now write the structured summary of the conversation above."
@@ -98,7 +103,8 @@ for (const size of SIZES) {
   }
   const building = performance.now()
   while (series.events < size) {
-    const turn = await engine.turn(series.sessionId, size - series.events > 1_000 ? "build-50" : "build-10", `Build turn ${++series.turns}.`)
+    const model = size - series.events > 1_000 ? "build-50" : "build-10"
+    const turn = await engine.turn(series.sessionId, model, `Build turn ${++series.turns}.`, BUILD_WINDOW)
     record(series, turn)
   }
   console.log(
@@ -108,15 +114,17 @@ for (const size of SIZES) {
   all.push(series)
 }
 const measuredAt = new Map(all.map((series) => [series.size, series.events]))
+// Summaries and checkpoints are counted from here on: the warm-up turns' included.
 const summariesBefore = new Map(all.map((series) => [series.size, series.summaries]))
 const checkpointsBefore = new Map(all.map((series) => [series.size, series.checkpoints]))
 
-const loopTurn = async (series: Series, label: string): Promise<MakaTurn> => {
+/** One 10-step turn; the largest request counts once the session is in the measured regime (after the warm-up). */
+const loopTurn = async (series: Series, label: string, warmUp = false): Promise<MakaTurn> => {
   largestRequest = 0
   const turn = await engine.turn(series.sessionId, `loop-${STEPS}`, `${label} turn ${++series.turns}.`)
   if (turn.requestedAt.length !== STEPS) throw new Error(`scale ${series.size}: expected ${STEPS} main requests, saw ${turn.requestedAt.length}`)
   record(series, turn)
-  series.largestRequest = Math.max(series.largestRequest, largestRequest)
+  if (!warmUp) series.largestRequest = Math.max(series.largestRequest, largestRequest)
   return turn
 }
 
@@ -124,7 +132,7 @@ const PROFILE = process.env["MAKA_BENCH_PROFILE"] ?? ""
 if (PROFILE !== "") {
   const turns = integer("MAKA_BENCH_PROFILE_TURNS", 10)
   for (const series of all) {
-    for (let index = 0; index < WARMUP; index++) await loopTurn(series, "Warm-up")
+    for (let index = 0; index < WARMUP; index++) await loopTurn(series, "Warm-up", true)
     const file = PROFILE.replace(/(\.cpuprofile)?$/, `-${series.size}.cpuprofile`)
     const profileStarted = performance.now()
     const profile = await profiled(file, async () => {
@@ -143,7 +151,7 @@ if (PROFILE !== "") {
 for (let pass = 0; pass < WARMUP + TURNS; pass++) {
   for (let offset = 0; offset < all.length; offset++) {
     const series = all[(pass + offset) % all.length]!
-    const turn = await loopTurn(series, pass < WARMUP ? "Warm-up" : "Measured")
+    const turn = await loopTurn(series, pass < WARMUP ? "Warm-up" : "Measured", pass < WARMUP)
     if (pass < WARMUP) continue
     const steady: Array<number> = []
     for (let step = 1; step < STEPS - 1; step++) steady.push(turn.requestedAt[step + 1]! - turn.requestedAt[step]!)
@@ -233,7 +241,7 @@ for (const series of all) {
     entries[`${label}.commitsPerStep`] = entry(wal.commits, "commits/step", null, `commits per main step over the same ${ACCOUNT_TURNS} turns (a summary and its checkpoint add theirs)`)
   }
   entries[`${label}.events`] = entry(measuredAt.get(series.size)!, "events", null, "events in the session when its measurement began (grown by running turns)")
-  entries[`${label}.requestKB`] = entry(series.largestRequest / 1024, "KB", null, "the largest main request body while measuring: the context compaction keeps bounded")
+  entries[`${label}.requestKB`] = entry(series.largestRequest / 1024, "KB", null, "the largest main request body in the timed and accounting turns: the context compaction keeps bounded")
   entries[`${label}.checkpoints`] = entry(series.checkpoints, "checkpoints", null, "context checkpoints the session holds at the end (build, timed and accounting turns)")
 }
 console.log(`scale series done in ${round((performance.now() - started) / 1000, 1)} s`)
