@@ -108,10 +108,12 @@ How to read it:
   No window is declared there, so from 8,000 events (80 % of the read limit) automatic compaction folds
   the history; summary requests are not steps and are not replayed.
 - Scale series (\`scale\`): one session per size (100, 1,000, 10,000 events; 100,000 with
-  \`MAKA_BENCH_SCALE_LARGE=1\`), grown the same way, every run declaring a context window
-  (\`context.declaredWindow\`, \`MAKA_BENCH_SCALE_WINDOW\` tokens, default 1,500; the fake server counts a
-  request's tokens as its body bytes / 4 and answers summary requests with a valid \`sections_v1\`
-  summary), so automatic compaction keeps every context bounded (\`requestKB\` shows it). 10-step turns
+  \`MAKA_BENCH_SCALE_LARGE=1\`, about 5 minutes to build and 7 in all on 2 cores), grown the same way
+  under a wider window (\`MAKA_BENCH_SCALE_BUILD_WINDOW\`, default 50,000 tokens), every measured run
+  declaring a context window (\`context.declaredWindow\`, \`MAKA_BENCH_SCALE_WINDOW\` tokens, default
+  1,500; the fake server counts a request's tokens as its body bytes / 4 and answers summary requests
+  with a valid \`sections_v1\` summary), so automatic compaction keeps every context bounded
+  (\`requestKB\` shows it). 10-step turns
   are timed round-robin over the sizes; each figure is a ratio to the same figure at 100 events: a
   steady step (between consecutive main \`model_requested\`), the first step of a new turn, a whole turn
   per step (background summaries included), and, from an accounting pass over 6 more turns per size,
@@ -119,15 +121,16 @@ How to read it:
   with the history behind it.
 
 Run one bench with \`pnpm bench <name>\` (${available.join(", ")}); profile with
-\`pnpm bench engine --profile\` (writes \`bench/profiles/*.cpuprofile\`, prints the top 15 self-time
-functions and the time per package); rewrite this file from the stored results with
+\`pnpm bench engine --profile\` (or \`model-stream\`, \`scale\`; writes \`bench/profiles/*.cpuprofile\`,
+prints the top 15 self-time functions and the time per package); rewrite this file from the stored results with
 \`pnpm bench --report\`. Knobs (environment): \`MAKA_BENCH_TRIALS\`, \`MAKA_BENCH_WARMUP\`,
 \`MAKA_BENCH_LOOPS\` (tool loops per contender per trial, default 5), \`MAKA_BENCH_STREAM_ROUNDS\`,
 \`MAKA_BENCH_PACED_ROUNDS\`, \`MAKA_BENCH_HISTORY_SIZES\` (default 100,1000,10000),
 \`MAKA_BENCH_HISTORY_TURNS\`, \`MAKA_BENCH_HISTORY_LARGE=1\` (adds 100,000 events; slow to build),
 \`MAKA_BENCH_APPENDS\`, \`MAKA_BENCH_LONG_TURNS\` (default 1,000), \`MAKA_BENCH_SCALE_SIZES\`,
 \`MAKA_BENCH_SCALE_TURNS\` (default 7), \`MAKA_BENCH_SCALE_ACCOUNT_TURNS\` (default 6),
-\`MAKA_BENCH_SCALE_WINDOW\` (default 1,500 tokens), \`MAKA_BENCH_SCALE_LARGE=1\` (adds 100,000 events).
+\`MAKA_BENCH_SCALE_WINDOW\` (default 1,500 tokens), \`MAKA_BENCH_SCALE_BUILD_WINDOW\` (default 50,000),
+\`MAKA_BENCH_SCALE_LARGE=1\` (adds 100,000 events).
 `
 
 /** The targets of docs/architecture.md §12 and the hot-path acceptance, checked against the stored figures. */
