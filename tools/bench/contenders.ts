@@ -32,8 +32,12 @@ export const makaTools = ToolCatalog.make([noop])
 export interface MakaTurn {
   /** `performance.now()` at the call of `start`. */
   readonly startedAt: number
-  /** `performance.now()` when each `model_requested` was delivered by `run.events()`. */
+  /** `performance.now()` when each main `model_requested` (purpose `main`) was delivered by `run.events()`. */
   readonly requestedAt: ReadonlyArray<number>
+  /** Summary requests (purpose `summary`) the run made: automatic compaction's, in the background or not. */
+  readonly summaryRequests: number
+  /** `context_checkpoint_recorded` events: summaries adopted into the session's context. */
+  readonly checkpoints: number
   /** `performance.now()` when the terminal was delivered. */
   readonly endedAt: number
   readonly events: number
@@ -41,7 +45,8 @@ export interface MakaTurn {
 
 export interface MakaContender {
   readonly engine: Facade.MakaEngine
-  readonly turn: (sessionId: string, model: string, message?: string) => Promise<MakaTurn>
+  /** `declaredWindow` overrides the contender's for this turn only. */
+  readonly turn: (sessionId: string, model: string, message?: string, declaredWindow?: number) => Promise<MakaTurn>
 }
 
 export const maka = async (options: {
@@ -49,9 +54,11 @@ export const maka = async (options: {
   readonly baseUrl: string
   readonly workspace: string
   readonly fetch?: ((input: string, init: RequestInit) => Promise<Response>) | undefined
+  /** `context.declaredWindow` of every run (tokens); absent, compaction is due only near the read limits. */
+  readonly declaredWindow?: number | undefined
 }): Promise<MakaContender> => {
   const engine = await createEngine({ database: options.database, synchronous: "FULL" })
-  const turn = async (sessionId: string, model: string, message = USER): Promise<MakaTurn> => {
+  const turn = async (sessionId: string, model: string, message = USER, declaredWindow = options.declaredWindow): Promise<MakaTurn> => {
     const startedAt = performance.now()
     const run = await engine.start({
       sessionId,
@@ -61,17 +68,24 @@ export const maka = async (options: {
       workspace: options.workspace,
       tools: makaTools,
       maxSteps: 64,
+      ...(declaredWindow === undefined ? {} : { context: { declaredWindow } }),
     })
     const requestedAt: Array<number> = []
+    let summaryRequests = 0
+    let checkpoints = 0
     let events = 0
     for await (const stored of run.events()) {
       events++
-      if (stored.event.fact.kind === "model_requested") requestedAt.push(performance.now())
+      const fact = stored.event.fact
+      if (fact.kind === "model_requested") {
+        if (fact.purpose === "main") requestedAt.push(performance.now())
+        else summaryRequests++
+      } else if (fact.kind === "context_checkpoint_recorded") checkpoints++
     }
     const endedAt = performance.now()
     const result = await run.wait()
     if (result.outcome.kind !== "completed") throw new Error(`maka's turn ended ${JSON.stringify(result.outcome)}`)
-    return { startedAt, requestedAt, endedAt, events }
+    return { startedAt, requestedAt, summaryRequests, checkpoints, endedAt, events }
   }
   return { engine, turn }
 }

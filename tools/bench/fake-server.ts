@@ -14,9 +14,21 @@
  *   `process.hrtime.bigint()` in nanoseconds (CLOCK_MONOTONIC, shared by every process on the machine),
  *   so a reader can compute the delay from a delta's sending to its delivery.
  *
+ * Whatever the model, a summary request (its last user message ends with the compaction instruction,
+ * docs/engine.md §5.12) is answered with a valid `sections_v1` summary. A loop's position is read
+ * from the `step` argument of the last `noop` call after the last user message, not from a count of
+ * tool results, so it survives a mid-turn compaction that folds the turn's earlier steps away (the
+ * checkpoint then re-sends the opening, and the tail keeps at least the latest call). Call ids carry
+ * a digest of the request body, so they stay unique in a session whose history was folded. The body
+ * is parsed (JSON.parse) in this process, whose work is never counted.
+ *
+ * Usage: `prompt_tokens` is ceil(request body bytes / 4) and `completion_tokens` ceil(answer bytes /
+ * 4), so a declared context window (`context.declaredWindow`) is reached as a real one would be.
+ *
  * Run directly (`node --import tsx fake-server.ts`), it prints `{"port":N}` once listening.
  */
 import { spawn, type ChildProcess } from "node:child_process"
+import { createHash } from "node:crypto"
 import * as http from "node:http"
 import type { AddressInfo } from "node:net"
 import { createInterface } from "node:readline"
@@ -27,83 +39,162 @@ const header = (model: string) => ({ id: "chatcmpl-bench", object: "chat.complet
 const chunk = (model: string, delta: Readonly<Record<string, unknown>>, finishReason: string | null = null): string =>
   `data: ${JSON.stringify({ ...header(model), choices: [{ index: 0, delta, logprobs: null, finish_reason: finishReason }] })}\n\n`
 
-const usage = (model: string): string =>
-  `data: ${JSON.stringify({ ...header(model), choices: [], usage: { prompt_tokens: 10, completion_tokens: 5, total_tokens: 15 } })}\n\n`
+/** Token counts in proportion to the bytes, about as a tokenizer counts English text. */
+const tokens = (bytes: number): number => Math.max(1, Math.ceil(bytes / 4))
+
+interface Usage {
+  readonly prompt: number
+  readonly completion: number
+}
+
+const usage = (model: string, counted: Usage): string =>
+  `data: ${JSON.stringify({
+    ...header(model),
+    choices: [],
+    usage: { prompt_tokens: counted.prompt, completion_tokens: counted.completion, total_tokens: counted.prompt + counted.completion },
+  })}\n\n`
 
 const DONE = "data: [DONE]\n\n"
 
-const toolCalls = (model: string, ids: ReadonlyArray<{ readonly id: string; readonly step: number }>): Array<string> => [
-  chunk(model, { role: "assistant", content: "" }),
-  ...ids.map((call, index) =>
-    chunk(model, { tool_calls: [{ index, id: call.id, type: "function", function: { name: "noop", arguments: `{"step":${call.step}}` } }] }),
-  ),
-  chunk(model, {}, "tool_calls"),
-  usage(model),
-  DONE,
-]
+const toolCalls = (model: string, promptTokens: number, ids: ReadonlyArray<{ readonly id: string; readonly step: number }>): Array<string> => {
+  const calls = ids.map((call, index) => ({ index, id: call.id, type: "function", function: { name: "noop", arguments: `{"step":${call.step}}` } }))
+  return [
+    chunk(model, { role: "assistant", content: "" }),
+    ...calls.map((call) => chunk(model, { tool_calls: [call] })),
+    chunk(model, {}, "tool_calls"),
+    usage(model, { prompt: promptTokens, completion: tokens(Buffer.byteLength(JSON.stringify(calls))) }),
+    DONE,
+  ]
+}
 
-const textAnswer = (model: string, pieces: ReadonlyArray<string>): Array<string> => [
+const textAnswer = (model: string, promptTokens: number, pieces: ReadonlyArray<string>): Array<string> => [
   chunk(model, { role: "assistant", content: "" }),
   ...pieces.map((piece) => chunk(model, { content: piece })),
   chunk(model, {}, "stop"),
-  usage(model),
+  usage(model, { prompt: promptTokens, completion: tokens(pieces.reduce((bytes, piece) => bytes + Buffer.byteLength(piece), 0)) }),
   DONE,
 ]
 
-/** Counts the user messages, and the tool results after the last one, without parsing the body. */
-const turnPosition = (body: string): { readonly users: number; readonly toolResults: number } => {
-  let users = 0
-  let toolResults = 0
-  for (const match of body.matchAll(/"role"\s*:\s*"(user|tool)"/g)) {
-    if (match[1] === "user") {
-      users++
-      toolResults = 0
-    } else toolResults++
-  }
-  return { users, toolResults }
+/** The end of the compaction instruction (docs/engine.md §5.12). */
+const SUMMARY_INSTRUCTION_END = "\n\nNow write the structured summary of the conversation above. Output only the summary."
+
+/** Where the turn stands. */
+interface Position {
+  readonly model: string
+  readonly users: number
+  readonly toolResults: number
+  /** The request's last user message is the compaction instruction. */
+  readonly summary: boolean
+  /** The `step` argument of the last `noop` call after the last user message, or -1 when there is none. */
+  readonly lastStep: number
 }
 
+interface Message {
+  readonly role?: string
+  readonly content?: string | ReadonlyArray<{ readonly text?: string }> | null
+  readonly tool_calls?: ReadonlyArray<{ readonly function?: { readonly arguments?: string } }>
+}
+
+const textOf = (content: Message["content"]): string =>
+  typeof content === "string" ? content : (content ?? []).map((part) => part.text ?? "").join("")
+
+const position = (body: string): Position => {
+  const parsed = JSON.parse(body) as { model?: string; messages?: ReadonlyArray<Message> }
+  const messages = parsed.messages ?? []
+  let users = 0
+  let toolResults = 0
+  let lastUser = -1
+  messages.forEach((message, index) => {
+    if (message.role === "user") {
+      users++
+      lastUser = index
+    } else if (message.role === "tool") toolResults++
+  })
+  let lastStep = -1
+  for (const message of messages.slice(lastUser + 1)) {
+    for (const call of message.tool_calls ?? []) {
+      const step = (JSON.parse(call.function?.arguments ?? "{}") as { step?: unknown }).step
+      if (typeof step === "number") lastStep = step
+    }
+  }
+  const summary = lastUser >= 0 && textOf(messages[lastUser]!.content).endsWith(SUMMARY_INSTRUCTION_END)
+  return { model: parsed.model ?? "", users, toolResults, summary, lastStep }
+}
+
+/** A `sections_v1` summary of about 1.3 KB (over the fold floor's 200 output tokens), in lines. */
+const summaryLines = (at: Position): Array<string> => [
+    "## Goal\n",
+    "- Keep calling the noop tool until told otherwise, as the benchmark's user asked in every turn.\n",
+    "\n## Progress\n",
+    "### Done\n",
+    `- Folded a conversation of ${at.users - 1} user messages and ${at.toolResults} tool results into this summary.\n`,
+    "- Every noop call so far returned ok; no error, no refusal, no retry was needed.\n",
+    "### In Progress\n",
+    "- The current turn's tool loop continues from its latest noop call.\n",
+    "\n## Key Decisions\n",
+    "- **Keep the loop going**: the user asked for noop calls until told otherwise, so each step calls it once more.\n",
+    "\n## Next Steps\n",
+    "1. Call noop with the next step number.\n",
+    "2. Answer done once the scenario ends the loop, then wait for the next user message.\n",
+    "\n## Critical Context\n",
+    "- Tool: noop, input {step: number}, output the text ok; it has no side effect and needs no workspace file.\n",
+    "- The system prompt asks for noop calls until told otherwise; every user message is a numbered turn of the same session.\n",
+    "- Nothing else from the folded conversation is needed to continue: there were no files, commands or errors in it.",
+]
+
+const digest = (body: string): string => createHash("sha1").update(body).digest("hex").slice(0, 16)
+
 const respond = (body: string, response: http.ServerResponse): void => {
-  const model = /"model"\s*:\s*"([^"]+)"/.exec(body)?.[1] ?? ""
-  const position = turnPosition(body)
+  const at = position(body)
+  const model = at.model
+  const promptTokens = tokens(Buffer.byteLength(body))
   response.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache" })
+  if (at.summary) {
+    response.end(textAnswer(model, promptTokens, summaryLines(at)).join(""))
+    return
+  }
   const loop = /^loop-(\d+)$/.exec(model)
   const build = /^build-(\d+)$/.exec(model)
   const text = /^text-(\d+)(?:-paced-(\d+))?$/.exec(model)
   if (loop !== null) {
     const steps = Number(loop[1])
+    const step = at.lastStep + 1
     const chunks =
-      position.toolResults < steps - 1
-        ? toolCalls(model, [{ id: `call_${position.users}_${position.toolResults}`, step: position.toolResults }])
-        : textAnswer(model, ["done"])
+      step < steps - 1 ? toolCalls(model, promptTokens, [{ id: `call_${digest(body)}_${step}`, step }]) : textAnswer(model, promptTokens, ["done"])
     response.end(chunks.join(""))
     return
   }
   if (build !== null) {
     const calls = Number(build[1])
+    const id = digest(body)
     const chunks =
-      position.toolResults === 0
-        ? toolCalls(model, Array.from({ length: calls }, (_, index) => ({ id: `call_${position.users}_${index}`, step: index })))
-        : textAnswer(model, ["done"])
+      at.lastStep < 0
+        ? toolCalls(model, promptTokens, Array.from({ length: calls }, (_, index) => ({ id: `call_${id}_${index}`, step: index })))
+        : textAnswer(model, promptTokens, ["done"])
     response.end(chunks.join(""))
     return
   }
   if (text !== null) {
     const deltas = Number(text[1])
     const paceMs = text[2] === undefined ? 0 : Number(text[2])
-    const stamp = (index: number) => chunk(model, { content: `${index}@${process.hrtime.bigint()} ` })
-    const tail = [chunk(model, {}, "stop"), usage(model), DONE].join("")
+    let answered = 0
+    const stamp = (index: number) => {
+      const content = `${index}@${process.hrtime.bigint()} `
+      answered += content.length
+      return chunk(model, { content })
+    }
+    const tail = () => [chunk(model, {}, "stop"), usage(model, { prompt: promptTokens, completion: tokens(answered) }), DONE].join("")
     response.write(chunk(model, { role: "assistant", content: "" }))
     if (paceMs === 0) {
       for (let index = 0; index < deltas; index++) response.write(stamp(index))
-      response.end(tail)
+      response.end(tail())
       return
     }
     let index = 0
     const next = (): void => {
       if (response.destroyed) return
       if (index === deltas) {
-        response.end(tail)
+        response.end(tail())
         return
       }
       response.write(stamp(index++))
@@ -112,7 +203,7 @@ const respond = (body: string, response: http.ServerResponse): void => {
     setTimeout(next, paceMs)
     return
   }
-  response.end(textAnswer(model, [`unknown scenario ${model}`]).join(""))
+  response.end(textAnswer(model, promptTokens, [`unknown scenario ${model}`]).join(""))
 }
 
 const serve = (): void => {

@@ -6,7 +6,7 @@
  * by name into `bench/results.json`, and `BENCHMARKS.md` at the repository root is rewritten from it.
  * Every figure that has a baseline was measured against it in the same run (docs/architecture.md §12).
  *
- * `--profile` runs the named benches in profile mode instead (`engine` and `model-stream` have one): the bench writes
+ * `--profile` runs the named benches in profile mode instead (`engine`, `model-stream` and `scale` have one): the bench writes
  * `bench/profiles/<name>-<time>.cpuprofile` (open it in Chrome DevTools or VS Code) and prints the 15
  * functions with the most self time. Profile runs record no figures. `--report` only rewrites
  * `BENCHMARKS.md` from the stored results.
@@ -105,15 +105,32 @@ How to read it:
 - History series: the session is grown by running real turns (\`build-50\`: 50 parallel tool calls then
   an answer), never by writing rows; at each size a 10-step turn is measured, and the raw loop replays
   the very request bodies maka sent (captured by a \`fetch\` wrapper) with its two commits per step.
+  No window is declared there, so from 8,000 events (80 % of the read limit) automatic compaction folds
+  the history; summary requests are not steps and are not replayed.
+- Scale series (\`scale\`): one session per size (100, 1,000, 10,000 events; 100,000 with
+  \`MAKA_BENCH_SCALE_LARGE=1\`, about 5 minutes to build and 7 in all on 2 cores), grown the same way
+  under a wider window (\`MAKA_BENCH_SCALE_BUILD_WINDOW\`, default 50,000 tokens), every measured run
+  declaring a context window (\`context.declaredWindow\`, \`MAKA_BENCH_SCALE_WINDOW\` tokens, default
+  1,500; the fake server counts a request's tokens as its body bytes / 4 and answers summary requests
+  with a valid \`sections_v1\` summary), so automatic compaction keeps every context bounded
+  (\`requestKB\` shows it). 10-step turns
+  are timed round-robin over the sizes; each figure is a ratio to the same figure at 100 events: a
+  steady step (between consecutive main \`model_requested\`), the first step of a new turn, a whole turn
+  per step (background summaries included), and, from an accounting pass over 6 more turns per size,
+  the WAL bytes per main step (checkpoints included). Flat (±20 %) means nothing a step does grows
+  with the history behind it.
 
 Run one bench with \`pnpm bench <name>\` (${available.join(", ")}); profile with
-\`pnpm bench engine --profile\` (writes \`bench/profiles/*.cpuprofile\`, prints the top 15 self-time
-functions and the time per package); rewrite this file from the stored results with
+\`pnpm bench engine --profile\` (or \`model-stream\`, \`scale\`; writes \`bench/profiles/*.cpuprofile\`,
+prints the top 15 self-time functions and the time per package); rewrite this file from the stored results with
 \`pnpm bench --report\`. Knobs (environment): \`MAKA_BENCH_TRIALS\`, \`MAKA_BENCH_WARMUP\`,
 \`MAKA_BENCH_LOOPS\` (tool loops per contender per trial, default 5), \`MAKA_BENCH_STREAM_ROUNDS\`,
 \`MAKA_BENCH_PACED_ROUNDS\`, \`MAKA_BENCH_HISTORY_SIZES\` (default 100,1000,10000),
 \`MAKA_BENCH_HISTORY_TURNS\`, \`MAKA_BENCH_HISTORY_LARGE=1\` (adds 100,000 events; slow to build),
-\`MAKA_BENCH_APPENDS\`, \`MAKA_BENCH_LONG_TURNS\` (default 1,000).
+\`MAKA_BENCH_APPENDS\`, \`MAKA_BENCH_LONG_TURNS\` (default 1,000), \`MAKA_BENCH_SCALE_SIZES\`,
+\`MAKA_BENCH_SCALE_TURNS\` (default 7), \`MAKA_BENCH_SCALE_ACCOUNT_TURNS\` (default 6),
+\`MAKA_BENCH_SCALE_WINDOW\` (default 1,500 tokens), \`MAKA_BENCH_SCALE_BUILD_WINDOW\` (default 50,000),
+\`MAKA_BENCH_SCALE_LARGE=1\` (adds 100,000 events).
 `
 
 /** The targets of docs/architecture.md §12 and the hot-path acceptance, checked against the stored figures. */
@@ -137,6 +154,10 @@ const TARGETS: ReadonlyArray<Target> = [
   { label: "history: time per step above the raw loop, vs the smallest size (flat ±20 %)", entry: /^history\.\d+\.aboveRawMsPerStep\.vsSmallest$/, on: "ratio", min: 0.8, max: 1.2 },
   { label: "history: first step of a new turn vs a steady step", entry: /^history\.\d+\.firstStepMs\.vsSteady$/, on: "ratio", max: 2 },
   { label: "history: first step on a freshly created engine vs a steady step", entry: /^history\.\d+\.reopenedFirstStepMs\.vsSteady$/, on: "ratio", max: 2 },
+  { label: "scale, compaction on: a steady step vs at 100 events (flat ±20 %)", entry: /^scale\.\d+\.steadyStepMs\.vs\d+$/, on: "ratio", min: 0.8, max: 1.2 },
+  { label: "scale, compaction on: the first step of a new turn vs at 100 events (flat ±20 %)", entry: /^scale\.\d+\.firstStepMs\.vs\d+$/, on: "ratio", min: 0.8, max: 1.2 },
+  { label: "scale, compaction on: a whole turn per step, summaries and adoptions included, vs at 100 events (flat ±20 %)", entry: /^scale\.\d+\.turnMsPerStep\.vs\d+$/, on: "ratio", min: 0.8, max: 1.2 },
+  { label: "scale, compaction on: WAL bytes per step vs at 100 events (flat ±20 %)", entry: /^scale\.\d+\.walBytesPerStep\.vs\d+$/, on: "ratio", min: 0.8, max: 1.2 },
   { label: "long session: turn time at the last turn vs turn 100 (flat ±20 %)", entry: "long-session.turnMs.vsTurn100", on: "ratio", min: 0.8, max: 1.2 },
   { label: "long session: heap at the last turn vs turn 100 (flat ±20 %)", entry: "long-session.heapMB.vsTurn100", on: "ratio", min: 0.8, max: 1.2 },
   { label: "append vs a raw better-sqlite3 insert of the same row", entry: "event-log.appendUs.vsRawInsert", on: "ratio", max: 1.5 },
