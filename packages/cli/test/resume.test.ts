@@ -1,5 +1,6 @@
 import { OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
 import { afterEach, describe, expect, it } from "vitest"
+import { levelNames, levelOf } from "../src/internal/resume-command.ts"
 import { eventLines, folder, maka, when, type EventLine, type Folder } from "./support/cli.ts"
 
 const folders: Array<Folder> = []
@@ -46,6 +47,8 @@ describe("SIGTERM hands a run off, and maka resume continues it in another proce
     // The tool batch in flight settled before the pause.
     const dispatchedBefore = pausedLines.filter((line) => line.event.fact.kind === "tool_dispatched").length
     expect(pausedLines.filter((line) => line.event.fact.kind === "tool_settled")).toHaveLength(dispatchedBefore)
+    // The pause records the catalog of --tools read, with the engine's read_tool_result.
+    expect(terminal["outcome"].pause.execution.tools.names).toEqual(levelNames("read"))
     expect(terminal["outcome"].pause.remainingSteps).toBe(32 - pausedLines.filter((line) => line.event.fact.kind === "model_requested").length)
 
     const listed = await maka(["sessions", "--db", created.db], { cwd: created.root })
@@ -191,4 +194,16 @@ describe("SIGTERM when the handoff cannot be taken", () => {
       await server.close()
     }
   }, 60_000)
+})
+
+describe("the tool level of a pause", () => {
+  it("maps each level's names, in any order, back to the level, and any other set to no level", () => {
+    for (const level of ["none", "read", "write", "all"] as const) {
+      expect(levelOf([...levelNames(level)].reverse())).toBe(level)
+    }
+    expect(levelNames("read")).toEqual(["list_files", "read_file", "read_tool_result", "search_text"])
+    expect(levelNames("none")).toEqual([])
+    expect(levelOf([...levelNames("read"), "deploy"])).toBeUndefined()
+    expect(levelOf(levelNames("write").filter((name) => name !== "read_tool_result"))).toBeUndefined()
+  })
 })
