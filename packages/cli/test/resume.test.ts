@@ -14,7 +14,7 @@ afterEach(() => {
 })
 
 /** Slows the offline model's stream so a signal lands mid-run. */
-const SLOW = { MAKA_OFFLINE_DELAY_MS: "40" }
+const SLOW = { MAKA_OFFLINE_DELAY_MS: "80" }
 
 /** Starts `maka run` on the offline model and sends SIGTERM once its first tool call is dispatched. */
 const handOff = (created: Folder, session: string, extra: ReadonlyArray<string> = []) =>
@@ -157,7 +157,8 @@ describe("SIGTERM when the handoff cannot be taken", () => {
     const server = await ScriptedServer.start({
       script: [
         Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-1", name: "run_command", arguments: ['{"command":"sleep 10"}'] }] })),
-        Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-2", name: "list_files", arguments: ['{"path":"."}'] }] })),
+        // A tool call that lasts a second, so the SIGTERM sent at its dispatch lands before the next step boundary.
+        Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-2", name: "run_command", arguments: ['{"command":"sleep 1"}'] }] })),
         Respond.hang(),
       ],
     })
