@@ -185,7 +185,7 @@ export const demoCommand = async (context: CommandContext): Promise<number> => {
     say("   the steps it has left. The process exits 75 and releases the log.")
     const paused = await maka(["run", ...common, "--session", "relay", "--json", "What is this project?"], {
       cwd: context.cwd,
-      environment: { MAKA_OFFLINE_DELAY_MS: "40" },
+      environment: { MAKA_OFFLINE_DELAY_MS: "80" },
       signalOn: { line: (line) => line.includes('"kind":"tool_dispatched"'), signal: "SIGTERM" },
     })
     check("the run to hand off", paused, ExitCode.handedOff)
