@@ -22,7 +22,7 @@ Options:
   -v, --version     show the version
 
 Exit codes: 0 completed · 1 failed · 2 usage or invalid input · 3 reconciliation required ·
-130 cancelled. The API key comes only from MAKA_API_KEY.
+75 handed off (SIGTERM; continue with maka resume) · 130 cancelled (SIGINT). The API key comes only from MAKA_API_KEY.
 `
 
 const flagLine = (name: FlagName): string => {

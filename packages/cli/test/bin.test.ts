@@ -23,11 +23,17 @@ describe("the maka binary", () => {
     expect(result.stdout).toBe("")
   })
 
-  it("lists compact in the usage, and leaves resume out until it works", async () => {
+  it("lists compact and resume in the usage, with exit 75 for a handoff, and resume --help lists its flags", async () => {
     const result = await run("--help")
     expect(result.stdout).toMatch(/^\s+compact\s+summarise a session's history/m)
-    expect(result.stdout).not.toMatch(/^\s+resume\b/m)
-    expect((await run("resume")).code).toBe(2)
+    expect(result.stdout).toMatch(/^\s+resume\s+run the successors of sealed handoffs/m)
+    expect(result.stdout).toContain("75 handed off")
+    const help = await run("resume", "--help")
+    expect(help.code).toBe(0)
+    for (const flag of ["--db", "--database-url", "--session", "--provider", "--base-url", "--model", "--abandon", "--json"]) {
+      expect(help.stdout).toContain(flag)
+    }
+    expect(help.stdout).not.toContain("--workspace")
   })
 
   it("refuses an unknown command with exit 2 and a message on stderr", async () => {

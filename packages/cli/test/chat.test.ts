@@ -65,6 +65,21 @@ describe("maka chat", () => {
     expect(endings.map((line) => line.event.fact["outcome"])).toEqual([{ kind: "cancelled", source: "runtime_cancellation" }])
   })
 
+  it("SIGTERM hands the current turn off and ends the chat with exit 75; the next line is not sent", async () => {
+    const { root, workspace, db } = fresh()
+    const result = await maka(["chat", "--db", db, "--workspace", workspace, "--session", "y", "--json"], {
+      cwd: root,
+      env: { MAKA_OFFLINE_DELAY_MS: "40" },
+      input: { open: "What is this project?\nnext\n" },
+      onOutput: when((output) => output.stdout.includes('"kind":"tool_dispatched"'), (child) => child.kill("SIGTERM")),
+    })
+    expect(result.stderr).toContain("continue it with: maka resume --session y")
+    expect(result.code).toBe(75)
+    const { openings, endings } = await invocationsOf(root, db, "y")
+    expect(openings).toHaveLength(1)
+    expect(endings.map((line) => line.event.fact["outcome"].kind)).toEqual(["handoff_paused"])
+  })
+
   it("refuses bad flags with exit 2 before reading any line", async () => {
     const { root, workspace, db } = fresh()
     const result = await maka(["chat", "--db", db, "--workspace", workspace, "--max-steps", "0"], { cwd: root, input: "hi\n" })

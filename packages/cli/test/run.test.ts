@@ -310,15 +310,27 @@ describe("signals and store conditions", () => {
     expect(lines.at(-1)!.event.fact).toEqual({ kind: "invocation_ended", outcome: { kind: "cancelled", source: "runtime_cancellation" } })
   })
 
-  it("SIGTERM cancels too while handoff is not available (exit 130)", async () => {
+  it("SIGTERM waits for the model attempt in flight to hand off; a second SIGTERM cancels (exit 130)", async () => {
     const server = await hanging()
     const { root, workspace, db } = fresh()
+    let terms = 0
     const result = await maka(["run", "--db", db, "--workspace", workspace, "--base-url", `${server.url}/v1`, "--model", "m", "--json", "hi"], {
       cwd: root,
-      onOutput: when((output) => output.stdout.includes('"kind":"model_requested"'), (child) => child.kill("SIGTERM")),
+      onOutput: (child, output) => {
+        if (terms === 0 && output.stdout.includes('"kind":"model_requested"')) {
+          terms = 1
+          child.kill("SIGTERM")
+        } else if (terms === 1 && output.stderr.includes("handing off at the next step boundary")) {
+          terms = 2
+          child.kill("SIGTERM")
+        }
+      },
     })
     expect(result.code).toBe(130)
-    expect(eventLines(result.stdout).at(-1)!.event.fact.kind).toBe("invocation_ended")
+    expect(eventLines(result.stdout).at(-1)!.event.fact).toEqual({
+      kind: "invocation_ended",
+      outcome: { kind: "cancelled", source: "runtime_cancellation" },
+    })
   })
 
   it("a second process on a live log fails with exit 1 and says another writer holds it", async () => {

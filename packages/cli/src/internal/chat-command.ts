@@ -1,18 +1,19 @@
 /**
  * `maka chat` (docs/cli.md §10.1): interactive turns in one session. One message per line of stdin; a
  * line entered while a turn runs is delivered to it as steering; end of input ends the chat after
- * the current turn; SIGINT cancels the current turn and ends the chat (exit 130). The exit code is
- * the last turn's.
+ * the current turn; SIGINT cancels the current turn and ends the chat (exit 130); SIGTERM hands the
+ * current turn off and ends the chat (exit 75). The exit code is the last turn's.
  */
 import * as readline from "node:readline"
 import { ExitCode } from "./exit.ts"
 import * as Flags from "./flags.ts"
-import { cancelOnSignals, openHost, settingsOf, type RunContext } from "./run-command.ts"
+import { openHost, settingsOf, type RunContext } from "./run-command.ts"
+import { handleSignals } from "./signals.ts"
 
 export const chatCommand = async (context: RunContext): Promise<number> => {
   const { values } = Flags.parse("chat", context.args)
   const settings = settingsOf(values, context)
-  const signals = cancelOnSignals()
+  const signals = handleSignals(context.sink)
   const lines = readline.createInterface({ input: context.stdin, terminal: false })
   const queued: Array<string> = []
   let ended = false
@@ -44,7 +45,7 @@ export const chatCommand = async (context: RunContext): Promise<number> => {
     return signals.signal.aborted ? undefined : queued.shift()
   }
   try {
-    const host = await openHost(settings, context.sink, signals.signal)
+    const host = await openHost(settings, context.sink, signals.signal, signals.attach)
     let code: number = ExitCode.completed
     try {
       for (let message = await nextLine(); message !== undefined; message = await nextLine()) {
@@ -52,7 +53,7 @@ export const chatCommand = async (context: RunContext): Promise<number> => {
           steer = (text) => run.steer(text)
         })
         steer = undefined
-        if (code === ExitCode.cancelled) break
+        if (code === ExitCode.cancelled || code === ExitCode.handedOff) break
       }
       return signals.signal.aborted ? ExitCode.cancelled : code
     } finally {

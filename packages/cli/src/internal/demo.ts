@@ -3,8 +3,9 @@
  * offline model; then a run killed with SIGKILL in the middle of its answer (a child process started
  * as `process.execPath` with this CLI's own entry) and its recovery; then the session's timeline and
  * the exact model input of its first step, checked against the recorded digest; then a standalone
- * compaction and a run that starts from its summary. The other legs run in this process, through the
- * same command code.
+ * compaction and a run that starts from its summary; then a run in a child process handed off with
+ * SIGTERM (exit 75) and `maka resume` in a second child completing it. The other legs run in this
+ * process, through the same command code.
  */
 import { spawn } from "node:child_process"
 import * as fs from "node:fs"
@@ -25,10 +26,14 @@ interface Child {
   readonly stderr: string
 }
 
-/** Runs `maka ARGS` as a child; `onLine` may kill it by returning true. */
+/** Runs `maka ARGS` as a child; the first stdout line that `signalOn.line` accepts sends it `signalOn.signal`, once. */
 const maka = (
   args: ReadonlyArray<string>,
-  options: { readonly cwd: string; readonly environment?: NodeJS.ProcessEnv; readonly killOnLine?: (line: string) => boolean },
+  options: {
+    readonly cwd: string
+    readonly environment?: NodeJS.ProcessEnv
+    readonly signalOn?: { readonly line: (line: string) => boolean; readonly signal: NodeJS.Signals }
+  },
 ): Promise<Child> =>
   new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [...self(), ...args], {
@@ -39,13 +44,17 @@ const maka = (
     let stdout = ""
     let stderr = ""
     let pending = ""
+    let hasSignalled = false
     child.stdout.setEncoding("utf8").on("data", (chunk: string) => {
       stdout += chunk
-      if (options.killOnLine === undefined) return
+      if (options.signalOn === undefined || hasSignalled) return
       pending += chunk
       const lines = pending.split("\n")
       pending = lines.pop() ?? ""
-      if (lines.some(options.killOnLine)) child.kill("SIGKILL")
+      if (lines.some(options.signalOn.line)) {
+        hasSignalled = true
+        child.kill(options.signalOn.signal)
+      }
     })
     child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk))
     child.on("error", reject)
@@ -110,7 +119,7 @@ export const demoCommand = async (context: CommandContext): Promise<number> => {
     const crashed = await maka(["run", ...common, "--session", "crash", "--json", "Summarise the README, please."], {
       cwd: context.cwd,
       environment: { MAKA_OFFLINE_DELAY_MS: "120" },
-      killOnLine: (line) => line.includes('"kind":"part_delta"'),
+      signalOn: { line: (line) => line.includes('"kind":"part_delta"'), signal: "SIGKILL" },
     })
     if (crashed.signal !== "SIGKILL") {
       throw new CliError(`demo: the run to crash ended on its own (exit ${crashed.code}) before it could be killed`, ExitCode.failed)
@@ -169,7 +178,43 @@ export const demoCommand = async (context: CommandContext): Promise<number> => {
     say("   $ maka inspect --session tour --step 4   (its input, after the system prompt)")
     say(indent([...lines.slice(opening - 1, opening + 3), "    …", ...lines.filter((line) => line.startsWith("input digest"))].join("\n")))
     say("   With --declared-window N, `maka run` compacts by itself once a request on the same model used N tokens.")
-    say("\nDone. Handoff joins this tour when it lands.")
+    say("")
+
+    say("6. Handoff. A run in a child process is sent SIGTERM after its first tool call: the tool batch in")
+    say("   flight settles, and the top of the next step seals the run `handoff_paused` with its settings and")
+    say("   the steps it has left. The process exits 75 and releases the log.")
+    const paused = await maka(["run", ...common, "--session", "relay", "--json", "What is this project?"], {
+      cwd: context.cwd,
+      environment: { MAKA_OFFLINE_DELAY_MS: "80" },
+      signalOn: { line: (line) => line.includes('"kind":"tool_dispatched"'), signal: "SIGTERM" },
+    })
+    check("the run to hand off", paused, ExitCode.handedOff)
+    say(`   $ maka run --session relay "What is this project?"   (SIGTERM after its first tool call; exit ${paused.code})`)
+    say(indent(paused.stderr))
+    const waiting = await inProcess(["sessions", "--db", db], folder)
+    check("sessions", waiting, 0)
+    say("   $ maka sessions")
+    say(indent(waiting.stdout.split("\n").filter((line) => line.startsWith("relay ")).join("\n")))
+    say("   A second process takes it up: `maka resume` finds the sealed pause, checks that its connection has")
+    say("   the pause's route and its tools the pause's catalog, replays the settled facts and runs the steps left.")
+    const resumed = await maka(["resume", "--db", db], { cwd: context.cwd })
+    check("maka resume", resumed, 0)
+    say("   $ maka resume")
+    say(indent(resumed.stderr))
+    say(indent(resumed.stdout))
+    const relay = await inProcess(["events", "--db", db, "--session", "relay"], folder)
+    check("events", relay, 0)
+    const names = relay.stdout
+      .split("\n")
+      .filter((line) => line.includes(" tool_dispatched "))
+      .map((line) => line.trim().split(/\s+/)[2])
+    const endings = relay.stdout
+      .split("\n")
+      .filter((line) => line.includes(" invocation_ended "))
+      .map((line) => line.trim().split(/\s+/).at(-1))
+    const once = new Set(names).size === names.length ? ", each once" : ""
+    say(`   Across both processes the session called ${names.join(" and ")}${once}; its runs ended ${endings.join(", then ")}.`)
+    say("\nDone.")
     if (values.keep === true) say(`The tour's files are kept in ${folder}`)
     return ExitCode.completed
   } finally {

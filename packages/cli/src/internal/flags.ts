@@ -56,6 +56,11 @@ export const FLAGS = {
   json: { type: "boolean", description: "print events as JSON lines {\"sequence\":N,\"event\":{…}}", defaultText: "off" },
   step: { type: "string", value: "N", description: "show the exact model input of step N (from 1)", defaultText: "none" },
   html: { type: "string", value: "FILE", description: "also write a self-contained HTML page of the session", defaultText: "none" },
+  abandon: {
+    type: "boolean",
+    description: "release the sealed handoff of --session: its successor is sealed cancelled, never run",
+    defaultText: "off",
+  },
   keep: { type: "boolean", description: "keep the tour's temporary folder and print its path", defaultText: "off" },
   help: { type: "boolean", description: "show this help" },
 } as const satisfies Record<string, FlagSpec>
@@ -106,6 +111,10 @@ export const COMMANDS = {
     summary: "timeline of a session and the exact model input of a step, checked against its digest",
     flags: [...DATABASE, "session", "step", "html"],
   },
+  resume: {
+    summary: "run the successors of sealed handoffs (of --session only, when given) on the connection of the flags",
+    flags: [...DATABASE, "session", ...PROVIDER, "abandon", "json"],
+  },
   recover: { summary: "seal what a crashed host left in flight", flags: [...DATABASE] },
   sessions: { summary: "list sessions with their state", flags: [...DATABASE] },
   backup: {
@@ -113,7 +122,7 @@ export const COMMANDS = {
     arguments: "DB FILE",
     flags: [],
   },
-  demo: { summary: "an offline tour: a tool loop, a crash and its recovery, then compaction", flags: ["keep"] },
+  demo: { summary: "an offline tour: a tool loop, a crash and its recovery, compaction, and a handoff to a second process", flags: ["keep"] },
 } as const satisfies Record<string, CommandSpec>
 
 export type CommandName = keyof typeof COMMANDS

@@ -51,6 +51,8 @@ const dispatch = async (context: MainContext): Promise<number> => {
       return (await import("./read-commands.ts")).recoverCommand(command)
     case "backup":
       return (await import("./read-commands.ts")).backupCommand(command)
+    case "resume":
+      return (await import("./resume-command.ts")).resumeCommand(command)
     case "inspect":
       return (await import("./inspect.ts")).inspectCommand(command)
     case "demo":

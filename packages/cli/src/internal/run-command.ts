@@ -1,7 +1,8 @@
 /**
  * `maka run [MESSAGE]` (docs/cli.md §10.1): checks every flag before anything is opened, builds the
  * run's configuration as pure functions of the flags, starts it through the Promise facade, shows it
- * as it becomes durable, and maps its terminal to the exit code. SIGINT and SIGTERM cancel it.
+ * as it becomes durable, and maps its terminal to the exit code. SIGINT cancels it; SIGTERM hands it
+ * off at its next step boundary (exit 75), so `maka resume` continues it in another process.
  */
 import type { Event, Outcome } from "@maka/facts"
 import { randomUUID } from "node:crypto"
@@ -11,6 +12,7 @@ import { CLI_SYSTEM_PROMPT, connectionOf, contextOf, defaults } from "../Configu
 import { CliError, ExitCode, exitCodeOf, failureLine, fromEngineError } from "./exit.ts"
 import * as Flags from "./flags.ts"
 import { RunRenderer, type ObservedFailure, type Sink } from "./render.ts"
+import { handleSignals, type Signals } from "./signals.ts"
 
 export interface RunContext {
   readonly args: ReadonlyArray<string>
@@ -152,35 +154,81 @@ export interface Host {
   readonly close: () => Promise<void>
 }
 
-/**
- * Opens the model (the offline server when chosen), the workspace and the log. `signal` cancels the
- * turn in flight; aborted before the log is opened, nothing is written.
- */
-export const openHost = async (settings: RunSettings, sink: Sink, signal: AbortSignal): Promise<Host> => {
-  const { createEngine, Facade } = await import("@maka/engine")
-  const { Builtins } = await import("@maka/tools")
-  const provider = settings.provider
-  const offline = provider.provider === "offline" ? await (await import("../OfflineModel.ts")).start({ delayMs: settings.offlineDelayMs }) : undefined
+/** The connection of the provider flags: its options (with the offline server when chosen) and how to close it. */
+export interface Connection {
+  readonly providerOptions: import("@maka/engine").Facade.ProviderOptions & { readonly baseUrl: string }
+  /** The last provider failure its `fetch` saw: what a retry line names. */
+  readonly lastFailure: () => ObservedFailure | undefined
+  readonly close: () => Promise<void>
+}
+
+/** Opens the connection of `provider` (docs/cli.md §10.1 "Provider", "Offline model"). */
+export const openConnection = async (provider: Flags.ProviderSettings, offlineDelayMs: number): Promise<Connection> => {
+  const offline = provider.provider === "offline" ? await (await import("../OfflineModel.ts")).start({ delayMs: offlineDelayMs }) : undefined
   let lastFailure: ObservedFailure | undefined
   const record = (failure: ObservedFailure) => {
     lastFailure = failure
   }
+  const providerOptions =
+    offline !== undefined
+      ? { ...offline.provider, fetch: observingFetch(offline.provider.fetch, record) }
+      : {
+          kind: provider.provider === "anthropic" ? ("anthropic" as const) : ("openai-compatible" as const),
+          baseUrl: provider.baseUrl!,
+          model: provider.model!,
+          ...(provider.apiKey === undefined ? {} : { apiKey: provider.apiKey }),
+          fetch: observingFetch((input, init) => fetch(input, init), record),
+        }
+  return { providerOptions, lastFailure: () => lastFailure, close: async () => await offline?.close() }
+}
+
+/** A run as the CLI shows it: a run of the facade, or the successor of a pause. */
+export interface ShownRun {
+  readonly events: () => AsyncIterable<Event.StoredEvent>
+  readonly wait: () => Promise<{ readonly outcome: Outcome.InvocationOutcome }>
+}
+
+/**
+ * Shows a run as it becomes durable and resolves with its exit code; the terminal's line goes to
+ * stderr (a failure's class, `cancelled`, or how to resume a handoff).
+ */
+export const showRun = async (
+  run: ShownRun,
+  options: { readonly sink: Sink; readonly json: boolean; readonly sessionId: string; readonly lastFailure: () => ObservedFailure | undefined },
+): Promise<number> => {
+  const renderer = new RunRenderer(options.sink, options.json, options.lastFailure)
+  renderer.startProgress()
+  try {
+    for await (const stored of run.events()) renderer.handle(stored)
+  } finally {
+    renderer.stop()
+  }
+  const outcome = (await run.wait()).outcome
+  if (outcome.kind === "failed") options.sink.err(`${failureLine(outcome)}\n`)
+  if (outcome.kind === "cancelled") options.sink.err("cancelled\n")
+  if (outcome.kind === "handoff_paused") {
+    options.sink.err(`handed off with ${outcome.pause.remainingSteps} steps left; continue it with: maka resume --session ${options.sessionId}\n`)
+  }
+  return exitCodeOf(outcome)
+}
+
+/**
+ * Opens the model (the offline server when chosen), the workspace and the log. `signal` cancels the
+ * turn in flight; aborted before the log is opened, nothing is written. `attach` makes each started
+ * run the target of the signals (SIGTERM hands it off).
+ */
+export const openHost = async (settings: RunSettings, sink: Sink, signal: AbortSignal, attach?: Signals["attach"]): Promise<Host> => {
+  const { createEngine, Facade } = await import("@maka/engine")
+  const { Builtins } = await import("@maka/tools")
+  const provider = settings.provider
+  const connection = await openConnection(provider, settings.offlineDelayMs)
   let engine: Awaited<ReturnType<typeof createEngine>> | undefined
   const close = async () => {
     await engine?.close()
-    await offline?.close()
+    await connection.close()
   }
   try {
-    const providerOptions =
-      offline !== undefined
-        ? { ...offline.provider, fetch: observingFetch(offline.provider.fetch, record) }
-        : {
-            kind: provider.provider === "anthropic" ? ("anthropic" as const) : ("openai-compatible" as const),
-            baseUrl: provider.baseUrl!,
-            model: provider.model!,
-            ...(provider.apiKey === undefined ? {} : { apiKey: provider.apiKey }),
-            fetch: observingFetch((input, init) => fetch(input, init), record),
-          }
+    const providerOptions = connection.providerOptions
     const workspace = await Facade.openWorkspace(settings.directory)
     const database = settings.database
     if (database.kind === "sqlite") fs.mkdirSync(path.dirname(database.path), { recursive: true })
@@ -206,17 +254,12 @@ export const openHost = async (settings: RunSettings, sink: Sink, signal: AbortS
         signal,
       })
       onStarted?.(run)
-      const renderer = new RunRenderer(sink, settings.json, () => lastFailure)
-      renderer.startProgress()
+      const detach = attach?.({ handoff: () => run.handoff(), cancel: () => run.cancel(), ended: run.wait() })
       try {
-        for await (const stored of run.events()) renderer.handle(stored)
+        return await showRun(run, { sink, json: settings.json, sessionId: settings.sessionId, lastFailure: connection.lastFailure })
       } finally {
-        renderer.stop()
+        detach?.()
       }
-      const outcome = (await run.wait()).outcome
-      if (outcome.kind === "failed") sink.err(`${failureLine(outcome)}\n`)
-      if (outcome.kind === "cancelled") sink.err("cancelled\n")
-      return exitCodeOf(outcome)
     }
     const compact: Host["compact"] = async () => {
       const result = await opened.compact({
@@ -242,7 +285,7 @@ export const openHost = async (settings: RunSettings, sink: Sink, signal: AbortS
   }
 }
 
-/** SIGINT and SIGTERM abort the returned signal until `release` (SIGTERM hands off once handoff lands). */
+/** SIGINT and SIGTERM abort the returned signal until `release` (for a standalone compaction, which has no handoff). */
 export const cancelOnSignals = (): { readonly signal: AbortSignal; readonly release: () => void } => {
   const controller = new AbortController()
   const onSignal = () => controller.abort()
@@ -261,10 +304,10 @@ export const runCommand = async (context: RunContext): Promise<number> => {
   const { values, positionals } = Flags.parse("run", context.args)
   const settings = settingsOf(values, context)
   const message = await readMessage(context, positionals)
-  // Signals before the opening is durable cancel with nothing written.
-  const signals = cancelOnSignals()
+  // Signals before the opening is durable cancel with nothing written; then SIGTERM hands off.
+  const signals = handleSignals(context.sink)
   try {
-    const host = await openHost(settings, context.sink, signals.signal)
+    const host = await openHost(settings, context.sink, signals.signal, signals.attach)
     try {
       return await host.turn(message)
     } catch (error) {

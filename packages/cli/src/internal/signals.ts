@@ -1,0 +1,82 @@
+/**
+ * Signals of a running turn (docs/cli.md §10.1 "Signals"): SIGINT cancels; the first SIGTERM asks the
+ * current run for a handoff at its next step boundary, and says on stderr when it cannot be taken;
+ * a second SIGTERM, or a SIGINT, cancels. Before a run is attached, either signal cancels: the
+ * opening is not durable yet, so nothing is written.
+ */
+import type { Sink } from "./render.ts"
+
+/** What the signals act on: a run of the facade, or a successor of a pause. */
+export interface Controllable {
+  /** Resolves with the sealed pause, or `null` when the run ended first or the pause could not be taken. */
+  readonly handoff: () => Promise<unknown>
+  readonly cancel: () => Promise<void>
+  /** Settles once the run's terminal is durable. */
+  readonly ended: Promise<unknown>
+}
+
+export interface Signals {
+  /** Aborted once the current work is to be cancelled. */
+  readonly signal: AbortSignal
+  /** Makes `run` the target of the signals until the returned function detaches it. */
+  readonly attach: (run: Controllable) => () => void
+  readonly release: () => void
+}
+
+export const HANDOFF_REQUESTED =
+  "handing off at the next step boundary once the current step settles (SIGTERM again or SIGINT cancels)"
+export const HANDOFF_NOT_TAKEN =
+  "handoff not taken: the run's handoff preflight failed (for example a run admitted with --allow-prior-unknown, " +
+  "or a store that refuses the pause); the run continues (SIGTERM again or SIGINT cancels)"
+
+/** How long a `null` handoff waits for the run's terminal before it counts as a refusal. */
+const ENDED_GRACE_MS = 250
+
+export const handleSignals = (sink: Sink): Signals => {
+  const controller = new AbortController()
+  let current: { readonly run: Controllable; isDetached: boolean } | undefined
+  let hasRequestedHandoff = false
+  const cancel = () => {
+    controller.abort()
+    void current?.run.cancel().catch(() => undefined)
+  }
+  const onInterrupt = () => cancel()
+  const onTerminate = () => {
+    const target = current
+    if (target === undefined || target.isDetached || hasRequestedHandoff) return cancel()
+    hasRequestedHandoff = true
+    sink.err(`${HANDOFF_REQUESTED}\n`)
+    target.run.handoff().then(
+      async (pause) => {
+        if (pause !== null && pause !== undefined) return
+        // `null` because the run ended first is no refusal: the run's own exit code applies.
+        const hasEnded = await Promise.race([
+          target.run.ended.then(() => true, () => true),
+          new Promise<boolean>((resolve) => setTimeout(() => resolve(false), ENDED_GRACE_MS).unref()),
+        ])
+        if (!hasEnded && !target.isDetached) sink.err(`${HANDOFF_NOT_TAKEN}\n`)
+      },
+      (error: unknown) => {
+        if (!target.isDetached) sink.err(`handoff not taken: ${error instanceof Error ? error.message : String(error)}; the run continues\n`)
+      },
+    )
+  }
+  process.on("SIGINT", onInterrupt)
+  process.on("SIGTERM", onTerminate)
+  return {
+    signal: controller.signal,
+    attach: (run) => {
+      const attached = { run, isDetached: false }
+      current = attached
+      if (controller.signal.aborted) void run.cancel().catch(() => undefined)
+      return () => {
+        attached.isDetached = true
+        if (current === attached) current = undefined
+      }
+    },
+    release: () => {
+      process.off("SIGINT", onInterrupt)
+      process.off("SIGTERM", onTerminate)
+    },
+  }
+}

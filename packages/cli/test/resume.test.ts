@@ -1,0 +1,210 @@
+import { OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
+import { afterEach, describe, expect, it } from "vitest"
+import { levelNames, levelOf } from "../src/internal/resume-command.ts"
+import { eventLines, folder, maka, when, type EventLine, type Folder } from "./support/cli.ts"
+
+const folders: Array<Folder> = []
+const fresh = () => {
+  const created = folder()
+  folders.push(created)
+  return created
+}
+afterEach(() => {
+  for (const created of folders.splice(0)) created.remove()
+})
+
+/** Slows the offline model's stream so a signal lands mid-run. */
+const SLOW = { MAKA_OFFLINE_DELAY_MS: "80" }
+
+/** Starts `maka run` on the offline model and sends SIGTERM once its first tool call is dispatched. */
+const handOff = (created: Folder, session: string, extra: ReadonlyArray<string> = []) =>
+  maka(["run", "--db", created.db, "--workspace", created.workspace, "--session", session, "--json", ...extra, "What is this project?"], {
+    cwd: created.root,
+    env: SLOW,
+    onOutput: when((output) => output.stdout.includes('"kind":"tool_dispatched"'), (child) => child.kill("SIGTERM")),
+  })
+
+const storedEvents = async (created: Folder, session: string): Promise<ReadonlyArray<EventLine>> => {
+  const result = await maka(["events", "--db", created.db, "--session", session, "--json"], { cwd: created.root })
+  expect(result.code).toBe(0)
+  return eventLines(result.stdout)
+}
+
+const dispatchedNames = (lines: ReadonlyArray<EventLine>) =>
+  lines.filter((line) => line.event.fact.kind === "tool_dispatched").map((line) => line.event.fact["name"] as string)
+
+describe("SIGTERM hands a run off, and maka resume continues it in another process", () => {
+  it("seals handoff_paused at the next step boundary (exit 75); resume completes it and each tool ran once", async () => {
+    const created = fresh()
+    const paused = await handOff(created, "h1")
+    expect(paused.stderr).toContain("handing off at the next step boundary")
+    expect(paused.stderr).toContain("continue it with: maka resume --session h1")
+    expect(paused.code).toBe(75)
+    const pausedLines = eventLines(paused.stdout)
+    const terminal = pausedLines.at(-1)!.event.fact
+    expect(terminal.kind).toBe("invocation_ended")
+    expect(terminal["outcome"].kind).toBe("handoff_paused")
+    // The tool batch in flight settled before the pause.
+    const dispatchedBefore = pausedLines.filter((line) => line.event.fact.kind === "tool_dispatched").length
+    expect(pausedLines.filter((line) => line.event.fact.kind === "tool_settled")).toHaveLength(dispatchedBefore)
+    // The pause records the catalog of --tools read, with the engine's read_tool_result.
+    expect(terminal["outcome"].pause.execution.tools.names).toEqual(levelNames("read"))
+    expect(terminal["outcome"].pause.remainingSteps).toBe(32 - pausedLines.filter((line) => line.event.fact.kind === "model_requested").length)
+
+    const listed = await maka(["sessions", "--db", created.db], { cwd: created.root })
+    expect(listed.stdout).toMatch(/^h1 {2}paused \(handoff\) {2}1 invocation,/m)
+    // The session is reserved for the successor: a new message is refused.
+    const refused = await maka(["run", "--db", created.db, "--workspace", created.workspace, "--session", "h1", "hi"], { cwd: created.root })
+    expect(refused.code).toBe(1)
+    expect(refused.stderr).toContain("session_busy")
+
+    const resumed = await maka(["resume", "--db", created.db], { cwd: created.root })
+    expect(resumed.stderr).toMatch(/^resuming h1: \d+ steps left$/m)
+    expect(resumed.stdout).toContain("Lantern")
+    expect(resumed.code).toBe(0)
+
+    const lines = await storedEvents(created, "h1")
+    const endings = lines.filter((line) => line.event.fact.kind === "invocation_ended").map((line) => line.event.fact["outcome"].kind)
+    expect(endings).toEqual(["handoff_paused", "completed"])
+    // The offline model's tool loop calls each tool once per turn: across both processes, still once.
+    expect(dispatchedNames(lines).sort()).toEqual(["list_files", "read_file"])
+    expect((await maka(["sessions", "--db", created.db], { cwd: created.root })).stdout).toMatch(/^h1 {2}idle /m)
+    const again = await maka(["resume", "--db", created.db], { cwd: created.root })
+    expect(again.stderr).toBe("nothing to resume\n")
+    expect(again.code).toBe(0)
+  }, 60_000)
+
+  it("resumes only the session given with --session, and prints its events with --json", async () => {
+    const created = fresh()
+    expect((await handOff(created, "a")).code).toBe(75)
+    expect((await handOff(created, "b")).code).toBe(75)
+    const resumed = await maka(["resume", "--db", created.db, "--session", "b", "--json"], { cwd: created.root })
+    expect(resumed.code).toBe(0)
+    const lines = eventLines(resumed.stdout)
+    expect(lines.every((line) => line.event.invocation.sessionId === "b")).toBe(true)
+    expect(lines[0]!.event.fact.kind).toBe("invocation_opened")
+    expect(lines[0]!.event.fact["input"].kind).toBe("handoff")
+    expect(lines.at(-1)!.event.fact["outcome"].kind).toBe("completed")
+    const listed = (await maka(["sessions", "--db", created.db], { cwd: created.root })).stdout
+    expect(listed).toMatch(/^a {2}paused \(handoff\) /m)
+    expect(listed).toMatch(/^b {2}idle /m)
+  }, 60_000)
+
+  it("skips a pause whose route differs from the connection's: handoff execution settings changed, exit 2, nothing written", async () => {
+    const created = fresh()
+    expect((await handOff(created, "r1")).code).toBe(75)
+    const before = await storedEvents(created, "r1")
+    const skipped = await maka(["resume", "--db", created.db, "--base-url", "http://127.0.0.1:9/v1", "--model", "other"], { cwd: created.root })
+    expect(skipped.stderr).toMatch(/^skipped r1: handoff execution settings changed: /m)
+    expect(skipped.code).toBe(2)
+    expect(await storedEvents(created, "r1")).toEqual(before)
+    // The same log on the route the run had still resumes.
+    expect((await maka(["resume", "--db", created.db], { cwd: created.root })).code).toBe(0)
+  }, 60_000)
+
+  it("--abandon --session releases a pause: its successor is sealed cancelled {handoff_abandoned}, and the session is usable", async () => {
+    const created = fresh()
+    expect((await handOff(created, "x1")).code).toBe(75)
+    const usage = await maka(["resume", "--db", created.db, "--abandon"], { cwd: created.root })
+    expect(usage.code).toBe(2)
+    expect(usage.stderr).toContain("needs --session")
+    const abandoned = await maka(["resume", "--db", created.db, "--abandon", "--session", "x1"], { cwd: created.root })
+    expect(abandoned.stderr).toMatch(/^abandoned the handoff of x1: its successor [0-9a-f-]{36} is sealed cancelled \{handoff_abandoned\}$/m)
+    expect(abandoned.code).toBe(0)
+    const lines = await storedEvents(created, "x1")
+    expect(lines.at(-1)!.event.fact).toEqual({ kind: "invocation_ended", outcome: { kind: "cancelled", source: "handoff_abandoned" } })
+    expect((await maka(["resume", "--db", created.db], { cwd: created.root })).stderr).toBe("nothing to resume\n")
+    const none = await maka(["resume", "--db", created.db, "--abandon", "--session", "x1"], { cwd: created.root })
+    expect(none.code).toBe(2)
+    const next = await maka(["run", "--db", created.db, "--workspace", created.workspace, "--session", "x1", "hi"], { cwd: created.root })
+    expect(next.code).toBe(0)
+  }, 60_000)
+
+  it("a successor handed off again by SIGTERM exits 75 and a third process completes it", async () => {
+    const created = fresh()
+    expect((await handOff(created, "t1")).code).toBe(75)
+    const again = await maka(["resume", "--db", created.db, "--json"], {
+      cwd: created.root,
+      env: SLOW,
+      onOutput: when((output) => output.stdout.includes('"kind":"model_requested"'), (child) => child.kill("SIGTERM")),
+    })
+    expect(again.code).toBe(75)
+    expect(eventLines(again.stdout).at(-1)!.event.fact["outcome"].kind).toBe("handoff_paused")
+    expect((await maka(["resume", "--db", created.db], { cwd: created.root })).code).toBe(0)
+    const endings = (await storedEvents(created, "t1"))
+      .filter((line) => line.event.fact.kind === "invocation_ended")
+      .map((line) => line.event.fact["outcome"].kind)
+    expect(endings).toEqual(["handoff_paused", "handoff_paused", "completed"])
+  }, 60_000)
+})
+
+describe("SIGTERM when the handoff cannot be taken", () => {
+  it("a run that ends before the next step boundary keeps its own exit code (0), with no refusal line", async () => {
+    const created = fresh()
+    const result = await maka(["run", "--db", created.db, "--workspace", created.workspace, "--json", "What is this project?"], {
+      cwd: created.root,
+      env: SLOW,
+      // The answer streams in the last step: no step boundary comes after it.
+      onOutput: when((output) => output.stdout.includes('"kind":"part_delta"'), (child) => child.kill("SIGTERM")),
+    })
+    expect(result.stderr).toContain("handing off at the next step boundary")
+    expect(result.stderr).not.toContain("handoff not taken")
+    expect(result.code).toBe(0)
+    expect(eventLines(result.stdout).at(-1)!.event.fact["outcome"].kind).toBe("completed")
+  }, 60_000)
+
+  it("says why on stderr and the run goes on; a second SIGTERM cancels (exit 130)", async () => {
+    const server = await ScriptedServer.start({
+      script: [
+        Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-1", name: "run_command", arguments: ['{"command":"sleep 10"}'] }] })),
+        // A tool call that lasts a second, so the SIGTERM sent at its dispatch lands before the next step boundary.
+        Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-2", name: "run_command", arguments: ['{"command":"sleep 1"}'] }] })),
+        Respond.hang(),
+      ],
+    })
+    try {
+      const created = fresh()
+      const base = ["--db", created.db, "--workspace", created.workspace, "--base-url", `${server.url}/v1`, "--model", "m", "--session", "u1", "--tools", "all", "--json"]
+      // A run killed during a tool call leaves its outcome unknown; a run admitted over it cannot be handed off.
+      const killed = await maka(["run", ...base, "run it"], {
+        cwd: created.root,
+        onOutput: when((output) => output.stdout.includes('"kind":"tool_dispatched"'), (child) => child.kill("SIGKILL")),
+      })
+      expect(killed.signal).toBe("SIGKILL")
+      expect((await maka(["recover", "--db", created.db], { cwd: created.root })).code).toBe(0)
+      let terms = 0
+      const result = await maka(["run", ...base, "--allow-prior-unknown", "look around"], {
+        cwd: created.root,
+        onOutput: (child, output) => {
+          if (terms === 0 && output.stdout.includes('"kind":"tool_dispatched"')) {
+            terms = 1
+            child.kill("SIGTERM")
+          } else if (terms === 1 && output.stderr.includes("handoff not taken")) {
+            terms = 2
+            child.kill("SIGTERM")
+          }
+        },
+      })
+      expect(result.stderr).toContain("handoff not taken: the run's handoff preflight failed")
+      expect(result.code).toBe(130)
+      const lines = eventLines(result.stdout)
+      // The run went on past the refused pause: its next step was requested before the cancellation.
+      expect(lines.filter((line) => line.event.fact.kind === "model_requested" && line.event.fact["purpose"] === "main")).toHaveLength(2)
+      expect(lines.at(-1)!.event.fact["outcome"].kind).toBe("cancelled")
+    } finally {
+      await server.close()
+    }
+  }, 60_000)
+})
+
+describe("the tool level of a pause", () => {
+  it("maps each level's names, in any order, back to the level, and any other set to no level", () => {
+    for (const level of ["none", "read", "write", "all"] as const) {
+      expect(levelOf([...levelNames(level)].reverse())).toBe(level)
+    }
+    expect(levelNames("read")).toEqual(["list_files", "read_file", "read_tool_result", "search_text"])
+    expect(levelNames("none")).toEqual([])
+    expect(levelOf([...levelNames("read"), "deploy"])).toBeUndefined()
+    expect(levelOf(levelNames("write").filter((name) => name !== "read_tool_result"))).toBeUndefined()
+  })
+})
