@@ -562,7 +562,7 @@ export const make = (options: Partial<EngineOptions> = {}) =>
             continue
           }
           if (model.routeIdentity !== execution.replay.routeIdentity) {
-            skip("handoff route changed: the provider's route differs from the pause's")
+            skip("handoff execution settings changed: the provider's route differs from the pause's")
             continue
           }
           const tools = resolvers.tools(execution.tools.names, execution.tools.catalogDigest)
