@@ -72,6 +72,11 @@ describe("SIGTERM hands a run off, and maka resume continues it in another proce
     const again = await maka(["resume", "--db", created.db], { cwd: created.root })
     expect(again.stderr).toBe("nothing to resume\n")
     expect(again.code).toBe(0)
+    // The inspector's timeline shows the pause and the successor that continued it.
+    const inspected = await maka(["inspect", "--db", created.db, "--session", "h1"], { cwd: created.root })
+    const successor = terminal["outcome"].pause.intent.successorInvocationId
+    expect(inspected.stdout).toMatch(new RegExp(`ended: handoff_paused: \\d+ steps left for successor ${successor}`))
+    expect(inspected.stdout).toMatch(new RegExp(`invocation ${successor} opened: handoff of invocation \\S+ \\(its first \\d+ events\\)`))
   }, 60_000)
 
   it("resumes only the session given with --session, and prints its events with --json", async () => {

@@ -47,7 +47,12 @@ export const timeline = (events: ReadonlyArray<Event.StoredEvent>): ReadonlyArra
     const prefix = `${String(stored.sequence).padStart(5)} ${time(at)}`
     switch (fact.kind) {
       case "invocation_opened": {
-        const input = fact.input.kind === "message" ? `message ${JSON.stringify(clip(fact.input.content.text, 80))}` : fact.input.kind
+        const input =
+          fact.input.kind === "message"
+            ? `message ${JSON.stringify(clip(fact.input.content.text, 80))}`
+            : fact.input.kind === "handoff" || fact.input.kind === "continuation"
+              ? `${fact.input.kind} of invocation ${fact.input.claim.source.invocation.invocationId} (its first ${fact.input.claim.source.highWater} events)`
+              : fact.input.kind
         const model = fact.configuration.model
         lines.push(`${prefix} invocation ${stored.event.invocation.invocationId} opened: ${input}`)
         if (model !== undefined) lines.push(`${" ".repeat(19)}  model ${model.model} on ${model.connectionId}, cwd ${fact.configuration.cwd}`)
@@ -111,7 +116,9 @@ export const timeline = (events: ReadonlyArray<Event.StoredEvent>): ReadonlyArra
             ? `failed ${outcome.class}${outcome.message === undefined ? "" : `: ${clip(outcome.message, 80)}`}`
             : outcome.kind === "context_compact_finished"
               ? `context_compact_finished: ${compactDetail(outcome.outcome)}`
-              : outcome.kind
+              : outcome.kind === "handoff_paused"
+                ? `handoff_paused: ${outcome.pause.remainingSteps} steps left for successor ${outcome.pause.intent.successorInvocationId}`
+                : outcome.kind
         lines.push(`${prefix} invocation ${stored.event.invocation.invocationId} ended: ${detail}`)
         break
       }
