@@ -519,6 +519,8 @@ export const make = (options: Partial<EngineOptions> = {}) =>
         const launchInput: LaunchInput = { ...input, continuation: { source: input.source } }
         const problem = validateInput(launchInput)
         if (problem !== undefined) return yield* Effect.fail(EngineError.invalidInput(problem))
+        // The check only reads: the log, the model's route and the frozen settings, never a run's
+        // commit path, cancellation or live context.
         const run = {
           log,
           model: input.model,
