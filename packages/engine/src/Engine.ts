@@ -131,15 +131,23 @@ export interface ContinueInput {
   readonly signal?: AbortSignal
 }
 
+/** The paused run a resolver is asked about: its session, invocation and configuration (its `cwd` included). */
+export interface PausedRun {
+  readonly sessionId: string
+  readonly invocation: Identity.Invocation
+  readonly configuration: Configuration.InvocationConfiguration
+}
+
 /** How a host serves pauses it finds (docs/engine.md §5.10 `resumePending`). */
 export interface ResumeResolvers {
-  /** The model of a pause's route, or `undefined` when this host cannot serve it. */
+  /** The model of a pause's route, or `undefined` when this host cannot serve it (or will not: another session). */
   readonly provider: (
     routeIdentity: string,
     binding: Configuration.InvocationConfiguration["model"],
+    paused: PausedRun,
   ) => Effect.Effect<LanguageModel.LanguageModelShape | undefined, EngineError.EngineError>
   /** The catalog the pause recorded (its names, the engine's `read_tool_result` included, and digest), or `undefined`. */
-  readonly tools: (names: ReadonlyArray<string>, catalogDigest: string) => ToolCatalog.ToolCatalog | undefined
+  readonly tools: (names: ReadonlyArray<string>, catalogDigest: string, paused: PausedRun) => ToolCatalog.ToolCatalog | undefined
 }
 
 export type ResumeReport =
@@ -553,7 +561,14 @@ export const make = (options: Partial<EngineOptions> = {}) =>
             continue
           }
           const execution = pending.pause.execution
-          const resolved = yield* Effect.result(resolvers.provider(execution.replay.routeIdentity, paused.success.opening.configuration.model))
+          const pausedRun: PausedRun = {
+            sessionId: pending.sessionId,
+            invocation: pending.invocation,
+            configuration: paused.success.opening.configuration,
+          }
+          const resolved = yield* Effect.result(
+            resolvers.provider(execution.replay.routeIdentity, paused.success.opening.configuration.model, pausedRun),
+          )
           if (Result.isFailure(resolved)) {
             skip(resolved.failure.message)
             continue
@@ -567,7 +582,7 @@ export const make = (options: Partial<EngineOptions> = {}) =>
             skip("handoff execution settings changed: the provider's route differs from the pause's")
             continue
           }
-          const tools = resolvers.tools(execution.tools.names, execution.tools.catalogDigest)
+          const tools = resolvers.tools(execution.tools.names, execution.tools.catalogDigest, pausedRun)
           if (tools === undefined) {
             skip("no tool catalog for the pause")
             continue

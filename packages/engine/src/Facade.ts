@@ -49,9 +49,13 @@ export interface Run {
 /** How this host serves the sealed pauses it finds. */
 export interface ResumeResolvers {
   /** The provider of a pause's route (its identity and the paused run's model binding), or `undefined`. */
-  readonly provider: (routeIdentity: string, binding: Configuration.InvocationConfiguration["model"]) => ProviderOptions | undefined
+  readonly provider: (
+    routeIdentity: string,
+    binding: Configuration.InvocationConfiguration["model"],
+    paused: Engine.PausedRun,
+  ) => ProviderOptions | undefined
   /** The tools of the pause's catalog (its names include the engine's `read_tool_result`), or `undefined`. */
-  readonly tools: (names: ReadonlyArray<string>, catalogDigest: string) => Agent.Tools | undefined
+  readonly tools: (names: ReadonlyArray<string>, catalogDigest: string, paused: Engine.PausedRun) => Agent.Tools | undefined
 }
 
 export type ResumeReport =
@@ -59,6 +63,7 @@ export type ResumeReport =
   | { readonly sessionId: string; readonly invocation: Identity.Invocation; readonly skipped: string }
 
 export type ClosedRun = Engine.ClosedRun
+export type PausedRun = Engine.PausedRun
 
 export interface MakaEngine {
   /** Resolves once the opening is durable; invalid input rejects with `InvalidInput` and writes nothing. */
@@ -202,12 +207,12 @@ export const createEngine = async (options: CreateEngineOptions): Promise<MakaEn
     resumePending: (resolvers) =>
       run(
         engine.resumePending({
-          provider: (routeIdentity, binding) => {
-            const provider = resolvers.provider(routeIdentity, binding)
+          provider: (routeIdentity, binding, paused) => {
+            const provider = resolvers.provider(routeIdentity, binding, paused)
             return provider === undefined ? Effect.succeed(undefined) : Agent.modelOf(provider)
           },
-          tools: (names, catalogDigest) => {
-            const tools = resolvers.tools(names, catalogDigest)
+          tools: (names, catalogDigest, paused) => {
+            const tools = resolvers.tools(names, catalogDigest, paused)
             return tools === undefined ? undefined : ToolCatalog.from(tools)
           },
         }),

@@ -417,7 +417,24 @@ describe("the handoff gate", () => {
         const pause = yield* Effect.promise(() => requested)
         assert.isNotNull(pause)
         assert.deepStrictEqual((yield* Effect.promise(() => second.wait())).outcome, { kind: "handoff_paused", pause: pause! })
-        const reports = yield* Effect.promise(() => engine.resumePending({ provider: () => provider, tools: () => slow }))
+        // Each resolver is told which paused run it serves: its session and its configuration.
+        const asked: Array<string> = []
+        const reports = yield* Effect.promise(() =>
+          engine.resumePending({
+            provider: (_route, _binding, paused) => {
+              asked.push(`provider ${paused.sessionId} ${paused.invocation.invocationId} ${paused.configuration.cwd}`)
+              return provider
+            },
+            tools: (_names, _digest, paused) => {
+              asked.push(`tools ${paused.sessionId} ${paused.invocation.invocationId} ${paused.configuration.cwd}`)
+              return slow
+            },
+          }),
+        )
+        assert.deepStrictEqual(asked, [
+          `provider session-1 ${second.invocation.invocationId} ${fs.realpathSync(workspace)}`,
+          `tools session-1 ${second.invocation.invocationId} ${fs.realpathSync(workspace)}`,
+        ])
         assert.strictEqual(reports.length, 1)
         const report = reports[0]!
         if (!("started" in report)) return assert.fail(report.skipped)
