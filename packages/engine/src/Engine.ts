@@ -600,16 +600,8 @@ export const make = (options: Partial<EngineOptions> = {}) =>
         if (pending === undefined) return yield* Effect.fail(EngineError.invalidInput(`session ${sessionId} holds no sealed handoff`))
         if (active.has(sessionId)) return yield* Effect.fail(EngineError.busy(EngineError.SESSION_ACTIVE_MESSAGE))
         const { prefix, opening } = yield* Handoff.readPaused(log, pending.invocation)
-        const base =
-          opening.input.kind === "continuation" || opening.input.kind === "handoff"
-            ? opening.input.claim.base
-            : yield* Effect.mapError(log.contextBeforeRun(pending.invocation), EngineError.fromStore)
-        const claim: Lineage.ContinuationClaim = {
-          id: pending.pause.intent.claimId,
-          source: { invocation: prefix.invocation, highWater: prefix.highWater, digest: prefix.digest },
-          base,
-          replay: pending.pause.execution.replay,
-        }
+        const base = yield* Handoff.inheritedBase(log, pending.invocation, opening)
+        const claim = Handoff.pauseClaim(prefix, base, pending.pause)
         const successor = Lineage.successorOf(pending.pause.intent, pending.invocation)
         const writes = yield* Effect.forEach(
           [

@@ -9,7 +9,7 @@ import type { EventLog } from "@maka/event-log"
 import { Ids } from "@maka/tools"
 import { Effect } from "effect"
 import * as EngineError from "../EngineError.ts"
-import { readError } from "./handoff.ts"
+import { inheritedBase, readError } from "./handoff.ts"
 import type { Run } from "./run-context.ts"
 
 export const UNAVAILABLE_TOOL_MESSAGE = "continuation requires an unavailable tool"
@@ -63,10 +63,7 @@ export const prepare = (
       return yield* Effect.fail(refused("a continuation runs in the source's workspace"))
     }
     // Step 3: the base the lineage inherits.
-    const base =
-      opening.input.kind === "continuation" || opening.input.kind === "handoff"
-        ? opening.input.claim.base
-        : yield* Effect.mapError(log.contextBeforeRun(source), readError)
+    const base = yield* inheritedBase(log, source, opening)
     // Steps 4–6: the replay over the lineage, its tools and its boundaries.
     const context = yield* Effect.mapError(log.readModelContext(source.sessionId, { lineageOf: source.invocationId }), readError)
     const replay = yield* request(context)

@@ -146,6 +146,27 @@ export const readError = (error: EventLogError.EventLogError) =>
     ? EngineError.reconciliation(error.message)
     : storeError(error)
 
+/**
+ * The base a run's lineage passes on (docs/engine.md §5.9 step 3): a continuation's or handoff's claim
+ * base, or the session just before a message-opened run.
+ */
+export const inheritedBase = (log: EventLog.EventLogShape, run: Identity.Invocation, opening: Fact.InvocationOpened) =>
+  opening.input.kind === "continuation" || opening.input.kind === "handoff"
+    ? Effect.succeed(opening.input.claim.base)
+    : Effect.mapError(log.contextBeforeRun(run), readError)
+
+/** The claim a pause's successor makes on the paused run's boundary: the pause's claim id and replay. */
+export const pauseClaim = (
+  prefix: { readonly invocation: Identity.Invocation; readonly highWater: number; readonly digest: string },
+  base: Lineage.SessionBase,
+  pause: Lineage.HandoffPause,
+): Lineage.ContinuationClaim => ({
+  id: pause.intent.claimId,
+  source: { invocation: prefix.invocation, highWater: prefix.highWater, digest: prefix.digest },
+  base,
+  replay: pause.execution.replay,
+})
+
 /** The paused run's opening and its sealed pause, read from its run prefix. */
 export const readPaused = (log: EventLog.EventLogShape, paused: Identity.Invocation) =>
   Effect.gen(function* () {
@@ -196,18 +217,10 @@ export const prepareClaim = (run: Run, replayDigest: (source: EventLog.ModelCont
     if (execution.tools.catalogDigest !== run.settings.tools.digest) {
       return yield* Effect.fail(refused("a handoff successor restores the paused run's tool catalog"))
     }
-    const base =
-      opening.input.kind === "continuation" || opening.input.kind === "handoff"
-        ? opening.input.claim.base
-        : yield* Effect.mapError(log.contextBeforeRun(successor.paused), readError)
+    const base = yield* inheritedBase(log, successor.paused, opening)
     const source = yield* Effect.mapError(log.readModelContext(successor.paused.sessionId), readError)
     const digest = yield* replayDigest(source)
     if (digest !== execution.replay.digest) return yield* Effect.fail(refused("handoff admission replay changed after sealing"))
-    const claim: Lineage.ContinuationClaim = {
-      id: pause.intent.claimId,
-      source: { invocation: prefix.invocation, highWater: prefix.highWater, digest: prefix.digest },
-      base,
-      replay: execution.replay,
-    }
+    const claim = pauseClaim(prefix, base, pause)
     return claim
   })

@@ -694,9 +694,10 @@ export const runMessage = (
       run.live = live.context
       // Prune once after the opening (docs/engine.md §5.11): a context the engine kept was pruned
       // after each of its tool batches already, and one that holds no result over a page has no candidate.
-      // A handoff successor's replay is the pause's, fixed when it sealed (its preflight pruned what was owed).
+      // A handoff successor finds nothing to prune: its pause's preflight archived what was owed, so
+      // its first request stays the pause's replay.
       const owesPrune = live.kept ? live.context.pruneOwed : live.context.holdsArchivable(isArchivable)
-      if (!priorUnknown && successor === undefined && !live.pruned && owesPrune) yield* prune(run)
+      if (!priorUnknown && !live.pruned && owesPrune) yield* prune(run)
       const done = yield* stepLoop(run, loop, priorUnknown)
       if (loop.summaryToolContent) return yield* Effect.fail(EngineError.reconciliation(EngineError.SUMMARY_TOOL_CONTENT_MESSAGE))
       if (done._tag === "Paused") return done
