@@ -271,8 +271,8 @@ export const backoffMs = (run: Run, failedAttempts: number, retryAfterMs: number
 /** The model package's retry rule (`ModelError.isRetryable`), with the provider's `retryAfterMs`. */
 const retryable = (error: EngineError.EngineError): { readonly retryAfterMs: number | undefined } | undefined => {
   const reason = error.reason
-  if (reason._tag !== "Model" || !reason.error.isRetryable || reason.error.reason._tag !== "Provider") return undefined
-  return { retryAfterMs: reason.error.reason.retryAfterMs }
+  if (reason._tag !== "Model" || !reason.error.isRetryable) return undefined
+  return { retryAfterMs: ModelError.retryAfterMs(reason.error) }
 }
 
 /** Runs attempts until one completes, a failure is not retryable, or the attempts are spent. */
@@ -284,8 +284,8 @@ export const attemptWithRetries = (run: Run, input: AttemptInput): Effect.Effect
       failed++
       const retry = retryable(result.failure)
       if (retry === undefined || failed >= run.options.maxModelAttempts) return yield* Effect.fail(result.failure)
+      // A cancellation already requested wins the race at once.
       const cancellation = cancellationOf(run, input)
-      if (yield* cancellation.isRequested) return yield* Effect.fail(EngineError.cancelled())
       const delay = yield* backoffMs(run, failed, retry.retryAfterMs)
       const slept = yield* Effect.raceFirst(
         Effect.as(Effect.sleep(delay), "slept" as const),
