@@ -2,7 +2,8 @@
  * The fault matrix: every provider failure mode of docs/model.md §4.5, served by the scripted server
  * over real sockets, at every stage of a run (docs/engine.md §5.4, §5.6, §5.10, §5.12):
  *
- * - (a) the first step of a run, the fault answering once; (a*) the same, the fault answering every time;
+ * - (a) the first step of a run, the fault answering once; (a*) the same, the fault answering every
+ *   attempt, for the failures a re-send or a recovery meets again;
  * - (b) mid-loop, the step after a settled tool step;
  * - (c) a background summary beside a main step (a small declared window makes it due);
  * - (d) a background summary, failed and still pending, that a handoff preflight drains.
@@ -20,6 +21,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { AnthropicSse, OpenAiSse, Respond } from "@maka/testkit"
 import { Effect } from "effect"
+import { isSummaryRequest } from "./support/compaction.ts"
 import {
   backgroundSummary,
   cell,
@@ -38,9 +40,8 @@ import {
 } from "./support/fault-matrix.ts"
 
 interface Row extends Mode {
-  /** (a) first step, (a*) first step with the fault on every attempt, (b) mid-loop. */
+  /** (a) first step (and (a*), the fault on every attempt), (b) mid-loop. */
   readonly first: MainFate
-  readonly persistent: MainFate
   readonly midLoop: MainFate
   /** (c) background summary, (d) background summary drained by a handoff preflight. */
   readonly summary: SummaryFate
@@ -51,7 +52,7 @@ const row = (
   name: string,
   fault: Respond.Responder,
   classified: Classified,
-  fates: readonly [first: MainFate, persistent: MainFate, midLoop: MainFate, summary: SummaryFate, handoff: SummaryFate],
+  fates: readonly [first: MainFate, midLoop: MainFate, summary: SummaryFate, handoff: SummaryFate],
   extra: { readonly dialect?: Dialect; readonly stalls?: boolean; readonly minGapMs?: number } = {},
 ): Row => ({
   name,
@@ -61,21 +62,20 @@ const row = (
   ...(extra.stalls === undefined ? {} : { stalls: extra.stalls }),
   ...(extra.minGapMs === undefined ? {} : { minGapMs: extra.minGapMs }),
   first: fates[0],
-  persistent: fates[1],
-  midLoop: fates[2],
-  summary: fates[3],
-  handoff: fates[4],
+  midLoop: fates[1],
+  summary: fates[2],
+  handoff: fates[3],
 })
 
 const error = (message: string, type = "invalid_request_error", code: string | null = null) => Respond.openAiError(message, { type, code })
 const partial = [OpenAiSse.role(), OpenAiSse.text("Hel")]
 
 // The fates of the common kinds of failure.
-const RECOVERED = ["recover", "recover", "recover", "failed", "failed"] as const
-const RETRIED = ["retry", "retry", "retry", "retryable_failure", "retryable_failure"] as const
-const PROVIDER_FAILED = ["failed model_provider", "failed model_provider", "failed model_provider", "failed", "failed"] as const
-const OVERFLOW_FAILED = ["failed context_overflow", "failed context_overflow", "failed context_overflow", "failed", "failed"] as const
-const TIMED_OUT = ["timed_out model_timeout", "timed_out model_timeout", "timed_out model_timeout", "timed_out", "timed_out"] as const
+const RECOVERED = ["recover", "recover", "failed", "failed"] as const
+const RETRIED = ["retry", "retry", "retryable_failure", "retryable_failure"] as const
+const PROVIDER_FAILED = ["failed model_provider", "failed model_provider", "failed", "failed"] as const
+const OVERFLOW_FAILED = ["failed context_overflow", "failed context_overflow", "failed", "failed"] as const
+const TIMED_OUT = ["timed_out model_timeout", "timed_out model_timeout", "timed_out", "timed_out"] as const
 
 const MATRIX: ReadonlyArray<Row> = [
   // Rule 2: structured overflow codes, whatever the status.
@@ -120,7 +120,7 @@ const MATRIX: ReadonlyArray<Row> = [
   row("408", Respond.json(408, error("Request timed out.", "timeout")), provider("provider_unavailable", true), RETRIED),
   row("500", Respond.json(500, error("The server had an error.", "server_error")), provider("provider_unavailable", true), RETRIED),
   row("503", Respond.json(503, "Service Unavailable"), provider("provider_unavailable", true), RETRIED),
-  row("400 with code RESOURCE_EXHAUSTED", Respond.json(400, error("Resource has been exhausted.", "invalid_request_error", "RESOURCE_EXHAUSTED")), provider("provider_unavailable", true), RETRIED),
+  row("400 with code resource-exhausted", Respond.json(400, error("Resource has been exhausted.", "invalid_request_error", "resource-exhausted")), provider("provider_unavailable", true), RETRIED),
   row("in-stream server_error before any output", Respond.sse([OpenAiSse.role(), OpenAiSse.error("The server had an error.")]), provider("provider_unavailable", true), RETRIED),
   row("in-stream server_error after text", Respond.sse([...partial, OpenAiSse.error("The server had an error.")]), provider("provider_unavailable", true), RETRIED),
   row(
@@ -165,11 +165,11 @@ const MATRIX: ReadonlyArray<Row> = [
 ]
 
 /**
- * The summary stages' rows. Left out, until the engine follows the rule: the failures a main step
- * re-sends (`retryable_failure`). docs/engine.md §5.6 (SEMANTICS §5.6) says a summary attempt runs
- * once, but the summary job runs its request through the main step's physical retries, so such a
- * summary is re-sent after the backoff (or Retry-After) until the step boundary drains it: its facts
- * show a second `model_requested {summary}`.
+ * The rows of the summary stages: every row but those whose summary fate is `retryable_failure`,
+ * which are left out until the engine follows docs/engine.md §5.6 ("a summary attempt runs once").
+ * Today the summary job sends its request through the main step's physical retries, so such a
+ * summary is re-sent after the backoff (or the Retry-After) until the run drains it, and its facts
+ * show a second `model_requested {summary}` (or, with a long Retry-After, depend on which comes first).
  */
 const SUMMARY_STAGE_ROWS = MATRIX.filter((row) => row.summary !== "retryable_failure" && row.handoff !== "retryable_failure")
 
@@ -177,7 +177,15 @@ const SUMMARY_STAGE_ROWS = MATRIX.filter((row) => row.summary !== "retryable_fai
 const assertClassified = (errors: ReadonlyArray<unknown>, row: Row, count: number) =>
   assert.deepStrictEqual(errors, Array.from({ length: count }, () => row.classified))
 
-const attempts = (fate: MainFate, persistent: boolean) => (fate === "retry" && persistent ? 10 : fate === "recover" && persistent ? 2 : 1)
+/**
+ * The rows whose fate changes when the fault answers every attempt: a re-send meets it again (ten
+ * attempts, then the run fails), and so does the step asked again after a recovery. Any other fate
+ * sends one request either way, which (a) already shows: a second one would take the next answer.
+ */
+const PERSISTENT_ROWS = MATRIX.filter((row) => row.first === "retry" || row.first === "recover")
+
+/** The failed requests of a fault on every attempt: ten re-sends, or the overflow before and after its recovery. */
+const persistentAttempts = (fate: MainFate) => (fate === "retry" ? 10 : 2)
 
 describe.concurrent("fault matrix", () => {
   describe("(a) the first step of a run", () => {
@@ -192,12 +200,12 @@ describe.concurrent("fault matrix", () => {
   })
 
   describe("(a*) the first step of a run, the fault on every attempt", () => {
-    it.live.each(MATRIX)("$name → $persistent", (row) =>
+    it.live.each(PERSISTENT_ROWS)("$name → $first, every attempt", (row) =>
       Effect.scoped(
         Effect.gen(function* () {
           const matrixCell = yield* cell(row)
-          yield* firstStep(matrixCell, row.persistent, true)
-          assertClassified(classifications(matrixCell), row, attempts(row.persistent, true))
+          yield* firstStep(matrixCell, row.first, true)
+          assertClassified(classifications(matrixCell), row, persistentAttempts(row.first))
         }),
       ))
   })
@@ -231,6 +239,22 @@ describe.concurrent("fault matrix", () => {
           const matrixCell = yield* cell(row)
           yield* handoffDrain(matrixCell, row.handoff)
           assertClassified(classifications(matrixCell), row, 1)
+        }),
+      ))
+  })
+
+  describe("(d) a background summary still streaming when a handoff preflight drains it", () => {
+    it.live("is interrupted cancelled, whatever its fault would have been; the pause seals and the successor answers", () =>
+      Effect.scoped(
+        Effect.gen(function* () {
+          const gate = Respond.gate()
+          const matrixCell = yield* cell({ name: "held 500", dialect: "openai", fault: Respond.hold(gate, Respond.json(500, "late")), classified: provider("provider_unavailable", true) })
+          yield* handoffDrain(matrixCell, "cancelled", true)
+          assert.isFalse(gate.isReleased())
+          // The drain interrupts the stream: no provider failure was ever classified.
+          assert.deepStrictEqual(classifications(matrixCell), [])
+          const summary = matrixCell.context.server.exchanges().find((exchange) => isSummaryRequest(exchange.request))
+          assert.strictEqual(summary?.outcome, "client_closed")
         }),
       ))
   })

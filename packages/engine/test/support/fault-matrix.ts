@@ -7,7 +7,8 @@
  * was classified.
  */
 import { assert } from "@effect/vitest"
-import type { Event, Lineage } from "@maka/facts"
+import type { Event, Lineage, Outcome } from "@maka/facts"
+import { Prompts } from "@maka/facts"
 import { LanguageModel, type ModelError } from "@maka/model"
 import { AnthropicSse, OpenAiSse, Respond } from "@maka/testkit"
 import { Effect, Fiber, Redacted, Stream } from "effect"
@@ -237,15 +238,52 @@ const assertGap = (cellOf: Cell, failedIndex: number) => {
   assert.isAtLeast(gap, cellOf.mode.minGapMs ?? 5, `re-sent after ${gap} ms`)
 }
 
-// --- stages --------------------------------------------------------------------------------------
+/** The provider keys of both dialects: no fact may hold them. */
+const KEYS = ["sk-test-secret", "sk-ant-test-secret"]
 
-export interface MainStageResult {
-  readonly labels: ReadonlyArray<string>
-  readonly outcome: string
+/** No event of the session holds a provider key, not even a failure's message. */
+const assertNoKey = (cellOf: Cell) =>
+  Effect.map(cellOf.context.log.events("session-1"), (events) => {
+    const text = JSON.stringify(events)
+    for (const key of KEYS) assert.notInclude(text, key)
+  })
+
+export interface FailedStep {
+  /** The `inputDigest`s of the failing step's main requests. */
+  readonly digests: ReadonlyArray<string>
+  /** The server's index of the step's first request. */
+  readonly failedIndex: number
+  /** Text of the history a recovery's summary covers: gone from the request asked again. */
+  readonly covered: string
+  /** The marker of the recovery's summary. */
+  readonly summary: string
+  readonly outcome: Outcome.InvocationOutcome
 }
 
-const outcomeLabel = (outcome: { readonly kind: string; readonly class?: string }) =>
-  outcome.kind === "failed" ? `failed:${outcome.class}` : outcome.kind
+/**
+ * What a failed main step shows beyond its facts: a re-send is the frozen request (identical
+ * `inputDigest`) sent no sooner than the backoff or Retry-After; a recovered step is asked again from
+ * the summary, without the history it covers; a timeout names the idle timeout.
+ */
+const assertFailedStep = (cellOf: Cell, fate: MainFate, step: FailedStep) => {
+  if (fate === "retry") {
+    assert.strictEqual(new Set(step.digests).size, 1)
+    assertGap(cellOf, step.failedIndex)
+  }
+  if (fate === "recover") {
+    const main = cellOf.context.server.requests().filter((request) => !isSummaryRequest(request))
+    const again = main[main.length - 1]!.body
+    assert.include(again, Prompts.CONTINUATION_SUMMARY_PREFIX.trim())
+    assert.include(again, step.summary)
+    assert.notInclude(again, step.covered)
+    assert.notStrictEqual(step.digests[0], step.digests[1])
+  }
+  if (fate === "timed_out model_timeout") {
+    assert.deepStrictEqual(step.outcome, { kind: "failed", class: "model_timeout", message: Prompts.MODEL_IDLE_TIMEOUT_MESSAGE })
+  }
+}
+
+// --- stages --------------------------------------------------------------------------------------
 
 /**
  * (a) The first step of a run, in a session with one earlier turn (so an overflow has history to
@@ -265,14 +303,14 @@ export const firstStep = (cellOf: Cell, fate: MainFate, persistent: boolean) =>
     const result = yield* context.engine.run(second)
     const events = yield* own(cellOf, second.invocation.invocationId)
     assert.deepStrictEqual(labels(events), ["invocation_opened", ...mainTail(fate, "pre_turn", persistent)])
-    const digests = mainDigests(events)
-    if (fate === "retry") {
-      // A retry re-sends the frozen request (identical inputDigest) after the backoff or Retry-After.
-      assert.deepStrictEqual(new Set(digests).size, 1)
-      assertGap(cellOf, 1)
-    }
-    if (fate === "recover") assert.notStrictEqual(digests[0], digests[1])
-    return { labels: labels(events), outcome: outcomeLabel(result.outcome), result } as const
+    assertFailedStep(cellOf, fate, {
+      digests: mainDigests(events),
+      failedIndex: 1,
+      covered: "Noted: the code is 4417.",
+      summary: "code noted",
+      outcome: result.outcome,
+    })
+    yield* assertNoKey(cellOf)
   })
 
 /**
@@ -301,11 +339,14 @@ export const midLoop = (cellOf: Cell, fate: MainFate, persistent: boolean) =>
     ])
     // Retries and recovery never re-run a settled effect.
     assert.deepStrictEqual(cellOf.effects.ran, ["alpha"])
-    if (fate === "retry") {
-      assert.deepStrictEqual(new Set(mainDigests(events).slice(1)).size, 1)
-      assertGap(cellOf, 1)
-    }
-    return { labels: labels(events), outcome: outcomeLabel(result.outcome), result } as const
+    assertFailedStep(cellOf, fate, {
+      digests: mainDigests(events).slice(1),
+      failedIndex: 1,
+      covered: "echo: alpha",
+      summary: "alpha echoed",
+      outcome: result.outcome,
+    })
+    yield* assertNoKey(cellOf)
   })
 
 /** Waits until the session's log holds the `model_interrupted` of a summary request. */
@@ -324,7 +365,7 @@ const summaryInterrupted = (cellOf: Cell) =>
  * background (the model's limiter has spare permits) while its main request, which calls `echo`, is
  * held until the summary's failure is durable.
  */
-const backgroundSummaryFails = (cellOf: Cell, maxSteps: number) =>
+const backgroundSummaryFails = (cellOf: Cell, maxSteps: number, until: "interrupted" | "sent") =>
   Effect.gen(function* () {
     const { context, answers, mode } = cellOf
     const gate = Respond.gate()
@@ -337,8 +378,15 @@ const backgroundSummaryFails = (cellOf: Cell, maxSteps: number) =>
     )
     const second = run(cellOf, "Echo alpha.", { ...windowed(mode.dialect), maxSteps })
     const running = yield* context.engine.start(second)
-    yield* summaryInterrupted(cellOf)
+    if (until === "interrupted") yield* summaryInterrupted(cellOf)
+    else yield* summarySent(cellOf)
     return { running, gate, second } as const
+  })
+
+/** Waits until the server has received a summary request. */
+const summarySent = (cellOf: Cell) =>
+  Effect.gen(function* () {
+    while (!cellOf.context.server.requests().some(isSummaryRequest)) yield* Effect.sleep("5 millis")
   })
 
 const summaryLabels = (all: ReadonlyArray<string>) => all.filter((label) => label.endsWith(":summary"))
@@ -350,10 +398,11 @@ const mainLabels = (all: ReadonlyArray<string>) => all.filter((label) => !label.
  */
 export const backgroundSummary = (cellOf: Cell, fate: SummaryFate) =>
   Effect.gen(function* () {
-    const { running, gate, second } = yield* backgroundSummaryFails(cellOf, 8)
+    const { running, gate, second } = yield* backgroundSummaryFails(cellOf, 8, "interrupted")
     assert.isFalse(gate.isReleased())
     gate.release()
     const result = yield* running.wait
+    assert.deepStrictEqual(result.outcome, { kind: "completed" })
     const all = labels(yield* own(cellOf, second.invocation.invocationId))
     assert.deepStrictEqual(summaryLabels(all), ["model_requested:summary", `model_interrupted:${fate}:summary`])
     assert.deepStrictEqual(mainLabels(all), [
@@ -368,19 +417,20 @@ export const backgroundSummary = (cellOf: Cell, fate: SummaryFate) =>
     ])
     assert.deepStrictEqual(cellOf.effects.ran, ["alpha"])
     assert.strictEqual(cellOf.context.server.requests().filter(isSummaryRequest).length, 1)
-    return { labels: all, outcome: outcomeLabel(result.outcome), result } as const
+    yield* assertNoKey(cellOf)
   })
 
 /**
  * (d) A background summary has failed and is still pending when a handoff is requested; the main
  * step calls `echo`, and at the next boundary the handoff preflight drains the summary and seals the
  * pause (no checkpoint; the budget an accepted step renewed travels with it). The successor then
- * replays the pause and answers.
+ * replays the pause and answers. With `inFlight`, the summary's response has not begun when the
+ * preflight drains it: the drain cancels it, whatever the fault would have been.
  */
-export const handoffDrain = (cellOf: Cell, fate: SummaryFate) =>
+export const handoffDrain = (cellOf: Cell, fate: SummaryFate | "cancelled", inFlight = false) =>
   Effect.gen(function* () {
     const { context } = cellOf
-    const { running, gate, second } = yield* backgroundSummaryFails(cellOf, 6)
+    const { running, gate, second } = yield* backgroundSummaryFails(cellOf, 6, inFlight ? "sent" : "interrupted")
     const requested = yield* Effect.forkChild(running.handoff)
     yield* Effect.sleep("20 millis")
     assert.isFalse(gate.isReleased())
@@ -410,5 +460,5 @@ export const handoffDrain = (cellOf: Cell, fate: SummaryFate) =>
     assert.deepStrictEqual(labels(after), ["invocation_opened", "model_requested:main", "model_completed:main", "invocation_ended:completed"])
     assert.strictEqual(mainDigests(after)[0], sealed.execution.replay.digest)
     assert.deepStrictEqual(cellOf.effects.ran, ["alpha"])
-    return { labels: all, outcome: outcomeLabel(result.outcome), result } as const
+    yield* assertNoKey(cellOf)
   })
