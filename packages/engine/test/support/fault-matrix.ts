@@ -355,7 +355,7 @@ const summaryInterrupted = (cellOf: Cell) =>
     for (;;) {
       const events = yield* cellOf.context.log.events("session-1")
       if (labels(events).some((label) => label.startsWith("model_interrupted:") && label.endsWith(":summary"))) return
-      yield* Effect.sleep("5 millis")
+      yield* Effect.sleep("10 millis")
     }
   })
 
@@ -386,7 +386,7 @@ const backgroundSummaryFails = (cellOf: Cell, maxSteps: number, until: "interrup
 /** Waits until the server has received a summary request. */
 const summarySent = (cellOf: Cell) =>
   Effect.gen(function* () {
-    while (!cellOf.context.server.requests().some(isSummaryRequest)) yield* Effect.sleep("5 millis")
+    while (!cellOf.context.server.requests().some(isSummaryRequest)) yield* Effect.sleep("10 millis")
   })
 
 const summaryLabels = (all: ReadonlyArray<string>) => all.filter((label) => label.endsWith(":summary"))
