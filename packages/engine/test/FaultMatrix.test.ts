@@ -111,6 +111,12 @@ const MATRIX: ReadonlyArray<Row> = [
   ),
   row("429 without retry-after", Respond.json(429, error("Rate limit reached.", "requests")), provider("rate_limit", true), RETRIED),
   row("429 with an unusable retry-after", Respond.json(429, error("Rate limit reached.", "requests"), { "retry-after": "soon" }), provider("rate_limit", true), RETRIED),
+  row(
+    "429 with a retry-after date already past",
+    Respond.json(429, error("Rate limit reached.", "requests"), { "retry-after": new Date(Date.now() - 60_000).toUTCString() }),
+    provider("rate_limit", true),
+    RETRIED,
+  ),
   row("429 insufficient_quota", Respond.json(429, error("You exceeded your current quota.", "insufficient_quota", "insufficient_quota")), provider("rejected", false), PROVIDER_FAILED),
   row("429 FreeUsageLimitError", Respond.json(429, { error: { type: "FreeUsageLimitError", message: "Free usage exhausted." } }), provider("rejected", false), PROVIDER_FAILED),
   // Rule 7.
@@ -187,9 +193,12 @@ const PERSISTENT_ROWS = MATRIX.filter((row) => row.first === "retry" || row.firs
 /** The failed requests of a fault on every attempt: ten re-sends, or the overflow before and after its recovery. */
 const persistentAttempts = (fate: MainFate) => (fate === "retry" ? 10 : 2)
 
+/** The cells of a stage: each row with its title, `{failure} → {expected fate}`. */
+const cells = (rows: ReadonlyArray<Row>, fate: (row: Row) => string) => rows.map((row) => [`${row.name} → ${fate(row)}`, row] as const)
+
 describe.concurrent("fault matrix", () => {
   describe("(a) the first step of a run", () => {
-    it.live.each(MATRIX)("$name → $first", (row) =>
+    it.live.each(cells(MATRIX, (row) => row.first))("%s", ([, row]) =>
       Effect.scoped(
         Effect.gen(function* () {
           const matrixCell = yield* cell(row)
@@ -200,7 +209,7 @@ describe.concurrent("fault matrix", () => {
   })
 
   describe("(a*) the first step of a run, the fault on every attempt", () => {
-    it.live.each(PERSISTENT_ROWS)("$name → $first, every attempt", (row) =>
+    it.live.each(cells(PERSISTENT_ROWS, (row) => `${row.first}, every attempt`))("%s", ([, row]) =>
       Effect.scoped(
         Effect.gen(function* () {
           const matrixCell = yield* cell(row)
@@ -211,7 +220,7 @@ describe.concurrent("fault matrix", () => {
   })
 
   describe("(b) mid-loop, after a settled tool step", () => {
-    it.live.each(MATRIX)("$name → $midLoop", (row) =>
+    it.live.each(cells(MATRIX, (row) => row.midLoop))("%s", ([, row]) =>
       Effect.scoped(
         Effect.gen(function* () {
           const matrixCell = yield* cell(row)
@@ -222,7 +231,7 @@ describe.concurrent("fault matrix", () => {
   })
 
   describe("(c) a background summary beside a main step", () => {
-    it.live.each(SUMMARY_STAGE_ROWS)("$name → summary $summary, run completed", (row) =>
+    it.live.each(cells(SUMMARY_STAGE_ROWS, (row) => `summary ${row.summary}, run completed`))("%s", ([, row]) =>
       Effect.scoped(
         Effect.gen(function* () {
           const matrixCell = yield* cell(row)
@@ -233,7 +242,7 @@ describe.concurrent("fault matrix", () => {
   })
 
   describe("(d) a failed background summary drained by a handoff preflight", () => {
-    it.live.each(SUMMARY_STAGE_ROWS)("$name → summary $handoff, handoff_paused, successor completed", (row) =>
+    it.live.each(cells(SUMMARY_STAGE_ROWS, (row) => `summary ${row.handoff}, handoff_paused, successor completed`))("%s", ([, row]) =>
       Effect.scoped(
         Effect.gen(function* () {
           const matrixCell = yield* cell(row)
