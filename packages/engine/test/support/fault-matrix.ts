@@ -180,21 +180,26 @@ export interface Cell {
   readonly mode: Mode
 }
 
-/** Engine, log and scripted server for one cell; a 1 s idle timeout, backoff from 5 ms. */
+/**
+ * Engine, log and scripted server for one cell, with backoff from 5 ms. The idle timeout is the
+ * least (1 s) when the fault stalls, and otherwise long enough that a response held while a summary
+ * fails never times out on a loaded machine.
+ */
 export const cell = (mode: Mode) =>
   Effect.gen(function* () {
     const arrivals: Array<number> = []
+    const idleTimeoutMs = mode.stalls === true ? 1_000 : 10_000
     const context = yield* setup(
       { onProgress: (progress) => (progress.type === "request" ? arrivals.push(Date.now()) : undefined) },
       { backoffBaseMs: 5, backoffMaxMs: 40 },
-      { idleTimeoutMs: 1_000 },
+      { idleTimeoutMs },
     )
     const base =
       mode.dialect === "openai"
         ? context.model
         : yield* LanguageModel.make(
             { kind: "anthropic", baseUrl: context.server.url, model: "test-model", apiKey: Redacted.make("sk-ant-test-secret") },
-            { idleTimeoutMs: 1_000 },
+            { idleTimeoutMs },
           )
     const errors: Array<ModelError.ModelError> = []
     const model: LanguageModel.LanguageModelShape = {
