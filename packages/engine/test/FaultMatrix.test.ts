@@ -70,7 +70,7 @@ const row = (
 const error = (message: string, type = "invalid_request_error", code: string | null = null) => Respond.openAiError(message, { type, code })
 const partial = [OpenAiSse.role(), OpenAiSse.text("Hel")]
 
-// The fates of the common kinds of failure.
+// The fates of the common kinds of failure, by stage: (a) and (a*), (b), (c), (d).
 const RECOVERED = ["recover", "recover", "failed", "failed"] as const
 const RETRIED = ["retry", "retry", "retryable_failure", "retryable_failure"] as const
 const PROVIDER_FAILED = ["failed model_provider", "failed model_provider", "failed", "failed"] as const
