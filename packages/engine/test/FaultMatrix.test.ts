@@ -170,14 +170,6 @@ const MATRIX: ReadonlyArray<Row> = [
   row("stream stalls after text", Respond.stallAfter(partial), timedOut, TIMED_OUT, { stalls: true }),
 ]
 
-/**
- * The rows of the summary stages: every row but those whose summary fate is `retryable_failure`,
- * which are left out until the engine follows docs/engine.md §5.6 ("a summary attempt runs once").
- * Today the summary job sends its request through the main step's physical retries, so such a
- * summary is re-sent after the backoff (or the Retry-After) until the run drains it, and its facts
- * show a second `model_requested {summary}` (or, with a long Retry-After, depend on which comes first).
- */
-const SUMMARY_STAGE_ROWS = MATRIX.filter((row) => row.summary !== "retryable_failure" && row.handoff !== "retryable_failure")
 
 /** The classification every attempt of a cell met: one per failed request. */
 const assertClassified = (errors: ReadonlyArray<unknown>, row: Row, count: number) =>
@@ -231,7 +223,7 @@ describe.concurrent("fault matrix", () => {
   })
 
   describe("(c) a background summary beside a main step", () => {
-    it.live.each(cells(SUMMARY_STAGE_ROWS, (row) => `summary ${row.summary}, run completed`))("%s", ([, row]) =>
+    it.live.each(cells(MATRIX, (row) => `summary ${row.summary}, run completed`))("%s", ([, row]) =>
       Effect.scoped(
         Effect.gen(function* () {
           const matrixCell = yield* cell(row)
@@ -242,7 +234,7 @@ describe.concurrent("fault matrix", () => {
   })
 
   describe("(d) a failed background summary drained by a handoff preflight", () => {
-    it.live.each(cells(SUMMARY_STAGE_ROWS, (row) => `summary ${row.handoff}, handoff_paused, successor completed`))("%s", ([, row]) =>
+    it.live.each(cells(MATRIX, (row) => `summary ${row.handoff}, handoff_paused, successor completed`))("%s", ([, row]) =>
       Effect.scoped(
         Effect.gen(function* () {
           const matrixCell = yield* cell(row)

@@ -23,7 +23,7 @@ import { Cancellation, type Ids } from "@maka/tools"
 import { Deferred, Effect, Exit, Fiber, Option, Scope } from "effect"
 import * as EngineError from "../EngineError.ts"
 import * as PromptBuilder from "../PromptBuilder.ts"
-import { attemptWithRetries, type Evidence } from "./attempt.ts"
+import { attempt, type Evidence } from "./attempt.ts"
 import { LiveContext } from "./live-context.ts"
 import { commit, commitError, flushCarry, plainWrite, storeError, type Run } from "./run-context.ts"
 
@@ -135,7 +135,8 @@ export const job = (run: Run, captured: Captured, options: JobOptions = {}): Eff
         providerOptions: run.settings.providerOptions,
         maxOutputTokens,
       }
-      const completed = yield* attemptWithRetries(run, {
+      // A summary attempt runs once: physical retries are for main requests only (docs/engine.md §5.6).
+      const completed = yield* attempt(run, {
         request,
         inputDigest: PromptBuilder.inputDigest(projected, [], run.settings.providerOptions, maxOutputTokens),
         source,
