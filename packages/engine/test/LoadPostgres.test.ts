@@ -138,7 +138,7 @@ const scenario = (url: string) =>
     const startedFor = (reports: ReadonlyArray<Engine.ResumeReport>, sessionId: string) =>
       reports.flatMap((report) => (report.sessionId === sessionId && "started" in report ? [report.started] : []))
 
-    /** A first turn on `home`, handed off while its first tool runs, and completed by its successor. */
+    /** A first turn on `home`, handed off while its first tool runs, and completed by its successor; the successor's engine. */
     const handedOff = (home: Host, expected: Expected, index: number) =>
       Effect.gen(function* () {
         const sessionId = expected.sessionId
@@ -147,8 +147,8 @@ const scenario = (url: string) =>
         const gate = yield* work.hold(operationKey(sessionId, "first", 0))
         const running = yield* home.engine.start(startInput(home, sessionId, "first"))
         yield* Deferred.await(gate.entered)
-        const requested = yield* Effect.forkChild(running.handoff)
-        yield* Effect.sleep("20 millis")
+        // Started at once, the request reserves the pause before the fork returns (it suspends only to await it).
+        const requested = yield* Effect.forkChild(running.handoff, { startImmediately: true })
         yield* Deferred.succeed(gate.release, undefined)
         const pause = yield* Fiber.join(requested)
         assert.isDefined(pause, `${sessionId}: the handoff was taken`)
@@ -158,6 +158,7 @@ const scenario = (url: string) =>
         figures.handoffs++
         const away = other(home)
         let successor: Engine.RunningInvocation
+        let resumedOn = away
         if (planOf(index) === "handoff") {
           successor = yield* away.engine.resume({ paused: running.invocation, pause: pause!, model: away.model, tools: work.catalog })
         } else if (isResumedByBoth(index)) {
@@ -166,9 +167,10 @@ const scenario = (url: string) =>
             [a.engine.resumePending(servingOnly(a, sessionId)), b.engine.resumePending(servingOnly(b, sessionId))],
             { concurrency: "unbounded" },
           )
-          const successors = startedFor([...fromA, ...fromB], sessionId)
+          const successors = [...startedFor(fromA, sessionId), ...startedFor(fromB, sessionId)]
           assert.strictEqual(successors.length, 1, `${sessionId}: one successor of the pause both engines resumed`)
           successor = successors[0]!
+          resumedOn = startedFor(fromA, sessionId).length === 1 ? a : b
         } else {
           const successors = startedFor(yield* away.engine.resumePending(servingOnly(away, sessionId)), sessionId)
           assert.strictEqual(successors.length, 1, `${sessionId}: resumePending started its successor`)
@@ -177,6 +179,7 @@ const scenario = (url: string) =>
         assert.strictEqual(successor.invocation.invocationId, pause!.intent.successorInvocationId)
         assert.deepStrictEqual((yield* successor.wait).outcome, { kind: "completed" }, `${sessionId}: the successor completes`)
         expected.terminals.push("completed")
+        return resumedOn
       })
 
     /** A first turn started on both engines at once: one is admitted and completes, the other is refused. */
@@ -198,6 +201,8 @@ const scenario = (url: string) =>
         assert.strictEqual(admitted.length, 1, `${sessionId}: one of two simultaneous starts is admitted (${refusals.map((error) => error.message)})`)
         assert.strictEqual(refusals.length, 1)
         const refusal = refusals[0]!
+        // The log refuses the second opening (`Busy`); a start that reads the winner's opening first
+        // finds another host's unsealed run and asks for reconciliation, writing nothing either way.
         assert.include(["Busy", "ReconciliationRequired"], refusal.reason._tag, `${sessionId}: ${refusal.message}`)
         const label = `${refusal.reason._tag}: ${refusal.message}`
         figures.refusals.set(label, (figures.refusals.get(label) ?? 0) + 1)
@@ -221,11 +226,11 @@ const scenario = (url: string) =>
             yield* turn(home, expected, "first")
             break
           case "handoff":
-          case "pending":
-            yield* handedOff(home, expected, index)
-            // The successor ran on the other engine (or either, when both resumed): back home.
-            yield* turn(home, expected, "second")
+          case "pending": {
+            const resumedOn = yield* handedOff(home, expected, index)
+            yield* turn(other(resumedOn), expected, "second")
             break
+          }
           case "race": {
             const winner = yield* raced(expected)
             yield* turn(other(winner), expected, "second")
