@@ -14,7 +14,7 @@
  * test/LoadPostgres.test.ts (the timeout grows with the setting). Run once on a 2-core machine under
  * a load average of 10 (PostgreSQL 15 on the same machine): 1,400 turns, 200 handoffs (50 resumed by
  * both engines at once), 100 simultaneous starts (each refused `Busy`), 14,000 effects and 111,000
- * events in 19.7 min, 22.6 min with the checks, 1.5 GB resident; the default setting takes 25–40 s.
+ * events in 19.7 min, 22.6 min with the checks, 1.5 GB resident; the default setting takes 25–45 s there.
  *
  * Runs when MAKA_TEST_DATABASE_URL names a server; skipped with a printed reason otherwise, except
  * under CI (CI=true), where a missing server fails the test.
