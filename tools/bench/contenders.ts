@@ -268,6 +268,10 @@ export interface Floor {
   readonly close: () => void
 }
 
+/** Commits one transaction of rows: `(session, [kind, json]…)`. */
+type FloorWrite = (session: string, rows: ReadonlyArray<readonly [kind: string, json: string]>) => void | Promise<void>
+
+/** The durable floor over raw better-sqlite3: each write is `BEGIN IMMEDIATE`, one prepared insert per row, `COMMIT`. */
 export const floor = (file: string, baseUrl: string): Floor => {
   const database = new Database(file)
   database.pragma("journal_mode = WAL")
@@ -279,12 +283,40 @@ export const floor = (file: string, baseUrl: string): Floor => {
   const begin = database.prepare("BEGIN IMMEDIATE")
   const commit = database.prepare("COMMIT")
   let ids = 0
-  let sessions = 0
-  const write = (session: string, rows: ReadonlyArray<readonly [kind: string, json: string]>): void => {
+  const write: FloorWrite = (session, rows) => {
     begin.run()
     for (const [kind, json] of rows) insert.run(`e${++ids}`, session, kind, json)
     commit.run()
   }
+  return floorOver(write, baseUrl, () => database.close())
+}
+
+/** The least a pg client can do per durable write: one statement, one round trip, one commit. */
+export interface PgQueryable {
+  readonly query: (text: string, values?: ReadonlyArray<unknown>) => Promise<unknown>
+}
+
+/**
+ * The durable floor over a raw `pg` client (the driver the PostgreSQL event log uses), in a table of
+ * the client's `search_path`: each write is a single autocommitted `INSERT … SELECT FROM unnest(…)` of
+ * its rows, one round trip and one commit, which no engine doing two durable writes per step beats.
+ */
+export const pgFloor = async (client: PgQueryable, baseUrl: string): Promise<Floor> => {
+  await client.query(
+    "CREATE TABLE IF NOT EXISTS event_log (sequence BIGSERIAL PRIMARY KEY, event_id TEXT NOT NULL UNIQUE, session_id TEXT NOT NULL, kind TEXT NOT NULL, event_json TEXT NOT NULL)",
+  )
+  let ids = 0
+  const write: FloorWrite = async (session, rows) => {
+    await client.query(
+      "INSERT INTO event_log (event_id, session_id, kind, event_json) SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[])",
+      [rows.map(() => `e${++ids}`), rows.map(() => session), rows.map(([kind]) => kind), rows.map(([, json]) => json)],
+    )
+  }
+  return floorOver(write, baseUrl, () => undefined)
+}
+
+const floorOver = (write: FloorWrite, baseUrl: string, close: () => void): Floor => {
+  let sessions = 0
   const url = `${baseUrl}/chat/completions`
   const tools = [
     {
@@ -295,13 +327,13 @@ export const floor = (file: string, baseUrl: string): Floor => {
 
   /** One durable step: commit the request (with the previous settles), stream, commit what came back. */
   const step = async (session: string, index: number, body: string, settles: Array<readonly [string, string]>) => {
-    write(session, [...settles.splice(0), ["model_requested", JSON.stringify({ step: index, bytes: body.length })]])
+    await write(session, [...settles.splice(0), ["model_requested", JSON.stringify({ step: index, bytes: body.length })]])
     const observations: Array<readonly [string, string]> = []
     const answer = await rawExchange(url, body, (data) => observations.push(["model_observed", data]))
     const dispatches = answer.calls.map((call) => ["tool_dispatched", JSON.stringify(call)] as const)
     const last: ReadonlyArray<readonly [string, string]> =
       answer.calls.length === 0 ? [["invocation_completed", JSON.stringify({ text: answer.text })]] : dispatches.slice(0, 1)
-    write(session, [...observations, ["model_completed", JSON.stringify({ text: answer.text, calls: answer.calls })], ...last])
+    await write(session, [...observations, ["model_completed", JSON.stringify({ text: answer.text, calls: answer.calls })], ...last])
     for (const dispatch of dispatches.slice(1)) settles.push(dispatch)
     for (const call of answer.calls) settles.push(["tool_settled", JSON.stringify({ id: call.id, output: "ok" })])
     return answer
@@ -340,9 +372,9 @@ export const floor = (file: string, baseUrl: string): Floor => {
         steps.push({ startedAt: performance.now() })
         await step(session, index, body, settles)
       }
-      if (settles.length > 0) write(session, settles)
+      if (settles.length > 0) await write(session, settles)
       return steps
     },
-    close: () => database.close(),
+    close,
   }
 }
