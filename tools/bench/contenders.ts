@@ -55,8 +55,8 @@ export interface MakaTurn {
 
 export interface MakaContender {
   readonly engine: Facade.MakaEngine
-  /** `declaredWindow` overrides the contender's for this turn only. */
-  readonly turn: (sessionId: string, model: string, message?: string, declaredWindow?: number) => Promise<MakaTurn>
+  /** `declaredWindow` overrides the contender's for this turn only; `onMainRequest` runs at each main `model_requested`. */
+  readonly turn: (sessionId: string, model: string, message?: string, declaredWindow?: number, onMainRequest?: () => void) => Promise<MakaTurn>
 }
 
 export const maka = async (options: {
@@ -72,7 +72,13 @@ export const maka = async (options: {
   const engine = await createEngine(
     options.databaseUrl === undefined ? { database: options.database ?? "", synchronous: "FULL" } : { databaseUrl: options.databaseUrl },
   )
-  const turn = async (sessionId: string, model: string, message = USER, declaredWindow = options.declaredWindow): Promise<MakaTurn> => {
+  const turn = async (
+    sessionId: string,
+    model: string,
+    message = USER,
+    declaredWindow = options.declaredWindow,
+    onMainRequest?: () => void,
+  ): Promise<MakaTurn> => {
     const startedAt = performance.now()
     const run = await engine.start({
       sessionId,
@@ -92,7 +98,10 @@ export const maka = async (options: {
       events++
       const fact = stored.event.fact
       if (fact.kind === "model_requested") {
-        if (fact.purpose === "main") requestedAt.push(performance.now())
+        if (fact.purpose === "main") {
+          requestedAt.push(performance.now())
+          onMainRequest?.()
+        }
         else summaryRequests++
       } else if (fact.kind === "context_checkpoint_recorded") checkpoints++
     }
