@@ -15,14 +15,14 @@
  * session once, which made a 100,000-event build take over half an hour); the warm-up turns bring each
  * session into the measured window's regime.
  *
- * Timed: `MAKA_BENCH_SCALE_TURNS` (default 7) 10-step tool-loop turns per size after `MAKA_BENCH_WARMUP`
+ * Timed: `MAKA_BENCH_SCALE_TURNS` (default 5) 10-step tool-loop turns per size after `MAKA_BENCH_WARMUP`
  * (default 2) warm-up turns, round-robin over the sizes (the order rotating each round), so load drifts
  * hit every size alike. A steady step is the time between consecutive main `model_requested` events
  * inside a turn (median over the turn's 8 inner steps, then over the turns); the first step of a new
  * turn runs from `start` to the turn's second main `model_requested`; the turn time per step divides
  * a whole turn, background summaries and adoptions included, by its 10 steps.
  *
- * Accounting (not timed): `MAKA_BENCH_SCALE_ACCOUNT_TURNS` (default 6) more turns per size with the WAL
+ * Accounting (not timed): `MAKA_BENCH_SCALE_ACCOUNT_TURNS` (default 3) more turns per size with the WAL
  * meter running (a read transaction held across them, see `lib.ts`): the bytes the commits append to
  * the WAL, and the commits, per main step, checkpoints included.
  *
@@ -83,9 +83,9 @@ if (memoryChild !== undefined) {
   process.exit(0)
 }
 
-const TURNS = integer("MAKA_BENCH_SCALE_TURNS", 7)
+const TURNS = integer("MAKA_BENCH_SCALE_TURNS", 5)
 const WARMUP = integer("MAKA_BENCH_WARMUP", 2)
-const ACCOUNT_TURNS = integer("MAKA_BENCH_SCALE_ACCOUNT_TURNS", 6)
+const ACCOUNT_TURNS = integer("MAKA_BENCH_SCALE_ACCOUNT_TURNS", 3)
 const WINDOW = integer("MAKA_BENCH_SCALE_WINDOW", 1_500)
 const BUILD_WINDOW = integer("MAKA_BENCH_SCALE_BUILD_WINDOW", 50_000)
 const SIZES = (process.env["MAKA_BENCH_SCALE_SIZES"] ?? "100,1000,10000").split(",").map(Number)
