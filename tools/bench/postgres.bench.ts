@@ -173,7 +173,7 @@ try {
   const cpuPerStep = medians(cpu)
   console.log(
     `tool loop, ms per step: maka on PostgreSQL ${round(msPerStep.postgres, 2)}, on SQLite ${round(msPerStep.sqlite, 2)}, PostgreSQL floor ${round(msPerStep.pgFloor, 2)}, SQLite floor ${round(msPerStep.sqliteFloor, 2)}; ` +
-      `CPU ms per step ${round(cpuPerStep.postgres, 2)}, ${round(cpuPerStep.sqlite, 2)}, ${round(cpuPerStep.pgFloor, 2)}; ` +
+      `CPU ms per step ${round(cpuPerStep.postgres, 2)}, ${round(cpuPerStep.sqlite, 2)}, ${round(cpuPerStep.pgFloor, 2)}, ${round(cpuPerStep.sqliteFloor, 2)}; ` +
       `commits per step ${round(makaWrites.commits, 2)} (floor ${round(floorWrites.commits, 2)}), statements per step ${round(makaWrites.statements, 1)} (floor ${round(floorWrites.statements, 1)})`,
   )
 

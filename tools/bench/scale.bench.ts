@@ -327,6 +327,14 @@ for (const series of all) {
         ? `heap used during a live 10-step turn (after a forced GC at each main model_requested, the turn's largest, median over ${MEMORY_TURNS} turns) in a fresh process holding this session only: the reference of the larger sizes`
         : `heap used during a live turn ${against.replace("measured round-robin in the same run", "each in a fresh process, same run")}`,
     )
+    entries[`${label}.liveHeapMB.vs${reference.size}`] = entry(
+      live.heapMB - live.idleHeapMB,
+      "MB",
+      isReference ? null : referenceMemory.heapMB - referenceMemory.idleHeapMB,
+      isReference
+        ? "the same heap minus the heap of the freshly opened engine before the run (after a forced GC): what the live run itself holds, the loaded code left out; the reference of the larger sizes"
+        : `what the live run itself holds (heap during the turn − heap of the idle engine) ${against.replace("measured round-robin in the same run", "each in a fresh process, same run")}`,
+    )
     entries[`${label}.rssMB.vs${reference.size}`] = entry(
       live.rssMB,
       "MB",
