@@ -204,7 +204,7 @@ export const langGraph = (baseUrl: string, file?: string): LangGraphContender =>
       const before = requests
       const stream = await graph.stream(
         { messages: [new SystemMessage(SYSTEM), new HumanMessage(USER)] },
-        { configurable: { thread_id: `thread-${++threads}`, model }, streamMode: "messages", durability: "sync", recursionLimit: 64 },
+        { configurable: { thread_id: `thread-${++threads}`, model }, streamMode: "messages", durability: "sync", recursionLimit: 2 * 64 + 1 },
       )
       let last = ""
       for await (const [message] of stream) {

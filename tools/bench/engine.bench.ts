@@ -10,7 +10,8 @@
  *    per step with raw better-sqlite3), run round-robin in each trial (the order rotates), medians over
  *    the trials. Per step: wall time, CPU time (`process.cpuUsage`, the whole process), and, in a
  *    separate accounting pass that holds a read transaction so the WAL is not recycled, the commits
- *    and WAL bytes (see `WalMeter`) of maka, LangGraph's checkpointer and the floor.
+ *    and WAL bytes (see `WalMeter`) of maka, LangGraph's checkpointer and the floor; then the WAL bytes
+ *    per step of one 40-step loop of maka and of LangGraph, to show how each grows with a thread.
  * 2. A 1,000-delta answer through the engine (every delta durable before `run.events()` yields it)
  *    against the same stream read with bare `fetch` + `eventsource-parser`, unpaced and paced 1 ms per
  *    chunk: total time, and the median delay from a delta's sending (stamped by the server) to its
@@ -146,6 +147,20 @@ const langGraphWrites = await account(langGraphFile, langGraphLoop)
 const stored = await engine.engine.events(`loop-${sessions}`)
 const eventsPerStep = stored.length / STEPS
 const eventJsonBytesPerStep = stored.reduce((sum, event) => sum + Buffer.byteLength(JSON.stringify(event.event)), 0) / STEPS
+
+/** WAL bytes per step of one longer loop (`LONG_STEPS` steps), the meter held across it. */
+const LONG_STEPS = 40
+const longLoopBytes = async (file: string, loop: () => Promise<number>): Promise<number> => {
+  const meter = new WalMeter(file)
+  meter.start()
+  const steps = await loop()
+  const count = meter.stop()
+  meter.close()
+  if (steps !== LONG_STEPS) throw new Error(`the ${LONG_STEPS}-step loop made ${steps} requests`)
+  return count.bytes / steps
+}
+const makaLongBytes = await longLoopBytes(makaFile, async () => (await engine.turn(`loop-${++sessions}`, `loop-${LONG_STEPS}`)).requestedAt.length)
+const langGraphLongBytes = await longLoopBytes(langGraphFile, () => checkpointed.loop(`loop-${LONG_STEPS}`))
 raw.close()
 checkpointed.close()
 
@@ -155,7 +170,8 @@ console.log(
     `CPU ms per step: ${round(cpuPerStep.maka, 2)}, ${round(cpuPerStep.agentsSdk, 2)}, ${round(cpuPerStep.langGraph, 2)}, ${round(cpuPerStep.langGraphBare, 2)}, ${round(cpuPerStep.floor, 2)}; ` +
     `commits per step ${round(makaWrites.commits, 2)} (floor ${round(floorWrites.commits, 2)}), SQL statements per step ${round(makaWrites.statements, 1)} (floor ${round(floorWrites.statements, 1)}), ` +
     `WAL KB per step ${round(makaWrites.bytes / 1024, 1)} (floor ${round(floorWrites.bytes / 1024, 1)}); ` +
-    `LangGraph's checkpointer: ${round(langGraphWrites.commits, 2)} commits, ${round(langGraphWrites.bytes / 1024, 1)} WAL KB per step`,
+    `LangGraph's checkpointer: ${round(langGraphWrites.commits, 2)} commits, ${round(langGraphWrites.bytes / 1024, 1)} WAL KB per step; ` +
+    `in a ${LONG_STEPS}-step loop, WAL KB per step maka ${round(makaLongBytes / 1024, 1)}, LangGraph ${round(langGraphLongBytes / 1024, 1)}`,
 )
 
 const SDK = "the OpenAI Agents SDK 0.20.0 (chat completions, streaming; persists nothing), same server, same run"
@@ -178,6 +194,19 @@ const entries: Record<string, Entry> = {
   "engine.loop.langGraph.msPerStep.vsUncheckpointed": entry(msPerStep.langGraph, "ms/step", msPerStep.langGraphBare, "LangGraph with SqliteSaver vs the same graph with no checkpointer, same run: what its durability costs it"),
   "engine.loop.langGraph.msPerStep.vsFloor": entry(msPerStep.langGraph, "ms/step", msPerStep.floor, `LangGraph with SqliteSaver vs ${FLOOR}`),
   "engine.loop.langGraph.walBytesPerStep.vsFloor": entry(langGraphWrites.bytes, "bytes/step", floorWrites.bytes, "LangGraph's SqliteSaver WAL bytes per step vs the durable floor's"),
+  "engine.longLoop.walBytesPerStep.vsLangGraph": entry(
+    makaLongBytes,
+    "bytes/step",
+    langGraphLongBytes,
+    `WAL bytes per step of one ${LONG_STEPS}-step tool loop (accounting pass), maka vs LangGraph's SqliteSaver`,
+  ),
+  "engine.longLoop.walBytesPerStep.vsLoop10": entry(makaLongBytes, "bytes/step", makaWrites.bytes, `maka's WAL bytes per step in a ${LONG_STEPS}-step loop vs in the 10-step loop (flat: a step appends only its own events)`),
+  "engine.longLoop.langGraph.walBytesPerStep.vsLoop10": entry(
+    langGraphLongBytes,
+    "bytes/step",
+    langGraphWrites.bytes,
+    `LangGraph's SqliteSaver WAL bytes per step in a ${LONG_STEPS}-step loop vs in the 10-step loop (each checkpoint holds the whole thread so far)`,
+  ),
   "engine.loop.eventsPerStep": entry(eventsPerStep, "events/step", null, "events maka stores per step of the loop"),
   "engine.loop.eventJsonBytesPerStep.vsWalBytes": entry(eventJsonBytesPerStep, "bytes/step", makaWrites.bytes, "the JSON of the events a step stores vs the WAL bytes the step writes (the ratio is the share that is payload)"),
 }

@@ -113,7 +113,8 @@ How to read it:
   \`synchronous=FULL\` like maka, \`durability: "sync"\`: each checkpoint is written before the next
   super-step starts). Its commits and WAL bytes per step are read by the same WAL meter as maka's. Each
   checkpoint holds the whole graph state, so its bytes per step grow with the thread's length; maka
-  appends only the step's events. \`langGraph.msPerStep.vsUncheckpointed\` compares it with the same
+  appends only the step's events (\`engine.longLoop.*\`: the WAL bytes per step of one 40-step loop,
+  against the other contender and against the same contender's 10-step figure). \`langGraph.msPerStep.vsUncheckpointed\` compares it with the same
   graph without a checkpointer: what its durability costs it.
 - PostgreSQL (\`postgres.*\`): the same loop through \`createEngine({databaseUrl})\` on the server of
   \`MAKA_BENCH_DATABASE_URL\` (else \`MAKA_TEST_DATABASE_URL\`; with neither, the figures are skipped), in
