@@ -341,7 +341,8 @@ for (const [index, name] of selected.entries()) {
   writeReport(results)
   for (const [key, value] of entries) {
     const compared = value as Entry
-    console.log(`  ${key}: ${format(compared.value)} ${compared.unit}${compared.baseline === null ? "" : ` vs ${format(compared.baseline)} (${compared.ratio}×)`}`)
+    if (compared.unit === SKIPPED) console.log(`  ${key}: skipped`)
+    else console.log(`  ${key}: ${format(compared.value)} ${compared.unit}${compared.baseline === null ? "" : ` vs ${format(compared.baseline)} (${compared.ratio}×)`}`)
   }
 }
 const runSeconds = Math.round((performance.now() - runStarted) / 1000)
