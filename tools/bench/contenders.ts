@@ -1,12 +1,22 @@
 /**
- * The three ways `pnpm bench` runs the same streaming tool loop against the fake server:
- * - maka through the Promise facade (`createEngine`, SQLite, `synchronous=FULL`), reading `run.events()`;
+ * The ways `pnpm bench` runs the same streaming tool loop against the fake server:
+ * - maka through the Promise facade (`createEngine`, SQLite, `synchronous=FULL`, or PostgreSQL), reading `run.events()`;
  * - the OpenAI Agents SDK (chat completions, streaming, the same `noop` tool), which persists nothing;
+ * - LangGraph: a graph of a model node (LangChain's `ChatOpenAI`, its tokens streamed with
+ *   `streamMode: "messages"`) and a tool node (`ToolNode`, the same `noop`), checkpointed after every
+ *   super-step by `SqliteSaver` (`@langchain/langgraph-checkpoint-sqlite`, WAL, `synchronous=FULL`,
+ *   `durability: "sync"`), or with no checkpointer at all;
  * - the durable floor: `fetch` + `eventsource-parser` and two `synchronous=FULL` commits per step with
  *   raw better-sqlite3 (before the request is sent: the previous step's settles and the request; before
  *   the tool runs: the step's observations, its completion and the dispatch), which is the least a
  *   durable engine must do.
  */
+import { type AIMessage, HumanMessage, SystemMessage } from "@langchain/core/messages"
+import { tool as langChainTool } from "@langchain/core/tools"
+import { END, MessagesAnnotation, START, StateGraph } from "@langchain/langgraph"
+import { ToolNode } from "@langchain/langgraph/prebuilt"
+import { SqliteSaver } from "@langchain/langgraph-checkpoint-sqlite"
+import { ChatOpenAI } from "@langchain/openai"
 import { Agent, OpenAIProvider, Runner, setTracingDisabled, tool } from "@openai/agents"
 import Database from "better-sqlite3"
 import { Effect, Schema } from "effect"
@@ -45,20 +55,30 @@ export interface MakaTurn {
 
 export interface MakaContender {
   readonly engine: Facade.MakaEngine
-  /** `declaredWindow` overrides the contender's for this turn only. */
-  readonly turn: (sessionId: string, model: string, message?: string, declaredWindow?: number) => Promise<MakaTurn>
+  /** `declaredWindow` overrides the contender's for this turn only; `onMainRequest` runs at each main `model_requested`. */
+  readonly turn: (sessionId: string, model: string, message?: string, declaredWindow?: number, onMainRequest?: () => void) => Promise<MakaTurn>
 }
 
 export const maka = async (options: {
-  readonly database: string
+  /** A SQLite file, or a PostgreSQL URL in `databaseUrl`. */
+  readonly database?: string | undefined
+  readonly databaseUrl?: string | undefined
   readonly baseUrl: string
   readonly workspace: string
   readonly fetch?: ((input: string, init: RequestInit) => Promise<Response>) | undefined
   /** `context.declaredWindow` of every run (tokens); absent, compaction is due only near the read limits. */
   readonly declaredWindow?: number | undefined
 }): Promise<MakaContender> => {
-  const engine = await createEngine({ database: options.database, synchronous: "FULL" })
-  const turn = async (sessionId: string, model: string, message = USER, declaredWindow = options.declaredWindow): Promise<MakaTurn> => {
+  const engine = await createEngine(
+    options.databaseUrl === undefined ? { database: options.database ?? "", synchronous: "FULL" } : { databaseUrl: options.databaseUrl },
+  )
+  const turn = async (
+    sessionId: string,
+    model: string,
+    message = USER,
+    declaredWindow = options.declaredWindow,
+    onMainRequest?: () => void,
+  ): Promise<MakaTurn> => {
     const startedAt = performance.now()
     const run = await engine.start({
       sessionId,
@@ -78,7 +98,10 @@ export const maka = async (options: {
       events++
       const fact = stored.event.fact
       if (fact.kind === "model_requested") {
-        if (fact.purpose === "main") requestedAt.push(performance.now())
+        if (fact.purpose === "main") {
+          requestedAt.push(performance.now())
+          onMainRequest?.()
+        }
         else summaryRequests++
       } else if (fact.kind === "context_checkpoint_recorded") checkpoints++
     }
@@ -125,6 +148,73 @@ export const agentsSdk = (baseUrl: string): SdkContender => {
       await result.completed
       if (result.finalOutput !== "done") throw new Error(`the Agents SDK ended with ${JSON.stringify(result.finalOutput)}`)
     },
+  }
+}
+
+// --- LangGraph ----------------------------------------------------------------------------------
+
+export interface LangGraphContender {
+  /** One tool loop in a new thread; returns the model requests it made. */
+  readonly loop: (model: string) => Promise<number>
+  readonly close: () => void
+}
+
+/**
+ * The tool loop as a LangGraph graph: `agent` (the chat model with `noop` bound) and `tools`
+ * (`ToolNode`), `agent → tools` while the answer calls a tool, `tools → agent` always. With a file,
+ * `SqliteSaver` checkpoints every super-step before the next starts (`durability: "sync"`) on a
+ * better-sqlite3 connection set to WAL and `synchronous=FULL` (LangGraph leaves SQLite's default,
+ * `NORMAL` in WAL mode; FULL matches maka's durability); without one the graph keeps nothing. The run
+ * is read with `streamMode: "messages"`, which makes the model node stream its tokens, as a caller
+ * rendering the run would. A step is one model request (a super-step of `agent` and the `tools` one
+ * after it), as for maka.
+ */
+export const langGraph = (baseUrl: string, file?: string): LangGraphContender => {
+  const database = file === undefined ? undefined : new Database(file)
+  database?.pragma("journal_mode = WAL")
+  database?.pragma("synchronous = FULL")
+  const noopTool = langChainTool(async () => "ok", { name: "noop", description: "Does nothing.", schema: z.object({ step: z.number() }) })
+  const models = new Map<string, ReturnType<ChatOpenAI["bindTools"]>>()
+  let requests = 0
+  const modelFor = (model: string) => {
+    const known = models.get(model)
+    if (known !== undefined) return known
+    const chat = new ChatOpenAI({ model, apiKey: "sk-bench", configuration: { baseURL: baseUrl } })
+    // LangChain's token estimate downloads a tokenizer on first use; the bench never reaches outside
+    // the machine (and the streamed path does not need the estimate), so it counts locally.
+    chat.getNumTokens = async (content) => Math.ceil(JSON.stringify(content).length / 4)
+    const bound = chat.bindTools([noopTool])
+    models.set(model, bound)
+    return bound
+  }
+  const graph = new StateGraph(MessagesAnnotation)
+    .addNode("agent", async (state, config) => {
+      requests++
+      const model = (config.configurable as { model?: string } | undefined)?.model ?? ""
+      return { messages: [await modelFor(model).invoke(state.messages, config)] }
+    })
+    .addNode("tools", new ToolNode([noopTool]))
+    .addEdge(START, "agent")
+    .addConditionalEdges("agent", (state) => ((state.messages.at(-1) as AIMessage).tool_calls?.length ? "tools" : END), ["tools", END])
+    .addEdge("tools", "agent")
+    .compile(database === undefined ? {} : { checkpointer: new SqliteSaver(database) })
+  let threads = 0
+  return {
+    loop: async (model) => {
+      const before = requests
+      const stream = await graph.stream(
+        { messages: [new SystemMessage(SYSTEM), new HumanMessage(USER)] },
+        { configurable: { thread_id: `thread-${++threads}`, model }, streamMode: "messages", durability: "sync", recursionLimit: 2 * 64 + 1 },
+      )
+      let last = ""
+      for await (const [message] of stream) {
+        // Read every streamed token, as a caller rendering the run would.
+        if (typeof message.content === "string" && message.content !== "") last = message.content
+      }
+      if (last !== "done") throw new Error(`LangGraph's loop ended with ${JSON.stringify(last)}`)
+      return requests - before
+    },
+    close: () => database?.close(),
   }
 }
 
@@ -187,6 +277,10 @@ export interface Floor {
   readonly close: () => void
 }
 
+/** Commits one transaction of rows: `(session, [kind, json]…)`. */
+type FloorWrite = (session: string, rows: ReadonlyArray<readonly [kind: string, json: string]>) => void | Promise<void>
+
+/** The durable floor over raw better-sqlite3: each write is `BEGIN IMMEDIATE`, one prepared insert per row, `COMMIT`. */
 export const floor = (file: string, baseUrl: string): Floor => {
   const database = new Database(file)
   database.pragma("journal_mode = WAL")
@@ -198,12 +292,40 @@ export const floor = (file: string, baseUrl: string): Floor => {
   const begin = database.prepare("BEGIN IMMEDIATE")
   const commit = database.prepare("COMMIT")
   let ids = 0
-  let sessions = 0
-  const write = (session: string, rows: ReadonlyArray<readonly [kind: string, json: string]>): void => {
+  const write: FloorWrite = (session, rows) => {
     begin.run()
     for (const [kind, json] of rows) insert.run(`e${++ids}`, session, kind, json)
     commit.run()
   }
+  return floorOver(write, baseUrl, () => database.close())
+}
+
+/** The least a pg client can do per durable write: one statement, one round trip, one commit. */
+export interface PgQueryable {
+  readonly query: (text: string, values?: ReadonlyArray<unknown>) => Promise<unknown>
+}
+
+/**
+ * The durable floor over a raw `pg` client (the driver the PostgreSQL event log uses), in a table of
+ * the client's `search_path`: each write is a single autocommitted `INSERT … SELECT FROM unnest(…)` of
+ * its rows, one round trip and one commit, which no engine doing two durable writes per step beats.
+ */
+export const pgFloor = async (client: PgQueryable, baseUrl: string): Promise<Floor> => {
+  await client.query(
+    "CREATE TABLE IF NOT EXISTS event_log (sequence BIGSERIAL PRIMARY KEY, event_id TEXT NOT NULL UNIQUE, session_id TEXT NOT NULL, kind TEXT NOT NULL, event_json TEXT NOT NULL)",
+  )
+  let ids = 0
+  const write: FloorWrite = async (session, rows) => {
+    await client.query(
+      "INSERT INTO event_log (event_id, session_id, kind, event_json) SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[])",
+      [rows.map(() => `e${++ids}`), rows.map(() => session), rows.map(([kind]) => kind), rows.map(([, json]) => json)],
+    )
+  }
+  return floorOver(write, baseUrl, () => undefined)
+}
+
+const floorOver = (write: FloorWrite, baseUrl: string, close: () => void): Floor => {
+  let sessions = 0
   const url = `${baseUrl}/chat/completions`
   const tools = [
     {
@@ -214,13 +336,13 @@ export const floor = (file: string, baseUrl: string): Floor => {
 
   /** One durable step: commit the request (with the previous settles), stream, commit what came back. */
   const step = async (session: string, index: number, body: string, settles: Array<readonly [string, string]>) => {
-    write(session, [...settles.splice(0), ["model_requested", JSON.stringify({ step: index, bytes: body.length })]])
+    await write(session, [...settles.splice(0), ["model_requested", JSON.stringify({ step: index, bytes: body.length })]])
     const observations: Array<readonly [string, string]> = []
     const answer = await rawExchange(url, body, (data) => observations.push(["model_observed", data]))
     const dispatches = answer.calls.map((call) => ["tool_dispatched", JSON.stringify(call)] as const)
     const last: ReadonlyArray<readonly [string, string]> =
       answer.calls.length === 0 ? [["invocation_completed", JSON.stringify({ text: answer.text })]] : dispatches.slice(0, 1)
-    write(session, [...observations, ["model_completed", JSON.stringify({ text: answer.text, calls: answer.calls })], ...last])
+    await write(session, [...observations, ["model_completed", JSON.stringify({ text: answer.text, calls: answer.calls })], ...last])
     for (const dispatch of dispatches.slice(1)) settles.push(dispatch)
     for (const call of answer.calls) settles.push(["tool_settled", JSON.stringify({ id: call.id, output: "ok" })])
     return answer
@@ -259,9 +381,9 @@ export const floor = (file: string, baseUrl: string): Floor => {
         steps.push({ startedAt: performance.now() })
         await step(session, index, body, settles)
       }
-      if (settles.length > 0) write(session, settles)
+      if (settles.length > 0) await write(session, settles)
       return steps
     },
-    close: () => database.close(),
+    close,
   }
 }

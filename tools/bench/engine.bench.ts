@@ -4,11 +4,14 @@
  *
  * 1. The streaming 10-step tool loop (nine `noop` calls, then a text answer): maka through
  *    `createEngine` (SQLite, `synchronous=FULL`, reading `run.events()`), the OpenAI Agents SDK (chat
- *    completions, streaming, the same tool; it persists nothing) and the durable floor (`fetch` +
- *    `eventsource-parser` + two FULL commits per step with raw better-sqlite3), run round-robin in
- *    each trial (the order rotates), medians over the trials. Per step: wall time, CPU time
- *    (`process.cpuUsage`, the whole process), and, in a separate accounting pass that holds a read
- *    transaction so the WAL is not recycled, the commits and WAL bytes (see `WalMeter`).
+ *    completions, streaming, the same tool; it persists nothing), LangGraph checkpointing every
+ *    super-step with its SQLite checkpointer (`SqliteSaver`, `synchronous=FULL`) and the same graph
+ *    without a checkpointer, and the durable floor (`fetch` + `eventsource-parser` + two FULL commits
+ *    per step with raw better-sqlite3), run round-robin in each trial (the order rotates), medians over
+ *    the trials. Per step: wall time, CPU time (`process.cpuUsage`, the whole process), and, in a
+ *    separate accounting pass that holds a read transaction so the WAL is not recycled, the commits
+ *    and WAL bytes (see `WalMeter`) of maka, LangGraph's checkpointer and the floor; then the WAL bytes
+ *    per step of one 40-step loop of maka and of LangGraph, to show how each grows with a thread.
  * 2. A 1,000-delta answer through the engine (every delta durable before `run.events()` yields it)
  *    against the same stream read with bare `fetch` + `eventsource-parser`, unpaced and paced 1 ms per
  *    chunk: total time, and the median delay from a delta's sending (stamped by the server) to its
@@ -19,15 +22,15 @@
  */
 import * as fs from "node:fs"
 import * as path from "node:path"
-import { agentsSdk, floor, maka, rawExchange } from "./contenders.ts"
+import { agentsSdk, floor, langGraph, maka, rawExchange } from "./contenders.ts"
 import { startFakeServer } from "./fake-server.ts"
 import { countStatements, cpuMs, emit, entry, type Entry, integer, median, profiled, round, temporaryDirectory, topSelfTime, WalMeter } from "./lib.ts"
 
 const STEPS = 10
 const LOOP_MODEL = `loop-${STEPS}`
-const TRIALS = integer("MAKA_BENCH_TRIALS", 7)
+const TRIALS = integer("MAKA_BENCH_TRIALS", 5)
 const WARMUP = integer("MAKA_BENCH_WARMUP", 2)
-const LOOPS = integer("MAKA_BENCH_LOOPS", 5)
+const LOOPS = integer("MAKA_BENCH_LOOPS", 3)
 const ACCOUNTING_LOOPS = 3
 const DELTAS = 1_000
 const STREAM_ROUNDS = integer("MAKA_BENCH_STREAM_ROUNDS", 15)
@@ -41,6 +44,7 @@ fs.mkdirSync(workspace)
 const server = await startFakeServer()
 const makaFile = path.join(directory, "maka.sqlite")
 const floorFile = path.join(directory, "floor.sqlite")
+const langGraphFile = path.join(directory, "langgraph.sqlite")
 const engine = await maka({ database: makaFile, baseUrl: server.baseUrl, workspace })
 let sessions = 0
 const makaLoop = async (): Promise<void> => {
@@ -77,15 +81,24 @@ const floorLoop = async (): Promise<void> => {
   const steps = await raw.loop(LOOP_MODEL)
   if (steps.length !== STEPS) throw new Error(`the floor made ${steps.length} requests, not ${STEPS}`)
 }
+const checkpointed = langGraph(server.baseUrl, langGraphFile)
+const uncheckpointed = langGraph(server.baseUrl)
+const graphLoop = (graph: typeof checkpointed) => async (): Promise<void> => {
+  const requests = await graph.loop(LOOP_MODEL)
+  if (requests !== STEPS) throw new Error(`LangGraph made ${requests} requests, not ${STEPS}`)
+}
+const langGraphLoop = graphLoop(checkpointed)
 const contenders = [
   { name: "maka", loop: makaLoop },
   { name: "agentsSdk", loop: () => sdk.loop(LOOP_MODEL) },
+  { name: "langGraph", loop: langGraphLoop },
+  { name: "langGraphBare", loop: graphLoop(uncheckpointed) },
   { name: "floor", loop: floorLoop },
 ] as const
 type Name = (typeof contenders)[number]["name"]
 
-const wall: Record<Name, Array<number>> = { maka: [], agentsSdk: [], floor: [] }
-const cpu: Record<Name, Array<number>> = { maka: [], agentsSdk: [], floor: [] }
+const wall: Record<Name, Array<number>> = { maka: [], agentsSdk: [], langGraph: [], langGraphBare: [], floor: [] }
+const cpu: Record<Name, Array<number>> = { maka: [], agentsSdk: [], langGraph: [], langGraphBare: [], floor: [] }
 for (let trial = 0; trial < WARMUP + TRIALS; trial++) {
   for (let position = 0; position < contenders.length; position++) {
     const contender = contenders[(trial + position) % contenders.length]!
@@ -100,11 +113,16 @@ for (let trial = 0; trial < WARMUP + TRIALS; trial++) {
   }
   if (trial >= WARMUP) {
     const last = (name: Name) => round(wall[name].at(-1)!, 2)
-    console.log(`trial ${trial - WARMUP + 1}/${TRIALS}: ms per step maka ${last("maka")}, Agents SDK ${last("agentsSdk")}, floor ${last("floor")}`)
-  }
+    console.log(
+      `trial ${trial - WARMUP + 1}/${TRIALS}: ms per step maka ${last("maka")}, Agents SDK ${last("agentsSdk")}, ` +
+        `LangGraph + SqliteSaver ${last("langGraph")}, LangGraph alone ${last("langGraphBare")}, floor ${last("floor")}`,
+    )
+  } else console.log(`warm-up ${trial + 1}/${WARMUP}`)
 }
-const msPerStep = { maka: median(wall.maka), agentsSdk: median(wall.agentsSdk), floor: median(wall.floor) }
-const cpuPerStep = { maka: median(cpu.maka), agentsSdk: median(cpu.agentsSdk), floor: median(cpu.floor) }
+const medians = (values: Record<Name, Array<number>>) =>
+  Object.fromEntries(Object.entries(values).map(([name, list]) => [name, median(list)])) as Record<Name, number>
+const msPerStep = medians(wall)
+const cpuPerStep = medians(cpu)
 
 /** Commits and WAL bytes per step, in a pass of its own (the held read transaction is not timed). */
 const account = async (file: string, loop: () => Promise<void>) => {
@@ -125,19 +143,40 @@ const account = async (file: string, loop: () => Promise<void>) => {
 }
 const makaWrites = await account(makaFile, makaLoop)
 const floorWrites = await account(floorFile, floorLoop)
+const langGraphWrites = await account(langGraphFile, langGraphLoop)
 const stored = await engine.engine.events(`loop-${sessions}`)
 const eventsPerStep = stored.length / STEPS
 const eventJsonBytesPerStep = stored.reduce((sum, event) => sum + Buffer.byteLength(JSON.stringify(event.event)), 0) / STEPS
+
+/** WAL bytes per step of one longer loop (`LONG_STEPS` steps), the meter held across it. */
+const LONG_STEPS = 40
+const longLoopBytes = async (file: string, loop: () => Promise<number>): Promise<number> => {
+  const meter = new WalMeter(file)
+  meter.start()
+  const steps = await loop()
+  const count = meter.stop()
+  meter.close()
+  if (steps !== LONG_STEPS) throw new Error(`the ${LONG_STEPS}-step loop made ${steps} requests`)
+  return count.bytes / steps
+}
+const makaLongBytes = await longLoopBytes(makaFile, async () => (await engine.turn(`loop-${++sessions}`, `loop-${LONG_STEPS}`)).requestedAt.length)
+const langGraphLongBytes = await longLoopBytes(langGraphFile, () => checkpointed.loop(`loop-${LONG_STEPS}`))
 raw.close()
+checkpointed.close()
 
 console.log(
-  `tool loop, ms per step: maka ${round(msPerStep.maka, 2)}, Agents SDK ${round(msPerStep.agentsSdk, 2)}, floor ${round(msPerStep.floor, 2)}; ` +
-    `CPU ms per step: ${round(cpuPerStep.maka, 2)}, ${round(cpuPerStep.agentsSdk, 2)}, ${round(cpuPerStep.floor, 2)}; ` +
+  `tool loop, ms per step: maka ${round(msPerStep.maka, 2)}, Agents SDK ${round(msPerStep.agentsSdk, 2)}, LangGraph + SqliteSaver ${round(msPerStep.langGraph, 2)}, ` +
+    `LangGraph alone ${round(msPerStep.langGraphBare, 2)}, floor ${round(msPerStep.floor, 2)}; ` +
+    `CPU ms per step: ${round(cpuPerStep.maka, 2)}, ${round(cpuPerStep.agentsSdk, 2)}, ${round(cpuPerStep.langGraph, 2)}, ${round(cpuPerStep.langGraphBare, 2)}, ${round(cpuPerStep.floor, 2)}; ` +
     `commits per step ${round(makaWrites.commits, 2)} (floor ${round(floorWrites.commits, 2)}), SQL statements per step ${round(makaWrites.statements, 1)} (floor ${round(floorWrites.statements, 1)}), ` +
-    `WAL KB per step ${round(makaWrites.bytes / 1024, 1)} (floor ${round(floorWrites.bytes / 1024, 1)})`,
+    `WAL KB per step ${round(makaWrites.bytes / 1024, 1)} (floor ${round(floorWrites.bytes / 1024, 1)}); ` +
+    `LangGraph's checkpointer: ${round(langGraphWrites.commits, 2)} commits, ${round(langGraphWrites.bytes / 1024, 1)} WAL KB per step; ` +
+    `in a ${LONG_STEPS}-step loop, WAL KB per step maka ${round(makaLongBytes / 1024, 1)}, LangGraph ${round(langGraphLongBytes / 1024, 1)}`,
 )
 
 const SDK = "the OpenAI Agents SDK 0.20.0 (chat completions, streaming; persists nothing), same server, same run"
+const LANGGRAPH =
+  "LangGraph 1.7.3 running the same loop as a graph (ChatOpenAI model node streamed with streamMode messages, ToolNode), checkpointed after every super-step by SqliteSaver 1.0.4 (WAL, synchronous=FULL, durability sync), same server, same run"
 const FLOOR = "the durable floor: fetch + eventsource-parser + 2 synchronous=FULL commits per step with raw better-sqlite3, same server, same run"
 const entries: Record<string, Entry> = {
   "engine.loop.msPerStep.vsAgentsSdk": entry(msPerStep.maka, "ms/step", msPerStep.agentsSdk, `maka's 10-step streaming tool loop through createEngine (SQLite, synchronous=FULL) vs ${SDK}`),
@@ -148,6 +187,26 @@ const entries: Record<string, Entry> = {
   "engine.loop.commitsPerStep.vsFloor": entry(makaWrites.commits, "commits/step", floorWrites.commits, "WAL commit frames per step (accounting pass), maka vs the durable floor; the Agents SDK makes none"),
   "engine.loop.sqlStatementsPerStep.vsFloor": entry(makaWrites.statements, "statements/step", floorWrites.statements, "SQL statements executed per step (better-sqlite3 calls counted by a wrapper in the accounting pass), maka vs the durable floor"),
   "engine.loop.walBytesPerStep.vsFloor": entry(makaWrites.bytes, "bytes/step", floorWrites.bytes, "bytes appended to the WAL per step (frames × (page + 24)), maka vs the durable floor; the Agents SDK writes none"),
+  "engine.loop.msPerStep.vsLangGraph": entry(msPerStep.maka, "ms/step", msPerStep.langGraph, `maka's tool loop vs ${LANGGRAPH}`),
+  "engine.loop.cpuMsPerStep.vsLangGraph": entry(cpuPerStep.maka, "CPU ms/step", cpuPerStep.langGraph, "process CPU per step, maka vs LangGraph with its SQLite checkpointer"),
+  "engine.loop.commitsPerStep.vsLangGraph": entry(makaWrites.commits, "commits/step", langGraphWrites.commits, "WAL commit frames per step (accounting pass), maka vs LangGraph's SqliteSaver"),
+  "engine.loop.walBytesPerStep.vsLangGraph": entry(makaWrites.bytes, "bytes/step", langGraphWrites.bytes, "bytes appended to the WAL per step, maka vs LangGraph's SqliteSaver (it writes the whole graph state at every super-step, so its bytes per step grow with the thread)"),
+  "engine.loop.langGraph.msPerStep.vsUncheckpointed": entry(msPerStep.langGraph, "ms/step", msPerStep.langGraphBare, "LangGraph with SqliteSaver vs the same graph with no checkpointer, same run: what its durability costs it"),
+  "engine.loop.langGraph.msPerStep.vsFloor": entry(msPerStep.langGraph, "ms/step", msPerStep.floor, `LangGraph with SqliteSaver vs ${FLOOR}`),
+  "engine.loop.langGraph.walBytesPerStep.vsFloor": entry(langGraphWrites.bytes, "bytes/step", floorWrites.bytes, "LangGraph's SqliteSaver WAL bytes per step vs the durable floor's"),
+  "engine.longLoop.walBytesPerStep.vsLangGraph": entry(
+    makaLongBytes,
+    "bytes/step",
+    langGraphLongBytes,
+    `WAL bytes per step of one ${LONG_STEPS}-step tool loop (accounting pass), maka vs LangGraph's SqliteSaver`,
+  ),
+  "engine.longLoop.walBytesPerStep.vsLoop10": entry(makaLongBytes, "bytes/step", makaWrites.bytes, `maka's WAL bytes per step in a ${LONG_STEPS}-step loop vs in the 10-step loop (flat: a step appends only its own events)`),
+  "engine.longLoop.langGraph.walBytesPerStep.vsLoop10": entry(
+    langGraphLongBytes,
+    "bytes/step",
+    langGraphWrites.bytes,
+    `LangGraph's SqliteSaver WAL bytes per step in a ${LONG_STEPS}-step loop vs in the 10-step loop (each checkpoint holds the whole thread so far)`,
+  ),
   "engine.loop.eventsPerStep": entry(eventsPerStep, "events/step", null, "events maka stores per step of the loop"),
   "engine.loop.eventJsonBytesPerStep.vsWalBytes": entry(eventJsonBytesPerStep, "bytes/step", makaWrites.bytes, "the JSON of the events a step stores vs the WAL bytes the step writes (the ratio is the share that is payload)"),
 }

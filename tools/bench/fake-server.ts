@@ -34,9 +34,15 @@ import type { AddressInfo } from "node:net"
 import { createInterface } from "node:readline"
 import { fileURLToPath } from "node:url"
 
-const header = (model: string) => ({ id: "chatcmpl-bench", object: "chat.completion.chunk", created: 1_767_225_600, model })
+/** What every chunk of one response carries: the request's model, and an id of its own, as a real provider gives. */
+interface Reply {
+  readonly model: string
+  readonly id: string
+}
 
-const chunk = (model: string, delta: Readonly<Record<string, unknown>>, finishReason: string | null = null): string =>
+const header = (reply: Reply) => ({ id: reply.id, object: "chat.completion.chunk", created: 1_767_225_600, model: reply.model })
+
+const chunk = (model: Reply, delta: Readonly<Record<string, unknown>>, finishReason: string | null = null): string =>
   `data: ${JSON.stringify({ ...header(model), choices: [{ index: 0, delta, logprobs: null, finish_reason: finishReason }] })}\n\n`
 
 /** Token counts in proportion to the bytes, about as a tokenizer counts English text. */
@@ -47,7 +53,7 @@ interface Usage {
   readonly completion: number
 }
 
-const usage = (model: string, counted: Usage): string =>
+const usage = (model: Reply, counted: Usage): string =>
   `data: ${JSON.stringify({
     ...header(model),
     choices: [],
@@ -56,7 +62,7 @@ const usage = (model: string, counted: Usage): string =>
 
 const DONE = "data: [DONE]\n\n"
 
-const toolCalls = (model: string, promptTokens: number, ids: ReadonlyArray<{ readonly id: string; readonly step: number }>): Array<string> => {
+const toolCalls = (model: Reply, promptTokens: number, ids: ReadonlyArray<{ readonly id: string; readonly step: number }>): Array<string> => {
   const calls = ids.map((call, index) => ({ index, id: call.id, type: "function", function: { name: "noop", arguments: `{"step":${call.step}}` } }))
   return [
     chunk(model, { role: "assistant", content: "" }),
@@ -67,7 +73,7 @@ const toolCalls = (model: string, promptTokens: number, ids: ReadonlyArray<{ rea
   ]
 }
 
-const textAnswer = (model: string, promptTokens: number, pieces: ReadonlyArray<string>): Array<string> => [
+const textAnswer = (model: Reply, promptTokens: number, pieces: ReadonlyArray<string>): Array<string> => [
   chunk(model, { role: "assistant", content: "" }),
   ...pieces.map((piece) => chunk(model, { content: piece })),
   chunk(model, {}, "stop"),
@@ -146,16 +152,17 @@ const digest = (body: string): string => createHash("sha1").update(body).digest(
 
 const respond = (body: string, response: http.ServerResponse): void => {
   const at = position(body)
-  const model = at.model
+  // A response id per request body (a client that keys messages by id, as LangChain does, must not see two alike).
+  const model: Reply = { model: at.model, id: `chatcmpl-${digest(body)}` }
   const promptTokens = tokens(Buffer.byteLength(body))
   response.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache" })
   if (at.summary) {
     response.end(textAnswer(model, promptTokens, summaryLines(at)).join(""))
     return
   }
-  const loop = /^loop-(\d+)$/.exec(model)
-  const build = /^build-(\d+)$/.exec(model)
-  const text = /^text-(\d+)(?:-paced-(\d+))?$/.exec(model)
+  const loop = /^loop-(\d+)$/.exec(at.model)
+  const build = /^build-(\d+)$/.exec(at.model)
+  const text = /^text-(\d+)(?:-paced-(\d+))?$/.exec(at.model)
   if (loop !== null) {
     const steps = Number(loop[1])
     const step = at.lastStep + 1
@@ -203,7 +210,7 @@ const respond = (body: string, response: http.ServerResponse): void => {
     setTimeout(next, paceMs)
     return
   }
-  response.end(textAnswer(model, promptTokens, [`unknown scenario ${model}`]).join(""))
+  response.end(textAnswer(model, promptTokens, [`unknown scenario ${at.model}`]).join(""))
 }
 
 const serve = (): void => {

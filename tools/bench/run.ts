@@ -13,6 +13,7 @@
  */
 import { spawn } from "node:child_process"
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs"
+import { cpus, loadavg } from "node:os"
 import { dirname, join, relative, resolve } from "node:path"
 import { createInterface } from "node:readline"
 import { fileURLToPath } from "node:url"
@@ -65,6 +66,8 @@ const writeResults = (results: Results): void => {
   writeFileSync(resultsFile, `${JSON.stringify({ ...sorted, environment: results.environment }, null, 2)}\n`)
 }
 
+const SKIPPED = "skipped"
+
 const format = (value: number | null): string => {
   if (value === null) return ""
   if (Math.abs(value) >= 10_000) return Math.round(value).toLocaleString("en-US")
@@ -84,8 +87,12 @@ How to read it:
   on the same machine (interleaved, round-robin, so load drifts hit both); **ratio** is value / baseline.
   Absolute times move with the machine's load (see the load average per bench below); ratios move much
   less, and they are what docs/architecture.md §12 and the acceptance criteria are stated in.
-- Times are medians over trials (\`MAKA_BENCH_TRIALS\`, default 7, after \`MAKA_BENCH_WARMUP\` = 2 warm-up
-  trials); per-step figures divide a trial's time by its steps.
+- Times are medians over trials (\`MAKA_BENCH_TRIALS\`, default 5, after \`MAKA_BENCH_WARMUP\` = 2 warm-up
+  trials); per-step figures divide a trial's time by its steps. A step is one model request of the
+  10-step tool loop (nine \`noop\` calls, then the answer \`done\`), with the tool call that follows it.
+- A figure whose unit is **skipped** was not measured in the last run; its note says why (the
+  PostgreSQL figures when no server is configured). Each bench's figures replace all of its earlier
+  ones, so every row below comes from the last run of its bench, with its baseline from that same run.
 - CPU is \`process.cpuUsage()\` over a trial (user + system, every thread of the process).
 - Commits and bytes per step come from an accounting pass that is not timed: a read transaction held
   from its start keeps the WAL from being recycled, and the bench then reads the WAL itself: the WAL
@@ -99,6 +106,24 @@ How to read it:
   dispatch).
 - The OpenAI Agents SDK runs the same loop (chat completions API, streaming, the same \`noop\` tool)
   against the same server and persists nothing.
+- LangGraph (\`engine.loop.*.vsLangGraph\`, \`engine.loop.langGraph.*\`) runs the same loop as a graph of a
+  model node (LangChain's \`ChatOpenAI\` with \`noop\` bound, its tokens streamed with
+  \`streamMode: "messages"\`) and a tool node (\`ToolNode\`), against the same server, checkpointed after
+  every super-step by its SQLite checkpointer (\`SqliteSaver\` over better-sqlite3, WAL, set to
+  \`synchronous=FULL\` like maka, \`durability: "sync"\`: each checkpoint is written before the next
+  super-step starts). Its commits and WAL bytes per step are read by the same WAL meter as maka's. Each
+  checkpoint holds the whole graph state, so its bytes per step grow with the thread's length; maka
+  appends only the step's events (\`engine.longLoop.*\`: the WAL bytes per step of one 40-step loop,
+  against the other contender and against the same contender's 10-step figure). \`langGraph.msPerStep.vsUncheckpointed\` compares it with the same
+  graph without a checkpointer: what its durability costs it.
+- PostgreSQL (\`postgres.*\`): the same loop through \`createEngine({databaseUrl})\` on the server of
+  \`MAKA_BENCH_DATABASE_URL\` (else \`MAKA_TEST_DATABASE_URL\`; with neither, the figures are skipped), in
+  a fresh schema dropped at the end, against maka on SQLite, the PostgreSQL floor (the raw stream plus
+  two durable writes per step with a raw \`pg\` client, each a single autocommitted \`INSERT … unnest\`:
+  one round trip, one commit) and the SQLite floor, round-robin. Commits and statements are counted
+  at the \`pg\` client (a commit is the \`COMMIT\` of a transaction that wrote, or an autocommitted
+  write); the server's WAL bytes are not measured, since its WAL is shared with every other client of
+  the server. The server's CPU is not in the CPU figures.
 - Delivery delay: the server stamps each delta with its send time (\`process.hrtime\`, a clock shared by
   every process); the reader takes its delivery time; the bare read's delay is the transport's share,
   and maka's minus it is what maka adds between a delta's arrival and its delivery.
@@ -116,19 +141,30 @@ How to read it:
   (\`requestKB\` shows it). 10-step turns
   are timed round-robin over the sizes; each figure is a ratio to the same figure at 100 events: a
   steady step (between consecutive main \`model_requested\`), the first step of a new turn, a whole turn
-  per step (background summaries included), and, from an accounting pass over 6 more turns per size,
-  the WAL bytes per main step (checkpoints included). Flat (±20 %) means nothing a step does grows
+  per step (background summaries included), from an accounting pass over 3 more turns per size the WAL
+  bytes per main step (checkpoints included), and the memory of a live run: a fresh process per size
+  opens the same database and runs 3 turns of that session alone, sampling the heap used (after a
+  forced GC) and the RSS at each main request (\`heapMB\`, \`rssMB\`; most of either is the loaded code,
+  which the 100-event reference carries too; \`liveHeapMB\` leaves it out: the heap during the run minus
+  the heap of the same freshly opened engine before it). Flat (±20 %) means nothing a step does or keeps grows
   with the history behind it.
+- Concurrency: 20 and 200 sessions running the tool loop at once on one engine, against as many
+  Agents SDK loops and floor loops at once; throughput in steps per second (higher is better, so a
+  ratio below 1 means maka is slower).
 
-Run one bench with \`pnpm bench <name>\` (${available.join(", ")}); profile with
+\`pnpm bench\` runs every bench in turn and prints its progress (\`[k/n] bench <name>\`, the elapsed time) and
+each bench's own progress lines. Run one bench with \`pnpm bench <name>\` (${available.join(", ")}); profile with
 \`pnpm bench engine --profile\` (or \`model-stream\`, \`scale\`; writes \`bench/profiles/*.cpuprofile\`,
 prints the top 15 self-time functions and the time per package); rewrite this file from the stored results with
 \`pnpm bench --report\`. Knobs (environment): \`MAKA_BENCH_TRIALS\`, \`MAKA_BENCH_WARMUP\`,
-\`MAKA_BENCH_LOOPS\` (tool loops per contender per trial, default 5), \`MAKA_BENCH_STREAM_ROUNDS\`,
+\`MAKA_BENCH_LOOPS\` (tool loops per contender per trial, default 3), \`MAKA_BENCH_PG_LOOPS\` (the same on
+PostgreSQL, default 3), \`MAKA_BENCH_DATABASE_URL\`, \`MAKA_BENCH_CONCURRENCY\` (default 20,200),
+\`MAKA_BENCH_CONCURRENCY_TRIALS\` (default 3), \`MAKA_BENCH_STREAM_ROUNDS\`,
 \`MAKA_BENCH_PACED_ROUNDS\`, \`MAKA_BENCH_HISTORY_SIZES\` (default 100,1000,10000),
 \`MAKA_BENCH_HISTORY_TURNS\`, \`MAKA_BENCH_HISTORY_LARGE=1\` (adds 100,000 events; slow to build),
 \`MAKA_BENCH_APPENDS\`, \`MAKA_BENCH_LONG_TURNS\` (default 1,000), \`MAKA_BENCH_SCALE_SIZES\`,
-\`MAKA_BENCH_SCALE_TURNS\` (default 7), \`MAKA_BENCH_SCALE_ACCOUNT_TURNS\` (default 6),
+\`MAKA_BENCH_SCALE_TURNS\` (default 5), \`MAKA_BENCH_SCALE_ACCOUNT_TURNS\` (default 3),
+\`MAKA_BENCH_SCALE_MEMORY_TURNS\` (default 3),
 \`MAKA_BENCH_SCALE_WINDOW\` (default 1,500 tokens), \`MAKA_BENCH_SCALE_BUILD_WINDOW\` (default 50,000),
 \`MAKA_BENCH_SCALE_LARGE=1\` (adds 100,000 events).
 `
@@ -158,6 +194,7 @@ const TARGETS: ReadonlyArray<Target> = [
   { label: "scale, compaction on: the first step of a new turn vs at 100 events (flat ±20 %)", entry: /^scale\.\d+\.firstStepMs\.vs\d+$/, on: "ratio", min: 0.8, max: 1.2 },
   { label: "scale, compaction on: a whole turn per step, summaries and adoptions included, vs at 100 events (flat ±20 %)", entry: /^scale\.\d+\.turnMsPerStep\.vs\d+$/, on: "ratio", min: 0.8, max: 1.2 },
   { label: "scale, compaction on: WAL bytes per step vs at 100 events (flat ±20 %)", entry: /^scale\.\d+\.walBytesPerStep\.vs\d+$/, on: "ratio", min: 0.8, max: 1.2 },
+  { label: "scale, compaction on: heap a live run holds (above the idle engine's) vs at 100 events (flat ±20 %)", entry: /^scale\.\d+\.liveHeapMB\.vs\d+$/, on: "ratio", min: 0.8, max: 1.2 },
   { label: "long session: turn time at the last turn vs turn 100 (flat ±20 %)", entry: "long-session.turnMs.vsTurn100", on: "ratio", min: 0.8, max: 1.2 },
   { label: "long session: heap at the last turn vs turn 100 (flat ±20 %)", entry: "long-session.heapMB.vsTurn100", on: "ratio", min: 0.8, max: 1.2 },
   { label: "append vs a raw better-sqlite3 insert of the same row", entry: "event-log.appendUs.vsRawInsert", on: "ratio", max: 1.5 },
@@ -174,6 +211,10 @@ const targetLines = (results: Results): Array<string> => {
     if (names.length === 0) lines.push(`| ${target.label} | \`${String(target.entry)}\` | not measured | ${bound}${suffix} | |`)
     for (const name of names.sort((left, right) => left.localeCompare(right, "en", { numeric: true }))) {
       const figure = results.entries[name]!
+      if (figure.unit === SKIPPED) {
+        lines.push(`| ${target.label} | \`${name}\` | skipped | ${bound}${suffix} | |`)
+        continue
+      }
       const measured = target.on === "ratio" ? figure.ratio : figure.value
       if (measured === null) {
         lines.push(`| ${target.label} | \`${name}\` | ${format(figure.value)} ${figure.unit} | (reference) | |`)
@@ -195,7 +236,18 @@ const writeReport = (results: Results): void => {
     const group = name.split(".")[0] ?? name
     groups.set(group, [...(groups.get(group) ?? []), [name, value]])
   }
-  const sections: Array<string> = [PREAMBLE, ...targetLines(results)]
+  const sections: Array<string> = [PREAMBLE]
+  const whole = results.environment["run"] as
+    | { at?: string; seconds?: number; loadAverageBefore?: Array<number>; loadAverageAfter?: Array<number>; benches?: Array<string>; node?: string; cpus?: number }
+    | undefined
+  if (whole !== undefined) {
+    sections.push(
+      `The last full \`pnpm bench\` (${(whole.benches ?? []).join(", ")}) ended ${whole.at ?? "?"} on Node ${whole.node ?? "?"}, ${whole.cpus ?? "?"} CPUs, ` +
+        `and took **${whole.seconds ?? "?"} s** of wall time; load average ${(whole.loadAverageBefore ?? []).join(" / ")} before it and ` +
+        `${(whole.loadAverageAfter ?? []).join(" / ")} after it (1 / 5 / 15 min; the machine is shared, so absolute times carry that load).\n`,
+    )
+  }
+  sections.push(...targetLines(results))
   for (const [group, rows] of groups) {
     const environment = results.environment[group] as
       | { node?: string; loadAverage?: Array<number>; at?: string; cpus?: number; seconds?: number }
@@ -213,8 +265,9 @@ const writeReport = (results: Results): void => {
       // A note repeated by the next rows (a family of figures) is printed once.
       const note = value.note === previousNote ? "〃" : (value.note ?? "").replaceAll("|", "\\|")
       previousNote = value.note
+      const shown = value.unit === SKIPPED ? "—" : format(value.value)
       sections.push(
-        `| \`${name.slice(group.length + 1)}\` | ${format(value.value)} | ${value.unit} | ${format(value.baseline)} | ${value.ratio === null ? "" : `${value.ratio.toFixed(2)}×`} | ${note} |`,
+        `| \`${name.slice(group.length + 1)}\` | ${shown} | ${value.unit} | ${format(value.baseline)} | ${value.ratio === null ? "" : `${value.ratio.toFixed(2)}×`} | ${note} |`,
       )
     }
     sections.push("")
@@ -229,8 +282,15 @@ if (reportOnly) {
 }
 
 let failed = false
-for (const name of selected) {
-  console.log(`bench ${name}${profile ? " (profile)" : ""} …`)
+const runStarted = performance.now()
+const loadBefore = loadavg().map((load) => Math.round(load * 100) / 100)
+const clock = (since: number): string => {
+  const seconds = Math.round((performance.now() - since) / 1000)
+  return `${Math.floor(seconds / 60)}:${String(seconds % 60).padStart(2, "0")}`
+}
+console.log(`pnpm bench: ${selected.length} bench${selected.length === 1 ? "" : "es"} (${selected.join(", ")}); load average ${loadBefore.join(" / ")}`)
+for (const [index, name] of selected.entries()) {
+  console.log(`[${index + 1}/${selected.length}] bench ${name}${profile ? " (profile)" : ""} … (${clock(runStarted)} elapsed)`)
   const env: NodeJS.ProcessEnv = { ...process.env }
   if (profile) {
     const file = join(root, "bench", "profiles", `${name}-${new Date().toISOString().replaceAll(":", "-")}.cpuprofile`)
@@ -252,6 +312,7 @@ for (const name of selected) {
     child.on("close", (status, signal) => done({ status, signal, last }))
   })
   const last = outcome.last
+  console.log(`[${index + 1}/${selected.length}] bench ${name} ${outcome.status === 0 ? "done" : "failed"} in ${clock(benchStarted)} (${clock(runStarted)} elapsed)`)
   if (outcome.status !== 0) {
     if (last !== "") console.log(`  ${last}`)
     console.error(`bench ${name} failed (exit ${outcome.status ?? outcome.signal})`)
@@ -272,14 +333,35 @@ for (const name of selected) {
   }
   if (profile || entries.length === 0) continue
   const results = readResults()
+  // The bench's figures replace all of its earlier ones, so none of them outlives the run that measured it.
+  for (const key of Object.keys(results.entries)) if (key.startsWith(`${name}.`)) delete results.entries[key]
   for (const [key, value] of entries) results.entries[key] = value as Entry
   results.environment[name] = { ...(printed.environment as object), seconds: Math.round((performance.now() - benchStarted) / 1000) }
   writeResults(results)
   writeReport(results)
   for (const [key, value] of entries) {
     const compared = value as Entry
-    console.log(`  ${key}: ${format(compared.value)} ${compared.unit}${compared.baseline === null ? "" : ` vs ${format(compared.baseline)} (${compared.ratio}×)`}`)
+    if (compared.unit === SKIPPED) console.log(`  ${key}: skipped`)
+    else console.log(`  ${key}: ${format(compared.value)} ${compared.unit}${compared.baseline === null ? "" : ` vs ${format(compared.baseline)} (${compared.ratio}×)`}`)
   }
 }
+const runSeconds = Math.round((performance.now() - runStarted) / 1000)
+const loadAfter = loadavg().map((load) => Math.round(load * 100) / 100)
+// A whole run (every bench, none failed) is recorded with its wall time and the machine's load around it.
+if (!profile && !failed && requested.length === 0) {
+  const results = readResults()
+  results.environment["run"] = {
+    benches: selected,
+    seconds: runSeconds,
+    loadAverageBefore: loadBefore,
+    loadAverageAfter: loadAfter,
+    node: process.version,
+    cpus: cpus().length,
+    at: new Date().toISOString(),
+  }
+  writeResults(results)
+  writeReport(results)
+}
+console.log(`pnpm bench: ${selected.length} bench${selected.length === 1 ? "" : "es"} in ${clock(runStarted)} (${runSeconds} s); load average now ${loadAfter.join(" / ")}`)
 if (!profile) console.log(`results in ${relative(root, resultsFile)} and ${relative(root, reportFile)}`)
 process.exit(failed ? 1 : 0)

@@ -15,32 +15,77 @@
  * session once, which made a 100,000-event build take over half an hour); the warm-up turns bring each
  * session into the measured window's regime.
  *
- * Timed: `MAKA_BENCH_SCALE_TURNS` (default 7) 10-step tool-loop turns per size after `MAKA_BENCH_WARMUP`
+ * Timed: `MAKA_BENCH_SCALE_TURNS` (default 5) 10-step tool-loop turns per size after `MAKA_BENCH_WARMUP`
  * (default 2) warm-up turns, round-robin over the sizes (the order rotating each round), so load drifts
  * hit every size alike. A steady step is the time between consecutive main `model_requested` events
  * inside a turn (median over the turn's 8 inner steps, then over the turns); the first step of a new
  * turn runs from `start` to the turn's second main `model_requested`; the turn time per step divides
  * a whole turn, background summaries and adoptions included, by its 10 steps.
  *
- * Accounting (not timed): `MAKA_BENCH_SCALE_ACCOUNT_TURNS` (default 6) more turns per size with the WAL
+ * Accounting (not timed): `MAKA_BENCH_SCALE_ACCOUNT_TURNS` (default 3) more turns per size with the WAL
  * meter running (a read transaction held across them, see `lib.ts`): the bytes the commits append to
  * the WAL, and the commits, per main step, checkpoints included.
+ *
+ * Memory (not timed): after the engine is closed, a fresh process per size opens the same database and
+ * runs `MAKA_BENCH_SCALE_MEMORY_TURNS` (default 3) turns on that size's session alone, forcing a GC at
+ * each main `model_requested` and sampling the heap used and the RSS there: the memory of a live run at
+ * that much history, each a ratio to the same figure at the smallest size.
  *
  * `MAKA_BENCH_PROFILE=<file>` (what `pnpm bench scale --profile` sets) instead runs
  * `MAKA_BENCH_PROFILE_TURNS` (default 10) turns per size under the CPU profiler after the build,
  * writes `<file>` with the size before its extension, prints the top 15 self-time functions per size
  * and records no figure.
  */
+import { spawn } from "node:child_process"
 import * as fs from "node:fs"
 import * as path from "node:path"
+import { fileURLToPath } from "node:url"
 import { maka, type MakaTurn } from "./contenders.ts"
 import { startFakeServer } from "./fake-server.ts"
 import { emit, entry, type Entry, integer, median, profiled, round, temporaryDirectory, topSelfTime, WalMeter } from "./lib.ts"
 
 const STEPS = 10
-const TURNS = integer("MAKA_BENCH_SCALE_TURNS", 7)
+
+/**
+ * Memory mode (a child process per size, spawned below): opens the engine over the series' database,
+ * runs `MEMORY_TURNS` turns on one session only, and samples the live run's memory at every main
+ * `model_requested` after a forced GC (heap used) and as it stands (RSS); prints the medians over the
+ * turns of each turn's largest sample.
+ */
+const MEMORY_TURNS = integer("MAKA_BENCH_SCALE_MEMORY_TURNS", 3)
+const memoryChild = process.env["MAKA_BENCH_SCALE_MEMORY_CHILD"]
+if (memoryChild !== undefined) {
+  const { database, baseUrl, sessionId, window } = JSON.parse(memoryChild) as { database: string; baseUrl: string; sessionId: string; window: number }
+  const gc = (globalThis as { gc?: () => void }).gc
+  if (gc === undefined) throw new Error("the memory pass needs --expose-gc")
+  const childWorkspace = temporaryDirectory("maka-bench-scale-memory-")
+  const child = await maka({ database, baseUrl, workspace: childWorkspace, declaredWindow: window })
+  gc()
+  const idle = process.memoryUsage()
+  const heap: Array<number> = []
+  const rss: Array<number> = []
+  for (let turn = 0; turn < MEMORY_TURNS; turn++) {
+    let turnHeap = 0
+    let turnRss = 0
+    const sample = () => {
+      gc()
+      const usage = process.memoryUsage()
+      turnHeap = Math.max(turnHeap, usage.heapUsed)
+      turnRss = Math.max(turnRss, usage.rss)
+    }
+    await child.turn(sessionId, `loop-${STEPS}`, `Memory turn ${turn + 1}.`, undefined, sample)
+    heap.push(turnHeap)
+    rss.push(turnRss)
+  }
+  await child.engine.close()
+  fs.rmSync(childWorkspace, { recursive: true, force: true })
+  console.log(JSON.stringify({ heapMB: median(heap) / 2 ** 20, rssMB: median(rss) / 2 ** 20, idleHeapMB: idle.heapUsed / 2 ** 20, idleRssMB: idle.rss / 2 ** 20 }))
+  process.exit(0)
+}
+
+const TURNS = integer("MAKA_BENCH_SCALE_TURNS", 5)
 const WARMUP = integer("MAKA_BENCH_WARMUP", 2)
-const ACCOUNT_TURNS = integer("MAKA_BENCH_SCALE_ACCOUNT_TURNS", 6)
+const ACCOUNT_TURNS = integer("MAKA_BENCH_SCALE_ACCOUNT_TURNS", 3)
 const WINDOW = integer("MAKA_BENCH_SCALE_WINDOW", 1_500)
 const BUILD_WINDOW = integer("MAKA_BENCH_SCALE_BUILD_WINDOW", 50_000)
 const SIZES = (process.env["MAKA_BENCH_SCALE_SIZES"] ?? "100,1000,10000").split(",").map(Number)
@@ -176,6 +221,37 @@ const accounted = new Map<number, Awaited<ReturnType<typeof account>>>()
 if (ACCOUNT_TURNS > 0) for (const series of all) accounted.set(series.size, await account(series))
 
 await engine.engine.close()
+
+/** The memory of a live run per size, each in a fresh process that holds that one session only. */
+interface Memory {
+  readonly heapMB: number
+  readonly rssMB: number
+  readonly idleHeapMB: number
+  readonly idleRssMB: number
+}
+const memory = new Map<number, Memory>()
+if (MEMORY_TURNS > 0) {
+  for (const series of all) {
+    const output = await new Promise<string>((resolve, reject) => {
+      const child = spawn(process.execPath, ["--conditions=@maka/source", "--expose-gc", "--import", "tsx", fileURLToPath(import.meta.url)], {
+        env: {
+          ...process.env,
+          MAKA_BENCH_SCALE_MEMORY_CHILD: JSON.stringify({ database: databaseFile, baseUrl: server.baseUrl, sessionId: series.sessionId, window: WINDOW }),
+        },
+        stdio: ["ignore", "pipe", "inherit"],
+      })
+      let text = ""
+      child.stdout.on("data", (part: Buffer) => (text += part.toString("utf8")))
+      child.on("close", (status) => (status === 0 ? resolve(text) : reject(new Error(`the memory pass of scale ${series.size} exited ${status}`))))
+    })
+    const measured = JSON.parse(output.trim().split("\n").at(-1)!) as Memory
+    memory.set(series.size, measured)
+    console.log(
+      `scale ${series.size}: live run in a fresh process: heap ${round(measured.heapMB, 1)} MB, RSS ${round(measured.rssMB, 1)} MB ` +
+        `(engine open, before the run: heap ${round(measured.idleHeapMB, 1)} MB, RSS ${round(measured.idleRssMB, 1)} MB)`,
+    )
+  }
+}
 await server.close()
 fs.rmSync(directory, { recursive: true, force: true })
 
@@ -239,6 +315,34 @@ for (const series of all) {
         : `WAL bytes per main step ${against}`,
     )
     entries[`${label}.commitsPerStep`] = entry(wal.commits, "commits/step", null, `commits per main step over the same ${ACCOUNT_TURNS} turns (a summary and its checkpoint add theirs)`)
+  }
+  const live = memory.get(series.size)
+  const referenceMemory = memory.get(reference.size)
+  if (live !== undefined && referenceMemory !== undefined) {
+    entries[`${label}.heapMB.vs${reference.size}`] = entry(
+      live.heapMB,
+      "MB",
+      isReference ? null : referenceMemory.heapMB,
+      isReference
+        ? `heap used during a live 10-step turn (after a forced GC at each main model_requested, the turn's largest, median over ${MEMORY_TURNS} turns) in a fresh process holding this session only: the reference of the larger sizes`
+        : `heap used during a live turn ${against.replace("measured round-robin in the same run", "each in a fresh process, same run")}`,
+    )
+    entries[`${label}.liveHeapMB.vs${reference.size}`] = entry(
+      live.heapMB - live.idleHeapMB,
+      "MB",
+      isReference ? null : referenceMemory.heapMB - referenceMemory.idleHeapMB,
+      isReference
+        ? "the same heap minus the heap of the freshly opened engine before the run (after a forced GC): what the live run itself holds, the loaded code left out; the reference of the larger sizes"
+        : `what the live run itself holds (heap during the turn − heap of the idle engine) ${against.replace("measured round-robin in the same run", "each in a fresh process, same run")}`,
+    )
+    entries[`${label}.rssMB.vs${reference.size}`] = entry(
+      live.rssMB,
+      "MB",
+      isReference ? null : referenceMemory.rssMB,
+      isReference
+        ? "resident set size during the same live turns (the turn's largest sample): the reference of the larger sizes"
+        : `RSS during a live turn ${against.replace("measured round-robin in the same run", "each in a fresh process, same run")}`,
+    )
   }
   entries[`${label}.events`] = entry(measuredAt.get(series.size)!, "events", null, "events in the session when its measurement began (grown by running turns)")
   entries[`${label}.requestKB`] = entry(series.largestRequest / 1024, "KB", null, "the largest main request body in the timed and accounting turns: the context compaction keeps bounded")
