@@ -89,9 +89,19 @@ const plan = (): ReadonlyArray<Trial> => {
     return { name: `trial ${index + 1}: ${scenario.name} killed at ${pointName(point)}`, scenario, point }
   })
 }
+/** One clean run of each scenario, and a handoff whose child stops once the pause is sealed. */
 const cleanRuns: ReadonlyArray<Trial> = [
-  ...scenarios.map((scenario) => ({ name: `clean ${scenario.name}`, scenario, point: undefined })),
-  { name: "clean handoff left to the next engine", scenario: scenario("handoff"), point: undefined, leave: true },
+  ...scenarios.map((scenario) => ({
+    name: `a clean ${scenario.name} run makes every effect once, in the commits its trials draw from`,
+    scenario,
+    point: undefined,
+  })),
+  {
+    name: "a handoff left at its sealed pause is resumed by the next engine, which completes it",
+    scenario: scenario("handoff"),
+    point: undefined,
+    leave: true,
+  },
 ]
 /** `MAKA_CRASH_TRIAL=<n>` runs trial n of the plan alone (with the clean runs), to replay it. */
 const only = process.env["MAKA_CRASH_TRIAL"]
@@ -109,12 +119,14 @@ interface ChildResult {
 const scratch = fs.mkdtempSync(path.join(os.tmpdir(), "maka-engine-crash-anywhere-"))
 let bundle = ""
 const results = new Map<string, Promise<ChildResult>>()
+const servers = new Set<ScriptedServer.ScriptedServer>()
 
-/** Runs the bundled child in a fresh folder against its own scripted server (kept for the check); never rejects. */
+/** Runs the bundled child in a fresh folder against its own scripted server, kept open for the check. */
 const runChild = async (index: number, trial: Trial): Promise<ChildResult> => {
   const directory = path.join(scratch, `child-${index}`)
   fs.mkdirSync(path.join(directory, "workspace"), { recursive: true })
   const server = await ScriptedServer.start({ script: trial.scenario.script })
+  servers.add(server)
   const env: NodeJS.ProcessEnv = { ...process.env, ...(trial.point === undefined ? {} : faultEnvironment(trial.point)) }
   if (trial.point === undefined || !trial.point.kind.startsWith("engine.")) delete env["MAKA_TEST_FAULT"]
   if (trial.point === undefined || trial.point.kind.startsWith("engine.")) delete env["MAKA_CRASH_ARM"]
@@ -157,7 +169,10 @@ beforeAll(async () => {
   bundle = await bundleChild(path.join(here, "children/crash-anywhere.ts"), path.join(scratch, "bundle"))
   schedule([...cleanRuns, ...trials])
 }, 120_000)
-afterAll(() => fs.rmSync(scratch, { recursive: true, force: true }))
+afterAll(async () => {
+  await Promise.all([...servers].map((server) => server.close()))
+  fs.rmSync(scratch, { recursive: true, force: true })
+})
 beforeEach(({ task, onTestFailed }) =>
   onTestFailed(() => {
     const trial = /^trial (\d+):/.exec(task.name)?.[1]
@@ -261,8 +276,8 @@ const verify = (trial: Trial, child: ChildResult) =>
       assertJournaled(left, recorded)
 
       const engine = yield* reopen(file)
-      assert.deepStrictEqual(yield* engine.log.unfinishedInvocations(100), [])
-      assert.deepStrictEqual(yield* engine.recover, { sealed: [], count: 0, unsealed: [] })
+      assert.deepStrictEqual(yield* engine.log.unfinishedInvocations(100), [], "recovery sealed every invocation on open")
+      assert.deepStrictEqual(yield* engine.recover, { sealed: [], count: 0, unsealed: [] }, "a second recovery writes nothing")
       const events = yield* engine.log.events(SESSION)
       assertJournaled(events, recorded)
       // Recovery sealed at most the one invocation that was live, failed with the class its effects call for.
@@ -327,8 +342,8 @@ const verify = (trial: Trial, child: ChildResult) =>
       const after = yield* engine.log.events(SESSION)
       assertJournaled(after, recorded)
       assertSealed(after)
-      assert.deepStrictEqual(yield* engine.log.pendingHandoffs(), [])
-      assert.deepStrictEqual(yield* engine.log.unfinishedInvocations(100), [])
+      assert.deepStrictEqual(yield* engine.log.pendingHandoffs(), [], "no pause is left waiting")
+      assert.deepStrictEqual(yield* engine.log.unfinishedInvocations(100), [], "every invocation is sealed")
       yield* assertValid(engine.log, SESSION)
       return foundHere.length === 0 ? ["nothing to recover" as const] : foundHere
     }),
@@ -352,7 +367,7 @@ const found = new Map<Found, number>()
 
 describe(`the engine killed anywhere (seed ${SEED}, ${TRIALS} trials)`, () => {
   for (const trial of cleanRuns) {
-    it.live(`a ${trial.name} run makes every effect once, in the commits its trials draw from`, () =>
+    it.live(trial.name, () =>
       Effect.gen(function* () {
         const child = yield* Effect.promise(() => results.get(trial.name)!)
         assert.strictEqual(child.code, 0, child.stderr)
