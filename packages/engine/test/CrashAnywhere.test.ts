@@ -1,8 +1,9 @@
 /**
  * The crash-anywhere suite: child processes run scripted runs of four kinds (a tool loop; compaction
  * with a `mid_turn`, a `pre_turn` and a standalone checkpoint on a small declared window; a handoff
- * whose successor the same child resumes; a continuation of a run that hit its step limit; see
- * `support/crash-anywhere.ts`) and are killed with SIGKILL at points chosen by their progress, never
+ * whose successor the same child resumes, or the next engine when the child dies or stops with the
+ * pause sealed; a continuation of a run that hit its step limit; see `support/crash-anywhere.ts`)
+ * and are killed with SIGKILL at points chosen by their progress, never
  * by the clock: after the k-th commit, after the n-th dispatch or before the n-th settlement, or
  * inside the k-th commit's transaction (the event log's hooks). Each child journals every commit as
  * soon as it returns. After each kill the test checks the log as the child left it (exactly the
@@ -19,8 +20,10 @@
  * point in turn from a seeded shuffle of every pair, and the commit or dispatch from the seed; a
  * failing trial prints the seed, the number of trials and its own number, and `MAKA_CRASH_SEED=<seed>
  * MAKA_CRASH_TRIALS=<trials> MAKA_CRASH_TRIAL=<n> pnpm exec vitest run --project engine
- * test/CrashAnywhere.test.ts` replays it alone. The child is bundled once
- * with vite (`support/bundle.ts`) so that each spawn starts as plain `node`.
+ * test/CrashAnywhere.test.ts` replays it alone. The last test reports how the trials found their
+ * sessions (a pause resumed, an invocation sealed `host_interrupted` or `outcome_unknown`, nothing
+ * to recover) and, at 50 trials or more, requires each. The child is bundled once with vite
+ * (`support/bundle.ts`) so that each spawn starts as plain `node`.
  */
 import { afterAll, assert, beforeAll, beforeEach, describe, it } from "@effect/vitest"
 import { Canonical, Digest, type Event } from "@maka/facts"
