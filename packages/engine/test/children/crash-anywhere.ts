@@ -16,6 +16,7 @@ import { Context, Effect, Layer, Redacted } from "effect"
 import * as fs from "node:fs"
 import * as path from "node:path"
 import * as Engine from "../../src/Engine.ts"
+import { FAULT_VARIABLE } from "../../src/internal/fault.ts"
 import {
   ARM_VARIABLE,
   configuration,
@@ -39,7 +40,7 @@ const journal = path.join(directory, JOURNAL_FILE)
 const [armAt, armedPoint] = (process.env[ARM_VARIABLE] ?? "").split(":")
 let commits = 0
 const armAfter = (count: number) => {
-  if (armedPoint !== undefined && Number(armAt) - 1 === count) process.env["MAKA_TEST_FAULT"] = armedPoint
+  if (armedPoint !== undefined && Number(armAt) - 1 === count) process.env[FAULT_VARIABLE] = armedPoint
 }
 armAfter(0)
 

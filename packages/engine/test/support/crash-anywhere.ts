@@ -12,6 +12,7 @@ import { Effect, Result } from "effect"
 import * as fs from "node:fs"
 import * as path from "node:path"
 import { mainEntry, summaryEntry, summaryAnswer, summaryText, usage } from "./compaction.ts"
+import { FAULT_VARIABLE } from "../../src/internal/fault.ts"
 import { factsOf } from "./harness.ts"
 import { notes, toolLoopScript, ALL_NOTES } from "./tool-loop.ts"
 
@@ -132,7 +133,7 @@ export const ARM_VARIABLE = "MAKA_CRASH_ARM"
 /** The environment a child needs to die at `point`. */
 export const faultEnvironment = (point: Point): Readonly<Record<string, string>> =>
   point.kind.startsWith("engine.")
-    ? { MAKA_TEST_FAULT: `${point.kind}.${point.ordinal}` }
+    ? { [FAULT_VARIABLE]: `${point.kind}.${point.ordinal}` }
     : { [ARM_VARIABLE]: `${point.ordinal}:${point.kind}` }
 
 /** mulberry32: a small seedable generator, so a failing plan replays from its seed. */
