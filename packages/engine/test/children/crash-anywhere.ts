@@ -12,7 +12,7 @@ import type { EventWrite, Outcome } from "@maka/facts"
 import { EventLog } from "@maka/event-log"
 import { LanguageModel } from "@maka/model"
 import { Ids } from "@maka/tools"
-import { Context, Effect, Layer, Redacted } from "effect"
+import { Context, Deferred, Effect, Layer, Redacted } from "effect"
 import * as fs from "node:fs"
 import * as path from "node:path"
 import * as Engine from "../../src/Engine.ts"
@@ -124,11 +124,20 @@ const scenarioRun = (
         return
       }
       case "handoff": {
-        // `h1` asks for the handoff while its effect runs (the reservation is made before it answers);
-        // the run pauses at its next step boundary.
-        let requested: Effect.Effect<unknown, unknown> = Effect.void
+        // `h1` asks for the handoff while its effect runs and answers only once the request has started
+        // (from there its reservation is synchronous, never left to a timer); the run pauses at its
+        // next step boundary.
+        const handle = yield* Deferred.make<Engine.RunningInvocation>()
         const tools = noteCatalog(workspace, (line) =>
-          line === "h1" ? Effect.andThen(Effect.forkDetach(Effect.suspend(() => requested)), Effect.sleep("20 millis")) : Effect.void,
+          line !== "h1"
+            ? Effect.void
+            : Effect.gen(function* () {
+                const running = yield* Deferred.await(handle)
+                const started = yield* Deferred.make<void>()
+                yield* Effect.forkDetach(Effect.andThen(Deferred.succeed(started, undefined), running.handoff))
+                yield* Deferred.await(started)
+                yield* Effect.yieldNow
+              }),
         )
         const running = yield* engine.start({
           invocation: invocation("paused"),
@@ -138,7 +147,7 @@ const scenarioRun = (
           tools,
           maxSteps: 4,
         })
-        requested = running.handoff
+        yield* Deferred.succeed(handle, running)
         const paused = yield* running.wait
         record(paused.outcome)
         if (paused.outcome.kind !== "handoff_paused" || leave === "leave") return
