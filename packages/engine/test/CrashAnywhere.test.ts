@@ -15,8 +15,9 @@
  * repeating an effect; and the log passes its own validation (every event re-appended into a fresh
  * log gives the same sequences and digest).
  *
- * Settings: `MAKA_CRASH_TRIALS` (default 50, the CI setting; the long setting is 500, which took
- * ten minutes on a loaded two-core machine) and `MAKA_CRASH_SEED` (default 14). A trial draws its scenario and kind of
+ * Settings: `MAKA_CRASH_TRIALS` (default 50, the CI setting, one to two minutes on a loaded two-core
+ * machine; the long setting is 500, which took seven to ten minutes there) and `MAKA_CRASH_SEED`
+ * (default 14). A trial draws its scenario and kind of
  * point in turn from a seeded shuffle of every pair, and the commit or dispatch from the seed; a
  * failing trial prints the seed, the number of trials and its own number, and `MAKA_CRASH_SEED=<seed>
  * MAKA_CRASH_TRIALS=<trials> MAKA_CRASH_TRIAL=<n> pnpm exec vitest run --project engine
