@@ -11,23 +11,28 @@ import * as path from "node:path"
 
 export const EFFECTS_FILE = "effects.txt"
 
-/** `note {line}` appends `line` and a newline to `<workspace>/effects.txt`, synchronously. */
-export const noteTool = (workspace: string) =>
+/**
+ * `note {line}` appends `line` and a newline to `<workspace>/effects.txt`, synchronously, then runs
+ * `after(line)` (nothing by default) before it answers.
+ */
+export const noteTool = (workspace: string, after: (line: string) => Effect.Effect<void> = () => Effect.void) =>
   Tool.make({
     name: "note",
     description: "Appends one line to the notes file.",
     input: Schema.Struct({ line: Schema.String }),
     semantics: "parallel",
     execute: ({ line }) =>
-      Effect.sync(() => {
-        fs.appendFileSync(path.join(workspace, EFFECTS_FILE), `${line}\n`)
-        return Tool.text(`noted ${line}`)
-      }),
+      Effect.andThen(
+        Effect.sync(() => fs.appendFileSync(path.join(workspace, EFFECTS_FILE), `${line}\n`)),
+        Effect.as(after(line), Tool.text(`noted ${line}`)),
+      ),
   })
 
-export const noteCatalog = (workspace: string) => ToolCatalog.make([noteTool(workspace)])
+export const noteCatalog = (workspace: string, after?: (line: string) => Effect.Effect<void>) =>
+  ToolCatalog.make([noteTool(workspace, after)])
 
-const notes = (...lines: ReadonlyArray<string>) =>
+/** The `note` calls of one model response, one per line, each call id naming its line. */
+export const notes = (...lines: ReadonlyArray<string>) =>
   lines.map((line) => ({ id: `call-${line}`, name: "note", arguments: ['{"line":', `"${line}"}`] }))
 
 /** Step 1 notes `a`; step 2 notes `b` and `c`; step 3 says something and notes `d`, `e`; step 4 answers. */
