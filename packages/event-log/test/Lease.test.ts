@@ -1,13 +1,16 @@
 import * as fs from "node:fs"
 import * as path from "node:path"
 import { describe, expect, it } from "vitest"
-import { acquireLease, canonicalDatabasePath, keeperProcessId, LOCK_SUFFIX } from "../src/internal/lease.ts"
+import { acquireLease, canonicalDatabasePath, keeperProcessId, LEASE_DEFAULTS, LOCK_SUFFIX } from "../src/internal/lease.ts"
 import { MIGRATIONS } from "../src/internal/migrations.ts"
 import { openSqlite } from "../src/internal/open-sqlite.ts"
 import { childScript, expectReason, listing, rejection, spawnChild, temporaryDirectory } from "./fixtures/storage.ts"
 
-/** Refusals of a busy lease never wait: well under better-sqlite3's default 5 s busy timeout. */
-const AT_ONCE_MS = 1_000
+/**
+ * A busy lease is refused after at most the contender wait (plus a process's start-up slack), well
+ * under better-sqlite3's default 5 s busy timeout.
+ */
+const AT_ONCE_MS = LEASE_DEFAULTS.contenderWaitMs + 1_000
 
 const elapsed = async (run: () => Promise<unknown>): Promise<number> => {
   const started = performance.now()

@@ -37,7 +37,7 @@ export const LEASE_DEFAULTS = Object.freeze({
    * for the keeper of a holder that was just killed to see its pipe close and exit, far below the
    * database's busy timeout. A second writer in the same process is refused without waiting.
    */
-  contenderWaitMs: 250,
+  contenderWaitMs: 1_000,
   /** How long an idle keeper (no lease held) stays up for the next lease before it exits. */
   idleExitMs: 30_000,
 })
