@@ -17,11 +17,10 @@
  * sample; by default every point runs once (21 runs), plus one clean run.
  */
 import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
-import { EventWrite, Model, type Event } from "@maka/facts"
-import * as LogTesting from "@maka/event-log/testing"
+import type { Event } from "@maka/facts"
 import { LanguageModel } from "@maka/model"
 import { FactBuilders, OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
-import { Effect, Redacted, Result } from "effect"
+import { Effect, Redacted } from "effect"
 import { spawn } from "node:child_process"
 import * as fs from "node:fs"
 import * as os from "node:os"
@@ -29,6 +28,7 @@ import * as path from "node:path"
 import { fileURLToPath } from "node:url"
 import { bundleChild } from "./support/bundle.ts"
 import { factsOf, reopen } from "./support/harness.ts"
+import { assertSealed, assertValid, generator } from "./support/crash-anywhere.ts"
 import { ALL_NOTES, CRASH_INVOCATION, noteCatalog, readEffects } from "./support/tool-loop.ts"
 
 const here = path.dirname(fileURLToPath(import.meta.url))
@@ -48,17 +48,6 @@ const allPoints: ReadonlyArray<string> = [
   ...Array.from({ length: DISPATCHES }, (_, index) => `engine.after-dispatch.${index + 1}`),
   ...Array.from({ length: DISPATCHES }, (_, index) => `engine.before-settle.${index + 1}`),
 ]
-
-/** mulberry32: a small seedable generator, so a failing plan can be replayed with its seed. */
-const generator = (seed: number) => {
-  let state = seed >>> 0
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0
-    let value = Math.imul(state ^ (state >>> 15), 1 | state)
-    value = (value + Math.imul(value ^ (value >>> 7), 61 | value)) ^ value
-    return ((value ^ (value >>> 14)) >>> 0) / 4_294_967_296
-  }
-}
 
 const SEED = Number(process.env["MAKA_CRASH_SEED"] ?? 6)
 const RUNS = Math.min(Number(process.env["MAKA_CRASH_RUNS"] ?? allPoints.length), allPoints.length)
@@ -139,48 +128,6 @@ afterAll(() => fs.rmSync(scratch, { recursive: true, force: true }))
 // ---------------------------------------------------------------------------------------------
 // Checks
 
-const invocationOf = (stored: Event.StoredEvent) => stored.event.invocation.invocationId
-
-/** Every invocation ends once, last; every request ends once; every local call is dispatched or rejected once. */
-const assertSealed = (events: ReadonlyArray<Event.StoredEvent>) => {
-  for (const opening of events.filter((stored) => stored.event.fact.kind === "invocation_opened")) {
-    const own = events.filter((stored) => invocationOf(stored) === invocationOf(opening))
-    const terminals = own.filter((stored) => stored.event.fact.kind === "invocation_ended")
-    assert.strictEqual(terminals.length, 1, `invocation ${invocationOf(opening)} has one terminal`)
-    assert.strictEqual(own[own.length - 1], terminals[0], "the terminal is the invocation's last event")
-  }
-  for (const request of factsOf(events, "model_requested")) {
-    const ends = events.filter((stored) => {
-      const fact = stored.event.fact
-      return (fact.kind === "model_completed" || fact.kind === "model_interrupted") && fact.stepId === request.stepId
-    })
-    assert.strictEqual(ends.length, 1, `request ${request.stepId} ends once`)
-  }
-  for (const completed of factsOf(events, "model_completed")) {
-    for (const call of Model.localToolCalls(completed.output)) {
-      const operationId = `${completed.stepId}:${call.id}`
-      const closing = events.filter((stored) => {
-        const fact = stored.event.fact
-        return (fact.kind === "tool_dispatched" || fact.kind === "tool_rejected") && fact.operationId === operationId
-      })
-      assert.strictEqual(closing.length, 1, `call ${operationId} is dispatched or rejected once`)
-    }
-  }
-  for (const dispatched of events.filter((stored) => stored.event.fact.kind === "tool_dispatched")) {
-    const fact = dispatched.event.fact
-    if (fact.kind !== "tool_dispatched") continue
-    const settlements = factsOf(events, "tool_settled").filter((settled) => settled.operationId === fact.operationId)
-    assert.isAtMost(settlements.length, 1)
-    if (settlements.length === 0) {
-      const terminal = factsOf(
-        events.filter((stored) => invocationOf(stored) === invocationOf(dispatched)),
-        "invocation_ended",
-      )[0]!
-      assert.deepStrictEqual(terminal.outcome, { kind: "failed", class: "outcome_unknown" })
-    }
-  }
-}
-
 const lineOf = (input: unknown): string => (input as { readonly line: string }).line
 
 /** Each effect at most once, in order; every settled effect exactly once; the hook's own promise. */
@@ -217,35 +164,6 @@ const assertEffects = (point: string, events: ReadonlyArray<Event.StoredEvent>, 
     )
   }
 }
-
-/** Re-appends every stored event, in order, into a fresh log: it is accepted and gives the same prefix. */
-const assertValid = (log: LogTesting.EventLog.EventLogShape) =>
-  Effect.gen(function* () {
-    const stored = yield* log.prefix({ kind: "session", id: SESSION })
-    const writes = yield* Effect.forEach(stored.events, (item) =>
-      Effect.gen(function* () {
-        const fact = item.event.fact
-        if (fact.kind === "tool_settled" && fact.outcome.kind === "succeeded") {
-          const raw = yield* log.readToolResult(SESSION, item.event.id)
-          const rebuilt = EventWrite.toolSuccess({
-            id: item.event.id,
-            recordedAt: item.event.recordedAt,
-            invocation: item.event.invocation,
-            operationId: fact.operationId,
-            output: raw.raw,
-          })
-          return Result.getOrThrow(rebuilt)
-        }
-        return Result.getOrThrow(EventWrite.plain(item.event))
-      }),
-    )
-    const { log: fresh } = yield* LogTesting.makeTemporary({ synchronous: "NORMAL" })
-    const sequences = yield* fresh.appendBatch(writes)
-    assert.deepStrictEqual(sequences, stored.events.map((item) => item.sequence))
-    const copy = yield* fresh.prefix({ kind: "session", id: SESSION })
-    assert.strictEqual(copy.digest, stored.digest)
-    assert.strictEqual(copy.highWater, stored.highWater)
-  })
 
 /** Opens the killed child's log with a new engine and checks everything; then runs the next turn. */
 const verify = (point: string, child: ChildResult) =>
@@ -288,7 +206,7 @@ const verify = (point: string, child: ChildResult) =>
       if (isUnknown) assert.include(server.requests()[0]!.body, "Prior execution was interrupted")
       const after = yield* engine.log.events(SESSION)
       assertSealed(after)
-      yield* assertValid(engine.log)
+      yield* assertValid(engine.log, SESSION)
     }),
   )
 

@@ -10,17 +10,16 @@
  * `outcome_unknown`, which an ordinary message is refused).
  */
 import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
-import { EventWrite } from "@maka/facts"
-import * as LogTesting from "@maka/event-log/testing"
 import { LanguageModel } from "@maka/model"
 import { OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
-import { Effect, Redacted, Result } from "effect"
+import { Effect, Redacted } from "effect"
 import { spawn } from "node:child_process"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
 import { bundleChild, root } from "./support/bundle.ts"
+import { assertValid } from "./support/crash-anywhere.ts"
 import { factsOf, kinds, reopen } from "./support/harness.ts"
 import { configuration, countCatalog, handoffScript, HANDOFF_INVOCATION, readEffects } from "./support/handoff-crash.ts"
 
@@ -111,34 +110,6 @@ const runChild = (name: string, baseUrl: string, kill: Kill | undefined): Promis
 const modelAt = (server: ScriptedServer.ScriptedServer) =>
   LanguageModel.make({ kind: "openai-compatible", baseUrl: `${server.url}/v1`, model: "test-model", apiKey: Redacted.make("sk-parent") })
 
-/**
- * The log passes its own validation: every stored event, re-appended in order into a fresh log, is
- * accepted (the pause's seal checks and the successor's claim included) and gives the same prefix.
- */
-const assertValid = (log: LogTesting.EventLog.EventLogShape) =>
-  Effect.gen(function* () {
-    const stored = yield* log.prefix({ kind: "session", id: SESSION })
-    const writes = yield* Effect.forEach(stored.events, (item) =>
-      Effect.gen(function* () {
-        const fact = item.event.fact
-        if (fact.kind !== "tool_settled" || fact.outcome.kind !== "succeeded") return Result.getOrThrow(EventWrite.plain(item.event))
-        const raw = yield* log.readToolResult(SESSION, item.event.id)
-        return Result.getOrThrow(
-          EventWrite.toolSuccess({
-            id: item.event.id,
-            recordedAt: item.event.recordedAt,
-            invocation: item.event.invocation,
-            operationId: fact.operationId,
-            output: raw.raw,
-          }),
-        )
-      }),
-    )
-    const { log: fresh } = yield* LogTesting.makeTemporary({ synchronous: "NORMAL" })
-    assert.deepStrictEqual(yield* fresh.appendBatch(writes), stored.events.map((item) => item.sequence))
-    assert.strictEqual((yield* fresh.prefix({ kind: "session", id: SESSION })).digest, stored.digest)
-  })
-
 /** Each effect at most once. */
 const assertOnce = (lines: ReadonlyArray<string>) => assert.strictEqual(new Set(lines).size, lines.length, `an effect ran twice: ${lines.join(",")}`)
 
@@ -219,7 +190,7 @@ const verify = (child: ChildResult, server: ScriptedServer.ScriptedServer, expec
       assert.deepStrictEqual(yield* engine.log.pendingHandoffs(), [])
       assert.deepStrictEqual(yield* engine.log.unfinishedInvocations(100), [])
       assertOnce(readEffects(workspace))
-      yield* assertValid(engine.log)
+      yield* assertValid(engine.log, SESSION)
     }),
   )
 
