@@ -147,7 +147,7 @@ const mutate = (random: Random, argv: ReadonlyArray<string>): Array<string> => {
   return random.chance(0.97) ? tokens.filter((token) => token !== "--help" && token !== "-h" && token !== "help") : tokens
 }
 
-const randomEnvironment = (random: Random): Flags.Environment => {
+const randomEnvironment = (random: Random): Readonly<Record<string, string>> => {
   const environment: Record<string, string> = {}
   if (random.chance(0.15)) environment["MAKA_DB"] = random.pick(["env.sqlite", "", "file.txt/x.sqlite"])
   if (random.chance(0.1)) environment["MAKA_DATABASE_URL"] = random.pick(["postgres://127.0.0.1:1/x", "mysql://x", ""])
@@ -249,7 +249,7 @@ const runMain = async (argv: ReadonlyArray<string>, environment: Flags.Environme
 const hasStackTrace = (text: string): boolean => /\n\s+at .+[(:]\d+/.test(text) || text.includes("internal error")
 
 describe("command-line flag fuzz", () => {
-  const refused: Array<{ readonly argv: ReadonlyArray<string>; readonly environment: Flags.Environment; readonly message: string }> = []
+  const refused: Array<{ readonly argv: ReadonlyArray<string>; readonly environment: Readonly<Record<string, string>>; readonly message: string }> = []
 
   it("refuses every fuzzed command line the flags reject with exit 2 and one line maka: <message>, never a stack trace", async () => {
     const counts = { accepted: 0, refused: 0, help: 0 }

@@ -7,6 +7,7 @@
  * or refused with the log's content unchanged. `MAKA_FUZZ_INPUTS` sets the inputs per decoder
  * (default 2,000; long setting 100,000), `MAKA_FUZZ_SEED` the seed; a failure names both.
  */
+import type { EventWrite } from "@maka/facts"
 import { FactBuilders, History } from "@maka/testkit"
 import BetterSqlite3 from "better-sqlite3"
 import { Cause, Effect, Exit } from "effect"
@@ -222,7 +223,7 @@ const reads = (log: EventLog.EventLogShape, history: History.History) => {
     ["invocationRecovery", log.invocationRecovery(lastInvocation)],
     ["readToolResult", log.readToolResult(sessionId, settled)],
     ["pendingHandoffs", log.pendingHandoffs()],
-    ["prefix", log.prefix({ kind: "session", sessionId })],
+    ["prefix", log.prefix({ kind: "session", id: sessionId })],
   ] as const
 }
 

@@ -413,7 +413,7 @@ const sseCase = (random: Random, isAnthropic: boolean): WireResponse => {
         events[index] = { ...event, data: mutateData(random, event.data) }
     }
   }
-  let body = encoder.encode(serialize(events))
+  let body: Uint8Array = encoder.encode(serialize(events))
   if (random.chance(0.4)) body = damageBytes(random, body)
   return { status: 200, contentType: random.chance(0.97) ? "text/event-stream" : random.pick(["text/plain", "application/json", ""]), chunks: split(random, body) }
 }
