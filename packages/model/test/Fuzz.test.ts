@@ -169,7 +169,7 @@ const argumentsText = (random: Random): string => {
     case 3:
       return `{"a":${"[".repeat(1 + random.int(50_000))}${"]".repeat(random.int(50_001))}}`
     case 4:
-      return `{"a":${deepText(random, 1 + random.int(random.chance(0.5) ? 100_000 : 200))}}`
+      return `{"a":${deepText(random, 1 + random.int(random.chance(0.5) ? 30_000 : 200))}}`
     case 5:
       return "   "
     default:
@@ -263,7 +263,7 @@ const mutateData = (random: Random, data: string): string => {
   if (random.chance(0.1)) {
     // A key's value replaced by deep nesting; the old value stays under another key.
     const key = random.pick(["content", "delta", "choices", "usage", "tool_calls", "function", "index", "text", "partial_json", "message", "error", "id"])
-    return data.replace(`"${key}":`, `"${key}":${deepText(random, 1 + random.int(random.chance(0.3) ? 100_000 : 500))},"_":`)
+    return data.replace(`"${key}":`, `"${key}":${deepText(random, 1 + random.int(random.chance(0.3) ? 30_000 : 500))},"_":`)
   }
   let parsed: unknown
   try {
@@ -354,7 +354,7 @@ const damageBytes = (random: Random, body: Uint8Array): Uint8Array => {
     }
     case 5: {
       // A huge line: long enough to stress the parser; now and then over the 8 MiB event limit.
-      const size = random.chance(0.02) ? Limits.MAX_STREAM_EVENT_BYTES + 1 : 100_000 + random.int(900_000)
+      const size = random.chance(0.02) ? Limits.MAX_STREAM_EVENT_BYTES + 1 : 100_000 + random.int(300_000)
       const filler = random.pick(["x", "é", "{", " "])
       const cut = at()
       return concat([body.subarray(0, cut), encoder.encode(`data: ${filler.repeat(Math.ceil(size / encoder.encode(filler).byteLength))}\n`), body.subarray(cut)])
@@ -439,7 +439,7 @@ const errorCase = (random: Random): WireResponse => {
       body = encoder.encode(JSON.stringify(base))
       break
     case 2:
-      body = encoder.encode(random.chance(0.5) ? deepText(random, 1 + random.int(100_000)) : `{"error":${deepText(random, 1 + random.int(100_000))}}`)
+      body = encoder.encode(random.chance(0.5) ? deepText(random, 1 + random.int(30_000)) : `{"error":${deepText(random, 1 + random.int(30_000))}}`)
       break
     default:
       body = encoder.encode(JSON.stringify(mutateJson(random, base)))
