@@ -79,7 +79,7 @@ const wrongValue = (random: Random, depth = 0): unknown => {
     case 7:
       return random.pick(["completed", "failed", "text", "json", "succeeded", "provider", "standalone", "stop", "main"])
     case 8:
-      return [wrongValue(random, depth + 1)]
+      return random.chance(0.2) ? JSON.parse(deepText(random, 1 + random.int(3_000))) : [wrongValue(random, depth + 1)]
     default:
       return { [random.pick(["kind", "id", "text", "value", "outcome", "__proto__"])]: wrongValue(random, depth + 1) }
   }
@@ -144,8 +144,14 @@ const mutateText = (random: Random, json: string): string => {
       return json.slice(0, at)
     case 1:
       return json.slice(0, at) + String.fromCharCode(random.int(0x80)) + json.slice(at + 1)
-    case 2:
-      return json.replace(/:"[^"]*"/, `:${deepText(random, 1 + random.int(random.chance(0.5) ? 20_000 : 300))}`)
+    case 2: {
+      // Any string value (the decoder walks some, not others) replaced by deep nesting.
+      const values = [...json.matchAll(/:"[^"]*"/g)]
+      const chosen = values.length === 0 ? undefined : random.pick(values)
+      if (chosen === undefined) return json
+      const deep = `:${deepText(random, 1 + random.int(random.chance(0.5) ? 20_000 : 3_000))}`
+      return json.slice(0, chosen.index) + deep + json.slice(chosen.index + chosen[0].length)
+    }
     case 3:
       return json.replace(/:"[^"]*"/, `:"${"y".repeat(random.chance(0.1) ? 1_100_000 : 10_000)}"`)
     case 4:
@@ -241,6 +247,32 @@ const runIn = (session: number): History.History => {
 }
 
 describe("stored row fuzz", () => {
+  it("reads a stored tool input nested 5,000 deep as Decode, never a defect or a driver error", async () => {
+    const outcomes = await Effect.runPromise(
+      Effect.scoped(
+        Effect.gen(function* () {
+          const { log, file } = yield* Testing.makeTemporary({ synchronous: "NORMAL" })
+          const history = History.smallRun()
+          for (const item of history.written) yield* log.append(item.write)
+          const connection = new BetterSqlite3(file)
+          yield* Effect.addFinalizer(() => Effect.sync(() => connection.close()))
+          const row = connection.prepare("SELECT sequence, event_json FROM event_log WHERE kind = 'model_completed' ORDER BY sequence LIMIT 1").get() as RawRow
+          const deep = `${"[".repeat(5_000)}1${"]".repeat(5_000)}`
+          expect(row.event_json).toContain('"input":{"path":"."}')
+          connection.prepare("UPDATE event_log SET event_json = ? WHERE sequence = ?").run(row.event_json.replace('"input":{"path":"."}', `"input":{"path":${deep}}`), row.sequence)
+          const apis = reads(log, history)
+          const results: Array<string> = []
+          for (const [name, read] of apis) {
+            if (name === "readModelContextWithHash" || name === "invocationRecovery" || name === "readToolResult") continue
+            results.push(`${name} ${outcomeOf(yield* Effect.exit(read as Effect.Effect<unknown, EventLogError.EventLogError>), name)}`)
+          }
+          return results
+        }),
+      ),
+    )
+    expect(outcomes).toContain("events Decode")
+  })
+
   it("reads every damaged row to a value or a typed EventLogError, writing nothing", async () => {
     const tags = new Map<string, number>()
     await Effect.runPromise(
