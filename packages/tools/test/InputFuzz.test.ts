@@ -122,8 +122,11 @@ const wrongValue = (random: Random, depth = 0): Identity.Json => {
       return {}
     case 9:
       return [wrongValue(random, depth + 1), wrongValue(random, depth + 1)]
-    default:
-      return JSON.parse(`{${JSON.stringify(random.pick(["custom", "field", "value", "low", "path", "__proto__"]))}:${JSON.stringify(wrongValue(random, depth + 1))}}`)
+    default: {
+      const object: Record<string, Identity.Json> = {}
+      setOwn(object, random.pick(["custom", "field", "value", "low", "path", "__proto__"]), wrongValue(random, depth + 1))
+      return object
+    }
   }
 }
 
