@@ -21,6 +21,8 @@ import { maka } from "./support/cli.ts"
 
 const INPUTS = Number(process.env["MAKA_FUZZ_INPUTS"] ?? 2_000)
 const SEED = Number(process.env["MAKA_FUZZ_SEED"] ?? 0xc11_f1a9)
+/** Ten minutes, or 30 ms per input at a long setting. */
+const TIMEOUT_MS = Math.max(600_000, INPUTS * 30)
 
 /** A small seeded generator (mulberry32), so a failing case can be replayed. */
 const generator = (seed: number) => {
@@ -292,7 +294,7 @@ describe("command-line flag fuzz", () => {
     // Both ends are reached.
     expect(counts.refused, JSON.stringify(counts)).toBeGreaterThan(INPUTS / 2)
     expect(counts.accepted, JSON.stringify(counts)).toBeGreaterThan(INPUTS / 50)
-  }, 600_000)
+  }, TIMEOUT_MS)
 
   it("answers a sample of the refused command lines the same way from the built maka binary", async () => {
     expect(refused.length).toBe(5)

@@ -19,6 +19,8 @@ import * as Testing from "../src/testing.ts"
 
 const INPUTS = Number(process.env["MAKA_FUZZ_INPUTS"] ?? 2_000)
 const SEED = Number(process.env["MAKA_FUZZ_SEED"] ?? 0x20_f022)
+/** Ten minutes, or 30 ms per input at a long setting. */
+const TIMEOUT_MS = Math.max(600_000, INPUTS * 30)
 
 /** A small seeded generator (mulberry32), so a failing case can be replayed. */
 const generator = (seed: number) => {
@@ -357,68 +359,71 @@ describe("stored row fuzz", () => {
     const successes = [...tags].filter(([tag]) => tag.includes(" ok")).reduce((sum, [, n]) => sum + n, 0)
     expect(successes, JSON.stringify([...tags])).toBeGreaterThan(INPUTS / 20)
     if (process.env["MAKA_FUZZ_REPORT"] !== undefined) console.log(JSON.stringify([...tags]))
-  }, 600_000)
+  }, TIMEOUT_MS)
 
   it("stores every appended mutation of a valid write whole, or refuses it with the log's content unchanged", async () => {
     const tags = new Map<string, number>()
-    await Effect.runPromise(
-      Effect.scoped(
-        Effect.gen(function* () {
-          const { log, file } = yield* Testing.makeTemporary({ synchronous: "NORMAL" })
-          const connection = new BetterSqlite3(file, { readonly: true })
-          yield* Effect.addFinalizer(() => Effect.sync(() => connection.close()))
-          // Valid histories, one session each, appended write by write between the mutations.
-          let session = 0
-          let template = runIn(session)
-          let position = 0
-          // The log's content fingerprint, taken again after each write that went in.
-          let shape = contentShape(connection)
-          for (let index = 0; index < INPUTS; index++) {
-            const seed = SEED + 0x100000 + index
-            const random = generator(seed)
-            const label = `seed ${seed} (MAKA_FUZZ_SEED=${SEED} append case ${index})`
-            if (position >= template.written.length) {
-              session++
-              template = runIn(session)
-              position = 0
+    // Cases in batches of 1,000, each on a fresh log, so the log stays small at any setting.
+    for (let from = 0; from < INPUTS; from += 1_000) {
+      await Effect.runPromise(
+        Effect.scoped(
+          Effect.gen(function* () {
+            const { log, file } = yield* Testing.makeTemporary({ synchronous: "NORMAL" })
+            const connection = new BetterSqlite3(file, { readonly: true })
+            yield* Effect.addFinalizer(() => Effect.sync(() => connection.close()))
+            // Valid histories, one session each, appended write by write between the mutations.
+            let session = 0
+            let template = runIn(session)
+            let position = 0
+            // The log's content fingerprint, taken again after each write that went in.
+            let shape = contentShape(connection)
+            for (let index = from; index < Math.min(INPUTS, from + 1_000); index++) {
+              const seed = SEED + 0x100000 + index
+              const random = generator(seed)
+              const label = `seed ${seed} (MAKA_FUZZ_SEED=${SEED} append case ${index})`
+              if (position >= template.written.length) {
+                session++
+                template = runIn(session)
+                position = 0
+              }
+              const original = template.written[position]!.write
+              const event = mutateEvent(random, JSON.parse(original.json))
+              const json = JSON.stringify(event)
+              // The event and its bytes mutated together, or apart (a write whose json is not its event's).
+              const pairing = random.int(4)
+              const write = {
+                event: pairing === 1 ? original.event : event,
+                json: pairing === 2 ? original.json : pairing === 3 ? mutateText(random, original.json) : json,
+                ...(original.rawPayload === undefined ? {} : { rawPayload: random.chance(0.3) ? mutateText(random, original.rawPayload) : original.rawPayload }),
+              } as EventWrite.EventWrite // a hand-built write: the store must check it as it checks outside data
+              const before = shape
+              const exit = yield* Effect.exit(log.append(write))
+              if (Exit.isSuccess(exit)) {
+                // Stored whole: one new row holding exactly the event the log validated.
+                expect(JSON.parse(contentShape(connection)).n, label).toBe(JSON.parse(before).n + 1)
+                const stored = connection.prepare("SELECT event_json FROM event_log WHERE sequence = ?").get(exit.value) as { event_json: string }
+                expect(JSON.parse(stored.event_json), label).toEqual(JSON.parse(write.json))
+                tags.set("stored", (tags.get("stored") ?? 0) + 1)
+                shape = contentShape(connection)
+                // The session went its own way: the next case starts a new one.
+                position = template.written.length
+                continue
+              }
+              const tag = outcomeOf(exit, label)
+              tags.set(tag, (tags.get(tag) ?? 0) + 1)
+              expect(contentShape(connection), `${label}: a refused append changed the log`).toBe(before)
+              // Between mutations the valid write goes in, so later mutations meet every kind of fact.
+              if (random.chance(0.5)) {
+                yield* log.append(original)
+                position++
+                shape = contentShape(connection)
+              }
             }
-            const original = template.written[position]!.write
-            const event = mutateEvent(random, JSON.parse(original.json))
-            const json = JSON.stringify(event)
-            // The event and its bytes mutated together, or apart (a write whose json is not its event's).
-            const pairing = random.int(4)
-            const write = {
-              event: pairing === 1 ? original.event : event,
-              json: pairing === 2 ? original.json : pairing === 3 ? mutateText(random, original.json) : json,
-              ...(original.rawPayload === undefined ? {} : { rawPayload: random.chance(0.3) ? mutateText(random, original.rawPayload) : original.rawPayload }),
-            } as EventWrite.EventWrite // a hand-built write: the store must check it as it checks outside data
-            const before = shape
-            const exit = yield* Effect.exit(log.append(write))
-            if (Exit.isSuccess(exit)) {
-              // Stored whole: one new row holding exactly the event the log validated.
-              expect(JSON.parse(contentShape(connection)).n, label).toBe(JSON.parse(before).n + 1)
-              const stored = connection.prepare("SELECT event_json FROM event_log WHERE sequence = ?").get(exit.value) as { event_json: string }
-              expect(JSON.parse(stored.event_json), label).toEqual(JSON.parse(write.json))
-              tags.set("stored", (tags.get("stored") ?? 0) + 1)
-              shape = contentShape(connection)
-              // The session went its own way: the next case starts a new one.
-              position = template.written.length
-              continue
-            }
-            const tag = outcomeOf(exit, label)
-            tags.set(tag, (tags.get(tag) ?? 0) + 1)
-            expect(contentShape(connection), `${label}: a refused append changed the log`).toBe(before)
-            // Between mutations the valid write goes in, so later mutations meet every kind of fact.
-            if (random.chance(0.5)) {
-              yield* log.append(original)
-              position++
-              shape = contentShape(connection)
-            }
-          }
-        }),
-      ),
-    )
+          }),
+        ),
+      )
+    }
     if (process.env["MAKA_FUZZ_REPORT"] !== undefined) console.log(JSON.stringify([...tags]))
     expect(tags.get("Rejected:InvalidTransition") ?? 0, JSON.stringify([...tags])).toBeGreaterThan(INPUTS / 4)
-  }, 600_000)
+  }, TIMEOUT_MS)
 })

@@ -21,6 +21,8 @@ import { API_KEY, request } from "./support.ts"
 
 const INPUTS = Number(process.env["MAKA_FUZZ_INPUTS"] ?? 2_000)
 const SEED = Number(process.env["MAKA_FUZZ_SEED"] ?? 0x5eed_5e)
+/** Ten minutes, or 30 ms per input at a long setting. */
+const TIMEOUT_MS = Math.max(600_000, INPUTS * 30)
 
 /** A small seeded generator (mulberry32), so a failing case can be replayed. */
 const generator = (seed: number) => {
@@ -525,11 +527,11 @@ describe("model adapter fuzz", () => {
     // Both ends are reached: the fuzz is not all refusals, nor all accepted.
     assert.isAbove(tags.get("ok") ?? 0, INPUTS / 50, JSON.stringify([...tags]))
     assert.isAbove(tags.get("Adapter") ?? 0, INPUTS / 10, JSON.stringify([...tags]))
-  }, 600_000)
+  }, TIMEOUT_MS)
 
   it("classifies every fuzzed error response into a typed ModelError, never a success", async () => {
     const tags = await fuzz("error-body", SEED ^ 0x0e77, (random) => ({ wire: errorCase(random), isAnthropic: random.chance(0.3) }))
     assert.strictEqual(tags.get("ok"), undefined, JSON.stringify([...tags]))
     assert.isAbove(tags.size, 3, JSON.stringify([...tags]))
-  }, 600_000)
+  }, TIMEOUT_MS)
 })
