@@ -186,7 +186,7 @@ const pathsOf = (value: unknown, limit = 200): Array<Array<string | number>> => 
   while (stack.length > 0 && paths.length < limit) {
     const [current, at] = stack.pop()!
     if (typeof current !== "object" || current === null) continue
-    const keys: Array<string | number> = Array.isArray(current) ? current.map((_, index) => index) : Object.keys(current)
+    const keys: Array<string | number> = Array.isArray(current) ? Array.from({ length: current.length }, (_, index) => index) : Object.keys(current)
     for (const key of keys) {
       const child: unknown = Reflect.get(current, key)
       paths.push([...at, key])
@@ -519,6 +519,21 @@ const fuzz = (name: string, seed: number, make: (random: Random) => { readonly w
   )
 
 describe("model adapter fuzz", () => {
+  it("refuses tool-call arguments nested 5,000 deep as an invalid tool call input, without hanging", async () => {
+    const deep = `{"path":${"[".repeat(5_000)}1${"]".repeat(5_000)}}`
+    const steps = OpenAiSse.response({ toolCalls: [{ id: "call_1", name: "read_file", arguments: [deep] }] })
+    const wire: WireResponse = { status: 200, contentType: "text/event-stream", chunks: [encoder.encode(serialize(toEvents(steps)))] }
+    const verdict = await Effect.runPromise(
+      Effect.scoped(
+        Effect.gen(function* () {
+          const model = yield* LanguageModel.make({ kind: "openai-compatible", baseUrl: `${baseUrl}/v1`, model: "fuzz-model", apiKey: Redacted.make(API_KEY), fetch: fuzzFetch })
+          return yield* runCase(model, wire, true, "deep arguments")
+        }),
+      ),
+    )
+    assert.deepStrictEqual(verdict, { ok: false, tag: "Adapter" })
+  }, 60_000)
+
   it("ends every fuzzed SSE body in valid events and a clean end, or a typed ModelError", async () => {
     const tags = await fuzz("sse", SEED, (random) => {
       const isAnthropic = random.chance(0.3)
