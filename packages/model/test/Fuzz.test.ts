@@ -217,9 +217,14 @@ const mutateJson = (random: Random, value: unknown): unknown => {
       case 2:
         Reflect.set(parent, key, wrongValue(random))
         break
-      case 3:
-        Reflect.set(parent, random.pick(["error", "usage", "choices", "tool_calls", "delta", "extra", "__proto__", "constructor"]), wrongValue(random))
+      case 3: {
+        // A key only objects can have (an own key, as `JSON.parse` makes it); on an array, an element.
+        const value = wrongValue(random)
+        const name = random.pick(["error", "usage", "choices", "tool_calls", "delta", "extra", "__proto__", "constructor"])
+        if (Array.isArray(parent)) parent.push(value)
+        else Object.defineProperty(parent, name, { value, enumerable: true, writable: true, configurable: true })
         break
+      }
       default:
         Reflect.set(parent, key, nested(random, 1 + random.int(100)))
     }
