@@ -285,7 +285,12 @@ const mutateData = (random: Random, data: string): string => {
     const text = argumentsText(random)
     return data.replace(/("arguments":|"partial_json":)"(?:[^"\\]|\\.)*"/, (_, key: string) => `${key}${JSON.stringify(text)}`)
   }
-  return JSON.stringify(mutateJson(random, parsed))
+  try {
+    return JSON.stringify(mutateJson(random, parsed))
+  } catch {
+    // A value made deep by an earlier mutation is too deep for the generator to copy: it is cut instead.
+    return data.slice(0, random.int(data.length + 1))
+  }
 }
 
 const serialize = (events: ReadonlyArray<SseEvent>): string =>
