@@ -15,13 +15,21 @@ import * as Validation from "./Validation.ts"
 /** The options every closed decode uses. */
 export const closed = { onExcessProperty: "error", errors: "first" } as const
 
-/** Decodes any schema closed, mapping the schema error into a `FactError`. */
+/**
+ * Decodes any schema closed, mapping the schema error into a `FactError`. A value the decoder cannot
+ * walk (JSON nested deeper than the stack allows: the decoder throws) is a `decode` error too.
+ */
 export const decodeClosed =
   <S extends Schema.ConstraintDecoder<unknown>>(schema: S) =>
-  (input: unknown): Result.Result<S["Type"], FactError> =>
-    Result.mapError(Schema.decodeUnknownResult(schema)(input, closed), (error) =>
-      factError("decode", String(error.message)),
-    )
+  (input: unknown): Result.Result<S["Type"], FactError> => {
+    try {
+      return Result.mapError(Schema.decodeUnknownResult(schema)(input, closed), (error) =>
+        factError("decode", String(error.message)),
+      )
+    } catch {
+      return Result.fail(factError("decode", "the value cannot be decoded: it is nested too deeply"))
+    }
+  }
 
 const parseJson = (json: string): Result.Result<unknown, FactError> => {
   try {

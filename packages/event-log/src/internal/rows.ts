@@ -113,13 +113,15 @@ const keepsEveryKey = (input: unknown, output: unknown): boolean => {
 const decodeFast = (json: string): Event.RuntimeEvent | undefined => {
   if (json.length > Limits.MAX_EVENT_BYTES / 3) return undefined
   let parsed: unknown
+  let decoded: Result.Result<Event.RuntimeEvent, unknown>
   try {
     parsed = JSON.parse(json)
+    // A value nested deeper than the decoder can walk throws; `Codec` then gives the `Decode` verdict.
+    decoded = decodeOpen(parsed)
+    if (Result.isFailure(decoded) || !keepsEveryKey(parsed, decoded.success)) return undefined
   } catch {
     return undefined
   }
-  const decoded = decodeOpen(parsed)
-  if (Result.isFailure(decoded) || !keepsEveryKey(parsed, decoded.success)) return undefined
   const event = decoded.success
   return Result.isSuccess(Validation.fact(event.fact, event.invocation)) ? event : undefined
 }

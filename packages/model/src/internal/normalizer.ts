@@ -64,8 +64,14 @@ const isJson = (value: unknown): value is Identity.Json => {
   if (value === null || typeof value === "string" || typeof value === "boolean") return true
   if (typeof value === "number") return Number.isFinite(value)
   if (Array.isArray(value)) return value.every(isJson)
-  return isJsonObject(value)
+  return isRecord(value) && Object.values(value).every(isJson)
 }
 
-export const isJsonObject = (value: unknown): value is Identity.JsonObject =>
-  isRecord(value) && Object.values(value).every(isJson)
+/** A JSON object; a value nested deeper than the walk can go (it throws) is not one. */
+export const isJsonObject = (value: unknown): value is Identity.JsonObject => {
+  try {
+    return isRecord(value) && Object.values(value).every(isJson)
+  } catch {
+    return false
+  }
+}
