@@ -145,3 +145,55 @@ describe("cancellation during a retry's backoff", () => {
       }),
     ))
 })
+
+const nested = (depth: number): Model.ToolCallPart["input"] => {
+  let deep: Record<string, unknown> = { leaf: true }
+  for (let level = 0; level < depth; level++) deep = { next: deep }
+  return deep as Model.ToolCallPart["input"]
+}
+
+describe("an output no fact may hold", () => {
+  it.effect("a streamed tool call no observation may hold fails the step as an adapter failure before the finish", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const call: Model.ModelEvent = { kind: "tool_call", id: "call-1", name: "missing", input: nested(3_000), providerExecuted: false }
+        const finished: Model.ModelEvent = { kind: "finished", reason: "tool-calls", usage: { inputTokens: 1, outputTokens: 1 } }
+        const { running, events } = yield* startRun(writtenModel([started, delta("a"), call, { pauseMs: 100 }, finished]), {})
+        const waiting = yield* Effect.forkChild(running.wait)
+        for (let tick = 0; tick < 5; tick++) yield* settle(50)
+        const result = yield* Fiber.join(waiting)
+        assert.strictEqual(result.outcome.kind, "failed")
+        const stored = yield* events
+        assert.deepStrictEqual(factsOf(stored, "model_interrupted").map((fact) => fact.status), ["failed"])
+        assert.isFalse(observedTexts(stored).includes("<tool_call>"), "the call is never observed")
+        const ended = factsOf(stored, "invocation_ended")[0]!
+        if (ended.outcome.kind === "failed") assert.include(ended.outcome.message, "model output is not a valid fact: decode")
+        else assert.fail(`expected a failed terminal, got ${ended.outcome.kind}`)
+      }),
+    ))
+
+  it.effect("interrupts the step as an adapter failure, and the session takes the next run", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const model = FakeModel.make([
+          FakeModel.toolCallResponse([{ id: "call-1", name: "missing", input: nested(3_000) }]),
+          FakeModel.textResponse("fine"),
+        ])
+        const { log } = yield* LogTesting.makeTemporary()
+        const engine = yield* Engine.make({}).pipe(Effect.provideService(LogTesting.EventLog.EventLog, log), Effect.provide(Ids.layer))
+        const invocation = FactBuilders.invocation()
+        const configuration = FactBuilders.configuration({ model: FactBuilders.modelBinding({ model: model.model }) })
+        const first = yield* engine.run({ invocation, model, configuration, message: { text: "Go." }, tools: ToolCatalog.make([]) })
+        assert.strictEqual(first.outcome.kind, "failed")
+        const stored = yield* log.events(invocation.sessionId)
+        assert.deepStrictEqual(factsOf(stored, "model_interrupted").map((fact) => fact.status), ["failed"])
+        assert.strictEqual(factsOf(stored, "model_completed").length, 0)
+        const ended = factsOf(stored, "invocation_ended")[0]!
+        if (ended.outcome.kind === "failed") assert.include(ended.outcome.message, "model output is not a valid fact: decode")
+        else assert.fail(`expected a failed terminal, got ${ended.outcome.kind}`)
+        const next = FactBuilders.invocation({ turnId: "turn-2", runId: "run-2", invocationId: "invocation-2" })
+        const second = yield* engine.run({ invocation: next, model, configuration, message: { text: "Again." }, tools: ToolCatalog.make([]) })
+        assert.deepStrictEqual(second.outcome, { kind: "completed" })
+      }),
+    ))
+})

@@ -126,5 +126,7 @@ export const AdapterMessage = Object.freeze({
   invalidToolCallId: "invalid tool call id",
   outputTooLarge: "model output exceeds 64 MiB",
   openPart: "model stream finished with an open part",
+  /** A decoder of the adapter threw on a chunk: a defect, reported as a failure rather than a hang. */
+  decoderFailed: "model stream could not be decoded",
   notCompleted: (reason: string): string => `model did not complete: ${reason}`,
 } as const)

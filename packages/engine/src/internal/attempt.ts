@@ -146,6 +146,31 @@ class StreamFailed extends Data.TaggedError("StreamFailed")<{
   readonly pending: ReadonlyArray<Fact.Fact>
 }> {}
 
+/** What a model output that no fact may hold (a tool input nested deeper than a fact allows) fails as. */
+const unrecordable = (rule: string): ModelError.ModelError => ModelError.adapter(`model output is not a valid fact: ${rule}`)
+
+/**
+ * The writes of `facts` (the step's observations), and the facts they were built from; a fact that
+ * cannot be written is left out and its rule reported, so the step fails as `unrecordable`.
+ */
+const observationWrites = (run: Run, facts: ReadonlyArray<Fact.Fact>) =>
+  Effect.gen(function* () {
+    const writes: Array<EventWrite.EventWrite> = []
+    const kept: Array<Fact.Fact> = []
+    let refused: string | undefined
+    for (const fact of facts) {
+      const { id, recordedAt } = yield* stamp
+      const built = EventWrite.plain({ id, recordedAt, invocation: run.settings.invocation, fact })
+      if (Result.isFailure(built)) {
+        refused ??= built.failure.rule
+        continue
+      }
+      writes.push(built.success)
+      kept.push(fact)
+    }
+    return { writes, kept, refused }
+  })
+
 /**
  * Streams the request, group-committing observations (docs/architecture.md §12): the stream is read
  * into a queue by its own fiber; the first events commit at once, and whatever arrives during a
@@ -191,9 +216,10 @@ const streamStep = (run: Run, input: AttemptInput, stepId: string) =>
         }
         pending.push(...events)
         if (builder.isFinished) continue
-        const facts = observed(pending)
+        const { writes, kept, refused } = yield* observationWrites(run, observed(pending))
         pending.length = 0
-        yield* Effect.mapError(commitFacts(run, facts), (error) => new ObservationCommitFailed({ error }))
+        if (refused !== undefined) return yield* Effect.fail(new StreamFailed({ error: unrecordable(refused), pending: kept }))
+        yield* Effect.mapError(commit(run, writes), (error) => new ObservationCommitFailed({ error: commitError(error) }))
       }
       if (!builder.isFinished && (yield* cancellation.isRequested)) return yield* failed(ModelError.cancelled())
       const finished = builder.finish()
@@ -229,11 +255,12 @@ export const attempt = (run: Run, input: AttemptInput): Effect.Effect<Completed,
     if (Result.isFailure(built) && built.failure.rule === "event_too_large") {
       return yield* interrupted(ModelError.adapter("model output exceeds event limit"), pending)
     }
-    if (Result.isFailure(built)) {
-      return yield* Effect.fail(EngineError.internal(`the engine built an invalid model_completed: ${built.failure.message}`))
-    }
+    // Any other refusal is the output's own (a tool input nested deeper than a fact may hold): the
+    // step is interrupted like any adapter failure, so the run seals and the session stays usable.
+    const { writes: observations, kept, refused } = yield* observationWrites(run, pending)
+    if (Result.isFailure(built)) return yield* interrupted(unrecordable(built.failure.rule), kept)
+    if (refused !== undefined) return yield* interrupted(unrecordable(refused), kept)
     const completion = built.success
-    const observations = yield* Effect.forEach(pending, (fact) => plainWrite(run, fact))
     if (input.purpose === "summary") {
       // A summary's completion is durable before the job reads it: its checkpoint names it.
       yield* Effect.mapError(commit(run, [...observations, completion]), (error) => EngineError.commit(error.message))

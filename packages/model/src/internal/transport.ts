@@ -361,7 +361,13 @@ export const open: (
     reading = false
     lastActivity = now()
     const out: Array<Model.ModelEvent> = []
-    onChunk(chunk, out)
+    try {
+      onChunk(chunk, out)
+    } catch {
+      // A decoder that throws would otherwise leave this pull waiting forever (it runs in the read's
+      // callback, outside any fiber): the stream fails as an adapter error instead.
+      failure ??= ModelError.adapter(ModelError.AdapterMessage.decoderFailed)
+    }
     if (request.normalizer.isFinished()) {
       // Nothing of a finished stream is yielded until its body is known to carry nothing more.
       if (failure !== undefined) return settle(Effect.fail(failure))
