@@ -118,7 +118,7 @@ export const mainTail = (fate: MainFate, mode: "pre_turn" | "mid_turn", persiste
       "model_completed:summary",
       `context_checkpoint_recorded:${mode}`,
     ]
-    // The recovery reshaped the budget: a second overflow is not recovered (§5.4 step 11).
+    // The recovery reshaped the budget: a second overflow is not recovered (docs/engine.md §5.4 step 11).
     return persistent
       ? [...recovered, "model_requested:main", "model_interrupted:failed:main", "invocation_ended:failed:context_overflow"]
       : [...recovered, ...asked, "invocation_ended:completed"]
