@@ -146,6 +146,12 @@ describe("cancellation during a retry's backoff", () => {
     ))
 })
 
+/**
+ * Deeper than a fact's decoder can walk on any stack a test runs with (its limit is the stack, which
+ * differs between a forked process and a worker thread).
+ */
+const DEEPER_THAN_ANY_STACK = 200_000
+
 const nested = (depth: number): Model.ToolCallPart["input"] => {
   let deep: Record<string, unknown> = { leaf: true }
   for (let level = 0; level < depth; level++) deep = { next: deep }
@@ -156,7 +162,7 @@ describe("an output no fact may hold", () => {
   it.effect("a streamed tool call no observation may hold fails the step as an adapter failure before the finish", () =>
     Effect.scoped(
       Effect.gen(function* () {
-        const call: Model.ModelEvent = { kind: "tool_call", id: "call-1", name: "missing", input: nested(3_000), providerExecuted: false }
+        const call: Model.ModelEvent = { kind: "tool_call", id: "call-1", name: "missing", input: nested(DEEPER_THAN_ANY_STACK), providerExecuted: false }
         const finished: Model.ModelEvent = { kind: "finished", reason: "tool-calls", usage: { inputTokens: 1, outputTokens: 1 } }
         const { running, events } = yield* startRun(writtenModel([started, delta("a"), call, { pauseMs: 100 }, finished]), {})
         const waiting = yield* Effect.forkChild(running.wait)
@@ -176,7 +182,7 @@ describe("an output no fact may hold", () => {
     Effect.scoped(
       Effect.gen(function* () {
         const model = FakeModel.make([
-          FakeModel.toolCallResponse([{ id: "call-1", name: "missing", input: nested(3_000) }]),
+          FakeModel.toolCallResponse([{ id: "call-1", name: "missing", input: nested(DEEPER_THAN_ANY_STACK) }]),
           FakeModel.textResponse("fine"),
         ])
         const { log } = yield* LogTesting.makeTemporary()
