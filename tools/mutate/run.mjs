@@ -64,6 +64,15 @@ const concurrency = () => {
   return value
 }
 
+/**
+ * The vitest config a module's mutants run against: the package's own, or its `vitest.mutate.config.ts`
+ * when it has one (the engine's leaves out its one multi-minute soak test; see that file).
+ */
+export const vitestConfig = (project) => {
+  const mutate = `packages/${project}/vitest.mutate.config.ts`
+  return fs.existsSync(path.join(ROOT, mutate)) ? mutate : `packages/${project}/vitest.config.ts`
+}
+
 /** Stryker's options for one module. */
 export const strykerOptions = (module, reports) => {
   const { project, files } = MODULES[module]
@@ -72,7 +81,7 @@ export const strykerOptions = (module, reports) => {
     mutate: files,
     testRunner: "vitest",
     plugins: [require.resolve("@stryker-mutator/vitest-runner")],
-    vitest: { configFile: `packages/${project}/vitest.config.ts`, dir: `packages/${project}` },
+    vitest: { configFile: vitestConfig(project), dir: `packages/${project}` },
     coverageAnalysis: "perTest",
     inPlace: true,
     // vitest does not type check, so no file needs `// @ts-nocheck`; in place, Stryker would
