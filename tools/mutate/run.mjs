@@ -66,7 +66,7 @@ const concurrency = () => {
 
 /**
  * The vitest config a module's mutants run against: the package's own, or its `vitest.mutate.config.ts`
- * when it has one (the engine's leaves out its one multi-minute soak test; see that file).
+ * when it has one (which leaves out slow tests that no rule depends on; see each file).
  */
 export const vitestConfig = (project) => {
   const mutate = `packages/${project}/vitest.mutate.config.ts`
