@@ -6,6 +6,8 @@
 //   pnpm mutate                    every module
 //   pnpm mutate facts journal      named modules (a package name stands for its modules)
 //   pnpm mutate --list             the modules and their files
+//   pnpm mutate --survivors [module…]
+//                                  the surviving and uncovered mutants of the last run's reports
 //
 //   MAKA_MUTATE_CONCURRENCY   test processes at once (default 1; the machines have 2 cores)
 //
@@ -113,10 +115,40 @@ export const score = (results) => {
   return { detected, undetected, ignored: count("Ignored"), invalid: count("CompileError", "RuntimeError"), score: valid === 0 ? 100 : (100 * detected) / valid }
 }
 
+/** The mutants of a Stryker JSON report that no test detected, as lines: file:line, status, mutator, replacement, source. */
+export const survivors = (report) => {
+  const lines = []
+  for (const [file, { source, mutants }] of Object.entries(report.files)) {
+    const sourceLines = source.split("\n")
+    for (const mutant of mutants) {
+      if (mutant.status !== "Survived" && mutant.status !== "NoCoverage") continue
+      const line = mutant.location.start.line
+      const replacement = JSON.stringify(mutant.replacement ?? "").slice(0, 70)
+      lines.push(`${file}:${line} ${mutant.status} ${mutant.mutatorName} ${replacement}\n    ${(sourceLines[line - 1] ?? "").trim().slice(0, 120)}`)
+    }
+  }
+  return lines
+}
+
+const reportsOf = (module) => path.join(os.tmpdir(), "maka-mutate", module)
+
 const main = async () => {
   const args = process.argv.slice(2)
   if (args.includes("--list")) {
     for (const [name, { project, files }] of Object.entries(MODULES)) console.log(`${name.padEnd(11)} ${project.padEnd(10)} ${files.join(" ")}`)
+    return
+  }
+  if (args.includes("--survivors")) {
+    for (const module of resolveModules(args.filter((arg) => arg !== "--survivors"))) {
+      const file = path.join(reportsOf(module), "report.json")
+      if (!fs.existsSync(file)) {
+        console.log(`${module}: no report yet (${file})`)
+        continue
+      }
+      const found = survivors(JSON.parse(fs.readFileSync(file, "utf8")))
+      console.log(`${module}: ${found.length} surviving or uncovered mutants (${file})`)
+      for (const line of found) console.log(`  ${line}`)
+    }
     return
   }
   const modules = resolveModules(args)
@@ -124,7 +156,7 @@ const main = async () => {
   const { Stryker } = await import("@stryker-mutator/core")
   const lines = []
   for (const module of modules) {
-    const reports = path.join(os.tmpdir(), "maka-mutate", module)
+    const reports = reportsOf(module)
     fs.mkdirSync(reports, { recursive: true })
     const started = Date.now()
     console.log(`\n==> mutate ${module}: ${MODULES[module].files.join(", ")} (vitest project ${MODULES[module].project})`)
