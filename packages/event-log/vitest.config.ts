@@ -3,5 +3,11 @@ import { defineProject } from "vitest/config"
 export default defineProject({
   ssr: { resolve: { conditions: ["@maka/source"] } },
   resolve: { conditions: ["@maka/source"] },
-  test: { name: "event-log", include: ["test/**/*.test.ts"], testTimeout: 30_000 },
+  test: {
+    name: "event-log",
+    include: ["test/**/*.test.ts"],
+    testTimeout: 30_000,
+    // One PGlite data directory, initialised once and loaded by every PGlite a test opens.
+    globalSetup: ["test/support/pglite-snapshot.ts"],
+  },
 })

@@ -17,6 +17,7 @@
 // `kill -9`, `git checkout` them); do not edit them, build or run other tests while it runs. Static mutants
 // (module-level constants, evaluated once at import) are ignored, which keeps a run to minutes.
 // Reports: clear text on stdout, HTML and JSON under $TMPDIR/maka-mutate/<module>/.
+import { execFileSync } from "node:child_process"
 import * as fs from "node:fs"
 import { createRequire } from "node:module"
 import * as os from "node:os"
@@ -97,7 +98,10 @@ export const strykerOptions = (module, reports) => {
     dryRunTimeoutMinutes: Number(process.env.MAKA_MUTATE_DRY_RUN_MINUTES ?? 30),
     tempDirName: path.join(reports, "stryker-tmp"),
     cleanTempDir: true,
-    reporters: ["clear-text", "progress-append-only", "html", "json"],
+    // The event recorder writes each mutant's result as it is known (`<reports>/events`), so the
+    // survivors of a run that takes hours can be read (`--survivors`) before it ends.
+    reporters: ["clear-text", "progress-append-only", "html", "json", "event-recorder"],
+    eventReporter: { baseDir: path.join(reports, "events") },
     htmlReporter: { fileName: path.join(reports, "index.html") },
     jsonReporter: { fileName: path.join(reports, "report.json") },
     thresholds: { high: 85, low: 70, break: null },
@@ -130,6 +134,24 @@ export const survivors = (report) => {
   return lines
 }
 
+/**
+ * The results a run's event recorder has written so far, shaped as a report: the mutants tested
+ * until now (a run still going, or one that was stopped), with the sources of their files.
+ */
+const reportOfEvents = (directory) => {
+  const files = {}
+  for (const name of fs.readdirSync(directory).sort()) {
+    if (!name.endsWith("-onMutantTested.json")) continue
+    const result = JSON.parse(fs.readFileSync(path.join(directory, name), "utf8"))
+    // The file holds the mutants while the run goes on: its committed text is the source they refer to.
+    const top = execFileSync("git", ["-C", path.dirname(result.fileName), "rev-parse", "--show-toplevel"], { encoding: "utf8" }).trim()
+    const file = path.relative(top, result.fileName)
+    files[file] ??= { source: execFileSync("git", ["-C", top, "show", `HEAD:${file}`], { encoding: "utf8" }), mutants: [] }
+    files[file].mutants.push(result)
+  }
+  return { files, partial: true }
+}
+
 const reportsOf = (module) => path.join(os.tmpdir(), "maka-mutate", module)
 
 const main = async () => {
@@ -141,12 +163,18 @@ const main = async () => {
   if (args.includes("--survivors")) {
     for (const module of resolveModules(args.filter((arg) => arg !== "--survivors"))) {
       const file = path.join(reportsOf(module), "report.json")
-      if (!fs.existsSync(file)) {
+      const events = path.join(reportsOf(module), "events")
+      // The events of a run newer than the last report (one still going, or stopped) take precedence.
+      const mtime = (entry) => (fs.existsSync(entry) ? fs.statSync(entry).mtimeMs : -1)
+      const report =
+        mtime(events) > mtime(file) ? reportOfEvents(events) : fs.existsSync(file) ? JSON.parse(fs.readFileSync(file, "utf8")) : undefined
+      if (report === undefined) {
         console.log(`${module}: no report yet (${file})`)
         continue
       }
-      const found = survivors(JSON.parse(fs.readFileSync(file, "utf8")))
-      console.log(`${module}: ${found.length} surviving or uncovered mutants (${file})`)
+      const found = survivors(report)
+      const tested = Object.values(report.files).reduce((sum, entry) => sum + entry.mutants.length, 0)
+      console.log(`${module}: ${found.length} surviving or uncovered of ${tested} mutants${report.partial ? " tested so far (a run in progress)" : ""} (${report.partial ? events : file})`)
       for (const line of found) console.log(`  ${line}`)
     }
     return

@@ -4,7 +4,8 @@
  * partial indexes and loses the turn index, and keeps every event, digest and rule. On SQLite, on
  * PGlite, and on a PostgreSQL server when `MAKA_TEST_DATABASE_URL` is set.
  */
-import { PGlite } from "@electric-sql/pglite"
+import type { PGlite } from "@electric-sql/pglite"
+import { freshPglite } from "./support/pglite-snapshot.ts"
 import { Fact, type EventWrite } from "@maka/facts"
 import { FactBuilders, History } from "@maka/testkit"
 import BetterSqlite3 from "better-sqlite3"
@@ -147,7 +148,7 @@ const postgresFamily = (
 })
 
 let pglite: PGlite | undefined
-const pgliteInstance = () => (pglite ??= new PGlite())
+const pgliteInstance = () => (pglite ??= freshPglite())
 let client: pg.Client | undefined
 let clientReady: Promise<void> | undefined
 const serverClient = async () => {

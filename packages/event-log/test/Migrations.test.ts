@@ -1,4 +1,5 @@
-import { PGlite } from "@electric-sql/pglite"
+import type { PGlite } from "@electric-sql/pglite"
+import { freshPglite } from "./support/pglite-snapshot.ts"
 import BetterSqlite3 from "better-sqlite3"
 import { sql, type Transaction } from "kysely"
 import * as crypto from "node:crypto"
@@ -161,7 +162,7 @@ const postgresBackend: Backend = {
 }
 
 beforeAll(async () => {
-  pglite = new PGlite()
+  pglite = freshPglite()
   await pglite.waitReady
 }, 180_000)
 

@@ -3,7 +3,8 @@
  * walks the log, on SQLite (`EXPLAIN QUERY PLAN`) and on PostgreSQL (PGlite, under a generic plan,
  * where the planner may take either partial index of terminals on a log this small).
  */
-import { PGlite } from "@electric-sql/pglite"
+import type { PGlite } from "@electric-sql/pglite"
+import { freshPglite } from "./support/pglite-snapshot.ts"
 import { FactBuilders, History } from "@maka/testkit"
 import BetterSqlite3 from "better-sqlite3"
 import { Effect } from "effect"
@@ -90,7 +91,7 @@ describe("the plan of pendingHandoffs on PostgreSQL under a generic plan", () =>
   })
 
   beforeAll(async () => {
-    const instance = new PGlite()
+    const instance = freshPglite()
     pglite = instance
     await Effect.runPromise(Effect.scoped(Effect.flatMap(EventLog.fromDatabase(() => openPglite(instance, { schema })), seed)))
     await instance.exec(`SET search_path TO "${schema}"; SET plan_cache_mode = force_generic_plan; SET enable_seqscan = off`)

@@ -6,7 +6,8 @@
  * sessions. On PostgreSQL (PGlite) the same reads keep the openings' partial indexes under a generic
  * plan, which never sees a bound value: their kinds are literals.
  */
-import { PGlite } from "@electric-sql/pglite"
+import type { PGlite } from "@electric-sql/pglite"
+import { freshPglite } from "./support/pglite-snapshot.ts"
 import { FactBuilders, History } from "@maka/testkit"
 import BetterSqlite3 from "better-sqlite3"
 import { Effect } from "effect"
@@ -166,7 +167,7 @@ describe("query plans of the openings' reads on PostgreSQL under a generic plan"
   })
 
   beforeAll(async () => {
-    const instance = new PGlite()
+    const instance = freshPglite()
     pglite = instance
     await Effect.runPromise(
       Effect.scoped(

@@ -3,7 +3,8 @@
  * instance per test file, a fresh schema per test), and a real PostgreSQL server when
  * `MAKA_TEST_DATABASE_URL` is set (CI sets it; elsewhere those cases are skipped with a notice).
  */
-import { PGlite } from "@electric-sql/pglite"
+import type { PGlite } from "@electric-sql/pglite"
+import { freshPglite } from "./pglite-snapshot.ts"
 import { Effect, type Scope } from "effect"
 import { afterAll } from "vitest"
 import * as EventLog from "../../src/EventLog.ts"
@@ -21,7 +22,7 @@ const freshSchema = () => `t_${process.pid}_${Date.now().toString(36)}_${++schem
 
 const sharedPglite = (): PGlite => {
   if (pglite === undefined) {
-    pglite = new PGlite()
+    pglite = freshPglite()
     afterAll(async () => {
       await pglite?.close()
     })
