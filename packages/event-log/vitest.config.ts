@@ -1,3 +1,4 @@
+import { fileURLToPath } from "node:url"
 import { defineProject } from "vitest/config"
 
 export default defineProject({
@@ -8,6 +9,7 @@ export default defineProject({
     include: ["test/**/*.test.ts"],
     testTimeout: 30_000,
     // One PGlite data directory, initialised once and loaded by every PGlite a test opens.
-    globalSetup: ["test/support/pglite-snapshot.ts"],
+    // (An absolute path: a runner whose root is the repository, as `pnpm mutate`, finds it too.)
+    globalSetup: [fileURLToPath(new URL("./test/support/pglite-snapshot.ts", import.meta.url))],
   },
 })
