@@ -1,0 +1,252 @@
+/**
+ * The rarer refusals of the append rules (docs/log-format.md §3.3), each with its exact reason, on
+ * every dialect: the writer's in-memory index on SQLite, rows read back on PostgreSQL (PGlite). Each
+ * case is a rule whose removal the rest of the suite did not notice (`pnpm mutate append`).
+ */
+import { Archive, type Identity } from "@maka/facts"
+import { FactBuilders, History } from "@maka/testkit"
+import { Effect } from "effect"
+import * as path from "node:path"
+import { describe, expect, it } from "vitest"
+import * as EventLog from "../src/EventLog.ts"
+import * as LogIndex from "../src/internal/log-index.ts"
+import { openSqlite } from "../src/internal/open-sqlite.ts"
+import * as Testing from "../src/testing.ts"
+import { dialects } from "./support/dialects.ts"
+import { appendAll, expectRefused, failure, withLog, write } from "./support/harness.ts"
+
+/** A summary request and its completion in a `context_compact` run, and the request's fact. */
+const compactRun = () => {
+  const history = History.smallRun()
+  const run = history.open({ input: { kind: "context_compact", requestFingerprint: "c" } })
+  const summary = run.request({ purpose: "summary", stepId: "summary-1" })
+  run.complete(summary, FactBuilders.textStep(FactBuilders.VALID_SUMMARY))
+  const requested = history.events.find((stored) => stored.event.fact.kind === "model_requested" && stored.event.fact.stepId === summary)!.event.fact
+  if (requested.kind !== "model_requested") throw new Error("expected the summary request")
+  return { history, run, requested }
+}
+
+const standaloneCheckpoint = (invocation: Identity.Invocation, requested: { readonly sourceHighWater: number; readonly sourceDigest: string }, previousCheckpointId?: string) =>
+  write(invocation, {
+    kind: "context_checkpoint_recorded",
+    checkpoint: {
+      mode: { kind: "standalone" },
+      coveredThrough: requested.sourceHighWater,
+      sourceDigest: requested.sourceDigest,
+      summary: { format: "sections_v1", text: FactBuilders.VALID_SUMMARY },
+      summaryStepId: "summary-1",
+      ...(previousCheckpointId === undefined ? {} : { previousCheckpointId }),
+    },
+  })
+
+const compactedTerminal = (invocation: Identity.Invocation, checkpointId: string) =>
+  write(invocation, { kind: "invocation_ended", outcome: { kind: "context_compact_finished", outcome: { kind: "compacted", checkpointId } } })
+
+for (const dialect of dialects()) {
+  describe(`the rarer append refusals on ${dialect.name}`, () => {
+    it("refuses a handoff successor when no sealed pause awaits it", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = new History.History()
+          const run = history.open()
+          const step = run.request()
+          run.complete(step, FactBuilders.textStep("done"))
+          const pause = run.pause()
+          // The run ended without a pause: nothing is reserved for a successor.
+          run.end()
+          yield* appendAll(log, history.writes)
+          const prefix = yield* log.runPrefix("session-1", "run-1")
+          const opened = history.events[0]!.event.fact
+          if (opened.kind !== "invocation_opened" || prefix === undefined) throw new Error("expected an opening and a prefix")
+          const successor = write(
+            { ...run.invocation, runId: pause.intent.successorRunId, invocationId: pause.intent.successorInvocationId },
+            {
+              kind: "invocation_opened",
+              configuration: opened.configuration,
+              input: {
+                kind: "handoff",
+                claim: {
+                  id: pause.intent.claimId,
+                  source: { invocation: run.invocation, highWater: prefix.highWater, digest: prefix.digest },
+                  base: { highWater: 0, digest: FactBuilders.digestOf("base") },
+                  replay: pause.execution.replay,
+                },
+                pause,
+              },
+            },
+          )
+          yield* expectRefused(log, "session-1", log.append(successor), "InvalidTransition", "no sealed handoff pause awaits this successor")
+        }),
+      ))
+
+    it("refuses a dispatch naming no completed step of its invocation, or a summary step's call", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = new History.History()
+          const run = history.open()
+          const summary = run.request({ purpose: "summary", stepId: "summary-1" })
+          run.complete(summary, FactBuilders.toolCallStep([{ id: "c", name: "read_file", input: { path: "a" } }]))
+          yield* appendAll(log, history.writes)
+          const dispatch = (stepId: string) =>
+            write(run.invocation, {
+              kind: "tool_dispatched",
+              operationId: `${stepId}:c`,
+              call: { toolCallId: "c", origin: { kind: "provider", stepId } },
+              name: "read_file",
+              input: { path: "a" },
+            })
+          yield* expectRefused(log, "session-1", log.append(dispatch("step-unknown")), "InvalidTransition", "the call names no completed step of this invocation")
+          yield* expectRefused(log, "session-1", log.append(dispatch(summary)), "InvalidTransition", "tool calls come only from main steps")
+        }),
+      ))
+
+    it("refuses a checkpoint whose previousCheckpointId is not its summary's baseline, and one without a summary of this invocation", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const { history, run, requested } = compactRun()
+          yield* appendAll(log, history.writes)
+          // The summary request named no baseline: a checkpoint claiming one differs from it.
+          const claimed = standaloneCheckpoint(run.invocation, requested, history.events[0]!.event.id)
+          yield* expectRefused(
+            log,
+            "session-1",
+            log.appendBatch([claimed, compactedTerminal(run.invocation, claimed.event.id)]),
+            "InvalidTransition",
+            "previousCheckpointId differs from the summary's baseline",
+          )
+          // The same checkpoint written by another invocation's terminal batch: its summary is not that invocation's.
+          const other = new History.History({ firstId: 700 })
+          const otherRun = other.open({ input: { kind: "context_compact", requestFingerprint: "d" }, invocationId: "invocation-9", runId: "run-9", turnId: "turn-9" })
+          yield* log.append(write(run.invocation, { kind: "invocation_ended", outcome: { kind: "context_compact_finished", outcome: { kind: "unchanged", reason: "no_new_history" } } }))
+          yield* log.append(other.writes[0]!)
+          const foreign = standaloneCheckpoint(otherRun.invocation, requested)
+          yield* expectRefused(
+            log,
+            "session-1",
+            log.appendBatch([foreign, compactedTerminal(otherRun.invocation, foreign.event.id)]),
+            "InvalidTransition",
+            "the checkpoint needs a completed summary request of this invocation",
+          )
+        }),
+      ))
+
+    it("checks an archive's result: it must be a settled tool result of this session; a failed result archives by its message", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = new History.History()
+          const run = history.open()
+          const step = run.request()
+          run.complete(step, FactBuilders.toolCallStep([{ id: "a", name: "read_file", input: { path: "big" } }]))
+          const operation = run.dispatch(step, "a")
+          const message = `the file could not be read: ${"x".repeat(10_000)}`
+          const settled = run.fail(operation, message)
+          yield* appendAll(log, history.writes)
+          const archive = (placeholder: Archive.ArchivedPlaceholder) => write(run.invocation, { kind: "tool_result_archived", placeholder })
+          const failed = Archive.prepare(settled.event.id, "a", "read_file", { kind: "failed", message })
+          expect(failed).toBeDefined()
+          // Naming the opening (not a settlement), or an id no row holds.
+          for (const runtimeEventId of [history.events[0]!.event.id, FactBuilders.eventId(99_999)]) {
+            const named = Archive.prepare(runtimeEventId, "a", "read_file", { kind: "failed", message })!
+            yield* expectRefused(log, "session-1", log.append(archive(named)), "InvalidTransition", "the archive names no settled tool result of this session")
+          }
+          // The failure's text decides the placeholder: another message's placeholder differs.
+          const otherText = Archive.prepare(settled.event.id, "a", "read_file", { kind: "failed", message: `${message}!` })!
+          yield* expectRefused(log, "session-1", log.append(archive(otherText)), "InvalidTransition", "differs from the one its result produces")
+          yield* log.append(archive(failed!))
+          yield* expectRefused(log, "session-1", log.append(archive(failed!)), "InvalidTransition", "already archived")
+        }),
+      ))
+
+    it("refuses a raw payload on a write that is not a successful settlement", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = new History.History()
+          const run = history.open()
+          yield* appendAll(log, history.writes)
+          const steering = write(run.invocation, { kind: "message_steered", message: FactBuilders.deliveredMessage("m1", "more") })
+          yield* expectRefused(log, "session-1", log.append({ ...steering, rawPayload: "{}" }), "PayloadMismatch")
+          const opening = new History.History({ sessionId: "session-2", firstId: 300 }).open({ invocationId: "invocation-2", runId: "run-2", turnId: "turn-2" })
+          yield* expectRefused(log, "session-2", log.append({ ...opening.history.writes[0]!, rawPayload: "{}" }), "PayloadMismatch")
+          yield* log.append(steering)
+        }),
+      ))
+
+    it("refuses an opening whose invocation id another session holds, and the session stays usable", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const first = new History.History()
+          first.open()
+          yield* appendAll(log, first.writes)
+          const second = new History.History({ sessionId: "session-2", firstId: 500 })
+          // The same invocation id as session-1's run: the ids of invocations are unique in the log.
+          second.open({ invocationId: "invocation-1", runId: "run-b", turnId: "turn-b" })
+          const error = yield* failure(log.append(second.writes[0]!))
+          expect(error.reason._tag === "Rejected" && error.reason.rejection._tag).toBe("InvalidTransition")
+          expect(error.message).toContain("the invocation is already opened")
+          expect(yield* log.events("session-2")).toEqual([])
+          const usable = new History.History({ sessionId: "session-2", firstId: 600 })
+          usable.open({ invocationId: "invocation-2", runId: "run-b", turnId: "turn-b" })
+          yield* log.append(usable.writes[0]!)
+          expect((yield* log.events("session-2")).length).toBe(1)
+        }),
+      ))
+
+    it("appends the writes a batch builds from its leading sequences, in the same transaction", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = new History.History()
+          const run = history.open()
+          yield* appendAll(log, history.writes)
+          const steering = write(run.invocation, { kind: "message_steered", message: FactBuilders.deliveredMessage("m1", "first") })
+          let seen: ReadonlyArray<number> = []
+          const sequences = yield* log.appendBatch([steering], (leading) => {
+            seen = leading
+            return [write(run.invocation, { kind: "message_steered", message: FactBuilders.deliveredMessage(`m${leading[0]! + 1}`, "built") })]
+          })
+          expect(seen).toEqual([2])
+          expect(sequences).toEqual([2, 3])
+          const stored = (yield* log.events("session-1")).map((event) => event.event.fact)
+          expect(stored.at(-1)).toMatchObject({ kind: "message_steered", message: { messageId: "m3" } })
+          // A built write that breaks a rule takes the whole batch with it.
+          yield* expectRefused(
+            log,
+            "session-1",
+            log.appendBatch([write(run.invocation, { kind: "message_steered", message: FactBuilders.deliveredMessage("m9", "x") })], () => [
+              write(run.invocation, { kind: "message_steered", message: FactBuilders.deliveredMessage("m1", "again") }),
+            ]),
+            "InvalidTransition",
+            "already delivered",
+          )
+        }),
+      ))
+  })
+}
+
+describe("the writer's in-memory index", () => {
+  it(`keeps at most ${LogIndex.MAX_SESSIONS} sessions and reloads a dropped one with its rules intact`, () =>
+    Effect.runPromise(
+      Effect.scoped(
+        Effect.gen(function* () {
+          const { directory } = yield* Testing.makeTemporary()
+          const database = yield* Effect.promise(() => openSqlite(path.join(directory, "index.sqlite"), { synchronous: "NORMAL" }))
+          const log = yield* EventLog.fromDatabase(() => Promise.resolve(database))
+          const index = database.index!
+          const count = LogIndex.MAX_SESSIONS + 2
+          const openings = Array.from({ length: count }, (_, position) => {
+            const history = new History.History({ sessionId: `session-${position}`, firstId: 10 * position + 1 })
+            history.open({ invocationId: `invocation-${position}`, runId: `run-${position}`, turnId: `turn-${position}` })
+            return history
+          })
+          for (const history of openings) yield* log.append(history.writes[0]!)
+          expect(index.size).toBe(LogIndex.MAX_SESSIONS)
+          // The least recently used went first: session-0 reloads, and still refuses a second opening.
+          expect(index.loaded("session-0")).toBeUndefined()
+          expect(index.loaded(`session-${count - 1}`)).toBeDefined()
+          const second = new History.History({ sessionId: "session-0", firstId: 90_000 }).open({ invocationId: "invocation-x", runId: "run-x", turnId: "turn-x" })
+          yield* expectRefused(log, "session-0", log.append(second.history.writes[0]!), "SessionBusy")
+          // A refused batch drops the sessions it touched: they reload on their next use.
+          expect(index.size).toBeLessThanOrEqual(LogIndex.MAX_SESSIONS)
+        }),
+      ),
+    ))
+})
