@@ -26,18 +26,25 @@ const compactRun = () => {
   return { history, run, requested }
 }
 
-const standaloneCheckpoint = (invocation: Identity.Invocation, requested: { readonly sourceHighWater: number; readonly sourceDigest: string }, previousCheckpointId?: string) =>
+const checkpointWrite = (
+  invocation: Identity.Invocation,
+  requested: { readonly sourceHighWater: number; readonly sourceDigest: string },
+  options: { readonly previousCheckpointId?: string; readonly mode?: "standalone" | "pre_turn"; readonly summaryStepId?: string } = {},
+) =>
   write(invocation, {
     kind: "context_checkpoint_recorded",
     checkpoint: {
-      mode: { kind: "standalone" },
+      mode: { kind: options.mode ?? "standalone" },
       coveredThrough: requested.sourceHighWater,
       sourceDigest: requested.sourceDigest,
       summary: { format: "sections_v1", text: FactBuilders.VALID_SUMMARY },
-      summaryStepId: "summary-1",
-      ...(previousCheckpointId === undefined ? {} : { previousCheckpointId }),
+      summaryStepId: options.summaryStepId ?? "summary-1",
+      ...(options.previousCheckpointId === undefined ? {} : { previousCheckpointId: options.previousCheckpointId }),
     },
   })
+
+const standaloneCheckpoint = (invocation: Identity.Invocation, requested: { readonly sourceHighWater: number; readonly sourceDigest: string }, previousCheckpointId?: string) =>
+  checkpointWrite(invocation, requested, previousCheckpointId === undefined ? {} : { previousCheckpointId })
 
 const compactedTerminal = (invocation: Identity.Invocation, checkpointId: string) =>
   write(invocation, { kind: "invocation_ended", outcome: { kind: "context_compact_finished", outcome: { kind: "compacted", checkpointId } } })
@@ -127,6 +134,68 @@ for (const dialect of dialects()) {
             "InvalidTransition",
             "the checkpoint needs a completed summary request of this invocation",
           )
+        }),
+      ))
+
+    it("refuses a checkpoint over a main step, an unfinished summary, or a mode its invocation does not take", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = History.smallRun()
+          const run = history.open()
+          const main = run.request({ stepId: "main-1" })
+          run.complete(main, FactBuilders.textStep("working"))
+          const summary = run.request({ purpose: "summary", stepId: "summary-1" })
+          yield* appendAll(log, history.writes)
+          const factOf = (stepId: string) => {
+            const fact = history.events.find((stored) => stored.event.fact.kind === "model_requested" && stored.event.fact.stepId === stepId)!.event.fact
+            if (fact.kind !== "model_requested") throw new Error("expected a request")
+            return fact
+          }
+          const needsSummary = "the checkpoint needs a completed summary request of this invocation"
+          // A main step's request is no summary.
+          yield* expectRefused(log, "session-1", log.append(checkpointWrite(run.invocation, factOf(main), { mode: "pre_turn", summaryStepId: main })), "InvalidTransition", needsSummary)
+          // A summary not completed yet.
+          yield* expectRefused(log, "session-1", log.append(checkpointWrite(run.invocation, factOf(summary), { mode: "pre_turn" })), "InvalidTransition", needsSummary)
+          yield* log.append(write(run.invocation, { kind: "model_completed", stepId: summary, output: FactBuilders.textStep(FactBuilders.VALID_SUMMARY) }))
+          // A standalone checkpoint belongs to a context_compact invocation, not to a message run.
+          yield* expectRefused(
+            log,
+            "session-1",
+            log.append(checkpointWrite(run.invocation, factOf(summary), { mode: "standalone" })),
+            "InvalidTransition",
+            "standalone checkpoints belong to context_compact invocations",
+          )
+          // The turn checkpoint the rules take.
+          yield* log.append(checkpointWrite(run.invocation, factOf(summary), { mode: "pre_turn" }))
+        }),
+      ))
+
+    it("refuses an archive whose dispatch differs from its identity, or whose result is another session's", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = new History.History()
+          const run = history.open()
+          const step = run.request()
+          run.complete(step, FactBuilders.toolCallStep([{ id: "a", name: "read_file", input: { path: "big" } }]))
+          const settled = run.succeed(run.dispatch(step, "a"), FactBuilders.textOutput("line\n".repeat(4_000)))
+          const other = new History.History({ sessionId: "session-2", firstId: 500 })
+          const otherRun = other.open({ invocationId: "invocation-b", runId: "run-b", turnId: "turn-b" })
+          const otherStep = otherRun.request()
+          otherRun.complete(otherStep, FactBuilders.toolCallStep([{ id: "a", name: "read_file", input: { path: "big" } }]))
+          const otherSettled = otherRun.succeed(otherRun.dispatch(otherStep, "a"), FactBuilders.textOutput("line\n".repeat(4_000)))
+          yield* appendAll(log, [...history.writes, ...other.writes])
+          const fact = settled.event.fact
+          if (fact.kind !== "tool_settled" || fact.outcome.kind !== "succeeded") throw new Error("expected a success")
+          const source = { kind: "projection", projection: fact.outcome.projection } as const
+          const archive = (placeholder: Archive.ArchivedPlaceholder) => write(run.invocation, { kind: "tool_result_archived", placeholder })
+          // Each placeholder is what its own identity produces: only the dispatch tells them apart.
+          for (const [toolCallId, toolName] of [["b", "read_file"], ["a", "list_file"]] as const) {
+            const placeholder = Archive.prepare(settled.event.id, toolCallId, toolName, source)!
+            yield* expectRefused(log, "session-1", log.append(archive(placeholder)), "InvalidTransition", "the archive does not match the dispatch of its result")
+          }
+          const foreign = Archive.prepare(otherSettled.event.id, "a", "read_file", source)!
+          yield* expectRefused(log, "session-1", log.append(archive(foreign)), "InvalidTransition", "the archive names no settled tool result of this session")
+          yield* log.append(archive(Archive.prepare(settled.event.id, "a", "read_file", source)!))
         }),
       ))
 
