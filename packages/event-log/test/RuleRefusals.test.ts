@@ -176,8 +176,9 @@ for (const dialect of dialects()) {
           const history = new History.History()
           const run = history.open()
           const step = run.request()
-          run.complete(step, FactBuilders.toolCallStep([{ id: "a", name: "read_file", input: { path: "big" } }]))
+          run.complete(step, FactBuilders.toolCallStep([{ id: "a", name: "read_file", input: { path: "big" } }, { id: "c", name: "read_file", input: { path: "big2" } }]))
           const settled = run.succeed(run.dispatch(step, "a"), FactBuilders.textOutput("line\n".repeat(4_000)))
+          const second = run.succeed(run.dispatch(step, "c"), FactBuilders.textOutput("row\n".repeat(4_000)))
           const other = new History.History({ sessionId: "session-2", firstId: 500 })
           const otherRun = other.open({ invocationId: "invocation-b", runId: "run-b", turnId: "turn-b" })
           const otherStep = otherRun.request()
@@ -196,6 +197,11 @@ for (const dialect of dialects()) {
           const foreign = Archive.prepare(otherSettled.event.id, "a", "read_file", source)!
           yield* expectRefused(log, "session-1", log.append(archive(foreign)), "InvalidTransition", "the archive names no settled tool result of this session")
           yield* log.append(archive(Archive.prepare(settled.event.id, "a", "read_file", source)!))
+          // Another result of the session archives on its own.
+          const secondFact = second.event.fact
+          if (secondFact.kind !== "tool_settled" || secondFact.outcome.kind !== "succeeded") throw new Error("expected a success")
+          yield* log.append(archive(Archive.prepare(second.event.id, "c", "read_file", { kind: "projection", projection: secondFact.outcome.projection })!))
+          expect((yield* log.events("session-1")).filter((stored) => stored.event.fact.kind === "tool_result_archived").length).toBe(2)
         }),
       ))
 
