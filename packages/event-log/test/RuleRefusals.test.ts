@@ -137,6 +137,29 @@ for (const dialect of dialects()) {
         }),
       ))
 
+    it("commits a standalone checkpoint only in the batch of its own invocation's terminal that names it", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const { history, run, requested } = compactRun()
+          const other = new History.History({ sessionId: "session-2", firstId: 800 })
+          const otherRun = other.open({ input: { kind: "context_compact", requestFingerprint: "e" }, invocationId: "invocation-9", runId: "run-9", turnId: "turn-9" })
+          yield* appendAll(log, [...history.writes, ...other.writes])
+          const checkpoint = standaloneCheckpoint(run.invocation, requested)
+          const rule = "a standalone checkpoint commits only in the batch of the terminal that names it"
+          const finished = (invocation: Identity.Invocation, outcome: { readonly kind: "compacted"; readonly checkpointId: string } | { readonly kind: "unchanged"; readonly reason: "no_new_history" }) =>
+            write(invocation, { kind: "invocation_ended", outcome: { kind: "context_compact_finished", outcome } })
+          yield* expectRefused(log, "session-1", log.appendBatch([checkpoint]), "InvalidTransition", rule)
+          yield* expectRefused(log, "session-1", log.appendBatch([checkpoint, finished(run.invocation, { kind: "unchanged", reason: "no_new_history" })]), "InvalidTransition", rule)
+          yield* expectRefused(log, "session-1", log.appendBatch([checkpoint, finished(run.invocation, { kind: "compacted", checkpointId: history.events[0]!.event.id })]), "InvalidTransition", rule)
+          yield* expectRefused(log, "session-1", log.appendBatch([checkpoint, write(run.invocation, { kind: "invocation_ended", outcome: { kind: "failed", class: "cancelled" } })]), "InvalidTransition", rule)
+          // Another invocation's terminal naming it does not commit it either.
+          const before = yield* log.events("session-2")
+          yield* expectRefused(log, "session-1", log.appendBatch([checkpoint, finished(otherRun.invocation, { kind: "compacted", checkpointId: checkpoint.event.id })]), "InvalidTransition", rule)
+          expect(yield* log.events("session-2")).toEqual(before)
+          yield* log.appendBatch([checkpoint, finished(run.invocation, { kind: "compacted", checkpointId: checkpoint.event.id })])
+        }),
+      ))
+
     it("refuses a checkpoint over a main step, an unfinished summary, or a mode its invocation does not take", () =>
       withLog(dialect, (log) =>
         Effect.gen(function* () {
