@@ -320,6 +320,92 @@ for (const dialect of dialects()) {
   })
 }
 
+/**
+ * A session whose one invocation dispatched a call and was sealed with `terminal` before the call
+ * settled, and a live invocation after it that steered `m1`; plus a second session holding a live
+ * run whose step observed a call the provider executed, and a third whose run sealed a handoff pause.
+ */
+const gateHistories = (terminal: "outcome_unknown" | "cancelled") => {
+  const unknown = new History.History()
+  const sealed = unknown.open()
+  const step = sealed.request()
+  sealed.complete(step, FactBuilders.toolCallStep([{ id: "a", name: "send_mail", input: { to: "x" } }]))
+  sealed.dispatch(step, "a")
+  sealed.end({ kind: "failed", class: terminal })
+  const later = unknown.open({ invocationId: "invocation-later", runId: "run-later", turnId: "turn-later" })
+  later.steer("m1", "steered")
+  later.end({ kind: "failed", class: "cancelled" })
+  const provider = new History.History({ sessionId: "session-p", firstId: 400 })
+  const live = provider.open({ invocationId: "invocation-p", runId: "run-p", turnId: "turn-p" })
+  const observedStep = live.request({ stepId: "step-p" })
+  live.observe(observedStep, { kind: "tool_call", id: "web", name: "web_search", input: { q: "x" }, providerExecuted: true })
+  const paused = new History.History({ sessionId: "session-h", firstId: 600 })
+  const pausing = paused.open({ invocationId: "invocation-h", runId: "run-h", turnId: "turn-h" })
+  pausing.complete(pausing.request(), FactBuilders.textStep("working"))
+  pausing.end({ kind: "handoff_paused", pause: pausing.pause() })
+  return { writes: [...unknown.writes, ...provider.writes, ...paused.writes], live, observedStep, later }
+}
+
+/** The verdicts and reservations `gateHistories` must give, from memory or from a freshly loaded index. */
+const expectGateVerdicts = (log: EventLog.EventLogShape, terminal: "outcome_unknown" | "cancelled", later: History.Run) =>
+  Effect.gen(function* () {
+    // An unsettled call is never safe; sealed outcome_unknown, a manual message may still go on.
+    expect((yield* failure(log.checkHistorySafety("session-1"))).message).toContain("unsealed or unresolved")
+    if (terminal === "outcome_unknown") expect(yield* log.checkManualMessageHistory("session-1")).toBe(true)
+    else expect((yield* failure(log.checkManualMessageHistory("session-1"))).message).toContain("unsealed or unresolved")
+    // A message id a sealed run steered is delivered for good.
+    const next = new History.History({ firstId: 950 }).open({ invocationId: "invocation-n", runId: "run-n", turnId: "turn-n" })
+    yield* log.append(next.history.writes[0]!)
+    yield* expectRefused(log, "session-1", log.append(write(next.invocation, { kind: "message_steered", message: FactBuilders.deliveredMessage("m1", "again") })), "InvalidTransition", "already delivered")
+    expect(later.invocation.sessionId).toBe("session-1")
+    // A sealed pause reserves its session for the successor.
+    const intruder = new History.History({ sessionId: "session-h", firstId: 990 }).open({ invocationId: "invocation-i", runId: "run-i", turnId: "turn-i" })
+    yield* expectRefused(log, "session-h", log.append(intruder.history.writes[0]!), "Reserved")
+  })
+
+for (const dialect of dialects()) {
+  describe(`the gate's verdicts on ${dialect.name}`, () => {
+    for (const terminal of ["outcome_unknown", "cancelled"] as const) {
+      it(`holds an unsettled call sealed ${terminal} as ${terminal === "outcome_unknown" ? "unknown: unsafe, admissible to a manual message" : "unsafe"}`, () =>
+        withLog(dialect, (log) =>
+          Effect.gen(function* () {
+            const { writes, later } = gateHistories(terminal)
+            yield* appendAll(log, writes)
+            yield* expectGateVerdicts(log, terminal, later)
+          }),
+        ))
+    }
+  })
+}
+
+describe("the writer's in-memory index of a reopened log", () => {
+  for (const terminal of ["outcome_unknown", "cancelled"] as const) {
+    it(`loads the gate's verdicts, steering, reservations and a live step's provider-executed calls from the file (${terminal})`, () =>
+      Effect.runPromise(
+        Effect.scoped(
+          Effect.gen(function* () {
+            const { directory } = yield* Testing.makeTemporary()
+            const file = path.join(directory, "reopened.sqlite")
+            const open = () => EventLog.fromDatabase(() => openSqlite(file, { synchronous: "NORMAL" }))
+            const { writes, live, observedStep, later } = gateHistories(terminal)
+            yield* Effect.scoped(Effect.flatMap(open(), (log) => appendAll(log, writes)))
+            yield* Effect.scoped(
+              Effect.gen(function* () {
+                const log = yield* open()
+                yield* expectGateVerdicts(log, terminal, later)
+                // The live run's step observed a call its provider ran: once the run is sealed, the
+                // session is unsafe even though the step never completed.
+                yield* log.append(write(live.invocation, { kind: "model_interrupted", stepId: observedStep, status: "failed" }))
+                yield* log.append(write(live.invocation, { kind: "invocation_ended", outcome: { kind: "failed", class: "cancelled" } }))
+                expect((yield* failure(log.checkHistorySafety("session-p"))).message).toContain("unsealed or unresolved")
+              }),
+            )
+          }),
+        ),
+      ))
+  }
+})
+
 describe("the writer's in-memory index", () => {
   it(`keeps at most ${LogIndex.MAX_SESSIONS} sessions and reloads a dropped one with its rules intact`, () =>
     Effect.runPromise(
