@@ -351,8 +351,14 @@ const expectGateVerdicts = (log: EventLog.EventLogShape, terminal: "outcome_unkn
   Effect.gen(function* () {
     // An unsettled call is never safe; sealed outcome_unknown, a manual message may still go on.
     expect((yield* failure(log.checkHistorySafety("session-1"))).message).toContain("unsealed or unresolved")
-    if (terminal === "outcome_unknown") expect(yield* log.checkManualMessageHistory("session-1")).toBe(true)
-    else expect((yield* failure(log.checkManualMessageHistory("session-1"))).message).toContain("unsealed or unresolved")
+    if (terminal === "outcome_unknown") {
+      expect(yield* log.checkManualMessageHistory("session-1")).toBe(true)
+      // The manual message's context names each call whose outcome is unknown.
+      const source = yield* log.readManualMessageContext("session-1")
+      expect(source.unknownOperations).toEqual([{ name: "send_mail", operationId: "invocation-1-step-1:a" }])
+    } else {
+      expect((yield* failure(log.checkManualMessageHistory("session-1"))).message).toContain("unsealed or unresolved")
+    }
     // A message id a sealed run steered is delivered for good.
     const next = new History.History({ firstId: 950 }).open({ invocationId: "invocation-n", runId: "run-n", turnId: "turn-n" })
     yield* log.append(next.history.writes[0]!)
