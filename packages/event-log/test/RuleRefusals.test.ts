@@ -3,14 +3,20 @@
  * every dialect: the writer's in-memory index on SQLite, rows read back on PostgreSQL (PGlite). Each
  * case is a rule whose removal the rest of the suite did not notice (`pnpm mutate append`).
  */
-import { Archive, type Identity } from "@maka/facts"
+import { Archive, type EventWrite, type Identity } from "@maka/facts"
 import { FactBuilders, History } from "@maka/testkit"
+import BetterSqlite3 from "better-sqlite3"
 import { Effect } from "effect"
+import * as fs from "node:fs"
+import * as os from "node:os"
 import * as path from "node:path"
 import { describe, expect, it } from "vitest"
 import * as EventLog from "../src/EventLog.ts"
+import type { EventLogError } from "../src/EventLogError.ts"
+import { appendBatch } from "../src/internal/append.ts"
 import * as LogIndex from "../src/internal/log-index.ts"
 import { openSqlite } from "../src/internal/open-sqlite.ts"
+import * as Rows from "../src/internal/rows.ts"
 import * as Testing from "../src/testing.ts"
 import { dialects } from "./support/dialects.ts"
 import { appendAll, expectRefused, failure, withLog, write } from "./support/harness.ts"
@@ -439,4 +445,65 @@ describe("the writer's in-memory index", () => {
         }),
       ),
     ))
+})
+
+describe("the append rules' SQL reads of a damaged row", () => {
+  /**
+   * A log whose rows were changed behind the writer's back (a second connection): the rules read by
+   * SQL (PostgreSQL's path, taken on SQLite with `validation: "sql"`) refuse the write as `Decode`,
+   * naming the row, and write nothing.
+   */
+  const damaged = async (damage: string, next: (run: History.Run, step: string) => EventWrite.EventWrite, options: { readonly complete?: boolean } = {}) => {
+    const directory = fs.mkdtempSync(path.join(os.tmpdir(), "maka-damaged-"))
+    const file = path.join(directory, "log.sqlite")
+    try {
+      const history = new History.History()
+      const run = history.open()
+      const step = run.request({ stepId: "step-1" })
+      if (options.complete === true) run.complete(step, FactBuilders.toolCallStep([{ id: "c", name: "read_file", input: { path: "a" } }]))
+      const first = await openSqlite(file, { synchronous: "NORMAL" })
+      await appendBatch(first, history.writes, 0)
+      await first.close()
+      const connection = new BetterSqlite3(file)
+      connection.exec(damage)
+      connection.close()
+      const database = await openSqlite(file, { synchronous: "NORMAL" })
+      try {
+        const before = await database.read((tx) => Rows.ofSession(tx, "session-1", { withObservations: true }))
+        const error = await appendBatch(database, [next(run, step)], 0, { validation: "sql" }).then(
+          () => undefined,
+          (caught: unknown) => caught as EventLogError,
+        )
+        const after = await database.read((tx) => Rows.ofSession(tx, "session-1", { withObservations: true }))
+        expect(after.length).toBe(before.length)
+        return error
+      } finally {
+        await database.close()
+      }
+    } finally {
+      fs.rmSync(directory, { recursive: true, force: true })
+    }
+  }
+  const completion = (run: History.Run, step: string) =>
+    write(run.invocation, { kind: "model_completed", stepId: step, output: FactBuilders.textStep("done") })
+
+  it("refuses a row whose kind column names another fact than its JSON", async () => {
+    const error = await damaged("UPDATE event_log SET kind = 'model_completed' WHERE kind = 'model_requested'", completion)
+    expect(error?.reason._tag).toBe("Decode")
+    expect(error?.message).toMatch(/event \S+ at 2 is not model_completed/)
+  })
+
+  it("refuses a row whose kind column says dispatch where its JSON is a completion", async () => {
+    const error = await damaged("UPDATE event_log SET kind = 'tool_dispatched' WHERE kind = 'model_completed'", (run, step) =>
+      write(run.invocation, {
+        kind: "tool_dispatched",
+        operationId: `${step}:c`,
+        call: { toolCallId: "c", origin: { kind: "provider", stepId: step } },
+        name: "read_file",
+        input: { path: "a" },
+      }),
+    { complete: true })
+    expect(error?.reason._tag).toBe("Decode")
+    expect(error?.message).toMatch(/event \S+ at 3 is not tool_dispatched/)
+  })
 })
