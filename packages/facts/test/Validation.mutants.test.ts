@@ -116,6 +116,28 @@ describe("wellFormed", () => {
   })
 })
 
+describe("the text rules of a whole event", () => {
+  const steering = fact({ kind: "message_steered", message: { messageId: "m1" } })
+  it("names where a lone surrogate sits: the event id, an invocation id, a fact field", () => {
+    const event = { id: "\ud800", recordedAt: 1, invocation, fact: steering } as never
+    expect(messageOf(Validation.wellFormedEvent(event))).toBe("id is not well-formed Unicode (it holds a lone surrogate)")
+    expect(messageOf(Validation.wellFormedFact(steering, { ...invocation, turnId: "\udfff" }))).toBe(
+      "invocation.turnId is not well-formed Unicode (it holds a lone surrogate)",
+    )
+    expect(messageOf(Validation.wellFormedFact(fact({ kind: "message_steered", message: { messageId: "\ud800" } }), invocation))).toBe(
+      "fact.message.messageId is not well-formed Unicode (it holds a lone surrogate)",
+    )
+  })
+
+  it("names the id that holds NUL, the same way with the text already known to be well-formed", () => {
+    const withNul = fact({ kind: "message_steered", message: { messageId: "m\u0000" } })
+    expect(messageOf(Validation.wellFormedFact(withNul, invocation))).toBe("fact.message.messageId contains NUL")
+    expect(messageOf(Validation.storedIdsWithoutNul(withNul, invocation))).toBe("fact.message.messageId contains NUL")
+    expect(messageOf(Validation.storedIdsWithoutNul(steering, { ...invocation, runId: "r\u0000" }))).toBe("invocation.runId contains NUL")
+    expect(messageOf(Validation.storedIdsWithoutNul(steering, invocation))).toBeUndefined()
+  })
+})
+
 describe("an archived placeholder's rules", () => {
   const body = "line of the file\n".repeat(1_000)
   const valid = Archive.prepare(FactBuilders.eventId(1), "call", "read_file", { kind: "projection", projection: { kind: "text", text: body } })!
