@@ -10,7 +10,7 @@ import { Effect } from "effect"
 import { beforeAll, describe, expect, it } from "vitest"
 import type * as EventLog from "../src/EventLog.ts"
 import { dialects } from "./support/dialects.ts"
-import { appendAll, expectRefused, failure, freshId, withLog, write } from "./support/harness.ts"
+import { appendAll, expectRefused, failure, freshId, handoffOpening, withLog, write } from "./support/harness.ts"
 
 /** A run of `sessionId` with one completed step: at a settled boundary, ready to pause. */
 const settledRun = (sessionId: string, firstId: number) => {
@@ -38,22 +38,7 @@ const successorOpening = (log: EventLog.EventLogShape, paused: ReturnType<typeof
     const source = yield* log.runPrefix(run.invocation.sessionId, run.invocation.runId)
     if (source === undefined) throw new Error("the paused run has no prefix")
     const base = yield* log.contextBeforeRun(run.invocation)
-    const opened = run.opening.event.fact
-    if (opened.kind !== "invocation_opened") throw new Error("expected an opening")
-    return write(Lineage.successorOf(pause.intent, run.invocation), {
-      kind: "invocation_opened",
-      configuration: opened.configuration,
-      input: {
-        kind: "handoff",
-        claim: {
-          id: pause.intent.claimId,
-          source: { invocation: run.invocation, highWater: source.highWater, digest: source.digest },
-          base,
-          replay: pause.execution.replay,
-        },
-        pause,
-      },
-    })
+    return handoffOpening(run, pause, source, base)
   })
 
 /** `checkHandoff` and then the append of the same terminal fail alike, and neither writes. */

@@ -19,7 +19,7 @@ import { openSqlite } from "../src/internal/open-sqlite.ts"
 import * as Rows from "../src/internal/rows.ts"
 import * as Testing from "../src/testing.ts"
 import { dialects } from "./support/dialects.ts"
-import { appendAll, expectRefused, failure, withLog, write } from "./support/harness.ts"
+import { appendAll, expectRefused, failure, handoffOpening, withLog, write } from "./support/harness.ts"
 
 /** A summary request and its completion in a `context_compact` run, and the request's fact. */
 const compactRun = () => {
@@ -69,25 +69,8 @@ for (const dialect of dialects()) {
           run.end()
           yield* appendAll(log, history.writes)
           const prefix = yield* log.runPrefix("session-1", "run-1")
-          const opened = history.events[0]!.event.fact
-          if (opened.kind !== "invocation_opened" || prefix === undefined) throw new Error("expected an opening and a prefix")
-          const successor = write(
-            { ...run.invocation, runId: pause.intent.successorRunId, invocationId: pause.intent.successorInvocationId },
-            {
-              kind: "invocation_opened",
-              configuration: opened.configuration,
-              input: {
-                kind: "handoff",
-                claim: {
-                  id: pause.intent.claimId,
-                  source: { invocation: run.invocation, highWater: prefix.highWater, digest: prefix.digest },
-                  base: { highWater: 0, digest: FactBuilders.digestOf("base") },
-                  replay: pause.execution.replay,
-                },
-                pause,
-              },
-            },
-          )
+          if (prefix === undefined) throw new Error("expected a prefix")
+          const successor = handoffOpening(run, pause, prefix, { highWater: 0, digest: FactBuilders.digestOf("base") })
           yield* expectRefused(log, "session-1", log.append(successor), "InvalidTransition", "no sealed handoff pause awaits this successor")
         }),
       ))

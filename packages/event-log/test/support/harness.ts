@@ -2,8 +2,8 @@
  * Small helpers for log tests: run a body against a fresh log of one dialect, append testkit
  * histories, and assert that a refused append left the log exactly as it was.
  */
-import { EventWrite, type Event, type Fact, type Identity } from "@maka/facts"
-import { FactBuilders } from "@maka/testkit"
+import { EventWrite, Lineage, type Event, type Fact, type Identity } from "@maka/facts"
+import { FactBuilders, type History } from "@maka/testkit"
 import { Cause, Effect, Exit, Option, Result } from "effect"
 import { expect } from "vitest"
 import type * as EventLog from "../../src/EventLog.ts"
@@ -54,3 +54,23 @@ export const freshId = () => FactBuilders.eventId(nextId++)
 /** A checked write of `fact` for `invocation` with a fresh id. */
 export const write = (invocation: Identity.Invocation, fact: Fact.Fact) =>
   plain({ id: freshId(), recordedAt: 1, invocation, fact })
+
+/** The opening of `pause`'s successor: it claims `source` (the paused run's prefix) on `base`, with the paused run's configuration. */
+export const handoffOpening = (
+  run: History.Run,
+  pause: Lineage.HandoffPause,
+  source: { readonly highWater: number; readonly digest: string },
+  base: { readonly highWater: number; readonly digest: string },
+) => {
+  const opened = run.opening.event.fact
+  if (opened.kind !== "invocation_opened") throw new Error("expected an opening")
+  return write(Lineage.successorOf(pause.intent, run.invocation), {
+    kind: "invocation_opened",
+    configuration: opened.configuration,
+    input: {
+      kind: "handoff",
+      claim: { id: pause.intent.claimId, source: { invocation: run.invocation, highWater: source.highWater, digest: source.digest }, base, replay: pause.execution.replay },
+      pause,
+    },
+  })
+}
