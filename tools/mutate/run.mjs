@@ -140,14 +140,23 @@ export const survivors = (report) => {
  */
 const reportOfEvents = (directory) => {
   const files = {}
+  // Each mutated file once: while the run goes on it holds the mutants, so its committed text is
+  // the source they refer to.
+  const byPath = new Map()
   for (const name of fs.readdirSync(directory).sort()) {
     if (!name.endsWith("-onMutantTested.json")) continue
     const result = JSON.parse(fs.readFileSync(path.join(directory, name), "utf8"))
-    // The file holds the mutants while the run goes on: its committed text is the source they refer to.
-    const top = execFileSync("git", ["-C", path.dirname(result.fileName), "rev-parse", "--show-toplevel"], { encoding: "utf8" }).trim()
-    const file = path.relative(top, result.fileName)
-    files[file] ??= { source: execFileSync("git", ["-C", top, "show", `HEAD:${file}`], { encoding: "utf8" }), mutants: [] }
-    files[file].mutants.push(result)
+    if (!byPath.has(result.fileName)) {
+      // A worktree removed since the run: the same path inside this repository.
+      const directoryOf = path.dirname(result.fileName)
+      const top = fs.existsSync(directoryOf)
+        ? execFileSync("git", ["-C", directoryOf, "rev-parse", "--show-toplevel"], { encoding: "utf8" }).trim()
+        : ROOT
+      const file = fs.existsSync(directoryOf) ? path.relative(top, result.fileName) : result.fileName.slice(result.fileName.indexOf("packages/"))
+      files[file] = { source: execFileSync("git", ["-C", top, "show", `HEAD:${file}`], { encoding: "utf8" }), mutants: [] }
+      byPath.set(result.fileName, files[file])
+    }
+    byPath.get(result.fileName).mutants.push(result)
   }
   return { files, partial: true }
 }
@@ -174,7 +183,7 @@ const main = async () => {
       }
       const found = survivors(report)
       const tested = Object.values(report.files).reduce((sum, entry) => sum + entry.mutants.length, 0)
-      console.log(`${module}: ${found.length} surviving or uncovered of ${tested} mutants${report.partial ? " tested so far (a run in progress)" : ""} (${report.partial ? events : file})`)
+      console.log(`${module}: ${found.length} surviving or uncovered of ${tested} mutants${report.partial ? " tested so far (the recorded events of a run going on or stopped)" : ""} (${report.partial ? events : file})`)
       for (const line of found) console.log(`  ${line}`)
     }
     return
