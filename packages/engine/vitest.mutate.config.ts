@@ -24,6 +24,10 @@ export default mergeConfig(
         "test/Examples.test.ts",
         "test/NativeBuild.test.ts",
       ],
+      // One module graph for every file of a run and every run of a mutant: the files re-import
+      // nothing (a run of this suite in one worker: isolated, twice the time). Safe under Stryker:
+      // mutants switch at run time, and static ones (module-level code) are ignored (run.mjs).
+      isolate: false,
     },
   }),
 )
