@@ -251,7 +251,10 @@ const runIn = (session: number): History.History => {
 }
 
 describe("stored row fuzz", () => {
-  it("reads a stored tool input nested 5,000 deep as Decode, never a defect or a driver error", async () => {
+  // Deeper than any thread's stack lets a recursive walk go (a worker thread's stack is larger than
+  // the main thread's: 5,000 levels overflow one and not the other).
+  const DEEP = 200_000
+  it("reads a stored tool input nested 200,000 deep as Decode, never a defect or a driver error", async () => {
     const outcomes = await Effect.runPromise(
       Effect.scoped(
         Effect.gen(function* () {
@@ -261,7 +264,7 @@ describe("stored row fuzz", () => {
           const connection = new BetterSqlite3(file)
           yield* Effect.addFinalizer(() => Effect.sync(() => connection.close()))
           const row = connection.prepare("SELECT sequence, event_json FROM event_log WHERE kind = 'model_completed' ORDER BY sequence LIMIT 1").get() as RawRow
-          const deep = `${"[".repeat(5_000)}1${"]".repeat(5_000)}`
+          const deep = `${"[".repeat(DEEP)}1${"]".repeat(DEEP)}`
           expect(row.event_json).toContain('"input":{"path":"."}')
           connection.prepare("UPDATE event_log SET event_json = ? WHERE sequence = ?").run(row.event_json.replace('"input":{"path":"."}', `"input":{"path":${deep}}`), row.sequence)
           const apis = reads(log, history)
