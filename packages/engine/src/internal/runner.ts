@@ -375,7 +375,7 @@ export interface LoopState {
   pruneOwed: boolean
 }
 
-export const initialLoopState = (budget: Compaction.Budget = "available"): LoopState => ({
+export const initialLoopState = (budget: Compaction.Budget): LoopState => ({
   budget,
   pending: undefined,
   completedStep: false,

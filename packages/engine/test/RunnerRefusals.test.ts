@@ -1,0 +1,164 @@
+/**
+ * The runner's admission keeps each store answer's meaning (docs/engine.md §5.3): a refused or
+ * uncertain opening, and a history gate that fails for a reason other than an unsettled history,
+ * reach the caller as the error that names what happened, never as another one. The log is the real
+ * SQLite log, wrapped so that one chosen call answers as a store would.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { EventLogError, type EventLog } from "@maka/event-log"
+import { History } from "@maka/testkit"
+import { Effect, Exit } from "effect"
+import type * as Engine from "../src/Engine.ts"
+import * as EngineError from "../src/EngineError.ts"
+import { toolLoop } from "./support/faults.ts"
+import { catalog, input, setup, type Setup } from "./support/setup.ts"
+
+type Shape = EventLog.EventLogShape
+
+/** An engine whose log answers its opening's commit with `error` (once; nothing is written). */
+const refusingOpening = (error: EventLogError.EventLogError) =>
+  setup({ script: toolLoop }, { backoffBaseMs: 5, backoffMaxMs: 40 }, {}, {
+    wrapLog: (log): Shape => {
+      let fired = false
+      const appendBatch: Shape["appendBatch"] = (writes, complete) =>
+        Effect.suspend(() => {
+          if (fired || writes[0]?.event.fact.kind !== "invocation_opened") return log.appendBatch(writes, complete)
+          fired = true
+          return Effect.fail(error)
+        })
+      return { ...log, appendBatch, append: (write) => Effect.map(appendBatch([write]), (sequences) => sequences[0]!) }
+    },
+  })
+
+/** An engine whose log's history gates (the plain one and the manual-message one) fail with `error`. */
+const failingGate = (error: EventLogError.EventLogError) =>
+  setup({ script: toolLoop }, { backoffBaseMs: 5, backoffMaxMs: 40 }, {}, {
+    wrapLog: (log): Shape => ({
+      ...log,
+      checkHistorySafety: () => Effect.fail(error),
+      checkManualMessageHistory: () => Effect.fail(error),
+    }),
+  })
+
+/** The engine error a run's start fails with. */
+const startError = (context: Setup, overrides: Partial<Engine.StartInput> = {}) =>
+  Effect.gen(function* () {
+    const exit = yield* Effect.exit(context.engine.run(input(context, "Loop.", catalog({ ran: [] }), overrides)))
+    assert.isTrue(Exit.isFailure(exit), "the run started")
+    return yield* Effect.flip(Effect.suspend(() => exit))
+  })
+
+const database = () => EventLogError.make({ _tag: "Database", message: "disk I/O error (injected)" })
+
+describe("a refused or uncertain opening is the caller's error by its meaning", () => {
+  it.live("a busy session, a reservation, an invalid transition, another refusal, an uncertain commit, a database error", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const cases: ReadonlyArray<readonly [EventLogError.EventLogError, EngineError.Reason]> = [
+          [EventLogError.rejected({ _tag: "SessionBusy" }), { _tag: "Busy", message: EngineError.SESSION_ACTIVE_MESSAGE }],
+          [EventLogError.rejected({ _tag: "Reserved" }), { _tag: "Busy", message: EngineError.SESSION_RESERVED_MESSAGE }],
+          [
+            EventLogError.rejected({ _tag: "InvalidTransition", reason: "the opening names a foreign turn" }),
+            { _tag: "ReconciliationRequired", message: "the opening names a foreign turn" },
+          ],
+          [EventLogError.rejected({ _tag: "EventConflict" }), { _tag: "Commit", message: "rejected: a different event was already written under this id" }],
+          [
+            EventLogError.make({ _tag: "OutcomeUnknown", message: "the connection dropped during COMMIT" }),
+            { _tag: "Commit", message: "commit outcome unknown: the connection dropped during COMMIT" },
+          ],
+        ]
+        for (const [refusal, expected] of cases) {
+          const context = yield* refusingOpening(refusal)
+          const error = yield* startError(context)
+          assert.deepStrictEqual(error.reason, expected, refusal.message)
+        }
+        // Neither a refusal nor an uncertain commit: the store's own taxonomy, the cause kept.
+        const context = yield* refusingOpening(database())
+        const error = yield* startError(context)
+        assert.strictEqual(error.reason._tag, "Store")
+        assert.strictEqual(error.reason._tag === "Store" ? error.reason.storeReason : undefined, "Database")
+        assert.instanceOf(error.cause, EventLogError.EventLogError)
+      }),
+    ))
+
+  it.live("a refused opening writes nothing and the session takes the next run", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* refusingOpening(EventLogError.rejected({ _tag: "SessionBusy" }))
+        yield* startError(context)
+        assert.deepStrictEqual(yield* context.log.events("session-1"), [])
+        const next = yield* context.engine.run(input(context, "Hello.", catalog({ ran: [] })))
+        assert.deepStrictEqual(next.outcome, { kind: "completed" })
+      }),
+    ))
+})
+
+describe("the history gate: only an unsettled history is a reconciliation", () => {
+  it.live("a gate that fails reading the store is a store error, with nothing written", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        for (const failure of [database(), EventLogError.rejected({ _tag: "SessionBusy" })]) {
+          const context = yield* failingGate(failure)
+          const error = yield* startError(context)
+          assert.strictEqual(error.reason._tag, "Store", error.message)
+          assert.strictEqual(error.reason._tag === "Store" ? error.reason.storeReason : undefined, failure.reason._tag)
+          assert.deepStrictEqual(yield* context.log.events("session-1"), [])
+        }
+      }),
+    ))
+
+  it.live("an unsettled history names the gate's reason, whatever another session leaves unsealed", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const reason = "an unsettled tool call blocks the next message"
+        const context = yield* failingGate(EventLogError.rejected({ _tag: "InvalidTransition", reason }))
+        // Another session's run left unsealed (a crashed process's): it is not this session's history.
+        const other = new History.History({ sessionId: "session-2", firstId: 9_000 })
+        other.open({ invocationId: "invocation-other", runId: "run-other", turnId: "turn-other" })
+        for (const written of other.written) yield* context.log.append(written.write)
+        assert.strictEqual((yield* context.log.unfinishedInvocations(10)).length, 1)
+        const error = yield* startError(context)
+        assert.deepStrictEqual(error.reason, { _tag: "ReconciliationRequired", message: reason })
+      }),
+    ))
+
+  it.live("under allowPriorUnknown, a history the manual-message policy refuses names the policy's reason", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const reason = "an unsettled call is not an unknown outcome"
+        const context = yield* failingGate(EventLogError.rejected({ _tag: "InvalidTransition", reason }))
+        const error = yield* startError(context, { allowPriorUnknown: true })
+        assert.deepStrictEqual(error.reason, { _tag: "ReconciliationRequired", message: reason })
+      }),
+    ))
+
+  it.live("an unsettled history with this session's run unsealed names the unsealed run", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* failingGate(EventLogError.rejected({ _tag: "InvalidTransition", reason: "unsettled" }))
+        const own = new History.History({ sessionId: "session-1", firstId: 9_000 })
+        own.open({ invocationId: "invocation-own", runId: "run-own", turnId: "turn-own" })
+        for (const written of own.written) yield* context.log.append(written.write)
+        const error = yield* startError(context)
+        assert.deepStrictEqual(error.reason, { _tag: "ReconciliationRequired", message: EngineError.UNSEALED_RUN_MESSAGE })
+      }),
+    ))
+})
+
+describe("the opening carries what the caller asked for", () => {
+  it.live("a message run's request fingerprint is the opening's, and none is written without one", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({ script: toolLoop })
+        for (const overrides of [{ requestFingerprint: "request-7" }, {}]) {
+          const before = (yield* context.log.events("session-1")).length
+          const result = yield* context.engine.run(input(context, "Hello.", catalog({ ran: [] }), overrides))
+          assert.deepStrictEqual(result.outcome, { kind: "completed" })
+          const opening = (yield* context.log.events("session-1"))[before]!.event.fact
+          assert.isTrue(opening.kind === "invocation_opened" && opening.input.kind === "message")
+          const written = opening.kind === "invocation_opened" ? opening.input : undefined
+          assert.deepStrictEqual(written !== undefined && "requestFingerprint" in written ? written.requestFingerprint : undefined, overrides.requestFingerprint)
+        }
+      }),
+    ))
+})
