@@ -8,6 +8,12 @@
 //   pnpm mutate --list             the modules and their files
 //   pnpm mutate --survivors [module…]
 //                                  the surviving and uncovered mutants of the last run's reports
+//   pnpm mutate <module> --part k/n
+//                                  the k-th of n parts of a module's lines (cut between top-level
+//                                  declarations, so no mutant is split): a module that takes hours
+//                                  is measured part by part, in runs of their own
+//   pnpm mutate --score [module…]  each module's score: its last whole run, or the sum of its parts
+//                                  when every part of one split was run over the file as it is now
 //
 //   MAKA_MUTATE_CONCURRENCY   test processes at once (default 1; the machines have 2 cores)
 //
@@ -76,12 +82,50 @@ export const vitestConfig = (project) => {
   return fs.existsSync(path.join(ROOT, mutate)) ? mutate : `packages/${project}/vitest.config.ts`
 }
 
-/** Stryker's options for one module. */
-export const strykerOptions = (module, reports) => {
-  const { project, files } = MODULES[module]
+/** `k/n` as numbers: the k-th of n parts (1 ≤ k ≤ n). */
+export const parsePart = (text) => {
+  const match = /^(\d+)\/(\d+)$/.exec(text ?? "")
+  const [k, n] = match === null ? [0, 0] : [Number(match[1]), Number(match[2])]
+  if (!(n >= 1 && k >= 1 && k <= n)) throw new Error(`--part takes k/n with 1 ≤ k ≤ n, got ${text}`)
+  return { k, n }
+}
+
+/**
+ * The line range (1-based, inclusive) of the k-th of n parts of a source text: the lines are cut into n
+ * runs of about equal length, each cut moved down to the next top-level line (one that starts in the
+ * first column and is not a closing bracket), so a function's mutants all fall into one part.
+ */
+export const partRange = (source, { k, n }) => {
+  const lines = source.split("\n")
+  const starts = [1]
+  for (let index = 0; index < lines.length; index++) {
+    if (index > 0 && /^[A-Za-z@/]/.test(lines[index]) && !/^\/\/|^\/\*| \*/.test(lines[index])) starts.push(index + 1)
+  }
+  const cut = (part) => {
+    if (part === 0) return 1
+    if (part === n) return lines.length + 1
+    const target = Math.round((lines.length * part) / n)
+    return starts.find((line) => line >= target) ?? lines.length + 1
+  }
+  return { start: cut(k - 1), end: cut(k) - 1 }
+}
+
+/** What a run mutates: the module's files, or the part `part` of each. */
+export const mutatePatterns = (module, part) => {
+  const { files } = MODULES[module]
+  if (part === undefined) return files
+  return files.flatMap((file) => {
+    const { start, end } = partRange(fs.readFileSync(path.join(ROOT, file), "utf8"), part)
+    return end < start ? [] : [`${file}:${start}-${end}`]
+  })
+}
+
+/** Stryker's options for one module (or one part of it). */
+export const strykerOptions = (module, reports, part) => {
+  const { project } = MODULES[module]
   const require = createRequire(path.join(ROOT, "package.json"))
   return {
-    mutate: files,
+    mutate: mutatePatterns(module, part),
     testRunner: "vitest",
     plugins: [require.resolve("@stryker-mutator/vitest-runner")],
     vitest: { configFile: vitestConfig(project), dir: `packages/${project}` },
@@ -161,12 +205,67 @@ const reportOfEvents = (directory) => {
   return { files, partial: true }
 }
 
-const reportsOf = (module) => path.join(os.tmpdir(), "maka-mutate", module)
+const reportsOf = (module, part) =>
+  path.join(os.tmpdir(), "maka-mutate", module, ...(part === undefined ? [] : [`part-${part.k}-of-${part.n}`]))
+
+/**
+ * A module's score from its reports: the last whole run, and each split whose every part was run over
+ * the module's files exactly as they are now at HEAD (a part over another text of a file is stale).
+ */
+export const moduleScore = (module, readReport, headText) => {
+  const lines = []
+  const whole = readReport(reportsOf(module))
+  if (whole !== undefined) {
+    const results = Object.values(whole.files).flatMap((entry) => entry.mutants)
+    const stale = Object.entries(whole.files).some(([file, entry]) => entry.source !== headText(file))
+    lines.push({ kind: "whole", ...score(results), mutants: results.length, stale })
+  }
+  const base = reportsOf(module)
+  const splits = new Map()
+  for (const name of fs.existsSync(base) ? fs.readdirSync(base) : []) {
+    const match = /^part-(\d+)-of-(\d+)$/.exec(name)
+    if (match === null) continue
+    const report = readReport(path.join(base, name))
+    if (report === undefined) continue
+    const n = Number(match[2])
+    if (!splits.has(n)) splits.set(n, new Map())
+    splits.get(n).set(Number(match[1]), report)
+  }
+  for (const [n, parts] of [...splits].sort((a, b) => a[0] - b[0])) {
+    const results = [...parts.values()].flatMap((report) => Object.values(report.files).flatMap((entry) => entry.mutants))
+    const stale = [...parts.values()].some((report) => Object.entries(report.files).some(([file, entry]) => entry.source !== headText(file)))
+    const missing = []
+    for (let k = 1; k <= n; k++) if (!parts.has(k)) missing.push(k)
+    lines.push({ kind: `parts of ${n}`, ...score(results), mutants: results.length, stale, missing })
+  }
+  return lines
+}
 
 const main = async () => {
   const args = process.argv.slice(2)
   if (args.includes("--list")) {
     for (const [name, { project, files }] of Object.entries(MODULES)) console.log(`${name.padEnd(11)} ${project.padEnd(10)} ${files.join(" ")}`)
+    return
+  }
+  if (args.includes("--score")) {
+    const readReport = (directory) => {
+      const file = path.join(directory, "report.json")
+      return fs.existsSync(file) ? JSON.parse(fs.readFileSync(file, "utf8")) : undefined
+    }
+    const headText = (file) => execFileSync("git", ["-C", ROOT, "show", `HEAD:${file}`], { encoding: "utf8" })
+    for (const module of resolveModules(args.filter((arg) => arg !== "--score"))) {
+      const found = moduleScore(module, readReport, headText)
+      if (found.length === 0) console.log(`${module.padEnd(11)} no report yet (${reportsOf(module)})`)
+      for (const entry of found) {
+        const notes = [
+          ...(entry.stale ? ["stale: a file changed since"] : []),
+          ...(entry.missing?.length ? [`parts ${entry.missing.join(", ")} not run`] : []),
+        ]
+        console.log(
+          `${module.padEnd(11)} ${entry.score.toFixed(1).padStart(5)} %  ${entry.kind}: ${entry.detected} detected, ${entry.undetected} survived or uncovered, ${entry.ignored} ignored of ${entry.mutants}${notes.length ? ` (${notes.join("; ")})` : ""}`,
+        )
+      }
+    }
     return
   }
   if (args.includes("--survivors")) {
@@ -188,16 +287,18 @@ const main = async () => {
     }
     return
   }
-  const modules = resolveModules(args)
+  const partAt = args.indexOf("--part")
+  const part = partAt === -1 ? undefined : parsePart(args[partAt + 1])
+  const modules = resolveModules(partAt === -1 ? args : args.filter((_, index) => index !== partAt && index !== partAt + 1))
   process.chdir(ROOT)
   const { Stryker } = await import("@stryker-mutator/core")
   const lines = []
   for (const module of modules) {
-    const reports = reportsOf(module)
+    const reports = reportsOf(module, part)
     fs.mkdirSync(reports, { recursive: true })
     const started = Date.now()
-    console.log(`\n==> mutate ${module}: ${MODULES[module].files.join(", ")} (vitest project ${MODULES[module].project})`)
-    const results = await new Stryker(strykerOptions(module, reports)).runMutationTest()
+    console.log(`\n==> mutate ${module}: ${mutatePatterns(module, part).join(", ")} (vitest project ${MODULES[module].project})`)
+    const results = await new Stryker(strykerOptions(module, reports, part)).runMutationTest()
     const { detected, undetected, ignored, score: value } = score(results)
     const minutes = ((Date.now() - started) / 60_000).toFixed(1)
     lines.push(`${module.padEnd(11)} ${value.toFixed(1).padStart(5)} %  (${detected} killed, ${undetected} survived or uncovered, ${ignored} ignored; ${minutes} min; report ${reports}/index.html)`)
