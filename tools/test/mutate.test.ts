@@ -1,6 +1,9 @@
+import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
 import { describe, expect, it } from "vitest"
 // @ts-expect-error: a plain JavaScript module of the repository's tools, without types
-import { score, survivors, vitestConfig } from "../mutate/run.mjs"
+import { moduleScore, parsePart, partRange, score, survivors, vitestConfig } from "../mutate/run.mjs"
 
 const mutant = (status: string, line: number, replacement?: string) => ({
   status,
@@ -30,5 +33,74 @@ describe("pnpm mutate's reading of a report", () => {
   it("runs a package's mutants against its vitest.mutate.config.ts when it has one", () => {
     expect(vitestConfig("engine")).toBe("packages/engine/vitest.mutate.config.ts")
     expect(vitestConfig("facts")).toBe("packages/facts/vitest.config.ts")
+  })
+})
+
+describe("pnpm mutate --part", () => {
+  const source = [
+    "import x from 'x'", // 1
+    "", // 2
+    "/** A comment. */", // 3
+    "export const a = () => {", // 4
+    "  if (x) {", // 5
+    "    return 1", // 6
+    "  }", // 7
+    "}", // 8
+    "", // 9
+    "const b = 2", // 10
+    "", // 11
+    "function c() {", // 12
+    "  return b", // 13
+    "}", // 14
+  ].join("\n")
+
+  it("cuts every line into exactly one part, each cut at a top-level declaration", () => {
+    for (const n of [1, 2, 3, 5]) {
+      const ranges = Array.from({ length: n }, (_, index) => partRange(source, { k: index + 1, n }))
+      let next = 1
+      for (const { start, end } of ranges) {
+        expect(start).toBe(next)
+        if (end >= start && start > 1) expect(["export const a = () => {", "const b = 2", "function c() {"]).toContain(source.split("\n")[start - 1])
+        next = Math.max(next, end + 1)
+      }
+      expect(next).toBe(15)
+    }
+    // The middle of a function is never a cut: the half-way line 7 moves down to line 10.
+    expect(partRange(source, { k: 1, n: 2 })).toEqual({ start: 1, end: 9 })
+    expect(partRange(source, { k: 2, n: 2 })).toEqual({ start: 10, end: 14 })
+  })
+
+  it("takes k/n with 1 ≤ k ≤ n only", () => {
+    expect(parsePart("2/3")).toEqual({ k: 2, n: 3 })
+    for (const bad of ["0/3", "4/3", "3", "a/b", undefined]) expect(() => parsePart(bad)).toThrow(/--part/)
+  })
+
+  it("sums a split only over parts run on the files as they are, and names the parts not run", () => {
+    const report = (text: string, statuses: ReadonlyArray<string>) => ({ files: { "a.ts": { source: text, mutants: statuses.map((status) => mutant(status, 1)) } } })
+    const reports = new Map<string, unknown>([
+      ["part-1-of-2", report("now", ["Killed", "Survived"])],
+      ["part-2-of-2", report("now", ["Killed", "Killed"])],
+      ["part-1-of-3", report("before", ["Killed"])],
+    ])
+    const module = "journal"
+    const base = path.join(os.tmpdir(), "maka-mutate", module)
+    const made: Array<string> = []
+    for (const name of reports.keys()) {
+      const directory = path.join(base, name)
+      if (!fs.existsSync(directory)) {
+        fs.mkdirSync(directory, { recursive: true })
+        made.push(directory)
+      }
+    }
+    try {
+      const read = (directory: string) => reports.get(path.basename(directory))
+      const found = moduleScore(module, read, () => "now")
+      expect(found).toEqual([
+        expect.objectContaining({ kind: "parts of 2", detected: 3, undetected: 1, score: 75, mutants: 4, stale: false, missing: [] }),
+        expect.objectContaining({ kind: "parts of 3", detected: 1, stale: true, missing: [2, 3] }),
+      ])
+    } finally {
+      for (const directory of made) fs.rmSync(directory, { recursive: true })
+    }
   })
 })
