@@ -283,6 +283,37 @@ describe("automatic compaction", () => {
     ),
   )
 
+  it.live("goes on without a checkpoint when a pre_turn summary's request fails (docs/engine.md §5.12)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup(
+          {
+            script: [
+              mainEntry(answer("The code is 4417.", 5_000)),
+              summaryEntry(Respond.json(400, Respond.openAiError("the summary was refused", { type: "invalid_request_error" }))),
+              mainEntry(answer("Done.")),
+            ],
+          },
+          undefined,
+          oneSlot,
+        )
+        const effects: Effects = { ran: [] }
+        yield* context.engine.run(input(context, "The code is 4417.", noTools(effects), windowed))
+        const result = yield* context.engine.run(input(context, "What is next?", noTools(effects), windowed))
+        // The summary's model error adopts nothing; the main request carries the whole history.
+        assert.deepStrictEqual(result.outcome, { kind: "completed" })
+        assert.isTrue(isSummaryRequest(context.server.requests()[1]!))
+        assert.deepStrictEqual(lines(context, 2), [
+          `system: ${SYSTEM}`,
+          "user: The code is 4417.",
+          "assistant: The code is 4417.",
+          "user: What is next?",
+        ])
+        assert.deepStrictEqual(factsOf(yield* context.log.events("session-1"), "context_checkpoint_recorded"), [])
+      }),
+    ),
+  )
+
   it.live("does nothing without a declared window, or when the last main ran on another route (scenario 38)", () =>
     Effect.scoped(
       Effect.gen(function* () {
