@@ -162,3 +162,29 @@ describe("the opening carries what the caller asked for", () => {
       }),
     ))
 })
+
+describe("a defect inside a run", () => {
+  it.live("seals the run failed runtime_internal, naming the defect, and the session takes the next run", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        // The log's context read dies (a bug, not a store error) on the first run only.
+        let dies = true
+        const context = yield* setup({ script: toolLoop }, { backoffBaseMs: 5, backoffMaxMs: 40 }, {}, {
+          wrapLog: (log): Shape => ({
+            ...log,
+            readModelContextWithHash: (sessionId, request) =>
+              Effect.suspend(() => (dies ? Effect.die(new Error("the reader lost its state")) : log.readModelContextWithHash(sessionId, request))),
+          }),
+        })
+        const result = yield* context.engine.run(input(context, "Hello.", catalog({ ran: [] })))
+        dies = false
+        assert.deepStrictEqual(result.outcome, {
+          kind: "failed",
+          class: "runtime_internal",
+          message: "the run failed: Error: the reader lost its state",
+        })
+        const next = yield* context.engine.run(input(context, "Hello again.", catalog({ ran: [] })))
+        assert.deepStrictEqual(next.outcome, { kind: "completed" })
+      }),
+    ))
+})
