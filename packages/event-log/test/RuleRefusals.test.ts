@@ -278,6 +278,27 @@ for (const dialect of dialects()) {
         }),
       ))
 
+    it("refuses a step id another session holds, and the session stays usable", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const first = new History.History()
+          first.open().request({ stepId: "step-shared" })
+          yield* appendAll(log, first.writes)
+          const second = new History.History({ sessionId: "session-2", firstId: 500 })
+          const run = second.open({ invocationId: "invocation-2", runId: "run-b", turnId: "turn-b" })
+          yield* appendAll(log, second.writes)
+          // Step ids are unique in the log, not only in their session.
+          run.request({ stepId: "step-shared" })
+          const error = yield* failure(log.append(second.writes.at(-1)!))
+          expect(error.reason._tag === "Rejected" && error.reason.rejection._tag).toBe("InvalidTransition")
+          expect(error.message).toContain("already used")
+          expect((yield* log.events("session-2")).length).toBe(1)
+          run.request({ stepId: "step-own" })
+          yield* log.append(second.writes.at(-1)!)
+          expect((yield* log.events("session-2")).length).toBe(2)
+        }),
+      ))
+
     it("appends the writes a batch builds from its leading sequences, in the same transaction", () =>
       withLog(dialect, (log) =>
         Effect.gen(function* () {
