@@ -270,20 +270,27 @@ const main = async () => {
   }
   if (args.includes("--survivors")) {
     for (const module of resolveModules(args.filter((arg) => arg !== "--survivors"))) {
-      const file = path.join(reportsOf(module), "report.json")
-      const events = path.join(reportsOf(module), "events")
-      // The events of a run newer than the last report (one still going, or stopped) take precedence.
-      const mtime = (entry) => (fs.existsSync(entry) ? fs.statSync(entry).mtimeMs : -1)
-      const report =
-        mtime(events) > mtime(file) ? reportOfEvents(events) : fs.existsSync(file) ? JSON.parse(fs.readFileSync(file, "utf8")) : undefined
-      if (report === undefined) {
-        console.log(`${module}: no report yet (${file})`)
-        continue
+      // The whole run's reports and each part's.
+      const base = reportsOf(module)
+      const parts = fs.existsSync(base) ? fs.readdirSync(base).filter((name) => /^part-\d+-of-\d+$/.test(name)).sort() : []
+      const directories = [base, ...parts.map((name) => path.join(base, name))]
+      let found = 0
+      for (const directory of directories) {
+        const file = path.join(directory, "report.json")
+        const events = path.join(directory, "events")
+        // The events of a run newer than the last report (one still going, or stopped) take precedence.
+        const mtime = (entry) => (fs.existsSync(entry) ? fs.statSync(entry).mtimeMs : -1)
+        const report =
+          mtime(events) > mtime(file) ? reportOfEvents(events) : fs.existsSync(file) ? JSON.parse(fs.readFileSync(file, "utf8")) : undefined
+        if (report === undefined) continue
+        found++
+        const listed = survivors(report)
+        const tested = Object.values(report.files).reduce((sum, entry) => sum + entry.mutants.length, 0)
+        const name = directory === base ? module : `${module} ${path.basename(directory)}`
+        console.log(`${name}: ${listed.length} surviving or uncovered of ${tested} mutants${report.partial ? " tested so far (the recorded events of a run going on or stopped)" : ""} (${report.partial ? events : file})`)
+        for (const line of listed) console.log(`  ${line}`)
       }
-      const found = survivors(report)
-      const tested = Object.values(report.files).reduce((sum, entry) => sum + entry.mutants.length, 0)
-      console.log(`${module}: ${found.length} surviving or uncovered of ${tested} mutants${report.partial ? " tested so far (the recorded events of a run going on or stopped)" : ""} (${report.partial ? events : file})`)
-      for (const line of found) console.log(`  ${line}`)
+      if (found === 0) console.log(`${module}: no report yet (${base})`)
     }
     return
   }

@@ -96,6 +96,37 @@ for (const dialect of dialects()) {
         }),
       ))
 
+    it("refuses a dispatch naming a step still streaming or completed in another invocation, and takes a later call of its step", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = new History.History()
+          const first = history.open()
+          const done = first.request({ stepId: "step-done" })
+          first.complete(done, FactBuilders.toolCallStep([{ id: "c", name: "read_file", input: { path: "a" } }]))
+          first.end({ kind: "failed", class: "event_commit" })
+          const second = history.open()
+          const pending = second.request({ stepId: "step-pending" })
+          yield* appendAll(log, history.writes)
+          const dispatch = (stepId: string, id: string, path: string) =>
+            write(second.invocation, {
+              kind: "tool_dispatched",
+              operationId: `${stepId}:${id}`,
+              call: { toolCallId: id, origin: { kind: "provider", stepId } },
+              name: "read_file",
+              input: { path },
+            })
+          // Requested, not completed: it has no calls yet.
+          yield* expectRefused(log, "session-1", log.append(dispatch(pending, "c", "a")), "InvalidTransition", "the call names no completed step of this invocation")
+          // Completed, but by the first invocation: its calls are not this one's to run.
+          yield* expectRefused(log, "session-1", log.append(dispatch(done, "c", "a")), "InvalidTransition", "the call names no completed step of this invocation")
+          // A step of text and two calls: its second call is found by its id.
+          second.complete(pending, FactBuilders.toolCallStep([{ id: "x", name: "read_file", input: { path: "x" } }, { id: "y", name: "read_file", input: { path: "y" } }], "Reading both."))
+          yield* log.append(history.writes.at(-1)!)
+          yield* log.append(dispatch(pending, "y", "y"))
+          yield* expectRefused(log, "session-1", log.append(dispatch(pending, "x", "y")), "InvalidTransition", "the call does not match a local tool call of its step")
+        }),
+      ))
+
     it("refuses a checkpoint whose previousCheckpointId is not its summary's baseline, and one without a summary of this invocation", () =>
       withLog(dialect, (log) =>
         Effect.gen(function* () {
