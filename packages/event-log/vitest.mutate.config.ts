@@ -1,4 +1,5 @@
 import { configDefaults, defineProject, mergeConfig } from "vitest/config"
+import { QuickFirstSequencer } from "../../tools/mutate/sequencer.ts"
 import base from "./vitest.config.ts"
 
 /**
@@ -28,6 +29,8 @@ export default mergeConfig(
       // nothing (a run of this suite in one worker: isolated, twice the time). Safe under Stryker:
       // mutants switch at run time, and static ones (module-level code) are ignored (run.mjs).
       isolate: false,
+      // The file that failed last, then the quickest, first: a killed mutant stops at its first failure.
+      sequence: { sequencer: QuickFirstSequencer },
     },
   }),
 )

@@ -104,3 +104,21 @@ describe("pnpm mutate --part", () => {
     }
   })
 })
+
+describe("the order of a mutant's test files", () => {
+  it("runs the file that failed last first, then the quickest first", async () => {
+    const { QuickFirstSequencer } = await import("../mutate/sequencer.ts")
+    const stats: Record<string, { readonly failed: boolean; readonly duration: number } | undefined> = {
+      "engine:test/Slow.test.ts": { failed: false, duration: 9_000 },
+      "engine:test/Quick.test.ts": { failed: false, duration: 100 },
+      "engine:test/Failed.test.ts": { failed: true, duration: 5_000 },
+      "engine:test/Middle.test.ts": { failed: false, duration: 2_000 },
+    }
+    const context = { cache: { getFileTestResults: (key: string) => stats[key] }, config: { root: "/repo/packages/engine" } }
+    const file = (name: string) => ({ project: { name: "engine" }, moduleId: `/repo/packages/engine/test/${name}` })
+    const sequencer = new QuickFirstSequencer(context as never)
+    const sorted = await sequencer.sort(["Slow.test.ts", "New.test.ts", "Middle.test.ts", "Failed.test.ts", "Quick.test.ts"].map(file) as never)
+    // A file with no result yet counts as instant.
+    expect(sorted.map((entry) => entry.moduleId.split("/").pop())).toEqual(["Failed.test.ts", "New.test.ts", "Quick.test.ts", "Middle.test.ts", "Slow.test.ts"])
+  })
+})
