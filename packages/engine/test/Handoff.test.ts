@@ -79,6 +79,18 @@ describe("handoff", () => {
         const other = yield* Effect.flip(context.engine.run(input(context, "Something else.", ToolCatalog.make([]))))
         assert.strictEqual(other.reason._tag, "Busy")
         assert.strictEqual(other.message, EngineError.SESSION_RESERVED_MESSAGE)
+        // So is a continuation, already by its check, which writes nothing.
+        const continuation = yield* Effect.flip(
+          context.engine.checkContinuation({
+            source: running.invocation,
+            invocation: FactBuilders.invocation({ turnId: "turn-c", runId: "run-c", invocationId: "invocation-c" }),
+            model: context.model,
+            configuration: FactBuilders.configuration({ cwd: context.workspace, model: FactBuilders.modelBinding({ model: "test-model" }) }),
+            tools: ToolCatalog.make([]),
+          }),
+        )
+        assert.deepStrictEqual(continuation.reason, { _tag: "Busy", message: EngineError.SESSION_RESERVED_MESSAGE })
+        assert.strictEqual((yield* context.log.events("session-1")).length, events.length)
       }),
     ),
   )
