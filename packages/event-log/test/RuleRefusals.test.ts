@@ -248,6 +248,32 @@ for (const dialect of dialects()) {
         }),
       ))
 
+    it("refuses to archive the result of a standalone call: only a provider call's result has a placeholder in the history", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = new History.History()
+          const run = history.open()
+          history.append(run.invocation, {
+            kind: "tool_dispatched",
+            operationId: "standalone-1",
+            call: { toolCallId: "a", origin: { kind: "standalone" } },
+            name: "read_file",
+            input: { path: "big" },
+          })
+          const message = `the file could not be read: ${"x".repeat(10_000)}`
+          const settled = run.fail("standalone-1", message)
+          yield* appendAll(log, history.writes)
+          const placeholder = Archive.prepare(settled.event.id, "a", "read_file", { kind: "failed", message })!
+          yield* expectRefused(
+            log,
+            "session-1",
+            log.append(write(run.invocation, { kind: "tool_result_archived", placeholder })),
+            "InvalidTransition",
+            "the archive does not match the dispatch of its result",
+          )
+        }),
+      ))
+
     it("checks an archive's result: it must be a settled tool result of this session; a failed result archives by its message", () =>
       withLog(dialect, (log) =>
         Effect.gen(function* () {
