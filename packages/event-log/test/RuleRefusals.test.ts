@@ -554,6 +554,22 @@ describe("the append rules' SQL reads of a damaged row", () => {
     expect(error?.message).toMatch(/event \S+ at 2 is not model_completed/)
   })
 
+  it("refuses a row whose kind column says request or opening where its JSON is another fact", async () => {
+    // The kinds of the request and the completion exchanged (a kind names one row per operation).
+    const exchanged = "UPDATE event_log SET kind = CASE kind WHEN 'model_requested' THEN 'model_interrupted' ELSE 'model_requested' END WHERE kind IN ('model_requested', 'model_completed')"
+    const asRequest = await damaged(exchanged, (run, step) =>
+      write(run.invocation, { kind: "model_observed", stepId: step, event: { kind: "part_delta", id: "0", text: "x" } }),
+    { complete: true })
+    expect(asRequest?.reason._tag).toBe("Decode")
+    expect(asRequest?.message).toMatch(/event \S+ at 3 is not model_requested/)
+    const asOpening = await damaged(
+      "UPDATE event_log SET kind = CASE kind WHEN 'invocation_opened' THEN 'model_requested' ELSE 'invocation_opened' END WHERE kind IN ('invocation_opened', 'model_requested')",
+      completion,
+    )
+    expect(asOpening?.reason._tag).toBe("Decode")
+    expect(asOpening?.message).toMatch(/event \S+ at 2 is not invocation_opened/)
+  })
+
   it("refuses a row whose kind column says dispatch where its JSON is a completion", async () => {
     const error = await damaged("UPDATE event_log SET kind = 'tool_dispatched' WHERE kind = 'model_completed'", (run, step) =>
       write(run.invocation, {
