@@ -1,3 +1,4 @@
+import { createHash } from "node:crypto"
 import { describe, expect, it } from "vitest"
 import * as Canonical from "../src/Canonical.ts"
 import * as Digest from "../src/Digest.ts"
@@ -166,6 +167,45 @@ describe("Digest.LogPrefixHash", () => {
     expect(copy.digest(1)).toBe(prefixGoldens[1])
     copy.update(99, "{}")
     expect(hash.update(5, '{"kind":"x"}').digest(5)).toBe(prefixGoldens[3])
+  })
+
+  it("frames every event as docs/log-format.md §3.5 says, across buffer-sized runs, long texts and large sequences", () => {
+    // The framing written out byte by byte, one hash update per field: the reference.
+    const u64 = (value: number) => {
+      const bytes = Buffer.alloc(8)
+      bytes.writeBigUInt64BE(BigInt(value))
+      return bytes
+    }
+    const framed = (hash: ReturnType<typeof createHash>, text: string) => hash.update(u64(Buffer.byteLength(text))).update(text, "utf8")
+    const reference = (list: ReadonlyArray<{ readonly sequence: number; readonly json: string }>, highWater: number) => {
+      const hash = framed(createHash("sha256").update("maka.log-prefix.v3").update(Uint8Array.of(0)), Canonical.stringify(scope))
+      for (const event of list) framed(hash.update(u64(event.sequence)), event.json)
+      return `sha256:${hash.update(u64(highWater)).digest("hex")}`
+    }
+    const texts = ["{}", '{"t":"h\u00e9 \u4e16 \ud83d\ude00"}', `{"t":"${"x".repeat(30_000)}"}`, `{"t":"${"\u4e16".repeat(25_000)}"}`, `{"t":"${"y".repeat(70_000)}"}`]
+    const list = Array.from({ length: 400 }, (_, index) => ({
+      sequence: index < 390 ? index + 1 : 2 ** 32 + index,
+      json: texts[(index * 7) % texts.length]!,
+    }))
+    const hash = Digest.LogPrefixHash.start(scope)
+    list.forEach((event, index) => {
+      hash.update(event.sequence, event.json)
+      if (index % 37 === 0 || index === list.length - 1) expect(hash.digest(event.sequence)).toBe(reference(list.slice(0, index + 1), event.sequence))
+    })
+    expect(Digest.logPrefix(scope, list, 2 ** 40)).toBe(reference(list, 2 ** 40))
+    // Hashers extended in turn, and copies, keep each its own events.
+    const [first, second] = [Digest.LogPrefixHash.start(scope), Digest.LogPrefixHash.start(scope)]
+    const evens = list.filter((_, index) => index % 2 === 0).slice(0, 60)
+    const odds = list.filter((_, index) => index % 2 === 1).slice(0, 60)
+    for (let index = 0; index < 60; index++) {
+      first.update(evens[index]!.sequence, evens[index]!.json)
+      second.update(odds[index]!.sequence, odds[index]!.json)
+    }
+    const branch = first.copy().update(7, "{}")
+    first.update(8, "{}")
+    expect(first.digest(8)).toBe(reference([...evens, { sequence: 8, json: "{}" }], 8))
+    expect(branch.digest(7)).toBe(reference([...evens, { sequence: 7, json: "{}" }], 7))
+    expect(second.digest(3)).toBe(reference(odds, 3))
   })
 
   it("treats a bad sequence or high-water mark as a bug", () => {
