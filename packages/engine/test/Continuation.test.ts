@@ -5,6 +5,7 @@
  * scripted server on loopback.
  */
 import { assert, describe, it } from "@effect/vitest"
+import { Digest } from "@maka/facts"
 import { FactBuilders, History, OpenAiSse, Respond } from "@maka/testkit"
 import { ToolCatalog } from "@maka/tools"
 import { Effect } from "effect"
@@ -96,6 +97,12 @@ describe("continuation", () => {
         const first = yield* context.engine.continueRun(continueInput(context, source.invocation, catalog(effects)))
         assert.deepStrictEqual((yield* first.wait).outcome, { kind: "completed" })
         const after = (yield* context.log.events("session-1")).length
+        // Without a caller's fingerprint the opening carries the claim's own (docs/engine.md §5.9).
+        const opening = factsOf((yield* context.log.events("session-1")).slice(before), "invocation_opened")[0]!
+        assert.isTrue(opening.input.kind === "continuation")
+        if (opening.input.kind === "continuation") {
+          assert.strictEqual(opening.input.requestFingerprint, Digest.tagged("maka.continuation-request.v1", opening.input.claim))
+        }
         const second = yield* Effect.flip(context.engine.continueRun(continueInput(context, source.invocation, catalog(effects))))
         assert.strictEqual(second.reason._tag, "ReconciliationRequired")
         assert.strictEqual((yield* context.log.events("session-1")).length, after)
