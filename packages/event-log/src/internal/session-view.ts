@@ -87,8 +87,11 @@ const text = (record: Record<string, unknown>, key: string): string => {
   return value
 }
 
-/** One row of a prepared statement, checked field by field. */
-const rowOf = (raw: unknown): Rows.Row => {
+/**
+ * One row of a prepared statement, checked field by field: the driver's values are not trusted to
+ * match the table's declared types (exported for its tests).
+ */
+export const rowOf = (raw: unknown): Rows.Row => {
   if (typeof raw !== "object" || raw === null) throw EventLogError.make({ _tag: "Decode", message: "a row is not an object" })
   const record: Record<string, unknown> = { ...raw }
   const sequence = record["sequence"]
