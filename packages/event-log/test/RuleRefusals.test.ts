@@ -199,6 +199,8 @@ for (const dialect of dialects()) {
           yield* expectRefused(log, "session-1", log.append(checkpointWrite(run.invocation, factOf(main), { mode: "pre_turn", summaryStepId: main })), "InvalidTransition", needsSummary)
           // A summary not completed yet.
           yield* expectRefused(log, "session-1", log.append(checkpointWrite(run.invocation, factOf(summary), { mode: "pre_turn" })), "InvalidTransition", needsSummary)
+          // A step no request of the log names.
+          yield* expectRefused(log, "session-1", log.append(checkpointWrite(run.invocation, factOf(summary), { mode: "pre_turn", summaryStepId: "summary-none" })), "InvalidTransition", needsSummary)
           yield* log.append(write(run.invocation, { kind: "model_completed", stepId: summary, output: FactBuilders.textStep(FactBuilders.VALID_SUMMARY) }))
           // A standalone checkpoint belongs to a context_compact invocation, not to a message run.
           yield* expectRefused(
