@@ -188,3 +188,38 @@ describe("a defect inside a run", () => {
       }),
     ))
 })
+
+describe("a context read that fails at the opening", () => {
+  /** An engine whose log's context read fails once with `error`, then reads as usual. */
+  const failingRead = (error: EventLogError.EventLogError) => {
+    let failures = 1
+    return setup({ script: toolLoop }, { backoffBaseMs: 5, backoffMaxMs: 40 }, {}, {
+      wrapLog: (log): Shape => ({
+        ...log,
+        readModelContextWithHash: (sessionId, request) =>
+          Effect.suspend(() => (failures-- > 0 ? Effect.fail(error) : log.readModelContextWithHash(sessionId, request))),
+      }),
+    })
+  }
+
+  it.live("seals an unsettled history reconciliation_required and a store failure event_store, trying no compaction", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const cases = [
+          [EventLogError.rejected({ _tag: "InvalidTransition", reason: "the history is not settled" }), "reconciliation_required", "rejected: the history is not settled"],
+          [database(), "event_store", undefined],
+          [EventLogError.rejected({ _tag: "SessionBusy" }), "event_store", undefined],
+        ] as const
+        for (const [error, failureClass, message] of cases) {
+          const context = yield* failingRead(error)
+          const { outcome } = yield* context.engine.run(input(context, "Hello.", catalog({ ran: [] })))
+          assert.strictEqual(outcome.kind === "failed" ? outcome.class : outcome.kind, failureClass)
+          if (message !== undefined) assert.strictEqual(outcome.kind === "failed" ? outcome.message : undefined, message)
+          // Only a context past the read limits is pruned and compacted to fit: nothing else was sent or written.
+          assert.strictEqual(context.server.requests().length, 0)
+          const next = yield* context.engine.run(input(context, "Hello again.", catalog({ ran: [] })))
+          assert.deepStrictEqual(next.outcome, { kind: "completed" })
+        }
+      }),
+    ))
+})
