@@ -139,6 +139,19 @@ describe("tools/check-deps.mjs", () => {
     expect(result.stderr).toContain("packages/engine/src/Runner.ts:1: @maka/engine must not import ../../facts/src/Fact.ts")
   })
 
+  it("lets only a package's mutation config reach the mutation tooling outside it", () => {
+    const root = cleanTree()
+    write(root, "packages/engine/vitest.mutate.config.ts", `import { QuickFirstSequencer } from "../../tools/mutate/sequencer.ts"\n`)
+    expect(run(root).status).toBe(0)
+    write(root, "packages/engine/vitest.config.ts", `import { QuickFirstSequencer } from "../../tools/mutate/sequencer.ts"\n`)
+    write(root, "packages/event-log/vitest.mutate.config.ts", `import { x } from "../../tools/bench/lib.ts"\n`)
+    const result = run(root)
+    expect(result.status).toBe(1)
+    expect(result.stderr).toContain("packages/engine/vitest.config.ts:1: @maka/engine must not import ../../tools/mutate/sequencer.ts")
+    expect(result.stderr).toContain("packages/event-log/vitest.mutate.config.ts:1: @maka/event-log must not import ../../tools/bench/lib.ts")
+    expect(result.stderr).not.toContain("packages/engine/vitest.mutate.config.ts")
+  })
+
   it("rejects private modules of another package", () => {
     const root = cleanTree()
     write(root, "packages/engine/src/Runner.ts", `import { sql } from "@maka/event-log/internal/sql.ts"\n`)
