@@ -223,3 +223,18 @@ describe("a context read that fails at the opening", () => {
       }),
     ))
 })
+
+describe("a run under the prior-unknown policy", () => {
+  it.live("fails reconciliation_required when its context holds no unknown call to name, sending nothing", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        // The log reports an unknown outcome the context read then does not hold.
+        const context = yield* setup({ script: toolLoop }, { backoffBaseMs: 5, backoffMaxMs: 40 }, {}, {
+          wrapLog: (log): Shape => ({ ...log, checkManualMessageHistory: () => Effect.succeed(true) }),
+        })
+        const { outcome } = yield* context.engine.run(input(context, "Did it happen?", catalog({ ran: [] }), { allowPriorUnknown: true }))
+        assert.deepStrictEqual(outcome, { kind: "failed", class: "reconciliation_required", message: EngineError.PRIOR_UNKNOWN_MISSING_MESSAGE })
+        assert.strictEqual(context.server.requests().length, 0)
+      }),
+    ))
+})
