@@ -138,7 +138,8 @@ describe("a tool that ignores its AbortSignal", () => {
         assert.isBelow(Date.now() - cancelledAt, graceMs + 4_000)
         assert.isAtLeast(Date.now() - cancelledAt, graceMs - 50)
         assert.strictEqual(result.outcome.kind === "failed" ? result.outcome.class : result.outcome.kind, "outcome_unknown")
-        assert.deepStrictEqual(kinds(yield* context.log.events("session-1")), [
+        const events = yield* context.log.events("session-1")
+        assert.deepStrictEqual(kinds(events), [
           "invocation_opened",
           "model_requested",
           "model_completed",
@@ -146,6 +147,12 @@ describe("a tool that ignores its AbortSignal", () => {
           "tool_rejected:cancelled",
           "invocation_ended:failed:outcome_unknown",
         ])
+        // The terminal names the abandoned effect's operation.
+        const dispatched = events.map((stored) => stored.event.fact).find((fact) => fact.kind === "tool_dispatched")
+        assert.strictEqual(
+          result.outcome.kind === "failed" ? result.outcome.message : undefined,
+          `the outcome of tool operation ${dispatched?.kind === "tool_dispatched" ? dispatched.operationId : "?"} is unknown`,
+        )
         assert.deepStrictEqual(effects.ran, [])
         // The session says how to go on.
         const refused = yield* Effect.flip(context.engine.start(input(context, "Next.", catalog(effects))))
