@@ -1,5 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
-import type { EventLog } from "@maka/event-log"
+import { EventLogError, type EventLog } from "@maka/event-log"
 import * as LogTesting from "@maka/event-log/testing"
 import type { Outcome } from "@maka/facts"
 import { FactBuilders, History } from "@maka/testkit"
@@ -151,6 +151,24 @@ describe("Recovery.recover", () => {
         assert.deepStrictEqual(outcome, { kind: "failed", class: "outcome_unknown" })
         const facts = (yield* log.events("session-1")).slice(history.events.length).map((stored) => stored.event.fact)
         assert.deepStrictEqual(facts, [{ kind: "invocation_ended", outcome: { kind: "failed", class: "outcome_unknown" } }])
+      }),
+    ))
+
+  it.live("sealOne reports a refused batch as a Commit error of the engine, with the store's message", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const { log } = yield* LogTesting.makeTemporary()
+        const history = new History.History()
+        const run = history.open({ turnId: "turn-d", runId: "run-d", invocationId: "invocation-d" })
+        run.request()
+        yield* log.appendBatch(history.writes)
+        const refused = EventLogError.make({ _tag: "Database", message: "disk I/O error (injected)" })
+        const failing: EventLog.EventLogShape = { ...log, appendBatch: () => Effect.fail(refused) }
+        const error = yield* Effect.flip(Recovery.sealOne(failing, run.invocation).pipe(Effect.provide(Ids.layer)))
+        assert.strictEqual(error._tag, "EngineError")
+        assert.deepStrictEqual(error._tag === "EngineError" ? error.reason : undefined, { _tag: "Commit", message: refused.message })
+        // Nothing was written: the invocation is still open.
+        assert.deepStrictEqual((yield* log.unfinishedInvocations(10)).map((invocation) => invocation.invocationId), ["invocation-d"])
       }),
     ))
 })
