@@ -36,10 +36,14 @@ const startHash = (tag: string): Hash => createHash("sha256").update(tag, "utf8"
 
 const finish = (hash: Hash): string => `sha256:${hash.digest("hex")}`
 
-const u64 = (name: string, value: number): Buffer => {
+const checkU64 = (name: string, value: number): void => {
   if (!Number.isSafeInteger(value) || value < 0) {
     throw new RangeError(`${name} must be a non-negative safe integer, got ${value}`)
   }
+}
+
+const u64 = (name: string, value: number): Buffer => {
+  checkU64(name, value)
   const bytes = Buffer.alloc(8)
   bytes.writeBigUInt64BE(BigInt(value))
   return bytes
@@ -67,16 +71,11 @@ const writeU64 = (bytes: Buffer, offset: number, value: number): void => {
  * user left in it to that user's hash, which are older than anything that user adds later.
  */
 class FramedEvents {
-  constructor(readonly hash: Hash) {}
+  constructor(private readonly hash: Hash) {}
 
   add(sequence: number, json: string): void {
-    if (!Number.isSafeInteger(sequence) || sequence < 0) {
-      throw new RangeError(`sequence must be a non-negative safe integer, got ${sequence}`)
-    }
-    if (shared.owner !== this) {
-      shared.owner?.flush()
-      shared.owner = this
-    }
+    checkU64("sequence", sequence)
+    if (shared.owner !== this) shared.owner?.flush()
     // UTF-8 takes at most 3 bytes per UTF-16 unit: the text fits when that bound does.
     const bound = 16 + 3 * json.length
     if (shared.used + bound > PENDING_BYTES) this.flush()

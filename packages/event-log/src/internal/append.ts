@@ -144,7 +144,6 @@ const validateCheckpoint = async (
   if (checkpoint.mode.kind === "mid_turn" && checkpoint.mode.anchorEventId !== opening.row.eventId) {
     throw invalid("a mid_turn checkpoint anchors the current opening")
   }
-  // Stryker disable next-line EqualityOperator: `>=` is equivalent, coveredThrough being the summary's source high water, below its request's own sequence
   if (checkpoint.coveredThrough > (await view.highWater(event.invocation.sessionId))) {
     throw invalid("coveredThrough is beyond the session's history")
   }
@@ -160,14 +159,10 @@ const validateArchive = async (view: SessionView.SessionView, event: Event.Runti
   }
   const settled = Rows.decode(settledRow).fact
   if (settled.kind !== "tool_settled") throw invalid("the archive names no settled tool result")
-  // Stryker disable next-line ConditionalExpression: the operation's rows come in sequence order, its dispatch first
   const dispatchRow = (await Rows.byOperation(tx, settled.operationId)).find((row) => row.kind === "tool_dispatched")
-  // Stryker disable next-line ConditionalExpression: a settlement is appended only after its dispatch
   const dispatch = dispatchRow === undefined ? undefined : Rows.decode(dispatchRow).fact
   if (
-    // Stryker disable next-line ConditionalExpression,LogicalOperator: narrows the row read as a dispatch, which it is
     dispatch === undefined ||
-    // Stryker disable next-line ConditionalExpression: as above
     dispatch.kind !== "tool_dispatched" ||
     dispatch.call.origin.kind !== "provider" ||
     dispatch.call.toolCallId !== identity.toolCallId ||
@@ -180,13 +175,11 @@ const validateArchive = async (view: SessionView.SessionView, event: Event.Runti
       ? { kind: "projection", projection: settled.outcome.projection }
       : { kind: "failed", message: settled.outcome.message }
   const expected = Archive.prepare(identity.runtimeEventId, identity.toolCallId, identity.toolName, source)
-  // Stryker disable next-line ConditionalExpression: no placeholder equals `undefined`, so the second test refuses it too
   if (expected === undefined || !Canonical.equal(expected, fact.placeholder)) {
     throw invalid("the archive placeholder differs from the one its result produces")
   }
   for (const row of await Rows.ofSessionKind(tx, event.invocation.sessionId, "tool_result_archived")) {
     const archived = Rows.decode(row).fact
-    // Stryker disable next-line ConditionalExpression: narrows a row read by its kind, which it has
     if (archived.kind === "tool_result_archived" && archived.placeholder.identity.runtimeEventId === identity.runtimeEventId) {
       throw invalid("the result is already archived")
     }

@@ -67,7 +67,6 @@ export class SessionIndex {
 
   /** Adds one committed (or, inside the writer's transaction, inserted) event. */
   add(stored: Event.StoredEvent, row: Rows.Row): void {
-    // Stryker disable next-line ConditionalExpression,EqualityOperator: events are added in sequence order
     if (stored.sequence > this.highWater) this.highWater = stored.sequence
     const fact = stored.event.fact
     const invocationId = stored.event.invocation.invocationId
@@ -109,10 +108,8 @@ export class SessionIndex {
       payloadMatches: () => true,
       providerCallObserved: (stepId) => entry.providerCallSteps.has(stepId),
     })
-    // Stryker disable next-line ConditionalExpression,StringLiteral: an invocation seals once, so no verdict of it stands before
     if (status.kind === "safe") this.#notSafe.delete(entry.invocationId)
     else this.#notSafe.set(entry.invocationId, status)
-    // Stryker disable next-line ConditionalExpression: a session has one live invocation, the latest opened
     if (this.latestOpening === entry.invocationId) this.latestOpeningOutcome = fact.outcome.kind
     this.live.delete(entry.invocationId)
     // Stryker disable next-line all: releases memory only; a sealed operation's rows answer the same from SQL
