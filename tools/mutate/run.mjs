@@ -14,6 +14,10 @@
 //                                  is measured part by part, in runs of their own
 //   pnpm mutate --score [module…]  each module's score: its last whole run, or the sum of its parts
 //                                  when every part of one split was run over the file as it is now
+//   pnpm mutate … --force          test every mutant again: by default a run is incremental, it
+//                                  reuses the last run's result (of the same part) for a mutant
+//                                  whose code is unchanged when its killing test is unchanged, or
+//                                  when it was not killed and no test covering it changed
 //
 //   MAKA_MUTATE_CONCURRENCY   test processes at once (default 1; the machines have 2 cores)
 //
@@ -121,7 +125,7 @@ export const mutatePatterns = (module, part) => {
 }
 
 /** Stryker's options for one module (or one part of it). */
-export const strykerOptions = (module, reports, part) => {
+export const strykerOptions = (module, reports, part, force = false) => {
   const { project } = MODULES[module]
   const require = createRequire(path.join(ROOT, "package.json"))
   return {
@@ -140,6 +144,11 @@ export const strykerOptions = (module, reports, part) => {
     // The initial test run of the engine's suite takes minutes on a loaded 2-core machine; Stryker's
     // default limit of 5 minutes would end the run before a single mutant is tested.
     dryRunTimeoutMinutes: Number(process.env.MAKA_MUTATE_DRY_RUN_MINUTES ?? 30),
+    // Stryker's incremental mode: the last run of this module (or part) is `incremental.json` beside
+    // its report (seeded from `report.json`, which has the same form, by `main`).
+    incremental: true,
+    incrementalFile: path.join(reports, "incremental.json"),
+    force,
     tempDirName: path.join(reports, "stryker-tmp"),
     cleanTempDir: true,
     // The event recorder writes each mutant's result as it is known (`<reports>/events`), so the
@@ -205,6 +214,12 @@ const reportOfEvents = (directory) => {
   return { files, partial: true }
 }
 
+/** The mutants of a report's file entry that lie in the part `part` of its source's lines. */
+export const inPart = (entry, part) => {
+  const { start, end } = partRange(entry.source, part)
+  return entry.mutants.filter((mutant) => mutant.location.start.line >= start && mutant.location.start.line <= end)
+}
+
 const reportsOf = (module, part) =>
   path.join(os.tmpdir(), "maka-mutate", module, ...(part === undefined ? [] : [`part-${part.k}-of-${part.n}`]))
 
@@ -232,7 +247,9 @@ export const moduleScore = (module, readReport, headText) => {
     splits.get(n).set(Number(match[1]), report)
   }
   for (const [n, parts] of [...splits].sort((a, b) => a[0] - b[0])) {
-    const results = [...parts.values()].flatMap((report) => Object.values(report.files).flatMap((entry) => entry.mutants))
+    // Only a part's own lines: an incremental run keeps the earlier results of mutants outside the
+    // lines it mutates (after an edit moved a cut), which belong to a neighbouring part.
+    const results = [...parts].flatMap(([k, report]) => Object.values(report.files).flatMap((entry) => inPart(entry, { k, n })))
     const stale = [...parts.values()].some((report) => Object.entries(report.files).some(([file, entry]) => entry.source !== headText(file)))
     const missing = []
     for (let k = 1; k <= n; k++) if (!parts.has(k)) missing.push(k)
@@ -294,18 +311,25 @@ const main = async () => {
     }
     return
   }
-  const partAt = args.indexOf("--part")
-  const part = partAt === -1 ? undefined : parsePart(args[partAt + 1])
-  const modules = resolveModules(partAt === -1 ? args : args.filter((_, index) => index !== partAt && index !== partAt + 1))
+  const force = args.includes("--force")
+  const rest = args.filter((arg) => arg !== "--force")
+  const partAt = rest.indexOf("--part")
+  const part = partAt === -1 ? undefined : parsePart(rest[partAt + 1])
+  const modules = resolveModules(partAt === -1 ? rest : rest.filter((_, index) => index !== partAt && index !== partAt + 1))
   process.chdir(ROOT)
   const { Stryker } = await import("@stryker-mutator/core")
   const lines = []
   for (const module of modules) {
     const reports = reportsOf(module, part)
     fs.mkdirSync(reports, { recursive: true })
+    // A report written before runs were incremental seeds the incremental file: the same form.
+    const incremental = path.join(reports, "incremental.json")
+    if (!fs.existsSync(incremental) && fs.existsSync(path.join(reports, "report.json"))) fs.copyFileSync(path.join(reports, "report.json"), incremental)
     const started = Date.now()
     console.log(`\n==> mutate ${module}: ${mutatePatterns(module, part).join(", ")} (vitest project ${MODULES[module].project})`)
-    const results = await new Stryker(strykerOptions(module, reports, part)).runMutationTest()
+    const all = await new Stryker(strykerOptions(module, reports, part, force)).runMutationTest()
+    const results =
+      part === undefined ? all : all.filter((result) => inPart({ source: fs.readFileSync(result.fileName, "utf8"), mutants: [result] }, part).length === 1)
     const { detected, undetected, ignored, score: value } = score(results)
     const minutes = ((Date.now() - started) / 60_000).toFixed(1)
     lines.push(`${module.padEnd(11)} ${value.toFixed(1).padStart(5)} %  (${detected} killed, ${undetected} survived or uncovered, ${ignored} ignored; ${minutes} min; report ${reports}/index.html)`)

@@ -3,7 +3,7 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { describe, expect, it } from "vitest"
 // @ts-expect-error: a plain JavaScript module of the repository's tools, without types
-import { moduleScore, parsePart, partRange, score, survivors, vitestConfig } from "../mutate/run.mjs"
+import { moduleScore, parsePart, partRange, score, strykerOptions, survivors, vitestConfig } from "../mutate/run.mjs"
 
 const mutant = (status: string, line: number, replacement?: string) => ({
   status,
@@ -75,12 +75,17 @@ describe("pnpm mutate --part", () => {
     for (const bad of ["0/3", "4/3", "3", "a/b", undefined]) expect(() => parsePart(bad)).toThrow(/--part/)
   })
 
-  it("sums a split only over parts run on the files as they are, and names the parts not run", () => {
-    const report = (text: string, statuses: ReadonlyArray<string>) => ({ files: { "a.ts": { source: text, mutants: statuses.map((status) => mutant(status, 1)) } } })
+  it("sums a split only over parts run on the files as they are, each over its own lines, and names the parts not run", () => {
+    const now = "const a = 1\nconst b = 2\nconst c = 3\nconst d = 4"
+    // Part 1 of 2 is line 1, part 2 lines 2–4; an incremental run keeps a neighbour's earlier results.
+    expect([partRange(now, { k: 1, n: 2 }), partRange(now, { k: 2, n: 2 })]).toEqual([{ start: 1, end: 1 }, { start: 2, end: 4 }])
+    const report = (text: string, entries: ReadonlyArray<readonly [string, number]>) => ({
+      files: { "a.ts": { source: text, mutants: entries.map(([status, line]) => mutant(status, line)) } },
+    })
     const reports = new Map<string, unknown>([
-      ["part-1-of-2", report("now", ["Killed", "Survived"])],
-      ["part-2-of-2", report("now", ["Killed", "Killed"])],
-      ["part-1-of-3", report("before", ["Killed"])],
+      ["part-1-of-2", report(now, [["Killed", 1], ["Survived", 1], ["Survived", 3]])],
+      ["part-2-of-2", report(now, [["Killed", 2], ["Killed", 4], ["Survived", 1]])],
+      ["part-1-of-3", report(Array.from({ length: 9 }, (_, index) => `const v${index} = 0`).join("\n"), [["Killed", 1]])],
     ])
     const module = "journal"
     const base = path.join(os.tmpdir(), "maka-mutate", module)
@@ -94,7 +99,7 @@ describe("pnpm mutate --part", () => {
     }
     try {
       const read = (directory: string) => reports.get(path.basename(directory))
-      const found = moduleScore(module, read, () => "now")
+      const found = moduleScore(module, read, () => now)
       expect(found).toEqual([
         expect.objectContaining({ kind: "parts of 2", detected: 3, undetected: 1, score: 75, mutants: 4, stale: false, missing: [] }),
         expect.objectContaining({ kind: "parts of 3", detected: 1, stale: true, missing: [2, 3] }),
@@ -102,6 +107,12 @@ describe("pnpm mutate --part", () => {
     } finally {
       for (const directory of made) fs.rmSync(directory, { recursive: true })
     }
+  })
+
+  it("runs incrementally unless forced, from the last run of the same part", () => {
+    const options = strykerOptions("journal", "/reports/journal/part-2-of-3", { k: 2, n: 3 })
+    expect(options).toEqual(expect.objectContaining({ incremental: true, incrementalFile: "/reports/journal/part-2-of-3/incremental.json", force: false }))
+    expect(strykerOptions("journal", "/reports/journal", undefined, true)).toEqual(expect.objectContaining({ force: true }))
   })
 })
 
