@@ -33,8 +33,9 @@ const admissionRefusal = (error: EventLogError.EventLogError): EngineError.Engin
   return error.reason._tag === "OutcomeUnknown" ? EngineError.commit(error.message) : EngineError.fromStore(error)
 }
 
-const isInvalidTransition = (error: EventLogError.EventLogError) =>
-  error.reason._tag === "Rejected" && error.reason.rejection._tag === "InvalidTransition"
+/** The reason of a store's `InvalidTransition` refusal, or `undefined` for any other error. */
+const invalidTransition = (error: EventLogError.EventLogError): string | undefined =>
+  error.reason._tag === "Rejected" && error.reason.rejection._tag === "InvalidTransition" ? error.reason.rejection.reason : undefined
 
 /**
  * The history-safety gate of docs/engine.md §5.3 (`current` excluded), the log's `checkHistorySafety`:
@@ -43,8 +44,8 @@ const isInvalidTransition = (error: EventLogError.EventLogError) =>
 const historyGate = (log: Run["log"], sessionId: string, current?: string) =>
   log.checkHistorySafety(sessionId, current === undefined ? {} : { current })
 
-/** Why an unsettled history refuses admission, in words that name the way out. */
-const unsettledHistory = (run: Run, error: EventLogError.EventLogError) =>
+/** Why an unsettled history (the gate's refusal `reason`) refuses admission, in words that name the way out. */
+const unsettledHistory = (run: Run, reason: string) =>
   Effect.gen(function* () {
     const { log, settings } = run
     const sessionId = settings.invocation.sessionId
@@ -56,8 +57,6 @@ const unsettledHistory = (run: Run, error: EventLogError.EventLogError) =>
     const manual = settings.allowPriorUnknown
       ? false
       : yield* Effect.orElseSucceed(log.checkManualMessageHistory(sessionId), () => false)
-    const rejection = error.reason._tag === "Rejected" ? error.reason.rejection : undefined
-    const reason = rejection?._tag === "InvalidTransition" ? rejection.reason : error.message
     return yield* Effect.fail(EngineError.reconciliation(manual ? EngineError.PRIOR_UNKNOWN_MESSAGE : reason))
   })
 
@@ -74,16 +73,19 @@ export const preflight = (run: Run) =>
       ? log.checkManualMessageHistory(sessionId)
       : Effect.as(historyGate(log, sessionId), false)
     return yield* gate.pipe(
-      Effect.catchIf(isInvalidTransition, (error) => unsettledHistory(run, error)),
-      Effect.mapError((error) => (error._tag === "EventLogError" ? storeError(error) : error)),
+      Effect.catch((error) => {
+        const reason = invalidTransition(error)
+        return reason === undefined ? Effect.fail(storeError(error)) : unsettledHistory(run, reason)
+      }),
     )
   })
 
 /** The opening of the run: a message run's, a handoff successor's, or a `context_compact` run's. */
 const openingInput = (run: Run): Fact.InvocationOpened["input"] => {
   const settings = run.settings
-  if (settings.successor !== undefined && run.claim !== undefined) return { kind: "handoff", claim: run.claim, pause: settings.successor.pause }
-  if (settings.continuation !== undefined && run.claim !== undefined) {
+  // A claim is prepared for a handoff successor and for a continuation, and only for them.
+  if (run.claim !== undefined) {
+    if (settings.successor !== undefined) return { kind: "handoff", claim: run.claim, pause: settings.successor.pause }
     // A continuation's fingerprint is a digest: the caller's, or the claim's own.
     const requestFingerprint = settings.requestFingerprint ?? Digest.tagged("maka.continuation-request.v1", run.claim)
     return { kind: "continuation", claim: run.claim, requestFingerprint }
@@ -131,7 +133,8 @@ const liveContext = (run: Run, priorUnknown: boolean) =>
     // A continuation reads its lineage, not the session the kept context holds.
     if (kept !== undefined && !kept.stale && opening !== undefined && !priorUnknown && run.settings.continuation === undefined) {
       const newer = yield* Effect.mapError(run.log.events(invocation.sessionId, kept.highWaterMark, 2), storeError)
-      if (newer.length === 1 && newer[0]!.event.id === opening.stored.event.id) {
+      // The run's own opening was appended after the mark: when it is the only event since, it is that one.
+      if (newer.length === 1) {
         kept.continueWith(opening.stored, opening.json, configuration)
         return { context: kept, kept: true }
       }
@@ -142,10 +145,10 @@ const liveContext = (run: Run, priorUnknown: boolean) =>
 /** How many compaction passes may bring a session past the read limits back within them at its opening. */
 export const MAX_FIT_PASSES = 64
 
+/** Only a store error carries an `EventLogError` cause. */
 const isPrefixTooLarge = (error: EngineError.EngineError) => {
   const cause = error.cause
   return (
-    error.reason._tag === "Store" &&
     EventLogError.isEventLogError(cause) &&
     cause.reason._tag === "Rejected" &&
     cause.reason.rejection._tag === "PrefixTooLarge"
@@ -179,10 +182,7 @@ const readContext = (run: Run, priorUnknown: boolean) => {
   const { invocation, configuration } = run.settings
   return Effect.mapError(
       LiveContext.load(run.log, invocation.sessionId, invocation.invocationId, configuration, priorUnknown),
-      (error) =>
-        error.reason._tag === "Rejected" && error.reason.rejection._tag === "InvalidTransition"
-          ? EngineError.reconciliation(error.message)
-          : storeError(error),
+      (error) => (invalidTransition(error) === undefined ? storeError(error) : EngineError.reconciliation(error.message)),
     )
 }
 
@@ -190,7 +190,6 @@ const readContext = (run: Run, priorUnknown: boolean) => {
 const deliverSteering = (run: Run) =>
   Effect.gen(function* () {
     const queued = yield* Ref.getAndSet(run.steering, [])
-    if (queued.length === 0) return
     const writes = yield* Effect.forEach(queued, (message) => plainWrite(run, { kind: "message_steered", message }))
     run.carry.push(...writes)
   })
@@ -627,7 +626,7 @@ const epilogue = (run: Run, priorUnknown: boolean) =>
   priorUnknown
     ? Effect.void
     : Effect.mapError(historyGate(run.log, run.settings.invocation.sessionId, run.settings.invocation.invocationId), (error) =>
-        isInvalidTransition(error) ? EngineError.reconciliation(error.message) : storeError(error),
+        invalidTransition(error) === undefined ? storeError(error) : EngineError.reconciliation(error.message),
       )
 
 /**
