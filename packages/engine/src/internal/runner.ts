@@ -349,11 +349,10 @@ const runTools = (run: Run, captured: ToolCatalog.CapturedCatalog, calls: Readon
       Effect.mapError((error) => EngineError.commit(error.message)),
     )
     const result = yield* journalWithin(run, guard, journal)
-    if (result.uncertain) {
-      const unknown = result.calls.find((call) => call._tag === "OutcomeUnknown")
-      return yield* Effect.fail(
-        EngineError.make({ _tag: "ToolOutcomeUnknown", operationId: unknown?.request.operationId ?? "" }),
-      )
+    // The step is uncertain exactly when one of its calls ended `OutcomeUnknown` (the rest were rejected).
+    const unknown = result.calls.find((call) => call._tag === "OutcomeUnknown")
+    if (unknown !== undefined) {
+      return yield* Effect.fail(EngineError.make({ _tag: "ToolOutcomeUnknown", operationId: unknown.request.operationId }))
     }
     if (result.cancelled) return yield* Effect.fail(EngineError.cancelled())
     return { finishTurn: result.finishTurn, archivable: guard.archivable }
