@@ -1,0 +1,102 @@
+/**
+ * The compaction budget travels with a handoff (docs/engine.md §5.12 "Budget", §5.10): a run whose
+ * overflow recovery adopted a summary, and so spent its step, pauses at the next boundary with
+ * `execution.compaction` = `reshaped`; the successor sends the pause's replay, with no other
+ * summary. Real SQLite file, the scripted server on loopback.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { Respond } from "@maka/testkit"
+import { ToolCatalog } from "@maka/tools"
+import { Effect, Fiber } from "effect"
+import { answer, isSummaryRequest, mainEntry, overflow, summaryAnswer, summaryEntry, summaryText } from "./support/compaction.ts"
+import { factsOf, kinds } from "./support/harness.ts"
+import { input, setup } from "./support/setup.ts"
+
+describe("the compaction budget across a handoff", () => {
+  it.live("is reshaped in the pause after an overflow recovery, and the successor sends the replay without another summary", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const gate = Respond.gate()
+        const context = yield* setup(
+          {
+            script: [
+              mainEntry(answer("The code is 4417.")),
+              mainEntry(overflow()),
+              summaryEntry(Respond.hold(gate, summaryAnswer(summaryText("code noted")))),
+              mainEntry(answer("Recovered.")),
+            ],
+          },
+          undefined,
+          { concurrency: 1 },
+        )
+        const tools = ToolCatalog.make([])
+        yield* context.engine.run(input(context, "The code is 4417.", tools))
+        const running = yield* context.engine.start(input(context, "Go on.", tools, { maxSteps: 4 }))
+        // The summary of the overflow recovery is held while the handoff is requested.
+        yield* Effect.promise(() => context.server.request(2))
+        assert.isTrue(isSummaryRequest(context.server.requests()[2]!))
+        const requested = yield* Effect.forkChild(running.handoff)
+        yield* Effect.sleep("20 millis")
+        gate.release()
+        const pause = yield* Fiber.join(requested)
+        assert.isDefined(pause)
+        assert.strictEqual(pause!.execution.compaction, "reshaped")
+        assert.strictEqual(pause!.remainingSteps, 3)
+        assert.deepStrictEqual((yield* running.wait).outcome, { kind: "handoff_paused", pause: pause! })
+        const events = yield* context.log.events("session-1")
+        const own = events.filter((stored) => stored.event.invocation.invocationId === running.invocation.invocationId)
+        assert.deepStrictEqual(kinds(own), [
+          "invocation_opened",
+          "model_requested",
+          "model_interrupted:failed",
+          "model_requested",
+          "model_completed",
+          "context_checkpoint_recorded",
+          "invocation_ended:handoff_paused",
+        ])
+
+        const successor = yield* context.engine.resume({ paused: running.invocation, pause: pause!, model: context.model, tools })
+        assert.deepStrictEqual((yield* successor.wait).outcome, { kind: "completed" })
+        assert.strictEqual(context.server.requests().filter(isSummaryRequest).length, 1)
+        const ownSuccessor = (yield* context.log.events("session-1")).filter(
+          (stored) => stored.event.invocation.invocationId === successor.invocation.invocationId,
+        )
+        assert.strictEqual(factsOf(ownSuccessor, "model_requested")[0]!.inputDigest, pause!.execution.replay.digest)
+      }),
+    ))
+
+  it.live("is reshaped in the pause after an overflow recovery adopted the summary running in the background", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const gate = Respond.gate()
+        const context = yield* setup({
+          script: [
+            mainEntry(answer("Noted.", 5_000)),
+            summaryEntry(Respond.hold(gate, summaryAnswer(summaryText("noted")))),
+            mainEntry(overflow()),
+            mainEntry(answer("Recovered.")),
+          ],
+        })
+        const tools = ToolCatalog.make([])
+        const windowed = { context: { providerId: "openai-compatible", declaredWindow: 1_000 } }
+        yield* context.engine.run(input(context, "Note this.", tools, windowed))
+        const running = yield* context.engine.start(input(context, "Go on.", tools, { maxSteps: 4, ...windowed }))
+        // The proactive summary runs beside the main request, which overflows; the recovery waits for it.
+        yield* Effect.promise(() => context.server.request(2))
+        assert.deepStrictEqual(context.server.requests().slice(1).map(isSummaryRequest).sort(), [false, true])
+        const requested = yield* Effect.forkChild(running.handoff)
+        yield* Effect.sleep("20 millis")
+        gate.release()
+        const pause = yield* Fiber.join(requested)
+        assert.isDefined(pause)
+        assert.strictEqual(pause!.execution.compaction, "reshaped")
+        const events = yield* context.log.events("session-1")
+        const own = events.filter((stored) => stored.event.invocation.invocationId === running.invocation.invocationId)
+        assert.strictEqual(factsOf(own, "context_checkpoint_recorded").length, 1)
+        assert.strictEqual(kinds(own).at(-1), "invocation_ended:handoff_paused")
+        const successor = yield* context.engine.resume({ paused: running.invocation, pause: pause!, model: context.model, tools })
+        assert.deepStrictEqual((yield* successor.wait).outcome, { kind: "completed" })
+        assert.strictEqual(context.server.requests().filter(isSummaryRequest).length, 1)
+      }),
+    ))
+})
