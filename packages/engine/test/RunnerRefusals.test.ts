@@ -15,13 +15,17 @@ import { catalog, input, setup, type Setup } from "./support/setup.ts"
 
 type Shape = EventLog.EventLogShape
 
-/** An engine whose log answers its opening's commit with `error` (once; nothing is written). */
-const refusingOpening = (error: EventLogError.EventLogError) =>
+/**
+ * An engine whose log answers its opening's commit with `error` (once; nothing is written); every
+ * write it is asked for (fact kind and invocation id) is recorded in `asked`, if given.
+ */
+const refusingOpening = (error: EventLogError.EventLogError, asked: Array<readonly [string, string]> = []) =>
   setup({ script: toolLoop }, { backoffBaseMs: 5, backoffMaxMs: 40 }, {}, {
     wrapLog: (log): Shape => {
       let fired = false
       const appendBatch: Shape["appendBatch"] = (writes, complete) =>
         Effect.suspend(() => {
+          for (const write of writes) asked.push([write.event.fact.kind, write.event.invocation.invocationId])
           if (fired || writes[0]?.event.fact.kind !== "invocation_opened") return log.appendBatch(writes, complete)
           fired = true
           return Effect.fail(error)
@@ -84,11 +88,15 @@ describe("a refused or uncertain opening is the caller's error by its meaning", 
   it.live("a refused opening writes nothing and the session takes the next run", () =>
     Effect.scoped(
       Effect.gen(function* () {
-        const context = yield* refusingOpening(EventLogError.rejected({ _tag: "SessionBusy" }))
+        const asked: Array<readonly [string, string]> = []
+        const context = yield* refusingOpening(EventLogError.rejected({ _tag: "SessionBusy" }), asked)
         yield* startError(context)
         assert.deepStrictEqual(yield* context.log.events("session-1"), [])
+        const [refused] = asked
         const next = yield* context.engine.run(input(context, "Hello.", catalog({ ran: [] })))
         assert.deepStrictEqual(next.outcome, { kind: "completed" })
+        // A refused opening never landed: the engine has nothing of it to seal before the next run.
+        assert.deepStrictEqual(asked.filter(([, invocationId]) => invocationId === refused![1]), [refused])
       }),
     ))
 })
