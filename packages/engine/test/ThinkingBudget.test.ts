@@ -9,7 +9,7 @@ import { assert, describe, it } from "@effect/vitest"
 import type { Identity } from "@maka/facts"
 import { Limits } from "@maka/facts"
 import { LanguageModel } from "@maka/model"
-import { AnthropicSse, OpenAiSse, Respond } from "@maka/testkit"
+import { AnthropicSse, FactBuilders, OpenAiSse, Respond } from "@maka/testkit"
 import { ToolCatalog } from "@maka/tools"
 import { Effect, Redacted } from "effect"
 import { echoTool, input, setup, type Effects } from "./support/setup.ts"
@@ -43,7 +43,7 @@ const openAiStep = () => [
 ]
 
 /** The thinking options tried, and the budget the cap must reserve for each (0: none). */
-const CASES: ReadonlyArray<{ readonly thinking: Identity.JsonValue; readonly reserved: number }> = [
+const CASES: ReadonlyArray<{ readonly thinking: Identity.Json; readonly reserved: number }> = [
   { thinking: { type: "enabled", budget_tokens: 4_000 }, reserved: 4_000 },
   { thinking: { type: "enabled", budget_tokens: 1 }, reserved: 1 },
   { thinking: { type: "enabled", budget_tokens: 0 }, reserved: 0 },
@@ -95,6 +95,24 @@ describe("the main request's output cap", () => {
         const result = yield* context.engine.run(
           input(context, "Echo a.", ToolCatalog.make([echoTool(effects)]), {
             providerOptions: { thinking: { type: "enabled", budget_tokens: 4_000 } },
+            mainOutputLimit: LIMIT,
+            context: { providerId: "openai-compatible", modelContextWindow: WINDOW },
+          }),
+        )
+        assert.deepStrictEqual(result.outcome, { kind: "completed" })
+        const second = context.server.requests()[1]!.json as Record<string, unknown>
+        assert.strictEqual(second["max_tokens"] ?? second["max_completion_tokens"], Math.min(LEFT, LIMIT))
+      }),
+    ))
+
+  it.live("caps the output by the last main usage also when the configuration binds no model", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({ script: openAiStep() })
+        const effects: Effects = { ran: [] }
+        const result = yield* context.engine.run(
+          input(context, "Echo a.", ToolCatalog.make([echoTool(effects)]), {
+            configuration: (({ model: _bound, ...unbound }) => unbound)(FactBuilders.configuration({ cwd: context.workspace })),
             mainOutputLimit: LIMIT,
             context: { providerId: "openai-compatible", modelContextWindow: WINDOW },
           }),

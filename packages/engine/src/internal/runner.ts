@@ -297,12 +297,12 @@ const thinkingBudget = (run: Run): number => {
 const routeMatch = (run: Run, source: EventLog.ModelContextSource): PromptBuilder.CompactionDueInput => {
   const { settings } = run
   return {
-    ...(settings.context === undefined ? {} : { context: settings.context }),
+    context: settings.context,
     latestMain: source.latestMain,
     routeIdentity: run.model.routeIdentity,
-    ...(settings.configuration.model === undefined ? {} : { connectionId: settings.configuration.model.connectionId }),
+    connectionId: settings.configuration.model?.connectionId,
     modelId: run.model.model,
-    ...(source.baseline === undefined ? {} : { baselineId: source.baseline.eventId }),
+    baselineId: source.baseline?.eventId,
   }
 }
 
@@ -328,7 +328,7 @@ const mainRequest = (
     })
     const maxOutputTokens = PromptBuilder.outputLimit({
       ...routeMatch(run, source),
-      ...(settings.mainOutputLimit === undefined ? {} : { mainOutputLimit: settings.mainOutputLimit }),
+      mainOutputLimit: settings.mainOutputLimit,
       thinkingBudget: thinkingBudget(run),
     })
     const projected = projectPrompt(run.model.kind, run.model.routeIdentity, prompt)
