@@ -320,12 +320,7 @@ const mainRequest = (
     if (priorUnknown && notice === undefined) {
       return yield* Effect.fail(EngineError.reconciliation(EngineError.PRIOR_UNKNOWN_MISSING_MESSAGE))
     }
-    const prompt = PromptBuilder.buildMainPrompt({
-      ...(settings.configuration.systemPrompt === undefined ? {} : { systemPrompt: settings.configuration.systemPrompt.text }),
-      ...(notice === undefined ? {} : { notice }),
-      source,
-      projection,
-    })
+    const prompt = PromptBuilder.buildMainPrompt({ systemPrompt: settings.configuration.systemPrompt?.text, notice, source, projection })
     const maxOutputTokens = PromptBuilder.outputLimit({
       ...routeMatch(run, source),
       mainOutputLimit: settings.mainOutputLimit,
