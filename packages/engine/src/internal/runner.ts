@@ -37,13 +37,6 @@ const admissionRefusal = (error: EventLogError.EventLogError): EngineError.Engin
 const invalidTransition = (error: EventLogError.EventLogError): string | undefined =>
   error.reason._tag === "Rejected" && error.reason.rejection._tag === "InvalidTransition" ? error.reason.rejection.reason : undefined
 
-/**
- * The history-safety gate of docs/engine.md §5.3 (`current` excluded), the log's `checkHistorySafety`:
- * fails `InvalidTransition` while the session's history is unsettled. One home for the call.
- */
-const historyGate = (log: Run["log"], sessionId: string, current?: string) =>
-  log.checkHistorySafety(sessionId, current === undefined ? {} : { current })
-
 /** Why an unsettled history (the gate's refusal `reason`) refuses admission, in words that name the way out. */
 const unsettledHistory = (run: Run, reason: string) =>
   Effect.gen(function* () {
@@ -71,7 +64,7 @@ export const preflight = (run: Run) =>
     }
     const gate = settings.allowPriorUnknown
       ? log.checkManualMessageHistory(sessionId)
-      : Effect.as(historyGate(log, sessionId), false)
+      : Effect.as(log.checkHistorySafety(sessionId), false)
     return yield* gate.pipe(
       Effect.catch((error) => {
         const reason = invalidTransition(error)
@@ -619,7 +612,7 @@ export const stepLoop = (run: Run, loop: LoopState, priorUnknown: boolean): Effe
 const epilogue = (run: Run, priorUnknown: boolean) =>
   priorUnknown
     ? Effect.void
-    : Effect.mapError(historyGate(run.log, run.settings.invocation.sessionId, run.settings.invocation.invocationId), (error) =>
+    : Effect.mapError(run.log.checkHistorySafety(run.settings.invocation.sessionId, { current: run.settings.invocation.invocationId }), (error) =>
         invalidTransition(error) === undefined ? storeError(error) : EngineError.reconciliation(error.message),
       )
 
