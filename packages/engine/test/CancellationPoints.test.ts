@@ -8,10 +8,10 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import type { EventLog } from "@maka/event-log"
-import { FactBuilders } from "@maka/testkit"
+import { FactBuilders, Respond } from "@maka/testkit"
 import { ToolCatalog } from "@maka/tools"
-import { Effect } from "effect"
-import { answer, mainEntry, summaryAnswer, summaryEntry, summaryText } from "./support/compaction.ts"
+import { Effect, Fiber } from "effect"
+import { answer, mainEntry, overflow, summaryAnswer, summaryEntry, summaryText } from "./support/compaction.ts"
 import { factsOf, kinds } from "./support/harness.ts"
 import { input, setup } from "./support/setup.ts"
 
@@ -134,6 +134,30 @@ describe("a signal that aborts after a standalone compaction's summary completed
         const own = events.filter((stored) => stored.event.invocation.invocationId === invocation.invocationId)
         assert.deepStrictEqual(kinds(own), ["invocation_opened", "model_requested", "model_completed", "invocation_ended:cancelled"])
         assert.deepStrictEqual(factsOf(events, "context_checkpoint_recorded"), [])
+      }),
+    ))
+})
+
+describe("a signal that aborts while an overflow recovery's summary streams", () => {
+  it.live("seals the run cancelled, not failed by the overflow it was recovering from", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup(
+          { script: [mainEntry(answer("The code is 4417.")), mainEntry(overflow()), summaryEntry(Respond.hang())] },
+          undefined,
+          { concurrency: 1 },
+        )
+        const tools = ToolCatalog.make([])
+        yield* context.engine.run(input(context, "The code is 4417.", tools))
+        const controller = new AbortController()
+        const running = yield* Effect.forkChild(context.engine.run(input(context, "Go on.", tools, { signal: controller.signal })))
+        yield* Effect.promise(() => context.server.request(2))
+        controller.abort()
+        const result = yield* Fiber.join(running)
+        assert.deepStrictEqual(result.outcome, { kind: "cancelled", source: "runtime_cancellation" })
+        const events = yield* context.log.events("session-1")
+        assert.deepStrictEqual(factsOf(events, "context_checkpoint_recorded"), [])
+        assert.strictEqual(kinds(events).at(-1), "invocation_ended:cancelled")
       }),
     ))
 })
