@@ -9,8 +9,20 @@ import { assert, describe, it } from "@effect/vitest"
 import type { EventLog } from "@maka/event-log"
 import { OpenAiSse, Respond } from "@maka/testkit"
 import { Tool, ToolCatalog } from "@maka/tools"
-import { Effect, Schema } from "effect"
+import { Deferred, Effect, Schema } from "effect"
+import { kinds } from "./support/harness.ts"
 import { input, setup } from "./support/setup.ts"
+
+/** A log that records the fact kinds of each batch it is asked to commit into `batches`. */
+const recordingBatches = (batches: Array<ReadonlyArray<string>>) => ({
+  wrapLog: (log: EventLog.EventLogShape): EventLog.EventLogShape => ({
+    ...log,
+    appendBatch: (writes, complete) => {
+      batches.push(writes.map((write) => write.event.fact.kind))
+      return log.appendBatch(writes, complete)
+    },
+  }),
+})
 
 describe("the seal of a completed run", () => {
   it.live("commits a finish_turn call's settlement with the terminal, in one batch", () =>
@@ -21,15 +33,7 @@ describe("the seal of a completed run", () => {
           { script: [Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-1", name: "finish", arguments: ['{"note":"n"}'] }] }))] },
           undefined,
           {},
-          {
-            wrapLog: (log): EventLog.EventLogShape => ({
-              ...log,
-              appendBatch: (writes, complete) => {
-                batches.push(writes.map((write) => write.event.fact.kind))
-                return log.appendBatch(writes, complete)
-              },
-            }),
-          },
+          recordingBatches(batches),
         )
         const finish = Tool.make({
           name: "finish",
@@ -42,6 +46,42 @@ describe("the seal of a completed run", () => {
         assert.deepStrictEqual(result.outcome, { kind: "completed" })
         assert.deepStrictEqual(batches.at(-1), ["tool_settled", "invocation_ended"])
         assert.strictEqual(batches.filter((batch) => batch.includes("tool_settled")).length, 1)
+      }),
+    ))
+})
+
+describe("the seal of a cancelled run", () => {
+  it.live("commits the settlement it carries before it reads its state, and seals cancelled over a settled call", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const batches: Array<ReadonlyArray<string>> = []
+        const context = yield* setup(
+          { script: [Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-1", name: "slow", arguments: ['{"note":"n"}'] }] }))] },
+          undefined,
+          {},
+          recordingBatches(batches),
+        )
+        const started = yield* Deferred.make<void>()
+        const release = yield* Deferred.make<void>()
+        const slow = Tool.make({
+          name: "slow",
+          description: "Waits until released.",
+          input: Schema.Struct({ note: Schema.String }),
+          semantics: "parallel",
+          execute: () => Effect.andThen(Deferred.succeed(started, undefined), Effect.as(Deferred.await(release), Tool.text("done"))),
+        })
+        const running = yield* context.engine.start(input(context, "Run it.", ToolCatalog.make([slow])))
+        yield* Deferred.await(started)
+        yield* running.cancel
+        yield* Deferred.succeed(release, undefined)
+        const result = yield* running.wait
+        assert.deepStrictEqual(result.outcome, { kind: "cancelled", source: "runtime_cancellation" })
+        assert.deepStrictEqual(kinds(yield* context.log.events("session-1")).slice(3), [
+          "tool_dispatched",
+          "tool_settled:succeeded",
+          "invocation_ended:cancelled",
+        ])
+        assert.deepStrictEqual(batches.slice(-2), [["tool_settled"], ["invocation_ended"]])
       }),
     ))
 })
