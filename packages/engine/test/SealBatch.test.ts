@@ -13,27 +13,35 @@ import { Deferred, Effect, Schema } from "effect"
 import { kinds } from "./support/harness.ts"
 import { input, setup } from "./support/setup.ts"
 
-/** A log that records the fact kinds of each batch it is asked to commit into `batches`. */
-const recordingBatches = (batches: Array<ReadonlyArray<string>>) => ({
+/**
+ * A log that records the fact kinds of each batch it is asked to commit into `batches`, and counts
+ * its reads of an invocation's recovery state in `recoveryReads`.
+ */
+const recordingBatches = (batches: Array<ReadonlyArray<string>>, recoveryReads = { count: 0 }) => ({
   wrapLog: (log: EventLog.EventLogShape): EventLog.EventLogShape => ({
     ...log,
     appendBatch: (writes, complete) => {
       batches.push(writes.map((write) => write.event.fact.kind))
       return log.appendBatch(writes, complete)
     },
+    invocationRecovery: (invocation, maxEvents, maxBytes) => {
+      recoveryReads.count++
+      return log.invocationRecovery(invocation, maxEvents, maxBytes)
+    },
   }),
 })
 
 describe("the seal of a completed run", () => {
-  it.live("commits a finish_turn call's settlement with the terminal, in one batch", () =>
+  it.live("commits a finish_turn call's settlement with the terminal, in one batch, reading no recovery state", () =>
     Effect.scoped(
       Effect.gen(function* () {
         const batches: Array<ReadonlyArray<string>> = []
+        const recoveryReads = { count: 0 }
         const context = yield* setup(
           { script: [Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-1", name: "finish", arguments: ['{"note":"n"}'] }] }))] },
           undefined,
           {},
-          recordingBatches(batches),
+          recordingBatches(batches, recoveryReads),
         )
         const finish = Tool.make({
           name: "finish",
@@ -46,6 +54,8 @@ describe("the seal of a completed run", () => {
         assert.deepStrictEqual(result.outcome, { kind: "completed" })
         assert.deepStrictEqual(batches.at(-1), ["tool_settled", "invocation_ended"])
         assert.strictEqual(batches.filter((batch) => batch.includes("tool_settled")).length, 1)
+        // A completed run resolved everything it started: the seal has nothing to read.
+        assert.strictEqual(recoveryReads.count, 0)
       }),
     ))
 })

@@ -645,8 +645,8 @@ const seal = (run: Run, outcome: Outcome.InvocationOutcome): Effect.Effect<Outco
               Effect.mapError(commitError),
             )
       yield* commitFacts(run, facts)
-      const last = facts[facts.length - 1]!
-      return last.kind === "invocation_ended" ? last.outcome : outcome
+      // Every batch ends with the terminal, whose outcome recovery may have made `outcome_unknown`.
+      return (facts[facts.length - 1] as Fact.InvocationEnded).outcome
     }),
   )
 
