@@ -161,3 +161,30 @@ describe("a signal that aborts while an overflow recovery's summary streams", ()
       }),
     ))
 })
+
+describe("a signal that aborts after the run's last answer", () => {
+  it.live("seals the completed run cancelled (docs/engine.md §5.3 step 7)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const armed: { current: AbortController | undefined } = { current: undefined }
+        const context = yield* setup({ script: [mainEntry(answer("Hello."))] }, { backoffBaseMs: 5, backoffMaxMs: 40 }, {}, {
+          // The epilogue's gate (the one that excludes the run itself) aborts the signal.
+          wrapLog: (log): EventLog.EventLogShape => ({
+            ...log,
+            checkHistorySafety: (sessionId, options) =>
+              Effect.andThen(
+                options?.current === undefined
+                  ? Effect.void
+                  : Effect.andThen(Effect.sync(() => armed.current?.abort()), Effect.sleep("20 millis")),
+                log.checkHistorySafety(sessionId, options),
+              ),
+          }),
+        })
+        armed.current = new AbortController()
+        const result = yield* context.engine.run(input(context, "Hello.", ToolCatalog.make([]), { signal: armed.current.signal }))
+        assert.deepStrictEqual(result.outcome, { kind: "cancelled", source: "runtime_cancellation" })
+        const events = yield* context.log.events("session-1")
+        assert.deepStrictEqual(kinds(events), ["invocation_opened", "model_requested", "model_completed", "invocation_ended:cancelled"])
+      }),
+    ))
+})
