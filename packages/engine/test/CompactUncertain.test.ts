@@ -1,0 +1,59 @@
+/**
+ * A standalone compaction whose checkpoint-and-terminal commit may have landed (docs/engine.md §5.12
+ * "Standalone", §5.4): the invocation is not sealed over a batch in doubt; it fails `Commit`, and the
+ * engine seals it `failed {event_commit}` before its next start on the session, which then goes on.
+ * Real SQLite file, the scripted server on loopback; the log answers that one batch as uncertain.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { EventLogError, type EventLog } from "@maka/event-log"
+import { FactBuilders } from "@maka/testkit"
+import { ToolCatalog } from "@maka/tools"
+import { Effect } from "effect"
+import * as EngineError from "../src/EngineError.ts"
+import { answer, mainEntry, summaryAnswer, summaryEntry, summaryText } from "./support/compaction.ts"
+import { factsOf, kinds } from "./support/harness.ts"
+import { input, setup } from "./support/setup.ts"
+
+describe("a standalone compaction whose final commit is uncertain", () => {
+  it.live("fails Commit without a terminal, and is sealed failed event_commit before the session's next run", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup(
+          { script: [mainEntry(answer("Hello.")), summaryEntry(summaryAnswer(summaryText("greeting"))), mainEntry(answer("Again."))] },
+          undefined,
+          {},
+          {
+            wrapLog: (log): EventLog.EventLogShape => ({
+              ...log,
+              appendBatch: (writes, complete) =>
+                writes.some((write) => write.event.fact.kind === "context_checkpoint_recorded")
+                  ? Effect.fail(EventLogError.make({ _tag: "OutcomeUnknown", message: "the connection closed during COMMIT (injected)" }))
+                  : log.appendBatch(writes, complete),
+            }),
+          },
+        )
+        const tools = ToolCatalog.make([])
+        yield* context.engine.run(input(context, "Hi.", tools))
+        const invocation = FactBuilders.invocation({ turnId: "compact-turn", runId: "compact-run", invocationId: "compact-invocation" })
+        const failed = yield* Effect.flip(
+          context.engine.compact({
+            invocation,
+            model: context.model,
+            configuration: FactBuilders.configuration({ cwd: context.workspace, model: FactBuilders.modelBinding({ model: "test-model" }) }),
+          }),
+        )
+        assert.strictEqual(failed.reason._tag, "Commit")
+        const own = (yield* context.log.events("session-1")).filter((stored) => stored.event.invocation.invocationId === invocation.invocationId)
+        assert.deepStrictEqual(kinds(own), ["invocation_opened", "model_requested", "model_completed"])
+
+        const next = yield* context.engine.run(input(context, "Again.", tools))
+        assert.deepStrictEqual(next.outcome, { kind: "completed" })
+        const events = yield* context.log.events("session-1")
+        const sealed = events.filter((stored) => stored.event.invocation.invocationId === invocation.invocationId)
+        assert.deepStrictEqual(kinds(sealed).at(-1), "invocation_ended:failed:event_commit")
+        const terminal = factsOf(sealed, "invocation_ended")[0]!
+        assert.strictEqual(terminal.outcome.kind === "failed" ? terminal.outcome.message : undefined, EngineError.UNWRITTEN_TERMINAL_MESSAGE)
+        assert.deepStrictEqual(factsOf(events, "context_checkpoint_recorded"), [])
+      }),
+    ))
+})
