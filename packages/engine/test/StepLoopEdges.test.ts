@@ -1,0 +1,71 @@
+/**
+ * Edges of the step loop (docs/engine.md §5.4, §5.11): a run cancelled during its last allowed step
+ * ends `cancelled`, not at the step limit; and a run under the prior-unknown policy archives no
+ * large result after its tool batches (pruning is left to the next ordinary run). Real SQLite file,
+ * the scripted server on loopback.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { OpenAiSse, Respond } from "@maka/testkit"
+import { Tool, ToolCatalog } from "@maka/tools"
+import { Deferred, Effect, Schema } from "effect"
+import { answer, mainEntry } from "./support/compaction.ts"
+import { factsOf, kinds } from "./support/harness.ts"
+import { input, setup } from "./support/setup.ts"
+
+const call = (id: string, name: string) =>
+  mainEntry(Respond.sse(OpenAiSse.response({ toolCalls: [{ id, name, arguments: ['{"value":"v"}'] }] })))
+
+describe("the step loop's edges", () => {
+  it.live("a run cancelled while its last allowed step's tool runs ends cancelled, not at the step limit", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({ script: [call("call-1", "slow")] })
+        const started = yield* Deferred.make<void>()
+        const release = yield* Deferred.make<void>()
+        const slow = Tool.make({
+          name: "slow",
+          description: "Waits until released.",
+          input: Schema.Struct({ value: Schema.String }),
+          semantics: "parallel",
+          execute: () => Effect.andThen(Deferred.succeed(started, undefined), Effect.as(Deferred.await(release), Tool.text("slow done"))),
+        })
+        const running = yield* context.engine.start(input(context, "Run slow.", ToolCatalog.make([slow]), { maxSteps: 1 }))
+        yield* Deferred.await(started)
+        yield* running.cancel
+        yield* Deferred.succeed(release, undefined)
+        const result = yield* running.wait
+        assert.deepStrictEqual(result.outcome, { kind: "cancelled", source: "runtime_cancellation" })
+        assert.strictEqual(kinds(yield* context.log.events("session-1")).at(-1), "invocation_ended:cancelled")
+      }),
+    ))
+
+  it.live("a run under the prior-unknown policy archives no large result after its tool batch", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({ script: [call("call-u", "unsure"), call("call-b", "big"), mainEntry(answer("Read it."))] })
+        const catalog = ToolCatalog.make([
+          Tool.make({
+            name: "unsure",
+            description: "Cannot tell whether it acted.",
+            input: Schema.Struct({ value: Schema.String }),
+            semantics: "parallel",
+            execute: () => Effect.fail(new Tool.ToolOutcomeUnknown({ message: "the remote side went silent" })),
+          }),
+          Tool.make({
+            name: "big",
+            description: "Returns a result of several pages.",
+            input: Schema.Struct({ value: Schema.String }),
+            semantics: "parallel",
+            execute: () => Effect.succeed(Tool.text(`START ${"r".repeat(30_000)} END`)),
+          }),
+        ])
+        const first = yield* context.engine.run(input(context, "Try it.", catalog))
+        assert.strictEqual(first.outcome.kind === "failed" ? first.outcome.class : first.outcome.kind, "outcome_unknown")
+        const second = yield* context.engine.run(input(context, "Go on.", catalog, { allowPriorUnknown: true }))
+        assert.deepStrictEqual(second.outcome, { kind: "completed" })
+        const events = yield* context.log.events("session-1")
+        assert.strictEqual(factsOf(events, "tool_settled").length, 1)
+        assert.deepStrictEqual(factsOf(events, "tool_result_archived"), [])
+      }),
+    ))
+})
