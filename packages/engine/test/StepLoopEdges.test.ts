@@ -1,14 +1,14 @@
 /**
  * Edges of the step loop (docs/engine.md §5.4, §5.11): a run cancelled during its last allowed step
  * ends `cancelled`, not at the step limit; and a run under the prior-unknown policy archives no
- * large result after its tool batches (pruning is left to the next ordinary run). Real SQLite file,
- * the scripted server on loopback.
+ * large result after its tool batches (pruning is left to the next ordinary run) and makes no
+ * automatic summary. Real SQLite file, the scripted server on loopback.
  */
 import { assert, describe, it } from "@effect/vitest"
 import { OpenAiSse, Respond } from "@maka/testkit"
 import { Tool, ToolCatalog } from "@maka/tools"
 import { Deferred, Effect, Schema } from "effect"
-import { answer, mainEntry } from "./support/compaction.ts"
+import { answer, isSummaryRequest, mainEntry, summaryAnswer, summaryEntry, summaryText } from "./support/compaction.ts"
 import { factsOf, kinds } from "./support/harness.ts"
 import { input, setup } from "./support/setup.ts"
 
@@ -66,6 +66,38 @@ describe("the step loop's edges", () => {
         const events = yield* context.log.events("session-1")
         assert.strictEqual(factsOf(events, "tool_settled").length, 1)
         assert.deepStrictEqual(factsOf(events, "tool_result_archived"), [])
+      }),
+    ))
+
+  it.live("a run under the prior-unknown policy makes no automatic summary, even when one is due", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const unsureCall = mainEntry(
+          Respond.sse(
+            OpenAiSse.response({
+              toolCalls: [{ id: "call-u", name: "unsure", arguments: ['{"value":"v"}'] }],
+              usage: { prompt_tokens: 5_000, completion_tokens: 5, total_tokens: 5_005 },
+            }),
+          ),
+        )
+        const context = yield* setup({
+          script: [unsureCall, summaryEntry(summaryAnswer(summaryText("never adopted"))), mainEntry(answer("Noted.", 5_000))],
+        })
+        const catalog = ToolCatalog.make([
+          Tool.make({
+            name: "unsure",
+            description: "Cannot tell whether it acted.",
+            input: Schema.Struct({ value: Schema.String }),
+            semantics: "parallel",
+            execute: () => Effect.fail(new Tool.ToolOutcomeUnknown({ message: "the remote side went silent" })),
+          }),
+        ])
+        const windowed = { context: { providerId: "openai-compatible", declaredWindow: 1_000 } }
+        const first = yield* context.engine.run(input(context, "Try it.", catalog, windowed))
+        assert.strictEqual(first.outcome.kind === "failed" ? first.outcome.class : first.outcome.kind, "outcome_unknown")
+        const second = yield* context.engine.run(input(context, "Go on.", catalog, { allowPriorUnknown: true, ...windowed }))
+        assert.deepStrictEqual(second.outcome, { kind: "completed" })
+        assert.deepStrictEqual(context.server.requests().map(isSummaryRequest), [false, false])
       }),
     ))
 })

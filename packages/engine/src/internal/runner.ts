@@ -592,7 +592,8 @@ export const stepLoop = (run: Run, loop: LoopState, priorUnknown: boolean): Effe
       if (pause !== undefined) return { _tag: "Paused", pause } as const
       // Steering that arrived during a handoff preflight the run did not take goes into this step.
       yield* deliverSteering(run)
-      if (!priorUnknown) yield* adoptFinished(run, loop)
+      // Under the prior-unknown policy no summary is ever pending: nothing to adopt.
+      yield* adoptFinished(run, loop)
       if (yield* runStep(run, loop, step, priorUnknown)) return { _tag: "Completed" } as const
     }
     return yield* Effect.fail(
