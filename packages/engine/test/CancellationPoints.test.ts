@@ -1,10 +1,10 @@
 /**
- * Cancellation at the runner's own checks (docs/engine.md §5.3 steps 1–2, §5.12 "Standalone",
- * §5.14): a caller's signal that aborts while the safety preflight reads the store ends a message
- * run, or a standalone compaction, `Cancelled` with nothing written, and the session then takes the
- * next run; one that aborts after a standalone compaction's summary completed seals it `cancelled`
- * with no checkpoint. Real SQLite file, the scripted server on loopback; the log is wrapped so that
- * the store call named aborts the signal.
+ * Cancellation at the runner's own checks (docs/engine.md §5.3 steps 1–2,
+ * docs/engine.md §5.12 "Standalone", docs/engine.md §5.14): a caller's signal that aborts while the
+ * safety preflight reads the store ends a message run, or a standalone compaction, `Cancelled` with
+ * nothing written, and the session then takes the next run; one that aborts after a standalone
+ * compaction's summary completed seals it `cancelled` with no checkpoint. Real SQLite file, the
+ * scripted server on loopback; the log is wrapped so that the store call named aborts the signal.
  */
 import { assert, describe, it } from "@effect/vitest"
 import type { EventLog } from "@maka/event-log"

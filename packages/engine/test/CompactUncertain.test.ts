@@ -1,6 +1,6 @@
 /**
  * A standalone compaction whose checkpoint-and-terminal commit may have landed (docs/engine.md §5.12
- * "Standalone", §5.4): the invocation is not sealed over a batch in doubt; it fails `Commit`, and the
+ * "Standalone", docs/engine.md §5.4): the invocation is not sealed over a batch in doubt; it fails `Commit`, and the
  * engine seals it `failed {event_commit}` before its next start on the session, which then goes on.
  * Real SQLite file, the scripted server on loopback; the log answers that one batch as uncertain.
  */

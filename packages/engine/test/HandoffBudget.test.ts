@@ -1,8 +1,8 @@
 /**
- * The compaction budget travels with a handoff (docs/engine.md §5.12 "Budget", §5.10): a run whose
- * overflow recovery adopted a summary, and so spent its step, pauses at the next boundary with
- * `execution.compaction` = `reshaped`; the successor sends the pause's replay, with no other
- * summary. Real SQLite file, the scripted server on loopback.
+ * The compaction budget travels with a handoff (docs/engine.md §5.12 "Budget",
+ * docs/engine.md §5.10): a run whose overflow recovery adopted a summary, and so spent its step,
+ * pauses at the next boundary with `execution.compaction` = `reshaped`; the successor sends the
+ * pause's replay, with no other summary. Real SQLite file, the scripted server on loopback.
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Respond } from "@maka/testkit"

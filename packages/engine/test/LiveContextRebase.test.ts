@@ -1,6 +1,6 @@
 /**
- * An adopted checkpoint rebuilds the live context from memory (docs/engine.md §5.12, docs/architecture.md
- * §12): a session whose next turn is compacted before its request sends that request without reading
+ * An adopted checkpoint rebuilds the live context from memory (docs/engine.md §5.12,
+ * docs/architecture.md §12): a session whose next turn is compacted before its request sends that request without reading
  * its context from the log again, and the request starts from the summary. Real SQLite file, the
  * scripted server on loopback; the log is wrapped to count the context reads.
  */

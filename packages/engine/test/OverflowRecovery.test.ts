@@ -1,8 +1,9 @@
 /**
- * Overflow recovery with a summary pending (docs/engine.md §5.4 step 11, §5.12 "Budget"): when the
- * background summary that spent the step's budget is not adopted, the overflow is not recovered
- * (no budget is left to make another summary): the run fails `context_overflow` without asking the
- * model again. Real SQLite file, the scripted server on loopback.
+ * Overflow recovery with a summary pending (docs/engine.md §5.4 step 11,
+ * docs/engine.md §5.12 "Budget"): when the background summary that spent the step's budget is not
+ * adopted, the overflow is not recovered (no budget is left to make another summary): the run fails
+ * `context_overflow` without asking the model again. Real SQLite file, the scripted server on
+ * loopback.
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Respond } from "@maka/testkit"

@@ -1,6 +1,6 @@
 /**
  * A run under the prior-unknown policy over a history past the read limits (docs/engine.md §5.3
- * step 6, §5.12): the opening's fit passes (pruning, then compaction) are not tried under that
+ * step 6, docs/engine.md §5.12): the opening's fit passes (pruning, then compaction) are not tried under that
  * policy, so the run fails `event_store` at its context read, sending nothing and writing no archive
  * or checkpoint. The history is written with the testkit's builder into a real SQLite log.
  */
