@@ -12,6 +12,15 @@ import { answer, isSummaryRequest, mainEntry, summaryAnswer, summaryEntry, summa
 import { factsOf, kinds } from "./support/harness.ts"
 import { input, setup } from "./support/setup.ts"
 
+/** A tool whose every call ends with its outcome unknown. */
+const unsureTool = Tool.make({
+  name: "unsure",
+  description: "Cannot tell whether it acted.",
+  input: Schema.Struct({ value: Schema.String }),
+  semantics: "parallel",
+  execute: () => Effect.fail(new Tool.ToolOutcomeUnknown({ message: "the remote side went silent" })),
+})
+
 const call = (id: string, name: string) =>
   mainEntry(Respond.sse(OpenAiSse.response({ toolCalls: [{ id, name, arguments: ['{"value":"v"}'] }] })))
 
@@ -44,13 +53,7 @@ describe("the step loop's edges", () => {
       Effect.gen(function* () {
         const context = yield* setup({ script: [call("call-u", "unsure"), call("call-b", "big"), mainEntry(answer("Read it."))] })
         const catalog = ToolCatalog.make([
-          Tool.make({
-            name: "unsure",
-            description: "Cannot tell whether it acted.",
-            input: Schema.Struct({ value: Schema.String }),
-            semantics: "parallel",
-            execute: () => Effect.fail(new Tool.ToolOutcomeUnknown({ message: "the remote side went silent" })),
-          }),
+          unsureTool,
           Tool.make({
             name: "big",
             description: "Returns a result of several pages.",
@@ -83,15 +86,7 @@ describe("the step loop's edges", () => {
         const context = yield* setup({
           script: [unsureCall, summaryEntry(summaryAnswer(summaryText("never adopted"))), mainEntry(answer("Noted.", 5_000))],
         })
-        const catalog = ToolCatalog.make([
-          Tool.make({
-            name: "unsure",
-            description: "Cannot tell whether it acted.",
-            input: Schema.Struct({ value: Schema.String }),
-            semantics: "parallel",
-            execute: () => Effect.fail(new Tool.ToolOutcomeUnknown({ message: "the remote side went silent" })),
-          }),
-        ])
+        const catalog = ToolCatalog.make([unsureTool])
         const windowed = { context: { providerId: "openai-compatible", declaredWindow: 1_000 } }
         const first = yield* context.engine.run(input(context, "Try it.", catalog, windowed))
         assert.strictEqual(first.outcome.kind === "failed" ? first.outcome.class : first.outcome.kind, "outcome_unknown")
