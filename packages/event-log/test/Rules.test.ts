@@ -142,6 +142,15 @@ for (const dialect of dialects()) {
           other.end({ kind: "failed", class: "model_provider" })
           yield* appendAll(log, local.writes)
           yield* log.checkHistorySafety("session-2")
+          // So is one whose local call's input names the flag: only the call's own flag counts.
+          const named = new History.History({ sessionId: "session-3", firstId: 1_800 })
+          const namer = named.open({ invocationId: "invocation-n", runId: "run-n", turnId: "turn-n" })
+          const namerStep = namer.request()
+          namer.observe(namerStep, { kind: "tool_call", id: "n", name: "configure", input: { providerExecuted: true }, providerExecuted: false })
+          namer.interrupt(namerStep, "failed")
+          namer.end({ kind: "failed", class: "model_provider" })
+          yield* appendAll(log, named.writes)
+          yield* log.checkHistorySafety("session-3")
         }),
       ))
 
