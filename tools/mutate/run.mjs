@@ -328,8 +328,15 @@ const main = async () => {
     const started = Date.now()
     console.log(`\n==> mutate ${module}: ${mutatePatterns(module, part).join(", ")} (vitest project ${MODULES[module].project})`)
     const all = await new Stryker(strykerOptions(module, reports, part, force)).runMutationTest()
+    // A part's own lines only (see `moduleScore`), each file read once.
+    const byFile = new Map()
+    for (const result of all) {
+      const mutants = byFile.get(result.fileName)
+      if (mutants === undefined) byFile.set(result.fileName, [result])
+      else mutants.push(result)
+    }
     const results =
-      part === undefined ? all : all.filter((result) => inPart({ source: fs.readFileSync(result.fileName, "utf8"), mutants: [result] }, part).length === 1)
+      part === undefined ? all : [...byFile].flatMap(([file, mutants]) => inPart({ source: fs.readFileSync(file, "utf8"), mutants }, part))
     const { detected, undetected, ignored, score: value } = score(results)
     const minutes = ((Date.now() - started) / 60_000).toFixed(1)
     lines.push(`${module.padEnd(11)} ${value.toFixed(1).padStart(5)} %  (${detected} killed, ${undetected} survived or uncovered, ${ignored} ignored; ${minutes} min; report ${reports}/index.html)`)
