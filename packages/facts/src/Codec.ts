@@ -9,6 +9,7 @@ import { RuntimeEvent, StoredEvent } from "./Event.ts"
 import { Fact } from "./Fact.ts"
 import { factError, type FactError } from "./FactError.ts"
 import type { Invocation } from "./Identity.ts"
+import * as ShapeGuard from "./internal/shape-guard.ts"
 import { MAX_EVENT_BYTES } from "./Limits.ts"
 import * as Validation from "./Validation.ts"
 
@@ -60,11 +61,38 @@ export const decodeEvent = (input: unknown): Result.Result<RuntimeEvent, FactErr
     Result.map(Validation.fact(event.fact, event.invocation), () => event),
   )
 
-/** Decodes stored event JSON; an event over 1 MiB is refused before it is parsed. */
-export const decodeEventJson = (json: string): Result.Result<RuntimeEvent, FactError> =>
-  Canonical.utf8Length(json) > MAX_EVENT_BYTES
-    ? Result.fail(factError("event_too_large", `event exceeds ${MAX_EVENT_BYTES} bytes`))
-    : Result.flatMap(parseJson(json), decodeEvent)
+const runtimeEventShape = ShapeGuard.compile(RuntimeEvent.ast)
+
+/**
+ * Whether a value parsed from JSON has the closed shape of a `RuntimeEvent`, checked in place:
+ * `true` only when the closed decode accepts it and returns the same structure, so the parsed
+ * value itself can be kept (`false` for a value nested too deeply to walk). The fact's rules are
+ * `Validation.fact`.
+ */
+export const hasRuntimeEventShape = (input: unknown): input is RuntimeEvent => {
+  try {
+    return runtimeEventShape(input)
+  } catch {
+    return false
+  }
+}
+
+/**
+ * Decodes stored event JSON; an event over 1 MiB is refused before it is parsed. The parsed value
+ * is kept when its shape checks in place (no copy: the common case of a stored row); otherwise the
+ * closed decode gives the verdict and its message.
+ */
+export const decodeEventJson = (json: string): Result.Result<RuntimeEvent, FactError> => {
+  // A UTF-16 unit is at most 3 UTF-8 bytes: a short text needs no byte count.
+  if (json.length * 3 > MAX_EVENT_BYTES && Canonical.utf8Length(json) > MAX_EVENT_BYTES) {
+    return Result.fail(factError("event_too_large", `event exceeds ${MAX_EVENT_BYTES} bytes`))
+  }
+  return Result.flatMap(parseJson(json), (parsed) =>
+    hasRuntimeEventShape(parsed)
+      ? Result.map(Validation.fact(parsed.fact, parsed.invocation), () => parsed)
+      : decodeEvent(parsed),
+  )
+}
 
 export const decodeStoredEvent = (input: unknown): Result.Result<StoredEvent, FactError> =>
   Result.flatMap(decodeStoredEventShape(input), (stored) =>

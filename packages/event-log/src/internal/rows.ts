@@ -3,8 +3,8 @@
  * and reads share. Rows are decoded at this boundary; a row that does not decode is a `Decode`
  * store error, never a silently skipped fact.
  */
-import { Codec, Event, Limits, Validation } from "@maka/facts"
-import { Result, Schema } from "effect"
+import { Codec, type Event } from "@maka/facts"
+import { Result } from "effect"
 import { sql, type Transaction } from "kysely"
 import * as EventLogError from "../EventLogError.ts"
 import type { Tables } from "./tables.ts"
@@ -74,62 +74,8 @@ const toRow = (raw: RawRow): Row => ({
   json: raw.event_json,
 })
 
-/**
- * The event schema decoded open: Effect's struct parser has a fast path for the default options
- * only, and the closed decode (`onExcessProperty: "error"`) costs about three times as much. The
- * closure is checked afterwards by `keepsEveryKey`.
- */
-const decodeOpen = Schema.decodeUnknownResult(Event.RuntimeEvent)
-
-/**
- * Whether the open decode kept every key of the parsed JSON: an open decode copies only the keys the
- * schema declares, so an unknown key anywhere leaves some output object with fewer keys than its
- * input. A value the schema passed through unchanged (the same reference) is not looked into, as a
- * closed decode does not look into it either.
- */
-const keepsEveryKey = (input: unknown, output: unknown): boolean => {
-  if (input === output || typeof input !== "object" || input === null) return true
-  if (typeof output !== "object" || output === null) return false
-  if (Array.isArray(input)) {
-    if (!Array.isArray(output) || output.length !== input.length) return false
-    for (let index = 0; index < input.length; index++) {
-      if (!keepsEveryKey(input[index], output[index])) return false
-    }
-    return true
-  }
-  let keys = 0
-  for (const key in input) {
-    keys += 1
-    if (!Object.hasOwn(output, key) || !keepsEveryKey(Reflect.get(input, key), Reflect.get(output, key))) return false
-  }
-  return keys === Object.keys(output).length
-}
-
-/**
- * The stored JSON decoded as `Codec.decodeEventJson` decodes it (closed schema, then the fact's
- * rules), by the faster open decode plus the closure check; `undefined` when that path does not
- * accept the row, so the caller asks `Codec` for the verdict and its message.
- */
-const decodeFast = (json: string): Event.RuntimeEvent | undefined => {
-  if (json.length > Limits.MAX_EVENT_BYTES / 3) return undefined
-  let parsed: unknown
-  let decoded: Result.Result<Event.RuntimeEvent, unknown>
-  try {
-    parsed = JSON.parse(json)
-    // A value nested deeper than the decoder can walk throws; `Codec` then gives the `Decode` verdict.
-    decoded = decodeOpen(parsed)
-    if (Result.isFailure(decoded) || !keepsEveryKey(parsed, decoded.success)) return undefined
-  } catch {
-    return undefined
-  }
-  const event = decoded.success
-  return Result.isSuccess(Validation.fact(event.fact, event.invocation)) ? event : undefined
-}
-
 /** Decodes stored event JSON; JSON that does not decode is a store `Decode` error naming `eventId` and `sequence`. */
 export const decodeJson = (json: string, eventId: string, sequence: number): Event.RuntimeEvent => {
-  const fast = decodeFast(json)
-  if (fast !== undefined) return fast
   const decoded = Codec.decodeEventJson(json)
   if (Result.isFailure(decoded)) {
     throw EventLogError.make({ _tag: "Decode", message: `event ${eventId} at ${sequence}: ${decoded.failure.message}` })

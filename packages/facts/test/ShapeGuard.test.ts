@@ -1,0 +1,147 @@
+/**
+ * The in-place shape check of stored events (`Codec.hasRuntimeEventShape`, which lets
+ * `Codec.decodeEventJson` keep the parsed value, docs/architecture.md §12) against the closed
+ * decode it stands in for. Sound: whenever it says yes, the closed decode accepts the same value
+ * and returns the same structure. Useful: it says yes to every generated event of every fact kind,
+ * so the stored rows a read decodes take the fast path. Mutated values (a key dropped, a key added
+ * at any depth, a value of another type, a string broken) are checked for soundness too, and
+ * `decodeEventJson` gives the closed decode's verdict on each.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { Arbitrary, Effect, Result, Schema } from "effect"
+import { Canonical, Codec, Event } from "@maka/facts"
+import { compile } from "../src/internal/shape-guard.ts"
+
+const closedEvent = Codec.decodeClosed(Event.RuntimeEvent)
+
+/** A small seeded generator (mulberry32), so a failing case can be replayed. */
+const generator = (seed: number) => {
+  let state = seed | 0
+  const next = () => {
+    state = (state + 0x6d2b79f5) | 0
+    let t = Math.imul(state ^ (state >>> 15), 1 | state)
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
+  }
+  return { int: (below: number) => Math.floor(next() * below) }
+}
+
+/** Every object and array inside `value` (itself included), with its parent path. */
+const containers = (value: unknown, found: Array<Record<string, unknown> | Array<unknown>> = []) => {
+  if (typeof value !== "object" || value === null) return found
+  found.push(value as Record<string, unknown> | Array<unknown>)
+  for (const inner of Object.values(value)) containers(inner, found)
+  return found
+}
+
+const REPLACEMENTS: ReadonlyArray<unknown> = [null, 0, -1, 1.5, "", "x", "\u0000", true, false, [], {}, [1], { a: 1 }]
+
+/** One random change of a copy of `value`. */
+const mutate = (value: unknown, random: ReturnType<typeof generator>): unknown => {
+  const copy = JSON.parse(JSON.stringify(value)) as unknown
+  const targets = containers(copy)
+  const target = targets[random.int(targets.length)]!
+  const keys = Object.keys(target)
+  const mode = random.int(4)
+  if (mode === 0 || keys.length === 0) {
+    if (Array.isArray(target)) target.push(REPLACEMENTS[random.int(REPLACEMENTS.length)])
+    else {
+      // An own key, as JSON.parse makes it (an assignment to `__proto__` would set the prototype).
+      const key = ["extra", "kind", "__proto__", "constructor", "toString"][random.int(5)]!
+      Object.defineProperty(target, key, { value: REPLACEMENTS[random.int(REPLACEMENTS.length)], enumerable: true, writable: true, configurable: true })
+    }
+    return copy
+  }
+  const key = keys[random.int(keys.length)]!
+  if (mode === 1) {
+    if (Array.isArray(target)) target.splice(Number(key), 1)
+    else delete target[key]
+  } else if (mode === 2) {
+    ;(target as Record<string, unknown>)[key] = REPLACEMENTS[random.int(REPLACEMENTS.length)]
+  } else {
+    const old = (target as Record<string, unknown>)[key]
+    ;(target as Record<string, unknown>)[key] = typeof old === "string" ? `${old}\u0000` : typeof old === "number" ? old + 0.5 : String(old)
+  }
+  return copy
+}
+
+/** An observed local tool call whose input is `input`. */
+const observed = (input: unknown) => ({
+  id: "00000000-0000-4000-8000-000000000002",
+  recordedAt: 1,
+  invocation: { sessionId: "session-1", turnId: "turn-1", runId: "run-1", invocationId: "invocation-1" },
+  fact: { kind: "model_observed", stepId: "step-1", event: { kind: "tool_call", id: "call-1", name: "noop", input, providerExecuted: false } },
+})
+
+/** The guard agrees with the closed decode wherever it says yes. */
+const sound = (value: unknown): boolean => {
+  if (!Codec.hasRuntimeEventShape(value)) return true
+  const decoded = closedEvent(value)
+  return Result.isSuccess(decoded) && Canonical.stringify(decoded.success) === Canonical.stringify(value)
+}
+
+describe("the in-place shape check of stored events", () => {
+  it.effect("says yes to every generated event, each of which the closed decode accepts unchanged", () =>
+    Effect.gen(function* () {
+      const result = yield* Arbitrary.checkEffect(
+        Arbitrary.schema(Event.RuntimeEvent),
+        (event) => {
+          const parsed = JSON.parse(Canonical.stringify(event)) as unknown
+          return Codec.hasRuntimeEventShape(parsed) && sound(parsed)
+        },
+        { runs: 400, seed: 5 },
+      )
+      assert.strictEqual(Arbitrary.formatCheckFailure(result), undefined)
+    }),
+  )
+
+  it.effect("never says yes where the closed decode refuses, over mutated events", () =>
+    Effect.gen(function* () {
+      const random = generator(0x5a9e)
+      let refused = 0
+      let accepted = 0
+      const result = yield* Arbitrary.checkEffect(
+        Arbitrary.schema(Event.RuntimeEvent),
+        (event) => {
+          const parsed = JSON.parse(Canonical.stringify(event)) as unknown
+          for (let round = 0; round < 8; round++) {
+            const mutated = mutate(parsed, random)
+            if (!sound(mutated)) return false
+            if (Codec.hasRuntimeEventShape(mutated)) accepted++
+            else if (Result.isFailure(closedEvent(mutated))) refused++
+          }
+          return true
+        },
+        { runs: 300, seed: 9 },
+      )
+      assert.strictEqual(Arbitrary.formatCheckFailure(result), undefined)
+      // The mutations reach both verdicts: most break the shape, some (a changed free text) keep it.
+      assert.isAbove(refused, 1_000)
+      assert.isAbove(accepted, 10)
+    }),
+  )
+
+  it("keeps the parsed value of a stored event, and gives the closed decode's verdict and message otherwise", () => {
+    const json = Canonical.stringify(observed({ path: "README.md" }))
+    const decoded = Codec.decodeEventJson(json)
+    assert.isTrue(Result.isSuccess(decoded) && Canonical.stringify(decoded.success) === json)
+    const extra = json.replace('"recordedAt":1', '"extra":1,"recordedAt":1')
+    const refused = Codec.decodeEventJson(extra)
+    assert.isTrue(Result.isFailure(refused))
+    const closed = closedEvent(JSON.parse(extra))
+    assert.isTrue(Result.isFailure(closed))
+    if (Result.isFailure(refused) && Result.isFailure(closed)) assert.strictEqual(refused.failure.message, closed.failure.message)
+  })
+
+  it("answers no, never throws, for nodes it does not compile and for values nested too deeply", () => {
+    // A transformation: the decoder's output differs from its input, so no value is kept as parsed.
+    const transformed = compile(Schema.NumberFromString.ast)
+    assert.isFalse(transformed("1"))
+    const tuple = compile(Schema.Tuple([Schema.String]).ast)
+    assert.isFalse(tuple(["a"]))
+    let deep: unknown = 1
+    for (let depth = 0; depth < 200_000; depth++) deep = [deep]
+    assert.isTrue(Codec.hasRuntimeEventShape(observed({ a: [1] })))
+    assert.isFalse(Codec.hasRuntimeEventShape(observed({ a: deep })))
+  })
+})
