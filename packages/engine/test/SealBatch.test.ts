@@ -2,14 +2,15 @@
  * The seal's batch (docs/engine.md §5.4, durability points): a run that completes carries its last
  * settlement into the terminal's commit, so a `finish_turn` call's `tool_settled` and the
  * `invocation_ended` land in one transaction; only a run that did not complete makes what it carries
- * durable on its own before it reads its state. Real SQLite file, the scripted server on loopback;
+ * durable on its own before it reads its state. A paused run seals at the settled boundary its
+ * preflight checked: it reads no recovery state either. Real SQLite file, the scripted server on loopback;
  * the log is wrapped to record each batch it is asked to commit.
  */
 import { assert, describe, it } from "@effect/vitest"
 import type { EventLog } from "@maka/event-log"
 import { OpenAiSse, Respond } from "@maka/testkit"
 import { Tool, ToolCatalog } from "@maka/tools"
-import { Deferred, Effect, Schema } from "effect"
+import { Deferred, Effect, Fiber, Schema } from "effect"
 import { kinds } from "./support/harness.ts"
 import { input, setup } from "./support/setup.ts"
 
@@ -92,6 +93,41 @@ describe("the seal of a cancelled run", () => {
           "invocation_ended:cancelled",
         ])
         assert.deepStrictEqual(batches.slice(-2), [["tool_settled"], ["invocation_ended"]])
+      }),
+    ))
+})
+
+describe("the seal of a paused run", () => {
+  it.live("seals the pause at the boundary its preflight checked, reading no recovery state", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const batches: Array<ReadonlyArray<string>> = []
+        const recoveryReads = { count: 0 }
+        const context = yield* setup(
+          { script: [Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-1", name: "slow", arguments: ['{"note":"n"}'] }] }))] },
+          undefined,
+          {},
+          recordingBatches(batches, recoveryReads),
+        )
+        const started = yield* Deferred.make<void>()
+        const release = yield* Deferred.make<void>()
+        const slow = Tool.make({
+          name: "slow",
+          description: "Waits until released.",
+          input: Schema.Struct({ note: Schema.String }),
+          semantics: "parallel",
+          execute: () => Effect.andThen(Deferred.succeed(started, undefined), Effect.as(Deferred.await(release), Tool.text("done"))),
+        })
+        const running = yield* context.engine.start(input(context, "Slow.", ToolCatalog.make([slow]), { maxSteps: 4 }))
+        yield* Deferred.await(started)
+        const requested = yield* Effect.forkChild(running.handoff)
+        yield* Effect.sleep("20 millis")
+        yield* Deferred.succeed(release, undefined)
+        const pause = yield* Fiber.join(requested)
+        assert.isDefined(pause)
+        assert.strictEqual((yield* running.wait).outcome.kind, "handoff_paused")
+        assert.strictEqual(kinds(yield* context.log.events("session-1")).at(-1), "invocation_ended:handoff_paused")
+        assert.strictEqual(recoveryReads.count, 0)
       }),
     ))
 })
