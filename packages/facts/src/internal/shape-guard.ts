@@ -35,6 +35,32 @@ const withChecks = (ast: SchemaAST.AST, test: Guard): Guard => {
 const isRecord = (input: unknown): input is Record<string, unknown> =>
   typeof input === "object" && input !== null && !Array.isArray(input)
 
+/**
+ * A union whose members are all objects with one required property whose type is a distinct string
+ * literal (a tag such as `kind`): the property's name and each tag's member index.
+ */
+const discriminated = (node: SchemaAST.Union): { readonly name: string; readonly tags: Map<string, number> } | undefined => {
+  const first = node.types[0]
+  if (first === undefined || first._tag !== "Objects") return undefined
+  for (const candidate of first.propertySignatures) {
+    if (typeof candidate.name !== "string") continue
+    const name = candidate.name
+    const tags = new Map<string, number>()
+    const tagged = node.types.every((member, index) => {
+      if (member._tag !== "Objects" || member.encoding !== undefined) return false
+      const property = member.propertySignatures.find((signature) => signature.name === name)
+      if (property === undefined || SchemaAST.isOptional(property.type)) return false
+      const type = property.type
+      if (type._tag !== "Literal" || typeof type.literal !== "string" || type.checks !== undefined || type.encoding !== undefined) return false
+      if (tags.has(type.literal)) return false
+      tags.set(type.literal, index)
+      return true
+    })
+    if (tagged) return { name, tags }
+  }
+  return undefined
+}
+
 /** Compiles `ast`; nodes met again (a recursive schema) share one guard. */
 export const compile = (ast: SchemaAST.AST): Guard => {
   const compiled = new Map<SchemaAST.AST, Guard>()
@@ -66,6 +92,17 @@ export const compile = (ast: SchemaAST.AST): Guard => {
         return withChecks(node, go(node.thunk()))
       case "Union": {
         const members = node.types.map(go)
+        const byTag = discriminated(node)
+        if (byTag !== undefined) {
+          // A tagged union: the member is chosen by its tag, as only it can accept the value.
+          const { name, tags } = byTag
+          const chosen = new Map([...tags].map(([tag, index]) => [tag, members[index]!]))
+          return withChecks(node, (input) => {
+            if (!isRecord(input)) return false
+            const member = chosen.get(input[name])
+            return member !== undefined && member(input)
+          })
+        }
         return withChecks(node, (input) => {
           for (const member of members) if (member(input)) return true
           return false
@@ -111,9 +148,12 @@ export const compile = (ast: SchemaAST.AST): Guard => {
       }
       // Closed: a key no property names needs an index signature; an index signature's type
       // holds for every key (the decoder reads the named properties through it too).
-      const keys = Object.keys(input)
-      if (values.length === 0) return keys.length === present
-      for (const key of keys) for (const value of values) if (!value(input[key])) return false
+      if (values.length === 0) {
+        let keys = 0
+        for (const key in input) if (Object.hasOwn(input, key)) keys++
+        return keys === present
+      }
+      for (const key of Object.keys(input)) for (const value of values) if (!value(input[key])) return false
       return true
     })
   }
