@@ -3,7 +3,7 @@
  * settlement into the terminal's commit, so a `finish_turn` call's `tool_settled` and the
  * `invocation_ended` land in one transaction; only a run that did not complete makes what it carries
  * durable on its own before it reads its state. A paused run seals at the settled boundary its
- * preflight checked: it reads no recovery state either. Real SQLite file, the scripted server on loopback;
+ * preflight checked: it reads no recovery state either, and runs no epilogue check. Real SQLite file, the scripted server on loopback;
  * the log is wrapped to record each batch it is asked to commit.
  */
 import { assert, describe, it } from "@effect/vitest"
@@ -18,9 +18,13 @@ import { input, setup } from "./support/setup.ts"
  * A log that records the fact kinds of each batch it is asked to commit into `batches`, and counts
  * its reads of an invocation's recovery state in `recoveryReads`.
  */
-const recordingBatches = (batches: Array<ReadonlyArray<string>>, recoveryReads = { count: 0 }) => ({
+const recordingBatches = (batches: Array<ReadonlyArray<string>>, recoveryReads = { count: 0 }, epilogueChecks = { count: 0 }) => ({
   wrapLog: (log: EventLog.EventLogShape): EventLog.EventLogShape => ({
     ...log,
+    checkHistorySafety: (sessionId, options) => {
+      if (options?.current !== undefined) epilogueChecks.count++
+      return log.checkHistorySafety(sessionId, options)
+    },
     appendBatch: (writes, complete) => {
       batches.push(writes.map((write) => write.event.fact.kind))
       return log.appendBatch(writes, complete)
@@ -103,11 +107,12 @@ describe("the seal of a paused run", () => {
       Effect.gen(function* () {
         const batches: Array<ReadonlyArray<string>> = []
         const recoveryReads = { count: 0 }
+        const epilogueChecks = { count: 0 }
         const context = yield* setup(
           { script: [Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-1", name: "slow", arguments: ['{"note":"n"}'] }] }))] },
           undefined,
           {},
-          recordingBatches(batches, recoveryReads),
+          recordingBatches(batches, recoveryReads, epilogueChecks),
         )
         const started = yield* Deferred.make<void>()
         const release = yield* Deferred.make<void>()
@@ -128,6 +133,8 @@ describe("the seal of a paused run", () => {
         assert.strictEqual((yield* running.wait).outcome.kind, "handoff_paused")
         assert.strictEqual(kinds(yield* context.log.events("session-1")).at(-1), "invocation_ended:handoff_paused")
         assert.strictEqual(recoveryReads.count, 0)
+        // A pause is no end of the run's work: the epilogue's history check is for a run that answered.
+        assert.strictEqual(epilogueChecks.count, 0)
       }),
     ))
 })
