@@ -96,7 +96,7 @@ export const compile = (ast: SchemaAST.AST): Guard => {
         if (byTag !== undefined) {
           // A tagged union: the member is chosen by its tag, as only it can accept the value.
           const { name, tags } = byTag
-          const chosen = new Map([...tags].map(([tag, index]) => [tag, members[index]!]))
+          const chosen = new Map<unknown, Guard>([...tags].map(([tag, index]) => [tag, members[index]!]))
           return withChecks(node, (input) => {
             if (!isRecord(input)) return false
             const member = chosen.get(input[name])
