@@ -36,6 +36,17 @@ const recordingBatches = (batches: Array<ReadonlyArray<string>>, recoveryReads =
   }),
 })
 
+/** A call of `slow`, and the tool: it signals `started`, waits for `release`, then answers. */
+const slowCall = Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-1", name: "slow", arguments: ['{"note":"n"}'] }] }))
+const slowTool = (started: Deferred.Deferred<void>, release: Deferred.Deferred<void>) =>
+  Tool.make({
+    name: "slow",
+    description: "Waits until released.",
+    input: Schema.Struct({ note: Schema.String }),
+    semantics: "parallel",
+    execute: () => Effect.andThen(Deferred.succeed(started, undefined), Effect.as(Deferred.await(release), Tool.text("done"))),
+  })
+
 describe("the seal of a completed run", () => {
   it.live("commits a finish_turn call's settlement with the terminal, in one batch, reading no recovery state", () =>
     Effect.scoped(
@@ -71,20 +82,14 @@ describe("the seal of a cancelled run", () => {
       Effect.gen(function* () {
         const batches: Array<ReadonlyArray<string>> = []
         const context = yield* setup(
-          { script: [Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-1", name: "slow", arguments: ['{"note":"n"}'] }] }))] },
+          { script: [slowCall] },
           undefined,
           {},
           recordingBatches(batches),
         )
         const started = yield* Deferred.make<void>()
         const release = yield* Deferred.make<void>()
-        const slow = Tool.make({
-          name: "slow",
-          description: "Waits until released.",
-          input: Schema.Struct({ note: Schema.String }),
-          semantics: "parallel",
-          execute: () => Effect.andThen(Deferred.succeed(started, undefined), Effect.as(Deferred.await(release), Tool.text("done"))),
-        })
+        const slow = slowTool(started, release)
         const running = yield* context.engine.start(input(context, "Run it.", ToolCatalog.make([slow])))
         yield* Deferred.await(started)
         yield* running.cancel
@@ -109,20 +114,14 @@ describe("the seal of a paused run", () => {
         const recoveryReads = { count: 0 }
         const epilogueChecks = { count: 0 }
         const context = yield* setup(
-          { script: [Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-1", name: "slow", arguments: ['{"note":"n"}'] }] }))] },
+          { script: [slowCall] },
           undefined,
           {},
           recordingBatches(batches, recoveryReads, epilogueChecks),
         )
         const started = yield* Deferred.make<void>()
         const release = yield* Deferred.make<void>()
-        const slow = Tool.make({
-          name: "slow",
-          description: "Waits until released.",
-          input: Schema.Struct({ note: Schema.String }),
-          semantics: "parallel",
-          execute: () => Effect.andThen(Deferred.succeed(started, undefined), Effect.as(Deferred.await(release), Tool.text("done"))),
-        })
+        const slow = slowTool(started, release)
         const running = yield* context.engine.start(input(context, "Slow.", ToolCatalog.make([slow]), { maxSteps: 4 }))
         yield* Deferred.await(started)
         const requested = yield* Effect.forkChild(running.handoff)
