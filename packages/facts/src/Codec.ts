@@ -55,11 +55,13 @@ export const decodeFact = (input: unknown, invocation: Invocation): Result.Resul
     ),
   )
 
+/** `event` once the rules of its fact hold. */
+const withValidFact = (event: RuntimeEvent): Result.Result<RuntimeEvent, FactError> =>
+  Result.map(Validation.fact(event.fact, event.invocation), () => event)
+
 /** Decodes and validates a `RuntimeEvent` (shape, then the rules of its fact). */
 export const decodeEvent = (input: unknown): Result.Result<RuntimeEvent, FactError> =>
-  Result.flatMap(decodeRuntimeEventShape(input), (event) =>
-    Result.map(Validation.fact(event.fact, event.invocation), () => event),
-  )
+  Result.flatMap(decodeRuntimeEventShape(input), withValidFact)
 
 const runtimeEventShape = ShapeGuard.compile(RuntimeEvent.ast)
 
@@ -88,9 +90,7 @@ export const decodeEventJson = (json: string): Result.Result<RuntimeEvent, FactE
     return Result.fail(factError("event_too_large", `event exceeds ${MAX_EVENT_BYTES} bytes`))
   }
   return Result.flatMap(parseJson(json), (parsed) =>
-    hasRuntimeEventShape(parsed)
-      ? Result.map(Validation.fact(parsed.fact, parsed.invocation), () => parsed)
-      : decodeEvent(parsed),
+    hasRuntimeEventShape(parsed) ? withValidFact(parsed) : decodeEvent(parsed),
   )
 }
 

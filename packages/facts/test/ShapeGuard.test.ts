@@ -5,7 +5,8 @@
  * and returns the same structure. Useful: it says yes to every generated event of every fact kind,
  * so the stored rows a read decodes take the fast path. Mutated values (a key dropped, a key added
  * at any depth, a value of another type, a string broken) are checked for soundness too, and
- * `decodeEventJson` gives the closed decode's verdict on each.
+ * `decodeEventJson` gives the closed decode's verdict on each; a row of the right shape still meets the
+ * fact's rules.
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Arbitrary, Effect, Result, Schema } from "effect"
@@ -131,6 +132,30 @@ describe("the in-place shape check of stored events", () => {
     const closed = closedEvent(JSON.parse(extra))
     assert.isTrue(Result.isFailure(closed))
     if (Result.isFailure(refused) && Result.isFailure(closed)) assert.strictEqual(refused.failure.message, closed.failure.message)
+  })
+
+  it("keeps the fact's rules on the in-place path: a row of the right shape that breaks one is refused", () => {
+    const dispatched = (operationId: string) => ({
+      id: "00000000-0000-4000-8000-000000000003",
+      recordedAt: 1,
+      invocation: { sessionId: "session-1", turnId: "turn-1", runId: "run-1", invocationId: "invocation-1" },
+      fact: {
+        kind: "tool_dispatched",
+        operationId,
+        call: { toolCallId: "call-1", origin: { kind: "provider", stepId: "step-1" } },
+        name: "noop",
+        input: {},
+      },
+    })
+    // A provider call's operation id is its step's id and its call's id.
+    assert.isTrue(Result.isSuccess(Codec.decodeEventJson(Canonical.stringify(dispatched("step-1:call-1")))))
+    const broken = dispatched("step-2:call-1")
+    assert.isTrue(Codec.hasRuntimeEventShape(JSON.parse(Canonical.stringify(broken))))
+    const refused = Codec.decodeEventJson(Canonical.stringify(broken))
+    assert.isTrue(Result.isFailure(refused))
+    const closed = Codec.decodeEvent(JSON.parse(Canonical.stringify(broken)))
+    if (Result.isFailure(refused) && Result.isFailure(closed)) assert.strictEqual(refused.failure.message, closed.failure.message)
+    else assert.fail("the closed decode accepted a row that breaks a rule")
   })
 
   it("answers no, never throws, for nodes it does not compile and for values nested too deeply", () => {
