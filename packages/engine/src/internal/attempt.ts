@@ -171,6 +171,33 @@ const observationWrites = (run: Run, facts: ReadonlyArray<Fact.Fact>) =>
     return { writes, kept, refused }
   })
 
+/** One turn of the event loop: pending I/O (the socket's buffered chunks) is read in it. */
+const nextTurn = Effect.callback<void>((resume) => {
+  const handle = setImmediate(() => resume(Effect.void))
+  return Effect.sync(() => clearImmediate(handle))
+})
+
+/** How many event-loop turns one commit waits for arrivals, at most. */
+const DRAIN_TURNS = 4
+
+/**
+ * Adds to `events` what the stream has read by the next turns of the event loop, until a turn brings
+ * nothing (or after `DRAIN_TURNS`): the events that arrived while the previous commit held the thread.
+ */
+const drainArrived = (queue: Queue.Dequeue<Model.ModelEvent, unknown>, events: Array<Model.ModelEvent>) =>
+  Effect.gen(function* () {
+    for (let turn = 0; turn < DRAIN_TURNS; turn++) {
+      yield* nextTurn
+      const before = events.length
+      while (true) {
+        const next = yield* Queue.poll(queue)
+        if (Option.isNone(next)) break
+        events.push(next.value)
+      }
+      if (events.length === before) return
+    }
+  })
+
 /**
  * Streams the request, group-committing observations (docs/architecture.md §12): the stream is read
  * into a queue by its own fiber; the first events commit at once, and whatever arrives during a
@@ -198,6 +225,9 @@ const streamStep = (run: Run, input: AttemptInput, stepId: string) =>
           return yield* failed(taken.failure)
         }
         const events: Array<Model.ModelEvent> = [...taken.success]
+        // What reached the socket during the last (synchronous) commit is read before this one:
+        // one turn of the event loop, no timer, so a fast stream batches itself.
+        yield* drainArrived(queue, events)
         // Text still streaming: an optional bounded wait so one flush carries the deltas that follow.
         if (run.options.observationDelayMs > 0 && events.every(isStreamingText)) {
           yield* Effect.sleep(run.options.observationDelayMs)
