@@ -6,7 +6,7 @@
  */
 import { Result } from "effect"
 import * as Canonical from "./Canonical.ts"
-import { decodeEvent, encodeEventChecked } from "./Codec.ts"
+import { decodeEvent, encodeEventChecked, hasRuntimeEventShape } from "./Codec.ts"
 import * as Digest from "./Digest.ts"
 import type { RuntimeEvent } from "./Event.ts"
 import { factError, type FactError } from "./FactError.ts"
@@ -20,6 +20,7 @@ import {
   MAX_RAW_TOOL_RESULT_DEPTH,
 } from "./Limits.ts"
 import type { DurableToolProjection, RawToolResultRef, ToolOutput } from "./ToolCall.ts"
+import * as Validation from "./Validation.ts"
 import { storedIdsWithoutNul, wellFormedEvent } from "./Validation.ts"
 import * as Writer from "./internal/canonical-writer.ts"
 
@@ -39,24 +40,48 @@ export interface EventWrite {
 const constructed = new WeakSet<EventWrite>()
 
 /**
- * Decodes the event closed (schemas, then the fact's rules), checks its text (well-formed, ids
- * without NUL), and encodes it within 1 MiB. Everything after the decode reads the decoded event, a
- * fresh copy equal to the input (no fact schema transforms), so the caller cannot change what was
- * checked. The canonical writer notes whether every string it wrote is well-formed, so on the usual
- * path the text rules reduce to the NUL check of ids; otherwise (a lone surrogate, or a value the fast
- * writer leaves to the reference) the rules run in full, in their order, before the encoding.
+ * Checks the event closed (schemas, then the fact's rules), checks its text (well-formed, ids
+ * without NUL), and encodes it within 1 MiB. Everything after the shape check reads a fresh copy
+ * equal to the input (the parse of its canonical text, or the decoded event; no fact schema
+ * transforms), so the caller cannot change what was checked. The canonical writer notes whether every
+ * string it wrote is well-formed, so on the usual path the text rules reduce to the NUL check of ids;
+ * otherwise (a lone surrogate, or a value the fast writer leaves to the reference) the rules run in
+ * full, in their order, before the encoding.
  */
 const encode = (event: RuntimeEvent): Result.Result<{ readonly decoded: RuntimeEvent; readonly json: string }, FactError> =>
+  encodeByShape(event) ?? encodeByDecode(event)
+
+/** The checks after the fact's rules, on well-formed text: the NUL check of ids, then the size. */
+const finish = (decoded: RuntimeEvent, text: string): Result.Result<{ readonly decoded: RuntimeEvent; readonly json: string }, FactError> =>
+  Result.flatMap(storedIdsWithoutNul(decoded.fact, decoded.invocation), () =>
+    text.length <= MAX_EVENT_BYTES / 3 || Canonical.utf8Length(text) <= MAX_EVENT_BYTES
+      ? Result.succeed({ decoded, json: text })
+      : Result.fail(factError("event_too_large", `event exceeds ${MAX_EVENT_BYTES} bytes`)),
+  )
+
+/**
+ * The usual path: the fast writer writes the event, `JSON.parse` of that text is the fresh copy, and
+ * the copy's shape is checked in place (`Codec.hasRuntimeEventShape`: only what the closed decode
+ * accepts unchanged). `undefined` (nothing decided) when the writer gives up, a string is not
+ * well-formed or the shape does not check: the closed decode then gives the verdict and its message.
+ * Once the shape checks, the rules run on the copy in the closed decode's order, so a refusal is the
+ * same either way.
+ */
+const encodeByShape = (event: RuntimeEvent): Result.Result<{ readonly decoded: RuntimeEvent; readonly json: string }, FactError> | undefined => {
+  const written = Writer.write(event)
+  if (written === undefined || !written.isWellFormed) return undefined
+  const copy: unknown = JSON.parse(written.text)
+  if (!hasRuntimeEventShape(copy)) return undefined
+  return Result.flatMap(Validation.fact(copy.fact, copy.invocation), () => finish(copy, written.text))
+}
+
+const encodeByDecode = (event: RuntimeEvent): Result.Result<{ readonly decoded: RuntimeEvent; readonly json: string }, FactError> =>
   Result.flatMap(decodeEvent(event), (decoded) => {
     const written = Writer.write(decoded)
     if (written === undefined || !written.isWellFormed) {
       return Result.flatMap(wellFormedEvent(decoded), () => Result.map(encodeEventChecked(decoded), (json) => ({ decoded, json })))
     }
-    return Result.flatMap(storedIdsWithoutNul(decoded.fact, decoded.invocation), () =>
-      written.text.length <= MAX_EVENT_BYTES / 3 || Canonical.utf8Length(written.text) <= MAX_EVENT_BYTES
-        ? Result.succeed({ decoded, json: written.text })
-        : Result.fail(factError("event_too_large", `event exceeds ${MAX_EVENT_BYTES} bytes`)),
-    )
+    return finish(decoded, written.text)
   })
 
 const checked = (event: RuntimeEvent, rawPayload?: string): Result.Result<EventWrite, FactError> =>
@@ -84,12 +109,20 @@ export const verify = (write: EventWrite): Result.Result<void, FactError> =>
           : Result.fail(factError("write_not_canonical", "the write's json is not the canonical JSON of its event")),
       )
 
+/** A successful `tool_settled`, read defensively: an unchecked value may lack any part of it. */
+const isToolSuccess = (event: RuntimeEvent): boolean => {
+  const fact: unknown = (event as { readonly fact?: unknown } | null | undefined)?.fact
+  if (typeof fact !== "object" || fact === null || (fact as { readonly kind?: unknown }).kind !== "tool_settled") return false
+  const outcome: unknown = (fact as { readonly outcome?: unknown }).outcome
+  return typeof outcome === "object" && outcome !== null && (outcome as { readonly kind?: unknown }).kind === "succeeded"
+}
+
 /**
  * Validates any event except a successful `tool_settled`, which only `toolSuccess` builds: openings,
  * steering, archives, requests and checkpoints against their rules, and every event within 1 MiB.
  */
 export const plain = (event: RuntimeEvent): Result.Result<EventWrite, FactError> =>
-  event.fact.kind === "tool_settled" && event.fact.outcome.kind === "succeeded"
+  isToolSuccess(event)
     ? Result.fail(
         factError("tool_success_requires_tool_write", "a successful tool_settled is built only by EventWrite.toolSuccess"),
       )

@@ -10,7 +10,7 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Arbitrary, Effect, Result, Schema } from "effect"
-import { Canonical, Codec, Event } from "@maka/facts"
+import { Canonical, Codec, Event, EventWrite, Validation } from "@maka/facts"
 import { compile } from "../src/internal/shape-guard.ts"
 
 const closedEvent = Codec.decodeClosed(Event.RuntimeEvent)
@@ -81,6 +81,23 @@ const sound = (value: unknown): boolean => {
   return Result.isSuccess(decoded) && Canonical.stringify(decoded.success) === Canonical.stringify(value)
 }
 
+/** What `EventWrite.plain` answers by the closed decode alone: its verdict (the rule) or the stored JSON. */
+const plainByDecode = (value: unknown): string => {
+  const event = value as Event.RuntimeEvent
+  if (event.fact?.kind === "tool_settled" && event.fact.outcome?.kind === "succeeded") return "refused tool_success_requires_tool_write"
+  const decoded = Codec.decodeEvent(value)
+  if (Result.isFailure(decoded)) return `refused ${decoded.failure.rule}`
+  const wellFormed = Validation.wellFormedEvent(decoded.success)
+  if (Result.isFailure(wellFormed)) return `refused ${wellFormed.failure.rule}`
+  const json = Codec.encodeEventChecked(decoded.success)
+  return Result.isFailure(json) ? `refused ${json.failure.rule}` : json.success
+}
+
+const plainVerdict = (value: unknown): string => {
+  const write = EventWrite.plain(value as Event.RuntimeEvent)
+  return Result.isFailure(write) ? `refused ${write.failure.rule}` : write.success.json
+}
+
 describe("the in-place shape check of stored events", () => {
   it.effect("says yes to every generated event, each of which the closed decode accepts unchanged", () =>
     Effect.gen(function* () {
@@ -119,6 +136,32 @@ describe("the in-place shape check of stored events", () => {
       // The mutations reach both verdicts: most break the shape, some (a changed free text) keep it.
       assert.isAbove(refused, 1_000)
       assert.isAbove(accepted, 10)
+    }),
+  )
+
+  it.effect("EventWrite.plain, which checks the shape in place, answers as the closed decode does, over generated and mutated events", () =>
+    Effect.gen(function* () {
+      const random = generator(0x77e1)
+      const verdicts = { written: 0, refused: 0 }
+      const agrees = (value: unknown): boolean => {
+        const expected = plainByDecode(value)
+        if (plainVerdict(value) !== expected) return false
+        verdicts[expected.startsWith("refused ") ? "refused" : "written"]++
+        return true
+      }
+      const result = yield* Arbitrary.checkEffect(
+        Arbitrary.schema(Event.RuntimeEvent),
+        (event) => {
+          if (!agrees(event)) return false
+          const parsed = JSON.parse(Canonical.stringify(event)) as unknown
+          for (let round = 0; round < 6; round++) if (!agrees(mutate(parsed, random))) return false
+          return true
+        },
+        { runs: 300, seed: 13 },
+      )
+      assert.strictEqual(Arbitrary.formatCheckFailure(result), undefined)
+      assert.isAbove(verdicts.written, 100)
+      assert.isAbove(verdicts.refused, 1_000)
     }),
   )
 
