@@ -242,7 +242,7 @@ for (const backend of backends) {
 }
 
 describe("the page size of SQLite logs", () => {
-  it("creates a new log with 2,048-byte pages and keeps an existing log's own", async () => {
+  it("creates a new log with 1,024-byte pages and keeps an existing log's own", async () => {
     const fresh = path.join(temporaryDirectory(), "fresh.sqlite")
     await (await openSqlite(fresh, { synchronous: "NORMAL" })).close()
     const pageSize = (file: string) => {
@@ -251,7 +251,7 @@ describe("the page size of SQLite logs", () => {
       reader.close()
       return size
     }
-    expect(pageSize(fresh)).toBe(2_048)
+    expect(pageSize(fresh)).toBe(1_024)
     const store = await sqlite.build([])
     const database = await store.open()
     const file = database.location
