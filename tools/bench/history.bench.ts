@@ -42,10 +42,16 @@ const server = await startFakeServer()
 /** The end of the compaction instruction: a body holding it is a summary request, which the raw loop does not replay. */
 const SUMMARY_MARK = "Now write the structured summary of the conversation above."
 let captured: Array<string> = []
+/** Keeps each body as sent; the summary requests are told apart after the timed turn, not during it. */
 const capturingFetch = (input: string, init: RequestInit): Promise<Response> => {
-  const body = typeof init.body === "string" ? init.body : new TextDecoder().decode(init.body as Uint8Array)
-  if (!body.includes(SUMMARY_MARK)) captured.push(body)
+  captured.push(typeof init.body === "string" ? init.body : new TextDecoder().decode(init.body as Uint8Array))
   return globalThis.fetch(input, init)
+}
+/** The main requests of the bodies captured since the last call. */
+const takeMainRequests = (): Array<string> => {
+  const bodies = captured.filter((body) => !body.includes(SUMMARY_MARK))
+  captured = []
+  return bodies
 }
 const databaseFile = path.join(directory, "maka.sqlite")
 const openEngine = () => maka({ database: databaseFile, baseUrl: server.baseUrl, workspace, fetch: capturingFetch })
@@ -115,15 +121,16 @@ for (const size of SIZES) {
     captured = []
     const turn = await engine.turn(SESSION, `loop-${STEPS}`, `Measured turn ${++turns}.`)
     events += turn.events
-    if (turn.requestedAt.length !== STEPS || captured.length !== STEPS) throw new Error(`expected ${STEPS} main requests, saw ${turn.requestedAt.length}`)
+    const main = takeMainRequests()
+    if (turn.requestedAt.length !== STEPS || main.length !== STEPS) throw new Error(`expected ${STEPS} main requests, saw ${turn.requestedAt.length}`)
     makaStep.push((turn.endedAt - turn.startedAt) / STEPS)
     firstStep.push(turn.requestedAt[1]! - turn.startedAt)
     const steady: Array<number> = []
     for (let step = 1; step < STEPS - 1; step++) steady.push(turn.requestedAt[step + 1]! - turn.requestedAt[step]!)
     steadyStep.push(median(steady))
-    requestBytes = Buffer.byteLength(captured.at(-1)!)
+    requestBytes = Buffer.byteLength(main.at(-1)!)
     const replayStarted = performance.now()
-    await raw.replay(captured)
+    await raw.replay(main)
     rawStep.push((performance.now() - replayStarted) / STEPS)
   }
   const makaMs = median(makaStep)

@@ -4,7 +4,7 @@
  * Everything here is a pure function of facts; the caller applies the route projection
  * (`projectPrompt` of `@maka/model`) before digesting or sending a prompt.
  */
-import { Digest, Limits, Prompts, type ModelContext, type Prompt } from "@maka/facts"
+import { Canonical, Digest, Limits, Prompts, type ModelContext, type Prompt } from "@maka/facts"
 import type { EventLog } from "@maka/event-log"
 import { projectHistory, type ProjectedHistory } from "./internal/prompt-history.ts"
 
@@ -49,6 +49,30 @@ export const unresolvedOperations = (source: EventLog.ModelContextSource): Reado
 export const priorUnknownNotice = (source: EventLog.ModelContextSource): string | undefined =>
   source.unknownOperations.length === 0 ? undefined : Prompts.priorUnknownNotice(source.unknownOperations)
 
+/** How many sealed system and summary messages are kept for reuse (each is one text). */
+const KEPT_MESSAGES = 64
+
+/** Recently built system and summary messages, by role and text, least recently used first. */
+const keptMessages = new Map<string, Prompt.PromptMessage>()
+
+/**
+ * The sealed message of `role` and `content` (`Canonical.seal`), the same object for the same text
+ * while it is in use, so the request digest and body reuse its text step after step.
+ */
+const textMessage = (role: "system" | "user", content: string): Prompt.PromptMessage => {
+  const key = `${role}:${content}`
+  const kept = keptMessages.get(key)
+  if (kept !== undefined) {
+    keptMessages.delete(key)
+    keptMessages.set(key, kept)
+    return kept
+  }
+  const message = Canonical.seal<Prompt.PromptMessage>({ role, content })
+  keptMessages.set(key, message)
+  if (keptMessages.size > KEPT_MESSAGES) keptMessages.delete(keptMessages.keys().next().value!)
+  return message
+}
+
 /**
  * The main prompt: the system message (system prompt, then the notice after a blank line), the
  * baseline summary as `Continuation summary:`, the anchor of a mid-turn baseline, then the tail.
@@ -58,10 +82,8 @@ export const buildMainPrompt = (input: MainPromptInput): Prompt.Prompt => {
   const system = Prompts.systemMessageWithNotice(input.systemPrompt, notice)
   const baseline = input.source.baseline
   return [
-    ...(system === undefined ? [] : [{ role: "system" as const, content: system }]),
-    ...(baseline === undefined
-      ? []
-      : [{ role: "user" as const, content: Prompts.continuationSummaryMessage(baseline.checkpoint.summary.text) }]),
+    ...(system === undefined ? [] : [textMessage("system", system)]),
+    ...(baseline === undefined ? [] : [textMessage("user", Prompts.continuationSummaryMessage(baseline.checkpoint.summary.text))]),
     ...(input.projection ?? projectSource(input.source)).messages,
   ]
 }

@@ -82,6 +82,17 @@ describe("buildMainPrompt", () => {
       expect(unresolvedOperations(source)).toEqual([])
     }))
 
+  it.live("builds every message sealed, the system message the same object step after step, so the request digest extends", () =>
+    Effect.gen(function* () {
+      const source = yield* readSource(History.smallRun())
+      const first = buildMainPrompt({ systemPrompt: SYSTEM, source })
+      const second = buildMainPrompt({ systemPrompt: SYSTEM, source })
+      for (const message of first) expect(Canonical.isSealed(message)).toBe(true)
+      first.forEach((message, index) => expect(second[index]).toBe(message))
+      // Another system prompt is another message.
+      expect(buildMainPrompt({ systemPrompt: `${SYSTEM} Be brief.`, source })[0]).not.toBe(first[0])
+    }))
+
   it.live("sends the message text, never its displayText, and wraps steering exactly once", () =>
     Effect.gen(function* () {
       const history = new History.History()
@@ -262,6 +273,9 @@ describe("buildMainPrompt", () => {
       ]
       const main = buildMainPrompt({ systemPrompt: SYSTEM, source })
       expect(main).toEqual([system, user(`Continuation summary:\n${FactBuilders.VALID_SUMMARY}`), ...tail])
+      // The summary message is sealed and the same object at the next step, as the system message is.
+      expect(Canonical.isSealed(main[1])).toBe(true)
+      expect(buildMainPrompt({ systemPrompt: SYSTEM, source })[1]).toBe(main[1])
       expect(JSON.stringify(main)).not.toContain("Covered project title")
       expect(buildSummaryPrompt({ source })).toEqual([
         user(

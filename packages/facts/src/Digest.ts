@@ -128,11 +128,45 @@ const MODEL_INPUT_OPENING = `{"maxOutputTokens":`
 const MODEL_INPUT_PROMPT = `,"projection":${JSON.stringify(MODEL_HISTORY_PROJECTION)},"prompt":[`
 
 /**
- * The canonical JSON of the request object assembled from fragments: the text of each sealed prompt
- * message is reused (`Canonical.seal`), any other is written. `undefined` when some part is not
- * plain JSON, so the whole request goes to `tagged`, which refuses it with the path.
+ * A model-input hash kept after a request's last prompt message, for the next request of the same
+ * prompt to extend: the state covers `head` and the fragments of `prompt[0..count)`, every one of
+ * them a sealed (frozen) message, so the same objects always mean the same bytes.
  */
-const modelInputText = (input: ModelInputFields): string | undefined => {
+interface Extendable {
+  readonly head: string
+  readonly prompt: ReadonlyArray<unknown>
+  readonly count: number
+  readonly hash: Hash
+}
+
+/** Keyed by the last message a kept hash covers; one per prompt that grows step after step. */
+const extendable = new WeakMap<object, Extendable>()
+
+/** How far back from a prompt's end a kept hash is looked for (a step adds a few messages). */
+const EXTEND_SEARCH = 64
+
+/** The kept hash that `prompt` (after `head`) extends, with how many messages it covers. */
+const extendableFor = (head: string, prompt: ReadonlyArray<unknown>): Extendable | undefined => {
+  for (let index = prompt.length - 1; index >= 0 && index >= prompt.length - EXTEND_SEARCH; index -= 1) {
+    const message = prompt[index]
+    if (typeof message !== "object" || message === null) continue
+    const kept = extendable.get(message)
+    if (kept === undefined || kept.count !== index + 1 || kept.head !== head) continue
+    for (let at = 0; at < kept.count; at += 1) if (kept.prompt[at] !== prompt[at]) return undefined
+    return kept
+  }
+  return undefined
+}
+
+/**
+ * The tagged digest of the request object's canonical JSON, assembled from fragments: the text of
+ * each sealed prompt message is reused (`Canonical.seal`), any other is written. A hash kept after
+ * an earlier request whose prompt this one extends (the same sealed message objects, then more) is
+ * copied and extended with the new messages only; the bytes hashed are the same as the whole
+ * text's. `undefined` when some part is not plain JSON, so the whole request goes to `tagged`,
+ * which refuses it with the path.
+ */
+const modelInputByFragments = (input: ModelInputFields): string | undefined => {
   const prompt: unknown = input.prompt
   if (!Array.isArray(prompt) || Object.getPrototypeOf(prompt) !== Array.prototype) return undefined
   const messages: ReadonlyArray<unknown> = prompt
@@ -140,15 +174,32 @@ const modelInputText = (input: ModelInputFields): string | undefined => {
   const providerOptions = Writer.sealedText(input.providerOptions) ?? Writer.writeText(input.providerOptions)
   const tools = Writer.sealedText(input.tools) ?? Writer.writeText(input.tools)
   if (maxOutputTokens === undefined || providerOptions === undefined || tools === undefined) return undefined
-  const fragments: Array<string> = new Array(messages.length)
+  const head = `${MODEL_INPUT_OPENING}${maxOutputTokens}${MODEL_INPUT_PROMPT}`
+  const kept = extendableFor(head, messages)
+  const from = kept?.count ?? 0
+  const fragments: Array<string> = new Array(messages.length - from)
+  // The kept prefix is sealed; the hash after this prompt is kept only if every new message is too.
+  let isSealed = true
   // An index loop: a hole reads as undefined, which no writer accepts.
-  for (let index = 0; index < messages.length; index += 1) {
+  for (let index = from; index < messages.length; index += 1) {
     const message = messages[index]
-    const fragment = Writer.sealedText(message) ?? Writer.writeText(message)
+    const sealed = Writer.sealedText(message)
+    if (sealed === undefined) isSealed = false
+    const fragment = sealed ?? Writer.writeText(message)
     if (fragment === undefined) return undefined
-    fragments[index] = fragment
+    fragments[index - from] = fragment
   }
-  return `${MODEL_INPUT_OPENING}${maxOutputTokens}${MODEL_INPUT_PROMPT}${fragments.join(",")}],"providerOptions":${providerOptions},"tools":${tools}}`
+  const hash = kept === undefined ? startHash(DigestTag.modelInput).update(head, "utf8") : kept.hash.copy()
+  if (fragments.length > 0) {
+    hash.update(`${from > 0 ? "," : ""}${fragments.join(",")}`, "utf8")
+    if (isSealed) {
+      // A copy of the prompt's references: the caller's array may change, its sealed messages cannot.
+      extendable.set(messages[messages.length - 1] as object, { head, prompt: messages.slice(), count: messages.length, hash: hash.copy() })
+      // The hash this one extends is not looked for again: the prompt has grown past it.
+      if (kept !== undefined) extendable.delete(kept.prompt[kept.count - 1] as object)
+    }
+  }
+  return finish(hash.update(`],"providerOptions":${providerOptions},"tools":${tools}}`, "utf8"))
 }
 
 interface ModelInputFields {
@@ -162,20 +213,18 @@ interface ModelInputFields {
  * `inputDigest` of one model request (docs/engine.md §5.5): the tagged canonical JSON of
  * `{projection, prompt, tools, providerOptions, maxOutputTokens}`. Built from one fragment per
  * prompt message, so a prompt whose messages are sealed (`Canonical.seal`) and reused step after
- * step costs only its new messages; the bytes hashed are the same either way.
+ * step costs only its new messages: their text, and their bytes added to a copy of the hash kept
+ * after the previous request; the bytes hashed are the same either way.
  */
-export const modelInput = (input: ModelInputFields): string => {
-  const text = modelInputText(input)
-  return text === undefined
-    ? tagged(DigestTag.modelInput, {
-        projection: MODEL_HISTORY_PROJECTION,
-        prompt: input.prompt,
-        tools: input.tools,
-        providerOptions: input.providerOptions,
-        maxOutputTokens: input.maxOutputTokens
-      })
-    : taggedBytes(DigestTag.modelInput, text)
-}
+export const modelInput = (input: ModelInputFields): string =>
+  modelInputByFragments(input) ??
+  tagged(DigestTag.modelInput, {
+    projection: MODEL_HISTORY_PROJECTION,
+    prompt: input.prompt,
+    tools: input.tools,
+    providerOptions: input.providerOptions,
+    maxOutputTokens: input.maxOutputTokens
+  })
 
 /** `routeIdentity`: a provider configuration without secrets (docs/model.md §4.1). */
 export const route = (configuration: unknown): string => tagged(DigestTag.route, configuration)

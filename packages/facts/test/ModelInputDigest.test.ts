@@ -86,6 +86,57 @@ describe("Digest.modelInput from message fragments", () => {
     )
   })
 
+  it("extends a kept hash only over the same sealed messages: growing, interleaved, retried and edited prompts", () => {
+    // Each operation acts on one of two prompts that grow step after step (as two sessions do).
+    const operation = fc.oneof(
+      fc.record({ kind: fc.constant("grow" as const), chain: fc.integer({ min: 0, max: 1 }), added: fc.array(message, { minLength: 1, maxLength: 3 }), sealed: fc.boolean() }),
+      fc.record({ kind: fc.constant("retry" as const), chain: fc.integer({ min: 0, max: 1 }) }),
+      fc.record({ kind: fc.constant("replace" as const), chain: fc.integer({ min: 0, max: 1 }), at: fc.nat(), by: message }),
+      fc.record({ kind: fc.constant("mutate" as const), chain: fc.integer({ min: 0, max: 1 }), at: fc.nat() }),
+      fc.record({ kind: fc.constant("edit" as const), chain: fc.integer({ min: 0, max: 1 }), at: fc.nat() }),
+      fc.record({ kind: fc.constant("shorten" as const), chain: fc.integer({ min: 0, max: 1 }), by: fc.integer({ min: 1, max: 3 }) }),
+      fc.record({ kind: fc.constant("budget" as const), chain: fc.integer({ min: 0, max: 1 }), maxOutputTokens: fc.integer({ min: 1, max: 9 }) }),
+    )
+    fc.assert(
+      fc.property(fc.array(operation, { minLength: 1, maxLength: 30 }), (operations) => {
+        const chains = [0, 1].map(() => ({ prompt: [Canonical.seal({ role: "system", content: "s" })] as Array<unknown>, maxOutputTokens: 100 }))
+        for (const step of operations) {
+          const chain = chains[step.chain]!
+          switch (step.kind) {
+            case "grow":
+              chain.prompt.push(...step.added.map((item) => (step.sealed ? Canonical.seal(item) : item)))
+              break
+            case "replace":
+              chain.prompt[step.at % chain.prompt.length] = Canonical.seal(step.by)
+              break
+            case "mutate": {
+              // The caller's own array changes in place: the kept hash must not follow it.
+              chain.prompt.splice(step.at % chain.prompt.length, 1, { role: "user", content: `changed ${step.at}` })
+              break
+            }
+            case "edit": {
+              // An unsealed message object changes in place: no hash may have been kept over it.
+              const target = chain.prompt[step.at % chain.prompt.length]
+              if (typeof target === "object" && target !== null && !Object.isFrozen(target)) (target as Record<string, unknown>)["edited"] = step.at
+              break
+            }
+            case "shorten":
+              chain.prompt.length = Math.max(1, chain.prompt.length - step.by)
+              break
+            case "budget":
+              chain.maxOutputTokens = step.maxOutputTokens
+              break
+            case "retry":
+              break
+          }
+          const input = { prompt: chain.prompt, tools: [], providerOptions: {}, maxOutputTokens: chain.maxOutputTokens }
+          expect(Digest.modelInput(input)).toBe(referenceDigest(input))
+        }
+      }),
+      { numRuns: 400 },
+    )
+  })
+
   it("refuses a request that is not plain JSON exactly as the whole request's canonical JSON does", () => {
     const base = { prompt: [{ role: "user", content: "hi" }], tools: [], providerOptions: {}, maxOutputTokens: 8_000 }
     const cases: ReadonlyArray<Parameters<typeof Digest.modelInput>[0]> = [
