@@ -9,7 +9,9 @@
  * time above the raw loop against the same figure at the smallest size (flat is the goal), and the
  * first step of a new turn in the same process (from `start` to the second `model_requested`) against
  * a steady step (between consecutive `model_requested` events), and the first step of a turn on an
- * engine created afresh over the same file (what a new process pays) against the same steady step.
+ * engine created afresh over the same file (what a new process pays) against the same steady step,
+ * with the rows of `event_log` that turn reads before its first request (counted at better-sqlite3)
+ * against the events in the session: a new process reads its session once.
  * At each size the session's context read (`readModelContextWithHash`, on a read-only log over the
  * same file) is also timed against a raw select of the same rows with `JSON.parse` of each
  * (`MAKA_BENCH_HISTORY_READS` round-robin trials, default 7). No context window is declared: past
@@ -33,6 +35,27 @@ const SIZES = (process.env["MAKA_BENCH_HISTORY_SIZES"] ?? "100,1000,10000").spli
 if (process.env["MAKA_BENCH_HISTORY_LARGE"] === "1") SIZES.push(100_000)
 if (SIZES.some((size) => !Number.isInteger(size) || size <= 0)) throw new Error("MAKA_BENCH_HISTORY_SIZES must list positive integers")
 SIZES.sort((left, right) => left - right)
+
+/** Rows of `event_log` better-sqlite3 returns while `rowCount.on` (every connection of this process). */
+const rowCount = { on: false, rows: 0 }
+{
+  const probe = new Database(":memory:")
+  const prototype = Object.getPrototypeOf(probe.prepare("SELECT 1")) as Record<string, (...args: Array<unknown>) => unknown>
+  probe.close()
+  const all = prototype["all"]!
+  const get = prototype["get"]!
+  const counted = (source: string) => rowCount.on && /from "?event_log"?/i.test(source)
+  prototype["all"] = function (this: { readonly source: string }, ...args: Array<unknown>) {
+    const result = all.apply(this, args) as ReadonlyArray<unknown>
+    if (counted(this.source)) rowCount.rows += result.length
+    return result
+  }
+  prototype["get"] = function (this: { readonly source: string }, ...args: Array<unknown>) {
+    const result = get.apply(this, args)
+    if (result !== undefined && counted(this.source)) rowCount.rows += 1
+    return result
+  }
+}
 
 const directory = temporaryDirectory("maka-bench-history-")
 const workspace = path.join(directory, "workspace")
@@ -157,11 +180,19 @@ for (const size of SIZES) {
   // pays for opening the log and reading the session once.
   await engine.engine.close()
   engine = await openEngine()
-  const cold = await engine.turn(SESSION, `loop-${STEPS}`, `Cold turn ${++turns}.`)
+  const eventsBeforeCold = events
+  rowCount.rows = 0
+  rowCount.on = true
+  const cold = await engine.turn(SESSION, `loop-${STEPS}`, `Cold turn ${++turns}.`, undefined, () => {
+    rowCount.on = false
+  })
+  const coldRows = rowCount.rows
   events += cold.events
   const coldFirst = cold.requestedAt[1]! - cold.startedAt
   console.log(`history ${size}: first step after reopening the engine ${round(coldFirst, 2)} ms`)
   entries[`${label}.reopenedFirstStepMs.vsSteady`] = entry(coldFirst, "ms", steady, "the first step of a turn on a freshly created engine over the same file (opening the log, reading the session once) vs a steady step")
+  console.log(`history ${size}: the reopened engine's turn read ${coldRows} rows of event_log before its first request (${eventsBeforeCold} events in the session)`)
+  entries[`${label}.reopenedRowsRead.vsEvents`] = entry(coldRows, "rows", eventsBeforeCold, "rows of event_log a freshly created engine's turn reads before its first request (admission check, opening, context read; counted at better-sqlite3) vs the events in the session: reading it once is ≈ 1")
   const reads = await timeContextRead(SESSION)
   console.log(`history ${size}: readModelContextWithHash ${round(reads.contextMs, 2)} ms vs raw select + JSON.parse ${round(reads.rawMs, 2)} ms`)
   entries[`${label}.readModelContextMs.vsRawSelectParse`] = entry(reads.contextMs, "ms", reads.rawMs, "the session's context read with its running hash (readModelContextWithHash, read-only log) vs a raw better-sqlite3 select of the session's rows and JSON.parse of each")

@@ -9,6 +9,7 @@ import * as EventLogError from "../EventLogError.ts"
 import * as CompactionCut from "./compaction-cut.ts"
 import type { Dialect } from "./database.ts"
 import * as InvocationState from "./invocation-state.ts"
+import * as LogIndex from "./log-index.ts"
 import * as Rows from "./rows.ts"
 import * as Safety from "./safety.ts"
 
@@ -311,6 +312,21 @@ const isCleanCut = (entries: ReadonlyArray<SessionEntry>, index: number): boolea
   return fact.kind === "model_requested" && fact.purpose === "main"
 }
 
+/**
+ * Every row of the session as this transaction sees it: the rows the writer's index loaded for the
+ * session in an earlier read (the engine's admission check), then the rows after them, so a session
+ * met for the first time is read once (docs/architecture.md §12); otherwise one read. Rows loaded
+ * past this transaction's own high water (an older snapshot) are not used.
+ */
+const sessionRowsOf = async (tx: Rows.Tx, sessionId: string): Promise<ReadonlyArray<Rows.SessionRow>> => {
+  const primed = LogIndex.of(tx)?.takePrimed(sessionId)
+  if (primed === undefined) return Rows.sessionRows(tx, sessionId)
+  const highWater = await Rows.sessionHighWater(tx, sessionId)
+  if (highWater < primed.highWater) return Rows.sessionRows(tx, sessionId)
+  if (highWater === primed.highWater) return primed.rows
+  return [...primed.rows, ...(await Rows.sessionRowsBetween(tx, sessionId, primed.highWater, highWater))]
+}
+
 /** The shared core of the context reads; `fence` makes it a compaction source. */
 const materialise = async (
   tx: Rows.Tx,
@@ -326,7 +342,7 @@ const materialise = async (
   const entries: Array<SessionEntry> = []
   const withoutObservations: Array<DecodedRow> = []
   const decodedEvents: Array<Event.StoredEvent> = []
-  for (const row of await Rows.sessionRows(tx, sessionId)) {
+  for (const row of await sessionRowsOf(tx, sessionId)) {
     const sequence = Rows.toNumber(row.sequence)
     if (row.kind === "model_observed") {
       entries.push({ sequence, kind: row.kind, json: row.event_json })

@@ -86,11 +86,11 @@ export const makeDatabase = (parts: DatabaseParts): Database => {
     sqlite !== undefined && parts.beginWrite !== undefined
       ? new LogIndex.LogIndex(() => parts.isLeaseHeld?.() ?? true)
       : undefined
-  const served = <A>(body: (transaction: Transaction<Tables>) => Promise<A>) =>
+  const served = <A>(body: (transaction: Transaction<Tables>) => Promise<A>, isRead: boolean) =>
     index === undefined
       ? body
       : (transaction: Transaction<Tables>) => {
-          LogIndex.register(transaction, index)
+          LogIndex.register(transaction, index, isRead)
           return body(transaction)
         }
 
@@ -111,11 +111,11 @@ export const makeDatabase = (parts: DatabaseParts): Database => {
           EventLogError.make({ _tag: "Database", message: `${location} was opened read-only; it cannot be written` }),
         )
       }
-      return track(runTransaction(beginWrite(db), served(body), true, location))
+      return track(runTransaction(beginWrite(db), served(body, false), true, location))
     },
     read: (body) => {
       if (closing !== undefined) return closed()
-      return track(runTransaction(parts.beginRead(db), served(body), false, location))
+      return track(runTransaction(parts.beginRead(db), served(body, true), false, location))
     },
     backup: (destination) => {
       if (closing !== undefined) return closed()

@@ -22,6 +22,10 @@ import * as Safety from "./safety.ts"
 /** How many sessions one log keeps in memory; the least recently used is dropped first. */
 export const MAX_SESSIONS = 1_024
 
+/** How many sessions' loaded rows are kept for their context read, and for how long at most. */
+export const MAX_PRIMED = 4
+export const PRIMED_TTL_MS = 10_000
+
 export interface LiveInvocation {
   readonly invocationId: string
   readonly state: InvocationState.Accumulator
@@ -30,6 +34,23 @@ export interface LiveInvocation {
   readonly unresolved: Map<string, Model.ModelPurpose>
   /** Steps with an observed provider-executed tool call. */
   readonly providerCallSteps: Set<string>
+}
+
+/** A loaded row as the context read takes it. */
+const sessionRow = (row: Rows.Row): Rows.SessionRow => ({
+  sequence: row.sequence,
+  event_id: row.eventId,
+  invocation_id: row.invocationId,
+  kind: row.kind,
+  operation_id: row.operationId,
+  event_json: row.json,
+})
+
+/** Every row of one session as a read transaction loaded it, up to `highWater`. */
+export interface PrimedRows {
+  readonly sessionId: string
+  readonly highWater: number
+  readonly rows: ReadonlyArray<Rows.SessionRow>
 }
 
 const liveInvocation = (invocationId: string): LiveInvocation => ({
@@ -119,11 +140,22 @@ export class SessionIndex {
     }
   }
 
-  /** Loads a session from its stored rows: one read of its facts, then the gate's evidence by index. */
-  static async load(tx: Rows.Tx, dialect: Dialect, sessionId: string): Promise<SessionIndex> {
+  /**
+   * Loads a session from its stored rows: one read of its facts, then the gate's evidence by index.
+   * With `onRows`, the read takes every row of the session (observations too) and hands them, with
+   * their high water, to `onRows`: the context read that follows takes them instead of reading the
+   * session again.
+   */
+  static async load(
+    tx: Rows.Tx,
+    dialect: Dialect,
+    sessionId: string,
+    onRows?: (rows: ReadonlyArray<Rows.SessionRow>, highWater: number) => void,
+  ): Promise<SessionIndex> {
     const index = new SessionIndex()
+    const all = onRows === undefined ? undefined : await Rows.ofSession(tx, sessionId)
     // Stryker disable next-line ObjectLiteral,BooleanLiteral: reading the observations too costs time only; the gate's evidence is read by index below
-    const rows = await Rows.ofSession(tx, sessionId, { withObservations: false })
+    const rows = all === undefined ? await Rows.ofSession(tx, sessionId, { withObservations: false }) : all.filter((row) => row.kind !== "model_observed")
     const groups = new Map<string, { state: InvocationState.Accumulator; rows: Array<Rows.Row>; stored: Array<Event.StoredEvent> }>()
     for (const row of rows) {
       const stored = Rows.stored(row)
@@ -163,6 +195,7 @@ export class SessionIndex {
       }
     }
     index.highWater = await Rows.sessionHighWater(tx, sessionId)
+    if (all !== undefined) onRows?.(all.map(sessionRow), index.highWater)
     return index
   }
 }
@@ -171,6 +204,12 @@ export class SessionIndex {
 export class LogIndex {
   readonly #sessions = new Map<string, SessionIndex>()
   readonly #isValid: () => boolean
+  /**
+   * The rows of the sessions read transactions loaded, each kept for one context read: a session
+   * touched first by a read (the engine's admission check) is then read once, not twice. At most
+   * `MAX_PRIMED` sessions' rows are kept, each until taken, replaced or `PRIMED_TTL_MS` old.
+   */
+  readonly #primed = new Map<string, { readonly rows: PrimedRows; readonly expiry: ReturnType<typeof setTimeout> }>()
 
   constructor(isValid: () => boolean) {
     this.#isValid = isValid
@@ -179,6 +218,7 @@ export class LogIndex {
   get isValid(): boolean {
     if (this.#isValid()) return true
     this.#sessions.clear()
+    for (const sessionId of [...this.#primed.keys()]) this.takePrimed(sessionId)
     return false
   }
 
@@ -190,7 +230,11 @@ export class LogIndex {
       this.#sessions.set(sessionId, cached)
       return cached
     }
-    const loaded = await SessionIndex.load(tx, dialect, sessionId)
+    // Only a read keeps its rows: a write's transaction may insert rows and then not commit.
+    const keep = readTransactions.has(tx)
+      ? (rows: ReadonlyArray<Rows.SessionRow>, highWater: number) => this.#prime({ sessionId, highWater, rows })
+      : undefined
+    const loaded = await SessionIndex.load(tx, dialect, sessionId, keep)
     this.#sessions.set(sessionId, loaded)
     if (this.#sessions.size > MAX_SESSIONS) {
       const oldest = this.#sessions.keys().next()
@@ -209,6 +253,26 @@ export class LogIndex {
     for (const sessionId of sessionIds) this.#sessions.delete(sessionId)
   }
 
+  /** The rows a read loaded for `sessionId`, once: they are dropped as they are taken. */
+  takePrimed(sessionId: string): PrimedRows | undefined {
+    const primed = this.#primed.get(sessionId)
+    if (primed === undefined) return undefined
+    clearTimeout(primed.expiry)
+    this.#primed.delete(sessionId)
+    return primed.rows
+  }
+
+  #prime(rows: PrimedRows): void {
+    this.takePrimed(rows.sessionId)
+    const expiry = setTimeout(() => {
+      if (this.#primed.get(rows.sessionId)?.rows === rows) this.#primed.delete(rows.sessionId)
+    }, PRIMED_TTL_MS)
+    // Stryker disable next-line all: a pending expiry must not keep the process alive
+    expiry.unref?.()
+    this.#primed.set(rows.sessionId, { rows, expiry })
+    if (this.#primed.size > MAX_PRIMED) this.takePrimed(this.#primed.keys().next().value!)
+  }
+
   get size(): number {
     return this.#sessions.size
   }
@@ -216,9 +280,13 @@ export class LogIndex {
 
 const byTransaction = new WeakMap<Rows.Tx, LogIndex>()
 
+/** The transactions that only read (their loads may keep the rows they read). */
+const readTransactions = new WeakSet<Rows.Tx>()
+
 /** Serves `tx` from `index` (called by the database handle as it begins a transaction). */
-export const register = (tx: Rows.Tx, index: LogIndex): void => {
+export const register = (tx: Rows.Tx, index: LogIndex, isRead = false): void => {
   byTransaction.set(tx, index)
+  if (isRead) readTransactions.add(tx)
 }
 
 /** Stops serving `tx` from memory (a write validated by SQL alone). */

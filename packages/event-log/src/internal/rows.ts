@@ -176,6 +176,17 @@ export const sessionRows = (tx: Tx, sessionId: string): Promise<ReadonlyArray<Se
     .orderBy("sequence")
     .execute()
 
+/** The rows of `sessionRows` after sequence `after`, up to `through`. */
+export const sessionRowsBetween = (tx: Tx, sessionId: string, after: number, through: number): Promise<ReadonlyArray<SessionRow>> =>
+  tx
+    .selectFrom("event_log")
+    .select(["sequence", "event_id", "invocation_id", "kind", "operation_id", "event_json"])
+    .where("session_id", "=", sessionId)
+    .where("sequence", ">", after)
+    .where("sequence", "<=", through)
+    .orderBy("sequence")
+    .execute()
+
 /** The opening and the terminal of an invocation, in one indexed look-up. */
 export const boundaries = async (
   tx: Tx,
