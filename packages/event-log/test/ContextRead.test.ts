@@ -5,34 +5,16 @@
  * session's own.
  */
 import { Codec, Prompts, type EventWrite } from "@maka/facts"
-import { FactBuilders, History } from "@maka/testkit"
 import { Effect, Result } from "effect"
 import { beforeAll, describe, expect, it } from "vitest"
 import * as Rows from "../src/internal/rows.ts"
 import { dialects } from "./support/dialects.ts"
-import { appendAll, failure, withLog, write } from "./support/harness.ts"
-
-const ids = (sessionId: string, turn: number) => ({
-  turnId: `${sessionId}-turn-${turn}`,
-  runId: `${sessionId}-run-${turn}`,
-  invocationId: `${sessionId}-invocation-${turn}`,
-})
+import { appendAll, failure, finishedTurns, turnIds, withLog, write } from "./support/harness.ts"
 
 /** Two finished turns with observations, then a live third one with its own observation. */
 const sessionWithObservations = (sessionId = "session-1", firstId = 1) => {
-  const history = new History.History({ sessionId, firstId })
-  for (let turn = 0; turn < 2; turn++) {
-    const run = history.open({ message: `Turn ${turn}.`, ...ids(sessionId, turn) })
-    const first = run.request()
-    run.observe(first, { kind: "part_delta", id: "0", text: "looking" })
-    run.complete(first, FactBuilders.toolCallStep([{ id: `call-${turn}`, name: "list_files", input: { path: "." } }]))
-    run.succeed(run.dispatch(first, `call-${turn}`), FactBuilders.jsonOutput([{ name: "README.md" }]))
-    const second = run.request()
-    run.observe(second, { kind: "part_delta", id: "0", text: "done" })
-    run.complete(second, FactBuilders.textStep("Done."))
-    run.end({ kind: "completed" })
-  }
-  const live = history.open({ message: "And now?", ...ids(sessionId, 2) })
+  const history = finishedTurns(sessionId, 2, { firstId })
+  const live = history.open({ message: "And now?", ...turnIds(sessionId, 2) })
   const step = live.request()
   live.observe(step, { kind: "part_delta", id: "0", text: "partial" })
   return { history, live, step }

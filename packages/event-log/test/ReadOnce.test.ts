@@ -5,39 +5,21 @@
  * are exactly those of a fresh read. Real SQLite files; rows are counted at better-sqlite3.
  */
 import BetterSqlite3 from "better-sqlite3"
-import { FactBuilders, History } from "@maka/testkit"
 import { Effect } from "effect"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { afterEach, describe, expect, it } from "vitest"
 import { EventLog } from "../src/index.ts"
+import { finishedTurns, turnIds } from "./support/harness.ts"
 
 const SESSION = "session-1"
 
-const ids = (sessionId: string, turn: number) => ({
-  turnId: `${sessionId}-turn-${turn}`,
-  runId: `${sessionId}-run-${turn}`,
-  invocationId: `${sessionId}-invocation-${turn}`,
-})
-
 /** Finished turns with observations, then the opening of a live one (appended by the test). */
 const history = (turns: number, sessionId = SESSION, firstId = 1) => {
-  const built = new History.History({ sessionId, firstId })
-  for (let turn = 0; turn < turns; turn++) {
-    const run = built.open({ message: `Turn ${turn}.`, ...ids(sessionId, turn) })
-    const first = run.request()
-    run.observe(first, { kind: "part_delta", id: "0", text: "looking" })
-    run.observe(first, { kind: "part_delta", id: "0", text: " around" })
-    run.complete(first, FactBuilders.toolCallStep([{ id: `call-${turn}`, name: "list_files", input: { path: "." } }]))
-    run.succeed(run.dispatch(first, `call-${turn}`), FactBuilders.jsonOutput([{ name: "README.md" }]))
-    const second = run.request()
-    run.observe(second, { kind: "part_delta", id: "0", text: "done" })
-    run.complete(second, FactBuilders.textStep("Done."))
-    run.end({ kind: "completed" })
-  }
+  const built = finishedTurns(sessionId, turns, { firstId, observations: ["looking", " around"] })
   const stored = built.writes.length
-  const live = built.open({ message: "And now?", ...ids(sessionId, turns) })
+  const live = built.open({ message: "And now?", ...turnIds(sessionId, turns) })
   return { built, stored, live }
 }
 

@@ -3,7 +3,7 @@
  * histories, and assert that a refused append left the log exactly as it was.
  */
 import { EventWrite, Lineage, type Event, type Fact, type Identity } from "@maka/facts"
-import { FactBuilders, type History } from "@maka/testkit"
+import { FactBuilders, History } from "@maka/testkit"
 import { Cause, Effect, Exit, Option, Result } from "effect"
 import { expect } from "vitest"
 import type * as EventLog from "../../src/EventLog.ts"
@@ -73,4 +73,31 @@ export const handoffOpening = (
       pause,
     },
   })
+}
+
+/** The ids of turn `turn` of `sessionId`, unique across sessions. */
+export const turnIds = (sessionId: string, turn: number) => ({
+  turnId: `${sessionId}-turn-${turn}`,
+  runId: `${sessionId}-run-${turn}`,
+  invocationId: `${sessionId}-invocation-${turn}`,
+})
+
+/**
+ * `turns` finished turns of `sessionId` with observations: a tool step (`observations` deltas of its
+ * stream, a `list_files` call settled) then a text answer; returns the history to go on with.
+ */
+export const finishedTurns = (sessionId: string, turns: number, options: { readonly firstId?: number; readonly observations?: ReadonlyArray<string> } = {}) => {
+  const history = new History.History({ sessionId, firstId: options.firstId ?? 1 })
+  for (let turn = 0; turn < turns; turn++) {
+    const run = history.open({ message: `Turn ${turn}.`, ...turnIds(sessionId, turn) })
+    const first = run.request()
+    for (const text of options.observations ?? ["looking"]) run.observe(first, { kind: "part_delta", id: "0", text })
+    run.complete(first, FactBuilders.toolCallStep([{ id: `call-${turn}`, name: "list_files", input: { path: "." } }]))
+    run.succeed(run.dispatch(first, `call-${turn}`), FactBuilders.jsonOutput([{ name: "README.md" }]))
+    const second = run.request()
+    run.observe(second, { kind: "part_delta", id: "0", text: "done" })
+    run.complete(second, FactBuilders.textStep("Done."))
+    run.end({ kind: "completed" })
+  }
+  return history
 }
