@@ -131,6 +131,25 @@ describe("a session met first by a read is read once", () => {
     expect(first).toEqual(await freshContext(file, current))
   })
 
+  it("a context read that meets the session first loads the index without observations and keeps nothing", async () => {
+    const { file, built, stored } = await logFile(8)
+    const facts = built.writes.slice(0, stored).filter((item) => item.event.fact.kind !== "model_observed").length
+    const [first, second] = await withFile(file, (log) =>
+      Effect.gen(function* () {
+        const first = yield* Effect.promise(() => countRows(() => Effect.runPromise(log.readModelContextWithHash(SESSION))))
+        const second = yield* Effect.promise(() => countRows(() => Effect.runPromise(log.readModelContextWithHash(SESSION))))
+        return [first, second] as const
+      }),
+    )
+    expect(facts).toBeLessThan(stored)
+    // Its own read of every row, then the index's read of the facts alone.
+    expect(first.rows).toBeGreaterThanOrEqual(stored + facts)
+    expect(first.rows).toBeLessThan(stored + facts + 10)
+    // Nothing was kept: the next read reads the session again.
+    expect(second.rows).toBeGreaterThanOrEqual(stored)
+    expect(second.result).toEqual(first.result)
+  })
+
   it("a session first met by a write keeps no rows: the context read reads it whole", async () => {
     const { file, built, stored, live } = await logFile(6)
     const current = live.invocation.invocationId

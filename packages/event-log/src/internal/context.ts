@@ -319,6 +319,7 @@ const isCleanCut = (entries: ReadonlyArray<SessionEntry>, index: number): boolea
  * past this transaction's own high water (an older snapshot) are not used.
  */
 const sessionRowsOf = async (tx: Rows.Tx, sessionId: string): Promise<ReadonlyArray<Rows.SessionRow>> => {
+  LogIndex.noteRowsRead(tx)
   const primed = LogIndex.of(tx)?.takePrimed(sessionId)
   if (primed === undefined) return Rows.sessionRows(tx, sessionId)
   const highWater = await Rows.sessionHighWater(tx, sessionId)

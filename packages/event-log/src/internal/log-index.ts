@@ -230,8 +230,9 @@ export class LogIndex {
       this.#sessions.set(sessionId, cached)
       return cached
     }
-    // Only a read keeps its rows: a write's transaction may insert rows and then not commit.
-    const keep = readTransactions.has(tx)
+    // Only a read keeps its rows (a write's transaction may insert rows and then not commit), and
+    // only one that has not read them already (a context read loads the index after its own read).
+    const keep = readTransactions.has(tx) && !rowsRead.has(tx)
       ? (rows: ReadonlyArray<Rows.SessionRow>, highWater: number) => this.#prime({ sessionId, highWater, rows })
       : undefined
     const loaded = await SessionIndex.load(tx, dialect, sessionId, keep)
@@ -282,6 +283,14 @@ const byTransaction = new WeakMap<Rows.Tx, LogIndex>()
 
 /** The transactions that only read (their loads may keep the rows they read). */
 const readTransactions = new WeakSet<Rows.Tx>()
+
+/** The transactions that have read a session's rows themselves: a load in them keeps nothing. */
+const rowsRead = new WeakSet<Rows.Tx>()
+
+/** Notes that `tx` read a session's rows (the context read), so an index load in it keeps none. */
+export const noteRowsRead = (tx: Rows.Tx): void => {
+  rowsRead.add(tx)
+}
 
 /** Serves `tx` from `index` (called by the database handle as it begins a transaction). */
 export const register = (tx: Rows.Tx, index: LogIndex, isRead = false): void => {
