@@ -63,13 +63,14 @@ const finish = (decoded: RuntimeEvent, text: string): Result.Result<{ readonly d
  * The usual path: the fast writer writes the event, `JSON.parse` of that text is the fresh copy, and
  * the copy's shape is checked in place (`Codec.hasRuntimeEventShape`: only what the closed decode
  * accepts unchanged). `undefined` (nothing decided) when the writer gives up, a string is not
- * well-formed or the shape does not check: the closed decode then gives the verdict and its message.
+ * well-formed, a number is -0 (the text's parse would not give it back) or the shape does not check: the closed decode then gives the verdict and its message.
  * Once the shape checks, the rules run on the copy in the closed decode's order, so a refusal is the
  * same either way.
  */
 const encodeByShape = (event: RuntimeEvent): Result.Result<{ readonly decoded: RuntimeEvent; readonly json: string }, FactError> | undefined => {
   const written = Writer.write(event)
-  if (written === undefined || !written.isWellFormed) return undefined
+  // A -0 would come back from the text as 0: the closed decode keeps the value as given.
+  if (written === undefined || !written.isWellFormed || written.hasNegativeZero) return undefined
   const copy: unknown = JSON.parse(written.text)
   if (!hasRuntimeEventShape(copy)) return undefined
   return Result.flatMap(Validation.fact(copy.fact, copy.invocation), () => finish(copy, written.text))

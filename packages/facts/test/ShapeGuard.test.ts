@@ -35,7 +35,7 @@ const containers = (value: unknown, found: Array<Record<string, unknown> | Array
   return found
 }
 
-const REPLACEMENTS: ReadonlyArray<unknown> = [null, 0, -1, 1.5, "", "x", "\u0000", true, false, [], {}, [1], { a: 1 }]
+const REPLACEMENTS: ReadonlyArray<unknown> = [null, 0, -0, -1, 1.5, "", "x", "\u0000", true, false, [], {}, [1], { a: 1 }]
 
 /** One random change of a copy of `value`. */
 const mutate = (value: unknown, random: ReturnType<typeof generator>): unknown => {
@@ -95,7 +95,20 @@ const plainByDecode = (value: unknown): string => {
 
 const plainVerdict = (value: unknown): string => {
   const write = EventWrite.plain(value as Event.RuntimeEvent)
-  return Result.isFailure(write) ? `refused ${write.failure.rule}` : write.success.json
+  if (Result.isFailure(write)) return `refused ${write.failure.rule}`
+  // The write's event is the closed decode's, value for value (-0 included), not only its JSON.
+  const decoded = Codec.decodeEvent(value)
+  if (Result.isFailure(decoded) || !sameValue(write.success.event, decoded.success)) return "a different event"
+  return write.success.json
+}
+
+/** Deep equality with `Object.is` on every leaf: -0 and 0 differ. */
+const sameValue = (left: unknown, right: unknown): boolean => {
+  if (typeof left !== "object" || left === null || typeof right !== "object" || right === null) return Object.is(left, right)
+  if (Array.isArray(left) !== Array.isArray(right)) return false
+  const keys = Object.keys(left)
+  if (keys.length !== Object.keys(right).length) return false
+  return keys.every((key) => Object.hasOwn(right, key) && sameValue((left as Record<string, unknown>)[key], (right as Record<string, unknown>)[key]))
 }
 
 describe("the in-place shape check of stored events", () => {

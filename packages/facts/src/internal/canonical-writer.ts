@@ -19,7 +19,7 @@ const NEEDS_CARE = /["\\\u0000-\u001f\ud800-\udfff]/
 const LONE_SURROGATE = /\p{Cs}/u
 
 /** What the last `write` saw; read right after it. */
-const seen = { isWellFormed: true, isFrozen: true, shouldTrackFrozen: false }
+const seen = { isWellFormed: true, isFrozen: true, shouldTrackFrozen: false, hasNegativeZero: false }
 
 const quote = (text: string): string => {
   if (!NEEDS_CARE.test(text)) return `"${text}"`
@@ -51,7 +51,10 @@ const writeValue = (value: unknown, depth: number): string => {
       return quote(value)
     case "number":
       // For a finite number JSON writes ToString(value), which is what `${value}` is (-0 → "0").
-      if (Number.isFinite(value)) return `${value}`
+      if (Number.isFinite(value)) {
+        if (value === 0 && 1 / value < 0) seen.hasNegativeZero = true
+        return `${value}`
+      }
       throw GIVE_UP
     case "boolean":
       return value ? "true" : "false"
@@ -94,6 +97,8 @@ export interface Written {
   readonly text: string
   /** Every string written, keys included, is well-formed Unicode (no lone surrogate). */
   readonly isWellFormed: boolean
+  /** Some number was -0, which the text writes as `0`: parsing the text back does not give the value. */
+  readonly hasNegativeZero: boolean
   /** Every object and array was frozen (only when asked to track it). */
   readonly isFrozen: boolean
 }
@@ -104,11 +109,12 @@ export interface Written {
  */
 export const write = (value: unknown, shouldTrackFrozen = false): Written | undefined => {
   seen.isWellFormed = true
+  seen.hasNegativeZero = false
   seen.isFrozen = true
   seen.shouldTrackFrozen = shouldTrackFrozen
   try {
     const text = writeValue(value, 0)
-    return { text, isWellFormed: seen.isWellFormed, isFrozen: seen.isFrozen }
+    return { text, isWellFormed: seen.isWellFormed, isFrozen: seen.isFrozen, hasNegativeZero: seen.hasNegativeZero }
   } catch {
     // Whatever stopped the walk (a value to refuse, a deep value, a stack or string-length RangeError,
     // a throwing getter), the reference writer meets it again and answers exactly as it always has.
