@@ -20,8 +20,7 @@ import {
   MAX_RAW_TOOL_RESULT_DEPTH,
 } from "./Limits.ts"
 import type { DurableToolProjection, RawToolResultRef, ToolOutput } from "./ToolCall.ts"
-import * as Validation from "./Validation.ts"
-import { storedIdsWithoutNul, wellFormedEvent } from "./Validation.ts"
+import { fact as factRules, storedIdsWithoutNul, wellFormedEvent } from "./Validation.ts"
 import * as Writer from "./internal/canonical-writer.ts"
 
 export interface EventWrite {
@@ -63,9 +62,9 @@ const finish = (decoded: RuntimeEvent, text: string): Result.Result<{ readonly d
  * The usual path: the fast writer writes the event, `JSON.parse` of that text is the fresh copy, and
  * the copy's shape is checked in place (`Codec.hasRuntimeEventShape`: only what the closed decode
  * accepts unchanged). `undefined` (nothing decided) when the writer gives up, a string is not
- * well-formed, a number is -0 (the text's parse would not give it back) or the shape does not check: the closed decode then gives the verdict and its message.
- * Once the shape checks, the rules run on the copy in the closed decode's order, so a refusal is the
- * same either way.
+ * well-formed, a number is -0 (the text's parse would not give it back) or the shape does not check:
+ * the closed decode then gives the verdict and its message. Once the shape checks, the rules run on
+ * the copy in the closed decode's order, so a refusal is the same either way.
  */
 const encodeByShape = (event: RuntimeEvent): Result.Result<{ readonly decoded: RuntimeEvent; readonly json: string }, FactError> | undefined => {
   const written = Writer.write(event)
@@ -73,7 +72,7 @@ const encodeByShape = (event: RuntimeEvent): Result.Result<{ readonly decoded: R
   if (written === undefined || !written.isWellFormed || written.hasNegativeZero) return undefined
   const copy: unknown = JSON.parse(written.text)
   if (!hasRuntimeEventShape(copy)) return undefined
-  return Result.flatMap(Validation.fact(copy.fact, copy.invocation), () => finish(copy, written.text))
+  return Result.flatMap(factRules(copy.fact, copy.invocation), () => finish(copy, written.text))
 }
 
 const encodeByDecode = (event: RuntimeEvent): Result.Result<{ readonly decoded: RuntimeEvent; readonly json: string }, FactError> =>

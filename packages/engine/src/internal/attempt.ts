@@ -225,8 +225,8 @@ const streamStep = (run: Run, input: AttemptInput, stepId: string) =>
           return yield* failed(taken.failure)
         }
         const events: Array<Model.ModelEvent> = [...taken.success]
-        // What reached the socket during the last (synchronous) commit is read before this one:
-        // one turn of the event loop, no timer, so a fast stream batches itself.
+        // What reached the socket during the last (synchronous) commit is read before this one: a
+        // few turns of the event loop, no timer, so a fast stream batches itself.
         yield* drainArrived(queue, events)
         // Text still streaming: an optional bounded wait so one flush carries the deltas that follow.
         if (run.options.observationDelayMs > 0 && events.every(isStreamingText)) {

@@ -315,15 +315,15 @@ const isCleanCut = (entries: ReadonlyArray<SessionEntry>, index: number): boolea
 /**
  * Every row of the session as this transaction sees it: the rows the writer's index loaded for the
  * session in an earlier read (the engine's admission check), then the rows after them, so a session
- * met for the first time is read once (docs/architecture.md §12); otherwise one read. Rows loaded
- * past this transaction's own high water (an older snapshot) are not used.
+ * met for the first time is read once (docs/architecture.md §12); otherwise one read. The index
+ * serves only SQLite, whose one connection runs transactions one at a time: this one began after
+ * the read that loaded the rows ended, so it sees all of them.
  */
 const sessionRowsOf = async (tx: Rows.Tx, sessionId: string): Promise<ReadonlyArray<Rows.SessionRow>> => {
   LogIndex.noteRowsRead(tx)
   const primed = LogIndex.of(tx)?.takePrimed(sessionId)
   if (primed === undefined) return Rows.sessionRows(tx, sessionId)
   const highWater = await Rows.sessionHighWater(tx, sessionId)
-  if (highWater < primed.highWater) return Rows.sessionRows(tx, sessionId)
   if (highWater === primed.highWater) return primed.rows
   return [...primed.rows, ...(await Rows.sessionRowsBetween(tx, sessionId, primed.highWater, highWater))]
 }
