@@ -5,9 +5,11 @@
  * session's own.
  */
 import { Codec, Prompts, type EventWrite } from "@maka/facts"
+import BetterSqlite3 from "better-sqlite3"
 import { Effect, Result } from "effect"
 import { beforeAll, describe, expect, it } from "vitest"
 import * as Rows from "../src/internal/rows.ts"
+import * as Testing from "../src/testing.ts"
 import { dialects } from "./support/dialects.ts"
 import { appendAll, failure, finishedTurns, turnIds, withLog, write } from "./support/harness.ts"
 
@@ -69,6 +71,25 @@ describe("stored-row decode", () => {
   it("refuses text that is not JSON as a Decode error", () => {
     expect(() => Rows.decodeJson("{not json", "e-1", 3)).toThrow(/event e-1 at 3/)
   })
+
+  it("names the damaged row's event id and sequence when a context read meets it", () =>
+    Effect.runPromise(
+      Effect.scoped(
+        Effect.gen(function* () {
+          const { log, file } = yield* Testing.makeTemporary({ synchronous: "NORMAL" })
+          const { history: turns } = sessionWithObservations()
+          yield* appendAll(log, turns.writes.slice(0, 20))
+          const connection = new BetterSqlite3(file)
+          yield* Effect.addFinalizer(() => Effect.sync(() => connection.close()))
+          const target = turns.writes[6]!
+          const damaged = connection.prepare("UPDATE event_log SET event_json = ? WHERE event_id = ?").run(withExtraKey(target.json, ["fact"]), target.event.id)
+          expect(damaged.changes).toBe(1)
+          const caught = yield* failure(log.readModelContext("session-1"))
+          expect(caught.reason).toMatchObject({ _tag: "Decode" })
+          expect(caught.message).toContain(`event ${target.event.id} at 7:`)
+        }),
+      ),
+    ))
 })
 
 for (const dialect of dialects()) {

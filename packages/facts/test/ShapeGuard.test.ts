@@ -225,4 +225,18 @@ describe("the in-place shape check of stored events", () => {
     assert.isTrue(Codec.hasRuntimeEventShape(observed({ a: [1] })))
     assert.isFalse(Codec.hasRuntimeEventShape(observed({ a: deep })))
   })
+
+  it("counts only own keys: an inherited or undefined property is not a present one", () => {
+    const schema = Schema.Struct({ kind: Schema.String, note: Schema.optionalKey(Schema.String) })
+    const guard = compile(schema.ast)
+    const decodes = (input: unknown) => Result.isSuccess(Codec.decodeClosed(schema)(input))
+    assert.isTrue(guard({ kind: "a" }) && guard({ kind: "a", note: "b" }))
+    // `kind` inherited, and an unknown own key: the count of own keys alone would match.
+    const inherited = Object.assign(Object.create({ kind: "a" }) as object, { note: "b", extra: 1 })
+    assert.isFalse(decodes(inherited))
+    assert.isFalse(guard(inherited))
+    // An optional key present with `undefined`: the closed decode refuses it.
+    assert.isFalse(decodes({ kind: "a", note: undefined }))
+    assert.isFalse(guard({ kind: "a", note: undefined }))
+  })
 })

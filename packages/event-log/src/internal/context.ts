@@ -4,7 +4,8 @@
  * exclusions and archived replacements, the evidence digest over the whole selection, and the
  * newest accepted main request.
  */
-import { Archive, Canonical, Digest, Limits, Prompts, type Event, type Fact, type Identity, type Model, type ModelContext } from "@maka/facts"
+import { Archive, Canonical, Codec, Digest, Fact, Limits, Prompts, type Event, type Identity, type Model, type ModelContext } from "@maka/facts"
+import { Result } from "effect"
 import * as EventLogError from "../EventLogError.ts"
 import * as CompactionCut from "./compaction-cut.ts"
 import type { Dialect } from "./database.ts"
@@ -259,13 +260,17 @@ interface Fence {
   readonly fit: boolean
 }
 
-/** A session row as the core keeps it: every row is hashed, every row but the observations decoded. */
-interface SessionEntry {
+/** An observation as the core keeps it: hashed, never decoded. */
+interface ObservationEntry {
   readonly sequence: number
   readonly kind: string
   readonly json: string
-  readonly decoded?: DecodedRow
+  readonly invocationId: string
+  readonly stored?: undefined
 }
+
+/** A session row as the core keeps it: every row is hashed, every row but the observations decoded. */
+type SessionEntry = DecodedRow | ObservationEntry
 
 /**
  * `readModelContext` over a session selection, in one select of the session: every row is hashed
@@ -307,8 +312,8 @@ const isCleanCut = (entries: ReadonlyArray<SessionEntry>, index: number): boolea
   const next = entries[index + 1]
   if (next === undefined) return false
   if (next.kind === "invocation_opened") return true
-  if (next.kind !== "model_requested" || next.decoded === undefined) return false
-  const fact = next.decoded.stored.event.fact
+  if (next.kind !== "model_requested" || next.stored === undefined) return false
+  const fact = next.stored.event.fact
   return fact.kind === "model_requested" && fact.purpose === "main"
 }
 
@@ -338,36 +343,36 @@ const materialise = async (
 ): Promise<ModelContextRead> => {
   const opening = options.current === undefined ? undefined : await requireLive(tx, sessionId, options.current)
   let scope: Identity.LogScope = { kind: "session", id: sessionId }
-  // Which invocation wrote each observation (observations are not decoded): their rows carry it.
-  const observationsOf = new Map<number, string>()
   const entries: Array<SessionEntry> = []
   const withoutObservations: Array<DecodedRow> = []
   const decodedEvents: Array<Event.StoredEvent> = []
   for (const row of await sessionRowsOf(tx, sessionId)) {
     const sequence = Rows.toNumber(row.sequence)
     if (row.kind === "model_observed") {
-      entries.push({ sequence, kind: row.kind, json: row.event_json })
-      observationsOf.set(sequence, row.invocation_id)
+      // Which invocation wrote an observation (it is not decoded): its row carries it.
+      entries.push({ sequence, kind: row.kind, json: row.event_json, invocationId: row.invocation_id })
       continue
     }
-    const event = Rows.decodeJson(row.event_json, row.event_id, sequence)
+    // The other ids come from the event itself (the columns are written from it).
+    const decodedJson = Codec.decodeEventJson(row.event_json)
+    const event = Result.isSuccess(decodedJson) ? decodedJson.success : await Rows.undecodableAt(tx, sequence, decodedJson.failure)
     const invocation = event.invocation
     const stored: Event.StoredEvent = { sequence, event }
     decodedEvents.push(stored)
     const decoded: DecodedRow = {
       sequence,
-      eventId: row.event_id,
+      eventId: event.id,
       sessionId: invocation.sessionId,
       turnId: invocation.turnId,
       runId: invocation.runId,
       invocationId: invocation.invocationId,
       kind: row.kind,
-      operationId: row.operation_id,
+      operationId: Fact.operationKey(event.fact) ?? null,
       json: row.event_json,
       stored,
     }
     withoutObservations.push(decoded)
-    entries.push({ sequence, kind: row.kind, json: row.event_json, decoded })
+    entries.push(decoded)
   }
   const selection = selectionOf(withoutObservations, options)
   const selected = (row: { readonly sequence: number; readonly invocationId: string }) =>
@@ -379,9 +384,7 @@ const materialise = async (
     const kept = withoutObservations.filter(selected)
     withoutObservations.length = 0
     withoutObservations.push(...kept)
-    const keptEntries = entries.filter((entry) =>
-      selected(entry.decoded ?? { sequence: entry.sequence, invocationId: observationsOf.get(entry.sequence) ?? "" }),
-    )
+    const keptEntries = entries.filter(selected)
     entries.length = 0
     entries.push(...keptEntries)
   }
@@ -482,7 +485,7 @@ const materialise = async (
       entries.map((entry, index): CompactionCut.CutRow => ({
         sequence: entry.sequence,
         isCleanCut: isCleanCut(entries, index),
-        tailBytes: entry.decoded !== undefined && isTail(entry.decoded) ? charge(entry.decoded) : undefined,
+        tailBytes: entry.stored !== undefined && isTail(entry) ? charge(entry) : undefined,
       })),
       { after: coveredThrough, through: highWater, anchorEvents, anchorBytes, maxEvents: options.maxEvents, maxBytes: options.maxBytes },
     )

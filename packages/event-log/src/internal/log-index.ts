@@ -39,10 +39,8 @@ export interface LiveInvocation {
 /** A loaded row as the context read takes it. */
 const sessionRow = (row: Rows.Row): Rows.SessionRow => ({
   sequence: row.sequence,
-  event_id: row.eventId,
   invocation_id: row.invocationId,
   kind: row.kind,
-  operation_id: row.operationId,
   event_json: row.json,
 })
 

@@ -83,6 +83,15 @@ export const decodeJson = (json: string, eventId: string, sequence: number): Eve
   return decoded.success
 }
 
+/**
+ * The `Decode` error of `decodeJson` for a row read without its event id (`SessionRow`): the id is
+ * read by sequence, only then.
+ */
+export const undecodableAt = async (tx: Tx, sequence: number, failure: { readonly message: string }): Promise<never> => {
+  const row = await tx.selectFrom("event_log").select("event_id").where("sequence", "=", sequence).executeTakeFirst()
+  throw EventLogError.make({ _tag: "Decode", message: `event ${row?.event_id ?? "?"} at ${sequence}: ${failure.message}` })
+}
+
 /** Decodes a row's event; a row that does not decode is a store `Decode` error. */
 export const decode = (row: Row): Event.RuntimeEvent => decodeJson(row.json, row.eventId, row.sequence)
 
@@ -156,22 +165,23 @@ export const ofSession = async (
 
 /**
  * A session row as the context read takes it: the columns it needs before decoding, as the driver
- * returns them. The other ids come from the decoded event; observations are never decoded, only hashed.
+ * returns them. The other ids come from the decoded event (the columns are written from it);
+ * observations are never decoded, only hashed.
  */
 export interface SessionRow {
   readonly sequence: number | string
-  readonly event_id: string
   readonly invocation_id: string
   readonly kind: string
-  readonly operation_id: string | null
   readonly event_json: string
 }
+
+const sessionColumns = ["sequence", "invocation_id", "kind", "event_json"] as const
 
 /** Every row of a session in sequence order, with only the columns of `SessionRow`. */
 export const sessionRows = (tx: Tx, sessionId: string): Promise<ReadonlyArray<SessionRow>> =>
   tx
     .selectFrom("event_log")
-    .select(["sequence", "event_id", "invocation_id", "kind", "operation_id", "event_json"])
+    .select(sessionColumns)
     .where("session_id", "=", sessionId)
     .orderBy("sequence")
     .execute()
@@ -180,7 +190,7 @@ export const sessionRows = (tx: Tx, sessionId: string): Promise<ReadonlyArray<Se
 export const sessionRowsBetween = (tx: Tx, sessionId: string, after: number, through: number): Promise<ReadonlyArray<SessionRow>> =>
   tx
     .selectFrom("event_log")
-    .select(["sequence", "event_id", "invocation_id", "kind", "operation_id", "event_json"])
+    .select(sessionColumns)
     .where("session_id", "=", sessionId)
     .where("sequence", ">", after)
     .where("sequence", "<=", through)

@@ -139,20 +139,21 @@ export const compile = (ast: SchemaAST.AST): Guard => {
       let present = 0
       for (const property of properties) {
         const name = property.name as string
-        if (!Object.hasOwn(input, name)) {
+        // JSON holds no `undefined`: a read that gives it is a missing key (or one set to
+        // `undefined`, which the key count below then refuses).
+        const value = input[name]
+        if (value === undefined) {
           if (!property.optional) return false
           continue
         }
+        // A value inherited rather than own (a name `Object.prototype` has) is never accepted.
+        if (!Object.hasOwn(input, name)) return false
         present++
-        if (!property.guard(input[name])) return false
+        if (!property.guard(value)) return false
       }
       // Closed: a key no property names needs an index signature; an index signature's type
       // holds for every key (the decoder reads the named properties through it too).
-      if (values.length === 0) {
-        let keys = 0
-        for (const key in input) if (Object.hasOwn(input, key)) keys++
-        return keys === present
-      }
+      if (values.length === 0) return Object.keys(input).length === present
       for (const key of Object.keys(input)) for (const value of values) if (!value(input[key])) return false
       return true
     })
