@@ -18,6 +18,8 @@ import { countStatements, emit, entry, type Entry, median } from "./lib.ts"
 
 const APPENDS = Number(process.env["MAKA_BENCH_APPENDS"] ?? 2_000)
 const READ_ROUNDS = 15
+/** Untimed rounds of both reads first, so each runs compiled code when it is timed. */
+const READ_WARMUP = Number(process.env["MAKA_BENCH_WARMUP"] ?? 2)
 const directory = fs.mkdtempSync(path.join(os.tmpdir(), "maka-bench-log-"))
 
 const round3 = (value: number): number => Math.round(value * 1000) / 1000
@@ -179,6 +181,10 @@ for (const size of (process.env["MAKA_BENCH_SIZES"] ?? "100,1000,10000").split("
       const engineTimes: Array<number> = []
       const rawTimes: Array<number> = []
       try {
+        for (let round = 0; round < READ_WARMUP; round++) {
+          yield* log.readModelContext("session-1")
+          rawRead()
+        }
         for (let round = 0; round < READ_ROUNDS; round++) {
           const start = performance.now()
           const source = yield* log.readModelContext("session-1")

@@ -89,9 +89,13 @@ export const decodeEventJson = (json: string): Result.Result<RuntimeEvent, FactE
   if (json.length * 3 > MAX_EVENT_BYTES && Canonical.utf8Length(json) > MAX_EVENT_BYTES) {
     return Result.fail(factError("event_too_large", `event exceeds ${MAX_EVENT_BYTES} bytes`))
   }
-  return Result.flatMap(parseJson(json), (parsed) =>
-    hasRuntimeEventShape(parsed) ? withValidFact(parsed) : decodeEvent(parsed),
-  )
+  // The usual path (a stored row of the right shape) builds one result, no intermediate ones.
+  const parsed = parseJson(json)
+  if (Result.isFailure(parsed)) return Result.fail(parsed.failure)
+  const value = parsed.success
+  if (!hasRuntimeEventShape(value)) return decodeEvent(value)
+  const valid = Validation.fact(value.fact, value.invocation)
+  return Result.isSuccess(valid) ? Result.succeed(value) : Result.fail(valid.failure)
 }
 
 export const decodeStoredEvent = (input: unknown): Result.Result<StoredEvent, FactError> =>

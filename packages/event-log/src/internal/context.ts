@@ -447,18 +447,11 @@ const materialise = async (
   const summarySteps = new Set<string>()
   const archives = new Map<string, { readonly placeholder: Archive.ArchivedPlaceholder; readonly eventId: string }>()
   for (const row of withoutObservations) {
-    if (row.kind === "invocation_opened" && row.json.includes('"kind":"context_compact"')) {
-      const fact = storedOf(row).event.fact
-      if (fact.kind === "invocation_opened" && fact.input.kind === "context_compact") compactInvocations.add(row.invocationId)
-    }
-    if (row.kind === "model_requested" && row.json.includes('"purpose":"summary"') && row.operationId !== null) {
-      summarySteps.add(row.operationId)
-    }
-    if (row.kind === "tool_result_archived") {
-      const fact = storedOf(row).event.fact
-      if (fact.kind === "tool_result_archived") {
-        archives.set(fact.placeholder.identity.runtimeEventId, { placeholder: fact.placeholder, eventId: row.eventId })
-      }
+    const fact = storedOf(row).event.fact
+    if (fact.kind === "invocation_opened" && fact.input.kind === "context_compact") compactInvocations.add(row.invocationId)
+    if (fact.kind === "model_requested" && fact.purpose === "summary") summarySteps.add(fact.stepId)
+    if (fact.kind === "tool_result_archived") {
+      archives.set(fact.placeholder.identity.runtimeEventId, { placeholder: fact.placeholder, eventId: row.eventId })
     }
   }
   const isTail = (row: DecodedRow): boolean =>
