@@ -26,11 +26,13 @@ import * as path from "node:path"
 import { EventLog } from "@maka/event-log"
 import { floor, maka } from "./contenders.ts"
 import { startFakeServer } from "./fake-server.ts"
-import { emit, entry, type Entry, integer, median, round, temporaryDirectory } from "./lib.ts"
+import { emit, entry, type Entry, integer, median, profiled, round, temporaryDirectory, topSelfTime } from "./lib.ts"
 
 const STEPS = 10
 const TURNS = integer("MAKA_BENCH_HISTORY_TURNS", 5)
 const READS = integer("MAKA_BENCH_HISTORY_READS", 7)
+/** With `MAKA_BENCH_HISTORY_PROFILE=1`, each size's first measured turn runs under the profiler (its figures are then not comparable). */
+const PROFILE = process.env["MAKA_BENCH_HISTORY_PROFILE"] === "1"
 const SIZES = (process.env["MAKA_BENCH_HISTORY_SIZES"] ?? "100,1000,10000").split(",").map(Number)
 if (process.env["MAKA_BENCH_HISTORY_LARGE"] === "1") SIZES.push(100_000)
 if (SIZES.some((size) => !Number.isInteger(size) || size <= 0)) throw new Error("MAKA_BENCH_HISTORY_SIZES must list positive integers")
@@ -142,7 +144,20 @@ for (const size of SIZES) {
   const measuredAt = events
   for (let index = 0; index < TURNS; index++) {
     captured = []
-    const turn = await engine.turn(SESSION, `loop-${STEPS}`, `Measured turn ${++turns}.`)
+    const name = `Measured turn ${++turns}.`
+    let measured: Awaited<ReturnType<typeof engine.turn>> | undefined
+    const run = async () => {
+      measured = await engine.turn(SESSION, `loop-${STEPS}`, name)
+    }
+    if (PROFILE && index === 0) {
+      const file = path.join("bench", "profiles", `history-${size}-${new Date().toISOString().replace(/:/g, "-")}.cpuprofile`)
+      const profile = await profiled(file, run)
+      console.log(`history ${size}: profiled one measured turn, wrote ${file}; top functions by self time:`)
+      for (const line of topSelfTime(profile)) console.log(`  ${line}`)
+    } else {
+      await run()
+    }
+    const turn = measured!
     events += turn.events
     const main = takeMainRequests()
     if (turn.requestedAt.length !== STEPS || main.length !== STEPS) throw new Error(`expected ${STEPS} main requests, saw ${turn.requestedAt.length}`)

@@ -55,14 +55,25 @@ const fragmentOf = (message: Prompt.PromptMessage): string => {
   return fragment
 }
 
-/** The messages array as canonical JSON text. */
-export const messagesJson = (prompt: Prompt.Prompt): string => {
-  const parts: Array<string> = []
+/** Pushes the messages array's canonical JSON text onto `out`, piece by piece. */
+const pushMessages = (prompt: Prompt.Prompt, out: Array<string>): void => {
+  out.push("[")
+  let first = true
   for (const message of prompt) {
     const fragment = fragmentOf(message)
-    if (fragment !== "") parts.push(fragment)
+    if (fragment === "") continue
+    if (!first) out.push(",")
+    out.push(fragment)
+    first = false
   }
-  return `[${parts.join(",")}]`
+  out.push("]")
+}
+
+/** The messages array as canonical JSON text. */
+export const messagesJson = (prompt: Prompt.Prompt): string => {
+  const out: Array<string> = []
+  pushMessages(prompt, out)
+  return out.join("")
 }
 
 /** Stands for the messages in the body's other fields; a string no request field can hold twice by chance. */
@@ -97,5 +108,10 @@ export const openAiBody = (
   if (at === -1 || body.indexOf(slot, at + 1) !== -1) {
     return canonicalJson({ ...JSON.parse(body), messages: prompt.flatMap(providerMessages) })
   }
-  return body.slice(0, at) + messagesJson(prompt) + body.slice(at + slot.length)
+  // One join writes the body flat: concatenating the pieces would leave a rope that the HTTP client
+  // flattens into a second copy of the whole body (a long session's request is hundreds of KB).
+  const out = [body.slice(0, at)]
+  pushMessages(prompt, out)
+  out.push(body.slice(at + slot.length))
+  return out.join("")
 }
