@@ -3,13 +3,14 @@
  * existing directory) and its identity `"workspace:v1:" + uuid`, read from the `.maka-workspace.json`
  * marker (`{"uuid": "<uuid>"}`), which is created with a fresh UUIDv4 when absent.
  */
+import * as fsSync from "node:fs"
 import * as fs from "node:fs/promises"
 import * as path from "node:path"
 import { Configuration } from "@maka/facts"
 import { Effect, Option, Result, Schema } from "effect"
 import { defaults } from "./Defaults.ts"
 import { Ids } from "./Ids.ts"
-import { describeFsError, tryFs, type FsError } from "./internal/fs.ts"
+import { describeFsError, tryFs, tryFsSync, type FsError } from "./internal/fs.ts"
 import { workspaceInvalid, type ToolError } from "./ToolError.ts"
 
 export interface Workspace {
@@ -49,9 +50,12 @@ export const parseMarker = (file: string, text: string): Result.Result<Marker, T
   )
 }
 
-/** Reads the marker when present; anything other than a regular file is refused. */
+/**
+ * Reads the marker when present; anything other than a regular file is refused. The look-ups of an
+ * existing workspace are synchronous: every run's start opens its workspace.
+ */
 const readMarker = (file: string): Effect.Effect<Option.Option<Marker>, ToolError> =>
-  tryFs(() => fs.lstat(file)).pipe(
+  tryFsSync(() => fsSync.lstatSync(file)).pipe(
     Effect.map(Option.some),
     Effect.catchIf(
       (error) => error.code === "ENOENT",
@@ -61,7 +65,7 @@ const readMarker = (file: string): Effect.Effect<Option.Option<Marker>, ToolErro
     Effect.flatMap((stat) => {
       if (Option.isNone(stat)) return Effect.succeedNone
       if (!stat.value.isFile()) return Effect.fail(workspaceInvalid(file, "workspace marker is not a regular file"))
-      return tryFs(() => fs.readFile(file, "utf8")).pipe(
+      return tryFsSync(() => fsSync.readFileSync(file, "utf8")).pipe(
         Effect.mapError(fsFailure(file)),
         Effect.flatMap((text) => Effect.fromResult(parseMarker(file, text))),
         Effect.map(Option.some),
@@ -97,8 +101,8 @@ const createMarker = (root: string, file: string): Effect.Effect<Marker, ToolErr
 export const open = (root: string): Effect.Effect<Workspace, ToolError, Ids> =>
   Effect.gen(function* () {
     const requested = path.resolve(root)
-    const canonical = yield* tryFs(() => fs.realpath(requested)).pipe(Effect.mapError(fsFailure(requested)))
-    const stat = yield* tryFs(() => fs.stat(canonical)).pipe(Effect.mapError(fsFailure(canonical)))
+    const canonical = yield* tryFsSync(() => fsSync.realpathSync.native(requested)).pipe(Effect.mapError(fsFailure(requested)))
+    const stat = yield* tryFsSync(() => fsSync.statSync(canonical)).pipe(Effect.mapError(fsFailure(canonical)))
     if (!stat.isDirectory()) return yield* Effect.fail(workspaceInvalid(canonical, "workspace root is not a directory"))
     const file = markerPath(canonical)
     const existing = yield* readMarker(file)

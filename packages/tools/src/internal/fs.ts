@@ -1,6 +1,6 @@
 /**
- * The Promise edge to `node:fs/promises`: every call wrapped with `Effect.tryPromise`, its rejection
- * kept as an `FsError` carrying the errno code, so callers turn expected errors into readable
+ * The edge to `node:fs`: every call wrapped with `Effect.tryPromise` (or `Effect.try` for the few
+ * synchronous ones), its rejection kept as an `FsError` carrying the errno code, so callers turn expected errors into readable
  * messages (a `ToolFailure` for tools, a `ToolError` for the workspace) instead of defects.
  */
 import { Data, Effect } from "effect"
@@ -16,6 +16,13 @@ const toFsError = (error: unknown): FsError => {
 
 export const tryFs = <A>(thunk: () => PromiseLike<A>): Effect.Effect<A, FsError> =>
   Effect.tryPromise({ try: () => Promise.resolve(thunk()), catch: toFsError })
+
+/**
+ * A synchronous `node:fs` call with the same `FsError`: for the few metadata look-ups of opening a
+ * workspace, which each run's start pays (a call through the thread pool costs a round trip of the
+ * event loop, several times the call's own time).
+ */
+export const tryFsSync = <A>(thunk: () => A): Effect.Effect<A, FsError> => Effect.try({ try: thunk, catch: toFsError })
 
 /** Short readable reasons for the errno codes a model can act on. */
 const REASONS: Readonly<Record<string, string>> = {
