@@ -226,8 +226,9 @@ const streamStep = (run: Run, input: AttemptInput, stepId: string) =>
         }
         const events: Array<Model.ModelEvent> = [...taken.success]
         // What reached the socket during the last (synchronous) commit is read before this one: a
-        // few turns of the event loop, no timer, so a fast stream batches itself.
-        yield* drainArrived(queue, events)
+        // few turns of the event loop, no timer, so a fast stream batches itself. After the finish
+        // nothing more comes (a later event fails the step as it is folded, wherever it is read).
+        if (!events.some((event) => event.kind === "finished")) yield* drainArrived(queue, events)
         // Text still streaming: an optional bounded wait so one flush carries the deltas that follow.
         if (run.options.observationDelayMs > 0 && events.every(isStreamingText)) {
           yield* Effect.sleep(run.options.observationDelayMs)
