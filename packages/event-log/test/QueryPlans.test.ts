@@ -133,7 +133,11 @@ describe("query plans of the safety and recovery reads on SQLite", () => {
   it("reads the latest opening and the openings of a session from the openings' index", async () => {
     const latest = await plansOf((tx) => Rows.latestOpening(tx, "session-1"))
     expect(latest[0]![0]).toMatch(/USING (COVERING )?INDEX event_log_session_openings \(session_id=\?\)/)
+    // The statement itself returns one row of the session's six openings, not all of them.
+    const [sent] = captured.filter((query) => /^\s*select/i.test(query.sql))
+    expect(connection!.prepare(sent!.sql).all(...sent!.parameters)).toHaveLength(1)
     const openings = await plansOf((tx) => Rows.ofSessionKind(tx, "session-1", "invocation_opened"))
+    expect(await kysely!.transaction().execute((tx) => Rows.ofSessionKind(tx, "session-1", "invocation_opened"))).toHaveLength(6)
     expect(openings[0]![0]).toMatch(/USING (COVERING )?INDEX event_log_session_openings \(session_id=\?\)/)
     expect(fullScans([...latest, ...openings])).toEqual([])
   })

@@ -272,6 +272,8 @@ export const latestOpening = async (tx: Tx, sessionId: string): Promise<Row | un
     .where("session_id", "=", sessionId)
     .where(sql<boolean>`kind = 'invocation_opened'`)
     .orderBy("sequence", "desc")
+    // One row: without the limit the driver returns every opening of the session.
+    .limit(1)
     .executeTakeFirst()
   return raw === undefined ? undefined : toRow(raw)
 }
