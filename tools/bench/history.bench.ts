@@ -2,8 +2,8 @@
  * Step time against session history (docs/architecture.md §12): one session grown to 100, 1,000 and 10,000
  * events (and 100,000 with `MAKA_BENCH_HISTORY_LARGE=1`, which takes long to build) by running real
  * turns through `createEngine` (`build-<n>`: n parallel `noop` calls, then an answer), never by
- * writing rows. At each size, `MAKA_BENCH_HISTORY_TURNS` (default 5) 10-step tool-loop turns are
- * measured; after each, the raw loop (`fetch` + `eventsource-parser` + two FULL commits per step)
+ * writing rows. At each size, after one untimed 10-step tool-loop turn, `MAKA_BENCH_HISTORY_TURNS`
+ * (default 5) such turns are measured; after each, the raw loop (`fetch` + `eventsource-parser` + two FULL commits per step)
  * replays the very request bodies maka sent in that turn (captured by a `fetch` wrapper), so both
  * carry the same requests. Reported per size: maka's time per step against the raw loop's, maka's
  * time above the raw loop against the same figure at the smallest size (flat is the goal), and the
@@ -141,6 +141,10 @@ for (const size of SIZES) {
   const firstStep: Array<number> = []
   const steadyStep: Array<number> = []
   let requestBytes = 0
+  // One untimed loop turn first: the first after the build turns also pays for the build's garbage
+  // and a scenario it has not run at this size (it took 2 to 3 times the later turns at 100,000 events).
+  events += (await engine.turn(SESSION, `loop-${STEPS}`, `Warm-up turn ${++turns}.`)).events
+  takeMainRequests()
   const measuredAt = events
   for (let index = 0; index < TURNS; index++) {
     captured = []

@@ -128,7 +128,7 @@ How to read it:
   every process); the reader takes its delivery time; the bare read's delay is the transport's share,
   and maka's minus it is what maka adds between a delta's arrival and its delivery.
 - History series: the session is grown by running real turns (\`build-50\`: 50 parallel tool calls then
-  an answer), never by writing rows; at each size a 10-step turn is measured, and the raw loop replays
+  an answer), never by writing rows; at each size one untimed 10-step turn, then 10-step turns are measured, and the raw loop replays
   the very request bodies maka sent (captured by a \`fetch\` wrapper) with its two commits per step.
   No window is declared there, so from 8,000 events (80 % of the read limit) automatic compaction folds
   the history; summary requests are not steps and are not replayed.
