@@ -1,7 +1,8 @@
 /**
  * The edge to `node:fs`: every call wrapped with `Effect.tryPromise` (or `Effect.try` for the few
- * synchronous ones), its rejection kept as an `FsError` carrying the errno code, so callers turn expected errors into readable
- * messages (a `ToolFailure` for tools, a `ToolError` for the workspace) instead of defects.
+ * synchronous ones), its rejection kept as an `FsError` carrying the errno code, so callers turn
+ * expected errors into readable messages (a `ToolFailure` for tools, a `ToolError` for the
+ * workspace) instead of defects.
  */
 import { Data, Effect } from "effect"
 
