@@ -312,7 +312,7 @@ export const make = (database: Database): Effect.Effect<EventLogShape> =>
         read((tx) => Reads.invocationRecovery(tx, invocation, maxEvents, maxBytes)),
       checkManualMessageHistory: (sessionId) =>
         read((tx) => Reads.checkManualMessageHistory(tx, database.dialect, sessionId)),
-      hasPendingHandoff: (sessionId) => read((tx) => Reads.hasPendingHandoff(tx, sessionId)),
+      hasPendingHandoff: (sessionId) => read((tx) => Reads.hasPendingHandoff(tx, database.dialect, sessionId)),
       pendingHandoffs: (afterSequence = 0) => read((tx) => Lineage.pendingHandoffs(tx, database.dialect, afterSequence)),
       checkHandoff: (invocation, pause) =>
         Effect.gen(function* () {

@@ -78,6 +78,10 @@ for (const dialect of dialects()) {
           ])
           expect((yield* log.pendingHandoffs(firstSequence)).map((item) => item.sessionId)).toEqual(["session-c"])
           expect(yield* log.pendingHandoffs(secondSequence)).toEqual([])
+          // The same answer per session: only the paused ones, on a log that holds them in memory or not.
+          for (const [sessionId, pending] of [["session-a", true], ["session-b", false], ["session-c", true], ["session-d", false], ["session-e", false]] as const) {
+            expect(yield* log.hasPendingHandoff(sessionId)).toBe(pending)
+          }
           yield* log.append(yield* successorOpening(log, first))
           expect((yield* log.pendingHandoffs(0)).map((item) => item.sessionId)).toEqual(["session-c"])
           expect(yield* log.hasPendingHandoff("session-a")).toBe(false)

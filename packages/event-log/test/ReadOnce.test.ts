@@ -114,6 +114,28 @@ describe("a session met first by a read is read once", () => {
     expect(result).toEqual(await freshContext(file, current))
   })
 
+  it("answers the pending-handoff check from the index, and a start's checks still read the session once", async () => {
+    const { file, built, stored, live } = await logFile(20)
+    const current = live.invocation.invocationId
+    const { rows, result } = await countRows(() =>
+      withFile(file, (log) =>
+        Effect.gen(function* () {
+          // A start's order: the pending-handoff check meets the session first, then the admission check.
+          const pending = yield* log.hasPendingHandoff(SESSION)
+          const { rows: again } = yield* Effect.promise(() => countRows(() => Effect.runPromise(log.hasPendingHandoff(SESSION))))
+          yield* log.checkHistorySafety(SESSION)
+          yield* log.appendBatch(built.writes.slice(stored))
+          return { pending, again, read: yield* log.readModelContextWithHash(SESSION, { current }) }
+        }),
+      ),
+    )
+    expect(result.pending).toBe(false)
+    // A session whose latest run did not pause: no row is read once the index holds it.
+    expect(result.again).toBe(0)
+    expect(rows).toBeLessThan(stored + 10)
+    expect(result.read).toEqual(await freshContext(file, current))
+  })
+
   it("takes the kept rows once: the next context read reads the session again, and answers the same", async () => {
     const { file, built, stored, live } = await logFile(6)
     const current = live.invocation.invocationId

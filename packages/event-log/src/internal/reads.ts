@@ -22,6 +22,7 @@ import * as Context from "./context.ts"
 import type { Dialect } from "./database.ts"
 import * as InvocationState from "./invocation-state.ts"
 import * as Lineage from "./lineage.ts"
+import * as LogIndex from "./log-index.ts"
 import * as Rows from "./rows.ts"
 import * as Safety from "./safety.ts"
 
@@ -301,9 +302,16 @@ export const readToolResult = async (
 }
 
 
-/** Whether the session's latest opening ended `handoff_paused` and its successor has not opened. */
-export const hasPendingHandoff = async (tx: Rows.Tx, sessionId: string): Promise<boolean> =>
-  (await Lineage.pendingPause(tx, sessionId)) !== undefined
+/**
+ * Whether the session's latest opening ended `handoff_paused` and its successor has not opened. On
+ * SQLite the writer's index knows how the latest opening ended: only a paused one is read from the
+ * store (every run's start asks this).
+ */
+export const hasPendingHandoff = async (tx: Rows.Tx, dialect: Dialect, sessionId: string): Promise<boolean> => {
+  const index = LogIndex.of(tx)
+  if (index !== undefined && (await index.session(tx, dialect, sessionId)).latestOpeningOutcome !== "handoff_paused") return false
+  return (await Lineage.pendingPause(tx, sessionId)) !== undefined
+}
 
 /** The committed opening that claimed exactly this boundary, if any. */
 export const continuationForSource = async (
