@@ -96,42 +96,28 @@ describe("a session met first by a read is read once", () => {
     for (const read of rows.slice(1)) expect(read.rows).toBeLessThan(5)
   })
 
-  it("the admission check's load and the context read after the opening read the session's rows once, and the context is a fresh read's", async () => {
+  it.each([
+    { first: "the admission check", pendingFirst: false },
+    { first: "the pending-handoff check, then the admission check (a start's order)", pendingFirst: true },
+  ])("$first, the opening and the context read read the session's rows once, and the context is a fresh read's", async ({ pendingFirst }) => {
     const { file, built, stored, live } = await logFile(20)
     const current = live.invocation.invocationId
     const { rows, result } = await countRows(() =>
       withFile(file, (log) =>
         Effect.gen(function* () {
-          yield* log.checkHistorySafety(SESSION)
-          yield* log.appendBatch(built.writes.slice(stored))
-          return yield* log.readModelContextWithHash(SESSION, { current })
-        }),
-      ),
-    )
-    expect(stored).toBeGreaterThan(200)
-    // Once: the load's rows, the new opening's, and a few indexed look-ups (the opening, high waters).
-    expect(rows).toBeLessThan(stored + 10)
-    expect(result).toEqual(await freshContext(file, current))
-  })
-
-  it("answers the pending-handoff check from the index, and a start's checks still read the session once", async () => {
-    const { file, built, stored, live } = await logFile(20)
-    const current = live.invocation.invocationId
-    const { rows, result } = await countRows(() =>
-      withFile(file, (log) =>
-        Effect.gen(function* () {
-          // A start's order: the pending-handoff check meets the session first, then the admission check.
-          const pending = yield* log.hasPendingHandoff(SESSION)
-          const { rows: again } = yield* Effect.promise(() => countRows(() => Effect.runPromise(log.hasPendingHandoff(SESSION))))
+          // The index answers the pending-handoff check of a session it holds whose latest run did not pause: no row.
+          const pending = pendingFirst ? yield* log.hasPendingHandoff(SESSION) : false
+          const again = pendingFirst ? (yield* Effect.promise(() => countRows(() => Effect.runPromise(log.hasPendingHandoff(SESSION))))).rows : 0
           yield* log.checkHistorySafety(SESSION)
           yield* log.appendBatch(built.writes.slice(stored))
           return { pending, again, read: yield* log.readModelContextWithHash(SESSION, { current }) }
         }),
       ),
     )
+    expect(stored).toBeGreaterThan(200)
     expect(result.pending).toBe(false)
-    // A session whose latest run did not pause: no row is read once the index holds it.
     expect(result.again).toBe(0)
+    // Once: the load's rows, the new opening's, and a few indexed look-ups (the opening, high waters).
     expect(rows).toBeLessThan(stored + 10)
     expect(result.read).toEqual(await freshContext(file, current))
   })
