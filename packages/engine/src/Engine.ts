@@ -4,6 +4,7 @@
  * steering, cancellation that drains, and recovery. Time, randomness and ids come from services.
  */
 import {
+  Canonical,
   Codec,
   Configuration,
   Digest,
@@ -260,11 +261,24 @@ const onAbort = (signal: AbortSignal): Effect.Effect<void> =>
     return Effect.sync(() => signal.removeEventListener("abort", listener))
   })
 
+/** No provider options, sealed. */
+const NO_PROVIDER_OPTIONS: Identity.JsonObject = Canonical.seal({})
+
+/**
+ * A run's provider options sealed (`Canonical.seal`, docs/architecture.md §12): every request of
+ * the run carries the same object, so the model's request check and body take it once.
+ */
+const sealedOptions = (options: Identity.JsonObject | undefined): Identity.JsonObject => {
+  if (options === undefined) return NO_PROVIDER_OPTIONS
+  const sealed = Result.try({ try: () => Canonical.seal(options), catch: () => undefined })
+  return Result.isSuccess(sealed) ? sealed.success : options
+}
+
 /** The frozen settings of a run from its input; its catalog gains `read_tool_result` over `log`. */
 const runSettings = (input: LaunchInput, log: EventLog.EventLogShape): RunSettings => ({
   invocation: input.invocation,
   configuration: input.configuration,
-  providerOptions: input.providerOptions ?? {},
+  providerOptions: sealedOptions(input.providerOptions),
   ...(input.context === undefined ? {} : { context: input.context }),
   ...(input.mainOutputLimit === undefined ? {} : { mainOutputLimit: input.mainOutputLimit }),
   ...(input.requestFingerprint === undefined ? {} : { requestFingerprint: input.requestFingerprint }),

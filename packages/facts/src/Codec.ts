@@ -63,6 +63,23 @@ const withValidFact = (event: RuntimeEvent): Result.Result<RuntimeEvent, FactErr
 export const decodeEvent = (input: unknown): Result.Result<RuntimeEvent, FactError> =>
   Result.flatMap(decodeRuntimeEventShape(input), withValidFact)
 
+/**
+ * The in-place shape check of a schema: a guard that answers `true` only when the closed decode
+ * accepts the value and returns the same structure, so the value itself can be kept instead of the
+ * decoder's copy (docs/architecture.md §12). `false` says nothing more (a node the check does not
+ * compile, a value nested too deeply to walk): ask the closed decode for the verdict and its message.
+ */
+export const shapeGuard = <S extends Schema.Top>(schema: S): ((input: unknown) => input is S["Type"]) => {
+  const guard = ShapeGuard.compile(schema.ast)
+  return (input: unknown): input is S["Type"] => {
+    try {
+      return guard(input)
+    } catch {
+      return false
+    }
+  }
+}
+
 const runtimeEventShape = ShapeGuard.compile(RuntimeEvent.ast)
 
 /**

@@ -10,7 +10,7 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Arbitrary, Effect, Result, Schema } from "effect"
-import { Canonical, Codec, Event, EventWrite, Validation } from "@maka/facts"
+import { Canonical, Codec, Event, EventWrite, Prompt, Validation } from "@maka/facts"
 import { compile } from "../src/internal/shape-guard.ts"
 
 const closedEvent = Codec.decodeClosed(Event.RuntimeEvent)
@@ -239,4 +239,34 @@ describe("the in-place shape check of stored events", () => {
     assert.isFalse(decodes({ kind: "a", note: undefined }))
     assert.isFalse(guard({ kind: "a", note: undefined }))
   })
+
+  it.effect("Codec.shapeGuard of prompt messages: yes to every generated message, never where the closed decode refuses", () =>
+    Effect.gen(function* () {
+      const hasShape = Codec.shapeGuard(Prompt.PromptMessage)
+      const closedMessage = Codec.decodeClosed(Prompt.PromptMessage)
+      const soundMessage = (value: unknown): boolean => {
+        if (!hasShape(value)) return true
+        const decoded = closedMessage(value)
+        return Result.isSuccess(decoded) && Canonical.stringify(decoded.success) === Canonical.stringify(value)
+      }
+      const random = generator(0x3c1d)
+      let refused = 0
+      const result = yield* Arbitrary.checkEffect(
+        Arbitrary.schema(Prompt.PromptMessage),
+        (message) => {
+          const parsed = JSON.parse(Canonical.stringify(message)) as unknown
+          if (!hasShape(parsed) || !soundMessage(parsed)) return false
+          for (let round = 0; round < 8; round++) {
+            const mutated = mutate(parsed, random)
+            if (!soundMessage(mutated)) return false
+            if (!hasShape(mutated)) refused++
+          }
+          return true
+        },
+        { runs: 300, seed: 21 },
+      )
+      assert.strictEqual(Arbitrary.formatCheckFailure(result), undefined)
+      assert.isAbove(refused, 500)
+    }),
+  )
 })

@@ -46,6 +46,12 @@ const message: fc.Arbitrary<Prompt.PromptMessage> = fc.oneof(
   }),
 ) as fc.Arbitrary<Prompt.PromptMessage>
 
+const tool: fc.Arbitrary<Prompt.ToolDefinition> = fc.record({
+  name: text,
+  description: text,
+  inputSchema: fc.dictionary(text, fc.jsonValue({ maxDepth: 2 })),
+}) as fc.Arbitrary<Prompt.ToolDefinition>
+
 /** The body as it was written before fragments: one canonical write of the whole object. */
 const wholeBody = (model: string, request: Prompt.ModelRequest, prompt: Prompt.Prompt): unknown => ({
   ...request.providerOptions,
@@ -54,10 +60,21 @@ const wholeBody = (model: string, request: Prompt.ModelRequest, prompt: Prompt.P
   max_tokens: request.maxOutputTokens,
   stream: true,
   stream_options: { include_usage: true },
+  ...(request.tools.length === 0
+    ? {}
+    : {
+        tools: request.tools.map((definition) => ({
+          type: "function",
+          function: { name: definition.name, description: definition.description, parameters: definition.inputSchema },
+        })),
+      }),
 })
 
-const requestOf = (prompt: Prompt.Prompt, providerOptions: Record<string, unknown>): Prompt.ModelRequest =>
-  ({ prompt, tools: [], providerOptions, maxOutputTokens: 1_000 }) as unknown as Prompt.ModelRequest
+const requestOf = (
+  prompt: Prompt.Prompt,
+  providerOptions: Record<string, unknown>,
+  tools: ReadonlyArray<Prompt.ToolDefinition> = [],
+): Prompt.ModelRequest => ({ prompt, tools, providerOptions, maxOutputTokens: 1_000 }) as unknown as Prompt.ModelRequest
 
 describe("the OpenAI-compatible body from message fragments", () => {
   it("equals the body written whole, with reused and with fresh message objects", () => {
@@ -76,6 +93,34 @@ describe("the OpenAI-compatible body from message fragments", () => {
       }),
       { numRuns: 300 },
     )
+  })
+
+  it("equals the body written whole with tools, a sealed list written once and an open one every time", () => {
+    fc.assert(
+      fc.property(fc.array(message, { maxLength: 4 }), fc.array(tool, { minLength: 1, maxLength: 4 }), (prompt, tools) => {
+        const sealed = Canonical.seal(tools)
+        const expected = Canonical.stringify(wholeBody("m", requestOf(prompt, {}, tools), prompt))
+        assert.strictEqual(openAiBody("m", requestOf(prompt, {}, sealed), prompt, "max_tokens"), expected)
+        assert.strictEqual(openAiBody("m", requestOf(prompt, {}, sealed), prompt, "max_tokens"), expected)
+        const open = tools.map((definition) => ({ ...definition }))
+        assert.strictEqual(openAiBody("m", requestOf(prompt, {}, open), prompt, "max_tokens"), expected)
+        // A list that is not sealed may change between requests: its next body says what it holds now.
+        open[0] = { ...open[0]!, description: `${open[0]!.description}!` }
+        const changed = JSON.parse(openAiBody("m", requestOf(prompt, {}, open), prompt, "max_tokens"))
+        assert.strictEqual(changed.tools[0].function.description, open[0].description)
+      }),
+      { numRuns: 200 },
+    )
+  })
+
+  it("writes the body whole when a provider option holds the tools' slot text", () => {
+    const prompt: Prompt.Prompt = [{ role: "user", content: "hi" }]
+    const tools = Canonical.seal([{ name: "t", description: "d", inputSchema: { type: "object" } }])
+    const request = requestOf(prompt, { a: "\u0000maka.tools\u0000" }, tools)
+    const body = JSON.parse(openAiBody("m", request, prompt, "max_tokens"))
+    assert.deepStrictEqual(body.tools, [{ type: "function", function: { name: "t", description: "d", parameters: { type: "object" } } }])
+    assert.deepStrictEqual(body.messages, [{ role: "user", content: "hi" }])
+    assert.strictEqual(body.a, "\u0000maka.tools\u0000")
   })
 
   it("writes the body whole when a provider option holds the messages' slot text", () => {

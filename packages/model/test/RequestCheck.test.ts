@@ -1,7 +1,8 @@
 /**
  * The request check before anything is sent: closed shapes, the refusal named with its path. A
  * sealed message (`Canonical.seal`) is checked once and sent as itself; an unsealed one is checked
- * on every request, so a message changed after a first request is still refused.
+ * on every request, so a message changed after a first request is still refused. Sealed tools and
+ * provider options are checked once as a pair; the output limit and the request's keys every time.
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Canonical, type Prompt } from "@maka/facts"
@@ -50,6 +51,51 @@ describe("the request check", () => {
         const bodies = server.requests().map((received) => JSON.parse(received.body) as { messages: ReadonlyArray<unknown> })
         assert.strictEqual(bodies.length, 2)
         assert.deepStrictEqual(bodies[1]!.messages, [{ role: "user", content: "sealed" }])
+      }),
+    ))
+
+  it.effect("checks a sealed pair of tools and options once, and the output limit and keys on every request", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const server = yield* ScriptedServer.make({ script: [answer(), answer()] })
+        const model = yield* openAi(server)
+        const tools = Canonical.seal<ReadonlyArray<Prompt.ToolDefinition>>([
+          { name: "look", description: "Looks.", inputSchema: { type: "object" } },
+        ])
+        const providerOptions = Canonical.seal({ temperature: 0 })
+        const first = yield* collect(model.stream(request({ tools, providerOptions })))
+        assert.isUndefined(first.error)
+        const limit = yield* collect(model.stream(request({ tools, providerOptions, maxOutputTokens: 0 })))
+        assert.include(refusal(limit.error), "invalid model request")
+        const extra = { ...request({ tools, providerOptions }), stray: 1 } as unknown as Prompt.ModelRequest
+        assert.include(refusal((yield* collect(model.stream(extra))).error), "invalid model request")
+        const again = yield* collect(model.stream(request({ tools, providerOptions })))
+        assert.isUndefined(again.error)
+        const bodies = server.requests().map((received) => JSON.parse(received.body) as { tools: ReadonlyArray<unknown>; temperature: number })
+        assert.strictEqual(bodies.length, 2)
+        assert.deepStrictEqual(bodies[1]!.tools, [{ type: "function", function: { name: "look", description: "Looks.", parameters: { type: "object" } } }])
+        assert.strictEqual(bodies[1]!.temperature, 0)
+      }),
+    ))
+
+  it.effect("refuses sealed tools that break their schema, and open ones changed after a first request", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const server = yield* ScriptedServer.make({ script: [answer()] })
+        const model = yield* openAi(server)
+        const providerOptions = Canonical.seal({})
+        const badTools = Canonical.seal([{ name: "look", description: 7, inputSchema: { type: "object" } }]) as unknown as ReadonlyArray<Prompt.ToolDefinition>
+        for (let attempt = 0; attempt < 2; attempt++) {
+          assert.include(refusal((yield* collect(model.stream(request({ tools: badTools, providerOptions })))).error), "tools")
+        }
+        const open: Array<{ name: string; description: unknown; inputSchema: object }> = [
+          { name: "look", description: "Looks.", inputSchema: { type: "object" } },
+        ]
+        const tools = open as unknown as ReadonlyArray<Prompt.ToolDefinition>
+        assert.isUndefined((yield* collect(model.stream(request({ tools, providerOptions })))).error)
+        open[0]!.description = 7
+        assert.include(refusal((yield* collect(model.stream(request({ tools, providerOptions })))).error), "tools")
+        assert.strictEqual(server.requests().length, 1)
       }),
     ))
 })

@@ -5,7 +5,7 @@
  * Promise of a `ToolOutput`. `ToolFailure`, and any other error thrown, rejected or failed with, is a
  * known failure the model reads; only `ToolOutcomeUnknown` leaves the outcome unknown.
  */
-import { Identity, type ToolCall } from "@maka/facts"
+import { Canonical, Identity, type ToolCall } from "@maka/facts"
 import { Data, Effect, Result, Schema } from "effect"
 import type { StandardJSONSchemaV1, StandardSchemaV1 } from "effect/StandardSchema"
 import { describeDefect } from "./internal/describe.ts"
@@ -98,6 +98,19 @@ const asJsonObject = (value: unknown): Identity.JsonObject => {
   const decoded = decodeJsonObject(value)
   if (Result.isFailure(decoded)) throw invalidDefinition(`input schema is not JSON: ${decoded.failure.message}`)
   return decoded.success
+}
+
+/**
+ * The definition as a sealed value (`Canonical.seal`): deep-frozen with its canonical JSON kept, so
+ * every request of every step offers it without checking or writing it again (docs/architecture.md §12).
+ */
+const sealDefinition = (definition: ToolDefinition): ToolDefinition => {
+  const sealed = Result.try({
+    try: () => Canonical.seal(definition),
+    catch: (error) => invalidDefinition(`tool ${definition.name} is not canonical JSON: ${describeDefect(error)}`),
+  })
+  if (Result.isFailure(sealed)) throw sealed.failure
+  return sealed.success
 }
 
 /** An Effect Schema (its decoding services are `never` by `Config`'s bound). */
@@ -201,16 +214,12 @@ export const make = <S extends InputSchema>(config: Config<S>): Tool => {
   if (inputSchema["type"] !== "object") {
     throw invalidDefinition(`tool ${config.name} must take a JSON object as input`)
   }
-  const definition: ToolDefinition = Object.freeze({
-    name: config.name,
-    description: config.description,
-    inputSchema,
-  })
+  const definition = sealDefinition({ name: config.name, description: config.description, inputSchema })
   return Object.freeze({
     name: config.name,
     description: config.description,
     semantics: config.semantics,
-    inputSchema,
+    inputSchema: definition.inputSchema,
     definition,
     decode: (input: unknown) =>
       decodeInput(input).pipe(

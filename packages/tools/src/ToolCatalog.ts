@@ -3,7 +3,8 @@
  * per-step capture: `capture()` freezes the definitions and handlers one logical step uses (its
  * retries reuse the capture). `admit` applies the step's exclusivity rule (docs/engine.md §5.7).
  */
-import { Digest } from "@maka/facts"
+import { Canonical, Digest } from "@maka/facts"
+import { Result } from "effect"
 import type { Semantics, Tool, ToolDefinition } from "./Tool.ts"
 import { invalidDefinition } from "./ToolError.ts"
 
@@ -44,6 +45,41 @@ export const digestOf = (tools: ReadonlyArray<Tool>): string =>
     })),
   )
 
+/** How many distinct sealed definition lists are kept for reuse; the least recently used goes first. */
+const SEALED_LISTS = 32
+
+/** Sealed definition lists by their canonical JSON. */
+const sealedLists = new Map<string, ReadonlyArray<ToolDefinition>>()
+
+/**
+ * The definitions of `tools` as one sealed list (`Canonical.seal`): the same object for the same
+ * definitions, in every catalog and every step (a run's catalog is built per run), so the model's
+ * request check, body and digest take it once (docs/architecture.md §12). A frozen plain list when a
+ * definition is not plain JSON (a hand-built tool), which the request check then refuses.
+ */
+const sealedDefinitions = (tools: ReadonlyArray<Tool>): ReadonlyArray<ToolDefinition> => {
+  const definitions = tools.map((tool) => tool.definition)
+  if (!definitions.every(Canonical.isSealed)) {
+    const sealed = Result.try({ try: () => Canonical.seal(definitions), catch: () => undefined })
+    return Result.isSuccess(sealed) ? sealed.success : Object.freeze(definitions)
+  }
+  // Canonical JSON is compositional: the list's text is its items' kept texts joined.
+  const text = `[${definitions.map((definition) => Canonical.stringify(definition)).join(",")}]`
+  const kept = sealedLists.get(text)
+  if (kept !== undefined) {
+    sealedLists.delete(text)
+    sealedLists.set(text, kept)
+    return kept
+  }
+  const sealed = Canonical.seal(definitions)
+  sealedLists.set(text, sealed)
+  if (sealedLists.size > SEALED_LISTS) {
+    const oldest = sealedLists.keys().next()
+    if (oldest.done !== true) sealedLists.delete(oldest.value)
+  }
+  return sealed
+}
+
 /** Builds a catalog; throws `ToolError` (`InvalidDefinition`) when two tools share a name. */
 export const make = (tools: Iterable<Tool>): ToolCatalog => {
   const sorted = [...tools].sort(byName)
@@ -58,7 +94,7 @@ export const make = (tools: Iterable<Tool>): ToolCatalog => {
   const captured: CapturedCatalog = Object.freeze({
     digest,
     names,
-    definitions: Object.freeze(sorted.map((tool) => tool.definition)),
+    definitions: sealedDefinitions(sorted),
     get,
   })
   return Object.freeze({

@@ -1,5 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Digest } from "@maka/facts"
+import { Canonical, Digest } from "@maka/facts"
 import { Tool, ToolCatalog, ToolError } from "@maka/tools"
 import { Effect, Schema } from "effect"
 
@@ -31,6 +31,22 @@ describe("ToolCatalog", () => {
     assert.notStrictEqual(catalog.digest, ToolCatalog.make([tool("b"), tool("a")]).digest)
     assert.notStrictEqual(catalog.digest, ToolCatalog.make([tool("b"), tool("a", "finish_turn", "other")]).digest)
     assert.match(ToolCatalog.empty.digest, Digest.DIGEST_PATTERN)
+  })
+
+  it("offers its definitions as one sealed list, the same object for the same definitions in every catalog", () => {
+    const first = ToolCatalog.make([tool("b"), tool("a")]).capture().definitions
+    const second = ToolCatalog.extend(ToolCatalog.make([tool("a")]), [tool("b")]).capture().definitions
+    assert.isTrue(Canonical.isSealed(first))
+    assert.strictEqual(second, first)
+    assert.deepStrictEqual(first, [tool("a").definition, tool("b").definition])
+    // A definition deep-frozen: the text the model's body and digest reuse stays true.
+    assert.isTrue(Object.isFrozen(first[0]!.inputSchema) && Canonical.isSealed(tool("a").definition))
+    assert.throws(() => {
+      ;(tool("a").inputSchema as Record<string, unknown>)["type"] = "string"
+    }, TypeError)
+    const other = ToolCatalog.make([tool("a"), tool("b", "parallel", "changed")]).capture().definitions
+    assert.notStrictEqual(other, first)
+    assert.strictEqual(other[1]!.description, "changed")
   })
 
   it("refuses two tools with one name", () => {

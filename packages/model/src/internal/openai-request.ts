@@ -3,7 +3,7 @@
  * JSON and written as canonical JSON (keys sorted, no whitespace), so the same request always gives
  * the same bytes. `providerOptions` are merged first; the adapter's own fields win.
  */
-import type { Identity, Prompt } from "@maka/facts"
+import { Canonical, type Identity, type Prompt } from "@maka/facts"
 import type { OutputLimitField } from "../ProviderConfig.ts"
 import { canonicalJson } from "./json-write.ts"
 
@@ -76,8 +76,39 @@ export const messagesJson = (prompt: Prompt.Prompt): string => {
   return out.join("")
 }
 
-/** Stands for the messages in the body's other fields; a string no request field can hold twice by chance. */
+/** Stand for the messages and the tools in the body's other fields; strings no field holds twice by chance. */
 const MESSAGES_SLOT = "\u0000maka.messages\u0000"
+const TOOLS_SLOT = "\u0000maka.tools\u0000"
+const MESSAGES_TEXT = JSON.stringify(MESSAGES_SLOT)
+const TOOLS_TEXT = JSON.stringify(TOOLS_SLOT)
+
+/** The `tools` field as the provider reads it. */
+const providerTools = (tools: ReadonlyArray<Prompt.ToolDefinition>): Array<Json> =>
+  tools.map((tool) => ({
+    type: "function",
+    function: { name: tool.name, description: tool.description, parameters: tool.inputSchema },
+  }))
+
+/**
+ * The `tools` field's canonical JSON, kept per sealed tool list (`Canonical.seal`): a run offers the
+ * same sealed definitions every step (docs/architecture.md §12), so they are written once.
+ */
+const toolTexts = new WeakMap<ReadonlyArray<Prompt.ToolDefinition>, string>()
+
+const toolsJson = (tools: ReadonlyArray<Prompt.ToolDefinition>): string => {
+  let text = toolTexts.get(tools)
+  if (text === undefined) {
+    text = canonicalJson(providerTools(tools))
+    if (Canonical.isSealed(tools)) toolTexts.set(tools, text)
+  }
+  return text
+}
+
+/** Where `slot` is in `body`, or -1 when it is not there exactly once. */
+const slotAt = (body: string, slot: string): number => {
+  const at = body.indexOf(slot)
+  return at === -1 || body.indexOf(slot, at + 1) !== -1 ? -1 : at
+}
 
 /** The request body for `model`, as canonical JSON text; the output limit goes in `limitField`. */
 export const openAiBody = (
@@ -86,32 +117,32 @@ export const openAiBody = (
   prompt: Prompt.Prompt,
   limitField: OutputLimitField,
 ): string => {
-  const body = canonicalJson({
+  const hasTools = request.tools.length > 0
+  const fields = (messages: Json, tools: Json) => ({
     ...request.providerOptions,
     model,
-    messages: MESSAGES_SLOT,
+    messages,
     [limitField]: request.maxOutputTokens,
     stream: true,
     stream_options: { include_usage: true },
-    ...(request.tools.length === 0
-      ? {}
-      : {
-          tools: request.tools.map((tool) => ({
-            type: "function",
-            function: { name: tool.name, description: tool.description, parameters: tool.inputSchema },
-          })),
-        }),
+    ...(hasTools ? { tools } : {}),
   })
-  const slot = JSON.stringify(MESSAGES_SLOT)
-  const at = body.indexOf(slot)
-  // The slot is where `messages` is; should an option hold the same text, write the body whole.
-  if (at === -1 || body.indexOf(slot, at + 1) !== -1) {
-    return canonicalJson({ ...JSON.parse(body), messages: prompt.flatMap(providerMessages) })
+  const body = canonicalJson(fields(MESSAGES_SLOT, TOOLS_SLOT))
+  const messagesAt = slotAt(body, MESSAGES_TEXT)
+  const toolsAt = hasTools ? slotAt(body, TOOLS_TEXT) : body.length
+  // The slots are where `messages` and `tools` are (in that order: keys are sorted); should an
+  // option hold the same text, write the body whole.
+  if (messagesAt === -1 || toolsAt === -1) {
+    return canonicalJson(fields(prompt.flatMap(providerMessages), providerTools(request.tools)))
   }
   // One join writes the body flat: concatenating the pieces would leave a rope that the HTTP client
   // flattens into a second copy of the whole body (a long session's request is hundreds of KB).
-  const out = [body.slice(0, at)]
+  const out = [body.slice(0, messagesAt)]
   pushMessages(prompt, out)
-  out.push(body.slice(at + slot.length))
+  if (hasTools) {
+    out.push(body.slice(messagesAt + MESSAGES_TEXT.length, toolsAt), toolsJson(request.tools), body.slice(toolsAt + TOOLS_TEXT.length))
+  } else {
+    out.push(body.slice(messagesAt + MESSAGES_TEXT.length))
+  }
   return out.join("")
 }
