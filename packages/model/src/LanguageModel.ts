@@ -13,6 +13,7 @@ import type { Normalizer } from "./internal/normalizer.ts"
 import { openAiNormalizer } from "./internal/openai-normalizer.ts"
 import { openAiBody } from "./internal/openai-request.ts"
 import { formsOf } from "./internal/secrets.ts"
+import * as HttpClient from "./internal/http-client.ts"
 import * as Transport from "./internal/transport.ts"
 import { ModelDefaults } from "./ModelDefaults.ts"
 import * as ModelError from "./ModelError.ts"
@@ -214,7 +215,9 @@ const makeChecked = (config: ProviderConfig.ProviderConfig, options: MakeOptions
   const route = routeOf(config)
   const limiter = options.limiter ?? ModelLimiter.makeUnsafe(options.concurrency ?? ModelDefaults.concurrency)
   const idleTimeoutMs = options.idleTimeoutMs ?? ModelDefaults.idleTimeoutMs
-  const fetchFunction: ProviderConfig.FetchFunction = config.fetch ?? ((input, init) => globalThis.fetch(input, init))
+  // The host's `fetch` when it brings one (a proxy, a test double); the adapter's own client otherwise.
+  const hostFetch = config.fetch
+  const send: Transport.TransportRequest["send"] = hostFetch === undefined ? HttpClient.send : (url, request) => hostFetch(url, request).then(HttpClient.fromFetchResponse)
   // An empty key (a local server needs none) sends no credential header and redacts nothing. Every
   // form the key and the Redacted header values can come back in is scrubbed from error messages.
   const secrets = formsOf(
@@ -239,7 +242,7 @@ const makeChecked = (config: ProviderConfig.ProviderConfig, options: MakeOptions
         yield* ModelLimiter.acquireFor(limiter, streamOptions.reservation)
         return yield* Transport.open({
           ...encoded.success,
-          fetch: fetchFunction,
+          send,
           idleTimeoutMs,
           deadlineMs: config.requestDeadlineMs,
           cleanupGraceMs: ModelDefaults.cleanupGraceMs,

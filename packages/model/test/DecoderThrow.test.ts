@@ -6,6 +6,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Exit, Stream } from "effect"
 import * as ModelError from "../src/ModelError.ts"
+import { fromFetchResponse } from "../src/internal/http-client.ts"
 import type { Normalizer } from "../src/internal/normalizer.ts"
 import * as Transport from "../src/internal/transport.ts"
 
@@ -29,7 +30,7 @@ describe("a decoder that throws", () => {
           url: "http://127.0.0.1:9/v1/chat/completions",
           headers: {},
           body: "{}",
-          fetch: async () => sseBody(),
+          send: async () => fromFetchResponse(sseBody()),
           idleTimeoutMs: 60_000,
           deadlineMs: undefined,
           cleanupGraceMs: 10,

@@ -1,5 +1,5 @@
 /**
- * One streamed model request over `fetch` + `eventsource-parser` (docs/model.md §4.2, §4.5, §4.6): the
+ * One streamed model request over HTTP + `eventsource-parser` (docs/model.md §4.2, §4.5, §4.6): the
  * body's reader read directly, one TextDecoder in stream mode feeding the parser, and each network
  * chunk's normalised events delivered together by one pull; one watchdog fiber per request on the
  * Effect `Clock` for the idle timer (reset by every received byte, counting only while a read waits),
@@ -12,7 +12,7 @@ import { Array as Arr, Cause, Clock, Effect, Scope, Stream } from "effect"
 import { createParser, type EventSourceMessage } from "eventsource-parser"
 import * as ErrorClassification from "../ErrorClassification.ts"
 import * as ModelError from "../ModelError.ts"
-import type { FetchFunction } from "../ProviderConfig.ts"
+import type { BodyRead, BodyReader, HttpRequest, HttpResponse } from "./http-client.ts"
 import { splitDelta } from "./delta-split.ts"
 import type { Normalizer, NormalizerFailure, SseMessage } from "./normalizer.ts"
 import { ReplayTracker } from "./replay-tracker.ts"
@@ -22,7 +22,8 @@ export interface TransportRequest {
   readonly url: string
   readonly headers: Readonly<Record<string, string>>
   readonly body: string
-  readonly fetch: FetchFunction
+  /** The host's `fetch`, or the adapter's own client (`http-client.ts`): either answers what is read here. */
+  readonly send: (url: string, request: HttpRequest) => Promise<HttpResponse>
   readonly idleTimeoutMs: number
   /** The overall deadline of the request from send to its end, when the host set one. */
   readonly deadlineMs: number | undefined
@@ -83,7 +84,7 @@ export const open: (
   let expiry: ModelError.ModelError | undefined
   // Ends the pending wait, if any (one at a time: the stream is pulled sequentially).
   let endWait: ((end: WaitEnd) => void) | undefined
-  let reader: ReadableStreamDefaultReader<Uint8Array> | undefined
+  let reader: BodyReader | undefined
   // The body was read to its end: nothing is left to abort or cancel.
   let bodyEnded = false
 
@@ -160,7 +161,7 @@ export const open: (
     // Called from a promise, so that a `fetch` that throws is a rejection like any other.
     () =>
       Promise.resolve().then(() =>
-        request.fetch(request.url, { method: "POST", headers: request.headers, body: request.body, signal: controller.signal }),
+        request.send(request.url, { method: "POST", headers: request.headers, body: request.body, signal: controller.signal }),
       ),
     (cause) =>
       ModelError.provider({
@@ -183,7 +184,7 @@ export const open: (
 
   const contentType = response.headers.get("content-type") ?? ""
   if (!response.ok || !contentType.toLowerCase().includes("text/event-stream")) {
-    const read = (): Effect.Effect<ReadableStreamReadResult<Uint8Array>, ModelError.ModelError> => {
+    const read = (): Effect.Effect<BodyRead, ModelError.ModelError> => {
       const open = reader
       return open === undefined ? Effect.succeed({ done: true, value: undefined }) : waitFor(() => open.read(), bodyFailed)
     }
@@ -285,7 +286,7 @@ export const open: (
   }
 
   /** Folds one network chunk (or the body's end) into `out`: decoded, parsed and normalised at once. */
-  const onChunk = (chunk: ReadableStreamReadResult<Uint8Array>, out: Array<Model.ModelEvent>): void => {
+  const onChunk = (chunk: BodyRead, out: Array<Model.ModelEvent>): void => {
     if (chunk.done) {
       ended = true
       bodyEnded = true
@@ -357,7 +358,7 @@ export const open: (
     lastActivity = now()
     resume(effect)
   }
-  const consume = (chunk: ReadableStreamReadResult<Uint8Array>): void => {
+  const consume = (chunk: BodyRead): void => {
     reading = false
     lastActivity = now()
     const out: Array<Model.ModelEvent> = []
@@ -385,7 +386,7 @@ export const open: (
     if (ended) return settle(release())
     next()
   }
-  const onRead = (chunk: ReadableStreamReadResult<Uint8Array>): void => {
+  const onRead = (chunk: BodyRead): void => {
     readPending = false
     if (resumePull === undefined) parked = () => consume(chunk)
     else consume(chunk)
@@ -436,7 +437,7 @@ export const open: (
 
 /** Reads at most `limit` bytes of an error body as text. */
 const readErrorBody = (
-  read: () => Effect.Effect<ReadableStreamReadResult<Uint8Array>, ModelError.ModelError>,
+  read: () => Effect.Effect<BodyRead, ModelError.ModelError>,
   limit: number,
 ): Effect.Effect<string, ModelError.ModelError> => {
   const decoder = new TextDecoder()

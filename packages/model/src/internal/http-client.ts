@@ -1,0 +1,184 @@
+/**
+ * The adapter's own HTTP client (docs/model.md §4.2), used when the provider configuration brings no
+ * `fetch`: `node:http` / `node:https` with keep-alive agents, the response body read in paused mode
+ * by one pull per network chunk, no WHATWG stream between the socket and the SSE parser. It answers
+ * the part of a `fetch` `Response` the transport reads (status, headers, a body reader), and keeps
+ * Node's `fetch` behaviour where the transport depends on it: header values trimmed, an abort
+ * rejects with an `AbortError`, a body cut short rejects its read, a compressed body is decompressed.
+ * There is no connect timer: the request's idle timer covers the wait for the first byte.
+ */
+import * as http from "node:http"
+import * as https from "node:https"
+import type { Readable } from "node:stream"
+import * as zlib from "node:zlib"
+
+/** A read of the body: a chunk, or the end. */
+export type BodyRead = { readonly done: false; readonly value: Uint8Array } | { readonly done: true; readonly value?: Uint8Array | undefined }
+
+export interface BodyReader {
+  readonly read: () => Promise<BodyRead>
+  readonly cancel: () => Promise<void>
+}
+
+/** What the transport reads of a response: a `fetch` `Response` has it, and so does this client's. */
+export interface HttpResponse {
+  readonly status: number
+  readonly ok: boolean
+  readonly headers: { readonly get: (name: string) => string | null }
+  readonly body: { readonly getReader: () => BodyReader } | null
+}
+
+export interface HttpRequest {
+  readonly method: "POST"
+  readonly headers: Readonly<Record<string, string>>
+  readonly body: string
+  readonly signal: AbortSignal
+}
+
+/** A `fetch` `Response` as the transport reads it. */
+export const fromFetchResponse = (response: Response): HttpResponse => {
+  const body = response.body
+  return {
+    status: response.status,
+    ok: response.ok,
+    headers: response.headers,
+    body: body === null ? null : { getReader: () => body.getReader() },
+  }
+}
+
+/**
+ * How long an idle kept-alive connection waits for the next request before it is closed (as undici,
+ * behind Node's `fetch`, keeps them); a server's `Keep-Alive: timeout=` hint shortens it.
+ */
+export const IDLE_CONNECTION_MS = 4_000
+
+const agents = {
+  "http:": new http.Agent({ keepAlive: true, timeout: IDLE_CONNECTION_MS }),
+  "https:": new https.Agent({ keepAlive: true, timeout: IDLE_CONNECTION_MS }),
+} as const
+
+/** The abort error `fetch` rejects with: an `Error` named `AbortError`. */
+const abortError = (signal: AbortSignal): Error => {
+  const reason: unknown = signal.reason
+  if (reason instanceof Error && reason.name === "AbortError") return reason
+  const error = new Error("This operation was aborted")
+  error.name = "AbortError"
+  return error
+}
+
+/** The decompressed body for a `content-encoding` Node's `fetch` would decode; the body itself otherwise. */
+const decoded = (response: http.IncomingMessage): Readable => {
+  const encoding = (response.headers["content-encoding"] ?? "").trim().toLowerCase()
+  const decoder =
+    encoding === "gzip" || encoding === "x-gzip"
+      ? zlib.createGunzip({ flush: zlib.constants.Z_SYNC_FLUSH, finishFlush: zlib.constants.Z_SYNC_FLUSH })
+      : encoding === "deflate"
+        ? zlib.createInflate({ flush: zlib.constants.Z_SYNC_FLUSH, finishFlush: zlib.constants.Z_SYNC_FLUSH })
+        : encoding === "br"
+          ? zlib.createBrotliDecompress({ flush: zlib.constants.BROTLI_OPERATION_FLUSH, finishFlush: zlib.constants.BROTLI_OPERATION_FLUSH })
+          : undefined
+  if (decoder === undefined) return response
+  response.on("error", (error) => decoder.destroy(error))
+  return response.pipe(decoder)
+}
+
+/**
+ * A pull reader over a paused `Readable`: a read takes what is buffered at once, or waits for the
+ * next chunk, the end or the failure. A connection cut mid-body fails the body (Node reports it as
+ * an `aborted` error), so the read fails as under `fetch`; after an abort every failure is the
+ * `AbortError`.
+ */
+const readerOf = (response: http.IncomingMessage, signal: AbortSignal): BodyReader => {
+  const body = decoded(response)
+  let ended = false
+  let failure: unknown
+  let waiting: { readonly resolve: (read: BodyRead) => void; readonly reject: (error: unknown) => void } | undefined
+  const settle = () => {
+    const waiter = waiting
+    if (waiter === undefined) return
+    const chunk: unknown = body.read()
+    if (chunk !== null) {
+      waiting = undefined
+      waiter.resolve({ done: false, value: chunk as Uint8Array })
+    } else if (failure !== undefined) {
+      waiting = undefined
+      waiter.reject(failure)
+    } else if (ended) {
+      waiting = undefined
+      waiter.resolve({ done: true })
+    }
+  }
+  const fail = (error: unknown) => {
+    failure ??= signal.aborted ? abortError(signal) : error
+    settle()
+  }
+  body.on("readable", settle)
+  body.on("end", () => {
+    ended = true
+    settle()
+  })
+  body.on("error", fail)
+  return {
+    read: () => {
+      const chunk: unknown = body.read()
+      if (chunk !== null) return Promise.resolve({ done: false, value: chunk as Uint8Array })
+      if (failure !== undefined) return Promise.reject(failure)
+      if (ended) return Promise.resolve({ done: true })
+      return new Promise<BodyRead>((resolve, reject) => {
+        waiting = { resolve, reject }
+      })
+    },
+    cancel: () => {
+      ended = true
+      response.destroy()
+      if (body !== response) body.destroy()
+      settle()
+      return Promise.resolve()
+    },
+  }
+}
+
+const headerReader = (response: http.IncomingMessage): HttpResponse["headers"] => ({
+  get: (name) => {
+    const value = response.headers[name.toLowerCase()]
+    return value === undefined ? null : Array.isArray(value) ? value.join(", ") : value
+  },
+})
+
+/** A header value as `fetch` sends it: leading and trailing HTTP whitespace removed. */
+const headerValue = (value: string): string => value.replace(/^[\t\n\r ]+|[\t\n\r ]+$/g, "")
+
+const outgoingHeaders = (request: HttpRequest): Record<string, string | number> => {
+  const headers: Record<string, string | number> = {}
+  for (const [name, value] of Object.entries(request.headers)) headers[name] = headerValue(value)
+  headers["content-length"] = Buffer.byteLength(request.body)
+  return headers
+}
+
+/** Sends `request` to `url` and resolves with the response once its headers arrived. */
+export const send = (url: string, request: HttpRequest): Promise<HttpResponse> =>
+  new Promise<HttpResponse>((resolve, reject) => {
+    const { signal } = request
+    if (signal.aborted) return reject(abortError(signal))
+    const target = new URL(url)
+    const agent = target.protocol === "https:" ? agents["https:"] : target.protocol === "http:" ? agents["http:"] : undefined
+    if (agent === undefined) return reject(new TypeError(`unsupported protocol ${target.protocol}`))
+    const module = target.protocol === "https:" ? https : http
+    const outgoing = module.request(target, {
+      method: request.method,
+      agent,
+      headers: outgoingHeaders(request),
+      signal,
+    })
+    // Every failure of the request is heard (a later one, after the response, reaches the body's reader).
+    outgoing.on("error", (error) => {
+      reject(signal.aborted ? abortError(signal) : error)
+    })
+    outgoing.once("response", (response) => {
+      const status = response.statusCode ?? 0
+      // The reader listens from the start, so a failure before the first read is kept for it.
+      const reader = readerOf(response, signal)
+      resolve({ status, ok: status >= 200 && status < 300, headers: headerReader(response), body: { getReader: () => reader } })
+    })
+    outgoing.end(request.body)
+  })

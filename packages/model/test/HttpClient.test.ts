@@ -1,0 +1,174 @@
+/**
+ * The adapter's own HTTP client (docs/model.md §4.2), against a real `node:http` server on loopback:
+ * connections kept alive between requests, header values sent as `fetch` sends them, compressed
+ * bodies decoded, a body cut short failing its read, and an abort rejecting with an `AbortError`
+ * before and during the body.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import * as http from "node:http"
+import type { AddressInfo } from "node:net"
+import * as zlib from "node:zlib"
+import { send, type BodyReader } from "../src/internal/http-client.ts"
+
+type Handler = (request: http.IncomingMessage, response: http.ServerResponse) => void
+
+/** A loopback server running `handler`; counts the connections it accepted. */
+const serve = async (handler: Handler) => {
+  const server = http.createServer(handler)
+  let connections = 0
+  server.on("connection", () => connections++)
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve))
+  const { port } = server.address() as AddressInfo
+  return {
+    url: `http://127.0.0.1:${port}/v1/chat/completions`,
+    connections: () => connections,
+    close: () => {
+      server.closeAllConnections()
+      return new Promise<void>((resolve) => server.close(() => resolve()))
+    },
+  }
+}
+
+const post = (url: string, headers: Record<string, string> = {}, signal = new AbortController().signal) =>
+  send(url, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: '{"q":"é"}', signal })
+
+/** Every chunk of the body as text, until its end. */
+const readAll = async (reader: BodyReader): Promise<string> => {
+  const decoder = new TextDecoder()
+  let text = ""
+  for (;;) {
+    const read = await reader.read()
+    if (read.done) return text + decoder.decode()
+    text += decoder.decode(read.value, { stream: true })
+  }
+}
+
+const rejection = async (promise: Promise<unknown>): Promise<Error> => {
+  try {
+    await promise
+  } catch (error) {
+    return error as Error
+  }
+  throw new Error("expected a rejection")
+}
+
+describe("the adapter's HTTP client", () => {
+  it("sends the body with its length and trimmed header values, and keeps the connection for the next request", async () => {
+    const received: Array<{ body: string; length: string | undefined; authorization: string | undefined }> = []
+    const server = await serve((request, response) => {
+      let body = ""
+      request.setEncoding("utf8")
+      request.on("data", (chunk: string) => (body += chunk))
+      request.on("end", () => {
+        received.push({ body, length: request.headers["content-length"], authorization: request.headers["authorization"] })
+        response.writeHead(200, { "content-type": "text/event-stream", "x-extra": "yes" })
+        response.end("data: one\n\n")
+      })
+    })
+    try {
+      for (let index = 0; index < 3; index++) {
+        const response = await post(server.url, { authorization: " Bearer sk-1\n" })
+        assert.strictEqual(response.status, 200)
+        assert.isTrue(response.ok)
+        assert.strictEqual(response.headers.get("Content-Type"), "text/event-stream")
+        assert.strictEqual(response.headers.get("x-missing"), null)
+        assert.strictEqual(await readAll(response.body!.getReader()), "data: one\n\n")
+      }
+      assert.deepStrictEqual(received[0], { body: '{"q":"é"}', length: "10", authorization: "Bearer sk-1" })
+      assert.strictEqual(received.length, 3)
+      assert.strictEqual(server.connections(), 1)
+    } finally {
+      await server.close()
+    }
+  })
+
+  it("decodes a gzip, deflate or brotli body, and passes an error status through with its body", async () => {
+    const text = "data: compressed\n\n".repeat(50)
+    const encoders: Record<string, (input: string) => Buffer> = {
+      gzip: (input) => zlib.gzipSync(input),
+      deflate: (input) => zlib.deflateSync(input),
+      br: (input) => zlib.brotliCompressSync(input),
+    }
+    const server = await serve((request, response) => {
+      const encoding = request.headers["x-encoding"] as string
+      if (encoding === "none") {
+        response.writeHead(429, { "content-type": "application/json", "retry-after": "2" })
+        response.end('{"error":{"message":"slow down"}}')
+        return
+      }
+      response.writeHead(200, { "content-type": "text/event-stream", "content-encoding": encoding })
+      response.end(encoders[encoding]!(text))
+    })
+    try {
+      for (const encoding of Object.keys(encoders)) {
+        const response = await post(server.url, { "x-encoding": encoding })
+        assert.strictEqual(await readAll(response.body!.getReader()), text, encoding)
+      }
+      const refused = await post(server.url, { "x-encoding": "none" })
+      assert.strictEqual(refused.status, 429)
+      assert.isFalse(refused.ok)
+      assert.strictEqual(refused.headers.get("retry-after"), "2")
+      assert.strictEqual(await readAll(refused.body!.getReader()), '{"error":{"message":"slow down"}}')
+    } finally {
+      await server.close()
+    }
+  })
+
+  it("fails the read of a body cut short, after what did arrive", async () => {
+    const server = await serve((_request, response) => {
+      response.writeHead(200, { "content-type": "text/event-stream" })
+      response.write("data: partial\n\n", () => setTimeout(() => response.socket?.destroy(), 20))
+    })
+    try {
+      const reader = (await post(server.url)).body!.getReader()
+      const first = await reader.read()
+      assert.isFalse(first.done)
+      assert.strictEqual(new TextDecoder().decode(first.value), "data: partial\n\n")
+      const failure = await rejection(reader.read())
+      assert.notStrictEqual(failure.name, "AbortError")
+    } finally {
+      await server.close()
+    }
+  })
+
+  it("rejects with an AbortError when aborted before the response and while the body is read", async () => {
+    const server = await serve((request, response) => {
+      if (request.headers["x-wait"] === "headers") return
+      response.writeHead(200, { "content-type": "text/event-stream" })
+      response.write("data: first\n\n")
+    })
+    try {
+      const early = new AbortController()
+      const pending = post(server.url, { "x-wait": "headers" }, early.signal)
+      setTimeout(() => early.abort(), 20)
+      assert.strictEqual((await rejection(pending)).name, "AbortError")
+      assert.strictEqual((await rejection(post(server.url, {}, early.signal))).name, "AbortError")
+
+      const late = new AbortController()
+      const reader = (await post(server.url, {}, late.signal)).body!.getReader()
+      assert.isFalse((await reader.read()).done)
+      const waiting = reader.read()
+      late.abort()
+      assert.strictEqual((await rejection(waiting)).name, "AbortError")
+    } finally {
+      await server.close()
+    }
+  })
+
+  it("ends a cancelled body's reads, and refuses a protocol it does not speak", async () => {
+    const server = await serve((_request, response) => {
+      response.writeHead(200, { "content-type": "text/event-stream" })
+      response.write("data: first\n\n")
+    })
+    try {
+      const reader = (await post(server.url)).body!.getReader()
+      await reader.read()
+      const waiting = reader.read()
+      await reader.cancel()
+      assert.isTrue((await waiting).done)
+      assert.instanceOf(await rejection(post("ftp://127.0.0.1/v1")), TypeError)
+    } finally {
+      await server.close()
+    }
+  })
+})
