@@ -14,6 +14,7 @@ import { Effect, Layer, Redacted, Stream } from "effect"
 import * as Engine from "./Engine.ts"
 import * as EngineError from "./EngineError.ts"
 import * as Hints from "./Hints.ts"
+import * as EventFeed from "./internal/event-feed.ts"
 
 /** The defaults of `createEngine`, `start` and `Agent.start`. */
 export const defaults = Object.freeze({
@@ -97,10 +98,7 @@ export interface RunOptions {
 }
 
 /** One piece of a rendered answer: visible text or the model's thinking. */
-export interface TextDelta {
-  readonly kind: Model.TextKind
-  readonly text: string
-}
+export type TextDelta = EventFeed.TextDelta
 
 /** A running invocation with its answer as text. */
 export interface AgentRun extends Engine.RunningInvocation {
@@ -232,34 +230,15 @@ export const startInput = (options: RunOptions): Effect.Effect<Engine.StartInput
     } satisfies Engine.StartInput
   })
 
-/** The kinds of the parts seen so far, and the summary steps whose streams are left out. */
-interface TextState {
-  readonly kinds: Map<string, Model.TextKind>
-  readonly summaries: Set<string>
-}
-
 /**
  * The text and thinking deltas of committed events in order; parts are told apart by their step.
  * A summary request's stream (compaction, docs/engine.md §5.12) is not the answer: it is left out.
  */
 export const textAndThinking = <E, R>(events: Stream.Stream<Event.StoredEvent, E, R>): Stream.Stream<TextDelta, E, R> =>
-  Stream.mapAccum(
-    events,
-    (): TextState => ({ kinds: new Map<string, Model.TextKind>(), summaries: new Set<string>() }),
-    (state: TextState, stored): readonly [TextState, ReadonlyArray<TextDelta>] => {
-      const fact = stored.event.fact
-      if (fact.kind === "model_requested" && fact.purpose === "summary") state.summaries.add(fact.stepId)
-      if (fact.kind !== "model_observed" || state.summaries.has(fact.stepId)) return [state, []]
-      const observed = fact.event
-      const key = `${fact.stepId}:${"id" in observed ? String(observed.id) : ""}`
-      if (observed.kind === "part_started") {
-        state.kinds.set(key, observed.textKind)
-        return [state, []]
-      }
-      if (observed.kind !== "part_delta" || observed.text === "") return [state, []]
-      return [state, [{ kind: state.kinds.get(key) ?? "text", text: observed.text }]]
-    },
-  )
+  Stream.mapAccum(events, EventFeed.textState, (state, stored): readonly [EventFeed.TextState, ReadonlyArray<TextDelta>] => {
+    const delta = EventFeed.textDeltaOf(state, stored)
+    return [state, delta === undefined ? [] : [delta]]
+  })
 
 /** The answer's text deltas of committed events, thinking excluded. */
 export const text = <E, R>(events: Stream.Stream<Event.StoredEvent, E, R>): Stream.Stream<string, E, R> =>

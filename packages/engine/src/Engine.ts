@@ -24,6 +24,7 @@ import { Clock, Context, Deferred, Effect, Exit, Fiber, Layer, type Redacted, Re
 import * as EngineError from "./EngineError.ts"
 import { defaults, MAX_QUEUED_STEERING, resolveOptions, SESSION_CONTEXTS, type EngineOptions } from "./internal/options.ts"
 import { SessionContexts, type Run, type RunSettings } from "./internal/run-context.ts"
+import * as EventFeed from "./internal/event-feed.ts"
 import * as Handoff from "./internal/handoff.ts"
 import { catalogOf, reservedNameProblem } from "./internal/read-tool-result.ts"
 import { checkContinuation as checkContinuationOf, runCompact, runMessage } from "./internal/runner.ts"
@@ -413,7 +414,8 @@ export const make = (options: Partial<EngineOptions> = {}) =>
           // A caller that stops waiting drops a reservation not yet held: the same run goes on.
           return yield* Effect.onInterrupt(Deferred.await(done), () => gate.drop)
         }).pipe(Effect.provideService(Ids.Ids, ids))
-        const committed: Array<Event.StoredEvent> = []
+        const feed = new EventFeed.EventFeed()
+        const committed = feed.committed
         const progress = yield* SubscriptionRef.make({ total: 0, done: false })
         const admitted = yield* Deferred.make<void>()
         const result = yield* Deferred.make<RunResult, EngineError.EngineError>()
@@ -435,7 +437,7 @@ export const make = (options: Partial<EngineOptions> = {}) =>
           settings: runSettings(input, log),
           onCommitted: (events) =>
             Effect.suspend(() => {
-              committed.push(...events)
+              feed.add(events)
               return SubscriptionRef.set(progress, { total: committed.length, done: false })
             }),
         }
@@ -451,6 +453,7 @@ export const make = (options: Partial<EngineOptions> = {}) =>
         const release = Effect.suspend(() => {
           active.delete(sessionId)
           live.delete(input.invocation.invocationId)
+          feed.end()
           return SubscriptionRef.set(progress, { total: committed.length, done: true })
         })
         const failed = (error: EngineError.EngineError) =>
@@ -484,10 +487,12 @@ export const make = (options: Partial<EngineOptions> = {}) =>
             [...unwritten.values()].some((invocation) => invocation.sessionId === sessionId)
           return yield* Effect.fail(own ? EngineError.reconciliation(EngineError.UNWRITTEN_TERMINAL_MESSAGE) : error)
         }
+        const events = liveEvents(progress, committed)
+        EventFeed.register(events, feed)
         return {
           invocation: input.invocation,
           toolNames: run.settings.tools.names,
-          events: liveEvents(progress, committed),
+          events,
           steer: (text: string) => Effect.provideService(steer(input.invocation, steering, gate, text), Ids.Ids, ids),
           cancel: cancellation.cancel,
           handoff,

@@ -11,6 +11,7 @@ import { Cause, Effect, Exit, ManagedRuntime, Option, Stream } from "effect"
 import * as Agent from "./Agent.ts"
 import * as Engine from "./Engine.ts"
 import * as EngineError from "./EngineError.ts"
+import * as EventFeed from "./internal/event-feed.ts"
 import type * as Recovery from "./Recovery.ts"
 
 /** The defaults of `createEngine` and `start` (`Agent.defaults`). */
@@ -149,6 +150,8 @@ export const createEngine = async (options: CreateEngineOptions): Promise<MakaEn
   const run = <A>(effect: Effect.Effect<A, EdgeError, Services>): Promise<A> =>
     closing === undefined ? runtime.runPromiseExit(effect).then(settle) : Promise.reject(closedError())
 
+  const feedOf = (running: Agent.AgentRun): EventFeed.EventFeed | undefined => EventFeed.of(running.events)
+
   const wrap = (running: Agent.AgentRun, signal: AbortSignal | undefined): Run => {
     const cancel = (): Promise<void> => (closing === undefined ? runtime.runPromise(running.cancel) : Promise.resolve())
     const onAbort = (): void => void cancel()
@@ -166,9 +169,16 @@ export const createEngine = async (options: CreateEngineOptions): Promise<MakaEn
     return {
       invocation: running.invocation,
       toolNames: running.toolNames,
-      events: () => Stream.toAsyncIterable(running.events),
-      text: () => Stream.toAsyncIterable(running.text),
-      textAndThinking: () => Stream.toAsyncIterable(running.textAndThinking),
+      // The engine's runs are read from their feed, with no fiber per event.
+      events: () => feedOf(running)?.events() ?? Stream.toAsyncIterable(running.events),
+      text: () => {
+        const feed = feedOf(running)
+        return feed === undefined ? Stream.toAsyncIterable(running.text) : EventFeed.textOf(feed.events())
+      },
+      textAndThinking: () => {
+        const feed = feedOf(running)
+        return feed === undefined ? Stream.toAsyncIterable(running.textAndThinking) : EventFeed.textAndThinkingOf(feed.events())
+      },
       wait: () => settled.then(settle),
       cancel,
       steer: (text) => run(running.steer(text)),

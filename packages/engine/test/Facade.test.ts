@@ -129,6 +129,21 @@ describe("Facade", () => {
     assert.isTrue(live.some((item) => item.event.fact.kind === "model_observed"))
   })
 
+  it("serves several readers of events() at once, each from the opening, and a reader that stops early stops alone", async () => {
+    const context = await setup(listThenAnswer)
+    const run = await context.engine.start(options(context))
+    const stopper = run.events()[Symbol.asyncIterator]()
+    const first = await stopper.next()
+    const [whole, again] = await Promise.all([collect(run.events()), collect(run.events())])
+    assert.deepStrictEqual(await stopper.return!(), { done: true, value: undefined })
+    assert.isTrue((await stopper.next()).done)
+    assert.deepStrictEqual((await run.wait()).outcome, { kind: "completed" })
+    const stored = await context.engine.events("session-1")
+    assert.deepStrictEqual(whole, stored)
+    assert.deepStrictEqual(again, stored)
+    assert.deepStrictEqual(first.value, stored[0])
+  })
+
   it("cancels a run when its AbortSignal aborts, and writes nothing when it aborted before start", async () => {
     const context = await setup([Respond.hang()])
     const controller = new AbortController()

@@ -1,0 +1,112 @@
+/**
+ * A run's committed events as the facade hands them out (docs/architecture.md §12): `events()`,
+ * `text()` and `textAndThinking()` read the run's list of committed events with plain promises, so
+ * delivering an event runs no fiber (an Effect stream turned into an async iterable runs one per
+ * `next`). The Effect API's stream (`RunningInvocation.events`) reads the same list.
+ */
+import type { Event, Model } from "@maka/facts"
+
+/** One piece of a rendered answer: visible text or the model's thinking. */
+export interface TextDelta {
+  readonly kind: Model.TextKind
+  readonly text: string
+}
+
+export class EventFeed {
+  /** Every committed event of the run, in order. */
+  readonly committed: Array<Event.StoredEvent> = []
+  #ended = false
+  #waiting: Array<() => void> = []
+
+  /** Adds events just made durable and wakes the readers. */
+  add(events: ReadonlyArray<Event.StoredEvent>): void {
+    for (const event of events) this.committed.push(event)
+    this.#wake()
+  }
+
+  /** No event follows: readers end once they have read every committed one. */
+  end(): void {
+    this.#ended = true
+    this.#wake()
+  }
+
+  #wake(): void {
+    const waiting = this.#waiting
+    if (waiting.length === 0) return
+    this.#waiting = []
+    for (const resume of waiting) resume()
+  }
+
+  /** Every committed event from the run's first, live; ends after the last one once the run ended. */
+  events(): AsyncIterableIterator<Event.StoredEvent> {
+    let index = 0
+    let closed = false
+    const next = (): Promise<IteratorResult<Event.StoredEvent, undefined>> => {
+      if (!closed && index < this.committed.length) return Promise.resolve({ done: false, value: this.committed[index++]! })
+      if (closed || this.#ended) {
+        closed = true
+        return Promise.resolve({ done: true, value: undefined })
+      }
+      return new Promise((resolve) => this.#waiting.push(() => resolve(next())))
+    }
+    const iterator: AsyncIterableIterator<Event.StoredEvent> = {
+      next,
+      return: () => {
+        closed = true
+        return Promise.resolve({ done: true, value: undefined })
+      },
+      [Symbol.asyncIterator]: () => iterator,
+    }
+    return iterator
+  }
+}
+
+/** The feeds of live runs, by the Effect stream of the same events (kept as is by every wrapper). */
+const feeds = new WeakMap<object, EventFeed>()
+
+export const register = (stream: object, feed: EventFeed): void => {
+  feeds.set(stream, feed)
+}
+
+/** The feed behind a run's event stream, when the engine made it. */
+export const of = (stream: object): EventFeed | undefined => feeds.get(stream)
+
+/** The kinds of the parts seen so far, and the summary steps whose streams are left out. */
+export interface TextState {
+  readonly kinds: Map<string, Model.TextKind>
+  readonly summaries: Set<string>
+}
+
+export const textState = (): TextState => ({ kinds: new Map(), summaries: new Set() })
+
+/**
+ * The text or thinking delta one committed event adds to the answer, if any; parts are told apart
+ * by their step. A summary request's stream (compaction, docs/engine.md §5.12) is not the answer.
+ */
+export const textDeltaOf = (state: TextState, stored: Event.StoredEvent): TextDelta | undefined => {
+  const fact = stored.event.fact
+  if (fact.kind === "model_requested" && fact.purpose === "summary") state.summaries.add(fact.stepId)
+  if (fact.kind !== "model_observed" || state.summaries.has(fact.stepId)) return undefined
+  const observed = fact.event
+  const key = `${fact.stepId}:${"id" in observed ? String(observed.id) : ""}`
+  if (observed.kind === "part_started") {
+    state.kinds.set(key, observed.textKind)
+    return undefined
+  }
+  if (observed.kind !== "part_delta" || observed.text === "") return undefined
+  return { kind: state.kinds.get(key) ?? "text", text: observed.text }
+}
+
+/** The text and thinking deltas of `events`, in order. */
+export async function* textAndThinkingOf(events: AsyncIterable<Event.StoredEvent>): AsyncGenerator<TextDelta, void, undefined> {
+  const state = textState()
+  for await (const stored of events) {
+    const delta = textDeltaOf(state, stored)
+    if (delta !== undefined) yield delta
+  }
+}
+
+/** The answer's text deltas of `events`, thinking excluded. */
+export async function* textOf(events: AsyncIterable<Event.StoredEvent>): AsyncGenerator<string, void, undefined> {
+  for await (const delta of textAndThinkingOf(events)) if (delta.kind === "text") yield delta.text
+}
