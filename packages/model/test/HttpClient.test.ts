@@ -8,7 +8,7 @@ import { assert, describe, it } from "@effect/vitest"
 import * as http from "node:http"
 import type { AddressInfo } from "node:net"
 import * as zlib from "node:zlib"
-import { send, type BodyReader } from "../src/internal/http-client.ts"
+import { IDLE_CONNECTION_MS, send, type BodyReader } from "../src/internal/http-client.ts"
 
 type Handler = (request: http.IncomingMessage, response: http.ServerResponse) => void
 
@@ -81,6 +81,30 @@ describe("the adapter's HTTP client", () => {
       await server.close()
     }
   })
+
+  it("lets a kept-alive connection wait longer than the idle-connection timeout for a slow answer", async () => {
+    const server = await serve((request, response) => {
+      const wait = Number(request.headers["x-wait"])
+      request.resume()
+      request.on("end", () =>
+        setTimeout(() => {
+          response.writeHead(200, { "content-type": "text/event-stream" })
+          response.write("data: a\n\n")
+          setTimeout(() => response.end("data: b\n\n"), wait)
+        }, wait),
+      )
+    })
+    try {
+      assert.strictEqual(await readAll((await post(server.url, { "x-wait": "0" })).body!.getReader()), "data: a\n\ndata: b\n\n")
+      // The second request reuses the connection; the model thinks past the idle-connection timeout
+      // before its headers and again between two chunks.
+      const slow = await post(server.url, { "x-wait": String(IDLE_CONNECTION_MS + 300) })
+      assert.strictEqual(await readAll(slow.body!.getReader()), "data: a\n\ndata: b\n\n")
+      assert.strictEqual(server.connections(), 1)
+    } finally {
+      await server.close()
+    }
+  }, 20_000)
 
   it("decodes a gzip, deflate or brotli body, and passes an error status through with its body", async () => {
     const text = "data: compressed\n\n".repeat(50)
