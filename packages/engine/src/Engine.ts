@@ -20,7 +20,7 @@ import {
 import { EventLog } from "@maka/event-log"
 import type { LanguageModel } from "@maka/model"
 import { Cancellation, Ids, ToolCatalog } from "@maka/tools"
-import { Clock, Context, Deferred, Effect, Exit, Fiber, Layer, type Redacted, Ref, Result, Schema, Scope, Semaphore, Stream, SubscriptionRef } from "effect"
+import { Clock, Context, Deferred, Effect, Exit, Fiber, Layer, type Redacted, Ref, Result, Schema, Scope, Semaphore, Stream } from "effect"
 import * as EngineError from "./EngineError.ts"
 import { defaults, MAX_QUEUED_STEERING, resolveOptions, SESSION_CONTEXTS, type EngineOptions } from "./internal/options.ts"
 import { SessionContexts, type Run, type RunSettings } from "./internal/run-context.ts"
@@ -267,13 +267,11 @@ const NO_PROVIDER_OPTIONS: Identity.JsonObject = Canonical.seal({})
 
 /**
  * A run's provider options sealed (`Canonical.seal`, docs/architecture.md §12): every request of
- * the run carries the same object, so the model's request check and body take it once.
+ * the run carries the same object, so the model's request check and body take it once. They were
+ * decoded as a JSON object by `validateInput`, so sealing cannot fail.
  */
-const sealedOptions = (options: Identity.JsonObject | undefined): Identity.JsonObject => {
-  if (options === undefined) return NO_PROVIDER_OPTIONS
-  const sealed = Result.try({ try: () => Canonical.seal(options), catch: () => undefined })
-  return Result.isSuccess(sealed) ? sealed.success : options
-}
+const sealedOptions = (options: Identity.JsonObject | undefined): Identity.JsonObject =>
+  options === undefined ? NO_PROVIDER_OPTIONS : Canonical.seal(options)
 
 /** The frozen settings of a run from its input; its catalog gains `read_tool_result` over `log`. */
 const runSettings = (input: LaunchInput, log: EventLog.EventLogShape): RunSettings => ({
@@ -296,18 +294,13 @@ const runSettings = (input: LaunchInput, log: EventLog.EventLogShape): RunSettin
  * Every committed event of a run from its opening, live: ends after the terminal, or when the run
  * ended without one (its terminal could not be appended).
  */
-const liveEvents = (
-  progress: SubscriptionRef.SubscriptionRef<{ readonly total: number; readonly done: boolean }>,
-  committed: ReadonlyArray<Event.StoredEvent>,
-): Stream.Stream<Event.StoredEvent> =>
-  Stream.suspend(() => {
-    let emitted = 0
-    return Stream.flatMap(SubscriptionRef.changes(progress).pipe(Stream.takeUntil((state) => state.done)), (state) => {
-      const next = committed.slice(emitted, state.total)
-      emitted = Math.max(emitted, state.total)
-      return Stream.fromIterable(next)
-    })
-  })
+const liveEvents = (feed: EventFeed.EventFeed): Stream.Stream<Event.StoredEvent> => {
+  // Each run of the stream reads the feed from the run's first event; the feed never fails.
+  const stream = Stream.orDie(Stream.fromAsyncIterable({ [Symbol.asyncIterator]: () => feed.events() }, (cause) => cause))
+  // The facade reads the same feed directly, with no fiber per event.
+  EventFeed.register(stream, feed)
+  return stream
+}
 
 /**
  * Queues a steering message after the whole validation of the fact it becomes, so it can always be
@@ -416,7 +409,6 @@ export const make = (options: Partial<EngineOptions> = {}) =>
         }).pipe(Effect.provideService(Ids.Ids, ids))
         const feed = new EventFeed.EventFeed()
         const committed = feed.committed
-        const progress = yield* SubscriptionRef.make({ total: 0, done: false })
         const admitted = yield* Deferred.make<void>()
         const result = yield* Deferred.make<RunResult, EngineError.EngineError>()
         const run: Run = {
@@ -435,11 +427,7 @@ export const make = (options: Partial<EngineOptions> = {}) =>
           opening: undefined,
           contexts,
           settings: runSettings(input, log),
-          onCommitted: (events) =>
-            Effect.suspend(() => {
-              feed.add(events)
-              return SubscriptionRef.set(progress, { total: committed.length, done: false })
-            }),
+          onCommitted: (events) => Effect.sync(() => feed.add(events)),
         }
         // The caller's signal cancels the run while it runs; its listener goes with the run.
         const watched =
@@ -450,11 +438,10 @@ export const make = (options: Partial<EngineOptions> = {}) =>
                 Effect.andThen(onAbort(input.signal), Effect.andThen(cancellation.cancel, Effect.never)),
               )
         // The session is released before the result is, so a caller that awaits `wait` can start again.
-        const release = Effect.suspend(() => {
+        const release = Effect.sync(() => {
           active.delete(sessionId)
           live.delete(input.invocation.invocationId)
           feed.end()
-          return SubscriptionRef.set(progress, { total: committed.length, done: true })
         })
         const failed = (error: EngineError.EngineError) =>
           Effect.suspend(() => {
@@ -487,12 +474,10 @@ export const make = (options: Partial<EngineOptions> = {}) =>
             [...unwritten.values()].some((invocation) => invocation.sessionId === sessionId)
           return yield* Effect.fail(own ? EngineError.reconciliation(EngineError.UNWRITTEN_TERMINAL_MESSAGE) : error)
         }
-        const events = liveEvents(progress, committed)
-        EventFeed.register(events, feed)
         return {
           invocation: input.invocation,
           toolNames: run.settings.tools.names,
-          events,
+          events: liveEvents(feed),
           steer: (text: string) => Effect.provideService(steer(input.invocation, steering, gate, text), Ids.Ids, ids),
           cancel: cancellation.cancel,
           handoff,

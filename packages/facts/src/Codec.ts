@@ -80,21 +80,13 @@ export const shapeGuard = <S extends Schema.Top>(schema: S): ((input: unknown) =
   }
 }
 
-const runtimeEventShape = ShapeGuard.compile(RuntimeEvent.ast)
-
 /**
  * Whether a value parsed from JSON has the closed shape of a `RuntimeEvent`, checked in place:
  * `true` only when the closed decode accepts it and returns the same structure, so the parsed
  * value itself can be kept (`false` for a value nested too deeply to walk). The fact's rules are
  * `Validation.fact`.
  */
-export const hasRuntimeEventShape = (input: unknown): input is RuntimeEvent => {
-  try {
-    return runtimeEventShape(input)
-  } catch {
-    return false
-  }
-}
+export const hasRuntimeEventShape: (input: unknown) => input is RuntimeEvent = shapeGuard(RuntimeEvent)
 
 /**
  * Decodes stored event JSON; an event over 1 MiB is refused before it is parsed. The parsed value

@@ -2,7 +2,7 @@
  * `LanguageModel`: the service the engine streams model requests through (docs/architecture.md §6). `make` binds a
  * `ProviderConfig` to an adapter (OpenAI-compatible chat completions or Anthropic Messages), a
  * concurrency limiter and an idle timeout; `stream(request)` yields the runtime-owned `ModelEvent`s
- * and fails with `ModelError`. Cancellation is fiber interruption, an `AbortSignal` only at `fetch`.
+ * and fails with `ModelError`. Cancellation is fiber interruption, an `AbortSignal` only at the HTTP call.
  */
 import type { Model, Prompt } from "@maka/facts"
 import { Canonical, Codec, Prompt as PromptSchema } from "@maka/facts"

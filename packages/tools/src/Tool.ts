@@ -100,19 +100,6 @@ const asJsonObject = (value: unknown): Identity.JsonObject => {
   return decoded.success
 }
 
-/**
- * The definition as a sealed value (`Canonical.seal`): deep-frozen with its canonical JSON kept, so
- * every request of every step offers it without checking or writing it again (docs/architecture.md §12).
- */
-const sealDefinition = (definition: ToolDefinition): ToolDefinition => {
-  const sealed = Result.try({
-    try: () => Canonical.seal(definition),
-    catch: (error) => invalidDefinition(`tool ${definition.name} is not canonical JSON: ${describeDefect(error)}`),
-  })
-  if (Result.isFailure(sealed)) throw sealed.failure
-  return sealed.success
-}
-
 /** An Effect Schema (its decoding services are `never` by `Config`'s bound). */
 const isEffectSchema = (input: InputSchema): input is Schema.ConstraintDecoder<unknown, never> => Schema.isSchema(input)
 
@@ -214,7 +201,10 @@ export const make = <S extends InputSchema>(config: Config<S>): Tool => {
   if (inputSchema["type"] !== "object") {
     throw invalidDefinition(`tool ${config.name} must take a JSON object as input`)
   }
-  const definition = sealDefinition({ name: config.name, description: config.description, inputSchema })
+  // Sealed (`Canonical.seal`: deep-frozen, its canonical JSON kept), so every request of every step
+  // offers it without checking or writing it again (docs/architecture.md §12). The input schema was
+  // decoded as a JSON object above, so sealing cannot fail.
+  const definition: ToolDefinition = Canonical.seal({ name: config.name, description: config.description, inputSchema })
   return Object.freeze({
     name: config.name,
     description: config.description,
