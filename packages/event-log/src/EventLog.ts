@@ -3,7 +3,7 @@
  * or PostgreSQL through one Kysely code path (docs/architecture.md §5, docs/log-format.md §3). Each operation is one
  * transaction; appends are uninterruptible, so a commit is never hidden from its caller.
  */
-import { Clock, Context, Effect, Layer, Result, Stream, SubscriptionRef } from "effect"
+import { Clock, Context, Effect, Layer, PubSub, Result, Stream } from "effect"
 import { EventSink, EventWrite as FactEventWrite, Limits, type Digest, type Event, type EventWrite, type Identity, type Lineage as FactLineage, type ToolCall } from "@maka/facts"
 import * as EventLogError from "./EventLogError.ts"
 import * as Append from "./internal/append.ts"
@@ -235,7 +235,10 @@ const readError = (cause: unknown): EventLogError.EventLogError =>
 /** Builds the service over an open database; `close` closes it. */
 export const make = (database: Database): Effect.Effect<EventLogShape> =>
   Effect.gen(function* () {
-    const committed = yield* SubscriptionRef.make(0)
+    // The last committed sequence; a subscriber of `commits` first sees the latest (replay 1).
+    const committed = yield* PubSub.unbounded<number>({ replay: 1 })
+    let lastCommitted = 0
+    PubSub.publishUnsafe(committed, lastCommitted)
     let closed = false
     const inFlight = new Set<Promise<unknown>>()
     const track = <A>(run: () => Promise<A>): Promise<A> => {
@@ -249,22 +252,28 @@ export const make = (database: Database): Effect.Effect<EventLogShape> =>
     const read = <A>(body: (tx: Rows.Tx) => Promise<A>) =>
       Effect.tryPromise({ try: () => track(() => database.read(body)), catch: readError })
 
-    const appendBatch = (writes: ReadonlyArray<EventWrite.EventWrite>, complete?: CompleteBatch) =>
-      Effect.uninterruptible(
-        Effect.gen(function* () {
-          if (writes.length === 0 && complete === undefined) return []
-          const now = yield* Clock.currentTimeMillis
-          const result = yield* Effect.tryPromise({
-            try: () => track(() => Append.appendBatch(database, writes, now, { complete })),
-            catch: writeError,
-          })
-          if (result.inserted) {
-            const last = Math.max(...result.sequences)
-            yield* SubscriptionRef.update(committed, (previous) => Math.max(previous, last))
-          }
-          return result.sequences
-        }),
-      )
+    const appendTo = (writes: ReadonlyArray<EventWrite.EventWrite>, complete: CompleteBatch | undefined, now: number) =>
+      Effect.tryPromise({
+        try: () =>
+          track(() => Append.appendBatch(database, writes, now, { complete })).then((result) => {
+            if (result.inserted) {
+              const last = Math.max(...result.sequences)
+              if (last > lastCommitted) {
+                lastCommitted = last
+                PubSub.publishUnsafe(committed, last)
+              }
+            }
+            return result.sequences
+          }),
+        catch: writeError,
+      })
+    const appendBatch = (
+      writes: ReadonlyArray<EventWrite.EventWrite>,
+      complete?: CompleteBatch,
+    ): Effect.Effect<ReadonlyArray<number>, EventLogError.EventLogError> =>
+      writes.length === 0 && complete === undefined
+        ? Effect.succeed([])
+        : Effect.uninterruptible(Effect.flatMap(Clock.currentTimeMillis, (now) => appendTo(writes, complete, now)))
 
     const context = (sessionId: string, request: ContextRequest, manual: boolean) =>
       read((tx) =>
@@ -336,7 +345,7 @@ export const make = (database: Database): Effect.Effect<EventLogShape> =>
       sessionHash: (sessionId, through) => read((tx) => Reads.sessionHash(tx, sessionId, through)),
       backup: (destination) =>
         Effect.tryPromise({ try: () => track(() => database.backup(destination)), catch: readError }),
-      commits: SubscriptionRef.changes(committed),
+      commits: Stream.fromPubSub(committed),
       close: Effect.promise(async () => {
         if (closed) return
         closed = true

@@ -1,6 +1,6 @@
 import { Archive, Canonical, Digest, EventWrite, type Fact, type Identity } from "@maka/facts"
 import { FactBuilders, History } from "@maka/testkit"
-import { Effect, Result } from "effect"
+import { Effect, Fiber, Result, Stream } from "effect"
 import { describe, expect, it } from "vitest"
 import { dialects } from "./support/dialects.ts"
 import { appendAll, expectRefused, failure, freshId, plain, withLog, write } from "./support/harness.ts"
@@ -30,6 +30,25 @@ for (const dialect of dialects()) {
           const settle = history.writes[4]!
           yield* expectRefused(log, "session-1", log.append({ ...settle, rawPayload: settle.rawPayload + " " }), "EventConflict")
           expect((yield* log.events("session-1")).length).toBe(8)
+        }),
+      ))
+
+    it("signals commits: a subscriber sees the last committed sequence, then each later commit; a replay and an empty batch signal nothing", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = History.smallRun()
+          yield* appendAll(log, history.writes.slice(0, 2))
+          const seen: Array<number> = []
+          const fiber = yield* Effect.forkChild(Stream.runForEach(log.commits, (sequence) => Effect.sync(() => seen.push(sequence))))
+          yield* Effect.yieldNow
+          expect(seen).toEqual([2])
+          yield* log.appendBatch(history.writes.slice(2, 5))
+          yield* log.append(history.writes[1]!)
+          yield* log.appendBatch([])
+          yield* log.append(history.writes[5]!)
+          yield* Effect.yieldNow
+          expect(seen).toEqual([2, 5, 6])
+          yield* Fiber.interrupt(fiber)
         }),
       ))
 

@@ -237,6 +237,58 @@ describe("openSqlite transactions", () => {
     await reopened.close()
   })
 
+  it("runs writes given at once one after another on its one connection", async () => {
+    const database = await openSqlite(path.join(temporaryDirectory(), "events.sqlite"))
+    const order: Array<string> = []
+    const slowWrite = (name: string) =>
+      database.write(async (transaction) => {
+        order.push(`${name} begins`)
+        await transaction.insertInto("sessions").values({ session_id: name, created_at: 1 }).execute()
+        await new Promise((resolve) => setTimeout(resolve, 5))
+        order.push(`${name} ends`)
+      })
+    await Promise.all(["a", "b", "c"].map(slowWrite))
+    expect(order).toEqual(["a begins", "a ends", "b begins", "b ends", "c begins", "c ends"])
+    await database.close()
+  })
+
+  it("refuses a query of a transaction that has ended, and writes nothing", async () => {
+    const database = await openSqlite(path.join(temporaryDirectory(), "events.sqlite"))
+    const kept = await database.write(async (transaction) => transaction)
+    const late = await kept.insertInto("event_log").values(rawEvent("model_observed")).execute().catch((error: unknown) => error)
+    expect(String(late)).toContain("the transaction has ended")
+    // Not even inside a later transaction of the same connection.
+    const during = await database.write(async () =>
+      kept.insertInto("event_log").values(rawEvent("model_observed")).execute().catch((error: unknown) => error),
+    )
+    expect(String(during)).toContain("the transaction has ended")
+    expect(await rowCount(database)).toBe(0)
+    await database.close()
+  })
+
+  it("tells the end callbacks whether the transaction committed, before the next one begins", async () => {
+    const database = await openSqlite(path.join(temporaryDirectory(), "events.sqlite"))
+    const ends: Array<string> = []
+    const sqlite = database.sqlite!
+    await database.write(async () => sqlite.onTransactionEnd((committed) => ends.push(`first ${committed}`)))
+    await database
+      .write(async () => {
+        sqlite.onTransactionEnd((committed) => ends.push(`second ${committed}`))
+        throw new Error("refused")
+      })
+      .catch(() => undefined)
+    await database
+      .write(async (transaction) => {
+        sqlite.onTransactionEnd((committed) => ends.push(`third ${committed}`))
+        await sql`PRAGMA defer_foreign_keys = ON`.execute(transaction)
+        await transaction.insertInto("tool_result_payloads").values({ event_id: "missing", payload: "{}" }).execute()
+      })
+      .catch(() => undefined)
+    await database.write(async () => ends.push("fourth begins"))
+    expect(ends).toEqual(["first true", "second false", "third false", "fourth begins"])
+    await database.close()
+  })
+
   it("refuses writes on a read-only open", async () => {
     const file = path.join(temporaryDirectory(), "events.sqlite")
     await (await openSqlite(file)).close()

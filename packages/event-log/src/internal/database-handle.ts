@@ -3,7 +3,7 @@
  * dialects: the error mapping of a transaction (a failed commit of a write is `OutcomeUnknown`), the
  * bookkeeping of accepted operations, and `close()` (finish them, close the store, then release).
  */
-import { isAbortedTransactionError, type Kysely, type Transaction, type TransactionBuilder } from "kysely"
+import { isAbortedTransactionError, type Kysely, type Transaction } from "kysely"
 import * as EventLogError from "../EventLogError.ts"
 import type { Database, Dialect } from "./database.ts"
 import * as LogIndex from "./log-index.ts"
@@ -11,13 +11,18 @@ import { sqliteAccessOf } from "./sqlite-driver.ts"
 import { errorMessage, storeError } from "./store-error.ts"
 import type { Tables } from "./tables.ts"
 
+/** Runs a callback in one transaction: Kysely's `TransactionBuilder`, or the SQLite driver's own. */
+export interface TransactionRunner {
+  readonly execute: <A>(callback: (transaction: Transaction<Tables>) => Promise<A>) => Promise<A>
+}
+
 export interface DatabaseParts {
   readonly dialect: Dialect
   readonly location: string
   readonly db: Kysely<Tables>
   /** The write transaction, or undefined for a read-only store (its writes are refused). */
-  readonly beginWrite: ((db: Kysely<Tables>) => TransactionBuilder<Tables>) | undefined
-  readonly beginRead: (db: Kysely<Tables>) => TransactionBuilder<Tables>
+  readonly beginWrite: ((db: Kysely<Tables>) => TransactionRunner) | undefined
+  readonly beginRead: (db: Kysely<Tables>) => TransactionRunner
   /** Runs after the Kysely instance is destroyed: releases the lease, ends an owned pool. */
   readonly release: () => Promise<void> | void
   /** The online backup of an SQLite connection; undefined where the store has none (PostgreSQL). */
@@ -35,7 +40,7 @@ type Stage = "begin" | "body" | "commit"
  * rolled the transaction back (PostgreSQL after a swallowed statement error), which is `Database`.
  */
 export const runTransaction = async <A>(
-  builder: TransactionBuilder<Tables>,
+  builder: TransactionRunner,
   body: (transaction: Transaction<Tables>) => Promise<A>,
   isWrite: boolean,
   location: string,

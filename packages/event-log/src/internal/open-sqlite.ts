@@ -15,10 +15,10 @@ import * as os from "node:os"
 import * as nodePath from "node:path"
 import * as EventLogError from "../EventLogError.ts"
 import type { Database } from "./database.ts"
-import { makeDatabase } from "./database-handle.ts"
+import { makeDatabase, type TransactionRunner } from "./database-handle.ts"
 import { acquireLease, canonicalDatabasePath, type Lease } from "./lease.ts"
 import { classifySchema, LATEST_VERSION, migrate, type SchemaState, type SchemaSurvey } from "./migrations.ts"
-import { SqliteDialect } from "./sqlite-driver.ts"
+import { SqliteDialect, sqliteTransaction } from "./sqlite-driver.ts"
 import { errorCode, storeError } from "./store-error.ts"
 import type { Tables } from "./tables.ts"
 
@@ -225,6 +225,11 @@ export const openSqlite = async (path: string, options: SqliteOptions = {}): Pro
       ? openReadOnly(path, options)
       : openWriter(path, options)
 
+/** The log's write and read transactions: the driver's own on maka's dialect (always, here). */
+const writeTransaction = (handle: Kysely<Tables>): TransactionRunner => sqliteTransaction(handle, "read write") ?? handle.transaction()
+const readTransaction = (handle: Kysely<Tables>): TransactionRunner =>
+  sqliteTransaction(handle, "read only") ?? handle.transaction().setAccessMode("read only")
+
 /**
  * An in-memory log for tests and notebooks: one private database that no other connection can
  * reach, so it needs no lease and creates no file; everything in it is gone when it closes.
@@ -242,8 +247,8 @@ const openMemory = async (options: SqliteOptions): Promise<Database> => {
       dialect: "sqlite",
       location: MEMORY_PATH,
       db: kysely,
-      beginWrite: (handle) => handle.transaction(),
-      beginRead: (handle) => handle.transaction().setAccessMode("read only"),
+      beginWrite: writeTransaction,
+      beginRead: readTransaction,
       release: () => undefined,
       backup: backupTo(connection, MEMORY_PATH),
     })
@@ -281,8 +286,8 @@ const openWriter = async (path: string, options: SqliteOptions): Promise<Databas
       dialect: "sqlite",
       location: file,
       db: kysely,
-      beginWrite: (handle) => handle.transaction(),
-      beginRead: (handle) => handle.transaction().setAccessMode("read only"),
+      beginWrite: writeTransaction,
+      beginRead: readTransaction,
       release: () => lease.release(),
       isLeaseHeld: () => lease.isHeld(),
       backup: backupTo(opened, file),
@@ -330,7 +335,7 @@ const openReadOnly = async (path: string, options: SqliteOptions): Promise<Datab
       location: file,
       db,
       beginWrite: undefined,
-      beginRead: (handle) => handle.transaction().setAccessMode("read only"),
+      beginRead: readTransaction,
       release: () => undefined,
       backup: backupTo(connection, file),
     })

@@ -7,6 +7,11 @@
  * `sqliteAccessOf` gives the append path the connection's prepared statements directly (no query
  * building) and a hook that runs when the current transaction ends, before the connection is
  * released, so in-memory state follows exactly what committed.
+ *
+ * `sqliteTransaction` runs the log's transactions on the connection directly: the mutex, the
+ * cached BEGIN / COMMIT / ROLLBACK statements and one Kysely `Transaction` per transaction whose
+ * queries are refused once it has ended, without Kysely's transaction builder and its layers of
+ * connection providers (the same steps, fewer objects and promise hops on every append).
  */
 import type BetterSqlite3 from "better-sqlite3"
 import type { SqliteAccess } from "./database.ts"
@@ -23,7 +28,9 @@ import {
   type Driver,
   type Kysely,
   type QueryCompiler,
+  type QueryExecutor,
   type QueryResult,
+  Transaction,
   type TransactionSettings,
 } from "kysely"
 import { Mutex } from "./mutex.ts"
@@ -113,6 +120,11 @@ class SqliteConnection implements DatabaseConnection {
     }
   }
 
+  /** Runs a statement without parameters (BEGIN, COMMIT, ROLLBACK) from the cache. */
+  run(sql: string): void {
+    this.statements.get(sql).run()
+  }
+
   #execute<R>(compiledQuery: CompiledQuery): QueryResult<R> {
     const statement = this.statements.get(compiledQuery.sql)
     const parameters = [...compiledQuery.parameters]
@@ -200,6 +212,60 @@ export class SqliteDriver implements Driver {
     }
   }
 
+  /**
+   * Runs `callback` in one transaction of the connection, as Kysely's transaction builder would:
+   * the connection is taken (FIFO), BEGIN (`begin immediate` for a write), the callback, COMMIT;
+   * a callback that throws is rolled back and its error passes through; a failed BEGIN leaves
+   * nothing to roll back; a failed COMMIT rolls back what is still open and rethrows the COMMIT's
+   * error. The end callbacks run with whether it committed, before the connection is released.
+   * The callback's `Transaction` runs queries only while this transaction is open.
+   */
+  async transact<DB, A>(
+    executor: QueryExecutor,
+    props: Omit<KyselyPropsOf, "executor">,
+    accessMode: "read only" | "read write",
+    callback: (transaction: Transaction<DB>) => Promise<A>,
+  ): Promise<A> {
+    await this.#mutex.lock()
+    const connection = this.#connection
+    const state = { isOpen: false }
+    try {
+      const transaction = new Transaction<DB>({ ...props, executor: executor.withConnectionProvider(scopedProvider(connection, state)) })
+      connection.run(accessMode === "read only" ? "begin" : "begin immediate")
+      state.isOpen = true
+      let result: A
+      try {
+        result = await callback(transaction)
+      } catch (error) {
+        state.isOpen = false
+        try {
+          connection.run("rollback")
+        } finally {
+          connection.endTransaction(false)
+        }
+        throw error
+      }
+      state.isOpen = false
+      try {
+        connection.run("commit")
+      } catch (error) {
+        try {
+          if (this.#configuration.connection.inTransaction) connection.run("rollback")
+        } catch {
+          // The COMMIT's error is the one to report; the transaction is gone either way.
+        } finally {
+          connection.endTransaction(false)
+        }
+        throw error
+      }
+      connection.endTransaction(true)
+      return result
+    } finally {
+      state.isOpen = false
+      this.#mutex.unlock()
+    }
+  }
+
   /** Direct access to the one connection for code that runs inside one of its transactions. */
   get access(): SqliteAccess {
     const connection = this.#connection
@@ -232,6 +298,16 @@ export class SqliteDriver implements Driver {
   }
 }
 
+type KyselyPropsOf = ConstructorParameters<typeof Transaction>[0]
+
+/** Hands the connection to queries of one transaction while it is open; refuses them after. */
+const scopedProvider = (connection: SqliteConnection, state: { readonly isOpen: boolean }) => ({
+  provideConnection: <T>(consumer: (connection: DatabaseConnection) => Promise<T>): Promise<T> =>
+    state.isOpen
+      ? consumer(connection)
+      : Promise.reject(new Error("the transaction has ended; a query of it cannot run")),
+})
+
 const quoteIdentifier = (name: string): string => `"${name.replaceAll('"', '""')}"`
 
 
@@ -249,6 +325,24 @@ class MakaSqliteAdapter extends SqliteAdapter {
 export const sqliteAccessOf = <DB>(db: Kysely<DB>): SqliteAccess | undefined => {
   const adapter = db.getExecutor().adapter
   return adapter instanceof MakaSqliteAdapter ? adapter.dialect.driver?.access : undefined
+}
+
+/**
+ * The log's transactions on a Kysely instance built on `SqliteDialect` (see `SqliteDriver.transact`),
+ * else undefined: `execute` takes the same callback as Kysely's transaction builder.
+ */
+export const sqliteTransaction = <DB>(
+  db: Kysely<DB>,
+  accessMode: "read only" | "read write",
+): { readonly execute: <A>(callback: (transaction: Transaction<DB>) => Promise<A>) => Promise<A> } | undefined => {
+  const executor = db.getExecutor()
+  const adapter = executor.adapter
+  if (!(adapter instanceof MakaSqliteAdapter)) return undefined
+  const dialect = adapter.dialect
+  const driver = dialect.driver
+  if (driver === undefined) return undefined
+  const props = { config: { dialect }, dialect, driver }
+  return { execute: (callback) => driver.transact(executor, props, accessMode, callback) }
 }
 
 export class SqliteDialect implements Dialect {
