@@ -172,6 +172,49 @@ export const invalidInputMessage = (name: string, detail: string): string =>
   `Invalid input for tool "${name}": ${detail}`
 
 /**
+ * The provider-facing definition, sealed (`Canonical.seal`: deep-frozen, its canonical JSON kept), so
+ * every request of every step offers it without checking or writing it again
+ * (docs/architecture.md §12). The input schema was decoded as a JSON object, so sealing cannot fail.
+ */
+const sealedDefinition = (name: string, description: string, inputSchema: Identity.JsonObject): ToolDefinition =>
+  Canonical.seal({ name, description, inputSchema })
+
+/** What an Effect Schema input gives a tool of one name and description: its sealed definition and decoder. */
+interface EffectInput {
+  readonly definition: ToolDefinition
+  readonly decodeInput: InputDecoder
+}
+
+/**
+ * Effect Schemas are immutable, so the JSON Schema, the decoder and the sealed definition a schema
+ * gives are derived once per schema (and name and description) and shared: a tool the engine makes
+ * for every run (`read_tool_result`) costs no JSON Schema generation, decoder compilation or sealing.
+ */
+const effectInputs = new WeakMap<object, Map<string, EffectInput>>()
+
+/** How many name and description pairs are kept per schema. */
+const DEFINITIONS_PER_SCHEMA = 16
+
+const effectInputOf = (schema: Schema.ConstraintDecoder<unknown, never>, name: string, description: string): EffectInput => {
+  let byDefinition = effectInputs.get(schema)
+  if (byDefinition === undefined) {
+    byDefinition = new Map()
+    effectInputs.set(schema, byDefinition)
+  }
+  const key = `${name}\u0000${description}`
+  let derived = byDefinition.get(key)
+  if (derived === undefined) {
+    const inputSchema = jsonSchemaOf(schema)
+    if (inputSchema["type"] !== "object") throw invalidDefinition(`tool ${name} must take a JSON object as input`)
+    derived = { definition: sealedDefinition(name, description, inputSchema), decodeInput: effectDecoder(schema) }
+    byDefinition.set(key, derived)
+    // Names and descriptions made on the fly must not grow it without bound: the oldest goes.
+    if (byDefinition.size > DEFINITIONS_PER_SCHEMA) byDefinition.delete(byDefinition.keys().next().value!)
+  }
+  return derived
+}
+
+/**
  * Builds a tool. Throws `ToolError` (`InvalidDefinition`) when the name breaks `NAME_PATTERN`, the
  * semantics are unknown, the input is neither an Effect Schema nor a Standard Schema with Standard
  * JSON Schema, or it does not describe a JSON object.
@@ -186,9 +229,12 @@ export const make = <S extends InputSchema>(config: Config<S>): Tool => {
   const input: InputSchema = config.input
   let inputSchema: Identity.JsonObject
   let decodeInput: InputDecoder
+  let definition: ToolDefinition | undefined
   if (isEffectSchema(input)) {
-    inputSchema = jsonSchemaOf(input)
-    decodeInput = effectDecoder(input)
+    const derived = effectInputOf(input, config.name, config.description)
+    inputSchema = derived.definition.inputSchema
+    decodeInput = derived.decodeInput
+    definition = derived.definition
   } else if (isStandardInput(input)) {
     if (!hasJsonSchema(input)) {
       throw invalidDefinition(`tool ${config.name}: its Standard Schema input must also implement Standard JSON Schema`)
@@ -201,10 +247,7 @@ export const make = <S extends InputSchema>(config: Config<S>): Tool => {
   if (inputSchema["type"] !== "object") {
     throw invalidDefinition(`tool ${config.name} must take a JSON object as input`)
   }
-  // Sealed (`Canonical.seal`: deep-frozen, its canonical JSON kept), so every request of every step
-  // offers it without checking or writing it again (docs/architecture.md §12). The input schema was
-  // decoded as a JSON object above, so sealing cannot fail.
-  const definition: ToolDefinition = Canonical.seal({ name: config.name, description: config.description, inputSchema })
+  definition ??= sealedDefinition(config.name, config.description, inputSchema)
   return Object.freeze({
     name: config.name,
     description: config.description,

@@ -82,6 +82,31 @@ describe("Tool.make", () => {
     )
   })
 
+  it.effect("shares one sealed definition per schema, name and description, and runs each tool's own execute", () =>
+    Effect.gen(function* () {
+      const runs: Array<string> = []
+      const tool = (name: string, description: string) =>
+        Tool.make({ name, description, input: Input, semantics: "parallel", execute: () => Effect.sync(() => runs.push(`${name} ${description}`)).pipe(Effect.as(Tool.text(""))) })
+      const first = tool("read", "Reads.")
+      const again = tool("read", "Reads.")
+      assert.strictEqual(again.definition, first.definition)
+      assert.isTrue(Object.isFrozen(first.definition.inputSchema))
+      // Another description, or another name, is another definition.
+      const other = tool("read", "Reads more.")
+      assert.notStrictEqual(other.definition, first.definition)
+      assert.strictEqual(other.definition.description, "Reads more.")
+      assert.strictEqual(tool("look", "Reads.").definition.name, "look")
+      // The shared definition never mixes the tools' handlers up.
+      yield* Effect.flatMap(first.decode({ path: "a" }), (runner) => runner(undefined as never) as Effect.Effect<unknown>)
+      yield* Effect.flatMap(other.decode({ path: "a" }), (runner) => runner(undefined as never) as Effect.Effect<unknown>)
+      assert.deepStrictEqual(runs, ["read Reads.", "read Reads more."])
+      // Descriptions made on the fly do not pile up: past the bound the oldest is derived afresh.
+      for (let index = 0; index < 20; index++) tool("read", `Reads ${index}.`)
+      assert.notStrictEqual(tool("read", "Reads.").definition, first.definition)
+      assert.deepStrictEqual(tool("read", "Reads.").definition, first.definition)
+    }),
+  )
+
   it.effect("decodes valid input and reports every problem of invalid input in one readable message", () =>
     Effect.gen(function* () {
       const tool = make("read")
