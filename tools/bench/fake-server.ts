@@ -25,6 +25,11 @@
  * Usage: `prompt_tokens` is ceil(request body bytes / 4) and `completion_tokens` ceil(answer bytes /
  * 4), so a declared context window (`context.declaredWindow`) is reached as a real one would be.
  *
+ * Capture: a request under `/capture/` (a base URL of `<origin>/capture/v1`) is answered like any
+ * other, and its body is also kept in this process; `GET /captured` answers the bodies kept since the
+ * last such call, as a JSON array of strings. A contender is then measured with its own HTTP client,
+ * not through a capturing `fetch` wrapper.
+ *
  * Run directly (`node --import tsx fake-server.ts`), it prints `{"port":N}` once listening.
  */
 import { spawn, type ChildProcess } from "node:child_process"
@@ -214,10 +219,22 @@ const respond = (body: string, response: http.ServerResponse): void => {
 }
 
 const serve = (): void => {
+  let captured: Array<string> = []
   const server = http.createServer((request, response) => {
+    if (request.method === "GET" && request.url === "/captured") {
+      response.writeHead(200, { "content-type": "application/json" })
+      response.end(JSON.stringify(captured))
+      captured = []
+      return
+    }
+    const capture = request.url?.startsWith("/capture/") === true
     const parts: Array<Buffer> = []
     request.on("data", (part: Buffer) => parts.push(part))
-    request.on("end", () => respond(Buffer.concat(parts).toString("utf8"), response))
+    request.on("end", () => {
+      const body = Buffer.concat(parts).toString("utf8")
+      if (capture) captured.push(body)
+      respond(body, response)
+    })
   })
   server.keepAliveTimeout = 60_000
   server.listen(0, "127.0.0.1", () => {
@@ -231,6 +248,10 @@ const serve = (): void => {
 export interface FakeServer {
   /** `http://127.0.0.1:<port>/v1` */
   readonly baseUrl: string
+  /** `http://127.0.0.1:<port>/capture/v1`: the same answers, and the bodies kept for `captured`. */
+  readonly capturingBaseUrl: string
+  /** The bodies of the requests sent to `capturingBaseUrl` since the last call, in arrival order. */
+  readonly captured: () => Promise<Array<string>>
   readonly close: () => Promise<void>
 }
 
@@ -246,6 +267,8 @@ export const startFakeServer = async (): Promise<FakeServer> => {
   })
   return {
     baseUrl: `http://127.0.0.1:${port}/v1`,
+    capturingBaseUrl: `http://127.0.0.1:${port}/capture/v1`,
+    captured: async () => (await (await fetch(`http://127.0.0.1:${port}/captured`)).json()) as Array<string>,
     close: () =>
       new Promise((resolve) => {
         child.once("exit", () => resolve())

@@ -4,7 +4,7 @@
  * turns through `createEngine` (`build-<n>`: n parallel `noop` calls, then an answer), never by
  * writing rows. At each size, after one untimed 10-step tool-loop turn, `MAKA_BENCH_HISTORY_TURNS`
  * (default 5) such turns are measured; after each, the raw loop (`fetch` + `eventsource-parser` + two FULL commits per step)
- * replays the very request bodies maka sent in that turn (captured by a `fetch` wrapper), so both
+ * replays the very request bodies maka sent in that turn (kept by the fake server), so both
  * carry the same requests. Reported per size: maka's time per step against the raw loop's, maka's
  * time above the raw loop against the same figure at the smallest size (flat is the goal), and the
  * first step of a new turn in the same process (from `start` to the second `model_requested`) against
@@ -66,20 +66,14 @@ const server = await startFakeServer()
 
 /** The end of the compaction instruction: a body holding it is a summary request, which the raw loop does not replay. */
 const SUMMARY_MARK = "Now write the structured summary of the conversation above."
-let captured: Array<string> = []
-/** Keeps each body as sent; the summary requests are told apart after the timed turn, not during it. */
-const capturingFetch = (input: string, init: RequestInit): Promise<Response> => {
-  captured.push(typeof init.body === "string" ? init.body : new TextDecoder().decode(init.body as Uint8Array))
-  return globalThis.fetch(input, init)
-}
-/** The main requests of the bodies captured since the last call. */
-const takeMainRequests = (): Array<string> => {
-  const bodies = captured.filter((body) => !body.includes(SUMMARY_MARK))
-  captured = []
-  return bodies
-}
+/**
+ * The main requests among the bodies the fake server kept since the last call (maka sends through its
+ * own HTTP client to the server's capturing address; the server keeps each body as it arrived).
+ */
+const takeMainRequests = async (): Promise<Array<string>> =>
+  (await server.captured()).filter((body) => !body.includes(SUMMARY_MARK))
 const databaseFile = path.join(directory, "maka.sqlite")
-const openEngine = () => maka({ database: databaseFile, baseUrl: server.baseUrl, workspace, fetch: capturingFetch })
+const openEngine = () => maka({ database: databaseFile, baseUrl: server.capturingBaseUrl, workspace })
 
 /**
  * Medians of the session's context read with its running hash (a read-only log beside the engine's
@@ -132,6 +126,8 @@ for (const size of SIZES) {
   while (events < size) {
     const turn = await engine.turn(SESSION, size - events > 1_000 ? "build-50" : "build-10", `Build turn ${++turns}.`)
     events += turn.events
+    // The server keeps every body sent to it: the build's are not replayed.
+    await server.captured()
   }
   events = (await engine.engine.events(SESSION)).length
   console.log(`history ${size}: ${events} events after ${turns} turns (${round((performance.now() - building) / 1000, 1)} s to build)`)
@@ -144,10 +140,10 @@ for (const size of SIZES) {
   // One untimed loop turn first: the first after the build turns also pays for the build's garbage
   // and a scenario it has not run at this size (it took 2 to 3 times the later turns at 100,000 events).
   events += (await engine.turn(SESSION, `loop-${STEPS}`, `Warm-up turn ${++turns}.`)).events
-  takeMainRequests()
+  await takeMainRequests()
   const measuredAt = events
   for (let index = 0; index < TURNS; index++) {
-    captured = []
+    await takeMainRequests()
     const name = `Measured turn ${++turns}.`
     let measured: Awaited<ReturnType<typeof engine.turn>> | undefined
     const run = async () => {
@@ -163,7 +159,7 @@ for (const size of SIZES) {
     }
     const turn = measured!
     events += turn.events
-    const main = takeMainRequests()
+    const main = await takeMainRequests()
     if (turn.requestedAt.length !== STEPS || main.length !== STEPS) throw new Error(`expected ${STEPS} main requests, saw ${turn.requestedAt.length}`)
     makaStep.push((turn.endedAt - turn.startedAt) / STEPS)
     firstStep.push(turn.requestedAt[1]! - turn.startedAt)

@@ -129,7 +129,7 @@ How to read it:
   and maka's minus it is what maka adds between a delta's arrival and its delivery.
 - History series: the session is grown by running real turns (\`build-50\`: 50 parallel tool calls then
   an answer), never by writing rows; at each size one untimed 10-step turn, then 10-step turns are measured, and the raw loop replays
-  the very request bodies maka sent (captured by a \`fetch\` wrapper) with its two commits per step.
+  the very request bodies maka sent (kept by the fake server as they arrived) with its two commits per step.
   No window is declared there, so from 8,000 events (80 % of the read limit) automatic compaction folds
   the history; summary requests are not steps and are not replayed.
 - Scale series (\`scale\`): one session per size (100, 1,000, 10,000 events; 100,000 with

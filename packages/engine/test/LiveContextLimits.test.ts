@@ -157,10 +157,17 @@ describe("the live context's limits", () => {
         // Each step calls `sink` nine times with 100,000 characters: about 1.8 MB of completion and
         // dispatches per step, so after five steps the history is over the 8 MiB a fresh read takes.
         const argument = JSON.stringify({ value: "v".repeat(100_000) })
-        const step = Respond.sse(
-          OpenAiSse.response({ toolCalls: Array.from({ length: 9 }, (_, index) => ({ id: `call-${index}`, name: "sink", arguments: [argument] })) }),
-        )
-        const context = yield* setup({ script: [{ respond: step, repeat: true }] })
+        const calls = OpenAiSse.response({ toolCalls: Array.from({ length: 9 }, (_, index) => ({ id: `call-${index}`, name: "sink", arguments: [argument] })) })
+        // The summary runs in the background while the step goes on: each main answer waits a little,
+        // so the summary's request is on the wire before the run reaches the limit, however loaded the machine.
+        const step = Respond.sse(calls)
+        const slowStep = Respond.sse([Respond.comment("thinking", { delayMs: 150 }), ...calls])
+        const context = yield* setup({
+          script: [
+            { match: isSummaryRequest, respond: step, repeat: true },
+            { match: (request) => !isSummaryRequest(request), respond: slowStep, repeat: true },
+          ],
+        })
         const sink = Tool.make({
           name: "sink",
           description: "Takes a large input.",

@@ -11,7 +11,7 @@ import { anthropicNormalizer } from "./internal/anthropic-normalizer.ts"
 import { anthropicBody } from "./internal/anthropic-request.ts"
 import type { Normalizer } from "./internal/normalizer.ts"
 import { openAiNormalizer } from "./internal/openai-normalizer.ts"
-import { openAiBody } from "./internal/openai-request.ts"
+import { openAiBody, openAiBodyParts } from "./internal/openai-request.ts"
 import { formsOf } from "./internal/secrets.ts"
 import * as HttpClient from "./internal/http-client.ts"
 import * as Transport from "./internal/transport.ts"
@@ -151,7 +151,7 @@ const checkOptions = (options: MakeOptions): string | undefined => {
 interface Route {
   readonly url: string
   readonly headers: Readonly<Record<string, string>>
-  readonly body: (request: Prompt.ModelRequest, prompt: Prompt.Prompt) => string
+  readonly body: (request: Prompt.ModelRequest, prompt: Prompt.Prompt) => HttpClient.RequestBody
 }
 
 /** The route of `config`, worked out once per model rather than once per request. */
@@ -179,7 +179,12 @@ const routeOf = (config: ProviderConfig.ProviderConfig): Route => {
   return {
     url: `${baseUrl}/chat/completions`,
     headers: { ...common, ...(key === "" ? {} : { authorization: `Bearer ${key}` }), ...extra },
-    body: (request, prompt) => openAiBody(config.model, request, prompt, limitField),
+    // The adapter's own client sends bytes in parts (a step encodes only its new messages); a host's
+    // `fetch` is given the body as text, as it always was.
+    body:
+      config.fetch === undefined
+        ? (request, prompt) => openAiBodyParts(config.model, request, prompt, limitField)
+        : (request, prompt) => openAiBody(config.model, request, prompt, limitField),
   }
 }
 
@@ -189,9 +194,13 @@ const encode = (
   route: Route,
   routeIdentity: string,
   request: Prompt.ModelRequest,
-): Result.Result<{ readonly url: string; readonly headers: Record<string, string>; readonly body: string }, ModelError.ModelError> => {
+): Result.Result<{ readonly url: string; readonly headers: Record<string, string>; readonly body: HttpClient.RequestBody }, ModelError.ModelError> => {
   const body = route.body(request, projectPrompt(config.kind, routeIdentity, request.prompt))
-  if (body.length > ModelDefaults.maxRequestBytes / 3 && Canonical.utf8Length(body) > ModelDefaults.maxRequestBytes) {
+  const tooLarge =
+    typeof body === "string"
+      ? body.length > ModelDefaults.maxRequestBytes / 3 && Canonical.utf8Length(body) > ModelDefaults.maxRequestBytes
+      : body.byteLength > ModelDefaults.maxRequestBytes
+  if (tooLarge) {
     return Result.fail(ModelError.adapter("model request exceeds 32 MiB"))
   }
   return Result.succeed({ url: route.url, headers: { ...route.headers }, body })
@@ -217,7 +226,7 @@ const makeChecked = (config: ProviderConfig.ProviderConfig, options: MakeOptions
   const idleTimeoutMs = options.idleTimeoutMs ?? ModelDefaults.idleTimeoutMs
   // The host's `fetch` when it brings one (a proxy, a test double); the adapter's own client otherwise.
   const hostFetch = config.fetch
-  const send: Transport.TransportRequest["send"] = hostFetch === undefined ? HttpClient.send : (url, request) => hostFetch(url, request).then(HttpClient.fromFetchResponse)
+  const send: Transport.TransportRequest["send"] = hostFetch === undefined ? HttpClient.send : (url, request) => hostFetch(url, { ...request, body: HttpClient.textOf(request.body) }).then(HttpClient.fromFetchResponse)
   // An empty key (a local server needs none) sends no credential header and redacts nothing. Every
   // form the key and the Redacted header values can come back in is scrubbed from error messages.
   const secrets = formsOf(

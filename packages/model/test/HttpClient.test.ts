@@ -82,6 +82,35 @@ describe("the adapter's HTTP client", () => {
     }
   })
 
+  it("sends a body in parts as one body with its whole length", async () => {
+    const received: Array<{ body: string; length: string | undefined }> = []
+    const server = await serve((request, response) => {
+      let body = ""
+      request.setEncoding("utf8")
+      request.on("data", (chunk: string) => (body += chunk))
+      request.on("end", () => {
+        received.push({ body, length: request.headers["content-length"] })
+        response.writeHead(200, { "content-type": "text/event-stream" })
+        response.end("data: one\n\n")
+      })
+    })
+    try {
+      const parts = [Buffer.from('{"q":'), Buffer.from('"é","big":"'), Buffer.alloc(200_000, "x"), Buffer.from('"}')]
+      const byteLength = parts.reduce((sum, part) => sum + part.length, 0)
+      const response = await send(server.url, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: { parts, byteLength },
+        signal: new AbortController().signal,
+      })
+      assert.strictEqual(await readAll(response.body!.getReader()), "data: one\n\n")
+      assert.strictEqual(received[0]!.length, String(byteLength))
+      assert.strictEqual(received[0]!.body, Buffer.concat(parts).toString("utf8"))
+    } finally {
+      await server.close()
+    }
+  })
+
   it("lets a kept-alive connection wait longer than the idle-connection timeout for a slow answer", async () => {
     const server = await serve((request, response) => {
       const wait = Number(request.headers["x-wait"])

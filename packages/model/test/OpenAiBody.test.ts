@@ -6,7 +6,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Canonical, type Prompt } from "@maka/facts"
 import * as fc from "fast-check"
-import { openAiBody } from "../src/internal/openai-request.ts"
+import { openAiBody, openAiBodyParts } from "../src/internal/openai-request.ts"
 
 const text = fc.string({ maxLength: 12 })
 
@@ -129,5 +129,61 @@ describe("the OpenAI-compatible body from message fragments", () => {
     const body = JSON.parse(openAiBody("m", request, prompt, "max_tokens"))
     assert.deepStrictEqual(body.messages, [{ role: "user", content: "hi" }])
     assert.strictEqual(body.a, "\u0000maka.messages\u0000")
+  })
+
+  it("sends the same bytes in parts over a run's prompts: extended, repeated, cut back, diverged and interleaved", () => {
+    /** What a step does to its session's prompt. */
+    const move = fc.oneof(
+      fc.record({ kind: fc.constant("extend" as const), messages: fc.array(message, { minLength: 1, maxLength: 3 }) }),
+      fc.record({ kind: fc.constant("repeat" as const) }),
+      fc.record({ kind: fc.constant("cut" as const), keep: fc.nat() }),
+      fc.record({ kind: fc.constant("diverge" as const), keep: fc.nat(), messages: fc.array(message, { maxLength: 3 }) }),
+      // Another message at one place before the last: the same length and the same last object.
+      fc.record({ kind: fc.constant("replace" as const), at: fc.nat(), message }),
+    )
+    fc.assert(
+      fc.property(
+        fc.array(fc.tuple(fc.nat({ max: 2 }), move), { maxLength: 24 }),
+        fc.array(tool, { maxLength: 2 }),
+        fc.dictionary(text, fc.jsonValue({ maxDepth: 2 })),
+        (moves, tools, options) => {
+          const sealed = Canonical.seal(tools)
+          const prompts: Array<Array<Prompt.PromptMessage>> = [[], [], []]
+          const sent: Array<{ readonly view: ReadonlyArray<Uint8Array>; readonly text: string }> = []
+          for (const [session, step] of moves) {
+            const before = prompts[session]!
+            const prompt =
+              step.kind === "extend"
+                ? [...before, ...step.messages]
+                : step.kind === "repeat"
+                  ? before
+                  : step.kind === "cut"
+                    ? before.slice(0, step.keep % (before.length + 1))
+                    : step.kind === "replace"
+                      ? before.map((item, index) => (before.length > 1 && index === step.at % (before.length - 1) ? step.message : item))
+                      : [...before.slice(0, step.keep % (before.length + 1)), ...step.messages]
+            prompts[session] = prompt
+            const request = requestOf(prompt, options, sealed)
+            const text = openAiBody("m", request, prompt, "max_tokens")
+            const parts = openAiBodyParts("m", request, prompt, "max_tokens")
+            const bytes = Buffer.concat(parts.parts)
+            assert.strictEqual(parts.byteLength, bytes.length)
+            assert.strictEqual(bytes.toString("utf8"), text)
+            sent.push({ view: parts.parts, text })
+          }
+          // A body handed to an earlier request keeps its bytes while later ones extend the same buffer.
+          for (const { view, text } of sent) assert.strictEqual(Buffer.concat(view).toString("utf8"), text)
+        },
+      ),
+      { numRuns: 300 },
+    )
+  })
+
+  it("sends the body whole in one part when a provider option holds a slot's text", () => {
+    const prompt: Prompt.Prompt = [{ role: "user", content: "hi" }]
+    const request = requestOf(prompt, { a: "\u0000maka.messages\u0000" })
+    const parts = openAiBodyParts("m", request, prompt, "max_tokens")
+    assert.strictEqual(parts.parts.length, 1)
+    assert.strictEqual(Buffer.concat(parts.parts).toString("utf8"), openAiBody("m", request, prompt, "max_tokens"))
   })
 })

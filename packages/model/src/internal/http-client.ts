@@ -31,9 +31,19 @@ export interface HttpResponse {
 export interface HttpRequest {
   readonly method: "POST"
   readonly headers: Readonly<Record<string, string>>
-  readonly body: string
+  readonly body: RequestBody
   readonly signal: AbortSignal
 }
+
+/** A request body: text, or bytes in parts sent one after another (a host's `fetch` is given text). */
+export type RequestBody = string | { readonly parts: ReadonlyArray<Uint8Array>; readonly byteLength: number }
+
+/** The body as text (a host's `fetch` is given text). */
+export const textOf = (body: RequestBody): string =>
+  typeof body === "string" ? body : Buffer.concat(body.parts.map((part) => Buffer.from(part.buffer, part.byteOffset, part.byteLength))).toString("utf8")
+
+/** The body's length in bytes. */
+export const byteLengthOf = (body: RequestBody): number => (typeof body === "string" ? Buffer.byteLength(body) : body.byteLength)
 
 /** A `fetch` `Response` as the transport reads it. */
 export const fromFetchResponse = (response: Response): HttpResponse => {
@@ -151,7 +161,7 @@ const headerValue = (value: string): string => value.replace(/^[\t\n\r ]+|[\t\n\
 const outgoingHeaders = (request: HttpRequest): Record<string, string | number> => {
   const headers: Record<string, string | number> = {}
   for (const [name, value] of Object.entries(request.headers)) headers[name] = headerValue(value)
-  headers["content-length"] = Buffer.byteLength(request.body)
+  headers["content-length"] = byteLengthOf(request.body)
   return headers
 }
 
@@ -180,5 +190,10 @@ export const send = (url: string, request: HttpRequest): Promise<HttpResponse> =
       const reader = readerOf(response, signal)
       resolve({ status, ok: status >= 200 && status < 300, headers: headerReader(response), body: { getReader: () => reader } })
     })
-    outgoing.end(request.body)
+    const body = request.body
+    if (typeof body === "string") outgoing.end(body)
+    else {
+      for (const part of body.parts) outgoing.write(part)
+      outgoing.end()
+    }
   })

@@ -69,6 +69,77 @@ const pushMessages = (prompt: Prompt.Prompt, out: Array<string>): void => {
   out.push("]")
 }
 
+/**
+ * The messages array's bytes as one run of sends extends it: a buffer holding `[` and the fragments of
+ * `messages` (commas between the non-empty ones), without the closing `]`. A prompt that extends the
+ * chain's messages (the same objects, in order, then new ones) appends only its new fragments past
+ * the bytes already written: bytes once written never change, so a view handed to an earlier request
+ * stays valid while the buffer grows. A prompt that diverges starts a chain of its own.
+ */
+interface MessagesChain {
+  readonly messages: Array<Prompt.PromptMessage>
+  buffer: Buffer
+  /** Bytes written: `[` and the fragments so far. */
+  length: number
+  /** Whether a non-empty fragment was written (the next one needs a comma). */
+  written: boolean
+}
+
+/** Each chain by its last message: a step's prompt ends with the previous prompt's last message plus a few new ones. */
+const chains = new WeakMap<Prompt.PromptMessage, MessagesChain>()
+
+/** How far back from a prompt's end its chain's last message is looked for: a step adds a few messages. */
+const CHAIN_LOOKBACK = 16
+
+const OPEN_BRACKET = 0x5b
+const COMMA = 0x2c
+
+const newChain = (): MessagesChain => {
+  const buffer = Buffer.allocUnsafe(4096)
+  buffer[0] = OPEN_BRACKET
+  return { messages: [], buffer, length: 1, written: false }
+}
+
+/** The chain `prompt` extends, or undefined: the same message objects in order up to the chain's end. */
+const chainOf = (prompt: Prompt.Prompt): MessagesChain | undefined => {
+  const last = Math.max(0, prompt.length - CHAIN_LOOKBACK)
+  for (let end = prompt.length; end > last; end--) {
+    const chain = chains.get(prompt[end - 1]!)
+    if (chain === undefined || chain.messages.length !== end) continue
+    let same = true
+    for (let index = 0; index < end && same; index++) same = chain.messages[index] === prompt[index]
+    if (same) return chain
+  }
+  return undefined
+}
+
+const append = (chain: MessagesChain, text: string): void => {
+  const needed = chain.length + Buffer.byteLength(text) + 1
+  if (needed > chain.buffer.length) {
+    // A bigger buffer with the bytes so far: the old one stays as it is for any view of it in flight.
+    const grown = Buffer.allocUnsafe(Math.max(needed, chain.buffer.length * 2))
+    chain.buffer.copy(grown, 0, 0, chain.length)
+    chain.buffer = grown
+  }
+  if (chain.written) chain.buffer[chain.length++] = COMMA
+  chain.length += chain.buffer.write(text, chain.length, "utf8")
+  chain.written = true
+}
+
+/** The bytes of `[` and the prompt's fragments (no closing `]`): a view of its chain, extended as needed. */
+const messagesBytes = (prompt: Prompt.Prompt): Uint8Array => {
+  const chain = chainOf(prompt) ?? newChain()
+  if (chain.messages.length > 0) chains.delete(chain.messages[chain.messages.length - 1]!)
+  for (let index = chain.messages.length; index < prompt.length; index++) {
+    const message = prompt[index]!
+    const fragment = fragmentOf(message)
+    if (fragment !== "") append(chain, fragment)
+    chain.messages.push(message)
+  }
+  if (prompt.length > 0) chains.set(prompt[prompt.length - 1]!, chain)
+  return chain.buffer.subarray(0, chain.length)
+}
+
 /** The messages array as canonical JSON text. */
 export const messagesJson = (prompt: Prompt.Prompt): string => {
   const out: Array<string> = []
@@ -110,6 +181,61 @@ const slotAt = (body: string, slot: string): number => {
   return at === -1 || body.indexOf(slot, at + 1) !== -1 ? -1 : at
 }
 
+/** A request body as bytes: its parts in order, sent one after another. */
+export interface BodyParts {
+  readonly parts: ReadonlyArray<Uint8Array>
+  readonly byteLength: number
+}
+
+/**
+ * The request body for `model` as the bytes of `openAiBody`, in parts: the fields before `messages`,
+ * the messages' bytes kept between the steps of a run (`messagesBytes`: a step encodes only its new
+ * messages, and no body-sized string is built), and the rest. A long session's request is hundreds of
+ * KB; writing it whole every step is what a step of a long session would otherwise spend most on.
+ */
+export const openAiBodyParts = (
+  model: string,
+  request: Prompt.ModelRequest,
+  prompt: Prompt.Prompt,
+  limitField: OutputLimitField,
+): BodyParts => {
+  const layout = bodyLayout(model, request, limitField)
+  if (layout === undefined) {
+    const whole = Buffer.from(openAiBody(model, request, prompt, limitField))
+    return { parts: [whole], byteLength: whole.length }
+  }
+  const { body, messagesAt, toolsAt, hasTools } = layout
+  const head = Buffer.from(body.slice(0, messagesAt))
+  const messages = messagesBytes(prompt)
+  const rest = hasTools
+    ? `]${body.slice(messagesAt + MESSAGES_TEXT.length, toolsAt)}${toolsJson(request.tools)}${body.slice(toolsAt + TOOLS_TEXT.length)}`
+    : `]${body.slice(messagesAt + MESSAGES_TEXT.length)}`
+  const tail = Buffer.from(rest)
+  return { parts: [head, messages, tail], byteLength: head.length + messages.length + tail.length }
+}
+
+/**
+ * The body's fields with the slots standing for the messages and the tools, and where the slots are
+ * (in that order: keys are sorted); undefined when an option holds the same text as a slot.
+ */
+const bodyLayout = (model: string, request: Prompt.ModelRequest, limitField: OutputLimitField) => {
+  const hasTools = request.tools.length > 0
+  const body = canonicalJson(bodyFields(model, request, limitField, MESSAGES_SLOT, TOOLS_SLOT))
+  const messagesAt = slotAt(body, MESSAGES_TEXT)
+  const toolsAt = hasTools ? slotAt(body, TOOLS_TEXT) : body.length
+  return messagesAt === -1 || toolsAt === -1 ? undefined : { body, messagesAt, toolsAt, hasTools }
+}
+
+const bodyFields = (model: string, request: Prompt.ModelRequest, limitField: OutputLimitField, messages: Json, tools: Json) => ({
+  ...request.providerOptions,
+  model,
+  messages,
+  [limitField]: request.maxOutputTokens,
+  stream: true,
+  stream_options: { include_usage: true },
+  ...(request.tools.length > 0 ? { tools } : {}),
+})
+
 /** The request body for `model`, as canonical JSON text; the output limit goes in `limitField`. */
 export const openAiBody = (
   model: string,
@@ -117,24 +243,12 @@ export const openAiBody = (
   prompt: Prompt.Prompt,
   limitField: OutputLimitField,
 ): string => {
-  const hasTools = request.tools.length > 0
-  const fields = (messages: Json, tools: Json) => ({
-    ...request.providerOptions,
-    model,
-    messages,
-    [limitField]: request.maxOutputTokens,
-    stream: true,
-    stream_options: { include_usage: true },
-    ...(hasTools ? { tools } : {}),
-  })
-  const body = canonicalJson(fields(MESSAGES_SLOT, TOOLS_SLOT))
-  const messagesAt = slotAt(body, MESSAGES_TEXT)
-  const toolsAt = hasTools ? slotAt(body, TOOLS_TEXT) : body.length
-  // The slots are where `messages` and `tools` are (in that order: keys are sorted); should an
-  // option hold the same text, write the body whole.
-  if (messagesAt === -1 || toolsAt === -1) {
-    return canonicalJson(fields(prompt.flatMap(providerMessages), providerTools(request.tools)))
+  const layout = bodyLayout(model, request, limitField)
+  // Should an option hold a slot's text, write the body whole.
+  if (layout === undefined) {
+    return canonicalJson(bodyFields(model, request, limitField, prompt.flatMap(providerMessages), providerTools(request.tools)))
   }
+  const { body, messagesAt, toolsAt, hasTools } = layout
   // One join writes the body flat: concatenating the pieces would leave a rope that the HTTP client
   // flattens into a second copy of the whole body (a long session's request is hundreds of KB).
   const out = [body.slice(0, messagesAt)]

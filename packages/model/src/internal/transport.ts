@@ -12,7 +12,7 @@ import { Array as Arr, Cause, Clock, Effect, Scope, Stream } from "effect"
 import { createParser, type EventSourceMessage } from "eventsource-parser"
 import * as ErrorClassification from "../ErrorClassification.ts"
 import * as ModelError from "../ModelError.ts"
-import type { BodyRead, BodyReader, HttpRequest, HttpResponse } from "./http-client.ts"
+import type { BodyRead, BodyReader, HttpRequest, HttpResponse, RequestBody } from "./http-client.ts"
 import { splitDelta } from "./delta-split.ts"
 import type { Normalizer, NormalizerFailure, SseMessage } from "./normalizer.ts"
 import { ReplayTracker } from "./replay-tracker.ts"
@@ -21,7 +21,7 @@ import { scrub } from "./secrets.ts"
 export interface TransportRequest {
   readonly url: string
   readonly headers: Readonly<Record<string, string>>
-  readonly body: string
+  readonly body: RequestBody
   /** The host's `fetch`, or the adapter's own client (`http-client.ts`): either answers what is read here. */
   readonly send: (url: string, request: HttpRequest) => Promise<HttpResponse>
   readonly idleTimeoutMs: number
