@@ -165,6 +165,9 @@ const outgoingHeaders = (request: HttpRequest): Record<string, string | number> 
   return headers
 }
 
+/** A body up to this size is copied into one write; a larger one is written part by part, uncopied. */
+const ONE_WRITE_BYTES = 64 * 1024
+
 /** Sends `request` to `url` and resolves with the response once its headers arrived. */
 export const send = (url: string, request: HttpRequest): Promise<HttpResponse> =>
   new Promise<HttpResponse>((resolve, reject) => {
@@ -192,6 +195,7 @@ export const send = (url: string, request: HttpRequest): Promise<HttpResponse> =
     })
     const body = request.body
     if (typeof body === "string") outgoing.end(body)
+    else if (body.byteLength <= ONE_WRITE_BYTES) outgoing.end(Buffer.concat(body.parts, body.byteLength))
     else {
       for (const part of body.parts) outgoing.write(part)
       outgoing.end()
