@@ -252,6 +252,24 @@ describe("openSqlite transactions", () => {
     await database.close()
   })
 
+  it("passes a body's error through when SQLite already rolled the transaction back, and writes again after", async () => {
+    const database = await openSqlite(path.join(temporaryDirectory(), "events.sqlite"))
+    const failure = new Error("the disk is full")
+    const result = await database
+      .write(async (transaction) => {
+        await transaction.insertInto("event_log").values(rawEvent("model_observed")).execute()
+        // As SQLite does itself after some errors (SQLITE_FULL, SQLITE_IOERR): the transaction is gone.
+        await sql`ROLLBACK`.execute(transaction)
+        throw failure
+      })
+      .catch((error: unknown) => error)
+    expect(result).toBe(failure)
+    expect(await rowCount(database)).toBe(0)
+    await database.write(async (transaction) => transaction.insertInto("event_log").values(rawEvent("model_observed")).execute())
+    expect(await rowCount(database)).toBe(1)
+    await database.close()
+  })
+
   it("refuses a query of a transaction that has ended, and writes nothing", async () => {
     const database = await openSqlite(path.join(temporaryDirectory(), "events.sqlite"))
     const kept = await database.write(async (transaction) => transaction)

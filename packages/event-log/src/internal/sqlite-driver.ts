@@ -215,7 +215,7 @@ export class SqliteDriver implements Driver {
   /**
    * Runs `callback` in one transaction of the connection, as Kysely's transaction builder would:
    * the connection is taken (FIFO), BEGIN (`begin immediate` for a write), the callback, COMMIT;
-   * a callback that throws is rolled back and its error passes through; a failed BEGIN leaves
+   * a callback that throws is rolled back (unless SQLite already did) and its error passes through; a failed BEGIN leaves
    * nothing to roll back; a failed COMMIT rolls back what is still open and rethrows the COMMIT's
    * error. The end callbacks run with whether it committed, before the connection is released.
    * The callback's `Transaction` runs queries only while this transaction is open.
@@ -239,7 +239,9 @@ export class SqliteDriver implements Driver {
       } catch (error) {
         state.isOpen = false
         try {
-          connection.run("rollback")
+          // SQLite may have rolled the transaction back itself (a full disk, an I/O error): the
+          // body's error is then the one to report, not a ROLLBACK with no transaction.
+          if (this.#configuration.connection.inTransaction) connection.run("rollback")
         } finally {
           connection.endTransaction(false)
         }
