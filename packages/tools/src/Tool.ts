@@ -204,9 +204,7 @@ const effectInputOf = (schema: Schema.ConstraintDecoder<unknown, never>, name: s
   const key = `${name}\u0000${description}`
   let derived = byDefinition.get(key)
   if (derived === undefined) {
-    const inputSchema = jsonSchemaOf(schema)
-    if (inputSchema["type"] !== "object") throw invalidDefinition(`tool ${name} must take a JSON object as input`)
-    derived = { definition: sealedDefinition(name, description, inputSchema), decodeInput: effectDecoder(schema) }
+    derived = { definition: sealedDefinition(name, description, jsonSchemaOf(schema)), decodeInput: effectDecoder(schema) }
     byDefinition.set(key, derived)
     // Names and descriptions made on the fly must not grow it without bound: the oldest goes.
     if (byDefinition.size > DEFINITIONS_PER_SCHEMA) byDefinition.delete(byDefinition.keys().next().value!)

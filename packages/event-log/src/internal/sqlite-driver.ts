@@ -189,24 +189,44 @@ export class SqliteDriver implements Driver {
     return this.#connection
   }
 
-  async beginTransaction(connection: DatabaseConnection, settings: TransactionSettings): Promise<void> {
-    const begin = settings.accessMode === "read only" ? "begin" : "begin immediate"
-    await connection.executeQuery(CompiledQuery.raw(begin))
+  async beginTransaction(_connection: DatabaseConnection, settings: TransactionSettings): Promise<void> {
+    this.#begin(settings.accessMode === "read only" ? "read only" : "read write")
   }
 
-  async commitTransaction(connection: DatabaseConnection): Promise<void> {
+  async commitTransaction(): Promise<void> {
+    this.#commit()
+  }
+
+  async rollbackTransaction(): Promise<void> {
+    this.#rollback()
+  }
+
+  #begin(accessMode: "read only" | "read write"): void {
+    this.#connection.run(accessMode === "read only" ? "begin" : "begin immediate")
+  }
+
+  /** COMMIT; a failed one rolls back what is still open and rethrows the COMMIT's error. */
+  #commit(): void {
     try {
-      await connection.executeQuery(CompiledQuery.raw("commit"))
+      this.#connection.run("commit")
     } catch (error) {
-      this.#connection.endTransaction(false)
+      try {
+        this.#rollback()
+      } catch {
+        // The COMMIT's error is the one to report; the transaction is gone either way.
+      }
       throw error
     }
     this.#connection.endTransaction(true)
   }
 
-  async rollbackTransaction(connection: DatabaseConnection): Promise<void> {
+  /**
+   * ROLLBACK while a transaction is open: SQLite may have rolled it back itself (a full disk, an I/O
+   * error), and the error that made it do so is then the one to report, not a ROLLBACK with none.
+   */
+  #rollback(): void {
     try {
-      await connection.executeQuery(CompiledQuery.raw("rollback"))
+      if (this.#configuration.connection.inTransaction) this.#connection.run("rollback")
     } finally {
       this.#connection.endTransaction(false)
     }
@@ -231,36 +251,18 @@ export class SqliteDriver implements Driver {
     const state = { isOpen: false }
     try {
       const transaction = new Transaction<DB>({ ...props, executor: executor.withConnectionProvider(scopedProvider(connection, state)) })
-      connection.run(accessMode === "read only" ? "begin" : "begin immediate")
+      this.#begin(accessMode)
       state.isOpen = true
       let result: A
       try {
         result = await callback(transaction)
       } catch (error) {
         state.isOpen = false
-        try {
-          // SQLite may have rolled the transaction back itself (a full disk, an I/O error): the
-          // body's error is then the one to report, not a ROLLBACK with no transaction.
-          if (this.#configuration.connection.inTransaction) connection.run("rollback")
-        } finally {
-          connection.endTransaction(false)
-        }
+        this.#rollback()
         throw error
       }
       state.isOpen = false
-      try {
-        connection.run("commit")
-      } catch (error) {
-        try {
-          if (this.#configuration.connection.inTransaction) connection.run("rollback")
-        } catch {
-          // The COMMIT's error is the one to report; the transaction is gone either way.
-        } finally {
-          connection.endTransaction(false)
-        }
-        throw error
-      }
-      connection.endTransaction(true)
+      this.#commit()
       return result
     } finally {
       state.isOpen = false

@@ -35,12 +35,17 @@ export interface HttpRequest {
   readonly signal: AbortSignal
 }
 
-/** A request body: text, or bytes in parts sent one after another (a host's `fetch` is given text). */
-export type RequestBody = string | { readonly parts: ReadonlyArray<Uint8Array>; readonly byteLength: number }
+/** A request body as bytes: its parts in order, sent one after another. */
+export interface BodyParts {
+  readonly parts: ReadonlyArray<Uint8Array>
+  readonly byteLength: number
+}
+
+/** A request body: text, or bytes in parts (a host's `fetch` is given text). */
+export type RequestBody = string | BodyParts
 
 /** The body as text (a host's `fetch` is given text). */
-export const textOf = (body: RequestBody): string =>
-  typeof body === "string" ? body : Buffer.concat(body.parts.map((part) => Buffer.from(part.buffer, part.byteOffset, part.byteLength))).toString("utf8")
+export const textOf = (body: RequestBody): string => (typeof body === "string" ? body : Buffer.concat(body.parts, body.byteLength).toString("utf8"))
 
 /** The body's length in bytes. */
 export const byteLengthOf = (body: RequestBody): number => (typeof body === "string" ? Buffer.byteLength(body) : body.byteLength)

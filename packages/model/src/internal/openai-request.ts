@@ -5,6 +5,7 @@
  */
 import { Canonical, type Identity, type Prompt } from "@maka/facts"
 import type { OutputLimitField } from "../ProviderConfig.ts"
+import type { BodyParts } from "./http-client.ts"
 import { canonicalJson } from "./json-write.ts"
 
 type Json = Identity.Json
@@ -181,12 +182,6 @@ const slotAt = (body: string, slot: string): number => {
   return at === -1 || body.indexOf(slot, at + 1) !== -1 ? -1 : at
 }
 
-/** A request body as bytes: its parts in order, sent one after another. */
-export interface BodyParts {
-  readonly parts: ReadonlyArray<Uint8Array>
-  readonly byteLength: number
-}
-
 /**
  * The request body for `model` as the bytes of `openAiBody`, in parts: the fields before `messages`,
  * the messages' bytes kept between the steps of a run (`messagesBytes`: a step encodes only its new
@@ -204,13 +199,9 @@ export const openAiBodyParts = (
     const whole = Buffer.from(openAiBody(model, request, prompt, limitField))
     return { parts: [whole], byteLength: whole.length }
   }
-  const { body, messagesAt, toolsAt, hasTools } = layout
-  const head = Buffer.from(body.slice(0, messagesAt))
+  const head = Buffer.from(layout.body.slice(0, layout.messagesAt))
   const messages = messagesBytes(prompt)
-  const rest = hasTools
-    ? `]${body.slice(messagesAt + MESSAGES_TEXT.length, toolsAt)}${toolsJson(request.tools)}${body.slice(toolsAt + TOOLS_TEXT.length)}`
-    : `]${body.slice(messagesAt + MESSAGES_TEXT.length)}`
-  const tail = Buffer.from(rest)
+  const tail = Buffer.from(`]${afterMessages(layout, request)}`)
   return { parts: [head, messages, tail], byteLength: head.length + messages.length + tail.length }
 }
 
@@ -225,6 +216,14 @@ const bodyLayout = (model: string, request: Prompt.ModelRequest, limitField: Out
   const toolsAt = hasTools ? slotAt(body, TOOLS_TEXT) : body.length
   return messagesAt === -1 || toolsAt === -1 ? undefined : { body, messagesAt, toolsAt, hasTools }
 }
+
+type BodyLayout = NonNullable<ReturnType<typeof bodyLayout>>
+
+/** The body's text after the messages array: the fields up to the tools, the tools, the rest. */
+const afterMessages = ({ body, messagesAt, toolsAt, hasTools }: BodyLayout, request: Prompt.ModelRequest): string =>
+  hasTools
+    ? `${body.slice(messagesAt + MESSAGES_TEXT.length, toolsAt)}${toolsJson(request.tools)}${body.slice(toolsAt + TOOLS_TEXT.length)}`
+    : body.slice(messagesAt + MESSAGES_TEXT.length)
 
 const bodyFields = (model: string, request: Prompt.ModelRequest, limitField: OutputLimitField, messages: Json, tools: Json) => ({
   ...request.providerOptions,
@@ -248,15 +247,10 @@ export const openAiBody = (
   if (layout === undefined) {
     return canonicalJson(bodyFields(model, request, limitField, prompt.flatMap(providerMessages), providerTools(request.tools)))
   }
-  const { body, messagesAt, toolsAt, hasTools } = layout
   // One join writes the body flat: concatenating the pieces would leave a rope that the HTTP client
   // flattens into a second copy of the whole body (a long session's request is hundreds of KB).
-  const out = [body.slice(0, messagesAt)]
+  const out = [layout.body.slice(0, layout.messagesAt)]
   pushMessages(prompt, out)
-  if (hasTools) {
-    out.push(body.slice(messagesAt + MESSAGES_TEXT.length, toolsAt), toolsJson(request.tools), body.slice(toolsAt + TOOLS_TEXT.length))
-  } else {
-    out.push(body.slice(messagesAt + MESSAGES_TEXT.length))
-  }
+  out.push(afterMessages(layout, request))
   return out.join("")
 }
