@@ -226,6 +226,20 @@ describe("the in-place shape check of stored events", () => {
     assert.isFalse(Codec.hasRuntimeEventShape(observed({ a: deep })))
   })
 
+  it("reads every property by its own name, whatever characters the name holds", () => {
+    const names = ['a"b', "back\\slash", "line\nbreak", "sep\u2028arator", "", "constructor", "0"]
+    const schema = Schema.Struct(Object.fromEntries(names.map((name) => [name, Schema.Literal(name)])))
+    const guard = compile(schema.ast)
+    const value = Object.fromEntries(names.map((name) => [name, name]))
+    assert.isTrue(guard(value))
+    for (const name of names) {
+      const missing: Record<string, unknown> = { ...value }
+      delete missing[name]
+      assert.isFalse(guard(missing), `without ${JSON.stringify(name)}`)
+      assert.isFalse(guard({ ...value, [name]: `${name}!` }), `another value of ${JSON.stringify(name)}`)
+    }
+  })
+
   it("counts only own keys: an inherited or undefined property is not a present one", () => {
     const schema = Schema.Struct({ kind: Schema.String, note: Schema.optionalKey(Schema.String) })
     const guard = compile(schema.ast)
@@ -235,6 +249,10 @@ describe("the in-place shape check of stored events", () => {
     const inherited = Object.assign(Object.create({ kind: "a" }) as object, { note: "b", extra: 1 })
     assert.isFalse(decodes(inherited))
     assert.isFalse(guard(inherited))
+    // The same with the optional key inherited: counted as present, it would stand in for the extra key.
+    const inheritedOptional = Object.assign(Object.create({ note: "b" }) as object, { kind: "a", extra: 1 })
+    assert.isFalse(decodes(inheritedOptional))
+    assert.isFalse(guard(inheritedOptional))
     // An optional key present with `undefined`: the closed decode refuses it.
     assert.isFalse(decodes({ kind: "a", note: undefined }))
     assert.isFalse(guard({ kind: "a", note: undefined }))

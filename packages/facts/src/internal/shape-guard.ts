@@ -11,8 +11,6 @@ import { SchemaAST } from "effect"
 
 export type Guard = (input: unknown) => boolean
 
-const never: Guard = () => false
-
 const passes = (check: SchemaAST.Check<unknown>, input: unknown, ast: SchemaAST.AST): boolean =>
   check._tag === "Filter"
     ? check.run(input, ast, PARSE_OPTIONS) === undefined
@@ -20,20 +18,6 @@ const passes = (check: SchemaAST.Check<unknown>, input: unknown, ast: SchemaAST.
 
 /** The options the checks run under: the closed decode's. */
 const PARSE_OPTIONS: SchemaAST.ParseOptions = { onExcessProperty: "error", errors: "first" }
-
-/** The node's own checks after its type test. */
-const withChecks = (ast: SchemaAST.AST, test: Guard): Guard => {
-  const checks = ast.checks
-  if (checks === undefined) return test
-  return (input) => {
-    if (!test(input)) return false
-    for (const check of checks) if (!passes(check, input, ast)) return false
-    return true
-  }
-}
-
-const isRecord = (input: unknown): input is Record<string, unknown> =>
-  typeof input === "object" && input !== null && !Array.isArray(input)
 
 /**
  * A union whose members are all objects with one required property whose type is a distinct string
@@ -61,102 +45,104 @@ const discriminated = (node: SchemaAST.Union): { readonly name: string; readonly
   return undefined
 }
 
-/** Compiles `ast`; nodes met again (a recursive schema) share one guard. */
+/**
+ * Compiles `ast` into JavaScript source, one function per schema node (nodes met again, as in a
+ * recursive schema, call the same function), so every property is read at a site of its own with a
+ * constant key: a closure walking a list of names reads every object of every shape at one shared
+ * site, which V8 can no longer specialise, and a stored event is checked at every read of a session
+ * (docs/architecture.md §12). Checks, literals and tags reach the code as values, never as text,
+ * except property names and string tags, written with `JSON.stringify` (a valid string literal).
+ */
 export const compile = (ast: SchemaAST.AST): Guard => {
-  const compiled = new Map<SchemaAST.AST, Guard>()
-  const go = (node: SchemaAST.AST): Guard => {
-    const known = compiled.get(node)
-    if (known !== undefined) return known
-    // A recursive reference sees this forwarder until the node's own guard is built.
-    let built: Guard | undefined
-    compiled.set(node, (input) => built!(input))
-    built = node.encoding === undefined ? build(node) : never
-    compiled.set(node, built)
-    return built
+  const functions = new Map<SchemaAST.AST, number>()
+  const bodies: Array<string> = []
+  const values: Array<unknown> = []
+  const value = (held: unknown): string => {
+    values.push(held)
+    return `r[${values.length - 1}]`
   }
-  const build = (node: SchemaAST.AST): Guard => {
+  const go = (node: SchemaAST.AST): string => {
+    const known = functions.get(node)
+    if (known !== undefined) return `f${known}`
+    const index = bodies.length
+    functions.set(node, index)
+    bodies.push("")
+    bodies[index] = node.encoding === undefined ? build(node) : "return false"
+    return `f${index}`
+  }
+  /** The node's own checks after its type test, as statements. */
+  const checks = (node: SchemaAST.AST): string => {
+    if (node.checks === undefined) return ""
+    const at = value(node)
+    return node.checks.map((check) => `if (!passes(${value(check)}, v, ${at})) return false;`).join("")
+  }
+  const build = (node: SchemaAST.AST): string => {
     switch (node._tag) {
       case "Null":
-        return withChecks(node, (input) => input === null)
+        return `if (v !== null) return false;${checks(node)}return true`
       case "String":
-        return withChecks(node, (input) => typeof input === "string")
+        return `if (typeof v !== "string") return false;${checks(node)}return true`
       case "Number":
-        return withChecks(node, (input) => typeof input === "number")
+        return `if (typeof v !== "number") return false;${checks(node)}return true`
       case "Boolean":
-        return withChecks(node, (input) => typeof input === "boolean")
-      case "Literal": {
-        const literal = node.literal
-        return withChecks(node, (input) => input === literal)
-      }
+        return `if (typeof v !== "boolean") return false;${checks(node)}return true`
+      case "Literal":
+        return `if (v !== ${value(node.literal)}) return false;${checks(node)}return true`
       case "Suspend":
-        return withChecks(node, go(node.thunk()))
+        return `if (!${go(node.thunk())}(v)) return false;${checks(node)}return true`
       case "Union": {
         const members = node.types.map(go)
         const byTag = discriminated(node)
-        if (byTag !== undefined) {
-          // A tagged union: the member is chosen by its tag, as only it can accept the value.
-          const { name, tags } = byTag
-          const chosen = new Map<unknown, Guard>([...tags].map(([tag, index]) => [tag, members[index]!]))
-          return withChecks(node, (input) => {
-            if (!isRecord(input)) return false
-            const member = chosen.get(input[name])
-            return member !== undefined && member(input)
-          })
-        }
-        return withChecks(node, (input) => {
-          for (const member of members) if (member(input)) return true
-          return false
-        })
+        if (byTag === undefined) return `if (!(${members.map((member) => `${member}(v)`).join(" || ") || "false"})) return false;${checks(node)}return true`
+        // A tagged union: the member is chosen by its tag, as only it can accept the value.
+        const cases = [...byTag.tags].map(([tag, at]) => `case ${JSON.stringify(tag)}: if (!${members[at]!}(v)) return false; break;`)
+        return `if (typeof v !== "object" || v === null || isArray(v)) return false;switch (v[${JSON.stringify(byTag.name)}]) {${cases.join("")}default: return false}${checks(node)}return true`
       }
       case "Arrays": {
         // Only a plain array of one element type: tuples are left to the decoder.
-        if (node.elements.length > 0 || node.rest.length !== 1) return never
+        if (node.elements.length > 0 || node.rest.length !== 1) return "return false"
         const item = go(node.rest[0]!)
-        return withChecks(node, (input) => {
-          if (!Array.isArray(input)) return false
-          for (const value of input) if (!item(value)) return false
-          return true
-        })
+        return `if (!isArray(v)) return false;for (let i = 0; i < v.length; i++) if (!${item}(v[i])) return false;${checks(node)}return true`
       }
       case "Objects":
         return objects(node)
       default:
-        return never
+        return "return false"
     }
   }
-  const objects = (node: SchemaAST.Objects): Guard => {
-    const properties = node.propertySignatures.map((property) => ({
-      name: property.name,
-      optional: SchemaAST.isOptional(property.type),
-      guard: go(property.type),
-    }))
-    if (properties.some((property) => typeof property.name !== "string")) return never
+  const objects = (node: SchemaAST.Objects): string => {
+    if (node.propertySignatures.some((property) => typeof property.name !== "string")) return "return false"
     // Only string-keyed records: other parameters are left to the decoder.
-    if (node.indexSignatures.some((index) => index.parameter._tag !== "String" || index.parameter.checks !== undefined)) return never
-    const values = node.indexSignatures.map((index) => go(index.type))
-    return withChecks(node, (input) => {
-      if (!isRecord(input)) return false
-      let present = 0
-      for (const property of properties) {
-        const name = property.name as string
-        // JSON holds no `undefined`: a read that gives it is a missing key (or one set to
-        // `undefined`, which the key count below then refuses).
-        const value = input[name]
-        if (value === undefined) {
-          if (!property.optional) return false
-          continue
-        }
-        // A value inherited rather than own (a name `Object.prototype` has) is never accepted.
-        if (!Object.hasOwn(input, name)) return false
-        present++
-        if (!property.guard(value)) return false
-      }
-      // Closed: a key no property names needs an index signature; an index signature's type
-      // holds for every key (the decoder reads the named properties through it too).
-      if (values.length === 0) return Object.keys(input).length === present
-      for (const key of Object.keys(input)) for (const value of values) if (!value(input[key])) return false
-      return true
-    })
+    if (node.indexSignatures.some((index) => index.parameter._tag !== "String" || index.parameter.checks !== undefined)) return "return false"
+    const lines = [`if (typeof v !== "object" || v === null || isArray(v)) return false;`, "let present = 0;", "let x;"]
+    for (const property of node.propertySignatures) {
+      const name = JSON.stringify(property.name)
+      const guard = go(property.type)
+      // JSON holds no `undefined`: a read that gives it is a missing key (or one set to `undefined`,
+      // which the key count below then refuses). A value inherited rather than own (a name
+      // `Object.prototype` has) is never accepted.
+      lines.push(
+        `x = v[${name}];`,
+        SchemaAST.isOptional(property.type)
+          ? `if (x !== undefined) { if (!hasOwn(v, ${name}) || !${guard}(x)) return false; present++; }`
+          : `if (x === undefined || !hasOwn(v, ${name}) || !${guard}(x)) return false; present++;`,
+      )
+    }
+    // Closed: a key no property names needs an index signature; an index signature's type holds for
+    // every key (the decoder reads the named properties through it too).
+    const indexed = node.indexSignatures.map((index) => go(index.type))
+    if (indexed.length === 0) lines.push("if (keys(v).length !== present) return false;")
+    else lines.push(`for (const key of keys(v)) { const y = v[key]; if (${indexed.map((guard) => `!${guard}(y)`).join(" || ")}) return false; }`)
+    return `${lines.join("")}${checks(node)}return true`
   }
-  return go(ast)
+  const root = go(ast)
+  const source = `${bodies.map((body, index) => `function f${index}(v) {${body}}`).join("\n")}\nreturn ${root}`
+  const make = new Function("r", "passes", "hasOwn", "isArray", "keys", source) as (
+    values: ReadonlyArray<unknown>,
+    check: typeof passes,
+    own: typeof Object.hasOwn,
+    array: typeof Array.isArray,
+    ownKeys: typeof Object.keys,
+  ) => Guard
+  return make(values, passes, Object.hasOwn, Array.isArray, Object.keys)
 }
