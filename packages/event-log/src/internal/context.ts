@@ -156,22 +156,29 @@ export const requireLive = async (tx: Rows.Tx, sessionId: string, current: strin
   return opening
 }
 
-/** docs/log-format.md §3.8, over the selection's rows (observations excluded) up to the high water. */
-export const latestMain = (rows: ReadonlyArray<Rows.Row>): LatestMainContext => {
+/**
+ * docs/log-format.md §3.8, over the selection's rows (observations excluded) up to the high water.
+ * `decode` gives a row's event, or undefined when it does not decode: rows the context read has
+ * decoded already pass theirs, so the walk parses nothing twice.
+ */
+export const latestMain = <R extends Rows.Row>(
+  rows: ReadonlyArray<R>,
+  decode: (row: R) => Event.RuntimeEvent | undefined = decodeOrUndefined,
+): LatestMainContext => {
   const bySequence = [...rows].sort((left, right) => right.sequence - left.sequence)
-  const bySteps = new Map<string, Rows.Row>()
-  const openings = new Map<string, Rows.Row>()
+  const bySteps = new Map<string, R>()
+  const openings = new Map<string, R>()
   for (const row of rows) {
     if (row.kind === "model_requested" && row.operationId !== null) bySteps.set(row.operationId, row)
     if (row.kind === "invocation_opened") openings.set(row.invocationId, row)
   }
   for (const completion of bySequence) {
     if (completion.kind !== "model_completed") continue
-    const completed = decodeOrUndefined(completion)
+    const completed = decode(completion)
     const requestRow = completion.operationId === null ? undefined : bySteps.get(completion.operationId)
     const openingRow = openings.get(completion.invocationId)
-    const requested = requestRow === undefined ? undefined : decodeOrUndefined(requestRow)
-    const opened = openingRow === undefined ? undefined : decodeOrUndefined(openingRow)
+    const requested = requestRow === undefined ? undefined : decode(requestRow)
+    const opened = openingRow === undefined ? undefined : decode(openingRow)
     if (
       completed === undefined ||
       requested === undefined ||
@@ -192,7 +199,7 @@ export const latestMain = (rows: ReadonlyArray<Rows.Row>): LatestMainContext => 
     let projectionCurrent = true
     for (const row of rows) {
       if (row.kind !== "tool_result_archived" || row.sequence <= requestRow.sequence) continue
-      const archived = decodeOrUndefined(row)?.fact
+      const archived = decode(row)?.fact
       if (archived?.kind !== "tool_result_archived") continue
       const targetId = archived.placeholder.identity.runtimeEventId
       const target = rows.find((candidate) => candidate.eventId === targetId)
@@ -348,9 +355,9 @@ const materialise = async (
   const decodedEvents: Array<Event.StoredEvent> = []
   for (const row of await sessionRowsOf(tx, sessionId)) {
     const sequence = Rows.toNumber(row.sequence)
-    if (row.kind === "model_observed") {
+    if (row.observed_invocation_id !== null) {
       // Which invocation wrote an observation (it is not decoded): its row carries it.
-      entries.push({ sequence, kind: row.kind, json: row.event_json, invocationId: row.invocation_id })
+      entries.push({ sequence, kind: "model_observed", json: row.event_json, invocationId: row.observed_invocation_id })
       continue
     }
     // The other ids come from the event itself (the columns are written from it).
@@ -366,7 +373,7 @@ const materialise = async (
       turnId: invocation.turnId,
       runId: invocation.runId,
       invocationId: invocation.invocationId,
-      kind: row.kind,
+      kind: event.fact.kind,
       operationId: Fact.operationKey(event.fact) ?? null,
       json: row.event_json,
       stored,
@@ -524,6 +531,7 @@ const materialise = async (
     effectiveSourceDigest: Digest.effectiveSource(sourceDigest, replacements),
     latestMain: latestMain(
       highWater === readHighWater ? withoutObservations : withoutObservations.filter((row) => row.sequence <= highWater),
+      (row) => row.stored.event,
     ),
     unknownOperations: safety.unknownOperations,
   }

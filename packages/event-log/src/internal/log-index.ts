@@ -39,8 +39,7 @@ export interface LiveInvocation {
 /** A loaded row as the context read takes it. */
 const sessionRow = (row: Rows.Row): Rows.SessionRow => ({
   sequence: row.sequence,
-  invocation_id: row.invocationId,
-  kind: row.kind,
+  observed_invocation_id: row.kind === "model_observed" ? row.invocationId : null,
   event_json: row.json,
 })
 

@@ -5,7 +5,7 @@
  */
 import { Codec, type Event } from "@maka/facts"
 import { Result } from "effect"
-import { sql, type Transaction } from "kysely"
+import { type Compilable, type CompiledQuery, type DialectAdapter, type QueryResult, sql, type Transaction } from "kysely"
 import * as EventLogError from "../EventLogError.ts"
 import type { Tables } from "./tables.ts"
 
@@ -19,6 +19,45 @@ export type Tx = Transaction<Tables>
 export const notObservation = sql<boolean>`kind <> 'model_observed'`
 export const boundaryKinds = sql<boolean>`kind IN ('invocation_opened', 'invocation_ended')`
 const isKind = (kind: string) => sql<boolean>`kind = ${sql.lit(kind)}`
+
+/** A parameter's stand-in while a query is compiled once: no id or text the log binds holds NUL. */
+const slot = (index: number): string => `\u0000maka.parameter.${index}\u0000`
+const SLOT = /^\u0000maka\.parameter\.(\d+)\u0000$/
+
+/**
+ * A hot query built and compiled by Kysely once per dialect, then run by its SQL with the call's
+ * parameters in place of the stand-ins it was compiled with (the SQLite driver keeps the prepared
+ * statement by that SQL), instead of building and compiling the same tree on every read
+ * (docs/architecture.md §12). `build` must bind each of its parameters as one value, as a plain
+ * `where` comparison does; the first compile checks that it did.
+ */
+export const compiledOnce = <P extends ReadonlyArray<string | number>, R>(
+  arity: P["length"],
+  build: (tx: Tx, ...parameters: P) => Compilable<R>,
+): ((tx: Tx, ...parameters: P) => Promise<QueryResult<R>>) => {
+  const compiledBy = new WeakMap<DialectAdapter, CompiledQuery<R>>()
+  const compile = (tx: Tx): CompiledQuery<R> => {
+    const slots = Array.from({ length: arity }, (_, index) => slot(index))
+    // The stand-ins are strings where a parameter may be a number: they only mark its place.
+    const compiled = build(tx, ...(slots as unknown as P)).compile()
+    const bound = compiled.parameters.filter((value) => typeof value === "string" && SLOT.test(value))
+    if (bound.length !== arity || new Set(bound).size !== arity) throw new Error(`a query compiled once binds ${bound.length} of its ${arity} parameters`)
+    return compiled
+  }
+  return (tx, ...parameters) => {
+    const adapter = tx.getExecutor().adapter
+    let compiled = compiledBy.get(adapter)
+    if (compiled === undefined) {
+      compiled = compile(tx)
+      compiledBy.set(adapter, compiled)
+    }
+    const values = compiled.parameters.map((value) => {
+      const at = typeof value === "string" ? SLOT.exec(value) : null
+      return at === null ? value : parameters[Number(at[1])]
+    })
+    return tx.executeQuery({ ...compiled, parameters: values })
+  }
+}
 
 export interface Row {
   readonly sequence: number
@@ -165,51 +204,55 @@ export const ofSession = async (
 
 /**
  * A session row as the context read takes it: the columns it needs before decoding, as the driver
- * returns them. The other ids come from the decoded event (the columns are written from it);
- * observations are never decoded, only hashed.
+ * returns them. An observation is never decoded, only hashed: its row carries its invocation id
+ * (`observed_invocation_id`, null on every other row). The kind and ids of any other row come from
+ * its decoded event (the columns are written from it), so they are not read twice: each column
+ * read is a string the driver makes for every row of the session.
  */
 export interface SessionRow {
   readonly sequence: number | string
-  readonly invocation_id: string
-  readonly kind: string
+  readonly observed_invocation_id: string | null
   readonly event_json: string
 }
 
-const sessionColumns = ["sequence", "invocation_id", "kind", "event_json"] as const
+const sessionColumns = [
+  "sequence",
+  sql<string | null>`CASE WHEN kind = 'model_observed' THEN invocation_id END`.as("observed_invocation_id"),
+  "event_json",
+] as const
+
+const selectSessionRows = compiledOnce(1, (tx: Tx, sessionId: string) =>
+  tx.selectFrom("event_log").select(sessionColumns).where("session_id", "=", sessionId).orderBy("sequence"),
+)
 
 /** Every row of a session in sequence order, with only the columns of `SessionRow`. */
-export const sessionRows = (tx: Tx, sessionId: string): Promise<ReadonlyArray<SessionRow>> =>
-  tx
-    .selectFrom("event_log")
-    .select(sessionColumns)
-    .where("session_id", "=", sessionId)
-    .orderBy("sequence")
-    .execute()
+export const sessionRows = async (tx: Tx, sessionId: string): Promise<ReadonlyArray<SessionRow>> =>
+  (await selectSessionRows(tx, sessionId)).rows
 
-/** The rows of `sessionRows` after sequence `after`, up to `through`. */
-export const sessionRowsBetween = (tx: Tx, sessionId: string, after: number, through: number): Promise<ReadonlyArray<SessionRow>> =>
+const selectSessionRowsBetween = compiledOnce(3, (tx: Tx, sessionId: string, after: number, through: number) =>
   tx
     .selectFrom("event_log")
     .select(sessionColumns)
     .where("session_id", "=", sessionId)
     .where("sequence", ">", after)
     .where("sequence", "<=", through)
-    .orderBy("sequence")
-    .execute()
+    .orderBy("sequence"),
+)
+
+/** The rows of `sessionRows` after sequence `after`, up to `through`. */
+export const sessionRowsBetween = async (tx: Tx, sessionId: string, after: number, through: number): Promise<ReadonlyArray<SessionRow>> =>
+  (await selectSessionRowsBetween(tx, sessionId, after, through)).rows
+
+const selectBoundaries = compiledOnce(1, (tx: Tx, invocationId: string) =>
+  tx.selectFrom("event_log").select(columns).where("invocation_id", "=", invocationId).where(boundaryKinds),
+)
 
 /** The opening and the terminal of an invocation, in one indexed look-up. */
 export const boundaries = async (
   tx: Tx,
   invocationId: string,
 ): Promise<{ readonly opening?: Row; readonly terminal?: Row }> => {
-  const rows = (
-    await tx
-      .selectFrom("event_log")
-      .select(columns)
-      .where("invocation_id", "=", invocationId)
-      .where(boundaryKinds)
-      .execute()
-  ).map(toRow)
+  const rows = (await selectBoundaries(tx, invocationId)).rows.map(toRow)
   const opening = rows.find((row) => row.kind === "invocation_opened")
   const terminal = rows.find((row) => row.kind === "invocation_ended")
   return { ...(opening === undefined ? {} : { opening }), ...(terminal === undefined ? {} : { terminal }) }
@@ -279,12 +322,15 @@ export const latestOpening = async (tx: Tx, sessionId: string): Promise<Row | un
 }
 
 /** The session's highest sequence, 0 without events: one descent of `event_log_session_sequence`. */
-export const sessionHighWater = async (tx: Tx, sessionId: string): Promise<number> => {
-  const raw = await tx
+const selectSessionHighWater = compiledOnce(1, (tx: Tx, sessionId: string) =>
+  tx
     .selectFrom("event_log")
     .select(({ fn }) => fn.max("sequence").as("highWater"))
-    .where("session_id", "=", sessionId)
-    .executeTakeFirst()
+    .where("session_id", "=", sessionId),
+)
+
+export const sessionHighWater = async (tx: Tx, sessionId: string): Promise<number> => {
+  const raw = (await selectSessionHighWater(tx, sessionId)).rows[0]
   return raw?.highWater === null || raw?.highWater === undefined ? 0 : toNumber(raw.highWater)
 }
 
