@@ -17,9 +17,17 @@ import { FactBuilders, History } from "@maka/testkit"
 import { countStatements, emit, entry, type Entry, median } from "./lib.ts"
 
 const APPENDS = Number(process.env["MAKA_BENCH_APPENDS"] ?? 2_000)
-const READ_ROUNDS = 15
-/** Untimed rounds of both reads first, so each runs compiled code when it is timed. */
-const READ_WARMUP = Number(process.env["MAKA_BENCH_WARMUP"] ?? 2)
+/**
+ * Timed rounds of both reads at a size: at least 15, and at least 10,000 events read, so a read of a
+ * small session is not timed over a few milliseconds in all.
+ */
+const readRounds = (size: number): number => Math.max(15, Math.ceil(10_000 / size))
+/**
+ * Untimed rounds of both reads first, so each runs compiled code when it is timed: at least
+ * `MAKA_BENCH_WARMUP` (default 2), and at least 20,000 events read (the engine's read runs far more
+ * of its own code per row than `JSON.parse`, and V8 compiles it only after it has run a while).
+ */
+const readWarmup = (size: number): number => Math.max(Number(process.env["MAKA_BENCH_WARMUP"] ?? 2), Math.ceil(20_000 / size))
 const directory = fs.mkdtempSync(path.join(os.tmpdir(), "maka-bench-log-"))
 
 const round3 = (value: number): number => Math.round(value * 1000) / 1000
@@ -187,11 +195,11 @@ for (const size of (process.env["MAKA_BENCH_SIZES"] ?? "100,1000,10000").split("
       const engineTimes: Array<number> = []
       const rawTimes: Array<number> = []
       try {
-        for (let round = 0; round < READ_WARMUP; round++) {
+        for (let round = 0; round < readWarmup(size); round++) {
           yield* log.readModelContext("session-1")
           rawRead()
         }
-        for (let round = 0; round < READ_ROUNDS; round++) {
+        for (let round = 0; round < readRounds(size); round++) {
           const start = performance.now()
           const source = yield* log.readModelContext("session-1")
           engineTimes.push(performance.now() - start)

@@ -124,6 +124,9 @@ How to read it:
   at the \`pg\` client (a commit is the \`COMMIT\` of a transaction that wrote, or an autocommitted
   write); the server's WAL bytes are not measured, since its WAL is shared with every other client of
   the server. The server's CPU is not in the CPU figures.
+- Context reads (\`event-log.readModelContextMs.*\`): the engine's read and the raw read alternate round
+  by round, each size timed over at least 15 rounds and 10,000 events read, after untimed rounds of
+  at least 20,000 events read (so both run compiled code when they are timed).
 - Delivery delay: the server stamps each delta with its send time (\`process.hrtime\`, a clock shared by
   every process); the reader takes its delivery time; the bare read's delay is the transport's share,
   and maka's minus it is what maka adds between a delta's arrival and its delivery.

@@ -236,7 +236,7 @@ export const validateInput = (input: LaunchInput): string | undefined => {
   }
   // A successor's opening holds its claim, prepared and checked against the pause before it is written.
   if (input.successor !== undefined || input.continuation !== undefined) return undefined
-  const opening = Codec.decodeFact(
+  const opening = Codec.checkFact(
     {
       kind: "invocation_opened",
       input:
@@ -316,7 +316,7 @@ const steer = (
     const content = { text }
     const messageId = yield* Ids.next
     const delivered = { messageId, content, submittedContentDigest: Digest.messageContent(content) }
-    const checked = Codec.decodeFact({ kind: "message_steered", message: delivered }, invocation)
+    const checked = Codec.checkFact({ kind: "message_steered", message: delivered }, invocation)
     if (Result.isFailure(checked)) {
       return yield* Effect.fail(EngineError.invalidInput(`steering message: ${checked.failure.message}`))
     }

@@ -88,6 +88,23 @@ export const shapeGuard = <S extends Schema.Top>(schema: S): ((input: unknown) =
  */
 export const hasRuntimeEventShape: (input: unknown) => input is RuntimeEvent = shapeGuard(RuntimeEvent)
 
+const hasFactShape = shapeGuard(Fact)
+
+/**
+ * The verdict of `decodeFact` without its copy, for a check whose caller keeps its own value
+ * (admission, steering): a fact of the closed shape (the decode would return the same structure)
+ * that meets the rules is accepted as it is; anything else gets the decode's verdict and message
+ * (the rules walk the decode's copy, whose keys are in the schema's order, so a refusal names the
+ * same place).
+ */
+export const checkFact = (input: unknown, invocation: Invocation): Result.Result<void, FactError> => {
+  if (hasFactShape(input)) {
+    const valid = Result.flatMap(Validation.fact(input, invocation), () => Validation.wellFormedFact(input, invocation))
+    if (Result.isSuccess(valid)) return valid
+  }
+  return Result.map(decodeFact(input, invocation), () => undefined)
+}
+
 /**
  * Decodes stored event JSON; an event over 1 MiB is refused before it is parsed. The parsed value
  * is kept when its shape checks in place (no copy: the common case of a stored row); otherwise the

@@ -10,7 +10,7 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Arbitrary, Effect, Result, Schema } from "effect"
-import { Canonical, Codec, Event, EventWrite, Prompt, Validation } from "@maka/facts"
+import { Canonical, Codec, Event, EventWrite, Fact, Prompt, Validation } from "@maka/facts"
 import { compile } from "../src/internal/shape-guard.ts"
 
 const closedEvent = Codec.decodeClosed(Event.RuntimeEvent)
@@ -178,6 +178,36 @@ describe("the in-place shape check of stored events", () => {
     }),
   )
 
+  it.effect("Codec.checkFact, which checks the shape in place, gives decodeFact's verdict and message, over generated and mutated facts", () =>
+    Effect.gen(function* () {
+      const random = generator(0x4f2b)
+      const invocation = { sessionId: "session-1", turnId: "turn-1", runId: "run-1", invocationId: "invocation-1" }
+      const verdicts = { accepted: 0, refused: 0 }
+      const verdictOf = (result: Result.Result<unknown, { readonly rule: string; readonly message: string }>) =>
+        Result.isSuccess(result) ? "accepted" : `refused ${result.failure.rule}: ${result.failure.message}`
+      const agrees = (value: unknown): boolean => {
+        const expected = verdictOf(Codec.decodeFact(value, invocation))
+        if (verdictOf(Codec.checkFact(value, invocation)) !== expected) return false
+        verdicts[expected === "accepted" ? "accepted" : "refused"]++
+        return true
+      }
+      const result = yield* Arbitrary.checkEffect(
+        Arbitrary.schema(Fact.Fact),
+        (fact) => {
+          const parsed = JSON.parse(Canonical.stringify(fact)) as unknown
+          if (!agrees(parsed)) return false
+          for (let round = 0; round < 6; round++) if (!agrees(mutate(parsed, random))) return false
+          return true
+        },
+        { runs: 300, seed: 17 },
+      )
+      assert.strictEqual(Arbitrary.formatCheckFailure(result), undefined)
+      // Both verdicts are reached, the accepted ones by the in-place path.
+      assert.isAbove(verdicts.accepted, 50)
+      assert.isAbove(verdicts.refused, 500)
+    }),
+  )
+
   it("keeps the parsed value of a stored event, and gives the closed decode's verdict and message otherwise", () => {
     const json = Canonical.stringify(observed({ path: "README.md" }))
     const decoded = Codec.decodeEventJson(json)
@@ -258,6 +288,27 @@ describe("the in-place shape check of stored events", () => {
     assert.isFalse(guard({ kind: "a", note: undefined }))
   })
 
+  it("passes a string again without its checks only when that very string passed them last", () => {
+    const schema = Schema.Struct({ id: Schema.String.check(Schema.isPattern(/^id-[0-9]+$/)), other: Schema.String.check(Schema.isMaxLength(3)) })
+    const guard = compile(schema.ast)
+    // A refused string stays refused when it comes again (it is never remembered as passing).
+    assert.isFalse(guard({ id: "bad", other: "x" }))
+    assert.isFalse(guard({ id: "bad", other: "x" }))
+    assert.isTrue(guard({ id: "id-1", other: "x" }))
+    assert.isTrue(guard({ id: "id-1", other: "y" }))
+    // Another string after a remembered one is checked, and each node remembers its own strings.
+    assert.isFalse(guard({ id: "id-x", other: "x" }))
+    assert.isFalse(guard({ id: "id-1", other: "id-1" }))
+    assert.isTrue(guard({ id: "id-1", other: "abc" }))
+    assert.isFalse(guard({ id: "abc", other: "abc" }))
+    // One checked node at two properties: each property remembers its own last string.
+    const Id = Schema.String.check(Schema.isPattern(/^id-[0-9]+$/))
+    const pair = compile(Schema.Struct({ a: Id, b: Id }).ast)
+    assert.isTrue(pair({ a: "id-1", b: "id-2" }))
+    assert.isFalse(pair({ a: "id-2", b: "id-x" }))
+    assert.isFalse(pair({ a: "id-x", b: "id-2" }))
+    assert.isTrue(pair({ a: "id-2", b: "id-2" }))
+  })
   it.effect("Codec.shapeGuard of prompt messages: yes to every generated message, never where the closed decode refuses", () =>
     Effect.gen(function* () {
       const hasShape = Codec.shapeGuard(Prompt.PromptMessage)

@@ -57,6 +57,8 @@ export const compile = (ast: SchemaAST.AST): Guard => {
   const functions = new Map<SchemaAST.AST, number>()
   const bodies: Array<string> = []
   const values: Array<unknown> = []
+  /** Slots of the compiled code: the last string that passed at a property (`m0`, `m1`, …). */
+  let memos = 0
   const value = (held: unknown): string => {
     values.push(held)
     return `r[${values.length - 1}]`
@@ -117,15 +119,20 @@ export const compile = (ast: SchemaAST.AST): Guard => {
     const lines = [`if (typeof v !== "object" || v === null || isArray(v)) return false;`, "let present = 0;", "let x;"]
     for (const property of node.propertySignatures) {
       const name = JSON.stringify(property.name)
-      const guard = go(property.type)
+      const type = go(property.type)
+      // A check is a predicate of the string alone, and a property's strings repeat from event to
+      // event (every event of an invocation carries the same four ids): the last string that passed
+      // at this property is not checked again.
+      const memo = property.type._tag === "String" && property.type.checks !== undefined ? `m${memos++}` : undefined
+      const guard = memo === undefined ? `${type}(x)` : `(x === ${memo} || (${type}(x) && ((${memo} = x), true)))`
       // JSON holds no `undefined`: a read that gives it is a missing key (or one set to `undefined`,
       // which the key count below then refuses). A value inherited rather than own (a name
       // `Object.prototype` has) is never accepted.
       lines.push(
         `x = v[${name}];`,
         SchemaAST.isOptional(property.type)
-          ? `if (x !== undefined) { if (!hasOwn(v, ${name}) || !${guard}(x)) return false; present++; }`
-          : `if (x === undefined || !hasOwn(v, ${name}) || !${guard}(x)) return false; present++;`,
+          ? `if (x !== undefined) { if (!hasOwn(v, ${name}) || !${guard}) return false; present++; }`
+          : `if (x === undefined || !hasOwn(v, ${name}) || !${guard}) return false; present++;`,
       )
     }
     // Closed: a key no property names needs an index signature; an index signature's type holds for
@@ -136,7 +143,8 @@ export const compile = (ast: SchemaAST.AST): Guard => {
     return `${lines.join("")}${checks(node)}return true`
   }
   const root = go(ast)
-  const source = `${bodies.map((body, index) => `function f${index}(v) {${body}}`).join("\n")}\nreturn ${root}`
+  const slots = Array.from({ length: memos }, (_, index) => `let m${index};`).join("")
+  const source = `${slots}\n${bodies.map((body, index) => `function f${index}(v) {${body}}`).join("\n")}\nreturn ${root}`
   const make = new Function("r", "passes", "hasOwn", "isArray", "keys", source) as (
     values: ReadonlyArray<unknown>,
     check: typeof passes,
