@@ -3,7 +3,7 @@
  * events (and 100,000 with `MAKA_BENCH_HISTORY_LARGE=1`, which takes long to build) by running real
  * turns through `createEngine` (`build-<n>`: n parallel `noop` calls, then an answer), never by
  * writing rows. At each size, after one untimed 10-step tool-loop turn, `MAKA_BENCH_HISTORY_TURNS`
- * (default 5) such turns are measured; after each, the raw loop (`fetch` + `eventsource-parser` + two FULL commits per step)
+ * (default 15) such turns are measured; after each, the raw loop (`fetch` + `eventsource-parser` + two FULL commits per step)
  * replays the very request bodies maka sent in that turn (kept by the fake server), so both
  * carry the same requests. Reported per size: maka's time per step against the raw loop's, maka's
  * time above the raw loop against the same figure at the smallest size (flat is the goal), and the
@@ -29,7 +29,7 @@ import { startFakeServer } from "./fake-server.ts"
 import { emit, entry, type Entry, integer, median, profiled, round, temporaryDirectory, topSelfTime } from "./lib.ts"
 
 const STEPS = 10
-const TURNS = integer("MAKA_BENCH_HISTORY_TURNS", 5)
+const TURNS = integer("MAKA_BENCH_HISTORY_TURNS", 15)
 const READS = integer("MAKA_BENCH_HISTORY_READS", 7)
 /** With `MAKA_BENCH_HISTORY_PROFILE=1`, each size's first measured turn runs under the profiler (its figures are then not comparable). */
 const PROFILE = process.env["MAKA_BENCH_HISTORY_PROFILE"] === "1"
