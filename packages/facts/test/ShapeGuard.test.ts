@@ -302,7 +302,7 @@ describe("the in-place shape check of stored events", () => {
     assert.isFalse(guard({ id: "bad", other: "x" }))
     assert.isTrue(guard({ id: "id-1", other: "x" }))
     assert.isTrue(guard({ id: "id-1", other: "y" }))
-    // Another string after a remembered one is checked, and each node remembers its own strings.
+    // Another string after a remembered one is checked, and each property remembers its own strings.
     assert.isFalse(guard({ id: "id-x", other: "x" }))
     assert.isFalse(guard({ id: "id-1", other: "id-1" }))
     assert.isTrue(guard({ id: "id-1", other: "abc" }))
@@ -315,6 +315,7 @@ describe("the in-place shape check of stored events", () => {
     assert.isFalse(pair({ a: "id-x", b: "id-2" }))
     assert.isTrue(pair({ a: "id-2", b: "id-2" }))
   })
+
   it.effect("Codec.shapeGuard of prompt messages: yes to every generated message, never where the closed decode refuses", () =>
     Effect.gen(function* () {
       const hasShape = Codec.shapeGuard(Prompt.PromptMessage)
