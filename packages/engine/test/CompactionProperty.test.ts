@@ -219,20 +219,56 @@ const cancelledBeforeObserving = (events: ReadonlyArray<Event.StoredEvent>): Rea
 }
 
 /**
+ * The ways to leave `count` of the `skippable` requests out of `all` (in order): each a list of the
+ * requests kept. None when there are fewer than `count` to leave out.
+ */
+const leavingOut = <A>(all: ReadonlyArray<A>, skippable: (item: A) => boolean, count: number): Array<ReadonlyArray<A>> => {
+  if (count === 0) return [all]
+  const first = all.findIndex(skippable)
+  if (first < 0) return []
+  const rest = all.slice(first + 1)
+  const head = all.slice(0, first)
+  return [
+    ...leavingOut(rest, skippable, count - 1).map((kept) => [...head, ...kept]),
+    ...leavingOut(rest, skippable, count).map((kept) => [...head, all[first]!, ...kept]),
+  ]
+}
+
+/**
  * Checks every request of `purpose` the session sent against the log: `sent` are the server's requests
  * of that purpose in arrival order, which the session's `model_requested` facts of that purpose match
  * one to one (main requests never overlap, nor do summaries). A main request's context reaches up to
  * the request, a summary's up to its fence (`sourceHighWater`).
  */
 const checkRequests = (events: ReadonlyArray<Event.StoredEvent>, purpose: Purpose, sent: ReadonlyArray<ScriptedServer.RecordedRequest>) => {
+  const all = events.filter((stored) => stored.event.fact.kind === "model_requested" && stored.event.fact.purpose === purpose)
+  // A request cancelled before anything was observed (a background summary the run's end stopped)
+  // may or may not have reached the server: as many of those as the server missed are left out of
+  // the pairing, whichever ones make it hold.
+  const unobserved = cancelledBeforeObserving(events)
+  const pairings = leavingOut(all, (stored) => unobserved.has((stored.event.fact as Fact.ModelRequested).stepId), all.length - sent.length)
+  assert.isNotEmpty(pairings, `every ${purpose} request the server received is one ${purpose} model_requested fact`)
+  let refusal: unknown
+  for (const requested of pairings) {
+    try {
+      return checkPairing(events, purpose, sent, requested)
+    } catch (error) {
+      refusal ??= error
+    }
+  }
+  throw refusal
+}
+
+/** Checks the requests the server received against the facts `requested`, one to one in order. */
+const checkPairing = (
+  events: ReadonlyArray<Event.StoredEvent>,
+  purpose: Purpose,
+  sent: ReadonlyArray<ScriptedServer.RecordedRequest>,
+  requested: ReadonlyArray<Event.StoredEvent>,
+) => {
   const summarySteps = new Set(
     events.flatMap((stored) => (stored.event.fact.kind === "model_requested" && stored.event.fact.purpose === "summary" ? [stored.event.fact.stepId] : [])),
   )
-  const all = events.filter((stored) => stored.event.fact.kind === "model_requested" && stored.event.fact.purpose === purpose)
-  // A request cancelled before anything was observed (a background summary the run's end stopped)
-  // may not have reached the server: when none of those did, they are left out of the pairing.
-  const unobserved = cancelledBeforeObserving(events)
-  const requested = all.length === sent.length ? all : all.filter((stored) => !unobserved.has((stored.event.fact as Fact.ModelRequested).stepId))
   assert.strictEqual(requested.length, sent.length, `every ${purpose} request the server received is one ${purpose} model_requested fact`)
   const byId = new Map(events.map((stored) => [stored.event.id, stored]))
   const stats = { checkpointed: 0, midTurn: 0, archived: 0 }

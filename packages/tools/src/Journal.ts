@@ -108,7 +108,7 @@ export type CallResult = Rejected | Invoked
 /** What the journal needs: the sink it commits to and the ids of the facts it writes. */
 export type Requirements = EventSink.EventSink | Ids
 
-const stamp = Effect.all({ id: Ids.use((ids) => ids.next), recordedAt: Clock.currentTimeMillis })
+const stamp = Effect.flatMap(Ids.use((ids) => ids.next), (id) => Effect.map(Clock.currentTimeMillis, (recordedAt) => ({ id, recordedAt })))
 
 const plainWrite = (
   invocation: Identity.Invocation,
@@ -205,8 +205,11 @@ const runDispatched = (
   Effect.gen(function* () {
     const controller = new AbortController()
     const abort = Effect.sync(() => controller.abort())
-    const running = yield* Effect.forkChild(execute(runner, controller.signal))
-    const watcher = yield* Effect.forkChild(Effect.andThen(cancellation.requested, abort), { uninterruptible: false })
+    // Started at once: an effect that ends without waiting (a synchronous tool) needs no watcher.
+    const running = yield* Effect.forkChild(execute(runner, controller.signal), { startImmediately: true })
+    const ended = running.pollUnsafe()
+    if (ended !== undefined && Exit.isSuccess(ended)) return { execution: ended.value, interrupted: false }
+    const watcher = yield* Effect.forkChild(Effect.andThen(cancellation.requested, abort), { uninterruptible: false, startImmediately: true })
     const waited = yield* Effect.exit(restore(Fiber.join(running)))
     const execution = Exit.isSuccess(waited) ? waited.value : yield* Effect.andThen(abort, Fiber.join(running))
     yield* Fiber.interrupt(watcher)

@@ -198,46 +198,81 @@ const drainArrived = (queue: Queue.Dequeue<Model.ModelEvent, unknown>, events: A
     }
   })
 
+/** What the step reads next: the events that arrived (one or more), or the end of the stream. */
+type NextEvents = Effect.Effect<ReadonlyArray<Model.ModelEvent> | typeof STREAM_END, ModelError.ModelError>
+const STREAM_END = Symbol("stream end")
+
+/** The end of a stream read by a pull: `Done`, or the cancellation (checked once the reading stops). */
+const CANCELLED = Symbol("cancelled")
+
 /**
- * Streams the request, group-committing observations (docs/architecture.md §12): the stream is read
- * into a queue by its own fiber; the first events commit at once, and whatever arrives during a
- * commit goes into the next one (bounded by the queue, no timer). Events that arrive with the
- * finish are not committed here: they ride the completion's commit. Fails with the model error
- * (`Cancelled` included) or `ObservationCommitFailed`.
+ * Reads the stream by pulling it in the step's own fiber (the default, `observationDelayMs` 0): each
+ * pull returns what has arrived, one network chunk's events or more, so what reached the socket while
+ * the last commit held the thread comes in one pull. A requested cancellation ends a pending pull.
+ */
+const pulled = (stream: Stream.Stream<Model.ModelEvent, ModelError.ModelError>, cancellation: Cancellation.Cancellation) =>
+  Effect.map(Stream.toPull(stream), (pull): NextEvents => {
+    const cancelled = Effect.as(cancellation.requested, CANCELLED)
+    // The cancellation first: one already requested ends the read before the pull starts anything.
+    return Effect.flatMap(Effect.result(Effect.raceFirst(cancelled, pull)), (taken): NextEvents => {
+      if (Result.isSuccess(taken)) return Effect.succeed(taken.success === CANCELLED ? STREAM_END : taken.success)
+      return Cause.isDone(taken.failure) ? Effect.succeed(STREAM_END) : Effect.fail(taken.failure)
+    })
+  })
+
+/**
+ * Reads the stream through a queue filled by a fiber of its own (with `observationDelayMs` above 0):
+ * after a take, a few turns of the event loop gather what arrived meanwhile, and a batch of streaming
+ * text may wait up to the delay for the deltas that follow, so one commit carries them.
+ */
+const queued = (run: Run, stream: Stream.Stream<Model.ModelEvent, ModelError.ModelError>, cancellation: Cancellation.Cancellation) =>
+  Effect.map(
+    // Bounded: a model that outruns the log waits for the commits (default strategy: suspend).
+    Stream.toQueue(stream.pipe(Stream.interruptWhen(cancellation.requested)), { capacity: OBSERVATION_QUEUE_CAPACITY }),
+    (queue): NextEvents =>
+      Effect.flatMap(Effect.result(Queue.takeAll(queue)), (taken): NextEvents => {
+        if (Result.isFailure(taken)) return Cause.isDone(taken.failure) ? Effect.succeed(STREAM_END) : Effect.fail(taken.failure)
+        const events: Array<Model.ModelEvent> = [...taken.success]
+        // After the finish nothing more comes (a later event fails the step as it is folded).
+        if (events.some((event) => event.kind === "finished")) return Effect.succeed(events)
+        return Effect.gen(function* () {
+          yield* drainArrived(queue, events)
+          if (events.every(isStreamingText)) {
+            yield* Effect.sleep(run.options.observationDelayMs)
+            while (true) {
+              const next = yield* Queue.poll(queue)
+              if (Option.isNone(next)) break
+              events.push(next.value)
+            }
+          }
+          return events
+        })
+      }),
+  )
+
+/**
+ * Streams the request, group-committing observations (docs/architecture.md §12): the first events
+ * commit at once, and whatever arrives during a commit goes into the next one (no timer unless
+ * `observationDelayMs` asks for one). Events that arrive with the finish are not committed here: they
+ * ride the completion's commit. Fails with the model error (`Cancelled` included) or
+ * `ObservationCommitFailed`.
  */
 const streamStep = (run: Run, input: AttemptInput, stepId: string) =>
   Effect.scoped(
     Effect.gen(function* () {
       const builder = StepBuilder.forStep(stepId)
       const cancellation = cancellationOf(run, input)
-      const opened = input.reservation === undefined ? run.model.stream(input.request) : run.model.stream(input.request, { reservation: input.reservation })
-      const stream = opened.pipe(Stream.interruptWhen(cancellation.requested))
-      // Bounded: a model that outruns the log waits for the commits (default strategy: suspend).
-      const queue = yield* Stream.toQueue(stream, { capacity: OBSERVATION_QUEUE_CAPACITY })
+      const stream = input.reservation === undefined ? run.model.stream(input.request) : run.model.stream(input.request, { reservation: input.reservation })
+      const next = yield* (run.options.observationDelayMs > 0 ? queued(run, stream, cancellation) : pulled(stream, cancellation))
       const pending: Array<Model.ModelEvent> = []
       const observed = (events: ReadonlyArray<Model.ModelEvent>) =>
         coalesce(events, run.options.observationMaxChars).map((event): Fact.Fact => ({ kind: "model_observed", stepId, event }))
       const failed = (error: ModelError.ModelError) => Effect.fail(new StreamFailed({ error, pending: observed(pending) }))
       while (true) {
-        const taken = yield* Effect.result(Queue.takeAll(queue))
-        if (Result.isFailure(taken)) {
-          if (Cause.isDone(taken.failure)) break
-          return yield* failed(taken.failure)
-        }
-        const events: Array<Model.ModelEvent> = [...taken.success]
-        // What reached the socket during the last (synchronous) commit is read before this one: a
-        // few turns of the event loop, no timer, so a fast stream batches itself. After the finish
-        // nothing more comes (a later event fails the step as it is folded, wherever it is read).
-        if (!events.some((event) => event.kind === "finished")) yield* drainArrived(queue, events)
-        // Text still streaming: an optional bounded wait so one flush carries the deltas that follow.
-        if (run.options.observationDelayMs > 0 && events.every(isStreamingText)) {
-          yield* Effect.sleep(run.options.observationDelayMs)
-          while (true) {
-            const next = yield* Queue.poll(queue)
-            if (Option.isNone(next)) break
-            events.push(next.value)
-          }
-        }
+        const taken = yield* Effect.result(next)
+        if (Result.isFailure(taken)) return yield* failed(taken.failure)
+        if (taken.success === STREAM_END) break
+        const events = taken.success
         for (const event of events) {
           const added = builder.add(event)
           if (Result.isFailure(added)) {

@@ -98,8 +98,8 @@ export interface Run {
   readonly onCommitted: (events: ReadonlyArray<Event.StoredEvent>) => Effect.Effect<void>
 }
 
-/** A fresh event id and the informational time of a write. */
-export const stamp = Effect.all({ id: Ids.next, recordedAt: Clock.currentTimeMillis })
+/** A fresh event id and the informational time of a write (one per event: chained, not `Effect.all`). */
+export const stamp = Effect.flatMap(Ids.next, (id) => Effect.map(Clock.currentTimeMillis, (recordedAt) => ({ id, recordedAt })))
 
 /** Builds a checked plain write of the run's invocation. */
 export const plainWrite = (run: Run, fact: Event.RuntimeEvent["fact"]) =>

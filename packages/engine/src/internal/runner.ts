@@ -261,7 +261,8 @@ const journalWithin = <E>(
   journal: Effect.Effect<Journal.StepResult, E>,
 ): Effect.Effect<Journal.StepResult, E | EngineError.EngineError> =>
   Effect.gen(function* () {
-    const fiber = yield* Effect.forkDetach(Effect.exit(journal))
+    // Started at once (no turn of the event loop before the step's first dispatch).
+    const fiber = yield* Effect.forkDetach(Effect.exit(journal), { startImmediately: true })
     const grace = Effect.andThen(run.cancellation.cancellation.requested, Effect.sleep(run.options.cancelGraceMs))
     // Interrupting the run cancels the step: the journal rejects what it has not dispatched.
     const ended = yield* Effect.onInterrupt(Effect.raceFirst(Fiber.join(fiber), Effect.as(grace, undefined)), () =>
@@ -419,7 +420,9 @@ const maybeCompact = (run: Run, loop: LoopState, source: EventLog.ModelContextSo
     const mode = automaticMode(run, loop)
     const captured = yield* Compaction.capture(run, mode, false)
     if (captured.kind !== "captured") return
-    const pending = yield* Compaction.startBackground(run, captured.captured)
+    // Near a read limit the job runs now: in the background it would be adopted only if it finished
+    // before the run's next step boundary, and a turn shorter than a summary would never compact.
+    const pending = nearReadLimit(run) ? undefined : yield* Compaction.startBackground(run, captured.captured)
     if (pending !== undefined) {
       loop.pending = pending
       return
@@ -432,14 +435,14 @@ const maybeCompact = (run: Run, loop: LoopState, source: EventLog.ModelContextSo
  * same route reached the declared window, or the next main context passes `READ_LIMIT_SHARE` of
  * either read limit, whatever the window (a session never dies of its own length).
  */
-export const isDue = (run: Run, source: EventLog.ModelContextSource): boolean => {
-  const { settings } = run
+export const isDue = (run: Run, source: EventLog.ModelContextSource): boolean =>
+  nearReadLimit(run) || PromptBuilder.compactionDue(routeMatch(run, source))
+
+/** The next main context passes `READ_LIMIT_SHARE` of either read limit. */
+const nearReadLimit = (run: Run): boolean => {
   const size = run.live!.size(run.carry)
   const limits = LiveContext.defaultLimits
-  if (size.events >= limits.maxEvents * Compaction.READ_LIMIT_SHARE || size.bytes >= limits.maxBytes * Compaction.READ_LIMIT_SHARE) {
-    return true
-  }
-  return PromptBuilder.compactionDue(routeMatch(run, source))
+  return size.events >= limits.maxEvents * Compaction.READ_LIMIT_SHARE || size.bytes >= limits.maxBytes * Compaction.READ_LIMIT_SHARE
 }
 
 /** A finished background summary is adopted at the step boundary (docs/engine.md §5.4). */

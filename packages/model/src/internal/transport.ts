@@ -67,7 +67,7 @@ const FINISHED = Symbol("finished")
  */
 export const open: (
   request: TransportRequest,
-) => Effect.Effect<Stream.Stream<Model.ModelEvent, ModelError.ModelError>, ModelError.ModelError, Scope.Scope> = Effect.fn("LanguageModel.stream")(function* (request: TransportRequest) {
+) => Effect.Effect<Stream.Stream<Model.ModelEvent, ModelError.ModelError>, ModelError.ModelError, Scope.Scope> = Effect.fnUntraced(function* (request: TransportRequest) {
   const clock = yield* Clock.Clock
   const now = () => clock.currentTimeMillisUnsafe()
   const controller = new AbortController()
