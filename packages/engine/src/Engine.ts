@@ -459,8 +459,12 @@ export const make = (options: Partial<EngineOptions> = {}) =>
           Effect.onInterrupt(() => failed(EngineError.internal("the run was interrupted before its terminal"))),
           Effect.ensuring(Deferred.succeed(admitted, undefined)),
         )
-        const fiber = yield* Effect.forkIn(worker, runScope)
-        live.set(input.invocation.invocationId, { invocation: input.invocation, cancel: cancellation.cancel, handoff, fiber })
+        // Started at once (no turn of the event loop before the preflight). A worker that already
+        // ended (a run cancelled before it began) released its session: it is not live.
+        const fiber = yield* Effect.forkIn(worker, runScope, { startImmediately: true })
+        if (fiber.pollUnsafe() === undefined) {
+          live.set(input.invocation.invocationId, { invocation: input.invocation, cancel: cancellation.cancel, handoff, fiber })
+        }
         yield* Deferred.await(admitted)
         if (committed.length === 0) {
           // The worker ended before the opening was durable: its error, nothing written.

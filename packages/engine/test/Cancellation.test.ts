@@ -217,6 +217,8 @@ describe("cancellation before admission", () => {
         assert.strictEqual(refused.reason._tag, "Cancelled")
         assert.deepStrictEqual(yield* context.engine.log.events("session-1"), [])
         assert.strictEqual(context.server.requests().length, 0)
+        // The run ended before it began: it is not left among the live ones.
+        assert.deepStrictEqual(context.engine.liveInvocations(), [])
       }),
     ))
 })
