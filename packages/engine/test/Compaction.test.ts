@@ -551,6 +551,40 @@ describe("background compaction", () => {
     ),
   )
 
+  it.live("adopts a summary that finished during the run's last step before its terminal; the next run starts from it", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const held = Respond.gate()
+        const context = yield* setup({
+          script: [
+            mainEntry(answer("The code is 4417.", 5_000)),
+            summaryEntry(summaryAnswer(summaryText("code noted"))),
+            mainEntry(Respond.hold(held, answer("Noted."))),
+            mainEntry(answer("Done.")),
+          ],
+        })
+        const effects: Effects = { ran: [] }
+        yield* context.engine.run(input(context, "The code is 4417.", noTools(effects), windowed))
+        // A one-step turn: its answer is held until the summary beside it has completed, so no step
+        // boundary comes after the summary finishes.
+        const running = yield* context.engine.start(input(context, "Next.", noTools(effects), windowed))
+        yield* summaryCompleted(context)
+        held.release()
+        const result = yield* running.wait
+        assert.deepStrictEqual(result.outcome, { kind: "completed" })
+        const events = yield* context.log.events("session-1")
+        const own = events.filter((stored) => stored.event.invocation.invocationId === running.invocation.invocationId)
+        assert.deepStrictEqual(factsOf(own, "context_checkpoint_recorded").map((fact) => fact.checkpoint.mode.kind), ["pre_turn"])
+        assert.strictEqual(kinds(own)[kinds(own).length - 1], "invocation_ended:completed")
+        yield* context.engine.run(input(context, "Go on.", noTools(effects), windowed))
+        const main = context.server.requests().filter((request) => !isSummaryRequest(request))
+        const last = wire(main[2]!).messages
+        assert.strictEqual(contentText(last[1]!.content), `${Prompts.CONTINUATION_SUMMARY_PREFIX}${summaryText("code noted")}`)
+        assert.notInclude(main[2]!.body, "4417")
+      }),
+    ),
+  )
+
   it.live("drains a summary still running when the run completes: no checkpoint, nothing shown, nothing to recover (scenario 42)", () =>
     Effect.scoped(
       Effect.gen(function* () {

@@ -600,7 +600,12 @@ export const stepLoop = (run: Run, loop: LoopState, priorUnknown: boolean): Effe
       yield* deliverSteering(run)
       // Under the prior-unknown policy no summary is ever pending: nothing to adopt.
       yield* adoptFinished(run, loop)
-      if (yield* runStep(run, loop, step, priorUnknown)) return { _tag: "Completed" } as const
+      if (yield* runStep(run, loop, step, priorUnknown)) {
+        // A summary that finished during the last step is adopted, not drained: the next run starts
+        // from its checkpoint (one still running is drained, docs/engine.md §5.12).
+        yield* adoptFinished(run, loop)
+        return { _tag: "Completed" } as const
+      }
     }
     return yield* Effect.fail(
       (yield* isCancelled(run)) ? EngineError.cancelled() : EngineError.make({ _tag: "StepLimit" }),
