@@ -1,5 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
-import { OpenAiSse, Respond } from "@maka/testkit"
+import { FactBuilders, OpenAiSse, Respond } from "@maka/testkit"
 import { Tool, ToolCatalog } from "@maka/tools"
 import { Deferred, Effect, Schema, Stream } from "effect"
 import { getEventListeners } from "node:events"
@@ -200,6 +200,34 @@ describe("the caller's signal", () => {
         const result = yield* running.wait
         assert.deepStrictEqual(result.outcome, { kind: "cancelled", source: "runtime_cancellation" })
         assert.strictEqual(getEventListeners(aborting.signal, "abort").length, 0)
+      }),
+    ))
+})
+
+describe("cancellation while a request waits for the model's permit", () => {
+  it.live("ends the waiting run cancelled with nothing sent, and leaves the permit to the next run", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const held = Respond.gate()
+        const answer = (text: string) => Respond.sse(OpenAiSse.response({ text: [text] }))
+        // One permit: the first run's request holds it until its answer is let through.
+        const context = yield* setup({ script: [Respond.hold(held, answer("first")), answer("third")] }, undefined, { concurrency: 1 })
+        const other = (n: number) => FactBuilders.invocation({ sessionId: "session-2", turnId: `turn-w${n}`, runId: `run-w${n}`, invocationId: `invocation-w${n}` })
+        const first = yield* context.engine.start(input(context, "First.", ToolCatalog.make([])))
+        const waiting = yield* context.engine.start(input(context, "Second.", ToolCatalog.make([]), { invocation: other(1) }))
+        // The second run's request is durable; its stream waits for the permit.
+        while (!kinds(yield* context.log.events("session-2")).includes("model_requested")) yield* Effect.sleep("5 millis")
+        yield* Effect.sleep("20 millis")
+        yield* waiting.cancel
+        assert.deepStrictEqual((yield* waiting.wait).outcome, { kind: "cancelled", source: "runtime_cancellation" })
+        assert.include(kinds(yield* context.log.events("session-2")), "model_interrupted:cancelled")
+        assert.strictEqual(context.server.requests().length, 1)
+        held.release()
+        assert.deepStrictEqual((yield* first.wait).outcome, { kind: "completed" })
+        // The cancelled wait took no permit with it: the next run gets the only one.
+        const third = yield* context.engine.run(input(context, "Third.", ToolCatalog.make([]), { invocation: other(2) }))
+        assert.deepStrictEqual(third.outcome, { kind: "completed" })
+        assert.strictEqual(context.server.requests().length, 2)
       }),
     ))
 })
