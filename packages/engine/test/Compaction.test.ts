@@ -6,7 +6,7 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Prompts } from "@maka/facts"
-import { FactBuilders, History, OpenAiSse, Respond } from "@maka/testkit"
+import { FactBuilders, History, OpenAiSse, Respond, type ScriptedServer } from "@maka/testkit"
 import { EventLogError } from "@maka/event-log"
 import { Effect, Fiber, Stream } from "effect"
 import * as Agent from "../src/Agent.ts"
@@ -504,6 +504,15 @@ const summaryFact = (context: Setup, kind: "model_completed" | "model_observed")
 const summaryCompleted = (context: Setup) => summaryFact(context, "model_completed")
 const summaryObserved = (context: Setup) => summaryFact(context, "model_observed")
 
+/** The main requests the server received, in order. */
+const mainRequests = (context: Setup) => context.server.requests().filter((request) => !isSummaryRequest(request))
+
+/** `request` starts from the continuation summary `text` (after its system message) and no longer carries `covered`. */
+const assertFromSummary = (request: ScriptedServer.RecordedRequest, text: string, covered: string) => {
+  assert.strictEqual(contentText(wire(request).messages[1]!.content), `${Prompts.CONTINUATION_SUMMARY_PREFIX}${summaryText(text)}`)
+  assert.notInclude(request.body, covered)
+}
+
 describe("background compaction", () => {
   it.live("runs beside the main request, keeps steering once and the tool tail, and is adopted at the next boundary (scenario 41)", () =>
     Effect.scoped(
@@ -530,8 +539,7 @@ describe("background compaction", () => {
         const result = yield* running.wait
         assert.deepStrictEqual(result.outcome, { kind: "completed" })
         assert.deepStrictEqual(effects.ran, ["alpha"])
-        const requests = context.server.requests()
-        const main = requests.filter((request) => !isSummaryRequest(request))
+        const main = mainRequests(context)
         // The 429 re-sent the frozen request byte for byte.
         assert.strictEqual(main[1]!.body, main[2]!.body)
         assert.include(main[1]!.body, "4417")
@@ -540,9 +548,8 @@ describe("background compaction", () => {
           last.map((message) => message.role),
           ["system", "user", "user", "assistant", "tool", "user"],
         )
-        assert.strictEqual(contentText(last[1]!.content), `${Prompts.CONTINUATION_SUMMARY_PREFIX}${summaryText("code noted")}`)
+        assertFromSummary(main[3]!, "code noted", "4417")
         assert.strictEqual(contentText(last[2]!.content), "Echo alpha.")
-        assert.notInclude(main[3]!.body, "4417")
         assert.strictEqual(main[3]!.body.split("Also mind the tests.").length - 1, 1)
         const events = yield* context.log.events("session-1")
         assert.strictEqual(factsOf(events, "message_steered").length, 1)
@@ -577,10 +584,7 @@ describe("background compaction", () => {
         assert.deepStrictEqual(factsOf(own, "context_checkpoint_recorded").map((fact) => fact.checkpoint.mode.kind), ["pre_turn"])
         assert.strictEqual(kinds(own)[kinds(own).length - 1], "invocation_ended:completed")
         yield* context.engine.run(input(context, "Go on.", noTools(effects), windowed))
-        const main = context.server.requests().filter((request) => !isSummaryRequest(request))
-        const last = wire(main[2]!).messages
-        assert.strictEqual(contentText(last[1]!.content), `${Prompts.CONTINUATION_SUMMARY_PREFIX}${summaryText("code noted")}`)
-        assert.notInclude(main[2]!.body, "4417")
+        assertFromSummary(mainRequests(context)[2]!, "code noted", "4417")
       }),
     ),
   )
