@@ -202,7 +202,7 @@ const drainArrived = (queue: Queue.Dequeue<Model.ModelEvent, unknown>, events: A
 type NextEvents = Effect.Effect<ReadonlyArray<Model.ModelEvent> | typeof STREAM_END, ModelError.ModelError>
 const STREAM_END = Symbol("stream end")
 
-/** The end of a stream read by a pull: `Done`, or the cancellation (checked once the reading stops). */
+/** What the cancellation's side of a pull's race returns: the read stops (the loop then checks the cancellation). */
 const CANCELLED = Symbol("cancelled")
 
 /**
@@ -213,7 +213,8 @@ const CANCELLED = Symbol("cancelled")
 const pulled = (stream: Stream.Stream<Model.ModelEvent, ModelError.ModelError>, cancellation: Cancellation.Cancellation) =>
   Effect.map(Stream.toPull(stream), (pull): NextEvents => {
     const cancelled = Effect.as(cancellation.requested, CANCELLED)
-    // The cancellation first: one already requested ends the read before the pull starts anything.
+    // The cancellation first: one already requested ends the read without starting the pull (which
+    // would build the request before its own abort stopped the send).
     return Effect.flatMap(Effect.result(Effect.raceFirst(cancelled, pull)), (taken): NextEvents => {
       if (Result.isSuccess(taken)) return Effect.succeed(taken.success === CANCELLED ? STREAM_END : taken.success)
       return Cause.isDone(taken.failure) ? Effect.succeed(STREAM_END) : Effect.fail(taken.failure)
