@@ -294,11 +294,15 @@ describe("the live context", () => {
 })
 
 /** The log with every context read the engine makes counted. */
-const counting = (log: EventLog.EventLogShape, count: () => void): EventLog.EventLogShape => ({
+const counting = (log: EventLog.EventLogShape, count: () => void, countEvents: () => void = () => {}): EventLog.EventLogShape => ({
   ...log,
   readModelContextWithHash: (sessionId, request) => {
     count()
     return log.readModelContextWithHash(sessionId, request)
+  },
+  events: (sessionId, after, limit) => {
+    countEvents()
+    return log.events(sessionId, after, limit)
   },
 })
 
@@ -319,6 +323,7 @@ describe("the context an engine keeps across runs", () => {
         const comparison: Comparison = { snapshots: 0, expected: [], requests: [], retries: 0, mismatches: [] }
         let settings: Settings | undefined
         let reads = 0
+        let eventReads = 0
         const context = yield* setup(
           {
             script: [
@@ -330,7 +335,14 @@ describe("the context an engine keeps across runs", () => {
           },
           undefined,
           {},
-          { wrapLog: (log) => counting(comparing(comparison, "session-1", () => settings!, log), () => reads++) },
+          {
+            wrapLog: (log) =>
+              counting(
+                comparing(comparison, "session-1", () => settings!, log),
+                () => reads++,
+                () => eventReads++,
+              ),
+          },
         )
         const effects: Effects = { ran: [] }
         const spy = recording(context.model)
@@ -339,8 +351,11 @@ describe("the context an engine keeps across runs", () => {
         })
         yield* turn("Echo a.")
         assert.strictEqual(reads, 1)
+        const eventReadsBefore = eventReads
         yield* turn("Again.")
         assert.strictEqual(reads, 1, "the second turn starts from the kept context")
+        // Its opening came right after the kept context's last event: nothing to look up in the log.
+        assert.strictEqual(eventReads, eventReadsBefore, "the second turn reads no event of the log")
         // Another writer seals a run in the session: the kept context is stale and read again.
         const other = new History.History({ sessionId: "session-1", firstId: 50_000 })
         const foreign = other.open({ turnId: "other-turn", runId: "other-run", invocationId: "other-invocation", message: "A note from elsewhere." })
@@ -348,6 +363,7 @@ describe("the context an engine keeps across runs", () => {
         yield* context.log.appendBatch(other.writes)
         yield* turn("Once more.")
         assert.strictEqual(reads, 2, "an append the engine did not make invalidates the kept context")
+        assert.isAbove(eventReads, eventReadsBefore, "an opening after a gap looks up what came in between")
         assert.deepStrictEqual(comparison.mismatches, [])
         assert.strictEqual(spy.requests.length, 4)
         assert.deepStrictEqual(spy.requests, comparison.expected)

@@ -125,7 +125,11 @@ const liveContext = (run: Run, priorUnknown: boolean) =>
     const opening = run.opening
     // A continuation reads its lineage, not the session the kept context holds.
     if (kept !== undefined && !kept.stale && opening !== undefined && !priorUnknown && run.settings.continuation === undefined) {
-      const newer = yield* Effect.mapError(run.log.events(invocation.sessionId, kept.highWaterMark, 2), storeError)
+      // The opening right after the mark: nothing was appended in between, in any session.
+      const adjacent = opening.stored.sequence === kept.highWaterMark + 1
+      const newer = adjacent
+        ? [opening.stored]
+        : yield* Effect.mapError(run.log.events(invocation.sessionId, kept.highWaterMark, 2), storeError)
       // The run's own opening was appended after the mark: when it is the only event since, it is that one.
       if (newer.length === 1) {
         kept.continueWith(opening.stored, opening.json, configuration)
