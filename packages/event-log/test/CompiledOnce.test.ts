@@ -79,11 +79,7 @@ describe("reads compiled once per dialect", () => {
         const sessionId = `session-${session}`
         await read(async (tx) => {
           const expected = await built.rows(tx, sessionId)
-          const shape = expected.map((row) => ({
-            sequence: row.sequence,
-            observed_invocation_id: row.kind === "model_observed" ? row.invocation_id : null,
-            event_json: row.event_json,
-          }))
+          const shape = expected.map((row) => [row.sequence, row.kind === "model_observed" ? row.invocation_id : null, row.event_json])
           expect(await Rows.sessionRows(tx, sessionId)).toEqual(shape)
           const highWater = await Rows.sessionHighWater(tx, sessionId)
           expect(highWater).toBe(Number(expected[expected.length - 1]!.sequence))
@@ -92,7 +88,7 @@ describe("reads compiled once per dialect", () => {
           for (const after of [0, sequences[1]!, sequences[3]!]) {
             for (const through of [sequences[2]!, sequences[5]!, highWater]) {
               expect(await Rows.sessionRowsBetween(tx, sessionId, after, through)).toEqual(
-                shape.filter((row) => Number(row.sequence) > after && Number(row.sequence) <= through),
+                shape.filter((row) => Number(row[0]) > after && Number(row[0]) <= through),
               )
               compared++
             }

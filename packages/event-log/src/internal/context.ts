@@ -353,15 +353,15 @@ const materialise = async (
   const entries: Array<SessionEntry> = []
   const withoutObservations: Array<DecodedRow> = []
   const decodedEvents: Array<Event.StoredEvent> = []
-  for (const row of await sessionRowsOf(tx, sessionId)) {
-    const sequence = Rows.toNumber(row.sequence)
-    if (row.observed_invocation_id !== null) {
+  for (const [rowSequence, observedInvocationId, json] of await sessionRowsOf(tx, sessionId)) {
+    const sequence = Rows.toNumber(rowSequence)
+    if (observedInvocationId !== null) {
       // Which invocation wrote an observation (it is not decoded): its row carries it.
-      entries.push({ sequence, kind: "model_observed", json: row.event_json, invocationId: row.observed_invocation_id })
+      entries.push({ sequence, kind: "model_observed", json, invocationId: observedInvocationId })
       continue
     }
     // The other ids come from the event itself (the columns are written from it).
-    const decodedJson = Codec.decodeEventJson(row.event_json)
+    const decodedJson = Codec.decodeEventJson(json)
     const event = Result.isSuccess(decodedJson) ? decodedJson.success : await Rows.undecodableAt(tx, sequence, decodedJson.failure)
     const invocation = event.invocation
     const stored: Event.StoredEvent = { sequence, event }
@@ -375,7 +375,7 @@ const materialise = async (
       invocationId: invocation.invocationId,
       kind: event.fact.kind,
       operationId: Fact.operationKey(event.fact) ?? null,
-      json: row.event_json,
+      json,
       stored,
     }
     withoutObservations.push(decoded)

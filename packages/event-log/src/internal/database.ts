@@ -56,4 +56,6 @@ export interface SqliteAccess {
 export interface SqliteStatement {
   readonly run: (...parameters: ReadonlyArray<unknown>) => { readonly changes: number; readonly lastInsertRowid: number | bigint }
   readonly all: (...parameters: ReadonlyArray<unknown>) => Array<unknown>
+  /** With `true`, rows come as arrays of column values in select order (better-sqlite3's raw mode). */
+  readonly raw: (toggle?: boolean) => SqliteStatement
 }

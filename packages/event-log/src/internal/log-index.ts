@@ -37,11 +37,7 @@ export interface LiveInvocation {
 }
 
 /** A loaded row as the context read takes it. */
-const sessionRow = (row: Rows.Row): Rows.SessionRow => ({
-  sequence: row.sequence,
-  observed_invocation_id: row.kind === "model_observed" ? row.invocationId : null,
-  event_json: row.json,
-})
+const sessionRow = (row: Rows.Row): Rows.SessionRow => [row.sequence, row.kind === "model_observed" ? row.invocationId : null, row.json]
 
 /** Every row of one session as a read transaction loaded it, up to `highWater`. */
 export interface PrimedRows {

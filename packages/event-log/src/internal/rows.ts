@@ -7,6 +7,7 @@ import { Codec, type Event } from "@maka/facts"
 import { Result } from "effect"
 import { type Compilable, type CompiledQuery, type DialectAdapter, type QueryResult, sql, type Transaction } from "kysely"
 import * as EventLogError from "../EventLogError.ts"
+import { sqliteAccessOf } from "./sqlite-driver.ts"
 import type { Tables } from "./tables.ts"
 
 export type Tx = Transaction<Tables>
@@ -203,17 +204,14 @@ export const ofSession = async (
 }
 
 /**
- * A session row as the context read takes it: the columns it needs before decoding, as the driver
- * returns them. An observation is never decoded, only hashed: its row carries its invocation id
- * (`observed_invocation_id`, null on every other row). The kind and ids of any other row come from
- * its decoded event (the columns are written from it), so they are not read twice: each column
- * read is a string the driver makes for every row of the session.
+ * A session row as the context read takes it: the columns it needs before decoding, in select order
+ * (`[sequence, observed invocation id, event JSON]`). An observation is never decoded, only hashed:
+ * its row carries its invocation id (null on every other row). The kind and ids of any other row
+ * come from its decoded event (the columns are written from it), so they are not read twice: each
+ * column read is a string the driver makes for every row of the session. A tuple, as SQLite's raw
+ * rows come: the driver builds no object with named keys per row of a session (docs/architecture.md §12).
  */
-export interface SessionRow {
-  readonly sequence: number | string
-  readonly observed_invocation_id: string | null
-  readonly event_json: string
-}
+export type SessionRow = readonly [sequence: number | string | bigint, observedInvocationId: string | null, eventJson: string]
 
 const sessionColumns = [
   "sequence",
@@ -221,13 +219,38 @@ const sessionColumns = [
   "event_json",
 ] as const
 
+/** The same select as `sessionColumns` over a session, for SQLite's raw rows (exported for its plan test). */
+export const SESSION_ROWS_SQL =
+  "SELECT sequence, CASE WHEN kind = 'model_observed' THEN invocation_id END, event_json FROM event_log WHERE session_id = ? ORDER BY sequence"
+/** `SESSION_ROWS_SQL` over a range of sequences (after, through]. */
+export const SESSION_ROWS_BETWEEN_SQL =
+  "SELECT sequence, CASE WHEN kind = 'model_observed' THEN invocation_id END, event_json FROM event_log WHERE session_id = ? AND sequence > ? AND sequence <= ? ORDER BY sequence"
+
+/**
+ * SQLite's raw rows of those selects. `event_log` is a STRICT table: its columns hold an integer
+ * sequence and text (the observed invocation null or text), so the driver's arrays are the tuples.
+ */
+const sessionRowsOfRaw = (rows: Array<unknown>): ReadonlyArray<SessionRow> => rows as Array<SessionRow>
+
+const tupleOf = (row: { readonly sequence: number | string | bigint; readonly observed_invocation_id: string | null; readonly event_json: string }): SessionRow => [
+  row.sequence,
+  row.observed_invocation_id,
+  row.event_json,
+]
+
 const selectSessionRows = compiledOnce(1, (tx: Tx, sessionId: string) =>
   tx.selectFrom("event_log").select(sessionColumns).where("session_id", "=", sessionId).orderBy("sequence"),
 )
 
-/** Every row of a session in sequence order, with only the columns of `SessionRow`. */
-export const sessionRows = async (tx: Tx, sessionId: string): Promise<ReadonlyArray<SessionRow>> =>
-  (await selectSessionRows(tx, sessionId)).rows
+/**
+ * Every row of a session in sequence order, as `SessionRow`s: on SQLite straight from a raw prepared
+ * statement (arrays, no query building), elsewhere through Kysely.
+ */
+export const sessionRows = async (tx: Tx, sessionId: string): Promise<ReadonlyArray<SessionRow>> => {
+  const sqlite = sqliteAccessOf(tx)
+  if (sqlite !== undefined) return sessionRowsOfRaw(sqlite.statement(SESSION_ROWS_SQL).raw(true).all(sessionId))
+  return (await selectSessionRows(tx, sessionId)).rows.map(tupleOf)
+}
 
 const selectSessionRowsBetween = compiledOnce(3, (tx: Tx, sessionId: string, after: number, through: number) =>
   tx
@@ -240,8 +263,11 @@ const selectSessionRowsBetween = compiledOnce(3, (tx: Tx, sessionId: string, aft
 )
 
 /** The rows of `sessionRows` after sequence `after`, up to `through`. */
-export const sessionRowsBetween = async (tx: Tx, sessionId: string, after: number, through: number): Promise<ReadonlyArray<SessionRow>> =>
-  (await selectSessionRowsBetween(tx, sessionId, after, through)).rows
+export const sessionRowsBetween = async (tx: Tx, sessionId: string, after: number, through: number): Promise<ReadonlyArray<SessionRow>> => {
+  const sqlite = sqliteAccessOf(tx)
+  if (sqlite !== undefined) return sessionRowsOfRaw(sqlite.statement(SESSION_ROWS_BETWEEN_SQL).raw(true).all(sessionId, after, through))
+  return (await selectSessionRowsBetween(tx, sessionId, after, through)).rows.map(tupleOf)
+}
 
 const selectBoundaries = compiledOnce(1, (tx: Tx, invocationId: string) =>
   tx.selectFrom("event_log").select(columns).where("invocation_id", "=", invocationId).where(boundaryKinds),
