@@ -252,6 +252,25 @@ describe("openSqlite transactions", () => {
     await database.close()
   })
 
+  it("begins a write on a free connection in the caller's turn, and one given while it is busy after it", async () => {
+    const database = await openSqlite(path.join(temporaryDirectory(), "events.sqlite"))
+    const order: Array<string> = []
+    const first = database.write(async (transaction) => {
+      order.push("first begins")
+      await transaction.insertInto("sessions").values({ session_id: "first", created_at: 1 }).execute()
+      order.push("first ends")
+    })
+    // No turn of the microtask queue yet: the first write already holds the connection.
+    expect(order).toEqual(["first begins"])
+    const second = database.write(async () => {
+      order.push("second begins")
+    })
+    expect(order).toEqual(["first begins"])
+    await Promise.all([first, second])
+    expect(order).toEqual(["first begins", "first ends", "second begins"])
+    await database.close()
+  })
+
   it("passes a body's error through when SQLite already rolled the transaction back, and writes again after", async () => {
     const database = await openSqlite(path.join(temporaryDirectory(), "events.sqlite"))
     const failure = new Error("the disk is full")

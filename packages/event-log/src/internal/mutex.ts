@@ -6,6 +6,13 @@ export class Mutex {
   #isLocked = false
   readonly #waiting: Array<() => void> = []
 
+  /** Takes the lock at once when it is free (no turn of the microtask queue); `false` when it is held. */
+  tryLock(): boolean {
+    if (this.#isLocked) return false
+    this.#isLocked = true
+    return true
+  }
+
   lock(): Promise<void> {
     if (!this.#isLocked) {
       this.#isLocked = true

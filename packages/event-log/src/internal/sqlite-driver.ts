@@ -246,7 +246,8 @@ export class SqliteDriver implements Driver {
     accessMode: "read only" | "read write",
     callback: (transaction: Transaction<DB>) => Promise<A>,
   ): Promise<A> {
-    await this.#mutex.lock()
+    // A free connection is taken at once: the transaction begins in the caller's turn.
+    if (!this.#mutex.tryLock()) await this.#mutex.lock()
     const connection = this.#connection
     const state = { isOpen: false }
     try {
