@@ -623,6 +623,44 @@ describe("background compaction", () => {
       }),
     ),
   )
+
+  it.live("compacts in the foreground at the session's next due point after its background summary was drained", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const held = Respond.gate()
+        const context = yield* setup({
+          script: [
+            mainEntry(answer("The code is 4417.", 5_000)),
+            summaryEntry(Respond.stallAfter([OpenAiSse.role(), OpenAiSse.text("## Goal\nunfinished")])),
+            mainEntry(Respond.hold(held, answer("Noted.", 5_000))),
+            summaryEntry(summaryAnswer(summaryText("code noted"))),
+            mainEntry(answer("Done.")),
+          ],
+        })
+        const effects: Effects = { ran: [] }
+        yield* context.engine.run(input(context, "The code is 4417.", noTools(effects), windowed))
+        // A one-step turn ends while its background summary still streams: the summary is drained.
+        const running = yield* context.engine.start(input(context, "Next.", noTools(effects), windowed))
+        yield* summaryObserved(context)
+        held.release()
+        assert.deepStrictEqual((yield* running.wait).outcome, { kind: "completed" })
+        const drained = yield* context.log.events("session-1")
+        assert.deepStrictEqual(factsOf(drained, "context_checkpoint_recorded"), [])
+        // The next turn does not race the summary again: it compacts before its main request.
+        const before = context.server.requests().length
+        const third = yield* context.engine.run(input(context, "Go on.", noTools(effects), windowed))
+        assert.deepStrictEqual(third.outcome, { kind: "completed" })
+        assert.deepStrictEqual(
+          context.server.requests().slice(before).map((request) => (isSummaryRequest(request) ? "summary" : "main")),
+          ["summary", "main"],
+        )
+        assertFromSummary(mainRequests(context)[2]!, "code noted", "4417")
+        const events = yield* context.log.events("session-1")
+        const own = events.filter((stored) => stored.event.invocation.invocationId === third.invocation.invocationId)
+        assert.deepStrictEqual(factsOf(own, "context_checkpoint_recorded").map((fact) => fact.checkpoint.mode.kind), ["pre_turn"])
+      }),
+    ),
+  )
 })
 
 describe("a session past the read limits", () => {

@@ -20,6 +20,7 @@ export type {
   Baseline,
   CompactionMode,
   LatestMainContext,
+  LatestSummary,
   ModelContextRead,
   ModelContextSource,
   SourceEvidence,

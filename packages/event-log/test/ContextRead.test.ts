@@ -5,6 +5,7 @@
  * session's own.
  */
 import { Codec, Prompts, type EventWrite } from "@maka/facts"
+import { FactBuilders } from "@maka/testkit"
 import BetterSqlite3 from "better-sqlite3"
 import { Effect, Result } from "effect"
 import { beforeAll, describe, expect, it } from "vitest"
@@ -96,6 +97,30 @@ for (const dialect of dialects()) {
   describe(`context read with its hash on ${dialect.name}`, () => {
     // Starting a store (PGlite above all) can take long on a loaded machine: do it outside the tests' time limit.
     beforeAll(() => withLog(dialect, () => Effect.void), 180_000)
+
+    it("reports the newest summary request after the baseline and whether it was drained", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = finishedTurns("session-1", 1)
+          const live = history.open({ message: "Long one.", ...turnIds("session-1", 1) })
+          const current = live.invocation.invocationId
+          const main = live.request()
+          yield* appendAll(log, history.writes)
+          expect((yield* log.readModelContext("session-1", { current })).latestSummary).toBeUndefined()
+          // A summary beside the main request, cancelled when its run ended: drained.
+          const first = live.request({ purpose: "summary" })
+          live.interrupt(first, "cancelled")
+          live.complete(main, FactBuilders.textStep("Done."))
+          yield* appendAll(log, history.writes.slice(-3))
+          const drained = yield* log.readModelContext("session-1", { current })
+          expect(drained.latestSummary).toEqual({ stepId: first, sequence: drained.latestSummary!.sequence, drained: true })
+          // A later summary that ends otherwise is the newest one: not drained.
+          const second = live.request({ purpose: "summary" })
+          live.interrupt(second, "failed")
+          yield* appendAll(log, history.writes.slice(-2))
+          expect((yield* log.readModelContext("session-1", { current })).latestSummary).toMatchObject({ stepId: second, drained: false })
+        }),
+      ))
 
     it("returns the running hash sessionHash computes over the same rows, observations included", () =>
       withLog(dialect, (log) =>

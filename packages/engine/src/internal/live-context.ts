@@ -37,6 +37,8 @@ export class LiveContext {
   private readonly requests = new Map<string, { readonly fact: Fact.ModelRequested }>()
   private highWater: number
   private latestMain: EventLog.LatestMainContext
+  /** The newest summary request after the baseline, as a fresh read reports it (`Source.latestSummary`). */
+  private latestSummary: EventLog.LatestSummary | undefined
   /** The events and bytes the read would materialise: anchor and tail. */
   private events: number
   private bytes: number
@@ -58,6 +60,7 @@ export class LiveContext {
     )
     this.highWater = initial.sourceEvidence.highWater
     this.latestMain = initial.latestMain
+    this.latestSummary = initial.latestSummary
     const anchor = initial.anchor === undefined ? [] : [Canonical.utf8Length(Canonical.stringify(initial.anchor.event))]
     this.events = anchor.length + initial.tail.length
     this.bytes = [...anchor, ...initial.tail.map(itemBytes)].reduce((sum, bytes) => sum + bytes, 0)
@@ -134,12 +137,14 @@ export class LiveContext {
   continueWith(opening: Event.StoredEvent, json: string, configuration: Configuration.InvocationConfiguration): void {
     this.configuration = configuration
     // The session just before this run: the fence of its `pre_turn` compaction source.
-    this.preOpening = { hash: this.hash.copy(), highWater: this.highWater }
+    this.preOpening = { hash: this.hash.copy(), highWater: this.highWater, latestSummary: this.latestSummary }
     this.apply(opening, json)
   }
 
   /** The running hash and high water just before the current run's opening, when this context saw it applied. */
-  private preOpening: { readonly hash: Digest.LogPrefixHash; readonly highWater: number } | undefined
+  private preOpening:
+    | { readonly hash: Digest.LogPrefixHash; readonly highWater: number; readonly latestSummary: EventLog.LatestSummary | undefined }
+    | undefined
 
   /**
    * The source of a compaction of `mode` built from memory (docs/log-format.md §3.7 with the mode's
@@ -162,16 +167,19 @@ export class LiveContext {
     if (anchor.length + tail.length > this.limits.maxEvents || bytes > this.limits.maxBytes) return undefined
     const digest = before.hash.digest(fence)
     const kept = new Set(tail.flatMap((item) => (item.kind === "archived" ? [item.eventId] : [])))
-    return {
-      ...this.initial,
-      sourceEvidence: { ...this.initial.sourceEvidence, highWater: fence, digest },
-      tail,
-      effectiveSourceDigest: Digest.effectiveSource(
-        digest,
-        this.replacements.filter((replacement) => kept.has(replacement.settledEventId)),
-      ),
-      latestMain: this.latestMain,
-    }
+    return withLatestSummary(
+      {
+        ...this.initial,
+        sourceEvidence: { ...this.initial.sourceEvidence, highWater: fence, digest },
+        tail,
+        effectiveSourceDigest: Digest.effectiveSource(
+          digest,
+          this.replacements.filter((replacement) => kept.has(replacement.settledEventId)),
+        ),
+        latestMain: this.latestMain,
+      },
+      before.latestSummary,
+    )
   }
 
   /**
@@ -204,7 +212,9 @@ export class LiveContext {
       effectiveSourceDigest,
       latestMain: this.latestMain,
     }
-    const next = new LiveContext(source, this.hash, this.configuration, this.limits)
+    // A fresh read reports the newest summary request after the new baseline's coverage.
+    const summary = this.latestSummary !== undefined && this.latestSummary.sequence > covered ? this.latestSummary : undefined
+    const next = new LiveContext(withLatestSummary(source, summary), this.hash, this.configuration, this.limits)
     for (const [stepId, request] of this.requests) next.requests.set(stepId, request)
     for (const stepId of this.summarySteps) next.summarySteps.add(stepId)
     next.preOpening = this.preOpening
@@ -233,7 +243,13 @@ export class LiveContext {
     const fact = stored.event.fact
     if (fact.kind === "model_requested") {
       this.requests.set(fact.stepId, { fact })
-      if (fact.purpose === "summary") this.summarySteps.add(fact.stepId)
+      if (fact.purpose === "summary") {
+        this.summarySteps.add(fact.stepId)
+        this.latestSummary = { stepId: fact.stepId, sequence: stored.sequence, drained: false }
+      }
+    }
+    if (fact.kind === "model_interrupted" && this.latestSummary?.stepId === fact.stepId && fact.status === "cancelled") {
+      this.latestSummary = { ...this.latestSummary, drained: true }
     }
     if (fact.kind === "tool_result_archived") this.archived = true
     if (!this.excluded(fact)) {
@@ -280,13 +296,18 @@ export class LiveContext {
       return Result.fail(EventLogError.prefixTooLarge())
     }
     const { highWater, digest, effectiveSourceDigest } = this.evidence()
-    return Result.succeed({
-      ...this.initial,
-      sourceEvidence: { ...this.initial.sourceEvidence, highWater, digest },
-      tail: added.length === 0 ? [...this.tail] : [...this.tail, ...added],
-      effectiveSourceDigest,
-      latestMain: this.latestMain,
-    })
+    return Result.succeed(
+      withLatestSummary(
+        {
+          ...this.initial,
+          sourceEvidence: { ...this.initial.sourceEvidence, highWater, digest },
+          tail: added.length === 0 ? [...this.tail] : [...this.tail, ...added],
+          effectiveSourceDigest,
+          latestMain: this.latestMain,
+        },
+        this.latestSummary,
+      ),
+    )
   }
 
   /** The history projection of `snapshot(pending)`'s source (docs/engine.md §5.5), kept current incrementally. */
@@ -314,4 +335,10 @@ export class LiveContext {
     const digest = hash.digest(highWater)
     return { highWater, digest, effectiveSourceDigest: Digest.effectiveSource(digest, this.replacements) }
   }
+}
+
+/** `source` with `latestSummary` as given: set when defined, absent otherwise (as a fresh read returns it). */
+const withLatestSummary = (source: Source, latestSummary: EventLog.LatestSummary | undefined): Source => {
+  const { latestSummary: _previous, ...rest } = source
+  return latestSummary === undefined ? rest : { ...rest, latestSummary }
 }

@@ -426,7 +426,9 @@ const maybeCompact = (run: Run, loop: LoopState, source: EventLog.ModelContextSo
     if (captured.kind !== "captured") return
     // Near a read limit the job runs now: in the background it would be adopted only if it finished
     // before the run's next step boundary, and a turn shorter than a summary would never compact.
-    const pending = nearReadLimit(run) ? undefined : yield* Compaction.startBackground(run, captured.captured)
+    // So it does when the session's newest summary (after its baseline) was drained at the end of its run.
+    const inForeground = nearReadLimit(run) || source.latestSummary?.drained === true
+    const pending = inForeground ? undefined : yield* Compaction.startBackground(run, captured.captured)
     if (pending !== undefined) {
       loop.pending = pending
       return

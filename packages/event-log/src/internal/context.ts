@@ -56,6 +56,18 @@ export type LatestMainContext =
       readonly routeIdentity: string
     }
 
+/**
+ * The newest summary request of a context after its baseline's coverage, and whether it was drained:
+ * ended `model_interrupted {cancelled}` (docs/engine.md §5.12: the next automatic compaction then
+ * runs in the foreground).
+ */
+export interface LatestSummary {
+  readonly stepId: string
+  /** The sequence of its `model_requested`. */
+  readonly sequence: number
+  readonly drained: boolean
+}
+
 export interface ModelContextSource {
   readonly sourceEvidence: SourceEvidence
   readonly baseline?: Baseline
@@ -65,6 +77,8 @@ export interface ModelContextSource {
   readonly latestMain: LatestMainContext
   /** Unknown prior operations under the manual-message policy (docs/engine.md §5.8), in log order. */
   readonly unknownOperations: ReadonlyArray<{ readonly name: string; readonly operationId: string }>
+  /** The newest summary request after the baseline's coverage, through the high water; absent when none. */
+  readonly latestSummary?: LatestSummary
 }
 
 export interface ContextOptions {
@@ -516,6 +530,18 @@ const materialise = async (
       isError: fact.kind === "tool_settled" && fact.outcome.kind === "failed",
     })
   }
+  // The newest summary attempt after the baseline, and whether it was drained.
+  let latestSummary: LatestSummary | undefined
+  for (const row of withoutObservations) {
+    if (row.sequence > highWater) break
+    if (row.sequence <= coveredThrough) continue
+    if (row.kind !== "model_requested" && row.kind !== "model_interrupted") continue
+    const fact = row.stored.event.fact
+    if (fact.kind === "model_requested" && fact.purpose === "summary") latestSummary = { stepId: fact.stepId, sequence: row.sequence, drained: false }
+    else if (fact.kind === "model_interrupted" && latestSummary?.stepId === fact.stepId && fact.status === "cancelled") {
+      latestSummary = { ...latestSummary, drained: true }
+    }
+  }
   // Step 7: the evidence streams every row of the selection up to the high water, observations included.
   const hash = Digest.LogPrefixHash.start(scope)
   for (const entry of entries) {
@@ -534,6 +560,7 @@ const materialise = async (
       (row) => row.stored.event,
     ),
     unknownOperations: safety.unknownOperations,
+    ...(latestSummary === undefined ? {} : { latestSummary }),
   }
   return { source, hash }
 }
