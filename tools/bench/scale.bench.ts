@@ -15,7 +15,7 @@
  * session once, which made a 100,000-event build take over half an hour); the warm-up turns bring each
  * session into the measured window's regime.
  *
- * Timed: `MAKA_BENCH_SCALE_TURNS` (default 5) 10-step tool-loop turns per size after `MAKA_BENCH_WARMUP`
+ * Timed: `MAKA_BENCH_SCALE_TURNS` (default 11) 10-step tool-loop turns per size after `MAKA_BENCH_WARMUP`
  * (default 2) warm-up turns, round-robin over the sizes (the order rotating each round), so load drifts
  * hit every size alike. A steady step is the time between consecutive main `model_requested` events
  * inside a turn (median over the turn's 8 inner steps, then over the turns); the first step of a new
@@ -83,7 +83,12 @@ if (memoryChild !== undefined) {
   process.exit(0)
 }
 
-const TURNS = integer("MAKA_BENCH_SCALE_TURNS", 5)
+/**
+ * A first step is one of two kinds, with or without a summary's round trip in it (the 1,500-token
+ * window makes compaction due every turn or two): over 5 turns the median fell in either and the
+ * first-step ratios read 0.57 to 1.62 between runs; over 11 they held within 0.95–1.04.
+ */
+const TURNS = integer("MAKA_BENCH_SCALE_TURNS", 11)
 const WARMUP = integer("MAKA_BENCH_WARMUP", 2)
 const ACCOUNT_TURNS = integer("MAKA_BENCH_SCALE_ACCOUNT_TURNS", 3)
 const WINDOW = integer("MAKA_BENCH_SCALE_WINDOW", 1_500)
