@@ -1,5 +1,6 @@
 import { EventWrite, type Fact } from "@maka/facts"
 import { FactBuilders } from "@maka/testkit"
+import BetterSqlite3 from "better-sqlite3"
 import { Result } from "effect"
 import * as fs from "node:fs"
 import * as os from "node:os"
@@ -90,6 +91,50 @@ const bothPaths = async (batches: ReadonlyArray<ReadonlyArray<EventWrite.EventWr
 }
 
 describe("the in-memory index against rows read back", () => {
+  it("reads an invocation's boundaries once per batch on the SQL path, and again after its opening or terminal", async () => {
+    const write = writer()
+    const step = "step-1"
+    const observed = (text: string): Fact.Fact => ({ kind: "model_observed", stepId: step, event: { kind: "part_delta", id: "0", text } })
+    const batch = [
+      write(facts.opened),
+      write(facts.requested(step)),
+      write(observed("a")),
+      write(observed("b")),
+      write({ kind: "model_completed", stepId: step, output: FactBuilders.textStep("ab") }),
+      write({ kind: "invocation_ended", outcome: { kind: "completed" } }),
+    ]
+    const probe = new BetterSqlite3(":memory:")
+    const prototype = Object.getPrototypeOf(probe.prepare("SELECT 1")) as { all: (...args: Array<unknown>) => unknown }
+    probe.close()
+    const all = prototype.all
+    let reads = 0
+    prototype.all = function (this: { readonly source: string }, ...args: Array<unknown>) {
+      if (/where "invocation_id" = \? and kind IN \('invocation_opened', 'invocation_ended'\)/.test(this.source)) reads++
+      return all.apply(this, args)
+    }
+    const database: Database = await openSqlite(path.join(directory, `log-${files++}.sqlite`), { synchronous: "NORMAL" })
+    try {
+      expect((await appendBatch(database, batch, 0, { validation: "sql" })).sequences).toHaveLength(batch.length)
+      // The opening's (none yet), then once more after it is appended; the terminal changes nothing after it.
+      expect(reads).toBe(2)
+      // A write after the terminal in the same batch sees the invocation sealed.
+      const next = writer()
+      const sealed = [
+        next(facts.opened),
+        next({ kind: "invocation_ended", outcome: { kind: "completed" } }),
+        next(facts.requested("step-2")),
+      ].map((item, index) => Result.getOrThrow(EventWrite.plain({ ...item.event, id: FactBuilders.eventId(500 + index), invocation: { ...invocation, invocationId: "invocation-2", runId: "run-2", turnId: "turn-2" } })))
+      const refused = await appendBatch(database, sealed, 0, { validation: "sql" }).then(
+        () => undefined,
+        (error: unknown) => error,
+      )
+      expect(refused).toMatchObject({ reason: { rejection: { _tag: "Sealed" } } })
+    } finally {
+      prototype.all = all
+      await database.close()
+    }
+  })
+
   it("refuses a dispatch of an operation already rejected", async () => {
     const write = writer()
     const results = await bothPaths([

@@ -445,10 +445,12 @@ export const appendBatch = async (
         }
         await validate(view, write)
         sequence = await insertRow(tx, database, write)
+        sqlView.inserted(event.fact.kind, event.invocation.invocationId)
       } else {
         try {
           await validate(view, write)
           sequence = await insertRow(tx, database, write)
+          sqlView.inserted(event.fact.kind, event.invocation.invocationId)
         } catch (error) {
           const original = await replayed(tx, write)
           if (original !== undefined) {

@@ -127,14 +127,29 @@ export class SqlView implements SessionView {
     this.#sqlite = sqlite
   }
 
+  /**
+   * An invocation's boundaries as this transaction read them: they change only when it appends the
+   * invocation's opening or terminal (`inserted`), so a batch of one invocation reads them once.
+   */
+  readonly #boundaries = new Map<string, Boundaries>()
+
   async boundaries(_sessionId: string, invocationId: string): Promise<Boundaries> {
+    const known = this.#boundaries.get(invocationId)
+    if (known !== undefined) return known
     const { opening, terminal } = await Rows.boundaries(this.tx, invocationId)
-    return {
+    const boundaries: Boundaries = {
       isOpened: opening !== undefined,
       isSealed: terminal !== undefined,
       opening:
         opening === undefined || terminal !== undefined ? undefined : { row: opening, fact: openingOf(opening) },
     }
+    this.#boundaries.set(invocationId, boundaries)
+    return boundaries
+  }
+
+  /** A row this transaction appended: an opening or a terminal changes its invocation's boundaries. */
+  inserted(kind: string, invocationId: string): void {
+    if (kind === "invocation_opened" || kind === "invocation_ended") this.#boundaries.delete(invocationId)
   }
 
   async #operationRows(operationId: string): Promise<ReadonlyArray<Rows.Row>> {
