@@ -142,6 +142,14 @@ describe("query plans of the safety and recovery reads on SQLite", () => {
     expect(fullScans([...latest, ...openings])).toEqual([])
   })
 
+  it("reads a batch's rows by event id and by operation from the two unique indexes, never the log", async () => {
+    const plans = await plansOf((tx) => Rows.byEventsOrOperations(tx, ["event-1", "event-2"], ["step-1", "step-2:call-1"]))
+    expect(plans).toHaveLength(1)
+    expect(fullScans(plans)).toEqual([])
+    expect(plans[0]!.join("\n")).toMatch(/INDEX event_log_event_id \(event_id=\?\)/)
+    expect(plans[0]!.join("\n")).toMatch(/INDEX event_log_operation_fact \(operation_id=\?\)/)
+  })
+
   it("reads a session's high water from one covering index descent", async () => {
     const plans = await plansOf((tx) => Rows.sessionHighWater(tx, "session-3"))
     expect(plans).toEqual([["SEARCH event_log USING COVERING INDEX event_log_session_sequence (session_id=?)"]])
@@ -220,6 +228,13 @@ describe("query plans of the openings' reads on PostgreSQL under a generic plan"
     const plan = await genericPlan((tx) => Rows.unsealedOpenings(tx, "session-2"))
     expect(plan).toMatch(/event_log_session_openings/)
     expect(plan).toMatch(/event_log_invocation_boundary/)
+  })
+
+  it("reads a batch's rows by event id and by operation through their unique indexes", async () => {
+    const plan = await genericPlan((tx) => Rows.byEventsOrOperations(tx, ["event-1", "event-2"], ["step-1"]))
+    expect(plan).toMatch(/BitmapOr/)
+    expect(plan).toMatch(/event_log_event_id/)
+    expect(plan).toMatch(/event_log_operation_fact/)
   })
 
   it("walks the log's openings through event_log_openings, and reads the latest opening from its index", async () => {

@@ -8,9 +8,11 @@ import * as path from "node:path"
 import { afterAll, describe, expect, it } from "vitest"
 import { appendBatch } from "../src/internal/append.ts"
 import type { Database } from "../src/internal/database.ts"
+import { openPglite } from "../src/internal/open-postgres.ts"
 import { openSqlite } from "../src/internal/open-sqlite.ts"
 import * as Rows from "../src/internal/rows.ts"
 import * as Safety from "../src/internal/safety.ts"
+import { freshPglite } from "./support/pglite-snapshot.ts"
 
 /**
  * Sequences the random comparison rarely builds, run on both state sources of the append rules
@@ -132,6 +134,85 @@ describe("the in-memory index against rows read back", () => {
     } finally {
       prototype.all = all
       await database.close()
+    }
+  })
+
+  it("reads a batch's replay and operation rows in one statement on the SQL path, and sees the batch's own rows", async () => {
+    const write = writer()
+    const step = "step-1"
+    const observed = (text: string): Fact.Fact => ({ kind: "model_observed", stepId: step, event: { kind: "part_delta", id: "0", text } })
+    const batch = [
+      write(facts.opened),
+      write(facts.requested(step)),
+      write(observed("a")),
+      write(observed("b")),
+      write({ kind: "model_completed", stepId: step, output: FactBuilders.toolCallStep([{ id: "c0", name: "read_file" }]) }),
+      // Needs the completion appended just before it, in the same batch.
+      write(facts.call("tool_dispatched", step)),
+    ]
+    const probe = new BetterSqlite3(":memory:")
+    const prototype = Object.getPrototypeOf(probe.prepare("SELECT 1")) as { all: (...args: Array<unknown>) => unknown }
+    probe.close()
+    const all = prototype.all
+    const reads = { batch: 0, single: 0 }
+    prototype.all = function (this: { readonly source: string }, ...args: Array<unknown>) {
+      if (/"event_id" in \(/.test(this.source)) reads.batch++
+      if (/where "event_id" = \?|WHERE operation_id = \?/.test(this.source)) reads.single++
+      return all.apply(this, args)
+    }
+    const database: Database = await openSqlite(path.join(directory, `log-${files++}.sqlite`), { synchronous: "NORMAL" })
+    try {
+      const sequences = (await appendBatch(database, batch, 0, { validation: "sql" })).sequences
+      expect(sequences).toEqual([1, 2, 3, 4, 5, 6])
+      expect(reads).toEqual({ batch: 1, single: 0 })
+      // A batch that repeats itself and a write of this batch: replays, the second one seen among the batch's own rows.
+      const again = await appendBatch(database, [...batch, batch[5]!], 0, { validation: "sql" })
+      expect(again).toEqual({ sequences: [1, 2, 3, 4, 5, 6, 6], inserted: false })
+      const settled = write({ kind: "tool_rejected", operationId: `${step}:c1`, call: { toolCallId: "c1", origin: { kind: "provider", stepId: step } }, name: "read_file", input: {}, reason: { kind: "cancelled" } })
+      const twice = await appendBatch(database, [settled, settled], 0, { validation: "sql" }).then(
+        () => undefined,
+        (error: unknown) => error,
+      )
+      // The second is the first's replay, but the first was refused: the step has no call c1.
+      expect(twice).toMatchObject({ reason: { rejection: { _tag: "InvalidTransition" } } })
+      const twin = write({ kind: "message_steered", message: FactBuilders.deliveredMessage("message-1", "and then?") })
+      expect((await appendBatch(database, [twin, twin], 0, { validation: "sql" })).sequences).toEqual([7, 7])
+      const conflict = Result.getOrThrow(EventWrite.plain({ ...twin.event, fact: { kind: "message_steered", message: FactBuilders.deliveredMessage("message-1", "something else") } }))
+      const refused = await appendBatch(database, [conflict], 0, { validation: "sql" }).then(
+        () => undefined,
+        (error: unknown) => error,
+      )
+      expect(refused).toMatchObject({ reason: { rejection: { _tag: "EventConflict" } } })
+    } finally {
+      prototype.all = all
+      await database.close()
+    }
+  })
+
+  it("locks a PostgreSQL session whose row exists in one statement, and reads a batch's rows in one", async () => {
+    const pglite = freshPglite()
+    const statements: Array<string> = []
+    const query = pglite.query.bind(pglite)
+    pglite.query = ((sql: string, ...rest: Array<never>) => {
+      statements.push(sql.replace(/\s+/g, " "))
+      return query(sql, ...rest)
+    }) as typeof pglite.query
+    const database: Database = await openPglite(pglite, { schema: "locks" })
+    try {
+      const write = writer()
+      const step = "step-1"
+      await appendBatch(database, [write(facts.opened)], 0)
+      const first = statements.splice(0)
+      // A new session: its row is looked up, inserted, then locked.
+      expect(first.filter((sql) => /"sessions"/.test(sql)).map((sql) => sql.split(" ")[0])).toEqual(["select", "insert", "select"])
+      await appendBatch(database, [write(facts.requested(step)), write({ kind: "model_completed", stepId: step, output: FactBuilders.textStep("done") })], 0)
+      const second = statements.splice(0)
+      expect(second.filter((sql) => /"sessions"/.test(sql))).toEqual([expect.stringMatching(/^select "session_id" from "sessions" where "session_id" = \$1 for update$/)])
+      expect(second.filter((sql) => /"event_id" in \(/.test(sql))).toHaveLength(1)
+      expect(second.filter((sql) => /"event_id" = \$1|"operation_id" = \$1/.test(sql))).toEqual([])
+    } finally {
+      await database.close()
+      await pglite.close()
     }
   })
 

@@ -324,14 +324,18 @@ const lockSession = async (tx: Rows.Tx, database: Database, sessionId: string, t
     database.sqlite.statement(INSERT_SESSION).run(sessionId, time)
     return
   }
+  // PostgreSQL: the session's row lock, in one statement once the row exists (rows are never deleted).
+  // A new session's row is inserted (or found inserted by a concurrent writer), then locked; a lock
+  // taken in the insert's own statement could miss a row committed during that statement.
+  const lockRow = async () =>
+    (await tx.selectFrom("sessions").select("session_id").where("session_id", "=", sessionId).forUpdate().execute()).length > 0
+  if (database.dialect === "postgres" && (await lockRow())) return
   await tx
     .insertInto("sessions")
     .values({ session_id: sessionId, created_at: time })
     .onConflict((conflict) => conflict.column("session_id").doNothing())
     .execute()
-  if (database.dialect === "postgres") {
-    await tx.selectFrom("sessions").select("session_id").where("session_id", "=", sessionId).forUpdate().execute()
-  }
+  if (database.dialect === "postgres") await lockRow()
 }
 
 /** Inserts the row (rule 8) and returns its sequence: a prepared statement on SQLite. */
@@ -367,13 +371,30 @@ const insertRow = async (tx: Rows.Tx, database: Database, write: EventWrite.Even
 }
 
 /** Rule 1: the sequence of a stored identical event, `EventConflict` for a different body, or undefined. */
-const replayed = async (tx: Rows.Tx, write: EventWrite.EventWrite): Promise<number | undefined> => {
-  const existing = await Rows.byEventId(tx, write.event.id)
+const replayed = async (tx: Rows.Tx, sqlView: SessionView.SqlView, write: EventWrite.EventWrite): Promise<number | undefined> => {
+  const existing = await sqlView.byEventId(write.event.id)
   if (existing === undefined) return undefined
   if (existing.json !== write.json) throw reject({ _tag: "EventConflict" })
   const payload = await Rows.payloadOf(tx, write.event.id)
   if (payload !== write.rawPayload) throw reject({ _tag: "EventConflict" })
   return existing.sequence
+}
+
+/** The row `insertRow` stored for `write` at `sequence`. */
+const rowOf = (write: EventWrite.EventWrite, sequence: number): Rows.Row => {
+  const event = write.event
+  const invocation = event.invocation
+  return {
+    sequence,
+    eventId: event.id,
+    sessionId: invocation.sessionId,
+    turnId: invocation.turnId,
+    runId: invocation.runId,
+    invocationId: invocation.invocationId,
+    kind: event.fact.kind,
+    operationId: Fact.operationKey(event.fact) ?? null,
+    json: write.json,
+  }
 }
 
 const isUniqueViolation = (error: unknown): boolean =>
@@ -420,39 +441,49 @@ export const appendBatch = async (
     let insertedCount = 0
     const locked = new Set<string>()
     // SQLite has one writer: a session row known to exist needs no insert (rows are never deleted).
+    const lock = async (sessionId: string) => {
+      if (locked.has(sessionId)) return
+      if (database.dialect === "postgres" || !knownSessions.has(sessionId)) await lockSession(tx, database, sessionId, now)
+      locked.add(sessionId)
+    }
+    // Read by SQL, the rules' rows for the writes are read at once, under their sessions' locks
+    // (taken in the order the writes name them, as one at a time would).
+    const prefetch = async (part: ReadonlyArray<EventWrite.EventWrite>) => {
+      if (index !== undefined) return
+      for (const write of part) await lock(write.event.invocation.sessionId)
+      await sqlView.prefetch(part)
+    }
+    await prefetch(leading)
     for (let position = 0; position <= writes.length; position++) {
       if (position === leading.length && options.complete !== undefined) {
         // The trailing writes, built from the sequences of the leading ones inside the transaction.
         const trailing = options.complete([...sequences])
         verifyWrites(trailing)
         writes.push(...trailing)
+        await prefetch(trailing)
       }
       if (position === writes.length) break
       const write = writes[position]!
       const event = write.event
       const sessionId = event.invocation.sessionId
-      if (!locked.has(sessionId)) {
-        if (database.dialect === "postgres" || !knownSessions.has(sessionId)) await lockSession(tx, database, sessionId, now)
-        locked.add(sessionId)
-      }
+      await lock(sessionId)
       touched.add(sessionId)
       let sequence: number
       if (index === undefined) {
-        const original = await replayed(tx, write)
+        const original = await replayed(tx, sqlView, write)
         if (original !== undefined) {
           sequences.push(original)
           continue
         }
         await validate(view, write)
         sequence = await insertRow(tx, database, write)
-        sqlView.inserted(event.fact.kind, event.invocation.invocationId)
+        sqlView.inserted(rowOf(write, sequence))
       } else {
         try {
           await validate(view, write)
           sequence = await insertRow(tx, database, write)
-          sqlView.inserted(event.fact.kind, event.invocation.invocationId)
         } catch (error) {
-          const original = await replayed(tx, write)
+          const original = await replayed(tx, sqlView, write)
           if (original !== undefined) {
             sequences.push(original)
             continue
@@ -462,18 +493,10 @@ export const appendBatch = async (
           if (isUniqueViolation(error)) throw invalid("an id of this write is already used in the log")
           throw error
         }
+        const row = rowOf(write, sequence)
+        sqlView.inserted(row)
         // A session dropped since its validation (the index's size bound) reloads with this row.
-        index.loaded(sessionId)?.add({ sequence, event }, {
-          sequence,
-          eventId: event.id,
-          sessionId,
-          turnId: event.invocation.turnId,
-          runId: event.invocation.runId,
-          invocationId: event.invocation.invocationId,
-          kind: event.fact.kind,
-          operationId: Fact.operationKey(event.fact) ?? null,
-          json: write.json,
-        })
+        index.loaded(sessionId)?.add({ sequence, event }, row)
       }
       sequences.push(sequence)
       inserted = true

@@ -154,6 +154,41 @@ export const byInvocationKind = async (tx: Tx, invocationId: string, kind: strin
   return raw === undefined ? undefined : toRow(raw)
 }
 
+/** How many ids one look-up names at most (a statement's parameters stay well below every driver's bound). */
+const IDS_PER_READ = 500
+
+/**
+ * The rows whose `event_id` is in `eventIds`, and the non-observation rows whose `operation_id` is in
+ * `operationIds`, in one read per 500 ids of each (an OR of the two unique indexes), in sequence order.
+ */
+export const byEventsOrOperations = async (
+  tx: Tx,
+  eventIds: ReadonlyArray<string>,
+  operationIds: ReadonlyArray<string>,
+): Promise<ReadonlyArray<Row>> => {
+  const rows: Array<Row> = []
+  const reads = Math.max(Math.ceil(eventIds.length / IDS_PER_READ), Math.ceil(operationIds.length / IDS_PER_READ))
+  for (let read = 0; read < reads; read++) {
+    const events = eventIds.slice(read * IDS_PER_READ, (read + 1) * IDS_PER_READ)
+    const operations = operationIds.slice(read * IDS_PER_READ, (read + 1) * IDS_PER_READ)
+    const raw = await tx
+      .selectFrom("event_log")
+      .select(columns)
+      .where((builder) =>
+        builder.or([
+          ...(events.length === 0 ? [] : [builder("event_id", "in", events)]),
+          ...(operations.length === 0 ? [] : [builder.and([builder("operation_id", "in", operations), notObservation])]),
+        ]),
+      )
+      .orderBy("sequence")
+      .execute()
+    rows.push(...raw.map(toRow))
+  }
+  if (reads <= 1) return rows
+  // A row can match an event id of one read and an operation of another.
+  return [...new Map(rows.map((row) => [row.sequence, row])).values()].sort((left, right) => left.sequence - right.sequence)
+}
+
 export const byOperation = async (tx: Tx, operationId: string): Promise<ReadonlyArray<Row>> =>
   (
     await tx

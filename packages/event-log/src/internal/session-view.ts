@@ -5,7 +5,7 @@
  * only what memory cannot know (ids that may belong to other sessions, sealed invocations).
  * The rules in `append.ts` are written once against this interface.
  */
-import type { Fact, Model } from "@maka/facts"
+import { Fact, type EventWrite, type Model } from "@maka/facts"
 import { sql } from "kysely"
 import * as EventLogError from "../EventLogError.ts"
 import type { Dialect } from "./database.ts"
@@ -50,6 +50,17 @@ export interface SessionView {
   readonly isSteeringDelivered: (sessionId: string, messageId: string) => Promise<boolean>
   readonly highWater: (sessionId: string) => Promise<number>
   readonly invocationState: (sessionId: string, invocationId: string) => Promise<InvocationState.InvocationState>
+}
+
+/** The operation ids the append rules ask about for `fact` (docs/log-format.md §3.3). */
+const operationsNamedBy = (fact: Fact.Fact): ReadonlyArray<string> => {
+  const own = Fact.operationKey(fact)
+  const ids = own === undefined ? [] : [own]
+  if ((fact.kind === "tool_dispatched" || fact.kind === "tool_rejected") && fact.call.origin.kind === "provider") {
+    ids.push(fact.call.origin.stepId)
+  }
+  if (fact.kind === "context_checkpoint_recorded") ids.push(fact.checkpoint.summaryStepId)
+  return ids
 }
 
 const NO_OPERATION: OperationFacts = { isUsed: false, isResolved: false, isSettled: false, isRejected: false }
@@ -147,12 +158,52 @@ export class SqlView implements SessionView {
     return boundaries
   }
 
+  /**
+   * Rows this transaction read or appended, by event id (`null`: read, not stored) and by operation
+   * (its non-observation rows): what `prefetch` read in one statement and what the batch appended
+   * since. Nothing else changes them: the batch holds its sessions' locks, and an operation belongs
+   * to its session.
+   */
+  readonly #events = new Map<string, Rows.Row | null>()
+  readonly #operations = new Map<string, Array<Rows.Row>>()
+
   /** A row this transaction appended: an opening or a terminal changes its invocation's boundaries. */
-  inserted(kind: string, invocationId: string): void {
-    if (kind === "invocation_opened" || kind === "invocation_ended") this.#boundaries.delete(invocationId)
+  inserted(row: Rows.Row): void {
+    if (row.kind === "invocation_opened" || row.kind === "invocation_ended") this.#boundaries.delete(row.invocationId)
+    if (this.#events.has(row.eventId)) this.#events.set(row.eventId, row)
+    if (row.operationId !== null && row.kind !== "model_observed") this.#operations.get(row.operationId)?.push(row)
+  }
+
+  /**
+   * Reads, in one statement, what the rules will ask about `writes` (taken under their sessions'
+   * locks): the stored row of each event id (the replay check) and the rows of each operation they
+   * name. A batch then reads them once, not once per write.
+   */
+  async prefetch(writes: ReadonlyArray<EventWrite.EventWrite>): Promise<void> {
+    const eventIds = [...new Set(writes.map((write) => write.event.id))].filter((id) => !this.#events.has(id))
+    const operationIds = [...new Set(writes.flatMap((write) => operationsNamedBy(write.event.fact)))].filter(
+      (id) => !this.#operations.has(id),
+    )
+    if (eventIds.length === 0 && operationIds.length === 0) return
+    const rows = await Rows.byEventsOrOperations(this.tx, eventIds, operationIds)
+    for (const id of eventIds) this.#events.set(id, null)
+    for (const id of operationIds) this.#operations.set(id, [])
+    for (const row of rows) {
+      if (this.#events.get(row.eventId) === null) this.#events.set(row.eventId, row)
+      if (row.operationId !== null && row.kind !== "model_observed") this.#operations.get(row.operationId)?.push(row)
+    }
+  }
+
+  /** The stored row of `eventId`, as this transaction knows it, or read now. */
+  async byEventId(eventId: string): Promise<Rows.Row | undefined> {
+    const known = this.#events.get(eventId)
+    if (known !== undefined) return known ?? undefined
+    return Rows.byEventId(this.tx, eventId)
   }
 
   async #operationRows(operationId: string): Promise<ReadonlyArray<Rows.Row>> {
+    const known = this.#operations.get(operationId)
+    if (known !== undefined) return known
     // The hot look-up of a new step or operation id: a prepared statement where SQLite serves it.
     if (this.#sqlite !== undefined) {
       return this.#sqlite.statement(OPERATION_ROWS).all(operationId).map(rowOf)
