@@ -142,12 +142,13 @@ describe("query plans of the safety and recovery reads on SQLite", () => {
     expect(fullScans([...latest, ...openings])).toEqual([])
   })
 
-  it("reads a batch's rows by event id and by operation from the two unique indexes, never the log", async () => {
-    const plans = await plansOf((tx) => Rows.byEventsOrOperations(tx, ["event-1", "event-2"], ["step-1", "step-2:call-1"]))
+  it("reads a batch's rows by event id, by operation and its invocations' boundaries from three unique indexes, never the log", async () => {
+    const plans = await plansOf((tx) => Rows.byEventsOrOperations(tx, ["event-1", "event-2"], ["step-1", "step-2:call-1"], ["invocation-1"]))
     expect(plans).toHaveLength(1)
     expect(fullScans(plans)).toEqual([])
     expect(plans[0]!.join("\n")).toMatch(/INDEX event_log_event_id \(event_id=\?\)/)
     expect(plans[0]!.join("\n")).toMatch(/INDEX event_log_operation_fact \(operation_id=\?\)/)
+    expect(plans[0]!.join("\n")).toMatch(/INDEX event_log_invocation_boundary \(invocation_id=\? AND kind=\?\)/)
   })
 
   it("reads a session's high water from one covering index descent", async () => {
@@ -230,9 +231,10 @@ describe("query plans of the openings' reads on PostgreSQL under a generic plan"
     expect(plan).toMatch(/event_log_invocation_boundary/)
   })
 
-  it("reads a batch's rows by event id and by operation through their unique indexes", async () => {
-    const plan = await genericPlan((tx) => Rows.byEventsOrOperations(tx, ["event-1", "event-2"], ["step-1"]))
+  it("reads a batch's rows by event id, by operation and its invocations' boundaries through their unique indexes", async () => {
+    const plan = await genericPlan((tx) => Rows.byEventsOrOperations(tx, ["event-1", "event-2"], ["step-1"], ["invocation-1"]))
     expect(plan).toMatch(/BitmapOr/)
+    expect(plan).toMatch(/event_log_invocation_boundary/)
     expect(plan).toMatch(/event_log_event_id/)
     expect(plan).toMatch(/event_log_operation_fact/)
   })

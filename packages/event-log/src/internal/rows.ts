@@ -158,19 +158,21 @@ export const byInvocationKind = async (tx: Tx, invocationId: string, kind: strin
 const IDS_PER_READ = 500
 
 /**
- * The rows whose `event_id` is in `eventIds`, and the non-observation rows whose `operation_id` is in
- * `operationIds`, in one read per 500 ids of each (an OR of the two unique indexes), in sequence order.
+ * The rows whose `event_id` is in `eventIds`, the non-observation rows whose `operation_id` is in
+ * `operationIds`, and the openings and terminals of `invocationIds`, in one read per 500 ids of each
+ * (an OR of three unique indexes), in sequence order.
  */
 export const byEventsOrOperations = async (
   tx: Tx,
   eventIds: ReadonlyArray<string>,
   operationIds: ReadonlyArray<string>,
+  invocationIds: ReadonlyArray<string> = [],
 ): Promise<ReadonlyArray<Row>> => {
   const rows: Array<Row> = []
-  const reads = Math.max(Math.ceil(eventIds.length / IDS_PER_READ), Math.ceil(operationIds.length / IDS_PER_READ))
+  const reads = Math.max(...[eventIds, operationIds, invocationIds].map((ids) => Math.ceil(ids.length / IDS_PER_READ)))
   for (let read = 0; read < reads; read++) {
-    const events = eventIds.slice(read * IDS_PER_READ, (read + 1) * IDS_PER_READ)
-    const operations = operationIds.slice(read * IDS_PER_READ, (read + 1) * IDS_PER_READ)
+    const part = (ids: ReadonlyArray<string>) => ids.slice(read * IDS_PER_READ, (read + 1) * IDS_PER_READ)
+    const [events, operations, invocations] = [part(eventIds), part(operationIds), part(invocationIds)]
     const raw = await tx
       .selectFrom("event_log")
       .select(columns)
@@ -178,6 +180,7 @@ export const byEventsOrOperations = async (
         builder.or([
           ...(events.length === 0 ? [] : [builder("event_id", "in", events)]),
           ...(operations.length === 0 ? [] : [builder.and([builder("operation_id", "in", operations), notObservation])]),
+          ...(invocations.length === 0 ? [] : [builder.and([builder("invocation_id", "in", invocations), boundaryKinds])]),
         ]),
       )
       .orderBy("sequence")

@@ -148,6 +148,10 @@ export class SqlView implements SessionView {
     const known = this.#boundaries.get(invocationId)
     if (known !== undefined) return known
     const { opening, terminal } = await Rows.boundaries(this.tx, invocationId)
+    return this.#knowBoundaries(invocationId, opening, terminal)
+  }
+
+  #knowBoundaries(invocationId: string, opening: Rows.Row | undefined, terminal: Rows.Row | undefined): Boundaries {
     const boundaries: Boundaries = {
       isOpened: opening !== undefined,
       isSealed: terminal !== undefined,
@@ -176,22 +180,30 @@ export class SqlView implements SessionView {
 
   /**
    * Reads, in one statement, what the rules will ask about `writes` (taken under their sessions'
-   * locks): the stored row of each event id (the replay check) and the rows of each operation they
-   * name. A batch then reads them once, not once per write.
+   * locks): the stored row of each event id (the replay check), the rows of each operation they
+   * name, and their invocations' boundaries. A batch then reads them once, not once per write.
    */
   async prefetch(writes: ReadonlyArray<EventWrite.EventWrite>): Promise<void> {
     const eventIds = [...new Set(writes.map((write) => write.event.id))].filter((id) => !this.#events.has(id))
     const operationIds = [...new Set(writes.flatMap((write) => operationsNamedBy(write.event.fact)))].filter(
       (id) => !this.#operations.has(id),
     )
-    if (eventIds.length === 0 && operationIds.length === 0) return
-    const rows = await Rows.byEventsOrOperations(this.tx, eventIds, operationIds)
+    const invocationIds = [...new Set(writes.map((write) => write.event.invocation.invocationId))].filter(
+      (id) => !this.#boundaries.has(id),
+    )
+    if (eventIds.length === 0 && operationIds.length === 0 && invocationIds.length === 0) return
+    const rows = await Rows.byEventsOrOperations(this.tx, eventIds, operationIds, invocationIds)
     for (const id of eventIds) this.#events.set(id, null)
     for (const id of operationIds) this.#operations.set(id, [])
+    const found = new Map(invocationIds.map((id) => [id, { opening: undefined as Rows.Row | undefined, terminal: undefined as Rows.Row | undefined }]))
     for (const row of rows) {
       if (this.#events.get(row.eventId) === null) this.#events.set(row.eventId, row)
       if (row.operationId !== null && row.kind !== "model_observed") this.#operations.get(row.operationId)?.push(row)
+      const boundaries = found.get(row.invocationId)
+      if (boundaries !== undefined && row.kind === "invocation_opened") boundaries.opening = row
+      if (boundaries !== undefined && row.kind === "invocation_ended") boundaries.terminal = row
     }
+    for (const [id, { opening, terminal }] of found) this.#knowBoundaries(id, opening, terminal)
   }
 
   /** The stored row of `eventId`, as this transaction knows it, or read now. */
