@@ -449,24 +449,23 @@ export const appendBatch = async (
     // Read by SQL, the rules' rows for the writes are read at once, under their sessions' locks
     // (taken in the order the writes name them, as one at a time would).
     const prefetch = async (part: ReadonlyArray<EventWrite.EventWrite>) => {
-      if (index !== undefined) return
       for (const write of part) await lock(write.event.invocation.sessionId)
       await sqlView.prefetch(part)
     }
-    await prefetch(leading)
+    if (index === undefined) await prefetch(leading)
     for (let position = 0; position <= writes.length; position++) {
       if (position === leading.length && options.complete !== undefined) {
         // The trailing writes, built from the sequences of the leading ones inside the transaction.
         const trailing = options.complete([...sequences])
         verifyWrites(trailing)
         writes.push(...trailing)
-        await prefetch(trailing)
+        if (index === undefined) await prefetch(trailing)
       }
       if (position === writes.length) break
       const write = writes[position]!
       const event = write.event
       const sessionId = event.invocation.sessionId
-      await lock(sessionId)
+      if (!locked.has(sessionId)) await lock(sessionId)
       touched.add(sessionId)
       let sequence: number
       if (index === undefined) {
