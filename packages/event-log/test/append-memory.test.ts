@@ -1,4 +1,4 @@
-import { EventWrite, type Fact } from "@maka/facts"
+import { EventWrite, type Fact, type Model } from "@maka/facts"
 import { FactBuilders } from "@maka/testkit"
 import BetterSqlite3 from "better-sqlite3"
 import { Result } from "effect"
@@ -92,29 +92,52 @@ const bothPaths = async (batches: ReadonlyArray<ReadonlyArray<EventWrite.EventWr
   return memory
 }
 
+/** An opening and one streamed step: its request, two observed deltas, its completion with `output`. */
+const streamedStep = (write: ReturnType<typeof writer>, step: string, output: Model.ModelStep) => {
+  const observed = (text: string): Fact.Fact => ({ kind: "model_observed", stepId: step, event: { kind: "part_delta", id: "0", text } })
+  return [
+    write(facts.opened),
+    write(facts.requested(step)),
+    write(observed("a")),
+    write(observed("b")),
+    write({ kind: "model_completed", stepId: step, output }),
+  ]
+}
+
+/** Calls `count` with the SQL of every `all` of a better-sqlite3 statement until the returned restore runs. */
+const watchAll = (count: (sql: string) => void): (() => void) => {
+  const probe = new BetterSqlite3(":memory:")
+  const prototype = Object.getPrototypeOf(probe.prepare("SELECT 1")) as { all: (...args: Array<unknown>) => unknown }
+  probe.close()
+  const all = prototype.all
+  prototype.all = function (this: { readonly source: string }, ...args: Array<unknown>) {
+    count(this.source)
+    return all.apply(this, args)
+  }
+  return () => {
+    prototype.all = all
+  }
+}
+
+/** The error `appendBatch` refuses `writes` with on the SQL path, or undefined. */
+const refusalOf = (database: Database, writes: ReadonlyArray<EventWrite.EventWrite>): Promise<unknown> =>
+  appendBatch(database, writes, 0, { validation: "sql" }).then(
+    () => undefined,
+    (error: unknown) => error,
+  )
+
 describe("the in-memory index against rows read back", () => {
   it("reads an invocation's boundaries once per batch on the SQL path, and again after its opening or terminal", async () => {
     const write = writer()
-    const step = "step-1"
-    const observed = (text: string): Fact.Fact => ({ kind: "model_observed", stepId: step, event: { kind: "part_delta", id: "0", text } })
     const batch = [
-      write(facts.opened),
-      write(facts.requested(step)),
-      write(observed("a")),
-      write(observed("b")),
-      write({ kind: "model_completed", stepId: step, output: FactBuilders.textStep("ab") }),
+      ...streamedStep(write, "step-1", FactBuilders.textStep("ab")),
       write({ kind: "invocation_ended", outcome: { kind: "completed" } }),
     ]
-    const probe = new BetterSqlite3(":memory:")
-    const prototype = Object.getPrototypeOf(probe.prepare("SELECT 1")) as { all: (...args: Array<unknown>) => unknown }
-    probe.close()
-    const all = prototype.all
     const reads = { alone: 0, withBatch: 0 }
-    prototype.all = function (this: { readonly source: string }, ...args: Array<unknown>) {
-      if (/where "invocation_id" = \? and kind IN \('invocation_opened', 'invocation_ended'\)/.test(this.source)) reads.alone++
-      if (/"invocation_id" in \([?, ]+\) and kind IN \('invocation_opened', 'invocation_ended'\)/.test(this.source)) reads.withBatch++
-      return all.apply(this, args)
-    }
+    const restore = watchAll((sql) => {
+      if (/where "invocation_id" = \? and kind IN \('invocation_opened', 'invocation_ended'\)/.test(sql)) reads.alone++
+      if (/"invocation_id" in \([?, ]+\) and kind IN \('invocation_opened', 'invocation_ended'\)/.test(sql)) reads.withBatch++
+    })
     const database: Database = await openSqlite(path.join(directory, `log-${files++}.sqlite`), { synchronous: "NORMAL" })
     try {
       expect((await appendBatch(database, batch, 0, { validation: "sql" })).sequences).toHaveLength(batch.length)
@@ -127,13 +150,9 @@ describe("the in-memory index against rows read back", () => {
         next({ kind: "invocation_ended", outcome: { kind: "completed" } }),
         next(facts.requested("step-2")),
       ].map((item, index) => Result.getOrThrow(EventWrite.plain({ ...item.event, id: FactBuilders.eventId(500 + index), invocation: { ...invocation, invocationId: "invocation-2", runId: "run-2", turnId: "turn-2" } })))
-      const refused = await appendBatch(database, sealed, 0, { validation: "sql" }).then(
-        () => undefined,
-        (error: unknown) => error,
-      )
-      expect(refused).toMatchObject({ reason: { rejection: { _tag: "Sealed" } } })
+      expect(await refusalOf(database, sealed)).toMatchObject({ reason: { rejection: { _tag: "Sealed" } } })
     } finally {
-      prototype.all = all
+      restore()
       await database.close()
     }
   })
@@ -141,26 +160,16 @@ describe("the in-memory index against rows read back", () => {
   it("reads a batch's replay and operation rows in one statement on the SQL path, and sees the batch's own rows", async () => {
     const write = writer()
     const step = "step-1"
-    const observed = (text: string): Fact.Fact => ({ kind: "model_observed", stepId: step, event: { kind: "part_delta", id: "0", text } })
     const batch = [
-      write(facts.opened),
-      write(facts.requested(step)),
-      write(observed("a")),
-      write(observed("b")),
-      write({ kind: "model_completed", stepId: step, output: FactBuilders.toolCallStep([{ id: "c0", name: "read_file" }]) }),
+      ...streamedStep(write, step, FactBuilders.toolCallStep([{ id: "c0", name: "read_file" }])),
       // Needs the completion appended just before it, in the same batch.
       write(facts.call("tool_dispatched", step)),
     ]
-    const probe = new BetterSqlite3(":memory:")
-    const prototype = Object.getPrototypeOf(probe.prepare("SELECT 1")) as { all: (...args: Array<unknown>) => unknown }
-    probe.close()
-    const all = prototype.all
     const reads = { batch: 0, single: 0 }
-    prototype.all = function (this: { readonly source: string }, ...args: Array<unknown>) {
-      if (/"event_id" in \(/.test(this.source)) reads.batch++
-      if (/where "event_id" = \?|WHERE operation_id = \?/.test(this.source)) reads.single++
-      return all.apply(this, args)
-    }
+    const restore = watchAll((sql) => {
+      if (/"event_id" in \(/.test(sql)) reads.batch++
+      if (/where "event_id" = \?|WHERE operation_id = \?/.test(sql)) reads.single++
+    })
     const database: Database = await openSqlite(path.join(directory, `log-${files++}.sqlite`), { synchronous: "NORMAL" })
     try {
       const sequences = (await appendBatch(database, batch, 0, { validation: "sql" })).sequences
@@ -170,22 +179,14 @@ describe("the in-memory index against rows read back", () => {
       const again = await appendBatch(database, [...batch, batch[5]!], 0, { validation: "sql" })
       expect(again).toEqual({ sequences: [1, 2, 3, 4, 5, 6, 6], inserted: false })
       const settled = write({ kind: "tool_rejected", operationId: `${step}:c1`, call: { toolCallId: "c1", origin: { kind: "provider", stepId: step } }, name: "read_file", input: {}, reason: { kind: "cancelled" } })
-      const twice = await appendBatch(database, [settled, settled], 0, { validation: "sql" }).then(
-        () => undefined,
-        (error: unknown) => error,
-      )
       // The second is the first's replay, but the first was refused: the step has no call c1.
-      expect(twice).toMatchObject({ reason: { rejection: { _tag: "InvalidTransition" } } })
+      expect(await refusalOf(database, [settled, settled])).toMatchObject({ reason: { rejection: { _tag: "InvalidTransition" } } })
       const twin = write({ kind: "message_steered", message: FactBuilders.deliveredMessage("message-1", "and then?") })
       expect((await appendBatch(database, [twin, twin], 0, { validation: "sql" })).sequences).toEqual([7, 7])
       const conflict = Result.getOrThrow(EventWrite.plain({ ...twin.event, fact: { kind: "message_steered", message: FactBuilders.deliveredMessage("message-1", "something else") } }))
-      const refused = await appendBatch(database, [conflict], 0, { validation: "sql" }).then(
-        () => undefined,
-        (error: unknown) => error,
-      )
-      expect(refused).toMatchObject({ reason: { rejection: { _tag: "EventConflict" } } })
+      expect(await refusalOf(database, [conflict])).toMatchObject({ reason: { rejection: { _tag: "EventConflict" } } })
     } finally {
-      prototype.all = all
+      restore()
       await database.close()
     }
   })
