@@ -191,6 +191,24 @@ describe("the in-memory index against rows read back", () => {
     }
   })
 
+  it("reads more than one statement's worth of ids in parts: each stored row once, in sequence order", async () => {
+    const write = writer()
+    const batch = streamedStep(write, "step-1", FactBuilders.textStep("ab"))
+    const database: Database = await openSqlite(path.join(directory, `log-${files++}.sqlite`), { synchronous: "NORMAL" })
+    try {
+      await appendBatch(database, batch, 0)
+      const absent = Array.from({ length: 1_100 }, (_, index) => FactBuilders.eventId(10_000 + index))
+      // The stored ids in the first, second and third part of 500; the step's rows in the second part of its operations.
+      const eventIds = [batch[4]!.event.id, ...absent.slice(0, 600), batch[0]!.event.id, ...absent.slice(600), batch[2]!.event.id]
+      const operationIds = [...Array.from({ length: 700 }, (_, index) => `absent-${index}`), "step-1"]
+      const rows = await database.read((tx) => Rows.byEventsOrOperations(tx, eventIds, operationIds, ["invocation-1"]))
+      // The opening (by id and as a boundary), the request and completion (the step's), one observation (by id).
+      expect(rows.map((row) => row.sequence)).toEqual([1, 2, 3, 5])
+    } finally {
+      await database.close()
+    }
+  })
+
   it("locks a PostgreSQL session whose row exists in one statement, and reads a batch's rows in one", async () => {
     const pglite = freshPglite()
     const statements: Array<string> = []

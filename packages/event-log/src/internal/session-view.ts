@@ -165,8 +165,10 @@ export class SqlView implements SessionView {
   /**
    * Rows this transaction read or appended, by event id (`null`: read, not stored) and by operation
    * (its non-observation rows): what `prefetch` read in one statement and what the batch appended
-   * since. Nothing else changes them: the batch holds its sessions' locks, and an operation belongs
-   * to its session.
+   * since. The batch holds its sessions' locks, so no other writer adds rows of its sessions. Another
+   * session may commit a row with one of these ids meanwhile (a collision of ids across sessions):
+   * as between any read and the insert after it, the unique indexes refuse what they cover (the
+   * same event id, or the same operation and kind); the rules' look-ups see it only from the next batch.
    */
   readonly #events = new Map<string, Rows.Row | null>()
   readonly #operations = new Map<string, Array<Rows.Row>>()
