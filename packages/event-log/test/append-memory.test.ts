@@ -230,6 +230,22 @@ describe("the in-memory index against rows read back", () => {
       expect(second.filter((sql) => /"sessions"/.test(sql))).toEqual([expect.stringMatching(/^select "session_id" from "sessions" where "session_id" = \$1 for update$/)])
       expect(second.filter((sql) => /"event_id" in \(/.test(sql))).toHaveLength(1)
       expect(second.filter((sql) => /"event_id" = \$1|"operation_id" = \$1/.test(sql))).toEqual([])
+      // A step's stream, completion and dispatch: validated from the batch read, inserted in one statement.
+      const next = "step-2"
+      const observed = (text: string): Fact.Fact => ({ kind: "model_observed", stepId: next, event: { kind: "part_delta", id: "0", text } })
+      await appendBatch(database, [write(facts.requested(next))], 0)
+      statements.splice(0)
+      const streamed = [
+        write(observed("a")),
+        write(observed("b")),
+        write({ kind: "model_completed", stepId: next, output: FactBuilders.toolCallStep([{ id: "c0", name: "read_file" }]) }),
+        write(facts.call("tool_dispatched", next)),
+      ]
+      const { sequences } = await appendBatch(database, [...streamed, streamed[1]!], 0)
+      expect(statements.filter((sql) => /^insert into "event_log"/.test(sql))).toHaveLength(1)
+      expect(sequences).toEqual([5, 6, 7, 8, 6])
+      const stored = await database.read((tx) => Rows.ofSession(tx, invocation.sessionId, { withObservations: true }))
+      expect(stored.slice(-4).map((row) => [row.sequence, row.eventId])).toEqual(streamed.map((item, index) => [5 + index, item.event.id]))
     } finally {
       await database.close()
       await pglite.close()

@@ -340,34 +340,15 @@ const lockSession = async (tx: Rows.Tx, database: Database, sessionId: string, t
 
 /** Inserts the row (rule 8) and returns its sequence: a prepared statement on SQLite. */
 const insertRow = async (tx: Rows.Tx, database: Database, write: EventWrite.EventWrite): Promise<number> => {
+  if (database.sqlite === undefined) return (await insertRows(tx, [write]))[0]!
   const event = write.event
   const invocation = event.invocation
   const operationId = Fact.operationKey(event.fact) ?? null
-  if (database.sqlite !== undefined) {
-    const { lastInsertRowid } = database.sqlite
-      .statement(INSERT_EVENT)
-      .run(event.id, invocation.sessionId, invocation.turnId, invocation.runId, invocation.invocationId, event.fact.kind, operationId, write.json)
-    if (write.rawPayload !== undefined) database.sqlite.statement(INSERT_PAYLOAD).run(event.id, write.rawPayload)
-    return Rows.toNumber(lastInsertRowid)
-  }
-  const row = await tx
-    .insertInto("event_log")
-    .values({
-      event_id: event.id,
-      session_id: invocation.sessionId,
-      turn_id: invocation.turnId,
-      run_id: invocation.runId,
-      invocation_id: invocation.invocationId,
-      kind: event.fact.kind,
-      operation_id: operationId,
-      event_json: write.json,
-    })
-    .returning("sequence")
-    .executeTakeFirstOrThrow()
-  if (write.rawPayload !== undefined) {
-    await tx.insertInto("tool_result_payloads").values({ event_id: event.id, payload: write.rawPayload }).execute()
-  }
-  return Rows.toNumber(row.sequence)
+  const { lastInsertRowid } = database.sqlite
+    .statement(INSERT_EVENT)
+    .run(event.id, invocation.sessionId, invocation.turnId, invocation.runId, invocation.invocationId, event.fact.kind, operationId, write.json)
+  if (write.rawPayload !== undefined) database.sqlite.statement(INSERT_PAYLOAD).run(event.id, write.rawPayload)
+  return Rows.toNumber(lastInsertRowid)
 }
 
 /** Rule 1: the sequence of a stored identical event, `EventConflict` for a different body, or undefined. */
@@ -375,10 +356,52 @@ const replayed = async (tx: Rows.Tx, sqlView: SessionView.SqlView, write: EventW
   const existing = await sqlView.byEventId(write.event.id)
   if (existing === undefined) return undefined
   if (existing.json !== write.json) throw reject({ _tag: "EventConflict" })
+  // A row of this batch still waiting for its insert lands first: its payload and its sequence.
+  await sqlView.beforeRead()
   const payload = await Rows.payloadOf(tx, write.event.id)
   if (payload !== write.rawPayload) throw reject({ _tag: "EventConflict" })
   return existing.sequence
 }
+
+/**
+ * Inserts `writes` in one statement per 1,000 rows (PostgreSQL), then their raw payloads; returns
+ * their sequences, handed out in the order of the rows.
+ */
+const insertRows = async (tx: Rows.Tx, writes: ReadonlyArray<EventWrite.EventWrite>): Promise<ReadonlyArray<number>> => {
+  const sequences = new Map<string, number>()
+  for (let start = 0; start < writes.length; start += ROWS_PER_INSERT) {
+    const part = writes.slice(start, start + ROWS_PER_INSERT)
+    const rows = await tx
+      .insertInto("event_log")
+      .values(
+        part.map(({ event, json }) => ({
+          event_id: event.id,
+          session_id: event.invocation.sessionId,
+          turn_id: event.invocation.turnId,
+          run_id: event.invocation.runId,
+          invocation_id: event.invocation.invocationId,
+          kind: event.fact.kind,
+          operation_id: Fact.operationKey(event.fact) ?? null,
+          event_json: json,
+        })),
+      )
+      .returning(["sequence", "event_id"])
+      .execute()
+    for (const row of rows) sequences.set(row.event_id, Rows.toNumber(row.sequence))
+  }
+  const payloads = writes.flatMap((write) => (write.rawPayload === undefined ? [] : [{ event_id: write.event.id, payload: write.rawPayload }]))
+  if (payloads.length > 0) await tx.insertInto("tool_result_payloads").values(payloads).execute()
+  return writes.map((write) => sequences.get(write.event.id)!)
+}
+
+const ROWS_PER_INSERT = 1_000
+
+/**
+ * The facts whose rules read only an invocation's boundaries and the operations a batch read holds
+ * (`SqlView` reads the log itself, after `beforeRead`, for anything else): a batch's rows wait for
+ * their insert while such facts are validated. Any other fact's rules may read the log directly.
+ */
+const READS_ONLY_VIEW = new Set<string>(["model_observed", "model_completed", "model_interrupted", "tool_dispatched", "tool_rejected", "tool_settled"])
 
 /** The row `insertRow` stored for `write` at `sequence`. */
 const rowOf = (write: EventWrite.EventWrite, sequence: number): Rows.Row => {
@@ -453,8 +476,24 @@ export const appendBatch = async (
       await sqlView.prefetch(part)
     }
     if (index === undefined) await prefetch(leading)
+    // PostgreSQL: validated rows wait and go in one multi-row insert before anything reads the log,
+    // before `complete` and at the end (a round trip per batch, not per row).
+    const queued: Array<{ readonly write: EventWrite.EventWrite; readonly row: Rows.Row; readonly position: number }> = []
+    const flush = async () => {
+      if (queued.length === 0) return
+      const items = queued.splice(0)
+      const assigned = await insertRows(tx, items.map((item) => item.write))
+      for (const [offset, item] of items.entries()) {
+        sequences[item.position] = assigned[offset]!
+        // The cached row learns its sequence from the insert.
+        ;(item.row as { sequence: number }).sequence = assigned[offset]!
+      }
+    }
+    const queues = index === undefined && database.dialect === "postgres"
+    if (queues) sqlView.beforeRead = flush
     for (let position = 0; position <= writes.length; position++) {
       if (position === leading.length && options.complete !== undefined) {
+        await flush()
         // The trailing writes, built from the sequences of the leading ones inside the transaction.
         const trailing = options.complete([...sequences])
         verifyWrites(trailing)
@@ -474,9 +513,18 @@ export const appendBatch = async (
           sequences.push(original)
           continue
         }
+        if (queues && !READS_ONLY_VIEW.has(event.fact.kind)) await flush()
         await validate(view, write)
-        sequence = await insertRow(tx, database, write)
-        sqlView.inserted(rowOf(write, sequence))
+        if (queues) {
+          const row = rowOf(write, 0)
+          sqlView.inserted(row)
+          queued.push({ write, row, position: sequences.length })
+          // Its sequence comes with the insert.
+          sequence = 0
+        } else {
+          sequence = await insertRow(tx, database, write)
+          sqlView.inserted(rowOf(write, sequence))
+        }
       } else {
         try {
           await validate(view, write)
@@ -503,6 +551,7 @@ export const appendBatch = async (
       faultPoint("append.after-insert")
       faultPoint(`append.after-insert.${insertedCount}`)
     }
+    await flush()
     const seen = new Set<string>()
     const fresh = writes.filter((write) => !seen.has(write.event.id) && seen.add(write.event.id) !== undefined)
     if (inserted) checkBatchRules(fresh)

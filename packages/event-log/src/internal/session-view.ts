@@ -147,6 +147,7 @@ export class SqlView implements SessionView {
   async boundaries(_sessionId: string, invocationId: string): Promise<Boundaries> {
     const known = this.#boundaries.get(invocationId)
     if (known !== undefined) return known
+    await this.beforeRead()
     const { opening, terminal } = await Rows.boundaries(this.tx, invocationId)
     return this.#knowBoundaries(invocationId, opening, terminal)
   }
@@ -172,6 +173,12 @@ export class SqlView implements SessionView {
    */
   readonly #events = new Map<string, Rows.Row | null>()
   readonly #operations = new Map<string, Array<Rows.Row>>()
+
+  /**
+   * Runs before this view reads rows it does not hold: on PostgreSQL the batch's validated rows wait
+   * for one multi-row insert, which must land before anything reads the log (`appendBatch`).
+   */
+  beforeRead: () => Promise<void> = () => Promise.resolve()
 
   /** A row this transaction appended: an opening or a terminal changes its invocation's boundaries. */
   inserted(row: Rows.Row): void {
@@ -212,12 +219,14 @@ export class SqlView implements SessionView {
   async byEventId(eventId: string): Promise<Rows.Row | undefined> {
     const known = this.#events.get(eventId)
     if (known !== undefined) return known ?? undefined
+    await this.beforeRead()
     return Rows.byEventId(this.tx, eventId)
   }
 
   async #operationRows(operationId: string): Promise<ReadonlyArray<Rows.Row>> {
     const known = this.#operations.get(operationId)
     if (known !== undefined) return known
+    await this.beforeRead()
     // The hot look-up of a new step or operation id: a prepared statement where SQLite serves it.
     if (this.#sqlite !== undefined) {
       return this.#sqlite.statement(OPERATION_ROWS).all(operationId).map(rowOf)
