@@ -2,7 +2,9 @@
  * `appendBatch`: one write transaction that validates each write against the log and the earlier
  * writes of the batch, in the order of docs/log-format.md §3.3 (exact replay, sealed, opening rules,
  * per-kind validators, transitions, clean completion), then inserts the row and its raw payload.
- * A write is inserted before the next one is validated, so later writes see earlier ones. The rules
+ * A write is inserted before the next one is validated, so later writes see earlier ones (on
+ * PostgreSQL its row waits for the batch's multi-row insert, and the rules see it in the batch's
+ * cached rows until then). The rules
  * are written once against `SessionView`: the writer's in-memory index on SQLite, rows read back
  * under the session lock on PostgreSQL.
  */

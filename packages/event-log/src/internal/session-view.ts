@@ -203,11 +203,13 @@ export class SqlView implements SessionView {
     if (eventIds.length === 0 && operationIds.length === 0 && invocationIds.length === 0) return
     const rows = await Rows.byEventsOrOperations(this.tx, eventIds, operationIds, invocationIds)
     for (const id of eventIds) this.#events.set(id, null)
-    for (const id of operationIds) this.#operations.set(id, [])
+    // Only the operations read now: a row also matched by its event id may name one read before.
+    const read = new Map(operationIds.map((id): [string, Array<Rows.Row>] => [id, []]))
+    for (const [id, rows] of read) this.#operations.set(id, rows)
     const found = new Map(invocationIds.map((id) => [id, { opening: undefined as Rows.Row | undefined, terminal: undefined as Rows.Row | undefined }]))
     for (const row of rows) {
       if (this.#events.get(row.eventId) === null) this.#events.set(row.eventId, row)
-      if (row.operationId !== null && row.kind !== "model_observed") this.#operations.get(row.operationId)?.push(row)
+      if (row.operationId !== null && row.kind !== "model_observed") read.get(row.operationId)?.push(row)
       const boundaries = found.get(row.invocationId)
       if (boundaries !== undefined && row.kind === "invocation_opened") boundaries.opening = row
       if (boundaries !== undefined && row.kind === "invocation_ended") boundaries.terminal = row
