@@ -65,6 +65,14 @@ for (const dialect of dialects()) {
             log.append(write(invocation, { kind: "message_steered", message: FactBuilders.deliveredMessage("m1", "late") })),
             "Sealed",
           )
+          // Its opening again (a new event): sealed, before the opening rules; while another run of
+          // the session is live, still sealed rather than busy; from another session, sealed too.
+          const reopening = history.events[0]!.event.fact
+          yield* expectRefused(log, "session-1", log.append(write(invocation, reopening)), "Sealed")
+          const live = new History.History({ firstId: 700 }).open({ invocationId: "invocation-live", runId: "run-live", turnId: "turn-live" })
+          yield* log.append(live.history.writes[0]!)
+          yield* expectRefused(log, "session-1", log.append(write(invocation, reopening)), "Sealed")
+          yield* expectRefused(log, "session-9", log.append(write({ ...invocation, sessionId: "session-9" }, reopening)), "Sealed")
         }),
       ))
 

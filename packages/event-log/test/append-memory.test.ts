@@ -10,6 +10,7 @@ import { appendBatch } from "../src/internal/append.ts"
 import type { Database } from "../src/internal/database.ts"
 import { openPglite } from "../src/internal/open-postgres.ts"
 import { openSqlite } from "../src/internal/open-sqlite.ts"
+import * as Reads from "../src/internal/reads.ts"
 import * as Rows from "../src/internal/rows.ts"
 import * as Safety from "../src/internal/safety.ts"
 import { freshPglite } from "./support/pglite-snapshot.ts"
@@ -151,6 +152,31 @@ describe("the in-memory index against rows read back", () => {
         next(facts.requested("step-2")),
       ].map((item, index) => Result.getOrThrow(EventWrite.plain({ ...item.event, id: FactBuilders.eventId(500 + index), invocation: { ...invocation, invocationId: "invocation-2", runId: "run-2", turnId: "turn-2" } })))
       expect(await refusalOf(database, sealed)).toMatchObject({ reason: { rejection: { _tag: "Sealed" } } })
+    } finally {
+      restore()
+      await database.close()
+    }
+  })
+
+  it("reads no boundaries for a new opening or a live current invocation the writer's index holds", async () => {
+    const write = writer()
+    const boundaryReads: Array<string> = []
+    const restore = watchAll((sql) => {
+      if (/kind IN \('invocation_opened', 'invocation_ended'\)/.test(sql)) boundaryReads.push(sql)
+    })
+    const database: Database = await openSqlite(path.join(directory, `log-${files++}.sqlite`), { synchronous: "NORMAL" })
+    try {
+      // The session's first opening loads its index (one read of its rows); the insert confirms the boundaries.
+      await appendBatch(database, [write(facts.opened)], 0)
+      await database.read((tx) => Reads.checkHistorySafety(tx, "sqlite", "session-1", invocation.invocationId))
+      expect(boundaryReads).toEqual([])
+      // An invocation the index does not hold live is read: here it is not live, so it is refused.
+      const notLive = await database.read((tx) => Reads.checkHistorySafety(tx, "sqlite", "session-1", "invocation-9")).then(
+        () => undefined,
+        (error: unknown) => error,
+      )
+      expect(notLive).toMatchObject({ reason: { rejection: { _tag: "InvalidTransition" } } })
+      expect(boundaryReads).toHaveLength(1)
     } finally {
       restore()
       await database.close()

@@ -215,17 +215,32 @@ const validatePayload = (write: EventWrite.EventWrite) => {
   }
 }
 
+/**
+ * Rules 2 and 3 for an opening (sealed, already opened), from what `view` reads of its invocation's
+ * boundaries.
+ */
+const checkOpeningBoundaries = (boundaries: SessionView.Boundaries): void => {
+  if (boundaries.isSealed) throw reject({ _tag: "Sealed" })
+  if (boundaries.isOpened) throw invalid("the invocation is already opened")
+}
+
 /** Rules 2–7 for one write. */
 const validate = async (view: SessionView.SessionView, write: EventWrite.EventWrite): Promise<void> => {
   const event = write.event
   const fact = event.fact
-  const boundaries = await view.boundaries(event.invocation.sessionId, event.invocation.invocationId)
-  if (boundaries.isSealed) throw reject({ _tag: "Sealed" })
-  if (fact.kind === "invocation_opened") {
-    if (boundaries.isOpened) throw invalid("the invocation is already opened")
+  // The writer's index: an opening of an invocation it does not know live skips the read of its
+  // boundaries; the insert confirms them (see appendBatch).
+  if (fact.kind === "invocation_opened" && (await view.opensUnread?.(event.invocation.sessionId, event.invocation.invocationId))) {
     validatePayload(write)
     return validateOpening(view, event, fact)
   }
+  const boundaries = await view.boundaries(event.invocation.sessionId, event.invocation.invocationId)
+  if (fact.kind === "invocation_opened") {
+    checkOpeningBoundaries(boundaries)
+    validatePayload(write)
+    return validateOpening(view, event, fact)
+  }
+  if (boundaries.isSealed) throw reject({ _tag: "Sealed" })
   const opening = requireOpening(event, boundaries.opening)
   validatePayload(write)
   switch (fact.kind) {
@@ -536,6 +551,10 @@ export const appendBatch = async (
           if (original !== undefined) {
             sequences.push(original)
             continue
+          }
+          // An opening whose boundaries were left to the insert: rules 2 and 3 first, as SQL orders them.
+          if (event.fact.kind === "invocation_opened") {
+            checkOpeningBoundaries(await sqlView.boundaries(sessionId, event.invocation.invocationId))
           }
           // Another session holds this step, operation or invocation id (the indexes that SQL
           // reads would have found it; memory knows only this session).

@@ -161,8 +161,14 @@ const decodeOrUndefined = (row: Rows.Row): Event.RuntimeEvent | undefined => {
   }
 }
 
-/** Requires `current` to be a live opening of the session. */
+/**
+ * Requires `current` to be a live opening of the session. The writer's index answers for a session
+ * it holds (an invocation live there is opened in that session and not sealed); otherwise one
+ * indexed read.
+ */
 export const requireLive = async (tx: Rows.Tx, sessionId: string, current: string): Promise<Rows.Row> => {
+  const known = LogIndex.of(tx)?.loaded(sessionId)?.live.get(current)?.opening
+  if (known !== undefined) return known.row
   const { opening, terminal } = await Rows.boundaries(tx, current)
   if (opening === undefined || opening.sessionId !== sessionId || terminal !== undefined) {
     throw EventLogError.invalidTransition(Prompts.CURRENT_NOT_LIVE_MESSAGE)

@@ -50,6 +50,12 @@ export interface SessionView {
   readonly isSteeringDelivered: (sessionId: string, messageId: string) => Promise<boolean>
   readonly highWater: (sessionId: string) => Promise<number>
   readonly invocationState: (sessionId: string, invocationId: string) => Promise<InvocationState.InvocationState>
+  /**
+   * Whether an opening of `invocationId` may leave its boundaries to the insert: true when the view
+   * knows no opening of it in the session and the unique index on (invocation id, boundary kind)
+   * refuses a second opening anywhere in the log, so a refused write reads them then (`appendBatch`).
+   */
+  readonly opensUnread?: (sessionId: string, invocationId: string) => Promise<boolean>
 }
 
 /** The operation ids the append rules ask about for `fact` (docs/log-format.md §3.3). */
@@ -341,6 +347,10 @@ export class MemoryView implements SessionView {
 
   #session(sessionId: string): Promise<LogIndex.SessionIndex> {
     return this.#index.session(this.tx, this.dialect, sessionId)
+  }
+
+  async opensUnread(sessionId: string, invocationId: string): Promise<boolean> {
+    return (await this.#session(sessionId)).live.get(invocationId)?.opening === undefined
   }
 
   async boundaries(sessionId: string, invocationId: string): Promise<Boundaries> {
