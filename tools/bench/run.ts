@@ -154,7 +154,9 @@ How to read it:
 - Long session (\`long-session\`): two sessions of one engine take 1,000 turns each, round-robin (a
   2-step tool loop per turn): \`windowed\` declares a context window (\`MAKA_BENCH_LONG_WINDOW\`, default
   4,000 tokens), so automatic compaction keeps its requests bounded, and its turn time at the end
-  against turn 100 is the flat target; the other declares none, so each of its requests carries the
+  against turn 100 is the flat target, compared over whole compaction cycles (the median over the
+  last cycle against the first that begins at or after turn 81: a request grows from one checkpoint
+  to the next, so 20 turns, under half a cycle, measured where they fell in it); the other declares none, so each of its requests carries the
   whole session and grows with it: its ratio shows what an unbounded context costs, not a target.
 - Concurrency: 20 and 200 sessions running the tool loop at once on one engine, against as many
   Agents SDK loops and floor loops at once; throughput in steps per second (higher is better, so a
