@@ -8,7 +8,9 @@
  * carry the same requests. Reported per size: maka's time per step against the raw loop's, maka's
  * time above the raw loop against the same figure at the smallest size (flat is the goal), and the
  * first step of a new turn in the same process (from `start` to the second `model_requested`) against
- * a steady step (between consecutive `model_requested` events), and the first step of a turn on an
+ * a steady step (between consecutive `model_requested` events), with the raw loop's own first step
+ * of each replay against its steady ones beside it (it has no turn to open, so its ratio is what
+ * coming back to a loop after other work costs by itself), and the first step of a turn on an
  * engine created afresh over the same file (what a new process pays) against the same steady step,
  * with the rows of `event_log` that turn reads before its first request (counted at better-sqlite3)
  * against the events in the session: a new process reads its session once.
@@ -141,6 +143,8 @@ for (const size of SIZES) {
   const rawStep: Array<number> = []
   const firstStep: Array<number> = []
   const steadyStep: Array<number> = []
+  const rawFirstStep: Array<number> = []
+  const rawSteadyStep: Array<number> = []
   let requestBytes = 0
   // One untimed loop turn first: the first after the build turns also pays for the build's garbage
   // and a scenario it has not run at this size (it took 2 to 3 times the later turns at 100,000 events).
@@ -173,8 +177,13 @@ for (const size of SIZES) {
     steadyStep.push(median(steady))
     requestBytes = Buffer.byteLength(main.at(-1)!)
     const replayStarted = performance.now()
-    await raw.replay(main)
+    const rawSteps = await raw.replay(main)
     rawStep.push((performance.now() - replayStarted) / STEPS)
+    // The raw loop's own first step (it follows maka's turn as maka's follows it) against its steady ones.
+    rawFirstStep.push(rawSteps[1]!.startedAt - rawSteps[0]!.startedAt)
+    const rawSteady: Array<number> = []
+    for (let step = 1; step < STEPS - 1; step++) rawSteady.push(rawSteps[step + 1]!.startedAt - rawSteps[step]!.startedAt)
+    rawSteadyStep.push(median(rawSteady))
   }
   const makaMs = median(makaStep)
   const rawMs = median(rawStep)
@@ -196,6 +205,12 @@ for (const size of SIZES) {
     reference ? "maka's time per step above the raw loop at the smallest size: the reference of the larger sizes" : `maka's time per step above the raw loop at this size vs at ${SIZES[0]} events (flat means ratio ≈ 1)`,
   )
   entries[`${label}.firstStepMs.vsSteady`] = entry(first, "ms", steady, "the first step of a new turn in the same process (start → second model_requested) vs a steady step (between consecutive model_requested)")
+  entries[`${label}.raw.firstStepMs.vsSteady`] = entry(
+    median(rawFirstStep),
+    "ms",
+    median(rawSteadyStep),
+    "the raw loop's first step of each replay (it runs right after maka's turn, as maka's first step runs after the replay) vs its steady steps: what coming back to a loop after other work costs a loop that has no turn to open",
+  )
   // A fresh engine on the same file (what a new process meets, module loading aside): its first step
   // pays for opening the log and reading the session once.
   await engine.engine.close()

@@ -134,7 +134,10 @@ How to read it:
   an answer), never by writing rows; at each size one untimed 10-step turn, then 10-step turns are measured, and the raw loop replays
   the very request bodies maka sent (kept by the fake server as they arrived) with its two commits per step.
   No window is declared there, so from 8,000 events (80 % of the read limit) automatic compaction folds
-  the history; summary requests are not steps and are not replayed.
+  the history; summary requests are not steps and are not replayed. maka's turns and the replays
+  alternate, so each one's first step comes right after the other's work: the raw loop's own first
+  step against its steady ones (\`raw.firstStepMs.vsSteady\`) shows what that costs a loop with no turn
+  to open, beside maka's first step of a turn against its steady step.
 - Scale series (\`scale\`): one session per size (100, 1,000, 10,000 events; 100,000 with
   \`MAKA_BENCH_SCALE_LARGE=1\`, about 5 minutes to build and 7 in all on 2 cores), grown the same way
   under a wider window (\`MAKA_BENCH_SCALE_BUILD_WINDOW\`, default 50,000 tokens), every measured run
