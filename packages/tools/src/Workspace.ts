@@ -50,12 +50,35 @@ export const parseMarker = (file: string, text: string): Result.Result<Marker, T
   )
 }
 
+/** The identity of a marker file's contents as `lstat` gives it: the same file, not changed since. */
+const versionOf = (stat: fsSync.BigIntStats): string => `${stat.dev}:${stat.ino}:${stat.size}:${stat.mtimeNs}:${stat.ctimeNs}`
+
+/** How many markers' parsed contents are kept, by path; the least recently read goes first. */
+const KEPT_MARKERS = 64
+
+/**
+ * Markers read before, with the version of the file they were read from: a start that finds the
+ * same file unchanged (device, inode, size and both nanosecond times) takes the parsed marker
+ * instead of reading and parsing it again. Any write to the file, or a new file in its place, changes
+ * its version and it is read again.
+ */
+const keptMarkers = new Map<string, { readonly version: string; readonly marker: Marker }>()
+
+const keepMarker = (file: string, version: string, marker: Marker): void => {
+  keptMarkers.delete(file)
+  keptMarkers.set(file, { version, marker })
+  if (keptMarkers.size > KEPT_MARKERS) {
+    const oldest = keptMarkers.keys().next()
+    if (oldest.done !== true) keptMarkers.delete(oldest.value)
+  }
+}
+
 /**
  * Reads the marker when present; anything other than a regular file is refused. The look-ups of an
  * existing workspace are synchronous: every run's start opens its workspace.
  */
 const readMarker = (file: string): Effect.Effect<Option.Option<Marker>, ToolError> =>
-  tryFsSync(() => fsSync.lstatSync(file)).pipe(
+  tryFsSync(() => fsSync.lstatSync(file, { bigint: true })).pipe(
     Effect.map(Option.some),
     Effect.catchIf(
       (error) => error.code === "ENOENT",
@@ -65,9 +88,13 @@ const readMarker = (file: string): Effect.Effect<Option.Option<Marker>, ToolErro
     Effect.flatMap((stat) => {
       if (Option.isNone(stat)) return Effect.succeedNone
       if (!stat.value.isFile()) return Effect.fail(workspaceInvalid(file, "workspace marker is not a regular file"))
+      const version = versionOf(stat.value)
+      const kept = keptMarkers.get(file)
+      if (kept !== undefined && kept.version === version) return Effect.succeed(Option.some(kept.marker))
       return tryFsSync(() => fsSync.readFileSync(file, "utf8")).pipe(
         Effect.mapError(fsFailure(file)),
         Effect.flatMap((text) => Effect.fromResult(parseMarker(file, text))),
+        Effect.tap((marker) => Effect.sync(() => keepMarker(file, version, marker))),
         Effect.map(Option.some),
       )
     }),

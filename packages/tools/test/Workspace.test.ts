@@ -49,6 +49,29 @@ describe("Workspace.open", () => {
     }),
   )
 
+  it.effect("reads a marker that changed since the last open: rewritten in place, replaced, made corrupt or removed", () =>
+    Effect.gen(function* () {
+      const root = yield* tempDirectory
+      const file = path.join(root, ".maka-workspace.json")
+      const first = yield* open(root)
+      assert.deepStrictEqual(yield* open(root), first)
+      // The same size and the same path: only the file's times tell the new contents apart.
+      const rewritten = "0f9c2b1e-5a3d-4c7b-9e21-7d4a6b8c9e10"
+      fs.writeFileSync(file, Workspace.markerText(rewritten))
+      assert.strictEqual((yield* open(root)).uuid, rewritten)
+      const replaced = "1a2b3c4d-5e6f-4a1b-8c2d-3e4f5a6b7c8d"
+      fs.writeFileSync(`${file}.new`, Workspace.markerText(replaced))
+      fs.renameSync(`${file}.new`, file)
+      assert.strictEqual((yield* open(root)).uuid, replaced)
+      fs.writeFileSync(file, "not json")
+      assert.include(yield* reasonOf(root), "not valid JSON")
+      fs.rmSync(file)
+      const recreated = yield* open(root)
+      assert.notStrictEqual(recreated.uuid, replaced)
+      assert.deepStrictEqual(JSON.parse(fs.readFileSync(file, "utf8")), { uuid: recreated.uuid })
+    }),
+  )
+
   it.effect("canonicalises the root through symlinks and relative paths", () =>
     Effect.gen(function* () {
       const base = yield* tempDirectory
