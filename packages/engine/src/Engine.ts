@@ -200,10 +200,23 @@ export interface EngineShape {
 
 export class Engine extends Context.Service<Engine, EngineShape>()("@maka/engine/Engine") {}
 
-const decodeClosed = <S extends Schema.ConstraintDecoder<unknown>>(schema: S, value: unknown, what: string) => {
-  const decoded = Codec.decodeClosed(schema)(value)
-  return Result.isFailure(decoded) ? `${what}: ${decoded.failure.message}` : undefined
+/**
+ * The first problem of `value` against `schema` decoded closed, or undefined: a value the compiled
+ * shape check accepts passes at once (the decode would accept it); any other gets the decode's verdict.
+ */
+const closedCheck = <S extends Schema.Top & Schema.ConstraintDecoder<unknown>>(schema: S) => {
+  const hasShape = Codec.shapeGuard(schema)
+  const decode = Codec.decodeClosed(schema)
+  return (value: unknown, what: string): string | undefined => {
+    if (hasShape(value)) return undefined
+    const decoded = decode(value)
+    return Result.isFailure(decoded) ? `${what}: ${decoded.failure.message}` : undefined
+  }
 }
+
+const checkInvocation = closedCheck(Identity.Invocation)
+const checkContext = closedCheck(ModelContext.ModelRequestContext)
+const checkProviderOptions = closedCheck(Identity.JsonObject)
 
 /** What `start` and `compact` share: everything but the message and the tools. */
 type LaunchInput = Omit<StartInput, "message" | "tools"> & {
@@ -224,9 +237,9 @@ export const validateInput = (input: LaunchInput): string | undefined => {
     return `mainOutputLimit must be an integer in 1..${Limits.MAX_MAIN_OUTPUT_LIMIT}`
   }
   const problems = [
-    decodeClosed(Identity.Invocation, input.invocation, "invocation"),
-    input.context === undefined ? undefined : decodeClosed(ModelContext.ModelRequestContext, input.context, "context"),
-    input.providerOptions === undefined ? undefined : decodeClosed(Identity.JsonObject, input.providerOptions, "providerOptions"),
+    checkInvocation(input.invocation, "invocation"),
+    input.context === undefined ? undefined : checkContext(input.context, "context"),
+    input.providerOptions === undefined ? undefined : checkProviderOptions(input.providerOptions, "providerOptions"),
   ]
   const first = [...problems, reservedNameProblem(input.tools ?? ToolCatalog.empty)].find((problem) => problem !== undefined)
   if (first !== undefined) return first

@@ -89,6 +89,18 @@ describe("Engine", () => {
           }),
         )
         assert.strictEqual(otherModel.reason._tag, "InvalidInput")
+        // The invocation, the context and the provider options are decoded closed: each names its part.
+        for (const [part, overrides] of [
+          ["invocation", { invocation: { ...relative.invocation, runId: "" } }],
+          ["invocation", { invocation: { ...relative.invocation, extra: "x" } }],
+          ["context", { context: { declaredWindow: -1 } }],
+          ["context", { context: { unknown: 1 } }],
+          ["providerOptions", { providerOptions: { temperature: Number.NaN } }],
+        ] as const) {
+          const refused = yield* Effect.flip(context.engine.start({ ...relative, ...(overrides as object) }))
+          assert.strictEqual(refused.reason._tag, "InvalidInput")
+          assert.include(refused.message, `${part}: `)
+        }
         assert.deepStrictEqual(yield* context.engine.log.events("session-1"), [])
         const first = yield* context.engine.start(input(context, "first", tools))
         const busy = yield* Effect.flip(context.engine.start(input(context, "second", tools)))
