@@ -15,6 +15,7 @@ import {
   Lineage,
   ModelContext,
   type Event,
+  type Fact,
   type Outcome,
 } from "@maka/facts"
 import { EventLog } from "@maka/event-log"
@@ -23,7 +24,7 @@ import { Cancellation, Ids, ToolCatalog } from "@maka/tools"
 import { Clock, Context, Deferred, Effect, Exit, Fiber, Layer, type Redacted, Ref, Result, Schema, Scope, Semaphore, Stream } from "effect"
 import * as EngineError from "./EngineError.ts"
 import { defaults, MAX_QUEUED_STEERING, resolveOptions, SESSION_CONTEXTS, type EngineOptions } from "./internal/options.ts"
-import { SessionContexts, type Run, type RunSettings } from "./internal/run-context.ts"
+import { SessionContexts, stamp, type Run, type RunSettings } from "./internal/run-context.ts"
 import * as EventFeed from "./internal/event-feed.ts"
 import * as Handoff from "./internal/handoff.ts"
 import { catalogOf, reservedNameProblem } from "./internal/read-tool-result.ts"
@@ -227,7 +228,36 @@ type LaunchInput = Omit<StartInput, "message" | "tools"> & {
 }
 
 /** The input checks of docs/engine.md §5.2 for a message run; the first problem, or `undefined`. */
-export const validateInput = (input: LaunchInput): string | undefined => {
+export const validateInput = (input: LaunchInput): string | undefined => settingsProblem(input) ?? openingProblem(input)
+
+/** The opening of a message or standalone compaction run (a successor's and a continuation's hold claims prepared later). */
+const openingFact = (input: LaunchInput): Fact.InvocationOpened => ({
+  kind: "invocation_opened",
+  input:
+    input.message === undefined
+      ? { kind: "context_compact", requestFingerprint: input.requestFingerprint as string }
+      : {
+          kind: "message",
+          content: input.message,
+          ...(input.requestFingerprint === undefined ? {} : { requestFingerprint: input.requestFingerprint }),
+        },
+  configuration: input.configuration,
+})
+
+/** Whether the run's opening is written at admission: a message run's (the others are built later). */
+const opensAtAdmission = (input: LaunchInput): boolean =>
+  input.message !== undefined && input.successor === undefined && input.continuation === undefined
+
+/** The opening's check, as the store will check it; a successor's and a continuation's come later. */
+const openingProblem = (input: LaunchInput): string | undefined => {
+  // A successor's opening holds its claim, prepared and checked against the pause before it is written.
+  if (input.successor !== undefined || input.continuation !== undefined) return undefined
+  const opening = Codec.checkFact(openingFact(input), input.invocation)
+  return Result.isFailure(opening) ? opening.failure.message : undefined
+}
+
+/** Every check of `validateInput` but the opening's. */
+const settingsProblem = (input: LaunchInput): string | undefined => {
   const maxSteps = input.maxSteps ?? Limits.DEFAULT_MAX_STEPS
   if (!Number.isSafeInteger(maxSteps) || maxSteps < 1 || maxSteps > Limits.MAX_STEPS) {
     return `maxSteps must be an integer in 1..${Limits.MAX_STEPS}`
@@ -247,24 +277,7 @@ export const validateInput = (input: LaunchInput): string | undefined => {
   if (binding !== undefined && binding.model !== input.model.model) {
     return `the configuration's model ${binding.model} differs from the provider's model ${input.model.model}`
   }
-  // A successor's opening holds its claim, prepared and checked against the pause before it is written.
-  if (input.successor !== undefined || input.continuation !== undefined) return undefined
-  const opening = Codec.checkFact(
-    {
-      kind: "invocation_opened",
-      input:
-        input.message === undefined
-          ? { kind: "context_compact", requestFingerprint: input.requestFingerprint }
-          : {
-              kind: "message",
-              content: input.message,
-              ...(input.requestFingerprint === undefined ? {} : { requestFingerprint: input.requestFingerprint }),
-            },
-      configuration: input.configuration,
-    },
-    input.invocation,
-  )
-  return Result.isFailure(opening) ? opening.failure.message : undefined
+  return undefined
 }
 
 /** Waits until `signal` aborts; its listener is removed when the wait ends or is interrupted. */
@@ -395,8 +408,19 @@ export const make = (options: Partial<EngineOptions> = {}) =>
 
     const launch = (input: LaunchInput, body: typeof runMessage): Effect.Effect<RunningInvocation, EngineError.EngineError> =>
       Effect.gen(function* () {
-        const problem = validateInput(input)
+        const problem = settingsProblem(input)
         if (problem !== undefined) return yield* Effect.fail(EngineError.invalidInput(problem))
+        // A message run's opening is built and checked here, once: the runner appends this write.
+        let openingWrite: EventWrite.EventWrite | undefined
+        if (opensAtAdmission(input)) {
+          const { id, recordedAt } = yield* Effect.provideService(stamp, Ids.Ids, ids)
+          const built = EventWrite.plain({ id, recordedAt, invocation: input.invocation, fact: openingFact(input) })
+          if (Result.isFailure(built)) return yield* Effect.fail(EngineError.invalidInput(built.failure.message))
+          openingWrite = built.success
+        } else {
+          const openingIssue = openingProblem(input)
+          if (openingIssue !== undefined) return yield* Effect.fail(EngineError.invalidInput(openingIssue))
+        }
         const sessionId = input.invocation.sessionId
         if (active.has(sessionId)) return yield* Effect.fail(EngineError.busy(EngineError.SESSION_ACTIVE_MESSAGE))
         yield* sealUnwritten(sessionId)
@@ -440,6 +464,7 @@ export const make = (options: Partial<EngineOptions> = {}) =>
           opening: undefined,
           contexts,
           settings: runSettings(input, log),
+          openingWrite,
           onCommitted: (events) => Effect.sync(() => feed.add(events)),
         }
         // The caller's signal cancels the run while it runs; its listener goes with the run.

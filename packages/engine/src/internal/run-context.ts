@@ -62,6 +62,8 @@ export interface Run {
   readonly log: EventLog.EventLogShape
   readonly model: LanguageModel.LanguageModelShape
   readonly settings: RunSettings
+  /** A message run's opening, built and checked at admission; the runner appends it as it is. */
+  readonly openingWrite?: EventWrite.EventWrite | undefined
   readonly options: EngineOptions
   readonly cancellation: Cancellation.Controller
   readonly steering: Ref.Ref<ReadonlyArray<Input.DeliveredMessage>>

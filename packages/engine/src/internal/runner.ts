@@ -96,12 +96,9 @@ const openingInput = (run: Run): Fact.InvocationOpened["input"] => {
 export const open = (run: Run) =>
   Effect.gen(function* () {
     const { settings } = run
-    const fact: Fact.InvocationOpened = {
-      kind: "invocation_opened",
-      input: openingInput(run),
-      configuration: settings.configuration,
-    }
-    const write = yield* plainWrite(run, fact)
+    const write =
+      run.openingWrite ??
+      (yield* plainWrite(run, { kind: "invocation_opened", input: openingInput(run), configuration: settings.configuration }))
     const [sequence] = yield* commit(run, [write]).pipe(
       Effect.tapError((error) =>
         Effect.sync(() => {
