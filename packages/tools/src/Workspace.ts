@@ -60,7 +60,8 @@ const KEPT_MARKERS = 64
  * Markers read before, with the version of the file they were read from: a start that finds the
  * same file unchanged (device, inode, size and both nanosecond times) takes the parsed marker
  * instead of reading and parsing it again. Any write to the file, or a new file in its place, changes
- * its version and it is read again.
+ * its version and it is read again (on a file system whose times are coarser than a rewrite in place
+ * to the same size, such a rewrite is seen from the next tick of its clock).
  */
 const keptMarkers = new Map<string, { readonly version: string; readonly marker: Marker }>()
 
@@ -90,7 +91,10 @@ const readMarker = (file: string): Effect.Effect<Option.Option<Marker>, ToolErro
       if (!stat.value.isFile()) return Effect.fail(workspaceInvalid(file, "workspace marker is not a regular file"))
       const version = versionOf(stat.value)
       const kept = keptMarkers.get(file)
-      if (kept !== undefined && kept.version === version) return Effect.succeed(Option.some(kept.marker))
+      if (kept !== undefined && kept.version === version) {
+        keepMarker(file, version, kept.marker)
+        return Effect.succeed(Option.some(kept.marker))
+      }
       return tryFsSync(() => fsSync.readFileSync(file, "utf8")).pipe(
         Effect.mapError(fsFailure(file)),
         Effect.flatMap((text) => Effect.fromResult(parseMarker(file, text))),
