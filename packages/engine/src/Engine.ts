@@ -235,7 +235,8 @@ const openingFact = (input: LaunchInput): Fact.InvocationOpened => ({
   kind: "invocation_opened",
   input:
     input.message === undefined
-      ? { kind: "context_compact", requestFingerprint: input.requestFingerprint as string }
+      ? // Only checked, never written as it is: a missing fingerprint is the check's refusal.
+        { kind: "context_compact", requestFingerprint: input.requestFingerprint as string }
       : {
           kind: "message",
           content: input.message,

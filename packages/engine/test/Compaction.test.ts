@@ -51,6 +51,24 @@ const lines = (context: Setup, index: number) =>
   wire(context.server.requests()[index]!).messages.map((message) => `${message.role}: ${contentText(message.content)}`)
 
 describe("standalone compaction", () => {
+  it.live("refuses a compaction whose opening fails its checks with InvalidInput, writing nothing, and the session goes on", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({ script: [mainEntry(answer("Ready."))] })
+        const refusals = [
+          compactInput(context, { requestFingerprint: "" }),
+          compactInput(context, { configuration: FactBuilders.configuration({ cwd: "relative/path" }) }),
+        ]
+        for (const refused of refusals) {
+          const error = yield* Effect.flip(context.engine.compact(refused))
+          assert.strictEqual(error.reason._tag, "InvalidInput")
+        }
+        assert.deepStrictEqual(yield* context.log.events("session-1"), [])
+        const result = yield* context.engine.run(input(context, "Hello.", noTools({ ran: [] })))
+        assert.deepStrictEqual(result.outcome, { kind: "completed" })
+      }),
+    ))
+
   it.live("folds the history into a checkpoint that later requests start from, also after reopening (scenario 31)", () =>
     Effect.scoped(
       Effect.gen(function* () {
