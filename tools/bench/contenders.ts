@@ -274,6 +274,11 @@ export interface Floor {
   readonly loop: (model: string) => Promise<ReadonlyArray<FloorStep>>
   /** The given request bodies, in order, each with its two commits (a replay of another client's loop). */
   readonly replay: (bodies: ReadonlyArray<string>) => Promise<ReadonlyArray<FloorStep>>
+  /**
+   * One streamed answer with the two commits a durable engine cannot do without: the request before
+   * it is sent, then what came back (its text in one row, the completion) once the stream ended.
+   */
+  readonly answer: (model: string) => Promise<void>
   readonly close: () => void
 }
 
@@ -372,6 +377,16 @@ const floorOver = (write: FloorWrite, baseUrl: string, close: () => void): Floor
         })
         for (const call of answer.calls) messages.push({ role: "tool", tool_call_id: call.id, content: "ok" })
       }
+    },
+    answer: async (model) => {
+      const session = `answer-${++sessions}`
+      const body = JSON.stringify({ model, messages: [{ role: "user", content: USER }], stream: true })
+      await write(session, [["model_requested", JSON.stringify({ bytes: body.length })]])
+      const answer = await rawExchange(url, body)
+      await write(session, [
+        ["model_observed", JSON.stringify({ text: answer.text })],
+        ["model_completed", JSON.stringify({ text: answer.text })],
+      ])
     },
     replay: async (bodies) => {
       const session = `replay-${++sessions}`

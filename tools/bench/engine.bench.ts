@@ -15,7 +15,8 @@
  * 2. A 1,000-delta answer through the engine (every delta durable before `run.events()` yields it)
  *    against the same stream read with bare `fetch` + `eventsource-parser`, unpaced and paced 1 ms per
  *    chunk: total time, and the median delay from a delta's sending (stamped by the server) to its
- *    delivery, the bare read's being the transport's share.
+ *    delivery, the bare read's being the transport's share; unpaced also against its durable floor,
+ *    the bare read with the two FULL commits no durable engine can skip (the request, the answer).
  *
  * `MAKA_BENCH_PROFILE=<file>` (what `pnpm bench engine --profile` sets) runs only maka's tool loop
  * under the CPU profiler instead, writes the `.cpuprofile` and prints the top 15 self-time functions.
@@ -271,30 +272,38 @@ const throughMaka = async (model: string): Promise<StreamTiming> => {
   return { totalMs, delayMs: median(delays), observations }
 }
 
-const compareStreams = async (model: string, rounds: number) => {
-  const bareTimes: Array<StreamTiming> = []
-  const makaTimes: Array<StreamTiming> = []
+/** The stream's durable floor: the request committed before it is sent, the answer after (raw better-sqlite3, FULL). */
+const streamFloor = floor(path.join(directory, "stream-floor.sqlite"), server.baseUrl)
+const throughFloor = async (model: string): Promise<StreamTiming> => {
+  const started = performance.now()
+  await streamFloor.answer(model)
+  return { totalMs: performance.now() - started, delayMs: 0, observations: 0 }
+}
+
+/** The contenders of one stream, in an order that rotates round by round (the first is a warm-up). */
+const compareStreams = async (model: string, rounds: number, withFloor: boolean) => {
+  const contenders = [bare, throughMaka, ...(withFloor ? [throughFloor] : [])]
+  const times: Array<Array<StreamTiming>> = contenders.map(() => [])
   for (let index = -1; index < rounds; index++) {
-    const bareFirst = index % 2 === 0
-    const first = bareFirst ? await bare(model) : await throughMaka(model)
-    const second = bareFirst ? await throughMaka(model) : await bare(model)
-    if (index < 0) continue
-    bareTimes.push(bareFirst ? first : second)
-    makaTimes.push(bareFirst ? second : first)
+    for (let turn = 0; turn < contenders.length; turn++) {
+      const which = (Math.max(index, 0) + turn) % contenders.length
+      const timing = await contenders[which]!(model)
+      if (index >= 0) times[which]!.push(timing)
+    }
   }
-  const summary = (times: ReadonlyArray<StreamTiming>) => ({
-    totalMs: median(times.map((time) => time.totalMs)),
-    delayMs: median(times.map((time) => time.delayMs)),
-    observations: median(times.map((time) => time.observations)),
+  const summary = (of: ReadonlyArray<StreamTiming>) => ({
+    totalMs: median(of.map((time) => time.totalMs)),
+    delayMs: median(of.map((time) => time.delayMs)),
+    observations: median(of.map((time) => time.observations)),
   })
-  return { bare: summary(bareTimes), maka: summary(makaTimes) }
+  return { bare: summary(times[0]!), maka: summary(times[1]!), floor: withFloor ? summary(times[2]!) : undefined }
 }
 
 for (const [label, model, rounds] of [
   ["unpaced", `text-${DELTAS}`, STREAM_ROUNDS],
   ["paced1ms", `text-${DELTAS}-paced-1`, PACED_ROUNDS],
 ] as const) {
-  const result = await compareStreams(model, rounds)
+  const result = await compareStreams(model, rounds, label === "unpaced")
   console.log(
     `${DELTAS}-delta answer, ${label}: total ${round(result.bare.totalMs, 1)} → ${round(result.maka.totalMs, 1)} ms, ` +
       `send→delivery ${round(result.bare.delayMs, 2)} → ${round(result.maka.delayMs, 2)} ms, ${result.maka.observations} model_observed`,
@@ -306,6 +315,20 @@ for (const [label, model, rounds] of [
     result.bare.totalMs,
     `a ${DELTAS}-delta answer (${how}) through maka, from start to the durable terminal, every delta durable before run.events() yields it, vs bare fetch + eventsource-parser + JSON.parse`,
   )
+  if (result.floor !== undefined) {
+    entries[`engine.stream.${label}.totalMs.vsFloor`] = entry(
+      result.maka.totalMs,
+      "ms",
+      result.floor.totalMs,
+      `the same answer through maka vs its durable floor: bare fetch + eventsource-parser + JSON.parse with the two FULL commits no durable engine can skip (raw better-sqlite3: the request before it is sent, the answer after), round-robin with the bare read`,
+    )
+    entries[`engine.stream.${label}.floorMs.vsBare`] = entry(
+      result.floor.totalMs,
+      "ms",
+      result.bare.totalMs,
+      "the durable floor of the answer vs the bare read: what its two commits cost on this machine's disk, which no durable engine goes below",
+    )
+  }
   entries[`engine.stream.${label}.deliveryDelayMs`] = entry(
     result.maka.delayMs,
     "ms",
@@ -321,5 +344,6 @@ for (const [label, model, rounds] of [
   entries[`engine.stream.${label}.observationsPerStream`] = entry(result.maka.observations, "events", null, "model_observed events maka stores for the answer")
 }
 
+streamFloor.close()
 await finish()
 emit(entries)
