@@ -213,7 +213,6 @@ const TARGETS: ReadonlyArray<Target> = [
   { label: "paced: median delay from a delta's arrival to its delivery (ms)", entry: "engine.stream.paced1ms.arrivalToDeliveryMs", on: "value", max: 2 },
   { label: "history: time per step above the raw loop, vs the smallest size (flat ±20 %)", entry: /^history\.\d+\.aboveRawMsPerStep\.vsSmallest$/, on: "ratio", min: 0.8, max: 1.2 },
   { label: "history: first step of a new turn vs a steady step", entry: /^history\.\d+\.firstStepMs\.vsSteady$/, on: "ratio", max: 2 },
-  { label: "history: first step on a freshly created engine vs a steady step", entry: /^history\.\d+\.reopenedFirstStepMs\.vsSteady$/, on: "ratio", max: 2 },
   { label: "history: rows a freshly created engine reads before its first request vs the session's events (read once)", entry: /^history\.\d+\.reopenedRowsRead\.vsEvents$/, on: "ratio", max: 1.1 },
   { label: "scale, compaction on: a steady step vs at 100 events (flat ±20 %)", entry: /^scale\.\d+\.steadyStepMs\.vs\d+$/, on: "ratio", min: 0.8, max: 1.2 },
   { label: "scale, compaction on: the first step of a new turn vs at 100 events (flat ±20 %)", entry: /^scale\.\d+\.firstStepMs\.vs\d+$/, on: "ratio", min: 0.8, max: 1.2 },

@@ -151,20 +151,30 @@ describe("query plans of the safety and recovery reads on SQLite", () => {
     expect(plans[0]!.join("\n")).toMatch(/INDEX event_log_invocation_boundary \(invocation_id=\? AND kind=\?\)/)
   })
 
+  /** The plan of SQL the log runs by its own prepared statement on SQLite (not through Kysely). */
+  const planOf = (sql: string, ...parameters: ReadonlyArray<unknown>) =>
+    connection!
+      .prepare(`EXPLAIN QUERY PLAN ${sql}`)
+      .all(...parameters)
+      .map((row) => String(Reflect.get(row as object, "detail")))
+
   it("reads a session's high water from one covering index descent", async () => {
-    const plans = await plansOf((tx) => Rows.sessionHighWater(tx, "session-3"))
-    expect(plans).toEqual([["SEARCH event_log USING COVERING INDEX event_log_session_sequence (session_id=?)"]])
+    expect(await plansOf((tx) => Rows.sessionHighWater(tx, "session-3"))).toEqual([])
+    expect(planOf(Rows.SESSION_HIGH_WATER_SQL, "session-3")).toEqual(["SEARCH event_log USING COVERING INDEX event_log_session_sequence (session_id=?)"])
+  })
+
+  it("reads a session's rows for the writer's index through the session's index, by their own SQL", async () => {
+    expect(await plansOf((tx) => Rows.ofSession(tx, "session-3"))).toEqual([])
+    expect(await plansOf((tx) => Rows.ofSession(tx, "session-3", { withObservations: false }))).toEqual([])
+    for (const sql of [Rows.SESSION_FACTS_SQL, Rows.SESSION_FACTS_WITHOUT_OBSERVATIONS_SQL]) {
+      expect(planOf(sql, "session-3")).toEqual(["SEARCH event_log USING INDEX event_log_session_sequence (session_id=?)"])
+    }
   })
 
   it("reads a context in one select of the session through its index", async () => {
     // On SQLite the log runs the select by its own SQL (raw rows, no query building): nothing goes
     // through Kysely, so its plan is read from that SQL.
     expect(await plansOf((tx) => Rows.sessionRows(tx, "session-0"))).toEqual([])
-    const planOf = (sql: string, ...parameters: ReadonlyArray<unknown>) =>
-      connection!
-        .prepare(`EXPLAIN QUERY PLAN ${sql}`)
-        .all(...parameters)
-        .map((row) => String(Reflect.get(row as object, "detail")))
     expect(planOf(Rows.SESSION_ROWS_SQL, "session-0")).toEqual(["SEARCH event_log USING INDEX event_log_session_sequence (session_id=?)"])
     expect(planOf(Rows.SESSION_ROWS_BETWEEN_SQL, "session-0", 1, 9)).toEqual([
       "SEARCH event_log USING INDEX event_log_session_sequence (session_id=? AND sequence>? AND sequence<?)",

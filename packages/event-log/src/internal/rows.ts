@@ -102,6 +102,37 @@ export const toNumber = (value: number | string | bigint): number => {
   return number
 }
 
+const text = (record: Record<string, unknown>, key: string): string => {
+  const value = record[key]
+  if (typeof value !== "string") throw EventLogError.make({ _tag: "Decode", message: `column ${key} is not text` })
+  return value
+}
+
+/**
+ * One row of a prepared statement, checked field by field: the driver's values are not trusted to
+ * match the table's declared types.
+ */
+export const checkedRow = (raw: unknown): Row => {
+  if (typeof raw !== "object" || raw === null) throw EventLogError.make({ _tag: "Decode", message: "a row is not an object" })
+  const record: Record<string, unknown> = { ...raw }
+  const sequence = record["sequence"]
+  const operationId = record["operation_id"]
+  if (typeof sequence !== "number" && typeof sequence !== "bigint") {
+    throw EventLogError.make({ _tag: "Decode", message: "column sequence is not an integer" })
+  }
+  return {
+    sequence: toNumber(sequence),
+    eventId: text(record, "event_id"),
+    sessionId: text(record, "session_id"),
+    turnId: text(record, "turn_id"),
+    runId: text(record, "run_id"),
+    invocationId: text(record, "invocation_id"),
+    kind: text(record, "kind"),
+    operationId: operationId === null ? null : text(record, "operation_id"),
+    json: text(record, "event_json"),
+  }
+}
+
 const toRow = (raw: RawRow): Row => ({
   sequence: toNumber(raw.sequence),
   eventId: raw.event_id,
@@ -227,11 +258,24 @@ export const ofSessionKind = async (tx: Tx, sessionId: string, kind: string): Pr
   ).map(toRow)
 
 /** Session events after `after`, in sequence order, optionally up to `through` and without observations. */
+/**
+ * A whole session's rows by their own SQL on SQLite (a prepared statement, no query building): what
+ * the writer's index reads when it first meets a session, every turn of a new one (exported for
+ * their plan test).
+ */
+export const SESSION_FACTS_SQL = `SELECT ${columns.join(", ")} FROM event_log WHERE session_id = ? ORDER BY sequence`
+export const SESSION_FACTS_WITHOUT_OBSERVATIONS_SQL = `SELECT ${columns.join(", ")} FROM event_log WHERE session_id = ? AND kind <> 'model_observed' ORDER BY sequence`
+
 export const ofSession = async (
   tx: Tx,
   sessionId: string,
   options: { readonly after?: number; readonly through?: number; readonly withObservations?: boolean; readonly limit?: number } = {},
 ): Promise<ReadonlyArray<Row>> => {
+  const sqlite = options.after === undefined && options.through === undefined && options.limit === undefined ? sqliteAccessOf(tx) : undefined
+  if (sqlite !== undefined) {
+    const text = options.withObservations === false ? SESSION_FACTS_WITHOUT_OBSERVATIONS_SQL : SESSION_FACTS_SQL
+    return sqlite.statement(text).all(sessionId).map(checkedRow)
+  }
   let query = tx.selectFrom("event_log").select(columns).where("session_id", "=", sessionId)
   if (options.after !== undefined) query = query.where("sequence", ">", options.after)
   if (options.through !== undefined) query = query.where("sequence", "<=", options.through)
@@ -393,9 +437,20 @@ const selectSessionHighWater = compiledOnce(1, (tx: Tx, sessionId: string) =>
     .where("session_id", "=", sessionId),
 )
 
+/** `selectSessionHighWater` by its own SQL, on SQLite (exported for its plan test). */
+export const SESSION_HIGH_WATER_SQL = "SELECT max(sequence) AS highWater FROM event_log WHERE session_id = ?"
+
 export const sessionHighWater = async (tx: Tx, sessionId: string): Promise<number> => {
-  const raw = (await selectSessionHighWater(tx, sessionId)).rows[0]
-  return raw?.highWater === null || raw?.highWater === undefined ? 0 : toNumber(raw.highWater)
+  const sqlite = sqliteAccessOf(tx)
+  if (sqlite === undefined) {
+    const raw = (await selectSessionHighWater(tx, sessionId)).rows[0]
+    return raw?.highWater === null || raw?.highWater === undefined ? 0 : toNumber(raw.highWater)
+  }
+  const row: unknown = sqlite.statement(SESSION_HIGH_WATER_SQL).all(sessionId)[0]
+  const highWater: unknown = typeof row === "object" && row !== null ? Reflect.get(row, "highWater") : undefined
+  if (highWater === null || highWater === undefined) return 0
+  if (typeof highWater !== "number" && typeof highWater !== "bigint") throw EventLogError.make({ _tag: "Decode", message: "the high water is not an integer" })
+  return toNumber(highWater)
 }
 
 export const payloadOf = async (tx: Tx, eventId: string): Promise<string | undefined> =>

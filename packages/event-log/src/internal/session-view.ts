@@ -98,36 +98,8 @@ const dispatchOf = (row: Rows.Row): Fact.ToolDispatched => {
   return fact
 }
 
-const text = (record: Record<string, unknown>, key: string): string => {
-  const value = record[key]
-  if (typeof value !== "string") throw EventLogError.make({ _tag: "Decode", message: `column ${key} is not text` })
-  return value
-}
-
-/**
- * One row of a prepared statement, checked field by field: the driver's values are not trusted to
- * match the table's declared types (exported for its tests).
- */
-export const rowOf = (raw: unknown): Rows.Row => {
-  if (typeof raw !== "object" || raw === null) throw EventLogError.make({ _tag: "Decode", message: "a row is not an object" })
-  const record: Record<string, unknown> = { ...raw }
-  const sequence = record["sequence"]
-  const operationId = record["operation_id"]
-  if (typeof sequence !== "number" && typeof sequence !== "bigint") {
-    throw EventLogError.make({ _tag: "Decode", message: "column sequence is not an integer" })
-  }
-  return {
-    sequence: Rows.toNumber(sequence),
-    eventId: text(record, "event_id"),
-    sessionId: text(record, "session_id"),
-    turnId: text(record, "turn_id"),
-    runId: text(record, "run_id"),
-    invocationId: text(record, "invocation_id"),
-    kind: text(record, "kind"),
-    operationId: operationId === null ? null : text(record, "operation_id"),
-    json: text(record, "event_json"),
-  }
-}
+/** One row of a prepared statement, checked field by field (exported for its tests). */
+export const rowOf = Rows.checkedRow
 
 const OPERATION_ROWS = `SELECT sequence, event_id, session_id, turn_id, run_id, invocation_id, kind, operation_id, event_json
   FROM event_log WHERE operation_id = ? AND kind <> 'model_observed' ORDER BY sequence`
