@@ -1,13 +1,12 @@
 /**
  * The adapter's own HTTP client (docs/model.md §4.2), against a real `node:http` server on loopback:
  * connections kept alive between requests, header values sent as `fetch` sends them, compressed
- * bodies decoded, a body cut short failing its read, an abort rejecting with an `AbortError`
- * before and during the body, and a body that arrived while the thread was held read at once.
+ * bodies decoded, a body cut short failing its read, and an abort rejecting with an `AbortError`
+ * before and during the body.
  */
 import { assert, describe, it } from "@effect/vitest"
 import * as http from "node:http"
 import type { AddressInfo } from "node:net"
-import { Worker } from "node:worker_threads"
 import * as zlib from "node:zlib"
 import { IDLE_CONNECTION_MS, send, type BodyReader } from "../src/internal/http-client.ts"
 
@@ -226,41 +225,6 @@ describe("the adapter's HTTP client", () => {
       assert.instanceOf(await rejection(post("ftp://127.0.0.1/v1")), TypeError)
     } finally {
       await server.close()
-    }
-  })
-
-  it("reads at once what reached the socket while the thread was held, not one socket read at a time", async () => {
-    // The server runs on a thread of its own, so it writes its 1,000 events while this one is held
-    // (as a commit holds the engine's); 298 KB in all, about five 64 KiB socket reads.
-    const event = `data: ${"x".repeat(290)}\n\n`
-    const worker = new Worker(
-      `const http = require("node:http")
-      const { parentPort } = require("node:worker_threads")
-      const server = http.createServer((request, response) => {
-        response.writeHead(200, { "content-type": "text/event-stream" })
-        for (let index = 0; index < 1000; index++) response.write(${JSON.stringify(event)})
-        response.end()
-      })
-      server.listen(0, "127.0.0.1", () => parentPort.postMessage(server.address().port))`,
-      { eval: true },
-    )
-    try {
-      const port = await new Promise<number>((resolve) => worker.once("message", resolve))
-      const reader = (await post(`http://127.0.0.1:${port}/v1/chat/completions`)).body!.getReader()
-      const heldUntil = performance.now() + 100
-      while (performance.now() < heldUntil) {
-        // The thread is held: the socket is not read meanwhile.
-      }
-      const sizes: Array<number> = []
-      for (let read = await reader.read(); !read.done; read = await reader.read()) sizes.push(read.value.byteLength)
-      assert.strictEqual(
-        sizes.reduce((sum, size) => sum + size, 0),
-        event.length * 1000,
-      )
-      // One socket read is at most 64 KiB, and a 16 KiB read-ahead lets two through per turn.
-      assert.isAbove(sizes[0]!, 128 * 1024, `reads of ${sizes.join(", ")} bytes`)
-    } finally {
-      await worker.terminate()
     }
   })
 })

@@ -98,9 +98,8 @@ const decoded = (response: http.IncomingMessage): Readable => {
 }
 
 /**
- * A pull reader over a paused `Readable`: a read takes what is buffered (after one turn of the event
- * loop when that is a socket read's worth, see `GATHER_BYTES`), or waits for the next chunk, the end
- * or the failure. A connection cut mid-body fails the body (Node reports it as
+ * A pull reader over a paused `Readable`: a read takes what is buffered at once, or waits for the
+ * next chunk, the end or the failure. A connection cut mid-body fails the body (Node reports it as
  * an `aborted` error), so the read fails as under `fetch`; after an abort every failure is the
  * `AbortError`.
  */
@@ -109,23 +108,13 @@ const readerOf = (response: http.IncomingMessage, signal: AbortSignal): BodyRead
   let ended = false
   let failure: unknown
   let waiting: { readonly resolve: (read: BodyRead) => void; readonly reject: (error: unknown) => void } | undefined
-  // A read that took a socket read's worth (`GATHER_BYTES`) may have left more behind, which arrived
-  // while the thread was held: one turn of the event loop later the socket has read all of it (up to
-  // the high-water mark), and the read returns everything at once.
-  const deliver = (chunk: Uint8Array, resolve: (read: BodyRead) => void): void => {
-    if (chunk.byteLength < GATHER_BYTES) return resolve({ done: false, value: chunk })
-    setImmediate(() => {
-      const more: unknown = body.read()
-      resolve({ done: false, value: more === null ? chunk : Buffer.concat([chunk, more as Uint8Array]) })
-    })
-  }
   const settle = () => {
     const waiter = waiting
     if (waiter === undefined) return
     const chunk: unknown = body.read()
     if (chunk !== null) {
       waiting = undefined
-      deliver(chunk as Uint8Array, waiter.resolve)
+      waiter.resolve({ done: false, value: chunk as Uint8Array })
     } else if (failure !== undefined) {
       waiting = undefined
       waiter.reject(failure)
@@ -147,7 +136,7 @@ const readerOf = (response: http.IncomingMessage, signal: AbortSignal): BodyRead
   return {
     read: () => {
       const chunk: unknown = body.read()
-      if (chunk !== null) return new Promise<BodyRead>((resolve) => deliver(chunk as Uint8Array, resolve))
+      if (chunk !== null) return Promise.resolve({ done: false, value: chunk as Uint8Array })
       if (failure !== undefined) return Promise.reject(failure)
       if (ended) return Promise.resolve({ done: true })
       return new Promise<BodyRead>((resolve, reject) => {
@@ -184,22 +173,6 @@ const outgoingHeaders = (request: HttpRequest): Record<string, string | number> 
 /** A body up to this size is copied into one write; a larger one is written part by part, uncopied. */
 const ONE_WRITE_BYTES = 64 * 1024
 
-/**
- * How many bytes of a response the socket reads ahead of the body's reader (the request's
- * `highWaterMark`, which the agent gives the socket it creates; every request of the adapter asks the
- * same, so a kept-alive socket has it too). At Node's default of 16 KiB the socket stops reading
- * after one 64 KiB read until the reader takes it, so what reached the socket while the engine held
- * the thread (a commit) would come one 64 KiB read per pull, each with a commit of its own.
- */
-const RESPONSE_HIGH_WATER_MARK = 1024 * 1024
-
-/**
- * A read that takes this much (half of one 64 KiB socket read, whose body bytes are a little less
- * once the chunked framing is removed) may have left more in the socket: it waits one turn of the
- * event loop, in which the socket reads all that is there, and returns that too.
- */
-const GATHER_BYTES = 32 * 1024
-
 /** Sends `request` to `url` and resolves with the response once its headers arrived. */
 export const send = (url: string, request: HttpRequest): Promise<HttpResponse> =>
   new Promise<HttpResponse>((resolve, reject) => {
@@ -209,14 +182,12 @@ export const send = (url: string, request: HttpRequest): Promise<HttpResponse> =
     const agent = target.protocol === "https:" ? agents["https:"] : target.protocol === "http:" ? agents["http:"] : undefined
     if (agent === undefined) return reject(new TypeError(`unsupported protocol ${target.protocol}`))
     const module = target.protocol === "https:" ? https : http
-    const options: http.RequestOptions & { readonly highWaterMark: number } = {
+    const outgoing = module.request(target, {
       method: request.method,
       agent,
       headers: outgoingHeaders(request),
       signal,
-      highWaterMark: RESPONSE_HIGH_WATER_MARK,
-    }
-    const outgoing = module.request(target, options)
+    })
     // Every failure of the request is heard (a later one, after the response, reaches the body's reader).
     outgoing.on("error", (error) => {
       reject(signal.aborted ? abortError(signal) : error)
