@@ -277,8 +277,9 @@ export interface Floor {
   /**
    * One streamed answer with the two commits a durable engine cannot do without: the request before
    * it is sent, then what came back (its text in one row, the completion) once the stream ended.
+   * `onData` sees each event's data, as the bare read it is compared with does.
    */
-  readonly answer: (model: string) => Promise<void>
+  readonly answer: (model: string, onData?: (data: string) => void) => Promise<void>
   readonly close: () => void
 }
 
@@ -378,11 +379,11 @@ const floorOver = (write: FloorWrite, baseUrl: string, close: () => void): Floor
         for (const call of answer.calls) messages.push({ role: "tool", tool_call_id: call.id, content: "ok" })
       }
     },
-    answer: async (model) => {
+    answer: async (model, onData) => {
       const session = `answer-${++sessions}`
-      const body = JSON.stringify({ model, messages: [{ role: "user", content: USER }], stream: true })
+      const body = JSON.stringify({ model, messages: [{ role: "user", content: "go" }], stream: true })
       await write(session, [["model_requested", JSON.stringify({ bytes: body.length })]])
-      const answer = await rawExchange(url, body)
+      const answer = await rawExchange(url, body, onData)
       await write(session, [
         ["model_observed", JSON.stringify({ text: answer.text })],
         ["model_completed", JSON.stringify({ text: answer.text })],

@@ -235,17 +235,28 @@ const delaysOf = (text: string, now: bigint, into: Array<number>): number => {
   return count
 }
 
-const bare = async (model: string): Promise<StreamTiming> => {
-  const started = performance.now()
+/** What the bare read (and the floor) does with each event's data: parse it, stamp its deltas' delivery. */
+const deltaReader = () => {
   const delays: Array<number> = []
   let deltas = 0
-  const body = JSON.stringify({ model, messages: [{ role: "user", content: "go" }], stream: true })
-  await rawExchange(`${server.baseUrl}/chat/completions`, body, (data) => {
+  const onData = (data: string): void => {
     const content = (JSON.parse(data) as { choices?: Array<{ delta?: { content?: string } }> }).choices?.[0]?.delta?.content
     if (typeof content === "string") deltas += delaysOf(content, process.hrtime.bigint(), delays)
-  })
-  if (deltas !== DELTAS) throw new Error(`the bare read saw ${deltas} deltas, not ${DELTAS}`)
-  return { totalMs: performance.now() - started, delayMs: median(delays), observations: 0 }
+  }
+  const checked = (who: string) => {
+    if (deltas !== DELTAS) throw new Error(`${who} saw ${deltas} deltas, not ${DELTAS}`)
+    return median(delays)
+  }
+  return { onData, checked }
+}
+
+const bare = async (model: string): Promise<StreamTiming> => {
+  const started = performance.now()
+  const reader = deltaReader()
+  const body = JSON.stringify({ model, messages: [{ role: "user", content: "go" }], stream: true })
+  await rawExchange(`${server.baseUrl}/chat/completions`, body, reader.onData)
+  const totalMs = performance.now() - started
+  return { totalMs, delayMs: reader.checked("the bare read"), observations: 0 }
 }
 
 const throughMaka = async (model: string): Promise<StreamTiming> => {
@@ -276,8 +287,10 @@ const throughMaka = async (model: string): Promise<StreamTiming> => {
 const streamFloor = floor(path.join(directory, "stream-floor.sqlite"), server.baseUrl)
 const throughFloor = async (model: string): Promise<StreamTiming> => {
   const started = performance.now()
-  await streamFloor.answer(model)
-  return { totalMs: performance.now() - started, delayMs: 0, observations: 0 }
+  const reader = deltaReader()
+  await streamFloor.answer(model, reader.onData)
+  const totalMs = performance.now() - started
+  return { totalMs, delayMs: reader.checked("the floor"), observations: 0 }
 }
 
 /** The contenders of one stream, in an order that rotates round by round (the first is a warm-up). */
