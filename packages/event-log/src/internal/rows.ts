@@ -257,7 +257,6 @@ export const ofSessionKind = async (tx: Tx, sessionId: string, kind: string): Pr
       .execute()
   ).map(toRow)
 
-/** Session events after `after`, in sequence order, optionally up to `through` and without observations. */
 /**
  * A whole session's rows by their own SQL on SQLite (a prepared statement, no query building): what
  * the writer's index reads when it first meets a session, every turn of a new one (exported for
@@ -266,6 +265,7 @@ export const ofSessionKind = async (tx: Tx, sessionId: string, kind: string): Pr
 export const SESSION_FACTS_SQL = `SELECT ${columns.join(", ")} FROM event_log WHERE session_id = ? ORDER BY sequence`
 export const SESSION_FACTS_WITHOUT_OBSERVATIONS_SQL = `SELECT ${columns.join(", ")} FROM event_log WHERE session_id = ? AND kind <> 'model_observed' ORDER BY sequence`
 
+/** Session events after `after`, in sequence order, optionally up to `through` and without observations. */
 export const ofSession = async (
   tx: Tx,
   sessionId: string,
@@ -273,8 +273,8 @@ export const ofSession = async (
 ): Promise<ReadonlyArray<Row>> => {
   const sqlite = options.after === undefined && options.through === undefined && options.limit === undefined ? sqliteAccessOf(tx) : undefined
   if (sqlite !== undefined) {
-    const text = options.withObservations === false ? SESSION_FACTS_WITHOUT_OBSERVATIONS_SQL : SESSION_FACTS_SQL
-    return sqlite.statement(text).all(sessionId).map(checkedRow)
+    const statement = sqlite.statement(options.withObservations === false ? SESSION_FACTS_WITHOUT_OBSERVATIONS_SQL : SESSION_FACTS_SQL)
+    return statement.all(sessionId).map(checkedRow)
   }
   let query = tx.selectFrom("event_log").select(columns).where("session_id", "=", sessionId)
   if (options.after !== undefined) query = query.where("sequence", ">", options.after)
