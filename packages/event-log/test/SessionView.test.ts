@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from "vitest"
 import { EventLogError } from "../src/EventLogError.ts"
-import { rowOf } from "../src/internal/session-view.ts"
+import { checkedRow as rowOf } from "../src/internal/rows.ts"
 
 const raw = {
   sequence: 7,

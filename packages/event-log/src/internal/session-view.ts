@@ -98,9 +98,6 @@ const dispatchOf = (row: Rows.Row): Fact.ToolDispatched => {
   return fact
 }
 
-/** One row of a prepared statement, checked field by field (exported for its tests). */
-export const rowOf = Rows.checkedRow
-
 const OPERATION_ROWS = `SELECT sequence, event_id, session_id, turn_id, run_id, invocation_id, kind, operation_id, event_json
   FROM event_log WHERE operation_id = ? AND kind <> 'model_observed' ORDER BY sequence`
 
@@ -209,7 +206,7 @@ export class SqlView implements SessionView {
     await this.beforeRead()
     // The hot look-up of a new step or operation id: a prepared statement where SQLite serves it.
     if (this.#sqlite !== undefined) {
-      return this.#sqlite.statement(OPERATION_ROWS).all(operationId).map(rowOf)
+      return this.#sqlite.statement(OPERATION_ROWS).all(operationId).map(Rows.checkedRow)
     }
     return Rows.byOperation(this.tx, operationId)
   }
