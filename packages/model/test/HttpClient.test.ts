@@ -5,6 +5,7 @@
  * before and during the body.
  */
 import { assert, describe, it } from "@effect/vitest"
+import { getEventListeners } from "node:events"
 import * as http from "node:http"
 import type { AddressInfo } from "node:net"
 import * as zlib from "node:zlib"
@@ -206,6 +207,39 @@ describe("the adapter's HTTP client", () => {
       const waiting = reader.read()
       late.abort()
       assert.strictEqual((await rejection(waiting)).name, "AbortError")
+    } finally {
+      await server.close()
+    }
+  })
+
+  it("leaves no abort listener behind once a request is done, read to its end, refused or cancelled", async () => {
+    const server = await serve((request, response) => {
+      if (request.headers["x-refuse"] === "yes") {
+        response.writeHead(429, { "content-type": "application/json" })
+        return response.end('{"error":{"message":"slow down"}}')
+      }
+      response.writeHead(200, { "content-type": "text/event-stream" })
+      if (request.headers["x-open"] === "yes") return response.write("data: first\n\n")
+      response.end("data: first\n\n")
+    })
+    try {
+      const shared = new AbortController()
+      for (let round = 0; round < 3; round++) {
+        const response = await post(server.url, {}, shared.signal)
+        assert.strictEqual(await readAll(response.body!.getReader()), "data: first\n\n")
+      }
+      const refused = await post(server.url, { "x-refuse": "yes" }, shared.signal)
+      assert.strictEqual(refused.status, 429)
+      await readAll(refused.body!.getReader())
+      const open = (await post(server.url, { "x-open": "yes" }, shared.signal)).body!.getReader()
+      assert.isFalse((await open.read()).done)
+      assert.strictEqual(getEventListeners(shared.signal, "abort").length, 1)
+      await open.cancel()
+      // The request's close comes after its response ended or its socket was destroyed.
+      for (let wait = 0; wait < 50 && getEventListeners(shared.signal, "abort").length > 0; wait++) {
+        await new Promise((resolve) => setTimeout(resolve, 10))
+      }
+      assert.strictEqual(getEventListeners(shared.signal, "abort").length, 0)
     } finally {
       await server.close()
     }

@@ -10,6 +10,7 @@
 import * as http from "node:http"
 import * as https from "node:https"
 import type { Readable } from "node:stream"
+import { urlToHttpOptions } from "node:url"
 import * as zlib from "node:zlib"
 
 /** A read of the body: a chunk, or the end. */
@@ -173,21 +174,48 @@ const outgoingHeaders = (request: HttpRequest): Record<string, string | number> 
 /** A body up to this size is copied into one write; a larger one is written part by part, uncopied. */
 const ONE_WRITE_BYTES = 64 * 1024
 
-/** Sends `request` to `url` and resolves with the response once its headers arrived. */
+/** What a URL's requests share: the module, the agent and the request options of the URL itself. */
+interface Target {
+  readonly module: typeof http | typeof https
+  readonly agent: http.Agent
+  readonly options: http.RequestOptions
+}
+
+/** How many URLs' targets are kept (a host talks to a handful of endpoints); past it the cache starts over. */
+const MAX_TARGETS = 64
+const targets = new Map<string, Target>()
+
+/** The target of `url`, parsed once per URL; a protocol other than HTTP(S) is a `TypeError`, as under `fetch`. */
+const targetOf = (url: string): Target => {
+  const known = targets.get(url)
+  if (known !== undefined) return known
+  const parsed = new URL(url)
+  const target: Target | undefined =
+    parsed.protocol === "https:"
+      ? { module: https, agent: agents["https:"], options: urlToHttpOptions(parsed) }
+      : parsed.protocol === "http:"
+        ? { module: http, agent: agents["http:"], options: urlToHttpOptions(parsed) }
+        : undefined
+  if (target === undefined) throw new TypeError(`unsupported protocol ${parsed.protocol}`)
+  if (targets.size >= MAX_TARGETS) targets.clear()
+  targets.set(url, target)
+  return target
+}
+
+/**
+ * Sends `request` to `url` and resolves with the response once its headers arrived. The abort is
+ * heard by a listener of its own, removed when the request closes (Node's `signal` option costs a
+ * stream-finished watcher per request).
+ */
 export const send = (url: string, request: HttpRequest): Promise<HttpResponse> =>
   new Promise<HttpResponse>((resolve, reject) => {
     const { signal } = request
     if (signal.aborted) return reject(abortError(signal))
-    const target = new URL(url)
-    const agent = target.protocol === "https:" ? agents["https:"] : target.protocol === "http:" ? agents["http:"] : undefined
-    if (agent === undefined) return reject(new TypeError(`unsupported protocol ${target.protocol}`))
-    const module = target.protocol === "https:" ? https : http
-    const outgoing = module.request(target, {
-      method: request.method,
-      agent,
-      headers: outgoingHeaders(request),
-      signal,
-    })
+    const { module, agent, options } = targetOf(url)
+    const outgoing = module.request({ ...options, method: request.method, agent, headers: outgoingHeaders(request) })
+    const onAbort = () => outgoing.destroy(abortError(signal))
+    signal.addEventListener("abort", onAbort, { once: true })
+    outgoing.once("close", () => signal.removeEventListener("abort", onAbort))
     // Every failure of the request is heard (a later one, after the response, reaches the body's reader).
     outgoing.on("error", (error) => {
       reject(signal.aborted ? abortError(signal) : error)
