@@ -82,6 +82,18 @@ export interface WalCount {
   readonly pagesByTree: Readonly<Record<string, number>>
 }
 
+/** The WAL index header's `mxFrame` of the WAL-mode file `file`: its WAL's last valid frame (native byte order). */
+export const lastWalFrame = (file: string): number => {
+  const descriptor = fs.openSync(`${file}-shm`, "r")
+  try {
+    const header = Buffer.alloc(48)
+    fs.readSync(descriptor, header, 0, 48, 0)
+    return os.endianness() === "LE" ? header.readUInt32LE(16) : header.readUInt32BE(16)
+  } finally {
+    fs.closeSync(descriptor)
+  }
+}
+
 /**
  * Counts what a writer in another connection (here: the engine's own) commits to a WAL-mode SQLite
  * file between `start` and `stop`, by reading the WAL itself: the WAL index (`-shm`) header gives the
@@ -110,28 +122,16 @@ export class WalMeter {
     }
   }
 
-  /** The WAL index header's `mxFrame`: the last valid frame of the WAL (native byte order). */
-  private lastFrame(): number {
-    const descriptor = fs.openSync(`${this.file}-shm`, "r")
-    try {
-      const header = Buffer.alloc(48)
-      fs.readSync(descriptor, header, 0, 48, 0)
-      return os.endianness() === "LE" ? header.readUInt32LE(16) : header.readUInt32BE(16)
-    } finally {
-      fs.closeSync(descriptor)
-    }
-  }
-
   start(): void {
     this.reader.exec("BEGIN")
     this.reader.prepare("SELECT count(*) FROM sqlite_master").get()
-    this.startFrame = this.lastFrame()
+    this.startFrame = lastWalFrame(this.file)
     this.startSalt = this.walHeader().salt
   }
 
   stop(): WalCount {
     const { pageSize, salt } = this.walHeader()
-    const endFrame = this.lastFrame()
+    const endFrame = lastWalFrame(this.file)
     const firstFrame = salt === this.startSalt ? this.startFrame : 0
     const frameSize = pageSize + 24
     const descriptor = fs.openSync(`${this.file}-wal`, "r")

@@ -166,6 +166,14 @@ How to read it:
   last cycle against the first that begins at or after turn 81: a request grows from one checkpoint
   to the next, so 20 turns, under half a cycle, measured where they fell in it); the other declares none, so each of its requests carries the
   whole session and grows with it: its ratio shows what an unbounded context costs, not a target.
+- Layout (\`layout.*\`): files built with raw better-sqlite3 holding the log's columns and the indexes
+  every event meets, as the log stores them (a rowid table) or clustered by \`(session_id, sequence)\`
+  (\`WITHOUT ROWID\`), each with 1,024-byte pages (the log's) and 4,096; every file holds the same
+  events (\`MAKA_BENCH_LAYOUT_SESSIONS\` sessions, default 10, of \`MAKA_BENCH_LAYOUT_EVENTS\` events,
+  default 10,000, whose steps alternate). Reading one session in sequence order (round-robin over the
+  files, a different session each round) and step-like commits at \`synchronous=FULL\` (the request's
+  four events, then the step's other three; each COMMIT's time and the WAL frames it appends): the
+  read a new process pays once per session against the commits every step pays.
 - Concurrency: 20 and 200 sessions running the tool loop at once on one engine, against as many
   Agents SDK loops and floor loops at once; throughput in steps per second (higher is better, so a
   ratio below 1 means maka is slower).
@@ -184,7 +192,8 @@ PostgreSQL, default 3), \`MAKA_BENCH_DATABASE_URL\`, \`MAKA_BENCH_CONCURRENCY\` 
 \`MAKA_BENCH_SCALE_TURNS\` (default 11), \`MAKA_BENCH_SCALE_ACCOUNT_TURNS\` (default 3),
 \`MAKA_BENCH_SCALE_MEMORY_TURNS\` (default 3),
 \`MAKA_BENCH_SCALE_WINDOW\` (default 1,500 tokens), \`MAKA_BENCH_SCALE_BUILD_WINDOW\` (default 50,000),
-\`MAKA_BENCH_SCALE_LARGE=1\` (adds 100,000 events).
+\`MAKA_BENCH_SCALE_LARGE=1\` (adds 100,000 events), \`MAKA_BENCH_LAYOUT_SESSIONS\` (default 10),
+\`MAKA_BENCH_LAYOUT_EVENTS\` (default 10,000).
 `
 
 /** The targets of docs/architecture.md §12 and the hot-path acceptance, checked against the stored figures. */
