@@ -73,16 +73,17 @@ const writeU64 = (bytes: Buffer, offset: number, value: number): void => {
 class FramedEvents {
   constructor(private readonly hash: Hash) {}
 
-  add(sequence: number, json: string): void {
+  /** Frames one event; returns the UTF-8 byte length of its text. */
+  add(sequence: number, json: string): number {
     checkU64("sequence", sequence)
     if (shared.owner !== this) shared.owner?.flush()
     // UTF-8 takes at most 3 bytes per UTF-16 unit: the text fits when that bound does.
     const bound = 16 + 3 * json.length
     if (shared.used + bound > PENDING_BYTES) this.flush()
     if (bound > PENDING_BYTES) {
-      this.hash.update(u64("sequence", sequence))
-      updateFramed(this.hash, json)
-      return
+      const bytes = Buffer.byteLength(json, "utf8")
+      this.hash.update(u64("sequence", sequence)).update(u64("length", bytes)).update(json, "utf8")
+      return bytes
     }
     const at = shared.used
     const length = shared.bytes.write(json, at + 16, "utf8")
@@ -90,6 +91,7 @@ class FramedEvents {
     writeU64(shared.bytes, at + 8, length)
     shared.used = at + 16 + length
     shared.owner = this
+    return length
   }
 
   /** Hands this hasher's buffered bytes to `hash`; call before reading or copying it. */
@@ -290,6 +292,14 @@ export class LogPrefixHash {
   update(sequence: number, json: string): this {
     this.events.add(sequence, json)
     return this
+  }
+
+  /**
+   * Appends one event to this hasher, as `update` does, and returns the size of its text in UTF-8
+   * bytes (measured as it is hashed: a reader that also charges each event's bytes scans it once).
+   */
+  append(sequence: number, json: string): number {
+    return this.events.add(sequence, json)
   }
 
   /** An independent hasher with the same state. */

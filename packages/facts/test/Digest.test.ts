@@ -193,6 +193,10 @@ describe("Digest.LogPrefixHash", () => {
       if (index % 37 === 0 || index === list.length - 1) expect(hash.digest(event.sequence)).toBe(reference(list.slice(0, index + 1), event.sequence))
     })
     expect(Digest.logPrefix(scope, list, 2 ** 40)).toBe(reference(list, 2 ** 40))
+    // `append` hashes as `update` does and answers each text's UTF-8 size, long texts included.
+    const appended = Digest.LogPrefixHash.start(scope)
+    for (const event of list) expect(appended.append(event.sequence, event.json)).toBe(Buffer.byteLength(event.json))
+    expect(appended.digest(2 ** 40)).toBe(reference(list, 2 ** 40))
     // Hashers extended in turn, and copies, keep each its own events.
     const [first, second] = [Digest.LogPrefixHash.start(scope), Digest.LogPrefixHash.start(scope)]
     const evens = list.filter((_, index) => index % 2 === 0).slice(0, 60)

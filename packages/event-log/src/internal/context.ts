@@ -166,25 +166,29 @@ const decodeOrUndefined = (row: Rows.Row): Event.RuntimeEvent | undefined => {
  * it holds (an invocation live there is opened in that session and not sealed); otherwise one
  * indexed read.
  */
-export const requireLive = async (tx: Rows.Tx, sessionId: string, current: string): Promise<Rows.Row> => {
+export const requireLive = async (tx: Rows.Tx, sessionId: string, current: string): Promise<Rows.Row> =>
+  (await liveOpening(tx, sessionId, current)).row
+
+/** `requireLive`'s opening, with its fact when the writer's index holds it decoded. */
+const liveOpening = async (tx: Rows.Tx, sessionId: string, current: string): Promise<{ readonly row: Rows.Row; readonly fact?: Fact.InvocationOpened }> => {
   const known = LogIndex.of(tx)?.loaded(sessionId)?.live.get(current)?.opening
-  if (known !== undefined) return known.row
+  if (known !== undefined) return known
   const { opening, terminal } = await Rows.boundaries(tx, current)
   if (opening === undefined || opening.sessionId !== sessionId || terminal !== undefined) {
     throw EventLogError.invalidTransition(Prompts.CURRENT_NOT_LIVE_MESSAGE)
   }
-  return opening
+  return { row: opening }
 }
+
+/** What `latestMain` reads of a row besides its event. */
+type MainRow = Pick<Rows.Row, "sequence" | "eventId" | "invocationId" | "kind" | "operationId">
 
 /**
  * docs/log-format.md §3.8, over the selection's rows (observations excluded) up to the high water.
  * `decode` gives a row's event, or undefined when it does not decode: rows the context read has
  * decoded already pass theirs, so the walk parses nothing twice.
  */
-export const latestMain = <R extends Rows.Row>(
-  rows: ReadonlyArray<R>,
-  decode: (row: R) => Event.RuntimeEvent | undefined = decodeOrUndefined,
-): LatestMainContext => {
+export const latestMain = <R extends MainRow>(rows: ReadonlyArray<R>, decode: (row: R) => Event.RuntimeEvent | undefined): LatestMainContext => {
   const bySequence = [...rows].sort((left, right) => right.sequence - left.sequence)
   const bySteps = new Map<string, R>()
   const openings = new Map<string, R>()
@@ -248,10 +252,15 @@ export const latestMain = <R extends Rows.Row>(
  * never an older completion). It reads evidence and is not gated by the history-safety check.
  */
 export const readLatestMain = async (tx: Rows.Tx, sessionId: string): Promise<LatestMainContext> =>
-  latestMain(await Rows.ofSession(tx, sessionId, { withObservations: false }))
+  latestMain(await Rows.ofSession(tx, sessionId, { withObservations: false }), decodeOrUndefined)
 
-/** A row of the context read with its event, decoded once. */
-interface DecodedRow extends Rows.Row {
+/**
+ * A row of the context read with its event, decoded once, and its size in UTF-8 bytes. Its text is
+ * kept only when the read hashes after the selection (see `materialise`).
+ */
+interface DecodedRow extends Omit<Rows.Row, "json"> {
+  readonly json: string | undefined
+  readonly bytes: number
   readonly stored: Event.StoredEvent
 }
 
@@ -287,11 +296,11 @@ interface Fence {
   readonly fit: boolean
 }
 
-/** An observation as the core keeps it: hashed, never decoded. */
+/** An observation as the core keeps it: hashed, never decoded (its text kept as a row's is). */
 interface ObservationEntry {
   readonly sequence: number
   readonly kind: string
-  readonly json: string
+  readonly json: string | undefined
   readonly invocationId: string
   readonly stored?: undefined
 }
@@ -349,15 +358,32 @@ const isCleanCut = (entries: ReadonlyArray<SessionEntry>, index: number): boolea
  * session in an earlier read (the engine's admission check), then the rows after them, so a session
  * met for the first time is read once (docs/architecture.md §12); otherwise one read. The index
  * serves only SQLite, whose one connection runs transactions one at a time: this one began after
- * the read that loaded the rows ended, so it sees all of them.
+ * the read that loaded the rows ended, so it sees all of them. The array is the caller's own.
  */
-const sessionRowsOf = async (tx: Rows.Tx, sessionId: string): Promise<ReadonlyArray<Rows.SessionRow>> => {
+const sessionRowsOf = async (tx: Rows.Tx, sessionId: string): Promise<Array<Rows.SessionRow | undefined>> => {
   LogIndex.noteRowsRead(tx)
   const primed = LogIndex.of(tx)?.takePrimed(sessionId)
   if (primed === undefined) return Rows.sessionRows(tx, sessionId)
   const highWater = await Rows.sessionHighWater(tx, sessionId)
-  if (highWater === primed.highWater) return primed.rows
+  if (highWater === primed.highWater) return primed.rows.slice()
   return [...primed.rows, ...(await Rows.sessionRowsBetween(tx, sessionId, primed.highWater, highWater))]
+}
+
+/**
+ * Whether a context read may select fewer rows than the session's, or stop below its high water: a
+ * compaction source (its fence), a sealed run's lineage, or a live run opened as a continuation or a
+ * handoff successor (which may read its lineage, docs/log-format.md §3.6). Any other read's evidence
+ * covers every row it reads, so it is hashed as the rows are read.
+ */
+const maySelect = (
+  opening: { readonly row: Rows.Row; readonly fact?: Fact.InvocationOpened } | undefined,
+  options: ContextOptions,
+  fence: Fence | undefined,
+): boolean => {
+  if (fence !== undefined || options.lineageOf !== undefined) return true
+  if (opening === undefined) return false
+  const fact = opening.fact ?? decodeOrUndefined(opening.row)?.fact
+  return fact?.kind !== "invocation_opened" || fact.input.kind === "continuation" || fact.input.kind === "handoff"
 }
 
 /** The shared core of the context reads; `fence` makes it a compaction source. */
@@ -368,20 +394,31 @@ const materialise = async (
   options: ContextOptions,
   fence: Fence | undefined,
 ): Promise<ModelContextRead> => {
-  const opening = options.current === undefined ? undefined : await requireLive(tx, sessionId, options.current)
+  const live = options.current === undefined ? undefined : await liveOpening(tx, sessionId, options.current)
+  const opening = live?.row
   let scope: Identity.LogScope = { kind: "session", id: sessionId }
+  // The evidence of a read that covers every row it reads is hashed as the rows are read, and no
+  // row's text outlives its turn of the loop: a long session's read then keeps its decoded events
+  // alive, not their text as well (what a young-generation collection during the read copies).
+  const deferred = maySelect(live, options, fence)
+  const streamed = deferred ? undefined : Digest.LogPrefixHash.start(scope)
   const entries: Array<SessionEntry> = []
   const withoutObservations: Array<DecodedRow> = []
   const decodedEvents: Array<Event.StoredEvent> = []
-  for (const [rowSequence, observedInvocationId, json] of await sessionRowsOf(tx, sessionId)) {
+  const rows = await sessionRowsOf(tx, sessionId)
+  for (let index = 0; index < rows.length; index++) {
+    const [rowSequence, observedInvocationId, rowJson] = rows[index]!
+    rows[index] = undefined
     const sequence = Rows.toNumber(rowSequence)
+    const size = streamed === undefined ? -1 : streamed.append(sequence, rowJson)
+    const json = deferred ? rowJson : undefined
     if (observedInvocationId !== null) {
       // Which invocation wrote an observation (it is not decoded): its row carries it.
       entries.push({ sequence, kind: "model_observed", json, invocationId: observedInvocationId })
       continue
     }
     // The other ids come from the event itself (the columns are written from it).
-    const decodedJson = Codec.decodeEventJson(json)
+    const decodedJson = Codec.decodeEventJson(rowJson)
     const event = Result.isSuccess(decodedJson) ? decodedJson.success : await Rows.undecodableAt(tx, sequence, decodedJson.failure)
     const invocation = event.invocation
     const stored: Event.StoredEvent = { sequence, event }
@@ -396,6 +433,7 @@ const materialise = async (
       kind: event.fact.kind,
       operationId: Fact.operationKey(event.fact) ?? null,
       json,
+      bytes: size >= 0 ? size : Canonical.utf8Length(rowJson),
       stored,
     }
     withoutObservations.push(decoded)
@@ -489,7 +527,7 @@ const materialise = async (
     !(row.operationId !== null && summarySteps.has(row.operationId) && row.kind.startsWith("model_"))
   const charge = (row: DecodedRow): number => {
     const archive = row.kind === "tool_settled" ? archives.get(row.eventId) : undefined
-    return archive === undefined ? Canonical.utf8Length(row.json) : replacementBytes(archive.placeholder)
+    return archive === undefined ? row.bytes : replacementBytes(archive.placeholder)
   }
   let events = anchorEvents
   let bytes = anchorBytes
@@ -549,10 +587,9 @@ const materialise = async (
     }
   }
   // Step 7: the evidence streams every row of the selection up to the high water, observations included.
-  const hash = Digest.LogPrefixHash.start(scope)
-  for (const entry of entries) {
-    if (entry.sequence > highWater) break
-    hash.update(entry.sequence, entry.json)
+  const hash = streamed ?? hashSelection(scope, entries, highWater)
+  if (hash === streamed && (scope.kind !== "session" || highWater !== readHighWater)) {
+    throw new Error("a context read hashed as it read selected fewer rows than it read")
   }
   const sourceDigest = hash.digest(highWater)
   const source: ModelContextSource = {
@@ -569,6 +606,17 @@ const materialise = async (
     ...(latestSummary === undefined ? {} : { latestSummary }),
   }
   return { source, hash }
+}
+
+/** The evidence of a selection through `highWater`, from the text its entries kept. */
+const hashSelection = (scope: Identity.LogScope, entries: ReadonlyArray<SessionEntry>, highWater: number): Digest.LogPrefixHash => {
+  const hash = Digest.LogPrefixHash.start(scope)
+  for (const entry of entries) {
+    if (entry.sequence > highWater) break
+    if (entry.json === undefined) throw new Error("a context read that selects kept no row text to hash")
+    hash.update(entry.sequence, entry.json)
+  }
+  return hash
 }
 
 /** The lineage a read selects: the one asked for, or the live current's own (docs/log-format.md §3.6). */

@@ -312,7 +312,7 @@ export const SESSION_ROWS_BETWEEN_SQL =
  * SQLite's raw rows of those selects. `event_log` is a STRICT table: its columns hold an integer
  * sequence and text (the observed invocation null or text), so the driver's arrays are the tuples.
  */
-const sessionRowsOfRaw = (rows: Array<unknown>): ReadonlyArray<SessionRow> => rows as Array<SessionRow>
+const sessionRowsOfRaw = (rows: Array<unknown>): Array<SessionRow> => rows as Array<SessionRow>
 
 const tupleOf = (row: { readonly sequence: number | string | bigint; readonly observed_invocation_id: string | null; readonly event_json: string }): SessionRow => [
   row.sequence,
@@ -326,9 +326,9 @@ const selectSessionRows = compiledOnce(1, (tx: Tx, sessionId: string) =>
 
 /**
  * Every row of a session in sequence order, as `SessionRow`s: on SQLite straight from a raw prepared
- * statement (arrays, no query building), elsewhere through Kysely.
+ * statement (arrays, no query building), elsewhere through Kysely. The array is new: the caller's own.
  */
-export const sessionRows = async (tx: Tx, sessionId: string): Promise<ReadonlyArray<SessionRow>> => {
+export const sessionRows = async (tx: Tx, sessionId: string): Promise<Array<SessionRow>> => {
   const sqlite = sqliteAccessOf(tx)
   if (sqlite !== undefined) return sessionRowsOfRaw(sqlite.statement(SESSION_ROWS_SQL).raw(true).all(sessionId))
   return (await selectSessionRows(tx, sessionId)).rows.map(tupleOf)
