@@ -1,10 +1,11 @@
-import { Archive, Canonical, Digest, type Event } from "@maka/facts"
+import { Archive, Canonical, Digest, type Event, Fact } from "@maka/facts"
 import { FactBuilders, History } from "@maka/testkit"
 import { Effect } from "effect"
 import { describe, expect, it } from "vitest"
 import BetterSqlite3 from "better-sqlite3"
 import * as path from "node:path"
 import * as EventLog from "../src/EventLog.ts"
+import { latestMain } from "../src/internal/context.ts"
 import { openSqlite } from "../src/internal/open-sqlite.ts"
 import * as Testing from "../src/testing.ts"
 import { buildSqliteAtVersion, rawEvent, temporaryDirectory } from "./fixtures/storage.ts"
@@ -320,6 +321,40 @@ describe("latestMain over a damaged log", () => {
 
   it("is trace_unavailable when the newest completion no longer decodes as a fact", async () => {
     expect(await damaged((json) => json.replace('"finishReason":"stop"', '"finishReason":"bogus"'))).toEqual({ kind: "trace_unavailable" })
+  })
+})
+
+describe("latestMain's walk", () => {
+  // smallRun: 1 opening, 2 request, 3 completion (a call), 4 dispatch, 5 settle, 6 request, 7 completion, 8 end.
+  const events = History.smallRun().events
+  const row = (at: number, sequence: number) => {
+    const event = events[at - 1]!.event
+    return {
+      sequence,
+      eventId: event.id,
+      invocationId: event.invocation.invocationId,
+      kind: event.fact.kind,
+      operationId: Fact.operationKey(event.fact) ?? null,
+      event,
+    }
+  }
+  const decode = (stored: ReturnType<typeof row>) => stored.event
+
+  it("pairs the newest completion with its own step's request, not the nearest request before it", () => {
+    // The first step's request moved between the second step's request and its completion.
+    const rows = [row(1, 1), row(6, 2), row(2, 3), row(7, 4)]
+    const latest = latestMain(rows, decode)
+    expect(latest.kind === "selected" && latest.sequence).toBe(4)
+    // Without its own request the completion has no trace, whatever request lies before it.
+    expect(latestMain([row(1, 1), row(2, 3), row(7, 4)], decode)).toEqual({ kind: "trace_unavailable" })
+  })
+
+  it("answers the same for rows in any order", () => {
+    const rows = events.map((stored) => row(stored.sequence, stored.sequence))
+    const inOrder = latestMain(rows, decode)
+    expect(inOrder.kind === "selected" && inOrder.sequence).toBe(7)
+    expect(latestMain([...rows].reverse(), decode)).toEqual(inOrder)
+    expect(latestMain([rows[6]!, ...rows.slice(0, 6), rows[7]!], decode)).toEqual(inOrder)
   })
 })
 

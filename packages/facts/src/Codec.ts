@@ -32,13 +32,8 @@ export const decodeClosed =
     }
   }
 
-const parseJson = (json: string): Result.Result<unknown, FactError> => {
-  try {
-    return Result.succeed(JSON.parse(json))
-  } catch (cause) {
-    return Result.fail(factError("decode", `invalid JSON: ${cause instanceof Error ? cause.message : String(cause)}`))
-  }
-}
+const invalidJson = (cause: unknown): FactError =>
+  factError("decode", `invalid JSON: ${cause instanceof Error ? cause.message : String(cause)}`)
 
 const decodeRuntimeEventShape = decodeClosed(RuntimeEvent)
 const decodeStoredEventShape = decodeClosed(StoredEvent)
@@ -116,9 +111,12 @@ export const decodeEventJson = (json: string): Result.Result<RuntimeEvent, FactE
     return Result.fail(factError("event_too_large", `event exceeds ${MAX_EVENT_BYTES} bytes`))
   }
   // The usual path (a stored row of the right shape) builds one result, no intermediate ones.
-  const parsed = parseJson(json)
-  if (Result.isFailure(parsed)) return Result.fail(parsed.failure)
-  const value = parsed.success
+  let value: unknown
+  try {
+    value = JSON.parse(json)
+  } catch (cause) {
+    return Result.fail(invalidJson(cause))
+  }
   if (!hasRuntimeEventShape(value)) return decodeEvent(value)
   const valid = Validation.fact(value.fact, value.invocation)
   return Result.isSuccess(valid) ? Result.succeed(value) : Result.fail(valid.failure)

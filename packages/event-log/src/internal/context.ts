@@ -180,6 +180,17 @@ const liveOpening = async (tx: Rows.Tx, sessionId: string, current: string): Pro
   return { row: opening }
 }
 
+const isAscending = (rows: ReadonlyArray<{ readonly sequence: number }>): boolean => {
+  for (let index = 1; index < rows.length; index++) if (rows[index - 1]!.sequence >= rows[index]!.sequence) return false
+  return true
+}
+
+/** The nearest row before `rows[at]` that `matches`. */
+const findBefore = <R>(rows: ReadonlyArray<R>, at: number, matches: (row: R) => boolean): R | undefined => {
+  for (let index = at - 1; index >= 0; index--) if (matches(rows[index]!)) return rows[index]
+  return undefined
+}
+
 /** What `latestMain` reads of a row besides its event. */
 type MainRow = Pick<Rows.Row, "sequence" | "eventId" | "invocationId" | "kind" | "operationId">
 
@@ -189,18 +200,17 @@ type MainRow = Pick<Rows.Row, "sequence" | "eventId" | "invocationId" | "kind" |
  * decoded already pass theirs, so the walk parses nothing twice.
  */
 export const latestMain = <R extends MainRow>(rows: ReadonlyArray<R>, decode: (row: R) => Event.RuntimeEvent | undefined): LatestMainContext => {
-  const bySequence = [...rows].sort((left, right) => right.sequence - left.sequence)
-  const bySteps = new Map<string, R>()
-  const openings = new Map<string, R>()
-  for (const row of rows) {
-    if (row.kind === "model_requested" && row.operationId !== null) bySteps.set(row.operationId, row)
-    if (row.kind === "invocation_opened") openings.set(row.invocationId, row)
-  }
-  for (const completion of bySequence) {
+  // Walked from the newest row back. The log holds one request per step and one opening per
+  // invocation (unique indexes), and a completion's trace needs both before it, so each is looked
+  // for before the completion only: a walk of the last step, not a map of the session.
+  const ordered = isAscending(rows) ? rows : [...rows].sort((left, right) => left.sequence - right.sequence)
+  for (let at = ordered.length - 1; at >= 0; at--) {
+    const completion = ordered[at]!
     if (completion.kind !== "model_completed") continue
     const completed = decode(completion)
-    const requestRow = completion.operationId === null ? undefined : bySteps.get(completion.operationId)
-    const openingRow = openings.get(completion.invocationId)
+    const stepId = completion.operationId
+    const requestRow = stepId === null ? undefined : findBefore(ordered, at, (row) => row.kind === "model_requested" && row.operationId === stepId)
+    const openingRow = findBefore(ordered, at, (row) => row.kind === "invocation_opened" && row.invocationId === completion.invocationId)
     const requested = requestRow === undefined ? undefined : decode(requestRow)
     const opened = openingRow === undefined ? undefined : decode(openingRow)
     if (
@@ -258,7 +268,7 @@ export const readLatestMain = async (tx: Rows.Tx, sessionId: string): Promise<La
  * A row of the context read with its event, decoded once, and its size in UTF-8 bytes. Its text is
  * kept only when the read hashes after the selection (see `materialise`).
  */
-interface DecodedRow extends Omit<Rows.Row, "json"> {
+interface DecodedRow extends Omit<Rows.Row, "json" | "sessionId" | "turnId" | "runId"> {
   readonly json: string | undefined
   readonly bytes: number
   readonly stored: Event.StoredEvent
@@ -402,9 +412,12 @@ const materialise = async (
   // alive, not their text as well (what a young-generation collection during the read copies).
   const deferred = maySelect(live, options, fence)
   const streamed = deferred ? undefined : Digest.LogPrefixHash.start(scope)
+  // The rows as entries, observations included, are kept only for a read that may select (what it
+  // hashes, where it may cut); a read that hashes as it reads needs only its last sequence.
   const entries: Array<SessionEntry> = []
-  const withoutObservations: Array<DecodedRow> = []
-  const decodedEvents: Array<Event.StoredEvent> = []
+  let lastSequence = 0
+  // Every decoded row of the session: the safety gate reads them all, whatever the selection keeps.
+  const decodedRows: Array<DecodedRow> = []
   const rows = await sessionRowsOf(tx, sessionId)
   for (let index = 0; index < rows.length; index++) {
     const [rowSequence, observedInvocationId, rowJson] = rows[index]!
@@ -412,59 +425,52 @@ const materialise = async (
     const sequence = Rows.toNumber(rowSequence)
     const size = streamed === undefined ? -1 : streamed.append(sequence, rowJson)
     const json = deferred ? rowJson : undefined
+    lastSequence = sequence
     if (observedInvocationId !== null) {
       // Which invocation wrote an observation (it is not decoded): its row carries it.
-      entries.push({ sequence, kind: "model_observed", json, invocationId: observedInvocationId })
+      if (deferred) entries.push({ sequence, kind: "model_observed", json, invocationId: observedInvocationId })
       continue
     }
     // The other ids come from the event itself (the columns are written from it).
     const decodedJson = Codec.decodeEventJson(rowJson)
     const event = Result.isSuccess(decodedJson) ? decodedJson.success : await Rows.undecodableAt(tx, sequence, decodedJson.failure)
-    const invocation = event.invocation
-    const stored: Event.StoredEvent = { sequence, event }
-    decodedEvents.push(stored)
     const decoded: DecodedRow = {
       sequence,
       eventId: event.id,
-      sessionId: invocation.sessionId,
-      turnId: invocation.turnId,
-      runId: invocation.runId,
-      invocationId: invocation.invocationId,
+      invocationId: event.invocation.invocationId,
       kind: event.fact.kind,
       operationId: Fact.operationKey(event.fact) ?? null,
       json,
       bytes: size >= 0 ? size : Canonical.utf8Length(rowJson),
-      stored,
+      stored: { sequence, event },
     }
-    withoutObservations.push(decoded)
-    entries.push(decoded)
+    decodedRows.push(decoded)
+    if (deferred) entries.push(decoded)
   }
-  const selection = selectionOf(withoutObservations, options)
+  const selection = selectionOf(decodedRows, options)
   const selected = (row: { readonly sequence: number; readonly invocationId: string }) =>
     selection === undefined || row.sequence <= selection.base || selection.invocations.has(row.invocationId)
+  let withoutObservations = decodedRows
   if (selection !== undefined) {
     // A lineage selection: the rows of later unrelated runs of the session are left out of the
     // context and its evidence (the safety gate still reads the whole session).
     scope = { kind: "lineage", sessionId, runId: selection.runId }
-    const kept = withoutObservations.filter(selected)
-    withoutObservations.length = 0
-    withoutObservations.push(...kept)
+    withoutObservations = decodedRows.filter(selected)
     const keptEntries = entries.filter(selected)
     entries.length = 0
     entries.push(...keptEntries)
   }
-  const readHighWater = entries.length === 0 ? 0 : entries[entries.length - 1]!.sequence
+  const readHighWater = !deferred ? lastSequence : entries.length === 0 ? 0 : entries[entries.length - 1]!.sequence
   if (fence !== undefined && options.current !== undefined) {
-    const own = decodedEvents.filter((stored) => stored.event.invocation.invocationId === options.current)
+    const own = decodedRows.filter((row) => row.invocationId === options.current).map((row) => row.stored)
     const reason = InvocationState.unsettledReason(InvocationState.fold(own), "main")
     if (reason !== undefined) throw EventLogError.invalidTransition(`the invocation is not at a settled boundary: ${reason}`)
   }
-  const storedOf = (row: DecodedRow): Event.StoredEvent => row.stored
   const safety = await Safety.checkEvents(
     tx,
     dialect,
     sessionId,
-    decodedEvents,
+    () => decodedRows.map((row) => row.stored),
     {
       ...(options.current === undefined ? {} : { exclude: options.current }),
       ...(options.manual === true ? { manual: true } : {}),
@@ -476,20 +482,48 @@ const materialise = async (
     highWater = 0
     for (const entry of entries) if (entry.sequence < opening.sequence) highWater = entry.sequence
   }
-  // A compaction source's own earlier checkpoints count when they cover no more than the fence: a
-  // run compacting in passes (a fitted cut, then another) goes on from its last pass.
-  const checkpoints = withoutObservations.filter((row) => {
-    if (row.kind !== "context_checkpoint_recorded") return false
-    if (row.sequence <= highWater) return true
-    if (fence === undefined || row.invocationId !== options.current) return false
-    const fact = row.stored.event.fact
-    return fact.kind === "context_checkpoint_recorded" && fact.checkpoint.coveredThrough <= highWater
-  })
+  // One pass over the selection: the checkpoints that count (a compaction source's own earlier
+  // checkpoints count when they cover no more than the fence: a run compacting in passes goes on
+  // from its last pass), and what keeps a row out of the tail or replaces its result. Each row's
+  // kind is on the row, so only the rows these facts concern have their event read.
+  const checkpoints: Array<DecodedRow> = []
+  const compactInvocations = new Set<string>()
+  const summarySteps = new Set<string>()
+  const archives = new Map<string, { readonly placeholder: Archive.ArchivedPlaceholder; readonly eventId: string }>()
+  for (const row of withoutObservations) {
+    switch (row.kind) {
+      case "context_checkpoint_recorded": {
+        if (row.sequence <= highWater) checkpoints.push(row)
+        else if (fence !== undefined && row.invocationId === options.current) {
+          const fact = row.stored.event.fact
+          if (fact.kind === "context_checkpoint_recorded" && fact.checkpoint.coveredThrough <= highWater) checkpoints.push(row)
+        }
+        break
+      }
+      case "invocation_opened": {
+        const fact = row.stored.event.fact
+        if (fact.kind === "invocation_opened" && fact.input.kind === "context_compact") compactInvocations.add(row.invocationId)
+        break
+      }
+      case "model_requested": {
+        const fact = row.stored.event.fact
+        if (fact.kind === "model_requested" && fact.purpose === "summary") summarySteps.add(fact.stepId)
+        break
+      }
+      case "tool_result_archived": {
+        const fact = row.stored.event.fact
+        if (fact.kind === "tool_result_archived") {
+          archives.set(fact.placeholder.identity.runtimeEventId, { placeholder: fact.placeholder, eventId: row.eventId })
+        }
+        break
+      }
+    }
+  }
   const checkpointIds = new Set(checkpoints.map((row) => row.eventId))
   const baselineRow = checkpoints[checkpoints.length - 1]
   let baseline: Baseline | undefined
   if (baselineRow !== undefined) {
-    const fact = storedOf(baselineRow).event.fact
+    const fact = baselineRow.stored.event.fact
     if (fact.kind !== "context_checkpoint_recorded") throw EventLogError.make({ _tag: "Decode", message: "baseline" })
     const previous = fact.checkpoint.previousCheckpointId
     if (previous !== undefined && !checkpointIds.has(previous)) {
@@ -508,36 +542,63 @@ const materialise = async (
     anchorEvents = 1
     anchorBytes = Canonical.utf8Length(anchorRow.json)
   }
-  const compactInvocations = new Set<string>()
-  const summarySteps = new Set<string>()
-  const archives = new Map<string, { readonly placeholder: Archive.ArchivedPlaceholder; readonly eventId: string }>()
-  for (const row of withoutObservations) {
-    const fact = storedOf(row).event.fact
-    if (fact.kind === "invocation_opened" && fact.input.kind === "context_compact") compactInvocations.add(row.invocationId)
-    if (fact.kind === "model_requested" && fact.purpose === "summary") summarySteps.add(fact.stepId)
-    if (fact.kind === "tool_result_archived") {
-      archives.set(fact.placeholder.identity.runtimeEventId, { placeholder: fact.placeholder, eventId: row.eventId })
-    }
-  }
   const isTail = (row: DecodedRow): boolean =>
     row.sequence > coveredThrough &&
     row.kind !== "context_checkpoint_recorded" &&
     row.kind !== "tool_result_archived" &&
     !compactInvocations.has(row.invocationId) &&
     !(row.operationId !== null && summarySteps.has(row.operationId) && row.kind.startsWith("model_"))
+  const archiveOf = (row: DecodedRow) => (row.kind === "tool_settled" && archives.size > 0 ? archives.get(row.eventId) : undefined)
   const charge = (row: DecodedRow): number => {
-    const archive = row.kind === "tool_settled" ? archives.get(row.eventId) : undefined
+    const archive = archiveOf(row)
     return archive === undefined ? row.bytes : replacementBytes(archive.placeholder)
   }
-  let events = anchorEvents
-  let bytes = anchorBytes
-  for (const row of withoutObservations) {
-    if (row.sequence > highWater) break
-    if (!isTail(row)) continue
-    events += 1
-    bytes += charge(row)
+  // The tail through `through`, what it costs, and the newest summary attempt after the baseline
+  // (and whether it was drained), in one pass.
+  const tailThrough = (through: number) => {
+    let events = anchorEvents
+    let bytes = anchorBytes
+    const replacements: Array<{ settledEventId: string; archiveEventId: string }> = []
+    const tail: Array<TailItem> = []
+    let latestSummary: LatestSummary | undefined
+    for (const row of withoutObservations) {
+      if (row.sequence > through) break
+      if (row.sequence <= coveredThrough) continue
+      if (row.kind === "model_requested" || row.kind === "model_interrupted") {
+        const fact = row.stored.event.fact
+        if (fact.kind === "model_requested" && fact.purpose === "summary") {
+          latestSummary = { stepId: fact.stepId, sequence: row.sequence, drained: false }
+        } else if (fact.kind === "model_interrupted" && latestSummary?.stepId === fact.stepId && fact.status === "cancelled") {
+          latestSummary = { ...latestSummary, drained: true }
+        }
+      }
+      if (!isTail(row)) continue
+      const archive = archiveOf(row)
+      events += 1
+      const stored = row.stored
+      if (archive === undefined) {
+        bytes += row.bytes
+        tail.push({ kind: "canonical", stored })
+        continue
+      }
+      bytes += replacementBytes(archive.placeholder)
+      const fact = stored.event.fact
+      replacements.push({ settledEventId: row.eventId, archiveEventId: archive.eventId })
+      tail.push({
+        kind: "archived",
+        sequence: row.sequence,
+        eventId: row.eventId,
+        invocation: stored.event.invocation,
+        operationId: row.operationId ?? "",
+        replacement: Archive.modelValue(archive.placeholder.identity, archive.placeholder.page),
+        archiveEventId: archive.eventId,
+        isError: fact.kind === "tool_settled" && fact.outcome.kind === "failed",
+      })
+    }
+    return { events, bytes, replacements, tail, latestSummary }
   }
-  if (events > options.maxEvents || bytes > options.maxBytes) {
+  let built = tailThrough(highWater)
+  if (built.events > options.maxEvents || built.bytes > options.maxBytes) {
     if (fence === undefined || !fence.fit || fence.mode === "mid_turn") throw EventLogError.prefixTooLarge()
     const cut = CompactionCut.highestFittingCut(
       entries.map((entry, index): CompactionCut.CutRow => ({
@@ -549,43 +610,9 @@ const materialise = async (
     )
     if (cut === undefined) throw EventLogError.prefixTooLarge()
     highWater = cut
+    built = tailThrough(highWater)
   }
-  const replacements: Array<{ settledEventId: string; archiveEventId: string }> = []
-  const tail: Array<TailItem> = []
-  for (const row of withoutObservations) {
-    if (row.sequence > highWater) break
-    if (!isTail(row)) continue
-    const archive = row.kind === "tool_settled" ? archives.get(row.eventId) : undefined
-    const stored = storedOf(row)
-    if (archive === undefined) {
-      tail.push({ kind: "canonical", stored })
-      continue
-    }
-    const fact = stored.event.fact
-    replacements.push({ settledEventId: row.eventId, archiveEventId: archive.eventId })
-    tail.push({
-      kind: "archived",
-      sequence: row.sequence,
-      eventId: row.eventId,
-      invocation: stored.event.invocation,
-      operationId: row.operationId ?? "",
-      replacement: Archive.modelValue(archive.placeholder.identity, archive.placeholder.page),
-      archiveEventId: archive.eventId,
-      isError: fact.kind === "tool_settled" && fact.outcome.kind === "failed",
-    })
-  }
-  // The newest summary attempt after the baseline, and whether it was drained.
-  let latestSummary: LatestSummary | undefined
-  for (const row of withoutObservations) {
-    if (row.sequence > highWater) break
-    if (row.sequence <= coveredThrough) continue
-    if (row.kind !== "model_requested" && row.kind !== "model_interrupted") continue
-    const fact = row.stored.event.fact
-    if (fact.kind === "model_requested" && fact.purpose === "summary") latestSummary = { stepId: fact.stepId, sequence: row.sequence, drained: false }
-    else if (fact.kind === "model_interrupted" && latestSummary?.stepId === fact.stepId && fact.status === "cancelled") {
-      latestSummary = { ...latestSummary, drained: true }
-    }
-  }
+  const { replacements, tail, latestSummary } = built
   // Step 7: the evidence streams every row of the selection up to the high water, observations included.
   const hash = streamed ?? hashSelection(scope, entries, highWater)
   if (hash === streamed && (scope.kind !== "session" || highWater !== readHighWater)) {
@@ -626,7 +653,7 @@ const selectionOf = (rows: ReadonlyArray<DecodedRow>, options: ContextOptions): 
   for (const row of rows) {
     if (row.kind !== "invocation_opened") continue
     const fact = row.stored.event.fact
-    if (fact.kind === "invocation_opened") openings.set(row.invocationId, { runId: row.runId, sequence: row.sequence, fact })
+    if (fact.kind === "invocation_opened") openings.set(row.invocationId, { runId: row.stored.event.invocation.runId, sequence: row.sequence, fact })
   }
   if (options.lineageOf === undefined) return liveLineage(openings, options.current!)
   return sealedLineage(openings, options.lineageOf, (sequence) => rows.filter((row) => row.sequence < sequence).at(-1)?.sequence ?? 0)

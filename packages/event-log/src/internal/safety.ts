@@ -188,19 +188,19 @@ export const statusesOf = async (
 
 /**
  * Checks the gate. Where the writer's in-memory index serves this transaction (SQLite with the
- * writer lease) it answers from the verdicts kept per invocation and `events` is not read;
- * otherwise it folds `events` (the session without observations) and reads the evidence by index.
+ * writer lease) it answers from the verdicts kept per invocation and `events` is not called;
+ * otherwise it folds `events()` (the session without observations) and reads the evidence by index.
  */
 export const checkEvents = async (
   tx: Rows.Tx,
   dialect: Dialect,
   sessionId: string,
-  events: ReadonlyArray<Event.StoredEvent>,
+  events: () => ReadonlyArray<Event.StoredEvent>,
   options: SafetyOptions = {},
 ): Promise<SafetyResult> => {
   const index = LogIndex.of(tx)
   if (index !== undefined) return decide((await index.session(tx, dialect, sessionId)).statuses(), options)
-  return checkFolded(tx, dialect, events, options)
+  return checkFolded(tx, dialect, events(), options)
 }
 
 /** The SQL path of the gate over loaded events (no in-memory index). */
