@@ -139,7 +139,7 @@ describe("openSqlite transactions", () => {
     await database.close()
   })
 
-  it("sets WAL, synchronous FULL by default or NORMAL when asked, and foreign keys", async () => {
+  it("sets WAL, synchronous FULL by default or NORMAL when asked, foreign keys, and a 4,000-page WAL checkpoint", async () => {
     const directory = temporaryDirectory()
     const pragmas = async (options: Parameters<typeof openSqlite>[1]) => {
       const database = await openSqlite(path.join(directory, `${String(options?.synchronous)}.sqlite`), options)
@@ -147,6 +147,7 @@ describe("openSqlite transactions", () => {
         journal: (await sql<{ journal_mode: string }>`PRAGMA journal_mode`.execute(transaction)).rows[0],
         synchronous: (await sql<{ synchronous: number }>`PRAGMA synchronous`.execute(transaction)).rows[0],
         foreignKeys: (await sql<{ foreign_keys: number }>`PRAGMA foreign_keys`.execute(transaction)).rows[0],
+        autocheckpoint: (await sql<{ wal_autocheckpoint: number }>`PRAGMA wal_autocheckpoint`.execute(transaction)).rows[0],
       }))
       await database.close()
       return values
@@ -155,6 +156,7 @@ describe("openSqlite transactions", () => {
       journal: { journal_mode: "wal" },
       synchronous: { synchronous: 2 },
       foreignKeys: { foreign_keys: 1 },
+      autocheckpoint: { wal_autocheckpoint: 4_000 },
     })
     expect((await pragmas({ synchronous: "NORMAL" })).synchronous).toEqual({ synchronous: 1 })
   })
