@@ -166,6 +166,9 @@ How to read it:
   last cycle against the first that begins at or after turn 81: a request grows from one checkpoint
   to the next, so 20 turns, under half a cycle, measured where they fell in it); the other declares none, so each of its requests carries the
   whole session and grows with it: its ratio shows what an unbounded context costs, not a target.
+  Both start after 300 turns of a third session (\`MAKA_BENCH_LONG_WARMUP\`), so turn 100 is timed with
+  the engine's per-turn code compiled as at turn 1,000 (without them the windowed turns fell by a
+  third over the run with the same work in every cycle).
 - Layout (\`layout.*\`): files built with raw better-sqlite3 holding the log's columns and the indexes
   every event meets, as the log stores them (a rowid table) or clustered by \`(session_id, sequence)\`
   (\`WITHOUT ROWID\`), each with 1,024-byte pages (the log's) and 4,096; every file holds the same
