@@ -135,7 +135,9 @@ How to read it:
   the request before it is sent, the answer's text and completion after the stream), round-robin with
   the bare read and maka. Its ratio to the bare read is what those two commits cost on this disk: the
   least any durable engine pays, against which the bound of the unpaced answer can be judged.
-- History series: the session is grown by running real turns (\`build-50\`: 50 parallel tool calls then
+- History series: after 100 turns on an engine and a file of their own (\`MAKA_BENCH_HISTORY_WARMUP\`),
+  so the smallest size is not timed while the engine's code is still compiling, the session is
+  grown by running real turns (\`build-50\`: 50 parallel tool calls then
   an answer), never by writing rows; at each size one untimed 10-step turn, then 10-step turns are measured, and the raw loop replays
   the very request bodies maka sent (kept by the fake server as they arrived) with its two commits per step.
   No window is declared there, so from 8,000 events (80 % of the read limit) automatic compaction folds
