@@ -30,7 +30,15 @@ import { countStatements, cpuMs, emit, entry, type Entry, integer, median, profi
 const STEPS = 10
 const LOOP_MODEL = `loop-${STEPS}`
 const TRIALS = integer("MAKA_BENCH_TRIALS", 5)
-const WARMUP = integer("MAKA_BENCH_WARMUP", 2)
+/**
+ * Untimed round-robin trials of the loop first (`MAKA_BENCH_LOOP_WARMUP`, default 40, each of
+ * `MAKA_BENCH_LOOPS` loops per contender): every contender, the fake server's process too, keeps
+ * getting faster for a hundred loops or so. After 2 such trials the floor took 1.92 ms per step, after
+ * 10 1.38, after 30 1.06 and after 60 1.05; maka 4.68, 4.02, 3.52, 3.27; the Agents SDK 3.53, 2.73,
+ * 2.00, 2.04 (one run each, 2026-12-04): a short warm-up timed every contender partly cold, and the
+ * SDK colder than maka.
+ */
+const WARMUP = integer("MAKA_BENCH_LOOP_WARMUP", 40)
 const LOOPS = integer("MAKA_BENCH_LOOPS", 3)
 const ACCOUNTING_LOOPS = 3
 const DELTAS = 1_000
