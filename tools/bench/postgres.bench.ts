@@ -27,7 +27,8 @@ import { cpuMs, emit, entry, type Entry, integer, median, round, temporaryDirect
 const STEPS = 10
 const LOOP_MODEL = `loop-${STEPS}`
 const TRIALS = integer("MAKA_BENCH_TRIALS", 5)
-const WARMUP = integer("MAKA_BENCH_WARMUP", 2)
+/** Untimed round-robin trials first, as the engine bench's loop (`MAKA_BENCH_LOOP_WARMUP`, default 40). */
+const WARMUP = integer("MAKA_BENCH_LOOP_WARMUP", 40)
 const LOOPS = integer("MAKA_BENCH_PG_LOOPS", 3)
 const ACCOUNTING_LOOPS = 3
 

@@ -88,7 +88,7 @@ How to read it:
   Absolute times move with the machine's load (see the load average per bench below); ratios move much
   less, and they are what docs/architecture.md §12 and the acceptance criteria are stated in.
 - Times are medians over trials (\`MAKA_BENCH_TRIALS\`, default 5, after \`MAKA_BENCH_WARMUP\` = 2 warm-up
-  trials; the engine's tool loop after \`MAKA_BENCH_LOOP_WARMUP\` = 40, since every contender, and the
+  trials; the tool loops of \`engine\` and \`postgres\` after \`MAKA_BENCH_LOOP_WARMUP\` = 40, since every contender, and the
   fake server, kept getting faster over its first hundred loops: measured after 2 warm-up trials the
   loop read 4.68 ms per step for maka against 3.53 for the Agents SDK and 1.92 for the floor, after 60
   3.27, 2.04 and 1.05); per-step figures divide a trial's time by its steps. A step is one model request of the
