@@ -581,7 +581,8 @@ const materialise = async (
         tail.push({ kind: "canonical", stored })
         continue
       }
-      bytes += replacementBytes(archive.placeholder)
+      const replacement = Archive.modelValue(archive.placeholder.identity, archive.placeholder.page)
+      bytes += valueBytes(replacement)
       const fact = stored.event.fact
       replacements.push({ settledEventId: row.eventId, archiveEventId: archive.eventId })
       tail.push({
@@ -590,7 +591,7 @@ const materialise = async (
         eventId: row.eventId,
         invocation: stored.event.invocation,
         operationId: row.operationId ?? "",
-        replacement: Archive.modelValue(archive.placeholder.identity, archive.placeholder.page),
+        replacement,
         archiveEventId: archive.eventId,
         isError: fact.kind === "tool_settled" && fact.outcome.kind === "failed",
       })
@@ -659,8 +660,11 @@ const selectionOf = (rows: ReadonlyArray<DecodedRow>, options: ContextOptions): 
   return sealedLineage(openings, options.lineageOf, (sequence) => rows.filter((row) => row.sequence < sequence).at(-1)?.sequence ?? 0)
 }
 
+/** The UTF-8 size of a value's canonical JSON: what an archived result's replacement charges. */
+const valueBytes = (value: unknown): number => Canonical.utf8Length(Canonical.stringify(value))
+
 const replacementBytes = (placeholder: Archive.ArchivedPlaceholder): number =>
-  Canonical.utf8Length(Canonical.stringify(Archive.modelValue(placeholder.identity, placeholder.page)))
+  valueBytes(Archive.modelValue(placeholder.identity, placeholder.page))
 
 /** Whether the invocation is at a settled boundary (compaction and prune need it). */
 export const requireSettledBoundary = async (tx: Rows.Tx, invocationId: string): Promise<void> => {
