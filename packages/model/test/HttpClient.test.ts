@@ -1,15 +1,16 @@
 /**
  * The adapter's own HTTP client (docs/model.md §4.2), against a real `node:http` server on loopback:
  * connections kept alive between requests, header values sent as `fetch` sends them, compressed
- * bodies decoded, a body cut short failing its read, and an abort rejecting with an `AbortError`
- * before and during the body.
+ * bodies decoded, a body cut short failing its read, an abort rejecting with an `AbortError`
+ * before and during the body, and a read taking everything that reached the socket meanwhile, up
+ * to the unread bound.
  */
 import { assert, describe, it } from "@effect/vitest"
 import { getEventListeners } from "node:events"
 import * as http from "node:http"
 import type { AddressInfo } from "node:net"
 import * as zlib from "node:zlib"
-import { IDLE_CONNECTION_MS, send, type BodyReader } from "../src/internal/http-client.ts"
+import { IDLE_CONNECTION_MS, MAX_BUFFERED_BODY_BYTES, send, type BodyReader } from "../src/internal/http-client.ts"
 
 type Handler = (request: http.IncomingMessage, response: http.ServerResponse) => void
 
@@ -32,6 +33,10 @@ const serve = async (handler: Handler) => {
 
 const post = (url: string, headers: Record<string, string> = {}, signal = new AbortController().signal) =>
   send(url, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: '{"q":"é"}', signal })
+
+/** `count` pieces of `size` bytes, each a different letter, as one string. */
+const pieces = (count: number, size: number): string =>
+  Array.from({ length: count }, (_, index) => String.fromCharCode(97 + (index % 26)).repeat(size)).join("")
 
 /** Every chunk of the body as text, until its end. */
 const readAll = async (reader: BodyReader): Promise<string> => {
@@ -240,6 +245,54 @@ describe("the adapter's HTTP client", () => {
         await new Promise((resolve) => setTimeout(resolve, 10))
       }
       assert.strictEqual(getEventListeners(shared.signal, "abort").length, 0)
+    } finally {
+      await server.close()
+    }
+  })
+
+  it("wakes a waiting read only after the socket's pending reads: a burst comes in one read, not one per 64 KiB", async () => {
+    // 32 writes of 8 KiB at once, after the client's read is already waiting: they reach the client's
+    // socket together, more than one socket read (64 KiB) of them.
+    const burst = pieces(32, 8 * 1024)
+    let start: (() => void) | undefined
+    const server = await serve((_request, response) => {
+      response.writeHead(200, { "content-type": "text/event-stream" })
+      response.flushHeaders()
+      start = () => {
+        for (let index = 0; index < 32; index++) response.write(burst.slice(index * 8 * 1024, (index + 1) * 8 * 1024))
+        response.end()
+      }
+    })
+    try {
+      const reader = (await post(server.url)).body!.getReader()
+      const first = reader.read()
+      start!()
+      const read = await first
+      assert.isFalse(read.done)
+      assert.isAbove(read.value!.byteLength, 64 * 1024)
+      const rest = await readAll(reader)
+      assert.strictEqual(new TextDecoder().decode(read.value) + rest, burst)
+    } finally {
+      await server.close()
+    }
+  })
+
+  it("buffers what arrives while no read waits, and stops reading the socket past its unread bound", async () => {
+    const body = pieces(64, 64 * 1024)
+    const server = await serve((_request, response) => {
+      response.writeHead(200, { "content-type": "text/event-stream" })
+      response.end(body)
+    })
+    try {
+      const reader = (await post(server.url)).body!.getReader()
+      // Nothing reads for a while: what arrives is buffered, up to the bound and at most one socket read more.
+      await new Promise((resolve) => setTimeout(resolve, 200))
+      const first = await reader.read()
+      assert.isFalse(first.done)
+      assert.isAtLeast(first.value!.byteLength, MAX_BUFFERED_BODY_BYTES)
+      assert.isAtMost(first.value!.byteLength, MAX_BUFFERED_BODY_BYTES + 64 * 1024)
+      // The body goes on after the read, whole and in order.
+      assert.strictEqual(new TextDecoder().decode(first.value) + (await readAll(reader)), body)
     } finally {
       await server.close()
     }

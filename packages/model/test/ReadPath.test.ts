@@ -147,6 +147,24 @@ describe("events split across network chunks", () => {
     }),
   )
 
+  it.effect("decodes a chunk of more than 64 KiB in slices, a character split at a slice's end included", () =>
+    Effect.gen(function* () {
+      // The delta's emoji starts 2 bytes before 64 KiB, so the first slice ends inside it.
+      const prefix = new TextEncoder().encode(opening + `data: {"choices":[{"index":0,"delta":{"content":"`)
+      const filler = "x".repeat(64 * 1024 - 2 - prefix.length)
+      const text = `${filler}😀${"é".repeat(40_000)}`
+      const bytes = new TextEncoder().encode(opening + frame({ content: text }) + closing)
+      const fed = feedableBody()
+      const { model } = fedModel(fed.body)
+      const fiber = yield* Effect.forkChild(collect((yield* model).stream(request())))
+      fed.pushBytes(bytes)
+      fed.close()
+      const { events, error } = yield* Fiber.join(fiber)
+      assert.strictEqual(error, undefined, error?.message)
+      assert.strictEqual(deltasOf(events).join(""), text)
+    }),
+  )
+
   it.effect("reassembles events the server writes in pieces, with a pause between them", () =>
     Effect.gen(function* () {
       const body = opening + texts(["ä", "😀x"]) + closing

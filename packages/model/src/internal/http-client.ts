@@ -1,7 +1,7 @@
 /**
  * The adapter's own HTTP client (docs/model.md §4.2), used when the provider configuration brings no
- * `fetch`: `node:http` / `node:https` with keep-alive agents, the response body read in paused mode
- * by one pull per network chunk, no WHATWG stream between the socket and the SSE parser. It answers
+ * `fetch`: `node:http` / `node:https` with keep-alive agents, the response body flowing into a buffer
+ * a pull takes whole, no WHATWG stream between the socket and the SSE parser. It answers
  * the part of a `fetch` `Response` the transport reads (status, headers, a body reader), and keeps
  * Node's `fetch` behaviour where the transport depends on it: header values trimmed, an abort
  * rejects with an `AbortError`, a body cut short rejects its read, a compressed body is decompressed.
@@ -98,24 +98,40 @@ const decoded = (response: http.IncomingMessage): Readable => {
   return response.pipe(decoder)
 }
 
+/** Bytes a body may hold unread before it stops reading the socket (the server then waits for the reader). */
+export const MAX_BUFFERED_BODY_BYTES = 1024 * 1024
+
 /**
- * A pull reader over a paused `Readable`: a read takes what is buffered at once, or waits for the
- * next chunk, the end or the failure. A connection cut mid-body fails the body (Node reports it as
- * an `aborted` error), so the read fails as under `fetch`; after an abort every failure is the
- * `AbortError`.
+ * A pull reader over a `Readable` that flows into a buffer of its own: a read takes everything
+ * buffered at once, or waits for the next chunk, the end or the failure. A waiting read is woken
+ * after the event loop's pending socket reads have run (`setImmediate`), so the bytes that reached
+ * the socket while the reader's caller held the thread (a commit) come in one read, not one read per
+ * network chunk. Past `MAX_BUFFERED_BODY_BYTES` unread the body pauses until the next read. A
+ * connection cut mid-body fails the body (Node reports it as an `aborted` error), so the read fails
+ * as under `fetch`; after an abort every failure is the `AbortError`.
  */
 const readerOf = (response: http.IncomingMessage, signal: AbortSignal): BodyReader => {
   const body = decoded(response)
+  const chunks: Array<Buffer> = []
+  let buffered = 0
   let ended = false
   let failure: unknown
   let waiting: { readonly resolve: (read: BodyRead) => void; readonly reject: (error: unknown) => void } | undefined
+  let wakeScheduled = false
+  const take = (): BodyRead => {
+    const value = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, buffered)
+    chunks.length = 0
+    buffered = 0
+    if (body.isPaused() && !ended) body.resume()
+    return { done: false, value }
+  }
   const settle = () => {
+    wakeScheduled = false
     const waiter = waiting
     if (waiter === undefined) return
-    const chunk: unknown = body.read()
-    if (chunk !== null) {
+    if (buffered > 0) {
       waiting = undefined
-      waiter.resolve({ done: false, value: chunk as Uint8Array })
+      waiter.resolve(take())
     } else if (failure !== undefined) {
       waiting = undefined
       waiter.reject(failure)
@@ -124,20 +140,28 @@ const readerOf = (response: http.IncomingMessage, signal: AbortSignal): BodyRead
       waiter.resolve({ done: true })
     }
   }
-  const fail = (error: unknown) => {
-    failure ??= signal.aborted ? abortError(signal) : error
-    settle()
+  const wake = () => {
+    if (waiting === undefined || wakeScheduled) return
+    wakeScheduled = true
+    setImmediate(settle)
   }
-  body.on("readable", settle)
+  body.on("data", (chunk: Buffer) => {
+    chunks.push(chunk)
+    buffered += chunk.length
+    if (buffered >= MAX_BUFFERED_BODY_BYTES) body.pause()
+    wake()
+  })
   body.on("end", () => {
     ended = true
-    settle()
+    wake()
   })
-  body.on("error", fail)
+  body.on("error", (error) => {
+    failure ??= signal.aborted ? abortError(signal) : error
+    wake()
+  })
   return {
     read: () => {
-      const chunk: unknown = body.read()
-      if (chunk !== null) return Promise.resolve({ done: false, value: chunk as Uint8Array })
+      if (buffered > 0) return Promise.resolve(take())
       if (failure !== undefined) return Promise.reject(failure)
       if (ended) return Promise.resolve({ done: true })
       return new Promise<BodyRead>((resolve, reject) => {
@@ -146,6 +170,8 @@ const readerOf = (response: http.IncomingMessage, signal: AbortSignal): BodyRead
     },
     cancel: () => {
       ended = true
+      chunks.length = 0
+      buffered = 0
       response.destroy()
       if (body !== response) body.destroy()
       settle()

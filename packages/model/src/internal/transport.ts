@@ -57,6 +57,9 @@ const isAbortError = (cause: unknown): boolean => cause instanceof Error && caus
 
 /** How a pending wait on the network ends early: with the expiry, or (after the finish) the grace's end. */
 type WaitEnd = ModelError.ModelError | typeof GRACE_OVER
+/** The most bytes decoded into one string: a longer one costs V8 several times more per byte. */
+const DECODE_SLICE_BYTES = 64 * 1024
+
 const GRACE_OVER = Symbol("grace over")
 /** A read that found the finish with the body still open: the rest is read under the grace. */
 const FINISHED = Symbol("finished")
@@ -317,7 +320,10 @@ export const open: (
       failure = ModelError.adapter(ModelError.AdapterMessage.outputTooLarge)
       return
     }
-    parser.feed(decoder.decode(chunk.value, { stream: true }))
+    const bytes = chunk.value
+    for (let offset = 0; offset < bytes.byteLength; offset += DECODE_SLICE_BYTES) {
+      parser.feed(decoder.decode(bytes.subarray(offset, offset + DECODE_SLICE_BYTES), { stream: true }))
+    }
     if (parseFailure !== undefined) {
       failure = toError(parseFailure)
       return
