@@ -193,7 +193,8 @@ prints the top 15 self-time functions and the time per package); rewrite this fi
 \`pnpm bench --report\`. Knobs (environment): \`MAKA_BENCH_TRIALS\`, \`MAKA_BENCH_WARMUP\`, \`MAKA_BENCH_LOOP_WARMUP\`,
 \`MAKA_BENCH_LOOPS\` (tool loops per contender per trial, default 3), \`MAKA_BENCH_PG_LOOPS\` (the same on
 PostgreSQL, default 3), \`MAKA_BENCH_DATABASE_URL\`, \`MAKA_BENCH_CONCURRENCY\` (default 20,200),
-\`MAKA_BENCH_CONCURRENCY_TRIALS\` (default 3), \`MAKA_BENCH_STREAM_ROUNDS\`, \`MAKA_BENCH_STREAM_WARMUP\` (default 20),
+\`MAKA_BENCH_CONCURRENCY_TRIALS\` (default 3), \`MAKA_BENCH_CONCURRENCY_WARMUP\` (default 10),
+\`MAKA_BENCH_STREAM_ROUNDS\`, \`MAKA_BENCH_STREAM_WARMUP\` (default 20),
 \`MAKA_BENCH_PACED_ROUNDS\`, \`MAKA_BENCH_HISTORY_SIZES\` (default 100,1000,10000),
 \`MAKA_BENCH_HISTORY_TURNS\` (default 15), \`MAKA_BENCH_HISTORY_LARGE=1\` (adds 100,000 events; slow to build),
 \`MAKA_BENCH_APPENDS\`, \`MAKA_BENCH_LONG_TURNS\` (default 1,000), \`MAKA_BENCH_LONG_WINDOW\` (default 4,000), \`MAKA_BENCH_SCALE_SIZES\`,
