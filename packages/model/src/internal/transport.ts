@@ -57,12 +57,12 @@ const isAbortError = (cause: unknown): boolean => cause instanceof Error && caus
 
 /** How a pending wait on the network ends early: with the expiry, or (after the finish) the grace's end. */
 type WaitEnd = ModelError.ModelError | typeof GRACE_OVER
-/** The most bytes decoded into one string: a longer one costs V8 several times more per byte. */
-const DECODE_SLICE_BYTES = 64 * 1024
-
 const GRACE_OVER = Symbol("grace over")
 /** A read that found the finish with the body still open: the rest is read under the grace. */
 const FINISHED = Symbol("finished")
+
+/** The most bytes decoded into one string: a longer one costs V8 several times more per byte. */
+const DECODE_SLICE_BYTES = 64 * 1024
 
 /**
  * Sends the request and returns the stream of its `ModelEvent`s; the response is released when the
