@@ -150,10 +150,16 @@ describe("events split across network chunks", () => {
   it.effect("decodes a chunk of more than 64 KiB in slices, a character split at a slice's end included", () =>
     Effect.gen(function* () {
       // The delta's emoji starts 2 bytes before 64 KiB, so the first slice ends inside it.
-      const prefix = new TextEncoder().encode(opening + `data: {"choices":[{"index":0,"delta":{"content":"`)
-      const filler = "x".repeat(64 * 1024 - 2 - prefix.length)
-      const text = `${filler}😀${"é".repeat(40_000)}`
-      const bytes = new TextEncoder().encode(opening + frame({ content: text }) + closing)
+      const encoder = new TextEncoder()
+      const emoji = encoder.encode("😀")
+      const bodyOf = (fillerLength: number) => {
+        const text = `${"x".repeat(fillerLength)}😀${"é".repeat(40_000)}`
+        return { text, bytes: encoder.encode(opening + frame({ content: text }) + closing) }
+      }
+      const emojiAt = (bytes: Uint8Array) => bytes.findIndex((_, index) => emoji.every((byte, offset) => bytes[index + offset] === byte))
+      const probe = bodyOf(0)
+      const { text, bytes } = bodyOf(64 * 1024 - 2 - emojiAt(probe.bytes))
+      assert.strictEqual(emojiAt(bytes), 64 * 1024 - 2)
       const fed = feedableBody()
       const { model } = fedModel(fed.body)
       const fiber = yield* Effect.forkChild(collect((yield* model).stream(request())))
