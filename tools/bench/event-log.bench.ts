@@ -14,7 +14,7 @@ import * as path from "node:path"
 import { EventWrite, type EventWrite as EventWriteType } from "@maka/facts"
 import { EventLog } from "@maka/event-log"
 import { FactBuilders, History } from "@maka/testkit"
-import { countStatements, emit, entry, type Entry, median } from "./lib.ts"
+import { countStatements, emit, entry, type Entry, integer, median } from "./lib.ts"
 
 const APPENDS = Number(process.env["MAKA_BENCH_APPENDS"] ?? 2_000)
 /**
@@ -73,11 +73,16 @@ const withLog = <A>(file: string, synchronous: "FULL" | "NORMAL", body: (log: Ev
 const BLOCKS = 10
 const blockSize = Math.ceil(APPENDS / BLOCKS)
 /**
- * Untimed blocks of each path first (`MAKA_BENCH_WARMUP`, default 2), as every other bench warms up
- * before it times: without them the median of the ten blocks fell in the JIT's warm-up of the append
- * path (its first blocks ran about 1.2 times its later ones; the raw insert's did not).
+ * Untimed blocks of each path first (`MAKA_BENCH_APPEND_WARMUP`, default 10, i.e. 2,000 appends of each),
+ * as every other bench warms up before it times. The append path reaches its steady cost only after a
+ * couple of thousand appends, while the raw insert is steady from the first: one process appending
+ * 60,000 observations at synchronous=FULL took 420 µs each over its first 500, then 276, 258, 227, and
+ * 205–245 from the 2,000th on (at NORMAL 130, 138, 110, 119, then 80–100). Three runs of this bench
+ * on the same machine and day (2026-12-04) gave 1.59× with 2 warm-up blocks and 1.32× and 1.37× with
+ * 10: with 2, the median of the timed blocks fell in that warm-up, which a long-running engine pays
+ * once, not per append.
  */
-const WARMUP_BLOCKS = Number(process.env["MAKA_BENCH_WARMUP"] ?? 2)
+const WARMUP_BLOCKS = integer("MAKA_BENCH_APPEND_WARMUP", 10)
 const { preamble, writes } = observations(APPENDS + WARMUP_BLOCKS * blockSize)
 
 /** A file holding the log's `event_log` table: bare (one unique index), or the log's own schema. */
