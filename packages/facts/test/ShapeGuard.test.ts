@@ -316,6 +316,55 @@ describe("the in-place shape check of stored events", () => {
     assert.isTrue(pair({ a: "id-2", b: "id-2" }))
   })
 
+  it("writes Effect's integer, range, length and pattern filters inline, each answering as the filter does at its edges", () => {
+    const cases: ReadonlyArray<{ readonly schema: Schema.Codec<unknown>; readonly yes: ReadonlyArray<unknown>; readonly no: ReadonlyArray<unknown> }> = [
+      { schema: Schema.Number.check(Schema.isInt()), yes: [0, -3, Number.MAX_SAFE_INTEGER], no: [1.5, Number.MAX_SAFE_INTEGER + 1, -0.5] },
+      { schema: Schema.Number.check(Schema.isBetween({ minimum: 2, maximum: 5 })), yes: [2, 3.5, 5], no: [1.999, 5.001, -2] },
+      {
+        schema: Schema.Number.check(Schema.isBetween({ minimum: 2, maximum: 5, exclusiveMinimum: true, exclusiveMaximum: true })),
+        yes: [2.5, 4.999],
+        no: [2, 5],
+      },
+      { schema: Schema.String.check(Schema.isMinLength(2)), yes: ["ab", "abc"], no: ["", "a"] },
+      { schema: Schema.String.check(Schema.isMaxLength(3)), yes: ["", "abc"], no: ["abcd"] },
+      { schema: Schema.String.check(Schema.isPattern(/^[a-c]+$/i)), yes: ["abc", "ABC"], no: ["abd", ""] },
+      // A sticky pattern keeps state between tests: the filter itself is called, with the same answers.
+      { schema: Schema.String.check(Schema.isPattern(/[a-c]+$/y)), yes: ["abc", "abc"], no: ["xabc"] },
+    ]
+    for (const { schema, yes, no } of cases) {
+      const guard = compile(schema.ast)
+      const closed = Codec.decodeClosed(schema)
+      for (const value of yes) {
+        assert.isTrue(Result.isSuccess(closed(value)), `the filter accepts ${String(value)}`)
+        assert.isTrue(guard(value), `the guard accepts ${String(value)}`)
+      }
+      for (const value of no) {
+        assert.isTrue(Result.isFailure(closed(value)), `the filter refuses ${String(value)}`)
+        assert.isFalse(guard(value), `the guard refuses ${String(value)}`)
+      }
+    }
+    // The stored event's own fields at their edges: the guard refuses what the decoder refuses.
+    const event = JSON.parse(JSON.stringify(observed({ path: "a" }))) as Record<string, unknown> & { fact: Record<string, unknown> }
+    assert.isTrue(Codec.hasRuntimeEventShape(event))
+    const edges: ReadonlyArray<[string, (copy: typeof event) => void]> = [
+      ["an unsafe integer recordedAt", (copy) => void (copy.recordedAt = Number.MAX_SAFE_INTEGER + 1)],
+      ["a negative recordedAt", (copy) => void (copy.recordedAt = -1)],
+      ["an event id of another UUID version", (copy) => void (copy.id = "00000000-0000-1000-8000-000000000002")],
+      ["an event id in capitals", (copy) => void (copy.id = "0000000A-0000-4000-8000-000000000002")],
+      ["an empty step id", (copy) => void (copy.fact.stepId = "")],
+      ["a step id over its length", (copy) => void (copy.fact.stepId = "s".repeat(513))],
+    ]
+    for (const [what, change] of edges) {
+      const copy = JSON.parse(JSON.stringify(event)) as typeof event
+      change(copy)
+      assert.isTrue(Result.isFailure(closedEvent(copy)), `the closed decode refuses ${what}`)
+      assert.isFalse(Codec.hasRuntimeEventShape(copy), `the guard refuses ${what}`)
+    }
+    const longest = JSON.parse(JSON.stringify(event)) as typeof event
+    longest.fact.stepId = "s".repeat(512)
+    assert.isTrue(Codec.hasRuntimeEventShape(longest))
+  })
+
   it.effect("Codec.shapeGuard of prompt messages: yes to every generated message, never where the closed decode refuses", () =>
     Effect.gen(function* () {
       const hasShape = Codec.shapeGuard(Prompt.PromptMessage)

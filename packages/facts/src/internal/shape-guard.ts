@@ -16,6 +16,43 @@ const passes = (check: SchemaAST.Check<unknown>, input: unknown, ast: SchemaAST.
     ? check.run(input, ast, PARSE_OPTIONS) === undefined
     : check.checks.every((inner) => passes(inner, input, ast))
 
+/**
+ * A check of Effect's own that the guard writes as an expression of `v` instead of calling it, or
+ * undefined: the integer, range, length and pattern filters, known by their `representation` and
+ * met on nearly every field of an event (an event id's pattern, `recordedAt`, the ids' lengths).
+ * Each expression holds only where the filter holds (a `NaN`, which a range filter lets through,
+ * fails it, and the decoder then answers), so the guard stays sound; anything else is called.
+ */
+const inlined = (check: SchemaAST.Check<unknown>, node: SchemaAST.AST, value: (held: unknown) => string): string | undefined => {
+  if (check._tag !== "Filter") return undefined
+  const representation = check.annotations?.["representation"] as { readonly id?: unknown; readonly payload?: unknown } | undefined
+  const payload = (representation?.payload ?? undefined) as Record<string, unknown> | undefined
+  const finite = (field: unknown): field is number => typeof field === "number" && Number.isFinite(field)
+  switch (representation?.id) {
+    case "effect/schema/isInt":
+      return "Number.isSafeInteger(v)"
+    case "effect/schema/isBetween": {
+      if (node._tag !== "Number" || payload === undefined || !finite(payload["minimum"]) || !finite(payload["maximum"])) return undefined
+      const above = payload["exclusiveMinimum"] === true ? ">" : ">="
+      const below = payload["exclusiveMaximum"] === true ? "<" : "<="
+      return `v ${above} ${value(payload["minimum"])} && v ${below} ${value(payload["maximum"])}`
+    }
+    case "effect/schema/isMinLength":
+      return node._tag === "String" && payload !== undefined && finite(payload["minLength"]) ? `v.length >= ${value(payload["minLength"])}` : undefined
+    case "effect/schema/isMaxLength":
+      return node._tag === "String" && payload !== undefined && finite(payload["maxLength"]) ? `v.length <= ${value(payload["maxLength"])}` : undefined
+    case "effect/schema/isPattern": {
+      const source = payload?.["source"]
+      const flags = payload?.["flags"]
+      // A global or sticky pattern carries state between tests: left to the filter.
+      if (node._tag !== "String" || typeof source !== "string" || typeof flags !== "string" || /[gy]/.test(flags)) return undefined
+      return `${value(new RegExp(source, flags))}.test(v)`
+    }
+    default:
+      return undefined
+  }
+}
+
 /** The options the checks run under: the closed decode's. */
 const PARSE_OPTIONS: SchemaAST.ParseOptions = { onExcessProperty: "error", errors: "first" }
 
@@ -76,7 +113,12 @@ export const compile = (ast: SchemaAST.AST): Guard => {
   const checks = (node: SchemaAST.AST): string => {
     if (node.checks === undefined) return ""
     const at = value(node)
-    return node.checks.map((check) => `if (!passes(${value(check)}, v, ${at})) return false;`).join("")
+    return node.checks
+      .map((check) => {
+        const test = inlined(check, node, value)
+        return test === undefined ? `if (!passes(${value(check)}, v, ${at})) return false;` : `if (!(${test})) return false;`
+      })
+      .join("")
   }
   const build = (node: SchemaAST.AST): string => {
     switch (node._tag) {
