@@ -463,6 +463,7 @@ export const make = (options: Partial<EngineOptions> = {}) =>
           handoff: gate,
           claim: undefined,
           opening: undefined,
+          pendingOpening: undefined,
           contexts,
           settings: runSettings(input, log),
           openingWrite,

@@ -365,8 +365,8 @@ const cleanOutcomes: Record<Scenario["name"], ReadonlyArray<unknown>> = {
   continuation: ["failed", { kind: "completed" }],
 }
 
-/** The paused run's commits: its opening, request, completion with dispatch, settlement, and terminal. */
-const PAUSED_COMMITS = 5
+/** The paused run's commits: its opening with its request, completion with dispatch, settlement, and terminal. */
+const PAUSED_COMMITS = 4
 
 /** How often the trials met each way recovery and the next engine found a session. */
 const found = new Map<Found, number>()

@@ -410,12 +410,12 @@ const MODES: ReadonlyArray<FaultMode> = ["refuse", "unknown-landed", "unknown-lo
 const everyCommitPoint = (openLog?: Effect.Effect<Setup["log"], unknown, Scope.Scope>) =>
   Effect.gen(function* () {
     const labels = yield* cleanLabels
-    // Two commits per tool step (docs/engine.md §5.4): the request with the settlements before it, and
-    // the completion with the first dispatch; a later dispatch of the step carries the settlement before it.
+    // Two commits per tool step (docs/engine.md §5.4): the request with the settlements before it (the
+    // first with the opening, docs/engine.md §5.3), and the completion with the first dispatch; a later
+    // dispatch of the step carries the settlement before it.
     assert.deepStrictEqual(
       labels.filter((label) => !label.startsWith("model_observed")),
       [
-        "invocation_opened#1",
         "model_requested#1",
         "tool_dispatched#1",
         "model_requested#2",

@@ -50,18 +50,19 @@ interface Point {
 /**
  * The points, in the order a clean run passes them (its commits are checked below): the first effect
  * ran but is unsettled (before-settle.1, the `reserved` line), the settlement the pause's preflight
- * flushes (commit 4), the `handoff_paused` terminal (commit 5, the `paused` line), the successor's
- * opening (commit 6), its first request (commit 7), and its first dispatch, before the effect (commit 8).
+ * flushes (commit 3; the opening rode the first request's commit), the `handoff_paused` terminal
+ * (commit 4, the `paused` line), the successor's opening (commit 5), its first request (commit 6),
+ * and its first dispatch, before the effect (commit 7).
  */
 const points: ReadonlyArray<Point> = [
   { name: "engine.before-settle.1", kill: { fault: "engine.before-settle.1" }, expected: { kind: "failed", invocation: "paused", failure: "outcome_unknown" } },
   { name: "the reserved line", kill: { line: "reserved" }, expected: { kind: "failed", invocation: "paused", failure: "outcome_unknown" } },
-  { name: "engine.commit.4", kill: { fault: "engine.commit.4" }, expected: { kind: "failed", invocation: "paused", failure: "host_interrupted" } },
-  { name: "engine.commit.5", kill: { fault: "engine.commit.5" }, expected: { kind: "paused" } },
+  { name: "engine.commit.3", kill: { fault: "engine.commit.3" }, expected: { kind: "failed", invocation: "paused", failure: "host_interrupted" } },
+  { name: "engine.commit.4", kill: { fault: "engine.commit.4" }, expected: { kind: "paused" } },
   { name: "the paused line", kill: { line: "paused" }, expected: { kind: "paused" } },
+  { name: "engine.commit.5", kill: { fault: "engine.commit.5" }, expected: { kind: "failed", invocation: "successor", failure: "host_interrupted" } },
   { name: "engine.commit.6", kill: { fault: "engine.commit.6" }, expected: { kind: "failed", invocation: "successor", failure: "host_interrupted" } },
-  { name: "engine.commit.7", kill: { fault: "engine.commit.7" }, expected: { kind: "failed", invocation: "successor", failure: "host_interrupted" } },
-  { name: "engine.commit.8", kill: { fault: "engine.commit.8" }, expected: { kind: "failed", invocation: "successor", failure: "outcome_unknown" } },
+  { name: "engine.commit.7", kill: { fault: "engine.commit.7" }, expected: { kind: "failed", invocation: "successor", failure: "outcome_unknown" } },
 ]
 
 interface ChildResult {
@@ -206,8 +207,7 @@ describe("a crash during handoff", () => {
         assert.strictEqual(summary["paused"], "handoff_paused")
         const commits = (summary["commits"] as ReadonlyArray<ReadonlyArray<string>>).map((batch) => batch.filter((kind) => kind !== "model_observed"))
         assert.deepStrictEqual(commits, [
-          ["invocation_opened"],
-          ["model_requested"],
+          ["invocation_opened", "model_requested"],
           ["model_completed", "tool_dispatched"],
           ["tool_settled"],
           ["invocation_ended"],

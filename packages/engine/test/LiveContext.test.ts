@@ -92,6 +92,14 @@ const comparing = (
       const spied = complete === undefined ? undefined : (sequences: ReadonlyArray<number>) => (trailing = complete(sequences))
       const sequences = yield* log.appendBatch(leading, spied)
       const writes = [...leading, ...trailing]
+      // An opening starts the comparison of its run, before a request that rides its commit.
+      const opening = writes.find((write) => write.event.fact.kind === "invocation_opened")
+      if (opening !== undefined && opening.event.fact.kind === "invocation_opened") {
+        const { invocationId } = opening.event.invocation
+        const configuration = opening.event.fact.configuration
+        const live = yield* LiveContext.load(log, sessionId, invocationId, configuration, settings().allowPriorUnknown === true)
+        current = { invocationId, configuration, live }
+      }
       for (const [index, write] of writes.entries()) {
         const fact: Fact.Fact = write.event.fact
         if (fact.kind !== "model_requested" || current === undefined) continue
@@ -118,13 +126,7 @@ const comparing = (
         else comparison.mismatches.push(`request ${fact.stepId}: source evidence differs from the log before it`)
       }
       if (sequences.length > 0) lastSequence = sequences[sequences.length - 1]!
-      const opening = writes.find((write) => write.event.fact.kind === "invocation_opened")
-      if (opening !== undefined && opening.event.fact.kind === "invocation_opened") {
-        const { invocationId } = opening.event.invocation
-        const configuration = opening.event.fact.configuration
-        const live = yield* LiveContext.load(log, sessionId, invocationId, configuration, settings().allowPriorUnknown === true)
-        current = { invocationId, configuration, live }
-      } else if (current !== undefined) {
+      if (opening === undefined && current !== undefined) {
         for (const [index, write] of writes.entries()) {
           current.live.apply({ sequence: sequences[index]!, event: write.event }, write.json)
         }
@@ -240,11 +242,14 @@ describe("the live context", () => {
         assert.deepStrictEqual(comparison.mismatches, [])
         assert.strictEqual(comparison.retries, 1)
         // Every commit between an opening and its terminal was compared: requests, dispatches and
-        // settlements alone are one commit each.
+        // settlements alone are one commit each, except a turn's first request, which rides its
+        // opening's commit (docs/engine.md §5.3) and starts the comparison anew.
         const single = events.filter((stored) =>
           ["model_requested", "tool_dispatched", "tool_settled"].includes(stored.event.fact.kind),
         )
-        assert.isAtLeast(comparison.snapshots, single.length)
+        const openings = events.filter((stored) => stored.event.fact.kind === "invocation_opened").length
+        assert.strictEqual(openings, 2)
+        assert.isAtLeast(comparison.snapshots, single.length - openings)
         // The requests the model received are exactly those rebuilt from fresh reads at their cuts.
         assert.strictEqual(spy.requests.length, 6)
         assert.deepStrictEqual(spy.requests, comparison.expected)

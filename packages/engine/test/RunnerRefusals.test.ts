@@ -5,8 +5,9 @@
  * SQLite log, wrapped so that one chosen call answers as a store would.
  */
 import { assert, describe, it } from "@effect/vitest"
+import type { EventWrite } from "@maka/facts"
 import { EventLogError, type EventLog } from "@maka/event-log"
-import { History } from "@maka/testkit"
+import { History, OpenAiSse, Respond, type ScriptedServer } from "@maka/testkit"
 import { Effect, Exit } from "effect"
 import type * as Engine from "../src/Engine.ts"
 import * as EngineError from "../src/EngineError.ts"
@@ -16,18 +17,20 @@ import { catalog, input, setup, type Setup } from "./support/setup.ts"
 type Shape = EventLog.EventLogShape
 
 /**
- * An engine whose log answers its opening's commit with `error` (once; nothing is written); every
- * write it is asked for (fact kind and invocation id) is recorded in `asked`, if given.
+ * An engine whose log answers every commit of the first run's opening with `error` (nothing is
+ * written; the opening rides its first request's commit, and is then tried alone); every write it
+ * is asked for (fact kind and invocation id) is recorded in `asked`, if given.
  */
 const refusingOpening = (error: EventLogError.EventLogError, asked: Array<readonly [string, string]> = []) =>
   setup({ script: toolLoop }, { backoffBaseMs: 5, backoffMaxMs: 40 }, {}, {
     wrapLog: (log): Shape => {
-      let fired = false
+      let refused: string | undefined
       const appendBatch: Shape["appendBatch"] = (writes, complete) =>
         Effect.suspend(() => {
           for (const write of writes) asked.push([write.event.fact.kind, write.event.invocation.invocationId])
-          if (fired || writes[0]?.event.fact.kind !== "invocation_opened") return log.appendBatch(writes, complete)
-          fired = true
+          const opening = writes.find((write) => write.event.fact.kind === "invocation_opened")?.event.invocation.invocationId
+          refused ??= opening
+          if (opening === undefined || opening !== refused) return log.appendBatch(writes, complete)
           return Effect.fail(error)
         })
       return { ...log, appendBatch, append: (write) => Effect.map(appendBatch([write]), (sequences) => sequences[0]!) }
@@ -93,10 +96,15 @@ describe("a refused or uncertain opening is the caller's error by its meaning", 
         yield* startError(context)
         assert.deepStrictEqual(yield* context.log.events("session-1"), [])
         const [refused] = asked
+        const ofRefused = () => asked.filter(([, invocationId]) => invocationId === refused![1])
+        // Only the opening was asked for: with its first request, then alone.
+        assert.isAtLeast(ofRefused().length, 1)
+        assert.isTrue(ofRefused().every(([kind]) => kind === "invocation_opened"))
+        const before = ofRefused().length
         const next = yield* context.engine.run(input(context, "Hello.", catalog({ ran: [] })))
         assert.deepStrictEqual(next.outcome, { kind: "completed" })
         // A refused opening never landed: the engine has nothing of it to seal before the next run.
-        assert.deepStrictEqual(asked.filter(([, invocationId]) => invocationId === refused![1]), [refused])
+        assert.strictEqual(ofRefused().length, before)
       }),
     ))
 })
@@ -243,6 +251,111 @@ describe("a run under the prior-unknown policy", () => {
         const { outcome } = yield* context.engine.run(input(context, "Did it happen?", catalog({ ran: [] }), { allowPriorUnknown: true }))
         assert.deepStrictEqual(outcome, { kind: "failed", class: "reconciliation_required", message: EngineError.PRIOR_UNKNOWN_MISSING_MESSAGE })
         assert.strictEqual(context.server.requests().length, 0)
+      }),
+    ))
+})
+
+/**
+ * An engine whose log records the fact kinds of every batch it commits, and refuses with `refusal`
+ * each batch that `refuses` picks (the log's own answer otherwise).
+ */
+const batching = (
+  batches: Array<ReadonlyArray<string>>,
+  refuses: (kinds: ReadonlyArray<string>) => EventLogError.EventLogError | undefined = () => undefined,
+  script: NonNullable<ScriptedServer.ServerOptions["script"]> = toolLoop,
+) =>
+  setup({ script }, { backoffBaseMs: 5, backoffMaxMs: 40 }, {}, {
+    wrapLog: (log): Shape => {
+      const appendBatch: Shape["appendBatch"] = (writes, complete) =>
+        Effect.suspend(() => {
+          let trailing: ReadonlyArray<EventWrite.EventWrite> = []
+          const spied = complete === undefined ? undefined : (sequences: ReadonlyArray<number>) => (trailing = complete(sequences))
+          // The kinds of the whole batch are known only once `complete` built its trailing writes.
+          const kinds = () => [...writes, ...trailing].map((write) => write.event.fact.kind)
+          const refusal = refuses([...writes.map((write) => write.event.fact.kind), ...(complete === undefined ? [] : ["model_requested"])])
+          if (refusal !== undefined) return Effect.fail(refusal)
+          return Effect.tap(log.appendBatch(writes, spied), () => Effect.sync(() => batches.push(kinds())))
+        })
+      return { ...log, appendBatch, append: (write) => Effect.map(appendBatch([write]), (sequences) => sequences[0]!) }
+    },
+  })
+
+const opensAndRequests = (kinds: ReadonlyArray<string>) => kinds.includes("invocation_opened") && kinds.includes("model_requested")
+
+describe("a message run's opening rides its first request's commit (docs/engine.md §5.3)", () => {
+  it.live("one commit holds the opening and the first request, and the run is admitted once it is durable", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const batches: Array<ReadonlyArray<string>> = []
+        const gate = Respond.gate()
+        const context = yield* batching(batches, undefined, [
+          Respond.sse(OpenAiSse.response({ text: ["Hello."] })),
+          // The second turn's answer waits: the run is admitted while its model call is open.
+          Respond.hold(gate, Respond.sse(OpenAiSse.response({ text: ["Again."] }))),
+        ])
+        // A new session's first turn (one read of the empty session) and a later turn (the context
+        // the engine kept) alike.
+        const first = yield* context.engine.run(input(context, "Hi.", catalog({ ran: [] })))
+        assert.deepStrictEqual(first.outcome, { kind: "completed" })
+        assert.deepStrictEqual(batches[0], ["invocation_opened", "model_requested"])
+        const before = batches.length
+        const second = input(context, "Hi again.", catalog({ ran: [] }))
+        const running = yield* context.engine.start(second)
+        // Admitted before its answer came: the opening and the first request, nothing more, are in the log.
+        const stored = (yield* context.log.events("session-1")).filter(
+          (event) => event.event.invocation.invocationId === second.invocation.invocationId,
+        )
+        assert.deepStrictEqual(
+          stored.map((event) => event.event.fact.kind),
+          ["invocation_opened", "model_requested"],
+        )
+        gate.release()
+        const result = yield* running.wait
+        assert.deepStrictEqual(result.outcome, { kind: "completed" })
+        assert.deepStrictEqual(batches[before], ["invocation_opened", "model_requested"])
+        // No opening took a commit of its own.
+        assert.isFalse(batches.some((kinds) => kinds.length === 1 && kinds[0] === "invocation_opened"))
+      }),
+    ))
+
+  it.live("a batch refused for its request commits the opening alone: the run is admitted and fails on its commit", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const batches: Array<ReadonlyArray<string>> = []
+        let refused = 0
+        const context = yield* batching(batches, (kinds) =>
+          opensAndRequests(kinds) && refused++ === 0 ? EventLogError.rejected({ _tag: "EventConflict" }) : undefined,
+        )
+        const run = input(context, "Loop.", catalog({ ran: [] }))
+        const result = yield* context.engine.run(run)
+        assert.strictEqual(refused, 1)
+        assert.strictEqual(result.outcome.kind, "failed")
+        assert.strictEqual(result.outcome.kind === "failed" ? result.outcome.class : undefined, "event_commit")
+        assert.deepStrictEqual(batches[0], ["invocation_opened"])
+        const stored = (yield* context.log.events("session-1")).filter(
+          (event) => event.event.invocation.invocationId === run.invocation.invocationId,
+        )
+        assert.deepStrictEqual(
+          stored.map((event) => event.event.fact.kind),
+          ["invocation_opened", "invocation_ended"],
+        )
+      }),
+    ))
+
+  it.live("a riding opening the store refuses is the admission's error, and nothing of the run is written", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const batches: Array<ReadonlyArray<string>> = []
+        let firstDone = false
+        const context = yield* batching(batches, (kinds) =>
+          firstDone && kinds.includes("invocation_opened") ? EventLogError.rejected({ _tag: "SessionBusy" }) : undefined,
+        )
+        yield* context.engine.run(input(context, "Loop.", catalog({ ran: [] })))
+        firstDone = true
+        const before = (yield* context.log.events("session-1")).length
+        const error = yield* startError(context)
+        assert.deepStrictEqual(error.reason, { _tag: "Busy", message: EngineError.SESSION_ACTIVE_MESSAGE })
+        assert.strictEqual((yield* context.log.events("session-1")).length, before)
       }),
     ))
 })

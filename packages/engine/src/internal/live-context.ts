@@ -58,6 +58,12 @@ export class LiveContext {
     this.replacements = initial.tail.flatMap((item) =>
       item.kind === "archived" ? [{ settledEventId: item.eventId, archiveEventId: item.archiveEventId }] : [],
     )
+    // The requests the read holds (a read may follow a request that rode the opening's commit):
+    // a completion applied later finds its request here.
+    for (const item of initial.tail) {
+      const fact = item.kind === "canonical" ? item.stored.event.fact : undefined
+      if (fact?.kind === "model_requested") this.requests.set(fact.stepId, { fact })
+    }
     this.highWater = initial.sourceEvidence.highWater
     this.latestMain = initial.latestMain
     this.latestSummary = initial.latestSummary
@@ -66,17 +72,21 @@ export class LiveContext {
     this.bytes = [...anchor, ...initial.tail.map(itemBytes)].reduce((sum, bytes) => sum + bytes, 0)
   }
 
-  /** Reads the context of `current` with its running hash, in one read; `manual` is the docs/engine.md §5.8 policy. */
+  /**
+   * Reads the context of `current` with its running hash, in one read; `manual` is the
+   * docs/engine.md §5.8 policy. With `current` undefined, the session as it stands before a run
+   * whose opening is not committed yet (it rides the run's first commit).
+   */
   static load(
     log: EventLog.EventLogShape,
     sessionId: string,
-    current: string,
+    current: string | undefined,
     configuration: Configuration.InvocationConfiguration,
     manual: boolean,
     limits: ContextLimits = LiveContext.defaultLimits,
   ): Effect.Effect<LiveContext, EventLogError.EventLogError> {
     return Effect.gen(function* () {
-      const request = { current, ...limits }
+      const request = current === undefined ? { ...limits } : { current, ...limits }
       // One read of the session: the context and the running hash through its high water.
       const { source, hash } = manual
         ? yield* log.readManualMessageContextWithHash(sessionId, request)
@@ -135,10 +145,18 @@ export class LiveContext {
    * `configuration` the new run's, for the completions it will apply.
    */
   continueWith(opening: Event.StoredEvent, json: string, configuration: Configuration.InvocationConfiguration): void {
-    this.configuration = configuration
-    // The session just before this run: the fence of its `pre_turn` compaction source.
-    this.preOpening = { hash: this.hash.copy(), highWater: this.highWater, latestSummary: this.latestSummary }
+    this.beginRun(configuration)
     this.apply(opening, json)
+  }
+
+  /**
+   * Goes on with a run whose opening is not committed yet (it rides the run's first commit, which
+   * applies it): the run's configuration, and the session just before it as the fence of its
+   * `pre_turn` compaction source.
+   */
+  beginRun(configuration: Configuration.InvocationConfiguration): void {
+    this.configuration = configuration
+    this.preOpening = { hash: this.hash.copy(), highWater: this.highWater, latestSummary: this.latestSummary }
   }
 
   /** The running hash and high water just before the current run's opening, when this context saw it applied. */

@@ -75,6 +75,12 @@ export interface Run {
   claim: Lineage.ContinuationClaim | undefined
   /** The opening, once it is durable, with its sequence and stored JSON. */
   opening: { readonly stored: Event.StoredEvent; readonly json: string } | undefined
+  /**
+   * An opening that rides the run's first commit instead of one of its own (a message run over the
+   * session's kept context, docs/engine.md §5.3): its write, carried, and the admission that commit
+   * signals. Undefined once the opening is durable, or when it committed alone.
+   */
+  pendingOpening: { readonly write: EventWrite.EventWrite; readonly admit: Effect.Effect<void> } | undefined
   /** The engine's kept contexts, per session. */
   readonly contexts: SessionContexts
   /** The opening's commit failed without a refusal: it may have landed. */
@@ -157,6 +163,14 @@ const append = (run: Run, writes: ReadonlyArray<EventWrite.EventWrite>, complete
     const stored = built.map((write, index) => ({ sequence: sequences[index]!, event: write.event }))
     for (const [index, item] of stored.entries()) run.live?.apply(item, built[index]!.json)
     yield* run.onCommitted(stored)
+    // The carried opening is durable: the run is admitted (after its events reach the feed).
+    const pending = run.pendingOpening
+    const opened = pending === undefined ? -1 : built.indexOf(pending.write)
+    if (pending !== undefined && opened >= 0) {
+      run.opening = { stored: stored[opened]!, json: pending.write.json }
+      run.pendingOpening = undefined
+      yield* pending.admit
+    }
     return sequences
   })
 

@@ -7,7 +7,7 @@ import { Digest, EventSink, Limits, type EventWrite, type Fact, type Lineage, ty
 import { EventLogError, type EventLog } from "@maka/event-log"
 import { projectPrompt } from "@maka/model"
 import { Ids, Journal, type ToolCatalog } from "@maka/tools"
-import { Effect, Fiber, Ref, Result, Semaphore } from "effect"
+import { Cause, Effect, Exit, Fiber, Option, Ref, Result, Semaphore } from "effect"
 import * as EngineError from "../EngineError.ts"
 import * as PromptBuilder from "../PromptBuilder.ts"
 import * as Recovery from "../Recovery.ts"
@@ -92,13 +92,16 @@ const openingInput = (run: Run): Fact.InvocationOpened["input"] => {
       }
 }
 
+/** The run's opening write: the one admission built and checked, or built now. */
+const openingWriteOf = (run: Run) =>
+  run.openingWrite === undefined
+    ? plainWrite(run, { kind: "invocation_opened", input: openingInput(run), configuration: run.settings.configuration })
+    : Effect.succeed(run.openingWrite)
+
 /** Appends the opening; the run is admitted once it is durable. */
 export const open = (run: Run) =>
   Effect.gen(function* () {
-    const { settings } = run
-    const write =
-      run.openingWrite ??
-      (yield* plainWrite(run, { kind: "invocation_opened", input: openingInput(run), configuration: settings.configuration }))
+    const write = yield* openingWriteOf(run)
     const [sequence] = yield* commit(run, [write]).pipe(
       Effect.tapError((error) =>
         Effect.sync(() => {
@@ -109,6 +112,67 @@ export const open = (run: Run) =>
       Effect.mapError(admissionRefusal),
     )
     run.opening = { stored: { sequence: sequence!, event: write.event }, json: write.json }
+  })
+
+/**
+ * The context a run whose opening rides its first commit goes on from, instead of a flush of the
+ * opening's own (docs/engine.md §5.3): a message run (no claim, no continuation, no successor) on
+ * SQLite, whose one writer is this engine, outside the prior-unknown policy, over the session's kept
+ * context when it is current (nothing of the session appended since it was kept) and owes no prune,
+ * or, when the engine keeps none, over one read of the session as it stands that owes no prune at
+ * the opening. Otherwise undefined: the opening commits alone first, and a kept context is left
+ * where it was.
+ */
+const foldable = (run: Run, priorUnknown: boolean) =>
+  Effect.gen(function* () {
+    const { settings } = run
+    if (
+      priorUnknown ||
+      run.claim !== undefined ||
+      settings.message === undefined ||
+      settings.continuation !== undefined ||
+      settings.successor !== undefined ||
+      run.log.dialect !== "sqlite"
+    ) {
+      return undefined
+    }
+    const sessionId = settings.invocation.sessionId
+    const kept = run.contexts.take(sessionId)
+    if (kept === undefined) {
+      const read = yield* Effect.exit(LiveContext.load(run.log, sessionId, undefined, settings.configuration, false))
+      if (Exit.isSuccess(read)) return read.value.holdsArchivable(isArchivable) ? undefined : read.value
+      // A context over the read limits is pruned and compacted after the opening; any other failure
+      // (an unsettled history, a store error, a defect) is the run's, after its opening, as there.
+      const failure = Cause.findErrorOption(read.cause)
+      if (Option.isSome(failure) && isPrefixTooLarge(EngineError.fromStore(failure.value))) return undefined
+      return { failed: read.cause }
+    }
+    const current =
+      !kept.stale &&
+      !kept.pruneOwed &&
+      (yield* Effect.mapError(run.log.sessionHighWater(sessionId), storeError)) === kept.highWaterMark
+    if (!current) {
+      run.contexts.put(sessionId, kept)
+      return undefined
+    }
+    return kept
+  })
+
+/**
+ * Commits an opening the run still carries (its first commit failed, or none came): alone, now. The
+ * run is admitted if it lands; otherwise the run ends with the admission's error and writes nothing more.
+ */
+const commitPendingOpening = (run: Run, write: EventWrite.EventWrite) =>
+  Effect.gen(function* () {
+    if (!run.carry.includes(write)) run.carry.unshift(write)
+    yield* flushCarry(run).pipe(
+      Effect.tapError((error) =>
+        Effect.sync(() => {
+          if (!error.isRejected) run.openingUncertain = true
+        }),
+      ),
+      Effect.mapError(admissionRefusal),
+    )
   })
 
 /**
@@ -171,13 +235,14 @@ const openingContext = (run: Run, loop: LoopState, priorUnknown: boolean) =>
     }
   })
 
+/** A context read's failure as the run's: an unsettled history is a reconciliation, anything else the store's. */
+const readFailure = (error: EventLogError.EventLogError): EngineError.EngineError =>
+  invalidTransition(error) === undefined ? storeError(error) : EngineError.reconciliation(error.message)
+
 /** One read of the run's context from the log. */
 const readContext = (run: Run, priorUnknown: boolean) => {
   const { invocation, configuration } = run.settings
-  return Effect.mapError(
-      LiveContext.load(run.log, invocation.sessionId, invocation.invocationId, configuration, priorUnknown),
-      (error) => (invalidTransition(error) === undefined ? storeError(error) : EngineError.reconciliation(error.message)),
-    )
+  return Effect.mapError(LiveContext.load(run.log, invocation.sessionId, invocation.invocationId, configuration, priorUnknown), readFailure)
 }
 
 /** Queued steering rides the next request's commit (docs/engine.md §5.4), and is in its prompt. */
@@ -687,11 +752,23 @@ export const runMessage = (
     // A continuation claims a sealed run's boundary, replaying its lineage.
     const continuation = run.settings.continuation
     if (continuation !== undefined) run.claim = yield* Continuation.prepare(run, continuation.source, (source) => replayRequest(run, source))
-    yield* open(run)
-    yield* admitted
+    // Over a kept context the opening rides the first commit (the first request's, most often),
+    // which admits the run; otherwise it commits alone first.
+    const found = yield* foldable(run, priorUnknown)
+    const folded = found instanceof LiveContext ? found : undefined
+    if (folded === undefined) {
+      yield* open(run)
+      yield* admitted
+    } else {
+      const write = yield* openingWriteOf(run)
+      run.pendingOpening = { write, admit: admitted }
+      run.carry.push(write)
+      folded.beginRun(run.settings.configuration)
+    }
     const loop = initialLoopState(successor?.pause.execution.compaction ?? "available")
     const work = Effect.gen(function* () {
-      const live = yield* openingContext(run, loop, priorUnknown)
+      if (found !== undefined && !(found instanceof LiveContext)) yield* Effect.mapError(Effect.failCause(found.failed), readFailure)
+      const live = folded === undefined ? yield* openingContext(run, loop, priorUnknown) : { context: folded, kept: true, pruned: false }
       run.live = live.context
       // Prune once after the opening (docs/engine.md §5.11): a context the engine kept was pruned
       // after each of its tool batches already, and one that holds no result over a page has no candidate.
@@ -709,6 +786,8 @@ export const runMessage = (
       Effect.catchDefect((defect) => Effect.fail(EngineError.internal(`the run failed: ${String(defect)}`))),
       Effect.result,
     )
+    const pending = run.pendingOpening
+    if (pending !== undefined) yield* commitPendingOpening(run, pending.write)
     const cancelled = yield* isCancelled(run)
     const outcome: Outcome.InvocationOutcome = Result.isFailure(ended)
       ? EngineError.outcomeOf(ended.failure)
