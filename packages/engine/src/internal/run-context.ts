@@ -76,9 +76,9 @@ export interface Run {
   /** The opening, once it is durable, with its sequence and stored JSON. */
   opening: { readonly stored: Event.StoredEvent; readonly json: string } | undefined
   /**
-   * An opening that rides the run's first commit instead of one of its own (a message run over the
-   * session's kept context, docs/engine.md §5.3): its write, carried, and the admission that commit
-   * signals. Undefined once the opening is durable, or when it committed alone.
+   * An opening that rides the run's first commit instead of one of its own (a message run that goes
+   * on from a context read before it, docs/engine.md §5.3): its write, carried, and the admission
+   * that commit signals. Undefined once the opening is durable, or when it committed alone.
    */
   pendingOpening: { readonly write: EventWrite.EventWrite; readonly admit: Effect.Effect<void> } | undefined
   /** The engine's kept contexts, per session. */

@@ -140,7 +140,14 @@ const foldable = (run: Run, priorUnknown: boolean) =>
     const kept = run.contexts.take(sessionId)
     if (kept === undefined) {
       const read = yield* Effect.exit(LiveContext.load(run.log, sessionId, undefined, settings.configuration, false))
-      if (Exit.isSuccess(read)) return read.value.holdsArchivable(isArchivable) ? undefined : read.value
+      if (Exit.isSuccess(read)) {
+        if (!read.value.holdsArchivable(isArchivable)) return read.value
+        // A prune is owed at the opening, which then commits first: the run goes on from this read
+        // as from a kept context (no second read of the session), and prunes.
+        read.value.pruneOwed = true
+        run.contexts.put(sessionId, read.value)
+        return undefined
+      }
       // A context over the read limits is pruned and compacted after the opening; any other failure
       // (an unsettled history, a store error, a defect) is the run's, after its opening, as there.
       const failure = Cause.findErrorOption(read.cause)
@@ -752,8 +759,8 @@ export const runMessage = (
     // A continuation claims a sealed run's boundary, replaying its lineage.
     const continuation = run.settings.continuation
     if (continuation !== undefined) run.claim = yield* Continuation.prepare(run, continuation.source, (source) => replayRequest(run, source))
-    // Over a kept context the opening rides the first commit (the first request's, most often),
-    // which admits the run; otherwise it commits alone first.
+    // Over a context read before it (kept, or read now) the opening rides the run's first commit
+    // (the first request's, most often), which admits the run; otherwise it commits alone first.
     const found = yield* foldable(run, priorUnknown)
     const folded = found instanceof LiveContext ? found : undefined
     if (folded === undefined) {
