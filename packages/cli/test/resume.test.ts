@@ -128,9 +128,12 @@ describe("SIGTERM hands a run off, and maka resume continues it in another proce
   it("a successor handed off again by SIGTERM exits 75 and a third process completes it", async () => {
     const created = fresh()
     expect((await handOff(created, "t1")).code).toBe(75)
+    // The successor's first step is its last tool call: the SIGTERM sent at its request must land
+    // before that step ends (the answer after it has no boundary), so its stream is slower still,
+    // which keeps the window open on a loaded machine.
     const again = await maka(["resume", "--db", created.db, "--json"], {
       cwd: created.root,
-      env: SLOW,
+      env: { MAKA_OFFLINE_DELAY_MS: "250" },
       onOutput: when((output) => output.stdout.includes('"kind":"model_requested"'), (child) => child.kill("SIGTERM")),
     })
     expect(again.code).toBe(75)
