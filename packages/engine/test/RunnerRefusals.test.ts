@@ -359,3 +359,35 @@ describe("a message run's opening rides its first request's commit (docs/engine.
       }),
     ))
 })
+
+describe("an opening whose every commit lands with an unknown outcome", () => {
+  it.live("is the caller's Commit error, and the engine seals it before the session's next run", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        let uncertain: string | undefined
+        const context = yield* setup({ script: toolLoop }, { backoffBaseMs: 5, backoffMaxMs: 40 }, {}, {
+          wrapLog: (log): Shape => {
+            const appendBatch: Shape["appendBatch"] = (writes, complete) =>
+              Effect.suspend(() => {
+                const opening = writes.find((write) => write.event.fact.kind === "invocation_opened")?.event.invocation.invocationId
+                uncertain ??= opening
+                if (opening === undefined || opening !== uncertain) return log.appendBatch(writes, complete)
+                // The commit lands, and the store cannot say so.
+                return Effect.flatMap(log.appendBatch(writes, complete), () =>
+                  Effect.fail(EventLogError.make({ _tag: "OutcomeUnknown", message: "the connection dropped during COMMIT" })),
+                )
+              })
+            return { ...log, appendBatch, append: (write) => Effect.map(appendBatch([write]), (sequences) => sequences[0]!) }
+          },
+        })
+        const error = yield* startError(context)
+        assert.strictEqual(error.reason._tag, "Commit")
+        const next = yield* context.engine.run(input(context, "Hello.", catalog({ ran: [] })))
+        assert.deepStrictEqual(next.outcome, { kind: "completed" })
+        const ended = (yield* context.log.events("session-1")).filter(
+          (stored) => stored.event.invocation.invocationId === uncertain && stored.event.fact.kind === "invocation_ended",
+        )
+        assert.strictEqual(ended.length, 1, "the uncertain run was sealed")
+      }),
+    ))
+})

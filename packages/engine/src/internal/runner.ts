@@ -98,19 +98,23 @@ const openingWriteOf = (run: Run) =>
     ? plainWrite(run, { kind: "invocation_opened", input: openingInput(run), configuration: run.settings.configuration })
     : Effect.succeed(run.openingWrite)
 
+/** A commit of the opening, its error as admission reports it. */
+const asAdmission = <A, R>(run: Run, committing: Effect.Effect<A, EventLogError.EventLogError, R>) =>
+  committing.pipe(
+    Effect.tapError((error) =>
+      Effect.sync(() => {
+        // Not a refusal: the opening may have landed, and the engine must seal it later.
+        if (!error.isRejected) run.openingUncertain = true
+      }),
+    ),
+    Effect.mapError(admissionRefusal),
+  )
+
 /** Appends the opening; the run is admitted once it is durable. */
 export const open = (run: Run) =>
   Effect.gen(function* () {
     const write = yield* openingWriteOf(run)
-    const [sequence] = yield* commit(run, [write]).pipe(
-      Effect.tapError((error) =>
-        Effect.sync(() => {
-          // Not a refusal: the opening may have landed, and the engine must seal it later.
-          if (!error.isRejected) run.openingUncertain = true
-        }),
-      ),
-      Effect.mapError(admissionRefusal),
-    )
+    const [sequence] = yield* asAdmission(run, commit(run, [write]))
     run.opening = { stored: { sequence: sequence!, event: write.event }, json: write.json }
   })
 
@@ -172,14 +176,7 @@ const foldable = (run: Run, priorUnknown: boolean) =>
 const commitPendingOpening = (run: Run, write: EventWrite.EventWrite) =>
   Effect.gen(function* () {
     if (!run.carry.includes(write)) run.carry.unshift(write)
-    yield* flushCarry(run).pipe(
-      Effect.tapError((error) =>
-        Effect.sync(() => {
-          if (!error.isRejected) run.openingUncertain = true
-        }),
-      ),
-      Effect.mapError(admissionRefusal),
-    )
+    yield* asAdmission(run, flushCarry(run))
   })
 
 /**
