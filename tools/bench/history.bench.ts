@@ -1,8 +1,8 @@
 /**
  * Step time against session history (docs/architecture.md §12): after `MAKA_BENCH_HISTORY_WARMUP`
- * (default 100) turns on an engine and a file of their own, so the smallest size is not timed while
- * the engine's code is still being compiled (its figures were the largest then, and every larger size
- * was compared with them), one session grown to 100, 1,000 and 10,000
+ * (default 100) turns on an engine and a file of their own, each followed by one loop of the raw loop,
+ * so the smallest size is not timed while either side's code is still being compiled (its figures
+ * were the largest then, and every larger size was compared with them), one session grown to 100, 1,000 and 10,000
  * events (and 100,000 with `MAKA_BENCH_HISTORY_LARGE=1`, which takes long to build) by running real
  * turns through `createEngine` (`build-<n>`: n parallel `noop` calls, then an answer), never by
  * writing rows. At each size, after one untimed 10-step tool-loop turn, `MAKA_BENCH_HISTORY_TURNS`
@@ -121,7 +121,13 @@ const timeContextRead = async (sessionId: string) => {
   raw.close()
   return { rawMs: median(rawMs), contextMs: median(contextMs), first }
 }
-// The process's warm-up: turns of an engine of its own, over a file of its own, before anything is timed.
+const raw = floor(path.join(directory, "floor.sqlite"), server.baseUrl)
+// The process's warm-up, before anything is timed: turns of an engine of its own, over a file of its
+// own, each followed by a loop of the raw loop (its own steps, the code its replays run), so neither
+// side is timed while its code is still being compiled. Without the raw loop's share, its replays at
+// the smallest size were its first runs: 3.6 ms a step with requests of 40 to 75 KB at 100 and 1,000
+// events, against 2.1 ms with 48 KB ones at 100,000 events later in the same run (2026-12-04), which
+// made the smallest size's figure above the raw loop, the reference of flatness, too small.
 const WARMUP_TURNS = integer("MAKA_BENCH_HISTORY_WARMUP", 100)
 if (WARMUP_TURNS > 0) {
   const warmUp = await maka({ database: path.join(directory, "warm-up.sqlite"), baseUrl: server.baseUrl, workspace })
@@ -129,12 +135,13 @@ if (WARMUP_TURNS > 0) {
   for (let turn = 0; turn < WARMUP_TURNS; turn++) {
     const result = await warmUp.turn(`warm-up-${turn % 10}`, `loop-${STEPS}`, `Warm-up turn ${turn + 1}.`)
     if (result.requestedAt.length !== STEPS) throw new Error(`warm-up turn ${turn + 1} made ${result.requestedAt.length} main requests, not ${STEPS}`)
+    const rawSteps = await raw.loop(`loop-${STEPS}`)
+    if (rawSteps.length !== STEPS) throw new Error(`the raw loop's warm-up made ${rawSteps.length} requests, not ${STEPS}`)
   }
   await warmUp.engine.close()
-  console.log(`${WARMUP_TURNS} warm-up turns on an engine of their own (${round((performance.now() - warmStarted) / 1000, 1)} s)`)
+  console.log(`${WARMUP_TURNS} warm-up turns on an engine of their own, each with a loop of the raw loop (${round((performance.now() - warmStarted) / 1000, 1)} s)`)
 }
 let engine = await openEngine()
-const raw = floor(path.join(directory, "floor.sqlite"), server.baseUrl)
 const SESSION = "history"
 
 let events = 0
