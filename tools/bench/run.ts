@@ -139,9 +139,9 @@ How to read it:
   the bare read and maka. Its ratio to the bare read is what those two commits cost on this disk: the
   least any durable engine pays, against which the bound of the unpaced answer can be judged.
 - History series: after 100 turns on an engine and a file of their own (\`MAKA_BENCH_HISTORY_WARMUP\`),
-  so the smallest size is not timed while the engine's code is still compiling, the session is
-  grown by running real turns (\`build-50\`: 50 parallel tool calls then
-  an answer), never by writing rows; at each size one untimed 10-step turn, then 10-step turns are measured, and the raw loop replays
+  each followed by one loop of the raw loop, so the smallest size is not timed while either side's
+  code is still compiling, one session is grown to 100, 1,000, 10,000 and 100,000 events by running
+  real turns (\`build-50\`: 50 parallel tool calls then an answer), never by writing rows; at each size one untimed 10-step turn, then 10-step turns are measured, and the raw loop replays
   the very request bodies maka sent (kept by the fake server as they arrived) with its two commits per step.
   No window is declared there, so from 8,000 events (80 % of the read limit) automatic compaction folds
   the history; summary requests are not steps and are not replayed. maka's turns and the replays
@@ -196,7 +196,7 @@ PostgreSQL, default 3), \`MAKA_BENCH_DATABASE_URL\`, \`MAKA_BENCH_CONCURRENCY\` 
 \`MAKA_BENCH_CONCURRENCY_TRIALS\` (default 3), \`MAKA_BENCH_CONCURRENCY_WARMUP\` (default 10),
 \`MAKA_BENCH_STREAM_ROUNDS\`, \`MAKA_BENCH_STREAM_WARMUP\` (default 20),
 \`MAKA_BENCH_PACED_ROUNDS\`, \`MAKA_BENCH_HISTORY_SIZES\` (default 100,1000,10000),
-\`MAKA_BENCH_HISTORY_TURNS\` (default 15), \`MAKA_BENCH_HISTORY_LARGE=1\` (adds 100,000 events; slow to build),
+\`MAKA_BENCH_HISTORY_TURNS\` (default 15), \`MAKA_BENCH_HISTORY_LARGE=0\` (leaves out the 100,000-event size, about a minute to build),
 \`MAKA_BENCH_APPENDS\`, \`MAKA_BENCH_APPEND_WARMUP\` (untimed blocks of 200 appends, default 10),
 \`MAKA_BENCH_LONG_TURNS\` (default 1,000), \`MAKA_BENCH_LONG_WINDOW\` (default 4,000), \`MAKA_BENCH_SCALE_SIZES\`,
 \`MAKA_BENCH_SCALE_TURNS\` (default 11), \`MAKA_BENCH_SCALE_ACCOUNT_TURNS\` (default 3),
