@@ -6,6 +6,7 @@ import { Effect } from "effect"
 import { describe, expect, it } from "vitest"
 import * as EventLog from "../src/EventLog.ts"
 import { FAULT_VARIABLE, faultPoint } from "../src/internal/fault.ts"
+import { KNOWN_SESSIONS } from "../src/internal/append.ts"
 import { openSqlite } from "../src/internal/open-sqlite.ts"
 import { SqliteDialect, StatementCache } from "../src/internal/sqlite-driver.ts"
 import type { Database } from "../src/internal/database.ts"
@@ -211,6 +212,80 @@ describe("openSqlite transactions", () => {
     expect(outcome.error.reason._tag).toBe("Database")
     expect(outcome.error.message).toContain("disk says no")
     expect(outcome.events.map((stored) => stored.sequence)).toEqual([1])
+  })
+
+  it("counts a session's row as written only once its commit lands: the append after a failed COMMIT writes it", async () => {
+    const file = path.join(temporaryDirectory(), "events.sqlite")
+    const history = History.smallRun()
+    const outcome = await Effect.runPromise(
+      Effect.scoped(
+        Effect.gen(function* () {
+          const log = yield* EventLog.fromDatabase(() => openSqlite(file))
+          // Another connection arms a trap: each event row also inserts a row whose deferred foreign
+          // key names no session, so the COMMIT of the session's first append fails.
+          const other = new BetterSqlite3(file)
+          other.exec("CREATE TABLE trap (session_id TEXT REFERENCES sessions (session_id) DEFERRABLE INITIALLY DEFERRED)")
+          other.exec("CREATE TRIGGER spring AFTER INSERT ON event_log BEGIN INSERT INTO trap VALUES ('nowhere'); END")
+          const refused = yield* Effect.flip(log.append(history.writes[0]!))
+          other.exec("DROP TRIGGER spring")
+          other.close()
+          yield* log.appendBatch(history.writes.slice(0, 2))
+          return { refused, events: yield* log.events("session-1") }
+        }),
+      ),
+    )
+    expect(outcome.refused.reason._tag).toBe("OutcomeUnknown")
+    expect(outcome.events.map((stored) => stored.sequence)).toHaveLength(2)
+    const reader = new BetterSqlite3(file, { readonly: true })
+    const sessions = reader.prepare("SELECT session_id FROM sessions").pluck().all()
+    reader.close()
+    expect(sessions).toEqual(["session-1"])
+  })
+
+  it(`remembers the ${KNOWN_SESSIONS} sessions written last: the least recently written one inserts its row again`, async () => {
+    const file = path.join(temporaryDirectory(), "events.sqlite")
+    const runs = Array.from({ length: KNOWN_SESSIONS + 1 }, (_, index) =>
+      new History.History({ sessionId: `s-${index}`, firstId: 1 + index * 4 }).open({
+        invocationId: `i-${index}`,
+        runId: `r-${index}`,
+        turnId: `t-${index}`,
+      }),
+    )
+    // The inserts of session rows the log's own connection runs.
+    const probe = new BetterSqlite3(":memory:")
+    const statementPrototype = Object.getPrototypeOf(probe.prepare("SELECT 1")) as { run: (...args: Array<unknown>) => unknown }
+    probe.close()
+    const run = statementPrototype.run
+    let sessionInserts = 0
+    statementPrototype.run = function (this: { readonly source: string }, ...args: Array<unknown>) {
+      if (this.source.startsWith("INSERT INTO sessions")) sessionInserts++
+      return run.apply(this, args)
+    }
+    try {
+      const inserts = await Effect.runPromise(
+        Effect.scoped(
+          Effect.gen(function* () {
+            const log = yield* EventLog.fromDatabase(() => openSqlite(file, { synchronous: "NORMAL" }))
+            const steer = (index: number) =>
+              Effect.gen(function* () {
+                const before = sessionInserts
+                const opened = runs[index]!
+                opened.steer(`m-${index}-${opened.history.writes.length}`, "more")
+                yield* log.append(opened.history.writes.at(-1)!)
+                return sessionInserts - before
+              })
+            for (const opened of runs.slice(0, KNOWN_SESSIONS)) yield* log.appendBatch(opened.history.writes)
+            // The first session written becomes the most recent; the second is now the least recent.
+            const first = yield* steer(0)
+            yield* log.appendBatch(runs[KNOWN_SESSIONS]!.history.writes)
+            return { first, second: yield* steer(1), firstAgain: yield* steer(0), newest: yield* steer(KNOWN_SESSIONS) }
+          }),
+        ),
+      )
+      expect(inserts).toEqual({ first: 0, second: 1, firstAgain: 0, newest: 0 })
+    } finally {
+      statementPrototype.run = run
+    }
   })
 
   it("finishes accepted operations at close, then refuses new ones with ConnectionClosed", async () => {

@@ -285,8 +285,29 @@ const checkBatchRules = (writes: ReadonlyArray<EventWrite.EventWrite>) => {
   }
 }
 
-/** Sessions whose row is known to exist, per database (SQLite only skips the insert). */
+/**
+ * Sessions whose row is known to exist, per SQLite database (PostgreSQL locks the row every time):
+ * a session is added once a commit that wrote or found its row has landed, so a batch whose COMMIT
+ * fails leaves its session to the next append's insert. At most `KNOWN_SESSIONS` are kept (the
+ * least recently written is dropped first): a session that left the set costs its next append one
+ * `INSERT … ON CONFLICT DO NOTHING`, and a long-running writer's memory does not grow with every
+ * session it ever wrote.
+ */
 const knownSessionsByDatabase = new WeakMap<Database, Set<string>>()
+
+/** How many sessions one SQLite database remembers as having their row. */
+export const KNOWN_SESSIONS = 4_096
+
+const rememberSessions = (known: Set<string>, sessionIds: Iterable<string>): void => {
+  for (const sessionId of sessionIds) {
+    known.delete(sessionId)
+    known.add(sessionId)
+  }
+  for (const oldest of known) {
+    if (known.size <= KNOWN_SESSIONS) break
+    known.delete(oldest)
+  }
+}
 
 export interface AppendResult {
   readonly sequences: ReadonlyArray<number>
@@ -577,7 +598,12 @@ export const appendBatch = async (
     const fresh = writes.filter((write) => !seen.has(write.event.id) && seen.add(write.event.id) !== undefined)
     if (inserted) checkBatchRules(fresh)
     faultPoint("append.before-commit")
-    for (const sessionId of locked) knownSessions.add(sessionId)
+    if (database.sqlite !== undefined && locked.size > 0) {
+      const known = knownSessions
+      database.sqlite.onTransactionEnd((committed) => {
+        if (committed) rememberSessions(known, locked)
+      })
+    }
     return { sequences, inserted }
   })
 }
