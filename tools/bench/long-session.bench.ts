@@ -15,6 +15,11 @@
  * turns 81–100 and the last 20. The heap is measured after a forced collection at turn 100 and at
  * the end. Flat is the goal for the windowed session and for the heap: within ±20 %.
  *
+ * After each round of turns the raw loop (`fetch` + `eventsource-parser` + two FULL commits per step,
+ * nothing kept between loops) runs the same 2-step loop as a control: over the same spans of turns,
+ * its drift is the machine's (the disk's sync latency above all, which a 2-step turn's commits make
+ * most of its time), and `….turnMs.vsTurn100.machineDriftRemoved` divides it out of the session's.
+ *
  * Before either session's first turn the engine runs `MAKA_BENCH_LONG_WARMUP` (default 300) turns of
  * a windowed session of its own, so both compared spans run compiled code: the code a turn runs once
  * (its start, its opening, its checks) is optimised only after some hundreds of turns, and without the
@@ -24,7 +29,7 @@
  */
 import * as fs from "node:fs"
 import * as path from "node:path"
-import { maka } from "./contenders.ts"
+import { floor, maka } from "./contenders.ts"
 import { startFakeServer } from "./fake-server.ts"
 import { emit, entry, type Entry, integer, median, round, temporaryDirectory } from "./lib.ts"
 
@@ -40,6 +45,16 @@ const workspace = path.join(directory, "workspace")
 fs.mkdirSync(workspace)
 const server = await startFakeServer()
 const engine = await maka({ database: path.join(directory, "maka.sqlite"), baseUrl: server.baseUrl, workspace })
+/**
+ * The control: the raw loop (`fetch` + `eventsource-parser` + two FULL commits per step) runs the same
+ * 2-step loop after each round of turns, in a file of its own, keeping nothing between its loops. Its
+ * time moves only with the machine (the disk's sync latency, the other core's load, the server), so
+ * its drift between two spans of turns says how much of the engine's drift over them is the
+ * machine's: one isolated run of this bench measured the windowed session at ×0.60 between turns
+ * 99–145 and 943–989 and another, the same hour, at ×1.01.
+ */
+const raw = floor(path.join(directory, "floor.sqlite"), server.baseUrl)
+const rawTimes: Array<number> = []
 
 const heapMb = (): number => {
   const collect = (globalThis as { gc?: () => void }).gc
@@ -66,6 +81,7 @@ const started = performance.now()
 for (let turn = 1; turn <= WARMUP_TURNS; turn++) {
   const result = await engine.turn("long-warm-up", "loop-2", `Warm-up turn ${turn}.`, CONTEXT_WINDOW)
   if (result.requestedAt.length !== 2) throw new Error(`warm-up turn ${turn} made ${result.requestedAt.length} main requests, not 2`)
+  await raw.loop("loop-2")
 }
 if (WARMUP_TURNS > 0) console.log(`${WARMUP_TURNS} warm-up turns in a session of their own (${round((performance.now() - started) / 1000, 1)} s)`)
 for (let turn = 1; turn <= TURNS; turn++) {
@@ -81,6 +97,10 @@ for (let turn = 1; turn <= TURNS; turn++) {
       one.checkpointTurns.push(turn)
     }
   }
+  const rawStarted = performance.now()
+  const rawSteps = await raw.loop("loop-2")
+  rawTimes.push(performance.now() - rawStarted)
+  if (rawSteps.length !== 2) throw new Error(`the raw loop made ${rawSteps.length} requests, not 2`)
   if (turn === REFERENCE) referenceHeap = heapMb()
   if (turn % 100 === 0) {
     console.log(
@@ -92,6 +112,7 @@ for (let turn = 1; turn <= TURNS; turn++) {
   }
 }
 const finalHeap = heapMb()
+raw.close()
 await engine.engine.close()
 await server.close()
 fs.rmSync(directory, { recursive: true, force: true })
@@ -131,6 +152,25 @@ for (const one of series) {
     ? `over the last whole compaction cycle (${spanText(spans.end)}) vs over the first that begins at or after turn ${REFERENCE - WINDOW + 1} (${spanText(spans.reference)})`
     : `over the last ${WINDOW} of ${TURNS} turns vs over turns ${REFERENCE - WINDOW + 1}–${REFERENCE}`
   entries[`${prefix}.turnMs.vsTurn100`] = entry(atEnd, "ms", atReference, `median turn time (a 2-step tool loop) in one session ${compared}; ${compaction}`)
+  // The same spans of the control: what the machine's drift alone made of them.
+  const rawAtReference = median(rawTimes.slice(spans.reference.first - 1, spans.reference.last))
+  const rawAtEnd = median(rawTimes.slice(spans.end.first - 1, spans.end.last))
+  console.log(
+    `long session (${compaction}): the raw loop over the same spans ${round(rawAtReference, 2)} ms and ${round(rawAtEnd, 2)} ms;` +
+      ` the session's ratio with that drift divided out ${round((atEnd / atReference) * (rawAtReference / rawAtEnd), 3)}`,
+  )
+  entries[`${prefix}.rawLoop.turnMs.vsTurn100`] = entry(
+    rawAtEnd,
+    "ms",
+    rawAtReference,
+    `the control over the same spans as ${prefix}.turnMs.vsTurn100: the raw loop's 2-step loop (fetch + eventsource-parser + two FULL commits per step, nothing kept between loops), run after each round of turns`,
+  )
+  entries[`${prefix}.turnMs.vsTurn100.machineDriftRemoved`] = entry(
+    atEnd * (rawAtReference / rawAtEnd),
+    "ms",
+    atReference,
+    `${prefix}.turnMs.vsTurn100 with the control's drift over the same spans divided out: the end span's median turn time times the control's reference median over its end median`,
+  )
   entries[`${prefix}.checkpoints`] = entry(one.checkpoints, "checkpoints", null, `context checkpoints recorded in the ${TURNS} turns (${compaction}; ${checkpointNote})`)
 }
 console.log(`long session: heap ${round(referenceHeap, 1)} → ${round(finalHeap, 1)} MB (${round((performance.now() - started) / 1000, 1)} s)`)
