@@ -25,6 +25,12 @@ const rowCount = async (database: Database) =>
     return rows.length
   })
 
+/** Runs `body` against an event log over `file`, which holds the writer lease while it runs. */
+const withLog = <A, E>(file: string, body: (log: EventLog.EventLogShape) => Effect.Effect<A, E>, synchronous?: "FULL" | "NORMAL") =>
+  Effect.runPromise(
+    Effect.scoped(Effect.flatMap(EventLog.fromDatabase(() => openSqlite(file, synchronous === undefined ? {} : { synchronous })), body)),
+  )
+
 /** A Kysely over a raw better-sqlite3 connection with maka's dialect, for driver-level tests. */
 const driverFixture = () => {
   const connection = new BetterSqlite3(path.join(temporaryDirectory(), "driver.sqlite"))
@@ -194,20 +200,17 @@ describe("openSqlite transactions", () => {
   it("reports an append whose statement fails before COMMIT as Database, not OutcomeUnknown, and keeps nothing", async () => {
     const file = path.join(temporaryDirectory(), "events.sqlite")
     const history = History.smallRun()
-    const outcome = await Effect.runPromise(
-      Effect.scoped(
-        Effect.gen(function* () {
-          const log = yield* EventLog.fromDatabase(() => openSqlite(file))
-          yield* log.append(history.writes[0]!)
-          // Another connection makes every later insert fail inside the write transaction.
-          const other = new BetterSqlite3(file)
-          other.exec("CREATE TRIGGER refuse_insert BEFORE INSERT ON event_log BEGIN SELECT RAISE(ABORT, 'disk says no'); END")
-          other.close()
-          const error = yield* Effect.flip(log.appendBatch(history.writes.slice(1, 4)))
-          const events = yield* log.events("session-1")
-          return { error, events }
-        }),
-      ),
+    const outcome = await withLog(file, (log) =>
+      Effect.gen(function* () {
+        yield* log.append(history.writes[0]!)
+        // Another connection makes every later insert fail inside the write transaction.
+        const other = new BetterSqlite3(file)
+        other.exec("CREATE TRIGGER refuse_insert BEFORE INSERT ON event_log BEGIN SELECT RAISE(ABORT, 'disk says no'); END")
+        other.close()
+        const error = yield* Effect.flip(log.appendBatch(history.writes.slice(1, 4)))
+        const events = yield* log.events("session-1")
+        return { error, events }
+      }),
     )
     expect(outcome.error.reason._tag).toBe("Database")
     expect(outcome.error.message).toContain("disk says no")
@@ -217,22 +220,19 @@ describe("openSqlite transactions", () => {
   it("counts a session's row as written only once its commit lands: the append after a failed COMMIT writes it", async () => {
     const file = path.join(temporaryDirectory(), "events.sqlite")
     const history = History.smallRun()
-    const outcome = await Effect.runPromise(
-      Effect.scoped(
-        Effect.gen(function* () {
-          const log = yield* EventLog.fromDatabase(() => openSqlite(file))
-          // Another connection arms a trap: each event row also inserts a row whose deferred foreign
-          // key names no session, so the COMMIT of the session's first append fails.
-          const other = new BetterSqlite3(file)
-          other.exec("CREATE TABLE trap (session_id TEXT REFERENCES sessions (session_id) DEFERRABLE INITIALLY DEFERRED)")
-          other.exec("CREATE TRIGGER spring AFTER INSERT ON event_log BEGIN INSERT INTO trap VALUES ('nowhere'); END")
-          const refused = yield* Effect.flip(log.append(history.writes[0]!))
-          other.exec("DROP TRIGGER spring")
-          other.close()
-          yield* log.appendBatch(history.writes.slice(0, 2))
-          return { refused, events: yield* log.events("session-1") }
-        }),
-      ),
+    const outcome = await withLog(file, (log) =>
+      Effect.gen(function* () {
+        // Another connection arms a trap: each event row also inserts a row whose deferred foreign
+        // key names no session, so the COMMIT of the session's first append fails.
+        const other = new BetterSqlite3(file)
+        other.exec("CREATE TABLE trap (session_id TEXT REFERENCES sessions (session_id) DEFERRABLE INITIALLY DEFERRED)")
+        other.exec("CREATE TRIGGER spring AFTER INSERT ON event_log BEGIN INSERT INTO trap VALUES ('nowhere'); END")
+        const refused = yield* Effect.flip(log.append(history.writes[0]!))
+        other.exec("DROP TRIGGER spring")
+        other.close()
+        yield* log.appendBatch(history.writes.slice(0, 2))
+        return { refused, events: yield* log.events("session-1") }
+      }),
     )
     expect(outcome.refused.reason._tag).toBe("OutcomeUnknown")
     expect(outcome.events.map((stored) => stored.sequence)).toHaveLength(2)
@@ -262,10 +262,10 @@ describe("openSqlite transactions", () => {
       return run.apply(this, args)
     }
     try {
-      const inserts = await Effect.runPromise(
-        Effect.scoped(
+      const inserts = await withLog(
+        file,
+        (log) =>
           Effect.gen(function* () {
-            const log = yield* EventLog.fromDatabase(() => openSqlite(file, { synchronous: "NORMAL" }))
             const steer = (index: number) =>
               Effect.gen(function* () {
                 const before = sessionInserts
@@ -280,7 +280,7 @@ describe("openSqlite transactions", () => {
             yield* log.appendBatch(runs[KNOWN_SESSIONS]!.history.writes)
             return { first, second: yield* steer(1), firstAgain: yield* steer(0), newest: yield* steer(KNOWN_SESSIONS) }
           }),
-        ),
+        "NORMAL",
       )
       expect(inserts).toEqual({ first: 0, second: 1, firstAgain: 0, newest: 0 })
     } finally {
