@@ -155,7 +155,7 @@ const foldable = (run: Run, priorUnknown: boolean) =>
       // A context over the read limits is pruned and compacted after the opening; any other failure
       // (an unsettled history, a store error, a defect) is the run's, after its opening, as there.
       const failure = Cause.findErrorOption(read.cause)
-      if (Option.isSome(failure) && isPrefixTooLarge(EngineError.fromStore(failure.value))) return undefined
+      if (Option.isSome(failure) && isPrefixTooLargeRejection(failure.value)) return undefined
       return { failed: read.cause }
     }
     const current =
@@ -207,15 +207,12 @@ const liveContext = (run: Run, priorUnknown: boolean) =>
 /** How many compaction passes may bring a session past the read limits back within them at its opening. */
 export const MAX_FIT_PASSES = 64
 
+/** The log's refusal of a context over its read limits. */
+const isPrefixTooLargeRejection = (error: unknown) =>
+  EventLogError.isEventLogError(error) && error.reason._tag === "Rejected" && error.reason.rejection._tag === "PrefixTooLarge"
+
 /** Only a store error carries an `EventLogError` cause. */
-const isPrefixTooLarge = (error: EngineError.EngineError) => {
-  const cause = error.cause
-  return (
-    EventLogError.isEventLogError(cause) &&
-    cause.reason._tag === "Rejected" &&
-    cause.reason.rejection._tag === "PrefixTooLarge"
-  )
-}
+const isPrefixTooLarge = (error: EngineError.EngineError) => isPrefixTooLargeRejection(error.cause)
 
 /**
  * The run's context at its opening. A session whose context is already past the read limits (a log

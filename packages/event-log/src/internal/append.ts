@@ -303,9 +303,10 @@ const rememberSessions = (known: Set<string>, sessionIds: Iterable<string>): voi
     known.delete(sessionId)
     known.add(sessionId)
   }
+  if (known.size <= KNOWN_SESSIONS) return
   for (const oldest of known) {
-    if (known.size <= KNOWN_SESSIONS) break
     known.delete(oldest)
+    if (known.size <= KNOWN_SESSIONS) return
   }
 }
 
