@@ -21,6 +21,7 @@ import { Agent, OpenAIProvider, Runner, setTracingDisabled, tool } from "@openai
 import Database from "better-sqlite3"
 import { Effect, Schema } from "effect"
 import { createParser } from "eventsource-parser"
+import * as http from "node:http"
 import { createEngine, type Facade } from "@maka/engine"
 import { Tool, ToolCatalog } from "@maka/tools"
 import { z } from "zod"
@@ -231,14 +232,8 @@ export interface FloorStep {
   readonly startedAt: number
 }
 
-/** One streamed chat-completions exchange read with bare `fetch` + `eventsource-parser`. */
-export const rawExchange = async (
-  url: string,
-  body: string,
-  onData?: (data: string) => void,
-): Promise<{ readonly text: string; readonly calls: ReadonlyArray<Call> }> => {
-  const response = await fetch(url, { method: "POST", headers: { "content-type": "application/json", authorization: "Bearer sk-bench" }, body })
-  if (!response.ok || response.body === null) throw new Error(`the server answered ${response.status}`)
+/** What a raw exchange reads from a streamed chat-completions answer: its text and its tool calls. */
+const answerReader = (onData?: (data: string) => void) => {
   let text = ""
   const calls: Array<Call> = []
   const parser = createParser({
@@ -259,15 +254,62 @@ export const rawExchange = async (
       }
     },
   })
+  return { feed: (text: string) => parser.feed(text), answer: () => ({ text, calls }) }
+}
+
+/** One streamed chat-completions exchange read with bare `fetch` + `eventsource-parser`. */
+export const rawExchange = async (
+  url: string,
+  body: string,
+  onData?: (data: string) => void,
+): Promise<{ readonly text: string; readonly calls: ReadonlyArray<Call> }> => {
+  const response = await fetch(url, { method: "POST", headers: { "content-type": "application/json", authorization: "Bearer sk-bench" }, body })
+  if (!response.ok || response.body === null) throw new Error(`the server answered ${response.status}`)
+  const read = answerReader(onData)
   const reader = response.body.getReader()
   const decoder = new TextDecoder()
   for (;;) {
     const { done, value } = await reader.read()
     if (done) break
-    parser.feed(decoder.decode(value, { stream: true }))
+    read.feed(decoder.decode(value, { stream: true }))
   }
-  return { text, calls }
+  return read.answer()
 }
+
+/**
+ * The same exchange over `node:http` with a keep-alive agent (the transport maka's model client is
+ * built on) instead of `fetch`: a raw loop whose requests grow to hundreds of kilobytes spends more
+ * in `fetch` than in the transport maka uses, which a comparison with maka would count in maka's favour.
+ */
+export const rawHttpExchange = (agent: http.Agent) => (
+  url: string,
+  body: string,
+  onData?: (data: string) => void,
+): Promise<{ readonly text: string; readonly calls: ReadonlyArray<Call> }> =>
+  new Promise((resolve, reject) => {
+    const request = http.request(
+      url,
+      {
+        method: "POST",
+        agent,
+        headers: { "content-type": "application/json", authorization: "Bearer sk-bench", "content-length": Buffer.byteLength(body) },
+      },
+      (response) => {
+        if (response.statusCode !== 200) {
+          response.resume()
+          reject(new Error(`the server answered ${response.statusCode}`))
+          return
+        }
+        const read = answerReader(onData)
+        response.setEncoding("utf8")
+        response.on("data", (text: string) => read.feed(text))
+        response.on("end", () => resolve(read.answer()))
+        response.on("error", reject)
+      },
+    )
+    request.on("error", reject)
+    request.end(body)
+  })
 
 export interface Floor {
   /** The loop with its own growing message list; returns each step's start. */
@@ -287,7 +329,7 @@ export interface Floor {
 type FloorWrite = (session: string, rows: ReadonlyArray<readonly [kind: string, json: string]>) => void | Promise<void>
 
 /** The durable floor over raw better-sqlite3: each write is `BEGIN IMMEDIATE`, one prepared insert per row, `COMMIT`. */
-export const floor = (file: string, baseUrl: string): Floor => {
+export const floor = (file: string, baseUrl: string, options: { readonly transport?: Transport } = {}): Floor => {
   const database = new Database(file)
   database.pragma("journal_mode = WAL")
   database.pragma("synchronous = FULL")
@@ -303,7 +345,11 @@ export const floor = (file: string, baseUrl: string): Floor => {
     for (const [kind, json] of rows) insert.run(`e${++ids}`, session, kind, json)
     commit.run()
   }
-  return floorOver(write, baseUrl, () => database.close())
+  const { exchange, closeTransport } = transportOf(options.transport ?? "fetch")
+  return floorOver(write, baseUrl, exchange, () => {
+    closeTransport()
+    database.close()
+  })
 }
 
 /** The least a pg client can do per durable write: one statement, one round trip, one commit. */
@@ -327,10 +373,19 @@ export const pgFloor = async (client: PgQueryable, baseUrl: string): Promise<Flo
       [rows.map(() => `e${++ids}`), rows.map(() => session), rows.map(([kind]) => kind), rows.map(([, json]) => json)],
     )
   }
-  return floorOver(write, baseUrl, () => undefined)
+  return floorOver(write, baseUrl, rawExchange, () => undefined)
 }
 
-const floorOver = (write: FloorWrite, baseUrl: string, close: () => void): Floor => {
+/** How a raw loop sends its requests: `fetch` (the bare read the issue names), or `node:http` with a keep-alive agent. */
+export type Transport = "fetch" | "http"
+
+const transportOf = (transport: Transport): { readonly exchange: typeof rawExchange; readonly closeTransport: () => void } => {
+  if (transport === "fetch") return { exchange: rawExchange, closeTransport: () => undefined }
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 })
+  return { exchange: rawHttpExchange(agent), closeTransport: () => agent.destroy() }
+}
+
+const floorOver = (write: FloorWrite, baseUrl: string, exchange: typeof rawExchange, close: () => void): Floor => {
   let sessions = 0
   const url = `${baseUrl}/chat/completions`
   const tools = [
@@ -344,7 +399,7 @@ const floorOver = (write: FloorWrite, baseUrl: string, close: () => void): Floor
   const step = async (session: string, index: number, body: string, settles: Array<readonly [string, string]>) => {
     await write(session, [...settles.splice(0), ["model_requested", JSON.stringify({ step: index, bytes: body.length })]])
     const observations: Array<readonly [string, string]> = []
-    const answer = await rawExchange(url, body, (data) => observations.push(["model_observed", data]))
+    const answer = await exchange(url, body, (data) => observations.push(["model_observed", data]))
     const dispatches = answer.calls.map((call) => ["tool_dispatched", JSON.stringify(call)] as const)
     const last: ReadonlyArray<readonly [string, string]> =
       answer.calls.length === 0 ? [["invocation_completed", JSON.stringify({ text: answer.text })]] : dispatches.slice(0, 1)
@@ -383,7 +438,7 @@ const floorOver = (write: FloorWrite, baseUrl: string, close: () => void): Floor
       const session = `answer-${++sessions}`
       const body = JSON.stringify({ model, messages: [{ role: "user", content: "go" }], stream: true })
       await write(session, [["model_requested", JSON.stringify({ bytes: body.length })]])
-      const answer = await rawExchange(url, body, onData)
+      const answer = await exchange(url, body, onData)
       await write(session, [
         ["model_observed", JSON.stringify({ text: answer.text })],
         ["model_completed", JSON.stringify({ text: answer.text })],

@@ -7,9 +7,10 @@
  * `MAKA_BENCH_HISTORY_LARGE=0` leaves it out) by running real
  * turns through `createEngine` (`build-<n>`: n parallel `noop` calls, then an answer), never by
  * writing rows. At each size, after one untimed 10-step tool-loop turn, `MAKA_BENCH_HISTORY_TURNS`
- * (default 15) such turns are measured; after each, the raw loop (`fetch` + `eventsource-parser` + two FULL commits per step)
+ * (default 15) such turns are measured; after each, the raw loop (`node:http` with a keep-alive agent,
+ * the transport maka's model client is built on, + `eventsource-parser` + two FULL commits per step)
  * replays the very request bodies maka sent in that turn (kept by the fake server), so both
- * carry the same requests. Reported per size: maka's time per step against the raw loop's, maka's
+ * carry the same requests, and so does the same loop over `fetch` (reported beside it). Reported per size: maka's time per step against the raw loop's, maka's
  * time above the raw loop against the same figure at the smallest size (flat is the goal), and the
  * first step of a new turn in the same process (from `start` to the second `model_requested`) against
  * a steady step (between consecutive `model_requested` events), with the raw loop's own first step
@@ -34,7 +35,7 @@ import * as path from "node:path"
 import { EventLog } from "@maka/event-log"
 import { floor, maka } from "./contenders.ts"
 import { startFakeServer } from "./fake-server.ts"
-import { emit, entry, type Entry, integer, median, profiled, round, temporaryDirectory, topSelfTime } from "./lib.ts"
+import { cpuMs, emit, entry, type Entry, integer, median, profiled, round, temporaryDirectory, topSelfTime } from "./lib.ts"
 
 const STEPS = 10
 const TURNS = integer("MAKA_BENCH_HISTORY_TURNS", 15)
@@ -123,7 +124,13 @@ const timeContextRead = async (sessionId: string) => {
   raw.close()
   return { rawMs: median(rawMs), contextMs: median(contextMs), first }
 }
-const raw = floor(path.join(directory, "floor.sqlite"), server.baseUrl)
+// The raw loop sends over `node:http` with a keep-alive agent, the transport maka's model client is
+// built on; the same loop over `fetch` replays the same bodies too. `fetch` spends more than that
+// transport on large requests (2026-12-04: requests of 504 KB at 10,000 events), so above a `fetch`
+// loop maka's time per step shrank as the session grew, which is the transports' difference, not
+// maka's work: the reference of flatness is the loop over `node:http`.
+const raw = floor(path.join(directory, "floor.sqlite"), server.baseUrl, { transport: "http" })
+const rawFetch = floor(path.join(directory, "floor-fetch.sqlite"), server.baseUrl)
 // The process's warm-up, before anything is timed: turns of an engine of its own, over a file of its
 // own, each followed by a loop of the raw loop (its own steps, the code its replays run), so neither
 // side is timed while its code is still being compiled. Without the raw loop's share, its replays at
@@ -137,8 +144,10 @@ if (WARMUP_TURNS > 0) {
   for (let turn = 0; turn < WARMUP_TURNS; turn++) {
     const result = await warmUp.turn(`warm-up-${turn % 10}`, `loop-${STEPS}`, `Warm-up turn ${turn + 1}.`)
     if (result.requestedAt.length !== STEPS) throw new Error(`warm-up turn ${turn + 1} made ${result.requestedAt.length} main requests, not ${STEPS}`)
-    const rawSteps = await raw.loop(`loop-${STEPS}`)
-    if (rawSteps.length !== STEPS) throw new Error(`the raw loop's warm-up made ${rawSteps.length} requests, not ${STEPS}`)
+    for (const loop of [raw, rawFetch]) {
+      const rawSteps = await loop.loop(`loop-${STEPS}`)
+      if (rawSteps.length !== STEPS) throw new Error(`the raw loop's warm-up made ${rawSteps.length} requests, not ${STEPS}`)
+    }
   }
   await warmUp.engine.close()
   console.log(`${WARMUP_TURNS} warm-up turns on an engine of their own, each with a loop of the raw loop (${round((performance.now() - warmStarted) / 1000, 1)} s)`)
@@ -150,6 +159,8 @@ let events = 0
 let turns = 0
 const entries: Record<string, Entry> = {}
 let smallestOverhead: number | undefined
+let smallestFetchOverhead: number | undefined
+let smallestCpuOverhead: number | undefined
 const started = performance.now()
 
 for (const size of SIZES) {
@@ -165,6 +176,9 @@ for (const size of SIZES) {
 
   const makaStep: Array<number> = []
   const rawStep: Array<number> = []
+  const rawFetchStep: Array<number> = []
+  const makaCpuStep: Array<number> = []
+  const rawCpuStep: Array<number> = []
   const firstStep: Array<number> = []
   const steadyStep: Array<number> = []
   const rawFirstStep: Array<number> = []
@@ -182,6 +196,7 @@ for (const size of SIZES) {
     const run = async () => {
       measured = await engine.turn(SESSION, `loop-${STEPS}`, name)
     }
+    const cpuBefore = process.cpuUsage()
     if (PROFILE && index === 0) {
       const file = path.join("bench", "profiles", `history-${size}-${new Date().toISOString().replace(/:/g, "-")}.cpuprofile`)
       const profile = await profiled(file, run)
@@ -190,6 +205,7 @@ for (const size of SIZES) {
     } else {
       await run()
     }
+    makaCpuStep.push(cpuMs(cpuBefore) / STEPS)
     const turn = measured!
     events += turn.events
     const main = await takeMainRequests()
@@ -201,32 +217,58 @@ for (const size of SIZES) {
     steadyStep.push(median(steady))
     requestBytes = Buffer.byteLength(main.at(-1)!)
     const replayStarted = performance.now()
+    const rawCpuBefore = process.cpuUsage()
     const rawSteps = await raw.replay(main)
     rawStep.push((performance.now() - replayStarted) / STEPS)
+    rawCpuStep.push(cpuMs(rawCpuBefore) / STEPS)
     // The raw loop's own first step (it follows maka's turn as maka's follows it) against its steady ones.
     rawFirstStep.push(rawSteps[1]!.startedAt - rawSteps[0]!.startedAt)
     const rawSteady: Array<number> = []
     for (let step = 1; step < STEPS - 1; step++) rawSteady.push(rawSteps[step + 1]!.startedAt - rawSteps[step]!.startedAt)
     rawSteadyStep.push(median(rawSteady))
+    const fetchStarted = performance.now()
+    await rawFetch.replay(main)
+    rawFetchStep.push((performance.now() - fetchStarted) / STEPS)
   }
   const makaMs = median(makaStep)
   const rawMs = median(rawStep)
   const overhead = median(makaStep.map((value, index) => value - rawStep[index]!))
+  const rawFetchMs = median(rawFetchStep)
+  const fetchOverhead = median(makaStep.map((value, index) => value - rawFetchStep[index]!))
   const reference = smallestOverhead === undefined
   smallestOverhead ??= overhead
+  smallestFetchOverhead ??= fetchOverhead
+  const cpuOverhead = median(makaCpuStep.map((value, index) => value - rawCpuStep[index]!))
+  smallestCpuOverhead ??= cpuOverhead
   const first = median(firstStep)
   const steady = median(steadyStep)
   console.log(
-    `history ${size}: maka ${round(makaMs, 2)} ms per step (raw loop, same requests: ${round(rawMs, 2)} ms; above it ${round(overhead, 2)} ms), ` +
+    `history ${size}: maka ${round(makaMs, 2)} ms per step (raw loop, same requests: ${round(rawMs, 2)} ms; above it ${round(overhead, 2)} ms; ` +
+      `over fetch ${round(rawFetchMs, 2)} ms, above it ${round(fetchOverhead, 2)} ms; CPU ${round(median(makaCpuStep), 2)} ms vs ${round(median(rawCpuStep), 2)} ms, above it ${round(cpuOverhead, 2)} ms), ` +
       `first step of a turn ${round(first, 2)} ms vs steady ${round(steady, 2)} ms, last request ${round(requestBytes / 1024, 1)} KB`,
   )
   const label = `history.${size}`
-  entries[`${label}.msPerStep.vsRaw`] = entry(makaMs, "ms/step", rawMs, `maka's 10-step turn over a session of ${measuredAt} events vs the raw loop (fetch + eventsource-parser + 2 FULL commits per step) sending the same request bodies`)
+  entries[`${label}.msPerStep.vsRaw`] = entry(makaMs, "ms/step", rawMs, `maka's 10-step turn over a session of ${measuredAt} events vs the raw loop (node:http with a keep-alive agent + eventsource-parser + 2 FULL commits per step) sending the same request bodies`)
+  entries[`${label}.msPerStep.vsRawFetch`] = entry(makaMs, "ms/step", rawFetchMs, `the same turns vs the raw loop over fetch instead of node:http, sending the same request bodies`)
   entries[`${label}.aboveRawMsPerStep.vsSmallest`] = entry(
     overhead,
     "ms/step",
     reference ? null : smallestOverhead,
     reference ? "maka's time per step above the raw loop at the smallest size: the reference of the larger sizes" : `maka's time per step above the raw loop at this size vs at ${SIZES[0]} events (flat means ratio ≈ 1)`,
+  )
+  entries[`${label}.aboveRawCpuMsPerStep.vsSmallest`] = entry(
+    cpuOverhead,
+    "ms/step",
+    reference ? null : smallestCpuOverhead,
+    reference
+      ? "maka's CPU time per step (process.cpuUsage over the turn) above the raw loop's over its replay of the same bodies, at the smallest size"
+      : `maka's CPU time per step above the raw loop's at this size vs at ${SIZES[0]} events: CPU adds up where wall time overlaps (maka's work beside the server's handling of a large request), so this is the figure whose flatness shows maka's work per step not growing with the session`,
+  )
+  entries[`${label}.aboveRawFetchMsPerStep.vsSmallest`] = entry(
+    fetchOverhead,
+    "ms/step",
+    reference ? null : smallestFetchOverhead,
+    reference ? "maka's time per step above the raw loop over fetch at the smallest size" : `maka's time per step above the raw loop over fetch at this size vs at ${SIZES[0]} events (shown beside the node:http loop's: fetch's own cost grows with the request)`,
   )
   entries[`${label}.firstStepMs.vsSteady`] = entry(first, "ms", steady, "the first step of a new turn in the same process (start → second model_requested) vs a steady step (between consecutive model_requested)")
   entries[`${label}.raw.firstStepMs.vsSteady`] = entry(
@@ -263,6 +305,7 @@ for (const size of SIZES) {
 
 await engine.engine.close()
 raw.close()
+rawFetch.close()
 await server.close()
 fs.rmSync(directory, { recursive: true, force: true })
 console.log(`history series done in ${round((performance.now() - started) / 1000, 1)} s`)

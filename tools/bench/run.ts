@@ -142,8 +142,13 @@ How to read it:
   each followed by one loop of the raw loop, so the smallest size is not timed while either side's
   code is still compiling, one session is grown to 100, 1,000, 10,000 and 100,000 events by running
   real turns (\`build-50\`: 50 parallel tool calls then an answer), never by writing rows; at each size one untimed 10-step turn, then 10-step turns are measured, and the raw loop replays
-  the very request bodies maka sent (kept by the fake server as they arrived) with its two commits per step.
-  No window is declared there, so from 8,000 events (80 % of the read limit) automatic compaction folds
+  the very request bodies maka sent (kept by the fake server as they arrived) with its two commits per step,
+  over \`node:http\` with a keep-alive agent (the transport maka's model client is built on), and so does
+  the same loop over \`fetch\` (\`aboveRawFetchMsPerStep\`), which spends more on large requests. CPU time
+  per step (\`process.cpuUsage\` over maka's turn and over the replay) adds up where wall time
+  overlaps (maka's work beside the server's reading of a large request): \`aboveRawCpuMsPerStep\`. Both
+  figures above the raw loop are differences; from 10,000 events the requests are hundreds of KB and
+  the raw loop's own time grows faster than maka's. No window is declared there, so from 8,000 events (80 % of the read limit) automatic compaction folds
   the history; summary requests are not steps and are not replayed. maka's turns and the replays
   alternate, so each one's first step comes right after the other's work: the raw loop's own first
   step against its steady ones (\`raw.firstStepMs.vsSteady\`) shows what that costs a loop with no turn
