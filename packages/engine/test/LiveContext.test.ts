@@ -85,6 +85,9 @@ const comparing = (
       ? log.readManualMessageContext(sessionId, { current: invocationId })
       : log.readModelContext(sessionId, { current: invocationId })
   let lastSequence = 0
+  // A snapshot whose digests nobody read yet, and the fresh read they must equal once read (after
+  // the next commit moved the live context's hash on).
+  let unread: { readonly source: EventLog.ModelContextSource; readonly fresh: EventLog.ModelContextSource } | undefined
   const appendBatch: EventLog.EventLogShape["appendBatch"] = (leading, complete) =>
     Effect.gen(function* () {
       // A request is built inside its commit, after the settlements and steering that ride it.
@@ -130,6 +133,16 @@ const comparing = (
         for (const [index, write] of writes.entries()) {
           current.live.apply({ sequence: sequences[index]!, event: write.event }, write.json)
         }
+        if (unread !== undefined) {
+          const { source, fresh } = unread
+          unread = undefined
+          if (
+            source.sourceEvidence.digest !== fresh.sourceEvidence.digest ||
+            source.effectiveSourceDigest !== fresh.effectiveSourceDigest
+          ) {
+            comparison.mismatches.push(`a snapshot's digests read after the next commit differ from a fresh read at its own cut`)
+          }
+        }
         // An archive makes the live context read the log again, as the engine's does.
         if (current.live.stale) {
           current.live = yield* LiveContext.load(log, sessionId, current.invocationId, current.configuration, settings().allowPriorUnknown === true)
@@ -146,6 +159,8 @@ const comparing = (
                 `live ${JSON.stringify(cached)} != fresh ${JSON.stringify(fresh)}`,
             )
           }
+          const deferred = current.live.snapshot()
+          if (Result.isSuccess(deferred)) unread = { source: deferred.success, fresh }
         }
       }
       return sequences

@@ -78,6 +78,38 @@ describe("Journal.invoke", () => {
     }),
   )
 
+  it.effect("settles a text output as the schema decodes it: exactly its two own keys, a string value", () =>
+    Effect.gen(function* () {
+      const outcomeOf = (output: unknown) =>
+        Effect.map(runProbe(() => Effect.succeed(output as ToolCall.ToolOutput)), ({ facts }) => {
+          const settled = facts[1]!
+          if (settled.kind !== "tool_settled") return assert.fail("expected a settlement")
+          return settled.outcome.kind === "succeeded" ? settled.outcome.projection : settled.outcome.message
+        })
+      assert.deepStrictEqual(yield* outcomeOf({ format: "text", value: "ok" }), { kind: "text", text: "ok" })
+      assert.deepStrictEqual(yield* outcomeOf({ value: "ok", format: "text" }), { kind: "text", text: "ok" })
+      // Accepted by the schema too: an inherited format, a class instance, a null prototype.
+      assert.deepStrictEqual(yield* outcomeOf(Object.assign(Object.create({ format: "text" }), { value: "up" })), { kind: "text", text: "up" })
+      assert.deepStrictEqual(
+        yield* outcomeOf(Object.assign(Object.create(null), { format: "text", value: "bare" })),
+        { kind: "text", text: "bare" },
+      )
+      for (const refused of [
+        { format: "text", value: "ok", extra: 1 },
+        { format: "text", value: "ok", extra: undefined },
+        { format: "text", value: "ok", [Symbol("s")]: 1 },
+        { format: "text", value: 3 },
+        { format: "texts", value: "ok" },
+        { format: "text" },
+        ["text", "ok"],
+      ]) {
+        const outcome = yield* outcomeOf(refused)
+        assert.isString(outcome)
+        assert.match(outcome as string, /^tool returned an invalid output: /)
+      }
+    }),
+  )
+
   it.effect("settles an output too deep to record as a failure that says the tool completed", () =>
     Effect.gen(function* () {
       const { facts } = yield* runProbe(() => Effect.succeed(Tool.json(nested(70))))

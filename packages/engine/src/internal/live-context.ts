@@ -313,19 +313,40 @@ export class LiveContext {
     if (events > this.limits.maxEvents || bytes > this.limits.maxBytes) {
       return Result.fail(EventLogError.prefixTooLarge())
     }
-    const { highWater, digest, effectiveSourceDigest } = this.evidence()
-    return Result.succeed(
-      withLatestSummary(
-        {
-          ...this.initial,
-          sourceEvidence: { ...this.initial.sourceEvidence, highWater, digest },
-          tail: added.length === 0 ? [...this.tail] : [...this.tail, ...added],
-          effectiveSourceDigest,
-          latestMain: this.latestMain,
-        },
-        this.latestSummary,
-      ),
+    // The digests are computed when first read, from the hash as it stands now: a step's request
+    // computes its own evidence at its commit (over what it carries), so a snapshot's are read only
+    // by a compaction that starts from it.
+    const evidence = this.deferredEvidence()
+    const { latestSummary: _summary, effectiveSourceDigest: _effective, sourceEvidence: read, ...initial } = this.initial
+    const { digest: _digest, ...scope } = read
+    const sourceEvidence = withDigest({ ...scope, highWater: this.highWater }, "digest", () => evidence().digest)
+    const source = withDigest(
+      {
+        ...initial,
+        sourceEvidence,
+        tail: added.length === 0 ? [...this.tail] : [...this.tail, ...added],
+        latestMain: this.latestMain,
+        ...(this.latestSummary === undefined ? {} : { latestSummary: this.latestSummary }),
+      },
+      "effectiveSourceDigest",
+      () => evidence().effectiveSourceDigest,
     )
+    return Result.succeed(source)
+  }
+
+  /** `evidence()` of the context as it stands now, computed at the first call of the function returned. */
+  private deferredEvidence(): () => ReturnType<LiveContext["evidence"]> {
+    const hash = this.hash.copy()
+    const highWater = this.highWater
+    const replacements = this.replacements
+    let computed: ReturnType<LiveContext["evidence"]> | undefined
+    return () => {
+      if (computed === undefined) {
+        const digest = hash.digest(highWater)
+        computed = { highWater, digest, effectiveSourceDigest: Digest.effectiveSource(digest, replacements) }
+      }
+      return computed
+    }
   }
 
   /** The history projection of `snapshot(pending)`'s source (docs/engine.md §5.5), kept current incrementally. */
@@ -354,6 +375,13 @@ export class LiveContext {
     return { highWater, digest, effectiveSourceDigest: Digest.effectiveSource(digest, this.replacements) }
   }
 }
+
+/**
+ * `value` with `key` an enumerable property read through `digest` (a spread or a deep comparison reads
+ * it as any other field), so a digest nobody reads is never computed.
+ */
+const withDigest = <A extends object, K extends string>(value: A, key: K, digest: () => string): A & { readonly [P in K]: string } =>
+  Object.defineProperty(value, key, { get: digest, enumerable: true, configurable: false }) as A & { readonly [P in K]: string }
 
 /** `source` with `latestSummary` as given: set when defined, absent otherwise (as a fresh read returns it). */
 const withLatestSummary = (source: Source, latestSummary: EventLog.LatestSummary | undefined): Source => {

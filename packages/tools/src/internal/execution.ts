@@ -44,6 +44,23 @@ export const classifyError = (error: unknown): Execution => {
 
 const decodeOutput = Schema.decodeUnknownResult(ToolCall.ToolOutput)
 
+/**
+ * The usual output, `{format: "text", value}` with no other own key, as the schema decodes it (a
+ * fresh object of the two fields), checked without the schema's parser: a step's tool call pays
+ * tens of microseconds for the parser's general path where this is a few. Anything else (JSON, an
+ * extra key, a symbol key, a value that is not a string) goes to the schema, which gives the verdict
+ * and its message; this path accepts no value the schema refuses and builds the same output.
+ */
+const plainTextOutput = (value: unknown): ToolCall.ToolOutput | undefined => {
+  if (typeof value !== "object" || value === null) return undefined
+  const keys = Reflect.ownKeys(value)
+  if (keys.length !== 2 || !keys.includes("format") || !keys.includes("value")) return undefined
+  const output = value as { readonly format: unknown; readonly value: unknown }
+  if (output.format !== "text") return undefined
+  const text = output.value
+  return typeof text === "string" ? { format: "text", value: text } : undefined
+}
+
 const isPromiseLike = (value: unknown): value is PromiseLike<unknown> =>
   typeof value === "object" && value !== null && "then" in value && typeof value.then === "function"
 
@@ -55,6 +72,8 @@ const toEffect = (result: ToolExecution): Effect.Effect<unknown, unknown> => {
 
 const fromExit = (exit: Exit.Exit<unknown, unknown>): Execution => {
   if (Exit.isSuccess(exit)) {
+    const text = plainTextOutput(exit.value)
+    if (text !== undefined) return { _tag: "Succeeded", output: text }
     const output = decodeOutput(exit.value, { onExcessProperty: "error" })
     return Result.isSuccess(output)
       ? { _tag: "Succeeded", output: output.success }
