@@ -8,7 +8,10 @@
  *    super-step with its SQLite checkpointer (`SqliteSaver`, `synchronous=FULL`) and the same graph
  *    without a checkpointer, and the durable floor (`fetch` + `eventsource-parser` + two FULL commits
  *    per step with raw better-sqlite3), run round-robin in each trial (the order rotates), medians over
- *    the trials. Per step: wall time, CPU time (`process.cpuUsage`, the whole process), and, in a
+ *    the trials. The Agents SDK and LangGraph run in a process of their own (`peers.ts`): their
+ *    `AsyncLocalStorage` turns on Node's promise hooks for the whole process, which would tax every
+ *    promise of maka's and the floor's steps here. Per step: wall time, CPU time (`process.cpuUsage`,
+ *    the whole process the contender runs in; each peer measures its own loops), and, in a
  *    separate accounting pass that holds a read transaction so the WAL is not recycled, the commits
  *    and WAL bytes (see `WalMeter`) of maka, LangGraph's checkpointer and the floor; then the WAL bytes
  *    per step of one 40-step loop of maka and of LangGraph, to show how each grows with a thread.
@@ -23,8 +26,9 @@
  */
 import * as fs from "node:fs"
 import * as path from "node:path"
-import { agentsSdk, floor, langGraph, maka, rawExchange } from "./contenders.ts"
+import { floor, maka, rawExchange } from "./contenders.ts"
 import { startFakeServer } from "./fake-server.ts"
+import { type PeerName, startPeers } from "./peers.ts"
 import { countStatements, cpuMs, emit, entry, type Entry, integer, median, profiled, round, temporaryDirectory, topSelfTime, WalMeter } from "./lib.ts"
 
 const STEPS = 10
@@ -92,25 +96,33 @@ if (PROFILE !== "") {
 
 // --- 1. The tool loop ---------------------------------------------------------------------------
 
-const sdk = agentsSdk(server.baseUrl)
 const raw = floor(floorFile, server.baseUrl)
 const floorLoop = async (): Promise<void> => {
   const steps = await raw.loop(LOOP_MODEL)
   if (steps.length !== STEPS) throw new Error(`the floor made ${steps.length} requests, not ${STEPS}`)
 }
-const checkpointed = langGraph(server.baseUrl, langGraphFile)
-const uncheckpointed = langGraph(server.baseUrl)
-const graphLoop = (graph: typeof checkpointed) => async (): Promise<void> => {
-  const requests = await graph.loop(LOOP_MODEL)
-  if (requests !== STEPS) throw new Error(`LangGraph made ${requests} requests, not ${STEPS}`)
+// The Agents SDK and LangGraph run in a process of their own (`peers.ts`): their AsyncLocalStorage
+// turns on Node's promise hooks for the whole process, which maka and the floor would pay here.
+const peers = await startPeers(server.baseUrl, langGraphFile)
+/** Runs `loops` loops of a peer; each loop's requests are checked (the Agents SDK checks its own answer). */
+const peerLoops = async (name: PeerName, loops: number, model = LOOP_MODEL, steps = STEPS) => {
+  const run = await peers.run(name, model, loops)
+  if (name !== "agentsSdk" && run.requests !== loops * steps) throw new Error(`${name} made ${run.requests} requests, not ${loops * steps}`)
+  return run
 }
-const langGraphLoop = graphLoop(checkpointed)
+/** Times `loops` loops run in this process: wall time and this process's CPU time. */
+const here = (loop: () => Promise<void>) => async (loops: number) => {
+  const cpuBefore = process.cpuUsage()
+  const started = performance.now()
+  for (let index = 0; index < loops; index++) await loop()
+  return { wallMs: performance.now() - started, cpuMs: cpuMs(cpuBefore) }
+}
 const contenders = [
-  { name: "maka", loop: makaLoop },
-  { name: "agentsSdk", loop: () => sdk.loop(LOOP_MODEL) },
-  { name: "langGraph", loop: langGraphLoop },
-  { name: "langGraphBare", loop: graphLoop(uncheckpointed) },
-  { name: "floor", loop: floorLoop },
+  { name: "maka", loops: here(makaLoop) },
+  { name: "agentsSdk", loops: (loops: number) => peerLoops("agentsSdk", loops) },
+  { name: "langGraph", loops: (loops: number) => peerLoops("langGraph", loops) },
+  { name: "langGraphBare", loops: (loops: number) => peerLoops("langGraphBare", loops) },
+  { name: "floor", loops: here(floorLoop) },
 ] as const
 type Name = (typeof contenders)[number]["name"]
 
@@ -119,14 +131,10 @@ const cpu: Record<Name, Array<number>> = { maka: [], agentsSdk: [], langGraph: [
 for (let trial = 0; trial < WARMUP + TRIALS; trial++) {
   for (let position = 0; position < contenders.length; position++) {
     const contender = contenders[(trial + position) % contenders.length]!
-    const cpuBefore = process.cpuUsage()
-    const started = performance.now()
-    for (let loop = 0; loop < LOOPS; loop++) await contender.loop()
-    const elapsed = performance.now() - started
-    const cpuUsed = cpuMs(cpuBefore)
+    const measured = await contender.loops(LOOPS)
     if (trial < WARMUP) continue
-    wall[contender.name].push(elapsed / (LOOPS * STEPS))
-    cpu[contender.name].push(cpuUsed / (LOOPS * STEPS))
+    wall[contender.name].push(measured.wallMs / (LOOPS * STEPS))
+    cpu[contender.name].push(measured.cpuMs / (LOOPS * STEPS))
   }
   if (trial >= WARMUP) {
     const last = (name: Name) => round(wall[name].at(-1)!, 2)
@@ -160,7 +168,7 @@ const account = async (file: string, loop: () => Promise<void>) => {
 }
 const makaWrites = await account(makaFile, makaLoop)
 const floorWrites = await account(floorFile, floorLoop)
-const langGraphWrites = await account(langGraphFile, langGraphLoop)
+const langGraphWrites = await account(langGraphFile, async () => void (await peerLoops("langGraph", 1)))
 const stored = await engine.engine.events(`loop-${sessions}`)
 const eventsPerStep = stored.length / STEPS
 const eventJsonBytesPerStep = stored.reduce((sum, event) => sum + Buffer.byteLength(JSON.stringify(event.event)), 0) / STEPS
@@ -177,9 +185,9 @@ const longLoopBytes = async (file: string, loop: () => Promise<number>): Promise
   return count.bytes / steps
 }
 const makaLongBytes = await longLoopBytes(makaFile, async () => (await engine.turn(`loop-${++sessions}`, `loop-${LONG_STEPS}`)).requestedAt.length)
-const langGraphLongBytes = await longLoopBytes(langGraphFile, () => checkpointed.loop(`loop-${LONG_STEPS}`))
+const langGraphLongBytes = await longLoopBytes(langGraphFile, async () => (await peerLoops("langGraph", 1, `loop-${LONG_STEPS}`, LONG_STEPS)).requests)
 raw.close()
-checkpointed.close()
+await peers.close()
 
 console.log(
   `tool loop, ms per step: maka ${round(msPerStep.maka, 2)}, Agents SDK ${round(msPerStep.agentsSdk, 2)}, LangGraph + SqliteSaver ${round(msPerStep.langGraph, 2)}, ` +

@@ -80,7 +80,11 @@ const PREAMBLE = `# Benchmarks
 
 Written by \`pnpm bench\` (\`tools/bench/run.ts\`) from \`bench/results.json\`; rerun it to refresh. Each
 bench runs in its own Node process against workspace sources; the fake OpenAI-compatible server runs in
-a process of its own, so its work is never counted in the measured process's time or CPU.
+a process of its own, so its work is never counted in the measured process's time or CPU. In the
+\`engine\` bench the Agents SDK and LangGraph run in a process of their own too (\`tools/bench/peers.ts\`),
+driven round-robin with maka and the floor: their \`AsyncLocalStorage\` turns on Node's promise hooks for
+the whole process (200,000 awaits took 68 ms after one loop of the SDK, 11 ms before it), which maka's
+and the floor's steps would otherwise pay beside them.
 
 How to read it:
 - **value** is maka's figure; **baseline** is the figure it is compared with, measured in the same run
