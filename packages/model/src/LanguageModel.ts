@@ -89,7 +89,10 @@ const checkEnvelope = (
   const { tools, providerOptions } = request
   const isSealedPair = Canonical.isSealed(tools) && Canonical.isSealed(providerOptions) && hasRequestKeys(request)
   if (isSealedPair && checkedEnvelopes.get(tools)?.has(providerOptions) === true) {
-    return Result.map(decodeOutputLimit(request.maxOutputTokens), (maxOutputTokens) => ({ tools, providerOptions, maxOutputTokens }))
+    const limit = request.maxOutputTokens
+    // A positive safe integer is what the schema accepts (and returns as is); anything else gets its verdict.
+    if (Number.isSafeInteger(limit) && limit >= 1) return Result.succeed({ tools, providerOptions, maxOutputTokens: limit })
+    return Result.map(decodeOutputLimit(limit), (maxOutputTokens) => ({ tools, providerOptions, maxOutputTokens }))
   }
   const envelope = decodeRequest({ ...request, prompt: [] }, { onExcessProperty: "error" })
   if (isSealedPair && Result.isSuccess(envelope)) {

@@ -65,8 +65,10 @@ describe("the request check", () => {
         const providerOptions = Canonical.seal({ temperature: 0 })
         const first = yield* collect(model.stream(request({ tools, providerOptions })))
         assert.isUndefined(first.error)
-        const limit = yield* collect(model.stream(request({ tools, providerOptions, maxOutputTokens: 0 })))
-        assert.include(refusal(limit.error), "invalid model request")
+        for (const maxOutputTokens of [0, -1, 1.5, Number.NaN, Number.POSITIVE_INFINITY, 2 ** 53, "5" as unknown as number]) {
+          const limit = yield* collect(model.stream(request({ tools, providerOptions, maxOutputTokens })))
+          assert.include(refusal(limit.error), "invalid model request", `maxOutputTokens ${String(maxOutputTokens)}`)
+        }
         const extra = { ...request({ tools, providerOptions }), stray: 1 } as unknown as Prompt.ModelRequest
         assert.include(refusal((yield* collect(model.stream(extra))).error), "invalid model request")
         const again = yield* collect(model.stream(request({ tools, providerOptions })))
