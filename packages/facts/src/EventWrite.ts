@@ -161,10 +161,27 @@ export const encodeRawOutput = (
   if (bytes > MAX_RAW_TOOL_RESULT_BYTES) {
     return Result.fail(factError("raw_payload_too_large", `raw tool result exceeds ${MAX_RAW_TOOL_RESULT_BYTES} bytes`))
   }
-  if (Canonical.measure(output).depth > MAX_RAW_TOOL_RESULT_DEPTH) {
+  // A string value is a leaf: only JSON output nests.
+  if (typeof output.value !== "string" && Canonical.measure(output).depth > MAX_RAW_TOOL_RESULT_DEPTH) {
     return Result.fail(factError("raw_payload_too_deep", `raw tool result is deeper than ${MAX_RAW_TOOL_RESULT_DEPTH}`))
   }
   return Result.succeed({ payload, raw: { bytes, digest: Digest.toolRaw(payload) } })
+}
+
+/**
+ * How many more bytes the canonical JSON of `{kind: "text", text: v}` has than that of
+ * `{format, value: v}` for the same string `v`, by format: a string is written the same wherever it
+ * stands, so the projection's size follows from the raw payload's without writing the text again.
+ */
+const textProjectionDelta = {
+  text: Canonical.utf8Length(Canonical.stringify({ kind: "text", text: "" })) - Canonical.utf8Length(Canonical.stringify({ format: "text", value: "" })),
+  json: Canonical.utf8Length(Canonical.stringify({ kind: "text", text: "" })) - Canonical.utf8Length(Canonical.stringify({ format: "json", value: "" })),
+} as const
+
+/** `freezeProjection(output)` given the UTF-8 size of `output`'s canonical JSON (its raw payload). */
+const projectionOf = (output: ToolOutput, payloadBytes: number): DurableToolProjection => {
+  if (typeof output.value !== "string") return freezeProjection(output)
+  return payloadBytes + textProjectionDelta[output.format] <= MAX_PROJECTION_BYTES ? { kind: "text", text: output.value } : { kind: "failure" }
 }
 
 export interface ToolSuccessInput {
@@ -186,7 +203,7 @@ export const toolSuccess = (input: ToolSuccessInput): Result.Result<EventWrite, 
         fact: {
           kind: "tool_settled",
           operationId: input.operationId,
-          outcome: { kind: "succeeded", raw, projection: freezeProjection(input.output) },
+          outcome: { kind: "succeeded", raw, projection: projectionOf(input.output, raw.bytes) },
         },
       },
       payload,

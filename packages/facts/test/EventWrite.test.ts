@@ -56,6 +56,30 @@ describe("EventWrite.toolSuccess", () => {
     assert.strictEqual(ToolCall.projectionFailureText, Prompts.PROJECTION_FAILURE_TEXT)
   })
 
+  it("freezes a string output's projection as freezeProjection does, to the byte at the 256 KiB bound", () => {
+    // The text projection's canonical JSON around a string is `{"kind":"text","text":…}`: strings
+    // near the bound, in ASCII and with characters written escaped or in several bytes, against
+    // freezeProjection, and the string whose projection is exactly the bound and one byte over it.
+    const projectionBytes = (text: string) => Canonical.utf8Length(Canonical.stringify({ kind: "text", text }))
+    for (const piece of ["x", '"', "\n", "é", "\u0001", "😀"]) {
+      const pieceBytes = projectionBytes(piece) - projectionBytes("")
+      const fill = Math.floor((Limits.MAX_PROJECTION_BYTES - projectionBytes("")) / pieceBytes)
+      const base = piece.repeat(fill)
+      for (const text of [base, base.slice(0, -piece.length), base + piece, `${base.slice(0, -piece.length)}x`]) {
+        for (const output of [FactBuilders.textOutput(text), FactBuilders.jsonOutput(text)]) {
+          const projection = settledOf(Result.getOrThrow(success(output))).projection
+          assert.deepStrictEqual(projection, EventWrite.freezeProjection(output), `${JSON.stringify(piece)} × ${text.length}`)
+        }
+      }
+      // One of the sizes reaches the bound exactly, and one byte over it fails.
+      const atBound = base + "x".repeat(Limits.MAX_PROJECTION_BYTES - projectionBytes(base))
+      assert.strictEqual(projectionBytes(atBound), Limits.MAX_PROJECTION_BYTES)
+      assert.strictEqual(settledOf(Result.getOrThrow(success(FactBuilders.textOutput(atBound)))).projection.kind, "text")
+      assert.strictEqual(settledOf(Result.getOrThrow(success(FactBuilders.textOutput(`${atBound}x`)))).projection.kind, "failure")
+      assert.strictEqual(settledOf(Result.getOrThrow(success(FactBuilders.jsonOutput(`${atBound}x`)))).projection.kind, "failure")
+    }
+  })
+
   it("freezes JSON over 20,000 nodes or deeper than 32 as failure", () => {
     const wide = Array.from({ length: Limits.MAX_PROJECTION_NODES }, (_, index) => index)
     assert.deepStrictEqual(EventWrite.freezeProjection(FactBuilders.jsonOutput(wide)), { kind: "failure" })
