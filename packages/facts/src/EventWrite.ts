@@ -173,10 +173,14 @@ export const encodeRawOutput = (
  * `{format, value: v}` for the same string `v`, by format: a string is written the same wherever it
  * stands, so the projection's size follows from the raw payload's without writing the text again.
  */
-const textProjectionDelta = {
-  text: Canonical.utf8Length(Canonical.stringify({ kind: "text", text: "" })) - Canonical.utf8Length(Canonical.stringify({ format: "text", value: "" })),
-  json: Canonical.utf8Length(Canonical.stringify({ kind: "text", text: "" })) - Canonical.utf8Length(Canonical.stringify({ format: "json", value: "" })),
-} as const
+const textProjectionDelta = (() => {
+  const bytesOf = (value: unknown) => Canonical.utf8Length(Canonical.stringify(value))
+  const projection = bytesOf({ kind: "text", text: "" })
+  return {
+    text: projection - bytesOf({ format: "text", value: "" }),
+    json: projection - bytesOf({ format: "json", value: "" }),
+  } as const
+})()
 
 /** `freezeProjection(output)` given the UTF-8 size of `output`'s canonical JSON (its raw payload). */
 const projectionOf = (output: ToolOutput, payloadBytes: number): DurableToolProjection => {
