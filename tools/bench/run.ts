@@ -1,7 +1,11 @@
 /**
  * `pnpm bench [name…] [--profile]`: runs the benchmark files `tools/bench/*.bench.ts` (all of them, or
- * those named, e.g. `pnpm bench engine`), each in its own Node process with the `@maka/source`
- * condition so the workspace sources are measured. Each prints `{"entries": {...}, "environment":
+ * those named, e.g. `pnpm bench engine`), each in its own Node process. The packages are built first
+ * (`pnpm build`, which turbo skips when nothing changed) and the benches import the built `dist`, the
+ * code an installed package runs: the sources through `tsx` are a different program (esbuild's
+ * `keepNames` wraps every named function, closures created per call included, in a `name` property
+ * definition: 76 of them per step of the tool loop), which took 1.04–1.08× the built engine's time per
+ * step, alternated in one process (2026-12-04). Each prints `{"entries": {...}, "environment":
  * {...}}` on its last stdout line; the entries (name → {value, unit, baseline, ratio, note}) are merged
  * by name into `bench/results.json`, and `BENCHMARKS.md` at the repository root is rewritten from it.
  * Every figure that has a baseline was measured against it in the same run (docs/architecture.md §12).
@@ -11,7 +15,7 @@
  * functions with the most self time. Profile runs record no figures. `--report` only rewrites
  * `BENCHMARKS.md` from the stored results.
  */
-import { spawn } from "node:child_process"
+import { spawn, spawnSync } from "node:child_process"
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs"
 import { cpus, loadavg } from "node:os"
 import { dirname, join, relative, resolve } from "node:path"
@@ -79,7 +83,9 @@ const format = (value: number | null): string => {
 const PREAMBLE = `# Benchmarks
 
 Written by \`pnpm bench\` (\`tools/bench/run.ts\`) from \`bench/results.json\`; rerun it to refresh. Each
-bench runs in its own Node process against workspace sources; the fake OpenAI-compatible server runs in
+bench runs in its own Node process against the built packages (\`pnpm bench\` runs \`pnpm build\` first), the
+code an installed package runs, not the sources through \`tsx\` (whose \`keepNames\` names every closure as
+it is created: 1.04–1.08× the built engine's step); the fake OpenAI-compatible server runs in
 a process of its own, so its work is never counted in the measured process's time or CPU. In the
 \`engine\` bench the Agents SDK and LangGraph run in a process of their own too (\`tools/bench/peers.ts\`),
 driven round-robin with maka and the floor: their \`AsyncLocalStorage\` turns on Node's promise hooks for
@@ -344,6 +350,12 @@ const clock = (since: number): string => {
   const seconds = Math.round((performance.now() - since) / 1000)
   return `${Math.floor(seconds / 60)}:${String(seconds % 60).padStart(2, "0")}`
 }
+console.log("pnpm bench: building the packages (pnpm build) …")
+const built = spawnSync("pnpm", ["run", "--silent", "build"], { cwd: root, stdio: ["ignore", "ignore", "inherit"] })
+if (built.status !== 0) {
+  console.error(`pnpm bench: the build failed (exit ${built.status ?? built.signal}); nothing was measured`)
+  process.exit(1)
+}
 console.log(`pnpm bench: ${selected.length} bench${selected.length === 1 ? "" : "es"} (${selected.join(", ")}); load average ${loadBefore.join(" / ")}`)
 for (const [index, name] of selected.entries()) {
   console.log(`[${index + 1}/${selected.length}] bench ${name}${profile ? " (profile)" : ""} … (${clock(runStarted)} elapsed)`)
@@ -355,7 +367,7 @@ for (const [index, name] of selected.entries()) {
   // The bench's output is shown as it comes; its last line is the result object.
   const benchStarted = performance.now()
   const outcome = await new Promise<{ readonly status: number | null; readonly signal: string | null; readonly last: string }>((done) => {
-    const child = spawn(process.execPath, ["--conditions=@maka/source", "--expose-gc", "--import", "tsx", join(benchDirectory, `${name}.bench.ts`)], {
+    const child = spawn(process.execPath, ["--expose-gc", "--import", "tsx", join(benchDirectory, `${name}.bench.ts`)], {
       cwd: root,
       env,
       stdio: ["ignore", "pipe", "inherit"],

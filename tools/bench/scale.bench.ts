@@ -238,7 +238,7 @@ const memory = new Map<number, Memory>()
 if (MEMORY_TURNS > 0) {
   for (const series of all) {
     const output = await new Promise<string>((resolve, reject) => {
-      const child = spawn(process.execPath, ["--conditions=@maka/source", "--expose-gc", "--import", "tsx", fileURLToPath(import.meta.url)], {
+      const child = spawn(process.execPath, ["--expose-gc", "--import", "tsx", fileURLToPath(import.meta.url)], {
         env: {
           ...process.env,
           MAKA_BENCH_SCALE_MEMORY_CHILD: JSON.stringify({ database: databaseFile, baseUrl: server.baseUrl, sessionId: series.sessionId, window: WINDOW }),
