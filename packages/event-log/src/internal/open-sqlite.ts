@@ -46,22 +46,12 @@ export interface SqliteOptions {
  * checkpoint writes each page once however many commits wrote it (a step's index leaves are written
  * again by the next steps), so counted in pages the default would checkpoint four times as often
  * and write the same leaves back more often.
- *
- * `cacheKiB` bounds the writer's page cache (`cache_size = -4000`, 4 MiB) below the 16 MiB that
- * better-sqlite3 builds SQLite with. A commit that split a b-tree page renumbered pages through the
- * pending-byte page's number (SQLite keeps a split's pages in ascending order that way), and the end
- * of such a transaction then walks the whole cache to drop pages past the end of the file: with
- * 1,024-byte pages a split is frequent, and the walk of a full 16 MiB cache (14,000 pages, a
- * 16,384-slot hash table) cost 5 % of the tool loop's step. A step's hot pages (each index's root,
- * interior pages and the leaves its session appends to) fit in far less; a page read again comes from
- * the WAL or the operating system's cache.
  */
 export const SQLITE_DEFAULTS = Object.freeze({
   synchronous: "FULL" satisfies Synchronous,
   busyTimeout: 5_000,
   pageSize: 1_024,
   walAutocheckpoint: 4_000,
-  cacheKiB: 4_000,
 })
 
 const textField = (row: unknown, key: string): string | undefined => {
@@ -292,7 +282,6 @@ const openWriter = async (path: string, options: SqliteOptions): Promise<Databas
     opened.pragma(`synchronous = ${options.synchronous ?? SQLITE_DEFAULTS.synchronous}`)
     opened.pragma("foreign_keys = ON")
     opened.pragma(`wal_autocheckpoint = ${SQLITE_DEFAULTS.walAutocheckpoint}`)
-    opened.pragma(`cache_size = -${SQLITE_DEFAULTS.cacheKiB}`)
     const kysely = new Kysely<Tables>({ dialect: new SqliteDialect({ connection: opened }) })
     db = kysely
     await kysely.transaction().execute(async (transaction) => {
