@@ -1,8 +1,9 @@
 /**
  * `pnpm bench [name…] [--profile]`: runs the benchmark files `tools/bench/*.bench.ts` (all of them, or
- * those named, e.g. `pnpm bench engine`), each in its own Node process. The packages are built first
- * (`pnpm build`, which turbo skips when nothing changed) and the benches import the built `dist`, the
- * code an installed package runs: the sources through `tsx` are a different program (esbuild's
+ * those named, e.g. `pnpm bench engine`), each in its own Node process. The packages are built first,
+ * every file from its source (`tsc -b --force`, not turbo, whose cache hands back whatever `dist` it
+ * stored for the same sources, an edited one too), and the benches import the built `dist`, the code
+ * an installed package runs: the sources through `tsx` are a different program (esbuild's
  * `keepNames` wraps every named function, closures created per call included, in a `name` property
  * definition: 76 of them per step of the tool loop), which took 1.04–1.08× the built engine's time per
  * step, alternated in one process (2026-12-04). Each prints `{"entries": {...}, "environment":
@@ -83,9 +84,10 @@ const format = (value: number | null): string => {
 const PREAMBLE = `# Benchmarks
 
 Written by \`pnpm bench\` (\`tools/bench/run.ts\`) from \`bench/results.json\`; rerun it to refresh. Each
-bench runs in its own Node process against the built packages (\`pnpm bench\` runs \`pnpm build\` first), the
-code an installed package runs, not the sources through \`tsx\` (whose \`keepNames\` names every closure as
-it is created: 1.04–1.08× the built engine's step); the fake OpenAI-compatible server runs in
+bench runs in its own Node process against the built packages (\`pnpm bench\` builds them first, with
+\`tsc -b --force\`), the code an installed package runs, not the sources through \`tsx\` (whose
+\`keepNames\` names every closure as it is created: 1.04–1.08× the built engine's step); the fake
+OpenAI-compatible server runs in
 a process of its own, so its work is never counted in the measured process's time or CPU. In the
 \`engine\` bench the Agents SDK and LangGraph run in a process of their own too (\`tools/bench/peers.ts\`),
 driven round-robin with maka and the floor: their \`AsyncLocalStorage\` turns on Node's promise hooks for
@@ -350,8 +352,8 @@ const clock = (since: number): string => {
   const seconds = Math.round((performance.now() - since) / 1000)
   return `${Math.floor(seconds / 60)}:${String(seconds % 60).padStart(2, "0")}`
 }
-console.log("pnpm bench: building the packages (pnpm build) …")
-const built = spawnSync("pnpm", ["run", "--silent", "build"], { cwd: root, stdio: ["ignore", "ignore", "inherit"] })
+console.log("pnpm bench: building the packages from their sources (tsc -b --force) …")
+const built = spawnSync("pnpm", ["exec", "tsc", "-b", "--force"], { cwd: root, stdio: ["ignore", "inherit", "inherit"] })
 if (built.status !== 0) {
   console.error(`pnpm bench: the build failed (exit ${built.status ?? built.signal}); nothing was measured`)
   process.exit(1)
