@@ -87,8 +87,8 @@ Written by \`pnpm bench\` (\`tools/bench/run.ts\`) from \`bench/results.json\`; 
 bench runs in its own Node process against the built packages (\`pnpm bench\` builds them first, with
 \`tsc -b --force\`), the code an installed package runs, not the sources through \`tsx\` (whose
 \`keepNames\` names every closure as it is created: 1.04–1.08× the built engine's step); the fake
-OpenAI-compatible server runs in
-a process of its own, so its work is never counted in the measured process's time or CPU. In the
+OpenAI-compatible server runs in a process of its own, so its work is never counted in the measured
+process's time or CPU. In the
 \`engine\` bench the Agents SDK and LangGraph run in a process of their own too (\`tools/bench/peers.ts\`),
 driven round-robin with maka and the floor: their \`AsyncLocalStorage\` turns on Node's promise hooks for
 the whole process (200,000 awaits took 68 ms after one loop of the SDK, 11 ms before it), which maka's

@@ -335,18 +335,12 @@ export class LiveContext {
   }
 
   /** `evidence()` of the context as it stands now, computed at the first call of the function returned. */
-  private deferredEvidence(): () => ReturnType<LiveContext["evidence"]> {
+  private deferredEvidence(): () => Evidence {
     const hash = this.hash.copy()
     const highWater = this.highWater
     const replacements = this.replacements
-    let computed: ReturnType<LiveContext["evidence"]> | undefined
-    return () => {
-      if (computed === undefined) {
-        const digest = hash.digest(highWater)
-        computed = { highWater, digest, effectiveSourceDigest: Digest.effectiveSource(digest, replacements) }
-      }
-      return computed
-    }
+    let computed: Evidence | undefined
+    return () => (computed ??= evidenceOf(hash, highWater, replacements))
   }
 
   /** The history projection of `snapshot(pending)`'s source (docs/engine.md §5.5), kept current incrementally. */
@@ -358,11 +352,7 @@ export class LiveContext {
   }
 
   /** The source evidence of the context extended by `leading` (events about to commit, in order). */
-  evidence(leading: ReadonlyArray<{ readonly sequence: number; readonly json: string }> = []): {
-    readonly highWater: number
-    readonly digest: string
-    readonly effectiveSourceDigest: string
-  } {
+  evidence(leading: ReadonlyArray<{ readonly sequence: number; readonly json: string }> = []): Evidence {
     let hash = this.hash
     let highWater = this.highWater
     for (const event of leading) {
@@ -371,9 +361,20 @@ export class LiveContext {
       hash.update(event.sequence, event.json)
       highWater = event.sequence
     }
-    const digest = hash.digest(highWater)
-    return { highWater, digest, effectiveSourceDigest: Digest.effectiveSource(digest, this.replacements) }
+    return evidenceOf(hash, highWater, this.replacements)
   }
+}
+
+interface Evidence {
+  readonly highWater: number
+  readonly digest: string
+  readonly effectiveSourceDigest: string
+}
+
+/** The source evidence of a context whose running hash is `hash` through `highWater`. */
+const evidenceOf = (hash: Digest.LogPrefixHash, highWater: number, replacements: LiveContext["replacements"]): Evidence => {
+  const digest = hash.digest(highWater)
+  return { highWater, digest, effectiveSourceDigest: Digest.effectiveSource(digest, replacements) }
 }
 
 /**
