@@ -10,6 +10,7 @@ import { ModelError, StepBuilder, type ModelLimiter } from "@maka/model"
 import { Ids, type Cancellation } from "@maka/tools"
 import { Cause, Data, Effect, Option, Queue, Random, Result, Stream } from "effect"
 import * as EngineError from "../EngineError.ts"
+import type { Evidence } from "./live-context.ts"
 import { commit, commitError, commitFacts, plainWrite, stamp, type Run } from "./run-context.ts"
 
 export interface AttemptInput {
@@ -34,12 +35,7 @@ export interface AttemptInput {
 const cancellationOf = (run: Run, input: AttemptInput): Cancellation.Cancellation =>
   input.cancellation ?? run.cancellation.cancellation
 
-/** Where a request's source ends and what it digests to (docs/log-format.md §3.7 step 7). */
-export interface Evidence {
-  readonly highWater: number
-  readonly digest: string
-  readonly effectiveSourceDigest: string
-}
+export type { Evidence }
 
 export interface Completed {
   readonly stepId: string

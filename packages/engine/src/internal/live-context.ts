@@ -365,7 +365,8 @@ export class LiveContext {
   }
 }
 
-interface Evidence {
+/** Where a request's source ends and what it digests to (docs/log-format.md §3.7 step 7). */
+export interface Evidence {
   readonly highWater: number
   readonly digest: string
   readonly effectiveSourceDigest: string
