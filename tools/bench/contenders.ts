@@ -25,6 +25,7 @@ import * as http from "node:http"
 import { createEngine, type Facade } from "@maka/engine"
 import { Tool, ToolCatalog } from "@maka/tools"
 import { z } from "zod"
+import { timelineMark } from "./timeline.ts"
 
 export const SYSTEM = "You are a benchmark agent. Call noop until told otherwise."
 export const USER = "Call noop until told otherwise."
@@ -36,7 +37,10 @@ const noop = Tool.make({
   description: "Does nothing.",
   input: Schema.Struct({ step: Schema.Number }),
   semantics: "parallel",
-  execute: () => Effect.succeed(Tool.text("ok")),
+  execute: () => {
+    timelineMark("tool called")
+    return Effect.succeed(Tool.text("ok"))
+  },
 })
 export const makaTools = ToolCatalog.make([noop])
 

@@ -23,6 +23,12 @@
  *
  * `MAKA_BENCH_PROFILE=<file>` (what `pnpm bench engine --profile` sets) runs only maka's tool loop
  * under the CPU profiler instead, writes the `.cpuprofile` and prints the top 15 self-time functions.
+ * `MAKA_BENCH_TIMELINE=1` (what `pnpm bench engine --timeline` sets) runs only maka's tool loop too,
+ * `MAKA_BENCH_TIMELINE_LOOPS` loops (default 40) after `MAKA_BENCH_TIMELINE_WARMUP` untimed ones
+ * (default 40), and prints its timeline (`timeline.ts`): the segments between the marks a step passes
+ * (each transaction's `BEGIN` and `COMMIT`, the request written, the answer's headers, the tool's call,
+ * the request delivered by `run.events()`), with how often a step passes each one, the median and
+ * 90th percentile of a passage, and its time per step.
  */
 import * as fs from "node:fs"
 import * as path from "node:path"
@@ -30,6 +36,7 @@ import { floor, maka, rawExchange } from "./contenders.ts"
 import { startFakeServer } from "./fake-server.ts"
 import { type PeerName, startPeers } from "./peers.ts"
 import { countStatements, cpuMs, emit, entry, type Entry, integer, median, profiled, round, temporaryDirectory, topSelfTime, WalMeter } from "./lib.ts"
+import { formatSegments, recordTimeline, segments, timelineMark } from "./timeline.ts"
 
 const STEPS = 10
 const LOOP_MODEL = `loop-${STEPS}`
@@ -58,6 +65,9 @@ const STREAM_WARMUP = integer("MAKA_BENCH_STREAM_WARMUP", 20)
 const PACED_ROUNDS = integer("MAKA_BENCH_PACED_ROUNDS", 5)
 const PROFILE = process.env["MAKA_BENCH_PROFILE"] ?? ""
 const PROFILE_LOOPS = integer("MAKA_BENCH_PROFILE_LOOPS", 20)
+const TIMELINE = process.env["MAKA_BENCH_TIMELINE"] === "1"
+const TIMELINE_LOOPS = integer("MAKA_BENCH_TIMELINE_LOOPS", 40)
+const TIMELINE_WARMUP = integer("MAKA_BENCH_TIMELINE_WARMUP", 40)
 
 const directory = temporaryDirectory("maka-bench-engine-")
 const workspace = path.join(directory, "workspace")
@@ -69,7 +79,7 @@ const langGraphFile = path.join(directory, "langgraph.sqlite")
 const engine = await maka({ database: makaFile, baseUrl: server.baseUrl, workspace })
 let sessions = 0
 const makaLoop = async (): Promise<void> => {
-  const turn = await engine.turn(`loop-${++sessions}`, LOOP_MODEL)
+  const turn = await engine.turn(`loop-${++sessions}`, LOOP_MODEL, undefined, undefined, TIMELINE ? () => timelineMark("request delivered") : undefined)
   if (turn.requestedAt.length !== STEPS) throw new Error(`maka made ${turn.requestedAt.length} requests, not ${STEPS}`)
 }
 
@@ -89,6 +99,23 @@ if (PROFILE !== "") {
   console.log(`profiled ${steps} steps of maka's tool loop (${round((performance.now() - started) / steps)} ms per step under the profiler)`)
   console.log(`wrote ${PROFILE}; top 15 functions by self time:`)
   for (const line of topSelfTime(profile)) console.log(line)
+  await finish()
+  console.log(JSON.stringify({ entries: {} }))
+  process.exit(0)
+}
+
+if (TIMELINE) {
+  if (TIMELINE_LOOPS === 0) throw new Error("MAKA_BENCH_TIMELINE_LOOPS must be at least 1")
+  for (let loop = 0; loop < TIMELINE_WARMUP; loop++) await makaLoop()
+  const started = performance.now()
+  const marks = await recordTimeline(async () => {
+    for (let loop = 0; loop < TIMELINE_LOOPS; loop++) await makaLoop()
+  })
+  const steps = TIMELINE_LOOPS * STEPS
+  console.log(
+    `timeline of ${steps} steps of maka's tool loop after ${TIMELINE_WARMUP} untimed loops: ${round((performance.now() - started) / steps)} ms per step, ${marks.length} marks`,
+  )
+  for (const line of formatSegments(segments(marks, steps))) console.log(line)
   await finish()
   console.log(JSON.stringify({ entries: {} }))
   process.exit(0)

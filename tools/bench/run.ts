@@ -1,5 +1,5 @@
 /**
- * `pnpm bench [name…] [--profile]`: runs the benchmark files `tools/bench/*.bench.ts` (all of them, or
+ * `pnpm bench [name…] [--profile | --timeline]`: runs the benchmark files `tools/bench/*.bench.ts` (all of them, or
  * those named, e.g. `pnpm bench engine`), each in its own Node process. The packages are built first,
  * every file from its source (`tsc -b --force`, not turbo, whose cache hands back whatever `dist` it
  * stored for the same sources, an edited one too), and the benches import the built `dist`, the code
@@ -13,7 +13,9 @@
  *
  * `--profile` runs the named benches in profile mode instead (`engine`, `model-stream` and `scale` have one): the bench writes
  * `bench/profiles/<name>-<time>.cpuprofile` (open it in Chrome DevTools or VS Code) and prints the 15
- * functions with the most self time. Profile runs record no figures. `--report` only rewrites
+ * functions with the most self time. `--timeline` runs the named benches in timeline mode (`engine` has
+ * one): the bench prints the segments between the marks a step of the tool loop passes (`timeline.ts`).
+ * Profile and timeline runs record no figures. `--report` only rewrites
  * `BENCHMARKS.md` from the stored results.
  */
 import { spawn, spawnSync } from "node:child_process"
@@ -34,13 +36,16 @@ const available = readdirSync(benchDirectory)
   .map((file) => file.slice(0, -".bench.ts".length))
   .sort()
 const args = process.argv.slice(2)
-const FLAGS = ["--profile", "--report"]
+const FLAGS = ["--profile", "--timeline", "--report"]
 const profile = args.includes("--profile")
+const timeline = args.includes("--timeline")
+/** A run that diagnoses rather than measures: it records no figures. */
+const diagnostic = profile || timeline
 const reportOnly = args.includes("--report")
 const requested = args.filter((arg) => !FLAGS.includes(arg))
 const unknown = requested.filter((name) => !available.includes(name))
-if (unknown.length > 0 || args.some((arg) => arg.startsWith("--") && !FLAGS.includes(arg))) {
-  console.error(`usage: pnpm bench [name…] [--profile] | pnpm bench --report  (benches: ${available.join(", ")})`)
+if (unknown.length > 0 || args.some((arg) => arg.startsWith("--") && !FLAGS.includes(arg)) || (profile && timeline)) {
+  console.error(`usage: pnpm bench [name…] [--profile | --timeline] | pnpm bench --report  (benches: ${available.join(", ")})`)
   process.exit(2)
 }
 const selected = requested.length > 0 ? requested : available
@@ -209,7 +214,9 @@ How to read it:
 \`pnpm bench\` runs every bench in turn and prints its progress (\`[k/n] bench <name>\`, the elapsed time) and
 each bench's own progress lines. Run one bench with \`pnpm bench <name>\` (${available.join(", ")}); profile with
 \`pnpm bench engine --profile\` (or \`model-stream\`, \`scale\`; writes \`bench/profiles/*.cpuprofile\`,
-prints the top 15 self-time functions and the time per package); rewrite this file from the stored results with
+prints the top 15 self-time functions and the time per package); see where a step of the tool loop waits with
+\`pnpm bench engine --timeline\` (the time between the marks a step passes: its transactions' \`BEGIN\` and \`COMMIT\`,
+the request written, the answer's headers, the tool's call); rewrite this file from the stored results with
 \`pnpm bench --report\`. Knobs (environment): \`MAKA_BENCH_TRIALS\`, \`MAKA_BENCH_WARMUP\`, \`MAKA_BENCH_LOOP_WARMUP\`,
 \`MAKA_BENCH_LOOPS\` (tool loops per contender per trial, default 3), \`MAKA_BENCH_PG_LOOPS\` (the same on
 PostgreSQL, default 3), \`MAKA_BENCH_DATABASE_URL\`, \`MAKA_BENCH_CONCURRENCY\` (default 20,200),
@@ -223,7 +230,8 @@ PostgreSQL, default 3), \`MAKA_BENCH_DATABASE_URL\`, \`MAKA_BENCH_CONCURRENCY\` 
 \`MAKA_BENCH_SCALE_MEMORY_TURNS\` (default 3),
 \`MAKA_BENCH_SCALE_WINDOW\` (default 1,500 tokens), \`MAKA_BENCH_SCALE_BUILD_WINDOW\` (default 50,000),
 \`MAKA_BENCH_SCALE_LARGE=1\` (adds 100,000 events), \`MAKA_BENCH_LAYOUT_SESSIONS\` (default 10),
-\`MAKA_BENCH_LAYOUT_EVENTS\` (default 10,000).
+\`MAKA_BENCH_LAYOUT_EVENTS\` (default 10,000), \`MAKA_BENCH_TIMELINE_LOOPS\` and \`MAKA_BENCH_TIMELINE_WARMUP\` (the loops
+a timeline records and the untimed ones before it, default 40 each).
 `
 
 /** The targets of docs/architecture.md §12 and the hot-path acceptance, checked against the stored figures. */
@@ -360,12 +368,13 @@ if (built.status !== 0) {
 }
 console.log(`pnpm bench: ${selected.length} bench${selected.length === 1 ? "" : "es"} (${selected.join(", ")}); load average ${loadBefore.join(" / ")}`)
 for (const [index, name] of selected.entries()) {
-  console.log(`[${index + 1}/${selected.length}] bench ${name}${profile ? " (profile)" : ""} … (${clock(runStarted)} elapsed)`)
+  console.log(`[${index + 1}/${selected.length}] bench ${name}${profile ? " (profile)" : timeline ? " (timeline)" : ""} … (${clock(runStarted)} elapsed)`)
   const env: NodeJS.ProcessEnv = { ...process.env }
   if (profile) {
     const file = join(root, "bench", "profiles", `${name}-${new Date().toISOString().replaceAll(":", "-")}.cpuprofile`)
     env["MAKA_BENCH_PROFILE"] = file
   }
+  if (timeline) env["MAKA_BENCH_TIMELINE"] = "1"
   // The bench's output is shown as it comes; its last line is the result object.
   const benchStarted = performance.now()
   const outcome = await new Promise<{ readonly status: number | null; readonly signal: string | null; readonly last: string }>((done) => {
@@ -401,7 +410,7 @@ for (const [index, name] of selected.entries()) {
     failed = true
     continue
   }
-  if (profile || entries.length === 0) continue
+  if (diagnostic || entries.length === 0) continue
   const results = readResults()
   // The bench's figures replace all of its earlier ones, so none of them outlives the run that measured it.
   for (const key of Object.keys(results.entries)) if (key.startsWith(`${name}.`)) delete results.entries[key]
@@ -418,7 +427,7 @@ for (const [index, name] of selected.entries()) {
 const runSeconds = Math.round((performance.now() - runStarted) / 1000)
 const loadAfter = loadavg().map((load) => Math.round(load * 100) / 100)
 // A whole run (every bench, none failed) is recorded with its wall time and the machine's load around it.
-if (!profile && !failed && requested.length === 0) {
+if (!diagnostic && !failed && requested.length === 0) {
   const results = readResults()
   results.environment["run"] = {
     benches: selected,
@@ -433,5 +442,5 @@ if (!profile && !failed && requested.length === 0) {
   writeReport(results)
 }
 console.log(`pnpm bench: ${selected.length} bench${selected.length === 1 ? "" : "es"} in ${clock(runStarted)} (${runSeconds} s); load average now ${loadAfter.join(" / ")}`)
-if (!profile) console.log(`results in ${relative(root, resultsFile)} and ${relative(root, reportFile)}`)
+if (!diagnostic) console.log(`results in ${relative(root, resultsFile)} and ${relative(root, reportFile)}`)
 process.exit(failed ? 1 : 0)
