@@ -3,6 +3,7 @@ import { EventLogError } from "@maka/event-log"
 import { AnthropicSse, OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
 import { Builtins, Tool, ToolCatalog } from "@maka/tools"
 import { Effect, Schema } from "effect"
+import * as diagnostics from "node:diagnostics_channel"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
@@ -142,6 +143,27 @@ describe("Facade", () => {
     assert.deepStrictEqual(whole, stored)
     assert.deepStrictEqual(again, stored)
     assert.deepStrictEqual(first.value, stored[0])
+  })
+
+  it("writes a committed request to the socket before events() hands it to a reader waiting for it", async () => {
+    const context = await setup(listThenAnswer)
+    // Published once a request's bytes are handed to its socket (Node's `ClientRequest` finish).
+    let written = 0
+    const onWritten = () => {
+      written++
+    }
+    diagnostics.subscribe("http.client.request.start", onWritten)
+    cleanups.push(() => {
+      diagnostics.unsubscribe("http.client.request.start", onWritten)
+    })
+    const run = await context.engine.start(options(context))
+    const writtenAtDelivery: Array<number> = []
+    for await (const stored of run.events()) if (stored.event.fact.kind === "model_requested") writtenAtDelivery.push(written)
+    assert.deepStrictEqual((await run.wait()).outcome, { kind: "completed" })
+    // The first request is committed before start() resolves, so the reader finds it there; the
+    // second commits while the reader waits, and reaches it only after its bytes reached the socket.
+    assert.strictEqual(writtenAtDelivery.length, 2)
+    assert.isAtLeast(writtenAtDelivery[1]!, 2)
   })
 
   it("cancels a run when its AbortSignal aborts, and writes nothing when it aborted before start", async () => {

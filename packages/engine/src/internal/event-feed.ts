@@ -17,6 +17,7 @@ export class EventFeed {
   readonly committed: Array<Event.StoredEvent> = []
   #ended = false
   #waiting: Array<() => void> = []
+  #wakeScheduled = false
 
   /** Adds events just made durable and wakes the readers. */
   add(events: ReadonlyArray<Event.StoredEvent>): void {
@@ -30,11 +31,22 @@ export class EventFeed {
     this.#wake()
   }
 
+  /**
+   * Wakes the waiting readers in the event loop's next check phase (`setImmediate`), not in the turn
+   * of the commit that added the events: the request the engine just made durable is written to its
+   * socket first (a `process.nextTick` of the request's creation), and a reader's own work with the
+   * events runs while the step waits for the answer (docs/architecture.md §12). Readers that start
+   * waiting before the wake runs are woken by it too.
+   */
   #wake(): void {
-    const waiting = this.#waiting
-    if (waiting.length === 0) return
-    this.#waiting = []
-    for (const resume of waiting) resume()
+    if (this.#wakeScheduled || this.#waiting.length === 0) return
+    this.#wakeScheduled = true
+    setImmediate(() => {
+      this.#wakeScheduled = false
+      const waiting = this.#waiting
+      this.#waiting = []
+      for (const resume of waiting) resume()
+    })
   }
 
   /** Every committed event from the run's first, live; ends after the last one once the run ended. */

@@ -1,0 +1,66 @@
+import type { Event } from "@maka/facts"
+import { assert, describe, it } from "vitest"
+import { EventFeed } from "../src/internal/event-feed.ts"
+
+const stored = (sequence: number): Event.StoredEvent => ({ sequence }) as unknown as Event.StoredEvent
+
+describe("EventFeed", () => {
+  it("wakes a waiting reader after the adding turn's microtasks and process.nextTick callbacks", async () => {
+    const feed = new EventFeed()
+    const order: Array<string> = []
+    const read = feed
+      .events()
+      .next()
+      .then((result) => {
+        order.push(`reader ${result.done === true ? "done" : result.value.sequence}`)
+      })
+    await Promise.resolve()
+    feed.add([stored(1)])
+    // What a commit's caller does next in its own turn: an HTTP request's socket write is a
+    // process.nextTick of the request's creation.
+    void Promise.resolve().then(() => order.push("microtask"))
+    process.nextTick(() => order.push("nextTick"))
+    await read
+    assert.deepStrictEqual(order, ["microtask", "nextTick", "reader 1"])
+  })
+
+  it("wakes every reader once for several adds, each reading every event in order, then the end", async () => {
+    const feed = new EventFeed()
+    const readAll = async () => {
+      const sequences: Array<number> = []
+      for await (const event of feed.events()) sequences.push(event.sequence)
+      return sequences
+    }
+    const first = readAll()
+    const second = readAll()
+    await Promise.resolve()
+    feed.add([stored(1)])
+    feed.add([stored(2), stored(3)])
+    await new Promise((resolve) => setImmediate(resolve))
+    feed.add([stored(4)])
+    feed.end()
+    assert.deepStrictEqual(await first, [1, 2, 3, 4])
+    assert.deepStrictEqual(await second, [1, 2, 3, 4])
+    // A reader that starts after the end reads the whole list at once.
+    assert.deepStrictEqual(await readAll(), [1, 2, 3, 4])
+  })
+
+  it("wakes a reader that began waiting after the wake was scheduled", async () => {
+    const feed = new EventFeed()
+    const early = feed.events()
+    const earlyRead = early.next()
+    await Promise.resolve()
+    feed.add([stored(1)])
+    // Scheduled, not run: a reader caught up with the list now waits for the next add.
+    const late = feed.events()
+    assert.strictEqual(((await late.next()) as IteratorYieldResult<Event.StoredEvent>).value.sequence, 1)
+    const lateRead = late.next()
+    feed.add([stored(2)])
+    assert.strictEqual(((await earlyRead) as IteratorYieldResult<Event.StoredEvent>).value.sequence, 1)
+    assert.strictEqual(((await lateRead) as IteratorYieldResult<Event.StoredEvent>).value.sequence, 2)
+    feed.end()
+    assert.strictEqual(((await early.next()) as IteratorYieldResult<Event.StoredEvent>).value.sequence, 2)
+    assert.isTrue((await early.next()).done)
+    assert.isTrue((await late.next()).done)
+  })
+})
