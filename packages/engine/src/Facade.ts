@@ -195,9 +195,12 @@ export const createEngine = async (options: CreateEngineOptions): Promise<MakaEn
   return {
     start: (startOptions) => {
       if (typeof startOptions === "object" && startOptions !== null && startOptions.signal?.aborted === true) return Promise.reject(EngineError.cancelled())
-      const admitted = run(Agent.start(startOptions)).then((running) =>
-        wrap(running, startOptions.signal),
-      )
+      // Resolved on the next turn of the event loop: the opening rides the first request's commit,
+      // so the engine writes that request to its socket before the caller's code after `start` runs.
+      const admitted = run(Agent.start(startOptions)).then((running) => {
+        const wrapped = wrap(running, startOptions.signal)
+        return new Promise<Run>((resolve) => setImmediate(() => resolve(wrapped)))
+      })
       const tracked: Promise<unknown> = admitted.then(
         () => starting.delete(tracked),
         () => starting.delete(tracked),
