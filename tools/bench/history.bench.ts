@@ -35,7 +35,7 @@ import * as path from "node:path"
 import { EventLog } from "@maka/event-log"
 import { floor, maka } from "./contenders.ts"
 import { startFakeServer } from "./fake-server.ts"
-import { cpuMs, emit, entry, type Entry, integer, median, profiled, round, temporaryDirectory, topSelfTime } from "./lib.ts"
+import { cpuMs, emit, entry, type Entry, integer, median, profiled, round, sqlitePrototypes, temporaryDirectory, topSelfTime } from "./lib.ts"
 
 const STEPS = 10
 const TURNS = integer("MAKA_BENCH_HISTORY_TURNS", 15)
@@ -52,9 +52,7 @@ SIZES.sort((left, right) => left - right)
 /** Rows of `event_log` better-sqlite3 returns while `rowCount.on` (every connection of this process). */
 const rowCount = { on: false, rows: 0 }
 {
-  const probe = new Database(":memory:")
-  const prototype = Object.getPrototypeOf(probe.prepare("SELECT 1")) as Record<string, (...args: Array<unknown>) => unknown>
-  probe.close()
+  const prototype = sqlitePrototypes().statement
   const all = prototype["all"]!
   const get = prototype["get"]!
   const counted = (source: string) => rowCount.on && /from "?event_log"?/i.test(source)

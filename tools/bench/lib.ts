@@ -175,6 +175,20 @@ export class WalMeter {
 
 // --- statement counter --------------------------------------------------------------------------
 
+type Method = (...args: Array<unknown>) => unknown
+
+/**
+ * The prototypes every better-sqlite3 connection and prepared statement of this process share (the
+ * engine's log uses the same module), for the benches that wrap their methods while they measure.
+ */
+export const sqlitePrototypes = (): { readonly statement: Record<string, Method>; readonly database: Record<string, Method> } => {
+  const probe = new Database(":memory:")
+  const statement = Object.getPrototypeOf(probe.prepare("SELECT 1")) as Record<string, Method>
+  const database = Object.getPrototypeOf(probe) as Record<string, Method>
+  probe.close()
+  return { statement, database }
+}
+
 /**
  * Counts the SQL statements every better-sqlite3 connection of this process executes while `body`
  * runs (a prepared statement's `run`/`get`/`all`/`iterate`, a connection's `exec` and `pragma`), by
@@ -182,10 +196,7 @@ export class WalMeter {
  * uses the same better-sqlite3 module, so its statements count too. Accounting passes only.
  */
 export const countStatements = async (body: () => Promise<void>): Promise<number> => {
-  const probe = new Database(":memory:")
-  const statementPrototype = Object.getPrototypeOf(probe.prepare("SELECT 1")) as Record<string, unknown>
-  const databasePrototype = Object.getPrototypeOf(probe) as Record<string, unknown>
-  probe.close()
+  const { statement: statementPrototype, database: databasePrototype } = sqlitePrototypes()
   let count = 0
   const restore: Array<() => void> = []
   const wrap = (prototype: Record<string, unknown>, name: string): void => {

@@ -8,8 +8,8 @@
  * process, the engine's log included), from Node's HTTP diagnostics channels and from the bench's own
  * hooks (`timelineMark`); nothing is marked outside `recordTimeline`.
  */
-import Database from "better-sqlite3"
 import * as diagnostics from "node:diagnostics_channel"
+import { median, sqlitePrototypes } from "./lib.ts"
 
 /** A mark: what happened, and `performance.now()` when it did. */
 export type Mark = readonly [label: string, at: number]
@@ -53,7 +53,7 @@ export const segments = (marks: ReadonlyArray<Mark>, steps: number): Array<Segme
         from,
         to,
         perStep: times.length / steps,
-        medianMs: quantile(sorted, 0.5),
+        medianMs: median(sorted),
         p90Ms: quantile(sorted, 0.9),
         msPerStep: times.reduce((sum, time) => sum + time, 0) / steps,
       }
@@ -100,12 +100,10 @@ const transactionLabel = (source: string): string | undefined => {
  */
 export const recordTimeline = async (body: () => Promise<void>): Promise<Array<Mark>> => {
   if (recording !== undefined) throw new Error("a timeline is already being recorded")
-  const probe = new Database(":memory:")
-  const statementPrototype = Object.getPrototypeOf(probe.prepare("SELECT 1")) as { run: (...args: Array<unknown>) => unknown }
-  probe.close()
+  const statementPrototype = sqlitePrototypes().statement
   const marks: Array<Mark> = []
-  const run = statementPrototype.run
-  statementPrototype.run = function (this: { readonly source: string }, ...args: Array<unknown>) {
+  const run = statementPrototype["run"]!
+  statementPrototype["run"] = function (this: { readonly source: string }, ...args: Array<unknown>) {
     const label = transactionLabel(this.source)
     if (label === undefined) return run.apply(this, args)
     if (label !== "COMMIT") {
@@ -130,7 +128,7 @@ export const recordTimeline = async (body: () => Promise<void>): Promise<Array<M
     recording = undefined
     diagnostics.unsubscribe("http.client.request.start", written)
     diagnostics.unsubscribe("http.client.response.finish", answered)
-    statementPrototype.run = run
+    statementPrototype["run"] = run
   }
   return marks
 }

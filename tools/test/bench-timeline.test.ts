@@ -28,9 +28,9 @@ describe("segments", () => {
       "COMMIT returns → request written",
     ])
     const flush = found.find((segment) => segment.from === "COMMIT starts")!
-    expect(flush).toEqual({ from: "COMMIT starts", to: "COMMIT returns", perStep: 1, medianMs: 3, p90Ms: 3, msPerStep: 2 })
+    expect(flush).toEqual({ from: "COMMIT starts", to: "COMMIT returns", perStep: 1, medianMs: 2, p90Ms: 3, msPerStep: 2 })
     const begin = found.find((segment) => segment.from === "BEGIN IMMEDIATE")!
-    expect(begin.medianMs).toBe(2)
+    expect(begin.medianMs).toBe(1.5)
     expect(begin.p90Ms).toBe(2)
     expect(begin.msPerStep).toBe(1.5)
     const gap = found.find((segment) => segment.from === "request written")!
@@ -47,7 +47,7 @@ describe("segments", () => {
     const many: Array<Mark> = []
     for (let index = 0; index < 10; index++) many.push(["a", index * 100], ["b", index * 100 + index + 1])
     const [ab] = segments(many, 10).filter((segment) => segment.from === "a")
-    expect(ab!.medianMs).toBe(6)
+    expect(ab!.medianMs).toBe(5.5)
     expect(ab!.p90Ms).toBe(10)
   })
 
