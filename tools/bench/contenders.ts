@@ -1,6 +1,7 @@
 /**
  * The ways `pnpm bench` runs the same streaming tool loop against the fake server:
- * - maka through the Promise facade (`createEngine`, SQLite, `synchronous=FULL`, or PostgreSQL), reading `run.events()`;
+ * - maka through the Promise facade (`createEngine`, SQLite, `synchronous=FULL` unless told otherwise, or
+ *   PostgreSQL), reading `run.events()`;
  * - the OpenAI Agents SDK (chat completions, streaming, the same `noop` tool), which persists nothing;
  * - LangGraph: a graph of a model node (LangChain's `ChatOpenAI`, its tokens streamed with
  *   `streamMode: "messages"`) and a tool node (`ToolNode`, the same `noop`), checkpointed after every
@@ -73,9 +74,13 @@ export const maka = async (options: {
   readonly fetch?: ((input: string, init: RequestInit) => Promise<Response>) | undefined
   /** `context.declaredWindow` of every run (tokens); absent, compaction is due only near the read limits. */
   readonly declaredWindow?: number | undefined
+  /** The SQLite file's `synchronous` level (default `FULL`, the engine's own default). */
+  readonly synchronous?: "FULL" | "NORMAL" | undefined
 }): Promise<MakaContender> => {
   const engine = await createEngine(
-    options.databaseUrl === undefined ? { database: options.database ?? "", synchronous: "FULL" } : { databaseUrl: options.databaseUrl },
+    options.databaseUrl === undefined
+      ? { database: options.database ?? "", synchronous: options.synchronous ?? "FULL" }
+      : { databaseUrl: options.databaseUrl },
   )
   const turn = async (
     sessionId: string,

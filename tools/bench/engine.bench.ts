@@ -3,7 +3,9 @@
  * OpenAI-compatible server, which runs in its own process:
  *
  * 1. The streaming 10-step tool loop (nine `noop` calls, then a text answer): maka through
- *    `createEngine` (SQLite, `synchronous=FULL`, reading `run.events()`), the OpenAI Agents SDK (chat
+ *    `createEngine` (SQLite, `synchronous=FULL`, reading `run.events()`), the same engine over a file at
+ *    `synchronous=NORMAL` (no flush at a commit in WAL mode: what is left is the engine's own work and
+ *    the WAL's writes), the OpenAI Agents SDK (chat
  *    completions, streaming, the same tool; it persists nothing), LangGraph checkpointing every
  *    super-step with its SQLite checkpointer (`SqliteSaver`, `synchronous=FULL`) and the same graph
  *    without a checkpointer, and the durable floor (`fetch` + `eventsource-parser` + two FULL commits
@@ -22,7 +24,10 @@
  *    the bare read with the two FULL commits no durable engine can skip (the request, the answer).
  *
  * `MAKA_BENCH_PROFILE=<file>` (what `pnpm bench engine --profile` sets) runs only maka's tool loop
- * under the CPU profiler instead, writes the `.cpuprofile` and prints the top 15 self-time functions.
+ * under the CPU profiler instead, `MAKA_BENCH_PROFILE_LOOPS` loops (default 20) after
+ * `MAKA_BENCH_PROFILE_WARMUP` untimed ones (default 40: V8 is still compiling the step's code for a
+ * hundred loops or so, and a profile of cold code shows the compiler's tiers, not the step's steady
+ * cost), writes the `.cpuprofile` and prints the top 15 self-time functions.
  * `MAKA_BENCH_TIMELINE=1` (what `pnpm bench engine --timeline` sets) runs only maka's tool loop too,
  * `MAKA_BENCH_TIMELINE_LOOPS` loops (default 40) after `MAKA_BENCH_TIMELINE_WARMUP` untimed ones
  * (default 40), and prints its timeline (`timeline.ts`): the segments between the marks a step passes
@@ -65,6 +70,7 @@ const STREAM_WARMUP = integer("MAKA_BENCH_STREAM_WARMUP", 20)
 const PACED_ROUNDS = integer("MAKA_BENCH_PACED_ROUNDS", 5)
 const PROFILE = process.env["MAKA_BENCH_PROFILE"] ?? ""
 const PROFILE_LOOPS = integer("MAKA_BENCH_PROFILE_LOOPS", 20)
+const PROFILE_WARMUP = integer("MAKA_BENCH_PROFILE_WARMUP", 40)
 const TIMELINE = process.env["MAKA_BENCH_TIMELINE"] === "1"
 const TIMELINE_LOOPS = integer("MAKA_BENCH_TIMELINE_LOOPS", 40)
 const TIMELINE_WARMUP = integer("MAKA_BENCH_TIMELINE_WARMUP", 40)
@@ -74,6 +80,7 @@ const workspace = path.join(directory, "workspace")
 fs.mkdirSync(workspace)
 const server = await startFakeServer()
 const makaFile = path.join(directory, "maka.sqlite")
+const makaNormalFile = path.join(directory, "maka-normal.sqlite")
 const floorFile = path.join(directory, "floor.sqlite")
 const langGraphFile = path.join(directory, "langgraph.sqlite")
 const engine = await maka({ database: makaFile, baseUrl: server.baseUrl, workspace })
@@ -90,7 +97,7 @@ const finish = async (): Promise<void> => {
 }
 
 if (PROFILE !== "") {
-  for (let loop = 0; loop < 3; loop++) await makaLoop()
+  for (let loop = 0; loop < PROFILE_WARMUP; loop++) await makaLoop()
   const started = performance.now()
   const profile = await profiled(PROFILE, async () => {
     for (let loop = 0; loop < PROFILE_LOOPS; loop++) await makaLoop()
@@ -123,6 +130,11 @@ if (TIMELINE) {
 
 // --- 1. The tool loop ---------------------------------------------------------------------------
 
+const normal = await maka({ database: makaNormalFile, baseUrl: server.baseUrl, workspace, synchronous: "NORMAL" })
+const makaNormalLoop = async (): Promise<void> => {
+  const turn = await normal.turn(`loop-${++sessions}`, LOOP_MODEL)
+  if (turn.requestedAt.length !== STEPS) throw new Error(`maka at NORMAL made ${turn.requestedAt.length} requests, not ${STEPS}`)
+}
 const raw = floor(floorFile, server.baseUrl)
 const floorLoop = async (): Promise<void> => {
   const steps = await raw.loop(LOOP_MODEL)
@@ -146,6 +158,7 @@ const here = (loop: () => Promise<void>) => async (loops: number) => {
 }
 const contenders = [
   { name: "maka", loops: here(makaLoop) },
+  { name: "makaNormal", loops: here(makaNormalLoop) },
   { name: "agentsSdk", loops: (loops: number) => peerLoops("agentsSdk", loops) },
   { name: "langGraph", loops: (loops: number) => peerLoops("langGraph", loops) },
   { name: "langGraphBare", loops: (loops: number) => peerLoops("langGraphBare", loops) },
@@ -153,8 +166,8 @@ const contenders = [
 ] as const
 type Name = (typeof contenders)[number]["name"]
 
-const wall: Record<Name, Array<number>> = { maka: [], agentsSdk: [], langGraph: [], langGraphBare: [], floor: [] }
-const cpu: Record<Name, Array<number>> = { maka: [], agentsSdk: [], langGraph: [], langGraphBare: [], floor: [] }
+const wall: Record<Name, Array<number>> = { maka: [], makaNormal: [], agentsSdk: [], langGraph: [], langGraphBare: [], floor: [] }
+const cpu: Record<Name, Array<number>> = { maka: [], makaNormal: [], agentsSdk: [], langGraph: [], langGraphBare: [], floor: [] }
 for (let trial = 0; trial < WARMUP + TRIALS; trial++) {
   for (let position = 0; position < contenders.length; position++) {
     const contender = contenders[(trial + position) % contenders.length]!
@@ -166,7 +179,7 @@ for (let trial = 0; trial < WARMUP + TRIALS; trial++) {
   if (trial >= WARMUP) {
     const last = (name: Name) => round(wall[name].at(-1)!, 2)
     console.log(
-      `trial ${trial - WARMUP + 1}/${TRIALS}: ms per step maka ${last("maka")}, Agents SDK ${last("agentsSdk")}, ` +
+      `trial ${trial - WARMUP + 1}/${TRIALS}: ms per step maka ${last("maka")} (NORMAL ${last("makaNormal")}), Agents SDK ${last("agentsSdk")}, ` +
         `LangGraph + SqliteSaver ${last("langGraph")}, LangGraph alone ${last("langGraphBare")}, floor ${last("floor")}`,
     )
   } else console.log(`warm-up ${trial + 1}/${WARMUP}`)
@@ -214,12 +227,13 @@ const longLoopBytes = async (file: string, loop: () => Promise<number>): Promise
 const makaLongBytes = await longLoopBytes(makaFile, async () => (await engine.turn(`loop-${++sessions}`, `loop-${LONG_STEPS}`)).requestedAt.length)
 const langGraphLongBytes = await longLoopBytes(langGraphFile, async () => (await peerLoops("langGraph", 1, `loop-${LONG_STEPS}`, LONG_STEPS)).requests)
 raw.close()
+await normal.engine.close()
 await peers.close()
 
 console.log(
-  `tool loop, ms per step: maka ${round(msPerStep.maka, 2)}, Agents SDK ${round(msPerStep.agentsSdk, 2)}, LangGraph + SqliteSaver ${round(msPerStep.langGraph, 2)}, ` +
+  `tool loop, ms per step: maka ${round(msPerStep.maka, 2)} (NORMAL ${round(msPerStep.makaNormal, 2)}), Agents SDK ${round(msPerStep.agentsSdk, 2)}, LangGraph + SqliteSaver ${round(msPerStep.langGraph, 2)}, ` +
     `LangGraph alone ${round(msPerStep.langGraphBare, 2)}, floor ${round(msPerStep.floor, 2)}; ` +
-    `CPU ms per step: ${round(cpuPerStep.maka, 2)}, ${round(cpuPerStep.agentsSdk, 2)}, ${round(cpuPerStep.langGraph, 2)}, ${round(cpuPerStep.langGraphBare, 2)}, ${round(cpuPerStep.floor, 2)}; ` +
+    `CPU ms per step: ${round(cpuPerStep.maka, 2)} (NORMAL ${round(cpuPerStep.makaNormal, 2)}), ${round(cpuPerStep.agentsSdk, 2)}, ${round(cpuPerStep.langGraph, 2)}, ${round(cpuPerStep.langGraphBare, 2)}, ${round(cpuPerStep.floor, 2)}; ` +
     `commits per step ${round(makaWrites.commits, 2)} (floor ${round(floorWrites.commits, 2)}), SQL statements per step ${round(makaWrites.statements, 1)} (floor ${round(floorWrites.statements, 1)}), ` +
     `WAL KB per step ${round(makaWrites.bytes / 1024, 1)} (floor ${round(floorWrites.bytes / 1024, 1)}); ` +
     `LangGraph's checkpointer: ${round(langGraphWrites.commits, 2)} commits, ${round(langGraphWrites.bytes / 1024, 1)} WAL KB per step; ` +
@@ -233,6 +247,24 @@ const FLOOR = "the durable floor: fetch + eventsource-parser + 2 synchronous=FUL
 const entries: Record<string, Entry> = {
   "engine.loop.msPerStep.vsAgentsSdk": entry(msPerStep.maka, "ms/step", msPerStep.agentsSdk, `maka's 10-step streaming tool loop through createEngine (SQLite, synchronous=FULL) vs ${SDK}`),
   "engine.loop.msPerStep.vsFloor": entry(msPerStep.maka, "ms/step", msPerStep.floor, `maka's tool loop vs ${FLOOR}`),
+  "engine.loop.normal.msPerStep.vsAgentsSdk": entry(
+    msPerStep.makaNormal,
+    "ms/step",
+    msPerStep.agentsSdk,
+    `the same tool loop through createEngine over a file at synchronous=NORMAL (WAL: no flush at a commit) vs ${SDK}: the engine's own work and the WAL's writes, without the disk's flushes`,
+  ),
+  "engine.loop.msPerStep.vsNormal": entry(
+    msPerStep.maka,
+    "ms/step",
+    msPerStep.makaNormal,
+    "maka's tool loop at synchronous=FULL vs the same loop at NORMAL, same run: what the flushes of its commits cost it per step",
+  ),
+  "engine.loop.cpuMsPerStep.normal.vsAgentsSdk": entry(
+    cpuPerStep.makaNormal,
+    "CPU ms/step",
+    cpuPerStep.agentsSdk,
+    "process CPU per step, maka at synchronous=NORMAL vs the Agents SDK",
+  ),
   "engine.loop.agentsSdk.msPerStep.vsFloor": entry(msPerStep.agentsSdk, "ms/step", msPerStep.floor, `the Agents SDK's loop vs ${FLOOR}`),
   "engine.loop.cpuMsPerStep.vsAgentsSdk": entry(cpuPerStep.maka, "CPU ms/step", cpuPerStep.agentsSdk, "process CPU (user + system, every thread) per step, maka vs the Agents SDK"),
   "engine.loop.cpuMsPerStep.vsFloor": entry(cpuPerStep.maka, "CPU ms/step", cpuPerStep.floor, "process CPU per step, maka vs the durable floor"),

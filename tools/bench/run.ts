@@ -126,6 +126,11 @@ How to read it:
   dispatch).
 - The OpenAI Agents SDK runs the same loop (chat completions API, streaming, the same \`noop\` tool)
   against the same server and persists nothing.
+- maka at \`synchronous=NORMAL\` (\`engine.loop.normal.*\`, \`engine.loop.msPerStep.vsNormal\`): the same
+  engine over a file of its own, round-robin with the others. In WAL mode a commit at \`NORMAL\` writes
+  its frames without flushing them, so this loop is the engine's own work and the WAL's writes, and its
+  ratio to the \`FULL\` loop is what the flushes of the commits cost per step. Both engines run the same
+  code, so the warm-up trials warm it twice as often as a single engine's.
 - LangGraph (\`engine.loop.*.vsLangGraph\`, \`engine.loop.langGraph.*\`) runs the same loop as a graph of a
   model node (LangChain's \`ChatOpenAI\` with \`noop\` bound, its tokens streamed with
   \`streamMode: "messages"\`) and a tool node (\`ToolNode\`), against the same server, checkpointed after
