@@ -37,7 +37,7 @@
  */
 import * as fs from "node:fs"
 import * as path from "node:path"
-import { floor, maka, rawExchange } from "./contenders.ts"
+import { floor, maka, type MakaContender, rawExchange } from "./contenders.ts"
 import { startFakeServer } from "./fake-server.ts"
 import { type PeerName, startPeers } from "./peers.ts"
 import { countStatements, cpuMs, emit, entry, type Entry, integer, median, profiled, round, temporaryDirectory, topSelfTime, WalMeter } from "./lib.ts"
@@ -85,10 +85,12 @@ const floorFile = path.join(directory, "floor.sqlite")
 const langGraphFile = path.join(directory, "langgraph.sqlite")
 const engine = await maka({ database: makaFile, baseUrl: server.baseUrl, workspace })
 let sessions = 0
-const makaLoop = async (): Promise<void> => {
-  const turn = await engine.turn(`loop-${++sessions}`, LOOP_MODEL, undefined, undefined, TIMELINE ? () => timelineMark("request delivered") : undefined)
-  if (turn.requestedAt.length !== STEPS) throw new Error(`maka made ${turn.requestedAt.length} requests, not ${STEPS}`)
+/** One tool loop in a new session of `contender`, its requests checked. */
+const loopOf = (contender: MakaContender, label: string, onMainRequest?: () => void) => async (): Promise<void> => {
+  const turn = await contender.turn(`loop-${++sessions}`, LOOP_MODEL, undefined, undefined, onMainRequest)
+  if (turn.requestedAt.length !== STEPS) throw new Error(`${label} made ${turn.requestedAt.length} requests, not ${STEPS}`)
 }
+const makaLoop = loopOf(engine, "maka", TIMELINE ? () => timelineMark("request delivered") : undefined)
 
 const finish = async (): Promise<void> => {
   await engine.engine.close()
@@ -131,10 +133,7 @@ if (TIMELINE) {
 // --- 1. The tool loop ---------------------------------------------------------------------------
 
 const normal = await maka({ database: makaNormalFile, baseUrl: server.baseUrl, workspace, synchronous: "NORMAL" })
-const makaNormalLoop = async (): Promise<void> => {
-  const turn = await normal.turn(`loop-${++sessions}`, LOOP_MODEL)
-  if (turn.requestedAt.length !== STEPS) throw new Error(`maka at NORMAL made ${turn.requestedAt.length} requests, not ${STEPS}`)
-}
+const makaNormalLoop = loopOf(normal, "maka at NORMAL")
 const raw = floor(floorFile, server.baseUrl)
 const floorLoop = async (): Promise<void> => {
   const steps = await raw.loop(LOOP_MODEL)
