@@ -508,6 +508,30 @@ describe("the writer's in-memory index", () => {
         }),
       ),
     ))
+  it("stops serving every transaction when it ends: committed, refused, or thrown by its body", () =>
+    Effect.runPromise(
+      Effect.scoped(
+        Effect.gen(function* () {
+          const { directory } = yield* Testing.makeTemporary()
+          const database = yield* Effect.promise(() => openSqlite(path.join(directory, "served.sqlite"), { synchronous: "NORMAL" }))
+          const log = yield* EventLog.fromDatabase(() => Promise.resolve(database))
+          const history = new History.History()
+          const run = history.open()
+          yield* log.appendBatch(history.writes)
+          yield* log.readModelContext(history.sessionId, { current: run.invocation.invocationId })
+          expect(LogIndex.servedTransactions()).toBe(0)
+          const second = new History.History({ sessionId: history.sessionId, firstId: 90_000 }).open({ invocationId: "invocation-x", runId: "run-x", turnId: "turn-x" })
+          yield* expectRefused(log, history.sessionId, log.append(second.history.writes[0]!), "SessionBusy")
+          expect(LogIndex.servedTransactions()).toBe(0)
+          const thrown = new Error("the body failed")
+          for (const begin of [database.read, database.write]) {
+            const seen = yield* Effect.promise(() => begin(() => Promise.reject(thrown)).then(() => undefined, (error: unknown) => error))
+            expect(seen).toBe(thrown)
+            expect(LogIndex.servedTransactions()).toBe(0)
+          }
+        }),
+      ),
+    ))
 })
 
 describe("the append rules' SQL reads of a damaged row", () => {

@@ -94,9 +94,13 @@ export const makeDatabase = (parts: DatabaseParts): Database => {
   const served = <A>(body: (transaction: Transaction<Tables>) => Promise<A>, isRead: boolean) =>
     index === undefined
       ? body
-      : (transaction: Transaction<Tables>) => {
+      : async (transaction: Transaction<Tables>) => {
           LogIndex.register(transaction, index, isRead)
-          return body(transaction)
+          try {
+            return await body(transaction)
+          } finally {
+            LogIndex.release(transaction)
+          }
         }
 
   return {
