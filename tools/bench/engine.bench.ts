@@ -45,7 +45,14 @@ import { formatSegments, recordTimeline, segments, timelineMark } from "./timeli
 
 const STEPS = 10
 const LOOP_MODEL = `loop-${STEPS}`
-const TRIALS = integer("MAKA_BENCH_TRIALS", 5)
+/**
+ * Timed round-robin trials of the loop (`MAKA_BENCH_TRIALS`, default 15). One trial of maka is 30
+ * steps, about 0.1 s, and a commit that checkpoints the WAL lands in some trials and not in others:
+ * within one run maka's trials spread from a sixth below their median to a quarter above it (the
+ * Agents SDK's by about an eighth), so the median of 5 moved with the trials a run happened to draw.
+ * Fifteen cost about 7 s more than five.
+ */
+const TRIALS = integer("MAKA_BENCH_TRIALS", 15)
 /**
  * Untimed round-robin trials of the loop first (`MAKA_BENCH_LOOP_WARMUP`, default 40, each of
  * `MAKA_BENCH_LOOPS` loops per contender): every contender, the fake server's process too, keeps

@@ -94,29 +94,50 @@ export const lastWalFrame = (file: string): number => {
   }
 }
 
+/** `mxFrame` (the WAL's last valid frame) and `nBackfill` (frames already copied to the database) of an open `-shm`. */
+const walIndexOf = (descriptor: number): { readonly lastFrame: number; readonly backfilled: number } => {
+  const header = Buffer.alloc(100)
+  fs.readSync(descriptor, header, 0, 100, 0)
+  const u32 = (offset: number) => (os.endianness() === "LE" ? header.readUInt32LE(offset) : header.readUInt32BE(offset))
+  return { lastFrame: u32(16), backfilled: u32(96) }
+}
+
 /**
- * Counts what a writer in another connection (here: the engine's own) commits to a WAL-mode SQLite
- * file between `start` and `stop`, by reading the WAL itself: the WAL index (`-shm`) header gives the
- * last valid frame, each frame header gives its page number and whether it ends a commit. A read
- * transaction held from `start` to `stop` keeps checkpoints from recycling the WAL meanwhile (at most
- * one restart can happen, at the first write, and the salt in the WAL header shows it), so every frame
- * written in between is still there at `stop`. Hold it only in accounting passes, never in timed ones.
+ * Counts what a writer in another connection (the engine's own, or LangGraph's in the peers'
+ * process) commits to a WAL-mode SQLite file between `start` and `stop`, by reading the WAL itself:
+ * the WAL index (`-shm`) header gives the last valid frame, each frame header gives its page number
+ * and whether it ends a commit. A read transaction held from `start` to `stop` keeps checkpoints from
+ * recycling the WAL meanwhile, so every frame written in between is still there at `stop`. Its read
+ * lock is a POSIX lock on the `-shm` file, which the process loses as soon as it closes any
+ * descriptor of that file: the meter opens the `-shm` once and keeps it open until `close`, after
+ * its read has ended (until 2026-12-05 it opened and closed the file at each look, so a writer in
+ * another process restarted the WAL under the meter whenever its checkpoint ran, and LangGraph's
+ * 40-step loop was counted 1,648 bytes a step). One restart is not prevented: a read that begins
+ * when every frame is already in the database reads the database alone, and the writer's next commit
+ * restarts the WAL; the frames written since `start` are then the WAL's first ones. SQLite adds one
+ * to the WAL header's first salt at each restart, so `stop` refuses a count that any other restart
+ * cut short. Hold the meter only in accounting passes, never in timed ones.
  */
 export class WalMeter {
   private readonly reader: Database.Database
+  private readonly shm: number
   private startFrame = 0
   private startSalt = ""
+  private startRestarts = 0
+  /** Restarts that lose nothing: one when the read began with every frame in the database. */
+  private allowedRestarts = 0
 
   constructor(private readonly file: string) {
     this.reader = new Database(file, { readonly: true, fileMustExist: true })
+    this.shm = fs.openSync(`${file}-shm`, "r")
   }
 
-  private walHeader(): { readonly pageSize: number; readonly salt: string } {
+  private walHeader(): { readonly pageSize: number; readonly salt: string; readonly restarts: number } {
     const descriptor = fs.openSync(`${this.file}-wal`, "r")
     try {
       const header = Buffer.alloc(32)
       fs.readSync(descriptor, header, 0, 32, 0)
-      return { pageSize: header.readUInt32BE(8), salt: header.subarray(16, 24).toString("hex") }
+      return { pageSize: header.readUInt32BE(8), salt: header.subarray(16, 24).toString("hex"), restarts: header.readUInt32BE(16) }
     } finally {
       fs.closeSync(descriptor)
     }
@@ -125,13 +146,25 @@ export class WalMeter {
   start(): void {
     this.reader.exec("BEGIN")
     this.reader.prepare("SELECT count(*) FROM sqlite_master").get()
-    this.startFrame = lastWalFrame(this.file)
-    this.startSalt = this.walHeader().salt
+    const index = walIndexOf(this.shm)
+    this.startFrame = index.lastFrame
+    this.allowedRestarts = index.backfilled === index.lastFrame ? 1 : 0
+    const header = this.walHeader()
+    this.startSalt = header.salt
+    this.startRestarts = header.restarts
   }
 
   stop(): WalCount {
-    const { pageSize, salt } = this.walHeader()
-    const endFrame = lastWalFrame(this.file)
+    const { pageSize, salt, restarts } = this.walHeader()
+    const endFrame = walIndexOf(this.shm).lastFrame
+    // The first salt counts the WAL's restarts (modulo 2^32).
+    const restarted = (restarts - this.startRestarts) >>> 0
+    if (restarted > this.allowedRestarts) {
+      this.reader.exec("COMMIT")
+      throw new Error(
+        `the WAL of ${this.file} restarted ${restarted} times while it was metered (${this.allowedRestarts} expected): frames written before the last restart are gone, so the count would be short`,
+      )
+    }
     const firstFrame = salt === this.startSalt ? this.startFrame : 0
     const frameSize = pageSize + 24
     const descriptor = fs.openSync(`${this.file}-wal`, "r")
@@ -168,8 +201,10 @@ export class WalMeter {
     return counts
   }
 
+  /** Closes the reader, then the `-shm` descriptor (its read has ended by then). */
   close(): void {
     this.reader.close()
+    fs.closeSync(this.shm)
   }
 }
 

@@ -104,7 +104,7 @@ How to read it:
   on the same machine (interleaved, round-robin, so load drifts hit both); **ratio** is value / baseline.
   Absolute times move with the machine's load (see the load average per bench below); ratios move much
   less, and they are what docs/architecture.md §12 and the acceptance criteria are stated in.
-- Times are medians over trials (\`MAKA_BENCH_TRIALS\`, default 5, after \`MAKA_BENCH_WARMUP\` = 2 warm-up
+- Times are medians over trials (\`MAKA_BENCH_TRIALS\`, default 5, 15 for the tool loop of \`engine\`, whose trials spread more, after \`MAKA_BENCH_WARMUP\` = 2 warm-up
   trials; the tool loops of \`engine\` and \`postgres\` after \`MAKA_BENCH_LOOP_WARMUP\` = 40, since every contender, and the
   fake server, kept getting faster over its first hundred loops: measured after 2 warm-up trials the
   loop read 4.68 ms per step for maka against 3.53 for the Agents SDK and 1.92 for the floor, after 60
