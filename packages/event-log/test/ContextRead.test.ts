@@ -145,6 +145,28 @@ for (const dialect of dialects()) {
         }),
       ))
 
+    it("gives the events of one run one invocation object, and each run its own, equal to what was written", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const { history, live } = sessionWithObservations()
+          yield* appendAll(log, history.writes)
+          const read = yield* log.readModelContext("session-1", { current: live.invocation.invocationId })
+          const events = read.tail.flatMap((item) => (item.kind === "canonical" ? [item.stored.event] : []))
+          const written = new Map(history.writes.map((item) => [item.event.id, item.event.invocation]))
+          const byRun = new Map<string, Set<object>>()
+          for (const event of events) {
+            expect(event.invocation).toEqual(written.get(event.id))
+            const objects = byRun.get(event.invocation.invocationId) ?? new Set<object>()
+            objects.add(event.invocation)
+            byRun.set(event.invocation.invocationId, objects)
+          }
+          // Three runs (two finished turns and the live one), each with several events in the tail.
+          expect(byRun.size).toBe(3)
+          for (const objects of byRun.values()) expect(objects.size).toBe(1)
+          expect(events.length).toBeGreaterThan(byRun.size * 2)
+        }),
+      ))
+
     it("returns the running hash with the manual-message context too", () =>
       withLog(dialect, (log) =>
         Effect.gen(function* () {

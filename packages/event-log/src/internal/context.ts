@@ -4,7 +4,7 @@
  * exclusions and archived replacements, the evidence digest over the whole selection, and the
  * newest accepted main request.
  */
-import { Archive, Canonical, Codec, Digest, Fact, Limits, Prompts, type Event, type Identity, type Model, type ModelContext } from "@maka/facts"
+import { Archive, Canonical, Codec, Digest, Fact, Limits, Prompts, type Event, Identity, type Model, type ModelContext } from "@maka/facts"
 import { Result } from "effect"
 import * as EventLogError from "../EventLogError.ts"
 import * as CompactionCut from "./compaction-cut.ts"
@@ -396,6 +396,22 @@ const maySelect = (
   return fact?.kind !== "invocation_opened" || fact.input.kind === "continuation" || fact.input.kind === "handoff"
 }
 
+/**
+ * `event` with the invocation of the row decoded before it when the two are equal: every event of a
+ * run names the same four ids, and the parse of each row gives them their own object and strings,
+ * all kept alive with the decoded events (what a young-generation collection during a long read
+ * copies, once or twice). The event is the read's own fresh parse, seen by nobody yet.
+ */
+const sharedInvocation = (event: Event.RuntimeEvent, invocations: { last?: Identity.Invocation }): Event.RuntimeEvent => {
+  const last = invocations.last
+  if (last !== undefined && Identity.sameInvocation(event.invocation, last)) {
+    ;(event as { invocation: Identity.Invocation }).invocation = last
+    return event
+  }
+  invocations.last = event.invocation
+  return event
+}
+
 /** The shared core of the context reads; `fence` makes it a compaction source. */
 const materialise = async (
   tx: Rows.Tx,
@@ -419,6 +435,7 @@ const materialise = async (
   // Every decoded row of the session: the safety gate reads them all, whatever the selection keeps.
   const decodedRows: Array<DecodedRow> = []
   const rows = await sessionRowsOf(tx, sessionId)
+  const invocations: { last?: Identity.Invocation } = {}
   for (let index = 0; index < rows.length; index++) {
     const [rowSequence, observedInvocationId, rowJson] = rows[index]!
     rows[index] = undefined
@@ -433,7 +450,8 @@ const materialise = async (
     }
     // The other ids come from the event itself (the columns are written from it).
     const decodedJson = Codec.decodeEventJson(rowJson)
-    const event = Result.isSuccess(decodedJson) ? decodedJson.success : await Rows.undecodableAt(tx, sequence, decodedJson.failure)
+    const parsed = Result.isSuccess(decodedJson) ? decodedJson.success : await Rows.undecodableAt(tx, sequence, decodedJson.failure)
+    const event = sharedInvocation(parsed, invocations)
     const decoded: DecodedRow = {
       sequence,
       eventId: event.id,
