@@ -482,13 +482,20 @@ describe("the writer's in-memory index of a reopened log", () => {
 })
 
 describe("the writer's in-memory index", () => {
+  /** A SQLite log in a temporary folder (removed with the scope) and the database under it. */
+  const indexedLog = (name: string) =>
+    Effect.gen(function* () {
+      const { directory } = yield* Testing.makeTemporary()
+      const database = yield* Effect.promise(() => openSqlite(path.join(directory, name), { synchronous: "NORMAL" }))
+      const log = yield* EventLog.fromDatabase(() => Promise.resolve(database))
+      return { database, log }
+    })
+
   it(`keeps at most ${LogIndex.MAX_SESSIONS} sessions and reloads a dropped one with its rules intact`, () =>
     Effect.runPromise(
       Effect.scoped(
         Effect.gen(function* () {
-          const { directory } = yield* Testing.makeTemporary()
-          const database = yield* Effect.promise(() => openSqlite(path.join(directory, "index.sqlite"), { synchronous: "NORMAL" }))
-          const log = yield* EventLog.fromDatabase(() => Promise.resolve(database))
+          const { database, log } = yield* indexedLog("index.sqlite")
           const index = database.index!
           const count = LogIndex.MAX_SESSIONS + 2
           const openings = Array.from({ length: count }, (_, position) => {
@@ -512,9 +519,7 @@ describe("the writer's in-memory index", () => {
     Effect.runPromise(
       Effect.scoped(
         Effect.gen(function* () {
-          const { directory } = yield* Testing.makeTemporary()
-          const database = yield* Effect.promise(() => openSqlite(path.join(directory, "served.sqlite"), { synchronous: "NORMAL" }))
-          const log = yield* EventLog.fromDatabase(() => Promise.resolve(database))
+          const { database, log } = yield* indexedLog("served.sqlite")
           const history = new History.History()
           const run = history.open()
           yield* log.appendBatch(history.writes)
