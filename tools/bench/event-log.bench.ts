@@ -99,9 +99,9 @@ for (const connection of [raw, schemaRaw]) {
   connection.pragma("journal_mode = WAL")
   connection.pragma("synchronous = FULL")
 }
-// The log's checkpoint size on the file with its schema (16,000 of its 1,024-byte pages); the bare
-// file keeps SQLite's default (1,000 of its 4,096-byte pages).
-schemaRaw.pragma("wal_autocheckpoint = 16000")
+// The log's checkpoint size on the file with its schema (its 1,024-byte pages); the bare file's 4,096-byte
+// pages give the same 4 MiB with SQLite's default of 1,000 pages.
+schemaRaw.pragma("wal_autocheckpoint = 4000")
 
 /** Inserts each write in its own transaction through `connection`; returns milliseconds per row. */
 const rawInserter = (connection: Database.Database) => {

@@ -163,7 +163,7 @@ describe("openSqlite transactions", () => {
       journal: { journal_mode: "wal" },
       synchronous: { synchronous: 2 },
       foreignKeys: { foreign_keys: 1 },
-      autocheckpoint: { wal_autocheckpoint: 16_000 },
+      autocheckpoint: { wal_autocheckpoint: 4_000 },
     })
     expect((await pragmas({ synchronous: "NORMAL" })).synchronous).toEqual({ synchronous: 1 })
   })

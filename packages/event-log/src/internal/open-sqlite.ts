@@ -41,18 +41,17 @@ export interface SqliteOptions {
  * SQLite's 4,096, and reads of a session measured no slower; an event over a page continues on
  * overflow pages (docs/architecture.md §12).
  *
- * `walAutocheckpoint` is the WAL's size in pages that makes a commit checkpoint it: 16,000 pages of
- * 1,024 bytes (16 MiB). A checkpoint writes each page once however many commits wrote it (a step's
- * index leaves are written again by the next steps) and flushes the database file once, inside the
- * commit that crosses the size: at 4,000 pages that commit took about 15 ms every 80 steps of the
- * tool loop (0.19 ms a step), at 16,000 about 26 ms every 320 (0.08 ms a step), and the loop's
- * step measured 2.5 to 4 % shorter (docs/architecture.md §12).
+ * `walAutocheckpoint` is the WAL's size in pages that makes a commit checkpoint it: 4,000 pages of
+ * 1,024 bytes, the 4 MiB SQLite's own default of 1,000 pages gives at its default page size. A
+ * checkpoint writes each page once however many commits wrote it (a step's index leaves are written
+ * again by the next steps), so counted in pages the default would checkpoint four times as often
+ * and write the same leaves back more often.
  */
 export const SQLITE_DEFAULTS = Object.freeze({
   synchronous: "FULL" satisfies Synchronous,
   busyTimeout: 5_000,
   pageSize: 1_024,
-  walAutocheckpoint: 16_000,
+  walAutocheckpoint: 4_000,
 })
 
 const textField = (row: unknown, key: string): string | undefined => {
