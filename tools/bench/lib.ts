@@ -82,24 +82,26 @@ export interface WalCount {
   readonly pagesByTree: Readonly<Record<string, number>>
 }
 
-/** The WAL index header's `mxFrame` of the WAL-mode file `file`: its WAL's last valid frame (native byte order). */
-export const lastWalFrame = (file: string): number => {
-  const descriptor = fs.openSync(`${file}-shm`, "r")
-  try {
-    const header = Buffer.alloc(48)
-    fs.readSync(descriptor, header, 0, 48, 0)
-    return os.endianness() === "LE" ? header.readUInt32LE(16) : header.readUInt32BE(16)
-  } finally {
-    fs.closeSync(descriptor)
-  }
-}
-
 /** `mxFrame` (the WAL's last valid frame) and `nBackfill` (frames already copied to the database) of an open `-shm`. */
 const walIndexOf = (descriptor: number): { readonly lastFrame: number; readonly backfilled: number } => {
   const header = Buffer.alloc(100)
   fs.readSync(descriptor, header, 0, 100, 0)
   const u32 = (offset: number) => (os.endianness() === "LE" ? header.readUInt32LE(offset) : header.readUInt32BE(offset))
   return { lastFrame: u32(16), backfilled: u32(96) }
+}
+
+/**
+ * The WAL index header's `mxFrame` of the WAL-mode file `file`: its WAL's last valid frame. It opens
+ * and closes the `-shm`, which drops this process's POSIX locks on it: only for a file no other
+ * process uses meanwhile (`WalMeter` keeps its descriptor open instead).
+ */
+export const lastWalFrame = (file: string): number => {
+  const descriptor = fs.openSync(`${file}-shm`, "r")
+  try {
+    return walIndexOf(descriptor).lastFrame
+  } finally {
+    fs.closeSync(descriptor)
+  }
 }
 
 /**
@@ -122,7 +124,6 @@ export class WalMeter {
   private readonly reader: Database.Database
   private readonly shm: number
   private startFrame = 0
-  private startSalt = ""
   private startRestarts = 0
   /** Restarts that lose nothing: one when the read began with every frame in the database. */
   private allowedRestarts = 0
@@ -132,12 +133,13 @@ export class WalMeter {
     this.shm = fs.openSync(`${file}-shm`, "r")
   }
 
-  private walHeader(): { readonly pageSize: number; readonly salt: string; readonly restarts: number } {
+  /** The WAL header's page size, and its first salt, which SQLite raises by one at each restart of the WAL. */
+  private walHeader(): { readonly pageSize: number; readonly restarts: number } {
     const descriptor = fs.openSync(`${this.file}-wal`, "r")
     try {
       const header = Buffer.alloc(32)
       fs.readSync(descriptor, header, 0, 32, 0)
-      return { pageSize: header.readUInt32BE(8), salt: header.subarray(16, 24).toString("hex"), restarts: header.readUInt32BE(16) }
+      return { pageSize: header.readUInt32BE(8), restarts: header.readUInt32BE(16) }
     } finally {
       fs.closeSync(descriptor)
     }
@@ -149,15 +151,13 @@ export class WalMeter {
     const index = walIndexOf(this.shm)
     this.startFrame = index.lastFrame
     this.allowedRestarts = index.backfilled === index.lastFrame ? 1 : 0
-    const header = this.walHeader()
-    this.startSalt = header.salt
-    this.startRestarts = header.restarts
+    this.startRestarts = this.walHeader().restarts
   }
 
   stop(): WalCount {
-    const { pageSize, salt, restarts } = this.walHeader()
+    const { pageSize, restarts } = this.walHeader()
     const endFrame = walIndexOf(this.shm).lastFrame
-    // The first salt counts the WAL's restarts (modulo 2^32).
+    // Modulo 2^32, as the salt wraps.
     const restarted = (restarts - this.startRestarts) >>> 0
     if (restarted > this.allowedRestarts) {
       this.reader.exec("COMMIT")
@@ -165,7 +165,8 @@ export class WalMeter {
         `the WAL of ${this.file} restarted ${restarted} times while it was metered (${this.allowedRestarts} expected): frames written before the last restart are gone, so the count would be short`,
       )
     }
-    const firstFrame = salt === this.startSalt ? this.startFrame : 0
+    // After the one restart allowed, the frames written since `start` are the WAL's first ones.
+    const firstFrame = restarted === 0 ? this.startFrame : 0
     const frameSize = pageSize + 24
     const descriptor = fs.openSync(`${this.file}-wal`, "r")
     const pages: Array<number> = []

@@ -9,7 +9,7 @@ import { createRequire } from "node:module"
 import * as os from "node:os"
 import * as path from "node:path"
 import { afterEach, describe, expect, it } from "vitest"
-import { WalMeter } from "../bench/lib.ts"
+import { lastWalFrame, WalMeter } from "../bench/lib.ts"
 
 const directories: Array<string> = []
 afterEach(() => {
@@ -99,6 +99,8 @@ describe("WalMeter", () => {
     expect(firstSalt(file)).toBe(salt + 1)
     const count = meter.stop()
     meter.close()
+    // Every frame of the restarted WAL was written since `start`.
+    expect(count.frames).toBe(lastWalFrame(file))
     writer.close()
     expect(count.commits).toBe(6)
   })
