@@ -5,7 +5,7 @@
  * OpenAI-compatible routes only; Anthropic routes get adjacent same-role messages merged. The engine
  * digests the result and the adapter encodes exactly it; projecting twice changes nothing.
  */
-import type { Identity, Prompt } from "@maka/facts"
+import { Canonical, type Identity, type Prompt } from "@maka/facts"
 import { isNonEmpty, isObject } from "./internal/provider-options.ts"
 import type { ProviderKind } from "./ProviderConfig.ts"
 
@@ -22,17 +22,50 @@ const keepThinking = (kind: ProviderKind, routeIdentity: string, part: Prompt.As
   return kind === "openai-compatible" && part.text !== ""
 }
 
-const filterThinking = (
-  kind: ProviderKind,
-  routeIdentity: string,
-  message: Prompt.PromptMessage,
-): Prompt.PromptMessage | undefined => {
-  if (message.role !== "assistant") return message
+const filterParts = (kind: ProviderKind, routeIdentity: string, message: Prompt.AssistantMessage): Prompt.PromptMessage | undefined => {
   // Most messages carry no thinking: they go on as themselves, with nothing allocated.
   if (message.parts.length > 0 && !message.parts.some((part) => part.kind === "thinking")) return message
   const parts = message.parts.filter((part) => part.kind !== "thinking" || keepThinking(kind, routeIdentity, part))
   if (parts.length === 0) return undefined
   return parts.length === message.parts.length ? message : { role: "assistant", parts }
+}
+
+/** A route's filtered assistant messages, by sealed message; `null` where every part was dropped. */
+type Filtered = WeakMap<Prompt.PromptMessage, Prompt.PromptMessage | null>
+
+/**
+ * The filter's results per route (`kind` and identity) for sealed messages (`Canonical.seal`): a
+ * sealed message is deep-frozen, so its result never changes, and a prompt that grows by a few
+ * messages a step is filtered only in those (its older messages can hold hundreds of parts each).
+ */
+const filteredByRoute = new Map<string, Filtered>()
+
+/** How many routes' results are kept (a process talks to a handful); past it the cache starts over. */
+const MAX_ROUTES = 64
+
+const filteredOf = (kind: ProviderKind, routeIdentity: string): Filtered => {
+  const key = `${kind}\u0000${routeIdentity}`
+  const known = filteredByRoute.get(key)
+  if (known !== undefined) return known
+  if (filteredByRoute.size >= MAX_ROUTES) filteredByRoute.clear()
+  const filtered: Filtered = new WeakMap()
+  filteredByRoute.set(key, filtered)
+  return filtered
+}
+
+const filterThinking = (
+  kind: ProviderKind,
+  routeIdentity: string,
+  message: Prompt.PromptMessage,
+  filtered: Filtered,
+): Prompt.PromptMessage | undefined => {
+  if (message.role !== "assistant") return message
+  if (!Canonical.isSealed(message)) return filterParts(kind, routeIdentity, message)
+  const known = filtered.get(message)
+  if (known !== undefined) return known ?? undefined
+  const result = filterParts(kind, routeIdentity, message)
+  filtered.set(message, result ?? null)
+  return result
 }
 
 const merge = (left: Prompt.PromptMessage, right: Prompt.PromptMessage): Prompt.PromptMessage | undefined => {
@@ -50,8 +83,9 @@ export const projectPrompt = (
   prompt: Prompt.Prompt,
 ): Prompt.Prompt => {
   const projected: Array<Prompt.PromptMessage> = []
+  const results = filteredOf(kind, routeIdentity)
   for (const message of prompt) {
-    const filtered = filterThinking(kind, routeIdentity, message)
+    const filtered = filterThinking(kind, routeIdentity, message, results)
     if (filtered === undefined) continue
     const previous = projected[projected.length - 1]
     const merged = kind === "anthropic" && previous !== undefined ? merge(previous, filtered) : undefined

@@ -1,6 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import type { Prompt } from "@maka/facts"
-import { Digest } from "@maka/facts"
+import { Canonical, Digest } from "@maka/facts"
 import { Redacted } from "effect"
 import { projectPrompt, ProviderConfig } from "@maka/model"
 
@@ -49,6 +49,26 @@ describe("projectPrompt", () => {
     const projected = projectPrompt("openai-compatible", route, prompt)
     assert.strictEqual(projected.length, prompt.length - 1)
     assert.deepStrictEqual(projected[3], { role: "assistant", parts: [unsigned, text] })
+  })
+
+  it("projects a sealed message for each route as its own, however often it was projected before", () => {
+    // A sealed message's results are kept per route: another route's must never be handed out.
+    const sealed = prompt.map((message) => Canonical.seal(message))
+    const openAi = ProviderConfig.routeIdentity({ kind: "openai-compatible", baseUrl: "http://localhost:8000/v1", model: "m" })
+    const cases = [
+      ["anthropic", ROUTE],
+      ["anthropic", OTHER],
+      ["openai-compatible", openAi],
+    ] as const
+    for (let round = 0; round < 2; round++) {
+      for (const [kind, route] of cases) assert.deepStrictEqual(projectPrompt(kind, route, sealed), projectPrompt(kind, route, prompt))
+    }
+    // A message projected unchanged goes on as itself; a filtered one is the same object each time.
+    const once = projectPrompt("openai-compatible", openAi, sealed)
+    const again = projectPrompt("openai-compatible", openAi, sealed)
+    assert.strictEqual(again[3], once[3])
+    assert.deepStrictEqual(once[3], { role: "assistant", parts: [unsigned, text] })
+    assert.strictEqual(again[4], sealed[5])
   })
 
   it("is idempotent and leaves its input alone", () => {

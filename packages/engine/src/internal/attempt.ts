@@ -19,6 +19,11 @@ export interface AttemptInput {
   readonly inputDigest: string
   readonly source: EventLog.ModelContextSource
   /**
+   * Whether the source's tail holds an archived result, when the caller knows it without a look at
+   * every item (a live context's snapshot); otherwise the tail is scanned.
+   */
+  readonly archived?: boolean | undefined
+  /**
    * The source evidence of the step's requests: computed inside the first request's commit (it
    * covers the settlements and steering committed with it), then frozen for the retries.
    */
@@ -91,7 +96,7 @@ export const coalesce = (events: ReadonlyArray<Model.ModelEvent>, maxChars: numb
 
 const requestedFact = (run: Run, input: AttemptInput, stepId: string, evidence: Evidence): Fact.ModelRequested => {
   const source = input.source
-  const archived = source.tail.some((item) => item.kind === "archived")
+  const archived = input.archived ?? source.tail.some((item) => item.kind === "archived")
   return {
     kind: "model_requested",
     stepId,

@@ -106,6 +106,14 @@ export class LiveContext {
   private archived = false
   private reshaped = false
 
+  /**
+   * Whether the tail holds an archived result (`snapshot`'s, whatever it carries): archived items come
+   * only from the read, a run appends canonical events.
+   */
+  get holdsArchived(): boolean {
+    return this.replacements.length > 0
+  }
+
   /** The run that kept this context left a result over one page unarchived (a summary was pending): its next run prunes. */
   pruneOwed = false
 

@@ -377,6 +377,7 @@ const mainRequest = (
   projection: PromptBuilder.ProjectedHistory,
   tools: Prompt.ModelRequest["tools"],
   priorUnknown: boolean,
+  archived?: boolean,
 ) =>
   Effect.gen(function* () {
     const { settings } = run
@@ -392,7 +393,7 @@ const mainRequest = (
     })
     const projected = projectPrompt(run.model.kind, run.model.routeIdentity, prompt)
     const request: Prompt.ModelRequest = { prompt: projected, tools, providerOptions: settings.providerOptions, maxOutputTokens }
-    return { request, inputDigest: Digest.modelInput(request), source, evidence: {} }
+    return { request, inputDigest: Digest.modelInput(request), source, archived, evidence: {} }
   })
 
 /** Runs the local calls of a completed step through the journal; returns whether the turn is done. */
@@ -585,7 +586,7 @@ const handoffBoundary = (run: Run, loop: LoopState, step: number, priorUnknown: 
         if (run.live!.stale) run.live = yield* readContext(run, false)
         const source = yield* Effect.mapError(Effect.fromResult(run.live!.snapshot()), storeError)
         const captured = run.settings.tools.capture()
-        const request = yield* mainRequest(run, source, run.live!.projection(), captured.definitions, false)
+        const request = yield* mainRequest(run, source, run.live!.projection(), captured.definitions, false, run.live!.holdsArchived)
         const pause = Handoff.pauseOf(run, intent, step, request.inputDigest, loop.budget)
         yield* Effect.mapError(run.log.checkHandoff(run.settings.invocation, pause), storeError)
         return pause
@@ -622,7 +623,7 @@ const runStep = (run: Run, loop: LoopState, step: number, priorUnknown: boolean)
       if (run.live !== before) source = yield* Effect.mapError(Effect.fromResult(run.live!.snapshot(run.carry)), storeError)
     }
     const captured = run.settings.tools.capture()
-    const input = yield* mainRequest(run, source, run.live!.projection(run.carry), captured.definitions, priorUnknown)
+    const input = yield* mainRequest(run, source, run.live!.projection(run.carry), captured.definitions, priorUnknown, run.live!.holdsArchived)
     const attempted = yield* Effect.result(attemptWithRetries(run, input))
     if (Result.isFailure(attempted)) {
       if (!priorUnknown && (yield* recoversOverflow(run, loop, attempted.failure, step)) && (yield* recoverOverflow(run, loop))) {
