@@ -269,7 +269,7 @@ const answerReader = (onData?: (data: string) => void) => {
 /** One streamed chat-completions exchange read with bare `fetch` + `eventsource-parser`. */
 export const rawExchange = async (
   url: string,
-  body: string,
+  body: string | Uint8Array<ArrayBuffer>,
   onData?: (data: string) => void,
 ): Promise<{ readonly text: string; readonly calls: ReadonlyArray<Call> }> => {
   const response = await fetch(url, { method: "POST", headers: { "content-type": "application/json", authorization: "Bearer sk-bench" }, body })
@@ -292,7 +292,7 @@ export const rawExchange = async (
  */
 export const rawHttpExchange = (agent: http.Agent) => (
   url: string,
-  body: string,
+  body: string | Uint8Array<ArrayBuffer>,
   onData?: (data: string) => void,
 ): Promise<{ readonly text: string; readonly calls: ReadonlyArray<Call> }> =>
   new Promise((resolve, reject) => {
@@ -323,8 +323,12 @@ export const rawHttpExchange = (agent: http.Agent) => (
 export interface Floor {
   /** The loop with its own growing message list; returns each step's start. */
   readonly loop: (model: string) => Promise<ReadonlyArray<FloorStep>>
-  /** The given request bodies, in order, each with its two commits (a replay of another client's loop). */
-  readonly replay: (bodies: ReadonlyArray<string>) => Promise<ReadonlyArray<FloorStep>>
+  /**
+   * The given request bodies, in order, each with its two commits (a replay of another client's loop).
+   * Bodies given as bytes are sent as they are: a client holding its request's bytes ready (as maka's
+   * cached message fragments are) encodes nothing per step.
+   */
+  readonly replay: (bodies: ReadonlyArray<string | Uint8Array<ArrayBuffer>>) => Promise<ReadonlyArray<FloorStep>>
   /**
    * One streamed answer with the two commits a durable engine cannot do without: the request before
    * it is sent, then what came back (its text in one row, the completion) once the stream ended.
@@ -405,7 +409,7 @@ const floorOver = (write: FloorWrite, baseUrl: string, exchange: typeof rawExcha
   ]
 
   /** One durable step: commit the request (with the previous settles), stream, commit what came back. */
-  const step = async (session: string, index: number, body: string, settles: Array<readonly [string, string]>) => {
+  const step = async (session: string, index: number, body: string | Uint8Array<ArrayBuffer>, settles: Array<readonly [string, string]>) => {
     await write(session, [...settles.splice(0), ["model_requested", JSON.stringify({ step: index, bytes: body.length })]])
     const observations: Array<readonly [string, string]> = []
     const answer = await exchange(url, body, (data) => observations.push(["model_observed", data]))

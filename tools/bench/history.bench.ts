@@ -2,12 +2,13 @@
  * Step time against session history (docs/architecture.md §12): after `MAKA_BENCH_HISTORY_WARMUP`
  * (default 100) turns on an engine and a file of their own, each followed by one loop of the raw loop,
  * so the smallest size is not timed while either side's code is still being compiled (its figures
- * were the largest then, and every larger size was compared with them), one session grown to 100,
- * 1,000, 10,000 and 100,000 events (the last takes about a minute to build;
+ * were the largest then, and every larger size was compared with them), one session per size grown to
+ * 100, 1,000, 10,000 and 100,000 events (the last takes about a minute to build;
  * `MAKA_BENCH_HISTORY_LARGE=0` leaves it out) by running real
  * turns through `createEngine` (`build-<n>`: n parallel `noop` calls, then an answer), never by
- * writing rows. At each size, after one untimed 10-step tool-loop turn, `MAKA_BENCH_HISTORY_TURNS`
- * (default 15) such turns are measured; after each, the raw loop (`node:http` with a keep-alive agent,
+ * writing rows. After one untimed 10-step tool-loop turn per session, `MAKA_BENCH_HISTORY_TURNS`
+ * (default 15) rounds of such turns are measured, one turn of every size per round, round-robin
+ * (each round starts one size later); after each turn, the raw loop (`node:http` with a keep-alive agent,
  * the transport maka's model client is built on, + `eventsource-parser` + two FULL commits per step)
  * replays the very request bodies maka sent in that turn (kept by the fake server), so both
  * carry the same requests, and so does the same loop over `fetch` (reported beside it). Reported per size: maka's time per step against the raw loop's, maka's
@@ -151,102 +152,154 @@ if (WARMUP_TURNS > 0) {
   console.log(`${WARMUP_TURNS} warm-up turns on an engine of their own, each with a loop of the raw loop (${round((performance.now() - warmStarted) / 1000, 1)} s)`)
 }
 let engine = await openEngine()
-const SESSION = "history"
+/** The session of `size` events: each size has one of its own, so the sizes are timed round-robin. */
+const sessionOf = (size: number) => `history-${size}`
 
-let events = 0
 let turns = 0
 const entries: Record<string, Entry> = {}
-let smallestOverhead: number | undefined
-let smallestFetchOverhead: number | undefined
-let smallestCpuOverhead: number | undefined
 const started = performance.now()
 
+/** What one size's measured turns gathered, round by round. */
+interface SizeSeries {
+  readonly size: number
+  readonly session: string
+  events: number
+  measuredAt: number
+  requestBytes: number
+  readonly makaStep: Array<number>
+  readonly rawStep: Array<number>
+  readonly rawFetchStep: Array<number>
+  readonly makaCpuStep: Array<number>
+  readonly rawCpuStep: Array<number>
+  readonly firstStep: Array<number>
+  readonly steadyStep: Array<number>
+  readonly rawFirstStep: Array<number>
+  readonly rawSteadyStep: Array<number>
+}
+
+// Every size's session is built first (ascending), by running turns, never by writing rows.
+const series: Array<SizeSeries> = []
 for (const size of SIZES) {
   const building = performance.now()
+  const session = sessionOf(size)
+  let events = 0
   while (events < size) {
-    const turn = await engine.turn(SESSION, size - events > 1_000 ? "build-50" : "build-10", `Build turn ${++turns}.`)
+    const turn = await engine.turn(session, size - events > 1_000 ? "build-50" : "build-10", `Build turn ${++turns}.`)
     events += turn.events
     // The server keeps every body sent to it: the build's are not replayed.
     await server.captured()
   }
-  events = (await engine.engine.events(SESSION)).length
+  events = (await engine.engine.events(session)).length
   console.log(`history ${size}: ${events} events after ${turns} turns (${round((performance.now() - building) / 1000, 1)} s to build)`)
+  series.push({
+    size,
+    session,
+    events,
+    measuredAt: events,
+    requestBytes: 0,
+    makaStep: [],
+    rawStep: [],
+    rawFetchStep: [],
+    makaCpuStep: [],
+    rawCpuStep: [],
+    firstStep: [],
+    steadyStep: [],
+    rawFirstStep: [],
+    rawSteadyStep: [],
+  })
+}
 
-  const makaStep: Array<number> = []
-  const rawStep: Array<number> = []
-  const rawFetchStep: Array<number> = []
-  const makaCpuStep: Array<number> = []
-  const rawCpuStep: Array<number> = []
-  const firstStep: Array<number> = []
-  const steadyStep: Array<number> = []
-  const rawFirstStep: Array<number> = []
-  const rawSteadyStep: Array<number> = []
-  let requestBytes = 0
-  // One untimed loop turn first: the first after the build turns also pays for the build's garbage
-  // and a scenario it has not run at this size (it took 2 to 3 times the later turns at 100,000 events).
-  events += (await engine.turn(SESSION, `loop-${STEPS}`, `Warm-up turn ${++turns}.`)).events
+// One untimed loop turn per session first: the first after the build turns also pays for the build's
+// garbage and a scenario it has not run at this size (it took 2 to 3 times the later turns at 100,000 events).
+for (const sized of series) {
+  sized.events += (await engine.turn(sized.session, `loop-${STEPS}`, `Warm-up turn ${++turns}.`)).events
   await takeMainRequests()
-  const measuredAt = events
-  for (let index = 0; index < TURNS; index++) {
-    await takeMainRequests()
-    const name = `Measured turn ${++turns}.`
-    let measured: Awaited<ReturnType<typeof engine.turn>> | undefined
-    const run = async () => {
-      measured = await engine.turn(SESSION, `loop-${STEPS}`, name)
-    }
-    const cpuBefore = process.cpuUsage()
-    if (PROFILE && index === 0) {
-      const file = path.join("bench", "profiles", `history-${size}-${new Date().toISOString().replace(/:/g, "-")}.cpuprofile`)
-      const profile = await profiled(file, run)
-      console.log(`history ${size}: profiled one measured turn, wrote ${file}; top functions by self time:`)
-      for (const line of topSelfTime(profile)) console.log(`  ${line}`)
-    } else {
-      await run()
-    }
-    makaCpuStep.push(cpuMs(cpuBefore) / STEPS)
-    const turn = measured!
-    events += turn.events
-    const main = await takeMainRequests()
-    if (turn.requestedAt.length !== STEPS || main.length !== STEPS) throw new Error(`expected ${STEPS} main requests, saw ${turn.requestedAt.length}`)
-    makaStep.push((turn.endedAt - turn.startedAt) / STEPS)
-    firstStep.push(turn.requestedAt[1]! - turn.startedAt)
-    const steady: Array<number> = []
-    for (let step = 1; step < STEPS - 1; step++) steady.push(turn.requestedAt[step + 1]! - turn.requestedAt[step]!)
-    steadyStep.push(median(steady))
-    requestBytes = Buffer.byteLength(main.at(-1)!)
-    const replayStarted = performance.now()
-    const rawCpuBefore = process.cpuUsage()
-    const rawSteps = await raw.replay(main)
-    rawStep.push((performance.now() - replayStarted) / STEPS)
-    rawCpuStep.push(cpuMs(rawCpuBefore) / STEPS)
-    // The raw loop's own first step (it follows maka's turn as maka's follows it) against its steady ones.
-    rawFirstStep.push(rawSteps[1]!.startedAt - rawSteps[0]!.startedAt)
-    const rawSteady: Array<number> = []
-    for (let step = 1; step < STEPS - 1; step++) rawSteady.push(rawSteps[step + 1]!.startedAt - rawSteps[step]!.startedAt)
-    rawSteadyStep.push(median(rawSteady))
-    const fetchStarted = performance.now()
-    await rawFetch.replay(main)
-    rawFetchStep.push((performance.now() - fetchStarted) / STEPS)
+  sized.measuredAt = sized.events
+}
+
+/**
+ * One measured turn of `sized`'s session, then the raw loop's replays of its request bodies (over
+ * `node:http`, then over `fetch`).
+ */
+const measureTurn = async (sized: SizeSeries, profile: boolean) => {
+  await takeMainRequests()
+  const name = `Measured turn ${++turns}.`
+  let measured: Awaited<ReturnType<typeof engine.turn>> | undefined
+  const run = async () => {
+    measured = await engine.turn(sized.session, `loop-${STEPS}`, name)
   }
-  const makaMs = median(makaStep)
-  const rawMs = median(rawStep)
-  const overhead = median(makaStep.map((value, index) => value - rawStep[index]!))
-  const rawFetchMs = median(rawFetchStep)
-  const fetchOverhead = median(makaStep.map((value, index) => value - rawFetchStep[index]!))
-  const reference = smallestOverhead === undefined
-  smallestOverhead ??= overhead
-  smallestFetchOverhead ??= fetchOverhead
-  const cpuOverhead = median(makaCpuStep.map((value, index) => value - rawCpuStep[index]!))
-  smallestCpuOverhead ??= cpuOverhead
-  const first = median(firstStep)
-  const steady = median(steadyStep)
+  const cpuBefore = process.cpuUsage()
+  if (profile) {
+    const file = path.join("bench", "profiles", `history-${sized.size}-${new Date().toISOString().replace(/:/g, "-")}.cpuprofile`)
+    const recorded = await profiled(file, run)
+    console.log(`history ${sized.size}: profiled one measured turn, wrote ${file}; top functions by self time:`)
+    for (const line of topSelfTime(recorded)) console.log(`  ${line}`)
+  } else {
+    await run()
+  }
+  sized.makaCpuStep.push(cpuMs(cpuBefore) / STEPS)
+  const turn = measured!
+  sized.events += turn.events
+  const main = await takeMainRequests()
+  if (turn.requestedAt.length !== STEPS || main.length !== STEPS) throw new Error(`expected ${STEPS} main requests, saw ${turn.requestedAt.length}`)
+  sized.makaStep.push((turn.endedAt - turn.startedAt) / STEPS)
+  sized.firstStep.push(turn.requestedAt[1]! - turn.startedAt)
+  const steady: Array<number> = []
+  for (let step = 1; step < STEPS - 1; step++) steady.push(turn.requestedAt[step + 1]! - turn.requestedAt[step]!)
+  sized.steadyStep.push(median(steady))
+  sized.requestBytes = Buffer.byteLength(main.at(-1)!)
+  // The raw loop sends the bodies' bytes, encoded before it is timed, as maka sends its cached
+  // messages' bytes: a 393 KB body sent as a string cost 1.8 ms more a request, CPU and wall time.
+  const bodies = main.map((body) => Buffer.from(body, "utf8"))
+  const replayStarted = performance.now()
+  const rawCpuBefore = process.cpuUsage()
+  const rawSteps = await raw.replay(bodies)
+  sized.rawStep.push((performance.now() - replayStarted) / STEPS)
+  sized.rawCpuStep.push(cpuMs(rawCpuBefore) / STEPS)
+  // The raw loop's own first step (it follows maka's turn as maka's follows it) against its steady ones.
+  sized.rawFirstStep.push(rawSteps[1]!.startedAt - rawSteps[0]!.startedAt)
+  const rawSteady: Array<number> = []
+  for (let step = 1; step < STEPS - 1; step++) rawSteady.push(rawSteps[step + 1]!.startedAt - rawSteps[step]!.startedAt)
+  sized.rawSteadyStep.push(median(rawSteady))
+  const fetchStarted = performance.now()
+  await rawFetch.replay(bodies)
+  sized.rawFetchStep.push((performance.now() - fetchStarted) / STEPS)
+}
+
+// The sizes are timed round-robin (each round starts one size later), so the machine's drift over the
+// measurement falls on every size alike: measured one size after another, the figures above the raw
+// loop moved by up to ±40 % between runs (2026-12-04/05), more than the sizes differed.
+for (let index = 0; index < TURNS; index++) {
+  for (let position = 0; position < series.length; position++) {
+    await measureTurn(series[(index + position) % series.length]!, PROFILE && index === 0)
+  }
+}
+
+const smallest = series[0]!
+const overheadOf = (sized: SizeSeries, of: (sized: SizeSeries) => ReadonlyArray<number>, base: (sized: SizeSeries) => ReadonlyArray<number>) =>
+  median(of(sized).map((value, index) => value - base(sized)[index]!))
+const smallestOverhead = overheadOf(smallest, (sized) => sized.makaStep, (sized) => sized.rawStep)
+const smallestFetchOverhead = overheadOf(smallest, (sized) => sized.makaStep, (sized) => sized.rawFetchStep)
+const smallestCpuOverhead = overheadOf(smallest, (sized) => sized.makaCpuStep, (sized) => sized.rawCpuStep)
+
+for (const sized of series) {
+  const { size } = sized
+  const reference = sized === smallest
+  const makaMs = median(sized.makaStep)
+  const rawMs = median(sized.rawStep)
+  const overhead = overheadOf(sized, (item) => item.makaStep, (item) => item.rawStep)
+  const rawFetchMs = median(sized.rawFetchStep)
+  const fetchOverhead = overheadOf(sized, (item) => item.makaStep, (item) => item.rawFetchStep)
+  const cpuOverhead = overheadOf(sized, (item) => item.makaCpuStep, (item) => item.rawCpuStep)
+  const first = median(sized.firstStep)
+  const steady = median(sized.steadyStep)
   console.log(
     `history ${size}: maka ${round(makaMs, 2)} ms per step (raw loop, same requests: ${round(rawMs, 2)} ms; above it ${round(overhead, 2)} ms; ` +
-      `over fetch ${round(rawFetchMs, 2)} ms, above it ${round(fetchOverhead, 2)} ms; CPU ${round(median(makaCpuStep), 2)} ms vs ${round(median(rawCpuStep), 2)} ms, above it ${round(cpuOverhead, 2)} ms), ` +
-      `first step of a turn ${round(first, 2)} ms vs steady ${round(steady, 2)} ms, last request ${round(requestBytes / 1024, 1)} KB`,
+      `over fetch ${round(rawFetchMs, 2)} ms, above it ${round(fetchOverhead, 2)} ms; CPU ${round(median(sized.makaCpuStep), 2)} ms vs ${round(median(sized.rawCpuStep), 2)} ms, above it ${round(cpuOverhead, 2)} ms), ` +
+      `first step of a turn ${round(first, 2)} ms vs steady ${round(steady, 2)} ms, last request ${round(sized.requestBytes / 1024, 1)} KB`,
   )
   const label = `history.${size}`
-  entries[`${label}.msPerStep.vsRaw`] = entry(makaMs, "ms/step", rawMs, `maka's 10-step turn over a session of ${measuredAt} events vs the raw loop (node:http with a keep-alive agent + eventsource-parser + 2 FULL commits per step) sending the same request bodies`)
+  entries[`${label}.msPerStep.vsRaw`] = entry(makaMs, "ms/step", rawMs, `maka's 10-step turn over a session of ${sized.measuredAt} events vs the raw loop (node:http with a keep-alive agent + eventsource-parser + 2 FULL commits per step) sending the same request bodies`)
   entries[`${label}.msPerStep.vsRawFetch`] = entry(makaMs, "ms/step", rawFetchMs, `the same turns vs the raw loop over fetch instead of node:http, sending the same request bodies`)
   entries[`${label}.aboveRawMsPerStep.vsSmallest`] = entry(
     overhead,
@@ -270,35 +323,41 @@ for (const size of SIZES) {
   )
   entries[`${label}.firstStepMs.vsSteady`] = entry(first, "ms", steady, "the first step of a new turn in the same process (start → second model_requested) vs a steady step (between consecutive model_requested)")
   entries[`${label}.raw.firstStepMs.vsSteady`] = entry(
-    median(rawFirstStep),
+    median(sized.rawFirstStep),
     "ms",
-    median(rawSteadyStep),
+    median(sized.rawSteadyStep),
     "the raw loop's first step of each replay (it runs right after maka's turn, as maka's first step runs after the replay) vs its steady steps: what coming back to a loop after other work costs a loop that has no turn to open",
   )
-  // A fresh engine on the same file (what a new process meets, module loading aside): its first step
-  // pays for opening the log and reading the session once.
+}
+
+// Then, size by size, a fresh engine on the same file (what a new process meets, module loading
+// aside): its first step pays for opening the log and reading the session once.
+for (const sized of series) {
+  const { size } = sized
+  const label = `history.${size}`
+  const steady = median(sized.steadyStep)
   await engine.engine.close()
   engine = await openEngine()
-  const eventsBeforeCold = events
+  const eventsBeforeCold = sized.events
   rowCount.rows = 0
   rowCount.on = true
-  const cold = await engine.turn(SESSION, `loop-${STEPS}`, `Cold turn ${++turns}.`, undefined, () => {
+  const cold = await engine.turn(sized.session, `loop-${STEPS}`, `Cold turn ${++turns}.`, undefined, () => {
     rowCount.on = false
   })
   const coldRows = rowCount.rows
-  events += cold.events
+  sized.events += cold.events
   const coldFirst = cold.requestedAt[1]! - cold.startedAt
   console.log(`history ${size}: first step after reopening the engine ${round(coldFirst, 2)} ms`)
   entries[`${label}.reopenedFirstStepMs.vsSteady`] = entry(coldFirst, "ms", steady, "the first step of a turn on a freshly created engine over the same file (opening the log, reading the session once) vs a steady step")
   console.log(`history ${size}: the reopened engine's turn read ${coldRows} rows of event_log before its first request (${eventsBeforeCold} events in the session)`)
   entries[`${label}.reopenedRowsRead.vsEvents`] = entry(coldRows, "rows", eventsBeforeCold, "rows of event_log a freshly created engine's turn reads before its first request (admission check, opening, context read; counted at better-sqlite3) vs the events in the session: reading it once is ≈ 1")
-  const reads = await timeContextRead(SESSION)
+  const reads = await timeContextRead(sized.session)
   console.log(
     `history ${size}: readModelContextWithHash ${round(reads.contextMs, 2)} ms vs raw select + JSON.parse ${round(reads.rawMs, 2)} ms (first read of each: ${round(reads.first.contextMs, 2)} vs ${round(reads.first.rawMs, 2)} ms)`,
   )
   entries[`${label}.readModelContextMs.vsRawSelectParse`] = entry(reads.contextMs, "ms", reads.rawMs, "the session's context read with its running hash (readModelContextWithHash, read-only log) vs a raw better-sqlite3 select of the session's rows and JSON.parse of each")
-  entries[`${label}.events`] = entry(measuredAt, "events", null, "events in the session when its measurement began (grown by running turns)")
-  entries[`${label}.requestKB`] = entry(requestBytes / 1024, "KB", null, "the last request body's size")
+  entries[`${label}.events`] = entry(sized.measuredAt, "events", null, "events in the session when its measurement began (grown by running turns)")
+  entries[`${label}.requestKB`] = entry(sized.requestBytes / 1024, "KB", null, "the last request body's size")
 }
 
 await engine.engine.close()

@@ -162,8 +162,10 @@ How to read it:
   least any durable engine pays, against which the bound of the unpaced answer can be judged.
 - History series: after 100 turns on an engine and a file of their own (\`MAKA_BENCH_HISTORY_WARMUP\`),
   each followed by one loop of the raw loop, so the smallest size is not timed while either side's
-  code is still compiling, one session is grown to 100, 1,000, 10,000 and 100,000 events by running
-  real turns (\`build-50\`: 50 parallel tool calls then an answer), never by writing rows; at each size one untimed 10-step turn, then 10-step turns are measured, and the raw loop replays
+  code is still compiling, one session per size is grown to 100, 1,000, 10,000 and 100,000 events by
+  running real turns (\`build-50\`: 50 parallel tool calls then an answer), never by writing rows; one
+  untimed 10-step turn per session, then rounds of 10-step turns are measured, one turn of each size
+  per round, round-robin (so the machine's drift falls on every size alike), and the raw loop replays
   the very request bodies maka sent (kept by the fake server as they arrived) with its two commits per step,
   over \`node:http\` with a keep-alive agent (the transport maka's model client is built on), and so does
   the same loop over \`fetch\` (\`aboveRawFetchMsPerStep\`), which spends more on large requests. CPU time
