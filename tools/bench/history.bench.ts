@@ -8,7 +8,7 @@
  * turns through `createEngine` (`build-<n>`: n parallel `noop` calls, then an answer), never by
  * writing rows. After one untimed 10-step tool-loop turn per session, `MAKA_BENCH_HISTORY_TURNS`
  * (default 15) rounds of such turns are measured, one turn of every size per round, round-robin
- * (each round starts one size later); after each turn, the raw loop (`node:http` with a keep-alive agent,
+ * (in an order where each size follows every other equally often, `roundOrder`); after each turn, the raw loop (`node:http` with a keep-alive agent,
  * the transport maka's model client is built on, + `eventsource-parser` + two FULL commits per step)
  * replays the very request bodies maka sent in that turn (kept by the fake server), so both
  * carry the same requests, and so does the same loop over `fetch` (reported beside it). Reported per size: maka's time per step against the raw loop's, maka's
@@ -36,7 +36,7 @@ import * as path from "node:path"
 import { EventLog } from "@maka/event-log"
 import { floor, maka } from "./contenders.ts"
 import { startFakeServer } from "./fake-server.ts"
-import { cpuMs, emit, entry, type Entry, integer, median, profiled, round, sqlitePrototypes, temporaryDirectory, topSelfTime } from "./lib.ts"
+import { cpuMs, emit, entry, type Entry, integer, median, profiled, round, roundOrder, sqlitePrototypes, temporaryDirectory, topSelfTime } from "./lib.ts"
 
 const STEPS = 10
 const TURNS = integer("MAKA_BENCH_HISTORY_TURNS", 15)
@@ -266,12 +266,12 @@ const measureTurn = async (sized: SizeSeries, profile: boolean) => {
   sized.rawFetchStep.push((performance.now() - fetchStarted) / STEPS)
 }
 
-// The sizes are timed round-robin (each round starts one size later), so the machine's drift over the
-// measurement falls on every size alike: measured one size after another, the figures above the raw
-// loop moved by up to ±40 % between runs (2026-12-04/05), more than the sizes differed.
+// The sizes are timed round-robin, so the machine's drift over the measurement falls on every size
+// alike: measured one size after another, the figures above the raw loop moved by up to ±40 % between
+// runs (2026-12-04/05), more than the sizes differed.
 for (let index = 0; index < TURNS; index++) {
-  for (let position = 0; position < series.length; position++) {
-    await measureTurn(series[(index + position) % series.length]!, PROFILE && index === 0)
+  for (const position of roundOrder(index, series.length)) {
+    await measureTurn(series[position]!, PROFILE && index === 0)
   }
 }
 

@@ -332,3 +332,16 @@ export const topSelfTime = (profile: Profile, count = 15, root = process.cwd()):
       .map(([key, micros]) => `${(micros / 1000).toFixed(1).padStart(9)} ms ${((micros / all) * 100).toFixed(1).padStart(5)} %  ${key}`)
   return [...lines(functions, count), "by package:", ...lines(packages, 12)]
 }
+
+/**
+ * The order of `count` contenders (the history bench's sizes) in round `round`: each comes once a
+ * round, and within `count` rounds (an even count) each comes right after every other one exactly once
+ * (a Williams square), so no contender's first step always follows the same other one's work (in the
+ * history bench, the raw loop's replays of the 10,000-event session's 570 KB requests leave the most
+ * to collect).
+ */
+export const roundOrder = (round: number, count: number): Array<number> =>
+  Array.from({ length: count }, (_, position) => {
+    const offset = position % 2 === 0 ? position / 2 : count - (position + 1) / 2
+    return (round + offset) % count
+  })
