@@ -164,11 +164,11 @@ How to read it:
   each followed by one loop of the raw loop, so the smallest size is not timed while either side's
   code is still compiling, one session per size is grown to 100, 1,000, 10,000 and 100,000 events by
   running real turns (\`build-50\`: 50 parallel tool calls then an answer), never by writing rows; one
-  untimed 10-step turn per session, then rounds of 10-step turns are measured, one turn of each size
-  per round, round-robin (so the machine's drift falls on every size alike), each size following every
-  other equally often (a first step pays for the work before it), and the raw loop replays
-  the very request bodies maka sent (kept by the fake server as they arrived; their bytes encoded before it
-  is timed, as maka sends its cached messages' bytes) with its two commits per step,
+  untimed 10-step turn per session, then rounds of 10-step turns are measured, one turn of each
+  size per round, round-robin (so the machine's drift falls on every size alike), each size
+  following every other equally often (a first step pays for the work before it), and the raw loop
+  replays the very request bodies maka sent (kept by the fake server as they arrived; their bytes
+  encoded before it is timed, as maka sends its cached messages' bytes) with its two commits per step,
   over \`node:http\` with a keep-alive agent (the transport maka's model client is built on), and so does
   the same loop over \`fetch\` (\`aboveRawFetchMsPerStep\`), which spends more on large requests. CPU time
   per step (\`process.cpuUsage\` over maka's turn and over the replay) adds up where wall time
