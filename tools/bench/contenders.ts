@@ -127,6 +127,30 @@ export const maka = async (options: {
 
 export interface SdkContender {
   readonly loop: (model: string) => Promise<void>
+  /** One streamed text answer of the fake server's `text-…` models: when each delta reached the caller. */
+  readonly answer: (model: string) => Promise<StampedDeltas>
+}
+
+/** The deltas an answer delivered, and per delta its delay from the server's send stamp, in ms. */
+export interface StampedDeltas {
+  readonly deltas: number
+  readonly delaysMs: ReadonlyArray<number>
+}
+
+/**
+ * Adds the delays of the stamped deltas in `text` (the fake server's `index@hrtime` tokens) as
+ * delivered `now` (`process.hrtime.bigint()`: CLOCK_MONOTONIC, shared by every process of the
+ * machine) to `into`, and returns how many it found.
+ */
+export const stampedDelays = (text: string, now: bigint, into: Array<number>): number => {
+  let count = 0
+  for (const token of text.split(" ")) {
+    const at = token.indexOf("@")
+    if (at < 0) continue
+    into.push(Number(now - BigInt(token.slice(at + 1))) / 1e6)
+    count++
+  }
+  return count
 }
 
 export const agentsSdk = (baseUrl: string): SdkContender => {
@@ -149,6 +173,14 @@ export const agentsSdk = (baseUrl: string): SdkContender => {
     agents.set(model, agent)
     return agent
   }
+  const answerers = new Map<string, Agent>()
+  const answererFor = (model: string): Agent => {
+    const known = answerers.get(model)
+    if (known !== undefined) return known
+    const agent = new Agent({ name: "bench", instructions: "Answer at length.", model })
+    answerers.set(model, agent)
+    return agent
+  }
   return {
     loop: async (model) => {
       const result = await runner.run(agentFor(model), USER, { stream: true, maxTurns: 64 })
@@ -157,6 +189,19 @@ export const agentsSdk = (baseUrl: string): SdkContender => {
       }
       await result.completed
       if (result.finalOutput !== "done") throw new Error(`the Agents SDK ended with ${JSON.stringify(result.finalOutput)}`)
+    },
+    answer: async (model) => {
+      const result = await runner.run(answererFor(model), "Answer at length.", { stream: true, maxTurns: 1 })
+      const delaysMs: Array<number> = []
+      let deltas = 0
+      for await (const event of result) {
+        // The text deltas as the SDK streams them to a caller rendering the answer.
+        if (event.type === "raw_model_stream_event" && event.data.type === "output_text_delta") {
+          deltas += stampedDelays(event.data.delta, process.hrtime.bigint(), delaysMs)
+        }
+      }
+      await result.completed
+      return { deltas, delaysMs }
     },
   }
 }

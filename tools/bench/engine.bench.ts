@@ -21,7 +21,10 @@
  *    against the same stream read with bare `fetch` + `eventsource-parser`, unpaced and paced 1 ms per
  *    chunk: total time, and the median delay from a delta's sending (stamped by the server) to its
  *    delivery, the bare read's being the transport's share; unpaced also against its durable floor,
- *    the bare read with the two FULL commits no durable engine can skip (the request, the answer).
+ *    the bare read with the two FULL commits no durable engine can skip (the request, the answer), and
+ *    against the Agents SDK streaming the same answer (one agent without tools, in the peers'
+ *    process), all round-robin; then, in an accounting pass, the commits an unpaced answer makes,
+ *    maka's against the floor's.
  *
  * `MAKA_BENCH_PROFILE=<file>` (what `pnpm bench engine --profile` sets) runs only maka's tool loop
  * under the CPU profiler instead, `MAKA_BENCH_PROFILE_LOOPS` loops (default 20) after
@@ -37,7 +40,7 @@
  */
 import * as fs from "node:fs"
 import * as path from "node:path"
-import { floor, maka, type MakaContender, rawExchange } from "./contenders.ts"
+import { floor, maka, type MakaContender, rawExchange, stampedDelays } from "./contenders.ts"
 import { startFakeServer } from "./fake-server.ts"
 import { type PeerName, startPeers } from "./peers.ts"
 import { countStatements, cpuMs, emit, entry, type Entry, integer, median, profiled, round, temporaryDirectory, topSelfTime, WalMeter } from "./lib.ts"
@@ -234,7 +237,6 @@ const makaLongBytes = await longLoopBytes(makaFile, async () => (await engine.tu
 const langGraphLongBytes = await longLoopBytes(langGraphFile, async () => (await peerLoops("langGraph", 1, `loop-${LONG_STEPS}`, LONG_STEPS)).requests)
 raw.close()
 await normal.engine.close()
-await peers.close()
 
 console.log(
   `tool loop, ms per step: maka ${round(msPerStep.maka, 2)} (NORMAL ${round(msPerStep.makaNormal, 2)}), Agents SDK ${round(msPerStep.agentsSdk, 2)}, LangGraph + SqliteSaver ${round(msPerStep.langGraph, 2)}, ` +
@@ -313,24 +315,13 @@ interface StreamTiming {
   readonly observations: number
 }
 
-const delaysOf = (text: string, now: bigint, into: Array<number>): number => {
-  let count = 0
-  for (const token of text.split(" ")) {
-    const at = token.indexOf("@")
-    if (at < 0) continue
-    into.push(Number(now - BigInt(token.slice(at + 1))) / 1e6)
-    count++
-  }
-  return count
-}
-
 /** What the bare read (and the floor) does with each event's data: parse it, stamp its deltas' delivery. */
 const deltaReader = () => {
   const delays: Array<number> = []
   let deltas = 0
   const onData = (data: string): void => {
     const content = (JSON.parse(data) as { choices?: Array<{ delta?: { content?: string } }> }).choices?.[0]?.delta?.content
-    if (typeof content === "string") deltas += delaysOf(content, process.hrtime.bigint(), delays)
+    if (typeof content === "string") deltas += stampedDelays(content, process.hrtime.bigint(), delays)
   }
   const checked = (who: string) => {
     if (deltas !== DELTAS) throw new Error(`${who} saw ${deltas} deltas, not ${DELTAS}`)
@@ -363,7 +354,7 @@ const throughMaka = async (model: string): Promise<StreamTiming> => {
     const fact = event.event.fact
     if (fact.kind !== "model_observed") continue
     observations++
-    if (fact.event.kind === "part_delta") deltas += delaysOf(fact.event.text, process.hrtime.bigint(), delays)
+    if (fact.event.kind === "part_delta") deltas += stampedDelays(fact.event.text, process.hrtime.bigint(), delays)
   }
   const result = await run.wait()
   const totalMs = performance.now() - started
@@ -373,7 +364,8 @@ const throughMaka = async (model: string): Promise<StreamTiming> => {
 }
 
 /** The stream's durable floor: the request committed before it is sent, the answer after (raw better-sqlite3, FULL). */
-const streamFloor = floor(path.join(directory, "stream-floor.sqlite"), server.baseUrl)
+const streamFloorFile = path.join(directory, "stream-floor.sqlite")
+const streamFloor = floor(streamFloorFile, server.baseUrl)
 const throughFloor = async (model: string): Promise<StreamTiming> => {
   const started = performance.now()
   const reader = deltaReader()
@@ -382,9 +374,21 @@ const throughFloor = async (model: string): Promise<StreamTiming> => {
   return { totalMs, delayMs: reader.checked("the floor"), observations: 0 }
 }
 
+const SDK_ANSWER = "the OpenAI Agents SDK 0.20.0 (one agent without tools, streaming; persists nothing) in a process of its own"
+
+/**
+ * The same answer through the Agents SDK, in the peers' process (its wall time measured there, from
+ * `run` to the streamed result's completion, every text delta read as the SDK streams it).
+ */
+const throughAgentsSdk = async (model: string): Promise<StreamTiming> => {
+  const run = await peers.run("agentsSdkAnswer", model, 1)
+  if (run.deltas !== DELTAS || run.delayMs === undefined) throw new Error(`the Agents SDK delivered ${run.deltas} deltas, not ${DELTAS}`)
+  return { totalMs: run.wallMs, delayMs: run.delayMs, observations: 0 }
+}
+
 /** The contenders of one stream, in an order that rotates round by round, after `warmup` untimed rounds. */
 const compareStreams = async (model: string, rounds: number, warmup: number, withFloor: boolean) => {
-  const contenders = [bare, throughMaka, ...(withFloor ? [throughFloor] : [])]
+  const contenders = [bare, throughMaka, ...(withFloor ? [throughFloor, throughAgentsSdk] : [])]
   const times: Array<Array<StreamTiming>> = contenders.map(() => [])
   for (let index = -warmup; index < rounds; index++) {
     for (let turn = 0; turn < contenders.length; turn++) {
@@ -398,7 +402,12 @@ const compareStreams = async (model: string, rounds: number, warmup: number, wit
     delayMs: median(of.map((time) => time.delayMs)),
     observations: median(of.map((time) => time.observations)),
   })
-  return { bare: summary(times[0]!), maka: summary(times[1]!), floor: withFloor ? summary(times[2]!) : undefined }
+  return {
+    bare: summary(times[0]!),
+    maka: summary(times[1]!),
+    floor: withFloor ? summary(times[2]!) : undefined,
+    agentsSdk: withFloor ? summary(times[3]!) : undefined,
+  }
 }
 
 for (const [label, model, rounds, warmup] of [
@@ -407,8 +416,9 @@ for (const [label, model, rounds, warmup] of [
 ] as const) {
   const result = await compareStreams(model, rounds, warmup, label === "unpaced")
   console.log(
-    `${DELTAS}-delta answer, ${label}: total ${round(result.bare.totalMs, 1)} → ${round(result.maka.totalMs, 1)} ms, ` +
-      `send→delivery ${round(result.bare.delayMs, 2)} → ${round(result.maka.delayMs, 2)} ms, ${result.maka.observations} model_observed`,
+    `${DELTAS}-delta answer, ${label}: total ${round(result.bare.totalMs, 1)} → ${round(result.maka.totalMs, 1)} ms` +
+      (result.agentsSdk === undefined ? "" : ` (Agents SDK ${round(result.agentsSdk.totalMs, 1)})`) +
+      `, send→delivery ${round(result.bare.delayMs, 2)} → ${round(result.maka.delayMs, 2)} ms, ${result.maka.observations} model_observed`,
   )
   const how = label === "unpaced" ? "written as fast as the server can" : "one chunk per 1 ms"
   entries[`engine.stream.${label}.totalMs`] = entry(
@@ -431,6 +441,21 @@ for (const [label, model, rounds, warmup] of [
       "the durable floor of the answer vs the bare read: what its two commits cost on this machine's disk, which no durable engine goes below",
     )
   }
+  if (result.agentsSdk !== undefined) {
+    entries[`engine.stream.${label}.agentsSdk.totalMs.vsBare`] = entry(
+      result.agentsSdk.totalMs,
+      "ms",
+      result.bare.totalMs,
+      `the same answer through ${SDK_ANSWER} vs the bare read: what a runtime that keeps nothing adds to it`,
+    )
+    entries[`engine.stream.${label}.totalMs.vsAgentsSdk`] = entry(result.maka.totalMs, "ms", result.agentsSdk.totalMs, `the same answer through maka vs through ${SDK_ANSWER}`)
+    entries[`engine.stream.${label}.agentsSdk.deliveryDelayMs`] = entry(
+      result.agentsSdk.delayMs,
+      "ms",
+      result.bare.delayMs,
+      "median per delta of (delivery by the Agents SDK's streamed result − the server's send stamp) vs the same for the bare read",
+    )
+  }
   entries[`engine.stream.${label}.deliveryDelayMs`] = entry(
     result.maka.delayMs,
     "ms",
@@ -446,6 +471,27 @@ for (const [label, model, rounds, warmup] of [
   entries[`engine.stream.${label}.observationsPerStream`] = entry(result.maka.observations, "events", null, "model_observed events maka stores for the answer")
 }
 
+/** Write transactions per unpaced answer (accounting pass, untimed): maka's against the floor's two. */
+const ACCOUNTING_ANSWERS = 5
+const commitsPerAnswer = async (file: string, answer: (model: string) => Promise<StreamTiming>): Promise<number> => {
+  const meter = new WalMeter(file)
+  meter.start()
+  for (let index = 0; index < ACCOUNTING_ANSWERS; index++) await answer(`text-${DELTAS}`)
+  const count = meter.stop()
+  meter.close()
+  return count.commits / ACCOUNTING_ANSWERS
+}
+const makaAnswerCommits = await commitsPerAnswer(makaFile, throughMaka)
+const floorAnswerCommits = await commitsPerAnswer(streamFloorFile, throughFloor)
+console.log(`${DELTAS}-delta answer, unpaced: ${round(makaAnswerCommits, 2)} commits (floor ${round(floorAnswerCommits, 2)})`)
+entries["engine.stream.unpaced.commitsPerAnswer.vsFloor"] = entry(
+  makaAnswerCommits,
+  "commits/answer",
+  floorAnswerCommits,
+  "WAL commits per unpaced answer (accounting pass): maka's (the opening with the request, the observations group-committed from the first at once, the completion with the terminal) vs the floor's (the request, the answer)",
+)
+
 streamFloor.close()
+await peers.close()
 await finish()
 emit(entries)

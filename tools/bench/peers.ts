@@ -13,9 +13,13 @@
 import { fork, type ChildProcess } from "node:child_process"
 import { fileURLToPath } from "node:url"
 import { agentsSdk, langGraph } from "./contenders.ts"
+import { median } from "./lib.ts"
 
-/** The peers this process runs. */
-export type PeerName = "agentsSdk" | "langGraph" | "langGraphBare"
+/**
+ * The peers this process runs: the tool loop through each, and (`agentsSdkAnswer`) one streamed text
+ * answer through the Agents SDK.
+ */
+export type PeerName = "agentsSdk" | "agentsSdkAnswer" | "langGraph" | "langGraphBare"
 
 export interface PeerRun {
   /** Wall time of the loops, in ms, measured in the peers' process. */
@@ -24,6 +28,10 @@ export interface PeerRun {
   readonly cpuMs: number
   /** Model requests the loops made (LangGraph counts its own; the Agents SDK reports none). */
   readonly requests: number
+  /** The text deltas the answers delivered (`agentsSdkAnswer` only; 0 otherwise). */
+  readonly deltas: number
+  /** The median over those deltas of (delivery − the server's send stamp), in ms; absent without any. */
+  readonly delayMs?: number
 }
 
 export interface Peers {
@@ -90,10 +98,18 @@ const serve = () => {
   const sdk = agentsSdk(baseUrl)
   const checkpointed = langGraph(baseUrl, langGraphFile)
   const bare = langGraph(baseUrl)
+  const delaysMs: Array<number> = []
+  let deltas = 0
   const loopOf = (name: PeerName, model: string): Promise<number> => {
     switch (name) {
       case "agentsSdk":
         return sdk.loop(model).then(() => 0)
+      case "agentsSdkAnswer":
+        return sdk.answer(model).then((answer) => {
+          deltas += answer.deltas
+          delaysMs.push(...answer.delaysMs)
+          return 1
+        })
       case "langGraph":
         return checkpointed.loop(model)
       case "langGraphBare":
@@ -108,10 +124,13 @@ const serve = () => {
         const cpuBefore = process.cpuUsage()
         const started = performance.now()
         let requests = 0
+        deltas = 0
+        delaysMs.length = 0
         for (let loop = 0; loop < request.loops; loop++) requests += await loopOf(request.name, request.model)
         const wallMs = performance.now() - started
         const used = process.cpuUsage(cpuBefore)
-        process.send!({ id: request.id, run: { wallMs, cpuMs: (used.user + used.system) / 1000, requests } } satisfies Reply)
+        const run: PeerRun = { wallMs, cpuMs: (used.user + used.system) / 1000, requests, deltas, ...(delaysMs.length === 0 ? {} : { delayMs: median(delaysMs) }) }
+        process.send!({ id: request.id, run } satisfies Reply)
       } catch (error) {
         process.send!({ id: request.id, error: error instanceof Error ? error.message : String(error) } satisfies Reply)
       }

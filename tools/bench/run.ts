@@ -159,7 +159,11 @@ How to read it:
   same answer with the two \`synchronous=FULL\` commits a durable engine cannot skip (raw better-sqlite3:
   the request before it is sent, the answer's text and completion after the stream), round-robin with
   the bare read and maka. Its ratio to the bare read is what those two commits cost on this disk: the
-  least any durable engine pays, against which the bound of the unpaced answer can be judged.
+  least any durable engine pays, against which the bound of the unpaced answer can be judged. The
+  same answer also runs through the Agents SDK (one agent without tools, streamed, in the peers'
+  process, round-robin with the others; \`engine.stream.unpaced.agentsSdk.*\`): what a runtime that
+  keeps nothing adds to the bare read. An accounting pass counts the commits of five unpaced answers
+  (\`engine.stream.unpaced.commitsPerAnswer.vsFloor\`).
 - History series: after 100 turns on an engine and a file of their own (\`MAKA_BENCH_HISTORY_WARMUP\`),
   each followed by one loop of the raw loop, so the smallest size is not timed while either side's
   code is still compiling, one session per size is grown to 100, 1,000, 10,000 and 100,000 events by
@@ -262,6 +266,12 @@ const TARGETS: ReadonlyArray<Target> = [
   {
     label: "1,000-delta answer, unpaced: its durable floor (the two FULL commits no durable engine skips) vs bare fetch, whether the bound above is within reach on this disk",
     entry: "engine.stream.unpaced.floorMs.vsBare",
+    on: "ratio",
+    max: 1.15,
+  },
+  {
+    label: "1,000-delta answer, unpaced: the OpenAI Agents SDK (keeps nothing) vs bare fetch, against the same bound for comparison",
+    entry: "engine.stream.unpaced.agentsSdk.totalMs.vsBare",
     on: "ratio",
     max: 1.15,
   },
