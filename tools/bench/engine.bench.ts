@@ -12,7 +12,9 @@
  *    per step with raw better-sqlite3), run round-robin in each trial (the order rotates), medians over
  *    the trials. The Agents SDK and LangGraph run in a process of their own (`peers.ts`): their
  *    `AsyncLocalStorage` turns on Node's promise hooks for the whole process, which would tax every
- *    promise of maka's and the floor's steps here. Per step: wall time, CPU time (`process.cpuUsage`,
+ *    promise of maka's and the floor's steps here. maka, maka at `NORMAL` and the floor are first
+ *    timed in a rotation of their own (the figures against the floor and at `NORMAL`), then with the
+ *    peers (the figures against the peers). Per step: wall time, CPU time (`process.cpuUsage`,
  *    the whole process the contender runs in; each peer measures its own loops), and, in a
  *    separate accounting pass that holds a read transaction so the WAL is not recycled, the commits
  *    and WAL bytes (see `WalMeter`) of maka, LangGraph's checkpointer and the floor; then the WAL bytes
@@ -21,10 +23,10 @@
  *    against the same stream read with bare `fetch` + `eventsource-parser`, unpaced and paced 1 ms per
  *    chunk: total time, and the median delay from a delta's sending (stamped by the server) to its
  *    delivery, the bare read's being the transport's share; unpaced also against its durable floor,
- *    the bare read with the two FULL commits no durable engine can skip (the request, the answer), and
- *    against the Agents SDK streaming the same answer (one agent without tools, in the peers'
- *    process), all round-robin; then, in an accounting pass, the commits an unpaced answer makes,
- *    maka's against the floor's.
+ *    the bare read with the two FULL commits no durable engine can skip (the request, the answer), all
+ *    round-robin; then the Agents SDK streaming the same answer (one agent without tools, in the
+ *    peers' process) round-robin with the bare read in a phase of its own, and, in an accounting pass,
+ *    the commits an unpaced answer makes, maka's against the floor's.
  *
  * `MAKA_BENCH_PROFILE=<file>` (what `pnpm bench engine --profile` sets) runs only maka's tool loop
  * under the CPU profiler instead, `MAKA_BENCH_PROFILE_LOOPS` loops (default 20) after
@@ -174,29 +176,43 @@ const contenders = [
   { name: "floor", loops: here(floorLoop) },
 ] as const
 type Name = (typeof contenders)[number]["name"]
+type Contender = (typeof contenders)[number]
 
-const wall: Record<Name, Array<number>> = { maka: [], makaNormal: [], agentsSdk: [], langGraph: [], langGraphBare: [], floor: [] }
-const cpu: Record<Name, Array<number>> = { maka: [], makaNormal: [], agentsSdk: [], langGraph: [], langGraphBare: [], floor: [] }
-for (let trial = 0; trial < WARMUP + TRIALS; trial++) {
-  for (let position = 0; position < contenders.length; position++) {
-    const contender = contenders[(trial + position) % contenders.length]!
-    const measured = await contender.loops(LOOPS)
-    if (trial < WARMUP) continue
-    wall[contender.name].push(measured.wallMs / (LOOPS * STEPS))
-    cpu[contender.name].push(measured.cpuMs / (LOOPS * STEPS))
+/**
+ * `WARMUP` untimed and `TRIALS` timed round-robin trials of `among`: the median time and CPU per step
+ * of each (NaN for a contender not among them).
+ */
+const rotate = async (phase: string, among: ReadonlyArray<Contender>) => {
+  const wall: Record<Name, Array<number>> = { maka: [], makaNormal: [], agentsSdk: [], langGraph: [], langGraphBare: [], floor: [] }
+  const cpu: Record<Name, Array<number>> = { maka: [], makaNormal: [], agentsSdk: [], langGraph: [], langGraphBare: [], floor: [] }
+  for (let trial = 0; trial < WARMUP + TRIALS; trial++) {
+    for (let position = 0; position < among.length; position++) {
+      const contender = among[(trial + position) % among.length]!
+      const measured = await contender.loops(LOOPS)
+      if (trial < WARMUP) continue
+      wall[contender.name].push(measured.wallMs / (LOOPS * STEPS))
+      cpu[contender.name].push(measured.cpuMs / (LOOPS * STEPS))
+    }
+    if (trial >= WARMUP) {
+      const shown = among.map((contender) => `${contender.name} ${round(wall[contender.name].at(-1)!, 2)}`).join(", ")
+      console.log(`${phase}, trial ${trial - WARMUP + 1}/${TRIALS}: ms per step ${shown}`)
+    } else console.log(`${phase}, warm-up ${trial + 1}/${WARMUP}`)
   }
-  if (trial >= WARMUP) {
-    const last = (name: Name) => round(wall[name].at(-1)!, 2)
-    console.log(
-      `trial ${trial - WARMUP + 1}/${TRIALS}: ms per step maka ${last("maka")} (NORMAL ${last("makaNormal")}), Agents SDK ${last("agentsSdk")}, ` +
-        `LangGraph + SqliteSaver ${last("langGraph")}, LangGraph alone ${last("langGraphBare")}, floor ${last("floor")}`,
-    )
-  } else console.log(`warm-up ${trial + 1}/${WARMUP}`)
+  const medians = (values: Record<Name, Array<number>>) =>
+    Object.fromEntries(Object.entries(values).map(([name, list]) => [name, median(list)])) as Record<Name, number>
+  return { msPerStep: medians(wall), cpuPerStep: medians(cpu) }
 }
-const medians = (values: Record<Name, Array<number>>) =>
-  Object.fromEntries(Object.entries(values).map(([name, list]) => [name, median(list)])) as Record<Name, number>
-const msPerStep = medians(wall)
-const cpuPerStep = medians(cpu)
+/**
+ * maka against the floor (and at NORMAL) first, without the peers: in the same rotation as the peers'
+ * process the floor's step took 2.02 and 2.12 ms, without them 1.61 and 1.70 (two runs each, one
+ * after the other, 2026-12-05), as the work a peer's process goes on doing after its turn (its
+ * compiler's and collector's threads) takes a core from the next contender on this two-core machine.
+ */
+const inProcess = await rotate("maka and the floor", contenders.filter((contender) => contender.name === "maka" || contender.name === "makaNormal" || contender.name === "floor"))
+/** Then every contender, the peers included: the figures against the peers come from this rotation. */
+const withPeers = await rotate("with the peers", contenders)
+const msPerStep = withPeers.msPerStep
+const cpuPerStep = withPeers.cpuPerStep
 
 /** Commits and WAL bytes per step, in a pass of its own (the held read transaction is not timed). */
 const account = async (file: string, loop: () => Promise<void>) => {
@@ -239,7 +255,11 @@ raw.close()
 await normal.engine.close()
 
 console.log(
-  `tool loop, ms per step: maka ${round(msPerStep.maka, 2)} (NORMAL ${round(msPerStep.makaNormal, 2)}), Agents SDK ${round(msPerStep.agentsSdk, 2)}, LangGraph + SqliteSaver ${round(msPerStep.langGraph, 2)}, ` +
+  `tool loop without the peers, ms per step: maka ${round(inProcess.msPerStep.maka, 2)} (NORMAL ${round(inProcess.msPerStep.makaNormal, 2)}), floor ${round(inProcess.msPerStep.floor, 2)}; ` +
+    `CPU ms per step: ${round(inProcess.cpuPerStep.maka, 2)} (NORMAL ${round(inProcess.cpuPerStep.makaNormal, 2)}), ${round(inProcess.cpuPerStep.floor, 2)}`,
+)
+console.log(
+  `tool loop with the peers, ms per step: maka ${round(msPerStep.maka, 2)} (NORMAL ${round(msPerStep.makaNormal, 2)}), Agents SDK ${round(msPerStep.agentsSdk, 2)}, LangGraph + SqliteSaver ${round(msPerStep.langGraph, 2)}, ` +
     `LangGraph alone ${round(msPerStep.langGraphBare, 2)}, floor ${round(msPerStep.floor, 2)}; ` +
     `CPU ms per step: ${round(cpuPerStep.maka, 2)} (NORMAL ${round(cpuPerStep.makaNormal, 2)}), ${round(cpuPerStep.agentsSdk, 2)}, ${round(cpuPerStep.langGraph, 2)}, ${round(cpuPerStep.langGraphBare, 2)}, ${round(cpuPerStep.floor, 2)}; ` +
     `commits per step ${round(makaWrites.commits, 2)} (floor ${round(floorWrites.commits, 2)}), SQL statements per step ${round(makaWrites.statements, 1)} (floor ${round(floorWrites.statements, 1)}), ` +
@@ -254,7 +274,18 @@ const LANGGRAPH =
 const FLOOR = "the durable floor: fetch + eventsource-parser + 2 synchronous=FULL commits per step with raw better-sqlite3, same server, same run"
 const entries: Record<string, Entry> = {
   "engine.loop.msPerStep.vsAgentsSdk": entry(msPerStep.maka, "ms/step", msPerStep.agentsSdk, `maka's 10-step streaming tool loop through createEngine (SQLite, synchronous=FULL) vs ${SDK}`),
-  "engine.loop.msPerStep.vsFloor": entry(msPerStep.maka, "ms/step", msPerStep.floor, `maka's tool loop vs ${FLOOR}`),
+  "engine.loop.msPerStep.vsFloor": entry(
+    inProcess.msPerStep.maka,
+    "ms/step",
+    inProcess.msPerStep.floor,
+    `maka's tool loop vs ${FLOOR}, round-robin without the peers' process`,
+  ),
+  "engine.loop.withPeers.msPerStep.vsFloor": entry(
+    msPerStep.maka,
+    "ms/step",
+    msPerStep.floor,
+    "the same, in the rotation with the peers (whose process goes on working after its turn, which slows the contender after it; the floor most)",
+  ),
   "engine.loop.normal.msPerStep.vsAgentsSdk": entry(
     msPerStep.makaNormal,
     "ms/step",
@@ -262,10 +293,10 @@ const entries: Record<string, Entry> = {
     `the same tool loop through createEngine over a file at synchronous=NORMAL (WAL: no flush at a commit) vs ${SDK}: the engine's own work and the WAL's writes, without the disk's flushes`,
   ),
   "engine.loop.msPerStep.vsNormal": entry(
-    msPerStep.maka,
+    inProcess.msPerStep.maka,
     "ms/step",
-    msPerStep.makaNormal,
-    "maka's tool loop at synchronous=FULL vs the same loop at NORMAL, same run: what the flushes of its commits cost it per step",
+    inProcess.msPerStep.makaNormal,
+    "maka's tool loop at synchronous=FULL vs the same loop at NORMAL, round-robin without the peers: what the flushes of its commits cost it per step",
   ),
   "engine.loop.cpuMsPerStep.normal.vsAgentsSdk": entry(
     cpuPerStep.makaNormal,
@@ -275,7 +306,12 @@ const entries: Record<string, Entry> = {
   ),
   "engine.loop.agentsSdk.msPerStep.vsFloor": entry(msPerStep.agentsSdk, "ms/step", msPerStep.floor, `the Agents SDK's loop vs ${FLOOR}`),
   "engine.loop.cpuMsPerStep.vsAgentsSdk": entry(cpuPerStep.maka, "CPU ms/step", cpuPerStep.agentsSdk, "process CPU (user + system, every thread) per step, maka vs the Agents SDK"),
-  "engine.loop.cpuMsPerStep.vsFloor": entry(cpuPerStep.maka, "CPU ms/step", cpuPerStep.floor, "process CPU per step, maka vs the durable floor"),
+  "engine.loop.cpuMsPerStep.vsFloor": entry(
+    inProcess.cpuPerStep.maka,
+    "CPU ms/step",
+    inProcess.cpuPerStep.floor,
+    "process CPU per step, maka vs the durable floor, round-robin without the peers",
+  ),
   "engine.loop.commitsPerStep.vsFloor": entry(makaWrites.commits, "commits/step", floorWrites.commits, "WAL commit frames per step (accounting pass), maka vs the durable floor; the Agents SDK makes none"),
   "engine.loop.sqlStatementsPerStep.vsFloor": entry(makaWrites.statements, "statements/step", floorWrites.statements, "SQL statements executed per step (better-sqlite3 calls counted by a wrapper in the accounting pass), maka vs the durable floor"),
   "engine.loop.walBytesPerStep.vsFloor": entry(makaWrites.bytes, "bytes/step", floorWrites.bytes, "bytes appended to the WAL per step (frames × (page + 24)), maka vs the durable floor; the Agents SDK writes none"),
@@ -386,9 +422,15 @@ const throughAgentsSdk = async (model: string): Promise<StreamTiming> => {
   return { totalMs: run.wallMs, delayMs: run.delayMs, observations: 0 }
 }
 
-/** The contenders of one stream, in an order that rotates round by round, after `warmup` untimed rounds. */
-const compareStreams = async (model: string, rounds: number, warmup: number, withFloor: boolean) => {
-  const contenders = [bare, throughMaka, ...(withFloor ? [throughFloor, throughAgentsSdk] : [])]
+/** The median figures of one contender's timed rounds. */
+const summary = (of: ReadonlyArray<StreamTiming>): StreamTiming => ({
+  totalMs: median(of.map((time) => time.totalMs)),
+  delayMs: median(of.map((time) => time.delayMs)),
+  observations: median(of.map((time) => time.observations)),
+})
+
+/** `contenders` on one stream, in an order that rotates round by round, after `warmup` untimed rounds. */
+const roundRobin = async (model: string, rounds: number, warmup: number, contenders: ReadonlyArray<(model: string) => Promise<StreamTiming>>) => {
   const times: Array<Array<StreamTiming>> = contenders.map(() => [])
   for (let index = -warmup; index < rounds; index++) {
     for (let turn = 0; turn < contenders.length; turn++) {
@@ -397,17 +439,13 @@ const compareStreams = async (model: string, rounds: number, warmup: number, wit
       if (index >= 0) times[which]!.push(timing)
     }
   }
-  const summary = (of: ReadonlyArray<StreamTiming>) => ({
-    totalMs: median(of.map((time) => time.totalMs)),
-    delayMs: median(of.map((time) => time.delayMs)),
-    observations: median(of.map((time) => time.observations)),
-  })
-  return {
-    bare: summary(times[0]!),
-    maka: summary(times[1]!),
-    floor: withFloor ? summary(times[2]!) : undefined,
-    agentsSdk: withFloor ? summary(times[3]!) : undefined,
-  }
+  return times.map(summary)
+}
+
+/** The bare read, maka and (unpaced) the floor on one stream. */
+const compareStreams = async (model: string, rounds: number, warmup: number, withFloor: boolean) => {
+  const [bareTiming, makaTiming, floorTiming] = await roundRobin(model, rounds, warmup, [bare, throughMaka, ...(withFloor ? [throughFloor] : [])])
+  return { bare: bareTiming!, maka: makaTiming!, floor: floorTiming }
 }
 
 for (const [label, model, rounds, warmup] of [
@@ -416,9 +454,8 @@ for (const [label, model, rounds, warmup] of [
 ] as const) {
   const result = await compareStreams(model, rounds, warmup, label === "unpaced")
   console.log(
-    `${DELTAS}-delta answer, ${label}: total ${round(result.bare.totalMs, 1)} → ${round(result.maka.totalMs, 1)} ms` +
-      (result.agentsSdk === undefined ? "" : ` (Agents SDK ${round(result.agentsSdk.totalMs, 1)})`) +
-      `, send→delivery ${round(result.bare.delayMs, 2)} → ${round(result.maka.delayMs, 2)} ms, ${result.maka.observations} model_observed`,
+    `${DELTAS}-delta answer, ${label}: total ${round(result.bare.totalMs, 1)} → ${round(result.maka.totalMs, 1)} ms, ` +
+      `send→delivery ${round(result.bare.delayMs, 2)} → ${round(result.maka.delayMs, 2)} ms, ${result.maka.observations} model_observed`,
   )
   const how = label === "unpaced" ? "written as fast as the server can" : "one chunk per 1 ms"
   entries[`engine.stream.${label}.totalMs`] = entry(
@@ -441,21 +478,6 @@ for (const [label, model, rounds, warmup] of [
       "the durable floor of the answer vs the bare read: what its two commits cost on this machine's disk, which no durable engine goes below",
     )
   }
-  if (result.agentsSdk !== undefined) {
-    entries[`engine.stream.${label}.agentsSdk.totalMs.vsBare`] = entry(
-      result.agentsSdk.totalMs,
-      "ms",
-      result.bare.totalMs,
-      `the same answer through ${SDK_ANSWER} vs the bare read: what a runtime that keeps nothing adds to it`,
-    )
-    entries[`engine.stream.${label}.totalMs.vsAgentsSdk`] = entry(result.maka.totalMs, "ms", result.agentsSdk.totalMs, `the same answer through maka vs through ${SDK_ANSWER}`)
-    entries[`engine.stream.${label}.agentsSdk.deliveryDelayMs`] = entry(
-      result.agentsSdk.delayMs,
-      "ms",
-      result.bare.delayMs,
-      "median per delta of (delivery by the Agents SDK's streamed result − the server's send stamp) vs the same for the bare read",
-    )
-  }
   entries[`engine.stream.${label}.deliveryDelayMs`] = entry(
     result.maka.delayMs,
     "ms",
@@ -470,6 +492,28 @@ for (const [label, model, rounds, warmup] of [
   )
   entries[`engine.stream.${label}.observationsPerStream`] = entry(result.maka.observations, "events", null, "model_observed events maka stores for the answer")
 }
+
+/**
+ * The unpaced answer through the Agents SDK, round-robin with the bare read in a phase of its own,
+ * after the others, so that the bound's own figures (maka, the floor and the bare read) are measured
+ * as they were before the SDK joined. In the same rotation as them (two runs with it and two without,
+ * alternated, 30 rounds each, 2026-12-05) maka's median moved by −2 and +7 %, the bare read's by +5 %
+ * in both: within the runs' noise, but not nothing.
+ */
+const [sdkBare, sdkAnswer] = await roundRobin(`text-${DELTAS}`, STREAM_ROUNDS, STREAM_WARMUP, [bare, throughAgentsSdk])
+console.log(`${DELTAS}-delta answer, unpaced, its own phase: total ${round(sdkBare!.totalMs, 1)} → Agents SDK ${round(sdkAnswer!.totalMs, 1)} ms`)
+entries["engine.stream.unpaced.agentsSdk.totalMs.vsBare"] = entry(
+  sdkAnswer!.totalMs,
+  "ms",
+  sdkBare!.totalMs,
+  `the same answer through ${SDK_ANSWER} vs the bare read, round-robin in a phase of their own: what a runtime that keeps nothing adds to the read`,
+)
+entries["engine.stream.unpaced.agentsSdk.deliveryDelayMs"] = entry(
+  sdkAnswer!.delayMs,
+  "ms",
+  sdkBare!.delayMs,
+  "median per delta of (delivery by the Agents SDK's streamed result − the server's send stamp) vs the same for the bare read, in the same phase",
+)
 
 /** Write transactions per unpaced answer (accounting pass, untimed): maka's against the floor's two. */
 const ACCOUNTING_ANSWERS = 5
