@@ -85,8 +85,8 @@ const comparing = (
       ? log.readManualMessageContext(sessionId, { current: invocationId })
       : log.readModelContext(sessionId, { current: invocationId })
   let lastSequence = 0
-  // A snapshot whose digests nobody read yet, and the fresh read they must equal once read (after
-  // the next commit moved the live context's hash on).
+  // A snapshot whose digests and tail nobody read yet, and the fresh read they must equal once read
+  // (after the next commit moved the live context's hash and tail on).
   let unread: { readonly source: EventLog.ModelContextSource; readonly fresh: EventLog.ModelContextSource } | undefined
   const appendBatch: EventLog.EventLogShape["appendBatch"] = (leading, complete) =>
     Effect.gen(function* () {
@@ -141,6 +141,10 @@ const comparing = (
             source.effectiveSourceDigest !== fresh.effectiveSourceDigest
           ) {
             comparison.mismatches.push(`a snapshot's digests read after the next commit differ from a fresh read at its own cut`)
+          }
+          // Its tail too is the one it saw, not the live context's as it stands after the commit.
+          if (!isDeepStrictEqual(source.tail, fresh.tail)) {
+            comparison.mismatches.push(`a snapshot's tail read after the next commit differs from a fresh read at its own cut`)
           }
         }
         // An archive makes the live context read the log again, as the engine's does.

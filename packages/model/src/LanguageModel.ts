@@ -113,6 +113,8 @@ const checkRequest = (request: Prompt.ModelRequest): Result.Result<Prompt.ModelR
   const envelope = checkEnvelope(request)
   if (Result.isFailure(envelope)) return whole()
   const messages: Array<Prompt.PromptMessage> = []
+  // Whether every message is the caller's own object (checked in place, no decode's copy).
+  let own = true
   for (const message of prompt as ReadonlyArray<unknown>) {
     if (typeof message === "object" && message !== null && checkedMessages.has(message)) {
       messages.push(message as Prompt.PromptMessage)
@@ -132,9 +134,12 @@ const checkRequest = (request: Prompt.ModelRequest): Result.Result<Prompt.ModelR
       messages.push(message as Prompt.PromptMessage)
     } else {
       messages.push(decoded.success)
+      own = false
     }
   }
-  return Result.succeed({ ...envelope.success, prompt: messages })
+  // The caller's own array when its messages are the checked ones: the same prompt, not a copy (a
+  // prompt the engine projected is then recognised as projected, docs/model.md §4.1).
+  return Result.succeed({ ...envelope.success, prompt: own ? (prompt as Prompt.Prompt) : messages })
 }
 
 const invalid = (message: string): ModelError.ModelError => ModelError.adapter(`invalid provider configuration: ${message}`)

@@ -43,8 +43,17 @@ const filteredByRoute = new Map<string, Filtered>()
 /** How many routes' results are kept (a process talks to a handful); past it the cache starts over. */
 const MAX_ROUTES = 64
 
+/** The key of a route's results: its kind and identity. */
+const routeKey = (kind: ProviderKind, routeIdentity: string): string => `${kind}\u0000${routeIdentity}`
+
+/**
+ * The prompts `projectPrompt` returned (frozen, so they stay what it returned), each with the key of
+ * the route it projected for.
+ */
+const projectedFor = new WeakMap<Prompt.Prompt, string>()
+
 const filteredOf = (kind: ProviderKind, routeIdentity: string): Filtered => {
-  const key = `${kind}\u0000${routeIdentity}`
+  const key = routeKey(kind, routeIdentity)
   const known = filteredByRoute.get(key)
   if (known !== undefined) return known
   if (filteredByRoute.size >= MAX_ROUTES) filteredByRoute.clear()
@@ -82,6 +91,9 @@ export const projectPrompt = (
   routeIdentity: string,
   prompt: Prompt.Prompt,
 ): Prompt.Prompt => {
+  // A prompt this function returned for the same route is its own projection: the engine projects
+  // each request's prompt, and the adapter projects what it is sent again.
+  if (projectedFor.get(prompt) === routeKey(kind, routeIdentity)) return prompt
   const projected: Array<Prompt.PromptMessage> = []
   const results = filteredOf(kind, routeIdentity)
   for (const message of prompt) {
@@ -92,5 +104,7 @@ export const projectPrompt = (
     if (merged === undefined) projected.push(filtered)
     else projected[projected.length - 1] = merged
   }
+  Object.freeze(projected)
+  projectedFor.set(projected, routeKey(kind, routeIdentity))
   return projected
 }

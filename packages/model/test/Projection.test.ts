@@ -71,6 +71,16 @@ describe("projectPrompt", () => {
     assert.strictEqual(again[4], sealed[5])
   })
 
+  it("hands a prompt it projected back as itself for the same route, and projects it anew for another", () => {
+    const once = projectPrompt("anthropic", ROUTE, prompt)
+    assert.isTrue(Object.isFrozen(once))
+    assert.strictEqual(projectPrompt("anthropic", ROUTE, once), once)
+    // The signed thinking ROUTE produced goes to ROUTE only: projected for OTHER, it is dropped.
+    const other = projectPrompt("anthropic", OTHER, once)
+    assert.notStrictEqual(other, once)
+    assert.deepStrictEqual(other[2], { role: "assistant", parts: [text] })
+  })
+
   it("is idempotent and leaves its input alone", () => {
     const copy = structuredClone(prompt)
     const once = projectPrompt("anthropic", ROUTE, prompt)

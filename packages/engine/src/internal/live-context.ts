@@ -325,17 +325,20 @@ export class LiveContext {
     // computes its own evidence at its commit (over what it carries), so a snapshot's are read only
     // by a compaction that starts from it.
     const evidence = this.deferredEvidence()
-    const { latestSummary: _summary, effectiveSourceDigest: _effective, sourceEvidence: read, ...initial } = this.initial
+    const { latestSummary: _summary, effectiveSourceDigest: _effective, sourceEvidence: read, tail: _tail, ...initial } = this.initial
     const { digest: _digest, ...scope } = read
     const sourceEvidence = withDigest({ ...scope, highWater: this.highWater }, "digest", () => evidence().digest)
     const source = withDigest(
-      {
-        ...initial,
-        sourceEvidence,
-        tail: added.length === 0 ? [...this.tail] : [...this.tail, ...added],
-        latestMain: this.latestMain,
-        ...(this.latestSummary === undefined ? {} : { latestSummary: this.latestSummary }),
-      },
+      withTail(
+        {
+          ...initial,
+          sourceEvidence,
+          latestMain: this.latestMain,
+          ...(this.latestSummary === undefined ? {} : { latestSummary: this.latestSummary }),
+        },
+        this.tail,
+        added,
+      ),
       "effectiveSourceDigest",
       () => evidence().effectiveSourceDigest,
     )
@@ -392,6 +395,23 @@ const evidenceOf = (hash: Digest.LogPrefixHash, highWater: number, replacements:
  */
 const withDigest = <A extends object, K extends string>(value: A, key: K, digest: () => string): A & { readonly [P in K]: string } =>
   Object.defineProperty(value, key, { get: digest, enumerable: true, configurable: false }) as A & { readonly [P in K]: string }
+
+/**
+ * `value` with `tail`: the first `tail.length` items of `tail` as it is now, then `added`, copied when
+ * first read. A step's snapshot is read for its evidence and projection, which the live context keeps,
+ * so its tail is most often never read: copying the whole tail each step cost a long session's step
+ * its largest allocation (143 KB a step at 10,000 events). The live context only appends to `tail`,
+ * so a later copy of that many items is the one the snapshot saw.
+ */
+const withTail = <A extends object>(value: A, tail: ReadonlyArray<TailItem>, added: ReadonlyArray<TailItem>): A & { readonly tail: ReadonlyArray<TailItem> } => {
+  const length = tail.length
+  let copied: ReadonlyArray<TailItem> | undefined
+  return Object.defineProperty(value, "tail", {
+    get: () => (copied ??= added.length === 0 ? tail.slice(0, length) : [...tail.slice(0, length), ...added]),
+    enumerable: true,
+    configurable: false,
+  }) as A & { readonly tail: ReadonlyArray<TailItem> }
+}
 
 /** `source` with `latestSummary` as given: set when defined, absent otherwise (as a fresh read returns it). */
 const withLatestSummary = (source: Source, latestSummary: EventLog.LatestSummary | undefined): Source => {
