@@ -18,7 +18,7 @@
 import type { Prompt } from "@maka/facts"
 import { Effect, Redacted, Stream } from "effect"
 import { LanguageModel } from "@maka/model"
-import { rawExchange } from "./contenders.ts"
+import { rawExchange, stampedDelays } from "./contenders.ts"
 import { startFakeServer } from "./fake-server.ts"
 import { cpuMs, emit, entry, type Entry, integer, median, profiled, round, topSelfTime } from "./lib.ts"
 
@@ -50,18 +50,6 @@ interface Timing {
   readonly delayMs: number
 }
 
-/** Adds the send→delivery delay of every stamped delta (`<index>@<ns> `) of `text`; returns how many. */
-const delaysOf = (text: string, now: bigint, into: Array<number>): number => {
-  let count = 0
-  for (const token of text.split(" ")) {
-    const at = token.indexOf("@")
-    if (at < 0) continue
-    into.push(Number(now - BigInt(token.slice(at + 1))) / 1e6)
-    count++
-  }
-  return count
-}
-
 // --- the 1,000-delta answer -------------------------------------------------------------------------
 
 const answerRequest = (): Prompt.ModelRequest => ({
@@ -79,7 +67,7 @@ const bareAnswer = async (model: string): Promise<Timing> => {
   const body = JSON.stringify({ model, messages: [{ role: "user", content: "go" }], stream: true })
   await rawExchange(`${server.baseUrl}/chat/completions`, body, (data) => {
     const content = (JSON.parse(data) as { choices?: Array<{ delta?: { content?: string } }> }).choices?.[0]?.delta?.content
-    if (typeof content === "string") deltas += delaysOf(content, process.hrtime.bigint(), delays)
+    if (typeof content === "string") deltas += stampedDelays(content, process.hrtime.bigint(), delays)
   })
   if (deltas !== DELTAS) throw new Error(`the bare read saw ${deltas} deltas, not ${DELTAS}`)
   return { totalMs: performance.now() - started, cpuMs: cpuMs(cpu), delayMs: median(delays) }
@@ -95,7 +83,7 @@ const adapterAnswer = async (model: string): Promise<Timing> => {
     Stream.runForEachArray(language.stream(answerRequest()), (events) =>
       Effect.sync(() => {
         const now = process.hrtime.bigint()
-        for (const event of events) if (event.kind === "part_delta") deltas += delaysOf(event.text, now, delays)
+        for (const event of events) if (event.kind === "part_delta") deltas += stampedDelays(event.text, now, delays)
       }),
     ),
   )
