@@ -165,20 +165,16 @@ export const agentsSdk = (baseUrl: string): SdkContender => {
     parameters: z.object({ step: z.number() }),
     execute: async () => "ok",
   })
+  // One agent per model and kind: the tool loop's (the `noop` tool), or the text answer's (no tools).
   const agents = new Map<string, Agent>()
-  const agentFor = (model: string): Agent => {
-    const known = agents.get(model)
+  const agentFor = (model: string, answer = false): Agent => {
+    const key = `${answer ? "answer" : "loop"}:${model}`
+    const known = agents.get(key)
     if (known !== undefined) return known
-    const agent = new Agent({ name: "bench", instructions: SYSTEM, model, tools: [noopTool] })
-    agents.set(model, agent)
-    return agent
-  }
-  const answerers = new Map<string, Agent>()
-  const answererFor = (model: string): Agent => {
-    const known = answerers.get(model)
-    if (known !== undefined) return known
-    const agent = new Agent({ name: "bench", instructions: "Answer at length.", model })
-    answerers.set(model, agent)
+    const agent = answer
+      ? new Agent({ name: "bench", instructions: "Answer at length.", model })
+      : new Agent({ name: "bench", instructions: SYSTEM, model, tools: [noopTool] })
+    agents.set(key, agent)
     return agent
   }
   return {
@@ -191,7 +187,7 @@ export const agentsSdk = (baseUrl: string): SdkContender => {
       if (result.finalOutput !== "done") throw new Error(`the Agents SDK ended with ${JSON.stringify(result.finalOutput)}`)
     },
     answer: async (model) => {
-      const result = await runner.run(answererFor(model), "Answer at length.", { stream: true, maxTurns: 1 })
+      const result = await runner.run(agentFor(model, true), "Answer at length.", { stream: true, maxTurns: 1 })
       const delaysMs: Array<number> = []
       let deltas = 0
       for await (const event of result) {

@@ -52,8 +52,8 @@ const routeKey = (kind: ProviderKind, routeIdentity: string): string => `${kind}
  */
 const projectedFor = new WeakMap<Prompt.Prompt, string>()
 
-const filteredOf = (kind: ProviderKind, routeIdentity: string): Filtered => {
-  const key = routeKey(kind, routeIdentity)
+/** The filter's results of the route whose key is `key`. */
+const filteredOf = (key: string): Filtered => {
   const known = filteredByRoute.get(key)
   if (known !== undefined) return known
   if (filteredByRoute.size >= MAX_ROUTES) filteredByRoute.clear()
@@ -93,9 +93,10 @@ export const projectPrompt = (
 ): Prompt.Prompt => {
   // A prompt this function returned for the same route is its own projection: the engine projects
   // each request's prompt, and the adapter projects what it is sent again.
-  if (projectedFor.get(prompt) === routeKey(kind, routeIdentity)) return prompt
+  const key = routeKey(kind, routeIdentity)
+  if (projectedFor.get(prompt) === key) return prompt
   const projected: Array<Prompt.PromptMessage> = []
-  const results = filteredOf(kind, routeIdentity)
+  const results = filteredOf(key)
   for (const message of prompt) {
     const filtered = filterThinking(kind, routeIdentity, message, results)
     if (filtered === undefined) continue
@@ -105,6 +106,6 @@ export const projectPrompt = (
     else projected[projected.length - 1] = merged
   }
   Object.freeze(projected)
-  projectedFor.set(projected, routeKey(kind, routeIdentity))
+  projectedFor.set(projected, key)
   return projected
 }

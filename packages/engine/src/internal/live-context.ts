@@ -327,17 +327,17 @@ export class LiveContext {
     const evidence = this.deferredEvidence()
     const { latestSummary: _summary, effectiveSourceDigest: _effective, sourceEvidence: read, tail: _tail, ...initial } = this.initial
     const { digest: _digest, ...scope } = read
-    const sourceEvidence = withDigest({ ...scope, highWater: this.highWater }, "digest", () => evidence().digest)
-    const source = withDigest(
-      withTail(
+    const sourceEvidence = lazily({ ...scope, highWater: this.highWater }, "digest", () => evidence().digest)
+    const source = lazily(
+      lazily(
         {
           ...initial,
           sourceEvidence,
           latestMain: this.latestMain,
           ...(this.latestSummary === undefined ? {} : { latestSummary: this.latestSummary }),
         },
-        this.tail,
-        added,
+        "tail",
+        tailAt(this.tail, added),
       ),
       "effectiveSourceDigest",
       () => evidence().effectiveSourceDigest,
@@ -393,24 +393,28 @@ const evidenceOf = (hash: Digest.LogPrefixHash, highWater: number, replacements:
  * `value` with `key` an enumerable property read through `digest` (a spread or a deep comparison reads
  * it as any other field), so a digest nobody reads is never computed.
  */
-const withDigest = <A extends object, K extends string>(value: A, key: K, digest: () => string): A & { readonly [P in K]: string } =>
-  Object.defineProperty(value, key, { get: digest, enumerable: true, configurable: false }) as A & { readonly [P in K]: string }
-
 /**
- * `value` with `tail`: the first `tail.length` items of `tail` as it is now, then `added`, copied when
- * first read. A step's snapshot is read for its evidence and projection, which the live context keeps,
- * so its tail is most often never read: copying the whole tail each step cost a long session's step
- * its largest allocation (143 KB a step at 10,000 events). The live context only appends to `tail`,
- * so a later copy of that many items is the one the snapshot saw.
+ * `value` with `key` computed when first read (then kept), as an enumerable read-only property: a
+ * snapshot's digests and its tail, which a step most often never reads.
  */
-const withTail = <A extends object>(value: A, tail: ReadonlyArray<TailItem>, added: ReadonlyArray<TailItem>): A & { readonly tail: ReadonlyArray<TailItem> } => {
-  const length = tail.length
-  let copied: ReadonlyArray<TailItem> | undefined
-  return Object.defineProperty(value, "tail", {
-    get: () => (copied ??= added.length === 0 ? tail.slice(0, length) : [...tail.slice(0, length), ...added]),
+const lazily = <A extends object, K extends string, V>(value: A, key: K, compute: () => V): A & { readonly [P in K]: V } => {
+  let computed: { readonly value: V } | undefined
+  return Object.defineProperty(value, key, {
+    get: () => (computed ??= { value: compute() }).value,
     enumerable: true,
     configurable: false,
-  }) as A & { readonly tail: ReadonlyArray<TailItem> }
+  }) as A & { readonly [P in K]: V }
+}
+
+/**
+ * The tail a snapshot saw: the first `length` items of the live tail, then `added`. Copying the
+ * whole tail each step cost a long session's step its largest allocation (143 KB a step at 10,000
+ * events), so the copy is made when read; the live context only appends to its tail, so a later
+ * copy of that many items is the one the snapshot saw.
+ */
+const tailAt = (tail: ReadonlyArray<TailItem>, added: ReadonlyArray<TailItem>): (() => ReadonlyArray<TailItem>) => {
+  const length = tail.length
+  return () => (added.length === 0 ? tail.slice(0, length) : [...tail.slice(0, length), ...added])
 }
 
 /** `source` with `latestSummary` as given: set when defined, absent otherwise (as a fresh read returns it). */
