@@ -59,14 +59,18 @@ const LOOP_MODEL = `loop-${STEPS}`
  */
 const TRIALS = integer("MAKA_BENCH_TRIALS", 15)
 /**
- * Untimed round-robin trials of the loop first (`MAKA_BENCH_LOOP_WARMUP`, default 40, each of
- * `MAKA_BENCH_LOOPS` loops per contender): every contender, the fake server's process too, keeps
- * getting faster for a hundred loops or so. After 2 such trials the floor took 1.92 ms per step, after
- * 10 1.38, after 30 1.06 and after 60 1.05; maka 4.68, 4.02, 3.52, 3.27; the Agents SDK 3.53, 2.73,
- * 2.00, 2.04 (one run each, 2026-12-04): a short warm-up timed every contender partly cold, and the
- * SDK colder than maka.
+ * Untimed round-robin trials before each rotation's timed ones (`MAKA_BENCH_LOOP_WARMUP`, default 90,
+ * each of `MAKA_BENCH_LOOPS` loops per contender): every contender, the fake server's process too,
+ * keeps getting faster for a few hundred loops. After 2 such trials the floor took 1.92 ms per step,
+ * after 10 1.38, after 30 1.06 and after 60 1.05; maka 4.68, 4.02, 3.52, 3.27; the Agents SDK 3.53,
+ * 2.73, 2.00, 2.04 (one run each, 2026-12-04, when every contender shared one rotation). With 40
+ * trials, maka's first rotation (three contenders, so a third of the time to warm) was still getting
+ * faster while timed: its trials 1–5 took 5.71 to 7.12 ms a step, trials 11–15 3.54 to 4.32, the
+ * floor's 2.09–2.50 and 1.64–2.93; after 150 trials its trials were flat (2.20 to 3.50 ms, 2026-12-05).
+ * Ninety trials run each contender 270 loops before its rotation is timed, the peers too (they run in
+ * the second rotation only).
  */
-const WARMUP = integer("MAKA_BENCH_LOOP_WARMUP", 40)
+const WARMUP = integer("MAKA_BENCH_LOOP_WARMUP", 90)
 const LOOPS = integer("MAKA_BENCH_LOOPS", 3)
 const ACCOUNTING_LOOPS = 3
 const DELTAS = 1_000
@@ -205,8 +209,14 @@ const rotate = async (phase: string, among: ReadonlyArray<Contender>) => {
 /**
  * maka against the floor (and at NORMAL) first, without the peers: in the same rotation as the peers'
  * process the floor's step took 2.02 and 2.12 ms, without them 1.61 and 1.70 (two runs each, one
- * after the other, 2026-12-05), as the work a peer's process goes on doing after its turn (its
- * compiler's and collector's threads) takes a core from the next contender on this two-core machine.
+ * after the other, 2026-12-05). Not because the peers' process goes on working after its turn: it
+ * and the server's used at most one 10-ms tick of CPU in the 0.1 to 3 s after a turn. A contender in
+ * this process is slower after this process sat idle, whatever ran meanwhile. Three loops of the
+ * floor took 1.14 and 1.22 ms a step run back to back, 1.42 and 1.41 after an Agents SDK turn, 1.47
+ * and 1.56 after a LangGraph turn, 1.45 and 1.44 after an 80-ms sleep, 1.23 and 1.29 after an 80-ms
+ * busy wait; maka's 3.76 and 3.48, 3.62 and 4.00, 4.07 and 4.15, 4.20 and 4.08, 3.35 and 3.24
+ * (medians of 20, two runs, 2026-12-05). So the rotation with the peers times every contender after
+ * its process was idle, the peers alike, as a step after a model's answer runs in a real host.
  */
 const inProcess = await rotate("maka and the floor", contenders.filter((contender) => contender.name === "maka" || contender.name === "makaNormal" || contender.name === "floor"))
 /** Then every contender, the peers included: the figures against the peers come from this rotation. */
@@ -284,7 +294,7 @@ const entries: Record<string, Entry> = {
     msPerStep.maka,
     "ms/step",
     msPerStep.floor,
-    "the same, in the rotation with the peers (whose process goes on working after its turn, which slows the contender after it; the floor most)",
+    "the same, in the rotation with the peers (each contender runs after its process sat idle during the others' turns, which slows the floor most)",
   ),
   "engine.loop.normal.msPerStep.vsAgentsSdk": entry(
     msPerStep.makaNormal,

@@ -105,10 +105,10 @@ How to read it:
   Absolute times move with the machine's load (see the load average per bench below); ratios move much
   less, and they are what docs/architecture.md §12 and the acceptance criteria are stated in.
 - Times are medians over trials (\`MAKA_BENCH_TRIALS\`, default 5, 15 for the tool loop of \`engine\`, whose trials spread more, after \`MAKA_BENCH_WARMUP\` = 2 warm-up
-  trials; the tool loops of \`engine\` and \`postgres\` after \`MAKA_BENCH_LOOP_WARMUP\` = 40, since every contender, and the
-  fake server, kept getting faster over its first hundred loops: measured after 2 warm-up trials the
+  trials; the tool loops of \`engine\` and \`postgres\` after \`MAKA_BENCH_LOOP_WARMUP\` = 90 and 40, since every contender, and the
+  fake server, kept getting faster over its first hundreds of loops: measured after 2 warm-up trials the
   loop read 4.68 ms per step for maka against 3.53 for the Agents SDK and 1.92 for the floor, after 60
-  3.27, 2.04 and 1.05); per-step figures divide a trial's time by its steps. A step is one model request of the
+  3.27, 2.04 and 1.05, and with 40 maka's first rotation still got faster while it was timed); per-step figures divide a trial's time by its steps. A step is one model request of the
   10-step tool loop (nine \`noop\` calls, then the answer \`done\`), with the tool call that follows it.
 - A figure whose unit is **skipped** was not measured in the last run; its note says why (the
   PostgreSQL figures when no server is configured). Each bench's figures replace all of its earlier
@@ -129,9 +129,11 @@ How to read it:
 - Two rotations of the loop: maka, maka at \`NORMAL\` and the floor first, alone (the figures against
   the floor and at \`NORMAL\`), then every contender with the peers (the figures against the peers;
   \`engine.loop.withPeers.msPerStep.vsFloor\` is maka against the floor in that rotation). The peers run
-  in a process of their own, which goes on working after its turn (its compiler's and collector's
-  threads) and takes a core from the contender after it on a two-core machine: the floor's step took
-  2.02 and 2.12 ms in the rotation with them, 1.61 and 1.70 without them.
+  in a process of their own, so in their rotation every contender runs after its process sat idle,
+  which slows it on this machine whatever ran meanwhile (the floor's three loops: 1.14 ms a step back
+  to back, 1.45 after an 80-ms sleep, 1.42 after an Agents SDK turn): the floor's step took 2.02 and
+  2.12 ms in the rotation with them, 1.61 and 1.70 without them. Each rotation is timed after 90
+  untimed trials, 270 loops of each contender.
 - maka at \`synchronous=NORMAL\` (\`engine.loop.normal.*\`, \`engine.loop.msPerStep.vsNormal\`): the same
   engine over a file of its own, round-robin with the others. In WAL mode a commit at \`NORMAL\` writes
   its frames without flushing them, so this loop is the engine's own work and the WAL's writes, and its
