@@ -5,10 +5,11 @@
  * and fails with `ModelError`. Cancellation is fiber interruption, an `AbortSignal` only at the HTTP call.
  */
 import type { Model, Prompt } from "@maka/facts"
-import { Canonical, Codec, Prompt as PromptSchema } from "@maka/facts"
-import { Context, Effect, Layer, Option, Redacted, Result, Schema, Scope, Stream } from "effect"
+import { Canonical } from "@maka/facts"
+import { Context, Effect, Layer, Option, Redacted, Result, Scope, Stream } from "effect"
 import { anthropicNormalizer } from "./internal/anthropic-normalizer.ts"
 import { anthropicBody } from "./internal/anthropic-request.ts"
+import { checkRequest } from "./internal/check-request.ts"
 import type { Normalizer } from "./internal/normalizer.ts"
 import { openAiNormalizer } from "./internal/openai-normalizer.ts"
 import { openAiBody, openAiBodyParts } from "./internal/openai-request.ts"
@@ -50,96 +51,6 @@ export interface MakeOptions {
   readonly limiter?: ModelLimiter.ModelLimiter | undefined
   /** Size of the model's own limiter (default 4). */
   readonly concurrency?: number | undefined
-}
-
-const decodeRequest = Schema.decodeUnknownResult(PromptSchema.ModelRequest)
-const decodeMessage = Schema.decodeUnknownResult(PromptSchema.PromptMessage)
-const hasMessageShape = Codec.shapeGuard(PromptSchema.PromptMessage)
-const decodeOutputLimit = Schema.decodeUnknownResult(PromptSchema.ModelRequest.fields.maxOutputTokens)
-
-/**
- * Sealed prompt messages (`Canonical.seal`) that passed the schema: deep-frozen, so they still pass.
- * A live run sends the same sealed messages step after step (docs/architecture.md §12): each is
- * checked once, and goes on as the same object, whose request-body text is kept.
- */
-const checkedMessages = new WeakSet<object>()
-
-/**
- * Sealed tool lists and, for each, the sealed provider options that passed the schema with it. A
- * run sends the same sealed tools and options every step (its catalog's definitions, its settings),
- * so the pair is checked once; only the output limit, which changes per step, is checked again.
- */
-const checkedEnvelopes = new WeakMap<object, WeakSet<object>>()
-
-const REQUEST_KEYS = new Set(["prompt", "tools", "providerOptions", "maxOutputTokens"])
-
-/** Whether `value` has exactly the request's four own keys (an absent one fails the whole decode). */
-const hasRequestKeys = (value: object): boolean => {
-  const keys = Object.keys(value)
-  return keys.length === REQUEST_KEYS.size && keys.every((key) => REQUEST_KEYS.has(key))
-}
-
-/**
- * The request's fields other than its prompt, checked: at once when its tools and options are a
- * sealed pair already checked, else by the schema (and a sealed pair that passes is remembered).
- */
-const checkEnvelope = (
-  request: Prompt.ModelRequest,
-): Result.Result<Omit<Prompt.ModelRequest, "prompt">, Schema.SchemaError> => {
-  const { tools, providerOptions } = request
-  const isSealedPair = Canonical.isSealed(tools) && Canonical.isSealed(providerOptions) && hasRequestKeys(request)
-  if (isSealedPair && checkedEnvelopes.get(tools)?.has(providerOptions) === true) {
-    const limit = request.maxOutputTokens
-    // A positive safe integer is what the schema accepts (and returns as is); anything else gets its verdict.
-    if (Number.isSafeInteger(limit) && limit >= 1) return Result.succeed({ tools, providerOptions, maxOutputTokens: limit })
-    return Result.map(decodeOutputLimit(limit), (maxOutputTokens) => ({ tools, providerOptions, maxOutputTokens }))
-  }
-  const envelope = decodeRequest({ ...request, prompt: [] }, { onExcessProperty: "error" })
-  if (isSealedPair && Result.isSuccess(envelope)) {
-    const options = checkedEnvelopes.get(tools) ?? new WeakSet<object>()
-    options.add(providerOptions)
-    checkedEnvelopes.set(tools, options)
-    // Sent as themselves: the body and the digest reuse the sealed text.
-    return Result.succeed({ tools, providerOptions, maxOutputTokens: envelope.success.maxOutputTokens })
-  }
-  return envelope
-}
-
-/** The request checked against its schema (closed shapes), or the message of the first refusal. */
-const checkRequest = (request: Prompt.ModelRequest): Result.Result<Prompt.ModelRequest, string> => {
-  const whole = () => Result.mapError(decodeRequest(request, { onExcessProperty: "error" }), (error) => error.message)
-  const prompt: unknown = typeof request === "object" && request !== null ? request.prompt : undefined
-  if (!Array.isArray(prompt)) return whole()
-  const envelope = checkEnvelope(request)
-  if (Result.isFailure(envelope)) return whole()
-  const messages: Array<Prompt.PromptMessage> = []
-  // Whether every message is the caller's own object (checked in place, no decode's copy).
-  let own = true
-  for (const message of prompt as ReadonlyArray<unknown>) {
-    if (typeof message === "object" && message !== null && checkedMessages.has(message)) {
-      messages.push(message as Prompt.PromptMessage)
-      continue
-    }
-    // A sealed message of the right shape, checked in place, is the decode's result itself.
-    if (Canonical.isSealed(message) && hasMessageShape(message)) {
-      checkedMessages.add(message as object)
-      messages.push(message)
-      continue
-    }
-    const decoded = decodeMessage(message, { onExcessProperty: "error" })
-    // The whole request's decode names the refusal with its path, as before.
-    if (Result.isFailure(decoded)) return whole()
-    if (Canonical.isSealed(message)) {
-      checkedMessages.add(message as object)
-      messages.push(message as Prompt.PromptMessage)
-    } else {
-      messages.push(decoded.success)
-      own = false
-    }
-  }
-  // The caller's own array when its messages are the checked ones: the same prompt, not a copy (a
-  // prompt the engine projected is then recognised as projected, docs/model.md §4.1).
-  return Result.succeed({ ...envelope.success, prompt: own ? (prompt as Prompt.Prompt) : messages })
 }
 
 const invalid = (message: string): ModelError.ModelError => ModelError.adapter(`invalid provider configuration: ${message}`)

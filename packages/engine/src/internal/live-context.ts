@@ -390,12 +390,9 @@ const evidenceOf = (hash: Digest.LogPrefixHash, highWater: number, replacements:
 }
 
 /**
- * `value` with `key` an enumerable property read through `digest` (a spread or a deep comparison reads
- * it as any other field), so a digest nobody reads is never computed.
- */
-/**
- * `value` with `key` computed when first read (then kept), as an enumerable read-only property: a
- * snapshot's digests and its tail, which a step most often never reads.
+ * `value` with `key` computed when first read (then kept), as an enumerable read-only property (a
+ * spread or a deep comparison reads it as any other field): a snapshot's digests and its tail, which
+ * a step most often never reads.
  */
 const lazily = <A extends object, K extends string, V>(value: A, key: K, compute: () => V): A & { readonly [P in K]: V } => {
   let computed: { readonly value: V } | undefined
