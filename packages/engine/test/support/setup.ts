@@ -17,8 +17,8 @@ export interface Effects {
   readonly ran: Array<string>
 }
 
-/** An `echo` tool that records each effect, and a `slow` tool that waits for a release. */
-export const echoTool = (effects: Effects) =>
+/** An `echo` tool that records each effect (its result `output(value)`), and a `slow` tool that waits for a release. */
+export const echoTool = (effects: Effects, output: (value: string) => string = (value) => `echo: ${value}`) =>
   Tool.make({
     name: "echo",
     description: "Echoes its input.",
@@ -26,7 +26,7 @@ export const echoTool = (effects: Effects) =>
     semantics: "parallel",
     execute: ({ value }) => {
       effects.ran.push(value)
-      return Effect.succeed(Tool.text(`echo: ${value}`))
+      return Effect.succeed(Tool.text(output(value)))
     },
   })
 

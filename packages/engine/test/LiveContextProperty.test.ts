@@ -1,0 +1,321 @@
+/**
+ * The context an engine keeps across steps and runs (docs/engine.md §5.4, src/internal/live-context.ts)
+ * against fresh reads, over generated sessions of real runs: turns of tool steps whose calls are
+ * small, over one page (archived by prune before the next request) or invalid (rejected), steps
+ * retried after a replay-safe failure, provider usage that moves the output limit, runs of another
+ * writer appended between turns (an append the engine did not make), and a turn whose commit the
+ * store refuses or answers with an unknown outcome (after writing it) at a generated point. The spy of
+ * `support/live-comparison.ts` compares the live context with a fresh `readModelContext` after every
+ * commit, and every request the model received with one rebuilt from a fresh read at its cut. After a
+ * fault the session stays usable: every later turn completes, except that a dispatch whose commit
+ * outcome was unknown leaves the session to reconciliation (docs/engine.md §5.3), and no effect ever
+ * runs twice.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import type { Event, EventWrite } from "@maka/facts"
+import { EventLogError, type EventLog } from "@maka/event-log"
+import { FactBuilders, History, OpenAiSse, Respond, type ScriptedServer } from "@maka/testkit"
+import { ToolCatalog } from "@maka/tools"
+import { Cause, Effect, Exit, Option } from "effect"
+import * as fc from "fast-check"
+import { recording } from "./support/harness.ts"
+import { comparing, newComparison, type Comparison, type Settings } from "./support/live-comparison.ts"
+import { echoTool, input, setup } from "./support/setup.ts"
+
+// ---------------------------------------------------------------------------------------------
+// The generated session
+// ---------------------------------------------------------------------------------------------
+
+/** A call of `echo`: a small result, one over a page, or an input the tool's schema refuses. */
+type Call = "small" | "big" | "invalid"
+
+interface Step {
+  /** The step's calls; none: the step answers and ends the turn. */
+  readonly calls: ReadonlyArray<Call>
+  /** The step's first attempt fails replay-safely after some output; its retry then answers. */
+  readonly retry: boolean
+  /** The prompt tokens the provider reports (the next request's output limit follows them). */
+  readonly promptTokens: number
+}
+
+/** A commit the store fails: refused or failing before it writes, or written with an unknown outcome. */
+type FaultKind = "refused" | "database" | "unknown"
+
+interface Fault {
+  /**
+   * Which of the turn's commits fails: its n-th (0: its first; a turn with fewer meets none), the
+   * first that carries a settlement (with the next request or dispatch), or its terminal's.
+   */
+  readonly at: number | "settle" | "terminal"
+  readonly kind: FaultKind
+}
+
+type Operation =
+  | { readonly kind: "turn"; readonly steps: ReadonlyArray<Step>; readonly fault?: Fault | undefined }
+  /** Another writer's sealed run in the session, with a tool step or with its message only. */
+  | { readonly kind: "foreign"; readonly toolStep: boolean }
+
+const promptTokens = fc.constantFrom(500, 2_000, 6_000)
+const retry = fc.integer({ min: 0, max: 4 }).map((value) => value === 0)
+const toolStep: fc.Arbitrary<Step> = fc.record({
+  calls: fc.array(fc.constantFrom<Call>("small", "small", "big", "invalid"), { minLength: 1, maxLength: 3 }),
+  retry,
+  promptTokens,
+})
+const lastStep: fc.Arbitrary<Step> = fc.record({ calls: fc.constant([]), retry, promptTokens })
+const fault: fc.Arbitrary<Fault | undefined> = fc.oneof(
+  { weight: 3, arbitrary: fc.constant(undefined) },
+  {
+    weight: 1,
+    arbitrary: fc.record({
+      at: fc.oneof(fc.integer({ min: 0, max: 6 }), fc.constantFrom("settle" as const, "terminal" as const)),
+      kind: fc.constantFrom<FaultKind>("refused", "database", "unknown"),
+    }),
+  },
+)
+const turn: fc.Arbitrary<Operation> = fc
+  .tuple(fc.array(toolStep, { maxLength: 3 }), lastStep, fault)
+  .map(([steps, last, fault]) => ({ kind: "turn", steps: [...steps, last], fault }))
+const operation: fc.Arbitrary<Operation> = fc.oneof(
+  { weight: 3, arbitrary: turn },
+  { weight: 1, arbitrary: fc.boolean().map((toolStep) => ({ kind: "foreign", toolStep }) as const) },
+)
+const session = fc.array(operation, { minLength: 2, maxLength: 5 })
+
+// ---------------------------------------------------------------------------------------------
+// The tool, the script and the other writer
+// ---------------------------------------------------------------------------------------------
+
+/** Over one page (7,500 UTF-16 units): prune archives such a result before the next request. */
+const PADDING = "x".repeat(8_000)
+
+/** `echo`, whose result for a value marked `big ` is over one page. */
+const echoOf = (ran: Array<string>) =>
+  ToolCatalog.make([echoTool({ ran }, (value) => (value.startsWith("big ") ? `echo: ${value} ${PADDING}` : `echo: ${value}`))])
+
+const valueOf = (session: number, turn: number, step: number, call: number, kind: Call) =>
+  `${kind === "big" ? "big " : ""}v${session}-${turn}-${step}-${call}`
+
+const argumentsOf = (value: string, kind: Call) => JSON.stringify({ value: kind === "invalid" ? 5 : value })
+
+const usage = (prompt: number) => ({ prompt_tokens: prompt, completion_tokens: 100, total_tokens: prompt + 100 })
+
+/** Which turn's entries the server answers with: those of a turn that ended early never match later. */
+interface Routing {
+  active: number
+}
+
+/** The step's answer, after a replay-safe failure when the step retries. */
+const responsesOf = (sessionIndex: number, turnIndex: number, stepIndex: number, step: Step): ReadonlyArray<Respond.Responder> => {
+  const answer =
+    step.calls.length === 0
+      ? Respond.sse(OpenAiSse.response({ text: [`Turn ${turnIndex} `, "is done."], usage: usage(step.promptTokens) }))
+      : Respond.sse(
+          OpenAiSse.response({
+            text: stepIndex % 2 === 0 ? [] : ["Calling."],
+            toolCalls: step.calls.map((kind, call) => ({
+              id: `call-${sessionIndex}-${turnIndex}-${stepIndex}-${call}`,
+              name: "echo",
+              arguments: [argumentsOf(valueOf(sessionIndex, turnIndex, stepIndex, call, kind), kind)],
+            })),
+            usage: usage(step.promptTokens),
+          }),
+        )
+  return step.retry ? [Respond.dropAfter([OpenAiSse.role(), OpenAiSse.text("a half ans")]), answer] : [answer]
+}
+
+/** Another writer's run in the session: its message, and a settled tool step when asked. */
+const foreignWrites = (sessionIndex: number, index: number, withToolStep: boolean) => {
+  const history = new History.History({ sessionId: "session-1", firstId: 100_000 + index * 1_000 })
+  const names = { turnId: `other-turn-${index}`, runId: `other-run-${index}`, invocationId: `other-invocation-${index}` }
+  const run = history.open({ ...names, message: `A note ${sessionIndex}-${index} from elsewhere.` })
+  if (!withToolStep) {
+    run.end()
+    return history.writes
+  }
+  const step = run.request()
+  const id = `other-call-${index}`
+  run.complete(step, FactBuilders.toolCallStep([{ id, name: "echo", input: { value: `other ${index}` } }]))
+  run.succeed(run.dispatch(step, id), FactBuilders.textOutput(`echo: other ${index}`))
+  run.end({ kind: "failed", class: "runtime_internal" })
+  return history.writes
+}
+
+/**
+ * The fault of the turn being played: the commits of the turn's own run counted from its start (the
+ * engine's seal of an earlier run whose terminal a fault kept out is not the turn's, and a store
+ * refuses such a seal only when the run is sealed already).
+ */
+interface Injection {
+  fault: Fault | undefined
+  invocationId: string
+  commits: number
+  fired: FaultKind | undefined
+}
+
+const errorOf = (kind: FaultKind): EventLogError.EventLogError =>
+  kind === "refused"
+    ? EventLogError.rejected({ _tag: "InvalidTransition", reason: "refused by the test's store" })
+    : kind === "database"
+      ? EventLogError.make({ _tag: "Database", message: "disk I/O error (injected)" })
+      : EventLogError.make({ _tag: "OutcomeUnknown", message: "the connection dropped during COMMIT (injected)" })
+
+/**
+ * The log with the injection's fault at its commit: refused before it writes, or written, then
+ * unknown. A request committed with an unknown outcome is never sent, so the request the comparison
+ * expects for it is dropped.
+ */
+const injecting = (injection: Injection, comparison: Comparison, log: EventLog.EventLogShape): EventLog.EventLogShape => {
+  const appendBatch: EventLog.EventLogShape["appendBatch"] = (writes, complete) =>
+    Effect.suspend(() => {
+      const fault = injection.fault
+      if (fault === undefined || writes.every((write) => write.event.invocation.invocationId !== injection.invocationId)) {
+        return log.appendBatch(writes, complete)
+      }
+      const index = injection.commits++
+      const target =
+        typeof fault.at === "number"
+          ? index === fault.at
+          : writes.some((write) => write.event.fact.kind === (fault.at === "settle" ? "tool_settled" : "invocation_ended"))
+      if (injection.fired !== undefined || !target) return log.appendBatch(writes, complete)
+      injection.fired = fault.kind
+      if (fault.kind !== "unknown") return Effect.fail(errorOf(fault.kind))
+      let trailing: ReadonlyArray<EventWrite.EventWrite> = []
+      const spied = complete === undefined ? undefined : (sequences: ReadonlyArray<number>) => (trailing = complete(sequences))
+      return Effect.andThen(
+        log.appendBatch(writes, spied),
+        Effect.suspend(() => {
+          if ([...writes, ...trailing].some((write) => write.event.fact.kind === "model_requested")) comparison.expected.pop()
+          return Effect.fail(errorOf(fault.kind))
+        }),
+      )
+    })
+  return { ...log, appendBatch, append: (write) => Effect.map(appendBatch([write]), (sequences) => sequences[0]!) }
+}
+
+/** Dispatches of the session with no settlement: what an unknown dispatch commit leaves to reconciliation. */
+const unsettledDispatches = (events: ReadonlyArray<Event.StoredEvent>): number => {
+  const open = new Set<string>()
+  for (const { event } of events) {
+    const fact = event.fact
+    if (fact.kind === "tool_dispatched") open.add(fact.operationId)
+    if (fact.kind === "tool_settled") open.delete(fact.operationId)
+  }
+  return open.size
+}
+
+// ---------------------------------------------------------------------------------------------
+// A session played, and what the generator reached
+// ---------------------------------------------------------------------------------------------
+
+const totals = { sessions: 0, requests: 0, retries: 0, archived: 0, rejected: 0, foreign: 0, faults: 0, afterFault: 0, reconciliation: 0, foreignRefused: 0 }
+let sessions = 0
+
+const play = (operations: ReadonlyArray<Operation>) =>
+  Effect.scoped(
+    Effect.gen(function* () {
+      const sessionIndex = ++sessions
+      const comparison = newComparison()
+      const injection: Injection = { fault: undefined, invocationId: "", commits: 0, fired: undefined }
+      const routing: Routing = { active: -1 }
+      let settings: Settings | undefined
+      const context = yield* setup({ script: [] }, undefined, {}, {
+        wrapLog: (log) => injecting(injection, comparison, comparing(comparison, "session-1", () => settings!, log)),
+      })
+      const ran: Array<string> = []
+      const completedValues: Array<string> = []
+      const tools = echoOf(ran)
+      const spy = recording(context.model)
+      let foreign = 0
+      let faulted = false
+      // Only a commit whose outcome is unknown may leave a dispatch without its settlement.
+      let unknownFired = false
+      for (const [turnIndex, operation] of operations.entries()) {
+        if (operation.kind === "foreign") {
+          const appended = yield* Effect.exit(context.log.appendBatch(foreignWrites(sessionIndex, ++foreign, operation.toolStep)))
+          // A run whose terminal a fault kept from the log stays open until the engine's next start
+          // on the session seals it (docs/engine.md §5.3, step 8): another writer's run waits until then.
+          if (Exit.isFailure(appended)) {
+            const refusal = Cause.findErrorOption(appended.cause)
+            const busy = Option.isSome(refusal) && refusal.value.reason._tag === "Rejected" && refusal.value.reason.rejection._tag === "SessionBusy"
+            assert.isTrue(faulted && busy, `another writer's run refused: ${Cause.pretty(appended.cause)}`)
+            totals.foreignRefused++
+          }
+          continue
+        }
+        routing.active = turnIndex
+        const values: Array<string> = []
+        operation.steps.forEach((step, stepIndex) => {
+          for (const respond of responsesOf(sessionIndex, turnIndex, stepIndex, step)) {
+            context.server.push({ match: () => routing.active === turnIndex, respond } satisfies ScriptedServer.ScriptEntry)
+          }
+          step.calls.forEach((kind, call) => {
+            if (kind !== "invalid") values.push(valueOf(sessionIndex, turnIndex, stepIndex, call, kind))
+          })
+        })
+        const start = input(context, `Turn ${turnIndex} of session ${sessionIndex}.`, tools, {
+          model: spy.model,
+          mainOutputLimit: 16_000,
+          context: { providerId: "provider-1", modelContextWindow: 20_000 },
+        })
+        settings = start
+        Object.assign(injection, { fault: operation.fault, invocationId: start.invocation.invocationId, commits: 0, fired: undefined })
+        const exit = yield* Effect.exit(context.engine.run(start))
+        const label = `turn ${turnIndex} of ${JSON.stringify(operations)}`
+        if (injection.fired !== undefined) {
+          // The turn met its fault: it ends however the fault makes it end; the session goes on.
+          faulted = true
+          unknownFired ||= injection.fired === "unknown"
+          totals.faults++
+          continue
+        }
+        if (faulted) totals.afterFault++
+        if (Exit.isFailure(exit)) {
+          // Only a dispatch left without its settlement by an unknown commit may stop the session.
+          const failure = Cause.findErrorOption(exit.cause)
+          const error = Option.isSome(failure) ? failure.value.reason._tag : Cause.pretty(exit.cause)
+          const unsettled = unsettledDispatches(yield* context.log.events("session-1"))
+          assert.isTrue(unknownFired && error === "ReconciliationRequired" && unsettled > 0, `${label}: ${error}, ${unsettled} unsettled`)
+          totals.reconciliation++
+          break
+        }
+        assert.deepStrictEqual(exit.value.outcome, { kind: "completed" }, label)
+        completedValues.push(...values)
+      }
+      assert.deepStrictEqual(comparison.mismatches, [], JSON.stringify(operations))
+      assert.deepStrictEqual(spy.requests, comparison.expected, JSON.stringify(operations))
+      // No effect ran twice, and every valid call of a completed turn ran (a retried step's included).
+      assert.strictEqual(new Set(ran).size, ran.length, `an effect ran twice: ${JSON.stringify(ran)}`)
+      for (const value of completedValues) assert.include(ran, value)
+      if (!faulted) assert.deepStrictEqual(ran, completedValues)
+      const events = yield* context.log.events("session-1")
+      totals.sessions++
+      totals.requests += comparison.requests.length
+      totals.retries += comparison.retries
+      totals.archived += events.filter((stored) => stored.event.fact.kind === "tool_result_archived").length
+      totals.rejected += events.filter((stored) => stored.event.fact.kind === "tool_rejected").length
+      totals.foreign += foreign
+    }),
+  )
+
+const seed = Number(process.env["MAKA_PROPERTY_SEED"] ?? 20_261_205)
+
+describe("the kept context over generated sessions", () => {
+  it(
+    "equals a fresh read after every commit, every request equals one rebuilt at its cut, and a fault leaves the session usable",
+    async () => {
+      await fc.assert(
+        fc.asyncProperty(session, (operations) => Effect.runPromise(play(operations))),
+        { numRuns: Number(process.env["MAKA_PROPERTY_RUNS"] ?? 24), seed, endOnFailure: true },
+      )
+      // The generator reached what the property is about.
+      assert.isAbove(totals.retries, 2, JSON.stringify(totals))
+      assert.isAbove(totals.archived, 2, JSON.stringify(totals))
+      assert.isAbove(totals.rejected, 2, JSON.stringify(totals))
+      assert.isAbove(totals.foreign, 2, JSON.stringify(totals))
+      assert.isAbove(totals.faults, 2, JSON.stringify(totals))
+      assert.isAbove(totals.afterFault, 2, JSON.stringify(totals))
+    },
+    120_000,
+  )
+})

@@ -1,0 +1,172 @@
+/**
+ * The live context's differential check (src/internal/live-context.ts): a spy wraps the log the
+ * engine writes through; after every commit of a live invocation it applies the batch to its own
+ * `LiveContext` (loaded when the opening commits, as the runner does) and compares the whole
+ * `snapshot()` with a fresh `readModelContext(session, {current})`; before every `model_requested`
+ * it reads the context fresh at that cut and rebuilds the request the runner must have sent from it
+ * (prompt, output limit, tools, digest), which a test then compares with what the model received.
+ */
+import { Digest, type Configuration, type EventWrite, type Fact, type Prompt } from "@maka/facts"
+import type { EventLog } from "@maka/event-log"
+import { projectPrompt, type LanguageModel } from "@maka/model"
+import { ReadToolResult } from "@maka/tools"
+import { Effect, Result } from "effect"
+import { isDeepStrictEqual } from "node:util"
+import * as PromptBuilder from "../../src/PromptBuilder.ts"
+import { LiveContext } from "../../src/internal/live-context.ts"
+import type * as Engine from "../../src/Engine.ts"
+
+export interface Comparison {
+  /** Whole-context comparisons made after commits. */
+  snapshots: number
+  /** Requests rebuilt from a fresh read at their cut. */
+  readonly expected: Array<Prompt.ModelRequest>
+  /** The `model_requested` facts seen, in order. */
+  readonly requests: Array<Fact.ModelRequested>
+  /** Retries whose evidence is their first attempt's, not a fresh read at their own cut. */
+  retries: number
+  readonly mismatches: Array<string>
+}
+
+interface Current {
+  readonly invocationId: string
+  readonly configuration: Configuration.InvocationConfiguration
+  live: LiveContext
+}
+
+/** What the runner needs to rebuild a request: the run's input, as the test started it. */
+export type Settings = Pick<Engine.StartInput, "model" | "mainOutputLimit" | "context" | "tools" | "allowPriorUnknown">
+
+export const rebuild = (
+  settings: Settings,
+  configuration: Configuration.InvocationConfiguration,
+  source: EventLog.ModelContextSource,
+): Prompt.ModelRequest => {
+  const model: LanguageModel.LanguageModelShape = settings.model
+  const notice = settings.allowPriorUnknown === true ? PromptBuilder.priorUnknownNotice(source) : undefined
+  const prompt = PromptBuilder.buildMainPrompt({
+    systemPrompt: configuration.systemPrompt?.text,
+    notice,
+    source,
+  })
+  const maxOutputTokens = PromptBuilder.outputLimit({
+    mainOutputLimit: settings.mainOutputLimit,
+    context: settings.context,
+    latestMain: source.latestMain,
+    routeIdentity: model.routeIdentity,
+    ...(configuration.model === undefined ? {} : { connectionId: configuration.model.connectionId }),
+    modelId: model.model,
+    ...(source.baseline === undefined ? {} : { baselineId: source.baseline.eventId }),
+  })
+  // A run with tools also offers `read_tool_result`, whose definition does not depend on its reader.
+  const tools = ReadToolResult.offer(settings.tools, () => Effect.die("the rebuilt request never runs a tool"))
+  return {
+    prompt: projectPrompt(model.kind, model.routeIdentity, prompt),
+    tools: tools.capture().definitions,
+    providerOptions: {},
+    maxOutputTokens,
+  }
+}
+
+/** The spy: wraps `appendBatch` of the log the engine writes through. */
+export const comparing = (
+  comparison: Comparison,
+  sessionId: string,
+  settings: () => Settings,
+  log: EventLog.EventLogShape,
+): EventLog.EventLogShape => {
+  let current: Current | undefined
+  const read = (invocationId: string) =>
+    settings().allowPriorUnknown === true
+      ? log.readManualMessageContext(sessionId, { current: invocationId })
+      : log.readModelContext(sessionId, { current: invocationId })
+  let lastSequence = 0
+  // A snapshot whose digests and tail nobody read yet, and the fresh read they must equal once read
+  // (after the next commit moved the live context's hash and tail on).
+  let unread: { readonly source: EventLog.ModelContextSource; readonly fresh: EventLog.ModelContextSource } | undefined
+  const appendBatch: EventLog.EventLogShape["appendBatch"] = (leading, complete) =>
+    Effect.gen(function* () {
+      // A request is built inside its commit, after the settlements and steering that ride it.
+      let trailing: ReadonlyArray<EventWrite.EventWrite> = []
+      const spied = complete === undefined ? undefined : (sequences: ReadonlyArray<number>) => (trailing = complete(sequences))
+      const sequences = yield* log.appendBatch(leading, spied)
+      const writes = [...leading, ...trailing]
+      // An opening starts the comparison of its run, before a request that rides its commit.
+      const opening = writes.find((write) => write.event.fact.kind === "invocation_opened")
+      if (opening !== undefined && opening.event.fact.kind === "invocation_opened") {
+        const { invocationId } = opening.event.invocation
+        const configuration = opening.event.fact.configuration
+        const live = yield* LiveContext.load(log, sessionId, invocationId, configuration, settings().allowPriorUnknown === true)
+        current = { invocationId, configuration, live }
+      }
+      for (const [index, write] of writes.entries()) {
+        const fact: Fact.Fact = write.event.fact
+        if (fact.kind !== "model_requested" || current === undefined) continue
+        // What precedes the request (this batch's settlements and steering included) is its source:
+        // a read now sees the request itself too, which projects to nothing in the prompt.
+        const fresh = yield* read(current.invocationId)
+        const previous = comparison.requests.at(-1)
+        const request = rebuild(settings(), current.configuration, fresh)
+        comparison.expected.push(request)
+        comparison.requests.push(fact)
+        if (Digest.modelInput(request) !== fact.inputDigest) {
+          comparison.mismatches.push(`request ${fact.stepId}: inputDigest differs from one rebuilt from a fresh read`)
+        }
+        const before = index > 0 ? sequences[index - 1]! : lastSequence
+        const hash = yield* log.sessionHash(sessionId, fact.sourceHighWater)
+        if (fact.sourceHighWater === before && hash.digest(before) === fact.sourceDigest) continue
+        // A physical retry re-sends the frozen request of its logical step, with that step's evidence.
+        const isRetry =
+          previous !== undefined &&
+          previous.inputDigest === fact.inputDigest &&
+          previous.sourceHighWater === fact.sourceHighWater &&
+          previous.sourceDigest === fact.sourceDigest
+        if (isRetry) comparison.retries++
+        else comparison.mismatches.push(`request ${fact.stepId}: source evidence differs from the log before it`)
+      }
+      if (sequences.length > 0) lastSequence = sequences[sequences.length - 1]!
+      if (opening === undefined && current !== undefined) {
+        for (const [index, write] of writes.entries()) {
+          current.live.apply({ sequence: sequences[index]!, event: write.event }, write.json)
+        }
+        if (unread !== undefined) {
+          const { source, fresh } = unread
+          unread = undefined
+          if (
+            source.sourceEvidence.digest !== fresh.sourceEvidence.digest ||
+            source.effectiveSourceDigest !== fresh.effectiveSourceDigest
+          ) {
+            comparison.mismatches.push(`a snapshot's digests read after the next commit differ from a fresh read at its own cut`)
+          }
+          // Its tail too is the one it saw, not the live context's as it stands after the commit.
+          if (!isDeepStrictEqual(source.tail, fresh.tail)) {
+            comparison.mismatches.push(`a snapshot's tail read after the next commit differs from a fresh read at its own cut`)
+          }
+        }
+        // An archive makes the live context read the log again, as the engine's does.
+        if (current.live.stale) {
+          current.live = yield* LiveContext.load(log, sessionId, current.invocationId, current.configuration, settings().allowPriorUnknown === true)
+        }
+        if (writes.some((write) => write.event.fact.kind === "invocation_ended")) {
+          current = undefined
+        } else {
+          const fresh = yield* read(current.invocationId)
+          comparison.snapshots++
+          const cached = current.live.snapshot()
+          if (!Result.isSuccess(cached) || !isDeepStrictEqual(cached.success, fresh)) {
+            comparison.mismatches.push(
+              `after ${writes.map((write) => write.event.fact.kind).join("+")} at ${sequences.join(",")}: ` +
+                `live ${JSON.stringify(cached)} != fresh ${JSON.stringify(fresh)}`,
+            )
+          }
+          const deferred = current.live.snapshot()
+          if (Result.isSuccess(deferred)) unread = { source: deferred.success, fresh }
+        }
+      }
+      return sequences
+    })
+  return { ...log, appendBatch, append: (write) => Effect.map(appendBatch([write]), (sequences) => sequences[0]!) }
+}
+
+/** A comparison with nothing compared yet. */
+export const newComparison = (): Comparison => ({ snapshots: 0, expected: [], requests: [], retries: 0, mismatches: [] })
