@@ -122,6 +122,49 @@ describe("the live context", () => {
       }),
     ))
 
+  it.live("takes an answer's completion that rides the next request's commit (steering queued during the answer) as the latest main", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const gate = Respond.gate()
+        const comparison: Comparison = newComparison()
+        let settings: Settings | undefined
+        const context = yield* setup(
+          {
+            script: [
+              Respond.hold(gate, Respond.sse(OpenAiSse.response({ text: ["Done."], usage: usage(3_000, 300) }))),
+              Respond.sse(OpenAiSse.response({ text: ["Done, as steered."], usage: usage(4_000, 400) })),
+            ],
+          },
+          undefined,
+          {},
+          { wrapLog: (log) => comparing(comparison, "session-1", () => settings!, log) },
+        )
+        const spy = recording(context.model)
+        const start = input(context, "Answer.", catalog({ ran: [] }), {
+          model: spy.model,
+          mainOutputLimit: 16_000,
+          context: { providerId: "provider-1", modelContextWindow: 20_000 },
+        })
+        settings = start
+        const running = yield* context.engine.start(start)
+        yield* Effect.promise(() => context.server.request(0))
+        yield* running.steer("and say it was steered")
+        gate.release()
+        assert.deepStrictEqual((yield* running.wait).outcome, { kind: "completed" })
+        const events = yield* context.log.events("session-1")
+        // The answer's completion committed with the steering and the request that delivers it.
+        const answered = kinds(events).indexOf("model_completed")
+        assert.deepStrictEqual(kinds(events).slice(answered, answered + 3), ["model_completed", "message_steered", "model_requested"])
+        assert.deepStrictEqual(comparison.mismatches, [])
+        assert.deepStrictEqual(spy.requests, comparison.expected)
+        // 20,000 − (3,000 + 300) − the 8,000 reserved for the output: the answer's usage, not none.
+        assert.deepStrictEqual(
+          spy.requests.map((request) => request.maxOutputTokens),
+          [16_000, 8_700],
+        )
+      }),
+    ))
+
   it.live("equals a fresh readManualMessageContext under the prior-unknown policy", () =>
     Effect.scoped(
       Effect.gen(function* () {

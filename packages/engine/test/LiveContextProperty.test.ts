@@ -3,8 +3,9 @@
  * against fresh reads, over generated sessions of real runs: turns of tool steps whose calls are
  * small, over one page (archived by prune before the next request) or invalid (rejected), steps
  * retried after a replay-safe failure, provider usage that moves the output limit, runs of another
- * writer appended between turns (an append the engine did not make), and a turn whose commit the
- * store refuses or answers with an unknown outcome (after writing it) at a generated point. The spy of
+ * writer appended between turns (an append the engine did not make), steering or a cancellation that
+ * arrives while a step's request waits for its answer, and a turn whose commit the store refuses or
+ * answers with an unknown outcome (after writing it) at a generated point. The spy of
  * `support/live-comparison.ts` compares the live context with a fresh `readModelContext` after every
  * commit, and every request the model received with one rebuilt from a fresh read at its cut. After a
  * fault the session stays usable: every later turn completes, except that a dispatch whose commit
@@ -18,6 +19,8 @@ import { FactBuilders, History, OpenAiSse, Respond, type ScriptedServer } from "
 import { ToolCatalog } from "@maka/tools"
 import { Cause, Effect, Exit, Option } from "effect"
 import * as fc from "fast-check"
+import type * as Engine from "../src/Engine.ts"
+import type * as EngineError from "../src/EngineError.ts"
 import { recording } from "./support/harness.ts"
 import { comparing, newComparison, type Comparison, type Settings } from "./support/live-comparison.ts"
 import { echoTool, input, setup } from "./support/setup.ts"
@@ -50,8 +53,19 @@ interface Fault {
   readonly kind: FaultKind
 }
 
+/** What arrives while the request of step `at` (its answer's attempt) waits for the answer. */
+interface Interrupt {
+  readonly at: number
+  readonly kind: "steer" | "cancel"
+}
+
 type Operation =
-  | { readonly kind: "turn"; readonly steps: ReadonlyArray<Step>; readonly fault?: Fault | undefined }
+  | {
+      readonly kind: "turn"
+      readonly steps: ReadonlyArray<Step>
+      readonly fault?: Fault | undefined
+      readonly interrupt?: Interrupt | undefined
+    }
   /** Another writer's sealed run in the session, with a tool step or with its message only. */
   | { readonly kind: "foreign"; readonly toolStep: boolean }
 
@@ -73,9 +87,19 @@ const fault: fc.Arbitrary<Fault | undefined> = fc.oneof(
     }),
   },
 )
+const interrupt = fc.oneof(
+  { weight: 3, arbitrary: fc.constant(undefined) },
+  { weight: 1, arbitrary: fc.record({ at: fc.nat({ max: 3 }), kind: fc.constantFrom("steer" as const, "cancel" as const) }) },
+)
 const turn: fc.Arbitrary<Operation> = fc
-  .tuple(fc.array(toolStep, { maxLength: 3 }), lastStep, fault)
-  .map(([steps, last, fault]) => ({ kind: "turn", steps: [...steps, last], fault }))
+  .tuple(fc.array(toolStep, { maxLength: 3 }), lastStep, fault, interrupt)
+  .map(([steps, last, fault, interrupt]) => ({
+    kind: "turn",
+    steps: [...steps, last],
+    fault,
+    // At one of the turn's steps.
+    interrupt: interrupt === undefined ? undefined : { ...interrupt, at: interrupt.at % (steps.length + 1) },
+  }))
 const operation: fc.Arbitrary<Operation> = fc.oneof(
   { weight: 3, arbitrary: turn },
   { weight: 1, arbitrary: fc.boolean().map((toolStep) => ({ kind: "foreign", toolStep }) as const) },
@@ -105,8 +129,14 @@ interface Routing {
   active: number
 }
 
-/** The step's answer, after a replay-safe failure when the step retries. */
-const responsesOf = (sessionIndex: number, turnIndex: number, stepIndex: number, step: Step): ReadonlyArray<Respond.Responder> => {
+/** The step's answer (held until `gate` opens, when given), after a replay-safe failure when the step retries. */
+const responsesOf = (
+  sessionIndex: number,
+  turnIndex: number,
+  stepIndex: number,
+  step: Step,
+  gate?: Respond.Gate,
+): ReadonlyArray<Respond.Responder> => {
   const answer =
     step.calls.length === 0
       ? Respond.sse(OpenAiSse.response({ text: [`Turn ${turnIndex} `, "is done."], usage: usage(step.promptTokens) }))
@@ -121,8 +151,13 @@ const responsesOf = (sessionIndex: number, turnIndex: number, stepIndex: number,
             usage: usage(step.promptTokens),
           }),
         )
-  return step.retry ? [Respond.dropAfter([OpenAiSse.role(), OpenAiSse.text("a half ans")]), answer] : [answer]
+  const answered = gate === undefined ? answer : Respond.hold(gate, answer)
+  return step.retry ? [Respond.dropAfter([OpenAiSse.role(), OpenAiSse.text("a half ans")]), answered] : [answered]
 }
+
+/** The index among the session's requests of step `at`'s answered attempt, the turn's first request being `base`. */
+const heldRequest = (base: number, steps: ReadonlyArray<Step>, at: number): number =>
+  base + steps.slice(0, at).reduce((count, step) => count + (step.retry ? 2 : 1), 0) + (steps[at]!.retry ? 1 : 0)
 
 /** Another writer's run in the session: its message, and a settled tool step when asked. */
 const foreignWrites = (sessionIndex: number, index: number, withToolStep: boolean) => {
@@ -208,7 +243,7 @@ const unsettledDispatches = (events: ReadonlyArray<Event.StoredEvent>): number =
 // A session played, and what the generator reached
 // ---------------------------------------------------------------------------------------------
 
-const totals = { sessions: 0, requests: 0, retries: 0, archived: 0, rejected: 0, foreign: 0, faults: 0, afterFault: 0, reconciliation: 0, foreignRefused: 0 }
+const totals = { sessions: 0, requests: 0, retries: 0, archived: 0, rejected: 0, foreign: 0, faults: 0, afterFault: 0, reconciliation: 0, foreignRefused: 0, steered: 0, cancelled: 0 }
 let sessions = 0
 
 const play = (operations: ReadonlyArray<Operation>) =>
@@ -228,6 +263,8 @@ const play = (operations: ReadonlyArray<Operation>) =>
       const spy = recording(context.model)
       let foreign = 0
       let faulted = false
+      // A turn cancelled or faulted ran the effects of its calls up to where it stopped.
+      let partial = false
       // Only a commit whose outcome is unknown may leave a dispatch without its settlement.
       let unknownFired = false
       for (const [turnIndex, operation] of operations.entries()) {
@@ -245,14 +282,19 @@ const play = (operations: ReadonlyArray<Operation>) =>
         }
         routing.active = turnIndex
         const values: Array<string> = []
+        const gate = Respond.gate()
+        const held = operation.interrupt
+        const push = (respond: Respond.Responder) =>
+          context.server.push({ match: () => routing.active === turnIndex, respond } satisfies ScriptedServer.ScriptEntry)
         operation.steps.forEach((step, stepIndex) => {
-          for (const respond of responsesOf(sessionIndex, turnIndex, stepIndex, step)) {
-            context.server.push({ match: () => routing.active === turnIndex, respond } satisfies ScriptedServer.ScriptEntry)
-          }
+          for (const respond of responsesOf(sessionIndex, turnIndex, stepIndex, step, held?.at === stepIndex ? gate : undefined)) push(respond)
           step.calls.forEach((kind, call) => {
             if (kind !== "invalid") values.push(valueOf(sessionIndex, turnIndex, stepIndex, call, kind))
           })
         })
+        // Steering that arrives during the answer is delivered by one more step (docs/engine.md §5.4).
+        if (held?.kind === "steer") push(Respond.sse(OpenAiSse.response({ text: [`Turn ${turnIndex} is done, as steered.`] })))
+        const base = context.server.requests().length
         const start = input(context, `Turn ${turnIndex} of session ${sessionIndex}.`, tools, {
           model: spy.model,
           mainOutputLimit: 16_000,
@@ -260,13 +302,43 @@ const play = (operations: ReadonlyArray<Operation>) =>
         })
         settings = start
         Object.assign(injection, { fault: operation.fault, invocationId: start.invocation.invocationId, commits: 0, fired: undefined })
-        const exit = yield* Effect.exit(context.engine.run(start))
+        const started = yield* Effect.exit(context.engine.start(start))
+        let interrupted: "steer" | "cancel" | undefined
+        const exit: Exit.Exit<Engine.RunResult, EngineError.EngineError> = Exit.isFailure(started)
+          ? Exit.failCause(started.cause)
+          : yield* Effect.gen(function* () {
+              const running = started.value
+              if (held !== undefined) {
+                // The held request arrives, unless a fault ended the run before it was sent.
+                const arrived = yield* Effect.raceFirst(
+                  Effect.as(Effect.promise(() => context.server.request(heldRequest(base, operation.steps, held.at))), true),
+                  Effect.as(Effect.exit(running.wait), false),
+                )
+                if (arrived && held.kind === "steer" && Exit.isSuccess(yield* Effect.exit(running.steer(`Steer turn ${turnIndex}.`)))) {
+                  interrupted = "steer"
+                }
+                if (arrived && held.kind === "cancel") {
+                  yield* running.cancel
+                  interrupted = "cancel"
+                }
+              }
+              gate.release()
+              return yield* Effect.exit(running.wait)
+            })
         const label = `turn ${turnIndex} of ${JSON.stringify(operations)}`
         if (injection.fired !== undefined) {
           // The turn met its fault: it ends however the fault makes it end; the session goes on.
           faulted = true
+          partial = true
           unknownFired ||= injection.fired === "unknown"
           totals.faults++
+          continue
+        }
+        if (interrupted === "steer") totals.steered++
+        if (interrupted === "cancel") {
+          assert.deepStrictEqual(Exit.isSuccess(exit) ? exit.value.outcome : exit.cause, { kind: "cancelled", source: "runtime_cancellation" }, label)
+          partial = true
+          totals.cancelled++
           continue
         }
         if (faulted) totals.afterFault++
@@ -282,12 +354,12 @@ const play = (operations: ReadonlyArray<Operation>) =>
         assert.deepStrictEqual(exit.value.outcome, { kind: "completed" }, label)
         completedValues.push(...values)
       }
-      assert.deepStrictEqual(comparison.mismatches, [], JSON.stringify(operations))
+      assert.deepStrictEqual(comparison.mismatches, [], `${JSON.stringify(comparison.mismatches)} in ${JSON.stringify(operations)}`)
       assert.deepStrictEqual(spy.requests, comparison.expected, JSON.stringify(operations))
       // No effect ran twice, and every valid call of a completed turn ran (a retried step's included).
       assert.strictEqual(new Set(ran).size, ran.length, `an effect ran twice: ${JSON.stringify(ran)}`)
       for (const value of completedValues) assert.include(ran, value)
-      if (!faulted) assert.deepStrictEqual(ran, completedValues)
+      if (!partial) assert.deepStrictEqual(ran, completedValues)
       const events = yield* context.log.events("session-1")
       totals.sessions++
       totals.requests += comparison.requests.length
@@ -315,6 +387,8 @@ describe("the kept context over generated sessions", () => {
       assert.isAbove(totals.foreign, 2, JSON.stringify(totals))
       assert.isAbove(totals.faults, 2, JSON.stringify(totals))
       assert.isAbove(totals.afterFault, 2, JSON.stringify(totals))
+      assert.isAbove(totals.steered, 1, JSON.stringify(totals))
+      assert.isAbove(totals.cancelled, 1, JSON.stringify(totals))
     },
     120_000,
   )

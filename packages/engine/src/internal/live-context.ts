@@ -285,38 +285,50 @@ export class LiveContext {
       this.events += 1
       this.bytes += Canonical.utf8Length(json)
     }
-    if (fact.kind === "model_completed") {
-      const request = this.requests.get(fact.stepId)?.fact
-      if (request !== undefined && request.purpose === "main") {
-        const binding = this.configuration.model
-        this.latestMain = {
-          kind: "selected",
-          projectionCurrent: true,
-          sequence: stored.sequence,
-          recordedAt: stored.event.recordedAt,
-          modelId: request.modelId,
-          ...(binding === undefined ? {} : { connectionId: binding.connectionId }),
-          ...(request.checkpointEventId === undefined ? {} : { checkpointEventId: request.checkpointEventId }),
-          ...(request.context === undefined ? {} : { context: request.context }),
-          usage: fact.output.usage,
-          routeIdentity: request.routeIdentity,
-        }
-      }
+    this.latestMain = this.mainAfter(this.latestMain, stored)
+  }
+
+  /**
+   * The latest main completion once `stored` is in the context: `stored` itself when it completes a
+   * main request of the context, `latest` otherwise.
+   */
+  private mainAfter(latest: EventLog.LatestMainContext, stored: Event.StoredEvent): EventLog.LatestMainContext {
+    const fact = stored.event.fact
+    if (fact.kind !== "model_completed") return latest
+    const request = this.requests.get(fact.stepId)?.fact
+    if (request === undefined || request.purpose !== "main") return latest
+    const binding = this.configuration.model
+    return {
+      kind: "selected",
+      projectionCurrent: true,
+      sequence: stored.sequence,
+      recordedAt: stored.event.recordedAt,
+      modelId: request.modelId,
+      ...(binding === undefined ? {} : { connectionId: binding.connectionId }),
+      ...(request.checkpointEventId === undefined ? {} : { checkpointEventId: request.checkpointEventId }),
+      ...(request.context === undefined ? {} : { context: request.context }),
+      usage: fact.output.usage,
+      routeIdentity: request.routeIdentity,
     }
   }
 
   /**
    * The context a fresh `readModelContext` would return now, or its `PrefixTooLarge`. With
    * `pending` (writes that ride the next commit, docs/engine.md §5.4), their events are in the tail
-   * as they will be once committed; their sequences are not known yet, so the evidence then is the
-   * committed part's, and `evidence` gives the final one inside the commit.
+   * as they will be once committed, and a pending completion of a main request is the latest main
+   * (an answer's, when steering queued during it makes the run ask again); their sequences are not
+   * known yet (0), so the evidence then is the committed part's, and `evidence` gives the final one
+   * inside the commit.
    */
   snapshot(pending: ReadonlyArray<EventWrite.EventWrite> = []): Result.Result<Source, EventLogError.EventLogError> {
     const { events, bytes } = this.size(pending)
     const added: Array<TailItem> = []
+    let latestMain = this.latestMain
     for (const write of pending) {
+      const stored = { sequence: 0, event: write.event }
+      latestMain = this.mainAfter(latestMain, stored)
       if (this.excluded(write.event.fact)) continue
-      added.push({ kind: "canonical", stored: { sequence: 0, event: write.event } })
+      added.push({ kind: "canonical", stored })
     }
     if (events > this.limits.maxEvents || bytes > this.limits.maxBytes) {
       return Result.fail(EventLogError.prefixTooLarge())
@@ -333,7 +345,7 @@ export class LiveContext {
         {
           ...initial,
           sourceEvidence,
-          latestMain: this.latestMain,
+          latestMain,
           ...(this.latestSummary === undefined ? {} : { latestSummary: this.latestSummary }),
         },
         "tail",
