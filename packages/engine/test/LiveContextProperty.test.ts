@@ -47,9 +47,10 @@ type FaultKind = "refused" | "database" | "unknown"
 interface Fault {
   /**
    * Which of the turn's commits fails: its n-th (0: its first; a turn with fewer meets none), the
-   * first that carries a settlement (with the next request or dispatch), or its terminal's.
+   * first that carries a dispatch, the first that carries a settlement (with the next request or
+   * dispatch), or its terminal's.
    */
-  readonly at: number | "settle" | "terminal"
+  readonly at: number | "dispatch" | "settle" | "terminal"
   readonly kind: FaultKind
 }
 
@@ -80,9 +81,9 @@ const lastStep: fc.Arbitrary<Step> = fc.record({ calls: fc.constant([]), retry, 
 const fault: fc.Arbitrary<Fault | undefined> = fc.oneof(
   { weight: 3, arbitrary: fc.constant(undefined) },
   {
-    weight: 1,
+    weight: 2,
     arbitrary: fc.record({
-      at: fc.oneof(fc.integer({ min: 0, max: 6 }), fc.constantFrom("settle" as const, "terminal" as const)),
+      at: fc.oneof(fc.integer({ min: 0, max: 6 }), fc.constantFrom("dispatch" as const, "settle" as const, "terminal" as const)),
       kind: fc.constantFrom<FaultKind>("refused", "database", "unknown"),
     }),
   },
@@ -208,10 +209,8 @@ const injecting = (injection: Injection, comparison: Comparison, log: EventLog.E
         return log.appendBatch(writes, complete)
       }
       const index = injection.commits++
-      const target =
-        typeof fault.at === "number"
-          ? index === fault.at
-          : writes.some((write) => write.event.fact.kind === (fault.at === "settle" ? "tool_settled" : "invocation_ended"))
+      const kinds = { dispatch: "tool_dispatched", settle: "tool_settled", terminal: "invocation_ended" } as const
+      const target = typeof fault.at === "number" ? index === fault.at : writes.some((write) => write.event.fact.kind === kinds[fault.at as keyof typeof kinds])
       if (injection.fired !== undefined || !target) return log.appendBatch(writes, complete)
       injection.fired = fault.kind
       if (fault.kind !== "unknown") return Effect.fail(errorOf(fault.kind))
@@ -267,6 +266,8 @@ const play = (operations: ReadonlyArray<Operation>) =>
       let partial = false
       // Only a commit whose outcome is unknown may leave a dispatch without its settlement.
       let unknownFired = false
+      // Once a message was refused for it, the session's turns are explicit messages (allowPriorUnknown).
+      let priorUnknown = false
       for (const [turnIndex, operation] of operations.entries()) {
         if (operation.kind === "foreign") {
           const appended = yield* Effect.exit(context.log.appendBatch(foreignWrites(sessionIndex, ++foreign, operation.toolStep)))
@@ -295,37 +296,54 @@ const play = (operations: ReadonlyArray<Operation>) =>
         // Steering that arrives during the answer is delivered by one more step (docs/engine.md §5.4).
         if (held?.kind === "steer") push(Respond.sse(OpenAiSse.response({ text: [`Turn ${turnIndex} is done, as steered.`] })))
         const base = context.server.requests().length
-        const start = input(context, `Turn ${turnIndex} of session ${sessionIndex}.`, tools, {
-          model: spy.model,
-          mainOutputLimit: 16_000,
-          context: { providerId: "provider-1", modelContextWindow: 20_000 },
-        })
-        settings = start
-        Object.assign(injection, { fault: operation.fault, invocationId: start.invocation.invocationId, commits: 0, fired: undefined })
-        const started = yield* Effect.exit(context.engine.start(start))
-        let interrupted: "steer" | "cancel" | undefined
-        const exit: Exit.Exit<Engine.RunResult, EngineError.EngineError> = Exit.isFailure(started)
-          ? Exit.failCause(started.cause)
-          : yield* Effect.gen(function* () {
-              const running = started.value
-              if (held !== undefined) {
-                // The held request arrives, unless a fault ended the run before it was sent.
-                const arrived = yield* Effect.raceFirst(
-                  Effect.as(Effect.promise(() => context.server.request(heldRequest(base, operation.steps, held.at))), true),
-                  Effect.as(Effect.exit(running.wait), false),
-                )
-                if (arrived && held.kind === "steer" && Exit.isSuccess(yield* Effect.exit(running.steer(`Steer turn ${turnIndex}.`)))) {
-                  interrupted = "steer"
-                }
-                if (arrived && held.kind === "cancel") {
-                  yield* running.cancel
-                  interrupted = "cancel"
-                }
-              }
-              gate.release()
-              return yield* Effect.exit(running.wait)
+        const attempt = (allowPriorUnknown: boolean) =>
+          Effect.gen(function* () {
+            const start = input(context, `Turn ${turnIndex} of session ${sessionIndex}.`, tools, {
+              model: spy.model,
+              mainOutputLimit: 16_000,
+              context: { providerId: "provider-1", modelContextWindow: 20_000 },
+              ...(allowPriorUnknown ? { allowPriorUnknown } : {}),
             })
+            settings = start
+            Object.assign(injection, { fault: operation.fault, invocationId: start.invocation.invocationId, commits: 0, fired: undefined })
+            const started = yield* Effect.exit(context.engine.start(start))
+            let interrupted: "steer" | "cancel" | undefined
+            const exit: Exit.Exit<Engine.RunResult, EngineError.EngineError> = Exit.isFailure(started)
+              ? Exit.failCause(started.cause)
+              : yield* Effect.gen(function* () {
+                  const running = started.value
+                  if (held !== undefined) {
+                    // The held request arrives, unless a fault ended the run before it was sent.
+                    const arrived = yield* Effect.raceFirst(
+                      Effect.as(Effect.promise(() => context.server.request(heldRequest(base, operation.steps, held.at))), true),
+                      Effect.as(Effect.exit(running.wait), false),
+                    )
+                    if (arrived && held.kind === "steer" && Exit.isSuccess(yield* Effect.exit(running.steer(`Steer turn ${turnIndex}.`)))) {
+                      interrupted = "steer"
+                    }
+                    if (arrived && held.kind === "cancel") {
+                      yield* running.cancel
+                      interrupted = "cancel"
+                    }
+                  }
+                  gate.release()
+                  return yield* Effect.exit(running.wait)
+                })
+            return { exit, interrupted }
+          })
+        let { exit, interrupted } = yield* attempt(priorUnknown)
         const label = `turn ${turnIndex} of ${JSON.stringify(operations)}`
+        if (injection.fired === undefined && Exit.isFailure(exit) && !priorUnknown) {
+          // Only a dispatch left without its settlement by an unknown commit refuses a message: the
+          // session then goes on with explicit messages (allowPriorUnknown, docs/engine.md §5.8).
+          const failure = Cause.findErrorOption(exit.cause)
+          const error = Option.isSome(failure) ? failure.value.reason._tag : Cause.pretty(exit.cause)
+          const unsettled = unsettledDispatches(yield* context.log.events("session-1"))
+          assert.isTrue(unknownFired && error === "ReconciliationRequired" && unsettled > 0, `${label}: ${error}, ${unsettled} unsettled`)
+          totals.reconciliation++
+          priorUnknown = true
+          ;({ exit, interrupted } = yield* attempt(true))
+        }
         if (injection.fired !== undefined) {
           // The turn met its fault: it ends however the fault makes it end; the session goes on.
           faulted = true
@@ -342,16 +360,8 @@ const play = (operations: ReadonlyArray<Operation>) =>
           continue
         }
         if (faulted) totals.afterFault++
-        if (Exit.isFailure(exit)) {
-          // Only a dispatch left without its settlement by an unknown commit may stop the session.
-          const failure = Cause.findErrorOption(exit.cause)
-          const error = Option.isSome(failure) ? failure.value.reason._tag : Cause.pretty(exit.cause)
-          const unsettled = unsettledDispatches(yield* context.log.events("session-1"))
-          assert.isTrue(unknownFired && error === "ReconciliationRequired" && unsettled > 0, `${label}: ${error}, ${unsettled} unsettled`)
-          totals.reconciliation++
-          break
-        }
-        assert.deepStrictEqual(exit.value.outcome, { kind: "completed" }, label)
+        assert.isTrue(Exit.isSuccess(exit), `${label}: ${Exit.isFailure(exit) ? Cause.pretty(exit.cause) : ""}`)
+        if (Exit.isSuccess(exit)) assert.deepStrictEqual(exit.value.outcome, { kind: "completed" }, label)
         completedValues.push(...values)
       }
       assert.deepStrictEqual(comparison.mismatches, [], `${JSON.stringify(comparison.mismatches)} in ${JSON.stringify(operations)}`)
@@ -389,6 +399,7 @@ describe("the kept context over generated sessions", () => {
       assert.isAbove(totals.afterFault, 2, JSON.stringify(totals))
       assert.isAbove(totals.steered, 1, JSON.stringify(totals))
       assert.isAbove(totals.cancelled, 1, JSON.stringify(totals))
+      assert.isAbove(totals.reconciliation, 0, JSON.stringify(totals))
     },
     120_000,
   )
