@@ -23,7 +23,7 @@ import type * as Engine from "../src/Engine.ts"
 import type * as EngineError from "../src/EngineError.ts"
 import { recording } from "./support/harness.ts"
 import { comparing, newComparison, type Comparison, type Settings } from "./support/live-comparison.ts"
-import { echoTool, input, setup } from "./support/setup.ts"
+import { databaseUrl, echoTool, input, postgresLog, setup, type SetupExtras } from "./support/setup.ts"
 
 // ---------------------------------------------------------------------------------------------
 // The generated session
@@ -242,10 +242,25 @@ const unsettledDispatches = (events: ReadonlyArray<Event.StoredEvent>): number =
 // A session played, and what the generator reached
 // ---------------------------------------------------------------------------------------------
 
-const totals = { sessions: 0, requests: 0, retries: 0, archived: 0, rejected: 0, foreign: 0, faults: 0, afterFault: 0, reconciliation: 0, foreignRefused: 0, steered: 0, cancelled: 0 }
+const newTotals = () => ({
+  sessions: 0,
+  requests: 0,
+  retries: 0,
+  archived: 0,
+  rejected: 0,
+  foreign: 0,
+  faults: 0,
+  afterFault: 0,
+  reconciliation: 0,
+  foreignRefused: 0,
+  steered: 0,
+  cancelled: 0,
+})
+type Totals = ReturnType<typeof newTotals>
 let sessions = 0
 
-const play = (operations: ReadonlyArray<Operation>) =>
+/** Plays one generated session on a fresh log: a temporary SQLite file, or `openLog`'s. */
+const play = (operations: ReadonlyArray<Operation>, totals: Totals, openLog?: SetupExtras["openLog"]) =>
   Effect.scoped(
     Effect.gen(function* () {
       const sessionIndex = ++sessions
@@ -255,6 +270,7 @@ const play = (operations: ReadonlyArray<Operation>) =>
       let settings: Settings | undefined
       const context = yield* setup({ script: [] }, undefined, {}, {
         wrapLog: (log) => injecting(injection, comparison, comparing(comparison, "session-1", () => settings!, log)),
+        ...(openLog === undefined ? {} : { openLog }),
       })
       const ran: Array<string> = []
       const completedValues: Array<string> = []
@@ -382,13 +398,16 @@ const play = (operations: ReadonlyArray<Operation>) =>
 
 const seed = Number(process.env["MAKA_PROPERTY_SEED"] ?? 20_261_205)
 
+const runs = Number(process.env["MAKA_PROPERTY_RUNS"] ?? 24)
+
 describe("the kept context over generated sessions", () => {
   it(
     "equals a fresh read after every commit, every request equals one rebuilt at its cut, and a fault leaves the session usable",
     async () => {
+      const totals = newTotals()
       await fc.assert(
-        fc.asyncProperty(session, (operations) => Effect.runPromise(play(operations))),
-        { numRuns: Number(process.env["MAKA_PROPERTY_RUNS"] ?? 24), seed, endOnFailure: true },
+        fc.asyncProperty(session, (operations) => Effect.runPromise(play(operations, totals))),
+        { numRuns: runs, seed, endOnFailure: true },
       )
       // The generator reached what the property is about.
       assert.isAbove(totals.retries, 2, JSON.stringify(totals))
@@ -403,4 +422,23 @@ describe("the kept context over generated sessions", () => {
     },
     120_000,
   )
+
+  // PostgreSQL keeps no context across runs (several writers), and checks each append by reading rows.
+  it.skipIf(databaseUrl === undefined)(
+    "PostgreSQL: the same, each run's context against fresh reads",
+    async () => {
+      const totals = newTotals()
+      await fc.assert(
+        fc.asyncProperty(session, (operations) => Effect.runPromise(play(operations, totals, postgresLog(databaseUrl!)))),
+        { numRuns: Math.ceil(runs / 2), seed, endOnFailure: true },
+      )
+      assert.isAbove(totals.faults, 1, JSON.stringify(totals))
+      assert.isAbove(totals.afterFault, 0, JSON.stringify(totals))
+    },
+    240_000,
+  )
 })
+
+if (databaseUrl === undefined) {
+  process.stdout.write("note: MAKA_TEST_DATABASE_URL is unset; the PostgreSQL case of LiveContextProperty.test.ts does not run here\n")
+}
