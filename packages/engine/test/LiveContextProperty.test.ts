@@ -2,18 +2,21 @@
  * The context an engine keeps across steps and runs (docs/engine.md §5.4, src/internal/live-context.ts)
  * against fresh reads, over generated sessions of real runs: turns of tool steps whose calls are
  * small, over one page (archived by prune before the next request) or invalid (rejected), steps
- * retried after a replay-safe failure, provider usage that moves the output limit, runs of another
+ * retried after a replay-safe failure, provider usage that moves the output limit and makes
+ * compaction due (the summary made and adopted in the foreground before the next request), runs of another
  * writer appended between turns (an append the engine did not make), steering or a cancellation that
  * arrives while a step's request waits for its answer, and a turn whose commit the store refuses or
  * answers with an unknown outcome (after writing it) at a generated point. The spy of
  * `support/live-comparison.ts` compares the live context with a fresh `readModelContext` after every
  * commit, and every request the model received with one rebuilt from a fresh read at its cut. After a
  * fault the session stays usable: every later turn completes, except that a dispatch whose commit
- * outcome was unknown leaves the session to reconciliation (docs/engine.md §5.3), and no effect ever
- * runs twice.
+ * outcome was unknown refuses the next message (docs/engine.md §5.8), and the session then goes on
+ * with explicit messages (`allowPriorUnknown`); no effect ever runs twice. The same sessions run on
+ * PostgreSQL when `MAKA_TEST_DATABASE_URL` names a server. `MAKA_PROPERTY_SEED` and
+ * `MAKA_PROPERTY_RUNS` change the seed and the number of sessions.
  */
 import { assert, describe, it } from "@effect/vitest"
-import type { Event, EventWrite } from "@maka/facts"
+import { Prompts, type Event, type EventWrite, type Prompt } from "@maka/facts"
 import { EventLogError, type EventLog } from "@maka/event-log"
 import { FactBuilders, History, OpenAiSse, Respond, type ScriptedServer } from "@maka/testkit"
 import { ToolCatalog } from "@maka/tools"
@@ -21,6 +24,7 @@ import { Cause, Effect, Exit, Option } from "effect"
 import * as fc from "fast-check"
 import type * as Engine from "../src/Engine.ts"
 import type * as EngineError from "../src/EngineError.ts"
+import { isSummaryRequest, summaryAnswer, summaryText } from "./support/compaction.ts"
 import { recording } from "./support/harness.ts"
 import { comparing, newComparison, type Comparison, type Settings } from "./support/live-comparison.ts"
 import { databaseUrl, echoTool, input, postgresLog, setup, type SetupExtras } from "./support/setup.ts"
@@ -125,6 +129,22 @@ const argumentsOf = (value: string, kind: Call) => JSON.stringify({ value: kind 
 
 const usage = (prompt: number) => ({ prompt_tokens: prompt, completion_tokens: 100, total_tokens: prompt + 100 })
 
+/** Whether the model was asked for a summary (docs/engine.md §5.12): its prompt ends with the attempt's instruction. */
+const isSummaryPrompt = (request: Prompt.ModelRequest): boolean => {
+  const last = request.prompt[request.prompt.length - 1]
+  return last?.role === "user" && typeof last.content === "string" && last.content.endsWith(Prompts.COMPACTION_ATTEMPT_SUFFIX)
+}
+
+/** Resolves once the `count + 1`-th main request from the session's request `base` on arrived (summaries skipped). */
+const mainRequest = (server: ScriptedServer.ScriptedServer, base: number, count: number): Promise<void> =>
+  (async () => {
+    for (let index = base, seen = 0; ; index++) {
+      if (isSummaryRequest(await server.request(index))) continue
+      if (seen === count) return
+      seen++
+    }
+  })()
+
 /** Which turn's entries the server answers with: those of a turn that ended early never match later. */
 interface Routing {
   active: number
@@ -156,9 +176,9 @@ const responsesOf = (
   return step.retry ? [Respond.dropAfter([OpenAiSse.role(), OpenAiSse.text("a half ans")]), answered] : [answered]
 }
 
-/** The index among the session's requests of step `at`'s answered attempt, the turn's first request being `base`. */
-const heldRequest = (base: number, steps: ReadonlyArray<Step>, at: number): number =>
-  base + steps.slice(0, at).reduce((count, step) => count + (step.retry ? 2 : 1), 0) + (steps[at]!.retry ? 1 : 0)
+/** How many main requests of the turn come before step `at`'s answered attempt. */
+const requestsBefore = (steps: ReadonlyArray<Step>, at: number): number =>
+  steps.slice(0, at).reduce((count, step) => count + (step.retry ? 2 : 1), 0) + (steps[at]!.retry ? 1 : 0)
 
 /** Another writer's run in the session: its message, and a settled tool step when asked. */
 const foreignWrites = (sessionIndex: number, index: number, withToolStep: boolean) => {
@@ -255,6 +275,7 @@ const newTotals = () => ({
   foreignRefused: 0,
   steered: 0,
   cancelled: 0,
+  checkpoints: 0,
 })
 type Totals = ReturnType<typeof newTotals>
 let sessions = 0
@@ -268,7 +289,9 @@ const play = (operations: ReadonlyArray<Operation>, totals: Totals, openLog?: Se
       const injection: Injection = { fault: undefined, invocationId: "", commits: 0, fired: undefined }
       const routing: Routing = { active: -1 }
       let settings: Settings | undefined
-      const context = yield* setup({ script: [] }, undefined, {}, {
+      // Every summary is answered, in the foreground (one model slot): a step's requests stay in order.
+      const summaries = { match: isSummaryRequest, respond: summaryAnswer(summaryText(`summary of session ${sessions}`)), repeat: true }
+      const context = yield* setup({ script: [summaries] }, undefined, { concurrency: 1 }, {
         wrapLog: (log) => injecting(injection, comparison, comparing(comparison, "session-1", () => settings!, log)),
         ...(openLog === undefined ? {} : { openLog }),
       })
@@ -302,7 +325,7 @@ const play = (operations: ReadonlyArray<Operation>, totals: Totals, openLog?: Se
         const gate = Respond.gate()
         const held = operation.interrupt
         const push = (respond: Respond.Responder) =>
-          context.server.push({ match: () => routing.active === turnIndex, respond } satisfies ScriptedServer.ScriptEntry)
+          context.server.push({ match: (request) => !isSummaryRequest(request) && routing.active === turnIndex, respond } satisfies ScriptedServer.ScriptEntry)
         operation.steps.forEach((step, stepIndex) => {
           for (const respond of responsesOf(sessionIndex, turnIndex, stepIndex, step, held?.at === stepIndex ? gate : undefined)) push(respond)
           step.calls.forEach((kind, call) => {
@@ -317,7 +340,8 @@ const play = (operations: ReadonlyArray<Operation>, totals: Totals, openLog?: Se
             const start = input(context, `Turn ${turnIndex} of session ${sessionIndex}.`, tools, {
               model: spy.model,
               mainOutputLimit: 16_000,
-              context: { providerId: "provider-1", modelContextWindow: 20_000 },
+              // A main step that reports 6,000 prompt tokens makes compaction due before the next request.
+              context: { providerId: "provider-1", modelContextWindow: 20_000, declaredWindow: 6_000 },
               ...(allowPriorUnknown ? { allowPriorUnknown } : {}),
             })
             settings = start
@@ -331,7 +355,7 @@ const play = (operations: ReadonlyArray<Operation>, totals: Totals, openLog?: Se
                   if (held !== undefined) {
                     // The held request arrives, unless a fault ended the run before it was sent.
                     const arrived = yield* Effect.raceFirst(
-                      Effect.as(Effect.promise(() => context.server.request(heldRequest(base, operation.steps, held.at))), true),
+                      Effect.as(Effect.promise(() => mainRequest(context.server, base, requestsBefore(operation.steps, held.at))), true),
                       Effect.as(Effect.exit(running.wait), false),
                     )
                     if (arrived && held.kind === "steer" && Exit.isSuccess(yield* Effect.exit(running.steer(`Steer turn ${turnIndex}.`)))) {
@@ -381,7 +405,7 @@ const play = (operations: ReadonlyArray<Operation>, totals: Totals, openLog?: Se
         completedValues.push(...values)
       }
       assert.deepStrictEqual(comparison.mismatches, [], `${JSON.stringify(comparison.mismatches)} in ${JSON.stringify(operations)}`)
-      assert.deepStrictEqual(spy.requests, comparison.expected, JSON.stringify(operations))
+      assert.deepStrictEqual(spy.requests.filter((request) => !isSummaryPrompt(request)), comparison.expected, JSON.stringify(operations))
       // No effect ran twice, and every valid call of a completed turn ran (a retried step's included).
       assert.strictEqual(new Set(ran).size, ran.length, `an effect ran twice: ${JSON.stringify(ran)}`)
       for (const value of completedValues) assert.include(ran, value)
@@ -393,6 +417,7 @@ const play = (operations: ReadonlyArray<Operation>, totals: Totals, openLog?: Se
       totals.archived += events.filter((stored) => stored.event.fact.kind === "tool_result_archived").length
       totals.rejected += events.filter((stored) => stored.event.fact.kind === "tool_rejected").length
       totals.foreign += foreign
+      totals.checkpoints += events.filter((stored) => stored.event.fact.kind === "context_checkpoint_recorded").length
     }),
   )
 
@@ -419,6 +444,7 @@ describe("the kept context over generated sessions", () => {
       assert.isAbove(totals.steered, 1, JSON.stringify(totals))
       assert.isAbove(totals.cancelled, 1, JSON.stringify(totals))
       assert.isAbove(totals.reconciliation, 0, JSON.stringify(totals))
+      assert.isAbove(totals.checkpoints, 2, JSON.stringify(totals))
     },
     120_000,
   )

@@ -101,7 +101,8 @@ export const comparing = (
       }
       for (const [index, write] of writes.entries()) {
         const fact: Fact.Fact = write.event.fact
-        if (fact.kind !== "model_requested" || current === undefined) continue
+        // A summary request (docs/engine.md §5.12) is built from its own capture, not as a main request.
+        if (fact.kind !== "model_requested" || fact.purpose !== "main" || current === undefined) continue
         // What precedes the request (this batch's settlements and steering included) is its source:
         // a read now sees the request itself too, which projects to nothing in the prompt.
         const fresh = yield* read(current.invocationId)
@@ -143,8 +144,9 @@ export const comparing = (
             comparison.mismatches.push(`a snapshot's tail read after the next commit differs from a fresh read at its own cut`)
           }
         }
-        // An archive makes the live context read the log again, as the engine's does.
-        if (current.live.stale) {
+        // An archive makes the live context read the log again, as the engine's does; an adopted
+        // checkpoint, which the engine rebuilds its context over (docs/engine.md §5.12), is read anew here.
+        if (current.live.stale || writes.some((write) => write.event.fact.kind === "context_checkpoint_recorded")) {
           current.live = yield* LiveContext.load(log, sessionId, current.invocationId, current.configuration, settings().allowPriorUnknown === true)
         }
         if (writes.some((write) => write.event.fact.kind === "invocation_ended")) {
