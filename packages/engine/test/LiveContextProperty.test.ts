@@ -3,10 +3,10 @@
  * against fresh reads, over generated sessions of real runs: turns of tool steps whose calls are
  * small, over one page (archived by prune before the next request) or invalid (rejected), steps
  * retried after a replay-safe failure, provider usage that moves the output limit and makes
- * compaction due (the summary made and adopted in the foreground before the next request), runs of another
- * writer appended between turns (an append the engine did not make), steering or a cancellation that
- * arrives while a step's request waits for its answer, and a turn whose commit the store refuses or
- * answers with an unknown outcome (after writing it) at a generated point. The spy of
+ * compaction due (the summary made and adopted in the foreground before the next request), runs of
+ * another writer appended between turns (an append the engine did not make), steering or a
+ * cancellation that arrives while a step's request waits for its answer, and a turn whose commit the
+ * store refuses or answers with an unknown outcome (after writing it) at a generated point. The spy of
  * `support/live-comparison.ts` compares the live context with a fresh `readModelContext` after every
  * commit, and every request the model received with one rebuilt from a fresh read at its cut. After a
  * fault the session stays usable: every later turn completes, except that a dispatch whose commit
