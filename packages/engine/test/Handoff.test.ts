@@ -8,6 +8,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { Canonical, Digest } from "@maka/facts"
 import { FactBuilders, OpenAiSse, Respond } from "@maka/testkit"
 import { Tool, ToolCatalog } from "@maka/tools"
+import { EventLogError, type EventLog } from "@maka/event-log"
 import { Deferred, Effect, Fiber, Schema } from "effect"
 import * as EngineError from "../src/EngineError.ts"
 import type * as Engine from "../src/Engine.ts"
@@ -91,6 +92,66 @@ describe("handoff", () => {
         )
         assert.deepStrictEqual(continuation.reason, { _tag: "Busy", message: EngineError.SESSION_RESERVED_MESSAGE })
         assert.strictEqual((yield* context.log.events("session-1")).length, events.length)
+      }),
+    ),
+  )
+
+  it.live("a pause the log refuses or fails to write: the handoff resolves with no pause, and the session's next run goes on", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const failures: ReadonlyArray<EventLogError.EventLogError> = [
+          EventLogError.make({ _tag: "Database", message: "disk I/O error (injected)" }),
+          EventLogError.rejected({ _tag: "InvalidTransition", reason: "refused by the test's store" }),
+          EventLogError.make({ _tag: "OutcomeUnknown", message: "the connection dropped during COMMIT (injected)" }),
+        ]
+        for (const failure of failures) {
+          let refused = 0
+          const context = yield* setup(
+            { script: [mainEntry(slowCall("call-1", "a")), mainEntry(answer("Done."))] },
+            undefined,
+            {},
+            {
+              // The pause's commit fails once; the log accepts every other write.
+              wrapLog: (log): EventLog.EventLogShape => {
+                const appendBatch: EventLog.EventLogShape["appendBatch"] = (writes, complete) => {
+                  const pause = writes.some(
+                    (write) => write.event.fact.kind === "invocation_ended" && write.event.fact.outcome.kind === "handoff_paused",
+                  )
+                  if (!pause || refused++ > 0) return log.appendBatch(writes, complete)
+                  return failure.reason._tag === "OutcomeUnknown"
+                    ? Effect.andThen(log.appendBatch(writes, complete), Effect.fail(failure))
+                    : Effect.fail(failure)
+                }
+                return { ...log, appendBatch, append: (write) => Effect.map(appendBatch([write]), (sequences) => sequences[0]!) }
+              },
+            },
+          )
+          const effects: Effects = { ran: [] }
+          const release = yield* Deferred.make<void>()
+          const running = yield* context.engine.start(input(context, "Run slow.", tools(effects, release), { maxSteps: 6 }))
+          yield* Effect.promise(() => context.server.exchange(0))
+          const requested = yield* Effect.forkChild(running.handoff)
+          yield* Effect.sleep("20 millis")
+          yield* Deferred.succeed(release, undefined)
+          // Whoever waits for the pause learns that none was sealed (docs/engine.md §5.10), and the run fails.
+          const pause = yield* Fiber.join(requested).pipe(Effect.timeout("5 seconds"))
+          assert.isUndefined(pause, failure.message)
+          const ended = yield* Effect.flip(running.wait)
+          assert.strictEqual(ended.reason._tag, "Commit", failure.message)
+          assert.strictEqual(refused, 1)
+          assert.deepStrictEqual(effects.ran, ["slow:a"])
+          // A pause that landed all the same is the session's: only its successor may go on.
+          if (failure.reason._tag === "OutcomeUnknown") continue
+          // The engine seals the run at the session's next start, which goes on.
+          const next = yield* context.engine.run(input(context, "Next.", ToolCatalog.make([])))
+          assert.deepStrictEqual(next.outcome, { kind: "completed" }, failure.message)
+          const terminals = factsOf(yield* context.log.events("session-1"), "invocation_ended")
+          assert.deepStrictEqual(
+            terminals.map((fact) => fact.outcome.kind),
+            ["failed", "completed"],
+            failure.message,
+          )
+        }
       }),
     ),
   )
