@@ -1,19 +1,22 @@
 /**
- * The context an engine keeps across steps and runs (docs/engine.md §5.4, src/internal/live-context.ts)
- * against fresh reads, over generated sessions of real runs: turns of tool steps whose calls are
- * small, over one page (archived by prune before the next request) or invalid (rejected), steps
- * retried after a replay-safe failure, provider usage that moves the output limit and makes
- * compaction due (the summary made and adopted in the foreground before the next request), runs of
- * another writer appended between turns (an append the engine did not make), steering or a
- * cancellation that arrives while a step's request waits for its answer, and a turn whose commit the
- * store refuses or answers with an unknown outcome (after writing it) at a generated point. The spy of
- * `support/live-comparison.ts` compares the live context with a fresh `readModelContext` after every
- * commit, and every request the model received with one rebuilt from a fresh read at its cut. After a
- * fault the session stays usable: every later turn completes, except that a dispatch whose commit
- * outcome was unknown refuses the next message (docs/engine.md §5.8), and the session then goes on
- * with explicit messages (`allowPriorUnknown`); no effect ever runs twice. The same sessions run on
- * PostgreSQL when `MAKA_TEST_DATABASE_URL` names a server. `MAKA_PROPERTY_SEED` and
- * `MAKA_PROPERTY_RUNS` change the seed and the number of sessions.
+ * The context an engine keeps across steps and runs (docs/engine.md §5.4,
+ * src/internal/live-context.ts) against fresh reads, over generated sessions of real runs: turns of tool steps whose
+ * calls are small, over one page (archived by prune before the next request) or invalid (rejected);
+ * steps retried after a replay-safe failure; provider usage that moves the output limit and makes
+ * compaction due (the summary made and adopted in the foreground before the next request); runs of
+ * another writer appended between turns (an append the engine did not make); steering, a
+ * cancellation or a handoff (its successor resumed by the same engine) that arrives while a step's
+ * request waits for its answer; and a turn whose commit the store refuses or answers with an
+ * unknown outcome (after writing it) at a generated point. The spy of `support/live-comparison.ts`
+ * compares the live context with a fresh `readModelContext` after every commit, and every request
+ * the model received with one rebuilt from a fresh read at its cut.
+ *
+ * After a fault the session stays usable: every later turn completes, except that a dispatch whose
+ * commit outcome was unknown refuses the next message (docs/engine.md §5.8), the session then going
+ * on with explicit messages (`allowPriorUnknown`), and that a pause which landed although its
+ * outcome was unknown reserves the session until the host abandons it. No wait hangs and no effect
+ * runs twice. The same sessions run on PostgreSQL when `MAKA_TEST_DATABASE_URL` names a server;
+ * `MAKA_PROPERTY_SEED` and `MAKA_PROPERTY_RUNS` change the seed and the number of sessions.
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Prompts, type Event, type EventWrite, type Prompt } from "@maka/facts"
