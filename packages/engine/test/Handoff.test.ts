@@ -140,15 +140,20 @@ describe("handoff", () => {
           assert.strictEqual(ended.reason._tag, "Commit", failure.message)
           assert.strictEqual(refused, 1)
           assert.deepStrictEqual(effects.ran, ["slow:a"])
-          // A pause that landed all the same is the session's: only its successor may go on.
-          if (failure.reason._tag === "OutcomeUnknown") continue
-          // The engine seals the run at the session's next start, which goes on.
+          // A pause that landed all the same reserves the session for its successor: the host abandons it.
+          const landed = failure.reason._tag === "OutcomeUnknown"
+          if (landed) {
+            const refused = yield* Effect.flip(context.engine.run(input(context, "Next.", ToolCatalog.make([]))))
+            assert.strictEqual(refused.message, EngineError.SESSION_RESERVED_MESSAGE)
+            yield* context.engine.abandonHandoff("session-1")
+          }
+          // Otherwise the engine seals the run at the session's next start; either way that run goes on.
           const next = yield* context.engine.run(input(context, "Next.", ToolCatalog.make([])))
           assert.deepStrictEqual(next.outcome, { kind: "completed" }, failure.message)
           const terminals = factsOf(yield* context.log.events("session-1"), "invocation_ended")
           assert.deepStrictEqual(
             terminals.map((fact) => fact.outcome.kind),
-            ["failed", "completed"],
+            landed ? ["handoff_paused", "cancelled", "completed"] : ["failed", "completed"],
             failure.message,
           )
         }

@@ -93,7 +93,9 @@ export const comparing = (
       const writes = [...leading, ...trailing]
       // An opening starts the comparison of its run, before a request that rides its commit.
       const opening = writes.find((write) => write.event.fact.kind === "invocation_opened")
-      if (opening !== undefined && opening.event.fact.kind === "invocation_opened") {
+      // An invocation opened and ended in one batch (an abandoned handoff's successor) is never live.
+      const endedAtOnce = writes.some((write) => write.event.fact.kind === "invocation_ended" && write.event.invocation.invocationId === opening?.event.invocation.invocationId)
+      if (opening !== undefined && opening.event.fact.kind === "invocation_opened" && !endedAtOnce) {
         const { invocationId } = opening.event.invocation
         const configuration = opening.event.fact.configuration
         const live = yield* LiveContext.load(log, sessionId, invocationId, configuration, settings().allowPriorUnknown === true)
