@@ -11,7 +11,7 @@ import { FactBuilders, History, OpenAiSse, Respond } from "@maka/testkit"
 import { Effect } from "effect"
 import type * as Engine from "../src/Engine.ts"
 import { kinds, recording } from "./support/harness.ts"
-import { comparing, newComparison, type Comparison, type Settings } from "./support/live-comparison.ts"
+import { comparedSetup, comparing, newComparison, type Comparison, type Settings } from "./support/live-comparison.ts"
 import { catalog, input, setup, type Effects } from "./support/setup.ts"
 
 const usage = (prompt: number, completion: number) => ({ prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion })
@@ -126,26 +126,17 @@ describe("the live context", () => {
     Effect.scoped(
       Effect.gen(function* () {
         const gate = Respond.gate()
-        const comparison: Comparison = newComparison()
-        let settings: Settings | undefined
-        const context = yield* setup(
-          {
-            script: [
-              Respond.hold(gate, Respond.sse(OpenAiSse.response({ text: ["Done."], usage: usage(3_000, 300) }))),
-              Respond.sse(OpenAiSse.response({ text: ["Done, as steered."], usage: usage(4_000, 400) })),
-            ],
-          },
-          undefined,
-          {},
-          { wrapLog: (log) => comparing(comparison, "session-1", () => settings!, log) },
-        )
+        const { context, comparison, current } = yield* comparedSetup([
+          Respond.hold(gate, Respond.sse(OpenAiSse.response({ text: ["Done."], usage: usage(3_000, 300) }))),
+          Respond.sse(OpenAiSse.response({ text: ["Done, as steered."], usage: usage(4_000, 400) })),
+        ])
         const spy = recording(context.model)
         const start = input(context, "Answer.", catalog({ ran: [] }), {
           model: spy.model,
           mainOutputLimit: 16_000,
           context: { providerId: "provider-1", modelContextWindow: 20_000 },
         })
-        settings = start
+        current.settings = start
         const running = yield* context.engine.start(start)
         yield* Effect.promise(() => context.server.request(0))
         yield* running.steer("and say it was steered")

@@ -14,7 +14,9 @@ import { Effect, Result } from "effect"
 import { isDeepStrictEqual } from "node:util"
 import * as PromptBuilder from "../../src/PromptBuilder.ts"
 import { LiveContext } from "../../src/internal/live-context.ts"
+import type { ScriptedServer } from "@maka/testkit"
 import type * as Engine from "../../src/Engine.ts"
+import { setup } from "./setup.ts"
 
 export interface Comparison {
   /** Whole-context comparisons made after commits. */
@@ -174,3 +176,15 @@ export const comparing = (
 
 /** A comparison with nothing compared yet. */
 export const newComparison = (): Comparison => ({ snapshots: 0, expected: [], requests: [], retries: 0, mismatches: [] })
+
+/**
+ * A scripted engine whose log is wrapped by `comparing` over session `session-1`, with the comparison
+ * and the settings the spy rebuilds requests with (set them to each run's input before it starts).
+ */
+export const comparedSetup = (script: ScriptedServer.ServerOptions["script"]) =>
+  Effect.gen(function* () {
+    const comparison = newComparison()
+    const current: { settings?: Settings } = {}
+    const context = yield* setup({ script }, undefined, {}, { wrapLog: (log) => comparing(comparison, "session-1", () => current.settings!, log) })
+    return { context, comparison, current }
+  })
