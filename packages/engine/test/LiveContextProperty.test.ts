@@ -1,15 +1,15 @@
 /**
  * The context an engine keeps across steps and runs (docs/engine.md §5.4,
- * src/internal/live-context.ts) against fresh reads, over generated sessions of real runs: turns of tool steps whose
- * calls are small, over one page (archived by prune before the next request) or invalid (rejected);
- * steps retried after a replay-safe failure; provider usage that moves the output limit and makes
- * compaction due (the summary made and adopted in the foreground before the next request); runs of
- * another writer appended between turns (an append the engine did not make); steering, a
- * cancellation or a handoff (its successor resumed by the same engine) that arrives while a step's
- * request waits for its answer; and a turn whose commit the store refuses or answers with an
- * unknown outcome (after writing it) at a generated point. The spy of `support/live-comparison.ts`
- * compares the live context with a fresh `readModelContext` after every commit, and every request
- * the model received with one rebuilt from a fresh read at its cut.
+ * src/internal/live-context.ts) against fresh reads, over generated sessions of real runs: turns of
+ * tool steps whose calls are small, over one page (archived by prune before the next request) or
+ * invalid (rejected); steps retried after a replay-safe failure; provider usage that moves the
+ * output limit and makes compaction due (the summary made before the next request, or in the
+ * background beside it); runs of another writer appended between turns (an append the engine did
+ * not make); steering, a cancellation or a handoff (its successor resumed by the same engine) that
+ * arrives while a step's request waits for its answer; and a turn whose commit the store refuses or
+ * answers with an unknown outcome (after writing it) at a generated point. The spy of
+ * `support/live-comparison.ts` compares the live context with a fresh `readModelContext` after
+ * every commit, and every request the model received with one rebuilt from a fresh read at its cut.
  *
  * After a fault the session stays usable: every later turn completes, except that a dispatch whose
  * commit outcome was unknown refuses the next message (docs/engine.md §5.8), the session then going
@@ -116,7 +116,16 @@ const operation: fc.Arbitrary<Operation> = fc.oneof(
   { weight: 3, arbitrary: turn },
   { weight: 1, arbitrary: fc.boolean().map((toolStep) => ({ kind: "foreign", toolStep }) as const) },
 )
-const session = fc.array(operation, { minLength: 2, maxLength: 5 })
+interface Session {
+  readonly operations: ReadonlyArray<Operation>
+  /** 1: a summary is made in the foreground before the request; 4: a spare slot makes it in the background. */
+  readonly concurrency: 1 | 4
+}
+
+const session: fc.Arbitrary<Session> = fc.record({
+  operations: fc.array(operation, { minLength: 2, maxLength: 5 }),
+  concurrency: fc.constantFrom(1 as const, 4 as const),
+})
 
 // ---------------------------------------------------------------------------------------------
 // The tool, the script and the other writer
@@ -285,12 +294,13 @@ const newTotals = () => ({
   checkpoints: 0,
   handedOff: 0,
   abandoned: 0,
+  backgroundCheckpoints: 0,
 })
 type Totals = ReturnType<typeof newTotals>
 let sessions = 0
 
 /** Plays one generated session on a fresh log: a temporary SQLite file, or `openLog`'s. */
-const play = (operations: ReadonlyArray<Operation>, totals: Totals, openLog?: SetupExtras["openLog"]) =>
+const play = ({ operations, concurrency }: Session, totals: Totals, openLog?: SetupExtras["openLog"]) =>
   Effect.scoped(
     Effect.gen(function* () {
       const sessionIndex = ++sessions
@@ -298,9 +308,9 @@ const play = (operations: ReadonlyArray<Operation>, totals: Totals, openLog?: Se
       const injection: Injection = { fault: undefined, invocationId: "", commits: 0, fired: undefined }
       const routing: Routing = { active: -1 }
       let settings: Settings | undefined
-      // Every summary is answered, in the foreground (one model slot): a step's requests stay in order.
+      // Every summary is answered; the main requests are counted apart from them.
       const summaries = { match: isSummaryRequest, respond: summaryAnswer(summaryText(`summary of session ${sessions}`)), repeat: true }
-      const context = yield* setup({ script: [summaries] }, undefined, { concurrency: 1 }, {
+      const context = yield* setup({ script: [summaries] }, undefined, { concurrency }, {
         wrapLog: (log) => injecting(injection, comparison, comparing(comparison, "session-1", () => settings!, log)),
         ...(openLog === undefined ? {} : { openLog }),
       })
@@ -454,7 +464,9 @@ const play = (operations: ReadonlyArray<Operation>, totals: Totals, openLog?: Se
       totals.archived += events.filter((stored) => stored.event.fact.kind === "tool_result_archived").length
       totals.rejected += events.filter((stored) => stored.event.fact.kind === "tool_rejected").length
       totals.foreign += foreign
-      totals.checkpoints += events.filter((stored) => stored.event.fact.kind === "context_checkpoint_recorded").length
+      const checkpoints = events.filter((stored) => stored.event.fact.kind === "context_checkpoint_recorded").length
+      totals.checkpoints += checkpoints
+      if (concurrency > 1) totals.backgroundCheckpoints += checkpoints
     }),
   )
 
@@ -469,7 +481,7 @@ describe("the kept context over generated sessions", () => {
       const totals = newTotals()
       await fc.assert(
         // A session that hangs (a wait nothing ends) fails as a counterexample instead of timing the test out.
-        fc.asyncProperty(session, (operations) => Effect.runPromise(play(operations, totals).pipe(Effect.timeout("15 seconds")))),
+        fc.asyncProperty(session, (item) => Effect.runPromise(play(item, totals).pipe(Effect.timeout("15 seconds")))),
         { numRuns: runs, seed, endOnFailure: true },
       )
       // The generator reached what the property is about.
@@ -484,6 +496,7 @@ describe("the kept context over generated sessions", () => {
       assert.isAbove(totals.reconciliation, 0, JSON.stringify(totals))
       assert.isAbove(totals.checkpoints, 2, JSON.stringify(totals))
       assert.isAbove(totals.handedOff, 1, JSON.stringify(totals))
+      assert.isAbove(totals.backgroundCheckpoints, 1, JSON.stringify(totals))
     },
     120_000,
   )
@@ -494,8 +507,8 @@ describe("the kept context over generated sessions", () => {
     async () => {
       const totals = newTotals()
       await fc.assert(
-        fc.asyncProperty(session, (operations) =>
-          Effect.runPromise(play(operations, totals, postgresLog(databaseUrl!)).pipe(Effect.timeout("30 seconds"))),
+        fc.asyncProperty(session, (item) =>
+          Effect.runPromise(play(item, totals, postgresLog(databaseUrl!)).pipe(Effect.timeout("30 seconds"))),
         ),
         { numRuns: Math.ceil(runs / 2), seed, endOnFailure: true },
       )
