@@ -19,7 +19,7 @@
  * `MAKA_PROPERTY_SEED` and `MAKA_PROPERTY_RUNS` change the seed and the number of sessions.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Prompts, type Event, type EventWrite, type Prompt } from "@maka/facts"
+import type { Event, EventWrite } from "@maka/facts"
 import { EventLogError, type EventLog } from "@maka/event-log"
 import { FactBuilders, History, OpenAiSse, Respond, type ScriptedServer } from "@maka/testkit"
 import { ToolCatalog } from "@maka/tools"
@@ -27,7 +27,7 @@ import { Cause, Effect, Exit, Fiber, Option } from "effect"
 import * as fc from "fast-check"
 import type * as Engine from "../src/Engine.ts"
 import * as EngineError from "../src/EngineError.ts"
-import { isSummaryRequest, summaryAnswer, summaryText } from "./support/compaction.ts"
+import { isSummaryPrompt, isSummaryRequest, summaryAnswer, summaryText } from "./support/compaction.ts"
 import { recording } from "./support/harness.ts"
 import { comparing, newComparison, type Comparison, type Settings } from "./support/live-comparison.ts"
 import { databaseUrl, echoTool, input, postgresLog, setup, type SetupExtras } from "./support/setup.ts"
@@ -145,14 +145,8 @@ const argumentsOf = (value: string, kind: Call) => JSON.stringify({ value: kind 
 
 const usage = (prompt: number) => ({ prompt_tokens: prompt, completion_tokens: 100, total_tokens: prompt + 100 })
 
-/** Whether the model was asked for a summary (docs/engine.md §5.12): its prompt ends with the attempt's instruction. */
-const isSummaryPrompt = (request: Prompt.ModelRequest): boolean => {
-  const last = request.prompt[request.prompt.length - 1]
-  return last?.role === "user" && typeof last.content === "string" && last.content.endsWith(Prompts.COMPACTION_ATTEMPT_SUFFIX)
-}
-
 /** Resolves once the `count + 1`-th main request from the session's request `base` on arrived (summaries skipped). */
-const mainRequest = (server: ScriptedServer.ScriptedServer, base: number, count: number): Promise<void> =>
+const mainRequestArrived = (server: ScriptedServer.ScriptedServer, base: number, count: number): Promise<void> =>
   (async () => {
     for (let index = base, seen = 0; ; index++) {
       if (isSummaryRequest(await server.request(index))) continue
@@ -378,7 +372,7 @@ const play = ({ operations, concurrency }: Session, totals: Totals, openLog?: Se
                   if (held !== undefined) {
                     // The held request arrives, unless a fault ended the run before it was sent.
                     const arrived = yield* Effect.raceFirst(
-                      Effect.as(Effect.promise(() => mainRequest(context.server, base, requestsBefore(operation.steps, held.at))), true),
+                      Effect.as(Effect.promise(() => mainRequestArrived(context.server, base, requestsBefore(operation.steps, held.at))), true),
                       Effect.as(Effect.exit(running.wait), false),
                     )
                     if (arrived && held.kind === "steer" && Exit.isSuccess(yield* Effect.exit(running.steer(`Steer turn ${turnIndex}.`)))) {

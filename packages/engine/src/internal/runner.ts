@@ -798,12 +798,9 @@ export const runMessage = (
         : cancelled
           ? { kind: "cancelled", source: "runtime_cancellation" }
           : { kind: "completed" }
-    // The gate closes unless a pause was sealed: one whose commit failed was never sealed, and whoever
-    // waits for it learns so (docs/engine.md §5.10).
-    const sealed = yield* seal(run, outcome).pipe(
-      Effect.ensuring(Effect.suspend(() => (sealedPause(outcome) === undefined ? run.handoff.close : Effect.void))),
-      Effect.tapError(() => run.handoff.close),
-    )
+    // A seal that fails seals no pause either: the gate closes, and whoever waits for one learns so
+    // (docs/engine.md §5.10).
+    const sealed = yield* seal(run, outcome).pipe(Effect.onError(() => run.handoff.close))
     const pause = sealedPause(sealed)
     if (pause !== undefined) yield* run.handoff.sealed(pause)
     else yield* run.handoff.close

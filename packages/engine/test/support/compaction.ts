@@ -3,13 +3,19 @@
  * (its last user message ends with the attempt suffix), summaries in the `sections_v1` format, and
  * the prompt checks the scenarios share.
  */
-import { Prompts } from "@maka/facts"
+import { Prompts, type Prompt } from "@maka/facts"
 import { OpenAiSse, Respond, type ScriptedServer } from "@maka/testkit"
 
 /** The text every summary attempt's instruction ends with, as it appears in a JSON request body. */
 const SUMMARY_MARK = JSON.stringify(Prompts.COMPACTION_ATTEMPT_SUFFIX).slice(1, -1)
 
 export const isSummaryRequest = (request: ScriptedServer.RecordedRequest): boolean => request.body.includes(SUMMARY_MARK)
+
+/** The same for a request as the engine built it: its prompt ends with the attempt's instruction. */
+export const isSummaryPrompt = (request: Prompt.ModelRequest): boolean => {
+  const last = request.prompt[request.prompt.length - 1]
+  return last?.role === "user" && typeof last.content === "string" && last.content.endsWith(Prompts.COMPACTION_ATTEMPT_SUFFIX)
+}
 
 /** Answers the next summary request. */
 export const summaryEntry = (respond: Respond.Responder): ScriptedServer.ScriptEntry => ({ match: isSummaryRequest, respond })

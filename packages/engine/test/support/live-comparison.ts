@@ -9,12 +9,12 @@
 import { Digest, type Configuration, type EventWrite, type Fact, type Prompt } from "@maka/facts"
 import type { EventLog } from "@maka/event-log"
 import { projectPrompt, type LanguageModel } from "@maka/model"
+import type { ScriptedServer } from "@maka/testkit"
 import { ReadToolResult } from "@maka/tools"
 import { Effect, Result } from "effect"
 import { isDeepStrictEqual } from "node:util"
 import * as PromptBuilder from "../../src/PromptBuilder.ts"
 import { LiveContext } from "../../src/internal/live-context.ts"
-import type { ScriptedServer } from "@maka/testkit"
 import type * as Engine from "../../src/Engine.ts"
 import { setup } from "./setup.ts"
 
