@@ -48,23 +48,33 @@ const failedSourceThenAnother = (context: Setup, effects: Effects) =>
     return source
   })
 
+/**
+ * The source of `failedSourceThenAnother` continued to completion, the server answering its
+ * continuation's request (and then `after`'s entries).
+ */
+const continuedSource = (after: ReadonlyArray<ReturnType<typeof mainEntry>> = []) =>
+  Effect.gen(function* () {
+    const context = yield* setup({
+      script: [
+        mainEntry(echoCall("call-1", "alpha")),
+        mainEntry(failsAfterText("PARTIAL-INTERRUPTED-TEXT")),
+        mainEntry(answer("Unrelated answer.")),
+        mainEntry(answer("Continued: alpha was echoed.")),
+        ...after,
+      ],
+    })
+    const effects: Effects = { ran: [] }
+    const source = yield* failedSourceThenAnother(context, effects)
+    const running = yield* context.engine.continueRun(continueInput(context, source.invocation, catalog(effects)))
+    assert.deepStrictEqual((yield* running.wait).outcome, { kind: "completed" })
+    return { context, effects, source, running }
+  })
+
 describe("continuation", () => {
   it.live("replays only the source's lineage, without later runs or interrupted text, and its claim matches the first request (scenario 52)", () =>
     Effect.scoped(
       Effect.gen(function* () {
-        const context = yield* setup({
-          script: [
-            mainEntry(echoCall("call-1", "alpha")),
-            mainEntry(failsAfterText("PARTIAL-INTERRUPTED-TEXT")),
-            mainEntry(answer("Unrelated answer.")),
-            mainEntry(answer("Continued: alpha was echoed.")),
-          ],
-        })
-        const effects: Effects = { ran: [] }
-        const source = yield* failedSourceThenAnother(context, effects)
-        const running = yield* context.engine.continueRun(continueInput(context, source.invocation, catalog(effects)))
-        const result = yield* running.wait
-        assert.deepStrictEqual(result.outcome, { kind: "completed" })
+        const { context, effects, source, running } = yield* continuedSource()
         assert.deepStrictEqual(effects.ran, ["alpha"])
         const body = context.server.requests()[3]!.body
         assert.include(body, "Echo alpha.")
@@ -78,6 +88,29 @@ describe("continuation", () => {
         assert.deepStrictEqual(opening.input.claim.source.invocation, source.invocation)
         assert.strictEqual(factsOf(own, "model_requested")[0]!.inputDigest, opening.input.claim.replay.digest)
         assert.strictEqual(factsOf(own, "model_requested")[0]!.sourceScope.kind, "lineage")
+      }),
+    ),
+  )
+
+  it.live("a message run after a continuation reads the whole session again, not the continuation's lineage", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const { context, effects } = yield* continuedSource([mainEntry(answer("The next turn."))])
+        // The engine keeps a run's context for the session's next run only when it is the session's.
+        const next = yield* context.engine.run(input(context, "THE-NEXT-MESSAGE", catalog(effects)))
+        assert.deepStrictEqual(next.outcome, { kind: "completed" })
+        const body = context.server.requests()[4]!.body
+        assert.include(body, "UNRELATED-LATER-RUN")
+        assert.include(body, "Continued: alpha was echoed.")
+        assert.include(body, "THE-NEXT-MESSAGE")
+        const events = yield* context.log.events("session-1")
+        const request = factsOf(
+          events.filter((stored) => stored.event.invocation.invocationId === next.invocation.invocationId),
+          "model_requested",
+        )[0]!
+        assert.deepStrictEqual(request.sourceScope, { kind: "session", id: "session-1" })
+        const hash = yield* context.log.sessionHash("session-1", request.sourceHighWater)
+        assert.strictEqual(request.sourceDigest, hash.digest(request.sourceHighWater))
       }),
     ),
   )

@@ -142,6 +142,15 @@ export class LiveContext {
     return this.tail.some((item) => item.kind === "canonical" && isArchivable({ event: item.stored.event }))
   }
 
+  /**
+   * Whether this is the session's context: not a lineage (a continuation's, or a successor's that
+   * replays one, docs/log-format.md §3.6), which leaves out the session's other runs. Only the
+   * session's context can be carried into the session's next run.
+   */
+  get isSessionWide(): boolean {
+    return this.initial.sourceEvidence.scope.kind === "session"
+  }
+
   /** The last sequence applied. */
   get highWaterMark(): number {
     return this.highWater

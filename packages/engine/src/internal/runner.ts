@@ -804,8 +804,9 @@ export const runMessage = (
     const pause = sealedPause(sealed)
     if (pause !== undefined) yield* run.handoff.sealed(pause)
     else yield* run.handoff.close
-    // Every commit of the run went through: its context is the session's, kept for the next run.
-    if (!run.mayBeUnresolved && !priorUnknown && run.live !== undefined) {
+    // Every commit of the run went through: its context, when it is the session's (not a lineage),
+    // is kept for the next run.
+    if (!run.mayBeUnresolved && !priorUnknown && run.live !== undefined && run.live.isSessionWide) {
       run.live.pruneOwed = loop.pruneOwed
       run.contexts.put(run.settings.invocation.sessionId, run.live)
     }
