@@ -394,6 +394,11 @@ export const make = (options: Partial<EngineOptions> = {}) =>
           ),
         { discard: true },
       )
+    /** A refusal naming an unsealed run where the session's unsealed run may be one whose terminal this engine owes. */
+    const owesTerminal = (error: EngineError.EngineError, sessionId: string) =>
+      error.reason._tag === "ReconciliationRequired" &&
+      error.reason.message === EngineError.UNSEALED_RUN_MESSAGE &&
+      [...unwritten.values()].some((invocation) => invocation.sessionId === sessionId)
     const contexts = new SessionContexts(SESSION_CONTEXTS)
     const live = new Map<
       string,
@@ -512,11 +517,7 @@ export const make = (options: Partial<EngineOptions> = {}) =>
             onFailure: (error) => error,
             onSuccess: () => EngineError.internal("worker omitted durable admission"),
           })
-          const own =
-            error.reason._tag === "ReconciliationRequired" &&
-            error.reason.message === EngineError.UNSEALED_RUN_MESSAGE &&
-            [...unwritten.values()].some((invocation) => invocation.sessionId === sessionId)
-          return yield* Effect.fail(own ? EngineError.reconciliation(EngineError.UNWRITTEN_TERMINAL_MESSAGE) : error)
+          return yield* Effect.fail(owesTerminal(error, sessionId) ? EngineError.reconciliation(EngineError.UNWRITTEN_TERMINAL_MESSAGE) : error)
         }
         return {
           invocation: input.invocation,
@@ -583,7 +584,14 @@ export const make = (options: Partial<EngineOptions> = {}) =>
           options: settingsOf,
           settings: runSettings(launchInput, log),
         } as unknown as Run
-        return yield* Effect.provideService(checkContinuationOf(run), Ids.Ids, ids)
+        const sessionId = input.invocation.sessionId
+        // The unsealed run the check met may be one of this engine's, whose terminal it owes: the
+        // refusal says so rather than naming another host (continueRun writes that terminal first).
+        return yield* Effect.provideService(checkContinuationOf(run), Ids.Ids, ids).pipe(
+          Effect.mapError((error) =>
+            owesTerminal(error, sessionId) ? EngineError.reconciliation(EngineError.UNWRITTEN_TERMINAL_CHECK_MESSAGE) : error,
+          ),
+        )
       })
 
     /** Every sealed pause of the log, paged from 0 (docs/log-format.md §3.10). */

@@ -34,6 +34,12 @@ export const UNSEALED_RUN_MESSAGE =
 /** A run of this engine ended but its terminal could not be written; the engine seals it itself. */
 export const UNWRITTEN_TERMINAL_MESSAGE =
   "session has a run of this engine whose terminal could not be written; it is sealed when the log accepts writes again"
+/**
+ * `checkContinuation` (which writes nothing) meets such a run of this engine: the engine writes its
+ * terminal before its next run on the session starts, and a continuation's claim is made after it.
+ */
+export const UNWRITTEN_TERMINAL_CHECK_MESSAGE =
+  "session has a run of this engine whose terminal is not written yet; the engine writes it when it next starts a run on the session, and a continuation is checked after that"
 /** The way out of an unknown tool outcome (docs/engine.md §5.8). */
 export const PRIOR_UNKNOWN_MESSAGE =
   "session has a tool effect whose outcome is unknown: check what it did, then send an explicit new message with allowPriorUnknown"

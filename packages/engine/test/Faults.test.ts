@@ -44,6 +44,15 @@ const faultedSetup = (target: string | undefined, mode: FaultMode, openLog?: Eff
     return { context, faults: faults!, effects: { ran: [] } } satisfies Faulted
   })
 
+/** The tool loop run to its end on a disk that fills up at its terminal: the run ends, its terminal unwritten. */
+const terminalOutage = Effect.gen(function* () {
+  const faulted = yield* faultedSetup("invocation_ended#1", "outage")
+  const { wait } = yield* runLoop(faulted)
+  assert.isTrue(Exit.isFailure(wait))
+  assert.deepStrictEqual(faulted.effects.ran, ["a", "b", "c"])
+  return faulted
+})
+
 /** Runs the tool loop; the start may fail (a faulted opening), the run may fail to seal. */
 const runLoop = ({ context, effects }: Faulted) =>
   Effect.map(Effect.exit(context.engine.run(input(context, "Loop.", catalog(effects)))), (wait) => ({ wait }))
@@ -294,11 +303,8 @@ describe("unknown outcomes and unwritten terminals", () => {
   it.live("a terminal the full disk refuses is sealed by the same engine once space is back, naming no other host", () =>
     Effect.scoped(
       Effect.gen(function* () {
-        const faulted = yield* faultedSetup("invocation_ended#1", "outage")
+        const faulted = yield* terminalOutage
         const { context, effects } = faulted
-        const { wait } = yield* runLoop(faulted)
-        assert.isTrue(Exit.isFailure(wait))
-        assert.deepStrictEqual(effects.ran, ["a", "b", "c"])
         assert.strictEqual((yield* context.log.unfinishedInvocations(10)).length, 1)
         // Still full: the next start says what happened, and writes nothing.
         const before = (yield* context.log.events("session-1")).length
@@ -318,6 +324,44 @@ describe("unknown outcomes and unwritten terminals", () => {
           { kind: "completed" },
         ])
         assert.deepStrictEqual(yield* context.engine.recover, { sealed: [], count: 0, unsealed: [] })
+      }),
+    ))
+
+  it.live("a continuation checked before the engine wrote its run's owed terminal is told so; continueRun writes it first", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const faulted = yield* terminalOutage
+        const { context, effects } = faulted
+        const events = yield* context.log.events("session-1")
+        const source = events[0]!.event.invocation
+        const continuation: Engine.ContinueInput = {
+          source,
+          invocation: { sessionId: "session-1", turnId: "continued-turn", runId: "continued-run", invocationId: "continued-invocation" },
+          model: context.model,
+          configuration: (events[0]!.event.fact as { configuration: Engine.ContinueInput["configuration"] }).configuration,
+          tools: catalog(effects),
+        }
+        // The check writes nothing, and says the terminal is this engine's to write, not another host's.
+        faulted.faults.heal()
+        const checked = yield* Effect.flip(context.engine.checkContinuation(continuation))
+        assert.strictEqual(checked.reason._tag, "ReconciliationRequired")
+        assert.strictEqual(checked.message, EngineError.UNWRITTEN_TERMINAL_CHECK_MESSAGE)
+        assert.notInclude(checked.message, "another host")
+        assert.strictEqual((yield* context.log.events("session-1")).length, events.length)
+        // continueRun writes the owed terminal, then claims the sealed run's boundary: its answer rode
+        // the terminal's commit and was never written, so the run ends with its tool results.
+        const running = yield* context.engine.continueRun(continuation)
+        assert.deepStrictEqual((yield* running.wait).outcome, { kind: "completed" })
+        const after = yield* context.log.events("session-1")
+        const terminal = after.findIndex((stored) => stored.event.fact.kind === "invocation_ended")
+        assert.deepStrictEqual(after[terminal]!.event.fact, {
+          kind: "invocation_ended",
+          outcome: { kind: "failed", class: "event_commit", message: EngineError.UNWRITTEN_TERMINAL_MESSAGE },
+        })
+        const opening = after[terminal + 1]!.event
+        assert.strictEqual(opening.invocation.invocationId, "continued-invocation")
+        assert.strictEqual(opening.fact.kind === "invocation_opened" ? opening.fact.input.kind : undefined, "continuation")
+        assert.deepStrictEqual(effects.ran, ["a", "b", "c"])
       }),
     ))
 
