@@ -5,9 +5,14 @@
  * invalid (rejected); steps retried after a replay-safe failure; provider usage that moves the
  * output limit and makes compaction due (the summary made before the next request, or in the
  * background beside it); runs of another writer appended between turns (an append the engine did
- * not make); steering, a cancellation or a handoff (its successor resumed by the same engine) that
- * arrives while a step's request waits for its answer; and a turn whose commit the store refuses or
- * answers with an unknown outcome (after writing it) at a generated point. The spy of
+ * not make); steering, a cancellation or a handoff (its successor resumed by the same engine, or by
+ * another engine over the same log, which then serves the session) that arrives while a step's
+ * request waits for its answer; the session moved to another engine between turns (the last one
+ * closed, the next recovering what it left open); turns that continue the session's latest run
+ * (docs/engine.md §5.9) instead of sending a message, when `checkContinuation` allows it (a refusal
+ * is `continueRun`'s too, and writes nothing); runs that end at their step budget after a tool step;
+ * and a turn whose commit the store refuses or answers with an unknown outcome (after writing it) at
+ * a generated point. The spy of
  * `support/live-comparison.ts` compares the live context with a fresh `readModelContext` after
  * every commit, and every request the model received with one rebuilt from a fresh read at its cut.
  *
@@ -16,16 +21,17 @@
  * on with explicit messages (`allowPriorUnknown`), and that a pause which landed although its
  * outcome was unknown reserves the session until the host abandons it. No wait hangs and no effect
  * runs twice. The same sessions run on PostgreSQL when `MAKA_TEST_DATABASE_URL` names a server;
- * `MAKA_PROPERTY_SEED` and `MAKA_PROPERTY_RUNS` change the seed and the number of sessions.
+ * `MAKA_PROPERTY_SEED` and `MAKA_PROPERTY_RUNS` change the seed and the number of sessions;
+ * `MAKA_PROPERTY_PRINT=1` prints how often the sessions reached each case.
  */
 import { assert, describe, it } from "@effect/vitest"
-import type { Event, EventWrite } from "@maka/facts"
-import { EventLogError, type EventLog } from "@maka/event-log"
+import type { Event, EventWrite, Identity, Outcome } from "@maka/facts"
+import { EventLog, EventLogError } from "@maka/event-log"
 import { FactBuilders, History, OpenAiSse, Respond, type ScriptedServer } from "@maka/testkit"
-import { ToolCatalog } from "@maka/tools"
+import { Ids, ToolCatalog } from "@maka/tools"
 import { Cause, Effect, Exit, Fiber, Option } from "effect"
 import * as fc from "fast-check"
-import type * as Engine from "../src/Engine.ts"
+import * as Engine from "../src/Engine.ts"
 import * as EngineError from "../src/EngineError.ts"
 import { isSummaryPrompt, isSummaryRequest, summaryAnswer, summaryText } from "./support/compaction.ts"
 import { recording } from "./support/harness.ts"
@@ -68,7 +74,8 @@ interface Fault {
  */
 interface Interrupt {
   readonly at: number
-  readonly kind: "steer" | "cancel" | "handoff"
+  /** `handoff-away`: the successor is resumed by another engine over the same log, which then serves the session. */
+  readonly kind: "steer" | "cancel" | "handoff" | "handoff-away"
 }
 
 type Operation =
@@ -77,9 +84,21 @@ type Operation =
       readonly steps: ReadonlyArray<Step>
       readonly fault?: Fault | undefined
       readonly interrupt?: Interrupt | undefined
+      /**
+       * The turn continues the session's latest run (docs/engine.md §5.9) instead of sending a
+       * message, when `checkContinuation` allows it; otherwise it sends its message.
+       */
+      readonly continues: boolean
+      /** The run's step budget ends it after its last tool step (`step_limit`): its last message is a tool result. */
+      readonly stepLimit: boolean
     }
   /** Another writer's sealed run in the session, with a tool step or with its message only. */
   | { readonly kind: "foreign"; readonly toolStep: boolean }
+  /**
+   * The session moves to another engine over the same log, as to a new process: this one closes,
+   * the next recovers what is left open (docs/engine.md §5.3) and serves the later turns.
+   */
+  | { readonly kind: "move" }
 
 const promptTokens = fc.constantFrom(500, 2_000, 6_000)
 const retry = fc.integer({ min: 0, max: 4 }).map((value) => value === 0)
@@ -101,20 +120,27 @@ const fault: fc.Arbitrary<Fault | undefined> = fc.oneof(
 )
 const interrupt = fc.oneof(
   { weight: 2, arbitrary: fc.constant(undefined) },
-  { weight: 1, arbitrary: fc.record({ at: fc.nat({ max: 3 }), kind: fc.constantFrom("steer" as const, "cancel" as const, "handoff" as const) }) },
+  { weight: 1, arbitrary: fc.record({
+      at: fc.nat({ max: 3 }),
+      kind: fc.constantFrom("steer" as const, "cancel" as const, "handoff" as const, "handoff-away" as const),
+    }) },
 )
 const turn: fc.Arbitrary<Operation> = fc
-  .tuple(fc.array(toolStep, { maxLength: 3 }), lastStep, fault, interrupt)
-  .map(([steps, last, fault, interrupt]) => ({
+  .tuple(fc.array(toolStep, { maxLength: 3 }), lastStep, fault, interrupt, fc.integer({ min: 0, max: 3 }), fc.boolean())
+  .map(([steps, last, fault, interrupt, continues, stepLimit]) => ({
     kind: "turn",
     steps: [...steps, last],
     fault,
     // At one of the turn's steps.
     interrupt: interrupt === undefined ? undefined : { ...interrupt, at: interrupt.at % (steps.length + 1) },
+    continues: continues === 0,
+    // Only a turn with a tool step and nothing arriving mid-turn (steering would add a step).
+    stepLimit: stepLimit && steps.length > 0 && interrupt === undefined,
   }))
 const operation: fc.Arbitrary<Operation> = fc.oneof(
   { weight: 3, arbitrary: turn },
   { weight: 1, arbitrary: fc.boolean().map((toolStep) => ({ kind: "foreign", toolStep }) as const) },
+  { weight: 1, arbitrary: fc.constant({ kind: "move" } as const) },
 )
 interface Session {
   readonly operations: ReadonlyArray<Operation>
@@ -257,6 +283,14 @@ const injecting = (injection: Injection, comparison: Comparison, log: EventLog.E
   return { ...log, appendBatch, append: (write) => Effect.map(appendBatch([write]), (sequences) => sequences[0]!) }
 }
 
+/** The reason of a refusal, or the success. */
+const reasonOf = <A>(exit: Exit.Exit<A, EngineError.EngineError>) =>
+  Exit.isSuccess(exit) ? "succeeded" : Option.getOrUndefined(Option.map(Cause.findErrorOption(exit.cause), (error) => error.reason))
+
+/** Whether `reason` is a `ReconciliationRequired` refusal (with `message`, when given). */
+const isReconciliation = (reason: ReturnType<typeof reasonOf>, message?: string): boolean =>
+  reason !== "succeeded" && reason?._tag === "ReconciliationRequired" && (message === undefined || reason.message === message)
+
 /** Dispatches of the session with no settlement: what an unknown dispatch commit leaves to reconciliation. */
 const unsettledDispatches = (events: ReadonlyArray<Event.StoredEvent>): number => {
   const open = new Set<string>()
@@ -287,6 +321,12 @@ const newTotals = () => ({
   cancelled: 0,
   checkpoints: 0,
   handedOff: 0,
+  handedAway: 0,
+  continued: 0,
+  continuationsRefused: 0,
+  stepLimited: 0,
+  moved: 0,
+  recovered: 0,
   abandoned: 0,
   backgroundCheckpoints: 0,
 })
@@ -312,6 +352,22 @@ const play = ({ operations, concurrency }: Session, totals: Totals, openLog?: Se
       const completedValues: Array<string> = []
       const tools = echoOf(ran)
       const spy = recording(context.model)
+      // The engine serving the session; after a move, another one over the same (spied) log.
+      let engine = context.engine
+      // The session's latest run this engine started: what a continuation continues.
+      let latest: Identity.Invocation | undefined
+      const moveEngine = Effect.gen(function* () {
+        yield* engine.close
+        engine = yield* Engine.make({ backoffBaseMs: 5, backoffMaxMs: 40 }).pipe(
+          Effect.provideService(EventLog.EventLog, context.engine.log),
+          Effect.provide(Ids.layer),
+        )
+        // A new process recovers what the last one left open before it admits a run (on SQLite at its
+        // open; a host that knows the other one gone, as here, on PostgreSQL too).
+        const report = yield* engine.recover
+        assert.deepStrictEqual(report.unsealed, [], JSON.stringify(operations))
+        totals.recovered += report.sealed.length
+      })
       let foreign = 0
       let faulted = false
       // A turn cancelled or faulted ran the effects of its calls up to where it stopped.
@@ -321,6 +377,11 @@ const play = ({ operations, concurrency }: Session, totals: Totals, openLog?: Se
       // Once a message was refused for it, the session's turns are explicit messages (allowPriorUnknown).
       let priorUnknown = false
       for (const [turnIndex, operation] of operations.entries()) {
+        if (operation.kind === "move") {
+          yield* moveEngine
+          totals.moved++
+          continue
+        }
         if (operation.kind === "foreign") {
           const appended = yield* Effect.exit(context.log.appendBatch(foreignWrites(sessionIndex, ++foreign, operation.toolStep)))
           // A run whose terminal a fault kept from the log stays open until the engine's next start
@@ -352,18 +413,56 @@ const play = ({ operations, concurrency }: Session, totals: Totals, openLog?: Se
         // Steering that arrives during the answer is delivered by one more step (docs/engine.md §5.4).
         if (held?.kind === "steer") push(Respond.sse(OpenAiSse.response({ text: [`Turn ${turnIndex} is done, as steered.`] })))
         const base = context.server.requests().length
+        const inputOf = (allowPriorUnknown: boolean) =>
+          input(context, `Turn ${turnIndex} of session ${sessionIndex}.`, tools, {
+            model: spy.model,
+            mainOutputLimit: 16_000,
+            // A main step that reports 6,000 prompt tokens makes compaction due before the next request.
+            context: { providerId: "provider-1", modelContextWindow: 20_000, declaredWindow: 6_000 },
+            ...(allowPriorUnknown ? { allowPriorUnknown } : {}),
+            ...(operation.stepLimit ? { maxSteps: operation.steps.length - 1 } : {}),
+          })
+        /** The continuation of the latest run `start` (a message run's input) stands for. */
+        const continuationOf = (start: Engine.StartInput, source: Identity.Invocation): Engine.ContinueInput => {
+          const { message: _message, allowPriorUnknown: _allow, ...rest } = start
+          return { ...rest, source }
+        }
+        // A continuation the log refuses is refused alike by its check and by `continueRun`, which
+        // writes nothing; the turn then sends its message.
+        let continues = false
+        // The check met a run of this engine whose terminal it owes: `continueRun` writes that terminal
+        // first, then judges the claim.
+        let judgedAtStart = false
+        if (operation.continues && latest !== undefined) {
+          const candidate = continuationOf(inputOf(false), latest)
+          const before = (yield* context.log.events("session-1")).length
+          const checked = yield* Effect.exit(engine.checkContinuation(candidate))
+          if (Exit.isSuccess(checked)) continues = true
+          else if (isReconciliation(reasonOf(checked), EngineError.UNWRITTEN_TERMINAL_CHECK_MESSAGE)) {
+            assert.isTrue(faulted, "a terminal owed without a fault")
+            continues = true
+            judgedAtStart = true
+          } else {
+            const refused = yield* Effect.exit(engine.continueRun(candidate))
+            assert.deepStrictEqual(reasonOf(refused), reasonOf(checked), `${JSON.stringify(reasonOf(refused))} vs ${JSON.stringify(reasonOf(checked))} in ${JSON.stringify(operations)}`)
+            assert.strictEqual((yield* context.log.events("session-1")).length, before, "a refused continuation wrote")
+            totals.continuationsRefused++
+          }
+        }
         const attempt = (allowPriorUnknown: boolean) =>
           Effect.gen(function* () {
-            const start = input(context, `Turn ${turnIndex} of session ${sessionIndex}.`, tools, {
-              model: spy.model,
-              mainOutputLimit: 16_000,
-              // A main step that reports 6,000 prompt tokens makes compaction due before the next request.
-              context: { providerId: "provider-1", modelContextWindow: 20_000, declaredWindow: 6_000 },
-              ...(allowPriorUnknown ? { allowPriorUnknown } : {}),
-            })
+            const start = inputOf(allowPriorUnknown)
             settings = start
             Object.assign(injection, { fault: operation.fault, invocationId: start.invocation.invocationId, commits: 0, fired: undefined })
-            const started = yield* Effect.exit(context.engine.start(start))
+            let started = yield* Effect.exit(continues ? engine.continueRun(continuationOf(start, latest!)) : engine.start(start))
+            const refusal = reasonOf(started)
+            if (continues && judgedAtStart && isReconciliation(refusal)) {
+              // Refused once the owed terminal was written (nothing of this run was): the turn sends its message.
+              totals.continuationsRefused++
+              continues = false
+              started = yield* Effect.exit(engine.start(start))
+            }
+            if (Exit.isSuccess(started)) latest = start.invocation
             let interrupted: Interrupt["kind"] | undefined
             const exit: Exit.Exit<Engine.RunResult, EngineError.EngineError> = Exit.isFailure(started)
               ? Exit.failCause(started.cause)
@@ -382,7 +481,7 @@ const play = ({ operations, concurrency }: Session, totals: Totals, openLog?: Se
                       yield* running.cancel
                       interrupted = "cancel"
                     }
-                    if (arrived && held.kind === "handoff") {
+                    if (arrived && (held.kind === "handoff" || held.kind === "handoff-away")) {
                       // The step in flight settles first: its answer is released while the handoff waits.
                       const requested = yield* Effect.forkChild(Effect.exit(running.handoff))
                       gate.release()
@@ -390,11 +489,13 @@ const play = ({ operations, concurrency }: Session, totals: Totals, openLog?: Se
                       const paused = yield* Effect.exit(running.wait)
                       if (Exit.isFailure(handed) || handed.value === undefined) return paused
                       assert.deepStrictEqual(Exit.isSuccess(paused) ? paused.value.outcome : paused.cause, { kind: "handoff_paused", pause: handed.value })
-                      interrupted = "handoff"
+                      interrupted = held.kind
+                      if (held.kind === "handoff-away") yield* moveEngine
                       const successor = yield* Effect.exit(
-                        context.engine.resume({ paused: running.invocation, pause: handed.value, model: spy.model, tools, context: start.context!, mainOutputLimit: 16_000 }),
+                        engine.resume({ paused: running.invocation, pause: handed.value, model: spy.model, tools, context: start.context!, mainOutputLimit: 16_000 }),
                       )
                       if (Exit.isFailure(successor)) return Exit.failCause(successor.cause)
+                      latest = successor.value.invocation
                       return yield* Effect.exit(successor.value.wait)
                     }
                   }
@@ -412,7 +513,7 @@ const play = ({ operations, concurrency }: Session, totals: Totals, openLog?: Se
           assert.isTrue(unknownFired, `${label}: ${Cause.pretty(exit.cause)}`)
           if (reason?._tag === "Busy" && reason.message === EngineError.SESSION_RESERVED_MESSAGE) {
             // A pause that landed reserves the session for its successor: the host abandons it (docs/engine.md §5.10).
-            yield* context.engine.abandonHandoff("session-1")
+            yield* engine.abandonHandoff("session-1")
             totals.abandoned++
           } else {
             // A dispatch left without its settlement refuses a message: the session then goes on with
@@ -422,6 +523,8 @@ const play = ({ operations, concurrency }: Session, totals: Totals, openLog?: Se
             totals.reconciliation++
             priorUnknown = true
           }
+          // A continuation refused here (the check does not take the session's reservation) sends its message.
+          continues = false
           ;({ exit, interrupted } = yield* attempt(priorUnknown))
         }
         if (injection.fired !== undefined) {
@@ -434,6 +537,7 @@ const play = ({ operations, concurrency }: Session, totals: Totals, openLog?: Se
         }
         if (interrupted === "steer") totals.steered++
         if (interrupted === "handoff") totals.handedOff++
+        if (interrupted === "handoff-away") totals.handedAway++
         if (interrupted === "cancel") {
           assert.deepStrictEqual(Exit.isSuccess(exit) ? exit.value.outcome : exit.cause, { kind: "cancelled", source: "runtime_cancellation" }, label)
           partial = true
@@ -442,7 +546,12 @@ const play = ({ operations, concurrency }: Session, totals: Totals, openLog?: Se
         }
         if (faulted) totals.afterFault++
         assert.isTrue(Exit.isSuccess(exit), `${label}: ${Exit.isFailure(exit) ? Cause.pretty(exit.cause) : ""}`)
-        if (Exit.isSuccess(exit)) assert.deepStrictEqual(exit.value.outcome, { kind: "completed" }, label)
+        const expected: Outcome.InvocationOutcome = operation.stepLimit
+          ? { kind: "failed", class: "step_limit", message: "the run reached its step limit" }
+          : { kind: "completed" }
+        if (Exit.isSuccess(exit)) assert.deepStrictEqual(exit.value.outcome, expected, label)
+        if (operation.stepLimit) totals.stepLimited++
+        if (continues) totals.continued++
         completedValues.push(...values)
       }
       assert.deepStrictEqual(comparison.mismatches, [], `${JSON.stringify(comparison.mismatches)} in ${JSON.stringify(operations)}`)
@@ -464,9 +573,9 @@ const play = ({ operations, concurrency }: Session, totals: Totals, openLog?: Se
     }),
   )
 
-const seed = Number(process.env["MAKA_PROPERTY_SEED"] ?? 20_261_205)
+const seed = Number(process.env["MAKA_PROPERTY_SEED"] ?? 20_261_207)
 
-const runs = Number(process.env["MAKA_PROPERTY_RUNS"] ?? 24)
+const runs = Number(process.env["MAKA_PROPERTY_RUNS"] ?? 40)
 
 describe("the kept context over generated sessions", () => {
   it(
@@ -491,8 +600,15 @@ describe("the kept context over generated sessions", () => {
         ["reconciliation", 0],
         ["checkpoints", 2],
         ["handedOff", 1],
+        ["handedAway", 0],
+        ["moved", 1],
+        ["recovered", 0],
+        ["continued", 1],
+        ["continuationsRefused", 1],
+        ["stepLimited", 1],
         ["backgroundCheckpoints", 1],
       ]
+      if (process.env["MAKA_PROPERTY_PRINT"]) console.log(JSON.stringify(totals))
       for (const [name, least] of reached) assert.isAbove(totals[name], least, `${name}: ${JSON.stringify(totals)}`)
     },
     120_000,

@@ -6,7 +6,7 @@
  * it reads the context fresh at that cut and rebuilds the request the runner must have sent from it
  * (prompt, output limit, tools, digest), which a test then compares with what the model received.
  */
-import { Digest, type Configuration, type EventWrite, type Fact, type Prompt } from "@maka/facts"
+import { Codec, Digest, type Configuration, type Event, type EventWrite, type Fact, type Identity, type Prompt } from "@maka/facts"
 import type { EventLog } from "@maka/event-log"
 import { projectPrompt, type LanguageModel } from "@maka/model"
 import type { ScriptedServer } from "@maka/testkit"
@@ -70,6 +70,36 @@ export const rebuild = (
   }
 }
 
+/**
+ * The source evidence a request of `invocationId` must carry when its context is a lineage
+ * (docs/log-format.md §3.6): every event at or below the base, and the events of the invocation's
+ * chain (its continuation sources and handoff predecessors), through `before`.
+ */
+const lineageEvidence = (
+  events: ReadonlyArray<Event.StoredEvent>,
+  scope: Identity.LogScope,
+  invocationId: string,
+  before: number,
+): { readonly highWater: number; readonly digest: string } => {
+  const openings = new Map<string, Fact.InvocationOpened>()
+  for (const { event } of events) if (event.fact.kind === "invocation_opened") openings.set(event.invocation.invocationId, event.fact)
+  const opened = openings.get(invocationId)?.input
+  const base = opened?.kind === "continuation" ? opened.claim.base.highWater : opened?.kind === "handoff" ? opened.pause.execution.replayBase : undefined
+  if (base === undefined) throw new Error(`invocation ${invocationId} reads no lineage`)
+  const chain = new Set([invocationId])
+  for (let input = opened; input?.kind === "continuation" || input?.kind === "handoff"; ) {
+    const source = input.claim.source.invocation.invocationId
+    if (chain.has(source)) break
+    chain.add(source)
+    input = openings.get(source)?.input
+  }
+  const rows = events
+    .filter(({ sequence, event }) => sequence <= before && (sequence <= base || chain.has(event.invocation.invocationId)))
+    .map(({ sequence, event }) => ({ sequence, json: Codec.encodeEventJson(event) }))
+  const highWater = rows.at(-1)?.sequence ?? 0
+  return { highWater, digest: Digest.logPrefix(scope, rows, highWater) }
+}
+
 /** The spy: wraps `appendBatch` of the log the engine writes through. */
 export const comparing = (
   comparison: Comparison,
@@ -118,8 +148,14 @@ export const comparing = (
           comparison.mismatches.push(`request ${fact.stepId}: inputDigest differs from one rebuilt from a fresh read`)
         }
         const before = index > 0 ? sequences[index - 1]! : lastSequence
-        const hash = yield* log.sessionHash(sessionId, fact.sourceHighWater)
-        if (fact.sourceHighWater === before && hash.digest(before) === fact.sourceDigest) continue
+        if (fresh.sourceEvidence.scope.kind === "lineage") {
+          // A continuation's, or a successor's that replays one: its lineage through the rows before it.
+          const evidence = lineageEvidence(yield* log.events(sessionId), fresh.sourceEvidence.scope, current.invocationId, before)
+          if (fact.sourceHighWater === evidence.highWater && fact.sourceDigest === evidence.digest) continue
+        } else {
+          const hash = yield* log.sessionHash(sessionId, fact.sourceHighWater)
+          if (fact.sourceHighWater === before && hash.digest(before) === fact.sourceDigest) continue
+        }
         // A physical retry re-sends the frozen request of its logical step, with that step's evidence.
         const isRetry =
           previous !== undefined &&
