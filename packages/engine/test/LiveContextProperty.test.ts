@@ -99,6 +99,8 @@ type Operation =
    * the next recovers what is left open (docs/engine.md §5.3) and serves the later turns.
    */
   | { readonly kind: "move" }
+  /** A standalone compaction of the session between turns (docs/engine.md §5.12). */
+  | { readonly kind: "compact" }
 
 const promptTokens = fc.constantFrom(500, 2_000, 6_000)
 const retry = fc.integer({ min: 0, max: 4 }).map((value) => value === 0)
@@ -141,6 +143,7 @@ const operation: fc.Arbitrary<Operation> = fc.oneof(
   { weight: 3, arbitrary: turn },
   { weight: 1, arbitrary: fc.boolean().map((toolStep) => ({ kind: "foreign", toolStep }) as const) },
   { weight: 1, arbitrary: fc.constant({ kind: "move" } as const) },
+  { weight: 1, arbitrary: fc.constant({ kind: "compact" } as const) },
 )
 interface Session {
   readonly operations: ReadonlyArray<Operation>
@@ -149,7 +152,7 @@ interface Session {
 }
 
 const session: fc.Arbitrary<Session> = fc.record({
-  operations: fc.array(operation, { minLength: 2, maxLength: 5 }),
+  operations: fc.array(operation, { minLength: 2, maxLength: 7 }),
   concurrency: fc.constantFrom(1 as const, 4 as const),
 })
 
@@ -325,6 +328,8 @@ const newTotals = () => ({
   continued: 0,
   continuationsRefused: 0,
   stepLimited: 0,
+  compacted: 0,
+  compactRefused: 0,
   moved: 0,
   recovered: 0,
   abandoned: 0,
@@ -380,6 +385,27 @@ const play = ({ operations, concurrency }: Session, totals: Totals, openLog?: Se
         if (operation.kind === "move") {
           yield* moveEngine
           totals.moved++
+          continue
+        }
+        if (operation.kind === "compact") {
+          const start = input(context, "", tools, {
+            model: spy.model,
+            context: { providerId: "provider-1", modelContextWindow: 20_000, declaredWindow: 6_000 },
+          })
+          const { message: _message, tools: _tools, ...compact } = start
+          settings = start
+          Object.assign(injection, { fault: undefined, invocationId: start.invocation.invocationId, commits: 0, fired: undefined })
+          const compacted = yield* Effect.exit(engine.compact(compact))
+          if (Exit.isSuccess(compacted)) {
+            const outcome = compacted.value.outcome
+            assert.strictEqual(outcome.kind, "context_compact_finished", JSON.stringify(outcome))
+            if (outcome.kind === "context_compact_finished" && outcome.outcome.kind === "compacted") totals.compacted++
+          } else {
+            // Only a session a fault left waiting for the host refuses it (as it refuses a message).
+            const reason = reasonOf(compacted)
+            assert.isTrue(unknownFired && reason !== "succeeded" && (reason?._tag === "ReconciliationRequired" || reason?._tag === "Busy"), `compaction: ${JSON.stringify(reason)}`)
+            totals.compactRefused++
+          }
           continue
         }
         if (operation.kind === "foreign") {
@@ -575,7 +601,7 @@ const play = ({ operations, concurrency }: Session, totals: Totals, openLog?: Se
 
 const seed = Number(process.env["MAKA_PROPERTY_SEED"] ?? 20_261_207)
 
-const runs = Number(process.env["MAKA_PROPERTY_RUNS"] ?? 40)
+const runs = Number(process.env["MAKA_PROPERTY_RUNS"] ?? 48)
 
 describe("the kept context over generated sessions", () => {
   it(
@@ -603,6 +629,7 @@ describe("the kept context over generated sessions", () => {
         ["handedAway", 0],
         ["moved", 1],
         ["recovered", 0],
+        ["compacted", 1],
         ["continued", 1],
         ["continuationsRefused", 1],
         ["stepLimited", 1],

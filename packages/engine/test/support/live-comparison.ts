@@ -184,14 +184,15 @@ export const comparing = (
             comparison.mismatches.push(`a snapshot's tail read after the next commit differs from a fresh read at its own cut`)
           }
         }
-        // An archive makes the live context read the log again, as the engine's does; an adopted
-        // checkpoint, which the engine rebuilds its context over (docs/engine.md §5.12), is read anew here.
-        if (current.live.stale || writes.some((write) => write.event.fact.kind === "context_checkpoint_recorded")) {
-          current.live = yield* LiveContext.load(log, sessionId, current.invocationId, current.configuration, settings().allowPriorUnknown === true)
-        }
         if (writes.some((write) => write.event.fact.kind === "invocation_ended")) {
+          // A standalone compaction's checkpoint commits with its terminal: nothing is live after it.
           current = undefined
         } else {
+          // An archive makes the live context read the log again, as the engine's does; an adopted
+          // checkpoint, which the engine rebuilds its context over (docs/engine.md §5.12), is read anew here.
+          if (current.live.stale || writes.some((write) => write.event.fact.kind === "context_checkpoint_recorded")) {
+            current.live = yield* LiveContext.load(log, sessionId, current.invocationId, current.configuration, settings().allowPriorUnknown === true)
+          }
           const fresh = yield* read(current.invocationId)
           comparison.snapshots++
           const cached = current.live.snapshot()
