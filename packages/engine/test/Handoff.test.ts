@@ -258,6 +258,55 @@ describe("handoff", () => {
     ),
   )
 
+  it.live("a continuation hands off: its pause carries the continuation's base, and the successor replays the lineage only", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({
+          script: [
+            mainEntry(echoCall("call-1", "alpha")),
+            mainEntry(answer("Unrelated.")),
+            mainEntry(slowCall("call-2", "s")),
+            mainEntry(answer("Done.")),
+          ],
+        })
+        const effects: Effects = { ran: [] }
+        const release = yield* Deferred.make<void>()
+        const catalog = tools(effects, release)
+        // The source ends at its step budget after its tool step; another run follows it.
+        const source = yield* context.engine.run(input(context, "Echo alpha.", catalog, { maxSteps: 1 }))
+        assert.strictEqual(source.outcome.kind === "failed" ? source.outcome.class : source.outcome.kind, "step_limit")
+        yield* context.engine.run(input(context, "UNRELATED-LATER-RUN", catalog))
+        const continued = input(context, "", catalog, { maxSteps: 6 })
+        const { message: _message, ...continuation } = continued
+        const running = yield* context.engine.continueRun({ ...continuation, source: source.invocation })
+        yield* Effect.promise(() => context.server.exchange(2))
+        const requested = yield* Effect.forkChild(running.handoff)
+        yield* Effect.sleep("20 millis")
+        yield* Deferred.succeed(release, undefined)
+        const pause = yield* Fiber.join(requested)
+        assert.isDefined(pause, "the continuation was not handed off")
+        assert.deepStrictEqual((yield* running.wait).outcome, { kind: "handoff_paused", pause: pause! })
+        const events = yield* context.log.events("session-1")
+        const opening = events.find((stored) => stored.event.invocation.invocationId === running.invocation.invocationId)!.event.fact
+        if (opening.kind !== "invocation_opened" || opening.input.kind !== "continuation") return assert.fail("a continuation opening")
+        assert.strictEqual(pause!.execution.replayBase, opening.input.claim.base.highWater)
+        const successor = yield* context.engine.resume({ paused: running.invocation, pause: pause!, model: context.model, tools: catalog })
+        assert.deepStrictEqual((yield* successor.wait).outcome, { kind: "completed" })
+        assert.deepStrictEqual(effects.ran, ["alpha", "slow:s"])
+        const own = (yield* context.log.events("session-1")).filter(
+          (stored) => stored.event.invocation.invocationId === successor.invocation.invocationId,
+        )
+        const request = factsOf(own, "model_requested")[0]!
+        assert.strictEqual(request.inputDigest, pause!.execution.replay.digest)
+        assert.strictEqual(request.sourceScope.kind, "lineage")
+        const body = context.server.requests()[3]!.body
+        assert.include(body, "echo: alpha")
+        assert.include(body, "slow: s")
+        assert.notInclude(body, "UNRELATED-LATER-RUN")
+      }),
+    ),
+  )
+
   it.live("abandoning a pause seals its successor cancelled without a model and frees the session", () =>
     Effect.scoped(
       Effect.gen(function* () {

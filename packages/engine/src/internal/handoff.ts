@@ -121,7 +121,14 @@ export const pauseOf = (
   budget: Budget,
 ): Lineage.HandoffPause => {
   const { settings } = run
-  const replayBase = settings.successor?.pause.execution.replayBase
+  // The continuation cut of a lineage-scoped run (docs/log-format.md §2.6): a continuation's is its
+  // claim's base, and a handoff passes on its predecessor's, neither adding nor dropping one.
+  const replayBase =
+    settings.successor !== undefined
+      ? settings.successor.pause.execution.replayBase
+      : settings.continuation !== undefined
+        ? run.claim?.base.highWater
+        : undefined
   return {
     intent,
     remainingSteps: settings.maxSteps - step,
@@ -218,7 +225,10 @@ export const prepareClaim = (run: Run, replayDigest: (source: EventLog.ModelCont
       return yield* Effect.fail(refused("a handoff successor restores the paused run's tool catalog"))
     }
     const base = yield* inheritedBase(log, successor.paused, opening)
-    const source = yield* Effect.mapError(log.readModelContext(successor.paused.sessionId), readError)
+    // A lineage-scoped run's pause (one with a replay base) replays the paused run's lineage, as the
+    // successor reads it; any other replays the session.
+    const lineage = execution.replayBase === undefined ? {} : { lineageOf: successor.paused.invocationId }
+    const source = yield* Effect.mapError(log.readModelContext(successor.paused.sessionId, lineage), readError)
     const digest = yield* replayDigest(source)
     if (digest !== execution.replay.digest) return yield* Effect.fail(refused("handoff admission replay changed after sealing"))
     const claim = pauseClaim(prefix, base, pause)
