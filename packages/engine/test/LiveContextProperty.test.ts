@@ -74,8 +74,12 @@ interface Fault {
  */
 interface Interrupt {
   readonly at: number
-  /** `handoff-away`: the successor is resumed by another engine over the same log, which then serves the session. */
-  readonly kind: "steer" | "cancel" | "handoff" | "handoff-away"
+  /**
+   * `handoff-away`: the successor is resumed by another engine over the same log, which then serves
+   * the session. `close-away`: the host hands off every live run (`handOffAll`) and closes, and the
+   * next engine starts the pauses it finds (`resumePending`), as a host moving to another process.
+   */
+  readonly kind: "steer" | "cancel" | "handoff" | "handoff-away" | "close-away"
 }
 
 type Operation =
@@ -124,7 +128,7 @@ const interrupt = fc.oneof(
   { weight: 2, arbitrary: fc.constant(undefined) },
   { weight: 1, arbitrary: fc.record({
       at: fc.nat({ max: 3 }),
-      kind: fc.constantFrom("steer" as const, "cancel" as const, "handoff" as const, "handoff-away" as const),
+      kind: fc.constantFrom("steer" as const, "cancel" as const, "handoff" as const, "handoff-away" as const, "close-away" as const),
     }) },
 )
 const turn: fc.Arbitrary<Operation> = fc
@@ -325,6 +329,7 @@ const newTotals = () => ({
   checkpoints: 0,
   handedOff: 0,
   handedAway: 0,
+  closedAway: 0,
   continued: 0,
   continuationsRefused: 0,
   stepLimited: 0,
@@ -475,6 +480,10 @@ const play = ({ operations, concurrency }: Session, totals: Totals, openLog?: Se
             totals.continuationsRefused++
           }
         }
+        // A handoff requested during a tool step's request pauses the run at the next step boundary,
+        // unless a fault ended the run first or the run goes on under the prior-unknown policy.
+        const pausable = (held: Interrupt) =>
+          held.at < operation.steps.length - 1 && injection.fired === undefined && !priorUnknown
         const attempt = (allowPriorUnknown: boolean) =>
           Effect.gen(function* () {
             const start = inputOf(allowPriorUnknown)
@@ -513,7 +522,10 @@ const play = ({ operations, concurrency }: Session, totals: Totals, openLog?: Se
                       gate.release()
                       const handed = yield* Fiber.join(requested)
                       const paused = yield* Effect.exit(running.wait)
-                      if (Exit.isFailure(handed) || handed.value === undefined) return paused
+                      if (Exit.isFailure(handed) || handed.value === undefined) {
+                        assert.isFalse(pausable(held), `no pause: ${JSON.stringify(operations)}`)
+                        return paused
+                      }
                       assert.deepStrictEqual(Exit.isSuccess(paused) ? paused.value.outcome : paused.cause, { kind: "handoff_paused", pause: handed.value })
                       interrupted = held.kind
                       if (held.kind === "handoff-away") yield* moveEngine
@@ -523,6 +535,26 @@ const play = ({ operations, concurrency }: Session, totals: Totals, openLog?: Se
                       if (Exit.isFailure(successor)) return Exit.failCause(successor.cause)
                       latest = successor.value.invocation
                       return yield* Effect.exit(successor.value.wait)
+                    }
+                    if (arrived && held.kind === "close-away") {
+                      const closing = yield* Effect.forkChild(engine.handOffAll)
+                      gate.release()
+                      const closed = yield* Fiber.join(closing)
+                      const paused = yield* Effect.exit(running.wait)
+                      const own = closed.find((run) => run.invocation.invocationId === running.invocation.invocationId)
+                      if (own?.pause === undefined) {
+                        assert.isFalse(pausable(held), `no pause: ${JSON.stringify(operations)}`)
+                        return paused
+                      }
+                      assert.deepStrictEqual(Exit.isSuccess(paused) ? paused.value.outcome : paused.cause, { kind: "handoff_paused", pause: own.pause })
+                      interrupted = held.kind
+                      yield* moveEngine
+                      const reports = yield* engine.resumePending({ provider: () => Effect.succeed(spy.model), tools: () => tools })
+                      assert.strictEqual(reports.length, 1, JSON.stringify(reports))
+                      const report = reports[0]!
+                      if (!("started" in report)) return assert.fail(`the pause was not resumed: ${report.skipped}`)
+                      latest = report.started.invocation
+                      return yield* Effect.exit(report.started.wait)
                     }
                   }
                   gate.release()
@@ -564,6 +596,7 @@ const play = ({ operations, concurrency }: Session, totals: Totals, openLog?: Se
         if (interrupted === "steer") totals.steered++
         if (interrupted === "handoff") totals.handedOff++
         if (interrupted === "handoff-away") totals.handedAway++
+        if (interrupted === "close-away") totals.closedAway++
         if (interrupted === "cancel") {
           assert.deepStrictEqual(Exit.isSuccess(exit) ? exit.value.outcome : exit.cause, { kind: "cancelled", source: "runtime_cancellation" }, label)
           partial = true
