@@ -463,6 +463,7 @@ export const make = (options: Partial<EngineOptions> = {}) =>
           live: undefined,
           openingUncertain: false,
           mayBeUnresolved: false,
+          uncertain: undefined,
           carry: [],
           commitLock: Semaphore.makeUnsafe(1),
           handoff: gate,

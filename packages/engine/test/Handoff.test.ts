@@ -12,7 +12,8 @@ import { EventLogError, type EventLog } from "@maka/event-log"
 import { Deferred, Effect, Fiber, Schema } from "effect"
 import * as EngineError from "../src/EngineError.ts"
 import type * as Engine from "../src/Engine.ts"
-import { answer, echoCall, mainEntry } from "./support/compaction.ts"
+import { answer, echoCall, isSummaryRequest, mainEntry, summaryAnswer, summaryText } from "./support/compaction.ts"
+import { faulty, type Faulty } from "./support/faults.ts"
 import { factsOf, kinds, reopen } from "./support/harness.ts"
 import { echoTool, input, setup, type Effects, type Setup } from "./support/setup.ts"
 
@@ -303,6 +304,60 @@ describe("handoff", () => {
         assert.include(body, "echo: alpha")
         assert.include(body, "slow: s")
         assert.notInclude(body, "UNRELATED-LATER-RUN")
+      }),
+    ),
+  )
+
+  it.live("a drained summary's commit that carried the step's settlement with an unknown outcome pauses nothing: the run fails event_commit", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const summaryGate = Respond.gate()
+        let faults: Faulty | undefined
+        const context = yield* setup(
+          {
+            script: [
+              { match: isSummaryRequest, respond: Respond.hold(summaryGate, summaryAnswer(summaryText("never"))) },
+              // The first step reports a prompt at the declared window: the summary is due before the next request.
+              mainEntry(echoCall("call-1", "a", 6_000)),
+              mainEntry(slowCall("call-2", "b")),
+              mainEntry(answer("Done.")),
+            ],
+          },
+          undefined,
+          { concurrency: 2 },
+          {
+            // The drain's commit, which carries the settlement of `slow`, lands; its caller is told the outcome is unknown.
+            wrapLog: (log) => {
+              faults = faulty(log, "model_interrupted#1", "unknown-landed")
+              return faults.log
+            },
+          },
+        )
+        const effects: Effects = { ran: [] }
+        const release = yield* Deferred.make<void>()
+        const catalog = tools(effects, release)
+        const running = yield* context.engine.start(
+          input(context, "Echo, then run slow.", catalog, {
+            maxSteps: 6,
+            context: { providerId: "provider-1", modelContextWindow: 20_000, declaredWindow: 6_000 },
+          }),
+        )
+        // The second main request and the background summary's are both out.
+        yield* Effect.promise(() => context.server.request(2))
+        const requested = yield* Effect.forkChild(running.handoff)
+        yield* Effect.sleep("20 millis")
+        yield* Deferred.succeed(release, undefined)
+        const pause = yield* Fiber.join(requested)
+        const result = yield* running.wait
+        assert.isTrue(faults!.fired(), faults!.labels.join(" "))
+        assert.isUndefined(pause, "a pause sealed over a commit whose outcome was unknown")
+        assert.strictEqual(result.outcome.kind === "failed" ? result.outcome.class : result.outcome.kind, "event_commit")
+        assert.deepStrictEqual(effects.ran, ["a", "slow:b"])
+        // The settlement landed: the seal read it, and the session goes on.
+        const events = yield* context.log.events("session-1")
+        assert.strictEqual(factsOf(events, "tool_settled").length, 2)
+        const next = yield* context.engine.run(input(context, "Next.", ToolCatalog.make([])))
+        assert.deepStrictEqual(next.outcome, { kind: "completed" })
       }),
     ),
   )

@@ -636,7 +636,66 @@ const seed = Number(process.env["MAKA_PROPERTY_SEED"] ?? 20_261_207)
 
 const runs = Number(process.env["MAKA_PROPERTY_RUNS"] ?? 48)
 
+/**
+ * `MAKA_PROPERTY_CASE`: one session to play instead (a counterexample as fast-check prints it, with
+ * `__proto__:null,` and undefined fields left out), on PostgreSQL when `MAKA_TEST_DATABASE_URL` is set.
+ */
+const replayed = process.env["MAKA_PROPERTY_CASE"]
+
+describe.skipIf(replayed === undefined)("one session of MAKA_PROPERTY_CASE", () => {
+  it("plays", async () => {
+    const item = JSON.parse(replayed!) as Session
+    const openLog = databaseUrl === undefined ? undefined : postgresLog(databaseUrl)
+    await Effect.runPromise(play(item, newTotals(), openLog).pipe(Effect.timeout("30 seconds")))
+  }, 60_000)
+})
+
+/**
+ * Sessions the generator found that failed, kept as they were found. On PostgreSQL (where the opening
+ * commits alone) the first one's fourth turn meets its fault at the commit in which the background
+ * summary's stream carried the step's settlement: the step loop went on and sent a request built
+ * without it, with evidence behind the log.
+ */
+const found: ReadonlyArray<Session> = [
+  {
+    operations: [
+      {
+        kind: "turn",
+        steps: [
+          { calls: ["invalid", "small"], retry: false, promptTokens: 500 },
+          { calls: [], retry: false, promptTokens: 6_000 },
+        ],
+        fault: { at: "terminal", kind: "unknown" },
+        interrupt: { at: 0, kind: "steer" },
+        continues: true,
+        stepLimit: false,
+      },
+      { kind: "foreign", toolStep: false },
+      { kind: "move" },
+      {
+        kind: "turn",
+        steps: [
+          { calls: ["small"], retry: false, promptTokens: 2_000 },
+          { calls: [], retry: false, promptTokens: 2_000 },
+        ],
+        fault: { at: 2, kind: "unknown" },
+        continues: false,
+        stepLimit: false,
+      },
+    ],
+    concurrency: 4,
+  },
+]
+
 describe("the kept context over generated sessions", () => {
+  it("plays the sessions found before", async () => {
+    for (const item of found) await Effect.runPromise(play(item, newTotals()).pipe(Effect.timeout("15 seconds")))
+  }, 60_000)
+
+  it.skipIf(databaseUrl === undefined)("PostgreSQL: plays the sessions found before", async () => {
+    for (const item of found) await Effect.runPromise(play(item, newTotals(), postgresLog(databaseUrl!)).pipe(Effect.timeout("30 seconds")))
+  }, 60_000)
+
   it(
     "equals a fresh read after every commit, every request equals one rebuilt at its cut, and a fault leaves the session usable",
     async () => {

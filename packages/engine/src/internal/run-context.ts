@@ -91,6 +91,12 @@ export interface Run {
    */
   mayBeUnresolved: boolean
   /**
+   * A commit of the run whose outcome is unknown (its own, or a background summary's, which may have
+   * carried the run's settlements): what the run knows of the log may be wrong, so it commits
+   * nothing more but what resolves it (the seal, which reads the durable state first).
+   */
+  uncertain: EventLogError.EventLogError | undefined
+  /**
    * Writes built but not yet committed, which ride the run's next commit (docs/engine.md §5.4): the
    * settlements of a step, steering, and a completion with its last observations. A step has two
    * durability points: the request (with the settlements and steering before it) and the first
@@ -154,9 +160,10 @@ const append = (run: Run, writes: ReadonlyArray<EventWrite.EventWrite>, complete
             built.push(...trailing)
             return trailing
           }
-    const sequences = yield* Effect.tapError(run.log.appendBatch(writes, completing), () =>
+    const sequences = yield* Effect.tapError(run.log.appendBatch(writes, completing), (error) =>
       Effect.sync(() => {
         run.mayBeUnresolved = true
+        if (error.reason._tag === "OutcomeUnknown") run.uncertain ??= error
       }),
     )
     faultPoint("engine.commit")
@@ -181,9 +188,11 @@ const append = (run: Run, writes: ReadonlyArray<EventWrite.EventWrite>, complete
  * writes are committed on their own at once (a refusal of the rest never costs an effect's record,
  * docs/engine.md §5.4), and the refusal is returned: the rest is not written.
  */
-export const commit = (run: Run, writes: ReadonlyArray<EventWrite.EventWrite>, complete?: Complete) =>
+export const commit = (run: Run, writes: ReadonlyArray<EventWrite.EventWrite>, complete?: Complete, resolving = false) =>
   Effect.uninterruptible(
     run.commitLock.withPermits(1)(Effect.gen(function* () {
+      // After an unknown outcome only the seal commits: it reads what landed before it writes.
+      if (run.uncertain !== undefined && !resolving) return yield* Effect.fail(run.uncertain)
       const carried = run.carry
       run.carry = []
       if (carried.length === 0) return yield* append(run, writes, complete)
@@ -197,12 +206,14 @@ export const commit = (run: Run, writes: ReadonlyArray<EventWrite.EventWrite>, c
   )
 
 /** Commits what the run carries, if anything (before its durable state is read, or at the end). */
-export const flushCarry = (run: Run) => (run.carry.length === 0 ? Effect.void : Effect.asVoid(commit(run, [])))
+export const flushCarry = (run: Run, resolving = false) =>
+  run.carry.length === 0 ? Effect.void : Effect.asVoid(commit(run, [], undefined, resolving))
 
-export const commitFacts = (run: Run, facts: ReadonlyArray<Event.RuntimeEvent["fact"]>) =>
+/** Commits facts of the run; `resolving`: the seal's, which commit after an unknown outcome too. */
+export const commitFacts = (run: Run, facts: ReadonlyArray<Event.RuntimeEvent["fact"]>, resolving = false) =>
   Effect.flatMap(
     Effect.forEach(facts, (fact) => plainWrite(run, fact)),
-    (writes) => Effect.mapError(commit(run, writes), commitError),
+    (writes) => Effect.mapError(commit(run, writes, undefined, resolving), commitError),
   )
 
 export const isCancelled = (run: Run) => run.cancellation.cancellation.isRequested

@@ -706,13 +706,20 @@ const epilogue = (run: Run, priorUnknown: boolean) =>
  * Fails only when the batch fails, or the read does after a failed commit; the run then stays open
  * and the engine seals it later.
  */
-const seal = (run: Run, outcome: Outcome.InvocationOutcome): Effect.Effect<Outcome.InvocationOutcome, EngineError.EngineError, Ids.Ids> =>
+const seal = (run: Run, intended: Outcome.InvocationOutcome): Effect.Effect<Outcome.InvocationOutcome, EngineError.EngineError, Ids.Ids> =>
   Effect.uninterruptible(
     Effect.gen(function* () {
+      // After a commit whose outcome is unknown (a background summary's, beside a step that went on)
+      // the run's own account may be wrong: it ends `event_commit`, resolved from what landed.
+      let outcome = intended
+      const uncertain = run.uncertain
+      if (uncertain !== undefined && (outcome.kind === "completed" || outcome.kind === "handoff_paused")) {
+        outcome = { kind: "failed", class: "event_commit", message: uncertain.message }
+      }
       const terminal: ReadonlyArray<Fact.Fact> = [{ kind: "invocation_ended", outcome }]
       // What the run carries is made durable before its state is read (a refusal of the terminal
       // below would commit it alone anyway).
-      if (outcome.kind !== "completed") yield* Effect.ignore(flushCarry(run))
+      if (outcome.kind !== "completed") yield* Effect.ignore(flushCarry(run, true))
       // A pause is sealed only at a settled boundary the store's dry run checked: nothing to resolve.
       const facts =
         outcome.kind === "completed" || outcome.kind === "handoff_paused"
@@ -726,7 +733,7 @@ const seal = (run: Run, outcome: Outcome.InvocationOutcome): Effect.Effect<Outco
               ),
               Effect.mapError(commitError),
             )
-      yield* commitFacts(run, facts)
+      yield* commitFacts(run, facts, true)
       // Every batch ends with the terminal, whose outcome recovery may have made `outcome_unknown`.
       return (facts[facts.length - 1] as Fact.InvocationEnded).outcome
     }),
