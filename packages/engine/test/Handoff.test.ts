@@ -38,18 +38,25 @@ const tools = (effects: Effects, release: Deferred.Deferred<void>) =>
 const slowCall = (id: string, value: string) =>
   Respond.sse(OpenAiSse.response({ toolCalls: [{ id, name: "slow", arguments: [JSON.stringify({ value })] }] }))
 
+/** Requests a handoff once `arrived` resolves (while `slow` runs), then releases `slow`: the pause and the run's result. */
+const handOffWhileSlowRuns = (running: Engine.RunningInvocation, release: Deferred.Deferred<void>, arrived: Effect.Effect<unknown>) =>
+  Effect.gen(function* () {
+    yield* arrived
+    const requested = yield* Effect.forkChild(running.handoff)
+    yield* Effect.sleep("20 millis")
+    yield* Deferred.succeed(release, undefined)
+    const pause = yield* Fiber.join(requested)
+    const result = yield* running.wait
+    return { pause, result }
+  })
+
 /** Starts a run whose first step calls `slow`, requests a handoff while it runs, then releases it. */
 const pauseWhileToolRuns = (context: Setup, effects: Effects, overrides: Partial<Engine.StartInput> = {}) =>
   Effect.gen(function* () {
     const release = yield* Deferred.make<void>()
     const catalog = tools(effects, release)
     const running = yield* context.engine.start(input(context, "Run slow, then echo.", catalog, { maxSteps: 6, ...overrides }))
-    yield* Effect.promise(() => context.server.exchange(0))
-    const requested = yield* Effect.forkChild(running.handoff)
-    yield* Effect.sleep("20 millis")
-    yield* Deferred.succeed(release, undefined)
-    const pause = yield* Fiber.join(requested)
-    const result = yield* running.wait
+    const { pause, result } = yield* handOffWhileSlowRuns(running, release, Effect.promise(() => context.server.exchange(0)))
     return { running, pause, result, catalog }
   })
 
@@ -280,13 +287,9 @@ describe("handoff", () => {
         const continued = input(context, "", catalog, { maxSteps: 6 })
         const { message: _message, ...continuation } = continued
         const running = yield* context.engine.continueRun({ ...continuation, source: source.invocation })
-        yield* Effect.promise(() => context.server.exchange(2))
-        const requested = yield* Effect.forkChild(running.handoff)
-        yield* Effect.sleep("20 millis")
-        yield* Deferred.succeed(release, undefined)
-        const pause = yield* Fiber.join(requested)
+        const { pause, result } = yield* handOffWhileSlowRuns(running, release, Effect.promise(() => context.server.exchange(2)))
         assert.isDefined(pause, "the continuation was not handed off")
-        assert.deepStrictEqual((yield* running.wait).outcome, { kind: "handoff_paused", pause: pause! })
+        assert.deepStrictEqual(result.outcome, { kind: "handoff_paused", pause: pause! })
         const events = yield* context.log.events("session-1")
         const opening = events.find((stored) => stored.event.invocation.invocationId === running.invocation.invocationId)!.event.fact
         if (opening.kind !== "invocation_opened" || opening.input.kind !== "continuation") return assert.fail("a continuation opening")
@@ -342,13 +345,8 @@ describe("handoff", () => {
             context: { providerId: "provider-1", modelContextWindow: 20_000, declaredWindow: 6_000 },
           }),
         )
-        // The second main request and the background summary's are both out.
-        yield* Effect.promise(() => context.server.request(2))
-        const requested = yield* Effect.forkChild(running.handoff)
-        yield* Effect.sleep("20 millis")
-        yield* Deferred.succeed(release, undefined)
-        const pause = yield* Fiber.join(requested)
-        const result = yield* running.wait
+        // Once the second main request and the background summary's are both out.
+        const { pause, result } = yield* handOffWhileSlowRuns(running, release, Effect.promise(() => context.server.request(2)))
         assert.isTrue(faults!.fired(), faults!.labels.join(" "))
         assert.isUndefined(pause, "a pause sealed over a commit whose outcome was unknown")
         assert.strictEqual(result.outcome.kind === "failed" ? result.outcome.class : result.outcome.kind, "event_commit")
