@@ -544,6 +544,12 @@ const play = ({ operations, concurrency }: Session, totals: Totals, openLog?: Se
                       const own = closed.find((run) => run.invocation.invocationId === running.invocation.invocationId)
                       if (own?.pause === undefined) {
                         assert.isFalse(pausable(held), `no pause: ${JSON.stringify(operations)}`)
+                        // A run the host cannot hand off (under the prior-unknown policy) is cancelled; one
+                        // that had no step boundary left ended on its own, and is reported as it ended.
+                        if (own?.outcome === "cancelled") interrupted = "cancel"
+                        if (own?.outcome === "ended") {
+                          assert.deepStrictEqual(own.terminal, Exit.isSuccess(paused) ? paused.value.outcome : undefined, JSON.stringify(operations))
+                        }
                         return paused
                       }
                       assert.deepStrictEqual(Exit.isSuccess(paused) ? paused.value.outcome : paused.cause, { kind: "handoff_paused", pause: own.pause })
