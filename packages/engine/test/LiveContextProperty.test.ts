@@ -78,8 +78,9 @@ interface Interrupt {
    * `handoff-away`: the successor is resumed by another engine over the same log, which then serves
    * the session. `close-away`: the host hands off every live run (`handOffAll`) and closes, and the
    * next engine starts the pauses it finds (`resumePending`), as a host moving to another process.
+   * `handoff-abandon`: the pause is released instead (`abandonHandoff`), and the turn ends there.
    */
-  readonly kind: "steer" | "cancel" | "handoff" | "handoff-away" | "close-away"
+  readonly kind: "steer" | "cancel" | "handoff" | "handoff-away" | "close-away" | "handoff-abandon"
 }
 
 type Operation =
@@ -124,12 +125,10 @@ const fault: fc.Arbitrary<Fault | undefined> = fc.oneof(
     }),
   },
 )
+const interruptKind = fc.constantFrom<Interrupt["kind"]>("steer", "cancel", "handoff", "handoff-away", "close-away", "handoff-abandon")
 const interrupt = fc.oneof(
-  { weight: 2, arbitrary: fc.constant(undefined) },
-  { weight: 1, arbitrary: fc.record({
-      at: fc.nat({ max: 3 }),
-      kind: fc.constantFrom("steer" as const, "cancel" as const, "handoff" as const, "handoff-away" as const, "close-away" as const),
-    }) },
+  { weight: 1, arbitrary: fc.constant(undefined) },
+  { weight: 1, arbitrary: fc.record({ at: fc.nat({ max: 3 }), kind: interruptKind }) },
 )
 const turn: fc.Arbitrary<Operation> = fc
   .tuple(fc.array(toolStep, { maxLength: 3 }), lastStep, fault, interrupt, fc.integer({ min: 0, max: 3 }), fc.boolean())
@@ -330,6 +329,7 @@ const newTotals = () => ({
   handedOff: 0,
   handedAway: 0,
   closedAway: 0,
+  abandonedPauses: 0,
   continued: 0,
   continuationsRefused: 0,
   stepLimited: 0,
@@ -516,7 +516,7 @@ const play = ({ operations, concurrency }: Session, totals: Totals, openLog?: Se
                       yield* running.cancel
                       interrupted = "cancel"
                     }
-                    if (arrived && (held.kind === "handoff" || held.kind === "handoff-away")) {
+                    if (arrived && (held.kind === "handoff" || held.kind === "handoff-away" || held.kind === "handoff-abandon")) {
                       // The step in flight settles first: its answer is released while the handoff waits.
                       const requested = yield* Effect.forkChild(Effect.exit(running.handoff))
                       gate.release()
@@ -528,6 +528,11 @@ const play = ({ operations, concurrency }: Session, totals: Totals, openLog?: Se
                       }
                       assert.deepStrictEqual(Exit.isSuccess(paused) ? paused.value.outcome : paused.cause, { kind: "handoff_paused", pause: handed.value })
                       interrupted = held.kind
+                      if (held.kind === "handoff-abandon") {
+                        const abandoned = yield* engine.abandonHandoff("session-1")
+                        assert.strictEqual(abandoned.invocationId, handed.value.intent.successorInvocationId)
+                        return paused
+                      }
                       if (held.kind === "handoff-away") yield* moveEngine
                       const successor = yield* Effect.exit(
                         engine.resume({ paused: running.invocation, pause: handed.value, model: spy.model, tools, context: start.context!, mainOutputLimit: 16_000 }),
@@ -603,6 +608,13 @@ const play = ({ operations, concurrency }: Session, totals: Totals, openLog?: Se
         if (interrupted === "handoff") totals.handedOff++
         if (interrupted === "handoff-away") totals.handedAway++
         if (interrupted === "close-away") totals.closedAway++
+        if (interrupted === "handoff-abandon") {
+          // The turn ends at its pause: the steps after it never run.
+          assert.deepStrictEqual(Exit.isSuccess(exit) ? exit.value.outcome.kind : exit.cause, "handoff_paused", label)
+          partial = true
+          totals.abandonedPauses++
+          continue
+        }
         if (interrupted === "cancel") {
           assert.deepStrictEqual(Exit.isSuccess(exit) ? exit.value.outcome : exit.cause, { kind: "cancelled", source: "runtime_cancellation" }, label)
           partial = true
@@ -638,7 +650,7 @@ const play = ({ operations, concurrency }: Session, totals: Totals, openLog?: Se
     }),
   )
 
-const seed = Number(process.env["MAKA_PROPERTY_SEED"] ?? 20_261_207)
+const seed = Number(process.env["MAKA_PROPERTY_SEED"] ?? 20_261_208)
 
 const runs = Number(process.env["MAKA_PROPERTY_RUNS"] ?? 48)
 
@@ -725,6 +737,8 @@ describe("the kept context over generated sessions", () => {
         ["checkpoints", 2],
         ["handedOff", 1],
         ["handedAway", 0],
+        ["closedAway", 0],
+        ["abandonedPauses", 0],
         ["moved", 1],
         ["recovered", 0],
         ["compacted", 1],
