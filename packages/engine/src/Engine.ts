@@ -157,15 +157,11 @@ export type ResumeReport =
   | { readonly sessionId: string; readonly invocation: Identity.Invocation; readonly started: RunningInvocation }
   | { readonly sessionId: string; readonly invocation: Identity.Invocation; readonly skipped: string }
 
-/**
- * What became of a live run when the engine closed handing off: paused (with its `pause`), cancelled,
- * or `ended` on its own before it reached a step boundary to pause at (with its `terminal`).
- */
+/** What became of a live run when the engine closed handing off. */
 export interface ClosedRun {
   readonly invocation: Identity.Invocation
-  readonly outcome: "paused" | "cancelled" | "ended"
+  readonly outcome: "paused" | "cancelled"
   readonly pause?: Lineage.HandoffPause
-  readonly terminal?: Outcome.InvocationOutcome
 }
 
 export interface EngineShape {
@@ -411,8 +407,6 @@ export const make = (options: Partial<EngineOptions> = {}) =>
         readonly cancel: Effect.Effect<void>
         readonly handoff: Effect.Effect<Lineage.HandoffPause | undefined, EngineError.EngineError>
         readonly fiber: Fiber.Fiber<unknown, unknown>
-        /** The run's result once its worker ended. */
-        readonly result: Deferred.Deferred<RunResult, EngineError.EngineError>
       }
     >()
     // The host generation that pauses runs (informational in each intent).
@@ -515,7 +509,7 @@ export const make = (options: Partial<EngineOptions> = {}) =>
         // ended (a run cancelled before it began) released its session: it is not live.
         const fiber = yield* Effect.forkIn(worker, runScope, { startImmediately: true })
         if (fiber.pollUnsafe() === undefined) {
-          live.set(input.invocation.invocationId, { invocation: input.invocation, cancel: cancellation.cancel, handoff, fiber, result })
+          live.set(input.invocation.invocationId, { invocation: input.invocation, cancel: cancellation.cancel, handoff, fiber })
         }
         yield* Deferred.await(admitted)
         if (committed.length === 0) {
@@ -696,11 +690,6 @@ export const make = (options: Partial<EngineOptions> = {}) =>
             }
             yield* item.cancel
             yield* Fiber.await(item.fiber)
-            // A run with no step boundary left ends on its own: it is reported as it ended.
-            const ended = yield* Effect.exit(Deferred.await(item.result))
-            if (Exit.isSuccess(ended) && ended.value.outcome.kind !== "cancelled") {
-              return { invocation: item.invocation, outcome: "ended", terminal: ended.value.outcome } satisfies ClosedRun
-            }
             return { invocation: item.invocation, outcome: "cancelled" } satisfies ClosedRun
           }),
         { concurrency: "unbounded" },

@@ -360,24 +360,6 @@ describe("handoff", () => {
     ),
   )
 
-  it.live("handOffAll reports a run that answered before any step boundary as it ended, not as cancelled", () =>
-    Effect.scoped(
-      Effect.gen(function* () {
-        const gate = Respond.gate()
-        const context = yield* setup({ script: [mainEntry(Respond.hold(gate, answer("Done.")))] })
-        const effects: Effects = { ran: [] }
-        const running = yield* context.engine.start(input(context, "Answer.", ToolCatalog.make([echoTool(effects)])))
-        yield* Effect.promise(() => context.server.request(0))
-        const closing = yield* Effect.forkChild(context.engine.handOffAll)
-        yield* Effect.sleep("20 millis")
-        gate.release()
-        const closed = yield* Fiber.join(closing)
-        assert.deepStrictEqual((yield* running.wait).outcome, { kind: "completed" })
-        assert.deepStrictEqual(closed, [{ invocation: running.invocation, outcome: "ended", terminal: { kind: "completed" } }])
-      }),
-    ),
-  )
-
   it.live("abandoning a pause seals its successor cancelled without a model and frees the session", () =>
     Effect.scoped(
       Effect.gen(function* () {

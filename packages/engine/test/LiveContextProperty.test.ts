@@ -550,11 +550,8 @@ const play = ({ operations, concurrency }: Session, totals: Totals, openLog?: Se
                       if (own?.pause === undefined) {
                         assert.isFalse(pausable(held), `no pause: ${JSON.stringify(operations)}`)
                         // A run the host cannot hand off (under the prior-unknown policy) is cancelled; one
-                        // that had no step boundary left ended on its own, and is reported as it ended.
-                        if (own?.outcome === "cancelled") interrupted = "cancel"
-                        if (own?.outcome === "ended") {
-                          assert.deepStrictEqual(own.terminal, Exit.isSuccess(paused) ? paused.value.outcome : undefined, JSON.stringify(operations))
-                        }
+                        // with no step boundary left (it was answering) may end first, as it ends.
+                        if (Exit.isSuccess(paused) && paused.value.outcome.kind === "cancelled") interrupted = "cancel"
                         return paused
                       }
                       assert.deepStrictEqual(Exit.isSuccess(paused) ? paused.value.outcome : paused.cause, { kind: "handoff_paused", pause: own.pause })
