@@ -3,16 +3,19 @@
  * "Standalone", docs/engine.md §5.4): the invocation is not sealed over a batch in doubt; it fails `Commit`, and the
  * engine seals it `failed {event_commit}` before its next start on the session, which then goes on.
  * Real SQLite file, the scripted server on loopback; the log answers that one batch as uncertain.
+ * Likewise a message run whose background summary, drained at its end, commits with an unknown
+ * outcome (docs/engine.md §5.3 step 8): it is sealed from what the log holds, never `completed`.
  */
 import { assert, describe, it } from "@effect/vitest"
 import { EventLogError, type EventLog } from "@maka/event-log"
-import { FactBuilders } from "@maka/testkit"
+import { FactBuilders, Respond } from "@maka/testkit"
 import { ToolCatalog } from "@maka/tools"
 import { Effect } from "effect"
 import * as EngineError from "../src/EngineError.ts"
-import { answer, mainEntry, summaryAnswer, summaryEntry, summaryText } from "./support/compaction.ts"
+import { answer, echoCall, isSummaryRequest, mainEntry, summaryAnswer, summaryEntry, summaryText } from "./support/compaction.ts"
+import { faulty, type Faulty } from "./support/faults.ts"
 import { factsOf, kinds } from "./support/harness.ts"
-import { input, setup } from "./support/setup.ts"
+import { catalog, input, setup, type Effects } from "./support/setup.ts"
 
 describe("a standalone compaction whose final commit is uncertain", () => {
   it.live("fails Commit without a terminal, and is sealed failed event_commit before the session's next run", () =>
@@ -56,4 +59,48 @@ describe("a standalone compaction whose final commit is uncertain", () => {
         assert.deepStrictEqual(factsOf(events, "context_checkpoint_recorded"), [])
       }),
     ))
+
 })
+
+describe("a message run whose background summary's last commit is uncertain", () => {
+  it.live("is sealed from what landed, not completed", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        let faults: Faulty | undefined
+        const effects: Effects = { ran: [] }
+        const context = yield* setup(
+          {
+            script: [
+              // The summary never answers: the run's end drains it.
+              { match: isSummaryRequest, respond: Respond.hold(Respond.gate(), summaryAnswer(summaryText("never"))) },
+              // The first step reports a prompt at the declared window: a summary is due before the next request.
+              mainEntry(echoCall("call-1", "a", 6_000)),
+              mainEntry(answer("Done.")),
+              mainEntry(answer("Again.")),
+            ],
+          },
+          undefined,
+          { concurrency: 2 },
+          {
+            // The drain's commit, which carries the answer's completion, is lost; its caller is told the outcome is unknown.
+            wrapLog: (log) => {
+              faults = faulty(log, "model_interrupted#1", "unknown-lost")
+              return faults.log
+            },
+          },
+        )
+        const result = yield* context.engine.run(
+          input(context, "Echo, then answer.", catalog(effects), {
+            context: { providerId: "provider-1", modelContextWindow: 20_000, declaredWindow: 6_000 },
+          }),
+        )
+        assert.isTrue(faults!.fired(), faults!.labels.join(" "))
+        // Not `completed`: the answer's completion never landed. The seal read the log and closed what was open.
+        assert.strictEqual(result.outcome.kind === "failed" ? result.outcome.class : result.outcome.kind, "event_commit")
+        assert.deepStrictEqual((yield* context.log.unfinishedInvocations(10)), [])
+        const next = yield* context.engine.run(input(context, "Again.", ToolCatalog.make([])))
+        assert.deepStrictEqual(next.outcome, { kind: "completed" })
+      }),
+    ))
+})
+
