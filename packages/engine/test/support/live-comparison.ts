@@ -123,6 +123,8 @@ export const comparing = (
       const spied = complete === undefined ? undefined : (sequences: ReadonlyArray<number>) => (trailing = complete(sequences))
       const sequences = yield* log.appendBatch(leading, spied)
       const writes = [...leading, ...trailing]
+      // A batch of another session's run is that session's (a run's batches hold its own session only).
+      if (writes.every((write) => write.event.invocation.sessionId !== sessionId)) return sequences
       // An opening starts the comparison of its run, before a request that rides its commit.
       const opening = writes.find((write) => write.event.fact.kind === "invocation_opened")
       // An invocation opened and ended in one batch (an abandoned handoff's successor) is never live.
