@@ -8,12 +8,12 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { EventLogError, type EventLog } from "@maka/event-log"
-import { FactBuilders, Respond } from "@maka/testkit"
+import { FactBuilders } from "@maka/testkit"
 import { ToolCatalog } from "@maka/tools"
 import { Effect } from "effect"
 import * as EngineError from "../src/EngineError.ts"
-import { answer, echoCall, isSummaryRequest, mainEntry, summaryAnswer, summaryEntry, summaryText } from "./support/compaction.ts"
-import { faulty, type Faulty } from "./support/faults.ts"
+import { answer, mainEntry, summaryAnswer, summaryEntry, summaryText } from "./support/compaction.ts"
+import { drainedSummaryFaulted } from "./support/faults.ts"
 import { factsOf, kinds } from "./support/harness.ts"
 import { catalog, input, setup, type Effects } from "./support/setup.ts"
 
@@ -66,35 +66,15 @@ describe("a message run whose background summary's last commit is uncertain", ()
   it.live("is sealed from what landed, not completed", () =>
     Effect.scoped(
       Effect.gen(function* () {
-        let faults: Faulty | undefined
         const effects: Effects = { ran: [] }
-        const context = yield* setup(
-          {
-            script: [
-              // The summary never answers: the run's end drains it.
-              { match: isSummaryRequest, respond: Respond.hold(Respond.gate(), summaryAnswer(summaryText("never"))) },
-              // The first step reports a prompt at the declared window: a summary is due before the next request.
-              mainEntry(echoCall("call-1", "a", 6_000)),
-              mainEntry(answer("Done.")),
-              mainEntry(answer("Again.")),
-            ],
-          },
-          undefined,
-          { concurrency: 2 },
-          {
-            // The drain's commit, which carries the answer's completion, is lost; its caller is told the outcome is unknown.
-            wrapLog: (log) => {
-              faults = faulty(log, "model_interrupted#1", "unknown-lost")
-              return faults.log
-            },
-          },
-        )
+        // The drain's commit, which carries the answer's completion, is lost; its caller is told the outcome is unknown.
+        const { context, faults } = yield* drainedSummaryFaulted("unknown-lost", [answer("Done."), answer("Again.")])
         const result = yield* context.engine.run(
           input(context, "Echo, then answer.", catalog(effects), {
             context: { providerId: "provider-1", modelContextWindow: 20_000, declaredWindow: 6_000 },
           }),
         )
-        assert.isTrue(faults!.fired(), faults!.labels.join(" "))
+        assert.isTrue(faults.fired(), faults.labels.join(" "))
         // Not `completed`: the answer's completion never landed. The seal read the log and closed what was open.
         assert.strictEqual(result.outcome.kind === "failed" ? result.outcome.class : result.outcome.kind, "event_commit")
         assert.deepStrictEqual((yield* context.log.unfinishedInvocations(10)), [])

@@ -12,8 +12,8 @@ import { EventLogError, type EventLog } from "@maka/event-log"
 import { Deferred, Effect, Fiber, Schema } from "effect"
 import * as EngineError from "../src/EngineError.ts"
 import type * as Engine from "../src/Engine.ts"
-import { answer, echoCall, isSummaryRequest, mainEntry, summaryAnswer, summaryText } from "./support/compaction.ts"
-import { faulty, type Faulty } from "./support/faults.ts"
+import { answer, echoCall, mainEntry } from "./support/compaction.ts"
+import { drainedSummaryFaulted } from "./support/faults.ts"
 import { factsOf, kinds, reopen } from "./support/harness.ts"
 import { echoTool, input, setup, type Effects, type Setup } from "./support/setup.ts"
 
@@ -314,28 +314,8 @@ describe("handoff", () => {
   it.live("a drained summary's commit that carried the step's settlement with an unknown outcome pauses nothing: the run fails event_commit", () =>
     Effect.scoped(
       Effect.gen(function* () {
-        const summaryGate = Respond.gate()
-        let faults: Faulty | undefined
-        const context = yield* setup(
-          {
-            script: [
-              { match: isSummaryRequest, respond: Respond.hold(summaryGate, summaryAnswer(summaryText("never"))) },
-              // The first step reports a prompt at the declared window: the summary is due before the next request.
-              mainEntry(echoCall("call-1", "a", 6_000)),
-              mainEntry(slowCall("call-2", "b")),
-              mainEntry(answer("Done.")),
-            ],
-          },
-          undefined,
-          { concurrency: 2 },
-          {
-            // The drain's commit, which carries the settlement of `slow`, lands; its caller is told the outcome is unknown.
-            wrapLog: (log) => {
-              faults = faulty(log, "model_interrupted#1", "unknown-landed")
-              return faults.log
-            },
-          },
-        )
+        // The drain's commit, which carries the settlement of `slow`, lands; its caller is told the outcome is unknown.
+        const { context, faults } = yield* drainedSummaryFaulted("unknown-landed", [slowCall("call-2", "b"), answer("Done.")])
         const effects: Effects = { ran: [] }
         const release = yield* Deferred.make<void>()
         const catalog = tools(effects, release)
@@ -347,7 +327,7 @@ describe("handoff", () => {
         )
         // Once the second main request and the background summary's are both out.
         const { pause, result } = yield* handOffWhileSlowRuns(running, release, Effect.promise(() => context.server.request(2)))
-        assert.isTrue(faults!.fired(), faults!.labels.join(" "))
+        assert.isTrue(faults.fired(), faults.labels.join(" "))
         assert.isUndefined(pause, "a pause sealed over a commit whose outcome was unknown")
         assert.strictEqual(result.outcome.kind === "failed" ? result.outcome.class : result.outcome.kind, "event_commit")
         assert.deepStrictEqual(effects.ran, ["a", "slow:b"])

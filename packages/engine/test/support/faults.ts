@@ -9,6 +9,8 @@ import type { EventWrite } from "@maka/facts"
 import { EventLogError, type EventLog } from "@maka/event-log"
 import { OpenAiSse, Respond, type ScriptedServer } from "@maka/testkit"
 import { Effect } from "effect"
+import { echoCall, isSummaryRequest, mainEntry, summaryAnswer, summaryText } from "./compaction.ts"
+import { setup } from "./setup.ts"
 
 export type FaultMode =
   /** The commit is refused: nothing is written. */
@@ -126,3 +128,33 @@ export const toolLoop: ReadonlyArray<ScriptedServer.ScriptEntry> = [
     repeat: true,
   },
 ]
+
+/**
+ * A set-up whose first main step calls `echo` and reports a prompt at the declared window (6,000
+ * tokens, for runs that declare it), so a summary is due, and made in the background (two model
+ * slots), before the next request: the summary never answers, so the step boundary or the run's end
+ * drains it, and that drain's commit (`model_interrupted#1`, which carries what the run carried)
+ * fails as `mode` says. `after` answers the main requests after the first.
+ */
+export const drainedSummaryFaulted = (mode: FaultMode, after: ReadonlyArray<Respond.Responder>) =>
+  Effect.gen(function* () {
+    let faults: Faulty | undefined
+    const context = yield* setup(
+      {
+        script: [
+          { match: isSummaryRequest, respond: Respond.hold(Respond.gate(), summaryAnswer(summaryText("never"))) },
+          mainEntry(echoCall("call-1", "a", 6_000)),
+          ...after.map(mainEntry),
+        ],
+      },
+      undefined,
+      { concurrency: 2 },
+      {
+        wrapLog: (log) => {
+          faults = faulty(log, "model_interrupted#1", mode)
+          return faults.log
+        },
+      },
+    )
+    return { context, faults: faults! }
+  })
