@@ -327,6 +327,27 @@ describe("unknown outcomes and unwritten terminals", () => {
       }),
     ))
 
+  it.live("a first commit of unknown outcome, which carried the opening: the opening is replayed, and the run sealed at once", () =>
+    Effect.gen(function* () {
+      const expected = {
+        "unknown-landed": ["invocation_opened", "model_requested", "model_interrupted:failed", "invocation_ended:failed:event_commit"],
+        "unknown-lost": ["invocation_opened", "invocation_ended:failed:event_commit"],
+      } as const
+      for (const mode of ["unknown-landed", "unknown-lost"] as const) {
+        yield* Effect.scoped(
+          Effect.gen(function* () {
+            const faulted = yield* faultedSetup("model_requested#1", mode)
+            const { wait } = yield* runLoop(faulted)
+            // Admitted (the opening landed, or lands now) and sealed from what landed: nothing is left open.
+            assert.isTrue(Exit.isSuccess(wait), `${mode}: ${String(wait)}`)
+            if (Exit.isSuccess(wait)) assert.strictEqual(wait.value.outcome.kind === "failed" ? wait.value.outcome.class : "", "event_commit")
+            assert.deepStrictEqual(kinds(yield* faulted.context.log.events("session-1")), [...expected[mode]], mode)
+            assert.deepStrictEqual(yield* faulted.context.log.unfinishedInvocations(10), [])
+          }),
+        )
+      }
+    }))
+
   it.live("a continuation checked before the engine wrote its run's owed terminal is told so; continueRun writes it first", () =>
     Effect.scoped(
       Effect.gen(function* () {

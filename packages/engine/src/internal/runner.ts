@@ -172,11 +172,13 @@ const foldable = (run: Run, priorUnknown: boolean) =>
 /**
  * Commits an opening the run still carries (its first commit failed, or none came): alone, now. The
  * run is admitted if it lands; otherwise the run ends with the admission's error and writes nothing more.
+ * After a first commit whose outcome is unknown this commit resolves it, as the seal's do: the same
+ * opening again is an exact replay when it landed, and lands now when it did not.
  */
 const commitPendingOpening = (run: Run, write: EventWrite.EventWrite) =>
   Effect.gen(function* () {
     if (!run.carry.includes(write)) run.carry.unshift(write)
-    yield* asAdmission(run, flushCarry(run))
+    yield* asAdmission(run, flushCarry(run, true))
   })
 
 /**
