@@ -25,11 +25,18 @@ Exit codes: 0 completed · 1 failed · 2 usage or invalid input · 3 reconciliat
 75 handed off (SIGTERM; continue with maka resume) · 130 cancelled (SIGINT). The API key comes only from MAKA_API_KEY.
 `
 
+const flagHead = (name: FlagName): string => {
+  const spec = FLAGS[name]
+  return "value" in spec ? `--${name} ${spec.value}` : `--${name}`
+}
+
+/** The flags' column: the longest flag with its value, and two spaces before its description. */
+const FLAG_COLUMN = Math.max(...(Object.keys(FLAGS) as Array<FlagName>).map((name) => flagHead(name).length)) + 2
+
 const flagLine = (name: FlagName): string => {
   const spec = FLAGS[name]
-  const head = "value" in spec ? `--${name} ${spec.value}` : `--${name}`
   const tail = "defaultText" in spec ? ` (default: ${spec.defaultText})` : ""
-  return `  ${head.padEnd(44)}${spec.description}${tail}`
+  return `  ${flagHead(name).padEnd(FLAG_COLUMN)}${spec.description}${tail}`
 }
 
 /** The help of one command: usage line, summary and every flag with its default. */

@@ -61,6 +61,10 @@ describe("the maka binary", () => {
       const defaultText = (FLAGS[flag] as { readonly defaultText?: string }).defaultText
       if (defaultText !== undefined) expect(line).toContain(`(default: ${defaultText})`)
     }
+    // Every description starts in one column, at least two spaces after the longest flag and its value.
+    const lines = result.stdout.split("\n").filter((candidate) => candidate.startsWith("  --"))
+    const columns = lines.map((candidate) => /^ {2}--\S+(?: \S+)? {2,}/.exec(candidate)?.[0].length)
+    expect(columns.every((column) => column !== undefined && column === columns[0]), lines.join("\n")).toBe(true)
   })
 
   it("documents the run defaults of docs/cli.md §10.1 in run --help", async () => {

@@ -145,9 +145,34 @@ export const parse = (command: CommandName, args: ReadonlyArray<string>): Parsed
     const parsed = parseArgs({ args: [...args], options, allowPositionals: spec.arguments !== undefined, strict: true })
     return { values: parsed.values as Values, positionals: parsed.positionals } // parseArgs types values by `options`, built above from FLAGS
   } catch (error) {
-    const message = error instanceof Error ? error.message.split("\n")[0]! : String(error)
-    throw new UsageError(`${message}; see maka ${command} --help`)
+    throw new UsageError(`${parseProblem(command, error)}; see maka ${command} --help`)
   }
+}
+
+/**
+ * A refusal of `parseArgs` in the command line's own terms: which flag or argument, and what to
+ * write instead. Node's messages name its API (a "positional argument", an "option argument"), span
+ * lines, and suggest a quoting that does not work in a shell.
+ */
+const parseProblem = (command: CommandName, error: unknown): string => {
+  const message = error instanceof Error ? error.message : String(error)
+  const code = (error as { readonly code?: unknown } | undefined)?.code
+  const quoted = /'([^']*)'/.exec(message)?.[1]
+  const flag = quoted?.split(" ")[0]
+  if (code === "ERR_PARSE_ARGS_UNKNOWN_OPTION" && quoted !== undefined) {
+    return "arguments" in COMMANDS[command]
+      ? `unknown flag '${quoted}' (an argument that starts with '-' goes after '--')`
+      : `unknown flag '${quoted}'`
+  }
+  if (code === "ERR_PARSE_ARGS_UNEXPECTED_POSITIONAL" && quoted !== undefined) {
+    return `unexpected argument '${quoted}': maka ${command} takes none`
+  }
+  if (code === "ERR_PARSE_ARGS_INVALID_OPTION_VALUE" && flag !== undefined) {
+    if (message.includes("does not take an argument")) return `${flag} takes no value`
+    if (message.includes("ambiguous")) return `${flag} needs a value (one that starts with '-' is written ${flag}=VALUE)`
+    return `${flag} needs a value`
+  }
+  return message.split("\n")[0]!
 }
 
 export type Environment = Readonly<Record<string, string | undefined>>

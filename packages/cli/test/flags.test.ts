@@ -1,0 +1,38 @@
+import { describe, expect, it } from "vitest"
+import * as Flags from "../src/internal/flags.ts"
+
+/** The usage error `parse` throws for a command line, or `undefined` when it parses. */
+const refusal = (command: Flags.CommandName, ...args: ReadonlyArray<string>): string | undefined => {
+  try {
+    Flags.parse(command, args)
+    return undefined
+  } catch (error) {
+    expect(error).toBeInstanceOf(Flags.UsageError)
+    return (error as Flags.UsageError).message
+  }
+}
+
+describe("the refusals of the flag parser (docs/cli.md §10.1)", () => {
+  it("names the flag and what to write instead, on one line", () => {
+    const cases: ReadonlyArray<readonly [Flags.CommandName, ReadonlyArray<string>, string]> = [
+      ["run", ["--bogus", "hi"], "unknown flag '--bogus' (an argument that starts with '-' goes after '--'); see maka run --help"],
+      ["sessions", ["--json"], "unknown flag '--json'; see maka sessions --help"],
+      ["sessions", ["extra"], "unexpected argument 'extra': maka sessions takes none; see maka sessions --help"],
+      ["run", ["--model"], "--model needs a value; see maka run --help"],
+      ["events", ["--session"], "--session needs a value; see maka events --help"],
+      ["run", ["--json=yes", "hi"], "--json takes no value; see maka run --help"],
+      [
+        "run",
+        ["--context-window", "-5", "hi"],
+        "--context-window needs a value (one that starts with '-' is written --context-window=VALUE); see maka run --help",
+      ],
+    ]
+    for (const [command, args, message] of cases) expect(refusal(command, ...args), args.join(" ")).toBe(message)
+  })
+
+  it("takes an argument that starts with '-' after '--', and a value that does with '='", () => {
+    expect(refusal("run", "--", "-x is a message")).toBeUndefined()
+    expect(Flags.parse("run", ["--", "-x"]).positionals).toEqual(["-x"])
+    expect(Flags.parse("run", ["--context-window=-5", "hi"]).values["context-window"]).toBe("-5")
+  })
+})
