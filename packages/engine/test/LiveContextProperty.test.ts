@@ -6,17 +6,17 @@
  * output limit and makes compaction due (the summary made before the next request, or in the
  * background beside it); runs of another writer appended between turns (an append the engine did
  * not make); steering, a cancellation or a handoff that arrives while a step's request waits for
- * its answer (the successor resumed by the same engine or by another over the same log, the host
- * handing off every live run and the next engine resuming the pauses it finds, or the pause
- * abandoned); the session moved to another engine between turns (the last one closed, the next
- * recovering what it left open); runs of another session on the same engine and standalone
- * compactions between turns; turns that continue the session's latest run
+ * its answer or while its first effect runs (the successor resumed by the same engine or by another
+ * over the same log, the host handing off every live run and the next engine resuming the pauses it
+ * finds, or the pause abandoned); the session moved to another engine between turns (the last one
+ * closed, the next recovering what it left open); runs of another session on the same engine and
+ * standalone compactions between turns; turns that continue the session's latest run
  * (docs/engine.md §5.9) instead of sending a message, when `checkContinuation` allows it (a refusal
- * is `continueRun`'s too, and writes nothing); runs that end at their step budget after a tool step;
- * and a turn whose commit the store refuses or answers with an unknown outcome (after writing it) at
- * a generated point. The spy of
- * `support/live-comparison.ts` compares the live context with a fresh `readModelContext` after
- * every commit, and every request the model received with one rebuilt from a fresh read at its cut.
+ * is `continueRun`'s too, and writes nothing); runs that end at their step budget after a tool
+ * step; and a turn whose commit the store refuses or answers with an unknown outcome (after writing
+ * it) at a generated point. The spy of `support/live-comparison.ts` compares the live context with
+ * a fresh `readModelContext` after every commit, and every request the model received with one
+ * rebuilt from a fresh read at its cut.
  *
  * After a fault the session stays usable: every later turn completes, except that a dispatch whose
  * commit outcome was unknown refuses the next message (docs/engine.md §5.8), the session then going
@@ -30,15 +30,15 @@ import { assert, describe, it } from "@effect/vitest"
 import type { Event, EventWrite, Identity, Outcome } from "@maka/facts"
 import { EventLog, EventLogError } from "@maka/event-log"
 import { FactBuilders, History, OpenAiSse, Respond, type ScriptedServer } from "@maka/testkit"
-import { Ids, ToolCatalog } from "@maka/tools"
-import { Cause, Effect, Exit, Fiber, Option } from "effect"
+import { Ids, Tool, ToolCatalog } from "@maka/tools"
+import { Cause, Effect, Exit, Fiber, Option, Schema } from "effect"
 import * as fc from "fast-check"
 import * as Engine from "../src/Engine.ts"
 import * as EngineError from "../src/EngineError.ts"
 import { isSummaryPrompt, isSummaryRequest, summaryAnswer, summaryText } from "./support/compaction.ts"
 import { recording } from "./support/harness.ts"
 import { comparing, newComparison, type Comparison, type Settings } from "./support/live-comparison.ts"
-import { databaseUrl, echoTool, input, postgresLog, setup, type SetupExtras } from "./support/setup.ts"
+import { databaseUrl, input, postgresLog, setup, type SetupExtras } from "./support/setup.ts"
 
 // ---------------------------------------------------------------------------------------------
 // The generated session
@@ -70,12 +70,14 @@ interface Fault {
 }
 
 /**
- * What arrives while the request of step `at` (its answer's attempt) waits for the answer: steering,
- * a cancellation, or a handoff (the run pauses at its next step boundary and this engine resumes its
- * successor, which goes on with the turn).
+ * What arrives while the request of step `at` (its answer's attempt) waits for the answer, or while
+ * the tool step's first effect runs: steering, a cancellation, or a handoff (the run pauses at its
+ * next step boundary and this engine resumes its successor, which goes on with the turn).
  */
 interface Interrupt {
   readonly at: number
+  /** `tool`: while the first valid call of step `at` (a tool step) runs; absent: while its request waits. */
+  readonly during?: "tool" | undefined
   /**
    * `handoff-away`: the successor is resumed by another engine over the same log, which then serves
    * the session. `close-away`: the host hands off every live run (`handOffAll`) and closes, and the
@@ -132,7 +134,7 @@ const fault: fc.Arbitrary<Fault | undefined> = fc.oneof(
 const interruptKind = fc.constantFrom<Interrupt["kind"]>("steer", "cancel", "handoff", "handoff-away", "close-away", "handoff-abandon")
 const interrupt = fc.oneof(
   { weight: 1, arbitrary: fc.constant(undefined) },
-  { weight: 1, arbitrary: fc.record({ at: fc.nat({ max: 3 }), kind: interruptKind }) },
+  { weight: 1, arbitrary: fc.record({ at: fc.nat({ max: 3 }), kind: interruptKind, duringTool: fc.boolean() }) },
 )
 const turn: fc.Arbitrary<Operation> = fc
   .tuple(fc.array(toolStep, { maxLength: 3 }), lastStep, fault, interrupt, fc.integer({ min: 0, max: 3 }), fc.boolean())
@@ -140,12 +142,19 @@ const turn: fc.Arbitrary<Operation> = fc
     kind: "turn",
     steps: [...steps, last],
     fault,
-    // At one of the turn's steps.
-    interrupt: interrupt === undefined ? undefined : { ...interrupt, at: interrupt.at % (steps.length + 1) },
+    // At one of the turn's steps; during a tool only at a tool step with a call the tool runs.
+    interrupt: interrupt === undefined ? undefined : interruptAt(steps, interrupt),
     continues: continues === 0,
     // Only a turn with a tool step and nothing arriving mid-turn (steering would add a step).
     stepLimit: stepLimit && steps.length > 0 && interrupt === undefined,
   }))
+/** The generated interrupt at one of the turn's steps (`toolSteps` and its answer). */
+function interruptAt(toolSteps: ReadonlyArray<Step>, generated: { readonly at: number; readonly kind: Interrupt["kind"]; readonly duringTool: boolean }): Interrupt {
+  const running = toolSteps.flatMap((step, index) => (step.calls.some((call) => call !== "invalid") ? [index] : []))
+  if (generated.duringTool && running.length > 0) return { at: running[generated.at % running.length]!, kind: generated.kind, during: "tool" }
+  return { at: generated.at % (toolSteps.length + 1), kind: generated.kind }
+}
+
 const operation: fc.Arbitrary<Operation> = fc.oneof(
   { weight: 3, arbitrary: turn },
   { weight: 1, arbitrary: fc.boolean().map((toolStep) => ({ kind: "foreign", toolStep }) as const) },
@@ -171,9 +180,31 @@ const session: fc.Arbitrary<Session> = fc.record({
 /** Over one page (7,500 UTF-16 units): prune archives such a result before the next request. */
 const PADDING = "x".repeat(8_000)
 
-/** `echo`, whose result for a value marked `big ` is over one page. */
-const echoOf = (ran: Array<string>) =>
-  ToolCatalog.make([echoTool({ ran }, (value) => (value.startsWith("big ") ? `echo: ${value} ${PADDING}` : `echo: ${value}`))])
+/** The effect `echo` holds: it runs, says so, and returns once released. */
+interface ToolHold {
+  value: string | undefined
+  readonly entered: () => void
+  readonly released: Promise<void>
+}
+
+/** `echo`, whose result for a value marked `big ` is over one page, and whose effect for `hold.value` waits for its release. */
+const echoOf = (ran: Array<string>, hold: { current: ToolHold | undefined }) =>
+  ToolCatalog.make([
+    Tool.make({
+      name: "echo",
+      description: "Echoes its input.",
+      input: Schema.Struct({ value: Schema.String }),
+      semantics: "parallel",
+      execute: ({ value }) => {
+        ran.push(value)
+        const result = Tool.text(value.startsWith("big ") ? `echo: ${value} ${PADDING}` : `echo: ${value}`)
+        const held = hold.current
+        if (held === undefined || held.value !== value) return Effect.succeed(result)
+        held.entered()
+        return Effect.as(Effect.promise(() => held.released), result)
+      },
+    }),
+  ])
 
 const valueOf = (session: number, turn: number, step: number, call: number, kind: Call) =>
   `${kind === "big" ? "big " : ""}v${session}-${turn}-${step}-${call}`
@@ -339,6 +370,7 @@ const newTotals = () => ({
   continued: 0,
   continuationsRefused: 0,
   stepLimited: 0,
+  duringTool: 0,
   compacted: 0,
   compactRefused: 0,
   moved: 0,
@@ -366,7 +398,9 @@ const play = ({ operations, concurrency }: Session, totals: Totals, openLog?: Se
       })
       const ran: Array<string> = []
       const completedValues: Array<string> = []
-      const tools = echoOf(ran)
+      // The effect a turn's interrupt arrives during, if any.
+      const hold: { current: ToolHold | undefined } = { current: undefined }
+      const tools = echoOf(ran, hold)
       const spy = recording(context.model)
       // The engine serving the session; after a move, another one over the same (spied) log.
       let engine = context.engine
@@ -458,10 +492,24 @@ const play = ({ operations, concurrency }: Session, totals: Totals, openLog?: Se
         const values: Array<string> = []
         const gate = Respond.gate()
         const held = operation.interrupt
+        const duringTool = held?.during === "tool"
+        // The first call of the held step that the tool runs, when the interrupt arrives during it.
+        let toolEntered = () => {}
+        const entered = new Promise<void>((resolve) => (toolEntered = resolve))
+        let releaseTool = () => {}
+        const released = new Promise<void>((resolve) => (releaseTool = resolve))
+        const heldCall = duringTool ? operation.steps[held.at]!.calls.findIndex((call) => call !== "invalid") : -1
+        hold.current =
+          heldCall < 0 ? undefined : { value: valueOf(sessionIndex, turnIndex, held!.at, heldCall, operation.steps[held!.at]!.calls[heldCall]!), entered: toolEntered, released }
+        /** Lets the held answer or the held effect go on. */
+        const release = () => {
+          gate.release()
+          releaseTool()
+        }
         const push = (respond: Respond.Responder) =>
           context.server.push({ match: (request) => !isSummaryRequest(request) && routing.active === turnIndex, respond } satisfies ScriptedServer.ScriptEntry)
         operation.steps.forEach((step, stepIndex) => {
-          for (const respond of responsesOf(sessionIndex, turnIndex, stepIndex, step, held?.at === stepIndex ? gate : undefined)) push(respond)
+          for (const respond of responsesOf(sessionIndex, turnIndex, stepIndex, step, held?.at === stepIndex && !duringTool ? gate : undefined)) push(respond)
           step.calls.forEach((kind, call) => {
             if (kind !== "invalid") values.push(valueOf(sessionIndex, turnIndex, stepIndex, call, kind))
           })
@@ -529,9 +577,10 @@ const play = ({ operations, concurrency }: Session, totals: Totals, openLog?: Se
               : yield* Effect.gen(function* () {
                   const running = started.value
                   if (held !== undefined) {
-                    // The held request arrives, unless a fault ended the run before it was sent.
+                    // The held request arrives (or the held effect starts), unless a fault ended the run first.
+                    const reached = duringTool ? entered : mainRequestArrived(context.server, base, requestsBefore(operation.steps, held.at))
                     const arrived = yield* Effect.raceFirst(
-                      Effect.as(Effect.promise(() => mainRequestArrived(context.server, base, requestsBefore(operation.steps, held.at))), true),
+                      Effect.as(Effect.promise(() => reached), true),
                       Effect.as(Effect.exit(running.wait), false),
                     )
                     if (arrived && held.kind === "steer" && Exit.isSuccess(yield* Effect.exit(running.steer(`Steer turn ${turnIndex}.`)))) {
@@ -542,9 +591,9 @@ const play = ({ operations, concurrency }: Session, totals: Totals, openLog?: Se
                       interrupted = "cancel"
                     }
                     if (arrived && (held.kind === "handoff" || held.kind === "handoff-away" || held.kind === "handoff-abandon")) {
-                      // The step in flight settles first: its answer is released while the handoff waits.
-                      const requested = yield* Effect.forkChild(Effect.exit(running.handoff))
-                      gate.release()
+                      // The step in flight settles first: its answer (or effect) is released while the handoff waits.
+                      const requested = yield* Effect.forkChild(Effect.exit(running.handoff), { startImmediately: true })
+                      release()
                       const handed = yield* Fiber.join(requested)
                       const paused = yield* Effect.exit(running.wait)
                       if (Exit.isFailure(handed) || handed.value === undefined) {
@@ -567,8 +616,8 @@ const play = ({ operations, concurrency }: Session, totals: Totals, openLog?: Se
                       return yield* Effect.exit(successor.value.wait)
                     }
                     if (arrived && held.kind === "close-away") {
-                      const closing = yield* Effect.forkChild(engine.handOffAll)
-                      gate.release()
+                      const closing = yield* Effect.forkChild(engine.handOffAll, { startImmediately: true })
+                      release()
                       const closed = yield* Fiber.join(closing)
                       const paused = yield* Effect.exit(running.wait)
                       const own = closed.find((run) => run.invocation.invocationId === running.invocation.invocationId)
@@ -590,7 +639,7 @@ const play = ({ operations, concurrency }: Session, totals: Totals, openLog?: Se
                       return yield* Effect.exit(report.started.wait)
                     }
                   }
-                  gate.release()
+                  release()
                   return yield* Effect.exit(running.wait)
                 })
             return { exit, interrupted }
@@ -626,7 +675,15 @@ const play = ({ operations, concurrency }: Session, totals: Totals, openLog?: Se
           totals.faults++
           continue
         }
-        if (interrupted === "steer") totals.steered++
+        if (interrupted !== undefined && duringTool) totals.duringTool++
+        if (interrupted === "steer") {
+          // Accepted steering is delivered: durable in the session, once.
+          const steered = (yield* context.log.events("session-1")).filter(
+            ({ event }) => event.fact.kind === "message_steered" && event.fact.message.content.text === `Steer turn ${turnIndex}.`,
+          )
+          assert.strictEqual(steered.length, 1, `steering of ${label}`)
+          totals.steered++
+        }
         if (interrupted === "handoff") totals.handedOff++
         if (interrupted === "handoff-away") totals.handedAway++
         if (interrupted === "close-away") totals.closedAway++
@@ -771,6 +828,7 @@ describe("the kept context over generated sessions", () => {
         ["continued", 1],
         ["continuationsRefused", 1],
         ["stepLimited", 1],
+        ["duringTool", 2],
         ["backgroundCheckpoints", 1],
       ]
       if (process.env["MAKA_PROPERTY_PRINT"]) console.log(JSON.stringify(totals))
