@@ -27,7 +27,7 @@
  * `MAKA_PROPERTY_PRINT=1` prints how often the sessions reached each case.
  */
 import { assert, describe, it } from "@effect/vitest"
-import type { Event, EventWrite, Identity, Outcome } from "@maka/facts"
+import type { Event, EventWrite, Identity, Outcome, ToolCall } from "@maka/facts"
 import { EventLog, EventLogError } from "@maka/event-log"
 import { FactBuilders, History, OpenAiSse, Respond, type ScriptedServer } from "@maka/testkit"
 import { Ids, Tool, ToolCatalog } from "@maka/tools"
@@ -44,8 +44,12 @@ import { databaseUrl, input, postgresLog, setup, type SetupExtras } from "./supp
 // The generated session
 // ---------------------------------------------------------------------------------------------
 
-/** A call of `echo`: a small result, one over a page, or an input the tool's schema refuses. */
-type Call = "small" | "big" | "invalid"
+/**
+ * A call of `echo`: a small result, one over a page, an input the tool's schema refuses, a known
+ * failure the model reads, or an effect whose outcome the tool cannot tell (`ToolOutcomeUnknown`:
+ * the run ends `failed {outcome_unknown}`, docs/engine.md §5.4 step 14).
+ */
+type Call = "small" | "big" | "invalid" | "failing" | "unknown"
 
 interface Step {
   /** The step's calls; none: the step answers and ends the turn. */
@@ -116,7 +120,16 @@ type Operation =
 const promptTokens = fc.constantFrom(500, 2_000, 6_000)
 const retry = fc.integer({ min: 0, max: 4 }).map((value) => value === 0)
 const toolStep: fc.Arbitrary<Step> = fc.record({
-  calls: fc.array(fc.constantFrom<Call>("small", "small", "big", "invalid"), { minLength: 1, maxLength: 3 }),
+  calls: fc.array(
+    fc.oneof(
+      { weight: 12, arbitrary: fc.constant<Call>("small") },
+      { weight: 4, arbitrary: fc.constant<Call>("big") },
+      { weight: 4, arbitrary: fc.constant<Call>("invalid") },
+      { weight: 2, arbitrary: fc.constant<Call>("failing") },
+      { weight: 1, arbitrary: fc.constant<Call>("unknown") },
+    ),
+    { minLength: 1, maxLength: 3 },
+  ),
   retry,
   promptTokens,
 })
@@ -187,7 +200,11 @@ interface ToolHold {
   readonly released: Promise<void>
 }
 
-/** `echo`, whose result for a value marked `big ` is over one page, and whose effect for `hold.value` waits for its release. */
+/**
+ * `echo`, whose result for a value marked `big ` is over one page, which fails for one marked `fail `
+ * and cannot tell its outcome for one marked `unknown `, and whose effect for `hold.value` waits
+ * for its release first.
+ */
 const echoOf = (ran: Array<string>, hold: { current: ToolHold | undefined }) =>
   ToolCatalog.make([
     Tool.make({
@@ -197,17 +214,22 @@ const echoOf = (ran: Array<string>, hold: { current: ToolHold | undefined }) =>
       semantics: "parallel",
       execute: ({ value }) => {
         ran.push(value)
-        const result = Tool.text(value.startsWith("big ") ? `echo: ${value} ${PADDING}` : `echo: ${value}`)
+        const result: Effect.Effect<ToolCall.ToolOutput, Tool.ToolFailure | Tool.ToolOutcomeUnknown> = value.startsWith("fail ")
+          ? Tool.fail(`echo failed for ${value}`)
+          : value.startsWith("unknown ")
+            ? Effect.fail(new Tool.ToolOutcomeUnknown({ message: `echo lost track of ${value}` }))
+            : Effect.succeed(Tool.text(value.startsWith("big ") ? `echo: ${value} ${PADDING}` : `echo: ${value}`))
         const held = hold.current
-        if (held === undefined || held.value !== value) return Effect.succeed(result)
+        if (held === undefined || held.value !== value) return result
         held.entered()
-        return Effect.as(Effect.promise(() => held.released), result)
+        return Effect.andThen(Effect.promise(() => held.released), result)
       },
     }),
   ])
 
-const valueOf = (session: number, turn: number, step: number, call: number, kind: Call) =>
-  `${kind === "big" ? "big " : ""}v${session}-${turn}-${step}-${call}`
+const MARKS: Record<Call, string> = { small: "", big: "big ", invalid: "", failing: "fail ", unknown: "unknown " }
+
+const valueOf = (session: number, turn: number, step: number, call: number, kind: Call) => `${MARKS[kind]}v${session}-${turn}-${step}-${call}`
 
 const argumentsOf = (value: string, kind: Call) => JSON.stringify({ value: kind === "invalid" ? 5 : value })
 
@@ -371,6 +393,8 @@ const newTotals = () => ({
   continuationsRefused: 0,
   stepLimited: 0,
   duringTool: 0,
+  failedEffects: 0,
+  unknownEffects: 0,
   compacted: 0,
   compactRefused: 0,
   moved: 0,
@@ -556,7 +580,11 @@ const play = ({ operations, concurrency }: Session, totals: Totals, openLog?: Se
         // A handoff requested during a tool step's request pauses the run at the next step boundary,
         // unless a fault ended the run first or the run goes on under the prior-unknown policy.
         const pausable = (held: Interrupt) =>
-          held.at < operation.steps.length - 1 && injection.fired === undefined && !priorUnknown
+          held.at < operation.steps.length - 1 &&
+          injection.fired === undefined &&
+          !priorUnknown &&
+          // An effect whose outcome is unknown ends the run in the step the handoff waits for.
+          !operation.steps[held.at]!.calls.includes("unknown")
         const attempt = (allowPriorUnknown: boolean) =>
           Effect.gen(function* () {
             const start = inputOf(allowPriorUnknown)
@@ -667,12 +695,27 @@ const play = ({ operations, concurrency }: Session, totals: Totals, openLog?: Se
           continues = false
           ;({ exit, interrupted } = yield* attempt(priorUnknown))
         }
+        // An effect of the turn whose outcome the tool could not tell ran (its dispatch has no settlement).
+        const unknownRan = operation.steps.some((step, stepIndex) =>
+          step.calls.some((kind, call) => kind === "unknown" && ran.includes(valueOf(sessionIndex, turnIndex, stepIndex, call, kind))),
+        )
         if (injection.fired !== undefined) {
           // The turn met its fault: it ends however the fault makes it end; the session goes on.
           faulted = true
           partial = true
-          unknownFired ||= injection.fired === "unknown"
+          unknownFired ||= injection.fired === "unknown" || unknownRan
           totals.faults++
+          continue
+        }
+        if (unknownRan) {
+          // An effect whose outcome the tool could not tell ended the run (or a cancellation did, as
+          // it ran): its dispatch stays without a settlement, so the session waits for the host.
+          const outcome = Exit.isSuccess(exit) ? exit.value.outcome : undefined
+          const ended = (outcome?.kind === "failed" && outcome.class === "outcome_unknown") || (interrupted === "cancel" && outcome?.kind === "cancelled")
+          assert.isTrue(ended, `${label}: ${JSON.stringify(outcome ?? Cause.pretty((exit as Exit.Failure<unknown, unknown>).cause))}`)
+          unknownFired = true
+          partial = true
+          totals.unknownEffects++
           continue
         }
         if (interrupted !== undefined && duringTool) totals.duringTool++
@@ -722,6 +765,7 @@ const play = ({ operations, concurrency }: Session, totals: Totals, openLog?: Se
       totals.retries += comparison.retries
       totals.archived += events.filter((stored) => stored.event.fact.kind === "tool_result_archived").length
       totals.rejected += events.filter((stored) => stored.event.fact.kind === "tool_rejected").length
+      totals.failedEffects += events.filter(({ event }) => event.fact.kind === "tool_settled" && event.fact.outcome.kind === "failed").length
       totals.foreign += foreign
       const checkpoints = events.filter((stored) => stored.event.fact.kind === "context_checkpoint_recorded").length
       totals.checkpoints += checkpoints
@@ -829,6 +873,8 @@ describe("the kept context over generated sessions", () => {
         ["continuationsRefused", 1],
         ["stepLimited", 1],
         ["duringTool", 2],
+        ["failedEffects", 2],
+        ["unknownEffects", 2],
         ["backgroundCheckpoints", 1],
       ]
       if (process.env["MAKA_PROPERTY_PRINT"]) console.log(JSON.stringify(totals))
