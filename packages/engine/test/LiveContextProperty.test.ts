@@ -87,8 +87,10 @@ interface Interrupt {
    * the session. `close-away`: the host hands off every live run (`handOffAll`) and closes, and the
    * next engine starts the pauses it finds (`resumePending`), as a host moving to another process.
    * `handoff-abandon`: the pause is released instead (`abandonHandoff`), and the turn ends there.
+   * `rival`: another engine over the same log starts a message run in the session, which is refused
+   * (the session has an unsealed run) with nothing written; the turn goes on.
    */
-  readonly kind: "steer" | "cancel" | "handoff" | "handoff-away" | "close-away" | "handoff-abandon"
+  readonly kind: "steer" | "cancel" | "handoff" | "handoff-away" | "close-away" | "handoff-abandon" | "rival"
 }
 
 type Operation =
@@ -144,7 +146,7 @@ const fault: fc.Arbitrary<Fault | undefined> = fc.oneof(
     }),
   },
 )
-const interruptKind = fc.constantFrom<Interrupt["kind"]>("steer", "cancel", "handoff", "handoff-away", "close-away", "handoff-abandon")
+const interruptKind = fc.constantFrom<Interrupt["kind"]>("steer", "cancel", "handoff", "handoff-away", "close-away", "handoff-abandon", "rival")
 const interrupt = fc.oneof(
   { weight: 1, arbitrary: fc.constant(undefined) },
   { weight: 1, arbitrary: fc.record({ at: fc.nat({ max: 3 }), kind: interruptKind, duringTool: fc.boolean() }) },
@@ -393,6 +395,7 @@ const newTotals = () => ({
   continuationsRefused: 0,
   stepLimited: 0,
   duringTool: 0,
+  rivalsRefused: 0,
   failedEffects: 0,
   unknownEffects: 0,
   compacted: 0,
@@ -614,6 +617,25 @@ const play = ({ operations, concurrency }: Session, totals: Totals, openLog?: Se
                     if (arrived && held.kind === "steer" && Exit.isSuccess(yield* Effect.exit(running.steer(`Steer turn ${turnIndex}.`)))) {
                       interrupted = "steer"
                     }
+                    if (arrived && held.kind === "rival") {
+                      const rival = yield* Engine.make({ backoffBaseMs: 5, backoffMaxMs: 40 }).pipe(
+                        Effect.provideService(EventLog.EventLog, context.engine.log),
+                        Effect.provide(Ids.layer),
+                      )
+                      const rivalStart = input(context, `A rival's message in turn ${turnIndex}.`, tools, { model: spy.model })
+                      const refused = reasonOf(yield* Effect.exit(rival.start(rivalStart)))
+                      yield* rival.close
+                      // Another engine cannot tell a live run from a crashed one (docs/engine.md §5.2); a
+                      // session waiting for the host refuses a message before it looks for either.
+                      const unsealed = isReconciliation(refused, EngineError.UNSEALED_RUN_MESSAGE)
+                      const waiting = unknownFired && isReconciliation(refused)
+                      assert.isTrue(unsealed || waiting, `the rival's start: ${JSON.stringify(refused)} in ${JSON.stringify(operations)}`)
+                      const written = (yield* context.log.events("session-1")).filter(
+                        ({ event }) => event.invocation.invocationId === rivalStart.invocation.invocationId,
+                      )
+                      assert.deepStrictEqual(written, [], "a refused rival wrote")
+                      interrupted = "rival"
+                    }
                     if (arrived && held.kind === "cancel") {
                       yield* running.cancel
                       interrupted = "cancel"
@@ -719,6 +741,7 @@ const play = ({ operations, concurrency }: Session, totals: Totals, openLog?: Se
           continue
         }
         if (interrupted !== undefined && duringTool) totals.duringTool++
+        if (interrupted === "rival") totals.rivalsRefused++
         if (interrupted === "steer") {
           // Accepted steering is delivered: durable in the session, once.
           const steered = (yield* context.log.events("session-1")).filter(
@@ -873,6 +896,7 @@ describe("the kept context over generated sessions", () => {
         ["continuationsRefused", 1],
         ["stepLimited", 1],
         ["duringTool", 2],
+        ["rivalsRefused", 1],
         ["failedEffects", 2],
         ["unknownEffects", 2],
         ["backgroundCheckpoints", 1],
