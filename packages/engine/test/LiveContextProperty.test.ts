@@ -6,20 +6,22 @@
  * output limit and makes compaction due (the summary made before the next request, or in the
  * background beside it); runs of another writer appended between turns (an append the engine did
  * not make); steering, a cancellation or a handoff that arrives while a step's request waits for
- * its answer or while its first effect runs (the successor resumed by the same engine or by another
- * over the same log, the host handing off every live run and the next engine resuming the pauses it
- * finds, or the pause abandoned); the session moved to another engine between turns (the last one
- * closed, the next recovering what it left open); runs of another session on the same engine and
- * standalone compactions between turns; turns that continue the session's latest run
- * (docs/engine.md §5.9) instead of sending a message, when `checkContinuation` allows it (a refusal
- * is `continueRun`'s too, and writes nothing); runs that end at their step budget after a tool
- * step; and a turn whose commit the store refuses or answers with an unknown outcome (after writing
- * it) at a generated point. The spy of `support/live-comparison.ts` compares the live context with
- * a fresh `readModelContext` after every commit, and every request the model received with one
- * rebuilt from a fresh read at its cut.
+ * its answer or while its first effect runs, or another engine's start in the live session (the
+ * successor resumed by the same engine or by another over the same log, the host handing off every
+ * live run and the next engine resuming the pauses it finds, or the pause abandoned); the session
+ * moved to another engine between turns (the last one closed, the next recovering what it left
+ * open); runs of another session on the same engine between turns or beside a turn, and standalone
+ * compactions between turns; tools that fail, and tools that cannot tell whether their effect
+ * happened; turns that continue the session's latest run (docs/engine.md §5.9) instead of sending a
+ * message, when `checkContinuation` allows it (a refusal is `continueRun`'s too, and writes
+ * nothing); runs that end at their step budget after a tool step; and a turn whose commit the store
+ * refuses or answers with an unknown outcome (after writing it) at a generated point. The spy of
+ * `support/live-comparison.ts` compares the live context with a fresh `readModelContext` after
+ * every commit, and every request the model received with one rebuilt from a fresh read at its cut.
  *
  * After a fault the session stays usable: every later turn completes, except that a dispatch whose
- * commit outcome was unknown refuses the next message (docs/engine.md §5.8), the session then going
+ * commit outcome was unknown, or whose tool could not tell what its effect did, refuses the next
+ * message (docs/engine.md §5.8), the session then going
  * on with explicit messages (`allowPriorUnknown`), and that a pause which landed although its
  * outcome was unknown reserves the session until the host abandons it. No wait hangs and no effect
  * runs twice. The same sessions run on PostgreSQL when `MAKA_TEST_DATABASE_URL` names a server;
@@ -106,6 +108,11 @@ type Operation =
       readonly continues: boolean
       /** The run's step budget ends it after its last tool step (`step_limit`): its last message is a tool result. */
       readonly stepLimit: boolean
+      /**
+       * A run of another session on the same engine runs beside the turn (a tool step, then its
+       * answer), from the turn's start; not with an interrupt that moves the session to another engine.
+       */
+      readonly beside?: boolean | undefined
     }
   /** Another writer's sealed run in the session, with a tool step or with its message only. */
   | { readonly kind: "foreign"; readonly toolStep: boolean }
@@ -124,7 +131,7 @@ const retry = fc.integer({ min: 0, max: 4 }).map((value) => value === 0)
 const toolStep: fc.Arbitrary<Step> = fc.record({
   calls: fc.array(
     fc.oneof(
-      { weight: 12, arbitrary: fc.constant<Call>("small") },
+      { weight: 16, arbitrary: fc.constant<Call>("small") },
       { weight: 4, arbitrary: fc.constant<Call>("big") },
       { weight: 4, arbitrary: fc.constant<Call>("invalid") },
       { weight: 2, arbitrary: fc.constant<Call>("failing") },
@@ -152,8 +159,8 @@ const interrupt = fc.oneof(
   { weight: 1, arbitrary: fc.record({ at: fc.nat({ max: 3 }), kind: interruptKind, duringTool: fc.boolean() }) },
 )
 const turn: fc.Arbitrary<Operation> = fc
-  .tuple(fc.array(toolStep, { maxLength: 3 }), lastStep, fault, interrupt, fc.integer({ min: 0, max: 3 }), fc.boolean())
-  .map(([steps, last, fault, interrupt, continues, stepLimit]) => ({
+  .tuple(fc.array(toolStep, { maxLength: 3 }), lastStep, fault, interrupt, fc.integer({ min: 0, max: 3 }), fc.boolean(), fc.integer({ min: 0, max: 3 }))
+  .map(([steps, last, fault, interrupt, continues, stepLimit, beside]) => ({
     kind: "turn",
     steps: [...steps, last],
     fault,
@@ -162,6 +169,7 @@ const turn: fc.Arbitrary<Operation> = fc
     continues: continues === 0,
     // Only a turn with a tool step and nothing arriving mid-turn (steering would add a step).
     stepLimit: stepLimit && steps.length > 0 && interrupt === undefined,
+    beside: beside === 0 && interrupt?.kind !== "handoff-away" && interrupt?.kind !== "close-away",
   }))
 /** The generated interrupt at one of the turn's steps (`toolSteps` and its answer). */
 function interruptAt(toolSteps: ReadonlyArray<Step>, generated: { readonly at: number; readonly kind: Interrupt["kind"]; readonly duringTool: boolean }): Interrupt {
@@ -241,11 +249,15 @@ const usage = (prompt: number) => ({ prompt_tokens: prompt, completion_tokens: 1
 const mainRequestArrived = (server: ScriptedServer.ScriptedServer, base: number, count: number): Promise<void> =>
   (async () => {
     for (let index = base, seen = 0; ; index++) {
-      if (isSummaryRequest(await server.request(index))) continue
+      const request = await server.request(index)
+      if (isSummaryRequest(request) || request.body.includes(BESIDE)) continue
       if (seen === count) return
       seen++
     }
   })()
+
+/** What the messages of a run beside a turn begin with: the session's turns leave its requests alone. */
+const BESIDE = "Beside the turn "
 
 /** Which turn's entries the server answers with: those of a turn that ended early never match later. */
 interface Routing {
@@ -396,6 +408,7 @@ const newTotals = () => ({
   stepLimited: 0,
   duringTool: 0,
   rivalsRefused: 0,
+  beside: 0,
   failedEffects: 0,
   unknownEffects: 0,
   compacted: 0,
@@ -534,7 +547,10 @@ const play = ({ operations, concurrency }: Session, totals: Totals, openLog?: Se
           releaseTool()
         }
         const push = (respond: Respond.Responder) =>
-          context.server.push({ match: (request) => !isSummaryRequest(request) && routing.active === turnIndex, respond } satisfies ScriptedServer.ScriptEntry)
+          context.server.push({
+            match: (request) => !isSummaryRequest(request) && !request.body.includes(BESIDE) && routing.active === turnIndex,
+            respond,
+          } satisfies ScriptedServer.ScriptEntry)
         operation.steps.forEach((step, stepIndex) => {
           for (const respond of responsesOf(sessionIndex, turnIndex, stepIndex, step, held?.at === stepIndex && !duringTool ? gate : undefined)) push(respond)
           step.calls.forEach((kind, call) => {
@@ -694,6 +710,18 @@ const play = ({ operations, concurrency }: Session, totals: Totals, openLog?: Se
                 })
             return { exit, interrupted }
           })
+        // The run beside the turn: another session's, on the engine the turn starts on.
+        const besideMarker = `${BESIDE}${sessionIndex}-${turnIndex}.`
+        let beside: Fiber.Fiber<Exit.Exit<Engine.RunResult, EngineError.EngineError>> | undefined
+        if (operation.beside === true) {
+          const answer = (respond: Respond.Responder) => context.server.push({ match: (request) => request.body.includes(besideMarker), respond })
+          answer(Respond.sse(OpenAiSse.response({ toolCalls: [{ id: `beside-${turnIndex}`, name: "echo", arguments: [JSON.stringify({ value: besideMarker })] }] })))
+          answer(Respond.sse(OpenAiSse.response({ text: ["Done beside."] })))
+          const start = input(context, besideMarker, tools)
+          beside = yield* Effect.forkChild(Effect.exit(engine.run({ ...start, invocation: { ...start.invocation, sessionId: "session-2" } })), {
+            startImmediately: true,
+          })
+        }
         let { exit, interrupted } = yield* attempt(priorUnknown)
         const label = `turn ${turnIndex} of ${JSON.stringify(operations)}`
         // A commit whose outcome was unknown may have left the session waiting for the host, and only so:
@@ -716,6 +744,13 @@ const play = ({ operations, concurrency }: Session, totals: Totals, openLog?: Se
           // A continuation refused here (the check does not take the session's reservation) sends its message.
           continues = false
           ;({ exit, interrupted } = yield* attempt(priorUnknown))
+        }
+        if (beside !== undefined) {
+          // Whatever the turn met, the other session's run completes.
+          const besideExit = yield* Fiber.join(beside)
+          assert.deepStrictEqual(Exit.isSuccess(besideExit) ? besideExit.value.outcome : besideExit.cause, { kind: "completed" }, `beside ${label}`)
+          completedValues.push(besideMarker)
+          totals.beside++
         }
         // An effect of the turn whose outcome the tool could not tell ran (its dispatch has no settlement).
         const unknownRan = operation.steps.some((step, stepIndex) =>
@@ -897,6 +932,7 @@ describe("the kept context over generated sessions", () => {
         ["stepLimited", 1],
         ["duringTool", 2],
         ["rivalsRefused", 1],
+        ["beside", 2],
         ["failedEffects", 2],
         ["unknownEffects", 2],
         ["backgroundCheckpoints", 1],
