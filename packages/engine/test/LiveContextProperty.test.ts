@@ -611,8 +611,11 @@ const play = ({ operations, concurrency }: Session, totals: Totals, openLog?: Se
             Object.assign(injection, { fault: operation.fault, invocationId: start.invocation.invocationId, commits: 0, fired: undefined })
             let started = yield* Effect.exit(continues ? engine.continueRun(continuationOf(start, latest!)) : engine.start(start))
             const refusal = reasonOf(started)
-            if (continues && judgedAtStart && isReconciliation(refusal)) {
-              // Refused once the owed terminal was written (nothing of this run was): the turn sends its message.
+            // The check leaves the claim's uniqueness to the append (docs/engine.md §5.9): a continuation
+            // of the same run that landed although its commit's outcome was unknown took the boundary.
+            const claimed = unknownFired && isReconciliation(refusal, "the source boundary is already claimed")
+            if (continues && (claimed || (judgedAtStart && isReconciliation(refusal)))) {
+              // Refused (once the owed terminal was written; nothing of this run was): the turn sends its message.
               totals.continuationsRefused++
               continues = false
               started = yield* Effect.exit(engine.start(start))
@@ -737,7 +740,7 @@ const play = ({ operations, concurrency }: Session, totals: Totals, openLog?: Se
             // A dispatch left without its settlement refuses a message: the session then goes on with
             // explicit messages (allowPriorUnknown, docs/engine.md §5.8).
             const unsettled = unsettledDispatches(yield* context.log.events("session-1"))
-            assert.isTrue(!priorUnknown && reason?._tag === "ReconciliationRequired" && unsettled > 0, `${label}: ${reason?._tag}, ${unsettled} unsettled`)
+            assert.isTrue(!priorUnknown && reason?._tag === "ReconciliationRequired" && unsettled > 0, `${label}: ${JSON.stringify(reason)}, ${unsettled} unsettled, priorUnknown ${priorUnknown}`)
             totals.reconciliation++
             priorUnknown = true
           }
