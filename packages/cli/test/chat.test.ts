@@ -80,6 +80,26 @@ describe("maka chat", () => {
     expect(endings.map((line) => line.event.fact["outcome"].kind)).toEqual(["handoff_paused"])
   })
 
+  it("waits for a dozen lines, each typed after the last answer, without piling up listeners", async () => {
+    const { root, workspace, db } = fresh()
+    const turns = 12
+    let sent = 1
+    const result = await maka(["chat", "--db", db, "--workspace", workspace, "--session", "long"], {
+      cwd: root,
+      input: { open: "question 1\n" },
+      onOutput: (child, output) => {
+        // The next line once the last one is answered, so the chat waits for each.
+        if (!output.stdout.includes(`You asked: "question ${sent}"`)) return
+        if (sent === turns) child.stdin!.end()
+        else child.stdin!.write(`question ${++sent}\n`)
+      },
+    })
+    expect(result.code).toBe(0)
+    expect((await invocationsOf(root, db, "long")).endings).toHaveLength(turns)
+    // Each wait used to add an abort listener that stayed: Node warned from the eleventh on.
+    expect(result.stderr).not.toContain("MaxListenersExceededWarning")
+  })
+
   it("refuses bad flags with exit 2 before reading any line", async () => {
     const { root, workspace, db } = fresh()
     const result = await maka(["chat", "--db", db, "--workspace", workspace, "--max-steps", "0"], { cwd: root, input: "hi\n" })

@@ -34,11 +34,12 @@ export const chatCommand = async (context: RunContext): Promise<number> => {
     ended = true
     wake?.()
   })
+  // One listener for the whole chat: a wait for the next line ends on a line, the end of input or a signal.
+  signals.signal.addEventListener("abort", () => wake?.(), { once: true })
   const nextLine = async (): Promise<string | undefined> => {
     while (queued.length === 0 && !ended && !signals.signal.aborted) {
       await new Promise<void>((resolve) => {
         wake = resolve
-        signals.signal.addEventListener("abort", () => resolve(), { once: true })
       })
       wake = undefined
     }
