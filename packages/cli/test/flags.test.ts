@@ -35,4 +35,19 @@ describe("the refusals of the flag parser (docs/cli.md §10.1)", () => {
     expect(Flags.parse("run", ["--", "-x"]).positionals).toEqual(["-x"])
     expect(Flags.parse("run", ["--context-window=-5", "hi"]).values["context-window"]).toBe("-5")
   })
+
+  it("states an integer flag's range as a user would: no upper bound when it has none", () => {
+    const message = (name: Flags.FlagName, value: string, minimum: number, maximum: number) => {
+      try {
+        Flags.integer(name, value, minimum, maximum)
+        return undefined
+      } catch (error) {
+        return (error as Error).message
+      }
+    }
+    expect(message("step", "0", 1, Number.MAX_SAFE_INTEGER)).toBe("--step must be a positive integer, got '0'")
+    expect(message("context-window", "-5", 1, Number.MAX_SAFE_INTEGER)).toBe("--context-window must be a positive integer, got '-5'")
+    expect(message("max-steps", "0", 1, 256)).toBe("--max-steps must be an integer in 1..256, got '0'")
+    expect(message("step", "3", 1, Number.MAX_SAFE_INTEGER)).toBeUndefined()
+  })
 })

@@ -183,7 +183,8 @@ const nonEmpty = (value: string | undefined): string | undefined => (value === u
 export const integer = (name: FlagName, value: string | undefined, minimum: number, maximum: number): number | undefined => {
   if (value === undefined) return undefined
   if (!/^\d+$/.test(value) || !Number.isSafeInteger(Number(value)) || Number(value) < minimum || Number(value) > maximum) {
-    throw new UsageError(`--${name} must be an integer in ${minimum}..${maximum}, got '${value}'`)
+    const range = maximum === Number.MAX_SAFE_INTEGER ? (minimum === 1 ? "a positive integer" : `an integer from ${minimum}`) : `an integer in ${minimum}..${maximum}`
+    throw new UsageError(`--${name} must be ${range}, got '${value}'`)
   }
   return Number(value)
 }
