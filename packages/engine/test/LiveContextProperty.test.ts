@@ -33,14 +33,14 @@ import type { Event, EventWrite, Identity, Outcome, ToolCall } from "@maka/facts
 import { EventLog, EventLogError } from "@maka/event-log"
 import { FactBuilders, History, OpenAiSse, Respond, type ScriptedServer } from "@maka/testkit"
 import { Ids, Tool, ToolCatalog } from "@maka/tools"
-import { Cause, Effect, Exit, Fiber, Option, Schema } from "effect"
+import { Cause, Effect, Exit, Fiber, Option } from "effect"
 import * as fc from "fast-check"
 import * as Engine from "../src/Engine.ts"
 import * as EngineError from "../src/EngineError.ts"
 import { isSummaryPrompt, isSummaryRequest, summaryAnswer, summaryText } from "./support/compaction.ts"
 import { recording } from "./support/harness.ts"
 import { comparing, newComparison, type Comparison, type Settings } from "./support/live-comparison.ts"
-import { databaseUrl, input, postgresLog, setup, type SetupExtras } from "./support/setup.ts"
+import { databaseUrl, echoTool, input, postgresLog, setup, type SetupExtras } from "./support/setup.ts"
 
 // ---------------------------------------------------------------------------------------------
 // The generated session
@@ -217,23 +217,16 @@ interface ToolHold {
  */
 const echoOf = (ran: Array<string>, hold: { current: ToolHold | undefined }) =>
   ToolCatalog.make([
-    Tool.make({
-      name: "echo",
-      description: "Echoes its input.",
-      input: Schema.Struct({ value: Schema.String }),
-      semantics: "parallel",
-      execute: ({ value }) => {
-        ran.push(value)
-        const result: Effect.Effect<ToolCall.ToolOutput, Tool.ToolFailure | Tool.ToolOutcomeUnknown> = value.startsWith("fail ")
-          ? Tool.fail(`echo failed for ${value}`)
-          : value.startsWith("unknown ")
-            ? Effect.fail(new Tool.ToolOutcomeUnknown({ message: `echo lost track of ${value}` }))
-            : Effect.succeed(Tool.text(value.startsWith("big ") ? `echo: ${value} ${PADDING}` : `echo: ${value}`))
-        const held = hold.current
-        if (held === undefined || held.value !== value) return result
-        held.entered()
-        return Effect.andThen(Effect.promise(() => held.released), result)
-      },
+    echoTool({ ran }, (value) => {
+      const result: Effect.Effect<ToolCall.ToolOutput, Tool.ToolFailure | Tool.ToolOutcomeUnknown> = value.startsWith("fail ")
+        ? Tool.fail(`echo failed for ${value}`)
+        : value.startsWith("unknown ")
+          ? Effect.fail(new Tool.ToolOutcomeUnknown({ message: `echo lost track of ${value}` }))
+          : Effect.succeed(Tool.text(value.startsWith("big ") ? `echo: ${value} ${PADDING}` : `echo: ${value}`))
+      const held = hold.current
+      if (held === undefined || held.value !== value) return result
+      held.entered()
+      return Effect.andThen(Effect.promise(() => held.released), result)
     }),
   ])
 

@@ -2,6 +2,7 @@
  * Test set-up for the engine: the testkit server as the model over real sockets, a real SQLite log
  * in a temporary folder, a temporary workspace, and an engine over them, all owned by the scope.
  */
+import type { ToolCall } from "@maka/facts"
 import { FactBuilders } from "@maka/testkit"
 import * as LogTesting from "@maka/event-log/testing"
 import { LanguageModel } from "@maka/model"
@@ -17,8 +18,14 @@ export interface Effects {
   readonly ran: Array<string>
 }
 
-/** An `echo` tool that records each effect (its result `output(value)`), and a `slow` tool that waits for a release. */
-export const echoTool = (effects: Effects, output: (value: string) => string = (value) => `echo: ${value}`) =>
+/**
+ * An `echo` tool that records each effect; its result is `output(value)`: a text, or the effect that
+ * gives the result (which may fail, or wait).
+ */
+export const echoTool = (
+  effects: Effects,
+  output: (value: string) => string | Effect.Effect<ToolCall.ToolOutput, unknown> = (value) => `echo: ${value}`,
+) =>
   Tool.make({
     name: "echo",
     description: "Echoes its input.",
@@ -26,7 +33,8 @@ export const echoTool = (effects: Effects, output: (value: string) => string = (
     semantics: "parallel",
     execute: ({ value }) => {
       effects.ran.push(value)
-      return Effect.succeed(Tool.text(output(value)))
+      const result = output(value)
+      return typeof result === "string" ? Effect.succeed(Tool.text(result)) : result
     },
   })
 
