@@ -5,7 +5,7 @@
  * files and the scripted server on loopback.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Canonical, Digest } from "@maka/facts"
+import { Canonical, Digest, type Lineage } from "@maka/facts"
 import { FactBuilders, OpenAiSse, Respond } from "@maka/testkit"
 import { Tool, ToolCatalog } from "@maka/tools"
 import { EventLogError, type EventLog } from "@maka/event-log"
@@ -355,6 +355,81 @@ describe("handoff", () => {
         assert.deepStrictEqual(yield* context.log.pendingHandoffs(), [])
         const next = yield* context.engine.run(input(context, "Next.", ToolCatalog.make([])))
         assert.deepStrictEqual(next.outcome, { kind: "completed" })
+      }),
+    ),
+  )
+
+  // docs/engine.md §5.10: a step whose attempts fail replay-safely has no completion yet, so a
+  // handoff requested while it waits to retry is taken before the retry, not after the last one.
+  it.live.each(["while the failing attempt waits for its answer", "during the backoff"] as const)(
+    "a handoff requested %s pauses before the retry; the successor sends the retry",
+    (when) =>
+      Effect.scoped(
+        Effect.gen(function* () {
+          const answered = Respond.gate()
+          const overloaded = mainEntry(Respond.hold(answered, Respond.json(503, Respond.openAiError("overloaded"))))
+          // A backoff of a minute: the test ends in time only if the pause cuts it short.
+          const context = yield* setup({ script: [overloaded, mainEntry(answer("Done."))] }, { backoffBaseMs: 60_000, backoffMaxMs: 60_000 })
+          const catalog = ToolCatalog.make([echoTool({ ran: [] })])
+          const running = yield* context.engine.start(input(context, "Answer once the provider is back.", catalog, { maxSteps: 4 }))
+          yield* Effect.promise(() => context.server.request(0))
+          let requested: Fiber.Fiber<Lineage.HandoffPause | undefined, EngineError.EngineError> | undefined
+          if (when === "while the failing attempt waits for its answer") requested = yield* Effect.forkChild(running.handoff, { startImmediately: true })
+          answered.release()
+          if (requested === undefined) {
+            // The failed attempt is closed before the backoff begins.
+            while (factsOf(yield* context.log.events("session-1"), "model_interrupted").length === 0) yield* Effect.sleep("5 millis")
+            requested = yield* Effect.forkChild(running.handoff, { startImmediately: true })
+          }
+          const pause = yield* Fiber.join(requested)
+          const result = yield* running.wait
+          assert.isDefined(pause)
+          assert.deepStrictEqual(result.outcome, { kind: "handoff_paused", pause: pause! })
+          // The step was not consumed: its failed attempt is closed, and no retry was sent.
+          assert.strictEqual(pause!.remainingSteps, 4)
+          assert.strictEqual(context.server.requests().length, 1)
+          const events = yield* context.log.events("session-1")
+          assert.deepStrictEqual(kinds(events), [
+            "invocation_opened",
+            "model_requested",
+            "model_interrupted:retryable_failure",
+            "invocation_ended:handoff_paused",
+          ])
+          const [first] = factsOf(events, "model_requested")
+          // The successor's first request is the retry: the same input as the failed attempt's.
+          assert.strictEqual(pause!.execution.replay.digest, first!.inputDigest)
+          const successor = yield* context.engine.resume({ paused: running.invocation, pause: pause!, model: context.model, tools: catalog })
+          assert.deepStrictEqual((yield* successor.wait).outcome, { kind: "completed" })
+          const after = factsOf(yield* context.log.events("session-1"), "model_requested")
+          assert.strictEqual(after.length, 2)
+          assert.strictEqual(after[1]!.inputDigest, first!.inputDigest)
+          assert.strictEqual(context.server.requests()[1]!.body, context.server.requests()[0]!.body)
+        }),
+      ),
+  )
+
+  it.live("a handoff at a retry that steering keeps from pausing lets the backoff run out and the step retry", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const overloaded = mainEntry(Respond.json(503, Respond.openAiError("overloaded")))
+        const context = yield* setup(
+          { script: [overloaded, mainEntry(answer("First.")), mainEntry(answer("Steered."))] },
+          { backoffBaseMs: 400, backoffMaxMs: 400 },
+        )
+        const running = yield* context.engine.start(input(context, "Answer.", ToolCatalog.make([]), { maxSteps: 4 }))
+        yield* Effect.promise(() => context.server.exchange(0))
+        // Steering queued before the handoff: the preflight at the retry does not pause without it.
+        yield* running.steer("Also this.")
+        const pause = yield* running.handoff
+        assert.isUndefined(pause)
+        assert.deepStrictEqual((yield* running.wait).outcome, { kind: "completed" })
+        const events = yield* context.log.events("session-1")
+        // The retry sent the frozen request again; the steering went into the step after it.
+        const requested = factsOf(events, "model_requested")
+        assert.strictEqual(requested.length, 3)
+        assert.strictEqual(requested[1]!.inputDigest, requested[0]!.inputDigest)
+        assert.strictEqual(factsOf(events, "message_steered").length, 1)
+        assert.strictEqual(context.server.requests()[1]!.body, context.server.requests()[0]!.body)
       }),
     ),
   )

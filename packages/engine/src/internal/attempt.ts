@@ -4,11 +4,11 @@
  * of one part coalesced, never dropped), `model_interrupted` for a failed attempt, and byte-identical
  * re-sends of replay-safe provider failures after a cancellable backoff.
  */
-import { EventWrite, Model, type Fact, type Prompt } from "@maka/facts"
+import { EventWrite, Model, type Fact, type Lineage, type Prompt } from "@maka/facts"
 import type { EventLog } from "@maka/event-log"
 import { ModelError, StepBuilder, type ModelLimiter } from "@maka/model"
 import { Ids, type Cancellation } from "@maka/tools"
-import { Cause, Data, Effect, Option, Queue, Random, Result, Stream } from "effect"
+import { Cause, Clock, Data, Effect, Option, Queue, Random, Result, Stream } from "effect"
 import * as EngineError from "../EngineError.ts"
 import type { Evidence } from "./live-context.ts"
 import { commit, commitError, commitFacts, plainWrite, stamp, type Run } from "./run-context.ts"
@@ -370,8 +370,27 @@ const retryable = (error: EngineError.EngineError): { readonly retryAfterMs: num
   return { retryAfterMs: ModelError.retryAfterMs(reason.error) }
 }
 
-/** Runs attempts until one completes, a failure is not retryable, or the attempts are spent. */
-export const attemptWithRetries = (run: Run, input: AttemptInput): Effect.Effect<Completed, EngineError.EngineError, Ids.Ids> =>
+/** A pause taken before a physical retry, instead of the retry (docs/engine.md §5.10). */
+export interface PausedAtRetry {
+  readonly _tag: "Paused"
+  readonly pause: Lineage.HandoffPause
+}
+
+/**
+ * The handoff boundary a main step's retries offer: the pause when a requested handoff's preflight
+ * succeeds there, else nothing (the retries go on).
+ */
+export type RetryBoundary = Effect.Effect<Lineage.HandoffPause | undefined, EngineError.EngineError, Ids.Ids>
+
+/**
+ * Runs attempts until one completes, a failure is not retryable, the attempts are spent, or a
+ * handoff pauses the run at `boundary` before a retry.
+ */
+export const attemptWithRetries = (
+  run: Run,
+  input: AttemptInput,
+  boundary: RetryBoundary,
+): Effect.Effect<Completed | PausedAtRetry, EngineError.EngineError, Ids.Ids> =>
   Effect.gen(function* () {
     for (let failed = 0; ; ) {
       const result = yield* Effect.result(attempt(run, input))
@@ -382,10 +401,23 @@ export const attemptWithRetries = (run: Run, input: AttemptInput): Effect.Effect
       // A cancellation already requested wins the race at once.
       const cancellation = cancellationOf(run, input)
       const delay = yield* backoffMs(run, failed, retry.retryAfterMs)
-      const slept = yield* Effect.raceFirst(
-        Effect.as(Effect.sleep(delay), "slept" as const),
-        Effect.as(cancellation.requested, "cancelled" as const),
-      )
-      if (slept === "cancelled") return yield* Effect.fail(EngineError.cancelled())
+      // The failed attempt is closed (`model_interrupted`) and the next not yet requested: a handoff
+      // requested before or during the backoff is taken here, and the successor sends the retry.
+      // A preflight that fails lets the backoff run out.
+      const until = (yield* Clock.currentTimeMillis) + delay
+      for (;;) {
+        const left = Math.max(0, until - (yield* Clock.currentTimeMillis))
+        const slept = yield* Effect.raceFirst(
+          Effect.as(Effect.sleep(left), "slept" as const),
+          Effect.raceFirst(
+            Effect.as(cancellation.requested, "cancelled" as const),
+            Effect.as(run.handoff.requested, "handoff" as const),
+          ),
+        )
+        if (slept === "cancelled") return yield* Effect.fail(EngineError.cancelled())
+        if (slept === "slept") break
+        const pause = yield* boundary
+        if (pause !== undefined) return { _tag: "Paused", pause } satisfies PausedAtRetry
+      }
     }
   })

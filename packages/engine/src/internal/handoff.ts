@@ -23,6 +23,8 @@ type GateState = "running" | "requested" | "held" | "committed" | "sealed" | "cl
 export class HandoffGate {
   private state: GateState = "running"
   private pending: { readonly intent: Lineage.HandoffIntent; readonly done: Deferred.Deferred<HandoffResult> } | undefined
+  /** Completed by the next reservation: what a retry's backoff waits on beside its sleep. */
+  private reserved: Deferred.Deferred<void> | undefined
 
   constructor(readonly rootRunId: string) {}
 
@@ -51,9 +53,18 @@ export class HandoffGate {
       const done = Deferred.makeUnsafe<HandoffResult>()
       this.state = "requested"
       this.pending = { intent, done }
-      return Effect.succeed(done)
+      const reserved = this.reserved
+      this.reserved = undefined
+      return reserved === undefined ? Effect.succeed(done) : Effect.as(Deferred.succeed(reserved, undefined), done)
     })
   }
+
+  /** Resolves once a handoff is requested (at once when one is): a retry's backoff ends for it. */
+  readonly requested: Effect.Effect<void> = Effect.suspend(() => {
+    if (this.state === "requested") return Effect.void
+    this.reserved ??= Deferred.makeUnsafe<void>()
+    return Deferred.await(this.reserved)
+  })
 
   /** Drops a reservation not yet held: nothing is written and the same run goes on. */
   readonly drop: Effect.Effect<void> = Effect.suspend(() => {

@@ -609,7 +609,10 @@ const handoffBoundary = (run: Run, loop: LoopState, step: number, priorUnknown: 
     return prepared.success
   })
 
-/** One logical step after the context read: prompt, model, tools. Returns whether the turn is done. */
+/**
+ * One logical step after the context read: prompt, model, tools. Returns whether the turn is done,
+ * or the pause a handoff took before one of the step's physical retries.
+ */
 const runStep = (run: Run, loop: LoopState, step: number, priorUnknown: boolean) =>
   Effect.gen(function* () {
     // An archive or a checkpoint changed what a fresh read returns: read it again, once.
@@ -626,13 +629,16 @@ const runStep = (run: Run, loop: LoopState, step: number, priorUnknown: boolean)
     }
     const captured = run.settings.tools.capture()
     const input = yield* mainRequest(run, source, run.live!.projection(run.carry), captured.definitions, priorUnknown, run.live!.holdsArchived)
-    const attempted = yield* Effect.result(attemptWithRetries(run, input))
+    // A handoff requested while the step's attempts fail replay-safely is taken before a retry:
+    // the step has no completion yet, so the pause is the top of this step (docs/engine.md §5.10).
+    const attempted = yield* Effect.result(attemptWithRetries(run, input, handoffBoundary(run, loop, step, priorUnknown)))
     if (Result.isFailure(attempted)) {
       if (!priorUnknown && (yield* recoversOverflow(run, loop, attempted.failure, step)) && (yield* recoverOverflow(run, loop))) {
         return false
       }
       return yield* Effect.fail(attempted.failure)
     }
+    if ("_tag" in attempted.success) return attempted.success
     const completed = attempted.success
     // An accepted main step renews the budget.
     loop.budget = "available"
@@ -672,7 +678,9 @@ export const stepLoop = (run: Run, loop: LoopState, priorUnknown: boolean): Effe
       yield* deliverSteering(run)
       // Under the prior-unknown policy no summary is ever pending: nothing to adopt.
       yield* adoptFinished(run, loop)
-      if (yield* runStep(run, loop, step, priorUnknown)) {
+      const stepped = yield* runStep(run, loop, step, priorUnknown)
+      if (typeof stepped === "object") return stepped
+      if (stepped) {
         // A summary that finished during the last step is adopted, not drained: the next run starts
         // from its checkpoint (one still running is drained, docs/engine.md §5.12).
         yield* adoptFinished(run, loop)
