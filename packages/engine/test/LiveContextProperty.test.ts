@@ -82,8 +82,12 @@ interface Fault {
  */
 interface Interrupt {
   readonly at: number
-  /** `tool`: while the first valid call of step `at` (a tool step) runs; absent: while its request waits. */
-  readonly during?: "tool" | undefined
+  /**
+   * `tool`: while the first valid call of step `at` (a tool step) runs; `retry`: while the attempt
+   * of step `at` that fails replay-safely waits for its answer, so the interrupt meets the step
+   * waiting to retry (docs/engine.md §5.10); absent: while the request of its answered attempt waits.
+   */
+  readonly during?: "tool" | "retry" | undefined
   /**
    * `handoff-away`: the successor is resumed by another engine over the same log, which then serves
    * the session. `close-away`: the host hands off every live run (`handOffAll`) and closes, and the
@@ -156,7 +160,10 @@ const fault: fc.Arbitrary<Fault | undefined> = fc.oneof(
 const interruptKind = fc.constantFrom<Interrupt["kind"]>("steer", "cancel", "handoff", "handoff-away", "close-away", "handoff-abandon", "rival")
 const interrupt = fc.oneof(
   { weight: 1, arbitrary: fc.constant(undefined) },
-  { weight: 1, arbitrary: fc.record({ at: fc.nat({ max: 3 }), kind: interruptKind, duringTool: fc.boolean() }) },
+  {
+    weight: 1,
+    arbitrary: fc.record({ at: fc.nat({ max: 3 }), kind: interruptKind, during: fc.constantFrom<"request" | "tool" | "retry">("request", "request", "tool", "retry") }),
+  },
 )
 const turn: fc.Arbitrary<Operation> = fc
   .tuple(fc.array(toolStep, { maxLength: 3 }), lastStep, fault, interrupt, fc.integer({ min: 0, max: 3 }), fc.boolean(), fc.integer({ min: 0, max: 3 }))
@@ -165,17 +172,26 @@ const turn: fc.Arbitrary<Operation> = fc
     steps: [...steps, last],
     fault,
     // At one of the turn's steps; during a tool only at a tool step with a call the tool runs.
-    interrupt: interrupt === undefined ? undefined : interruptAt(steps, interrupt),
+    interrupt: interrupt === undefined ? undefined : interruptAt(steps, last, interrupt),
     continues: continues === 0,
     // Only a turn with a tool step and nothing arriving mid-turn (steering would add a step).
     stepLimit: stepLimit && steps.length > 0 && interrupt === undefined,
     beside: beside === 0 && interrupt?.kind !== "handoff-away" && interrupt?.kind !== "close-away",
   }))
 /** The generated interrupt at one of the turn's steps (`toolSteps` and its answer). */
-function interruptAt(toolSteps: ReadonlyArray<Step>, generated: { readonly at: number; readonly kind: Interrupt["kind"]; readonly duringTool: boolean }): Interrupt {
-  const running = toolSteps.flatMap((step, index) => (step.calls.some((call) => call !== "invalid") ? [index] : []))
-  if (generated.duringTool && running.length > 0) return { at: running[generated.at % running.length]!, kind: generated.kind, during: "tool" }
-  return { at: generated.at % (toolSteps.length + 1), kind: generated.kind }
+function interruptAt(
+  toolSteps: ReadonlyArray<Step>,
+  last: Step,
+  generated: { readonly at: number; readonly kind: Interrupt["kind"]; readonly during: "request" | "tool" | "retry" },
+): Interrupt {
+  const { at, kind, during } = generated
+  const among = (matches: (step: Step) => boolean, steps: ReadonlyArray<Step>) =>
+    steps.flatMap((step, index) => (matches(step) ? [index] : []))
+  const running = among((step) => step.calls.some((call) => call !== "invalid"), toolSteps)
+  if (during === "tool" && running.length > 0) return { at: running[at % running.length]!, kind, during }
+  const retrying = among((step) => step.retry, [...toolSteps, last])
+  if (during === "retry" && retrying.length > 0) return { at: retrying[at % retrying.length]!, kind, during }
+  return { at: at % (toolSteps.length + 1), kind }
 }
 
 const operation: fc.Arbitrary<Operation> = fc.oneof(
@@ -257,13 +273,17 @@ interface Routing {
   active: number
 }
 
-/** The step's answer (held until `gate` opens, when given), after a replay-safe failure when the step retries. */
+/**
+ * The step's answer, after a replay-safe failure when the step retries; `gate`, when given, holds
+ * the answer, or the failure when `holdFailure`.
+ */
 const responsesOf = (
   sessionIndex: number,
   turnIndex: number,
   stepIndex: number,
   step: Step,
   gate?: Respond.Gate,
+  holdFailure = false,
 ): ReadonlyArray<Respond.Responder> => {
   const answer =
     step.calls.length === 0
@@ -279,8 +299,9 @@ const responsesOf = (
             usage: usage(step.promptTokens),
           }),
         )
-  const answered = gate === undefined ? answer : Respond.hold(gate, answer)
-  return step.retry ? [Respond.dropAfter([OpenAiSse.role(), OpenAiSse.text("a half ans")]), answered] : [answered]
+  const held = (respond: Respond.Responder, holds: boolean) => (gate === undefined || !holds ? respond : Respond.hold(gate, respond))
+  const answered = held(answer, !holdFailure)
+  return step.retry ? [held(Respond.dropAfter([OpenAiSse.role(), OpenAiSse.text("a half ans")]), holdFailure), answered] : [answered]
 }
 
 /** How many main requests of the turn come before step `at`'s answered attempt. */
@@ -400,6 +421,7 @@ const newTotals = () => ({
   continuationsRefused: 0,
   stepLimited: 0,
   duringTool: 0,
+  duringRetry: 0,
   rivalsRefused: 0,
   beside: 0,
   failedEffects: 0,
@@ -545,7 +567,8 @@ const play = ({ operations, concurrency }: Session, totals: Totals, openLog?: Se
             respond,
           } satisfies ScriptedServer.ScriptEntry)
         operation.steps.forEach((step, stepIndex) => {
-          for (const respond of responsesOf(sessionIndex, turnIndex, stepIndex, step, held?.at === stepIndex && !duringTool ? gate : undefined)) push(respond)
+          const holds = held?.at === stepIndex && !duringTool
+          for (const respond of responsesOf(sessionIndex, turnIndex, stepIndex, step, holds ? gate : undefined, held?.during === "retry")) push(respond)
           step.calls.forEach((kind, call) => {
             if (kind !== "invalid") values.push(valueOf(sessionIndex, turnIndex, stepIndex, call, kind))
           })
@@ -592,11 +615,11 @@ const play = ({ operations, concurrency }: Session, totals: Totals, openLog?: Se
         // A handoff requested during a tool step's request pauses the run at the next step boundary,
         // unless a fault ended the run first or the run goes on under the prior-unknown policy.
         const pausable = (held: Interrupt) =>
-          held.at < operation.steps.length - 1 &&
           injection.fired === undefined &&
           !priorUnknown &&
-          // An effect whose outcome is unknown ends the run in the step the handoff waits for.
-          !operation.steps[held.at]!.calls.includes("unknown")
+          // A step waiting to retry pauses before its batch, the answer's step too; otherwise the pause
+          // comes after the batch, and an effect whose outcome is unknown ends the run there first.
+          (held.during === "retry" || (held.at < operation.steps.length - 1 && !operation.steps[held.at]!.calls.includes("unknown")))
         const attempt = (allowPriorUnknown: boolean) =>
           Effect.gen(function* () {
             const start = inputOf(allowPriorUnknown)
@@ -621,7 +644,9 @@ const play = ({ operations, concurrency }: Session, totals: Totals, openLog?: Se
                   const running = started.value
                   if (held !== undefined) {
                     // The held request arrives (or the held effect starts), unless a fault ended the run first.
-                    const reached = duringTool ? entered : mainRequestArrived(context.server, base, requestsBefore(operation.steps, held.at))
+                    // The failing attempt of a step that retries comes right before its answered one.
+                    const requestIndex = requestsBefore(operation.steps, held.at) - (held.during === "retry" ? 1 : 0)
+                    const reached = duringTool ? entered : mainRequestArrived(context.server, base, requestIndex)
                     const arrived = yield* Effect.raceFirst(
                       Effect.as(Effect.promise(() => reached), true),
                       Effect.as(Effect.exit(running.wait), false),
@@ -772,6 +797,7 @@ const play = ({ operations, concurrency }: Session, totals: Totals, openLog?: Se
           continue
         }
         if (interrupted !== undefined && duringTool) totals.duringTool++
+        if (interrupted !== undefined && held?.during === "retry") totals.duringRetry++
         if (interrupted === "rival") totals.rivalsRefused++
         if (interrupted === "steer") {
           // Accepted steering is delivered: durable in the session, once.
@@ -827,7 +853,7 @@ const play = ({ operations, concurrency }: Session, totals: Totals, openLog?: Se
     }),
   )
 
-const seed = Number(process.env["MAKA_PROPERTY_SEED"] ?? 20_261_209)
+const seed = Number(process.env["MAKA_PROPERTY_SEED"] ?? 20_261_217)
 
 const runs = Number(process.env["MAKA_PROPERTY_RUNS"] ?? 56)
 
@@ -927,6 +953,7 @@ describe("the kept context over generated sessions", () => {
         ["continuationsRefused", 1],
         ["stepLimited", 1],
         ["duringTool", 2],
+        ["duringRetry", 2],
         ["rivalsRefused", 1],
         ["beside", 2],
         ["failedEffects", 2],
