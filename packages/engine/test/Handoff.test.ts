@@ -433,4 +433,23 @@ describe("handoff", () => {
       }),
     ),
   )
+
+  it.live("a host that hands off every run during a provider outage pauses the run waiting to retry at once", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const overloaded = mainEntry(Respond.json(503, Respond.openAiError("overloaded")))
+        // A backoff of a minute: the test ends in time only if the pause cuts it short.
+        const context = yield* setup({ script: [overloaded] }, { backoffBaseMs: 60_000, backoffMaxMs: 60_000 })
+        const running = yield* context.engine.start(input(context, "Answer.", ToolCatalog.make([]), { maxSteps: 3 }))
+        while (factsOf(yield* context.log.events("session-1"), "model_interrupted").length === 0) yield* Effect.sleep("5 millis")
+        const closed = yield* context.engine.handOffAll
+        assert.strictEqual(closed.length, 1)
+        assert.strictEqual(closed[0]!.outcome, "paused")
+        const result = yield* running.wait
+        assert.strictEqual(result.outcome.kind, "handoff_paused")
+        assert.strictEqual(result.outcome.kind === "handoff_paused" ? result.outcome.pause.remainingSteps : undefined, 3)
+        assert.strictEqual(context.server.requests().length, 1)
+      }),
+    ),
+  )
 })
