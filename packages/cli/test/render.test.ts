@@ -51,7 +51,7 @@ describe("what maka run shows of compaction", () => {
     run.interrupt(summary, "cancelled")
     run.end()
     const shown = render(history.written.map((written) => written.stored))
-    expect(shown.err).toBe("compacting the context…\ncompaction stopped: the summary request was cancelled\n")
+    expect(shown.err).toBe("compacting the context…\ncompaction left to the next turn: this one ended before its summary\n")
   })
 
   it("says so when a summary finished but no checkpoint was recorded before the run ended", () => {

@@ -112,9 +112,14 @@ export class RunRenderer {
         return
       case "model_interrupted": {
         if (this.summarySteps.has(fact.stepId) && fact.status !== "retryable_failure") {
-          // A background summary still running when the run ends is cancelled: the history stays as it was.
+          // A background summary still running when the run ends is cancelled: the history stays as it
+          // was, and the next turn compacts before its request (docs/engine.md §5.12).
           this.isCompacting = false
-          this.sink.err(`compaction stopped: the summary request was ${fact.status.replace("_", " ")}\n`)
+          this.sink.err(
+            fact.status === "cancelled"
+              ? "compaction left to the next turn: this one ended before its summary\n"
+              : `compaction stopped: the summary request was ${fact.status.replace("_", " ")}\n`,
+          )
           return
         }
         if (fact.status !== "retryable_failure") return
