@@ -183,7 +183,8 @@ const nonEmpty = (value: string | undefined): string | undefined => (value === u
 export const integer = (name: FlagName, value: string | undefined, minimum: number, maximum: number): number | undefined => {
   if (value === undefined) return undefined
   if (!/^\d+$/.test(value) || !Number.isSafeInteger(Number(value)) || Number(value) < minimum || Number(value) > maximum) {
-    const range = maximum === Number.MAX_SAFE_INTEGER ? (minimum === 1 ? "a positive integer" : `an integer from ${minimum}`) : `an integer in ${minimum}..${maximum}`
+    // A flag with no upper bound takes any positive integer; naming 2^53 − 1 as its end says nothing.
+    const range = minimum === 1 && maximum === Number.MAX_SAFE_INTEGER ? "a positive integer" : `an integer in ${minimum}..${maximum}`
     throw new UsageError(`--${name} must be ${range}, got '${value}'`)
   }
   return Number(value)
