@@ -2,7 +2,7 @@
  * The help texts of the `maka` command (docs/cli.md §10): the command list, and for each command every
  * flag it takes with its default, built from the flag table so the two never disagree.
  */
-import { COMMANDS, FLAGS, type CommandName, type FlagName } from "./internal/flags.ts"
+import { COMMANDS, FLAGS, flagText, type CommandName, type FlagName } from "./internal/flags.ts"
 
 const commandLines = (Object.keys(COMMANDS) as Array<CommandName>).map((name) => {
   const spec = COMMANDS[name]
@@ -33,10 +33,10 @@ const flagHead = (name: FlagName): string => {
 /** The flags' column: the longest flag with its value, and two spaces before its description. */
 const FLAG_COLUMN = Math.max(...(Object.keys(FLAGS) as Array<FlagName>).map((name) => flagHead(name).length)) + 2
 
-const flagLine = (name: FlagName): string => {
-  const spec = FLAGS[name]
-  const tail = "defaultText" in spec ? ` (default: ${spec.defaultText})` : ""
-  return `  ${flagHead(name).padEnd(FLAG_COLUMN)}${spec.description}${tail}`
+const flagLine = (command: CommandName, name: FlagName): string => {
+  const text = flagText(command, name)
+  const tail = text.defaultText === undefined ? "" : ` (default: ${text.defaultText})`
+  return `  ${flagHead(name).padEnd(FLAG_COLUMN)}${text.description}${tail}`
 }
 
 /** The help of one command: usage line, summary and every flag with its default. */
@@ -48,6 +48,6 @@ export const commandUsage = (name: CommandName): string => {
 ${spec.summary}
 
 Options:
-${flags.map(flagLine).join("\n")}
+${flags.map((flag) => flagLine(name, flag)).join("\n")}
 `
 }

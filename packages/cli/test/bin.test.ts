@@ -2,7 +2,7 @@ import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { describe, expect, it } from "vitest"
-import { FLAGS, COMMANDS } from "../src/internal/flags.ts"
+import { COMMANDS, flagText } from "../src/internal/flags.ts"
 import { maka, packageRoot } from "./support/cli.ts"
 
 // The built `maka` binary, run with plain `node` from a directory outside the repository (docs/architecture.md §2).
@@ -58,8 +58,10 @@ describe("the maka binary", () => {
     for (const flag of spec.flags) {
       const line = result.stdout.split("\n").find((candidate) => candidate.trimStart().startsWith(`--${flag} `) || candidate.trim() === `--${flag}`)
       expect(line, `--${flag}`).toBeDefined()
-      const defaultText = (FLAGS[flag] as { readonly defaultText?: string }).defaultText
+      const { description, defaultText } = flagText(command as keyof typeof COMMANDS, flag)
+      expect(line).toContain(description)
       if (defaultText !== undefined) expect(line).toContain(`(default: ${defaultText})`)
+      else expect(line).not.toContain("(default:")
     }
     // Every description starts in one column, at least two spaces after the longest flag and its value.
     const lines = result.stdout.split("\n").filter((candidate) => candidate.startsWith("  --"))

@@ -1,6 +1,6 @@
 import * as fs from "node:fs"
 import { afterEach, describe, expect, it } from "vitest"
-import { folder, maka, type Folder } from "./support/cli.ts"
+import { folder, maka, NOWHERE_BASE_URL, type Folder } from "./support/cli.ts"
 
 const folders: Array<Folder> = []
 afterEach(() => {
@@ -12,7 +12,7 @@ describe("maka demo", () => {
     const created = folder()
     folders.push(created)
     // No endpoint configured, and none leaks in from the environment: the tour is offline.
-    const result = await maka(["demo", "--keep"], { cwd: created.root, env: { MAKA_BASE_URL: "http://127.0.0.1:9/v1" } })
+    const result = await maka(["demo", "--keep"], { cwd: created.root, env: { MAKA_BASE_URL: NOWHERE_BASE_URL } })
     expect(result.stderr).toBe("")
     expect(result.code).toBe(0)
     const out = result.stdout

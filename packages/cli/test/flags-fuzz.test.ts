@@ -17,7 +17,7 @@ import { ExitCode } from "../src/internal/exit.ts"
 import * as Flags from "../src/internal/flags.ts"
 import { main } from "../src/internal/main.ts"
 import { settingsOf } from "../src/internal/run-command.ts"
-import { maka } from "./support/cli.ts"
+import { maka, NOWHERE_BASE_URL } from "./support/cli.ts"
 
 const INPUTS = Number(process.env["MAKA_FUZZ_INPUTS"] ?? 2_000)
 const SEED = Number(process.env["MAKA_FUZZ_SEED"] ?? 0xc11_f1a9)
@@ -50,7 +50,7 @@ afterAll(() => fs.rmSync(cwd, { recursive: true, force: true }))
 
 const TEMPLATES: ReadonlyArray<ReadonlyArray<string>> = [
   ["run", "--db", "a.sqlite", "--session", "s1", "--tools", "read", "--max-steps", "8", "--idle-timeout", "30", "Hello"],
-  ["run", "--provider", "openai-compatible", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--json", "Hi"],
+  ["run", "--provider", "openai-compatible", "--base-url", NOWHERE_BASE_URL, "--model", "m", "--json", "Hi"],
   ["run", "--workspace", "ws", "--context-window", "8000", "--declared-window", "6000", "--allow-prior-unknown", "Go"],
   ["chat", "--db", "a.sqlite", "--session", "s1", "--tools", "none"],
   ["compact", "--db", "a.sqlite", "--session", "s1", "--declared-window", "100"],
@@ -153,7 +153,7 @@ const randomEnvironment = (random: Random): Readonly<Record<string, string>> => 
   const environment: Record<string, string> = {}
   if (random.chance(0.15)) environment["MAKA_DB"] = random.pick(["env.sqlite", "", "file.txt/x.sqlite"])
   if (random.chance(0.1)) environment["MAKA_DATABASE_URL"] = random.pick(["postgres://127.0.0.1:1/x", "mysql://x", ""])
-  if (random.chance(0.15)) environment["MAKA_BASE_URL"] = random.pick(["http://127.0.0.1:9/v1", "not a url", ""])
+  if (random.chance(0.15)) environment["MAKA_BASE_URL"] = random.pick([NOWHERE_BASE_URL, "not a url", "", "http://127.0.0.1:6000/v1", "http://u:p@127.0.0.1/v1"])
   if (random.chance(0.1)) environment["MAKA_MODEL"] = random.pick(["m", ""])
   if (random.chance(0.1)) environment["MAKA_OFFLINE_DELAY_MS"] = random.pick(["0", "10", "-1", "10001", "abc", ""])
   return environment

@@ -1,7 +1,7 @@
 import { OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
 import { afterEach, describe, expect, it } from "vitest"
 import { levelNames, levelOf } from "../src/internal/resume-command.ts"
-import { eventLines, folder, maka, when, type EventLine, type Folder } from "./support/cli.ts"
+import { eventLines, folder, maka, NOWHERE_BASE_URL, when, type EventLine, type Folder } from "./support/cli.ts"
 
 const folders: Array<Folder> = []
 const fresh = () => {
@@ -99,7 +99,7 @@ describe("SIGTERM hands a run off, and maka resume continues it in another proce
     const created = fresh()
     expect((await handOff(created, "r1")).code).toBe(75)
     const before = await storedEvents(created, "r1")
-    const skipped = await maka(["resume", "--db", created.db, "--base-url", "http://127.0.0.1:9/v1", "--model", "other"], { cwd: created.root })
+    const skipped = await maka(["resume", "--db", created.db, "--base-url", NOWHERE_BASE_URL, "--model", "other"], { cwd: created.root })
     expect(skipped.stderr).toMatch(/^skipped r1: handoff execution settings changed: /m)
     expect(skipped.code).toBe(2)
     expect(await storedEvents(created, "r1")).toEqual(before)

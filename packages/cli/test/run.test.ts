@@ -4,7 +4,7 @@ import * as fs from "node:fs"
 import * as path from "node:path"
 import { afterEach, describe, expect, it } from "vitest"
 import { CLI_SYSTEM_PROMPT } from "../src/index.ts"
-import { eventLines, folder, maka, sessionOf, when, type Folder } from "./support/cli.ts"
+import { closedPort, eventLines, folder, maka, NOWHERE_BASE_URL, sessionOf, when, type Folder } from "./support/cli.ts"
 
 const folders: Array<Folder> = []
 const servers: Array<ScriptedServer.ScriptedServer> = []
@@ -142,9 +142,15 @@ describe("maka run refuses bad input with exit 2 and writes nothing", () => {
     ["--provider nope", ["--provider", "nope", "hi"]],
     ["a base URL that is not http(s)", ["--base-url", "ftp://example.com", "--model", "m", "hi"]],
     ["a base URL that is not a URL", ["--base-url", "not a url", "--model", "m", "hi"]],
+    ["a base URL without a host", ["--base-url", "http:/v1", "--model", "m", "hi"]],
+    ["a base URL on a port fetch refuses", ["--base-url", "http://127.0.0.1:6000/v1", "--model", "m", "hi"]],
+    ["a base URL with credentials", ["--base-url", `http://user:${KEY}@127.0.0.1:8080/v1`, "--model", "m", "hi"]],
+    ["a base URL with a query", ["--base-url", `http://127.0.0.1:8080/v1?key=${KEY}`, "--model", "m", "hi"]],
+    ["a base URL with credentials that is not http(s)", ["--base-url", `ftp://user:${KEY}@127.0.0.1/v1`, "--model", "m", "hi"]],
+    ["a key given as the base URL", ["--base-url", KEY, "--model", "m", "hi"]],
     ["openai-compatible without a base URL", ["--provider", "openai-compatible", "--model", "m", "hi"]],
-    ["anthropic without a model", ["--provider", "anthropic", "--base-url", "http://127.0.0.1:9/v1", "hi"]],
-    ["MAKA_BASE_URL without a model", ["hi"], { MAKA_BASE_URL: "http://127.0.0.1:9/v1" }],
+    ["anthropic without a model", ["--provider", "anthropic", "--base-url", NOWHERE_BASE_URL, "hi"]],
+    ["MAKA_BASE_URL without a model", ["hi"], { MAKA_BASE_URL: NOWHERE_BASE_URL }],
     ["--db and --database-url", ["--database-url", "postgres://x@127.0.0.1:1/x", "hi"]],
     ["--db and MAKA_DATABASE_URL", ["hi"], { MAKA_DATABASE_URL: "postgres://x@127.0.0.1:1/x" }],
     ["--api-key (the key is never a flag)", ["--api-key", "k", "hi"]],
@@ -158,6 +164,8 @@ describe("maka run refuses bad input with exit 2 and writes nothing", () => {
     expect(result.stdout).toBe("")
     expect(fs.existsSync(db)).toBe(false)
     expect(fs.existsSync(path.join(workspace, ".maka-workspace.json"))).toBe(false)
+    // A key in the base URL, or given as it, is never echoed.
+    expect(result.stderr).not.toContain(KEY)
   })
 
   it("a blank message on stdin", async () => {
@@ -253,7 +261,8 @@ describe("maka run against an endpoint", () => {
 
   it("shows each retry of an endpoint that cannot be reached, and SIGINT cancels with exit 130", async () => {
     const { root, workspace, db } = fresh()
-    const result = await maka(["run", "--db", db, "--workspace", workspace, "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "hi"], {
+    const baseUrl = `http://127.0.0.1:${await closedPort()}/v1`
+    const result = await maka(["run", "--db", db, "--workspace", workspace, "--base-url", baseUrl, "--model", "m", "hi"], {
       cwd: root,
       onOutput: when((output) => output.stderr.includes("retrying in"), (child) => child.kill("SIGINT")),
     })

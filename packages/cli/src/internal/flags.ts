@@ -74,7 +74,12 @@ export interface CommandSpec {
   readonly summary: string
   readonly arguments?: string
   readonly flags: ReadonlyArray<FlagName>
+  /** What a flag means for this command where it differs from the flag table's text. */
+  readonly text?: Partial<Record<FlagName, Pick<FlagSpec, "description" | "defaultText">>>
 }
+
+/** `--session` of a command that reads or changes one existing session. */
+const EXISTING_SESSION = { description: "the session (required)" } as const
 
 /** The flags of a command that runs user turns (`run`, `chat`). */
 const TURN: ReadonlyArray<FlagName> = [
@@ -105,15 +110,18 @@ export const COMMANDS = {
   compact: {
     summary: "summarise a session's history into a checkpoint (standalone compaction); --session is required",
     flags: [...DATABASE, "session", ...PROVIDER, "workspace", "context-window", "declared-window", "idle-timeout", "json"],
+    text: { session: EXISTING_SESSION },
   },
-  events: { summary: "the stored events of a session", flags: [...DATABASE, "session", "json"] },
+  events: { summary: "the stored events of a session", flags: [...DATABASE, "session", "json"], text: { session: EXISTING_SESSION } },
   inspect: {
     summary: "timeline of a session and the exact model input of a step, checked against its digest",
     flags: [...DATABASE, "session", "step", "html"],
+    text: { session: EXISTING_SESSION },
   },
   resume: {
     summary: "run the successors of sealed handoffs (of --session only, when given) on the connection of the flags",
     flags: [...DATABASE, "session", ...PROVIDER, "abandon", "json"],
+    text: { session: { description: "resume only this session's sealed handoff", defaultText: "every sealed handoff" } },
   },
   recover: { summary: "seal what a crashed host left in flight", flags: [...DATABASE] },
   sessions: { summary: "list sessions with their state", flags: [...DATABASE] },
@@ -126,6 +134,14 @@ export const COMMANDS = {
 } as const satisfies Record<string, CommandSpec>
 
 export type CommandName = keyof typeof COMMANDS
+
+/** A flag's description and default as `maka <command> --help` shows them. */
+export const flagText = (command: CommandName, flag: FlagName): { readonly description: string; readonly defaultText?: string } => {
+  const spec: FlagSpec = FLAGS[flag]
+  const own = (COMMANDS[command] as CommandSpec).text?.[flag]
+  const defaultText = own === undefined ? spec.defaultText : own.defaultText
+  return { description: own?.description ?? spec.description, ...(defaultText === undefined ? {} : { defaultText }) }
+}
 
 export const isCommand = (name: string): name is CommandName => Object.hasOwn(COMMANDS, name)
 
@@ -214,13 +230,38 @@ export interface ProviderSettings {
   readonly apiKey?: string | undefined
 }
 
-const isHttpUrl = (value: string): boolean => {
-  try {
-    const url = new URL(value)
-    return url.protocol === "http:" || url.protocol === "https:"
-  } catch {
-    return false
+/**
+ * The Fetch standard's "bad ports": `fetch` refuses them before connecting (`fetch failed`, cause
+ * `bad port`), a transport failure the adapter retries as `network` for minutes. A base URL on one
+ * of them can never work, so it is a usage error.
+ */
+const FETCH_BAD_PORTS: ReadonlySet<number> = new Set([
+  1, 7, 9, 11, 13, 15, 17, 19, 20, 21, 22, 23, 25, 37, 42, 43, 53, 69, 77, 79, 87, 95, 101, 102, 103, 104, 109, 110, 111,
+  113, 115, 117, 119, 123, 135, 137, 139, 143, 161, 179, 389, 427, 465, 512, 513, 514, 515, 526, 530, 531, 532, 540, 548,
+  554, 556, 563, 587, 601, 636, 989, 990, 993, 995, 1719, 1720, 1723, 2049, 3659, 4045, 4190, 5060, 5061, 6000, 6566, 6665,
+  6666, 6667, 6668, 6669, 6679, 6697, 10080,
+])
+
+/**
+ * What is wrong with a base URL, or undefined. The value itself is never echoed: a key pasted into
+ * the flag, or carried in its user info or query, must not reach the terminal or a log of it.
+ */
+const baseUrlProblem = (value: string): string | undefined => {
+  if (!URL.canParse(value)) return "--base-url must be an http(s) URL; the value given is not a URL"
+  const url = new URL(value)
+  if (url.protocol !== "http:" && url.protocol !== "https:") return `--base-url must be an http(s) URL, not ${url.protocol}`
+  if (!/^https?:\/\/[^/]/i.test(value)) return "--base-url must be an absolute URL: http(s)://HOST[:PORT][/PATH]"
+  if (url.username !== "" || url.password !== "") {
+    return "--base-url must not carry credentials (user:password@); the API key comes only from MAKA_API_KEY"
   }
+  if (url.search !== "" || url.hash !== "" || value.includes("?") || value.includes("#")) {
+    return "--base-url must not carry a query string or fragment; the API key comes only from MAKA_API_KEY"
+  }
+  const port = Number(url.port)
+  if (FETCH_BAD_PORTS.has(port)) {
+    return `--base-url port ${port} is one fetch never connects to (a bad port of the Fetch standard); use another port`
+  }
+  return undefined
 }
 
 /** The provider of docs/cli.md §10.1: offline unless a base URL is set; remote providers need base URL and model. */
@@ -232,7 +273,8 @@ export const provider = (values: Values, environment: Environment): ProviderSett
   if (name === undefined) throw new UsageError(`--provider must be one of ${PROVIDERS.join(", ")}, got '${chosen}'`)
   if (name === "offline") return { provider: name }
   if (baseUrl === undefined) throw new UsageError(`--provider ${name} needs --base-url or MAKA_BASE_URL`)
-  if (!isHttpUrl(baseUrl)) throw new UsageError(`--base-url must be an http(s) URL, got '${baseUrl}'`)
+  const problem = baseUrlProblem(baseUrl)
+  if (problem !== undefined) throw new UsageError(problem)
   if (model === undefined) throw new UsageError(`--provider ${name} needs --model or MAKA_MODEL`)
   const apiKey = nonEmpty(environment["MAKA_API_KEY"])
   return { provider: name, baseUrl, model, ...(apiKey === undefined ? {} : { apiKey }) }

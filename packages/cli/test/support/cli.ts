@@ -6,6 +6,7 @@ import { spawn, type ChildProcess } from "node:child_process"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
+import * as net from "node:net"
 import { fileURLToPath } from "node:url"
 
 export const packageRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..")
@@ -33,6 +34,20 @@ const baseEnvironment = (): NodeJS.ProcessEnv => {
   for (const [key, value] of Object.entries(process.env)) if (!key.startsWith("MAKA_")) env[key] = value
   return env
 }
+
+/** A base URL no request ever reaches: a test that fails before connecting, or never connects. */
+export const NOWHERE_BASE_URL = "http://127.0.0.1:59999/v1"
+
+/** A loopback port that refuses connections: one the system just gave out and took back. */
+export const closedPort = (): Promise<number> =>
+  new Promise((resolve, reject) => {
+    const server = net.createServer()
+    server.once("error", reject)
+    server.listen(0, "127.0.0.1", () => {
+      const { port } = server.address() as net.AddressInfo
+      server.close(() => resolve(port))
+    })
+  })
 
 export const maka = (args: ReadonlyArray<string>, options: SpawnOptions): Promise<Result> =>
   new Promise((resolve, reject) => {
