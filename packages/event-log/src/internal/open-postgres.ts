@@ -68,12 +68,23 @@ export interface PostgresStore {
 
 export const quoteIdentifier = (name: string): string => `"${name.replaceAll('"', '""')}"`
 
-/** A URL without its password, for messages. */
+/** Connection parameters whose values a message may show; every other one may be a secret. */
+const SHOWN_PARAMETERS: ReadonlySet<string> = new Set(["sslmode", "application_name", "connect_timeout", "uselibpqcompat"])
+
+/**
+ * A URL without its secrets, for messages: the password, and the value of every query parameter
+ * but a few known harmless ones (`?password=` and `?sslpassword=` are as secret as the user info).
+ */
 export const redactUrl = (url: string): string => {
   try {
     const parsed = new URL(url)
     if (parsed.password !== "") parsed.password = "***"
-    return parsed.toString()
+    const query = [...parsed.searchParams].map(([name, value]) =>
+      SHOWN_PARAMETERS.has(name) ? `${name}=${value}` : /^[a-z_]{1,64}$/.test(name) ? `${name}=***` : "***",
+    )
+    parsed.search = ""
+    parsed.hash = ""
+    return query.length === 0 ? parsed.toString() : `${parsed.toString()}?${query.join("&")}`
   } catch {
     return "postgres (unparsable URL)"
   }
