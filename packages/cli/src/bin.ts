@@ -5,6 +5,7 @@
  */
 import * as fs from "node:fs"
 import { main } from "./internal/main.ts"
+import { processSink } from "./internal/terminal.ts"
 
 // `src/bin.ts` and `dist/bin.js` both sit one folder below the package root.
 const manifest: unknown = JSON.parse(fs.readFileSync(new URL("../package.json", import.meta.url), "utf8"))
@@ -15,7 +16,7 @@ const code = await main({
   argv: process.argv.slice(2),
   environment: process.env,
   cwd: process.cwd(),
-  sink: { out: (text) => void process.stdout.write(text), err: (text) => void process.stderr.write(text) },
+  sink: processSink(process.stdout, process.stderr),
   stdin: process.stdin,
   version: VERSION,
 })

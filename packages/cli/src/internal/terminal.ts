@@ -1,0 +1,37 @@
+/**
+ * Output to a terminal (docs/cli.md §10.1 "Output"). What maka prints comes from the log: the
+ * model's text, user messages, tool results read from workspace files, provider messages. Any of
+ * them may hold control characters a terminal acts on (an escape sequence that retitles the window,
+ * writes the clipboard, hides or rewrites what was printed). On a terminal they are shown as visible
+ * escapes (`\x1b`); a pipe or a file gets the text byte for byte.
+ */
+import type { Sink } from "./render.ts"
+
+/**
+ * C0 controls but tab and line feed, a carriage return that does not end a line, DEL and the C1
+ * controls (U+0080–U+009F, which some terminals read as ESC sequences).
+ */
+const CONTROL = /[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f-\u009f]|\r(?!\n)/g
+
+const visible = (control: string): string => {
+  if (control === "\r") return "\\r"
+  return `\\x${control.charCodeAt(0).toString(16).padStart(2, "0")}`
+}
+
+/** `text` with every control character a terminal would act on written as a visible escape. */
+export const terminalSafe = (text: string): string => text.replace(CONTROL, visible)
+
+/** Where a sink writes: a stream that may be a terminal. */
+export interface OutputStream {
+  readonly isTTY?: boolean | undefined
+  readonly write: (text: string) => unknown
+}
+
+/** The process's sink: each stream that is a terminal gets its text through `terminalSafe`. */
+export const processSink = (stdout: OutputStream, stderr: OutputStream): Sink => {
+  const writer = (stream: OutputStream) =>
+    stream.isTTY === true
+      ? (text: string) => void stream.write(terminalSafe(text))
+      : (text: string) => void stream.write(text)
+  return { out: writer(stdout), err: writer(stderr) }
+}
