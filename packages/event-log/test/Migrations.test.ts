@@ -460,6 +460,22 @@ describe("the SQLite open-order check", () => {
       await openRefused(file, readOnly, "not a maka event log")
     })
 
+    if (!readOnly) {
+      it("refuses a file the header shows is no maka log before taking the lease: no lock file beside it", async () => {
+        const directory = temporaryDirectory()
+        const random = path.join(directory, "random.sqlite")
+        fs.writeFileSync(random, crypto.randomBytes(4_096))
+        const stamped = path.join(directory, "stamped.sqlite")
+        const connection = new BetterSqlite3(stamped)
+        connection.pragma("application_id = 305419896")
+        connection.exec("CREATE TABLE notes (body TEXT)")
+        connection.close()
+        await expectReason(openSqlite(random), "UnsupportedDatabase", "it is not an SQLite database")
+        await expectReason(openSqlite(stamped), "UnsupportedDatabase", "application id is 305419896")
+        expect(listing(directory)).toEqual(["random.sqlite", "stamped.sqlite"])
+      })
+    }
+
     it(`refuses another program's schema_migrations table unchanged (${mode})`, async () => {
       const file = path.join(temporaryDirectory(), "rails.sqlite")
       const connection = new BetterSqlite3(file)

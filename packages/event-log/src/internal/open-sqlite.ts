@@ -186,17 +186,26 @@ const surveyCopy = (file: string): SchemaState => {
  * `-journal` is classified on a copy. Returns whether the file already carries maka's id.
  */
 const checkBeforeOpen = (file: string): boolean => {
-  const header = readHeader(file)
+  const header = refuseForeignHeader(file)
   if (header.kind === "empty") return false
-  if (header.kind === "not_sqlite") throw unsupported(`${file} is not a maka event log: it is not an SQLite database`)
   if (header.applicationId === MAKA_APPLICATION_ID) return true
-  if (header.applicationId !== 0) {
+  if (SIDECARS.some((suffix) => fs.existsSync(`${file}${suffix}`))) surveyCopy(file)
+  return false
+}
+
+/**
+ * The refusals the header alone decides: not SQLite, or stamped by another application. A writer
+ * runs them before it takes the lease too, so a file that is no maka log gets no lock file beside it.
+ */
+const refuseForeignHeader = (file: string): Exclude<Header, { readonly kind: "not_sqlite" }> => {
+  const header = readHeader(file)
+  if (header.kind === "not_sqlite") throw unsupported(`${file} is not a maka event log: it is not an SQLite database`)
+  if (header.kind === "sqlite" && header.applicationId !== 0 && header.applicationId !== MAKA_APPLICATION_ID) {
     throw unsupported(
       `${file} is not a maka event log: its SQLite application id is ${header.applicationId} (another application's database)`,
     )
   }
-  if (SIDECARS.some((suffix) => fs.existsSync(`${file}${suffix}`))) surveyCopy(file)
-  return false
+  return header
 }
 
 /**
@@ -267,6 +276,7 @@ const openMemory = async (options: SqliteOptions): Promise<Database> => {
 
 const openWriter = async (path: string, options: SqliteOptions): Promise<Database> => {
   const file = canonicalDatabasePath(path)
+  refuseForeignHeader(file)
   const lease = await acquireLease(file)
   let connection: BetterSqlite3.Database | undefined
   let db: Kysely<Tables> | undefined
