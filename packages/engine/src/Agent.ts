@@ -176,7 +176,7 @@ const placeOf = (workspace: RunOptions["workspace"]) =>
     ? Effect.sync(() => ({ cwd: process.cwd() }))
     : Effect.map(
         typeof workspace === "string"
-          ? Effect.mapError(Workspace.open(workspace), (error) => EngineError.invalidInput(`workspace: ${error.message}`))
+          ? Effect.mapError(Workspace.open(workspace), (error) => EngineError.invalidInput(error.message))
           : Effect.succeed(workspace),
         (opened) => ({ cwd: opened.root, workspaceIdentity: opened.identity }),
       )

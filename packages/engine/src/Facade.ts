@@ -125,7 +125,7 @@ export const providerConfig = Agent.providerConfig
 export const openWorkspace = (directory: string): Promise<Workspace.Workspace> =>
   Effect.runPromiseExit(
     Workspace.open(directory).pipe(
-      Effect.mapError((error) => EngineError.invalidInput(`workspace: ${error.message}`)),
+      Effect.mapError((error) => EngineError.invalidInput(error.message)),
       Effect.provide(Ids.layer),
     ),
   ).then(settle)

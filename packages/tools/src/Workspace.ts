@@ -10,7 +10,7 @@ import { Configuration } from "@maka/facts"
 import { Effect, Option, Result, Schema } from "effect"
 import { defaults } from "./Defaults.ts"
 import { Ids } from "./Ids.ts"
-import { describeFsError, tryFs, tryFsSync, type FsError } from "./internal/fs.ts"
+import { fsReason, tryFs, tryFsSync, type FsError } from "./internal/fs.ts"
 import { workspaceInvalid, type ToolError } from "./ToolError.ts"
 
 export interface Workspace {
@@ -36,7 +36,8 @@ export const markerPath = (root: string): string => path.join(root, defaults.wor
 /** The marker file's text for `uuid`. */
 export const markerText = (uuid: string): string => `${JSON.stringify({ uuid })}\n`
 
-const fsFailure = (where: string) => (error: FsError) => workspaceInvalid(where, describeFsError(where, error))
+/** A failed file operation on `where`; the error's message names the path once (`workspace <where>: <reason>`). */
+const fsFailure = (where: string) => (error: FsError) => workspaceInvalid(where, fsReason(error))
 
 /** Parses and validates a marker's text; a corrupt marker is a clear error. */
 export const parseMarker = (file: string, text: string): Result.Result<Marker, ToolError> => {
@@ -120,7 +121,10 @@ const createMarker = (root: string, file: string): Effect.Effect<Marker, ToolErr
         (error) => error.code === "EEXIST",
         () => Effect.succeed(false),
       ),
-      Effect.mapError(fsFailure(file)),
+      // The marker is created in the root: a failure here is a root maka cannot write to.
+      Effect.mapError((error) =>
+        workspaceInvalid(file, `cannot create the workspace marker: ${fsReason(error)}; the workspace must be a folder maka can write to`),
+      ),
       Effect.ensuring(Effect.ignore(tryFs(() => fs.rm(temporary, { force: true })))),
     )
     if (linked) return { uuid }

@@ -87,7 +87,8 @@ describe("Workspace.open", () => {
   it.effect("refuses a missing root, a file as root, and corrupt markers with clear errors", () =>
     Effect.gen(function* () {
       const base = yield* tempDirectory
-      assert.include(yield* reasonOf(path.join(base, "missing")), "no such file or directory")
+      // The path is named once: `workspace <path>: <reason>`.
+      assert.strictEqual(yield* reasonOf(path.join(base, "missing")), `workspace ${path.join(base, "missing")}: no such file or directory`)
       fs.writeFileSync(path.join(base, "file"), "x")
       assert.include(yield* reasonOf(path.join(base, "file")), "workspace root is not a directory")
       const cases: ReadonlyArray<readonly [string, string]> = [
@@ -106,6 +107,17 @@ describe("Workspace.open", () => {
       const directoryMarker = path.join(base, "directory-marker")
       fs.mkdirSync(path.join(directoryMarker, ".maka-workspace.json"), { recursive: true })
       assert.include(yield* reasonOf(directoryMarker), "not a regular file")
+    }),
+  )
+
+  it.effect("says that the marker cannot be created in a root maka cannot write to", () =>
+    Effect.gen(function* () {
+      // A process's folder under /proc exists and takes no new file, whoever asks (root included).
+      const root = fs.realpathSync("/proc/1")
+      assert.strictEqual(
+        yield* reasonOf(root),
+        `workspace ${root}/.maka-workspace.json: cannot create the workspace marker: no such file or directory; the workspace must be a folder maka can write to`,
+      )
     }),
   )
 })

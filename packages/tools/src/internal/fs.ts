@@ -42,6 +42,8 @@ const REASONS: Readonly<Record<string, string>> = {
   EBUSY: "resource busy",
 }
 
+/** What went wrong, in words, for an `FsError`: `permission denied`. */
+export const fsReason = (error: FsError): string => (error.code !== undefined ? REASONS[error.code] : undefined) ?? error.detail
+
 /** `"<path>: <reason>"` for an `FsError`. */
-export const describeFsError = (displayPath: string, error: FsError): string =>
-  `${displayPath}: ${(error.code !== undefined ? REASONS[error.code] : undefined) ?? error.detail}`
+export const describeFsError = (displayPath: string, error: FsError): string => `${displayPath}: ${fsReason(error)}`
