@@ -1,3 +1,5 @@
+import * as fs from "node:fs"
+import * as path from "node:path"
 import { OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
 import { afterEach, describe, expect, it } from "vitest"
 import { levelNames, levelOf } from "../src/internal/resume-command.ts"
@@ -104,6 +106,29 @@ describe("SIGTERM hands a run off, and maka resume continues it in another proce
     expect(skipped.code).toBe(2)
     expect(await storedEvents(created, "r1")).toEqual(before)
     // The same log on the route the run had still resumes.
+    expect((await maka(["resume", "--db", created.db], { cwd: created.root })).code).toBe(0)
+  }, 60_000)
+
+  it("skips a pause whose folder is no longer its workspace, or lost its marker: exit 2, nothing written, no marker made", async () => {
+    const created = fresh()
+    expect((await handOff(created, "w1")).code).toBe(75)
+    const before = await storedEvents(created, "w1")
+    const marker = path.join(created.workspace, ".maka-workspace.json")
+    const original = fs.readFileSync(marker, "utf8")
+    // Another workspace at the same path: its marker names another identity.
+    fs.writeFileSync(marker, `${JSON.stringify({ uuid: "6ba7b810-9dad-41d1-80b4-00c04fd430c8" })}\n`)
+    const other = await maka(["resume", "--db", created.db], { cwd: created.root })
+    expect(other.stderr).toMatch(/^skipped w1: handoff execution settings changed: the folder .* is no longer the paused run's workspace/m)
+    expect(other.code).toBe(2)
+    // The marker removed: the folder is not given a new identity.
+    fs.rmSync(marker)
+    const lost = await maka(["resume", "--db", created.db], { cwd: created.root })
+    expect(lost.stderr).toMatch(/^skipped w1: handoff execution settings changed: the paused run's workspace .* has lost its \.maka-workspace\.json/m)
+    expect(lost.code).toBe(2)
+    expect(fs.existsSync(marker)).toBe(false)
+    expect(await storedEvents(created, "w1")).toEqual(before)
+    // The marker restored, the run resumes.
+    fs.writeFileSync(marker, original)
     expect((await maka(["resume", "--db", created.db], { cwd: created.root })).code).toBe(0)
   }, 60_000)
 

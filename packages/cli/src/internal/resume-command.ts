@@ -8,7 +8,7 @@
 import type { Configuration, Lineage } from "@maka/facts"
 import type { EventLog } from "@maka/event-log"
 import { Agent, Engine, Facade } from "@maka/engine"
-import { Builtins, ReadToolResult, ToolCatalog } from "@maka/tools"
+import { Builtins, ReadToolResult, ToolCatalog, Workspace } from "@maka/tools"
 import { Cause, Effect, Exit, ManagedRuntime, Option, Stream } from "effect"
 import * as fs from "node:fs"
 import * as path from "node:path"
@@ -106,7 +106,19 @@ const resumeOne = async (
   let started: Engine.RunningInvocation
   try {
     const configuration = await configurationOf(runtime, engine, pending)
+    // The folder at the paused run's path must still be its workspace: the marker names it (docs/cli.md
+    // §10.1). A marker that is gone is not made anew here: that would give the folder another identity.
+    const marker = Workspace.markerPath(configuration.cwd)
+    if (fs.existsSync(configuration.cwd) && !fs.existsSync(marker)) {
+      return skip(`${SETTINGS_CHANGED}: the paused run's workspace ${configuration.cwd} has lost its ${path.basename(marker)}; restore it to resume`, ExitCode.usage)
+    }
     const workspace = await Facade.openWorkspace(configuration.cwd)
+    if (workspace.identity !== configuration.workspaceIdentity) {
+      return skip(
+        `${SETTINGS_CHANGED}: the folder ${configuration.cwd} is no longer the paused run's workspace (its ${path.basename(marker)} holds another identity)`,
+        ExitCode.usage,
+      )
+    }
     const tools = ToolCatalog.from(Builtins.forLevel(level, workspace))
     started = await runEffect(runtime, engine.resume({ paused: pending.invocation, pause, model, tools }))
   } catch (error) {
