@@ -122,6 +122,29 @@ describe("maka run on the offline model", () => {
   })
 })
 
+describe("a log folder that cannot be made", () => {
+  it("maka run says which part of --db is not a folder: exit 1, the file untouched", async () => {
+    const { root, workspace } = fresh()
+    const file = path.join(root, "notes.txt")
+    fs.writeFileSync(file, "kept\n")
+    const db = path.join(file, "logs", "events.sqlite")
+    const result = await maka(["run", "--db", db, "--workspace", workspace, "hi"], { cwd: root })
+    expect(result.stderr.trim()).toBe(`maka: store error: cannot make the folder ${path.dirname(db)} of the log: ${file} is not a directory`)
+    expect(result.code).toBe(1)
+    expect(fs.readFileSync(file, "utf8")).toBe("kept\n")
+  })
+
+  it.each(["recover", "resume"])("maka %s says so for the default log under a file named .maka", async (command) => {
+    const { root } = fresh()
+    const file = path.join(root, ".maka")
+    fs.writeFileSync(file, "kept\n")
+    const result = await maka([command], { cwd: root })
+    expect(result.stderr.trim()).toBe(`maka: store error: cannot make the folder ${file} of the log: ${file} is not a directory`)
+    expect(result.code).toBe(1)
+    expect(fs.readFileSync(file, "utf8")).toBe("kept\n")
+  })
+})
+
 describe("maka run refuses bad input with exit 2 and writes nothing", () => {
   interface Case {
     readonly name: string

@@ -7,11 +7,10 @@ import { Recovery } from "@maka/engine"
 import { Effect } from "effect"
 import * as fs from "node:fs"
 import * as path from "node:path"
-import { defaults } from "../Configuration.ts"
 import { CliError, ExitCode } from "./exit.ts"
 import * as Flags from "./flags.ts"
 import { eventLine, type Sink } from "./render.ts"
-import { openReadOnly, openWriter } from "./store.ts"
+import { openReadOnly, openWriter, prepareLogFolder } from "./store.ts"
 
 export interface CommandContext {
   readonly args: ReadonlyArray<string>
@@ -150,13 +149,7 @@ export const backupCommand = async (context: CommandContext): Promise<number> =>
 export const recoverCommand = async (context: CommandContext): Promise<number> => {
   const { values } = Flags.parse("recover", context.args)
   const target = Flags.database(values, context.environment, context.cwd)
-  if (target.kind === "sqlite") {
-    // Only the default log may be created by `recover`; a missing --db / MAKA_DB path is most likely a typo.
-    if (!fs.existsSync(target.path) && target.path !== path.resolve(context.cwd, defaults.database)) {
-      throw new CliError(`no maka log at ${target.path}; pass --db PATH of an existing log`, ExitCode.failed)
-    }
-    fs.mkdirSync(path.dirname(target.path), { recursive: true })
-  }
+  prepareLogFolder(target, { defaultUnder: context.cwd })
   const open = await openWriter(target)
   try {
     const report = await open.run(Effect.flatMap(Effect.succeed(open.log), (log) => Recovery.recover(log)))

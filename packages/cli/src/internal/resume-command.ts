@@ -12,11 +12,12 @@ import { Builtins, ReadToolResult, ToolCatalog, Workspace } from "@maka/tools"
 import { Cause, Effect, Exit, ManagedRuntime, Option, Stream } from "effect"
 import * as fs from "node:fs"
 import * as path from "node:path"
-import { defaults, TOOL_LEVELS, type ToolLevel } from "../Configuration.ts"
+import { TOOL_LEVELS, type ToolLevel } from "../Configuration.ts"
 import { CliError, ExitCode, fromEngineError } from "./exit.ts"
 import * as Flags from "./flags.ts"
 import type { CommandContext } from "./read-commands.ts"
 import { openConnection, showRun, type Connection } from "./run-command.ts"
+import { prepareLogFolder } from "./store.ts"
 import { handleSignals, type Signals } from "./signals.ts"
 
 /** The reason a pause is skipped when this host's connection or tools differ from the paused run's. */
@@ -152,13 +153,7 @@ export const resumeCommand = async (context: CommandContext): Promise<number> =>
   const isAbandon = values.abandon === true
   if (isAbandon && sessionId === undefined) throw new Flags.UsageError("maka resume --abandon needs --session ID: the pause to release")
   const provider = isAbandon ? undefined : Flags.provider(values, context.environment)
-  if (target.kind === "sqlite") {
-    // Only the default log may be created; a missing --db / MAKA_DB path is most likely a typo.
-    if (!fs.existsSync(target.path) && target.path !== path.resolve(context.cwd, defaults.database)) {
-      throw new CliError(`no maka log at ${target.path}; pass --db PATH of an existing log`, ExitCode.failed)
-    }
-    fs.mkdirSync(path.dirname(target.path), { recursive: true })
-  }
+  prepareLogFolder(target, { defaultUnder: context.cwd })
   const signals = handleSignals(context.sink)
   const runtime: Runtime = ManagedRuntime.make(Agent.layer(target.kind === "sqlite" ? { database: target.path } : { databaseUrl: target.url }))
   let connection: Connection | undefined

@@ -10,6 +10,7 @@ import * as fs from "node:fs"
 import * as path from "node:path"
 import { CLI_SYSTEM_PROMPT, connectionOf, contextOf, defaults } from "../Configuration.ts"
 import { CliError, ExitCode, exitCodeOf, failureLine, fromEngineError } from "./exit.ts"
+import { prepareLogFolder } from "./store.ts"
 import * as Flags from "./flags.ts"
 import { RunRenderer, type ObservedFailure, type Sink } from "./render.ts"
 import { handleSignals, type Signals } from "./signals.ts"
@@ -231,7 +232,7 @@ export const openHost = async (settings: RunSettings, sink: Sink, signal: AbortS
     const providerOptions = connection.providerOptions
     const workspace = await Facade.openWorkspace(settings.directory)
     const database = settings.database
-    if (database.kind === "sqlite") fs.mkdirSync(path.dirname(database.path), { recursive: true })
+    prepareLogFolder(database)
     if (signal.aborted) throw new CliError("cancelled", ExitCode.cancelled)
     engine = await createEngine(database.kind === "sqlite" ? { database: database.path } : { databaseUrl: database.url })
     const opened = engine

@@ -7,6 +7,8 @@ import { EventLog } from "@maka/event-log"
 import { Ids } from "@maka/tools"
 import { Cause, Effect, Exit, Layer, ManagedRuntime } from "effect"
 import * as fs from "node:fs"
+import * as path from "node:path"
+import { defaults } from "../Configuration.ts"
 import { CliError, ExitCode } from "./exit.ts"
 import type { DatabaseTarget } from "./flags.ts"
 
@@ -51,3 +53,43 @@ export const openReadOnly = (target: DatabaseTarget): Promise<OpenLog> => {
 /** Opens the log as its writer (the SQLite lease), for recovery. */
 export const openWriter = (target: DatabaseTarget): Promise<OpenLog> =>
   open(target.kind === "postgres" ? EventLog.layerPostgres({ url: target.url }) : EventLog.layerSqlite({ path: target.path }))
+
+/** Why a folder cannot be made: the nearest existing ancestor that is no directory, or the system's reason. */
+const folderProblem = (folder: string, error: unknown): string => {
+  for (let current = folder; ; current = path.dirname(current)) {
+    let stat: fs.Stats | undefined
+    try {
+      stat = fs.statSync(current, { throwIfNoEntry: false })
+    } catch {
+      stat = undefined // ENOTDIR: a file further up; the walk gets to it
+    }
+    if (stat !== undefined) {
+      if (!stat.isDirectory()) return `${current} is not a directory`
+      break
+    }
+    if (path.dirname(current) === current) break
+  }
+  const code = (error as { readonly code?: unknown } | undefined)?.code
+  if (code === "EACCES" || code === "EPERM") return "permission denied"
+  if (code === "EROFS") return "read-only file system"
+  return error instanceof Error ? error.message : String(error)
+}
+
+/**
+ * Makes the folder of the SQLite log a writing command opens. With `defaultUnder` (the current
+ * directory), a log that does not exist is created only at the default path there: a missing `--db` /
+ * `MAKA_DB` file is most likely a typo.
+ */
+export const prepareLogFolder = (target: DatabaseTarget, options: { readonly defaultUnder?: string } = {}): void => {
+  if (target.kind !== "sqlite") return
+  const { defaultUnder } = options
+  if (defaultUnder !== undefined && !fs.existsSync(target.path) && target.path !== path.resolve(defaultUnder, defaults.database)) {
+    throw new CliError(`no maka log at ${target.path}; pass --db PATH of an existing log`, ExitCode.failed)
+  }
+  const folder = path.dirname(target.path)
+  try {
+    fs.mkdirSync(folder, { recursive: true })
+  } catch (error) {
+    throw new CliError(`store error: cannot make the folder ${folder} of the log: ${folderProblem(folder, error)}`, ExitCode.failed)
+  }
+}
