@@ -107,8 +107,8 @@ const resumeOne = async (
   let started: Engine.RunningInvocation
   try {
     const configuration = await configurationOf(runtime, engine, pending)
-    // The folder at the paused run's path must still be its workspace: the marker names it (docs/cli.md
-    // §10.1). A marker that is gone is not made anew here: that would give the folder another identity.
+    // The folder at the paused run's path must still be its workspace, which its marker names (see
+    // docs/cli.md §10.1). A marker that is gone is not made anew: the folder would get another identity.
     const marker = Workspace.markerPath(configuration.cwd)
     if (fs.existsSync(configuration.cwd) && !fs.existsSync(marker)) {
       return skip(`${SETTINGS_CHANGED}: the paused run's workspace ${configuration.cwd} has lost its ${path.basename(marker)}; restore it to resume`, ExitCode.usage)
