@@ -36,6 +36,15 @@ describe("the maka binary", () => {
     expect(help.stdout).not.toContain("--workspace")
   })
 
+  it("shows a command's help for maka help COMMAND, and the command list for any other topic", async () => {
+    const topic = await run("help", "run")
+    expect(topic.code).toBe(0)
+    expect(topic.stdout).toBe((await run("run", "--help")).stdout)
+    const other = await run("help", "nothing")
+    expect(other.code).toBe(0)
+    expect(other.stdout).toBe((await run("--help")).stdout)
+  })
+
   it("refuses an unknown command with exit 2 and a message on stderr", async () => {
     const result = await run("no-such-command")
     expect(result.code).toBe(2)

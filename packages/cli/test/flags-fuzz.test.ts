@@ -219,7 +219,7 @@ const decode = (argv: ReadonlyArray<string>, environment: Flags.Environment, lab
   const [first, ...args] = argv
   if (first === undefined) return { kind: "usage", message: "" }
   if (first === "-h" || first === "--help" || first === "help" || first === "-v" || first === "--version") return { kind: "help" }
-  if (!Flags.isCommand(first)) return { kind: "usage", message: `unknown command '${first}'; see maka --help` }
+  if (!Flags.isCommand(first)) return { kind: "usage", message: Flags.unknownCommand(first) }
   if (args.includes("--help") || args.includes("-h")) return { kind: "help" }
   try {
     checks(first, args, environment)

@@ -51,3 +51,20 @@ describe("the refusals of the flag parser (docs/cli.md §10.1)", () => {
     expect(message("step", "3", 1, Number.MAX_SAFE_INTEGER)).toBeUndefined()
   })
 })
+
+describe("an unknown command", () => {
+  it.each([
+    ["runn", "run"],
+    ["RUN", "run"],
+    ["sessoins", "sessions"],
+    ["recovr", "recover"],
+    ["bakup", "backup"],
+    ["inspcet", "inspect"],
+  ])("%s suggests %s", (typed, meant) => {
+    expect(Flags.unknownCommand(typed)).toBe(`unknown command '${typed}'; did you mean '${meant}'? see maka --help`)
+  })
+
+  it.each(["deploy", "x", "ru-n-it", "summarize"])("%s suggests nothing it is not close to", (typed) => {
+    expect(Flags.unknownCommand(typed)).toBe(`unknown command '${typed}'; see maka --help`)
+  })
+})

@@ -145,6 +145,33 @@ export const flagText = (command: CommandName, flag: FlagName): { readonly descr
 
 export const isCommand = (name: string): name is CommandName => Object.hasOwn(COMMANDS, name)
 
+/** Edits (insert, delete, replace, swap of neighbours) between two short words. */
+const distance = (left: string, right: string): number => {
+  const rows = Array.from({ length: left.length + 1 }, (_, index) => [index, ...Array<number>(right.length).fill(0)])
+  for (let column = 1; column <= right.length; column++) rows[0]![column] = column
+  for (let row = 1; row <= left.length; row++) {
+    for (let column = 1; column <= right.length; column++) {
+      const same = left[row - 1] === right[column - 1] ? 0 : 1
+      let best = Math.min(rows[row - 1]![column]! + 1, rows[row]![column - 1]! + 1, rows[row - 1]![column - 1]! + same)
+      if (row > 1 && column > 1 && left[row - 1] === right[column - 2] && left[row - 2] === right[column - 1]) {
+        best = Math.min(best, rows[row - 2]![column - 2]! + 1)
+      }
+      rows[row]![column] = best
+    }
+  }
+  return rows[left.length]![right.length]!
+}
+
+/** The refusal of a word that names no command, with the command it most likely meant. */
+export const unknownCommand = (name: string): string => {
+  const lower = name.toLowerCase()
+  const near = (Object.keys(COMMANDS) as Array<CommandName>)
+    .map((command) => ({ command, edits: distance(lower, command) }))
+    .filter(({ command, edits }) => edits <= (command.length <= 4 ? 1 : 2))
+    .sort((left, right) => left.edits - right.edits)[0]
+  return near === undefined ? `unknown command '${name}'; see maka --help` : `unknown command '${name}'; did you mean '${near.command}'? see maka --help`
+}
+
 export type Values = { readonly [K in FlagName]?: (typeof FLAGS)[K]["type"] extends "boolean" ? boolean : string }
 
 export interface Parsed {

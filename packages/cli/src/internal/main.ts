@@ -4,7 +4,7 @@
  */
 import { USAGE, commandUsage } from "../Usage.ts"
 import { CliError, ExitCode } from "./exit.ts"
-import { isCommand, UsageError, type Environment } from "./flags.ts"
+import { isCommand, unknownCommand, UsageError, type Environment } from "./flags.ts"
 import type { Sink } from "./render.ts"
 
 export interface MainContext {
@@ -23,14 +23,16 @@ const dispatch = async (context: MainContext): Promise<number> => {
     return ExitCode.usage
   }
   if (first === "-h" || first === "--help" || first === "help") {
-    context.sink.out(USAGE)
+    // `maka help run` is `maka run --help`.
+    const [topic] = args
+    context.sink.out(first === "help" && topic !== undefined && isCommand(topic) ? commandUsage(topic) : USAGE)
     return ExitCode.completed
   }
   if (first === "-v" || first === "--version") {
     context.sink.out(`${context.version}\n`)
     return ExitCode.completed
   }
-  if (!isCommand(first)) throw new UsageError(`unknown command '${first}'; see maka --help`)
+  if (!isCommand(first)) throw new UsageError(unknownCommand(first))
   if (args.includes("--help") || args.includes("-h")) {
     context.sink.out(commandUsage(first))
     return ExitCode.completed
