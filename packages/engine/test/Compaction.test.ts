@@ -5,7 +5,7 @@
  * files and the scripted server on loopback.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Prompts } from "@maka/facts"
+import { Digest, Prompts } from "@maka/facts"
 import { FactBuilders, History, OpenAiSse, Respond, type ScriptedServer } from "@maka/testkit"
 import { EventLogError } from "@maka/event-log"
 import { Effect, Fiber, Stream } from "effect"
@@ -110,6 +110,9 @@ describe("standalone compaction", () => {
         // The summary covers the history before the compaction's opening.
         const opening = events.find((stored) => stored.event.invocation.invocationId === `compact-invocation-${compactions}`)!
         assert.strictEqual(checkpoint.coveredThrough, opening.sequence - 1)
+        // A summary request binds its effective source, also with no archive applied (docs/engine.md §5.4).
+        const summaryRequested = factsOf(events, "model_requested").find((fact) => fact.purpose === "summary")!
+        assert.strictEqual(summaryRequested.effectiveSourceDigest, Digest.effectiveSource(summaryRequested.sourceDigest, []))
 
         yield* context.engine.run(input(context, "What next?", noTools(effects)))
         const expected = [`system: ${SYSTEM}`, `user: ${Prompts.CONTINUATION_SUMMARY_PREFIX}${summaryText("launch code recorded")}`, "user: What next?"]

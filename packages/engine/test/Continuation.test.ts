@@ -88,6 +88,9 @@ describe("continuation", () => {
         assert.deepStrictEqual(opening.input.claim.source.invocation, source.invocation)
         assert.strictEqual(factsOf(own, "model_requested")[0]!.inputDigest, opening.input.claim.replay.digest)
         assert.strictEqual(factsOf(own, "model_requested")[0]!.sourceScope.kind, "lineage")
+        // A lineage-scoped request binds its effective source, also with no archive applied (docs/engine.md §5.4).
+        const request = factsOf(own, "model_requested")[0]!
+        assert.strictEqual(request.effectiveSourceDigest, Digest.effectiveSource(request.sourceDigest, []))
       }),
     ),
   )

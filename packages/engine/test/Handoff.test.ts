@@ -303,6 +303,7 @@ describe("handoff", () => {
         const request = factsOf(own, "model_requested")[0]!
         assert.strictEqual(request.inputDigest, pause!.execution.replay.digest)
         assert.strictEqual(request.sourceScope.kind, "lineage")
+        assert.strictEqual(request.effectiveSourceDigest, Digest.effectiveSource(request.sourceDigest, []))
         const body = context.server.requests()[3]!.body
         assert.include(body, "echo: alpha")
         assert.include(body, "slow: s")

@@ -94,9 +94,17 @@ export const coalesce = (events: ReadonlyArray<Model.ModelEvent>, maxChars: numb
   return out
 }
 
+/**
+ * Whether a request binds its `effectiveSourceDigest` (docs/engine.md §5.4 step 2): a summary, a
+ * lineage-scoped source, or a source with an archive replacement applied.
+ */
+const bindsEffectiveSource = (input: AttemptInput): boolean =>
+  input.purpose === "summary" ||
+  input.source.sourceEvidence.scope.kind === "lineage" ||
+  (input.archived ?? input.source.tail.some((item) => item.kind === "archived"))
+
 const requestedFact = (run: Run, input: AttemptInput, stepId: string, evidence: Evidence): Fact.ModelRequested => {
   const source = input.source
-  const archived = input.archived ?? source.tail.some((item) => item.kind === "archived")
   return {
     kind: "model_requested",
     stepId,
@@ -109,7 +117,7 @@ const requestedFact = (run: Run, input: AttemptInput, stepId: string, evidence: 
     routeIdentity: run.model.routeIdentity,
     ...(source.baseline === undefined ? {} : { checkpointEventId: source.baseline.eventId }),
     ...(run.settings.context === undefined ? {} : { context: run.settings.context }),
-    ...(archived ? { effectiveSourceDigest: evidence.effectiveSourceDigest } : {}),
+    ...(bindsEffectiveSource(input) ? { effectiveSourceDigest: evidence.effectiveSourceDigest } : {}),
   }
 }
 
