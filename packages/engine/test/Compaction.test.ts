@@ -535,6 +535,39 @@ const assertFromSummary = (request: ScriptedServer.RecordedRequest, text: string
 }
 
 describe("background compaction", () => {
+  it.live("streams the summary on its background reservation while the main request holds the model's other permit", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        // Two permits: the reservation keeps one, the main request takes the other. A summary that
+        // asked for a foreground permit would wait for the main request, which waits for the summary.
+        const held = Respond.gate()
+        const context = yield* setup(
+          {
+            script: [
+              mainEntry(answer("The code is 4417.", 5_000)),
+              mainEntry(Respond.hold(held, echoCall("call-1", "alpha"))),
+              summaryEntry(summaryAnswer(summaryText("code noted"))),
+              mainEntry(answer("Done.")),
+            ],
+          },
+          undefined,
+          { concurrency: 2 },
+        )
+        const effects: Effects = { ran: [] }
+        yield* context.engine.run(input(context, "The code is 4417.", catalog(effects), windowed))
+        const running = yield* context.engine.start(input(context, "Echo alpha.", catalog(effects), windowed))
+        yield* summaryCompleted(context).pipe(
+          Effect.timeoutOrElse({ duration: "10 seconds", orElse: () => Effect.die(new Error("the summary never ran beside the held main request")) }),
+        )
+        assert.isFalse(held.isReleased())
+        held.release()
+        assert.deepStrictEqual((yield* running.wait).outcome, { kind: "completed" })
+        const events = yield* context.log.events("session-1")
+        assert.deepStrictEqual(factsOf(events, "context_checkpoint_recorded").map((fact) => fact.checkpoint.mode.kind), ["pre_turn"])
+      }),
+    ),
+  )
+
   it.live("runs beside the main request, keeps steering once and the tool tail, and is adopted at the next boundary (scenario 41)", () =>
     Effect.scoped(
       Effect.gen(function* () {
