@@ -11,7 +11,7 @@ import * as LogTesting from "@maka/event-log/testing"
 import { LanguageModel, ModelError } from "@maka/model"
 import { Ids, Tool, ToolCatalog } from "@maka/tools"
 import { History, OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
-import { Context, Effect, Exit, Layer, Redacted, Schema, type Scope } from "effect"
+import { Cause, Context, Effect, Exit, Layer, Redacted, Schema, type Scope } from "effect"
 import * as path from "node:path"
 import * as Engine from "../src/Engine.ts"
 import * as EngineError from "../src/EngineError.ts"
@@ -502,6 +502,12 @@ const everyCommitPoint = (openLog?: Effect.Effect<Setup["log"], unknown, Scope.S
               const outcome = wait.value.outcome
               const ending = outcome.kind === "failed" ? outcome.class : outcome.kind
               assert.include(["event_commit", "outcome_unknown"], ending, `${label} ${mode}`)
+            } else {
+              // A run whose terminal could not be written fails with the store's error, as it is.
+              const error = Cause.squash(wait.cause)
+              assert.instanceOf(error, EngineError.EngineError, `${label} ${mode}: ${String(error)}`)
+              assert.include(["Commit", "Store"], (error as EngineError.EngineError).reason._tag, `${label} ${mode}`)
+              assert.include(error.message, "(injected)", `${label} ${mode}`)
             }
             yield* admitsNext(faulted, faulted.context.log)
           }),
