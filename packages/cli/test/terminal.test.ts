@@ -13,11 +13,17 @@ const ESCAPES = "a\u001b]0;title\u0007b \u001b[31mred\u001b[0m \u009b2J c\rd \u0
 
 describe("terminalSafe", () => {
   it("shows every control a terminal acts on as a visible escape, and keeps tab, line feed and CR LF", () => {
-    expect(terminalSafe(ESCAPES)).toBe("a\\x1b]0;title\\x07b \\x1b[31mred\\x1b[0m \\x9b2J c\\rd \\x08\\x7f e\r\nf\tg\n")
+    expect(terminalSafe(ESCAPES)).toBe("a\\u001b]0;title\\u0007b \\u001b[31mred\\u001b[0m \\u009b2J c\\rd \\u0008\\u007f e\r\nf\tg\n")
+  })
+
+  it("keeps a JSON line JSON: the escapes it writes are JSON's own, for DEL and C1 too", () => {
+    const line = JSON.stringify({ text: "a\u007fb\u009bc\u0085d" })
+    expect(line).toContain("\u007f")
+    expect(JSON.parse(terminalSafe(line))).toEqual(JSON.parse(line))
   })
 
   it("leaves text without controls as it is, other scripts and emoji included", () => {
-    const text = "ünïcödé — 漢字 🙂 \"quoted\" \\x1b is text\n"
+    const text = "ünïcödé — 漢字 🙂 \"quoted\" \\u001b is text\n"
     expect(terminalSafe(text)).toBe(text)
   })
 })
@@ -35,7 +41,7 @@ describe("processSink", () => {
     sink.out(ESCAPES)
     sink.err("maka: \u001b[2J\n")
     expect(out.written).toEqual([terminalSafe(ESCAPES)])
-    expect(err.written).toEqual(["maka: \\x1b[2J\n"])
+    expect(err.written).toEqual(["maka: \\u001b[2J\n"])
   })
 
   it("writes to a pipe byte for byte", () => {
@@ -70,7 +76,7 @@ describe("maka on a terminal", () => {
     )
     expect(shown.status, shown.stderr).toBe(0)
     const printed = fs.readFileSync(transcript, "utf8")
-    expect(printed).toContain("look \\x1b]52;c;aGk=\\x07 here \\x1b[2J")
+    expect(printed).toContain("look \\u001b]52;c;aGk=\\u0007 here \\u001b[2J")
     expect(printed).not.toContain("\u001b]52")
   }, 60_000)
 })

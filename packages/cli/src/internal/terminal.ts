@@ -3,7 +3,8 @@
  * model's text, user messages, tool results read from workspace files, provider messages. Any of
  * them may hold control characters a terminal acts on (an escape sequence that retitles the window,
  * writes the clipboard, hides or rewrites what was printed). On a terminal they are shown as visible
- * escapes (`\x1b`); a pipe or a file gets the text byte for byte.
+ * escapes (`\u001b`, valid in a JSON string too, so `--json` lines stay JSON); a pipe or a file gets
+ * the text byte for byte.
  */
 import type { Sink } from "./render.ts"
 
@@ -15,7 +16,7 @@ const CONTROL = /[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f-\u009f]|\r(?!\n)/
 
 const visible = (control: string): string => {
   if (control === "\r") return "\\r"
-  return `\\x${control.charCodeAt(0).toString(16).padStart(2, "0")}`
+  return `\\u${control.charCodeAt(0).toString(16).padStart(4, "0")}`
 }
 
 /** `text` with every control character a terminal would act on written as a visible escape. */
