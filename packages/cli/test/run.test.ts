@@ -171,6 +171,7 @@ describe("maka run refuses bad input with exit 2 and writes nothing", () => {
     ["a base URL with a query", ["--base-url", `http://127.0.0.1:8080/v1?key=${KEY}`, "--model", "m", "hi"]],
     ["a base URL with credentials that is not http(s)", ["--base-url", `ftp://user:${KEY}@127.0.0.1/v1`, "--model", "m", "hi"]],
     ["a key given as the base URL", ["--base-url", KEY, "--model", "m", "hi"]],
+    ["MAKA_API_KEY with a line break inside", ["--base-url", NOWHERE_BASE_URL, "--model", "m", "hi"], { MAKA_API_KEY: `${KEY}\nX-Other: 1` }],
     ["openai-compatible without a base URL", ["--provider", "openai-compatible", "--model", "m", "hi"]],
     ["anthropic without a model", ["--provider", "anthropic", "--base-url", NOWHERE_BASE_URL, "hi"]],
     ["MAKA_BASE_URL without a model", ["hi"], { MAKA_BASE_URL: NOWHERE_BASE_URL }],

@@ -116,10 +116,25 @@ export const validate = (config: ProviderConfig): Result.Result<ProviderConfig, 
     }
   }
   if (!Redacted.isRedacted(config.apiKey)) return Result.fail("apiKey must be Redacted")
+  // A value `fetch` refuses would fail every attempt as a transport failure, retried for minutes.
+  if (!isHeaderValue(Redacted.value(config.apiKey))) return Result.fail(`apiKey ${NOT_A_HEADER_VALUE}`)
   if (config.headers !== undefined) {
     const names = Object.keys(config.headers).map((name) => name.toLowerCase())
     if (new Set(names).size !== names.length) return Result.fail("header names must be unique ignoring case")
     if (names.some((name) => !/^[!#$%&'*+.^_`|~0-9a-z-]+$/.test(name))) return Result.fail("invalid header name")
+    for (const [name, value] of Object.entries(config.headers)) {
+      if (!isHeaderValue(Redacted.isRedacted(value) ? Redacted.value(value) : value)) return Result.fail(`header ${name} ${NOT_A_HEADER_VALUE}`)
+    }
   }
   return Result.succeed(config)
 }
+
+/** What is wrong with a value `isHeaderValue` refuses; the value itself is never shown. */
+export const NOT_A_HEADER_VALUE = "holds a character an HTTP header cannot carry (a line break, NUL, or one beyond U+00FF)"
+
+/**
+ * Whether `fetch` can send `value` as a header value: once the HTTP whitespace at its ends is trimmed
+ * (as `fetch` does), no NUL, CR or LF, and no code point above U+00FF.
+ */
+export const isHeaderValue = (value: string): boolean =>
+  !/[\u0000\n\r]|[^\u0000-\u00ff]/.test(value.replace(/^[\t\n\r ]+|[\t\n\r ]+$/g, ""))

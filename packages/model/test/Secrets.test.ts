@@ -47,6 +47,24 @@ describe("secrets in errors", () => {
     assert.isTrue(Result.isFailure(checked))
     assert.isFalse(Result.isFailure(checked) && checked.failure.includes("hunter2"))
   })
+
+  it("refuses a key or header value no HTTP header can carry, without showing it", () => {
+    const base = { kind: "openai-compatible", baseUrl: "http://127.0.0.1:8080/v1", model: "m" } as const
+    for (const bad of ["sk-\nhunter2", "sk-hunter2\r\nX-Other: 1", "sk-\u0000hunter2", "sk-hunter2\u2028", "sk-hunter2🙂"]) {
+      const key = ProviderConfig.validate({ ...base, apiKey: Redacted.make(bad) })
+      assert.isTrue(Result.isFailure(key), JSON.stringify(bad))
+      if (Result.isFailure(key)) {
+        assert.strictEqual(key.failure, `apiKey ${ProviderConfig.NOT_A_HEADER_VALUE}`)
+      }
+      const header = ProviderConfig.validate({ ...base, apiKey: Redacted.make(""), headers: { "x-token": Redacted.make(bad) } })
+      assert.isTrue(Result.isFailure(header) && header.failure === `header x-token ${ProviderConfig.NOT_A_HEADER_VALUE}`, JSON.stringify(bad))
+      assert.isTrue(Result.isFailure(ProviderConfig.validate({ ...base, apiKey: Redacted.make(""), headers: { "x-plain": bad } })))
+    }
+    // Latin-1, and line breaks at the ends (fetch trims them), pass as fetch sends them.
+    for (const good of ["sk-ABCdef_0123-xyz", "clé", "a b\tc", "sk-hunter2\n", "\r\n sk-hunter2 \t"]) {
+      assert.isTrue(Result.isSuccess(ProviderConfig.validate({ ...base, apiKey: Redacted.make(good) })), good)
+    }
+  })
 })
 
 describe("idle timeout while reading an error body", () => {

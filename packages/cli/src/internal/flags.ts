@@ -291,6 +291,13 @@ const baseUrlProblem = (value: string): string | undefined => {
   return undefined
 }
 
+/**
+ * `@maka/model`'s `ProviderConfig.isHeaderValue`, here so the flag checks need not load the model
+ * package (test/flags.test.ts keeps the two in step): the value `fetch` would refuse, once trimmed.
+ */
+export const isHeaderValue = (value: string): boolean =>
+  !/[\u0000\n\r]|[^\u0000-\u00ff]/.test(value.replace(/^[\t\n\r ]+|[\t\n\r ]+$/g, ""))
+
 /** The provider of docs/cli.md §10.1: offline unless a base URL is set; remote providers need base URL and model. */
 export const provider = (values: Values, environment: Environment): ProviderSettings => {
   const baseUrl = nonEmpty(values["base-url"]) ?? nonEmpty(environment["MAKA_BASE_URL"])
@@ -304,6 +311,9 @@ export const provider = (values: Values, environment: Environment): ProviderSett
   if (problem !== undefined) throw new UsageError(problem)
   if (model === undefined) throw new UsageError(`--provider ${name} needs --model or MAKA_MODEL`)
   const apiKey = nonEmpty(environment["MAKA_API_KEY"])
+  if (apiKey !== undefined && !isHeaderValue(apiKey)) {
+    throw new UsageError("MAKA_API_KEY holds a character an HTTP header cannot carry (a line break, NUL, or one beyond U+00FF)")
+  }
   return { provider: name, baseUrl, model, ...(apiKey === undefined ? {} : { apiKey }) }
 }
 
