@@ -77,3 +77,10 @@ describe("the API key's characters", () => {
     expect(samples.filter((sample) => !Flags.isHeaderValue(sample))).toHaveLength(5)
   })
 })
+
+describe("the ports fetch refuses", () => {
+  it("are the ones @maka/model refuses", async () => {
+    const { ProviderConfig } = await import("@maka/model")
+    expect([...Flags.FETCH_BAD_PORTS].sort((a, b) => a - b)).toEqual([...ProviderConfig.FETCH_BAD_PORTS].sort((a, b) => a - b))
+  })
+})

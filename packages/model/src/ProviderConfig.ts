@@ -85,6 +85,18 @@ export const routeIdentity = (
 ): string =>
   Digest.route(routeShape(config))
 
+/**
+ * The Fetch standard's "bad ports": Node's `fetch` refuses them before connecting (`fetch failed`,
+ * cause `bad port`), which would fail every attempt as a network failure, retried for minutes. A
+ * configuration with its own `fetch` may reach them.
+ */
+export const FETCH_BAD_PORTS: ReadonlySet<number> = new Set([
+  1, 7, 9, 11, 13, 15, 17, 19, 20, 21, 22, 23, 25, 37, 42, 43, 53, 69, 77, 79, 87, 95, 101, 102, 103, 104, 109, 110, 111,
+  113, 115, 117, 119, 123, 135, 137, 139, 143, 161, 179, 389, 427, 465, 512, 513, 514, 515, 526, 530, 531, 532, 540, 548,
+  554, 556, 563, 587, 601, 636, 989, 990, 993, 995, 1719, 1720, 1723, 2049, 3659, 4045, 4190, 5060, 5061, 6000, 6566, 6665,
+  6666, 6667, 6668, 6669, 6679, 6697, 10080,
+])
+
 /** Checks a configuration before any request: an absolute http(s) base URL, a model, unique header names. */
 export const validate = (config: ProviderConfig): Result.Result<ProviderConfig, string> => {
   if (config.kind !== "openai-compatible" && config.kind !== "anthropic") {
@@ -103,6 +115,10 @@ export const validate = (config: ProviderConfig): Result.Result<ProviderConfig, 
     return Result.fail(
       "baseUrl must not carry a query string or fragment; pass a key as apiKey or a Redacted header, other parameters as headers or providerOptions",
     )
+  }
+  const port = Number(url.port)
+  if (config.fetch === undefined && FETCH_BAD_PORTS.has(port)) {
+    return Result.fail(`baseUrl port ${port} is one fetch never connects to (a bad port of the Fetch standard)`)
   }
   if (config.model.length === 0) return Result.fail("model must not be empty")
   const deadline = config.requestDeadlineMs

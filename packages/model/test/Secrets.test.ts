@@ -48,6 +48,29 @@ describe("secrets in errors", () => {
     assert.isFalse(Result.isFailure(checked) && checked.failure.includes("hunter2"))
   })
 
+  it("refuses a base URL on a port fetch never connects to, unless the configuration brings its own fetch", () => {
+    const base = { kind: "openai-compatible", model: "m", apiKey: Redacted.make("") } as const
+    const refused = ProviderConfig.validate({ ...base, baseUrl: "http://127.0.0.1:6000/v1" })
+    assert.isTrue(Result.isFailure(refused) && refused.failure.includes("port 6000"))
+    assert.isTrue(Result.isSuccess(ProviderConfig.validate({ ...base, baseUrl: "http://127.0.0.1:6000/v1", fetch: globalThis.fetch })))
+    assert.isTrue(Result.isSuccess(ProviderConfig.validate({ ...base, baseUrl: "http://127.0.0.1:6001/v1" })))
+    assert.isTrue(Result.isFailure(ProviderConfig.validate({ ...base, baseUrl: "https://example.invalid:10080" })))
+  })
+
+  it("lists exactly the ports this Node's fetch refuses before connecting", async () => {
+    const refusedBy = async (port: number) => {
+      try {
+        await fetch(`http://127.0.0.1:${port}/`, { signal: AbortSignal.timeout(2_000) })
+        return false
+      } catch (error) {
+        return String((error as { readonly cause?: { readonly message?: unknown } }).cause?.message) === "bad port"
+      }
+    }
+    for (const port of ProviderConfig.FETCH_BAD_PORTS) assert.isTrue(await refusedBy(port), `port ${port}`)
+    // Neighbours of the list are not refused for being bad (nothing listens there: a refused connection).
+    for (const port of [2, 8, 5062, 6001, 10081]) assert.isFalse(await refusedBy(port), `port ${port}`)
+  })
+
   it("refuses a key or header value no HTTP header can carry, without showing it", () => {
     const base = { kind: "openai-compatible", baseUrl: "http://127.0.0.1:8080/v1", model: "m" } as const
     for (const bad of ["sk-\nhunter2", "sk-hunter2\r\nX-Other: 1", "sk-\u0000hunter2", "sk-hunter2\u2028", "sk-hunter2🙂"]) {

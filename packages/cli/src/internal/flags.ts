@@ -260,9 +260,10 @@ export interface ProviderSettings {
 /**
  * The Fetch standard's "bad ports": `fetch` refuses them before connecting (`fetch failed`, cause
  * `bad port`), a transport failure the adapter retries as `network` for minutes. A base URL on one
- * of them can never work, so it is a usage error.
+ * of them can never work, so it is a usage error. `@maka/model`'s `ProviderConfig.FETCH_BAD_PORTS`,
+ * here so the flag checks need not load the model package (test/flags.test.ts keeps the two in step).
  */
-const FETCH_BAD_PORTS: ReadonlySet<number> = new Set([
+export const FETCH_BAD_PORTS: ReadonlySet<number> = new Set([
   1, 7, 9, 11, 13, 15, 17, 19, 20, 21, 22, 23, 25, 37, 42, 43, 53, 69, 77, 79, 87, 95, 101, 102, 103, 104, 109, 110, 111,
   113, 115, 117, 119, 123, 135, 137, 139, 143, 161, 179, 389, 427, 465, 512, 513, 514, 515, 526, 530, 531, 532, 540, 548,
   554, 556, 563, 587, 601, 636, 989, 990, 993, 995, 1719, 1720, 1723, 2049, 3659, 4045, 4190, 5060, 5061, 6000, 6566, 6665,
