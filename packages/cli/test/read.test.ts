@@ -2,6 +2,8 @@ import { createHash } from "node:crypto"
 import * as fs from "node:fs"
 import * as path from "node:path"
 import { afterEach, beforeAll, afterAll, describe, expect, it } from "vitest"
+import type { Event } from "@maka/facts"
+import { describeEvent } from "../src/internal/read-commands.ts"
 import { eventLines, folder, maka, when, type Folder } from "./support/cli.ts"
 
 /** Every file of a folder with its digest, to prove a command changed nothing. */
@@ -198,4 +200,21 @@ describe("a missing or foreign log", () => {
       expect(snapshot(created.root)[path.basename(created.db)]).toBe(before[path.basename(created.db)])
     },
   )
+})
+
+describe("maka events' line of each kind", () => {
+  const line = (fact: unknown, sequence = 7) =>
+    describeEvent({
+      sequence,
+      event: { id: "e", recordedAt: 0, invocation: { sessionId: "s", turnId: "t", runId: "r", invocationId: "i" }, fact },
+    } as unknown as Event.StoredEvent)
+
+  it("shows a steering message's text, an archive's result and a checkpoint's cut", () => {
+    const steered = { kind: "message_steered", message: { messageId: "m", content: { text: "mind the tests" }, submittedContentDigest: "d" } }
+    expect(line(steered)).toBe(`    7  ${"message_steered".padEnd(27)} "mind the tests"`)
+    const archived = { kind: "tool_result_archived", placeholder: { identity: { runtimeEventId: "evt-1", toolName: "read_file" } } }
+    expect(line(archived)).toBe(`    7  ${"tool_result_archived".padEnd(27)} read_file result of event evt-1`)
+    const checkpoint = { kind: "context_checkpoint_recorded", checkpoint: { mode: { kind: "pre_turn" }, coveredThrough: 41 } }
+    expect(line(checkpoint)).toBe(`    7  ${"context_checkpoint_recorded".padEnd(27)} pre_turn through #41`)
+  })
 })

@@ -41,6 +41,12 @@ export const describeEvent = (stored: Event.StoredEvent): string => {
         return fact.outcome.kind
       case "invocation_ended":
         return fact.outcome.kind === "failed" ? `failed ${fact.outcome.class}` : fact.outcome.kind
+      case "message_steered":
+        return JSON.stringify(fact.message.content.text)
+      case "tool_result_archived":
+        return `${fact.placeholder.identity.toolName} result of event ${fact.placeholder.identity.runtimeEventId}`
+      case "context_checkpoint_recorded":
+        return `${fact.checkpoint.mode.kind} through #${fact.checkpoint.coveredThrough}`
       default:
         return ""
     }
