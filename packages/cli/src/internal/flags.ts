@@ -282,7 +282,8 @@ const baseUrlProblem = (value: string): string | undefined => {
   if (url.username !== "" || url.password !== "") {
     return "--base-url must not carry credentials (user:password@); the API key comes only from MAKA_API_KEY"
   }
-  if (url.search !== "" || url.hash !== "" || value.includes("?") || value.includes("#")) {
+  // The text itself: an empty `?` or `#` leaves `search` and `hash` empty.
+  if (value.includes("?") || value.includes("#")) {
     return "--base-url must not carry a query string or fragment; the API key comes only from MAKA_API_KEY"
   }
   const port = Number(url.port)
