@@ -1,18 +1,20 @@
 /**
  * Child process for crash tests: opens the log at argv[2] and appends the small run as one batch.
- * The parent sets MAKA_TEST_FAULT to kill this process at a fault point inside the batch.
+ * The parent sets MAKA_TEST_FAULT to kill this process at a fault point inside the batch. With
+ * `opening` as argv[3] it appends the run's opening alone (a run left unsealed).
  */
 import { History } from "@maka/testkit"
 import { Effect } from "effect"
 import * as EventLog from "../../src/EventLog.ts"
 import { openSqlite } from "../../src/internal/open-sqlite.ts"
 
-const file = process.argv[2]
-if (file === undefined) throw new Error("usage: append-batch <database>")
+const [file, part] = process.argv.slice(2)
+if (file === undefined) throw new Error("usage: append-batch <database> [opening]")
 const program = Effect.scoped(
   Effect.gen(function* () {
     const log = yield* EventLog.fromDatabase(() => openSqlite(file))
-    const sequences = yield* log.appendBatch(History.smallRun().writes)
+    const writes = History.smallRun().writes
+    const sequences = yield* log.appendBatch(part === "opening" ? writes.slice(0, 1) : writes)
     process.stdout.write(`appended ${sequences.length}\n`)
   }),
 )

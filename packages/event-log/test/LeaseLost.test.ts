@@ -1,0 +1,74 @@
+/**
+ * The writer's in-memory index answers only while the writer lease holds (docs/architecture.md §5):
+ * once the lease is lost another process may append, so what the index and its kept rows say of a
+ * session is dropped and the next read goes to the store.
+ */
+import { History } from "@maka/testkit"
+import { Effect } from "effect"
+import * as path from "node:path"
+import { describe, expect, it } from "vitest"
+import * as EventLog from "../src/EventLog.ts"
+import { keeperProcessId } from "../src/internal/lease.ts"
+import { openSqlite } from "../src/internal/open-sqlite.ts"
+import { childScript, expectReason, spawnChild, temporaryDirectory } from "./fixtures/storage.ts"
+
+const SESSION = History.smallRun().sessionId
+
+/** Kills this process's lease keeper and waits until it is gone: every lease it held is lost. */
+const loseLease = async (): Promise<void> => {
+  const keeper = keeperProcessId()
+  expect(keeper).toBeDefined()
+  process.kill(keeper!, "SIGKILL")
+  for (let waited = 0; keeperProcessId() !== undefined && waited < 5_000; waited += 20) {
+    await new Promise((resolve) => setTimeout(resolve, 20))
+  }
+  expect(keeperProcessId()).toBeUndefined()
+}
+
+describe("a writer that lost its lease", () => {
+  it("reads what the next writer appended, not what it kept in memory", async () => {
+    const file = path.join(temporaryDirectory(), "events.sqlite")
+    const database = await openSqlite(file)
+    await Effect.runPromise(
+      Effect.scoped(
+        Effect.gen(function* () {
+          const log = yield* EventLog.fromDatabase(() => Promise.resolve(database))
+          // The safety check loads the (empty) session into memory and keeps its rows for the context read.
+          yield* log.checkHistorySafety(SESSION)
+          yield* Effect.promise(loseLease)
+          yield* Effect.promise(() => expectReason(database.write(async () => 1), "WriterBusy"))
+          // The next writer appends a whole run to the same session.
+          const next = spawnChild(childScript("append-batch.ts"), [file])
+          const appended = yield* Effect.promise(() => next.line("appended"))
+          expect(appended).toBe(`appended ${History.smallRun().writes.length}`)
+          expect((yield* Effect.promise(() => next.exited)).code).toBe(0)
+          const after = yield* log.readModelContextWithHash(SESSION)
+          expect(after.source.sourceEvidence.highWater).toBe(History.smallRun().writes.length)
+          expect(after.source.tail.length).toBeGreaterThan(0)
+        }),
+      ),
+    )
+  })
+
+  it("answers the safety check from the store: a run the next writer left open is seen", async () => {
+    const file = path.join(temporaryDirectory(), "events.sqlite")
+    const database = await openSqlite(file)
+    await Effect.runPromise(
+      Effect.scoped(
+        Effect.gen(function* () {
+          const log = yield* EventLog.fromDatabase(() => Promise.resolve(database))
+          // The session is loaded into memory (empty, so safe), and answered from it the second time.
+          yield* log.checkHistorySafety(SESSION)
+          yield* log.checkHistorySafety(SESSION)
+          yield* Effect.promise(loseLease)
+          const next = spawnChild(childScript("append-batch.ts"), [file, "opening"])
+          expect(yield* Effect.promise(() => next.line("appended"))).toBe("appended 1")
+          expect((yield* Effect.promise(() => next.exited)).code).toBe(0)
+          const refused = yield* Effect.flip(log.checkHistorySafety(SESSION))
+          expect(refused.reason._tag).toBe("Rejected")
+          expect(refused.message).toContain("unsealed or unresolved")
+        }),
+      ),
+    )
+  })
+})
