@@ -100,6 +100,24 @@ describe("maka chat", () => {
     expect(result.stderr).not.toContain("MaxListenersExceededWarning")
   })
 
+  it("ends with the refusal's one line and exit code, as maka run does, when a turn is refused", async () => {
+    const { root, workspace, db } = fresh()
+    const paused = await maka(["run", "--db", db, "--workspace", workspace, "--session", "p", "--json", "What is this project?"], {
+      cwd: root,
+      env: { MAKA_OFFLINE_DELAY_MS: "40" },
+      onOutput: when((output) => output.stdout.includes('"kind":"tool_dispatched"'), (child) => child.kill("SIGTERM")),
+    })
+    expect(paused.code).toBe(75)
+    // The paused session refuses a new turn until it is resumed.
+    const run = await maka(["run", "--db", db, "--workspace", workspace, "--session", "p", "hello"], { cwd: root })
+    const chat = await maka(["chat", "--db", db, "--workspace", workspace, "--session", "p"], { cwd: root, input: "hello\nagain\n" })
+    expect(run.code).not.toBe(0)
+    expect(chat.code).toBe(run.code)
+    expect(chat.stderr).toBe(run.stderr)
+    expect(chat.stderr).not.toContain("internal error")
+    expect(chat.stderr.trim().split("\n")).toHaveLength(1)
+  })
+
   it("refuses bad flags with exit 2 before reading any line", async () => {
     const { root, workspace, db } = fresh()
     const result = await maka(["chat", "--db", db, "--workspace", workspace, "--max-steps", "0"], { cwd: root, input: "hi\n" })

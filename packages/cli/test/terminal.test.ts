@@ -2,12 +2,12 @@
  * Output to a terminal (docs/cli.md §10.1 "Output"): control characters from the log are shown as
  * visible escapes on a terminal, and pass through unchanged to a pipe.
  */
-import { spawnSync } from "node:child_process"
+import { spawn, spawnSync } from "node:child_process"
 import * as fs from "node:fs"
 import * as path from "node:path"
 import { afterEach, describe, expect, it } from "vitest"
 import { processSink, terminalSafe } from "../src/internal/terminal.ts"
-import { bin, folder, maka, type Folder } from "./support/cli.ts"
+import { bin, eventLines, folder, maka, type Folder } from "./support/cli.ts"
 
 const ESCAPES = "a\u001b]0;title\u0007b \u001b[31mred\u001b[0m \u009b2J c\rd \u0008\u007f e\r\nf\tg\n"
 
@@ -44,6 +44,32 @@ describe("processSink", () => {
     expect(err.written).toEqual(["maka: \\u001b[2J\n"])
   })
 
+  it("takes no more text on a stream whose write failed, and says so for stdout only", () => {
+    const failing = () => {
+      const written: Array<string> = []
+      let onError: ((error: Error) => void) | undefined
+      return {
+        written,
+        fail: () => onError?.(Object.assign(new Error("write EPIPE"), { code: "EPIPE" })),
+        stream: { isTTY: false, write: (text: string) => written.push(text), on: (_event: "error", listener: (error: Error) => void) => (onError = listener) },
+      }
+    }
+    const out = failing()
+    const err = failing()
+    const sink = processSink(out.stream, err.stream)
+    sink.out("one\n")
+    err.fail()
+    sink.err("lost\n")
+    expect(sink.outClosed?.aborted).toBe(false)
+    sink.out("two\n")
+    out.fail()
+    out.fail()
+    expect(sink.outClosed?.aborted).toBe(true)
+    sink.out("three\n")
+    expect(out.written).toEqual(["one\n", "two\n"])
+    expect(err.written).toEqual([])
+  })
+
   it("writes to a pipe byte for byte", () => {
     const out = stream(undefined)
     const err = stream(false)
@@ -78,5 +104,49 @@ describe("maka on a terminal", () => {
     const printed = fs.readFileSync(transcript, "utf8")
     expect(printed).toContain("look \\u001b]52;c;aGk=\\u0007 here \\u001b[2J")
     expect(printed).not.toContain("\u001b]52")
+  }, 60_000)
+})
+
+describe("maka whose reader goes away", () => {
+  let current: Folder | undefined
+  afterEach(() => current?.remove())
+
+  /** Runs maka with its stdout closed by the reader after the first line, as `maka … | head -1` does. */
+  const headOne = (args: ReadonlyArray<string>, cwd: string): Promise<{ readonly code: number | null; readonly stderr: string; readonly first: string }> =>
+    new Promise((resolve, reject) => {
+      const child = spawn(process.execPath, [bin, ...args], { cwd, stdio: ["ignore", "pipe", "pipe"] })
+      let first = ""
+      let stderr = ""
+      child.stdout.setEncoding("utf8").on("data", (chunk: string) => {
+        if (first !== "") return
+        first = chunk.split("\n")[0]!
+        child.stdout.destroy()
+      })
+      child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk))
+      child.on("error", reject)
+      child.on("close", (code) => resolve({ code, stderr, first }))
+    })
+
+  it("cancels a run as SIGINT does, with its terminal written and the session usable", async () => {
+    const { root, workspace, db } = (current = folder())
+    const cut = await headOne(["run", "--db", db, "--workspace", workspace, "--session", "p", "--json", "look around"], root)
+    expect(JSON.parse(cut.first)).toMatchObject({ event: { fact: { kind: "invocation_opened" } } })
+    expect(cut.stderr).not.toMatch(/EPIPE|internal error|\n\s+at /)
+    expect(cut.code).toBe(130)
+    expect(cut.stderr).toContain("cancelled")
+    const stored = await maka(["events", "--db", db, "--session", "p", "--json"], { cwd: root })
+    const facts = eventLines(stored.stdout).map((line) => line.event.fact)
+    expect(facts.at(-1)).toMatchObject({ kind: "invocation_ended", outcome: { kind: "cancelled" } })
+    // Nothing was left unsettled: the next turn runs.
+    const next = await maka(["run", "--db", db, "--workspace", workspace, "--session", "p", "again"], { cwd: root })
+    expect(next.code, next.stderr).toBe(0)
+  }, 60_000)
+
+  it("ends a read command quietly", async () => {
+    const { root, workspace, db } = (current = folder())
+    expect((await maka(["run", "--db", db, "--workspace", workspace, "--session", "q", "look around"], { cwd: root })).code).toBe(0)
+    const cut = await headOne(["events", "--db", db, "--session", "q", "--json"], root)
+    expect(cut.stderr).toBe("")
+    expect(cut.code).toBe(0)
   }, 60_000)
 })

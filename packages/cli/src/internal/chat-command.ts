@@ -5,7 +5,7 @@
  * current turn off and ends the chat (exit 75). The exit code is the last turn's.
  */
 import * as readline from "node:readline"
-import { ExitCode } from "./exit.ts"
+import { ExitCode, fromEngineError } from "./exit.ts"
 import * as Flags from "./flags.ts"
 import { openHost, settingsOf, type RunContext } from "./run-command.ts"
 import { handleSignals } from "./signals.ts"
@@ -23,8 +23,12 @@ export const chatCommand = async (context: RunContext): Promise<number> => {
     if (line.trim() === "") return
     if (steer !== undefined) {
       const deliver = steer
-      // A turn that ended before the line reached it leaves the line for the next turn.
-      deliver(line).catch(() => queued.push(line))
+      // A turn that ended before the line reached it leaves the line for the next turn (which may
+      // already be waiting for a line: it is woken).
+      deliver(line).catch(() => {
+        queued.push(line)
+        wake?.()
+      })
     } else {
       queued.push(line)
     }
@@ -50,10 +54,16 @@ export const chatCommand = async (context: RunContext): Promise<number> => {
     let code: number = ExitCode.completed
     try {
       for (let message = await nextLine(); message !== undefined; message = await nextLine()) {
-        code = await host.turn(message, (run) => {
-          steer = (text) => run.steer(text)
-        })
-        steer = undefined
+        try {
+          code = await host.turn(message, (run) => {
+            steer = (text) => run.steer(text)
+          })
+        } catch (error) {
+          // A refused turn (a busy or paused session, invalid input) ends the chat as `maka run` ends.
+          throw fromEngineError(error)
+        } finally {
+          steer = undefined
+        }
         if (code === ExitCode.cancelled || code === ExitCode.handedOff) break
       }
       return signals.signal.aborted ? ExitCode.cancelled : code

@@ -8,6 +8,8 @@ import { Canonical, Limits, type Event } from "@maka/facts"
 export interface Sink {
   readonly out: (text: string) => void
   readonly err: (text: string) => void
+  /** Aborted once stdout takes no more text (its reader went away); a running turn is then cancelled. */
+  readonly outClosed?: AbortSignal
 }
 
 /** The JSON line of a stored event, shared by `maka run --json` and `maka events --json`. */

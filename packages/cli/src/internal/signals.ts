@@ -2,7 +2,7 @@
  * Signals of a running turn (docs/cli.md §10.1 "Signals"): SIGINT cancels; the first SIGTERM asks the
  * current run for a handoff at its next step boundary, and says on stderr when it cannot be taken;
  * a second SIGTERM, or a SIGINT, cancels. Before a run is attached, either signal cancels: the
- * opening is not durable yet, so nothing is written.
+ * opening is not durable yet, so nothing is written. Stdout closed by its reader cancels as SIGINT does.
  */
 import type { Sink } from "./render.ts"
 
@@ -63,6 +63,10 @@ export const handleSignals = (sink: Sink): Signals => {
   }
   process.on("SIGINT", onInterrupt)
   process.on("SIGTERM", onTerminate)
+  // Nobody reads the output any more: stop as on SIGINT, so the run's terminal is written.
+  const outClosed = sink.outClosed
+  if (outClosed?.aborted === true) cancel()
+  else outClosed?.addEventListener("abort", onInterrupt, { once: true })
   return {
     signal: controller.signal,
     attach: (run) => {
@@ -77,6 +81,7 @@ export const handleSignals = (sink: Sink): Signals => {
     release: () => {
       process.off("SIGINT", onInterrupt)
       process.off("SIGTERM", onTerminate)
+      outClosed?.removeEventListener("abort", onInterrupt)
     },
   }
 }

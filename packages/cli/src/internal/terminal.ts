@@ -22,17 +22,37 @@ const visible = (control: string): string => {
 /** `text` with every control character a terminal would act on written as a visible escape. */
 export const terminalSafe = (text: string): string => text.replace(CONTROL, visible)
 
-/** Where a sink writes: a stream that may be a terminal. */
+/** Where a sink writes: a stream that may be a terminal, and that reports a failed write. */
 export interface OutputStream {
   readonly isTTY?: boolean | undefined
   readonly write: (text: string) => unknown
+  readonly on?: (event: "error", listener: (error: Error) => void) => unknown
 }
 
-/** The process's sink: each stream that is a terminal gets its text through `terminalSafe`. */
+/**
+ * The process's sink: each stream that is a terminal gets its text through `terminalSafe`. A stream
+ * whose write fails (its reader went away: `maka run … | head`, EPIPE; or a full disk) takes no more
+ * text, and the failure is not thrown: a run must never die half-way because nobody reads its output.
+ * When stdout fails, `outClosed` is aborted, and a running turn is cancelled as on SIGINT (its
+ * terminal is written, docs/cli.md §10.1 "Signals").
+ */
 export const processSink = (stdout: OutputStream, stderr: OutputStream): Sink => {
-  const writer = (stream: OutputStream) =>
-    stream.isTTY === true
-      ? (text: string) => void stream.write(terminalSafe(text))
-      : (text: string) => void stream.write(text)
-  return { out: writer(stdout), err: writer(stderr) }
+  const outClosed = new AbortController()
+  const writer = (stream: OutputStream, onFailed: () => void) => {
+    let failed = false
+    stream.on?.("error", () => {
+      if (failed) return
+      failed = true
+      onFailed()
+    })
+    const safe = stream.isTTY === true
+    return (text: string) => {
+      if (!failed) stream.write(safe ? terminalSafe(text) : text)
+    }
+  }
+  return {
+    out: writer(stdout, () => outClosed.abort()),
+    err: writer(stderr, () => undefined),
+    outClosed: outClosed.signal,
+  }
 }
