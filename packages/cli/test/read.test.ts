@@ -86,6 +86,35 @@ describe("read-only commands over a log with a completed and a crashed run", () 
     expect(html).not.toMatch(/<script|<link|<img|<iframe|\ssrc=|\shref=|url\(/i)
   })
 
+  it("maka inspect --html overwrites only a page it wrote: never the log or another file (exit 2, nothing changed)", async () => {
+    const page = path.join(shared.root, "again.html")
+    const args = ["inspect", "--db", shared.db, "--session", "done", "--html"]
+    expect((await maka([...args, page], { cwd: shared.root })).code).toBe(0)
+    // A page written before is written again.
+    fs.appendFileSync(page, "<!-- edited -->")
+    const again = await maka([...args, page], { cwd: shared.root })
+    expect(again.code, again.stderr).toBe(0)
+    expect(fs.readFileSync(page, "utf8")).not.toContain("<!-- edited -->")
+    const notes = path.join(shared.root, "notes.md")
+    fs.writeFileSync(notes, "# my notes\n")
+    const before = snapshot(shared.root)
+    for (const target of [shared.db, notes, shared.workspace]) {
+      const refused = await maka([...args, target], { cwd: shared.root })
+      expect(refused.code, target).toBe(2)
+      expect(refused.stderr).toBe(`maka: ${target} exists and is not a page maka inspect wrote; choose a new FILE for --html\n`)
+    }
+    expect(snapshot(shared.root)).toEqual(before)
+    fs.rmSync(page)
+    fs.rmSync(notes)
+  })
+
+  it("maka inspect --html with a --step beyond the session's steps writes no page (exit 2)", async () => {
+    const page = path.join(shared.root, "never.html")
+    const result = await maka(["inspect", "--db", shared.db, "--session", "done", "--html", page, "--step", "4"], { cwd: shared.root })
+    expect(result.code).toBe(2)
+    expect(fs.existsSync(page)).toBe(false)
+  })
+
   it("maka inspect --html into a folder that does not exist is exit 1", async () => {
     const result = await maka(["inspect", "--db", shared.db, "--session", "done", "--html", path.join(shared.root, "no/such/page.html")], {
       cwd: shared.root,

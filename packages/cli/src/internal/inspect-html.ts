@@ -44,6 +44,16 @@ const messageHtml = (message: Prompt.PromptMessage): string => {
 }
 
 /** The page of a session's events. */
+/**
+ * The page's `generator`: `maka inspect --html` overwrites an existing file only when it names this
+ * generator (a page it wrote before), never a log or any other file (docs/cli.md §10.1).
+ */
+export const GENERATOR = "maka inspect"
+
+/** Whether `head` (the first bytes of an existing file) is a page `inspectHtml` wrote. */
+export const isInspectPage = (head: string): boolean =>
+  head.startsWith("<!doctype html>") && head.includes(`<meta name="generator" content="${GENERATOR}">`)
+
 export const inspectHtml = (sessionId: string, events: ReadonlyArray<Event.StoredEvent>): string => {
   const mainRequests = events.filter((stored) => stored.event.fact.kind === "model_requested" && stored.event.fact.purpose === "main")
   const steps = mainRequests.map((stored, index) => {
@@ -91,6 +101,7 @@ ${output}
 <html lang="en">
 <head>
 <meta charset="utf-8">
+<meta name="generator" content="${GENERATOR}">
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">
 <title>maka inspect: ${escape(sessionId)}</title>
 <style>${STYLE}</style>

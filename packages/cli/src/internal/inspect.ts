@@ -313,6 +313,50 @@ const renderMessage = (message: Prompt.PromptMessage): ReadonlyArray<string> => 
   }
 }
 
+const isRecord = (value: unknown): value is Readonly<Record<string, unknown>> => typeof value === "object" && value !== null
+
+/** The first bytes of `file`, or `undefined` when it does not exist. */
+const headOf = (file: string): string | undefined => {
+  let handle: number
+  try {
+    handle = fs.openSync(file, "r")
+  } catch (error) {
+    if (isRecord(error) && error["code"] === "ENOENT") return undefined
+    throw new CliError(`cannot write ${file}: ${error instanceof Error ? error.message : String(error)}`, ExitCode.failed)
+  }
+  try {
+    const buffer = Buffer.alloc(1_024)
+    return buffer.toString("utf8", 0, fs.readSync(handle, buffer, 0, buffer.length, 0))
+  } catch (error) {
+    // A directory: not a page, so it is refused below.
+    if (isRecord(error) && error["code"] === "EISDIR") return ""
+    throw new CliError(`cannot write ${file}: ${error instanceof Error ? error.message : String(error)}`, ExitCode.failed)
+  } finally {
+    fs.closeSync(handle)
+  }
+}
+
+/**
+ * Writes the page to `file`: a new file, or one `maka inspect --html` wrote before (never a log or any
+ * other file, which is refused with nothing written); through a temporary file renamed over it, so an
+ * interrupted write never leaves half a page.
+ */
+const writePage = async (file: string, sessionId: string, events: ReadonlyArray<Event.StoredEvent>): Promise<void> => {
+  const { inspectHtml, isInspectPage } = await import("./inspect-html.ts")
+  const head = headOf(file)
+  if (head !== undefined && !isInspectPage(head)) {
+    throw new Flags.UsageError(`${file} exists and is not a page maka inspect wrote; choose a new FILE for --html`)
+  }
+  const temporary = `${file}.${process.pid}.tmp`
+  try {
+    fs.writeFileSync(temporary, inspectHtml(sessionId, events), { flag: "wx" })
+    fs.renameSync(temporary, file)
+  } catch (error) {
+    fs.rmSync(temporary, { force: true })
+    throw new CliError(`cannot write ${file}: ${error instanceof Error ? error.message : String(error)}`, ExitCode.failed)
+  }
+}
+
 export const inspectCommand = async (context: CommandContext): Promise<number> => {
   const { values } = Flags.parse("inspect", context.args)
   const target = Flags.database(values, context.environment, context.cwd)
@@ -327,13 +371,13 @@ export const inspectCommand = async (context: CommandContext): Promise<number> =
     await open.close()
   }
   if (events.length === 0) throw new CliError(`session ${sessionId} has no events`, ExitCode.failed)
+  const mainRequests = events.filter((stored) => stored.event.fact.kind === "model_requested" && stored.event.fact.purpose === "main")
+  // Checked before the page is written: a usage error leaves nothing behind.
+  if (stepNumber !== undefined && stepNumber > mainRequests.length) {
+    throw new Flags.UsageError(`session ${sessionId} has ${mainRequests.length} steps; --step must be in 1..${mainRequests.length}`)
+  }
   if (html !== undefined) {
-    const { inspectHtml } = await import("./inspect-html.ts")
-    try {
-      fs.writeFileSync(html, inspectHtml(sessionId, events))
-    } catch (error) {
-      throw new CliError(`cannot write ${html}: ${error instanceof Error ? error.message : String(error)}`, ExitCode.failed)
-    }
+    await writePage(html, sessionId, events)
     context.sink.err(`wrote ${html}\n`)
     if (stepNumber === undefined) return ExitCode.completed
   }
@@ -342,11 +386,7 @@ export const inspectCommand = async (context: CommandContext): Promise<number> =
     for (const line of timeline(events)) context.sink.out(`${line}\n`)
     return ExitCode.completed
   }
-  const mainRequests = events.filter((stored) => stored.event.fact.kind === "model_requested" && stored.event.fact.purpose === "main")
-  const stored = mainRequests[stepNumber - 1]
-  if (stored === undefined) {
-    throw new Flags.UsageError(`session ${sessionId} has ${mainRequests.length} steps; --step must be in 1..${mainRequests.length}`)
-  }
+  const stored = mainRequests[stepNumber - 1]!
   const request = stored.event.fact
   if (request.kind !== "model_requested") throw new CliError("not a model request", ExitCode.failed)
   const rebuilt = rebuildInput(events, stored)
