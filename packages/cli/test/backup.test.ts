@@ -62,7 +62,8 @@ describe("maka backup", () => {
     expect(fs.existsSync(copy)).toBe(false)
     const missing = await maka(["backup", path.join(root, "missing.sqlite"), copy], { cwd: root })
     expect(missing.code).toBe(1)
-    expect(missing.stderr).toMatch(/no maka log/)
+    // `backup` takes the log as DB, not as --db (which it refuses).
+    expect(missing.stderr).toBe(`maka: no maka log at ${path.join(root, "missing.sqlite")}; DB must be an existing log\n`)
     expect(fs.existsSync(copy)).toBe(false)
   })
 

@@ -36,13 +36,24 @@ describe("the maka binary", () => {
     expect(help.stdout).not.toContain("--workspace")
   })
 
-  it("shows a command's help for maka help COMMAND, and the command list for any other topic", async () => {
+  it("shows a command's help for maka help COMMAND, the command list for maka help, and refuses another topic", async () => {
     const topic = await run("help", "run")
     expect(topic.code).toBe(0)
     expect(topic.stdout).toBe((await run("run", "--help")).stdout)
-    const other = await run("help", "nothing")
-    expect(other.code).toBe(0)
-    expect(other.stdout).toBe((await run("--help")).stdout)
+    const bare = await run("help")
+    expect(bare.code).toBe(0)
+    expect(bare.stdout).toBe((await run("--help")).stdout)
+    const other = await run("help", "rnu")
+    expect(other.code).toBe(2)
+    expect(other.stdout).toBe("")
+    expect(other.stderr).toBe("maka: unknown command 'rnu'; did you mean 'run'? see maka --help\n")
+  })
+
+  it("takes --help after '--' as the command's argument, not as a request for help", async () => {
+    const result = await run("run", "--db", path.join(os.tmpdir(), `maka-dashes-${process.pid}`, "events.sqlite"), "--", "--help")
+    fs.rmSync(path.join(os.tmpdir(), `maka-dashes-${process.pid}`), { recursive: true, force: true })
+    expect(result.code, result.stderr).toBe(0)
+    expect(result.stdout).toContain('You asked: "--help"')
   })
 
   it("refuses an unknown command with exit 2 and a message on stderr", async () => {

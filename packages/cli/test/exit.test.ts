@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest"
 import { EngineError } from "@maka/engine"
-import { exitCodeOf, failureLine, fromEngineError } from "../src/internal/exit.ts"
+import { exitCodeOf, failureLine, fromEngineError, inCliTerms } from "../src/internal/exit.ts"
 
 describe("exit codes (docs/cli.md §10.1)", () => {
   it.each([
@@ -28,6 +28,18 @@ describe("exit codes (docs/cli.md §10.1)", () => {
     [EngineError.internal("boom"), 1],
   ])("maps a facade rejection %s to its exit code", (error, code) => {
     expect(fromEngineError(error).exitCode).toBe(code)
+  })
+
+  it("names the command line's flags and settings where the engine's message names its API", () => {
+    const refused = fromEngineError(EngineError.reconciliation(EngineError.PRIOR_UNKNOWN_MESSAGE))
+    expect(refused.message).toContain("`maka run --allow-prior-unknown`")
+    expect(refused.message).not.toContain("allowPriorUnknown")
+    const auth = failureLine({ kind: "failed", class: "model_provider", message: "HTTP 401: bad key; check the provider's apiKey (and that it belongs to this baseUrl)" })
+    expect(auth).toBe("failed: model_provider: HTTP 401: bad key; check MAKA_API_KEY (and that it belongs to this --base-url)")
+    expect(inCliTerms("unreachable; check that the server is running and that the provider's baseUrl is right")).toBe(
+      "unreachable; check that the server is running and that --base-url is right",
+    )
+    expect(inCliTerms("start again with `allowPriorUnknown: true` (the model is told)")).toBe("send it with `maka run --allow-prior-unknown` (the model is told)")
   })
 
   it("prints a failure as failed: <class>: <message>", () => {

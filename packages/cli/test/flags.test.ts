@@ -1,4 +1,5 @@
 import { describe, expect, it } from "vitest"
+import { Limits } from "@maka/facts"
 import * as Flags from "../src/internal/flags.ts"
 
 /** The usage error `parse` throws for a command line, or `undefined` when it parses. */
@@ -28,6 +29,54 @@ describe("the refusals of the flag parser (docs/cli.md §10.1)", () => {
       ],
     ]
     for (const [command, args, message] of cases) expect(refusal(command, ...args), args.join(" ")).toBe(message)
+  })
+
+  it("refuses a flag given twice instead of taking its last value", () => {
+    expect(refusal("run", "--session", "a", "--session", "b", "hi")).toBe("--session is given twice; give it once")
+    expect(refusal("inspect", "--step", "1", "--session", "s", "--step=2")).toBe("--step is given twice; give it once")
+    expect(refusal("run", "--json", "--json", "hi")).toBe("--json is given twice; give it once")
+    // After '--' it is the message.
+    expect(refusal("run", "--session", "a", "--", "--session")).toBeUndefined()
+  })
+
+  it("refuses a --session longer than the log's ids, for every command that takes one", () => {
+    expect(Flags.MAX_SESSION_ID).toBe(Limits.MAX_ID_UTF16)
+    const longest = "s".repeat(Flags.MAX_SESSION_ID)
+    for (const command of ["run", "chat", "compact", "events", "inspect", "resume"] as const) {
+      expect(refusal(command, "--session", longest), command).toBeUndefined()
+      expect(refusal(command, "--session", `${longest}s`), command).toBe(`--session must be at most 512 characters, got 513`)
+    }
+  })
+
+  it("refuses a new turn's --session that is blank or holds a control character", () => {
+    const problem = (value: string) => {
+      try {
+        Flags.newTurnSession(value)
+        return undefined
+      } catch (error) {
+        return (error as Error).message
+      }
+    }
+    expect(problem("a\nb")).toBe("--session must not contain a line break or another control character")
+    expect(problem("a\u0001b")).toBe("--session must not contain a line break or another control character")
+    expect(problem("a\u009bb")).toBe("--session must not contain a line break or another control character")
+    expect(problem("  ")).toBe("--session must not be blank")
+    expect(problem("release 1.2 — ünïcode")).toBeUndefined()
+  })
+
+  it("refuses a --database-url that does not parse, without echoing it", () => {
+    const secret = "postgres://user:hunter2@[::1"
+    let message = ""
+    try {
+      Flags.database({ "database-url": secret }, {}, "/")
+    } catch (error) {
+      message = (error as Error).message
+    }
+    expect(message).toBe("--database-url is not a valid URL (postgres://USER@HOST:PORT/DATABASE)")
+    expect(Flags.database({ "database-url": "postgres://user@localhost:5432/maka" }, {}, "/")).toEqual({
+      kind: "postgres",
+      url: "postgres://user@localhost:5432/maka",
+    })
   })
 
   it("takes an argument that starts with '-' after '--', and a value that does with '='", () => {

@@ -178,6 +178,11 @@ describe("maka run refuses bad input with exit 2 and writes nothing", () => {
     ["--db and --database-url", ["--database-url", "postgres://x@127.0.0.1:1/x", "hi"]],
     ["--db and MAKA_DATABASE_URL", ["hi"], { MAKA_DATABASE_URL: "postgres://x@127.0.0.1:1/x" }],
     ["--api-key (the key is never a flag)", ["--api-key", "k", "hi"]],
+    ["a message over 64 KiB", ["x".repeat(65_537)]],
+    ["a session id over 512 characters", ["--session", "s".repeat(513), "hi"]],
+    ["a session id with a line break", ["--session", "a\nb", "hi"]],
+    ["a blank session id", ["--session", " ", "hi"]],
+    ["a flag given twice", ["--session", "a", "--session", "b", "hi"]],
   ]
   const cases: ReadonlyArray<Case> = table.map(([name, args, env]) => ({ name, args, ...(env === undefined ? {} : { env }) }))
   it.each(cases)("$name", async ({ args, env }) => {
@@ -407,6 +412,9 @@ describe("reconciliation", () => {
     expect(sessions.stdout).toMatch(/^r1 {2}needs reconciliation /m)
     const refused = await maka(["run", ...base, "next"], { cwd: root })
     expect(refused.stderr).toMatch(/reconciliation_required/)
+    // The way out names the flag, not the engine's option.
+    expect(refused.stderr).toContain("--allow-prior-unknown")
+    expect(refused.stderr).not.toContain("allowPriorUnknown")
     expect(refused.code).toBe(3)
     const allowed = await maka(["run", ...base, "--allow-prior-unknown", "next"], { cwd: root })
     expect(allowed.stdout).toBe("noted\n")

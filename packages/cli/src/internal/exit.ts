@@ -41,9 +41,24 @@ export const exitCodeOf = (outcome: Outcome.InvocationOutcome): number => {
   }
 }
 
+/**
+ * The engine's ways out name its API (`allowPriorUnknown`, the provider's `apiKey` and `baseUrl`);
+ * the command line names its own flags and settings instead.
+ */
+const CLI_TERMS: ReadonlyArray<readonly [string, string]> = [
+  ["start again with `allowPriorUnknown: true`", "send it with `maka run --allow-prior-unknown`"],
+  ["send an explicit new message with allowPriorUnknown", "send an explicit new message with `maka run --allow-prior-unknown`"],
+  ["check the provider's apiKey (and that it belongs to this baseUrl)", "check MAKA_API_KEY (and that it belongs to this --base-url)"],
+  ["the provider's baseUrl is right", "--base-url is right"],
+]
+
+/** `message` with the engine's API terms in the command line's own. */
+export const inCliTerms = (message: string): string =>
+  CLI_TERMS.reduce((text, [api, cli]) => text.split(api).join(cli), message)
+
 /** The stderr line of a failed outcome: `failed: <class>: <message>`. */
 export const failureLine = (outcome: Extract<Outcome.InvocationOutcome, { readonly kind: "failed" }>): string =>
-  outcome.message === undefined ? `failed: ${outcome.class}` : `failed: ${outcome.class}: ${outcome.message}`
+  outcome.message === undefined ? `failed: ${outcome.class}` : `failed: ${outcome.class}: ${inCliTerms(outcome.message)}`
 
 const isRecord = (value: unknown): value is Readonly<Record<string, unknown>> => typeof value === "object" && value !== null
 
@@ -52,7 +67,7 @@ export const fromEngineError = (error: unknown): CliError => {
   if (error instanceof CliError) return error
   const reason = isRecord(error) && isRecord(error["reason"]) ? error["reason"] : undefined
   const tag = typeof reason?.["_tag"] === "string" ? reason["_tag"] : undefined
-  const message = error instanceof Error ? error.message : String(error)
+  const message = inCliTerms(error instanceof Error ? error.message : String(error))
   switch (tag) {
     case "InvalidInput":
       return new CliError(`invalid input: ${message}`, ExitCode.usage)

@@ -184,12 +184,44 @@ export const parse = (command: CommandName, args: ReadonlyArray<string>): Parsed
   const spec: CommandSpec = COMMANDS[command]
   const options: Record<string, { type: "string" | "boolean" }> = { help: { type: "boolean" } }
   for (const name of spec.flags) options[name] = { type: FLAGS[name].type }
+  let parsed: ReturnType<typeof parseArgs<{ args: Array<string>; options: typeof options; allowPositionals: boolean; strict: true; tokens: true }>>
   try {
-    const parsed = parseArgs({ args: [...args], options, allowPositionals: spec.arguments !== undefined, strict: true })
-    return { values: parsed.values as Values, positionals: parsed.positionals } // parseArgs types values by `options`, built above from FLAGS
+    parsed = parseArgs({ args: [...args], options, allowPositionals: spec.arguments !== undefined, strict: true, tokens: true })
   } catch (error) {
     throw new UsageError(`${parseProblem(command, error)}; see maka ${command} --help`)
   }
+  // A flag given twice would silently take its last value (`--session a --session b`).
+  const seen = new Set<string>()
+  for (const token of parsed.tokens) {
+    if (token.kind !== "option") continue
+    if (seen.has(token.name)) throw new UsageError(`--${token.name} is given twice; give it once`)
+    seen.add(token.name)
+  }
+  const values = parsed.values as Values // parseArgs types values by `options`, built above from FLAGS
+  const problem = values.session === undefined ? undefined : sessionProblem(values.session)
+  if (problem !== undefined) throw new UsageError(problem)
+  return { values, positionals: parsed.positionals }
+}
+
+/**
+ * What is wrong with a `--session` value, or undefined: the log's ids are at most 512 UTF-16 units
+ * (docs/log-format.md), so a longer one names no session and can make none.
+ */
+const sessionProblem = (value: string): string | undefined =>
+  value.length > MAX_SESSION_ID ? `--session must be at most ${MAX_SESSION_ID} characters, got ${value.length}` : undefined
+
+/** The log's longest id (`@maka/facts` `Limits.MAX_ID_UTF16`; test/flags.test.ts keeps the two in step). */
+export const MAX_SESSION_ID = 512
+
+/**
+ * What a new turn's `--session` must also be: printable text. A line break or another control
+ * character, or only spaces, would make the id unreadable in `maka sessions` and hard to type again.
+ * Read commands take any id the log may hold.
+ */
+export const newTurnSession = (value: string): string => {
+  if (value.trim() === "") throw new UsageError("--session must not be blank")
+  if (/[\u0000-\u001f\u007f-\u009f]/.test(value)) throw new UsageError("--session must not contain a line break or another control character")
+  return value
 }
 
 /**
@@ -244,6 +276,8 @@ export const database = (values: Values, environment: Environment, cwd: string):
   }
   if (url !== undefined) {
     if (!/^postgres(ql)?:\/\//.test(url)) throw new UsageError("--database-url must be a postgres:// URL")
+    // Not echoed: the URL may carry a password.
+    if (!URL.canParse(url)) throw new UsageError("--database-url is not a valid URL (postgres://USER@HOST:PORT/DATABASE)")
     return { kind: "postgres", url }
   }
   return { kind: "sqlite", path: path.resolve(cwd, file ?? defaults.database) }

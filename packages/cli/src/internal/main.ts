@@ -23,8 +23,9 @@ const dispatch = async (context: MainContext): Promise<number> => {
     return ExitCode.usage
   }
   if (first === "-h" || first === "--help" || first === "help") {
-    // `maka help run` is `maka run --help`.
+    // `maka help run` is `maka run --help`; a topic that names no command is refused like one.
     const [topic] = args
+    if (first === "help" && topic !== undefined && !isCommand(topic)) throw new UsageError(unknownCommand(topic))
     context.sink.out(first === "help" && topic !== undefined && isCommand(topic) ? commandUsage(topic) : USAGE)
     return ExitCode.completed
   }
@@ -33,7 +34,10 @@ const dispatch = async (context: MainContext): Promise<number> => {
     return ExitCode.completed
   }
   if (!isCommand(first)) throw new UsageError(unknownCommand(first))
-  if (args.includes("--help") || args.includes("-h")) {
+  // After `--` every argument is the command's own (`maka run -- --help` sends "--help").
+  const dashes = args.indexOf("--")
+  const flags = dashes === -1 ? args : args.slice(0, dashes)
+  if (flags.includes("--help") || flags.includes("-h")) {
     context.sink.out(commandUsage(first))
     return ExitCode.completed
   }

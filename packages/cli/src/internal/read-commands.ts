@@ -142,7 +142,7 @@ export const backupCommand = async (context: CommandContext): Promise<number> =>
   if (fs.existsSync(destination)) {
     throw new CliError(`${destination} already exists; a backup never overwrites a file, pick a new path`, ExitCode.failed)
   }
-  const open = await openReadOnly({ kind: "sqlite", path: source })
+  const open = await openReadOnly({ kind: "sqlite", path: source }, "DB must be an existing log")
   try {
     await open.run(open.log.backup(destination))
     context.sink.out(`backed up ${source} to ${destination}\n`)

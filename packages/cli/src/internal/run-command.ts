@@ -4,7 +4,7 @@
  * as it becomes durable, and maps its terminal to the exit code. SIGINT cancels it; SIGTERM hands it
  * off at its next step boundary (exit 75), so `maka resume` continues it in another process.
  */
-import type { Event, Outcome } from "@maka/facts"
+import { Limits, type Event, type Outcome } from "@maka/facts"
 import { randomUUID } from "node:crypto"
 import * as fs from "node:fs"
 import * as path from "node:path"
@@ -91,6 +91,11 @@ const readMessage = async (context: RunContext, positionals: ReadonlyArray<strin
     message = await readStdin(context.stdin)
   }
   if (message.trim() === "") throw new Flags.UsageError("the message is empty; give a MESSAGE with text")
+  // Refused here, before the log, the workspace or a session is made for it.
+  const bytes = Buffer.byteLength(message, "utf8")
+  if (bytes > Limits.MAX_MESSAGE_TEXT_BYTES) {
+    throw new Flags.UsageError(`the message is ${bytes} bytes of UTF-8; a message holds at most ${Limits.MAX_MESSAGE_TEXT_BYTES}`)
+  }
   return message
 }
 
@@ -130,7 +135,7 @@ export const settingsOf = (values: Flags.Values, context: Pick<RunContext, "envi
     contextWindow: Flags.integer("context-window", values["context-window"], 1, Number.MAX_SAFE_INTEGER),
     declaredWindow: Flags.integer("declared-window", values["declared-window"], 1, Number.MAX_SAFE_INTEGER),
     directory: workspaceDirectory(context.cwd, values.workspace),
-    sessionId: isNewSession ? randomUUID() : values.session!,
+    sessionId: isNewSession ? randomUUID() : Flags.newTurnSession(values.session!),
     isNewSession,
     allowPriorUnknown: values["allow-prior-unknown"] === true,
     json: values.json === true,

@@ -41,11 +41,14 @@ const open = async (layer: Layer.Layer<EventLog.EventLog, unknown>): Promise<Ope
   }
 }
 
-/** Opens the log without a lease and without changing it; a missing file is exit 1. */
-export const openReadOnly = (target: DatabaseTarget): Promise<OpenLog> => {
+/**
+ * Opens the log without a lease and without changing it; a missing file is exit 1. `given` says how
+ * the command takes the log, for the refusal's way out (`--db PATH`, or `backup`'s `DB`).
+ */
+export const openReadOnly = (target: DatabaseTarget, given = "pass --db PATH of an existing log"): Promise<OpenLog> => {
   if (target.kind === "postgres") return open(EventLog.layerPostgres({ url: target.url }))
   if (!fs.existsSync(target.path)) {
-    return Promise.reject(new CliError(`no maka log at ${target.path}; pass --db PATH of an existing log`, ExitCode.failed))
+    return Promise.reject(new CliError(`no maka log at ${target.path}; ${given}`, ExitCode.failed))
   }
   return open(EventLog.layerSqliteReadOnly(target.path))
 }
