@@ -1,4 +1,6 @@
+import { execFileSync } from "node:child_process"
 import * as fs from "node:fs"
+import * as path from "node:path"
 import { afterEach, describe, expect, it } from "vitest"
 import { folder, maka, NOWHERE_BASE_URL, type Folder } from "./support/cli.ts"
 
@@ -6,6 +8,22 @@ const folders: Array<Folder> = []
 afterEach(() => {
   for (const created of folders.splice(0)) created.remove()
 })
+
+/** A test folder with an empty `tmp` in it: the demo's TMPDIR, so whatever it leaves behind is there. */
+const withTemporaryFolder = (): { readonly root: string; readonly tmp: string } => {
+  const created = folder()
+  folders.push(created)
+  const tmp = path.join(created.root, "tmp")
+  fs.mkdirSync(tmp)
+  return { root: created.root, tmp }
+}
+
+/** The ids of the processes alive whose command line mentions `text` (the demo's children name their log by path). */
+const processesMentioning = (text: string): ReadonlyArray<number> =>
+  execFileSync("ps", ["-ww", "-eo", "pid=,args="], { encoding: "utf8" })
+    .split("\n")
+    .filter((line) => line.includes(text))
+    .map((line) => Number.parseInt(line.trim(), 10))
 
 describe("maka demo", () => {
   it("tours a tool loop, a SIGKILL crash and its recovery, a compaction and a handoff offline, narrated, and exits 0", async () => {
@@ -39,4 +57,64 @@ describe("maka demo", () => {
     expect(fs.existsSync(`${kept}/events.sqlite`)).toBe(true)
     fs.rmSync(kept!, { recursive: true, force: true })
   }, 180_000)
+
+  it("SIGINT while a child runs stops that child, removes the temporary folder, says so in one line and exits 130", async () => {
+    const { root, tmp } = withTemporaryFolder()
+    let crashing: number | undefined
+    let watch: NodeJS.Timeout | undefined
+    try {
+      const result = await maka(["demo"], {
+        cwd: root,
+        env: { TMPDIR: tmp },
+        onOutput: (child, output) => {
+          if (watch !== undefined || !output.stdout.includes("2. A crash.")) return
+          // The run to crash is a child of the demo: SIGINT goes to the demo while that child is alive.
+          watch = setInterval(() => {
+            crashing = processesMentioning(tmp).at(0)
+            if (crashing === undefined) return
+            clearInterval(watch)
+            child.kill("SIGINT")
+          }, 10)
+        },
+      })
+      expect(crashing).toBeDefined()
+      expect({ code: result.code, signal: result.signal, stderr: result.stderr }).toEqual({
+        code: 130,
+        signal: null,
+        stderr: "maka: demo: cancelled by SIGINT\n",
+      })
+      expect(result.stdout).not.toContain("Done.")
+      expect(fs.readdirSync(tmp)).toEqual([])
+      expect(processesMentioning(tmp)).toEqual([])
+    } finally {
+      clearInterval(watch)
+      for (const pid of processesMentioning(tmp)) process.kill(pid, "SIGKILL")
+    }
+  }, 60_000)
+
+  it("stops once its stdout is closed (`maka demo | head`): exit 130, the temporary folder removed, no child left", async () => {
+    const { root, tmp } = withTemporaryFolder()
+    const result = await maka(["demo"], {
+      cwd: root,
+      env: { TMPDIR: tmp },
+      // Closing the read end makes the demo's next write fail with EPIPE.
+      onOutput: (child, output) => {
+        if (output.stdout !== "") child.stdout?.destroy()
+      },
+    })
+    expect({ code: result.code, stderr: result.stderr }).toEqual({ code: 130, stderr: "maka: demo: stopped: stdout was closed\n" })
+    expect(fs.readdirSync(tmp)).toEqual([])
+    expect(processesMentioning(tmp)).toEqual([])
+  }, 60_000)
+
+  it("says in one line that no temporary folder can be made in a missing TMPDIR, and exits 1", async () => {
+    const { root, tmp } = withTemporaryFolder()
+    const missing = path.join(tmp, "missing")
+    const result = await maka(["demo"], { cwd: root, env: { TMPDIR: missing } })
+    expect(result.code).toBe(1)
+    expect(result.stdout).toBe("")
+    expect(result.stderr).toBe(
+      `maka: demo: cannot make a temporary folder in ${missing}: no such file or directory (TMPDIR names the folder for temporary files)\n`,
+    )
+  })
 })
