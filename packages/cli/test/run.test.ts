@@ -348,6 +348,26 @@ describe("signals and store conditions", () => {
     expect(lines.at(-1)!.event.fact).toEqual({ kind: "invocation_ended", outcome: { kind: "cancelled", source: "runtime_cancellation" } })
   })
 
+  // A terminal's Ctrl-C, or a service manager's stop, signals the whole process group: the log's
+  // lease keeper too, which must not drop the lease before the run's terminal is written.
+  it.each([
+    ["SIGINT", 130, "cancelled"],
+    ["SIGTERM", 75, "handoff_paused"],
+  ] as const)("%s sent to maka's whole process group ends the run as it does sent to maka alone (exit %i)", async (signal, code, outcome) => {
+    const { root, workspace, db } = fresh()
+    const result = await maka(["run", "--db", db, "--workspace", workspace, "--session", "g", "--json", "What is this project?"], {
+      cwd: root,
+      group: true,
+      env: { MAKA_OFFLINE_DELAY_MS: "50" },
+      onOutput: when((output) => output.stdout.includes('"kind":"model_requested"'), (child) => process.kill(-child.pid!, signal)),
+    })
+    expect(result.stderr).not.toContain("lease keeper")
+    expect(result.code, result.stderr).toBe(code)
+    expect(eventLines(result.stdout).at(-1)!.event.fact).toMatchObject({ kind: "invocation_ended", outcome: { kind: outcome } })
+    const sessions = await maka(["sessions", "--db", db], { cwd: root })
+    expect(sessions.stdout).toMatch(signal === "SIGINT" ? /^g {2}idle / : /^g {2}paused \(handoff\) /)
+  })
+
   it("SIGTERM waits for the model attempt in flight to hand off; a second SIGTERM cancels (exit 130)", async () => {
     const server = await hanging()
     const { root, workspace, db } = fresh()

@@ -201,6 +201,21 @@ describe("the writer lease across processes", () => {
     await next.close()
   })
 
+  it("keeps the lease through SIGINT, SIGTERM and SIGHUP sent to its keeper (the host's process group gets them)", async () => {
+    const file = path.join(temporaryDirectory(), "events.sqlite")
+    const database = await openSqlite(file)
+    const keeper = keeperProcessId()
+    expect(keeper).toBeDefined()
+    for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"] as const) process.kill(keeper!, signal)
+    // A keeper that died of them would be noticed within this wait (see the test below).
+    await new Promise((resolve) => setTimeout(resolve, 300))
+    expect(keeperProcessId()).toBe(keeper)
+    expect(await database.write(async () => 1)).toBe(1)
+    const busy = spawnChild(childScript("writer.ts"), ["try", file])
+    expect(await busy.line("refused")).toBe("refused WriterBusy")
+    await database.close()
+  })
+
   it("refuses writes once the keeper holding the lease is gone, and lets the next writer in", async () => {
     const file = path.join(temporaryDirectory(), "events.sqlite")
     const database = await openSqlite(file)

@@ -26,6 +26,11 @@ export interface SpawnOptions {
   readonly input?: string | { readonly open: string }
   /** Called with the child and each stdout/stderr chunk seen so far. */
   readonly onOutput?: (child: ChildProcess, output: { readonly stdout: string; readonly stderr: string }) => void
+  /**
+   * Runs maka as the leader of a process group of its own, so a test can signal the whole group
+   * (`process.kill(-child.pid, signal)`) as a terminal's Ctrl-C or a service manager's stop does.
+   */
+  readonly group?: boolean
 }
 
 /** A clean environment: no MAKA_* of the developer's shell leaks into a test. */
@@ -55,6 +60,7 @@ export const maka = (args: ReadonlyArray<string>, options: SpawnOptions): Promis
       cwd: options.cwd,
       env: { ...baseEnvironment(), ...options.env },
       stdio: ["pipe", "pipe", "pipe"],
+      detached: options.group === true,
     })
     let stdout = ""
     let stderr = ""

@@ -8,7 +8,9 @@
  * silently lose a lock held in its own process. So the lock is held by a small keeper process that
  * opens the lock files and nothing else. The keeper serves every lease of this process over a pipe
  * and exits when the pipe closes, that is when this process closes it or dies (SIGKILL included); the
- * operating system then drops its locks. The host's own file I/O can never touch them.
+ * operating system then drops its locks. The host's own file I/O can never touch them. It ignores
+ * SIGINT, SIGTERM and SIGHUP, which reach it with the host's process group: the host still needs the
+ * lease to seal what those signals ask of it.
  */
 import BetterSqlite3 from "better-sqlite3"
 import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process"
@@ -148,6 +150,10 @@ const end = () => process.exit(0);
 process.stdin.on("end", end);
 process.stdin.on("error", end);
 process.stdout.on("error", end);
+// A signal sent to the host's whole process group (Ctrl-C at a terminal, a service manager's stop)
+// is the host's to act on: it cancels or hands off its runs and writes their terminals under this
+// lease. The keeper ends with its pipe, when the host closes it or dies.
+for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"]) process.on(signal, () => undefined);
 `
 
 interface KeeperReply {
