@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import type { Database } from "../src/internal/database.ts"
 import { INDEXES, LATEST_VERSION, MIGRATIONS, REQUIRED_TABLES } from "../src/internal/migrations.ts"
 import { openPglite, openPostgres } from "../src/internal/open-postgres.ts"
-import { LOCK_SUFFIX } from "../src/internal/lease.ts"
+import { acquireLease, LOCK_SUFFIX } from "../src/internal/lease.ts"
 import { MAKA_APPLICATION_ID, openSqlite } from "../src/internal/open-sqlite.ts"
 import { errorCode } from "../src/internal/store-error.ts"
 import type { Tables } from "../src/internal/tables.ts"
@@ -522,6 +522,92 @@ describe("the SQLite open-order check", () => {
       })
     }
   }
+
+  /** Another program's database without an application id, closed cleanly in `journalMode`: no sidecars. */
+  const unstampedForeign = (directory: string, journalMode: "delete" | "wal") => {
+    const file = path.join(directory, `app-${journalMode}.sqlite`)
+    const connection = new BetterSqlite3(file)
+    connection.pragma(`journal_mode = ${journalMode}`)
+    connection.exec("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT); INSERT INTO notes (body) VALUES ('kept')")
+    connection.close()
+    return fs.realpathSync(file)
+  }
+
+  for (const readOnly of [false, true]) {
+    const mode = readOnly ? "read-only" : "writer"
+
+    it(`refuses a database without an application id that is no maka log and leaves nothing beside it (${mode})`, async () => {
+      const directory = temporaryDirectory()
+      const rails = path.join(directory, "rails.sqlite")
+      const connection = new BetterSqlite3(rails)
+      connection.exec("CREATE TABLE schema_migrations (version TEXT PRIMARY KEY); INSERT INTO schema_migrations VALUES ('20240101000000')")
+      connection.exec("CREATE TABLE event_log (id INTEGER PRIMARY KEY)")
+      connection.close()
+      const newer = path.join(directory, "newer.sqlite")
+      buildSqliteAtVersion(newer, 1, { journalMode: "wal", recordedVersions: [1, 99] })
+      const cases = [
+        ...(["delete", "wal"] as const).map((journalMode) => {
+          const file = unstampedForeign(directory, journalMode)
+          return { file, message: `${file} is not a maka event log: it has no schema_migrations and event_log tables (tables: notes)` }
+        }),
+        { file: fs.realpathSync(rails), message: "its schema_migrations table has columns version" },
+        { file: fs.realpathSync(newer), message: `was created by a newer maka (schema 99 > ${LATEST_VERSION})` },
+      ]
+      const before = snapshot(directory)
+      expect(Object.keys(before)).toHaveLength(cases.length)
+      for (const { file, message } of cases) {
+        const error = await expectReason(openSqlite(file, { readOnly }), "UnsupportedDatabase", message)
+        expect(error.message.startsWith(`${file} `)).toBe(true)
+      }
+      // No lock file, no -wal, -shm or -journal, and every file byte-for-byte as it was.
+      expect(snapshot(directory)).toEqual(before)
+    })
+  }
+
+  it("refuses such a database before the lease, so even while another writer holds the lease", async () => {
+    const file = unstampedForeign(temporaryDirectory(), "delete")
+    const lease = await acquireLease(file)
+    try {
+      await expectReason(openSqlite(file), "UnsupportedDatabase", "it has no schema_migrations and event_log tables (tables: notes)")
+    } finally {
+      await lease.release()
+    }
+  })
+
+  it("opens a log of every version without an application id, in rollback-journal and WAL mode, and stamps and migrates it", async () => {
+    for (const version of ALL_VERSIONS) {
+      for (const journalMode of ["delete", "wal"] as const) {
+        const directory = temporaryDirectory()
+        const file = path.join(directory, "events.sqlite")
+        const row = rawEvent("model_observed")
+        buildSqliteAtVersion(file, version, { journalMode, rows: [row] })
+        expect(listing(directory)).toEqual(["events.sqlite"])
+        expect(fs.readFileSync(file).readUInt32BE(68)).toBe(0)
+        const database = await openSqlite(file)
+        expect((await migrationRows(database)).map((migration) => migration.version)).toEqual(ALL_VERSIONS)
+        expect(
+          await database.read(async (transaction) => (await transaction.selectFrom("event_log").select("event_id").execute()).map((item) => item.event_id)),
+        ).toEqual([row.event_id])
+        await database.close()
+        expect(fs.readFileSync(file).readUInt32BE(68)).toBe(MAKA_APPLICATION_ID)
+      }
+    }
+  })
+
+  it("leaves a database it cannot read before the lease to the check under the lease: a lock held meanwhile is waited for", async () => {
+    const file = path.join(temporaryDirectory(), "events.sqlite")
+    buildSqliteAtVersion(file, 1, { journalMode: "delete" })
+    const holder = new BetterSqlite3(file)
+    holder.exec("BEGIN EXCLUSIVE")
+    // The check before the lease runs within this call and finds the file locked; the lock is gone
+    // by the time the writer, holding the lease, opens the file.
+    const opening = openSqlite(file)
+    holder.exec("COMMIT")
+    holder.close()
+    const database = await opening
+    expect((await migrationRows(database)).map((migration) => migration.version)).toEqual(ALL_VERSIONS)
+    await database.close()
+  })
 
   it("stamps maka's application id on a new log and refuses a file stamped by another application without opening it", async () => {
     const directory = temporaryDirectory()

@@ -1,12 +1,14 @@
 /**
- * Opens an SQLite event log in the open order of docs/log-format.md §3.1. A writer takes the lease, reads
- * the file header without SQLite (another application's id, or not SQLite at all, is refused before
- * anything opens it; a file without an id that has a `-wal` or `-journal` is classified on a copy),
- * refuses anything that is neither empty nor a maka log of a known version while the file is still
- * untouched (`journal_mode=WAL` rewrites a foreign file's header), then sets WAL, `synchronous` and
- * foreign keys, migrates in one transaction and stamps maka's application id. A read-only open takes
- * no lease and never creates, migrates or changes the database. `":memory:"` opens a private
- * in-memory log with no file and no lease. `backup` copies a live log with SQLite's backup API.
+ * Opens an SQLite event log in the open order of docs/log-format.md §3.1. A writer first refuses what
+ * it can tell is no maka log without creating anything beside the file (so it leaves no lock file
+ * there either), then takes the lease, reads the file header without SQLite (another application's
+ * id, or not SQLite at all, is refused before anything opens it; a file without an id that has a
+ * `-wal` or `-journal` is classified on a copy), refuses anything that is neither empty nor a maka log
+ * of a known version while the file is still untouched (`journal_mode=WAL` rewrites a foreign file's
+ * header), then sets WAL, `synchronous` and foreign keys, migrates in one transaction and stamps
+ * maka's application id. A read-only open takes no lease and never creates, migrates or changes the
+ * database. `":memory:"` opens a private in-memory log with no file and no lease. `backup` copies a
+ * live log with SQLite's backup API.
  */
 import BetterSqlite3 from "better-sqlite3"
 import { Kysely } from "kysely"
@@ -127,7 +129,12 @@ const HEADER_BYTES = 100
 type Header =
   | { readonly kind: "empty" }
   | { readonly kind: "not_sqlite" }
-  | { readonly kind: "sqlite"; readonly applicationId: number }
+  | {
+      readonly kind: "sqlite"
+      readonly applicationId: number
+      /** Write and read versions 1 (header offsets 18, 19): a rollback journal, not WAL. */
+      readonly isRollbackJournal: boolean
+    }
 
 /** The database header read with plain file reads, before SQLite opens the file (it cannot write). */
 const readHeader = (file: string): Header => {
@@ -143,7 +150,7 @@ const readHeader = (file: string): Header => {
     const read = fs.readSync(descriptor, header, 0, HEADER_BYTES, 0)
     if (read === 0) return { kind: "empty" }
     if (read < HEADER_BYTES || !header.subarray(0, SQLITE_MAGIC.length).equals(SQLITE_MAGIC)) return { kind: "not_sqlite" }
-    return { kind: "sqlite", applicationId: header.readUInt32BE(68) }
+    return { kind: "sqlite", applicationId: header.readUInt32BE(68), isRollbackJournal: header[18] === 1 && header[19] === 1 }
   } finally {
     fs.closeSync(descriptor)
   }
@@ -152,10 +159,13 @@ const readHeader = (file: string): Header => {
 /** The sidecars SQLite would replay or delete on open: a `-wal` or a hot `-journal`. */
 const SIDECARS = ["-wal", "-journal"] as const
 
+const hasSidecar = (file: string): boolean => SIDECARS.some((suffix) => fs.existsSync(`${file}${suffix}`))
+
 /**
- * Classifies a database that has sidecars without opening it: a copy of the file and its sidecars
- * in a temporary folder is opened and surveyed instead, so the original, its `-wal` and `-shm` stay
- * byte-for-byte unchanged whatever it turns out to be.
+ * Classifies a database without opening it: a copy of the file and its sidecars in a temporary
+ * folder is opened and surveyed instead, so the original, its `-wal` and `-shm` stay byte-for-byte
+ * unchanged whatever it turns out to be, and no file appears beside it (SQLite opening a WAL-mode
+ * file creates its `-wal` and `-shm`, read-only too, and a read-only connection cannot remove them).
  */
 const surveyCopy = (file: string): SchemaState => {
   const directory = fs.mkdtempSync(nodePath.join(os.tmpdir(), "maka-survey-"))
@@ -189,13 +199,62 @@ const checkBeforeOpen = (file: string): boolean => {
   const header = refuseForeignHeader(file)
   if (header.kind === "empty") return false
   if (header.applicationId === MAKA_APPLICATION_ID) return true
-  if (SIDECARS.some((suffix) => fs.existsSync(`${file}${suffix}`))) surveyCopy(file)
+  if (hasSidecar(file)) surveyCopy(file)
   return false
 }
 
 /**
+ * The check of a read-only open before SQLite opens the file, which must leave a file it refuses as
+ * it found it: as `checkBeforeOpen`, and a WAL-mode file without an application id is classified on
+ * a copy too (another application's database that was closed cleanly has no sidecars, and opening it
+ * read-only would leave a `-wal` and `-shm` beside it). A file in rollback-journal mode without
+ * sidecars is read where it lies: a read-only connection creates nothing beside it.
+ */
+const checkBeforeReading = (file: string): void => {
+  const header = refuseForeignHeader(file)
+  if (header.kind === "empty" || header.applicationId === MAKA_APPLICATION_ID) return
+  if (!header.isRollbackJournal || hasSidecar(file)) surveyCopy(file)
+}
+
+/**
+ * Surveys a file in rollback-journal mode without sidecars where it lies, through a read-only
+ * connection that does not wait for locks: it reads under SQLite's shared lock and creates nothing
+ * beside the file (only a write makes a `-journal`; a file not in WAL mode gets no `-wal` or `-shm`).
+ */
+const surveyInPlace = (file: string): SchemaState => {
+  const connection = openConnection(file, { readonly: true, fileMustExist: true, timeout: 0 })
+  try {
+    return classifySchema(surveySqlite(connection, file))
+  } catch (error) {
+    throw storeError(error, file)
+  } finally {
+    connection.close()
+  }
+}
+
+/**
+ * The refusals a writer makes before it takes the lease, so that a file that is no maka log gets no
+ * lock file beside it (docs/log-format.md §3.1): the header's, and for a file without an application
+ * id the schema check of the open order, read so that nothing is created or changed beside the file
+ * (in place in rollback-journal mode without sidecars, on a copy otherwise). An empty file and a maka
+ * log of any known version pass. Only a refusal is final here, with the message the check under the
+ * lease gives; any other failure (a database another process holds locked, a copy that could not be
+ * made, a copy taken while a writer changed the file) is left to that check, which reports it as before.
+ */
+const refuseBeforeLease = (file: string): void => {
+  const header = refuseForeignHeader(file)
+  if (header.kind === "empty" || header.applicationId === MAKA_APPLICATION_ID) return
+  try {
+    if (header.isRollbackJournal && !hasSidecar(file)) surveyInPlace(file)
+    else surveyCopy(file)
+  } catch (error) {
+    if (EventLogError.isEventLogError(error) && error.reason._tag === "UnsupportedDatabase") throw error
+  }
+}
+
+/**
  * The refusals the header alone decides: not SQLite, or stamped by another application. A writer
- * runs them before it takes the lease too, so a file that is no maka log gets no lock file beside it.
+ * runs them before it takes the lease too (`refuseBeforeLease`).
  */
 const refuseForeignHeader = (file: string): Exclude<Header, { readonly kind: "not_sqlite" }> => {
   const header = readHeader(file)
@@ -276,7 +335,7 @@ const openMemory = async (options: SqliteOptions): Promise<Database> => {
 
 const openWriter = async (path: string, options: SqliteOptions): Promise<Database> => {
   const file = canonicalDatabasePath(path)
-  refuseForeignHeader(file)
+  refuseBeforeLease(file)
   const lease = await acquireLease(file)
   let connection: BetterSqlite3.Database | undefined
   let db: Kysely<Tables> | undefined
@@ -332,7 +391,7 @@ const abandon = async (
 const openReadOnly = async (path: string, options: SqliteOptions): Promise<Database> => {
   const file = canonicalDatabasePath(path)
   if (!fs.existsSync(file)) throw unsupported(`${file}: no event log at this path (a read-only open never creates one)`)
-  checkBeforeOpen(file)
+  checkBeforeReading(file)
   const connection = openConnection(file, {
     readonly: true,
     fileMustExist: true,
