@@ -25,50 +25,58 @@ const loseLease = async (): Promise<void> => {
   expect(keeperProcessId()).toBeUndefined()
 }
 
+/**
+ * Opens a writer, lets `before` load the session into memory, loses the lease, lets the next writer
+ * append (`part`: the whole small run, or its opening alone), then runs `after` on the first writer's log.
+ */
+const acrossLostLease = async (
+  part: "run" | "opening",
+  before: (log: EventLog.EventLogShape) => Effect.Effect<unknown, unknown>,
+  after: (log: EventLog.EventLogShape) => Effect.Effect<void, unknown>,
+): Promise<void> => {
+  const file = path.join(temporaryDirectory(), "events.sqlite")
+  const database = await openSqlite(file)
+  await Effect.runPromise(
+    Effect.scoped(
+      Effect.gen(function* () {
+        const log = yield* EventLog.fromDatabase(() => Promise.resolve(database))
+        yield* before(log)
+        yield* Effect.promise(loseLease)
+        yield* Effect.promise(() => expectReason(database.write(async () => 1), "WriterBusy"))
+        const next = spawnChild(childScript("append-batch.ts"), part === "run" ? [file] : [file, "opening"])
+        const appended = yield* Effect.promise(() => next.line("appended"))
+        expect(appended).toBe(`appended ${part === "run" ? History.smallRun().writes.length : 1}`)
+        expect((yield* Effect.promise(() => next.exited)).code).toBe(0)
+        yield* after(log)
+      }),
+    ),
+  )
+}
+
 describe("a writer that lost its lease", () => {
-  it("reads what the next writer appended, not what it kept in memory", async () => {
-    const file = path.join(temporaryDirectory(), "events.sqlite")
-    const database = await openSqlite(file)
-    await Effect.runPromise(
-      Effect.scoped(
+  it("reads what the next writer appended, not what it kept in memory", () =>
+    acrossLostLease(
+      "run",
+      // The safety check loads the (empty) session into memory and keeps its rows for the context read.
+      (log) => log.checkHistorySafety(SESSION),
+      (log) =>
         Effect.gen(function* () {
-          const log = yield* EventLog.fromDatabase(() => Promise.resolve(database))
-          // The safety check loads the (empty) session into memory and keeps its rows for the context read.
-          yield* log.checkHistorySafety(SESSION)
-          yield* Effect.promise(loseLease)
-          yield* Effect.promise(() => expectReason(database.write(async () => 1), "WriterBusy"))
-          // The next writer appends a whole run to the same session.
-          const next = spawnChild(childScript("append-batch.ts"), [file])
-          const appended = yield* Effect.promise(() => next.line("appended"))
-          expect(appended).toBe(`appended ${History.smallRun().writes.length}`)
-          expect((yield* Effect.promise(() => next.exited)).code).toBe(0)
           const after = yield* log.readModelContextWithHash(SESSION)
           expect(after.source.sourceEvidence.highWater).toBe(History.smallRun().writes.length)
           expect(after.source.tail.length).toBeGreaterThan(0)
         }),
-      ),
-    )
-  })
+    ))
 
-  it("answers the safety check from the store: a run the next writer left open is seen", async () => {
-    const file = path.join(temporaryDirectory(), "events.sqlite")
-    const database = await openSqlite(file)
-    await Effect.runPromise(
-      Effect.scoped(
+  it("answers the safety check from the store: a run the next writer left open is seen", () =>
+    acrossLostLease(
+      "opening",
+      // The session is loaded into memory (empty, so safe), and answered from it the second time.
+      (log) => Effect.andThen(log.checkHistorySafety(SESSION), log.checkHistorySafety(SESSION)),
+      (log) =>
         Effect.gen(function* () {
-          const log = yield* EventLog.fromDatabase(() => Promise.resolve(database))
-          // The session is loaded into memory (empty, so safe), and answered from it the second time.
-          yield* log.checkHistorySafety(SESSION)
-          yield* log.checkHistorySafety(SESSION)
-          yield* Effect.promise(loseLease)
-          const next = spawnChild(childScript("append-batch.ts"), [file, "opening"])
-          expect(yield* Effect.promise(() => next.line("appended"))).toBe("appended 1")
-          expect((yield* Effect.promise(() => next.exited)).code).toBe(0)
           const refused = yield* Effect.flip(log.checkHistorySafety(SESSION))
           expect(refused.reason._tag).toBe("Rejected")
           expect(refused.message).toContain("unsealed or unresolved")
         }),
-      ),
-    )
-  })
+    ))
 })
