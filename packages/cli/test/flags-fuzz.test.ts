@@ -218,9 +218,13 @@ const checks = (command: Flags.CommandName, args: ReadonlyArray<string>, environ
 const decode = (argv: ReadonlyArray<string>, environment: Flags.Environment, label: string): Verdict => {
   const [first, ...args] = argv
   if (first === undefined) return { kind: "usage", message: "" }
+  // `maka help TOPIC` names a command or is refused like one.
+  if (first === "help" && args[0] !== undefined && !Flags.isCommand(args[0])) return { kind: "usage", message: Flags.unknownCommand(args[0]) }
   if (first === "-h" || first === "--help" || first === "help" || first === "-v" || first === "--version") return { kind: "help" }
   if (!Flags.isCommand(first)) return { kind: "usage", message: Flags.unknownCommand(first) }
-  if (args.includes("--help") || args.includes("-h")) return { kind: "help" }
+  // After `--` a `--help` is the command's argument.
+  const flags = args.includes("--") ? args.slice(0, args.indexOf("--")) : args
+  if (flags.includes("--help") || flags.includes("-h")) return { kind: "help" }
   try {
     checks(first, args, environment)
     return { kind: "accepted" }
