@@ -279,7 +279,15 @@ describe("command-line flag fuzz", () => {
         expect(result.code, label).toBe(ExitCode.completed)
         expect(result.stderr, label).toBe("")
         const first = argv[0]!
-        const expected = first === "-v" || first === "--version" ? "0.0.0-fuzz\n" : Flags.isCommand(first) ? commandUsage(first) : USAGE
+        const topic = argv[1]
+        const expected =
+          first === "-v" || first === "--version"
+            ? "0.0.0-fuzz\n"
+            : Flags.isCommand(first)
+              ? commandUsage(first)
+              : first === "help" && topic !== undefined && Flags.isCommand(topic)
+                ? commandUsage(topic)
+                : USAGE
         expect(result.stdout, label).toBe(expected)
         continue
       }
