@@ -1,3 +1,5 @@
+import * as fs from "node:fs"
+import * as path from "node:path"
 import { afterEach, describe, expect, it } from "vitest"
 import { eventLines, folder, maka, when, type Folder } from "./support/cli.ts"
 
@@ -116,6 +118,15 @@ describe("maka chat", () => {
     expect(chat.stderr).toBe(run.stderr)
     expect(chat.stderr).not.toContain("internal error")
     expect(chat.stderr.trim().split("\n")).toHaveLength(1)
+  })
+
+  it("makes no log, no workspace marker and no session when its piped input holds no line (exit 0)", async () => {
+    const { root, workspace, db } = fresh()
+    const result = await maka(["chat", "--db", db, "--workspace", workspace], { cwd: root, input: "\n  \n" })
+    expect(result.code).toBe(0)
+    expect(result.stderr).toBe("")
+    expect(fs.existsSync(db)).toBe(false)
+    expect(fs.existsSync(path.join(workspace, ".maka-workspace.json"))).toBe(false)
   })
 
   it("refuses bad flags with exit 2 before reading any line", async () => {

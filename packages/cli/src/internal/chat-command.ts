@@ -50,10 +50,14 @@ export const chatCommand = async (context: RunContext): Promise<number> => {
     return signals.signal.aborted ? undefined : queued.shift()
   }
   try {
+    // Piped input opens the log at its first line: an input without one makes no log and no session.
+    // On a terminal the log opens at once, so a refusal (another writer, say) comes before any typing.
+    const first = context.stdin.isTTY === true ? undefined : await nextLine()
+    if (context.stdin.isTTY !== true && first === undefined) return signals.signal.aborted ? ExitCode.cancelled : ExitCode.completed
     const host = await openHost(settings, context.sink, signals.signal, signals.attach)
     let code: number = ExitCode.completed
     try {
-      for (let message = await nextLine(); message !== undefined; message = await nextLine()) {
+      for (let message = first ?? (await nextLine()); message !== undefined; message = await nextLine()) {
         try {
           code = await host.turn(message, (run) => {
             steer = (text) => run.steer(text)
