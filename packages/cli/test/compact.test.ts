@@ -1,5 +1,6 @@
 import { OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
 import * as fs from "node:fs"
+import * as path from "node:path"
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest"
 import { eventLines, folder, maka, type Folder } from "./support/cli.ts"
 
@@ -145,6 +146,12 @@ describe("maka compact", () => {
     expect(unknown.code).toBe(1)
     const sessions = await maka(["sessions", "--db", db], { cwd: root })
     expect(sessions.stdout).not.toContain("nobody")
+    // Refused before the workspace is opened: a folder compact was pointed at gets no marker.
+    const other = path.join(root, "other")
+    fs.mkdirSync(other)
+    const elsewhere = await maka(["compact", "--db", db, "--workspace", other, "--session", "nobody"], { cwd: root })
+    expect(elsewhere.code).toBe(1)
+    expect(fs.readdirSync(other)).toEqual([])
     const missing = `${db}.absent`
     const absent = await maka(["compact", "--db", missing, "--workspace", workspace, "--session", "s"], { cwd: root })
     expect(absent.stderr).toContain(`no maka log at ${missing}`)

@@ -5,11 +5,11 @@
  * `--json`, the committed events as `maka run --json` does; exit 0 for compacted or unchanged.
  */
 import type { Event, Outcome } from "@maka/facts"
-import * as fs from "node:fs"
 import { CliError, ExitCode, exitCodeOf, failureLine, fromEngineError } from "./exit.ts"
 import * as Flags from "./flags.ts"
 import { eventLine } from "./render.ts"
 import { cancelOnSignals, openHost, settingsOf, type RunContext } from "./run-command.ts"
+import { openReadOnly } from "./store.ts"
 
 /** The line that says what a finished compaction did; `stdout` false for a failure (stderr). */
 export const resultLine = (
@@ -43,15 +43,19 @@ export const compactCommand = async (context: RunContext): Promise<number> => {
   const { values } = Flags.parse("compact", context.args)
   Flags.requiredSession(values, "compact")
   const settings = settingsOf(values, context)
-  // Compaction needs history: a log that does not exist is not created.
-  if (settings.database.kind === "sqlite" && !fs.existsSync(settings.database.path)) {
-    throw new CliError(`no maka log at ${settings.database.path}; pass --db PATH of an existing log`, ExitCode.failed)
+  // Compaction needs history: a log that does not exist is not created (`openReadOnly` refuses it), and
+  // a session without history is refused before the workspace (its marker) and the writer are opened.
+  const reader = await openReadOnly(settings.database)
+  try {
+    const first = await reader.run(reader.log.events(settings.sessionId, undefined, 1))
+    if (first.length === 0) throw new CliError(`session ${settings.sessionId} has no events`, ExitCode.failed)
+  } finally {
+    await reader.close()
   }
   const signals = cancelOnSignals()
   try {
     const host = await openHost(settings, context.sink, signals.signal)
     try {
-      if (!(await host.hasHistory())) throw new CliError(`session ${settings.sessionId} has no events`, ExitCode.failed)
       const { outcome, events } = await host.compact()
       if (settings.json) for (const stored of events) context.sink.out(`${eventLine(stored)}\n`)
       const line = resultLine(outcome, events)

@@ -155,8 +155,6 @@ export interface Host {
   readonly turn: (message: string, onStarted?: (run: { readonly steer: (text: string) => Promise<void> }) => void) => Promise<number>
   /** Runs a standalone compaction of the session and resolves with its result and its committed events. */
   readonly compact: () => Promise<CompactResult>
-  /** Whether the session has any stored event. */
-  readonly hasHistory: () => Promise<boolean>
   readonly close: () => Promise<void>
 }
 
@@ -283,8 +281,7 @@ export const openHost = async (settings: RunSettings, sink: Sink, signal: AbortS
       const stored = await opened.events(settings.sessionId)
       return { outcome: result.outcome, events: stored.filter((event) => event.event.invocation.invocationId === invocationId) }
     }
-    const hasHistory = async () => (await opened.events(settings.sessionId, { limit: 1 })).length > 0
-    return { turn, compact, hasHistory, close }
+    return { turn, compact, close }
   } catch (error) {
     await close()
     throw fromEngineError(error)
