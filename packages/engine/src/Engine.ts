@@ -157,11 +157,17 @@ export type ResumeReport =
   | { readonly sessionId: string; readonly invocation: Identity.Invocation; readonly started: RunningInvocation }
   | { readonly sessionId: string; readonly invocation: Identity.Invocation; readonly skipped: string }
 
-/** What became of a live run when the engine closed handing off. */
+/**
+ * What became of a live run when the engine closed handing off: `paused` (with its pause),
+ * `cancelled`, or `ended` when the run reached its own terminal first (completed, or failed, before
+ * its pause or its cancellation took effect), with that terminal: a host must not run it again.
+ */
 export interface ClosedRun {
   readonly invocation: Identity.Invocation
-  readonly outcome: "paused" | "cancelled"
+  readonly outcome: "paused" | "cancelled" | "ended"
   readonly pause?: Lineage.HandoffPause
+  /** The terminal of an `ended` run. */
+  readonly terminal?: Outcome.InvocationOutcome
 }
 
 export interface EngineShape {
@@ -407,6 +413,7 @@ export const make = (options: Partial<EngineOptions> = {}) =>
         readonly cancel: Effect.Effect<void>
         readonly handoff: Effect.Effect<Lineage.HandoffPause | undefined, EngineError.EngineError>
         readonly fiber: Fiber.Fiber<unknown, unknown>
+        readonly result: Deferred.Deferred<RunResult, EngineError.EngineError>
       }
     >()
     // The host generation that pauses runs (informational in each intent).
@@ -509,7 +516,7 @@ export const make = (options: Partial<EngineOptions> = {}) =>
         // ended (a run cancelled before it began) released its session: it is not live.
         const fiber = yield* Effect.forkIn(worker, runScope, { startImmediately: true })
         if (fiber.pollUnsafe() === undefined) {
-          live.set(input.invocation.invocationId, { invocation: input.invocation, cancel: cancellation.cancel, handoff, fiber })
+          live.set(input.invocation.invocationId, { invocation: input.invocation, cancel: cancellation.cancel, handoff, fiber, result })
         }
         yield* Deferred.await(admitted)
         if (committed.length === 0) {
@@ -690,7 +697,13 @@ export const make = (options: Partial<EngineOptions> = {}) =>
             }
             yield* item.cancel
             yield* Fiber.await(item.fiber)
-            return { invocation: item.invocation, outcome: "cancelled" } satisfies ClosedRun
+            // The run may have reached its own terminal before the cancellation took effect: that
+            // terminal is what the log holds, and what the host is told.
+            const ended = yield* Effect.result(Deferred.await(item.result))
+            const terminal = Result.isSuccess(ended) ? ended.success.outcome : undefined
+            if (terminal === undefined || terminal.kind === "cancelled") return { invocation: item.invocation, outcome: "cancelled" } satisfies ClosedRun
+            if (terminal.kind === "handoff_paused") return { invocation: item.invocation, outcome: "paused", pause: terminal.pause } satisfies ClosedRun
+            return { invocation: item.invocation, outcome: "ended", terminal } satisfies ClosedRun
           }),
         { concurrency: "unbounded" },
       )

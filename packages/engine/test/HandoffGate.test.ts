@@ -152,6 +152,24 @@ describe("the handoff gate", () => {
     ),
   )
 
+  it.live("handing off every live run reports a run that completed on its own first as ended, with its terminal", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const held = Respond.gate()
+        const context = yield* setup({ script: [mainEntry(Respond.hold(held, answer("Done.")))] })
+        const running = yield* context.engine.start(input(context, "Answer.", tools({ ran: [] }, [])))
+        yield* Effect.promise(() => context.server.request(0))
+        const closing = yield* Effect.forkChild(context.engine.handOffAll)
+        yield* Effect.sleep("20 millis")
+        held.release()
+        const closed = yield* Fiber.join(closing)
+        assert.deepStrictEqual(closed, [{ invocation: running.invocation, outcome: "ended", terminal: { kind: "completed" } }])
+        assert.deepStrictEqual((yield* running.wait).outcome, { kind: "completed" })
+        assert.strictEqual(yield* pauses(context), 0)
+      }),
+    ),
+  )
+
   it.live("a second reservation while one is pending is Busy, and so is one after the seal", () =>
     Effect.scoped(
       Effect.gen(function* () {
