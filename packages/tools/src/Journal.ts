@@ -9,7 +9,7 @@ import { Clock, Effect, Exit, Fiber, type Redacted, Result } from "effect"
 import * as Cancellation from "./Cancellation.ts"
 import { defaults } from "./Defaults.ts"
 import { Ids } from "./Ids.ts"
-import { execute, type Execution } from "./internal/execution.ts"
+import { execute, type Execution, unrecordableOutputMessage as unrecordable } from "./internal/execution.ts"
 import { scrub } from "./internal/secrets.ts"
 import type { Runner, Semantics, Tool } from "./Tool.ts"
 import { admit, type CapturedCatalog } from "./ToolCatalog.ts"
@@ -163,9 +163,8 @@ export const reject = (
 // ---------------------------------------------------------------------------------------------
 // Invocation
 
-/** The message of a success whose output cannot be recorded (over 64 MiB raw, or too deep). */
-export const unrecordableOutputMessage = (detail: string): string =>
-  `The tool completed, but its result could not be recorded: ${detail}`
+/** The message of a success whose output cannot be recorded (over 64 MiB raw, too deep, or unreadable). */
+export const unrecordableOutputMessage: (detail: string) => string = unrecordable
 
 export interface InvokeOptions {
   readonly cancellation?: Cancellation.Cancellation | undefined
@@ -232,13 +231,17 @@ const settleWrite = (
   }
   if (execution._tag === "Failed") return failed(execution.message)
   return Effect.flatMap(stamp, ({ id, recordedAt }) => {
-    const built = EventWrite.toolSuccess({
-      id,
-      recordedAt,
-      invocation,
-      operationId: request.operationId,
-      output: execution.output,
-    })
+    const build = (output: ToolCall.ToolOutput) =>
+      EventWrite.toolSuccess({ id, recordedAt, invocation, operationId: request.operationId, output })
+    let built = build(execution.output)
+    // A fact's text is well-formed Unicode (packages/facts/README.md), so a text output holding a
+    // lone surrogate (text cut inside a pair) is refused. Like a failure message the journal stores
+    // but did not write, it is then stored with U+FFFD in place of each lone surrogate, as a UTF-8
+    // encoder (and so the model) would read it anyway. Only after the refusal: the usual text,
+    // well-formed, is not scanned once more.
+    if (Result.isFailure(built) && built.failure.rule === "text_ill_formed" && execution.output.format === "text") {
+      built = build({ format: "text", value: Validation.toWellFormedText(execution.output.value) })
+    }
     if (Result.isFailure(built)) {
       // The effect happened but its output cannot be stored: say so as a known failure.
       return failed(unrecordableOutputMessage(built.failure.message))

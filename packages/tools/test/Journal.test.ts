@@ -1,5 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
-import { EventSink, type Identity, type ToolCall } from "@maka/facts"
+import { Canonical, EventSink, EventWrite, type Identity, type ToolCall } from "@maka/facts"
 import { FactBuilders } from "@maka/testkit"
 import { Cancellation, Journal, Tool, ToolCatalog } from "@maka/tools"
 import { RecordingSink, TestIds } from "@maka/tools/testing"
@@ -118,6 +118,95 @@ describe("Journal.invoke", () => {
       if (settled.kind === "tool_settled" && settled.outcome.kind === "failed") {
         assert.match(settled.outcome.message, /^The tool completed, but its result could not be recorded: /)
       } else assert.fail("expected a failed settlement")
+    }),
+  )
+
+  it.effect("settles an output whose check throws as a failure that says the tool completed, never echoing the error", () =>
+    Effect.gen(function* () {
+      const circular: { [key: string]: unknown } = { name: "loop" }
+      circular["self"] = circular
+      let deep: Identity.Json = "leaf"
+      for (let level = 0; level < 10_000; level++) deep = { next: deep }
+      const getter = Object.defineProperty({}, "token", {
+        enumerable: true,
+        get() {
+          throw new Error("sk-secret from a getter")
+        },
+      })
+      const ownKeysTrap = new Proxy({}, {
+        ownKeys() {
+          throw new Error("sk-secret from a trap")
+        },
+      })
+      const outputs: ReadonlyArray<unknown> = [
+        Tool.json(circular as Identity.Json),
+        Tool.json(deep),
+        Tool.json(getter),
+        Tool.json(ownKeysTrap),
+        { format: "json", value: circular },
+        // The output itself: its keys or its format cannot be read.
+        new Proxy({ format: "text", value: "ok" }, { ownKeys: () => { throw new Error("sk-secret") } }),
+        Object.defineProperty({ value: "ok" }, "format", { enumerable: true, get: () => { throw new Error("sk-secret") } }),
+      ]
+      for (const output of outputs) {
+        const { result, facts } = yield* runProbe(() => Effect.succeed(output as ToolCall.ToolOutput))
+        assert.deepStrictEqual(kinds(facts), ["tool_dispatched", "tool_settled:failed"])
+        const message = Journal.unrecordableOutputMessage(
+          "reading it as JSON threw an error (is it circular, nested too deeply, or does a getter or proxy in it throw?)",
+        )
+        assert.deepInclude(result, { _tag: "Settled", outcome: { kind: "failed", message } })
+      }
+    }),
+  )
+
+  it.effect("settles an error that throws while it is read, or whose message is not a string, as a known failure", () =>
+    Effect.gen(function* () {
+      const unreadable = new Error("hidden")
+      Object.defineProperty(unreadable, "message", {
+        get() {
+          throw new Error("sk-secret from a getter")
+        },
+      })
+      const trapped = new Proxy({}, {
+        has() {
+          throw new Error("sk-secret from a trap")
+        },
+      })
+      for (const error of [unreadable, trapped]) {
+        const thrown = yield* runProbe(() => {
+          throw error
+        })
+        assert.deepInclude(thrown.result, {
+          _tag: "Settled",
+          outcome: { kind: "failed", message: "tool failed with an error that could not be read" },
+        })
+        const failedWith = yield* runProbe(() => Effect.fail(error))
+        assert.deepStrictEqual(kinds(failedWith.facts), ["tool_dispatched", "tool_settled:failed"])
+      }
+      // A message getter that answers something other than a string: the error is described instead.
+      const numbered = new RangeError("hidden")
+      Object.defineProperty(numbered, "message", { get: () => 42 })
+      const described = yield* runProbe(() => Promise.reject(numbered))
+      assert.deepInclude(described.result, { _tag: "Settled", outcome: { kind: "failed", message: "RangeError" } })
+      const unknown = yield* runProbe(() => Effect.fail({ _tag: "ToolOutcomeUnknown", get message() { return 42 } }))
+      assert.deepInclude(unknown.result, { _tag: "OutcomeUnknown", cause: "outcome_unknown", message: "" })
+    }),
+  )
+
+  it.effect("settles a text output with lone surrogates with U+FFFD in their place, in its raw payload too", () =>
+    Effect.gen(function* () {
+      // A cut inside a surrogate pair, and a lone low surrogate.
+      const cut = "\u{1F600}\u{1F600}\u{1F600}".slice(0, 5)
+      const { result, facts } = yield* runProbe(() => Effect.succeed(Tool.text(`${cut} \udc00`)))
+      const expected = "\u{1F600}\u{1F600}\ufffd \ufffd"
+      const settled = facts[1]!
+      if (settled.kind !== "tool_settled" || settled.outcome.kind !== "succeeded") return assert.fail("expected a success")
+      assert.deepStrictEqual(settled.outcome.projection, { kind: "text", text: expected })
+      assert.isTrue(EventWrite.payloadMatches(settled.outcome.raw, Canonical.stringify(Tool.text(expected))))
+      assert.deepInclude(result, { _tag: "Settled", outcome: settled.outcome })
+      // A JSON output is data, not text: it is recorded as given or not at all.
+      const json = yield* runProbe(() => Effect.succeed(Tool.json({ text: cut })))
+      assert.deepStrictEqual(kinds(json.facts), ["tool_dispatched", "tool_settled:failed"])
     }),
   )
 

@@ -82,6 +82,51 @@ describe("Tool.make", () => {
     )
   })
 
+  it.effect("takes an empty struct as a tool without arguments: the closed empty object, offered and decoded", () =>
+    Effect.gen(function* () {
+      // Effect reads Schema.Struct({}) as TypeScript's {} (any value but null): JSON Schema
+      // {not: {type: "null"}}, which Tool.make refused as not a JSON object.
+      const ran: Array<unknown> = []
+      const now = Tool.make({
+        name: "now",
+        description: "d",
+        semantics: "parallel",
+        input: Schema.Struct({}),
+        execute: (input) => (ran.push(input), Effect.succeed(Tool.text("noon"))),
+      })
+      assert.deepStrictEqual(now.inputSchema, { type: "object", properties: {}, additionalProperties: false })
+      // The same JSON Schema as zod's closed empty object; annotations stay.
+      assert.deepStrictEqual(now.inputSchema, Tool.standardJsonSchemaOf(z.strictObject({})))
+      const described = Tool.make({
+        name: "now",
+        description: "d",
+        semantics: "parallel",
+        input: Schema.Struct({}).annotate({ description: "No arguments." }),
+        execute: () => Effect.succeed(Tool.text("noon")),
+      })
+      assert.deepStrictEqual(described.inputSchema, {
+        type: "object",
+        properties: {},
+        additionalProperties: false,
+        description: "No arguments.",
+      })
+      const runner = yield* now.decode({})
+      yield* runner({ signal: new AbortController().signal }) as Effect.Effect<unknown>
+      assert.deepStrictEqual(ran, [{}])
+      // What the JSON Schema refuses, the decoder refuses too, in Effect's words for a closed struct.
+      for (const input of [5, "x", [], null]) {
+        const failure = yield* Effect.flip(now.decode(input))
+        assert.deepStrictEqual(failure, { kind: "invalid_input", message: 'Invalid input for tool "now": Expected object' })
+      }
+      const extra = yield* Effect.flip(now.decode({ a: 1, b: 2 }))
+      assert.strictEqual(
+        extra.message,
+        'Invalid input for tool "now": Expected no excess property\n  at ["a"]\nExpected no excess property\n  at ["b"]',
+      )
+      assert.deepStrictEqual(ran, [{}])
+    }),
+  )
+
   it.effect("shares one sealed definition per schema, name and description, and runs each tool's own execute", () =>
     Effect.gen(function* () {
       const runs: Array<string> = []
@@ -197,6 +242,39 @@ describe("Tool.make with a Standard Schema (zod 4)", () => {
       const failure = yield* Effect.flip(tool.decode({ name: "x" }))
       assert.strictEqual(failure.kind, "preparation_failed")
       assert.include(failure.message, "validator broke")
+    }),
+  )
+
+  it.effect("turns a validator that throws an error which cannot even be read into preparation_failed", () =>
+    Effect.gen(function* () {
+      const unreadable = new Error("hidden")
+      Object.defineProperty(unreadable, "message", {
+        get() {
+          throw new Error("getter broke")
+        },
+      })
+      const trapped = new Proxy(
+        {},
+        {
+          getPrototypeOf() {
+            throw new Error("trap broke")
+          },
+        },
+      )
+      for (const thrown of [unreadable, trapped]) {
+        const tool = zodTool(
+          z.object({
+            name: z.string().refine(() => {
+              throw thrown
+            }),
+          }),
+        )
+        const failure = yield* Effect.flip(tool.decode({ name: "x" }))
+        assert.deepStrictEqual(failure, {
+          kind: "preparation_failed",
+          message: 'Tool "read" could not prepare its input: an error that could not be described',
+        })
+      }
     }),
   )
 

@@ -4,17 +4,39 @@
  */
 import { Result } from "effect"
 
-export const describeDefect = (defect: unknown): string => {
-  if (defect instanceof Error) return defect.message.length > 0 ? `${defect.name}: ${defect.message}` : defect.name
+/** What `describeDefect` says of a value that threw while it was described (a getter, a proxy). */
+const UNDESCRIBABLE = "an error that could not be described"
+
+const describe = (defect: unknown): string => {
+  if (defect instanceof Error) {
+    // Read once, and only a string is a message: a getter may answer anything, differently each time.
+    const message: unknown = defect.message
+    return typeof message === "string" && message.length > 0 ? `${defect.name}: ${message}` : String(defect.name)
+  }
   if (typeof defect === "string") return defect
-  if (typeof defect === "object" && defect !== null && "_tag" in defect && typeof defect._tag === "string") {
-    const message = "message" in defect && typeof defect.message === "string" ? `: ${defect.message}` : ""
-    return defect._tag + message
+  if (typeof defect === "object" && defect !== null && "_tag" in defect) {
+    const tag: unknown = defect._tag
+    if (typeof tag === "string") {
+      const message: unknown = "message" in defect ? defect.message : undefined
+      return typeof message === "string" ? `${tag}: ${message}` : tag
+    }
   }
   return Result.getOrElse(
     Result.try(() => JSON.stringify(defect) ?? String(defect)),
     () => Object.prototype.toString.call(defect),
   )
+}
+
+/**
+ * A defect or unknown error in one line. The value may be anyone's (a tool's thrown error, a
+ * validator's), so reading it can throw (a getter, a proxy's trap); that gives `UNDESCRIBABLE`.
+ */
+export const describeDefect = (defect: unknown): string => {
+  try {
+    return describe(defect)
+  } catch {
+    return UNDESCRIBABLE
+  }
 }
 
 /** The longest prefix of `text` within `maxBytes` UTF-8 bytes that never splits a surrogate pair. */

@@ -1,8 +1,10 @@
 /**
  * Runs one prepared tool call and classifies how it ended, without ever failing (docs/tools.md
- * docs/tools.md §2.12): a decoded `ToolOutput` is a success; `ToolOutcomeUnknown` leaves the outcome unknown; a
+ * §2.12): a decoded `ToolOutput` is a success; `ToolOutcomeUnknown` leaves the outcome unknown; a
  * `ToolFailure`, any other error thrown, rejected with or failed with, a defect, an interruption of
  * the tool's own effect and an invalid output are known failures that carry the error's message.
+ * Reading what the tool returned runs the tool's code (getters, proxies) and can throw or overflow
+ * the stack; such a throw is a known failure too, never a defect of the caller.
  */
 import { ToolCall } from "@maka/facts"
 import { Cause, Effect, Exit, Result, Schema } from "effect"
@@ -22,12 +24,25 @@ const hasTag = (value: unknown, tag: string): value is { readonly _tag: string; 
 
 /** The message of an error as the model should read it: an `Error`'s own message, not its name. */
 const messageOf = (error: unknown): string => {
-  if (error instanceof Error) return error.message
-  if (typeof error === "object" && error !== null && "message" in error && typeof error.message === "string") {
-    return error.message
-  }
-  return describeDefect(error)
+  // Read once: a getter may answer differently each time, and only a string is settled as a message.
+  const message: unknown = typeof error === "object" && error !== null && "message" in error ? error.message : undefined
+  return typeof message === "string" ? message : describeDefect(error)
 }
+
+/** The message of a success whose output cannot be recorded (over 64 MiB raw, too deep, unreadable). */
+export const unrecordableOutputMessage = (detail: string): string =>
+  `The tool completed, but its result could not be recorded: ${detail}`
+
+/**
+ * Why an output whose reading threw cannot be recorded. The thrown error is the tool's own (a getter's,
+ * a proxy's) or a stack overflow, so its message is not repeated: it may hold anything, a secret
+ * included.
+ */
+const UNREADABLE_OUTPUT =
+  "reading it as JSON threw an error (is it circular, nested too deeply, or does a getter or proxy in it throw?)"
+
+/** The message of a failure whose error threw while it was read (a getter, a proxy). */
+const UNREADABLE_ERROR_MESSAGE = "tool failed with an error that could not be read"
 
 const failed = (message: string): Execution => ({
   _tag: "Failed",
@@ -37,7 +52,8 @@ const failed = (message: string): Execution => ({
 /** Classifies an error by its tag (never `instanceof`, so a second copy of this package agrees). */
 export const classifyError = (error: unknown): Execution => {
   if (hasTag(error, "ToolOutcomeUnknown")) {
-    return { _tag: "Unknown", message: typeof error.message === "string" ? error.message : "" }
+    const message = error.message
+    return { _tag: "Unknown", message: typeof message === "string" ? message : "" }
   }
   return failed(messageOf(error))
 }
@@ -70,19 +86,41 @@ const toEffect = (result: ToolExecution): Effect.Effect<unknown, unknown> => {
   return Effect.fail(new TypeError("execute returned neither an Effect nor a Promise"))
 }
 
-const fromExit = (exit: Exit.Exit<unknown, unknown>): Execution => {
-  if (Exit.isSuccess(exit)) {
-    const text = plainTextOutput(exit.value)
+/**
+ * The output a tool returned, as a success or the known failure of docs/tools.md §2.12: the effect
+ * happened, so an output that is not a valid `ToolOutput` or cannot be read is settled as a failure,
+ * never left to throw through the journal's bookkeeping.
+ */
+const fromOutput = (value: unknown): Execution => {
+  try {
+    const text = plainTextOutput(value)
     if (text !== undefined) return { _tag: "Succeeded", output: text }
-    const output = decodeOutput(exit.value, { onExcessProperty: "error" })
+    const output = decodeOutput(value, { onExcessProperty: "error" })
     return Result.isSuccess(output)
       ? { _tag: "Succeeded", output: output.success }
       : failed(`tool returned an invalid output: ${output.failure.message}`)
+  } catch {
+    // The schema's parser throws (rather than failing) when a check throws, a cycle or a deep value
+    // overflowing the stack included; the value is the tool's, so its error is not echoed.
+    return failed(unrecordableOutputMessage(UNREADABLE_OUTPUT))
   }
+}
+
+/** `classifyError`, except that an error which throws while it is read is a known failure too. */
+const fromError = (error: unknown): Execution => {
+  try {
+    return classifyError(error)
+  } catch {
+    return failed(UNREADABLE_ERROR_MESSAGE)
+  }
+}
+
+const fromExit = (exit: Exit.Exit<unknown, unknown>): Execution => {
+  if (Exit.isSuccess(exit)) return fromOutput(exit.value)
   const error = Cause.findError(exit.cause)
-  if (Result.isSuccess(error)) return classifyError(error.success)
+  if (Result.isSuccess(error)) return fromError(error.success)
   const defect = Cause.findDie(exit.cause)
-  if (Result.isSuccess(defect)) return classifyError(defect.success.defect)
+  if (Result.isSuccess(defect)) return fromError(defect.success.defect)
   return failed("tool effect was interrupted")
 }
 
