@@ -11,10 +11,12 @@ import { EventLog, type EventLogError } from "@maka/event-log"
 import { LanguageModel, ModelDefaults, ProviderConfig } from "@maka/model"
 import { Ids, ToolCatalog, Workspace } from "@maka/tools"
 import { Effect, Layer, Redacted, Stream } from "effect"
+import * as nodePath from "node:path"
 import * as Engine from "./Engine.ts"
 import * as EngineError from "./EngineError.ts"
 import * as Hints from "./Hints.ts"
 import * as EventFeed from "./internal/event-feed.ts"
+import { optionsProblem } from "./internal/options.ts"
 
 /** The defaults of `createEngine`, `start` and `Agent.start`. */
 export const defaults = Object.freeze({
@@ -128,6 +130,41 @@ export const secretsOf = (config: ProviderConfig.ProviderConfig): ReadonlyArray<
 
 const isRecord = (value: unknown): value is Readonly<Record<string, unknown>> => typeof value === "object" && value !== null
 
+/**
+ * Whether `value` can be used as the run's `AbortSignal`: its `aborted` flag and listener methods.
+ * Not `instanceof AbortSignal`, which refuses a signal made in another realm (a vm context, a test
+ * environment's own globals).
+ */
+const isSignal = (value: unknown): value is AbortSignal =>
+  isRecord(value) &&
+  typeof value["aborted"] === "boolean" &&
+  typeof value["addEventListener"] === "function" &&
+  typeof value["removeEventListener"] === "function"
+
+/**
+ * What is wrong with a workspace path, or `undefined`. An empty path would open the process's
+ * directory (`path.resolve("")`) and write a marker there, as an unset environment variable passed
+ * as the path would: it is refused instead.
+ */
+const workspacePathProblem = (directory: unknown): string | undefined =>
+  typeof directory !== "string"
+    ? "workspace must be a directory path or an opened Workspace"
+    : directory === ""
+      ? "workspace must not be an empty path"
+      : undefined
+
+/**
+ * Opens the workspace at `directory` (docs/architecture.md §7): the canonical root and its identity,
+ * its marker created when missing. A path that is not a non-empty string, or a directory that is
+ * unusable, is `InvalidInput`.
+ */
+export const openWorkspace = (directory: string): Effect.Effect<Workspace.Workspace, EngineError.EngineError, Ids.Ids> => {
+  const problem = workspacePathProblem(directory)
+  return problem !== undefined
+    ? Effect.fail(EngineError.invalidInput(problem))
+    : Effect.mapError(Workspace.open(directory), (error) => EngineError.invalidInput(error.message))
+}
+
 /** The shape checks a caller without types may miss; the value checks follow in admission. */
 const shapeProblem = (options: RunOptions): string | undefined => {
   if (!isRecord(options)) return "start options must be an object"
@@ -147,17 +184,28 @@ const shapeProblem = (options: RunOptions): string | undefined => {
     return "message must be a string"
   }
   const workspace: unknown = options.workspace
-  if (workspace !== undefined && typeof workspace !== "string" && !(isRecord(workspace) && typeof workspace["root"] === "string")) {
-    return "workspace must be a directory path or an opened Workspace"
+  if (workspace !== undefined && !(isRecord(workspace) && typeof workspace["root"] === "string")) {
+    const problem = workspacePathProblem(workspace)
+    if (problem !== undefined) return problem
   }
   const tools: unknown = options.tools
   if (tools !== undefined && !Array.isArray(tools) && !(isRecord(tools) && typeof tools["capture"] === "function")) {
     return "tools must be a ToolCatalog or an array of tools"
   }
+  // Admission checks the same range as `mainOutputLimit` (docs/engine.md §5.2); here it is named
+  // as the caller passed it.
   const limit: unknown = options.maxOutputTokens
-  if (limit !== undefined && (typeof limit !== "number" || !Number.isSafeInteger(limit) || limit < 1)) {
-    return "maxOutputTokens must be a positive integer"
+  if (
+    limit !== undefined &&
+    (typeof limit !== "number" || !Number.isSafeInteger(limit) || limit < 1 || limit > Limits.MAX_MAIN_OUTPUT_LIMIT)
+  ) {
+    return `maxOutputTokens must be an integer in 1..${Limits.MAX_MAIN_OUTPUT_LIMIT}`
   }
+  // A string such as "false" is truthy: it would admit a run over an unknown outcome.
+  if (options.allowPriorUnknown !== undefined && typeof options.allowPriorUnknown !== "boolean") {
+    return "allowPriorUnknown must be a boolean"
+  }
+  if (options.signal !== undefined && !isSignal(options.signal)) return "signal must be an AbortSignal"
   return undefined
 }
 
@@ -170,16 +218,23 @@ const catalogOf = (tools: Tools | undefined): Effect.Effect<ToolCatalog.ToolCata
   })
 }
 
-/** `configuration.cwd` and `workspaceIdentity`: the opened workspace, or the process's directory. */
-const placeOf = (workspace: RunOptions["workspace"]) =>
+/** `configuration.cwd` and `workspaceIdentity`. */
+interface Place {
+  readonly cwd: string
+  readonly workspaceIdentity?: string
+}
+
+/**
+ * The place of a run as the admission checks see it before a directory is opened (opening creates
+ * its marker, so it comes last): an opened `Workspace` is itself and no workspace is the process's
+ * directory, as the run will have them; a path stands in resolved, not yet canonical.
+ */
+const placeBeforeOpening = (workspace: RunOptions["workspace"]): Place =>
   workspace === undefined
-    ? Effect.sync(() => ({ cwd: process.cwd() }))
-    : Effect.map(
-        typeof workspace === "string"
-          ? Effect.mapError(Workspace.open(workspace), (error) => EngineError.invalidInput(error.message))
-          : Effect.succeed(workspace),
-        (opened) => ({ cwd: opened.root, workspaceIdentity: opened.identity }),
-      )
+    ? { cwd: process.cwd() }
+    : typeof workspace === "string"
+      ? { cwd: nodePath.resolve(workspace) }
+      : { cwd: workspace.root, workspaceIdentity: workspace.identity }
 
 /** The detailed `Engine.StartInput` of plain options: fresh ids, a bound model, the place and the defaults. */
 export const startInput = (options: RunOptions): Effect.Effect<Engine.StartInput, EngineError.EngineError, Ids.Ids> =>
@@ -192,43 +247,62 @@ export const startInput = (options: RunOptions): Effect.Effect<Engine.StartInput
       (error) => EngineError.invalidInput(error.reason.message),
     )
     const tools = yield* catalogOf(options.tools)
-    const place = yield* placeOf(options.workspace)
-    const connection = options.connection ?? {
-      id: `${config.kind}:${ProviderConfig.normalizeBaseUrl(config.baseUrl)}`,
-      slug: config.kind,
-    }
-    const context = options.context ?? {}
     const invocation: Identity.Invocation = {
       sessionId: options.sessionId,
       turnId: yield* Ids.next,
       runId: yield* Ids.next,
       invocationId: yield* Ids.next,
     }
-    return {
-      invocation,
-      model,
-      configuration: {
-        ...(options.systemPrompt === undefined ? {} : { systemPrompt: { text: options.systemPrompt } }),
-        ...place,
-        model: { connectionId: connection.id, connectionSlug: connection.slug, model: config.model },
-        toolMode: "direct",
-      },
-      message: typeof options.message === "string" ? { text: options.message } : options.message,
-      tools,
-      maxSteps: options.maxSteps ?? defaults.maxSteps,
-      allowPriorUnknown: options.allowPriorUnknown ?? defaults.allowPriorUnknown,
-      mainOutputLimit: options.maxOutputTokens ?? defaults.maxOutputTokens,
-      ...(options.providerOptions === undefined ? {} : { providerOptions: options.providerOptions }),
-      context: {
-        providerId: context.providerId ?? config.kind,
-        ...(context.contextWindow === undefined ? {} : { contextWindow: context.contextWindow }),
-        ...(context.declaredWindow === undefined ? {} : { declaredWindow: context.declaredWindow }),
-        ...(context.modelContextWindow === undefined ? {} : { modelContextWindow: context.modelContextWindow }),
-      },
-      secrets: secretsOf(config),
-      ...(options.signal === undefined ? {} : { signal: options.signal }),
-    } satisfies Engine.StartInput
+    // Every admission check runs on the input before the workspace is opened: a start refused for
+    // its input writes nothing, not even a marker (docs/engine.md §5.2). Only a problem of the
+    // opened place itself (a canonical root over the path limit) can still be met after it.
+    const checked = inputOf(options, config, model, tools, invocation, placeBeforeOpening(options.workspace))
+    const invalid = Engine.validateInput(checked)
+    if (invalid !== undefined) return yield* Effect.fail(EngineError.invalidInput(invalid))
+    if (typeof options.workspace !== "string") return checked
+    const opened = yield* openWorkspace(options.workspace)
+    return inputOf(options, config, model, tools, invocation, { cwd: opened.root, workspaceIdentity: opened.identity })
   })
+
+/** The `Engine.StartInput` of checked plain options in `place`. */
+const inputOf = (
+  options: RunOptions,
+  config: ProviderConfig.ProviderConfig,
+  model: Engine.StartInput["model"],
+  tools: ToolCatalog.ToolCatalog,
+  invocation: Identity.Invocation,
+  place: Place,
+): Engine.StartInput => {
+  const connection = options.connection ?? {
+    id: `${config.kind}:${ProviderConfig.normalizeBaseUrl(config.baseUrl)}`,
+    slug: config.kind,
+  }
+  const context = options.context ?? {}
+  return {
+    invocation,
+    model,
+    configuration: {
+      ...(options.systemPrompt === undefined ? {} : { systemPrompt: { text: options.systemPrompt } }),
+      ...place,
+      model: { connectionId: connection.id, connectionSlug: connection.slug, model: config.model },
+      toolMode: "direct",
+    },
+    message: typeof options.message === "string" ? { text: options.message } : options.message,
+    tools,
+    maxSteps: options.maxSteps ?? defaults.maxSteps,
+    allowPriorUnknown: options.allowPriorUnknown ?? defaults.allowPriorUnknown,
+    mainOutputLimit: options.maxOutputTokens ?? defaults.maxOutputTokens,
+    ...(options.providerOptions === undefined ? {} : { providerOptions: options.providerOptions }),
+    context: {
+      providerId: context.providerId ?? config.kind,
+      ...(context.contextWindow === undefined ? {} : { contextWindow: context.contextWindow }),
+      ...(context.declaredWindow === undefined ? {} : { declaredWindow: context.declaredWindow }),
+      ...(context.modelContextWindow === undefined ? {} : { modelContextWindow: context.modelContextWindow }),
+    },
+    secrets: secretsOf(config),
+    ...(options.signal === undefined ? {} : { signal: options.signal }),
+  } satisfies Engine.StartInput
+}
 
 /**
  * The text and thinking deltas of committed events in order; parts are told apart by their step.
@@ -276,8 +350,12 @@ export const compact = (options: CompactOptions): Effect.Effect<Engine.RunResult
   Effect.gen(function* () {
     const engine = yield* Engine.Engine
     if (!isRecord(options)) return yield* Effect.fail(EngineError.invalidInput("compact options must be an object"))
+    // A compaction has no step budget of its own and no prior-unknown choice: whatever a caller
+    // without types passes for them is not checked, as it is not used.
     const { message: _message, tools: _tools, maxSteps: _maxSteps, allowPriorUnknown: _allow, ...input } = yield* startInput({
       ...options,
+      maxSteps: undefined,
+      allowPriorUnknown: undefined,
       message: "",
     })
     return yield* Effect.mapError(engine.compact(input), withHint)
@@ -293,6 +371,17 @@ export const modelOf = (provider: ProviderOptions, idleTimeoutMs?: number) =>
 /** A log failure as an `EngineError` `Store` with its reason and cause kept. */
 export const storeError = (error: EventLogError.EventLogError): EngineError.EngineError => EngineError.fromStore(error)
 
+/** What is wrong with `createEngine`'s options, found before anything is opened or created. */
+const logOptionsProblem = (options: LogOptions): string | undefined => {
+  if (!isRecord(options) || (options.database !== undefined) === (options.databaseUrl !== undefined)) {
+    return "pass exactly one of database (a SQLite file) and databaseUrl (PostgreSQL)"
+  }
+  if (options.synchronous !== undefined && !EventLog.isSynchronous(options.synchronous)) {
+    return `synchronous must be one of ${EventLog.SYNCHRONOUS_LEVELS.join(", ")}`
+  }
+  return optionsProblem(options.engineOptions)
+}
+
 const logLayer = (options: LogOptions): Layer.Layer<EventLog.EventLog, EngineError.EngineError> =>
   (options.databaseUrl !== undefined
     ? EventLog.layerPostgres({ url: options.databaseUrl })
@@ -304,10 +393,7 @@ const logLayer = (options: LogOptions): Layer.Layer<EventLog.EventLog, EngineErr
  * recovers what a crashed host left open before it admits anything; on PostgreSQL call `recover`.
  */
 export const layer = (options: LogOptions): Layer.Layer<Engine.Engine | EventLog.EventLog | Ids.Ids, EngineError.EngineError> => {
-  if (!isRecord(options) || (options.database !== undefined) === (options.databaseUrl !== undefined)) {
-    return Layer.effectContext(
-      Effect.fail(EngineError.invalidInput("pass exactly one of database (a SQLite file) and databaseUrl (PostgreSQL)")),
-    )
-  }
+  const problem = logOptionsProblem(options)
+  if (problem !== undefined) return Layer.effectContext(Effect.fail(EngineError.invalidInput(problem)))
   return Engine.layer(options.engineOptions ?? {}).pipe(Layer.provideMerge(Layer.merge(logLayer(options), Ids.layer)))
 }

@@ -121,14 +121,12 @@ const closedError = () => EngineError.internal("the engine is closed")
 /** The provider configuration of a run: the key wrapped in `Redacted` at once. */
 export const providerConfig = Agent.providerConfig
 
-/** Opens a workspace (docs/architecture.md §7): the canonical root and its identity; `InvalidInput` when unusable. */
+/**
+ * Opens a workspace (docs/architecture.md §7): the canonical root and its identity; `InvalidInput`
+ * when unusable, or when `directory` is not a string or is empty (which would open the process's directory).
+ */
 export const openWorkspace = (directory: string): Promise<Workspace.Workspace> =>
-  Effect.runPromiseExit(
-    Workspace.open(directory).pipe(
-      Effect.mapError((error) => EngineError.invalidInput(error.message)),
-      Effect.provide(Ids.layer),
-    ),
-  ).then(settle)
+  Effect.runPromiseExit(Agent.openWorkspace(directory).pipe(Effect.provide(Ids.layer))).then(settle)
 
 /**
  * Opens the log and an engine over it. On SQLite the engine takes the writer lease and recovers what a

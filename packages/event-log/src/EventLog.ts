@@ -372,8 +372,11 @@ export const fromDatabase = (open: () => Promise<Database>) =>
 
 export interface SqliteOptions {
   readonly path: string
+  /** One of `SYNCHRONOUS_LEVELS`; anything else fails the open with `UnsupportedDatabase`, touching nothing. */
   readonly synchronous?: "FULL" | "NORMAL"
 }
+
+export { isSynchronous, SYNCHRONOUS_LEVELS } from "./internal/open-sqlite.ts"
 
 /**
  * The embedded default: a SQLite file in WAL mode, `synchronous=FULL`, with the writer lease. The

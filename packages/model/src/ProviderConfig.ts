@@ -132,14 +132,22 @@ export const validate = (config: ProviderConfig): Result.Result<ProviderConfig, 
     }
   }
   if (!Redacted.isRedacted(config.apiKey)) return Result.fail("apiKey must be Redacted")
+  const key: unknown = Redacted.value(config.apiKey)
+  if (typeof key !== "string") return Result.fail("apiKey must be a string")
   // A value `fetch` refuses would fail every attempt as a transport failure, retried for minutes.
-  if (!isHeaderValue(Redacted.value(config.apiKey))) return Result.fail(`apiKey ${NOT_A_HEADER_VALUE}`)
+  if (!isHeaderValue(key)) return Result.fail(`apiKey ${NOT_A_HEADER_VALUE}`)
   if (config.headers !== undefined) {
+    if (typeof config.headers !== "object" || config.headers === null || Array.isArray(config.headers)) {
+      return Result.fail("headers must be an object of header names to values")
+    }
     const names = Object.keys(config.headers).map((name) => name.toLowerCase())
     if (new Set(names).size !== names.length) return Result.fail("header names must be unique ignoring case")
     if (names.some((name) => !/^[!#$%&'*+.^_`|~0-9a-z-]+$/.test(name))) return Result.fail("invalid header name")
     for (const [name, value] of Object.entries(config.headers)) {
-      if (!isHeaderValue(Redacted.isRedacted(value) ? Redacted.value(value) : value)) return Result.fail(`header ${name} ${NOT_A_HEADER_VALUE}`)
+      // A caller without types may pass a number or an object: only text can be sent as a header.
+      const text: unknown = Redacted.isRedacted(value) ? Redacted.value(value) : value
+      if (typeof text !== "string") return Result.fail(`header ${name} must be a string or a Redacted string`)
+      if (!isHeaderValue(text)) return Result.fail(`header ${name} ${NOT_A_HEADER_VALUE}`)
     }
   }
   return Result.succeed(config)

@@ -46,8 +46,59 @@ export const defaults: EngineOptions = Object.freeze({
   cancelGraceMs: 10_000,
 })
 
-/** The defaults with `options` over them, `observationDelayMs` clamped to 0..`MAX_OBSERVATION_DELAY_MS`. */
+/**
+ * The longest wait an option may ask for: the most a Node.js timer holds (2^31−1 ms, about 24.8 days).
+ * A longer or infinite grace would let `close()` wait forever on a tool that ignores its signal.
+ */
+export const MAX_WAIT_MS = 2 ** 31 - 1
+
+/** The most attempts per step: enough for any retry policy, finite so a step always ends. */
+export const MAX_MODEL_ATTEMPTS = 1_000
+
+/**
+ * The most text one coalesced observation may hold: an eighth of the event limit, so the largest
+ * observation fits in one event however its text escapes in JSON (at most 6 bytes a UTF-16 unit).
+ */
+export const MAX_OBSERVATION_CHARS = Limits.MAX_EVENT_BYTES / 8
+
+/** Each option's integer range; `observationDelayMs` is any finite number, clamped below. */
+const RANGES: Readonly<Record<Exclude<keyof EngineOptions, "observationDelayMs">, readonly [number, number]>> = {
+  backoffBaseMs: [0, MAX_WAIT_MS],
+  backoffMaxMs: [0, MAX_WAIT_MS],
+  maxModelAttempts: [1, MAX_MODEL_ATTEMPTS],
+  observationMaxChars: [1, MAX_OBSERVATION_CHARS],
+  cancelGraceMs: [0, MAX_WAIT_MS],
+}
+
+/**
+ * The first option of `options` outside its range, as a message naming it, or `undefined`. A host
+ * without types can pass anything: a string or `NaN` would reach the retry loop or a timer and
+ * misbehave there (a string grace fails the cancelled run, `NaN` attempts still make one), so the
+ * engine refuses it before it opens anything. An absent or `undefined` option takes its default.
+ */
+export const optionsProblem = (options: unknown): string | undefined => {
+  if (options === undefined) return undefined
+  if (typeof options !== "object" || options === null || Array.isArray(options)) return "engineOptions must be an object"
+  const given = options as Readonly<Record<string, unknown>>
+  for (const [name, [min, max]] of Object.entries(RANGES)) {
+    const value = given[name]
+    if (value !== undefined && (typeof value !== "number" || !Number.isSafeInteger(value) || value < min || value > max)) {
+      return `engineOptions.${name} must be an integer in ${min}..${max}`
+    }
+  }
+  const delay = given["observationDelayMs"]
+  if (delay !== undefined && (typeof delay !== "number" || !Number.isFinite(delay))) {
+    return `engineOptions.observationDelayMs must be a finite number (clamped to 0..${MAX_OBSERVATION_DELAY_MS})`
+  }
+  return undefined
+}
+
+/**
+ * The defaults with the given options over them (an `undefined` one keeps its default),
+ * `observationDelayMs` clamped to 0..`MAX_OBSERVATION_DELAY_MS`.
+ */
 export const resolveOptions = (options: Partial<EngineOptions>): EngineOptions => {
-  const merged: EngineOptions = { ...defaults, ...options }
+  const given = Object.fromEntries(Object.entries(options).filter(([, value]) => value !== undefined))
+  const merged: EngineOptions = { ...defaults, ...given }
   return { ...merged, observationDelayMs: Math.min(MAX_OBSERVATION_DELAY_MS, Math.max(0, merged.observationDelayMs)) }
 }

@@ -26,6 +26,16 @@ import type { Tables } from "./tables.ts"
 
 export type Synchronous = "FULL" | "NORMAL"
 
+/**
+ * The `synchronous` levels a log opens with (docs/architecture.md §12): `FULL` durable across power
+ * loss, `NORMAL` across process crashes only. The level is written into a pragma, so anything else,
+ * from a caller without types, is refused before the file is touched.
+ */
+export const SYNCHRONOUS_LEVELS: ReadonlyArray<Synchronous> = ["FULL", "NORMAL"]
+
+/** Whether `value` is one of `SYNCHRONOUS_LEVELS`, spelled exactly. */
+export const isSynchronous = (value: unknown): value is Synchronous => SYNCHRONOUS_LEVELS.some((level) => level === value)
+
 export interface SqliteOptions {
   /** Inspection: no lease, the file must exist and be a maka log of the current version. */
   readonly readOnly?: boolean | undefined
@@ -293,12 +303,16 @@ const openConnection = (file: string, options: BetterSqlite3.Options): BetterSql
 /** The path that opens an in-memory log: no file, no lease, gone when the log closes. */
 export const MEMORY_PATH = ":memory:"
 
-export const openSqlite = async (path: string, options: SqliteOptions = {}): Promise<Database> =>
-  path === MEMORY_PATH
+export const openSqlite = async (path: string, options: SqliteOptions = {}): Promise<Database> => {
+  if (options.synchronous !== undefined && !isSynchronous(options.synchronous)) {
+    throw unsupported(`synchronous must be one of ${SYNCHRONOUS_LEVELS.join(", ")}, not ${String(options.synchronous)}`)
+  }
+  return path === MEMORY_PATH
     ? openMemory(options)
     : options.readOnly === true
       ? openReadOnly(path, options)
       : openWriter(path, options)
+}
 
 /** The log's write and read transactions: the driver's own on maka's dialect (always, here). */
 const writeTransaction = (handle: Kysely<Tables>): TransactionRunner => sqliteTransaction(handle, "read write") ?? handle.transaction()

@@ -1,0 +1,260 @@
+/**
+ * What the facade refuses from a host without types, and that a refusal writes nothing: a start
+ * refused for its input leaves no workspace marker and no event (docs/engine.md §5.2), and
+ * `createEngine` refused for its options leaves no log file or lease. Each refusal is `InvalidInput`
+ * naming the option the host passed, never `Internal` with a stack trace.
+ */
+import { OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
+import { Tool } from "@maka/tools"
+import { Effect, Schema } from "effect"
+import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
+import { afterEach, assert, describe, it } from "vitest"
+import * as EngineError from "../src/EngineError.ts"
+import { createEngine, openWorkspace, type CreateEngineOptions, type MakaEngine, type StartOptions } from "../src/Facade.ts"
+import { defaults, resolveOptions } from "../src/internal/options.ts"
+
+const MARKER = ".maka-workspace.json"
+
+const cleanups: Array<() => Promise<void> | void> = []
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup()
+})
+
+const temporaryFolder = (): string => {
+  const folder = fs.mkdtempSync(path.join(os.tmpdir(), "maka-refusals-"))
+  cleanups.push(() => fs.rmSync(folder, { recursive: true, force: true }))
+  return folder
+}
+
+interface Context {
+  readonly folder: string
+  readonly server: ScriptedServer.ScriptedServer
+  readonly engine: MakaEngine
+}
+
+const setup = async (script: ReadonlyArray<Respond.Responder> = []): Promise<Context> => {
+  const folder = temporaryFolder()
+  const server = await ScriptedServer.start({ script })
+  cleanups.push(() => server.close())
+  const engine = await createEngine({ database: path.join(folder, "events.sqlite"), engineOptions: { backoffBaseMs: 5, backoffMaxMs: 40 } })
+  cleanups.push(() => engine.close())
+  return { folder, server, engine }
+}
+
+/** A fresh, empty workspace folder. */
+const freshWorkspace = (context: Context, name: string): string => {
+  const workspace = path.join(context.folder, name)
+  fs.mkdirSync(workspace)
+  return workspace
+}
+
+const options = (context: Context, overrides: Partial<StartOptions> = {}): StartOptions => ({
+  sessionId: "session-1",
+  provider: { kind: "openai-compatible", baseUrl: `${context.server.url}/v1`, model: "test-model" },
+  message: "hi",
+  ...overrides,
+})
+
+/** A value the types forbid, as a host without types would pass it. */
+const untyped = <A>(value: unknown): A => value as A
+
+const rejection = async (promise: Promise<unknown>): Promise<EngineError.EngineError> => {
+  try {
+    await promise
+  } catch (error) {
+    assert.instanceOf(error, EngineError.EngineError)
+    return error as EngineError.EngineError
+  }
+  return assert.fail("expected a rejection")
+}
+
+/** An `InvalidInput` refusal whose message is the engine's own sentence, not a thrown error's stack. */
+const assertInvalid = (error: EngineError.EngineError, text: string, what: string) => {
+  assert.strictEqual(error.reason._tag, "InvalidInput", `${what}: ${error.message}`)
+  assert.include(error.message, text, what)
+  assert.notInclude(error.message, "Error:", what)
+  assert.notInclude(error.message, "    at ", what)
+}
+
+const deployUnknown = Tool.make({
+  name: "deploy",
+  description: "Deploys the project.",
+  input: Schema.Struct({ target: Schema.String }),
+  semantics: "exclusive_step",
+  execute: () => Effect.fail(new Tool.ToolOutcomeUnknown({ message: "the deploy host stopped answering" })),
+})
+
+describe("start refusals write nothing", () => {
+  it("refuses a start for its input before it opens the workspace: no marker, no event, no request", async () => {
+    const context = await setup()
+    const readToolResult = Tool.make({
+      name: "read_tool_result",
+      description: "Shadows the engine's own tool.",
+      semantics: "parallel",
+      input: Schema.Struct({}),
+      execute: async () => Tool.text("no"),
+    })
+    const cases: ReadonlyArray<readonly [Partial<StartOptions>, string]> = [
+      [{ maxSteps: 0 }, "maxSteps must be an integer in 1..256"],
+      [{ maxSteps: 257 }, "maxSteps must be an integer in 1..256"],
+      [{ maxOutputTokens: 1e12 }, "maxOutputTokens must be an integer in 1..10000000000"],
+      [{ systemPrompt: "   " }, "system prompt is blank"],
+      [{ sessionId: "" }, "invocation"],
+      [{ message: "x".repeat(64 * 1024 + 1) }, "message text exceeds"],
+      [{ context: { contextWindow: -1 } }, "context"],
+      [{ providerOptions: untyped(["not", "an", "object"]) }, "providerOptions"],
+      [{ tools: [readToolResult] }, "read_tool_result"],
+      [{ connection: { id: "", slug: "openai-compatible" } }, "length of at least 1"],
+    ]
+    for (const [index, [overrides, text]] of cases.entries()) {
+      const workspace = freshWorkspace(context, `workspace-${index}`)
+      const refused = await rejection(context.engine.start(options(context, { workspace, ...overrides })))
+      const what = JSON.stringify(overrides).slice(0, 80)
+      assert.strictEqual(refused.reason._tag, "InvalidInput", `${what}: ${refused.message}`)
+      assert.include(refused.message, text, what)
+      assert.deepStrictEqual(fs.readdirSync(workspace), [], `${what} wrote into the workspace`)
+    }
+    assert.deepStrictEqual(await context.engine.events("session-1"), [])
+    assert.deepStrictEqual(await context.engine.events(""), [])
+    assert.strictEqual(context.server.requests().length, 0)
+  })
+
+  it("still creates the marker of a workspace whose start is admitted", async () => {
+    const context = await setup([Respond.sse(OpenAiSse.response({ text: ["Hello."] }))])
+    const workspace = freshWorkspace(context, "admitted")
+    const run = await context.engine.start(options(context, { workspace }))
+    assert.deepStrictEqual((await run.wait()).outcome, { kind: "completed" })
+    assert.deepStrictEqual(fs.readdirSync(workspace), [MARKER])
+  })
+
+  it("refuses an empty workspace path, from start and openWorkspace, and never writes a marker in the process's directory", async () => {
+    const context = await setup()
+    const marker = path.join(process.cwd(), MARKER)
+    const hadMarker = fs.existsSync(marker)
+    assertInvalid(await rejection(context.engine.start(options(context, { workspace: "" }))), "workspace must not be an empty path", "start")
+    assertInvalid(await rejection(openWorkspace("")), "workspace must not be an empty path", "openWorkspace")
+    for (const directory of [5, undefined, null, {}]) {
+      assertInvalid(await rejection(openWorkspace(untyped(directory))), "workspace must be a directory path", String(directory))
+    }
+    assertInvalid(
+      await rejection(context.engine.start(options(context, { workspace: untyped(5) }))),
+      "workspace must be a directory path",
+      "start with 5",
+    )
+    assert.strictEqual(fs.existsSync(marker), hadMarker)
+    assert.deepStrictEqual(await context.engine.events("session-1"), [])
+  })
+
+  it("refuses a header value that is not text and a signal that is not an AbortSignal as InvalidInput, writing nothing", async () => {
+    const context = await setup()
+    const workspace = freshWorkspace(context, "workspace")
+    const provider = options(context).provider
+    const headers = await rejection(
+      context.engine.start(options(context, { workspace, provider: { ...provider, headers: { "x-a": untyped(5) } } })),
+    )
+    assertInvalid(headers, "header x-a must be a string or a Redacted string", "headers")
+    for (const signal of [{}, "x", { aborted: "no", addEventListener: () => undefined, removeEventListener: () => undefined }]) {
+      const refused = await rejection(context.engine.start(options(context, { workspace, signal: untyped(signal) })))
+      assertInvalid(refused, "signal must be an AbortSignal", JSON.stringify(signal))
+    }
+    assert.deepStrictEqual(fs.readdirSync(workspace), [])
+    assert.deepStrictEqual(await context.engine.events("session-1"), [])
+    assert.strictEqual(context.server.requests().length, 0)
+  })
+
+  it("refuses allowPriorUnknown that is not a boolean: the string \"false\" never admits a run over an unknown outcome", async () => {
+    const context = await setup([
+      Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-1", name: "deploy", arguments: ['{"target":"prod"}'] }] })),
+      Respond.sse(OpenAiSse.response({ text: ["Carrying on."] })),
+    ])
+    const first = await context.engine.start(options(context, { tools: [deployUnknown] }))
+    const outcome = (await first.wait()).outcome
+    assert.strictEqual(outcome.kind === "failed" ? outcome.class : outcome.kind, "outcome_unknown")
+    const before = (await context.engine.events("session-1")).length
+    for (const allow of ["false", "true", 0, 1, null]) {
+      const refused = await rejection(
+        context.engine.start(options(context, { tools: [deployUnknown], message: "Did it deploy?", allowPriorUnknown: untyped(allow) })),
+      )
+      assertInvalid(refused, "allowPriorUnknown must be a boolean", String(allow))
+    }
+    assert.strictEqual((await context.engine.events("session-1")).length, before)
+    assert.strictEqual(context.server.requests().length, 1)
+    const next = await context.engine.start(options(context, { tools: [deployUnknown], message: "Did it deploy?", allowPriorUnknown: true }))
+    assert.deepStrictEqual((await next.wait()).outcome, { kind: "completed" })
+  })
+
+  it("names maxOutputTokens, the option the host passed, in its refusal", async () => {
+    const context = await setup()
+    for (const limit of [1e12, 0, 1.5, untyped<number>("8000")]) {
+      const refused = await rejection(context.engine.start(options(context, { maxOutputTokens: limit })))
+      assertInvalid(refused, "maxOutputTokens must be an integer in 1..10000000000", String(limit))
+      assert.notInclude(refused.message, "mainOutputLimit")
+    }
+  })
+})
+
+describe("createEngine refusals open nothing", () => {
+  const refusedBeforeOpening = async (overrides: Partial<CreateEngineOptions>, text: string) => {
+    const folder = temporaryFolder()
+    const what = JSON.stringify(overrides, (_key, value: unknown) => (typeof value === "number" && !Number.isFinite(value) ? String(value) : value))
+    const refused = await rejection(createEngine({ database: path.join(folder, "events.sqlite"), ...overrides }))
+    assertInvalid(refused, text, what)
+    assert.deepStrictEqual(fs.readdirSync(folder), [], `${what} created files`)
+  }
+
+  it("refuses an engineOptions value outside its range, naming the option and the range", async () => {
+    const max = 2 ** 31 - 1
+    const cases: ReadonlyArray<readonly [Record<string, unknown>, string]> = [
+      [{ cancelGraceMs: "100" }, `engineOptions.cancelGraceMs must be an integer in 0..${max}`],
+      [{ cancelGraceMs: Infinity }, `engineOptions.cancelGraceMs must be an integer in 0..${max}`],
+      [{ cancelGraceMs: NaN }, `engineOptions.cancelGraceMs must be an integer in 0..${max}`],
+      [{ cancelGraceMs: -1 }, `engineOptions.cancelGraceMs must be an integer in 0..${max}`],
+      [{ cancelGraceMs: max + 1 }, `engineOptions.cancelGraceMs must be an integer in 0..${max}`],
+      [{ maxModelAttempts: 0 }, "engineOptions.maxModelAttempts must be an integer in 1..1000"],
+      [{ maxModelAttempts: -1 }, "engineOptions.maxModelAttempts must be an integer in 1..1000"],
+      [{ maxModelAttempts: 2.5 }, "engineOptions.maxModelAttempts must be an integer in 1..1000"],
+      [{ maxModelAttempts: 1001 }, "engineOptions.maxModelAttempts must be an integer in 1..1000"],
+      [{ backoffBaseMs: "5" }, `engineOptions.backoffBaseMs must be an integer in 0..${max}`],
+      [{ backoffBaseMs: -5 }, `engineOptions.backoffBaseMs must be an integer in 0..${max}`],
+      [{ backoffMaxMs: Infinity }, `engineOptions.backoffMaxMs must be an integer in 0..${max}`],
+      [{ observationMaxChars: 0 }, "engineOptions.observationMaxChars must be an integer in 1..131072"],
+      [{ observationMaxChars: 131_073 }, "engineOptions.observationMaxChars must be an integer in 1..131072"],
+      [{ observationDelayMs: NaN }, "engineOptions.observationDelayMs must be a finite number (clamped to 0..50)"],
+      [{ observationDelayMs: "10" }, "engineOptions.observationDelayMs must be a finite number (clamped to 0..50)"],
+    ]
+    for (const [engineOptions, text] of cases) await refusedBeforeOpening({ engineOptions: untyped(engineOptions) }, text)
+    await refusedBeforeOpening({ engineOptions: untyped("fast") }, "engineOptions must be an object")
+    await refusedBeforeOpening({ engineOptions: untyped(null) }, "engineOptions must be an object")
+  })
+
+  it("accepts the ends of each range, and an option given as undefined keeps its default", async () => {
+    const folder = temporaryFolder()
+    const engine = await createEngine({
+      database: path.join(folder, "events.sqlite"),
+      engineOptions: {
+        backoffBaseMs: 0,
+        backoffMaxMs: 2 ** 31 - 1,
+        maxModelAttempts: 1,
+        observationMaxChars: 131_072,
+        observationDelayMs: -10,
+        cancelGraceMs: 0,
+      },
+    })
+    await engine.close()
+    const withUndefined = untyped<Parameters<typeof resolveOptions>[0]>({ cancelGraceMs: undefined, maxModelAttempts: undefined })
+    assert.deepStrictEqual(resolveOptions(withUndefined), defaults)
+    const other = await createEngine({ database: path.join(folder, "other.sqlite"), engineOptions: withUndefined })
+    await other.close()
+  })
+
+  it("refuses a synchronous level other than FULL and NORMAL before it creates the log", async () => {
+    for (const level of ["garbage", "OFF", "EXTRA", "full", 5]) {
+      await refusedBeforeOpening({ synchronous: untyped(level) }, "synchronous must be one of FULL, NORMAL")
+    }
+    const folder = temporaryFolder()
+    const engine = await createEngine({ database: path.join(folder, "events.sqlite"), synchronous: "NORMAL" })
+    await engine.close()
+  })
+})
