@@ -12,6 +12,7 @@ import * as Agent from "./Agent.ts"
 import * as Engine from "./Engine.ts"
 import * as EngineError from "./EngineError.ts"
 import * as EventFeed from "./internal/event-feed.ts"
+import * as Handoff from "./internal/handoff.ts"
 import type * as Recovery from "./Recovery.ts"
 
 /** The defaults of `createEngine` and `start` (`Agent.defaults`). */
@@ -180,7 +181,15 @@ export const createEngine = async (options: CreateEngineOptions): Promise<MakaEn
       wait: () => settled.then(settle),
       cancel,
       steer: (text) => run(running.steer(text)),
-      handoff: () => run(running.handoff).then((pause) => pause ?? null),
+      // A run that has ended has nothing to hand off: `null`, as when it ends while the request waits.
+      handoff: () =>
+        run(running.handoff).then(
+          (pause) => pause ?? null,
+          (error: unknown) => {
+            if (error instanceof EngineError.EngineError && error.reason._tag === "Busy" && Handoff.refusedAsEnded(error.reason.message)) return null
+            throw error
+          },
+        ),
     }
   }
 

@@ -426,6 +426,8 @@ describe("the handoff gate", () => {
         held.release()
         assert.isNull(yield* Effect.promise(() => ended))
         assert.deepStrictEqual((yield* Effect.promise(() => first.wait())).outcome, { kind: "completed" })
+        // Asked again once the run has ended, the facade resolves null too (the engine's gate is closed: Busy).
+        assert.isNull(yield* Effect.promise(() => first.handoff()))
 
         const second = yield* Effect.promise(() => engine.start({ ...options, message: "Run slow." }))
         yield* Effect.promise(() => server.exchange(1))
@@ -435,6 +437,7 @@ describe("the handoff gate", () => {
         const pause = yield* Effect.promise(() => requested)
         assert.isNotNull(pause)
         assert.deepStrictEqual((yield* Effect.promise(() => second.wait())).outcome, { kind: "handoff_paused", pause: pause! })
+        assert.isNull(yield* Effect.promise(() => second.handoff()))
         // Each resolver is told which paused run it serves: its session and its configuration.
         const asked: Array<string> = []
         const reports = yield* Effect.promise(() =>

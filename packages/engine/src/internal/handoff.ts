@@ -16,6 +16,15 @@ export type HandoffResult = Lineage.HandoffPause | undefined
 
 type GateState = "running" | "requested" | "held" | "committed" | "sealed" | "closed"
 
+/** The `Busy` message of a reservation the gate refuses in `state`. */
+export const gateRefusal = (state: GateState): string => `the run's handoff gate is ${state}`
+
+/**
+ * Whether `message` is a reservation refused because the run has ended (paused or sealed otherwise):
+ * the facade's `handoff()` resolves `null` for it, as for a run that ended while the reservation waited.
+ */
+export const refusedAsEnded = (message: string): boolean => message === gateRefusal("closed") || message === gateRefusal("sealed")
+
 /**
  * The gate of one run (docs/engine.md §5.10): `running → requested → held → committed → sealed`, or
  * `closed` when the run ends. It only schedules: the store's checks decide whether a pause seals.
@@ -49,7 +58,7 @@ export class HandoffGate {
   reserve(intent: Lineage.HandoffIntent): Effect.Effect<Deferred.Deferred<HandoffResult>, EngineError.EngineError> {
     return Effect.suspend(() => {
       if (intent.rootRunId !== this.rootRunId) return Effect.fail(EngineError.invalidInput("handoff changes the logical Run"))
-      if (this.state !== "running") return Effect.fail(EngineError.busy(`the run's handoff gate is ${this.state}`))
+      if (this.state !== "running") return Effect.fail(EngineError.busy(gateRefusal(this.state)))
       const done = Deferred.makeUnsafe<HandoffResult>()
       this.state = "requested"
       this.pending = { intent, done }
