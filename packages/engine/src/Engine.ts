@@ -23,7 +23,7 @@ import type { LanguageModel } from "@maka/model"
 import { Cancellation, Ids, ToolCatalog } from "@maka/tools"
 import { Clock, Context, Deferred, Effect, Exit, Fiber, Layer, type Redacted, Ref, Result, Schema, Scope, Semaphore, Stream } from "effect"
 import * as EngineError from "./EngineError.ts"
-import { defaults, MAX_QUEUED_STEERING, resolveOptions, SESSION_CONTEXTS, type EngineOptions } from "./internal/options.ts"
+import { defaults, MAX_QUEUED_STEERING, optionsProblem, resolveOptions, SESSION_CONTEXTS, type EngineOptions } from "./internal/options.ts"
 import { SessionContexts, stamp, type Run, type RunSettings } from "./internal/run-context.ts"
 import * as EventFeed from "./internal/event-feed.ts"
 import * as Handoff from "./internal/handoff.ts"
@@ -372,6 +372,9 @@ const steer = (
 /** Builds the engine over the `EventLog` in context; runs live in the surrounding scope. */
 export const make = (options: Partial<EngineOptions> = {}) =>
   Effect.gen(function* () {
+    // The facade checks them before it opens the log; a host of this API gets the same refusal.
+    const problem = optionsProblem(options)
+    if (problem !== undefined) return yield* Effect.fail(EngineError.invalidInput(problem))
     const log = yield* EventLog.EventLog
     const ids = yield* Ids.Ids
     // Runs live in the engine's own scope, so closing the surrounding scope first cancels and drains

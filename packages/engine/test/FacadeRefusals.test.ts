@@ -5,12 +5,14 @@
  * naming the option the host passed, never `Internal` with a stack trace.
  */
 import { OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
-import { Tool } from "@maka/tools"
-import { Effect, Schema } from "effect"
+import { Cause, Effect, Exit, Layer, Schema } from "effect"
+import * as LogTesting from "@maka/event-log/testing"
+import { Ids, Tool } from "@maka/tools"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { afterEach, assert, describe, it } from "vitest"
+import * as Engine from "../src/Engine.ts"
 import * as EngineError from "../src/EngineError.ts"
 import { createEngine, openWorkspace, type CreateEngineOptions, type MakaEngine, type StartOptions } from "../src/Facade.ts"
 import { defaults, resolveOptions } from "../src/internal/options.ts"
@@ -227,6 +229,24 @@ describe("createEngine refusals open nothing", () => {
     for (const [engineOptions, text] of cases) await refusedBeforeOpening({ engineOptions: untyped(engineOptions) }, text)
     await refusedBeforeOpening({ engineOptions: untyped("fast") }, "engineOptions must be an object")
     await refusedBeforeOpening({ engineOptions: untyped(null) }, "engineOptions must be an object")
+    // A misspelt option is named, not ignored.
+    await refusedBeforeOpening(
+      { engineOptions: untyped({ cancelGrace: 100 }) },
+      "engineOptions has no option 'cancelGrace' (the options are backoffBaseMs, backoffMaxMs, maxModelAttempts, observationMaxChars, observationDelayMs, cancelGraceMs)",
+    )
+  })
+
+  it("refuses the same options through the Effect API's Engine.make", async () => {
+    const exit = await Effect.runPromiseExit(
+      Engine.make(untyped({ maxModelAttempts: 0 })).pipe(Effect.provide(Layer.mergeAll(LogTesting.layer(), Ids.layer)), Effect.scoped),
+    )
+    assert.isTrue(Exit.isFailure(exit))
+    const error = Exit.isFailure(exit) ? Cause.squash(exit.cause) : undefined
+    assert.instanceOf(error, EngineError.EngineError)
+    assert.deepStrictEqual((error as EngineError.EngineError).reason, {
+      _tag: "InvalidInput",
+      message: "engineOptions.maxModelAttempts must be an integer in 1..1000",
+    })
   })
 
   it("accepts the ends of each range, and an option given as undefined keeps its default", async () => {

@@ -80,6 +80,9 @@ export const optionsProblem = (options: unknown): string | undefined => {
   if (options === undefined) return undefined
   if (typeof options !== "object" || options === null || Array.isArray(options)) return "engineOptions must be an object"
   const given = options as Readonly<Record<string, unknown>>
+  // A misspelt option would be ignored and its default used without a word.
+  const unknown = Object.keys(given).find((name) => !Object.hasOwn(defaults, name))
+  if (unknown !== undefined) return `engineOptions has no option '${unknown}' (the options are ${Object.keys(defaults).join(", ")})`
   for (const [name, [min, max]] of Object.entries(RANGES)) {
     const value = given[name]
     if (value !== undefined && (typeof value !== "number" || !Number.isSafeInteger(value) || value < min || value > max)) {
