@@ -1,6 +1,6 @@
 /**
- * Runs one prepared tool call and classifies how it ended, without ever failing (docs/tools.md
- * §2.12): a decoded `ToolOutput` is a success; `ToolOutcomeUnknown` leaves the outcome unknown; a
+ * Runs one prepared tool call and classifies how it ended, without ever failing
+ * (docs/tools.md §2.12): a decoded `ToolOutput` is a success; `ToolOutcomeUnknown` leaves the outcome unknown; a
  * `ToolFailure`, any other error thrown, rejected with or failed with, a defect, an interruption of
  * the tool's own effect and an invalid output are known failures that carry the error's message.
  * Reading what the tool returned runs the tool's code (getters, proxies) and can throw or overflow
