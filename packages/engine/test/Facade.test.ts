@@ -11,6 +11,7 @@ import { afterEach, assert, describe, it } from "vitest"
 import * as EngineError from "../src/EngineError.ts"
 import { createEngine, openWorkspace, providerConfig, type MakaEngine, type StartOptions } from "../src/Facade.ts"
 import * as Hints from "../src/Hints.ts"
+import { rejection } from "./support/harness.ts"
 
 const API_KEY = "sk-facade-secret-4f1c"
 
@@ -64,15 +65,6 @@ const collect = async <A>(iterable: AsyncIterable<A>) => {
   return items
 }
 
-const rejection = async (promise: Promise<unknown>): Promise<EngineError.EngineError> => {
-  try {
-    await promise
-  } catch (error) {
-    assert.instanceOf(error, EngineError.EngineError)
-    return error as EngineError.EngineError
-  }
-  return assert.fail("expected a rejection")
-}
 
 describe("Facade", () => {
   it("runs a two-step tool loop to completion with the connection and context defaults", async () => {

@@ -16,6 +16,7 @@ import * as Engine from "../src/Engine.ts"
 import * as EngineError from "../src/EngineError.ts"
 import { createEngine, openWorkspace, type CreateEngineOptions, type MakaEngine, type StartOptions } from "../src/Facade.ts"
 import { defaults, resolveOptions } from "../src/internal/options.ts"
+import { rejection } from "./support/harness.ts"
 
 const MARKER = ".maka-workspace.json"
 
@@ -62,15 +63,6 @@ const options = (context: Context, overrides: Partial<StartOptions> = {}): Start
 /** A value the types forbid, as a host without types would pass it. */
 const untyped = <A>(value: unknown): A => value as A
 
-const rejection = async (promise: Promise<unknown>): Promise<EngineError.EngineError> => {
-  try {
-    await promise
-  } catch (error) {
-    assert.instanceOf(error, EngineError.EngineError)
-    return error as EngineError.EngineError
-  }
-  return assert.fail("expected a rejection")
-}
 
 /** An `InvalidInput` refusal whose message is the engine's own sentence, not a thrown error's stack. */
 const assertInvalid = (error: EngineError.EngineError, text: string, what: string) => {

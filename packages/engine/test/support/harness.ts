@@ -2,7 +2,8 @@
  * Shared helpers of the engine's scenario suites, beside `setup.ts`: fact summaries for exact-order
  * assertions, a recording wrapper around the real (socket) model so a test can read the `Prompt` it
  * was sent, the OpenAI wire messages of a recorded request, and `reopen`, which opens a log file with
- * a new engine through `Engine.layer` (so SQLite recovery runs) in the current scope.
+ * a new engine through `Engine.layer` (so SQLite recovery runs) in the current scope, and the
+ * `EngineError` a facade promise rejects with.
  */
 import type { Event, Fact, Prompt } from "@maka/facts"
 import { EventLog } from "@maka/event-log"
@@ -10,7 +11,9 @@ import type { LanguageModel } from "@maka/model"
 import type { ScriptedServer } from "@maka/testkit"
 import { Ids } from "@maka/tools"
 import { Context, Effect, Layer } from "effect"
+import { assert } from "vitest"
 import * as Engine from "../../src/Engine.ts"
+import * as EngineError from "../../src/EngineError.ts"
 
 /** One label per fact, `model_observed` left out: kind plus status, outcome or reason where it has one. */
 export const kinds = (events: ReadonlyArray<Event.StoredEvent>): ReadonlyArray<string> =>
@@ -83,3 +86,14 @@ export const reopen = (file: string, options: Partial<Engine.EngineOptions> = { 
     ),
     (context) => Context.get(context, Engine.Engine),
   )
+
+/** The `EngineError` a facade promise rejects with; fails the test when it resolves or rejects otherwise. */
+export const rejection = async (promise: Promise<unknown>): Promise<EngineError.EngineError> => {
+  try {
+    await promise
+  } catch (error) {
+    assert.instanceOf(error, EngineError.EngineError)
+    return error as EngineError.EngineError
+  }
+  return assert.fail("expected a rejection")
+}
