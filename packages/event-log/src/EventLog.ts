@@ -376,7 +376,7 @@ export interface SqliteOptions {
   readonly synchronous?: "FULL" | "NORMAL"
 }
 
-export { isSynchronous, SYNCHRONOUS_LEVELS } from "./internal/open-sqlite.ts"
+export { isSynchronous, SYNCHRONOUS_LEVELS } from "./internal/synchronous.ts"
 
 /**
  * The embedded default: a SQLite file in WAL mode, `synchronous=FULL`, with the writer lease. The

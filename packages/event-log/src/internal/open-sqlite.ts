@@ -22,19 +22,10 @@ import { acquireLease, canonicalDatabasePath, type Lease } from "./lease.ts"
 import { classifySchema, LATEST_VERSION, migrate, type SchemaState, type SchemaSurvey } from "./migrations.ts"
 import { SqliteDialect, sqliteTransaction } from "./sqlite-driver.ts"
 import { errorCode, storeError } from "./store-error.ts"
+import { isSynchronous, SYNCHRONOUS_LEVELS, type Synchronous } from "./synchronous.ts"
 import type { Tables } from "./tables.ts"
 
-export type Synchronous = "FULL" | "NORMAL"
-
-/**
- * The `synchronous` levels a log opens with (docs/architecture.md §12): `FULL` durable across power
- * loss, `NORMAL` across process crashes only. The level is written into a pragma, so anything else,
- * from a caller without types, is refused before the file is touched.
- */
-export const SYNCHRONOUS_LEVELS: ReadonlyArray<Synchronous> = ["FULL", "NORMAL"]
-
-/** Whether `value` is one of `SYNCHRONOUS_LEVELS`, spelled exactly. */
-export const isSynchronous = (value: unknown): value is Synchronous => SYNCHRONOUS_LEVELS.some((level) => level === value)
+export { isSynchronous, SYNCHRONOUS_LEVELS, type Synchronous } from "./synchronous.ts"
 
 export interface SqliteOptions {
   /** Inspection: no lease, the file must exist and be a maka log of the current version. */
