@@ -348,6 +348,23 @@ describe("signals and store conditions", () => {
     expect(lines.at(-1)!.event.fact).toEqual({ kind: "invocation_ended", outcome: { kind: "cancelled", source: "runtime_cancellation" } })
   })
 
+  it("SIGHUP (the terminal went away) cancels as SIGINT does: terminal cancelled, exit 130, the session usable", async () => {
+    const { root, workspace, db } = fresh()
+    const result = await maka(["run", "--db", db, "--workspace", workspace, "--session", "h", "--json", "What is this project?"], {
+      cwd: root,
+      env: { MAKA_OFFLINE_DELAY_MS: "50" },
+      onOutput: when((output) => output.stdout.includes('"kind":"tool_dispatched"'), (child) => child.kill("SIGHUP")),
+    })
+    expect(result.signal).toBeNull()
+    expect(result.code, result.stderr).toBe(130)
+    const facts = eventLines(result.stdout).map((line) => line.event.fact)
+    // The dispatched tool finished and settled before the terminal: nothing is left unknown.
+    expect(facts.filter((fact) => fact.kind === "tool_settled")).toHaveLength(1)
+    expect(facts.at(-1)).toEqual({ kind: "invocation_ended", outcome: { kind: "cancelled", source: "runtime_cancellation" } })
+    const next = await maka(["run", "--db", db, "--workspace", workspace, "--session", "h", "again"], { cwd: root })
+    expect(next.code, next.stderr).toBe(0)
+  })
+
   // A terminal's Ctrl-C, or a service manager's stop, signals the whole process group: the log's
   // lease keeper too, which must not drop the lease before the run's terminal is written.
   it.each([

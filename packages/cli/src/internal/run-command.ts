@@ -288,17 +288,19 @@ export const openHost = async (settings: RunSettings, sink: Sink, signal: AbortS
   }
 }
 
-/** SIGINT and SIGTERM abort the returned signal until `release` (for a standalone compaction, which has no handoff). */
+/** SIGINT, SIGTERM and SIGHUP abort the returned signal until `release` (for a standalone compaction, which has no handoff). */
 export const cancelOnSignals = (): { readonly signal: AbortSignal; readonly release: () => void } => {
   const controller = new AbortController()
   const onSignal = () => controller.abort()
   process.on("SIGINT", onSignal)
   process.on("SIGTERM", onSignal)
+  process.on("SIGHUP", onSignal)
   return {
     signal: controller.signal,
     release: () => {
       process.off("SIGINT", onSignal)
       process.off("SIGTERM", onSignal)
+      process.off("SIGHUP", onSignal)
     },
   }
 }

@@ -2,7 +2,8 @@
  * Signals of a running turn (docs/cli.md §10.1 "Signals"): SIGINT cancels; the first SIGTERM asks the
  * current run for a handoff at its next step boundary, and says on stderr when it cannot be taken;
  * a second SIGTERM, or a SIGINT, cancels. Before a run is attached, either signal cancels: the
- * opening is not durable yet, so nothing is written. Stdout closed by its reader cancels as SIGINT does.
+ * opening is not durable yet, so nothing is written. SIGHUP, and a stdout closed by its reader, cancel
+ * as SIGINT does.
  */
 import type { Sink } from "./render.ts"
 
@@ -63,6 +64,9 @@ export const handleSignals = (sink: Sink): Signals => {
   }
   process.on("SIGINT", onInterrupt)
   process.on("SIGTERM", onTerminate)
+  // A hangup (the terminal or the SSH connection went away) cancels as SIGINT does: left to its
+  // default, it would kill the process mid-step and leave the run for recovery.
+  process.on("SIGHUP", onInterrupt)
   // Nobody reads the output any more: stop as on SIGINT, so the run's terminal is written.
   const outClosed = sink.outClosed
   if (outClosed?.aborted === true) cancel()
@@ -81,6 +85,7 @@ export const handleSignals = (sink: Sink): Signals => {
     release: () => {
       process.off("SIGINT", onInterrupt)
       process.off("SIGTERM", onTerminate)
+      process.off("SIGHUP", onInterrupt)
       outClosed?.removeEventListener("abort", onInterrupt)
     },
   }
