@@ -456,6 +456,11 @@ describe("reconciliation", () => {
     const allowed = await maka(["run", ...base, "--allow-prior-unknown", "next"], { cwd: root })
     expect(allowed.stdout).toBe("noted\n")
     expect(allowed.code).toBe(0)
+    // The outcome stays unknown: sessions says so, and the next plain message is refused again.
+    const after = await maka(["sessions", "--db", db], { cwd: root })
+    expect(after.stdout).toMatch(/^r1 {2}needs reconciliation /m)
+    const again = await maka(["run", ...base, "plain"], { cwd: root })
+    expect(again.code).toBe(3)
   })
 })
 

@@ -3,7 +3,7 @@
  * runs (so `maka --help` stays quick), and turns every failure into one stderr line and an exit code.
  */
 import { USAGE, commandUsage } from "../Usage.ts"
-import { CliError, ExitCode } from "./exit.ts"
+import { CliError, ExitCode, fromEngineError } from "./exit.ts"
 import { isCommand, unknownCommand, UsageError, type Environment } from "./flags.ts"
 import type { Sink } from "./render.ts"
 
@@ -66,6 +66,12 @@ const dispatch = async (context: MainContext): Promise<number> => {
   }
 }
 
+/** Whether `error` carries a tagged `reason`, as `EngineError` and `EventLogError` do. */
+const hasReasonTag = (error: unknown): boolean => {
+  const reason: unknown = typeof error === "object" && error !== null && "reason" in error ? error.reason : undefined
+  return typeof reason === "object" && reason !== null && "_tag" in reason && typeof reason._tag === "string"
+}
+
 /** Runs one command line; resolves with the exit code. */
 export const main = async (context: MainContext): Promise<number> => {
   try {
@@ -78,6 +84,13 @@ export const main = async (context: MainContext): Promise<number> => {
     if (error instanceof CliError) {
       context.sink.err(`maka: ${error.message}\n`)
       return error.exitCode
+    }
+    // An engine or log error a command did not map itself (a store that failed mid-run, say) is
+    // still one line with its exit code, never a stack trace.
+    if (hasReasonTag(error)) {
+      const mapped = fromEngineError(error)
+      context.sink.err(`maka: ${mapped.message}\n`)
+      return mapped.exitCode
     }
     context.sink.err(`maka: internal error: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`)
     return ExitCode.failed

@@ -81,7 +81,9 @@ export const sessionState = (events: ReadonlyArray<Event.StoredEvent>, hasPendin
   }
   if (opened.some((invocation) => !ended.has(invocation))) return "unsealed"
   if (hasPendingHandoff) return "paused (handoff)"
-  // A dispatch with no settlement in an invocation sealed `outcome_unknown`, with no completed run after it.
+  // A dispatch with no settlement in an invocation sealed `outcome_unknown`. It stays unknown for
+  // good: a run admitted with --allow-prior-unknown completes over it, and the next plain message is
+  // refused again (exit 3), so the state holds whatever ran after it.
   const settled = new Set<string>()
   const dispatched = new Map<string, string>()
   for (const stored of events) {
@@ -89,17 +91,14 @@ export const sessionState = (events: ReadonlyArray<Event.StoredEvent>, hasPendin
     if (fact.kind === "tool_settled") settled.add(fact.operationId)
     if (fact.kind === "tool_dispatched") dispatched.set(fact.operationId, stored.event.invocation.invocationId)
   }
-  let needsReconciliation = false
+  const unknown = new Set<string>()
   for (const stored of events) {
     const fact = stored.event.fact
-    if (fact.kind !== "invocation_ended") continue
-    const invocation = stored.event.invocation.invocationId
-    if (fact.outcome.kind === "failed" && fact.outcome.class === "outcome_unknown") {
-      needsReconciliation = [...dispatched].some(([operation, owner]) => owner === invocation && !settled.has(operation))
-    } else if (fact.outcome.kind === "completed") {
-      needsReconciliation = false
+    if (fact.kind === "invocation_ended" && fact.outcome.kind === "failed" && fact.outcome.class === "outcome_unknown") {
+      unknown.add(stored.event.invocation.invocationId)
     }
   }
+  const needsReconciliation = [...dispatched].some(([operation, owner]) => unknown.has(owner) && !settled.has(operation))
   return needsReconciliation ? "needs reconciliation" : "idle"
 }
 

@@ -258,7 +258,11 @@ export const openHost = async (settings: RunSettings, sink: Sink, signal: AbortS
         signal,
       })
       onStarted?.(run)
-      const detach = attach?.({ handoff: () => run.handoff(), cancel: () => run.cancel(), ended: run.wait() })
+      // Handled here: when the run's events fail first (the store went away, another host's
+      // `maka recover` sealed it), `showRun` reports that, and this promise must not reject unheard.
+      const ended = run.wait()
+      ended.catch(() => undefined)
+      const detach = attach?.({ handoff: () => run.handoff(), cancel: () => run.cancel(), ended })
       try {
         return await showRun(run, { sink, json: settings.json, sessionId: settings.sessionId, lastFailure: connection.lastFailure })
       } finally {
