@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest"
 import { EngineError } from "@maka/engine"
 import { exitCodeOf, failureLine, fromEngineError, inCliTerms } from "../src/internal/exit.ts"
+import { failureReport } from "../src/internal/main.ts"
 
 describe("exit codes (docs/cli.md §10.1)", () => {
   it.each([
@@ -45,5 +46,18 @@ describe("exit codes (docs/cli.md §10.1)", () => {
   it("prints a failure as failed: <class>: <message>", () => {
     expect(failureLine({ kind: "failed", class: "model_provider", message: "HTTP 400" })).toBe("failed: model_provider: HTTP 400")
     expect(failureLine({ kind: "failed", class: "step_limit" })).toBe("failed: step_limit")
+  })
+
+  it("reports an engine or log error that reached the top as one line with its exit code, never a stack", () => {
+    const store = failureReport(EngineError.store("the log went away"))
+    expect(store).toEqual({ line: "maka: store error: the log went away\n", code: 1 })
+    const reconciliation = failureReport(EngineError.reconciliation("an unsealed run"))
+    expect(reconciliation.code).toBe(3)
+    expect(reconciliation.line.split("\n")).toHaveLength(2)
+    // An error with a tagged reason from another package (an `EventLogError`, say) too.
+    const tagged = failureReport(Object.assign(new Error("rejected: the invocation is sealed"), { reason: { _tag: "Rejected" } }))
+    expect(tagged).toEqual({ line: "maka: error: rejected: the invocation is sealed\n", code: 1 })
+    // Anything else is an internal error, with its stack for a report.
+    expect(failureReport(new TypeError("boom")).line).toMatch(/^maka: internal error: TypeError: boom\n\s+at /)
   })
 })

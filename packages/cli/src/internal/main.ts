@@ -72,27 +72,26 @@ const hasReasonTag = (error: unknown): boolean => {
   return typeof reason === "object" && reason !== null && "_tag" in reason && typeof reason._tag === "string"
 }
 
+/** The stderr line and exit code of a failure that reached the command line's top. */
+export const failureReport = (error: unknown): { readonly line: string; readonly code: number } => {
+  if (error instanceof UsageError) return { line: `maka: ${error.message}\n`, code: ExitCode.usage }
+  if (error instanceof CliError) return { line: `maka: ${error.message}\n`, code: error.exitCode }
+  // An engine or log error a command did not map itself (a store that failed mid-run, say) is
+  // still one line with its exit code, never a stack trace.
+  if (hasReasonTag(error)) {
+    const mapped = fromEngineError(error)
+    return { line: `maka: ${mapped.message}\n`, code: mapped.exitCode }
+  }
+  return { line: `maka: internal error: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`, code: ExitCode.failed }
+}
+
 /** Runs one command line; resolves with the exit code. */
 export const main = async (context: MainContext): Promise<number> => {
   try {
     return await dispatch(context)
   } catch (error) {
-    if (error instanceof UsageError) {
-      context.sink.err(`maka: ${error.message}\n`)
-      return ExitCode.usage
-    }
-    if (error instanceof CliError) {
-      context.sink.err(`maka: ${error.message}\n`)
-      return error.exitCode
-    }
-    // An engine or log error a command did not map itself (a store that failed mid-run, say) is
-    // still one line with its exit code, never a stack trace.
-    if (hasReasonTag(error)) {
-      const mapped = fromEngineError(error)
-      context.sink.err(`maka: ${mapped.message}\n`)
-      return mapped.exitCode
-    }
-    context.sink.err(`maka: internal error: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`)
-    return ExitCode.failed
+    const { line, code } = failureReport(error)
+    context.sink.err(line)
+    return code
   }
 }
