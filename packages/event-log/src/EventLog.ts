@@ -402,6 +402,19 @@ export const layerPostgres = (options: { readonly url: string; readonly schema?:
     fromDatabase(() => openPostgres({ url: options.url }, options.schema === undefined ? {} : { schema: options.schema })),
   )
 
+/**
+ * A read-only PostgreSQL log for inspection: no lock, only READ ONLY transactions; never creates,
+ * migrates or changes the schema. Anything but a maka log of the current version is refused with
+ * `UnsupportedDatabase` (docs/log-format.md §3.1).
+ */
+export const layerPostgresReadOnly = (options: { readonly url: string; readonly schema?: string }) =>
+  Layer.effect(
+    EventLog,
+    fromDatabase(() =>
+      openPostgres({ url: options.url }, { readOnly: true, ...(options.schema === undefined ? {} : { schema: options.schema }) }),
+    ),
+  )
+
 /** `EventSink` over the `EventLog`: refusals are `rejected`, every other failure `outcome_unknown`. */
 export const layerEventSink = Layer.effect(
   EventSink.EventSink,

@@ -1,9 +1,9 @@
 /**
  * Opening the event log from the CLI: read-only for `events`, `inspect` and `sessions` (no lease,
- * never creates, migrates or changes a file; a missing or non-maka file is exit 1), or as the writer
- * for `recover`. Every store failure becomes a one-line `CliError` with exit 1.
+ * never creates, migrates or changes a file or a PostgreSQL schema; a missing or non-maka log is
+ * exit 1), or as the writer for `recover`. Every store failure becomes a one-line `CliError` with exit 1.
  */
-import { EventLog } from "@maka/event-log"
+import { EventLog, EventLogError } from "@maka/event-log"
 import { Ids } from "@maka/tools"
 import { Cause, Effect, Exit, Layer, ManagedRuntime } from "effect"
 import * as fs from "node:fs"
@@ -19,21 +19,31 @@ export interface OpenLog {
   readonly close: () => Promise<void>
 }
 
-const storeError = (cause: Cause.Cause<unknown>): CliError => {
+/**
+ * A store failure as one line. With `refusalAsIs`, a refusal of the database (`UnsupportedDatabase`,
+ * whose message names the redacted location and says why) is shown as it is, as the read-only
+ * PostgreSQL open's "no maka log at …" (docs/cli.md §10.1).
+ */
+const storeError = (cause: Cause.Cause<unknown>, refusalAsIs: boolean): CliError => {
   const error = Cause.squash(cause)
   const message = error instanceof Error ? error.message : String(error)
+  if (refusalAsIs && EventLogError.isEventLogError(error) && error.reason._tag === "UnsupportedDatabase") {
+    return new CliError(message, ExitCode.failed)
+  }
   return new CliError(`store error: ${message}`, ExitCode.failed)
 }
 
-const open = async (layer: Layer.Layer<EventLog.EventLog, unknown>): Promise<OpenLog> => {
+const open = async (layer: Layer.Layer<EventLog.EventLog, unknown>, refusalAsIs = false): Promise<OpenLog> => {
   const runtime = ManagedRuntime.make(Layer.merge(layer, Ids.layer))
   const run = async <A, E>(effect: Effect.Effect<A, E, EventLog.EventLog | Ids.Ids>): Promise<A> => {
     const exit = await runtime.runPromiseExit(effect)
     if (Exit.isSuccess(exit)) return exit.value
-    throw storeError(exit.cause)
+    throw storeError(exit.cause, false)
   }
   try {
-    const log = await run(Effect.service(EventLog.EventLog))
+    const opened = await runtime.runPromiseExit(Effect.service(EventLog.EventLog))
+    if (!Exit.isSuccess(opened)) throw storeError(opened.cause, refusalAsIs)
+    const log = opened.value
     return { log, run, close: () => runtime.dispose() }
   } catch (error) {
     await runtime.dispose()
@@ -42,11 +52,12 @@ const open = async (layer: Layer.Layer<EventLog.EventLog, unknown>): Promise<Ope
 }
 
 /**
- * Opens the log without a lease and without changing it; a missing file is exit 1. `given` says how
- * the command takes the log, for the refusal's way out (`--db PATH`, or `backup`'s `DB`).
+ * Opens the log without a lease and without changing it; a missing file, or a PostgreSQL database
+ * without a maka log of the current version, is exit 1 (docs/cli.md §10.1). `given` says how the
+ * command takes the log, for the refusal's way out (`--db PATH`, or `backup`'s `DB`).
  */
 export const openReadOnly = (target: DatabaseTarget, given = "pass --db PATH of an existing log"): Promise<OpenLog> => {
-  if (target.kind === "postgres") return open(EventLog.layerPostgres({ url: target.url }))
+  if (target.kind === "postgres") return open(EventLog.layerPostgresReadOnly({ url: target.url }), true)
   if (!fs.existsSync(target.path)) {
     return Promise.reject(new CliError(`no maka log at ${target.path}; ${given}`, ExitCode.failed))
   }

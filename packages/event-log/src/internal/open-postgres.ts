@@ -2,14 +2,16 @@
  * Opens a PostgreSQL event log over `pg` (docs/log-format.md §3.1): the open-order check and the
  * migrations run in one transaction under a transaction-scoped advisory lock, so two hosts opening
  * the same schema at once never race. Writes are READ COMMITTED transactions (the caller locks the
- * session row); reads are REPEATABLE READ READ ONLY, one snapshot. `bigint` columns (`sequence`,
- * `created_at`, `count(*)`) come back as decimal strings, as pg returns them by default.
+ * session row); reads are REPEATABLE READ READ ONLY, one snapshot. A read-only open (inspection)
+ * takes no lock and runs nothing but READ ONLY transactions: it classifies the schema and refuses
+ * anything but a maka log of the current version, creating and migrating nothing. `bigint` columns
+ * (`sequence`, `created_at`, `count(*)`) come back as decimal strings, as pg returns them by default.
  */
 import { CompiledQuery, Kysely, PostgresDialect, sql, type PostgresPool, type Transaction } from "kysely"
 import * as EventLogError from "../EventLogError.ts"
 import type { Database } from "./database.ts"
 import { makeDatabase } from "./database-handle.ts"
-import { classifySchema, migrate, type SchemaSurvey } from "./migrations.ts"
+import { classifySchema, LATEST_VERSION, migrate, type SchemaSurvey } from "./migrations.ts"
 import { pglitePool, type PgliteLike } from "./pglite-dialect.ts"
 import { storeError } from "./store-error.ts"
 import type { Tables } from "./tables.ts"
@@ -20,10 +22,26 @@ export type PostgresConnection = { readonly url: string } | { readonly pool: Pos
 /** The package a PostgreSQL URL needs; an optional peer dependency, loaded only when used. */
 export const PG_PACKAGE = "pg"
 
-interface PgModule {
-  readonly Pool: new (options: { readonly connectionString: string }) => PostgresPool & {
-    on(event: "error", listener: () => void): unknown
-  }
+/** The options of `pg.Pool` this log sets (its clients take `keepAlive` and `query_timeout` from them). */
+export interface PgPoolOptions {
+  readonly connectionString: string
+  readonly connectionTimeoutMillis: number
+  readonly query_timeout: number
+  readonly keepAlive: boolean
+}
+
+/** A `pg.Client` as the pool's `connect` event hands it over: only its error events matter here. */
+export interface PgClientEvents {
+  on(event: "error", listener: (error: Error) => void): unknown
+}
+
+export type PgPool = PostgresPool & {
+  on(event: "error", listener: () => void): unknown
+  on(event: "connect", listener: (client: PgClientEvents) => void): unknown
+}
+
+export interface PgModule {
+  readonly Pool: new (options: PgPoolOptions) => PgPool
 }
 
 const isPgModule = (value: unknown): value is PgModule =>
@@ -57,6 +75,48 @@ export const loadPg = async (importPg: () => Promise<unknown> = () => import("pg
 export interface PostgresOptions {
   /** The schema that holds the log (created when missing); default: the connection's `current_schema()`. */
   readonly schema?: string | undefined
+  /** Inspection: no lock, READ ONLY transactions only; the schema must hold a maka log of the current version. */
+  readonly readOnly?: boolean | undefined
+  /** Milliseconds a new connection of a URL's pool may take (default `POSTGRES_DEFAULTS.connectTimeout`). */
+  readonly connectTimeout?: number | undefined
+  /** Milliseconds a query of a URL's pool may wait for its answer (default `POSTGRES_DEFAULTS.queryTimeout`). */
+  readonly queryTimeout?: number | undefined
+}
+
+/**
+ * The bounds of the pool a URL opens (docs/log-format.md §3.1), so that a server that accepts the
+ * connection but never answers fails the open or the operation instead of hanging it (and the
+ * cancellation that waits for it) for good. `connectTimeout` bounds a new connection, and a wait for
+ * a free client of the pool (so it is generous: a busy process may wait for a client). `queryTimeout`
+ * bounds each query on the client side; it is far above the largest legitimate read (a session of
+ * 100,000 events, about 2 s) and leaves room for a migration's index build on a large log, so it
+ * cuts only a server that has stopped answering. TCP keepalive is on, so a peer that vanished is noticed by the system too.
+ */
+export const POSTGRES_DEFAULTS = Object.freeze({
+  connectTimeout: 30_000,
+  queryTimeout: 300_000,
+})
+
+/**
+ * The pool of a URL: bounded as `POSTGRES_DEFAULTS`, and with an `error` listener on the pool and on
+ * every client it hands out. A client's connection can fail while it is idle (the pool's own
+ * listener takes it) or while the log holds it between queries; without a listener of its own, the
+ * client's `error` event would then be an uncaught exception that ends the process. With it, the
+ * client is no longer queryable: its next query fails (a store error), and the pool drops it when it
+ * is released instead of handing it out again.
+ */
+export const makePool = (pg: PgModule, url: string, options: PostgresOptions = {}): PgPool => {
+  const pool = new pg.Pool({
+    connectionString: url,
+    connectionTimeoutMillis: options.connectTimeout ?? POSTGRES_DEFAULTS.connectTimeout,
+    query_timeout: options.queryTimeout ?? POSTGRES_DEFAULTS.queryTimeout,
+    keepAlive: true,
+  })
+  pool.on("error", () => undefined)
+  pool.on("connect", (client) => {
+    client.on("error", () => undefined)
+  })
+  return pool
 }
 
 /** How one store is reached. Kysely's `destroy()` (at `close()`) ends `pool`. */
@@ -160,6 +220,36 @@ const checkAndMigrate = async (db: Kysely<Tables>, store: PostgresStore): Promis
     })
 }
 
+const unsupported = (message: string): EventLogError.EventLogError =>
+  EventLogError.make({ _tag: "UnsupportedDatabase", message })
+
+/**
+ * The open-order check of a read-only open (docs/log-format.md §3.1), in one READ ONLY transaction
+ * that PostgreSQL itself keeps from writing: survey and classify the schema, and refuse an empty or
+ * missing one (a read-only open never creates a log), a foreign or newer one (as a writer does) and
+ * an older maka log (a read-only open never migrates; the next writer does).
+ */
+const checkReadOnly = async (db: Kysely<Tables>, store: PostgresStore): Promise<void> => {
+  await db
+    .transaction()
+    .setIsolationLevel("repeatable read")
+    .setAccessMode("read only")
+    .execute(async (transaction) => {
+      const schema = store.schema ?? (await currentSchema(transaction, store.location))
+      const state = classifySchema(await surveyPostgres(transaction, schema, store.location))
+      if (state.kind === "empty") {
+        throw unsupported(
+          `no maka log at ${store.location}: schema ${schema} holds none (a read-only open never creates one)`,
+        )
+      }
+      if (state.version < LATEST_VERSION) {
+        throw unsupported(
+          `${store.location} has schema ${state.version} < ${LATEST_VERSION}; open it once for writing to migrate it`,
+        )
+      }
+    })
+}
+
 const currentSchema = async (transaction: Transaction<Tables>, location: string): Promise<string> => {
   const result = await sql<{ schema: unknown }>`SELECT current_schema() AS schema`.execute(transaction)
   const schema = textOf(result.rows[0], "schema")
@@ -172,25 +262,32 @@ const currentSchema = async (transaction: Transaction<Tables>, location: string)
   return schema
 }
 
-/** Opens a log over an already reachable store (a `pg` pool, or the PGlite adapter). */
-export const openPostgresStore = async (store: PostgresStore): Promise<Database> => {
+/**
+ * Opens a log over an already reachable store (a `pg` pool, or the PGlite adapter). Read-only, every
+ * session's transactions default to READ ONLY too, so nothing but a read can reach the store.
+ */
+export const openPostgresStore = async (store: PostgresStore, access: { readonly readOnly?: boolean } = {}): Promise<Database> => {
   const { schema } = store
-  const setSearchPath = schema === undefined ? undefined : `SET search_path TO ${quoteIdentifier(schema)}`
+  const readOnly = access.readOnly === true
+  const setup = [
+    ...(schema === undefined ? [] : [`SET search_path TO ${quoteIdentifier(schema)}`]),
+    ...(readOnly ? ["SET default_transaction_read_only = on"] : []),
+  ]
   const db = new Kysely<Tables>({
     dialect: new PostgresDialect({
       pool: store.pool,
       // Runs once per client the pool hands out (the PGlite adapter hands out a new one every time).
-      ...(setSearchPath === undefined
+      ...(setup.length === 0
         ? {}
         : {
             onCreateConnection: async (connection) => {
-              await connection.executeQuery(CompiledQuery.raw(setSearchPath))
+              for (const statement of setup) await connection.executeQuery(CompiledQuery.raw(statement))
             },
           }),
     }),
   })
   try {
-    await checkAndMigrate(db, store)
+    await (readOnly ? checkReadOnly(db, store) : checkAndMigrate(db, store))
   } catch (error) {
     // Kysely's destroy() ends the pool it was given (a caller's pool and PGlite's are wrapped so it does not).
     await db.destroy()
@@ -200,7 +297,7 @@ export const openPostgresStore = async (store: PostgresStore): Promise<Database>
     dialect: "postgres",
     location: store.location,
     db,
-    beginWrite: (handle) => handle.transaction().setIsolationLevel("read committed"),
+    beginWrite: readOnly ? undefined : (handle) => handle.transaction().setIsolationLevel("read committed"),
     beginRead: (handle) => handle.transaction().setIsolationLevel("repeatable read").setAccessMode("read only"),
     release: () => undefined,
   })
@@ -209,29 +306,30 @@ export const openPostgresStore = async (store: PostgresStore): Promise<Database>
 /**
  * Opens the log over a PostgreSQL URL (a pool this log owns and ends at `close()`) or a caller's
  * pool (never ended by the log). With `schema`, each client of the pool gets that `search_path`
- * when the log first uses it, so a caller's pool should serve this log alone.
+ * when the log first uses it, so a caller's pool should serve this log alone. The timeouts apply to
+ * a URL's pool only: a caller's pool keeps its own settings.
  */
 export const openPostgres = async (connection: PostgresConnection, options: PostgresOptions = {}): Promise<Database> => {
   const { schema } = options
   const where = schema === undefined ? "" : ` (schema ${schema})`
+  const access = { readOnly: options.readOnly === true }
   if ("url" in connection) {
     const pg = await loadPg()
-    const pool = new pg.Pool({ connectionString: connection.url })
-    // An idle client's error resurfaces on its next query; without a listener it would crash the process.
-    pool.on("error", () => undefined)
-    return openPostgresStore({
-      pool,
-      location: `${redactUrl(connection.url)}${where}`,
-      schema,
-    })
+    return openPostgresStore(
+      { pool: makePool(pg, connection.url, options), location: `${redactUrl(connection.url)}${where}`, schema },
+      access,
+    )
   }
   const { pool } = connection
-  return openPostgresStore({
-    // The caller owns the pool: closing the log never ends it.
-    pool: { connect: () => pool.connect(), end: async () => undefined },
-    location: `a PostgreSQL pool${where}`,
-    schema,
-  })
+  return openPostgresStore(
+    {
+      // The caller owns the pool: closing the log never ends it.
+      pool: { connect: () => pool.connect(), end: async () => undefined },
+      location: `a PostgreSQL pool${where}`,
+      schema,
+    },
+    access,
+  )
 }
 
 /**

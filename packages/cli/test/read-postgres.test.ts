@@ -1,0 +1,123 @@
+/**
+ * The read-only commands on PostgreSQL (docs/cli.md §10.1): a database without a maka log is exit 1
+ * with one line, and the database is left without a table. Runs only with `MAKA_TEST_DATABASE_URL`;
+ * each case gets a database of its own, dropped afterwards.
+ */
+import { createRequire } from "node:module"
+import * as path from "node:path"
+import { afterAll, afterEach, describe, expect, it } from "vitest"
+import { folder, maka, packageRoot, type Folder } from "./support/cli.ts"
+
+const databaseUrl = process.env["MAKA_TEST_DATABASE_URL"] ?? ""
+if (databaseUrl === "") {
+  process.stdout.write("note: MAKA_TEST_DATABASE_URL is unset; the PostgreSQL cases of the read-only commands do not run here\n")
+}
+
+/** The little of `pg.Client` these tests use. */
+interface Client {
+  connect(): Promise<void>
+  query(text: string): Promise<{ readonly rows: ReadonlyArray<Record<string, unknown>> }>
+  end(): Promise<void>
+}
+
+/** `pg` as the CLI loads it: an optional peer of `@maka/event-log`, resolved from that package. */
+const loadClient = (url: string): Client => {
+  const pg = createRequire(path.join(packageRoot, "../event-log/package.json"))("pg") as {
+    readonly Client: new (options: { readonly connectionString: string }) => Client
+  }
+  return new pg.Client({ connectionString: url })
+}
+
+const urlOf = (name: string, password?: string): string => {
+  const url = new URL(databaseUrl)
+  url.pathname = `/${name}`
+  if (password !== undefined) url.password = password
+  return url.toString()
+}
+
+const withClient = async <A>(url: string, body: (client: Client) => Promise<A>): Promise<A> => {
+  const client = loadClient(url)
+  await client.connect()
+  try {
+    return await body(client)
+  } finally {
+    await client.end()
+  }
+}
+
+const tablesOf = (url: string): Promise<ReadonlyArray<string>> =>
+  withClient(url, async (client) =>
+    (
+      await client.query(`SELECT table_schema || '.' || table_name AS name FROM information_schema.tables
+        WHERE table_schema NOT IN ('pg_catalog', 'information_schema')`)
+    ).rows
+      .map((row) => String(row["name"]))
+      .sort(),
+  )
+
+const databases: Array<string> = []
+let count = 0
+const freshDatabase = async (setup: ReadonlyArray<string> = []): Promise<string> => {
+  const name = `maka_cli_ro_${process.pid}_${++count}`
+  await withClient(databaseUrl, (client) => client.query(`CREATE DATABASE ${name}`))
+  databases.push(name)
+  await withClient(urlOf(name), async (client) => {
+    for (const statement of setup) await client.query(statement)
+  })
+  return name
+}
+
+describe.skipIf(databaseUrl === "")("the read-only commands on a PostgreSQL database without a maka log", () => {
+  const folders: Array<Folder> = []
+  afterEach(() => {
+    for (const created of folders.splice(0)) created.remove()
+  })
+  afterAll(async () => {
+    for (const name of databases.splice(0)) {
+      await withClient(databaseUrl, (client) => client.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`))
+    }
+  })
+
+  it.each([["events", "--session", "s"], ["inspect", "--session", "s"], ["sessions"]])(
+    "maka %s on an empty database is exit 1 with one line, creates no table and shows no password",
+    async (...args) => {
+      const created = folder()
+      folders.push(created)
+      const name = await freshDatabase()
+      const result = await maka([...args, "--database-url", urlOf(name, "hunter2")], { cwd: created.root })
+      expect(result.code).toBe(1)
+      expect(result.stderr.trim().split("\n")).toHaveLength(1)
+      expect(result.stderr).toMatch(/^maka: no maka log at postgres:\/\/\S+:\*\*\*@/)
+      expect(result.stderr).not.toContain("hunter2")
+      expect(await tablesOf(urlOf(name))).toEqual([])
+    },
+    30_000,
+  )
+
+  it("maka sessions on a database of another application is exit 1 and leaves its tables as they were", async () => {
+    const created = folder()
+    folders.push(created)
+    const name = await freshDatabase([
+      `CREATE SCHEMA shop`,
+      `CREATE TABLE shop.orders (id int)`,
+      `CREATE VIEW shop.recent AS SELECT id FROM shop.orders`,
+      `CREATE SEQUENCE shop.order_numbers`,
+    ])
+    const result = await maka(["sessions", "--database-url", urlOf(name)], { cwd: created.root })
+    expect(result.code).toBe(1)
+    expect(result.stderr.trim().split("\n")).toHaveLength(1)
+    expect(result.stderr).toContain("no maka log at")
+    expect(await tablesOf(urlOf(name))).toEqual(["shop.orders", "shop.recent"])
+  }, 30_000)
+
+  it("maka sessions reads a log a writing command made", async () => {
+    const created = folder()
+    folders.push(created)
+    const name = await freshDatabase()
+    const recovered = await maka(["recover", "--database-url", urlOf(name)], { cwd: created.root })
+    expect(recovered.code).toBe(0)
+    const result = await maka(["sessions", "--database-url", urlOf(name)], { cwd: created.root })
+    expect(result.stderr).toBe("")
+    expect(result.code).toBe(0)
+  }, 30_000)
+})
