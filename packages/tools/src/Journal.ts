@@ -9,7 +9,7 @@ import { Clock, Effect, Exit, Fiber, type Redacted, Result } from "effect"
 import * as Cancellation from "./Cancellation.ts"
 import { defaults } from "./Defaults.ts"
 import { Ids } from "./Ids.ts"
-import { execute, type Execution, unrecordableOutputMessage as unrecordable } from "./internal/execution.ts"
+import { execute, type Execution, unrecordableOutputMessage } from "./internal/execution.ts"
 import { scrub } from "./internal/secrets.ts"
 import type { Runner, Semantics, Tool } from "./Tool.ts"
 import { admit, type CapturedCatalog } from "./ToolCatalog.ts"
@@ -164,7 +164,7 @@ export const reject = (
 // Invocation
 
 /** The message of a success whose output cannot be recorded (over 64 MiB raw, too deep, or unreadable). */
-export const unrecordableOutputMessage: (detail: string) => string = unrecordable
+export { unrecordableOutputMessage }
 
 export interface InvokeOptions {
   readonly cancellation?: Cancellation.Cancellation | undefined
