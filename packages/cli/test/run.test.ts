@@ -464,11 +464,18 @@ describe("reconciliation", () => {
   })
 })
 
-// Keeps the canonical JSON import honest: the lines are canonical (sorted keys).
+// docs/cli.md §10.1: each line is {"sequence":N,"event":{…}} in that order, the event canonical (sorted keys).
 describe("event lines", () => {
-  it("are canonical JSON", async () => {
+  it("put the sequence first and the event in canonical form", async () => {
     const { root, workspace, db } = fresh()
     const result = await maka(["run", "--db", db, "--workspace", workspace, "--tools", "none", "--json", "hi"], { cwd: root })
-    for (const line of result.stdout.trim().split("\n")) expect(Canonical.stringify(JSON.parse(line))).toBe(line)
+    const lines = result.stdout.trim().split("\n")
+    expect(lines.length).toBeGreaterThan(2)
+    lines.forEach((line, index) => {
+      const parsed = JSON.parse(line) as { sequence: number; event: unknown }
+      expect(Object.keys(parsed)).toEqual(["sequence", "event"])
+      expect(parsed.sequence).toBe(index + 1)
+      expect(line).toBe(`{"sequence":${parsed.sequence},"event":${Canonical.stringify(parsed.event)}}`)
+    })
   })
 })

@@ -12,9 +12,13 @@ export interface Sink {
   readonly outClosed?: AbortSignal
 }
 
-/** The JSON line of a stored event, shared by `maka run --json` and `maka events --json`. */
+/**
+ * The JSON line of a stored event, shared by `maka run --json` and `maka events --json`: the order of
+ * docs/cli.md §10.1, `{"sequence":N,"event":{…}}`, with the event in its canonical form (the bytes the
+ * log hashes, keys sorted).
+ */
 export const eventLine = (stored: Event.StoredEvent): string =>
-  Canonical.stringify({ sequence: stored.sequence, event: stored.event })
+  `{"sequence":${stored.sequence},"event":${Canonical.stringify(stored.event)}}`
 
 /** The last provider failure the run's `fetch` saw: what a retry line names. */
 export interface ObservedFailure {
