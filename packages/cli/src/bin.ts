@@ -5,19 +5,24 @@
  */
 import * as fs from "node:fs"
 import { main } from "./internal/main.ts"
-import { processSink } from "./internal/terminal.ts"
+import { afterOutput, processSink } from "./internal/terminal.ts"
 
 // `src/bin.ts` and `dist/bin.js` both sit one folder below the package root.
 const manifest: unknown = JSON.parse(fs.readFileSync(new URL("../package.json", import.meta.url), "utf8"))
 const VERSION =
   typeof manifest === "object" && manifest !== null && "version" in manifest && typeof manifest.version === "string" ? manifest.version : "unknown"
 
+const sink = processSink(process.stdout, process.stderr)
 const code = await main({
   argv: process.argv.slice(2),
   environment: process.env,
   cwd: process.cwd(),
-  sink: processSink(process.stdout, process.stderr),
+  sink,
   stdin: process.stdin,
   version: VERSION,
 })
-process.exitCode = code
+// A failed write reports itself after the write returns: wait until what was written is out.
+await new Promise<void>((resolve) => process.stdout.write("", () => resolve()))
+const ended = afterOutput(code, sink.outFailure())
+if (ended.line !== undefined) sink.err(ended.line)
+process.exitCode = ended.code

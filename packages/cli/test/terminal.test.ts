@@ -6,7 +6,7 @@ import { spawn, spawnSync } from "node:child_process"
 import * as fs from "node:fs"
 import * as path from "node:path"
 import { afterEach, describe, expect, it } from "vitest"
-import { processSink, terminalSafe } from "../src/internal/terminal.ts"
+import { afterOutput, processSink, terminalSafe } from "../src/internal/terminal.ts"
 import { bin, eventLines, folder, maka, type Folder } from "./support/cli.ts"
 
 const ESCAPES = "a\u001b]0;title\u0007b \u001b[31mred\u001b[0m \u009b2J c\rd \u0008\u007f e\r\nf\tg\n"
@@ -68,6 +68,21 @@ describe("processSink", () => {
     sink.out("three\n")
     expect(out.written).toEqual(["one\n", "two\n"])
     expect(err.written).toEqual([])
+  })
+
+  it("keeps the code of stdout's first failure, and maps a lost output to exit 1 unless it was a reader going away", () => {
+    let fail: ((error: Error) => void) | undefined
+    const sink = processSink({ isTTY: false, write: () => true, on: (_event, listener) => (fail = listener) }, { write: () => true })
+    expect(sink.outFailure()).toBeUndefined()
+    fail?.(Object.assign(new Error("write ENOSPC"), { code: "ENOSPC" }))
+    fail?.(Object.assign(new Error("write EPIPE"), { code: "EPIPE" }))
+    expect(sink.outFailure()).toBe("ENOSPC")
+    expect(afterOutput(0, undefined)).toEqual({ code: 0 })
+    expect(afterOutput(3, undefined)).toEqual({ code: 3 })
+    expect(afterOutput(0, "EPIPE")).toEqual({ code: 0 })
+    expect(afterOutput(0, "ENOSPC")).toEqual({ code: 1, line: "maka: error: could not write to stdout (ENOSPC); what was printed is incomplete\n" })
+    expect(afterOutput(130, "EIO").code).toBe(130)
+    expect(afterOutput(130, "EIO").line).toContain("(EIO)")
   })
 
   it("writes to a pipe byte for byte", () => {
@@ -139,6 +154,32 @@ describe("maka whose reader goes away", () => {
     expect(facts.at(-1)).toMatchObject({ kind: "invocation_ended", outcome: { kind: "cancelled" } })
     // Nothing was left unsettled: the next turn runs.
     const next = await maka(["run", "--db", db, "--workspace", workspace, "--session", "p", "again"], { cwd: root })
+    expect(next.code, next.stderr).toBe(0)
+  }, 60_000)
+
+  /** Runs maka with stdout on /dev/full: every write fails with ENOSPC. */
+  const fullDisk = (args: ReadonlyArray<string>, cwd: string): { readonly code: number | null; readonly stderr: string } => {
+    const full = fs.openSync("/dev/full", "w")
+    try {
+      const result = spawnSync(process.execPath, [bin, ...args], { cwd, stdio: ["ignore", full, "pipe"], encoding: "utf8", timeout: 60_000 })
+      return { code: result.status, stderr: result.stderr }
+    } finally {
+      fs.closeSync(full)
+    }
+  }
+
+  it("does not exit 0 when its output was lost to a full disk, and leaves the session usable", async () => {
+    const { root, workspace, db } = (current = folder())
+    const run = fullDisk(["run", "--db", db, "--workspace", workspace, "--session", "f", "--json", "look around"], root)
+    expect(run.stderr).toContain("maka: error: could not write to stdout (ENOSPC)")
+    expect(run.stderr).not.toMatch(/internal error|\n\s+at /)
+    expect(run.code === 130 || run.code === 1, `exit ${run.code}`).toBe(true)
+    const stored = await maka(["events", "--db", db, "--session", "f", "--json"], { cwd: root })
+    expect(eventLines(stored.stdout).at(-1)?.event.fact).toMatchObject({ kind: "invocation_ended" })
+    const events = fullDisk(["events", "--db", db, "--session", "f", "--json"], root)
+    expect(events.code).toBe(1)
+    expect(events.stderr).toBe("maka: error: could not write to stdout (ENOSPC); what was printed is incomplete\n")
+    const next = await maka(["run", "--db", db, "--workspace", workspace, "--session", "f", "again"], { cwd: root })
     expect(next.code, next.stderr).toBe(0)
   }, 60_000)
 

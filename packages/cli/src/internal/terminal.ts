@@ -29,6 +29,15 @@ export interface OutputStream {
   readonly on?: (event: "error", listener: (error: Error) => void) => unknown
 }
 
+/** The process's sink, which also tells how stdout failed, if it did. */
+export interface ProcessSink extends Sink {
+  /**
+   * The error code of stdout's first failed write (`EPIPE` when its reader went away, `ENOSPC` for a
+   * full disk, `EIO` when the error has none), or undefined while every write went through.
+   */
+  readonly outFailure: () => string | undefined
+}
+
 /**
  * The process's sink: each stream that is a terminal gets its text through `terminalSafe`. A stream
  * whose write fails (its reader went away: `maka run … | head`, EPIPE; or a full disk) takes no more
@@ -36,14 +45,15 @@ export interface OutputStream {
  * When stdout fails, `outClosed` is aborted, and a running turn is cancelled as on SIGINT (its
  * terminal is written, docs/cli.md §10.1 "Signals").
  */
-export const processSink = (stdout: OutputStream, stderr: OutputStream): Sink => {
+export const processSink = (stdout: OutputStream, stderr: OutputStream): ProcessSink => {
   const outClosed = new AbortController()
-  const writer = (stream: OutputStream, onFailed: () => void) => {
+  let outFailure: string | undefined
+  const writer = (stream: OutputStream, onFailed: (error: Error) => void) => {
     let failed = false
-    stream.on?.("error", () => {
+    stream.on?.("error", (error) => {
       if (failed) return
       failed = true
-      onFailed()
+      onFailed(error)
     })
     const safe = stream.isTTY === true
     return (text: string) => {
@@ -51,8 +61,24 @@ export const processSink = (stdout: OutputStream, stderr: OutputStream): Sink =>
     }
   }
   return {
-    out: writer(stdout, () => outClosed.abort()),
+    out: writer(stdout, (error) => {
+      const code = (error as { readonly code?: unknown }).code
+      outFailure = typeof code === "string" && code !== "" ? code : "EIO"
+      outClosed.abort()
+    }),
     err: writer(stderr, () => undefined),
     outClosed: outClosed.signal,
+    outFailure: () => outFailure,
   }
+}
+
+/**
+ * The exit of a command whose stdout failed with something other than a reader going away (a full
+ * disk, an I/O error): what it printed is lost, so a command that would exit 0 exits 1, and stderr
+ * says so. EPIPE keeps the command's own code (docs/cli.md §10.1 "Signals"): the reader took what it
+ * wanted.
+ */
+export const afterOutput = (code: number, outFailure: string | undefined): { readonly code: number; readonly line?: string } => {
+  if (outFailure === undefined || outFailure === "EPIPE") return { code }
+  return { code: code === 0 ? 1 : code, line: `maka: error: could not write to stdout (${outFailure}); what was printed is incomplete\n` }
 }
