@@ -107,7 +107,7 @@ export const POSTGRES_DEFAULTS = Object.freeze({
  */
 export const makePool = (pg: PgModule, url: string, options: PostgresOptions = {}): PgPool => {
   const pool = new pg.Pool({
-    connectionString: url,
+    connectionString: pgConnectionString(url),
     connectionTimeoutMillis: options.connectTimeout ?? POSTGRES_DEFAULTS.connectTimeout,
     query_timeout: options.queryTimeout ?? POSTGRES_DEFAULTS.queryTimeout,
     keepAlive: true,
@@ -148,6 +148,67 @@ export const redactUrl = (url: string): string => {
   } catch {
     return "postgres (unparsable URL)"
   }
+}
+
+/**
+ * The `sslmode` values pg 8 implements (docs/log-format.md §3.1): its own set, and the libpq set it
+ * reads with `uselibpqcompat=true`. pg takes any other value silently (as full verification, or an
+ * empty one as no TLS at all), so the log refuses it.
+ */
+export const SSL_MODES = Object.freeze({
+  pg: Object.freeze(["disable", "prefer", "require", "verify-ca", "verify-full", "no-verify"]),
+  libpq: Object.freeze(["disable", "prefer", "require", "verify-ca", "verify-full"]),
+})
+
+/**
+ * Without `uselibpqcompat=true`, pg 8 treats these as `verify-full` (TLS required, the certificate
+ * chain and the host name checked) and prints a multi-line SECURITY WARNING on first use.
+ */
+const VERIFY_FULL_ALIASES: ReadonlySet<string> = new Set(["prefer", "require", "verify-ca"])
+
+/** The name and value of one `name=value` item of a query, decoded as pg's URL parser decodes them. */
+const queryItem = (item: string): readonly [string, string] | undefined =>
+  // The leading `&` keeps a `?` that starts the item from being taken for the query's own `?`.
+  [...new URLSearchParams(`&${item}`)][0]
+
+/**
+ * The connection string `pg` is given for `url` (docs/log-format.md §3.1). An `sslmode` pg does not
+ * implement, and a `uselibpqcompat` other than `true` or `false`, are refused (`UnsupportedDatabase`,
+ * before anything connects). Without `uselibpqcompat=true`, `prefer`, `require` and `verify-ca` are
+ * given as `verify-full`: what pg 8 makes of them anyway, without its warning. Every other byte of
+ * the URL is kept, so pg reads the rest (host, `sslrootcert`, `uselibpqcompat`, …) as before.
+ */
+export const pgConnectionString = (url: string): string => {
+  // A socket path has no query (pg splits it at spaces); as pg's URL parser, the query runs from
+  // the first `?` to the fragment.
+  if (url.startsWith("/")) return url
+  const fragment = url.indexOf("#") === -1 ? url.length : url.indexOf("#")
+  const start = url.indexOf("?")
+  if (start === -1 || start > fragment) return url
+  const items = url.slice(start + 1, fragment).split("&")
+  const parameters = items.map(queryItem)
+  const values = (name: string) => parameters.flatMap((parameter) => (parameter?.[0] === name ? [parameter[1]] : []))
+  const refuse = (message: string) => EventLogError.make({ _tag: "UnsupportedDatabase", message: `${redactUrl(url)}: ${message}` })
+  const compatibility = values("uselibpqcompat")
+  const badCompatibility = compatibility.find((value) => value !== "true" && value !== "false")
+  if (badCompatibility !== undefined) {
+    throw refuse(`uselibpqcompat must be true or false, not ${JSON.stringify(badCompatibility)}`)
+  }
+  // pg reads the last value of a repeated parameter.
+  const isLibpq = compatibility.at(-1) === "true"
+  const known = isLibpq ? SSL_MODES.libpq : SSL_MODES.pg
+  const badMode = values("sslmode").find((value) => !known.includes(value))
+  if (badMode !== undefined) {
+    throw refuse(
+      `sslmode ${JSON.stringify(badMode)} is not one pg implements${isLibpq ? " with uselibpqcompat=true" : ""}; use one of ${known.join(", ")}`,
+    )
+  }
+  if (isLibpq) return url
+  const query = items.map((item, position) => {
+    const parameter = parameters[position]
+    return parameter !== undefined && parameter[0] === "sslmode" && VERIFY_FULL_ALIASES.has(parameter[1]) ? "sslmode=verify-full" : item
+  })
+  return `${url.slice(0, start + 1)}${query.join("&")}${url.slice(fragment)}`
 }
 
 const textOf = (row: unknown, key: string): string | undefined => {
