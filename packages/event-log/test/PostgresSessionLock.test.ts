@@ -1,0 +1,109 @@
+/**
+ * The session row lock on PostgreSQL (docs/log-format.md §3.1, §3.3): two hosts, each with its own
+ * `EventLog` and connection pool on one schema, append to one session at the same moment. The rules
+ * these races break without the lock are backed by no unique index (one live invocation per session,
+ * nothing after a terminal), so only the lock keeps them. Each race is repeated on fresh sessions.
+ * Runs when MAKA_TEST_DATABASE_URL names a server; skipped with a printed reason otherwise, except
+ * under CI (CI=true), where a missing server fails the tests.
+ */
+import type { EventWrite } from "@maka/facts"
+import { History } from "@maka/testkit"
+import { Context, Effect, Layer, Result } from "effect"
+import { describe, expect, it } from "vitest"
+import * as EventLog from "../src/EventLog.ts"
+import type { EventLogError } from "../src/EventLogError.ts"
+
+const inCi = process.env["CI"] === "true" || process.env["CI"] === "1"
+const url = process.env["MAKA_TEST_DATABASE_URL"] === "" ? undefined : process.env["MAKA_TEST_DATABASE_URL"]
+
+/** Races per test: without the lock, a few of them are enough to break the rule. */
+const ROUNDS = 40
+
+let schemas = 0
+const freshSchema = () => `session_lock_${process.pid}_${Date.now().toString(36)}_${++schemas}`
+
+/** One host's log of `schema`: an `EventLog` with a pool of its own, closed with the scope. */
+const host = (server: string, schema: string) =>
+  Effect.map(Layer.build(EventLog.layerPostgres({ url: server, schema })), (context) => Context.get(context, EventLog.EventLog))
+
+/** Runs `body` with two hosts on one fresh schema. */
+const withHosts = (body: (first: EventLog.EventLogShape, second: EventLog.EventLogShape) => Effect.Effect<void, unknown>) => {
+  if (url === undefined) {
+    return Promise.reject(new Error("MAKA_TEST_DATABASE_URL is unset: under CI the session lock suite needs the PostgreSQL server"))
+  }
+  const schema = freshSchema()
+  return Effect.runPromise(
+    Effect.scoped(
+      Effect.gen(function* () {
+        // The first open creates and migrates the schema; the second finds it ready.
+        const first = yield* host(url, schema)
+        const second = yield* host(url, schema)
+        yield* body(first, second)
+      }),
+    ),
+  )
+}
+
+/** Both writes at once, one per host; the outcome of each. */
+const race = (first: EventLog.EventLogShape, firstWrite: EventWrite.EventWrite, second: EventLog.EventLogShape, secondWrite: EventWrite.EventWrite) =>
+  Effect.all([Effect.result(first.append(firstWrite)), Effect.result(second.append(secondWrite))], { concurrency: 2 })
+
+/** The rejection tag of a refused append, or "accepted". */
+const verdict = (outcome: Result.Result<number, EventLogError>): string => {
+  if (Result.isSuccess(outcome)) return "accepted"
+  const reason = outcome.failure.reason
+  return reason._tag === "Rejected" ? `Rejected ${reason.rejection._tag}` : reason._tag
+}
+
+describe.skipIf(url === undefined && !inCi)("the PostgreSQL session lock, between two hosts", () => {
+  it("admits exactly one of two openings raced on one session; the other is refused SessionBusy", () =>
+    withHosts((first, second) =>
+      Effect.gen(function* () {
+        for (let round = 0; round < ROUNDS; round++) {
+          const sessionId = `busy-${round}`
+          const history = new History.History({ sessionId, firstId: 1 + round * 10 })
+          // A finished run first: the session's row exists, so each host locks it with one statement.
+          history.open({ invocationId: `${sessionId}-done`, runId: `${sessionId}-run-done`, turnId: `${sessionId}-turn-done` }).end()
+          yield* first.appendBatch(history.writes)
+          history.open({ invocationId: `${sessionId}-a`, runId: `${sessionId}-run-a`, turnId: `${sessionId}-turn-a` })
+          history.open({ invocationId: `${sessionId}-b`, runId: `${sessionId}-run-b`, turnId: `${sessionId}-turn-b` })
+          const [openingA, openingB] = history.writes.slice(2)
+          const verdicts = (yield* race(first, openingA!, second, openingB!)).map(verdict).sort()
+          expect(verdicts, `round ${round}`).toEqual(["Rejected SessionBusy", "accepted"])
+          // The session holds one live opening: the winner's.
+          const openings = (yield* second.events(sessionId)).filter((stored) => stored.event.fact.kind === "invocation_opened")
+          expect(openings.length, `round ${round}`).toBe(2)
+        }
+      }),
+    ))
+
+  it("admits no event of an invocation after its terminal when the two are raced", () =>
+    withHosts((first, second) =>
+      Effect.gen(function* () {
+        for (let round = 0; round < ROUNDS; round++) {
+          const sessionId = `sealed-${round}`
+          const history = new History.History({ sessionId, firstId: 1 + round * 10 })
+          const run = history.open({ invocationId: `${sessionId}-live`, runId: `${sessionId}-run`, turnId: `${sessionId}-turn` })
+          yield* first.appendBatch(history.writes)
+          run.end({ kind: "failed", class: "cancelled" })
+          run.steer(`${sessionId}-message`, "one more thing")
+          const [terminal, steering] = history.writes.slice(1)
+          const verdicts = (yield* race(first, terminal!, second, steering!)).map(verdict)
+          // The terminal always lands; the steering lands before it or is refused Sealed.
+          expect(verdicts[0], `round ${round}`).toBe("accepted")
+          expect(["accepted", "Rejected Sealed"], `round ${round}`).toContain(verdicts[1])
+          const kinds = (yield* second.events(sessionId)).map((stored) => stored.event.fact.kind)
+          expect(kinds.at(-1), `round ${round}: ${kinds.join(", ")}`).toBe("invocation_ended")
+          expect(kinds.length, `round ${round}`).toBe(verdicts[1] === "accepted" ? 3 : 2)
+        }
+      }),
+    ))
+})
+
+if (url === undefined) {
+  process.stdout.write(
+    inCi
+      ? "note: MAKA_TEST_DATABASE_URL is unset under CI; PostgresSessionLock.test.ts fails\n"
+      : "note: MAKA_TEST_DATABASE_URL is unset; PostgresSessionLock.test.ts does not run here (tools/pg-start prints a URL)\n",
+  )
+}
