@@ -82,7 +82,10 @@ const fakeServer = async (): Promise<FakeServer> => {
 /** A URL whose password and `?password=` are secrets a message must not show. */
 const secretUrl = (port: number, query: string) => `postgres://maka:hunter2@127.0.0.1:${port}/agents?password=hunter3&${query}`
 
-const attempt = (url: string): Promise<Database> => openPostgres({ url }, { connectTimeout: 5_000 })
+/** A schema of its own for each open, so the server's `public` schema is never touched. */
+let schemas = 0
+const attempt = (url: string): Promise<Database> =>
+  openPostgres({ url }, { connectTimeout: 5_000, schema: `sslmode_${process.pid}_${Date.now().toString(36)}_${++schemas}` })
 
 describe("sslmode values pg does not implement", () => {
   it.each([
