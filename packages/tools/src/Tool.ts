@@ -6,8 +6,9 @@
  * known failure the model reads; only `ToolOutcomeUnknown` leaves the outcome unknown.
  */
 import { Canonical, Identity, type ToolCall } from "@maka/facts"
-import { Data, Effect, Result, Schema, SchemaAST } from "effect"
+import { Data, Effect, Result, Schema } from "effect"
 import type { StandardJSONSchemaV1, StandardSchemaV1 } from "effect/StandardSchema"
+import { closeEmptyStructs } from "./internal/closed-empty-struct.ts"
 import { describeDefect } from "./internal/describe.ts"
 import { invalidDefinition } from "./ToolError.ts"
 
@@ -116,33 +117,13 @@ const hasJsonSchema = (input: StandardInput): boolean => {
 }
 
 /**
- * Whether what the model sends for `schema` is an Effect struct without fields (`Schema.Struct({})`).
- * Effect reads that as TypeScript's `{}`, any value but null or undefined: its JSON Schema is
- * `{not: {type: "null"}}` and it decodes `5`, `[]` or `{x: 1}`. A tool input is a JSON object, and a
- * tool without arguments is what such a struct means there, so it is taken as the closed empty object.
+ * The JSON Schema sent to providers from an Effect Schema: the document's root with its definitions
+ * as `$defs`, every empty struct in it the closed empty object (`closeEmptyStructs`).
  */
-const isEmptyStruct = (schema: Schema.Constraint): boolean => {
-  const encoded = SchemaAST.toEncoded(schema.ast)
-  return SchemaAST.isObjects(encoded) && encoded.propertySignatures.length === 0 && encoded.indexSignatures.length === 0
-}
-
-/**
- * The JSON Schema of an empty struct: Effect's, with its "not null" replaced by the closed empty
- * object, written as a closed struct with fields is (`type`, `properties`, `additionalProperties:
- * false`); its annotations (a description, a title) stay. Anything else Effect wrote is left alone.
- */
-const closedEmptyObject = (root: { readonly [key: string]: unknown }): { readonly [key: string]: unknown } => {
-  const { not: excluded, ...annotations } = root
-  const notNull =
-    typeof excluded === "object" && excluded !== null && Object.keys(excluded).length === 1 && (excluded as { readonly type?: unknown }).type === "null"
-  return notNull && !("type" in annotations) ? { ...annotations, type: "object", properties: {}, additionalProperties: false } : root
-}
-
-/** The JSON Schema sent to providers from an Effect Schema: the document's root with its definitions as `$defs`. */
 export const jsonSchemaOf = (schema: Schema.Constraint): Identity.JsonObject => {
-  const document = Schema.toJsonSchemaDocument(schema, { onExcessProperty: "error" })
-  const root = isEmptyStruct(schema) ? closedEmptyObject(document.schema) : document.schema
-  return asJsonObject(Object.keys(document.definitions).length === 0 ? root : { ...root, $defs: document.definitions })
+  const document = Schema.toJsonSchemaDocument(closeEmptyStructs(schema), { onExcessProperty: "error" })
+  const definitions = document.definitions
+  return asJsonObject(Object.keys(definitions).length === 0 ? document.schema : { ...document.schema, $defs: definitions })
 }
 
 /** The JSON Schema (draft 2020-12) of what the model sends, from a Standard JSON Schema; `$schema` dropped. */
@@ -182,24 +163,10 @@ const standardDecoder =
           : Effect.fail({ message: result.issues.map(describeIssue).join("\n") }),
     )
 
-/**
- * The closed empty object `jsonSchemaOf` offers for an empty struct, checked before the struct's own
- * decode (which would take any value but null), in Effect's words for a closed struct.
- */
-const emptyObjectProblem = (input: unknown): string | undefined => {
-  if (typeof input !== "object" || input === null || Array.isArray(input)) return "Expected object"
-  const keys = Object.keys(input)
-  return keys.length === 0 ? undefined : keys.map((key) => `Expected no excess property\n  at ${JSON.stringify([key])}`).join("\n")
-}
-
+/** Effect's decoder of `schema`, every empty struct in it the closed empty object `jsonSchemaOf` offers. */
 const effectDecoder = (schema: Schema.ConstraintDecoder<unknown, never>): InputDecoder => {
-  const decode = Schema.decodeUnknownEffect(schema)
-  const decodeInput: InputDecoder = (input) => decode(input, { onExcessProperty: "error", errors: "all" })
-  if (!isEmptyStruct(schema)) return decodeInput
-  return (input) => {
-    const problem = emptyObjectProblem(input)
-    return problem === undefined ? decodeInput(input) : Effect.fail({ message: problem })
-  }
+  const decode = Schema.decodeUnknownEffect(closeEmptyStructs(schema))
+  return (input) => decode(input, { onExcessProperty: "error", errors: "all" })
 }
 
 /** The readable message of an `invalid_input` rejection. */
