@@ -343,6 +343,7 @@ describe("Journal.reject", () => {
         withSink(context)(Journal.reject(context.invocation, context.requests[0]!, { kind: "cancelled" })),
       )
       assert.strictEqual(error.reason._tag, "CommitFailed")
+      if (error.reason._tag === "CommitFailed") assert.strictEqual(error.reason.fact, "tool_rejected")
       assert.isFalse(error.isRetryable)
     }).pipe(Effect.provide(recordingLayer())),
   )

@@ -107,6 +107,13 @@ export const fixtureTools = (effects: Effects, gate?: Gate) =>
       execute: ({ value }) => Effect.sync(() => (effects.ran.push(`finish:${value}`), Tool.text(value))),
     }),
     Tool.make({
+      name: "finish-fails",
+      description: "Ends the turn, but fails.",
+      input: TextInput,
+      semantics: "finish_turn",
+      execute: ({ value }) => Effect.andThen(Effect.sync(() => effects.ran.push(`finish-fails:${value}`)), Tool.fail("not done")),
+    }),
+    Tool.make({
       name: "gate",
       description: "Waits to be released, then reports whether its signal was aborted.",
       input: TextInput,
@@ -340,8 +347,11 @@ export const journalSuite = (name: string, makeSinkLayer: MakeSinkLayer) =>
           result.calls.map((item) => item._tag),
           ["OutcomeUnknown", "Rejected"],
         )
-        const unknown = result.calls[0]!
-        if (unknown._tag === "OutcomeUnknown") assert.strictEqual(unknown.cause, "settle_commit")
+        assert.deepInclude(result.calls[0]!, {
+          _tag: "OutcomeUnknown",
+          cause: "settle_commit",
+          message: "tool_settled commit rejected: injected rejection",
+        })
       }).pipe(Effect.provide(makeSinkLayer())),
     )
 
@@ -421,6 +431,25 @@ export const journalSuite = (name: string, makeSinkLayer: MakeSinkLayer) =>
         )
         assert.isTrue(result.finishTurn)
         assert.deepStrictEqual(kinds(yield* context.facts), ["tool_dispatched", "tool_settled:succeeded"])
+      }).pipe(Effect.provide(makeSinkLayer())),
+    )
+
+    it.effect("does not finish the turn for a finish_turn call that failed", () =>
+      Effect.gen(function* () {
+        const effects: Effects = { ran: [] }
+        const context = yield* setup([call("call-1", "finish-fails")])
+        const result = yield* withSink(context)(Journal.runStep(context.invocation, fixtureTools(effects).capture(), context.requests))
+        assert.isFalse(result.finishTurn)
+        assert.deepStrictEqual(effects.ran, ["finish-fails:call-1"])
+        assert.deepStrictEqual(kinds(yield* context.facts), ["tool_dispatched", "tool_settled:failed"])
+      }).pipe(Effect.provide(makeSinkLayer())),
+    )
+
+    it.effect("does not finish the turn for a step without a finish_turn call", () =>
+      Effect.gen(function* () {
+        const context = yield* setup([call("call-1", "echo")])
+        const result = yield* withSink(context)(Journal.runStep(context.invocation, fixtureTools({ ran: [] }).capture(), context.requests))
+        assert.isFalse(result.finishTurn)
       }).pipe(Effect.provide(makeSinkLayer())),
     )
   })
