@@ -82,6 +82,22 @@ describe("maka chat", () => {
     expect(endings.map((line) => line.event.fact["outcome"].kind)).toEqual(["handoff_paused"])
   })
 
+  it("SIGTERM during a turn that ends before its next step boundary ends the chat after it (exit 0); the next line is not sent", async () => {
+    const { root, workspace, db } = fresh()
+    const result = await maka(["chat", "--db", db, "--workspace", workspace, "--session", "z", "--json"], {
+      cwd: root,
+      env: { MAKA_OFFLINE_DELAY_MS: "40" },
+      input: "What is this project?\nnext\n",
+      // The answer streams in the turn's last step: no step boundary comes after it.
+      onOutput: when((output) => output.stdout.includes('"kind":"part_delta"'), (child) => child.kill("SIGTERM")),
+    })
+    expect(result.stderr).toContain("handing off at the next step boundary")
+    expect(result.code).toBe(0)
+    const { openings, endings } = await invocationsOf(root, db, "z")
+    expect(openings).toHaveLength(1)
+    expect(endings.map((line) => line.event.fact["outcome"].kind)).toEqual(["completed"])
+  })
+
   it("waits for a dozen lines, each typed after the last answer, without piling up listeners", async () => {
     const { root, workspace, db } = fresh()
     const turns = 12

@@ -171,6 +171,32 @@ describe("SIGTERM hands a run off, and maka resume continues it in another proce
   }, 60_000)
 })
 
+describe("SIGTERM to maka resume", () => {
+  it("whose successor ends before its next step boundary stops before the next pause, which stays paused", async () => {
+    const created = fresh()
+    expect((await handOff(created, "r1")).code).toBe(75)
+    expect((await handOff(created, "r2")).code).toBe(75)
+    const resumed = await maka(["resume", "--db", created.db, "--json"], {
+      cwd: created.root,
+      env: SLOW,
+      // The successor's answer streams in its last step: no step boundary comes after it.
+      onOutput: when((output) => output.stdout.includes('"kind":"part_delta"'), (child) => child.kill("SIGTERM")),
+    })
+    expect(resumed.stderr).toMatch(/^resuming r1: \d+ steps left$/m)
+    expect(resumed.stderr).not.toContain("resuming r2")
+    expect(resumed.stderr).toContain("stopped before the next pause (SIGTERM): 1 left; continue with: maka resume\n")
+    expect(resumed.code).toBe(0)
+    const endings = async (session: string) =>
+      (await storedEvents(created, session)).filter((line) => line.event.fact.kind === "invocation_ended").map((line) => line.event.fact["outcome"].kind)
+    expect(await endings("r1")).toEqual(["handoff_paused", "completed"])
+    expect(await endings("r2")).toEqual(["handoff_paused"])
+    expect((await maka(["sessions", "--db", created.db], { cwd: created.root })).stdout).toMatch(/^r2 {2}paused \(handoff\) /m)
+    const rest = await maka(["resume", "--db", created.db], { cwd: created.root })
+    expect(rest.code, rest.stderr).toBe(0)
+    expect(await endings("r2")).toEqual(["handoff_paused", "completed"])
+  }, 90_000)
+})
+
 describe("SIGTERM when the handoff cannot be taken", () => {
   it("a run that ends before the next step boundary keeps its own exit code (0), with no refusal line", async () => {
     const created = fresh()

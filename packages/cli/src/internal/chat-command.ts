@@ -68,7 +68,8 @@ export const chatCommand = async (context: RunContext): Promise<number> => {
         } finally {
           steer = undefined
         }
-        if (code === ExitCode.cancelled || code === ExitCode.handedOff) break
+        // A SIGTERM ends the chat after its turn, whether the turn was handed off or ended first.
+        if (code === ExitCode.cancelled || code === ExitCode.handedOff || signals.handoffRequested()) break
       }
       return signals.signal.aborted ? ExitCode.cancelled : code
     } finally {

@@ -16,7 +16,7 @@ import { TOOL_LEVELS, type ToolLevel } from "../Configuration.ts"
 import { CliError, ExitCode, fromEngineError } from "./exit.ts"
 import * as Flags from "./flags.ts"
 import type { CommandContext } from "./read-commands.ts"
-import { openConnection, showRun, type Connection } from "./run-command.ts"
+import { offlineDelay, openConnection, showRun, type Connection } from "./run-command.ts"
 import { prepareLogFolder } from "./store.ts"
 import { handleSignals, type Signals } from "./signals.ts"
 
@@ -153,6 +153,7 @@ export const resumeCommand = async (context: CommandContext): Promise<number> =>
   const isAbandon = values.abandon === true
   if (isAbandon && sessionId === undefined) throw new Flags.UsageError("maka resume --abandon needs --session ID: the pause to release")
   const provider = isAbandon ? undefined : Flags.provider(values, context.environment)
+  const delayMs = isAbandon ? 0 : offlineDelay(context.environment)
   prepareLogFolder(target, { defaultUnder: context.cwd })
   const signals = handleSignals(context.sink)
   const runtime: Runtime = ManagedRuntime.make(Agent.layer(target.kind === "sqlite" ? { database: target.path } : { databaseUrl: target.url }))
@@ -170,10 +171,16 @@ export const resumeCommand = async (context: CommandContext): Promise<number> =>
       context.sink.err("nothing to resume\n")
       return ExitCode.completed
     }
-    connection = await openConnection(provider!, 0)
+    connection = await openConnection(provider!, delayMs)
     let code: number = ExitCode.completed
-    for (const item of pending) {
+    for (const [index, item] of pending.entries()) {
       if (signals.signal.aborted) return ExitCode.cancelled
+      if (signals.handoffRequested()) {
+        // SIGTERM came while the run before this one ended on its own: stop here, as a handoff would.
+        const left = pending.length - index
+        context.sink.err(`stopped before the next pause (SIGTERM): ${left} left; continue with: maka resume\n`)
+        return code
+      }
       const outcome = await resumeOne(context, runtime, engine, connection, item, { json: values.json === true, signals })
       // The first pause that did not complete gives the exit code.
       if (code === ExitCode.completed) code = outcome.code

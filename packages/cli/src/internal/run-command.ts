@@ -100,7 +100,7 @@ const readMessage = async (context: RunContext, positionals: ReadonlyArray<strin
 }
 
 /** `MAKA_OFFLINE_DELAY_MS`: a pause between the offline model's stream events (0–10,000 ms, default 0). */
-const offlineDelay = (environment: Flags.Environment): number => {
+export const offlineDelay = (environment: Flags.Environment): number => {
   const value = environment["MAKA_OFFLINE_DELAY_MS"]
   if (value === undefined || value === "") return 0
   if (!/^\d+$/.test(value) || Number(value) > 10_000) throw new Flags.UsageError("MAKA_OFFLINE_DELAY_MS must be an integer in 0..10000")

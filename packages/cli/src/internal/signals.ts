@@ -19,6 +19,11 @@ export interface Controllable {
 export interface Signals {
   /** Aborted once the current work is to be cancelled. */
   readonly signal: AbortSignal
+  /**
+   * A SIGTERM asked the attached run for a handoff. Whether or not the run ended first, the command
+   * takes up no more work after it: `maka resume` no next pause, `maka chat` no next line.
+   */
+  readonly handoffRequested: () => boolean
   /** Makes `run` the target of the signals until the returned function detaches it. */
   readonly attach: (run: Controllable) => () => void
   readonly release: () => void
@@ -73,6 +78,7 @@ export const handleSignals = (sink: Sink): Signals => {
   else outClosed?.addEventListener("abort", onInterrupt, { once: true })
   return {
     signal: controller.signal,
+    handoffRequested: () => hasRequestedHandoff,
     attach: (run) => {
       const attached = { run, isDetached: false }
       current = attached
