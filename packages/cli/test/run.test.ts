@@ -4,6 +4,7 @@ import * as fs from "node:fs"
 import * as path from "node:path"
 import { afterEach, describe, expect, it } from "vitest"
 import { CLI_SYSTEM_PROMPT } from "../src/index.ts"
+import { PRIOR_UNKNOWN_COMPACT } from "../src/internal/compact-command.ts"
 import { closedPort, eventLines, folder, maka, NOWHERE_BASE_URL, sessionOf, when, type Folder } from "./support/cli.ts"
 
 const folders: Array<Folder> = []
@@ -447,6 +448,10 @@ describe("reconciliation", () => {
     expect(recovered.stdout).toContain("recovered 1 invocation")
     const sessions = await maka(["sessions", "--db", db], { cwd: root })
     expect(sessions.stdout).toMatch(/^r1 {2}needs reconciliation /m)
+    // No compaction covers an unknown outcome: compact says so, and does not send the user to run.
+    const compacted = await maka(["compact", ...base], { cwd: root })
+    expect(compacted.stderr).toBe(`maka: failed: reconciliation_required: ${PRIOR_UNKNOWN_COMPACT}\n`)
+    expect(compacted.code).toBe(3)
     const refused = await maka(["run", ...base, "next"], { cwd: root })
     expect(refused.stderr).toMatch(/reconciliation_required/)
     // The way out names the flag, not the engine's option.

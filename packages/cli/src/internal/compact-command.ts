@@ -4,12 +4,29 @@
  * run`. Prints what happened (the checkpoint and its coverage, unchanged, or the failure) or, with
  * `--json`, the committed events as `maka run --json` does; exit 0 for compacted or unchanged.
  */
+import { EngineError } from "@maka/engine"
 import type { Event, Outcome } from "@maka/facts"
-import { CliError, ExitCode, exitCodeOf, failureLine, fromEngineError } from "./exit.ts"
+import { CliError, ExitCode, exitCodeOf, failureLine, fromEngineError, inCliTerms } from "./exit.ts"
 import * as Flags from "./flags.ts"
 import { eventLine } from "./render.ts"
 import { cancelOnSignals, openHost, settingsOf, type RunContext } from "./run-command.ts"
 import { openReadOnly } from "./store.ts"
+
+/** Why `maka compact` refuses a session with an unknown tool outcome, and what its turns can do. */
+export const PRIOR_UNKNOWN_COMPACT =
+  "session has a tool effect whose outcome is unknown, and a compaction never covers one (it stays unknown); " +
+  "the session's turns go on with `maka run --allow-prior-unknown`"
+
+/**
+ * A refusal of the compaction in the command line's words. The engine's way out of an unknown tool
+ * outcome is a new message (`maka run --allow-prior-unknown`): it leaves the outcome unknown, so no
+ * compaction of the session can run, now or after; compact says so instead of pointing to run.
+ */
+const compactRefusal = (error: unknown): CliError => {
+  const mapped = fromEngineError(error)
+  const isPriorUnknown = mapped.exitCode === ExitCode.reconciliation && mapped.message.endsWith(inCliTerms(EngineError.PRIOR_UNKNOWN_MESSAGE))
+  return isPriorUnknown ? new CliError(`failed: reconciliation_required: ${PRIOR_UNKNOWN_COMPACT}`, ExitCode.reconciliation) : mapped
+}
 
 /** The line that says what a finished compaction did; `stdout` false for a failure (stderr). */
 export const resultLine = (
@@ -63,7 +80,7 @@ export const compactCommand = async (context: RunContext): Promise<number> => {
       if (!line.stdout) context.sink.err(`${line.text}\n`)
       return exitCodeOf(outcome)
     } catch (error) {
-      throw fromEngineError(error)
+      throw compactRefusal(error)
     } finally {
       await host.close()
     }
