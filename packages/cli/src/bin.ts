@@ -4,8 +4,12 @@
  * flushed.
  */
 import * as fs from "node:fs"
-import { main } from "./internal/main.ts"
-import { afterOutput, processSink } from "./internal/terminal.ts"
+import { exitOnEarlySignals } from "./internal/early-signals.ts"
+
+// First, before the command line's modules load: a signal until a command handles its own is exit 130.
+exitOnEarlySignals()
+const { main } = await import("./internal/main.ts")
+const { afterOutput, processSink } = await import("./internal/terminal.ts")
 
 // `src/bin.ts` and `dist/bin.js` both sit one folder below the package root.
 const manifest: unknown = JSON.parse(fs.readFileSync(new URL("../package.json", import.meta.url), "utf8"))

@@ -1,11 +1,12 @@
 import { Canonical } from "@maka/facts"
 import { OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
+import { spawn } from "node:child_process"
 import * as fs from "node:fs"
 import * as path from "node:path"
 import { afterEach, describe, expect, it } from "vitest"
 import { CLI_SYSTEM_PROMPT } from "../src/index.ts"
 import { PRIOR_UNKNOWN_COMPACT } from "../src/internal/compact-command.ts"
-import { closedPort, eventLines, folder, maka, NOWHERE_BASE_URL, sessionOf, when, type Folder } from "./support/cli.ts"
+import { bin, closedPort, eventLines, folder, maka, NOWHERE_BASE_URL, sessionOf, when, type Folder } from "./support/cli.ts"
 
 const folders: Array<Folder> = []
 const servers: Array<ScriptedServer.ScriptedServer> = []
@@ -348,6 +349,26 @@ describe("signals and store conditions", () => {
     const lines = eventLines(result.stdout)
     expect(lines.at(-1)!.event.fact).toEqual({ kind: "invocation_ended", outcome: { kind: "cancelled", source: "runtime_cancellation" } })
   })
+
+  it.each(["SIGINT", "SIGTERM", "SIGHUP"] as const)(
+    "%s while the message is still read from stdin ends with exit 130 and nothing made",
+    async (signal) => {
+      const { root, db } = fresh()
+      // No MESSAGE and stdin left open: maka waits for stdin's end, before any handler of the run's own.
+      const child = spawn(process.execPath, [bin, "run", "--db", db], { cwd: root, stdio: ["pipe", "pipe", "pipe"] })
+      let stderr = ""
+      child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk))
+      const closed = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+        child.on("close", (code, received) => resolve({ code, signal: received })),
+      )
+      await new Promise((resolve) => setTimeout(resolve, 2_000))
+      child.kill(signal)
+      expect(await closed).toEqual({ code: 130, signal: null })
+      expect(stderr).toBe("")
+      expect(fs.existsSync(db)).toBe(false)
+    },
+    30_000,
+  )
 
   it("SIGHUP (the terminal went away) cancels as SIGINT does: terminal cancelled, exit 130, the session usable", async () => {
     const { root, workspace, db } = fresh()
