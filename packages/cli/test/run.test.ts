@@ -6,6 +6,7 @@ import * as path from "node:path"
 import { afterEach, describe, expect, it } from "vitest"
 import { CLI_SYSTEM_PROMPT } from "../src/index.ts"
 import { PRIOR_UNKNOWN_COMPACT } from "../src/internal/compact-command.ts"
+import { WRITER_BUSY_HINT } from "../src/internal/store.ts"
 import { bin, closedPort, eventLines, folder, maka, NOWHERE_BASE_URL, sessionOf, when, type Folder } from "./support/cli.ts"
 
 const folders: Array<Folder> = []
@@ -433,20 +434,26 @@ describe("signals and store conditions", () => {
   it("a second process on a live log fails with exit 1 and says another writer holds it", async () => {
     const server = await hanging()
     const { root, workspace, db } = fresh()
-    let second: Promise<Awaited<ReturnType<typeof maka>>> | undefined
+    let second: Promise<readonly [Awaited<ReturnType<typeof maka>>, Awaited<ReturnType<typeof maka>>]> | undefined
     const first = await maka(["run", "--db", db, "--workspace", workspace, "--base-url", `${server.url}/v1`, "--model", "m", "--json", "hi"], {
       cwd: root,
       onOutput: when(
         (output) => output.stdout.includes('"kind":"model_requested"'),
         (child) => {
-          second = maka(["run", "--db", db, "--workspace", workspace, "hi"], { cwd: root }).finally(() => child.kill("SIGINT"))
+          second = Promise.all([
+            maka(["run", "--db", db, "--workspace", workspace, "hi"], { cwd: root }),
+            maka(["recover", "--db", db], { cwd: root }),
+          ]).finally(() => child.kill("SIGINT"))
         },
       ),
     })
     expect(first.code).toBe(130)
-    const busy = await second!
+    const [busy, recovering] = await second!
     expect(busy.code).toBe(1)
     expect(busy.stderr).toContain("another writer holds the log")
+    // maka recover says why it has nothing to do beside a live writer.
+    expect(recovering.code).toBe(1)
+    expect(recovering.stderr).toBe(`maka: store error: another writer holds the log ${db}; ${WRITER_BUSY_HINT}\n`)
   })
 })
 

@@ -20,6 +20,12 @@ export interface OpenLog {
 }
 
 /**
+ * Why `maka recover` is refused beside a live writer: that process recovered the log when it opened
+ * it (SQLite), so nothing is left to seal until it ends.
+ */
+export const WRITER_BUSY_HINT = "another maka process (a run, chat or resume) has the log open and recovered it when it opened it; recover once it has ended"
+
+/**
  * A store failure as one line. With `refusalAsIs`, a refusal of the database (`UnsupportedDatabase`,
  * whose message names the redacted location and says why) is shown as it is, as the read-only
  * PostgreSQL open's "no maka log at …" (docs/cli.md §10.1).
@@ -29,6 +35,10 @@ const storeError = (cause: Cause.Cause<unknown>, refusalAsIs: boolean): CliError
   const message = error instanceof Error ? error.message : String(error)
   if (refusalAsIs && EventLogError.isEventLogError(error) && error.reason._tag === "UnsupportedDatabase") {
     return new CliError(message, ExitCode.failed)
+  }
+  if (EventLogError.isEventLogError(error) && error.reason._tag === "WriterBusy") {
+    // `maka recover`, the one command that opens the log as its writer here.
+    return new CliError(`store error: ${message}; ${WRITER_BUSY_HINT}`, ExitCode.failed)
   }
   return new CliError(`store error: ${message}`, ExitCode.failed)
 }
