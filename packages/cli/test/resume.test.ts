@@ -1,7 +1,9 @@
+import { Prompts } from "@maka/facts"
 import * as fs from "node:fs"
 import * as path from "node:path"
 import { OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
 import { afterEach, describe, expect, it } from "vitest"
+import { RESERVED_HINT } from "../src/internal/exit.ts"
 import { levelNames, levelOf } from "../src/internal/resume-command.ts"
 import { eventLines, folder, maka, NOWHERE_BASE_URL, when, type EventLine, type Folder } from "./support/cli.ts"
 
@@ -58,7 +60,7 @@ describe("SIGTERM hands a run off, and maka resume continues it in another proce
     // The session is reserved for the successor: a new message is refused.
     const refused = await maka(["run", "--db", created.db, "--workspace", created.workspace, "--session", "h1", "hi"], { cwd: created.root })
     expect(refused.code).toBe(1)
-    expect(refused.stderr).toContain("session_busy")
+    expect(refused.stderr).toBe(`maka: failed: session_busy: ${Prompts.SESSION_RESERVED_MESSAGE}${RESERVED_HINT}\n`)
 
     const resumed = await maka(["resume", "--db", created.db], { cwd: created.root })
     expect(resumed.stderr).toMatch(/^resuming h1: \d+ steps left$/m)

@@ -2,7 +2,7 @@
  * The exit codes of docs/cli.md §10.1 and the mapping from outcomes and engine errors to them, with the
  * one-line messages the CLI prints on stderr.
  */
-import type { Outcome } from "@maka/facts"
+import { Prompts, type Outcome } from "@maka/facts"
 
 export const ExitCode = Object.freeze({
   completed: 0,
@@ -56,6 +56,9 @@ const CLI_TERMS: ReadonlyArray<readonly [string, string]> = [
 export const inCliTerms = (message: string): string =>
   CLI_TERMS.reduce((text, [api, cli]) => text.split(api).join(cli), message)
 
+/** The ways out of a session reserved for the successor of its sealed pause (docs/cli.md §10.2). */
+export const RESERVED_HINT = "; continue its paused run with `maka resume`, or release it with `maka resume --abandon --session ID`"
+
 /** The stderr line of a failed outcome: `failed: <class>: <message>`. */
 export const failureLine = (outcome: Extract<Outcome.InvocationOutcome, { readonly kind: "failed" }>): string =>
   outcome.message === undefined ? `failed: ${outcome.class}` : `failed: ${outcome.class}: ${inCliTerms(outcome.message)}`
@@ -72,7 +75,7 @@ export const fromEngineError = (error: unknown): CliError => {
     case "InvalidInput":
       return new CliError(`invalid input: ${message}`, ExitCode.usage)
     case "Busy":
-      return new CliError(`failed: session_busy: ${message}`, ExitCode.failed)
+      return new CliError(`failed: session_busy: ${message}${message.includes(Prompts.SESSION_RESERVED_MESSAGE) ? RESERVED_HINT : ""}`, ExitCode.failed)
     case "ReconciliationRequired":
       return new CliError(`failed: reconciliation_required: ${message}`, ExitCode.reconciliation)
     case "Cancelled":
