@@ -30,9 +30,10 @@ export interface PgPoolOptions {
   readonly keepAlive: boolean
 }
 
-/** A `pg.Client` as the pool's `connect` event hands it over: only its error events matter here. */
+/** A `pg.Client` as the pool's `connect` event hands it over: its error events and its `query`. */
 export interface PgClientEvents {
   on(event: "error", listener: (error: Error) => void): unknown
+  query: (...args: Array<never>) => unknown
 }
 
 export type PgPool = PostgresPool & {
@@ -113,11 +114,34 @@ export const makePool = (pg: PgModule, url: string, options: PostgresOptions = {
     keepAlive: true,
   })
   pool.on("error", () => undefined)
+  // A query past `query_timeout` fails, but pg leaves it running on the client's connection: the
+  // client's next query would wait behind it. Such a client is dropped when it is released.
+  const timedOut = new WeakSet<object>()
   pool.on("connect", (client) => {
     client.on("error", () => undefined)
+    const query = client.query
+    client.query = (...args) => {
+      const result = Reflect.apply(query, client, args) as unknown
+      if (result instanceof Promise) {
+        result.then(undefined, (error: unknown) => {
+          if (error instanceof Error && error.message === QUERY_READ_TIMEOUT) timedOut.add(client)
+        })
+      }
+      return result
+    }
   })
-  return pool
+  const connect = pool.connect.bind(pool)
+  return Object.assign(pool, {
+    connect: async () => {
+      const client = await connect()
+      const release = client.release.bind(client) as (error?: Error) => void
+      return Object.assign(client, { release: () => release(timedOut.has(client) ? new Error(QUERY_READ_TIMEOUT) : undefined) })
+    },
+  })
 }
+
+/** pg's error for a query past `query_timeout` (pg 8). */
+const QUERY_READ_TIMEOUT = "Query read timeout"
 
 /** How one store is reached. Kysely's `destroy()` (at `close()`) ends `pool`. */
 export interface PostgresStore {
