@@ -51,6 +51,8 @@ describe("exit codes (docs/cli.md §10.1)", () => {
   it("reports an engine or log error that reached the top as one line with its exit code, never a stack", () => {
     const store = failureReport(EngineError.store("the log went away"))
     expect(store).toEqual({ line: "maka: store error: the log went away\n", code: 1 })
+    // A failed commit reads as every other store failure.
+    expect(failureReport(EngineError.commit("io: read ECONNRESET"))).toEqual({ line: "maka: store error: io: read ECONNRESET\n", code: 1 })
     const reconciliation = failureReport(EngineError.reconciliation("an unsealed run"))
     expect(reconciliation.code).toBe(3)
     expect(reconciliation.line.split("\n")).toHaveLength(2)

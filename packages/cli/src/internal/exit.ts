@@ -80,6 +80,8 @@ export const fromEngineError = (error: unknown): CliError => {
       return new CliError(`failed: reconciliation_required: ${message}`, ExitCode.reconciliation)
     case "Cancelled":
       return new CliError("cancelled", ExitCode.cancelled)
+    // A commit the log failed is a store failure too, shown as every other one is.
+    case "Commit":
     case "Store":
       return new CliError(`store error: ${message}`, ExitCode.failed)
     default:
