@@ -35,6 +35,11 @@ export { defaults, type EngineOptions }
 
 /** `pendingHandoffs` returns pages of at most this many pauses. */
 const MAX_PENDING_PAGE = 64
+/**
+ * How long a run that ended without its terminal waits for the one immediate try to write it
+ * (docs/engine.md §5.13); past it the engine writes the terminal before its next start on the session.
+ */
+const UNWRITTEN_RETRY_MS = 5_000
 
 export interface StartInput {
   readonly invocation: Identity.Invocation
@@ -502,8 +507,13 @@ export const make = (options: Partial<EngineOptions> = {}) =>
         const failed = (error: EngineError.EngineError) =>
           Effect.suspend(() => {
             // Ended without a durable terminal: the engine seals it before its next start on the session.
-            if (committed.length > 0 || run.openingUncertain) unwritten.set(input.invocation.invocationId, input.invocation)
-            return Effect.andThen(release, Deferred.fail(result, error))
+            if (!(committed.length > 0 || run.openingUncertain)) return Effect.andThen(release, Deferred.fail(result, error))
+            unwritten.set(input.invocation.invocationId, input.invocation)
+            // And tries once at once: a dropped connection fails one commit, not the next one, and a host
+            // that runs once and exits (`maka run`) would leave the session unsealed until a recover.
+            // Bounded: a store that does not answer is tried again at the next start, as before.
+            const retry = Effect.ignore(Effect.timeout(sealUnwritten(input.invocation.sessionId), UNWRITTEN_RETRY_MS))
+            return Effect.andThen(retry, Effect.andThen(release, Deferred.fail(result, error)))
           })
         const worker = watched.pipe(
           Effect.provideService(Ids.Ids, ids),

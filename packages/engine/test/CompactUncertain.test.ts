@@ -1,7 +1,7 @@
 /**
  * A standalone compaction whose checkpoint-and-terminal commit may have landed (docs/engine.md §5.12
  * "Standalone", docs/engine.md §5.4): the invocation is not sealed over a batch in doubt; it fails `Commit`, and the
- * engine seals it `failed {event_commit}` before its next start on the session, which then goes on.
+ * engine seals it `failed {event_commit}` by a commit of its own at once (docs/engine.md §5.3 step 8); the next run goes on.
  * Real SQLite file, the scripted server on loopback; the log answers that one batch as uncertain.
  * Likewise a message run whose background summary, drained at its end, commits with an unknown
  * outcome (docs/engine.md §5.3 step 8): it is sealed from what the log holds, never `completed`.
@@ -18,7 +18,7 @@ import { factsOf, kinds } from "./support/harness.ts"
 import { catalog, input, setup, type Effects } from "./support/setup.ts"
 
 describe("a standalone compaction whose final commit is uncertain", () => {
-  it.live("fails Commit without a terminal, and is sealed failed event_commit before the session's next run", () =>
+  it.live("fails Commit, and is sealed failed event_commit by a commit of its own at once; the next run goes on", () =>
     Effect.scoped(
       Effect.gen(function* () {
         const context = yield* setup(
@@ -47,7 +47,7 @@ describe("a standalone compaction whose final commit is uncertain", () => {
         )
         assert.strictEqual(failed.reason._tag, "Commit")
         const own = (yield* context.log.events("session-1")).filter((stored) => stored.event.invocation.invocationId === invocation.invocationId)
-        assert.deepStrictEqual(kinds(own), ["invocation_opened", "model_requested", "model_completed"])
+        assert.deepStrictEqual(kinds(own), ["invocation_opened", "model_requested", "model_completed", "invocation_ended:failed:event_commit"])
 
         const next = yield* context.engine.run(input(context, "Again.", tools))
         assert.deepStrictEqual(next.outcome, { kind: "completed" })

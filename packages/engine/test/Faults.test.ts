@@ -300,6 +300,25 @@ describe("unknown outcomes and unwritten terminals", () => {
       }),
     ))
 
+  it.live("a terminal lost with its connection is written at once by a second commit, before the run's failure is reported", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        // The terminal's commit is lost (nothing written, outcome unknown); the next commit goes through.
+        const faulted = yield* faultedSetup("invocation_ended#1", "unknown-lost")
+        const { wait } = yield* runLoop(faulted)
+        assert.isTrue(Exit.isFailure(wait))
+        assert.isTrue(faulted.faults.fired())
+        const { context } = faulted
+        // Sealed already: no next start, no recover() needed, nothing left unfinished.
+        assert.deepStrictEqual(yield* context.log.unfinishedInvocations(10), [])
+        const terminals = (yield* context.log.events("session-1")).flatMap((stored) =>
+          stored.event.fact.kind === "invocation_ended" ? [stored.event.fact.outcome] : [],
+        )
+        assert.deepStrictEqual(terminals, [{ kind: "failed", class: "event_commit", message: EngineError.UNWRITTEN_TERMINAL_MESSAGE }])
+        yield* admitsNext(faulted, context.log)
+      }),
+    ))
+
   it.live("a terminal the full disk refuses is sealed by the same engine once space is back, naming no other host", () =>
     Effect.scoped(
       Effect.gen(function* () {
