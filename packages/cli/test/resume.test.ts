@@ -111,7 +111,7 @@ describe("SIGTERM hands a run off, and maka resume continues it in another proce
     expect((await maka(["resume", "--db", created.db], { cwd: created.root })).code).toBe(0)
   }, 60_000)
 
-  it("skips a pause whose folder is no longer its workspace, or lost its marker: exit 2, nothing written, no marker made", async () => {
+  it("skips a pause whose folder is no longer its workspace, lost its marker or is gone: exit 2, nothing written, no marker made", async () => {
     const created = fresh()
     expect((await handOff(created, "w1")).code).toBe(75)
     const before = await storedEvents(created, "w1")
@@ -128,6 +128,16 @@ describe("SIGTERM hands a run off, and maka resume continues it in another proce
     expect(lost.stderr).toMatch(/^skipped w1: handoff execution settings changed: the paused run's workspace .* has lost its \.maka-workspace\.json/m)
     expect(lost.code).toBe(2)
     expect(fs.existsSync(marker)).toBe(false)
+    // The folder gone (moved away): the ways out, restore it or abandon the pause; no folder made.
+    const moved = `${created.workspace}-moved`
+    fs.renameSync(created.workspace, moved)
+    const gone = await maka(["resume", "--db", created.db], { cwd: created.root })
+    expect(gone.stderr).toBe(
+      `skipped w1: the paused run's workspace ${created.workspace} is gone; restore it to resume, or release the pause with \`maka resume --abandon --session w1\`\n`,
+    )
+    expect(gone.code).toBe(2)
+    expect(fs.existsSync(created.workspace)).toBe(false)
+    fs.renameSync(moved, created.workspace)
     expect(await storedEvents(created, "w1")).toEqual(before)
     // The marker restored, the run resumes.
     fs.writeFileSync(marker, original)

@@ -110,7 +110,13 @@ const resumeOne = async (
     // The folder at the paused run's path must still be its workspace, which its marker names (see
     // docs/cli.md §10.1). A marker that is gone is not made anew: the folder would get another identity.
     const marker = Workspace.markerPath(configuration.cwd)
-    if (fs.existsSync(configuration.cwd) && !fs.existsSync(marker)) {
+    if (!fs.existsSync(configuration.cwd)) {
+      return skip(
+        `the paused run's workspace ${configuration.cwd} is gone; restore it to resume, or release the pause with \`maka resume --abandon --session ${pending.sessionId}\``,
+        ExitCode.usage,
+      )
+    }
+    if (!fs.existsSync(marker)) {
       return skip(`${SETTINGS_CHANGED}: the paused run's workspace ${configuration.cwd} has lost its ${path.basename(marker)}; restore it to resume`, ExitCode.usage)
     }
     const workspace = await Facade.openWorkspace(configuration.cwd)
