@@ -6,7 +6,7 @@
  */
 import { EngineError } from "@maka/engine"
 import type { Event, Outcome } from "@maka/facts"
-import { CliError, ExitCode, exitCodeOf, failureLine, fromEngineError, inCliTerms } from "./exit.ts"
+import { CliError, ExitCode, exitCodeOf, failureLine, fromEngineError } from "./exit.ts"
 import * as Flags from "./flags.ts"
 import { eventLine } from "./render.ts"
 import { cancelOnSignals, openHost, settingsOf, type RunContext } from "./run-command.ts"
@@ -22,11 +22,12 @@ export const PRIOR_UNKNOWN_COMPACT =
  * outcome is a new message (`maka run --allow-prior-unknown`): it leaves the outcome unknown, so no
  * compaction of the session can run, now or after; compact says so instead of pointing to run.
  */
-const compactRefusal = (error: unknown): CliError => {
-  const mapped = fromEngineError(error)
-  const isPriorUnknown = mapped.exitCode === ExitCode.reconciliation && mapped.message.endsWith(inCliTerms(EngineError.PRIOR_UNKNOWN_MESSAGE))
-  return isPriorUnknown ? new CliError(`failed: reconciliation_required: ${PRIOR_UNKNOWN_COMPACT}`, ExitCode.reconciliation) : mapped
-}
+const compactRefusal = (error: unknown): CliError =>
+  error instanceof EngineError.EngineError &&
+  error.reason._tag === "ReconciliationRequired" &&
+  error.reason.message === EngineError.PRIOR_UNKNOWN_MESSAGE
+    ? new CliError(`failed: reconciliation_required: ${PRIOR_UNKNOWN_COMPACT}`, ExitCode.reconciliation)
+    : fromEngineError(error)
 
 /** The line that says what a finished compaction did; `stdout` false for a failure (stderr). */
 export const resultLine = (

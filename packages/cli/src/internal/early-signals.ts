@@ -8,10 +8,10 @@
  */
 const SIGNALS = ["SIGINT", "SIGTERM", "SIGHUP"] as const
 
-export const exitOnEarlySignals = (exit: (code: number) => void = (code) => process.exit(code)): void => {
+export const exitOnEarlySignals = (): void => {
   for (const name of SIGNALS) {
     process.on(name, () => {
-      if (process.listenerCount(name) === 1) exit(130)
+      if (process.listenerCount(name) === 1) process.exit(130)
     })
   }
 }
