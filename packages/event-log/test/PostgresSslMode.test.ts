@@ -190,6 +190,58 @@ describe("the meaning of each known sslmode", () => {
   })
 })
 
+describe("PGSSLMODE, which pg reads when the URL sets no TLS parameter", () => {
+  const saved = process.env["PGSSLMODE"]
+  afterEach(() => {
+    if (saved === undefined) delete process.env["PGSSLMODE"]
+    else process.env["PGSSLMODE"] = saved
+  })
+
+  it.each([
+    ["libpq's allow", "allow", "postgres://db.example/agents"],
+    ["an empty value", "", "postgres://db.example/agents?application_name=x"],
+    ["a misspelling", "verify_full", "postgres://db.example/agents"],
+    ["another case", "REQUIRE", "/var/run/postgresql agents"],
+    ["an sslrootcert emptied by its repetition", "allow", "postgres://db.example/agents?sslrootcert=/ca.pem&sslrootcert="],
+    ["a negotiation other than direct", "allow", "postgres://db.example/agents?sslnegotiation=postgres"],
+  ])("is refused when pg does not implement it, which pg reads as no TLS: %s", (_, mode, url) => {
+    expect(() => pgConnectionString(url, { PGSSLMODE: mode })).toThrow(
+      `PGSSLMODE ${JSON.stringify(mode)} (the URL sets no TLS parameter, so pg reads the environment) is not one pg implements`,
+    )
+  })
+
+  it.each([
+    "postgres://db.example/agents?sslmode=verify-full",
+    "postgres://db.example/agents?sslrootcert=/ca.pem",
+    "postgres://db.example/agents?sslcert=/c.pem&sslkey=/k.pem",
+    "postgres://db.example/agents?ssl=true",
+    "postgres://db.example/agents?ssl=0",
+    "postgres://db.example/agents?sslnegotiation=direct",
+  ])("is not looked at when the URL settles TLS, as pg does not read it then: %s", (url) => {
+    expect(pgConnectionString(url, { PGSSLMODE: "allow" })).toBe(url)
+  })
+
+  it.each(SSL_MODES.pg)("is taken as pg implements it: %s", (mode) => {
+    expect(pgConnectionString("postgres://db.example/agents", { PGSSLMODE: mode })).toBe("postgres://db.example/agents")
+  })
+
+  it("refuses before anything connects, without a secret in the message", async () => {
+    const server = await fakeServer()
+    process.env["PGSSLMODE"] = "allow"
+    const error = await expectReason(attempt(`postgres://maka:hunter2@127.0.0.1:${server.port}/agents?password=hunter3`), "UnsupportedDatabase", "PGSSLMODE \"allow\"")
+    expect(error.message).not.toContain("hunter2")
+    expect(error.message).not.toContain("hunter3")
+    expect(server.seen).toEqual([])
+  })
+
+  it("require from the environment demands TLS and checks the certificate, as in the URL", async () => {
+    const server = await fakeServer()
+    process.env["PGSSLMODE"] = "require"
+    await expectReason(attempt(`postgres://maka@127.0.0.1:${server.port}/agents`), "Database", "certificate")
+    expect(server.seen).toEqual(["ssl-request"])
+  })
+})
+
 /**
  * A child that opens each URL once, through maka's open or through `pg` directly, and prints each
  * outcome on stdout as `outcome <tag> <message>`, then `done`; pg's warnings would go to its stderr

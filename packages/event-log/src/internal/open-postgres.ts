@@ -196,23 +196,41 @@ const queryItem = (item: string): readonly [string, string] | undefined =>
   [...new URLSearchParams(`&${item}`)][0]
 
 /**
+ * Whether a URL's query settles TLS for pg 8, so pg never reads `PGSSLMODE`: an `ssl` parameter (any
+ * value), a non-empty `sslmode`, `sslrootcert`, `sslcert` or `sslkey`, or `sslnegotiation=direct`
+ * (pg-connection-string 2.14). Otherwise pg takes `PGSSLMODE` from the environment, and any value it
+ * does not know (a misspelling, `allow`, an empty one) as no TLS at all.
+ */
+const namesTls = (values: (name: string) => ReadonlyArray<string>): boolean =>
+  // pg reads the last value of a repeated parameter.
+  values("ssl").length > 0 ||
+  ["sslmode", "sslrootcert", "sslcert", "sslkey"].some((name) => (values(name).at(-1) ?? "") !== "") ||
+  values("sslnegotiation").at(-1) === "direct"
+
+/**
  * The connection string `pg` is given for `url` (docs/log-format.md §3.1). An `sslmode` pg does not
- * implement, and a `uselibpqcompat` other than `true` or `false`, are refused (`UnsupportedDatabase`,
- * before anything connects). Without `uselibpqcompat=true`, `prefer`, `require` and `verify-ca` are
+ * implement, a `PGSSLMODE` in `environment` pg would read and does not implement, and a
+ * `uselibpqcompat` other than `true` or `false`, are refused (`UnsupportedDatabase`, before anything
+ * connects). Without `uselibpqcompat=true`, `prefer`, `require` and `verify-ca` are
  * given as `verify-full`: what pg 8 makes of them anyway, without its warning. Every other byte of
  * the URL is kept, so pg reads the rest (host, `sslrootcert`, `uselibpqcompat`, …) as before.
  */
-export const pgConnectionString = (url: string): string => {
+export const pgConnectionString = (url: string, environment: Readonly<Record<string, string | undefined>> = process.env): string => {
+  const refuse = (message: string) => EventLogError.make({ _tag: "UnsupportedDatabase", message: `${redactUrl(url)}: ${message}` })
   // A socket path has no query (pg splits it at spaces); as pg's URL parser, the query runs from
   // the first `?` to the fragment.
-  if (url.startsWith("/")) return url
   const fragment = url.indexOf("#") === -1 ? url.length : url.indexOf("#")
-  const start = url.indexOf("?")
-  if (start === -1 || start > fragment) return url
-  const items = url.slice(start + 1, fragment).split("&")
+  const start = url.startsWith("/") ? -1 : url.indexOf("?")
+  const items = start === -1 || start > fragment ? [] : url.slice(start + 1, fragment).split("&")
   const parameters = items.map(queryItem)
   const values = (name: string) => parameters.flatMap((parameter) => (parameter?.[0] === name ? [parameter[1]] : []))
-  const refuse = (message: string) => EventLogError.make({ _tag: "UnsupportedDatabase", message: `${redactUrl(url)}: ${message}` })
+  const fromEnvironment = environment["PGSSLMODE"]
+  if (fromEnvironment !== undefined && !namesTls(values) && !SSL_MODES.pg.includes(fromEnvironment)) {
+    throw refuse(
+      `PGSSLMODE ${JSON.stringify(fromEnvironment)} (the URL sets no TLS parameter, so pg reads the environment) is not one pg implements; use one of ${SSL_MODES.pg.join(", ")}`,
+    )
+  }
+  if (items.length === 0) return url
   const compatibility = values("uselibpqcompat")
   const badCompatibility = compatibility.find((value) => value !== "true" && value !== "false")
   if (badCompatibility !== undefined) {
