@@ -336,6 +336,37 @@ describe("timeouts and long tool calls", () => {
   })
 })
 
+describe("how a command ended", () => {
+  it("a run_command line says exited N, killed by SIGNAL or timed out where the command did not exit 0", async () => {
+    const server = await serve([
+      Respond.sse(
+        OpenAiSse.response({
+          toolCalls: [
+            { id: "call-1", name: "run_command", arguments: ['{"command":"exit 3"}'] },
+            { id: "call-2", name: "run_command", arguments: ['{"command":"kill -TERM $$"}'] },
+            { id: "call-3", name: "run_command", arguments: ['{"command":"sleep 30","timeoutSeconds":1}'] },
+            { id: "call-4", name: "run_command", arguments: ['{"command":"true"}'] },
+          ],
+        }),
+      ),
+      answer(["seen"]),
+    ])
+    const { root, workspace, db } = fresh()
+    const result = await maka(["run", "--db", db, "--workspace", workspace, "--base-url", `${server.url}/v1`, "--model", "m", "--tools", "all", "go"], {
+      cwd: root,
+    })
+    const ends = result.stderr.split("\n").filter((line) => /^tool: run_command [a-z]/.test(line) && !line.includes("{") && !line.includes("still running"))
+    expect(ends.map((line) => line.replace(/ \(\d+ ms\)$/, "")).sort()).toEqual([
+      "tool: run_command done",
+      "tool: run_command exited 3",
+      "tool: run_command killed by SIGTERM",
+      "tool: run_command timed out, killed",
+    ])
+    expect(result.stdout).toBe("seen\n")
+    expect(result.code).toBe(0)
+  })
+})
+
 describe("signals and store conditions", () => {
   const hanging = async () => serve([Respond.hang()])
 

@@ -34,6 +34,22 @@ const shortJson = (value: unknown, max = 120): string => {
   return text.length <= max ? text : `${text.slice(0, max - 1)}…`
 }
 
+/**
+ * How a `run_command` call ended when the command did not exit 0 (`timed out, killed`, `killed by
+ * SIGTERM`, `exited 2`), from its result `{exitCode, signal?, timedOut}`; undefined otherwise (the
+ * line then says `done`). A tool call that succeeded only ran the command: the command itself may
+ * have failed.
+ */
+const commandEnd = (name: string, projection: { readonly kind: string; readonly value?: unknown }): string | undefined => {
+  if (name !== "run_command" || projection.kind !== "json") return undefined
+  const result = projection.value
+  if (typeof result !== "object" || result === null || Array.isArray(result)) return undefined
+  const { exitCode, signal, timedOut } = result as Record<string, unknown>
+  if (timedOut === true) return "timed out, killed"
+  if (typeof signal === "string") return `killed by ${signal}`
+  return typeof exitCode === "number" && exitCode !== 0 ? `exited ${exitCode}` : undefined
+}
+
 /** How long a tool call runs before its progress is shown, and how often after that (checked every second). */
 export const PROGRESS_INTERVAL_MS = 5_000
 
@@ -147,7 +163,9 @@ export class RunRenderer {
         const name = call?.name ?? fact.operationId
         const took = call === undefined ? "" : ` (${stored.event.recordedAt - call.at} ms)`
         this.sink.err(
-          fact.outcome.kind === "succeeded" ? `tool: ${name} done${took}\n` : `tool: ${name} failed${took}: ${fact.outcome.message}\n`,
+          fact.outcome.kind === "succeeded"
+            ? `tool: ${name} ${commandEnd(name, fact.outcome.projection) ?? "done"}${took}\n`
+            : `tool: ${name} failed${took}: ${fact.outcome.message}\n`,
         )
         return
       }
