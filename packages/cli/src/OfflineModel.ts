@@ -8,9 +8,10 @@ import { Prompts } from "@maka/facts"
 import { createHash } from "node:crypto"
 import * as http from "node:http"
 import type { AddressInfo } from "node:net"
+import { OFFLINE_MODEL } from "./internal/flags.ts"
 
+export { OFFLINE_MODEL }
 export const OFFLINE_BASE_URL = "http://offline.maka.invalid/v1"
-export const OFFLINE_MODEL = "maka-offline"
 const OFFLINE_ORIGIN = "http://offline.maka.invalid"
 
 /** How many characters each streamed text delta carries at most. */

@@ -133,3 +133,35 @@ describe("the ports fetch refuses", () => {
     expect([...Flags.FETCH_BAD_PORTS].sort((a, b) => a - b)).toEqual([...ProviderConfig.FETCH_BAD_PORTS].sort((a, b) => a - b))
   })
 })
+
+describe("the offline provider's flags (docs/cli.md §10.1)", () => {
+  const refusalOf = (values: Flags.Values, environment: Flags.Environment = {}): string | undefined => {
+    try {
+      Flags.provider(values, environment)
+      return undefined
+    } catch (error) {
+      expect(error).toBeInstanceOf(Flags.UsageError)
+      return (error as Flags.UsageError).message
+    }
+  }
+
+  it("refuses a --model it cannot run, chosen by default or by name", () => {
+    expect(refusalOf({ model: "gpt-4o" })).toBe(
+      "--model gpt-4o needs --base-url URL (or MAKA_BASE_URL): without one the provider is offline, whose model is maka-offline",
+    )
+    expect(refusalOf({ provider: "offline", model: "gpt-4o" }, { MAKA_BASE_URL: "http://x.example/v1" })).toBe(
+      "--provider offline runs the built-in model maka-offline; --model gpt-4o needs --provider openai-compatible or anthropic",
+    )
+  })
+
+  it("refuses a --base-url when chosen by name", () => {
+    expect(refusalOf({ provider: "offline", "base-url": "http://x.example/v1" })).toBe("--provider offline takes no --base-url: its server is built in")
+  })
+
+  it("takes its own model, no model, and the environment's defaults, which may be set for other runs", () => {
+    expect(Flags.provider({ model: Flags.OFFLINE_MODEL }, {})).toEqual({ provider: "offline" })
+    expect(Flags.provider({ provider: "offline", model: "maka-offline" }, {})).toEqual({ provider: "offline" })
+    expect(Flags.provider({}, { MAKA_MODEL: "gpt-4o" })).toEqual({ provider: "offline" })
+    expect(Flags.provider({ provider: "offline" }, { MAKA_MODEL: "gpt-4o", MAKA_BASE_URL: "http://x.example/v1" })).toEqual({ provider: "offline" })
+  })
+})

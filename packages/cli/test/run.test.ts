@@ -200,6 +200,15 @@ describe("maka run refuses bad input with exit 2 and writes nothing", () => {
     expect(result.stderr).not.toContain(KEY)
   })
 
+  it("a --model the offline provider cannot run: exit 2, nothing created", async () => {
+    const { root, workspace, db } = fresh()
+    const result = await maka(["run", "--db", db, "--workspace", workspace, "--model", "gpt-4o", "hi"], { cwd: root })
+    expect(result.code).toBe(2)
+    expect(result.stderr).toContain("--model gpt-4o needs --base-url URL (or MAKA_BASE_URL)")
+    expect(fs.existsSync(db)).toBe(false)
+    expect(fs.existsSync(path.join(workspace, ".maka-workspace.json"))).toBe(false)
+  })
+
   it("a blank message on stdin", async () => {
     const { root, workspace, db } = fresh()
     const result = await maka(["run", "--db", db, "--workspace", workspace], { cwd: root, input: "   \n" })

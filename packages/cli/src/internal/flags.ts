@@ -334,14 +334,36 @@ const baseUrlProblem = (value: string): string | undefined => {
 export const isHeaderValue = (value: string): boolean =>
   !/[\u0000\n\r]|[^\u0000-\u00ff]/.test(value.replace(/^[\t\n\r ]+|[\t\n\r ]+$/g, ""))
 
-/** The provider of docs/cli.md §10.1: offline unless a base URL is set; remote providers need base URL and model. */
+/** The model of the offline provider (docs/cli.md §10.1). */
+export const OFFLINE_MODEL = "maka-offline"
+
+/**
+ * The provider of docs/cli.md §10.1: offline unless a base URL is set; remote providers need base URL
+ * and model. The offline provider refuses a `--model` other than its own and, chosen by name, a
+ * `--base-url` (flags only: `MAKA_MODEL` and `MAKA_BASE_URL` may be set for other runs).
+ */
 export const provider = (values: Values, environment: Environment): ProviderSettings => {
   const baseUrl = nonEmpty(values["base-url"]) ?? nonEmpty(environment["MAKA_BASE_URL"])
   const model = nonEmpty(values.model) ?? nonEmpty(environment["MAKA_MODEL"])
   const chosen = values.provider ?? (baseUrl === undefined ? "offline" : "openai-compatible")
   const name = PROVIDERS.find((candidate) => candidate === chosen)
   if (name === undefined) throw new UsageError(`--provider must be one of ${PROVIDERS.join(", ")}, got '${chosen}'`)
-  if (name === "offline") return { provider: name }
+  if (name === "offline") {
+    // A flag the offline model cannot honour is refused rather than dropped: a run against the
+    // built-in model where the user named a remote one would be a silent surprise.
+    const modelFlag = nonEmpty(values.model)
+    if (values.provider === "offline") {
+      if (nonEmpty(values["base-url"]) !== undefined) throw new UsageError("--provider offline takes no --base-url: its server is built in")
+      if (modelFlag !== undefined && modelFlag !== OFFLINE_MODEL) {
+        throw new UsageError(`--provider offline runs the built-in model ${OFFLINE_MODEL}; --model ${modelFlag} needs --provider openai-compatible or anthropic`)
+      }
+    } else if (modelFlag !== undefined && modelFlag !== OFFLINE_MODEL) {
+      throw new UsageError(
+        `--model ${modelFlag} needs --base-url URL (or MAKA_BASE_URL): without one the provider is offline, whose model is ${OFFLINE_MODEL}`,
+      )
+    }
+    return { provider: name }
+  }
   if (baseUrl === undefined) throw new UsageError(`--provider ${name} needs --base-url or MAKA_BASE_URL`)
   const problem = baseUrlProblem(baseUrl)
   if (problem !== undefined) throw new UsageError(problem)
