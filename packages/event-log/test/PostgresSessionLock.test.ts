@@ -1,5 +1,5 @@
 /**
- * The session row lock on PostgreSQL (docs/log-format.md §3.1, §3.3): two hosts, each with its own
+ * The session row lock on PostgreSQL (docs/log-format.md §3.1, §3.3): two or three hosts, each with its own
  * `EventLog` and connection pool on one schema, append to one session at the same moment. The rules
  * these races break without the lock are backed by no unique index (one live invocation per session,
  * nothing after a terminal), so only the lock keeps them. Each race is repeated on fresh sessions.
@@ -26,8 +26,8 @@ const freshSchema = () => `session_lock_${process.pid}_${Date.now().toString(36)
 const host = (server: string, schema: string) =>
   Effect.map(Layer.build(EventLog.layerPostgres({ url: server, schema })), (context) => Context.get(context, EventLog.EventLog))
 
-/** Runs `body` with two hosts on one fresh schema. */
-const withHosts = (body: (first: EventLog.EventLogShape, second: EventLog.EventLogShape) => Effect.Effect<void, unknown>) => {
+/** Runs `body` with `count` hosts on one fresh schema. */
+const withHostsOf = (count: number, body: (hosts: ReadonlyArray<EventLog.EventLogShape>) => Effect.Effect<void, unknown>) => {
   if (url === undefined) {
     return Promise.reject(new Error("MAKA_TEST_DATABASE_URL is unset: under CI the session lock suite needs the PostgreSQL server"))
   }
@@ -35,14 +35,18 @@ const withHosts = (body: (first: EventLog.EventLogShape, second: EventLog.EventL
   return Effect.runPromise(
     Effect.scoped(
       Effect.gen(function* () {
-        // The first open creates and migrates the schema; the second finds it ready.
-        const first = yield* host(url, schema)
-        const second = yield* host(url, schema)
-        yield* body(first, second)
+        // The first open creates and migrates the schema; the others find it ready.
+        const hosts: Array<EventLog.EventLogShape> = []
+        for (let index = 0; index < count; index++) hosts.push(yield* host(url, schema))
+        yield* body(hosts)
       }),
     ),
   )
 }
+
+/** Runs `body` with two hosts on one fresh schema. */
+const withHosts = (body: (first: EventLog.EventLogShape, second: EventLog.EventLogShape) => Effect.Effect<void, unknown>) =>
+  withHostsOf(2, ([first, second]) => body(first!, second!))
 
 /** Both writes at once, one per host; the outcome of each. */
 const race = (first: EventLog.EventLogShape, firstWrite: EventWrite.EventWrite, second: EventLog.EventLogShape, secondWrite: EventWrite.EventWrite) =>
@@ -95,6 +99,37 @@ describe.skipIf(url === undefined && !inCi)("the PostgreSQL session lock, betwee
           const kinds = (yield* second.events(sessionId)).map((stored) => stored.event.fact.kind)
           expect(kinds.at(-1), `round ${round}: ${kinds.join(", ")}`).toBe("invocation_ended")
           expect(kinds.length, `round ${round}`).toBe(verdicts[1] === "accepted" ? 3 : 2)
+        }
+      }),
+    ))
+
+  it("keeps one live invocation when three hosts race on a session none of them has seen", () =>
+    withHostsOf(3, (hosts) =>
+      Effect.gen(function* () {
+        // The first host writes a whole run; the other two open one each. Whichever inserts the
+        // session's row first, the others wait on that insert; a host that only found the row
+        // inserted, unlocked, would validate beside one that locked it, and both openings could
+        // see no live invocation.
+        for (let round = 0; round < ROUNDS * 2; round++) {
+          const sessionId = `new-${round}`
+          const history = new History.History({ sessionId, firstId: 1 + round * 10 })
+          history.open({ invocationId: `${sessionId}-done`, runId: `${sessionId}-run-done`, turnId: `${sessionId}-turn-done` }).end()
+          const whole = history.writes.slice()
+          history.open({ invocationId: `${sessionId}-b`, runId: `${sessionId}-run-b`, turnId: `${sessionId}-turn-b` })
+          history.open({ invocationId: `${sessionId}-c`, runId: `${sessionId}-run-c`, turnId: `${sessionId}-turn-c` })
+          const [openingB, openingC] = history.writes.slice(2)
+          const outcomes = yield* Effect.all(
+            [
+              Effect.result(hosts[0]!.appendBatch(whole)),
+              Effect.result(hosts[1]!.append(openingB!)),
+              Effect.result(hosts[2]!.append(openingC!)),
+            ],
+            { concurrency: 3 },
+          )
+          const events = yield* hosts[1]!.events(sessionId)
+          const ended = new Set(events.filter((stored) => stored.event.fact.kind === "invocation_ended").map((stored) => stored.event.invocation.invocationId))
+          const live = events.filter((stored) => stored.event.fact.kind === "invocation_opened" && !ended.has(stored.event.invocation.invocationId))
+          expect(live.length, `round ${round}: ${outcomes.map((outcome) => (Result.isSuccess(outcome) ? "accepted" : outcome.failure.reason._tag)).join(", ")}`).toBeLessThanOrEqual(1)
         }
       }),
     ))
