@@ -53,7 +53,7 @@ const race = (first: EventLog.EventLogShape, firstWrite: EventWrite.EventWrite, 
   Effect.all([Effect.result(first.append(firstWrite)), Effect.result(second.append(secondWrite))], { concurrency: 2 })
 
 /** The rejection tag of a refused append, or "accepted". */
-const verdict = (outcome: Result.Result<number, EventLogError>): string => {
+const verdict = (outcome: Result.Result<unknown, EventLogError>): string => {
   if (Result.isSuccess(outcome)) return "accepted"
   const reason = outcome.failure.reason
   return reason._tag === "Rejected" ? `Rejected ${reason.rejection._tag}` : reason._tag
@@ -129,7 +129,7 @@ describe.skipIf(url === undefined && !inCi)("the PostgreSQL session lock, betwee
           const events = yield* hosts[1]!.events(sessionId)
           const ended = new Set(events.filter((stored) => stored.event.fact.kind === "invocation_ended").map((stored) => stored.event.invocation.invocationId))
           const live = events.filter((stored) => stored.event.fact.kind === "invocation_opened" && !ended.has(stored.event.invocation.invocationId))
-          expect(live.length, `round ${round}: ${outcomes.map((outcome) => (Result.isSuccess(outcome) ? "accepted" : outcome.failure.reason._tag)).join(", ")}`).toBeLessThanOrEqual(1)
+          expect(live.length, `round ${round}: ${outcomes.map(verdict).join(", ")}`).toBeLessThanOrEqual(1)
         }
       }),
     ))
