@@ -2,16 +2,20 @@ import { describe, expect, it } from "vitest"
 import { Limits } from "@maka/facts"
 import * as Flags from "../src/internal/flags.ts"
 
-/** The usage error `parse` throws for a command line, or `undefined` when it parses. */
-const refusal = (command: Flags.CommandName, ...args: ReadonlyArray<string>): string | undefined => {
+/** The message of the usage error `check` throws, or `undefined` when it throws none. */
+const usageError = (check: () => unknown): string | undefined => {
   try {
-    Flags.parse(command, args)
+    check()
     return undefined
   } catch (error) {
     expect(error).toBeInstanceOf(Flags.UsageError)
     return (error as Flags.UsageError).message
   }
 }
+
+/** The usage error `parse` throws for a command line, or `undefined` when it parses. */
+const refusal = (command: Flags.CommandName, ...args: ReadonlyArray<string>): string | undefined =>
+  usageError(() => Flags.parse(command, args))
 
 describe("the refusals of the flag parser (docs/cli.md §10.1)", () => {
   it("names the flag and what to write instead, on one line", () => {
@@ -135,15 +139,8 @@ describe("the ports fetch refuses", () => {
 })
 
 describe("the offline provider's flags (docs/cli.md §10.1)", () => {
-  const refusalOf = (values: Flags.Values, environment: Flags.Environment = {}): string | undefined => {
-    try {
-      Flags.provider(values, environment)
-      return undefined
-    } catch (error) {
-      expect(error).toBeInstanceOf(Flags.UsageError)
-      return (error as Flags.UsageError).message
-    }
-  }
+  const refusalOf = (values: Flags.Values, environment: Flags.Environment = {}): string | undefined =>
+    usageError(() => Flags.provider(values, environment))
 
   it("refuses a --model it cannot run, chosen by default or by name", () => {
     expect(refusalOf({ model: "gpt-4o" })).toBe(
