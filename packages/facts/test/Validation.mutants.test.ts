@@ -6,7 +6,7 @@
  */
 import { Result } from "effect"
 import { describe, expect, it } from "vitest"
-import { Archive, Limits, Validation, type Fact, type Identity } from "@maka/facts"
+import { Archive, Canonical, Digest, Limits, Validation, type Fact, type Identity } from "@maka/facts"
 import { FactBuilders } from "@maka/testkit"
 
 /** The failure's message, or undefined when the check passed. */
@@ -74,6 +74,16 @@ describe("the ids a fact carries, by label", () => {
     [
       "a dispatch of a provider call",
       fact({ kind: "tool_dispatched", operationId: "step:call", name: "tool", call: { toolCallId: "call", origin: { kind: "provider", stepId: "step" } } }),
+      [
+        ["fact.operationKey", "step:call"],
+        ["fact.name", "tool"],
+        ["fact.call.toolCallId", "call"],
+        ["fact.call.origin.stepId", "step"],
+      ],
+    ],
+    [
+      "a rejection of a provider call",
+      fact({ kind: "tool_rejected", operationId: "step:call", name: "tool", call: { toolCallId: "call", origin: { kind: "provider", stepId: "step" } } }),
       [
         ["fact.operationKey", "step:call"],
         ["fact.name", "tool"],
@@ -169,6 +179,13 @@ describe("an archived placeholder's rules", () => {
     expect(check(longer(atLimit))).not.toBe("resource reference is too long")
   })
 
+  it("refuses a page whose model value is over 7,500 UTF-16 units", () => {
+    // A first page as long as the limit: its text fits, the value around it does not.
+    const page = { ...valid.page, text: body.slice(0, Limits.MAX_PAGE_CHARS), next: Limits.MAX_PAGE_CHARS }
+    expect(check({ ...valid, page: { ...page, text: body.slice(0, 100), next: 100 } })).toBeUndefined()
+    expect(check({ ...valid, page })).toBe("the archived model value exceeds 7,500 UTF-16 units")
+  })
+
   it("refuses a next page after a page that ends the body", () => {
     const whole = { offset: 0, text: body.slice(0, 8_000), totalChars: 8_000 }
     expect(check({ ...valid, page: { ...whole, next: 8_000 } })).toBe("page.next is inconsistent")
@@ -188,6 +205,20 @@ describe("the limits each message names", () => {
     )
     expect(messageOf(Validation.configuration({ ...configuration, cwd: "/".repeat(Limits.MAX_CWD_BYTES + 1) }))).toBe(
       `cwd exceeds ${Limits.MAX_CWD_BYTES} UTF-8 bytes`,
+    )
+  })
+
+  it("takes a delivered message of exactly 1 MiB serialized and names the limit one byte over it", () => {
+    const withDisplay = (displayText: string) => {
+      const content = FactBuilders.message("Look at this.", displayText)
+      return { messageId: "m1", content, submittedContentDigest: Digest.messageContent(content) }
+    }
+    const size = (displayText: string) => Canonical.utf8Length(Canonical.stringify(withDisplay(displayText)))
+    const exact = "d".repeat(Limits.MAX_DELIVERED_MESSAGE_BYTES - size(""))
+    expect(size(exact)).toBe(Limits.MAX_DELIVERED_MESSAGE_BYTES)
+    expect(messageOf(Validation.deliveredMessage(withDisplay(exact)))).toBeUndefined()
+    expect(messageOf(Validation.deliveredMessage(withDisplay(`${exact}d`)))).toBe(
+      `delivered message exceeds ${Limits.MAX_DELIVERED_MESSAGE_BYTES} serialized bytes`,
     )
   })
 
