@@ -9,18 +9,15 @@
  * names a server, and is skipped with a printed reason otherwise.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { EventLog } from "@maka/event-log"
+import type { EventLog } from "@maka/event-log"
 import { History } from "@maka/testkit"
-import { Context, Effect, Layer } from "effect"
+import { Effect } from "effect"
 import { answer, mainEntry } from "./support/compaction.ts"
-import { catalog, databaseUrl, input, setup } from "./support/setup.ts"
+import { catalog, databaseUrl, input, setup, sharedPostgresLog } from "./support/setup.ts"
 
 let schemas = 0
 const freshSchema = () => `engine_fold_${process.pid}_${Date.now().toString(36)}_${++schemas}`
 
-/** One more `EventLog` over `schema`, with its own connections, closed with the scope. */
-const sharedLog = (url: string, schema: string) =>
-  Effect.map(Layer.build(EventLog.layerPostgres({ url, schema })), (context) => Context.get(context, EventLog.EventLog))
 
 const OTHER_HOST_MESSAGE = "A message another host's run answered."
 
@@ -32,7 +29,7 @@ describe("a run's opening on PostgreSQL", () => {
         Effect.gen(function* () {
           const url = databaseUrl!
           const schema = freshSchema()
-          const other = yield* sharedLog(url, schema)
+          const other = yield* sharedPostgresLog(url, schema)
           // Armed for the second run: the other host seals a run of the session just before the
           // first write of that run reaches the log.
           let armed = false
@@ -42,7 +39,7 @@ describe("a run's opening on PostgreSQL", () => {
             { backoffBaseMs: 5, backoffMaxMs: 40 },
             {},
             {
-              openLog: sharedLog(url, schema),
+              openLog: sharedPostgresLog(url, schema),
               wrapLog: (log): EventLog.EventLogShape => ({
                 ...log,
                 appendBatch: (writes, complete) =>

@@ -16,15 +16,12 @@ import * as Engine from "../src/Engine.ts"
 import * as EngineError from "../src/EngineError.ts"
 import { answer, echoCall, mainEntry } from "./support/compaction.ts"
 import { factsOf, kinds } from "./support/harness.ts"
-import { databaseUrl, echoTool, input, setup, type Effects, type Setup } from "./support/setup.ts"
+import { databaseUrl, echoTool, input, setup, sharedPostgresLog, type Effects, type Setup } from "./support/setup.ts"
 
 let schemas = 0
 /** A fresh schema name; every log opened on it shares it. */
 const freshSchema = () => `engine_handoff_${process.pid}_${Date.now().toString(36)}_${++schemas}`
 
-/** One more `EventLog` over `schema`, with its own connections, closed with the scope. */
-const sharedLog = (url: string, schema: string) =>
-  Effect.map(Layer.build(EventLog.layerPostgres({ url, schema })), (context) => Context.get(context, EventLog.EventLog))
 
 /** `echo`, plus `slow`, which waits until the test opens the next release of its list. */
 const tools = (effects: Effects, releases: Array<Deferred.Deferred<void>>) =>
@@ -92,7 +89,7 @@ describe("handoff between two engines on one PostgreSQL log", () => {
             },
             options,
             {},
-            { openLog: sharedLog(url, schema) },
+            { openLog: sharedPostgresLog(url, schema) },
           )
           const effects: Effects = { ran: [] }
           const releasesA: Array<Deferred.Deferred<void>> = []
@@ -107,7 +104,7 @@ describe("handoff between two engines on one PostgreSQL log", () => {
           yield* Effect.promise(() => a.server.exchange(0))
 
           // B opens the same schema through `Engine.layer`: on PostgreSQL it does not recover.
-          const logB = yield* sharedLog(url, schema)
+          const logB = yield* sharedPostgresLog(url, schema)
           assert.strictEqual(logB.dialect, "postgres")
           const engineB = Context.get(
             yield* Layer.build(Engine.layer(options).pipe(Layer.provide(Layer.mergeAll(Layer.succeed(EventLog.EventLog, logB), Ids.layer)))),
@@ -221,9 +218,9 @@ describe("handoff between two engines on one PostgreSQL log", () => {
             { script: [mainEntry(slowCall("call-1", "a")), mainEntry(echoCall("call-2", "b")), mainEntry(answer("Done."))] },
             options,
             {},
-            { openLog: sharedLog(url, schema) },
+            { openLog: sharedPostgresLog(url, schema) },
           )
-          const logB = yield* sharedLog(url, schema)
+          const logB = yield* sharedPostgresLog(url, schema)
           const engineB = yield* Engine.make(options).pipe(Effect.provideService(EventLog.EventLog, logB), Effect.provide(Ids.layer))
           const modelB = yield* LanguageModel.make({
             kind: "openai-compatible",
@@ -271,7 +268,7 @@ describe("handoff between two engines on one PostgreSQL log", () => {
         Effect.gen(function* () {
           const url = databaseUrl!
           const schema = freshSchema()
-          const a = yield* setup({ script: [mainEntry(slowCall("call-1", "a"))] }, options, {}, { openLog: sharedLog(url, schema) })
+          const a = yield* setup({ script: [mainEntry(slowCall("call-1", "a"))] }, options, {}, { openLog: sharedPostgresLog(url, schema) })
           const effects: Effects = { ran: [] }
           const release = yield* Deferred.make<void>()
           const first = yield* a.engine.start(input(a, "Run slow.", tools(effects, [release]), { maxSteps: 3 }))
@@ -283,7 +280,7 @@ describe("handoff between two engines on one PostgreSQL log", () => {
           const crashed = history.open({ turnId: "turn-x", runId: "run-x", invocationId: "invocation-x" })
           crashed.request()
           yield* a.log.appendBatch(history.writes)
-          const logB = yield* sharedLog(url, schema)
+          const logB = yield* sharedPostgresLog(url, schema)
           const engineB = Context.get(
             yield* Layer.build(Engine.layer(options).pipe(Layer.provide(Layer.mergeAll(Layer.succeed(EventLog.EventLog, logB), Ids.layer)))),
             Engine.Engine,

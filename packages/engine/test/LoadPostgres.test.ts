@@ -26,11 +26,11 @@ import * as LogTesting from "@maka/event-log/testing"
 import { LanguageModel } from "@maka/model"
 import { FactBuilders, ScriptedServer } from "@maka/testkit"
 import { Ids } from "@maka/tools"
-import { Context, Deferred, Effect, Fiber, Layer, Redacted } from "effect"
+import { Deferred, Effect, Fiber, Redacted } from "effect"
 import * as Engine from "../src/Engine.ts"
 import { factsOf } from "./support/harness.ts"
 import { acknowledging, makeWork, messageOf, operationKey, reappend, turnScript, type Acknowledged, type Work } from "./support/load.ts"
-import { databaseUrl } from "./support/setup.ts"
+import { databaseUrl, sharedPostgresLog } from "./support/setup.ts"
 
 const inCi = process.env["CI"] === "true" || process.env["CI"] === "1"
 
@@ -62,15 +62,12 @@ interface Host {
 let schemas = 0
 const freshSchema = () => `engine_load_${process.pid}_${Date.now().toString(36)}_${++schemas}`
 
-/** One more `EventLog` over `schema`, with its own connection pool, closed with the scope. */
-const sharedLog = (url: string, schema: string) =>
-  Effect.map(Layer.build(EventLog.layerPostgres({ url, schema })), (context) => Context.get(context, EventLog.EventLog))
 
 /** An engine on its own log of `schema`, whose acknowledged writes are recorded. */
 const host = (name: Host["name"], url: string, schema: string, server: ScriptedServer.ScriptedServer) =>
   Effect.gen(function* () {
     const acknowledged: Acknowledged = new Map()
-    const log = acknowledging(yield* sharedLog(url, schema), acknowledged)
+    const log = acknowledging(yield* sharedPostgresLog(url, schema), acknowledged)
     const engine = yield* Engine.make(options).pipe(Effect.provideService(EventLog.EventLog, log), Effect.provide(Ids.layer))
     const model = yield* LanguageModel.make({
       kind: "openai-compatible",
@@ -249,7 +246,7 @@ const scenario = (url: string) =>
     const driven = Date.now() - started
 
     // Everything is read back through a third connection pool.
-    const log = yield* sharedLog(url, schema)
+    const log = yield* sharedPostgresLog(url, schema)
     assert.deepStrictEqual(yield* log.unfinishedInvocations(100), [])
     assert.deepStrictEqual(yield* log.pendingHandoffs(), [])
     const all: Array<Event.StoredEvent> = []

@@ -57,16 +57,13 @@ export interface SetupExtras {
   readonly openLog?: Effect.Effect<LogTesting.EventLog.EventLogShape, unknown, Scope.Scope>
 }
 
+/** One `EventLog` over `schema` of `url`, with its own connection pool, closed with the scope; every log opened on a schema shares it. */
+export const sharedPostgresLog = (url: string, schema: string) =>
+  Effect.map(Layer.build(LogTesting.EventLog.layerPostgres({ url, schema })), (context) => Context.get(context, LogTesting.EventLog.EventLog))
+
 /** A PostgreSQL log in a fresh schema of `url` (left in place, like the log suites' schemas), closed with the scope. */
 export const postgresLog = (url: string) =>
-  Effect.suspend(() =>
-    Effect.map(
-      Layer.build(
-        LogTesting.EventLog.layerPostgres({ url, schema: `engine_${process.pid}_${Date.now().toString(36)}_${++schemas}` }),
-      ),
-      (context) => Context.get(context, LogTesting.EventLog.EventLog),
-    ),
-  )
+  Effect.suspend(() => sharedPostgresLog(url, `engine_${process.pid}_${Date.now().toString(36)}_${++schemas}`))
 let schemas = 0
 
 /** The PostgreSQL server of the suites that also run there, or `undefined` (those cases are skipped). */
