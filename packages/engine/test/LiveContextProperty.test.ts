@@ -363,7 +363,7 @@ const injecting = (injection: Injection, comparison: Comparison, log: EventLog.E
       injection.fired = fault.kind
       if (fault.kind !== "unknown") return Effect.fail(errorOf(fault.kind))
       let trailing: ReadonlyArray<EventWrite.EventWrite> = []
-      const spied = complete === undefined ? undefined : (sequences: ReadonlyArray<number>) => (trailing = complete(sequences))
+      const spied = complete === undefined ? undefined : (sequences: ReadonlyArray<number>, prior?: (sessionId: string) => number | undefined) => (trailing = complete(sequences, prior))
       return Effect.andThen(
         log.appendBatch(writes, spied),
         Effect.suspend(() => {

@@ -269,10 +269,19 @@ const batching = (
       const appendBatch: Shape["appendBatch"] = (writes, complete) =>
         Effect.suspend(() => {
           let trailing: ReadonlyArray<EventWrite.EventWrite> = []
-          const spied = complete === undefined ? undefined : (sequences: ReadonlyArray<number>) => (trailing = complete(sequences))
-          // The kinds of the whole batch are known only once `complete` built its trailing writes.
+          // The kinds of the whole batch are known only once `complete` built its trailing writes:
+          // a batch with one is refused from inside its transaction, as the store refuses a write.
           const kinds = () => [...writes, ...trailing].map((write) => write.event.fact.kind)
-          const refusal = refuses([...writes.map((write) => write.event.fact.kind), ...(complete === undefined ? [] : ["model_requested"])])
+          const spied =
+            complete === undefined
+              ? undefined
+              : (sequences: ReadonlyArray<number>, prior?: (sessionId: string) => number | undefined) => {
+                  trailing = complete(sequences, prior)
+                  const refusal = refuses(kinds())
+                  if (refusal !== undefined) throw refusal
+                  return trailing
+                }
+          const refusal = complete === undefined ? refuses(kinds()) : undefined
           if (refusal !== undefined) return Effect.fail(refusal)
           return Effect.tap(log.appendBatch(writes, spied), () => Effect.sync(() => batches.push(kinds())))
         })

@@ -60,8 +60,16 @@ export interface CompactionRequest {
   readonly fit?: boolean
 }
 
-/** Builds the trailing writes of a batch from the sequences of its leading writes (see `appendBatch`). */
-export type CompleteBatch = (sequences: ReadonlyArray<number>) => ReadonlyArray<EventWrite.EventWrite>
+/**
+ * Builds the trailing writes of a batch from the sequences of its leading writes (see `appendBatch`).
+ * `priorHighWater(session)` is a leading write's session's last sequence before the batch, where the
+ * writer's in-memory index knows it (SQLite); undefined otherwise (PostgreSQL). A wrapper of the log
+ * that forwards `complete` should pass it on; a `complete` must expect it to be absent.
+ */
+export type CompleteBatch = (
+  sequences: ReadonlyArray<number>,
+  priorHighWater?: (sessionId: string) => number | undefined,
+) => ReadonlyArray<EventWrite.EventWrite>
 
 export interface EventLogShape {
   readonly dialect: Database["dialect"]

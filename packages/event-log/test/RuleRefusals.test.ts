@@ -374,6 +374,18 @@ for (const dialect of dialects()) {
           expect(sequences).toEqual([2, 3])
           const stored = (yield* log.events("session-1")).map((event) => event.event.fact)
           expect(stored.at(-1)).toMatchObject({ kind: "message_steered", message: { messageId: "m3" } })
+          // Each leading write's session's last sequence before the batch, where the writer's
+          // in-memory index knows it (SQLite); PostgreSQL reads the rules by SQL and does not say.
+          const other = new History.History({ sessionId: "session-2", firstId: 900 })
+          other.open({ invocationId: "invocation-2", runId: "run-2", turnId: "turn-2" })
+          yield* appendAll(log, other.writes)
+          const before: Array<number | undefined> = []
+          const later = write(run.invocation, { kind: "message_steered", message: FactBuilders.deliveredMessage("m7", "later") })
+          yield* log.appendBatch([later], (_, priorHighWater) => {
+            before.push(priorHighWater!("session-1"), priorHighWater!("session-9"))
+            return []
+          })
+          expect(before).toEqual(dialect.name === "sqlite" ? [3, undefined] : [undefined, undefined])
           // A built write that breaks a rule takes the whole batch with it.
           yield* expectRefused(
             log,

@@ -11,7 +11,7 @@ import { Ids, type Cancellation } from "@maka/tools"
 import { Cause, Clock, Data, Effect, Option, Queue, Random, Result, Stream } from "effect"
 import * as EngineError from "../EngineError.ts"
 import type { Evidence } from "./live-context.ts"
-import { commit, commitError, commitFacts, plainWrite, stamp, type Run } from "./run-context.ts"
+import { commit, commitError, commitFacts, isStaleFold, plainWrite, stamp, type Complete, type Run } from "./run-context.ts"
 
 export interface AttemptInput {
   /** The route-projected request, frozen for every retry of the logical step. */
@@ -121,25 +121,45 @@ const requestedFact = (run: Run, input: AttemptInput, stepId: string, evidence: 
   }
 }
 
+/** The failures of requests built over a kept context the session outgrew (`isStaleSource`). */
+const staleSources = new WeakSet<EngineError.EngineError>()
+
+/**
+ * Whether a step failed because its request was built over a kept context the session outgrew
+ * before the commit that carried the run's opening (`isStaleFold`): nothing of the step was written,
+ * the opening is, and the step is built again from a fresh read (docs/engine.md §5.4 "Kept context").
+ */
+export const isStaleSource = (error: EngineError.EngineError): boolean => staleSources.has(error)
+
 /**
  * Commits the step's request with whatever the run carries (the previous step's settlements,
  * steering): the request's source evidence is computed inside the transaction, once the carried
- * events have their sequences, so it covers them (docs/engine.md §5.4).
+ * events have their sequences, so it covers them (docs/engine.md §5.4). A request whose evidence
+ * comes from the live context is not written when that context turns out stale at the commit that
+ * carries the run's opening (`isStaleSource`); one with evidence of its own (a summary's fenced
+ * source) follows the opening.
  */
 const commitRequest = (run: Run, input: AttemptInput, stepId: string) =>
   Effect.gen(function* () {
     const { id, recordedAt } = yield* stamp
     let evidence: Evidence | undefined
-    yield* Effect.mapError(
-      commit(run, [], (leading) => {
-        evidence = input.evidence.current ?? run.live!.evidence(leading)
-        const event = { id, recordedAt, invocation: run.settings.invocation, fact: requestedFact(run, input, stepId, evidence) }
-        const built = EventWrite.plain(event)
-        if (Result.isFailure(built)) throw new Error(`the engine built an invalid model_requested: ${built.failure.message}`)
-        return [built.success]
-      }),
-      commitError,
-    )
+    const request: Complete = (leading) => {
+      evidence = input.evidence.current ?? run.live!.evidence(leading)
+      const event = { id, recordedAt, invocation: run.settings.invocation, fact: requestedFact(run, input, stepId, evidence) }
+      const built = EventWrite.plain(event)
+      if (Result.isFailure(built)) throw new Error(`the engine built an invalid model_requested: ${built.failure.message}`)
+      return [built.success]
+    }
+    const committed = yield* Effect.result(commit(run, [], request))
+    if (Result.isFailure(committed)) {
+      if (!isStaleFold(committed.failure)) return yield* Effect.fail(commitError(committed.failure))
+      if (input.evidence.current === undefined) {
+        const refused = commitError(committed.failure)
+        staleSources.add(refused)
+        return yield* Effect.fail(refused)
+      }
+      yield* Effect.mapError(commit(run, [], request), commitError)
+    }
     if (evidence !== undefined) input.evidence.current = evidence
   })
 

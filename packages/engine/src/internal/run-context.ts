@@ -4,7 +4,7 @@
  * fact of the run takes to the log (so the live context sees exactly what was committed).
  */
 import { EventWrite, type Configuration, type Event, type Identity, type Input, type Lineage, type ModelContext } from "@maka/facts"
-import type { EventLog, EventLogError } from "@maka/event-log"
+import { EventLogError, type EventLog } from "@maka/event-log"
 import type { LanguageModel } from "@maka/model"
 import { Cancellation, Ids, type ToolCatalog } from "@maka/tools"
 import { Clock, Effect, Result, type Redacted, type Ref, type Semaphore } from "effect"
@@ -145,24 +145,51 @@ export interface Leading {
 /** Builds the trailing writes of a commit from its leading writes, once their sequences are known. */
 export type Complete = (leading: ReadonlyArray<Leading>) => ReadonlyArray<EventWrite.EventWrite>
 
+/** The refusals of a commit that carried the run's opening over a kept context the session outgrew. */
+const staleFolds = new WeakSet<EventLogError.EventLogError>()
+
+/**
+ * Whether `error` refused a commit because it carried the run's opening over a kept context the
+ * session has outgrown: something other than this run appended to the session after the engine found
+ * the context current (docs/engine.md §5.4 "Kept context"). Nothing of the commit landed; `commit`
+ * then writes the opening alone, and the run's context is stale (read again before it is used).
+ */
+export const isStaleFold = (error: EventLogError.EventLogError): boolean => staleFolds.has(error)
+
 /** Appends writes (and what `complete` builds after them) in one transaction, then applies them. */
 const append = (run: Run, writes: ReadonlyArray<EventWrite.EventWrite>, complete?: Complete) =>
   Effect.gen(function* () {
     const built: Array<EventWrite.EventWrite> = [...writes]
+    // The run's opening rides this commit over a kept context: inside the transaction, the store says
+    // whether the session grew past that context's high water (SQLite: its writer's index knows).
+    const live = run.live
+    const folded = run.pendingOpening !== undefined && live !== undefined && !live.stale && writes.includes(run.pendingOpening.write)
+    const keptHighWater = folded ? live.highWaterMark : undefined
     const completing =
-      complete === undefined
+      complete === undefined && keptHighWater === undefined
         ? undefined
-        : (sequences: ReadonlyArray<number>) => {
-            const trailing = complete(
-              writes.map((write, index) => ({ sequence: sequences[index]!, json: write.json, event: write.event })),
-            )
+        : (sequences: ReadonlyArray<number>, priorHighWater?: (sessionId: string) => number | undefined) => {
+            // Unknown (PostgreSQL, or a wrapper of the log that does not pass it on): not checked.
+            const prior = keptHighWater === undefined ? undefined : priorHighWater?.(run.settings.invocation.sessionId)
+            if (prior !== undefined && prior !== keptHighWater) {
+              live!.markStale()
+              const refused = EventLogError.make({
+                _tag: "Database",
+                message: `the session grew past the run's kept context (events after ${keptHighWater}, up to ${prior})`,
+              })
+              staleFolds.add(refused)
+              throw refused
+            }
+            if (complete === undefined) return []
+            const trailing = complete(writes.map((write, index) => ({ sequence: sequences[index]!, json: write.json, event: write.event })))
             built.length = writes.length
             built.push(...trailing)
             return trailing
           }
     const sequences = yield* Effect.tapError(run.log.appendBatch(writes, completing), (error) =>
       Effect.sync(() => {
-        run.mayBeUnresolved = true
+        // A stale fold was refused before anything was written: the run still knows the log.
+        if (!isStaleFold(error)) run.mayBeUnresolved = true
         if (error.reason._tag === "OutcomeUnknown") run.uncertain ??= error
       }),
     )
@@ -201,6 +228,8 @@ export const commit = (run: Run, writes: ReadonlyArray<EventWrite.EventWrite>, c
       // Only a commit that may have landed keeps its carried writes in doubt.
       if (together.failure.reason._tag === "OutcomeUnknown") return yield* Effect.fail(together.failure)
       yield* append(run, carried)
+      // Refused for the kept context only: writes that do not hash it follow the opening at once.
+      if (isStaleFold(together.failure) && complete === undefined) return yield* append(run, writes)
       return yield* Effect.fail(together.failure)
     })),
   )

@@ -11,7 +11,7 @@ import { Cause, Effect, Exit, Fiber, Option, Ref, Result, Semaphore } from "effe
 import * as EngineError from "../EngineError.ts"
 import * as PromptBuilder from "../PromptBuilder.ts"
 import * as Recovery from "../Recovery.ts"
-import { attemptWithRetries } from "./attempt.ts"
+import { attemptWithRetries, isStaleSource, type PausedAtRetry } from "./attempt.ts"
 import * as Compaction from "./compaction.ts"
 import * as Continuation from "./continuation.ts"
 import { faultPoint } from "./fault.ts"
@@ -613,7 +613,12 @@ const handoffBoundary = (run: Run, loop: LoopState, step: number, priorUnknown: 
  * One logical step after the context read: prompt, model, tools. Returns whether the turn is done,
  * or the pause a handoff took before one of the step's physical retries.
  */
-const runStep = (run: Run, loop: LoopState, step: number, priorUnknown: boolean) =>
+const runStep = (
+  run: Run,
+  loop: LoopState,
+  step: number,
+  priorUnknown: boolean,
+): Effect.Effect<boolean | PausedAtRetry, EngineError.EngineError, Ids.Ids> =>
   Effect.gen(function* () {
     // An archive or a checkpoint changed what a fresh read returns: read it again, once.
     if (run.live!.stale) run.live = yield* readContext(run, priorUnknown)
@@ -633,6 +638,9 @@ const runStep = (run: Run, loop: LoopState, step: number, priorUnknown: boolean)
     // the step has no completion yet, so the pause is the top of this step (docs/engine.md §5.10).
     const attempted = yield* Effect.result(attemptWithRetries(run, input, handoffBoundary(run, loop, step, priorUnknown)))
     if (Result.isFailure(attempted)) {
+      // The request was built over a kept context something else outgrew: the opening is written,
+      // nothing of the step is; the step is built again over a fresh read (once: the opening is in).
+      if (isStaleSource(attempted.failure)) return yield* runStep(run, loop, step, priorUnknown)
       if (!priorUnknown && (yield* recoversOverflow(run, loop, attempted.failure, step)) && (yield* recoverOverflow(run, loop))) {
         return false
       }

@@ -58,7 +58,7 @@ const journaled = (log: EventLog.EventLogShape): EventLog.EventLogShape => {
       // What `complete` builds once the leading sequences are known is part of the same commit.
       let trailing: ReadonlyArray<EventWrite.EventWrite> = []
       const completing =
-        complete === undefined ? undefined : (sequences: ReadonlyArray<number>) => (trailing = complete(sequences))
+        complete === undefined ? undefined : (sequences: ReadonlyArray<number>, prior?: (sessionId: string) => number | undefined) => (trailing = complete(sequences, prior))
       return Effect.tap(log.appendBatch(writes, completing), (sequences) => record([...writes, ...trailing], sequences))
     },
   }

@@ -36,8 +36,8 @@ const program = Effect.scoped(
         const completing =
           complete === undefined
             ? undefined
-            : (sequences: ReadonlyArray<number>) => {
-                const built = complete(sequences)
+            : (sequences: ReadonlyArray<number>, prior?: (sessionId: string) => number | undefined) => {
+                const built = complete(sequences, prior)
                 trailing.splice(0, trailing.length, ...built.map((write) => write.event.fact.kind))
                 return built
               }

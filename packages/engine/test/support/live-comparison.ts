@@ -120,7 +120,7 @@ export const comparing = (
     Effect.gen(function* () {
       // A request is built inside its commit, after the settlements and steering that ride it.
       let trailing: ReadonlyArray<EventWrite.EventWrite> = []
-      const spied = complete === undefined ? undefined : (sequences: ReadonlyArray<number>) => (trailing = complete(sequences))
+      const spied = complete === undefined ? undefined : (sequences: ReadonlyArray<number>, prior?: (sessionId: string) => number | undefined) => (trailing = complete(sequences, prior))
       const sequences = yield* log.appendBatch(leading, spied)
       const writes = [...leading, ...trailing]
       // A batch of another session's run is that session's (a run's batches hold its own session only).

@@ -145,8 +145,8 @@ export const acknowledging = (log: EventLog.EventLogShape, acknowledged: Acknowl
       const completing =
         complete === undefined
           ? undefined
-          : (sequences: ReadonlyArray<number>) => {
-              trailing = complete(sequences)
+          : (sequences: ReadonlyArray<number>, prior?: (sessionId: string) => number | undefined) => {
+              trailing = complete(sequences, prior)
               return trailing
             }
       return Effect.tap(log.appendBatch(writes, completing), (sequences) => record([...writes, ...trailing], sequences))

@@ -329,7 +329,15 @@ export interface AppendOptions {
   readonly complete?: CompleteBatch | undefined
 }
 
-export type CompleteBatch = (sequences: ReadonlyArray<number>) => ReadonlyArray<EventWrite.EventWrite>
+/**
+ * Builds the trailing writes from the sequences of the leading ones. `priorHighWater(session)` is
+ * the session's last sequence before this batch where the writer's in-memory index knows it (SQLite),
+ * for a leading write's session; undefined where it does not (the rules read by SQL).
+ */
+export type CompleteBatch = (
+  sequences: ReadonlyArray<number>,
+  priorHighWater?: (sessionId: string) => number | undefined,
+) => ReadonlyArray<EventWrite.EventWrite>
 
 /**
  * Rule 0: each write is what `EventWrite.plain` or `toolSuccess` would build: its event passes the
@@ -502,6 +510,8 @@ export const appendBatch = async (
     let inserted = false
     let insertedCount = 0
     const locked = new Set<string>()
+    // Each session's last sequence before the batch's first insert into it, where the index knows it.
+    const prior = new Map<string, number | undefined>()
     // SQLite has one writer: a session row known to exist needs no insert (rows are never deleted).
     const lock = async (sessionId: string) => {
       if (locked.has(sessionId)) return
@@ -534,7 +544,7 @@ export const appendBatch = async (
       if (position === leading.length && options.complete !== undefined) {
         await flush()
         // The trailing writes, built from the sequences of the leading ones inside the transaction.
-        const trailing = options.complete([...sequences])
+        const trailing = options.complete([...sequences], (sessionId) => prior.get(sessionId))
         verifyWrites(trailing)
         writes.push(...trailing)
         if (index === undefined) await prefetch(trailing)
@@ -567,6 +577,7 @@ export const appendBatch = async (
       } else {
         try {
           await validate(view, write)
+          if (!prior.has(sessionId)) prior.set(sessionId, index.loaded(sessionId)?.highWater)
           sequence = await insertRow(tx, database, write)
         } catch (error) {
           const original = await replayed(tx, sqlView, write)
