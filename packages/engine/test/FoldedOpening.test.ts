@@ -14,7 +14,7 @@ import { assert, describe, it } from "@effect/vitest"
 import type { EventLog } from "@maka/event-log"
 import { History } from "@maka/testkit"
 import { Effect, type Scope } from "effect"
-import { answer, mainEntry } from "./support/compaction.ts"
+import { answer, mainEntry, summaryAnswer, summaryEntry, summaryText } from "./support/compaction.ts"
 import { catalog, databaseUrl, input, setup, sharedPostgresLog } from "./support/setup.ts"
 
 let schemas = 0
@@ -27,15 +27,28 @@ const OTHER_MESSAGE = "A message another writer's run answered."
  * `other` (or, without it, the engine's own log) seals a whole run of the session. The second run's
  * first request must show that run, and its evidence must be the log's prefix digest.
  */
-const foldedOverAnAppend = (openLog?: Effect.Effect<EventLog.EventLogShape, unknown, Scope.Scope>, other?: EventLog.EventLogShape) =>
+const foldedOverAnAppend = (
+  options: {
+    readonly openLog?: Effect.Effect<EventLog.EventLogShape, unknown, Scope.Scope>
+    readonly other?: EventLog.EventLogShape
+    /** The first run's answer reaches the declared window: the second run starts with a `pre_turn` summary. */
+    readonly compacts?: boolean
+  } = {},
+) =>
   Effect.gen(function* () {
+    const { openLog, other, compacts = false } = options
     let armed = false
     let injected: number | undefined
     let folded: boolean | undefined
     const context = yield* setup(
-      { script: [mainEntry(answer("One.")), mainEntry(answer("Two."))] },
+      {
+        script: compacts
+          ? [mainEntry(answer("One.", 5_000)), summaryEntry(summaryAnswer(summaryText("first turn"))), mainEntry(answer("Two."))]
+          : [mainEntry(answer("One.")), mainEntry(answer("Two."))],
+      },
       { backoffBaseMs: 5, backoffMaxMs: 40 },
-      {},
+      // One permit: the summary runs in the foreground, before the main request.
+      compacts ? { concurrency: 1 } : {},
       {
         ...(openLog === undefined ? {} : { openLog }),
         wrapLog: (log): EventLog.EventLogShape => {
@@ -58,17 +71,18 @@ const foldedOverAnAppend = (openLog?: Effect.Effect<EventLog.EventLogShape, unkn
     )
     const reader = other ?? context.log
     const tools = catalog({ ran: [] })
-    const first = yield* context.engine.run(input(context, "First.", tools))
+    const windowed = compacts ? { context: { providerId: "openai-compatible", declaredWindow: 1_000 } } : {}
+    const first = yield* context.engine.run(input(context, "First.", tools, windowed))
     assert.deepStrictEqual(first.outcome, { kind: "completed" })
     armed = true
-    const second = yield* context.engine.run(input(context, "Second.", tools))
+    const second = yield* context.engine.run(input(context, "Second.", tools, windowed))
     assert.deepStrictEqual(second.outcome, { kind: "completed" })
     assert.isDefined(injected, "the other run was not written")
     const events = yield* reader.events("session-1")
     const ofSecond = events.filter((stored) => stored.event.invocation.invocationId === second.invocation.invocationId)
     assert.isAbove(ofSecond[0]!.sequence, injected!, "the other run landed after the opening")
-    const request = ofSecond.find((stored) => stored.event.fact.kind === "model_requested")!.event.fact
-    if (request.kind !== "model_requested") throw new Error("no request of the second run")
+    const request = ofSecond.find((stored) => stored.event.fact.kind === "model_requested" && stored.event.fact.purpose === "main")!.event.fact
+    if (request.kind !== "model_requested") throw new Error("no main request of the second run")
     assert.isAtLeast(request.sourceHighWater, ofSecond[0]!.sequence, "the request's source misses the opening")
     // Its evidence is the session's prefix digest at its high water, the other run included.
     const prefix = yield* reader.sessionHash("session-1", request.sourceHighWater)
@@ -77,7 +91,9 @@ const foldedOverAnAppend = (openLog?: Effect.Effect<EventLog.EventLogShape, unkn
     // The run is whole: one opening, one request, one completion, its terminal; nothing failed.
     assert.deepStrictEqual(
       ofSecond.map((stored) => stored.event.fact.kind).filter((kind) => kind !== "model_observed"),
-      ["invocation_opened", "model_requested", "model_completed", "invocation_ended"],
+      compacts
+        ? ["invocation_opened", "model_requested", "model_completed", "context_checkpoint_recorded", "model_requested", "model_completed", "invocation_ended"]
+        : ["invocation_opened", "model_requested", "model_completed", "invocation_ended"],
     )
     return { folded: folded! }
   })
@@ -91,6 +107,13 @@ describe("a run's opening and a kept context something else outgrew", () => {
       }),
     ))
 
+  it.live("SQLite: a pre_turn summary commits what the run carries first: the opening alone, then the summary; the main step reads afresh", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        assert.isTrue((yield* foldedOverAnAppend({ compacts: true })).folded)
+      }),
+    ))
+
   it.live.skipIf(databaseUrl === undefined)(
     "PostgreSQL: the opening commits before the run reads its context; a run another host sealed meanwhile is in the first request",
     () =>
@@ -99,7 +122,7 @@ describe("a run's opening and a kept context something else outgrew", () => {
           const url = databaseUrl!
           const schema = freshSchema()
           const other = yield* sharedPostgresLog(url, schema)
-          assert.isFalse((yield* foldedOverAnAppend(sharedPostgresLog(url, schema), other)).folded)
+          assert.isFalse((yield* foldedOverAnAppend({ openLog: sharedPostgresLog(url, schema), other })).folded)
         }),
       ),
     60_000,

@@ -134,10 +134,10 @@ export const isStaleSource = (error: EngineError.EngineError): boolean => staleS
 /**
  * Commits the step's request with whatever the run carries (the previous step's settlements,
  * steering): the request's source evidence is computed inside the transaction, once the carried
- * events have their sequences, so it covers them (docs/engine.md §5.4). A request whose evidence
- * comes from the live context is not written when that context turns out stale at the commit that
- * carries the run's opening (`isStaleSource`); one with evidence of its own (a summary's fenced
- * source) follows the opening.
+ * events have their sequences, so it covers them (docs/engine.md §5.4). A request is not written
+ * when the live context turns out stale at the commit that carries the run's opening
+ * (`isStaleSource`). Only a main request can carry it: a summary's capture commits what the run
+ * carries first.
  */
 const commitRequest = (run: Run, input: AttemptInput, stepId: string) =>
   Effect.gen(function* () {
@@ -150,16 +150,11 @@ const commitRequest = (run: Run, input: AttemptInput, stepId: string) =>
       if (Result.isFailure(built)) throw new Error(`the engine built an invalid model_requested: ${built.failure.message}`)
       return [built.success]
     }
-    const committed = yield* Effect.result(commit(run, [], request))
-    if (Result.isFailure(committed)) {
-      if (!isStaleFold(committed.failure)) return yield* Effect.fail(commitError(committed.failure))
-      if (input.evidence.current === undefined) {
-        const refused = commitError(committed.failure)
-        staleSources.add(refused)
-        return yield* Effect.fail(refused)
-      }
-      yield* Effect.mapError(commit(run, [], request), commitError)
-    }
+    yield* Effect.mapError(commit(run, [], request), (error) => {
+      const refused = commitError(error)
+      if (isStaleFold(error)) staleSources.add(refused)
+      return refused
+    })
     if (evidence !== undefined) input.evidence.current = evidence
   })
 
