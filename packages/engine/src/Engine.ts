@@ -37,7 +37,7 @@ export { defaults, type EngineOptions }
 const MAX_PENDING_PAGE = 64
 /**
  * How long a run that ended without its terminal waits for the one immediate try to write it
- * (docs/engine.md §5.13); past it the engine writes the terminal before its next start on the session.
+ * (docs/engine.md §5.3 step 8); past it the engine writes the terminal before its next start on the session.
  */
 const UNWRITTEN_RETRY_MS = 5_000
 

@@ -577,7 +577,8 @@ export const appendBatch = async (
       } else {
         try {
           await validate(view, write)
-          if (!prior.has(sessionId)) prior.set(sessionId, index.loaded(sessionId)?.highWater)
+          // Only `complete` reads it: a batch without one (most appends) keeps nothing.
+          if (options.complete !== undefined && !prior.has(sessionId)) prior.set(sessionId, index.loaded(sessionId)?.highWater)
           sequence = await insertRow(tx, database, write)
         } catch (error) {
           const original = await replayed(tx, sqlView, write)
