@@ -1,15 +1,18 @@
 /**
  * An abandoned step names the effect it abandoned (docs/engine.md §5.14): after the cancellation
  * grace, a step whose calls were settled, rejected and one left running fails `outcome_unknown`
- * naming the running call's operation, never the settled or the rejected one. Real SQLite file, the
- * scripted server on loopback.
+ * naming the running call's operation, never the settled or the rejected one. A step abandoned with
+ * nothing dispatched fails `cancelled`, and what its journal does afterwards never reaches the log:
+ * no dispatch lands and no effect starts once the run is sealing. Real SQLite file, the scripted
+ * server on loopback.
  */
 import { assert, describe, it } from "@effect/vitest"
 import { OpenAiSse, Respond } from "@maka/testkit"
 import { Tool, ToolCatalog } from "@maka/tools"
 import { Deferred, Effect, Schema } from "effect"
+import * as LogTesting from "@maka/event-log/testing"
 import { factsOf } from "./support/harness.ts"
-import { echoTool, input, setup, type Effects } from "./support/setup.ts"
+import { echoTool, input as runInput, setup, type Effects } from "./support/setup.ts"
 
 describe("a step abandoned after the cancellation grace", () => {
   it.live("names the operation still running, after a settled and a rejected call of the same step", () =>
@@ -40,7 +43,7 @@ describe("a step abandoned after the cancellation grace", () => {
           semantics: "parallel",
           execute: () => Effect.andThen(Deferred.succeed(started, undefined), Effect.never),
         })
-        const running = yield* context.engine.start(input(context, "Run them.", ToolCatalog.make([echoTool(effects), stuck])))
+        const running = yield* context.engine.start(runInput(context, "Run them.", ToolCatalog.make([echoTool(effects), stuck])))
         yield* Deferred.await(started)
         yield* running.cancel
         const result = yield* running.wait
@@ -55,6 +58,87 @@ describe("a step abandoned after the cancellation grace", () => {
           class: "outcome_unknown",
           message: `the outcome of tool operation ${running3.operationId} is unknown`,
         })
+      }),
+    ))
+
+  it.live("with nothing dispatched fails cancelled, and a call whose input is decoded after the grace never runs", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        // The call's input is checked by an asynchronous validator (a Standard Schema whose `validate`
+        // answers with a Promise) that answers only once the run is sealing: the journal, abandoned
+        // before any dispatch, then asks to dispatch the call.
+        const validating = yield* Deferred.make<void>()
+        const sealing = yield* Deferred.make<void>()
+        const validated = yield* Deferred.make<void>()
+        let reads = 0
+        const wrapLog = (log: LogTesting.EventLog.EventLogShape): LogTesting.EventLog.EventLogShape => ({
+          ...log,
+          // The seal's read waits until the validator answered and the journal went on from it.
+          invocationRecovery: (invocation, maxEvents, maxBytes) =>
+            Effect.andThen(
+              reads++ > 0
+                ? Effect.void
+                : Effect.andThen(Deferred.succeed(sealing, undefined), Effect.andThen(Deferred.await(validated), Effect.sleep(150))),
+              log.invocationRecovery(invocation, maxEvents, maxBytes),
+            ),
+        })
+        const context = yield* setup(
+          {
+            script: [
+              Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-1", name: "checked", arguments: ['{"note":"n"}'] }] })),
+              Respond.sse(OpenAiSse.response({ text: ["Fine."] })),
+            ],
+          },
+          { backoffBaseMs: 5, backoffMaxMs: 40, cancelGraceMs: 100 },
+          {},
+          { wrapLog },
+        )
+        const ran: Array<string> = []
+        const input = {
+          "~standard": {
+            version: 1,
+            vendor: "test",
+            validate: (value: unknown) => {
+              Effect.runSync(Deferred.succeed(validating, undefined))
+              return Effect.runPromise(
+                Effect.as(Effect.andThen(Deferred.await(sealing), Deferred.succeed(validated, undefined)), { value }),
+              )
+            },
+            jsonSchema: {
+              input: () => ({ type: "object", properties: { note: { type: "string" } }, required: ["note"] }),
+              output: () => ({ type: "object", properties: { note: { type: "string" } }, required: ["note"] }),
+            },
+          },
+        } as unknown as Tool.StandardInput<{ readonly note: string }>
+        const checked = Tool.make({
+          name: "checked",
+          description: "Checks its input remotely.",
+          input,
+          semantics: "parallel",
+          execute: ({ note }) => {
+            ran.push(note)
+            return Effect.succeed(Tool.text("ran"))
+          },
+        })
+        const tools = ToolCatalog.make([checked])
+        const running = yield* context.engine.start(runInput(context, "Check it.", tools))
+        yield* Deferred.await(validating)
+        yield* running.cancel
+        const result = yield* running.wait
+        assert.deepStrictEqual(result.outcome, { kind: "cancelled", source: "runtime_cancellation" })
+        // The validator answered while the run was sealing; its call was never dispatched nor run.
+        assert.isTrue(yield* Deferred.isDone(validated))
+        yield* Effect.sleep(50)
+        assert.deepStrictEqual(ran, [])
+        const events = yield* context.log.events("session-1")
+        assert.deepStrictEqual(factsOf(events, "tool_dispatched"), [])
+        assert.deepStrictEqual(
+          factsOf(events, "tool_rejected").map((fact) => [fact.call.toolCallId, fact.reason.kind]),
+          [["call-1", "cancelled"]],
+        )
+        // The session goes on.
+        const next = yield* context.engine.start(runInput(context, "Again.", tools))
+        assert.deepStrictEqual((yield* next.wait).outcome, { kind: "completed" })
       }),
     ))
 })
