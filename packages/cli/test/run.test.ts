@@ -58,12 +58,13 @@ describe("maka run on the offline model", () => {
     expect(fs.existsSync(path.join(workspace, ".maka-workspace.json"))).toBe(true)
   })
 
-  it("reads the message from stdin when it is absent", async () => {
+  it("reads the message from stdin when it is absent, without the line end that closes it", async () => {
     const { root, workspace, db } = fresh()
-    const result = await maka(["run", "--db", db, "--workspace", workspace, "--json"], { cwd: root, input: "from stdin\n" })
+    const input = "from stdin\n\n  second line \r\n"
+    const result = await maka(["run", "--db", db, "--workspace", workspace, "--json"], { cwd: root, input })
     expect(result.code).toBe(0)
     const opening = eventLines(result.stdout)[0]!.event.fact
-    expect(opening.input.content.text).toBe("from stdin\n")
+    expect(opening.input.content.text).toBe("from stdin\n\n  second line ")
   })
 
   it("prints every committed event with --json, the same lines maka events --json prints", async () => {

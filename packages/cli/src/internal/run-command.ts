@@ -88,7 +88,9 @@ const readMessage = async (context: RunContext, positionals: ReadonlyArray<strin
   let message = positionals[0]
   if (message === undefined) {
     if (context.stdin.isTTY === true) throw new Flags.UsageError("give a MESSAGE, or pipe it on stdin")
-    message = await readStdin(context.stdin)
+    // The line end that closes piped input (`echo`, a file's last line) is not part of the message,
+    // as `maka chat` reads a line without it.
+    message = (await readStdin(context.stdin)).replace(/\r?\n$/, "")
   }
   if (message.trim() === "") throw new Flags.UsageError("the message is empty; give a MESSAGE with text")
   // Refused here, before the log, the workspace or a session is made for it.
