@@ -110,6 +110,41 @@ describe("Journal.invoke", () => {
     }),
   )
 
+  it.effect("refuses a JSON output holding an object that is not plain data (a Date, a Map, a Buffer, a class) instead of storing {}", () =>
+    Effect.gen(function* () {
+      const outcomeOf = (value: unknown) =>
+        Effect.map(runProbe(() => Effect.succeed(Tool.json(value as Identity.Json))), ({ facts }) => {
+          const settled = facts[1]!
+          if (settled.kind !== "tool_settled") return assert.fail("expected a settlement")
+          return settled.outcome.kind === "succeeded" ? settled.outcome.projection : settled.outcome.message
+        })
+      class Row {
+        readonly id = 7
+        get label() {
+          return "seven"
+        }
+      }
+      const refused: ReadonlyArray<readonly [unknown, string]> = [
+        [{ rows: [{ id: 1, at: new Date(0) }] }, 'got an instance of Date\n  at ["value"]["rows"][0]["at"]'],
+        [new Date(0), 'got an instance of Date\n  at ["value"]'],
+        [{ tags: new Set(["a"]) }, 'got an instance of Set\n  at ["value"]["tags"]'],
+        [[new Map([["a", 1]])], 'got an instance of Map\n  at ["value"][0]'],
+        [{ body: Buffer.from("xy") }, 'got an instance of Buffer\n  at ["value"]["body"]'],
+        [{ row: new Row() }, 'got an instance of Row\n  at ["value"]["row"]'],
+        [{ bare: Object.create({ inherited: 1 }) }, 'got an object whose prototype is not Object.prototype\n  at ["value"]["bare"]'],
+      ]
+      for (const [value, message] of refused) {
+        assert.strictEqual(yield* outcomeOf(value), `tool returned an invalid output: Expected Json (plain objects and arrays), ${message}`)
+      }
+      // Plain data is stored as given: nested plain objects, arrays, a null prototype.
+      const plain = { rows: [{ id: 1, at: "1970-01-01T00:00:00.000Z", tags: ["a"] }], bare: Object.assign(Object.create(null), { k: null }) }
+      assert.deepStrictEqual(yield* outcomeOf(plain), {
+        kind: "json",
+        value: { rows: [{ id: 1, at: "1970-01-01T00:00:00.000Z", tags: ["a"] }], bare: { k: null } },
+      })
+    }),
+  )
+
   it.effect("settles an output too deep to record as a failure that says the tool completed", () =>
     Effect.gen(function* () {
       const { facts } = yield* runProbe(() => Effect.succeed(Tool.json(nested(70))))

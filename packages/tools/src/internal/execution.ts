@@ -87,6 +87,44 @@ const toEffect = (result: ToolExecution): Effect.Effect<unknown, unknown> => {
 }
 
 /**
+ * The first value in a JSON output that is an object but neither an array nor a plain object (its
+ * prototype `Object.prototype` or `null`), with its path: a `Date`, a `Map`, a `Set`, a `Buffer`, a
+ * class instance. The schema takes any object as a record of its own enumerable keys, so a `Date`
+ * would be stored as `{}` and a class's getters dropped: such an output is refused, never stored
+ * with its data lost. Called after the schema accepted the output (no cycle, finite depth).
+ */
+const notPlain = (value: unknown, path: Array<string | number>): { readonly what: string; readonly path: string } | undefined => {
+  if (typeof value !== "object" || value === null) return undefined
+  if (Array.isArray(value)) {
+    for (const [index, item] of value.entries()) {
+      path.push(index)
+      const found = notPlain(item, path)
+      path.pop()
+      if (found !== undefined) return found
+    }
+    return undefined
+  }
+  const prototype: unknown = Object.getPrototypeOf(value)
+  if (prototype !== Object.prototype && prototype !== null) {
+    const constructor: unknown = (prototype as { readonly constructor?: unknown }).constructor
+    const named = typeof constructor === "function" && constructor !== Object ? constructor.name : ""
+    const tag = Object.prototype.toString.call(value).slice(8, -1)
+    const type = named !== "" ? named : tag !== "Object" ? tag : undefined
+    return {
+      what: type === undefined ? "an object whose prototype is not Object.prototype" : `an instance of ${type}`,
+      path: path.map((key) => `[${JSON.stringify(key)}]`).join(""),
+    }
+  }
+  for (const key of Object.keys(value)) {
+    path.push(key)
+    const found = notPlain((value as Record<string, unknown>)[key], path)
+    path.pop()
+    if (found !== undefined) return found
+  }
+  return undefined
+}
+
+/**
  * The output a tool returned, as a success or the known failure of docs/tools.md §2.12: the effect
  * happened, so an output that is not a valid `ToolOutput` or cannot be read is settled as a failure,
  * never left to throw through the journal's bookkeeping.
@@ -96,9 +134,16 @@ const fromOutput = (value: unknown): Execution => {
     const text = plainTextOutput(value)
     if (text !== undefined) return { _tag: "Succeeded", output: text }
     const output = decodeOutput(value, { onExcessProperty: "error" })
-    return Result.isSuccess(output)
-      ? { _tag: "Succeeded", output: output.success }
-      : failed(`tool returned an invalid output: ${output.failure.message}`)
+    if (Result.isFailure(output)) return failed(`tool returned an invalid output: ${output.failure.message}`)
+    if (output.success.format === "json") {
+      const found = notPlain((value as { readonly value: unknown }).value, ["value"])
+      if (found !== undefined) {
+        return failed(
+          `tool returned an invalid output: Expected Json (plain objects and arrays), got ${found.what}\n  at ${found.path}`,
+        )
+      }
+    }
+    return { _tag: "Succeeded", output: output.success }
   } catch {
     // The schema's parser throws (rather than failing) when a check throws, a cycle or a deep value
     // overflowing the stack included; the value is the tool's, so its error is not echoed.
