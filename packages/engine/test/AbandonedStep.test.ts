@@ -14,6 +14,26 @@ import * as LogTesting from "@maka/event-log/testing"
 import { factsOf } from "./support/harness.ts"
 import { echoTool, input as runInput, setup, type Effects } from "./support/setup.ts"
 
+/**
+ * A log whose seal (its first `invocationRecovery`) says it started, then waits for `resumed` and
+ * 150 ms more: what the abandoned journal does meanwhile would reach the log before the seal reads it.
+ */
+const stalledSeal = (resumed: Deferred.Deferred<void>) =>
+  Effect.map(Deferred.make<void>(), (sealing) => {
+    let reads = 0
+    const wrapLog = (log: LogTesting.EventLog.EventLogShape): LogTesting.EventLog.EventLogShape => ({
+      ...log,
+      invocationRecovery: (invocation, maxEvents, maxBytes) =>
+        Effect.andThen(
+          reads++ > 0
+            ? Effect.void
+            : Effect.andThen(Deferred.succeed(sealing, undefined), Effect.andThen(Deferred.await(resumed), Effect.sleep(150))),
+          log.invocationRecovery(invocation, maxEvents, maxBytes),
+        ),
+    })
+    return { sealing, wrapLog }
+  })
+
 describe("a step abandoned after the cancellation grace", () => {
   it.live("names the operation still running, after a settled and a rejected call of the same step", () =>
     Effect.scoped(
@@ -68,20 +88,8 @@ describe("a step abandoned after the cancellation grace", () => {
         // answers with a Promise) that answers only once the run is sealing: the journal, abandoned
         // before any dispatch, then asks to dispatch the call.
         const validating = yield* Deferred.make<void>()
-        const sealing = yield* Deferred.make<void>()
         const validated = yield* Deferred.make<void>()
-        let reads = 0
-        const wrapLog = (log: LogTesting.EventLog.EventLogShape): LogTesting.EventLog.EventLogShape => ({
-          ...log,
-          // The seal's read waits until the validator answered and the journal went on from it.
-          invocationRecovery: (invocation, maxEvents, maxBytes) =>
-            Effect.andThen(
-              reads++ > 0
-                ? Effect.void
-                : Effect.andThen(Deferred.succeed(sealing, undefined), Effect.andThen(Deferred.await(validated), Effect.sleep(150))),
-              log.invocationRecovery(invocation, maxEvents, maxBytes),
-            ),
-        })
+        const { sealing, wrapLog } = yield* stalledSeal(validated)
         const context = yield* setup(
           {
             script: [
@@ -138,6 +146,56 @@ describe("a step abandoned after the cancellation grace", () => {
         )
         // The session goes on.
         const next = yield* context.engine.start(runInput(context, "Again.", tools))
+        assert.deepStrictEqual((yield* next.wait).outcome, { kind: "completed" })
+      }),
+    ))
+
+  it.live("drops the settlement of a tool that ends after the grace, while the run is sealing", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const started = yield* Deferred.make<void>()
+        const returned = yield* Deferred.make<void>()
+        const { sealing, wrapLog } = yield* stalledSeal(returned)
+        const context = yield* setup(
+          {
+            script: [
+              Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-1", name: "late", arguments: ['{"value":"v"}'] }] })),
+              Respond.sse(OpenAiSse.response({ text: ["Fine."] })),
+            ],
+          },
+          { backoffBaseMs: 5, backoffMaxMs: 40, cancelGraceMs: 100 },
+          {},
+          { wrapLog },
+        )
+        // Ignores its AbortSignal and answers once the run is sealing.
+        const late = Tool.make({
+          name: "late",
+          description: "Answers late.",
+          input: Schema.Struct({ value: Schema.String }),
+          semantics: "parallel",
+          execute: () =>
+            Effect.andThen(
+              Deferred.succeed(started, undefined),
+              Effect.andThen(Deferred.await(sealing), Effect.as(Deferred.succeed(returned, undefined), Tool.text("late"))),
+            ),
+        })
+        const tools = ToolCatalog.make([late])
+        const running = yield* context.engine.start(runInput(context, "Run it.", tools))
+        yield* Deferred.await(started)
+        yield* running.cancel
+        const result = yield* running.wait
+        assert.isTrue(yield* Deferred.isDone(returned))
+        const events = yield* context.log.events("session-1")
+        const [dispatched] = factsOf(events, "tool_dispatched")
+        assert.deepStrictEqual(result.outcome, {
+          kind: "failed",
+          class: "outcome_unknown",
+          message: `the outcome of tool operation ${dispatched!.operationId} is unknown`,
+        })
+        // Its effect is recorded as unknown, never as settled, and the session needs allowPriorUnknown.
+        assert.deepStrictEqual(factsOf(events, "tool_settled"), [])
+        assert.strictEqual(events.at(-1)!.event.fact.kind, "invocation_ended")
+        const next = yield* context.engine.start(runInput(context, "Again.", tools, { allowPriorUnknown: true }))
         assert.deepStrictEqual((yield* next.wait).outcome, { kind: "completed" })
       }),
     ))
