@@ -2,15 +2,16 @@
  * The compaction budget travels with a handoff (docs/engine.md §5.12 "Budget",
  * docs/engine.md §5.10): a run whose overflow recovery adopted a summary, and so spent its step,
  * pauses at the next boundary with `execution.compaction` = `reshaped`; the successor sends the
- * pause's replay, with no other summary. Real SQLite file, the scripted server on loopback.
+ * pause's replay, with no other summary. So does a run that adopted its proactive background summary
+ * at a step boundary. Real SQLite file, the scripted server on loopback.
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Respond } from "@maka/testkit"
 import { ToolCatalog } from "@maka/tools"
 import { Effect, Fiber } from "effect"
-import { answer, isSummaryRequest, mainEntry, overflow, summaryAnswer, summaryEntry, summaryText } from "./support/compaction.ts"
+import { answer, echoCall, isSummaryRequest, mainEntry, overflow, summaryAnswer, summaryEntry, summaryText } from "./support/compaction.ts"
 import { factsOf, kinds } from "./support/harness.ts"
-import { input, setup } from "./support/setup.ts"
+import { catalog, input, setup, type Effects } from "./support/setup.ts"
 
 describe("the compaction budget across a handoff", () => {
   it.live("is reshaped in the pause after an overflow recovery, and the successor sends the replay without another summary", () =>
@@ -94,6 +95,54 @@ describe("the compaction budget across a handoff", () => {
         const own = events.filter((stored) => stored.event.invocation.invocationId === running.invocation.invocationId)
         assert.strictEqual(factsOf(own, "context_checkpoint_recorded").length, 1)
         assert.strictEqual(kinds(own).at(-1), "invocation_ended:handoff_paused")
+        const successor = yield* context.engine.resume({ paused: running.invocation, pause: pause!, model: context.model, tools })
+        assert.deepStrictEqual((yield* successor.wait).outcome, { kind: "completed" })
+        assert.strictEqual(context.server.requests().filter(isSummaryRequest).length, 1)
+      }),
+    ))
+
+  it.live("is reshaped in the pause taken at a retry of the step whose boundary adopted the background summary", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const first = Respond.gate()
+        const second = Respond.gate()
+        const context = yield* setup(
+          {
+            script: [
+              mainEntry(answer("Noted.", 5_000)),
+              summaryEntry(summaryAnswer(summaryText("noted"))),
+              mainEntry(Respond.hold(first, echoCall("call-1", "one"))),
+              mainEntry(Respond.hold(second, Respond.json(503, Respond.openAiError("overloaded")))),
+              mainEntry(answer("Done.")),
+            ],
+          },
+          { backoffBaseMs: 400, backoffMaxMs: 400 },
+        )
+        const effects: Effects = { ran: [] }
+        const tools = catalog(effects)
+        const windowed = { context: { providerId: "openai-compatible", declaredWindow: 1_000 } }
+        yield* context.engine.run(input(context, "Note this.", tools, windowed))
+        const running = yield* context.engine.start(input(context, "Go on.", tools, { maxSteps: 5, ...windowed }))
+        // The proactive summary runs beside the first step's request and finishes while it is held.
+        yield* Effect.promise(() => context.server.exchange(2))
+        assert.isTrue(context.server.requests().slice(1, 3).some(isSummaryRequest))
+        first.release()
+        // The second step's boundary adopted it; that step's request fails retryably, and the handoff
+        // is taken before its retry, with no accepted step since the adoption.
+        yield* Effect.promise(() => context.server.request(3))
+        const own = () =>
+          Effect.map(context.log.events("session-1"), (events) =>
+            events.filter((stored) => stored.event.invocation.invocationId === running.invocation.invocationId),
+          )
+        assert.strictEqual(factsOf(yield* own(), "context_checkpoint_recorded").length, 1)
+        const requested = yield* Effect.forkChild(running.handoff)
+        yield* Effect.sleep("20 millis")
+        second.release()
+        const pause = yield* Fiber.join(requested)
+        assert.isDefined(pause)
+        assert.strictEqual(pause!.execution.compaction, "reshaped")
+        assert.deepStrictEqual(effects.ran, ["one"])
+        assert.strictEqual(kinds(yield* own()).at(-1), "invocation_ended:handoff_paused")
         const successor = yield* context.engine.resume({ paused: running.invocation, pause: pause!, model: context.model, tools })
         assert.deepStrictEqual((yield* successor.wait).outcome, { kind: "completed" })
         assert.strictEqual(context.server.requests().filter(isSummaryRequest).length, 1)
