@@ -148,4 +148,53 @@ describe("the compaction budget across a handoff", () => {
         assert.strictEqual(context.server.requests().filter(isSummaryRequest).length, 1)
       }),
     ))
+
+  it.live("is reshaped in the pause taken at a retry of a step that adopted a foreground summary (the last one was drained)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const held = Respond.gate()
+        const failing = Respond.gate()
+        const context = yield* setup(
+          {
+            script: [
+              mainEntry(answer("Noted.", 5_000)),
+              summaryEntry(Respond.hold(held, summaryAnswer(summaryText("never")))),
+              mainEntry(answer("Fine.", 5_000)),
+              summaryEntry(summaryAnswer(summaryText("noted"))),
+              mainEntry(Respond.hold(failing, Respond.json(503, Respond.openAiError("overloaded")))),
+              mainEntry(answer("Done.")),
+            ],
+          },
+          { backoffBaseMs: 400, backoffMaxMs: 400 },
+        )
+        const tools = ToolCatalog.make([])
+        const windowed = { context: { providerId: "openai-compatible", declaredWindow: 1_000 } }
+        yield* context.engine.run(input(context, "Note this.", tools, windowed))
+        // This run ends while its proactive summary is held: the summary is drained.
+        yield* context.engine.run(input(context, "And this.", tools, windowed))
+        const running = yield* context.engine.start(input(context, "Go on.", tools, { maxSteps: 4, ...windowed }))
+        // After a drained summary the next one runs in the foreground, is adopted, and the request fails retryably.
+        yield* Effect.promise(() => context.server.request(4))
+        const own = () =>
+          Effect.map(context.log.events("session-1"), (events) =>
+            events.filter((stored) => stored.event.invocation.invocationId === running.invocation.invocationId),
+          )
+        assert.deepStrictEqual(kinds(yield* own()).slice(0, 5), [
+          "invocation_opened",
+          "model_requested",
+          "model_completed",
+          "context_checkpoint_recorded",
+          "model_requested",
+        ])
+        const requested = yield* Effect.forkChild(running.handoff)
+        yield* Effect.sleep("20 millis")
+        failing.release()
+        const pause = yield* Fiber.join(requested)
+        assert.isDefined(pause)
+        assert.strictEqual(pause!.execution.compaction, "reshaped")
+        const successor = yield* context.engine.resume({ paused: running.invocation, pause: pause!, model: context.model, tools })
+        assert.deepStrictEqual((yield* successor.wait).outcome, { kind: "completed" })
+        held.release()
+      }),
+    ))
 })
