@@ -149,6 +149,82 @@ describe("standalone compaction", () => {
     ),
   )
 
+  it.live("fails input_too_large when no clean cut of the history fits the read limits, sending nothing (scenario 32)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        // The log's own refusal (`PrefixTooLarge` with fit: no clean cut fits), reached with a session of
+        // a few events by lowering the byte limit the engine's read asks for to 64.
+        const context = yield* setup(
+          { script: [mainEntry(answer("Hello.")), mainEntry(answer("Still here."))] },
+          undefined,
+          {},
+          {
+            wrapLog: (log) => ({
+              ...log,
+              prepareContextCompaction: (sessionId, options) => log.prepareContextCompaction(sessionId, { ...options, maxBytes: 64 }),
+            }),
+          },
+        )
+        yield* context.engine.run(input(context, "Hi.", noTools({ ran: [] })))
+        const result = yield* context.engine.compact(compactInput(context))
+        assert.deepStrictEqual(result.outcome, { kind: "context_compact_finished", outcome: { kind: "failed", reason: "input_too_large" } })
+        assert.strictEqual(context.server.requests().length, 1)
+        const events = yield* context.log.events("session-1")
+        assert.deepStrictEqual(factsOf(events, "context_checkpoint_recorded"), [])
+        assert.deepStrictEqual(kinds(events).slice(-2), ["invocation_opened", "invocation_ended:context_compact_finished"])
+        // The session goes on.
+        const next = yield* context.engine.run(input(context, "More.", noTools({ ran: [] })))
+        assert.deepStrictEqual(next.outcome, { kind: "completed" })
+      }),
+    ),
+  )
+
+  it.live("summarises the history through the highest clean cut that fits when the whole history does not", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        // The event limit the engine's read asks for is lowered to the history's events (observations
+        // aside) through turn 2's opening, the clean cut before its main request: the next clean cut,
+        // before turn 3's opening, is over it.
+        let maxEvents: number | undefined
+        const context = yield* setup(
+          {
+            script: [
+              mainEntry(answer("First answer.")),
+              mainEntry(answer("Second answer.")),
+              mainEntry(answer("Third answer.")),
+              summaryEntry(summaryAnswer(summaryText("early turns"))),
+            ],
+          },
+          undefined,
+          {},
+          {
+            wrapLog: (log) => ({
+              ...log,
+              prepareContextCompaction: (sessionId, options) =>
+                log.prepareContextCompaction(sessionId, maxEvents === undefined ? options : { ...options, maxEvents }),
+            }),
+          },
+        )
+        for (const message of ["Turn one.", "Turn two.", "Turn three."]) {
+          yield* context.engine.run(input(context, message, noTools({ ran: [] })))
+        }
+        const history = yield* context.log.events("session-1")
+        const openings = history.filter((stored) => stored.event.fact.kind === "invocation_opened")
+        const through = openings[1]!.sequence
+        maxEvents = history.filter((stored) => stored.sequence <= through && stored.event.fact.kind !== "model_observed").length
+        const result = yield* context.engine.compact(compactInput(context))
+        assert.strictEqual(result.outcome.kind === "context_compact_finished" ? result.outcome.outcome.kind : "", "compacted")
+        const [checkpoint] = factsOf(yield* context.log.events("session-1"), "context_checkpoint_recorded")
+        assert.strictEqual(checkpoint!.checkpoint.coveredThrough, through)
+        const summary = context.server.requests().find(isSummaryRequest)!.body
+        assert.include(summary, "Turn two.")
+        assert.include(summary, "First answer.")
+        assert.notInclude(summary, "Second answer.")
+        assert.notInclude(summary, "Turn three.")
+      }),
+    ),
+  )
+
   it.live("repairs a malformed summary once, then keeps the old history (scenario 33)", () =>
     Effect.scoped(
       Effect.gen(function* () {
