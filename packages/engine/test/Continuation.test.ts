@@ -86,6 +86,12 @@ describe("continuation", () => {
         const opening = own[0]!.event.fact
         if (opening.kind !== "invocation_opened" || opening.input.kind !== "continuation") return assert.fail("a continuation opening")
         assert.deepStrictEqual(opening.input.claim.source.invocation, source.invocation)
+        // A new turn, run and invocation in the same session.
+        const identity = own[0]!.event.invocation
+        assert.strictEqual(identity.sessionId, source.invocation.sessionId)
+        assert.notStrictEqual(identity.turnId, source.invocation.turnId)
+        assert.notStrictEqual(identity.runId, source.invocation.runId)
+        assert.notStrictEqual(identity.invocationId, source.invocation.invocationId)
         assert.strictEqual(factsOf(own, "model_requested")[0]!.inputDigest, opening.input.claim.replay.digest)
         assert.strictEqual(factsOf(own, "model_requested")[0]!.sourceScope.kind, "lineage")
         // A lineage-scoped request binds its effective source, also with no archive applied (docs/engine.md §5.4).
@@ -114,6 +120,36 @@ describe("continuation", () => {
         assert.deepStrictEqual(request.sourceScope, { kind: "session", id: "session-1" })
         const hash = yield* context.log.sessionHash("session-1", request.sourceHighWater)
         assert.strictEqual(request.sourceDigest, hash.digest(request.sourceHighWater))
+      }),
+    ),
+  )
+
+  it.live("refuses a continuation that reuses the source's turn, run or invocation, or names another session, writing nothing (scenario 52)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({
+          script: [mainEntry(echoCall("call-1", "alpha")), mainEntry(failsAfterText("x")), mainEntry(answer("Unrelated.")), mainEntry(answer("Continued."))],
+        })
+        const effects: Effects = { ran: [] }
+        const source = yield* failedSourceThenAnother(context, effects)
+        const before = (yield* context.log.events("session-1")).length
+        const { turnId, runId, invocationId } = source.invocation
+        for (const [reuse, message] of [
+          [{ turnId }, "a continuation opens a new turn, run and invocation"],
+          [{ runId }, "a continuation opens a new turn, run and invocation"],
+          [{ invocationId }, "a continuation opens a new turn, run and invocation"],
+          [{ sessionId: "session-2" }, "a continuation continues a run of its own session"],
+        ] as const) {
+          const base = continueInput(context, source.invocation, catalog(effects))
+          const refused = yield* Effect.flip(context.engine.continueRun({ ...base, invocation: { ...base.invocation, ...reuse } }))
+          assert.strictEqual(refused.reason._tag, "ReconciliationRequired")
+          assert.strictEqual(refused.message, message)
+        }
+        assert.strictEqual((yield* context.log.events("session-1")).length, before)
+        assert.deepStrictEqual(yield* context.log.events("session-2"), [])
+        // A new turn, run and invocation continue it.
+        const continued = yield* context.engine.continueRun(continueInput(context, source.invocation, catalog(effects)))
+        assert.deepStrictEqual((yield* continued.wait).outcome, { kind: "completed" })
       }),
     ),
   )

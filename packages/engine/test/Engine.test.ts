@@ -22,12 +22,13 @@ const toolThenAnswer = [
 ]
 
 describe("Engine", () => {
-  it.live("commits before each effect, runs the tool once, and completes (scenario 11)", () =>
+  it.live("commits before each effect, runs the tool once, and completes; display text and the key stay out of requests (scenarios 11, 13)", () =>
     Effect.scoped(
       Effect.gen(function* () {
         const context = yield* setup({ script: toolThenAnswer })
         const effects: Effects = { ran: [] }
-        const result = yield* context.engine.run(input(context, "Say hi through echo.", catalog(effects)))
+        const message = { text: "Say hi through echo.", displayText: "Shown only: say hi" }
+        const result = yield* context.engine.run(input(context, message.text, catalog(effects), { message }))
         assert.deepStrictEqual(result.outcome, { kind: "completed" })
         assert.deepStrictEqual(effects.ran, ["hi"])
         const events = yield* context.engine.log.events("session-1")
@@ -48,6 +49,11 @@ describe("Engine", () => {
         )
         assert.isFalse(JSON.stringify(events).includes("sk-test-secret"))
         assert.isFalse(context.server.requests().some((request) => request.body.includes("sk-test-secret")))
+        // The display text is stored in the opening, and no request carries it.
+        const opening = events[0]!.event.fact
+        assert.deepStrictEqual(opening.kind === "invocation_opened" ? opening.input : undefined, { kind: "message", content: message })
+        assert.isTrue(context.server.requests().every((request) => request.body.includes(message.text)))
+        assert.isFalse(context.server.requests().some((request) => request.body.includes("Shown only")))
       }),
     ))
 
@@ -78,10 +84,10 @@ describe("Engine", () => {
           assert.strictEqual(refused.reason._tag, "InvalidInput")
         }
         const relative = input(context, "x", tools)
-        const badCwd = yield* Effect.flip(
-          context.engine.start({ ...relative, configuration: { ...relative.configuration, cwd: "relative/path" } }),
-        )
-        assert.strictEqual(badCwd.reason._tag, "InvalidInput")
+        for (const cwd of ["relative/path", `${context.workspace}/a\u0000b`]) {
+          const badCwd = yield* Effect.flip(context.engine.start({ ...relative, configuration: { ...relative.configuration, cwd } }))
+          assert.strictEqual(badCwd.reason._tag, "InvalidInput")
+        }
         const otherModel = yield* Effect.flip(
           context.engine.start({
             ...relative,

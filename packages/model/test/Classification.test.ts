@@ -73,6 +73,14 @@ describe("classification, rule 2: structured overflow codes outrank the status",
     }),
   )
 
+  it.effect("a 503 carrying the code context_length_exceeded is a context overflow, not a retryable outage (scenario 30)", () =>
+    Effect.gen(function* () {
+      const error = yield* errorOf(Respond.json(503, Respond.openAiError("upstream failed", { code: "context_length_exceeded" })))
+      assert.strictEqual(error.reason._tag, "ContextOverflow")
+      assert.isFalse(error.reason._tag === "ContextOverflow" && error.reason.observedOutput)
+    }),
+  )
+
   it.effect("request_too_large on the body's own type is a context overflow", () =>
     Effect.gen(function* () {
       const error = yield* anthropicErrorOf(Respond.json(400, { type: "request_too_large", message: "Request exceeds the maximum allowed number of bytes." }))
