@@ -125,10 +125,15 @@ describe("standalone compaction", () => {
         yield* context.log.close
         const reopened = yield* reopen(context.file)
         context.server.push(mainEntry(answer("Still ready.")))
-        yield* reopened.run(input(context, "What next?", noTools(effects)))
+        const again = yield* reopened.run(input(context, "What next?", noTools(effects)))
         const last = lines(context, 3)
         assert.deepStrictEqual(last.slice(0, 2), expected.slice(0, 2))
         assert.notInclude(last.join("\n"), "4417")
+        // Its request names the checkpoint too.
+        const reread = (yield* reopened.log.events("session-1")).filter(
+          (stored) => stored.event.invocation.invocationId === again.invocation.invocationId,
+        )
+        assert.strictEqual(factsOf(reread, "model_requested")[0]!.checkpointEventId, checkpointEvent.event.id)
       }),
     ),
   )

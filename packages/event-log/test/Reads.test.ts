@@ -229,6 +229,35 @@ for (const dialect of dialects()) {
           expect(recovery.unfinishedModelSteps).toEqual([second])
           expect(recovery.uncertainOperations).toEqual([`${step}:a`])
           expect(recovery.undispatchedCalls.map((call) => call.operationId)).toEqual([`${step}:b`])
+          // Limits of 0 give PrefixTooLarge (scenario 67).
+          for (const [maxEvents, maxBytes] of [
+            [0, undefined],
+            [undefined, 0],
+            [0, 0],
+          ] as const) {
+            const tooLarge = yield* failure(log.invocationRecovery(run.invocation, maxEvents, maxBytes))
+            expect(tooLarge.reason._tag === "Rejected" && tooLarge.reason.rejection._tag).toBe("PrefixTooLarge")
+          }
+        }),
+      ))
+
+    it("reads what recovery must seal without the run's observations, and refuses an invocation of a foreign session (scenario 67)", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = new History.History()
+          const run = history.open()
+          const step = run.request()
+          // Nine observations of about 1 MiB each: over 8 MiB, the default byte limit of the read.
+          const text = "x".repeat(1_000_000)
+          for (let index = 0; index < 9; index++) run.observe(step, { kind: "part_delta", id: "text-1", text })
+          yield* appendAll(log, history.writes)
+          const recovery = yield* log.invocationRecovery(run.invocation)
+          expect(recovery.unfinishedModelSteps).toEqual([step])
+          expect(recovery.uncertainOperations).toEqual([])
+          // The same invocation named under another session is not this session's run.
+          const foreign = yield* failure(log.invocationRecovery({ ...run.invocation, sessionId: "session-foreign" }))
+          expect(foreign.reason._tag === "Rejected" && foreign.reason.rejection._tag).toBe("InvalidTransition")
+          expect(foreign.message).toContain("the invocation belongs to another session")
         }),
       ))
 
