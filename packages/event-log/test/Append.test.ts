@@ -299,7 +299,7 @@ for (const dialect of dialects()) {
         }),
       ))
 
-    it("checks an archive against the result it replaces and archives a result once", () =>
+    it("checks an archive against the result it replaces, archives a result once, and replays an archive write idempotently", () =>
       withLog(dialect, (log) =>
         Effect.gen(function* () {
           const history = new History.History()
@@ -322,7 +322,13 @@ for (const dialect of dialects()) {
           const shorter = Archive.pageAt(placeholder.identity, Archive.body({ kind: "projection", projection: fact.outcome.projection }), 0)!
           const tampered = { ...placeholder, identity: { ...placeholder.identity, bodySha256: "0".repeat(64) }, page: shorter }
           yield* expectRefused(log, "session-1", log.append(archive(tampered)), "InvalidTransition", "differs")
-          yield* log.append(archive(placeholder))
+          const archived = archive(placeholder)
+          const sequence = yield* log.append(archived)
+          // Replaying the same write is idempotent (scenario 50): its sequence, nothing inserted.
+          const count = (yield* log.events("session-1")).length
+          expect(yield* log.append(archived)).toBe(sequence)
+          expect(yield* log.appendBatch([archived])).toEqual([sequence])
+          expect((yield* log.events("session-1")).length).toBe(count)
           yield* expectRefused(log, "session-1", log.append(archive(placeholder)), "InvalidTransition", "already archived")
         }),
       ))
