@@ -1,5 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Canonical, type Event } from "@maka/facts"
+import { Canonical, type Event, ToolCall } from "@maka/facts"
 import { OpenAiSse, Respond } from "@maka/testkit"
 import { Effect, Stream } from "effect"
 import { MAX_QUEUED_STEERING } from "../src/internal/options.ts"
@@ -211,19 +211,33 @@ describe("Engine", () => {
                 finishReason: "length",
               }),
             ),
+            Respond.sse(OpenAiSse.response({ text: ["Carrying on."] })),
           ],
         })
         const effects: Effects = { ran: [] }
         const result = yield* context.engine.run(input(context, "Answer.", catalog(effects)))
         assert.strictEqual(result.outcome.kind === "failed" && result.outcome.class, "model_incomplete")
         assert.deepStrictEqual(effects.ran, [])
-        assert.deepStrictEqual(kinds(yield* context.engine.log.events("session-1")), [
+        const events = yield* context.engine.log.events("session-1")
+        assert.deepStrictEqual(kinds(events), [
           "invocation_opened",
           "model_requested",
           "model_completed",
           "tool_rejected:preparation_failed",
           "invocation_ended:failed",
         ])
+        // The next message still sees the cut text, and the call answered with its rejection.
+        const [rejected] = factsOf(events, "tool_rejected")
+        const next = yield* context.engine.run(input(context, "Go on.", catalog(effects)))
+        assert.deepStrictEqual(next.outcome, { kind: "completed" })
+        const body = context.server.requests()[1]!.json as { messages: ReadonlyArray<{ role: string; content?: unknown }> }
+        assert.deepStrictEqual(
+          body.messages.map((message) => message.role),
+          ["system", "user", "assistant", "tool", "user"],
+        )
+        assert.include(JSON.stringify(body.messages[2]), "I will call")
+        assert.include(JSON.stringify(body.messages[3]), ToolCall.rejectionText(rejected!.reason).slice(0, 40))
+        assert.deepStrictEqual(effects.ran, [])
       }),
     ))
 

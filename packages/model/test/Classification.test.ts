@@ -359,6 +359,23 @@ describe("classification, rule 11: truncated streams and replay safety", () => {
     }),
   )
 
+  it.effect("a stream dropped after text and part of a tool call is stream_truncated and replay-safe (scenario 23)", () =>
+    Effect.gen(function* () {
+      const server = yield* serve(
+        Respond.dropAfter([OpenAiSse.role(), OpenAiSse.text("partial answer"), OpenAiSse.toolCall({ index: 0, id: "c", name: "echo", arguments: '{"val' })]),
+      )
+      const model = yield* openAi(server)
+      const { events, error } = yield* collect(model.stream(request()))
+      assert.includeMembers(events.map((event) => event.kind), ["part_delta"])
+      // The partial call is never reported as a call.
+      assert.isFalse(events.some((event) => event.kind === "finished" || event.kind === "tool_call"))
+      const reason = providerReason(error!)
+      assert.strictEqual(reason.reason, "stream_truncated")
+      assert.isTrue(reason.replaySafe)
+      assert.isTrue(error!.isRetryable)
+    }),
+  )
+
   it.effect("a stream dropped after a signed thinking block is not replay-safe", () =>
     Effect.gen(function* () {
       const server = yield* serve(
