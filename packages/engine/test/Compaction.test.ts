@@ -759,6 +759,41 @@ describe("background compaction", () => {
     ),
   )
 
+  it.live("drains a summary still running when the run is cancelled: no checkpoint, nothing shown, nothing to recover (scenario 42)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({
+          script: [
+            mainEntry(answer("Noted.", 5_000)),
+            summaryEntry(Respond.stallAfter([OpenAiSse.role(), OpenAiSse.text("## Goal\nSECRET-SUMMARY-TEXT")])),
+            mainEntry(Respond.hang()),
+          ],
+        })
+        const effects: Effects = { ran: [] }
+        yield* context.engine.run(input(context, "Note this.", noTools(effects), windowed))
+        const running = yield* context.engine.start(input(context, "Next.", noTools(effects), windowed))
+        const shown = yield* Effect.forkChild(Stream.runCollect(running.events))
+        // The summary's text is durable (observed) while the main request hangs; then the run is cancelled.
+        yield* summaryObserved(context)
+        yield* running.cancel
+        const result = yield* running.wait
+        assert.deepStrictEqual(result.outcome, { kind: "cancelled", source: "runtime_cancellation" })
+        const events = yield* context.log.events("session-1")
+        const own = events.filter((stored) => stored.event.invocation.invocationId === running.invocation.invocationId)
+        assert.deepStrictEqual(factsOf(own, "context_checkpoint_recorded"), [])
+        // Both requests were closed before the terminal: the summary's and the main one.
+        assert.strictEqual(kinds(own).filter((kind) => kind === "model_interrupted:cancelled").length, 2)
+        assert.strictEqual(kinds(own)[kinds(own).length - 1], "invocation_ended:cancelled")
+        const text = yield* Stream.runCollect(Agent.text(Stream.fromIterable(yield* Fiber.join(shown))))
+        assert.notInclude(text.join(""), "SECRET-SUMMARY-TEXT")
+        yield* context.log.close
+        const reopened = yield* reopen(context.file)
+        const report = yield* reopened.recover
+        assert.strictEqual(report.sealed.length, 0)
+      }),
+    ),
+  )
+
   it.live("compacts in the foreground at the session's next due point after its background summary was drained", () =>
     Effect.scoped(
       Effect.gen(function* () {
