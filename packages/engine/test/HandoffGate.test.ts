@@ -15,7 +15,9 @@ import { Deferred, Effect, Exit, Fiber, Schema, Stream } from "effect"
 import * as LogTesting from "@maka/event-log/testing"
 import * as fs from "node:fs"
 import * as path from "node:path"
+import type { Lineage } from "@maka/facts"
 import type * as Engine from "../src/Engine.ts"
+import * as Handoff from "../src/internal/handoff.ts"
 import { createEngine } from "../src/Facade.ts"
 import { answer, echoCall, isSummaryRequest, mainEntry, summaryAnswer, summaryEntry, summaryText } from "./support/compaction.ts"
 import { factsOf, kinds } from "./support/harness.ts"
@@ -534,5 +536,59 @@ describe("the handoff gate", () => {
         assert.strictEqual(late.reason._tag, "Busy")
       }),
     ),
+  )
+})
+
+describe("the handoff gate's transitions (scenario 61)", () => {
+  const intent = (rootRunId = "run-root"): Lineage.HandoffIntent => ({
+    handoffId: "handoff-1",
+    hostEpoch: "host-1",
+    rootRunId,
+    successorRunId: "run-successor",
+    successorInvocationId: "invocation-successor",
+    claimId: "claim-1",
+  })
+
+  it.effect("a stale hold cannot commit: after its release and a new reservation, commit() is refused until the new intent is held", () =>
+    Effect.gen(function* () {
+      const gate = new Handoff.HandoffGate("run-root")
+      const first = yield* gate.reserve(intent())
+      assert.isDefined(gate.hold())
+      // The preflight failed: back to running, and the first reservation learns nothing was sealed.
+      yield* gate.release
+      assert.strictEqual(gate.current, "running")
+      assert.isUndefined(yield* Deferred.await(first))
+      yield* gate.reserve(intent())
+      assert.strictEqual(gate.current, "requested")
+      // What held the first intent cannot commit the second, which nothing has held yet.
+      assert.isFalse(gate.commit())
+      assert.strictEqual(gate.current, "requested")
+      assert.isDefined(gate.hold())
+      assert.isTrue(gate.commit())
+      assert.isFalse(gate.commit())
+    }),
+  )
+
+  it.effect("a closed gate resolves a waiting reservation with nothing, and refuses a commit and a new reservation", () =>
+    Effect.gen(function* () {
+      const gate = new Handoff.HandoffGate("run-root")
+      const waiting = yield* gate.reserve(intent())
+      assert.isDefined(gate.hold())
+      yield* gate.close
+      assert.isUndefined(yield* Deferred.await(waiting))
+      assert.isFalse(gate.commit())
+      const refused = yield* Effect.flip(gate.reserve(intent()))
+      assert.strictEqual(refused.reason._tag, "Busy")
+      assert.isTrue(Handoff.refusedAsEnded(refused.message))
+    }),
+  )
+
+  it.effect("a reservation for another logical Run is refused", () =>
+    Effect.gen(function* () {
+      const gate = new Handoff.HandoffGate("run-root")
+      const refused = yield* Effect.flip(gate.reserve(intent("run-other")))
+      assert.strictEqual(refused.reason._tag, "InvalidInput")
+      assert.strictEqual(gate.current, "running")
+    }),
   )
 })
