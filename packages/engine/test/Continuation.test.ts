@@ -5,14 +5,16 @@
  * scripted server on loopback.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Digest } from "@maka/facts"
+import { Codec, Digest } from "@maka/facts"
 import { FactBuilders, History, OpenAiSse, Respond } from "@maka/testkit"
 import { ToolCatalog } from "@maka/tools"
 import { Effect } from "effect"
 import type * as Engine from "../src/Engine.ts"
 import { UNAVAILABLE_TOOL_MESSAGE, UNSTABLE_BOUNDARY_MESSAGE } from "../src/internal/continuation.ts"
-import { answer, echoCall, mainEntry } from "./support/compaction.ts"
-import { factsOf, kinds } from "./support/harness.ts"
+import * as fs from "node:fs"
+import * as path from "node:path"
+import { answer, echoCall, mainEntry, summaryAnswer, summaryEntry, summaryText } from "./support/compaction.ts"
+import { factsOf, kinds, reopen } from "./support/harness.ts"
 import { catalog, input, setup, type Effects, type Setup } from "./support/setup.ts"
 
 /** A stream that shows some text, then fails with a provider error no retry fixes. */
@@ -223,6 +225,50 @@ describe("continuation", () => {
         const refused = yield* Effect.flip(context.engine.checkContinuation(continueInput(context, failed.invocation, catalog(effects))))
         assert.strictEqual(refused.reason._tag, "ReconciliationRequired")
         assert.deepStrictEqual(kinds(yield* context.log.events("session-1")).filter((kind) => kind === "invocation_opened").length, 2)
+      }),
+    ),
+  )
+
+  it.live("on a backup of the log, every request's sourceDigest is recomputed from its scope cut at its high water (scenario 8)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        // Session-scoped main requests (one after a checkpoint), a summary request, and a lineage-scoped continuation.
+        const { context, effects } = yield* continuedSource([summaryEntry(summaryAnswer(summaryText("all of it"))), mainEntry(answer("After."))])
+        const compacted = yield* context.engine.compact({
+          invocation: FactBuilders.invocation({ turnId: "compact-turn", runId: "compact-run", invocationId: "compact-invocation" }),
+          model: context.model,
+          configuration: FactBuilders.configuration({ cwd: context.workspace, model: FactBuilders.modelBinding({ model: "test-model" }) }),
+        })
+        assert.strictEqual(compacted.outcome.kind === "context_compact_finished" ? compacted.outcome.outcome.kind : "", "compacted")
+        yield* context.engine.run(input(context, "And after the checkpoint?", catalog(effects)))
+        const copy = path.join(path.dirname(context.file), "copy.sqlite")
+        yield* context.log.backup(copy)
+        assert.isTrue(fs.existsSync(copy))
+        const reopened = yield* reopen(copy)
+        const events = yield* reopened.log.events("session-1")
+        const requests = factsOf(events, "model_requested")
+        assert.deepStrictEqual(
+          [...new Set(requests.map((fact) => `${fact.purpose}:${fact.sourceScope.kind}:${fact.checkpointEventId === undefined ? "" : "baseline"}`))].sort(),
+          ["main:lineage:", "main:session:", "main:session:baseline", "summary:session:"],
+        )
+        // The selections of docs/log-format.md §3.6: a session's every event; a continuation's lineage
+        // keeps what is at or below its claim's base and the events of its own and its source's runs.
+        const lineageOf = (runId: string) => {
+          const opening = events.find((stored) => stored.event.invocation.runId === runId && stored.event.fact.kind === "invocation_opened")!
+          const fact = opening.event.fact
+          if (fact.kind !== "invocation_opened" || fact.input.kind !== "continuation") return assert.fail("a continuation opening")
+          const runs = new Set([runId, fact.input.claim.source.invocation.runId])
+          return (stored: (typeof events)[number]) => stored.sequence <= fact.input.claim.base.highWater || runs.has(stored.event.invocation.runId)
+        }
+        for (const fact of requests) {
+          const scope = fact.sourceScope
+          const selected = scope.kind === "lineage" ? lineageOf(scope.runId) : () => true
+          const hash = Digest.LogPrefixHash.start(scope)
+          for (const stored of events) {
+            if (stored.sequence <= fact.sourceHighWater && selected(stored)) hash.update(stored.sequence, Codec.encodeEventJson(stored.event))
+          }
+          assert.strictEqual(hash.digest(fact.sourceHighWater), fact.sourceDigest, `${fact.purpose} request ${fact.stepId}`)
+        }
       }),
     ),
   )
