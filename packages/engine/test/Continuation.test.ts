@@ -257,8 +257,9 @@ describe("continuation", () => {
           const opening = events.find((stored) => stored.event.invocation.runId === runId && stored.event.fact.kind === "invocation_opened")!
           const fact = opening.event.fact
           if (fact.kind !== "invocation_opened" || fact.input.kind !== "continuation") return assert.fail("a continuation opening")
-          const runs = new Set([runId, fact.input.claim.source.invocation.runId])
-          return (stored: (typeof events)[number]) => stored.sequence <= fact.input.claim.base.highWater || runs.has(stored.event.invocation.runId)
+          const { claim } = fact.input
+          const runs = new Set([runId, claim.source.invocation.runId])
+          return (stored: (typeof events)[number]) => stored.sequence <= claim.base.highWater || runs.has(stored.event.invocation.runId)
         }
         for (const fact of requests) {
           const scope = fact.sourceScope
