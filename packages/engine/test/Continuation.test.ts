@@ -51,6 +51,20 @@ const failedSourceThenAnother = (context: Setup, effects: Effects) =>
   })
 
 /**
+ * The source of `failedSourceThenAnother` with the server ready to answer one continuation, and the
+ * session's event count before anything continues it.
+ */
+const sourceToContinue = Effect.gen(function* () {
+  const context = yield* setup({
+    script: [mainEntry(echoCall("call-1", "alpha")), mainEntry(failsAfterText("x")), mainEntry(answer("Unrelated.")), mainEntry(answer("Continued."))],
+  })
+  const effects: Effects = { ran: [] }
+  const source = yield* failedSourceThenAnother(context, effects)
+  const before = (yield* context.log.events("session-1")).length
+  return { context, effects, source, before }
+})
+
+/**
  * The source of `failedSourceThenAnother` continued to completion, the server answering its
  * continuation's request (and then `after`'s entries).
  */
@@ -129,12 +143,7 @@ describe("continuation", () => {
   it.live("refuses a continuation that reuses the source's turn, run or invocation, or names another session, writing nothing (scenario 52)", () =>
     Effect.scoped(
       Effect.gen(function* () {
-        const context = yield* setup({
-          script: [mainEntry(echoCall("call-1", "alpha")), mainEntry(failsAfterText("x")), mainEntry(answer("Unrelated.")), mainEntry(answer("Continued."))],
-        })
-        const effects: Effects = { ran: [] }
-        const source = yield* failedSourceThenAnother(context, effects)
-        const before = (yield* context.log.events("session-1")).length
+        const { context, effects, source, before } = yield* sourceToContinue
         const { turnId, runId, invocationId } = source.invocation
         for (const [reuse, message] of [
           [{ turnId }, "a continuation opens a new turn, run and invocation"],
@@ -159,12 +168,7 @@ describe("continuation", () => {
   it.live("checks without writing, lets one claim take a boundary, and refuses another workspace (scenario 53)", () =>
     Effect.scoped(
       Effect.gen(function* () {
-        const context = yield* setup({
-          script: [mainEntry(echoCall("call-1", "alpha")), mainEntry(failsAfterText("x")), mainEntry(answer("Unrelated.")), mainEntry(answer("Continued."))],
-        })
-        const effects: Effects = { ran: [] }
-        const source = yield* failedSourceThenAnother(context, effects)
-        const before = (yield* context.log.events("session-1")).length
+        const { context, effects, source, before } = yield* sourceToContinue
         const claim = yield* context.engine.checkContinuation(continueInput(context, source.invocation, catalog(effects)))
         assert.deepStrictEqual(claim.source.invocation, source.invocation)
         assert.strictEqual((yield* context.log.events("session-1")).length, before)
