@@ -535,6 +535,47 @@ const everyCommitPoint = (openLog?: Effect.Effect<Setup["log"], unknown, Scope.S
     }
   })
 
+describe("an observation commit that fails", () => {
+  // A paced answer: its first observation commits on its own (group commit), before the completion.
+  it.live.each(["refuse", "unknown-lost", "unknown-landed"] as const)(
+    "(%s) interrupts its request, seals event_commit, and the session goes on",
+    (mode) =>
+      Effect.scoped(
+        Effect.gen(function* () {
+          let faults: Faulty | undefined
+          const context = yield* setup(
+            {
+              script: [
+                Respond.sse(Respond.withDelay(OpenAiSse.response({ text: ["One ", "two ", "three ", "four."] }), 30)),
+                Respond.sse(OpenAiSse.response({ text: ["Next done."] })),
+              ],
+            },
+            { backoffBaseMs: 5, backoffMaxMs: 40 },
+            {},
+            {
+              wrapLog: (log) => {
+                faults = faulty(log, "model_observed@1", mode)
+                return faults.log
+              },
+            },
+          )
+          const effects: Effects = { ran: [] }
+          const result = yield* context.engine.run(input(context, "Count.", catalog(effects)))
+          assert.isTrue(faults!.fired(), faults!.labels.join(" "))
+          assert.deepStrictEqual(result.outcome.kind === "failed" && result.outcome.class, "event_commit")
+          const events = yield* context.log.events("session-1")
+          assert.deepStrictEqual(
+            kinds(events).filter((kind) => kind !== "model_observed"),
+            ["invocation_opened", "model_requested", "model_interrupted:failed", "invocation_ended:failed:event_commit"],
+          )
+          faults!.heal()
+          const next = yield* context.engine.run(input(context, "Next.", catalog(effects)))
+          assert.deepStrictEqual(next.outcome, { kind: "completed" })
+        }),
+      ),
+  )
+})
+
 describe("every commit point of the three-step tool loop", () => {
   it.live("SQLite: refused, uncertain or out of space at each commit, the same engine admits the next run", () => everyCommitPoint(), 180_000)
 
