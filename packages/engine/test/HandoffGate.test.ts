@@ -16,6 +16,7 @@ import * as LogTesting from "@maka/event-log/testing"
 import * as fs from "node:fs"
 import * as path from "node:path"
 import type { Lineage } from "@maka/facts"
+import * as Agent from "../src/Agent.ts"
 import type * as Engine from "../src/Engine.ts"
 import * as Handoff from "../src/internal/handoff.ts"
 import { createEngine } from "../src/Facade.ts"
@@ -268,14 +269,13 @@ describe("the handoff gate", () => {
     ),
   )
 
-  it.live("a handoff drains a background summary still running: no checkpoint, its request interrupted, the pause carries the budget its accepted step renewed", () =>
+  it.live("a handoff drains a background summary still running: no checkpoint, its text never shown, its request interrupted, the pause carries the budget its accepted step renewed (scenario 42)", () =>
     Effect.scoped(
       Effect.gen(function* () {
-        const never = Respond.gate()
         const context = yield* setup({
           script: [
             mainEntry(answer("Noted.", 5_000)),
-            summaryEntry(Respond.hold(never, summaryAnswer(summaryText("never adopted")))),
+            summaryEntry(Respond.stallAfter([OpenAiSse.role(), OpenAiSse.text("## Goal\nSECRET-SUMMARY-TEXT")])),
             mainEntry(slowCall("call-1", "a")),
             mainEntry(answer("Done.")),
           ],
@@ -286,8 +286,14 @@ describe("the handoff gate", () => {
         const release = yield* Deferred.make<void>()
         const catalog = tools(effects, [release])
         const running = yield* context.engine.start(input(context, "Run slow.", catalog, { maxSteps: 4, ...windowed }))
-        // The summary runs beside the main request, which calls `slow`.
+        const shown = yield* Effect.forkChild(Stream.runCollect(running.events))
+        // The summary runs beside the main request, which calls `slow`; its text is durable (observed).
         yield* Effect.promise(() => context.server.request(2))
+        for (;;) {
+          const observed = factsOf(yield* context.log.events("session-1"), "model_observed")
+          if (observed.some((fact) => JSON.stringify(fact).includes("SECRET-SUMMARY-TEXT"))) break
+          yield* Effect.sleep("5 millis")
+        }
         assert.isTrue(context.server.requests().slice(1, 3).some(isSummaryRequest))
         const mainIndex = context.server.requests().findIndex((request, index) => index > 0 && !isSummaryRequest(request))
         yield* Effect.promise(() => context.server.exchange(mainIndex))
@@ -306,6 +312,8 @@ describe("the handoff gate", () => {
         )
         assert.deepStrictEqual(factsOf(events, "context_checkpoint_recorded"), [])
         assert.deepStrictEqual(yield* context.log.unfinishedInvocations(100), [])
+        const text = yield* Stream.runCollect(Agent.text(Stream.fromIterable(yield* Fiber.join(shown))))
+        assert.notInclude(text.join(""), "SECRET-SUMMARY-TEXT")
         // The last main usage is under the window now: the successor sends the replay without another summary.
         const successor = yield* context.engine.resume({ paused: running.invocation, pause, model: context.model, tools: catalog })
         assert.deepStrictEqual((yield* successor.wait).outcome, { kind: "completed" })
