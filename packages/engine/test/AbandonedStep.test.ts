@@ -34,6 +34,27 @@ const stalledSeal = (resumed: Deferred.Deferred<void>) =>
     return { sealing, wrapLog }
   })
 
+/**
+ * A run's set-up for abandonment: the model calls `name` with `args` and then answers, a grace of
+ * 100 ms, and a log whose seal waits for `resumed` (`stalledSeal`).
+ */
+const abandonable = (name: string, args: string, resumed: Deferred.Deferred<void>) =>
+  Effect.gen(function* () {
+    const { sealing, wrapLog } = yield* stalledSeal(resumed)
+    const context = yield* setup(
+      {
+        script: [
+          Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-1", name, arguments: [args] }] })),
+          Respond.sse(OpenAiSse.response({ text: ["Fine."] })),
+        ],
+      },
+      { backoffBaseMs: 5, backoffMaxMs: 40, cancelGraceMs: 100 },
+      {},
+      { wrapLog },
+    )
+    return { context, sealing }
+  })
+
 describe("a step abandoned after the cancellation grace", () => {
   it.live("names the operation still running, after a settled and a rejected call of the same step", () =>
     Effect.scoped(
@@ -89,18 +110,7 @@ describe("a step abandoned after the cancellation grace", () => {
         // before any dispatch, then asks to dispatch the call.
         const validating = yield* Deferred.make<void>()
         const validated = yield* Deferred.make<void>()
-        const { sealing, wrapLog } = yield* stalledSeal(validated)
-        const context = yield* setup(
-          {
-            script: [
-              Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-1", name: "checked", arguments: ['{"note":"n"}'] }] })),
-              Respond.sse(OpenAiSse.response({ text: ["Fine."] })),
-            ],
-          },
-          { backoffBaseMs: 5, backoffMaxMs: 40, cancelGraceMs: 100 },
-          {},
-          { wrapLog },
-        )
+        const { context, sealing } = yield* abandonable("checked", '{"note":"n"}', validated)
         const ran: Array<string> = []
         const input = {
           "~standard": {
@@ -155,18 +165,7 @@ describe("a step abandoned after the cancellation grace", () => {
       Effect.gen(function* () {
         const started = yield* Deferred.make<void>()
         const returned = yield* Deferred.make<void>()
-        const { sealing, wrapLog } = yield* stalledSeal(returned)
-        const context = yield* setup(
-          {
-            script: [
-              Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-1", name: "late", arguments: ['{"value":"v"}'] }] })),
-              Respond.sse(OpenAiSse.response({ text: ["Fine."] })),
-            ],
-          },
-          { backoffBaseMs: 5, backoffMaxMs: 40, cancelGraceMs: 100 },
-          {},
-          { wrapLog },
-        )
+        const { context, sealing } = yield* abandonable("late", '{"value":"v"}', returned)
         // Ignores its AbortSignal and answers once the run is sealing.
         const late = Tool.make({
           name: "late",

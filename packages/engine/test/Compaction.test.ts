@@ -18,6 +18,7 @@ import {
   isSummaryRequest,
   mainEntry,
   overflow,
+  stalledSummary,
   summaryAnswer,
   summaryEntry,
   summaryText,
@@ -731,7 +732,7 @@ describe("background compaction", () => {
         const context = yield* setup({
           script: [
             mainEntry(answer("Noted.", 5_000)),
-            summaryEntry(Respond.stallAfter([OpenAiSse.role(), OpenAiSse.text("## Goal\nSECRET-SUMMARY-TEXT")])),
+            stalledSummary("SECRET-SUMMARY-TEXT"),
             mainEntry(Respond.hold(held, answer("Done."))),
           ],
         })
@@ -765,7 +766,7 @@ describe("background compaction", () => {
         const context = yield* setup({
           script: [
             mainEntry(answer("Noted.", 5_000)),
-            summaryEntry(Respond.stallAfter([OpenAiSse.role(), OpenAiSse.text("## Goal\nSECRET-SUMMARY-TEXT")])),
+            stalledSummary("SECRET-SUMMARY-TEXT"),
             mainEntry(Respond.hang()),
           ],
         })
@@ -801,7 +802,7 @@ describe("background compaction", () => {
         const context = yield* setup({
           script: [
             mainEntry(answer("The code is 4417.", 5_000)),
-            summaryEntry(Respond.stallAfter([OpenAiSse.role(), OpenAiSse.text("## Goal\nunfinished")])),
+            stalledSummary("unfinished"),
             mainEntry(Respond.hold(held, answer("Noted.", 5_000))),
             summaryEntry(summaryAnswer(summaryText("code noted"))),
             mainEntry(answer("Done.")),

@@ -11,7 +11,25 @@ import { ToolCatalog } from "@maka/tools"
 import { Effect, Fiber } from "effect"
 import { answer, echoCall, isSummaryRequest, mainEntry, overflow, summaryAnswer, summaryEntry, summaryText } from "./support/compaction.ts"
 import { factsOf, kinds } from "./support/harness.ts"
-import { catalog, input, setup, type Effects } from "./support/setup.ts"
+import { catalog, input, setup, type Effects, type Setup } from "./support/setup.ts"
+import type * as Engine from "../src/Engine.ts"
+
+/** Requests a handoff of `running`, then lets the held response through: the pause it seals. */
+const pauseOnRelease = (running: Engine.RunningInvocation, gate: Respond.Gate) =>
+  Effect.gen(function* () {
+    const requested = yield* Effect.forkChild(running.handoff)
+    yield* Effect.sleep("20 millis")
+    gate.release()
+    const pause = yield* Fiber.join(requested)
+    assert.isDefined(pause)
+    return pause
+  })
+
+/** The session's events of one invocation. */
+const ownEvents = (context: Setup, invocation: Engine.RunningInvocation["invocation"]) =>
+  Effect.map(context.log.events("session-1"), (events) =>
+    events.filter((stored) => stored.event.invocation.invocationId === invocation.invocationId),
+  )
 
 describe("the compaction budget across a handoff", () => {
   it.live("is reshaped in the pause after an overflow recovery, and the successor sends the replay without another summary", () =>
@@ -36,16 +54,11 @@ describe("the compaction budget across a handoff", () => {
         // The summary of the overflow recovery is held while the handoff is requested.
         yield* Effect.promise(() => context.server.request(2))
         assert.isTrue(isSummaryRequest(context.server.requests()[2]!))
-        const requested = yield* Effect.forkChild(running.handoff)
-        yield* Effect.sleep("20 millis")
-        gate.release()
-        const pause = yield* Fiber.join(requested)
-        assert.isDefined(pause)
-        assert.strictEqual(pause!.execution.compaction, "reshaped")
-        assert.strictEqual(pause!.remainingSteps, 3)
-        assert.deepStrictEqual((yield* running.wait).outcome, { kind: "handoff_paused", pause: pause! })
-        const events = yield* context.log.events("session-1")
-        const own = events.filter((stored) => stored.event.invocation.invocationId === running.invocation.invocationId)
+        const pause = yield* pauseOnRelease(running, gate)
+        assert.strictEqual(pause.execution.compaction, "reshaped")
+        assert.strictEqual(pause.remainingSteps, 3)
+        assert.deepStrictEqual((yield* running.wait).outcome, { kind: "handoff_paused", pause: pause })
+        const own = yield* ownEvents(context, running.invocation)
         assert.deepStrictEqual(kinds(own), [
           "invocation_opened",
           "model_requested",
@@ -56,13 +69,11 @@ describe("the compaction budget across a handoff", () => {
           "invocation_ended:handoff_paused",
         ])
 
-        const successor = yield* context.engine.resume({ paused: running.invocation, pause: pause!, model: context.model, tools })
+        const successor = yield* context.engine.resume({ paused: running.invocation, pause, model: context.model, tools })
         assert.deepStrictEqual((yield* successor.wait).outcome, { kind: "completed" })
         assert.strictEqual(context.server.requests().filter(isSummaryRequest).length, 1)
-        const ownSuccessor = (yield* context.log.events("session-1")).filter(
-          (stored) => stored.event.invocation.invocationId === successor.invocation.invocationId,
-        )
-        assert.strictEqual(factsOf(ownSuccessor, "model_requested")[0]!.inputDigest, pause!.execution.replay.digest)
+        const ownSuccessor = yield* ownEvents(context, successor.invocation)
+        assert.strictEqual(factsOf(ownSuccessor, "model_requested")[0]!.inputDigest, pause.execution.replay.digest)
       }),
     ))
 
@@ -85,17 +96,12 @@ describe("the compaction budget across a handoff", () => {
         // The proactive summary runs beside the main request, which overflows; the recovery waits for it.
         yield* Effect.promise(() => context.server.request(2))
         assert.deepStrictEqual(context.server.requests().slice(1).map(isSummaryRequest).sort(), [false, true])
-        const requested = yield* Effect.forkChild(running.handoff)
-        yield* Effect.sleep("20 millis")
-        gate.release()
-        const pause = yield* Fiber.join(requested)
-        assert.isDefined(pause)
-        assert.strictEqual(pause!.execution.compaction, "reshaped")
-        const events = yield* context.log.events("session-1")
-        const own = events.filter((stored) => stored.event.invocation.invocationId === running.invocation.invocationId)
+        const pause = yield* pauseOnRelease(running, gate)
+        assert.strictEqual(pause.execution.compaction, "reshaped")
+        const own = yield* ownEvents(context, running.invocation)
         assert.strictEqual(factsOf(own, "context_checkpoint_recorded").length, 1)
         assert.strictEqual(kinds(own).at(-1), "invocation_ended:handoff_paused")
-        const successor = yield* context.engine.resume({ paused: running.invocation, pause: pause!, model: context.model, tools })
+        const successor = yield* context.engine.resume({ paused: running.invocation, pause, model: context.model, tools })
         assert.deepStrictEqual((yield* successor.wait).outcome, { kind: "completed" })
         assert.strictEqual(context.server.requests().filter(isSummaryRequest).length, 1)
       }),
@@ -130,20 +136,13 @@ describe("the compaction budget across a handoff", () => {
         // The second step's boundary adopted it; that step's request fails retryably, and the handoff
         // is taken before its retry, with no accepted step since the adoption.
         yield* Effect.promise(() => context.server.request(3))
-        const own = () =>
-          Effect.map(context.log.events("session-1"), (events) =>
-            events.filter((stored) => stored.event.invocation.invocationId === running.invocation.invocationId),
-          )
+        const own = () => ownEvents(context, running.invocation)
         assert.strictEqual(factsOf(yield* own(), "context_checkpoint_recorded").length, 1)
-        const requested = yield* Effect.forkChild(running.handoff)
-        yield* Effect.sleep("20 millis")
-        second.release()
-        const pause = yield* Fiber.join(requested)
-        assert.isDefined(pause)
-        assert.strictEqual(pause!.execution.compaction, "reshaped")
+        const pause = yield* pauseOnRelease(running, second)
+        assert.strictEqual(pause.execution.compaction, "reshaped")
         assert.deepStrictEqual(effects.ran, ["one"])
         assert.strictEqual(kinds(yield* own()).at(-1), "invocation_ended:handoff_paused")
-        const successor = yield* context.engine.resume({ paused: running.invocation, pause: pause!, model: context.model, tools })
+        const successor = yield* context.engine.resume({ paused: running.invocation, pause, model: context.model, tools })
         assert.deepStrictEqual((yield* successor.wait).outcome, { kind: "completed" })
         assert.strictEqual(context.server.requests().filter(isSummaryRequest).length, 1)
       }),
@@ -175,10 +174,7 @@ describe("the compaction budget across a handoff", () => {
         const running = yield* context.engine.start(input(context, "Go on.", tools, { maxSteps: 4, ...windowed }))
         // After a drained summary the next one runs in the foreground, is adopted, and the request fails retryably.
         yield* Effect.promise(() => context.server.request(4))
-        const own = () =>
-          Effect.map(context.log.events("session-1"), (events) =>
-            events.filter((stored) => stored.event.invocation.invocationId === running.invocation.invocationId),
-          )
+        const own = () => ownEvents(context, running.invocation)
         assert.deepStrictEqual(kinds(yield* own()).slice(0, 5), [
           "invocation_opened",
           "model_requested",
@@ -186,13 +182,9 @@ describe("the compaction budget across a handoff", () => {
           "context_checkpoint_recorded",
           "model_requested",
         ])
-        const requested = yield* Effect.forkChild(running.handoff)
-        yield* Effect.sleep("20 millis")
-        failing.release()
-        const pause = yield* Fiber.join(requested)
-        assert.isDefined(pause)
-        assert.strictEqual(pause!.execution.compaction, "reshaped")
-        const successor = yield* context.engine.resume({ paused: running.invocation, pause: pause!, model: context.model, tools })
+        const pause = yield* pauseOnRelease(running, failing)
+        assert.strictEqual(pause.execution.compaction, "reshaped")
+        const successor = yield* context.engine.resume({ paused: running.invocation, pause, model: context.model, tools })
         assert.deepStrictEqual((yield* successor.wait).outcome, { kind: "completed" })
         held.release()
       }),

@@ -20,7 +20,7 @@ import * as Agent from "../src/Agent.ts"
 import type * as Engine from "../src/Engine.ts"
 import * as Handoff from "../src/internal/handoff.ts"
 import { createEngine } from "../src/Facade.ts"
-import { answer, echoCall, isSummaryRequest, mainEntry, summaryAnswer, summaryEntry, summaryText } from "./support/compaction.ts"
+import { answer, echoCall, isSummaryRequest, mainEntry, stalledSummary, summaryAnswer, summaryEntry, summaryText } from "./support/compaction.ts"
 import { factsOf, kinds } from "./support/harness.ts"
 import { echoTool, input, setup, type Effects, type Setup } from "./support/setup.ts"
 
@@ -275,7 +275,7 @@ describe("the handoff gate", () => {
         const context = yield* setup({
           script: [
             mainEntry(answer("Noted.", 5_000)),
-            summaryEntry(Respond.stallAfter([OpenAiSse.role(), OpenAiSse.text("## Goal\nSECRET-SUMMARY-TEXT")])),
+            stalledSummary("SECRET-SUMMARY-TEXT"),
             mainEntry(slowCall("call-1", "a")),
             mainEntry(answer("Done.")),
           ],

@@ -20,6 +20,10 @@ export const isSummaryPrompt = (request: Prompt.ModelRequest): boolean => {
 /** Answers the next summary request. */
 export const summaryEntry = (respond: Respond.Responder): ScriptedServer.ScriptEntry => ({ match: isSummaryRequest, respond })
 
+/** A summary that streams the start of its Goal section (`## Goal` then `text`) and then stalls: it runs until drained. */
+export const stalledSummary = (text: string): ScriptedServer.ScriptEntry =>
+  summaryEntry(Respond.stallAfter([OpenAiSse.role(), OpenAiSse.text(`## Goal\n${text}`)]))
+
 /** Answers the next main request. */
 export const mainEntry = (respond: Respond.Responder): ScriptedServer.ScriptEntry => ({
   match: (request) => !isSummaryRequest(request),
