@@ -1,6 +1,7 @@
 import { createHash } from "node:crypto"
 import * as fs from "node:fs"
 import * as path from "node:path"
+import BetterSqlite3 from "better-sqlite3"
 import { afterEach, beforeAll, afterAll, describe, expect, it } from "vitest"
 import type { Event } from "@maka/facts"
 import { describeEvent } from "../src/internal/read-commands.ts"
@@ -84,6 +85,38 @@ describe("read-only commands over a log with a completed and a crashed run", () 
     expect(html).toContain("What is this?")
     // Self-contained: nothing to fetch, no script.
     expect(html).not.toMatch(/<script|<link|<img|<iframe|\ssrc=|\shref=|url\(/i)
+  })
+
+  it("maka inspect never rebuilds a step from changed rows: --step is exit 1, the page marks that step only", async () => {
+    const copy = path.join(shared.root, "changed.db")
+    expect((await maka(["backup", shared.db, copy], { cwd: shared.root })).code).toBe(0)
+    // Another connection changes one row between step 2's source and step 3's: the row still decodes.
+    const connection = new BetterSqlite3(copy)
+    const highWaters = (
+      connection
+        .prepare("SELECT event_json FROM event_log WHERE session_id = 'done' AND kind = 'model_requested' ORDER BY sequence")
+        .all() as ReadonlyArray<{ event_json: string }>
+    ).map((row) => (JSON.parse(row.event_json) as { fact: { sourceHighWater: number } }).fact.sourceHighWater)
+    expect(highWaters).toHaveLength(3)
+    const changed = connection
+      .prepare("UPDATE event_log SET event_json = replace(event_json, '\"recordedAt\":1', '\"recordedAt\":2') WHERE sequence = ?")
+      .run(highWaters[2])
+    connection.close()
+    expect(changed.changes).toBe(1)
+    const step = (n: number) => maka(["inspect", "--db", copy, "--session", "done", "--step", String(n)], { cwd: shared.root })
+    const refused = await step(3)
+    expect(refused.code).toBe(1)
+    expect(refused.stdout).toBe("")
+    expect(refused.stderr).toBe(
+      `maka: the source of step 3 cannot be re-read from the log: store error: rejected: the frozen source changed: its rows through ${highWaters[2]} no longer give the digest it recorded\n`,
+    )
+    expect((await step(2)).stdout).toMatch(/^input digest: sha256:[0-9a-f]{64} matches the rebuilt input/m)
+    const page = path.join(shared.root, "changed.html")
+    expect((await maka(["inspect", "--db", copy, "--session", "done", "--html", page], { cwd: shared.root })).code).toBe(0)
+    const html = fs.readFileSync(page, "utf8")
+    expect(html.match(/input digest matches/g)).toHaveLength(2)
+    expect(html).toContain('<details id="step-3"><summary>Step 3 — source not readable</summary>')
+    expect(html).toContain("the source of this step cannot be re-read from the log: store error: rejected: the frozen source changed")
   })
 
   it("maka inspect --html overwrites only a page it wrote: never the log or another file (exit 2, nothing changed)", async () => {

@@ -25,7 +25,7 @@ import {
   summaryWithoutNextSteps,
   wire,
 } from "./support/compaction.ts"
-import { factsOf, kinds, reopen } from "./support/harness.ts"
+import { expectFrozenSources, factsOf, kinds, reopen } from "./support/harness.ts"
 import { catalog, input, setup, type Effects, type Setup } from "./support/setup.ts"
 
 const SYSTEM = FactBuilders.SYSTEM_PROMPT
@@ -470,6 +470,8 @@ describe("automatic compaction", () => {
         const opening = events[0]!
         assert.deepStrictEqual(checkpoints[0]!.checkpoint.mode, { kind: "mid_turn", anchorEventId: opening.event.id })
         assert.strictEqual(checkpoints[1]!.checkpoint.previousCheckpointId, events.find((stored) => stored.event.fact.kind === "context_checkpoint_recorded")!.event.id)
+        // Every request's source, main and summary, re-reads from its evidence with the baseline it named.
+        assert.strictEqual(yield* expectFrozenSources(context.log, events), 5)
         // After the first checkpoint: system, summary, the opening verbatim; the covered tool step is gone.
         assert.deepStrictEqual(lines(context, 2), [
           `system: ${SYSTEM}`,

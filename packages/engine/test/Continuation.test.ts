@@ -14,7 +14,7 @@ import { UNAVAILABLE_TOOL_MESSAGE, UNSTABLE_BOUNDARY_MESSAGE } from "../src/inte
 import * as fs from "node:fs"
 import * as path from "node:path"
 import { answer, echoCall, mainEntry, summaryAnswer, summaryEntry, summaryText } from "./support/compaction.ts"
-import { factsOf, kinds, reopen } from "./support/harness.ts"
+import { expectFrozenSources, factsOf, kinds, reopen } from "./support/harness.ts"
 import { catalog, input, setup, type Effects, type Setup } from "./support/setup.ts"
 
 /** A stream that shows some text, then fails with a provider error no retry fixes. */
@@ -274,6 +274,8 @@ describe("continuation", () => {
           }
           assert.strictEqual(hash.digest(fact.sourceHighWater), fact.sourceDigest, `${fact.purpose} request ${fact.stepId}`)
         }
+        // And the copy's log re-reads each request's source from its evidence, lineage included.
+        assert.strictEqual(yield* expectFrozenSources(reopened.log, events), requests.length)
       }),
     ),
   )

@@ -7,7 +7,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { FactBuilders, History } from "@maka/testkit"
 import { Effect } from "effect"
 import { answer, mainEntry } from "./support/compaction.ts"
-import { factsOf, kinds } from "./support/harness.ts"
+import { expectFrozenSources, factsOf, kinds } from "./support/harness.ts"
 import { catalog, input, setup, type Setup } from "./support/setup.ts"
 
 /** Writes one finished old run whose single step called `echo` once per result, each settled with its text. */
@@ -58,6 +58,11 @@ describe("prune", () => {
         assert.deepStrictEqual(factsOf(events, "context_checkpoint_recorded"), [])
         assert.strictEqual(kinds(own).indexOf("model_requested"), 41)
         yield* context.log.readModelContext("session-1")
+        // The request's source re-reads with its archived projection; later archiving would not
+        // shrink it, and without the archives the history is too large to read.
+        const request = factsOf(own, "model_requested")[0]!
+        assert.isDefined(request.effectiveSourceDigest)
+        assert.strictEqual(yield* expectFrozenSources(context.log, own), 1)
       }),
     ),
   )

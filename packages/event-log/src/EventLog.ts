@@ -122,6 +122,27 @@ export interface EventLogShape {
     sessionId: string,
     request: CompactionRequest,
   ) => Effect.Effect<ContextReads.ModelContextRead, EventLogError.EventLogError>
+  /**
+   * Re-reads exactly the context an earlier read gave (docs/log-format.md §3.7), from its
+   * `sourceEvidence` (a request's `sourceScope`, `sourceHighWater` and `sourceDigest`): the rows at
+   * or below its high water in the selection its scope names, with the checkpoint, archives and
+   * `latestMain` that held there. Later archives never shrink it (its original bytes are charged
+   * against `maxBytes`). Rows whose digest is no longer the evidence's are `InvalidTransition`.
+   */
+  readonly readFrozenModelContext: (
+    sourceEvidence: ContextReads.SourceEvidence,
+    limits?: { readonly maxEvents?: number; readonly maxBytes?: number },
+  ) => Effect.Effect<ContextReads.ModelContextSource, EventLogError.EventLogError>
+  /**
+   * The context of the sealed run a boundary names (a claim's `source`), over that run's lineage
+   * (docs/log-format.md §3.6, §3.7): what a continuation claiming the boundary replays. A boundary
+   * that is not its run's whole sealed prefix (invocation, event count and run-prefix digest) is
+   * `InvalidTransition`.
+   */
+  readonly readLineageContext: (
+    boundary: FactLineage.RunBoundary,
+    limits?: { readonly maxEvents?: number; readonly maxBytes?: number },
+  ) => Effect.Effect<ContextReads.ModelContextSource, EventLogError.EventLogError>
   /** `readManualMessageContext` with the running hash, as `readModelContextWithHash`. */
   readonly readManualMessageContextWithHash: (
     sessionId: string,
@@ -316,6 +337,20 @@ export const make = (database: Database): Effect.Effect<EventLogShape> =>
             maxEvents: request.maxEvents ?? defaults.maxEvents,
             maxBytes: request.maxBytes ?? defaults.maxBytes,
             ...(request.fit === undefined ? {} : { fit: request.fit }),
+          }),
+        ),
+      readFrozenModelContext: (sourceEvidence, limits = {}) =>
+        read((tx) =>
+          ContextReads.readFrozenModelContext(tx, database.dialect, sourceEvidence, {
+            maxEvents: limits.maxEvents ?? defaults.maxEvents,
+            maxBytes: limits.maxBytes ?? defaults.maxBytes,
+          }),
+        ),
+      readLineageContext: (boundary, limits = {}) =>
+        read((tx) =>
+          ContextReads.readLineageContext(tx, database.dialect, boundary, {
+            maxEvents: limits.maxEvents ?? defaults.maxEvents,
+            maxBytes: limits.maxBytes ?? defaults.maxBytes,
           }),
         ),
       latestMainContext: (sessionId) => read((tx) => ContextReads.readLatestMain(tx, sessionId)),

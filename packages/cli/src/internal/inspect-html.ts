@@ -4,7 +4,7 @@
  * from the log and checked against its `inputDigest`) and output.
  */
 import type { Event, Prompt } from "@maka/facts"
-import { rebuildInput, timeline } from "./inspect.ts"
+import { rebuildInput, timeline, type RebuiltInput, type StepSource } from "./inspect.ts"
 
 const escape = (text: string): string =>
   text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;").replace(/'/g, "&#39;")
@@ -54,30 +54,33 @@ export const GENERATOR = "maka inspect"
 export const isInspectPage = (head: string): boolean =>
   head.startsWith("<!doctype html>") && head.includes(`<meta name="generator" content="${GENERATOR}">`)
 
-export const inspectHtml = (sessionId: string, events: ReadonlyArray<Event.StoredEvent>): string => {
+/**
+ * The page; `sources` holds each main step's source as the log re-read it (in step order), or why
+ * it could not.
+ */
+export const inspectHtml = (sessionId: string, events: ReadonlyArray<Event.StoredEvent>, sources: ReadonlyArray<StepSource>): string => {
   const mainRequests = events.filter((stored) => stored.event.fact.kind === "model_requested" && stored.event.fact.purpose === "main")
   const steps = mainRequests.map((stored, index) => {
     const request = stored.event.fact
     const stepId = request.kind === "model_requested" ? request.stepId : ""
     const completed = events.find((candidate) => candidate.event.fact.kind === "model_completed" && candidate.event.fact.stepId === stepId)?.event.fact
     const output = completed?.kind === "model_completed" ? completed.output : undefined
-    return { number: index + 1, stored, rebuilt: rebuildInput(events, stored), output }
+    const source = sources[index]
+    const rebuilt: RebuiltInput | { readonly unreadable: string } =
+      source === undefined ? { unreadable: "not read" } : "unreadable" in source ? source : rebuildInput(events, stored, source)
+    return { number: index + 1, stored, rebuilt, output }
   })
   const largest = Math.max(1, ...steps.map((step) => step.output?.usage.inputTokens ?? 0))
   const sizeRows = steps
     .map((step) => {
       const tokens = step.output?.usage.inputTokens
       const width = tokens === undefined ? 0 : Math.max(1, Math.round((tokens / largest) * 100))
-      return `<tr><td>step ${step.number}</td><td style="width:30rem"><div class="bar" style="width:${width}%"></div></td><td>${tokens ?? "?"} tokens in, ${step.rebuilt.prompt.length} messages</td></tr>`
+      const messages = "unreadable" in step.rebuilt ? "source not readable" : `${step.rebuilt.prompt.length} messages`
+      return `<tr><td>step ${step.number}</td><td style="width:30rem"><div class="bar" style="width:${width}%"></div></td><td>${tokens ?? "?"} tokens in, ${messages}</td></tr>`
     })
     .join("\n")
   const stepSections = steps
     .map((step) => {
-      const request = step.stored.event.fact
-      const digest = request.kind === "model_requested" ? request.inputDigest : ""
-      const check = step.rebuilt.matches
-        ? `<span class="ok">input digest matches (${escape(digest)})</span>`
-        : `<span class="bad">input digest differs: recorded ${escape(digest)}, rebuilt ${escape(step.rebuilt.digest)}</span>`
       const output =
         step.output === undefined
           ? "<p>No output: the request did not complete.</p>"
@@ -86,12 +89,25 @@ export const inspectHtml = (sessionId: string, events: ReadonlyArray<Event.Store
                 .map((part) => (part.kind === "tool_call" ? `call ${part.name} ${JSON.stringify(part.input)}` : part.text))
                 .join("\n"),
             )}</pre><p>finish ${escape(step.output.finishReason)}</p>`
-      return `<details id="step-${step.number}"><summary>Step ${step.number} — ${step.rebuilt.prompt.length} messages, tools ${escape(
-        step.rebuilt.tools.map((tool) => tool.name).join(", ") || "none",
+      const rebuilt = step.rebuilt
+      if ("unreadable" in rebuilt) {
+        return `<details id="step-${step.number}"><summary>Step ${step.number} — source not readable</summary>
+<p><span class="bad">the source of this step cannot be re-read from the log: ${escape(rebuilt.unreadable)}</span></p>
+<h3>Output</h3>
+${output}
+</details>`
+      }
+      const request = step.stored.event.fact
+      const digest = request.kind === "model_requested" ? request.inputDigest : ""
+      const check = rebuilt.matches
+        ? `<span class="ok">input digest matches (${escape(digest)})</span>`
+        : `<span class="bad">input digest differs: recorded ${escape(digest)}, rebuilt ${escape(rebuilt.digest)}</span>`
+      return `<details id="step-${step.number}"><summary>Step ${step.number} — ${rebuilt.prompt.length} messages, tools ${escape(
+        rebuilt.tools.map((tool) => tool.name).join(", ") || "none",
       )}</summary>
-<p>${check}; max output tokens ${step.rebuilt.maxOutputTokens}</p>
+<p>${check}; max output tokens ${rebuilt.maxOutputTokens}</p>
 <h3>Input</h3>
-${step.rebuilt.prompt.map(messageHtml).join("\n")}
+${rebuilt.prompt.map(messageHtml).join("\n")}
 <h3>Output</h3>
 ${output}
 </details>`

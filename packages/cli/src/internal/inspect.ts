@@ -4,7 +4,7 @@
  * model input of step N rebuilt from the log and checked against the step's recorded `inputDigest`.
  * Steps are numbered from 1 over the session's `model_requested {main}` facts in sequence order.
  */
-import { Archive, type Event, type Fact, type Outcome, type Prompt } from "@maka/facts"
+import type { Event, Fact, Outcome, Prompt } from "@maka/facts"
 import type { EventLog } from "@maka/event-log"
 import { PromptBuilder } from "@maka/engine"
 import { projectPrompt } from "@maka/model"
@@ -15,7 +15,7 @@ import { TOOL_LEVELS, type ToolLevel } from "../Configuration.ts"
 import { CliError, ExitCode } from "./exit.ts"
 import * as Flags from "./flags.ts"
 import type { CommandContext } from "./read-commands.ts"
-import { openReadOnly } from "./store.ts"
+import { openReadOnly, type OpenLog } from "./store.ts"
 
 const clip = (text: string, max = 100): string => {
   const flat = text.replace(/\s+/g, " ").trim()
@@ -132,107 +132,26 @@ export const timeline = (events: ReadonlyArray<Event.StoredEvent>): ReadonlyArra
 type Requested = Extract<Fact.Fact, { readonly kind: "model_requested" }>
 
 /**
- * The model-context source of a main request, as the engine read it (docs/log-format.md §3.7): the
- * baseline the request names (`checkpointEventId`), its anchor when the checkpoint is mid-turn, and
- * the tail after the baseline's coverage through the request's high water, without observations,
- * checkpoints, standalone compactions and summary steps, each archived tool result by its placeholder.
+ * The model-context source of each main request, as the engine read it: re-read by the log from
+ * the request's evidence (its scope, high water and digest, docs/log-format.md §3.7), with the
+ * checkpoint, anchor, archives and `latestMain` that held at its high water. A source the log
+ * refuses (its rows no longer give the recorded digest) is the refusal's message instead. The
+ * limits are the log's own rows, already read: a source read under a host's larger limits rebuilds.
  */
-const sourceOf = (events: ReadonlyArray<Event.StoredEvent>, request: Requested): EventLog.ModelContextSource => {
-  const checkpoint = events.find((stored) => stored.event.id === request.checkpointEventId && stored.event.fact.kind === "context_checkpoint_recorded")
-  const baselineFact = checkpoint?.event.fact
-  const baseline: EventLog.Baseline | undefined =
-    checkpoint !== undefined && baselineFact?.kind === "context_checkpoint_recorded"
-      ? { eventId: checkpoint.event.id, sequence: checkpoint.sequence, checkpoint: baselineFact.checkpoint }
-      : undefined
-  if (request.checkpointEventId !== undefined && baseline === undefined) {
-    throw new CliError(`the step's checkpoint ${request.checkpointEventId} is missing from the log`, ExitCode.failed)
+const readSources = async (open: OpenLog, requests: ReadonlyArray<Event.StoredEvent>): Promise<ReadonlyArray<StepSource>> => {
+  const sources: Array<StepSource> = []
+  for (const stored of requests) {
+    const request = stored.event.fact
+    if (request.kind !== "model_requested") throw new CliError("not a model request", ExitCode.failed)
+    const evidence = { scope: request.sourceScope, highWater: request.sourceHighWater, digest: request.sourceDigest }
+    const read = open.log.readFrozenModelContext(evidence, { maxEvents: Number.MAX_SAFE_INTEGER, maxBytes: Number.MAX_SAFE_INTEGER })
+    sources.push(await open.run(read).catch((error: unknown) => ({ unreadable: error instanceof Error ? error.message : String(error) })))
   }
-  const mode = baseline?.checkpoint.mode
-  const anchor = mode?.kind === "mid_turn" ? events.find((stored) => stored.event.id === mode.anchorEventId) : undefined
-  const coveredThrough = baseline?.checkpoint.coveredThrough ?? 0
-  const summarySteps = new Set<string>()
-  const compactions = new Set<string>()
-  const archives = new Map<string, { readonly fact: Extract<Fact.Fact, { readonly kind: "tool_result_archived" }>; readonly eventId: string }>()
-  for (const stored of events) {
-    if (stored.sequence > request.sourceHighWater) break
-    const fact = stored.event.fact
-    if (fact.kind === "model_requested" && fact.purpose === "summary") summarySteps.add(fact.stepId)
-    if (fact.kind === "invocation_opened" && fact.input.kind === "context_compact") compactions.add(stored.event.invocation.invocationId)
-    if (fact.kind === "tool_result_archived") archives.set(fact.placeholder.identity.runtimeEventId, { fact, eventId: stored.event.id })
-  }
-  const tail: Array<EventLog.TailItem> = []
-  for (const stored of events) {
-    if (stored.sequence > request.sourceHighWater) break
-    if (stored.sequence <= coveredThrough) continue
-    const fact = stored.event.fact
-    const isSummaryFact =
-      (fact.kind === "model_requested" || fact.kind === "model_completed" || fact.kind === "model_interrupted") &&
-      summarySteps.has(fact.stepId)
-    if (
-      fact.kind === "model_observed" ||
-      fact.kind === "context_checkpoint_recorded" ||
-      fact.kind === "tool_result_archived" ||
-      isSummaryFact ||
-      compactions.has(stored.event.invocation.invocationId)
-    ) {
-      continue
-    }
-    const archive = fact.kind === "tool_settled" ? archives.get(stored.event.id) : undefined
-    if (fact.kind !== "tool_settled" || archive === undefined) {
-      tail.push({ kind: "canonical", stored })
-      continue
-    }
-    tail.push({
-      kind: "archived",
-      sequence: stored.sequence,
-      eventId: stored.event.id,
-      invocation: stored.event.invocation,
-      operationId: fact.operationId,
-      replacement: Archive.modelValue(archive.fact.placeholder.identity, archive.fact.placeholder.page),
-      archiveEventId: archive.eventId,
-      isError: fact.outcome.kind === "failed",
-    })
-  }
-  return {
-    sourceEvidence: { scope: request.sourceScope, highWater: request.sourceHighWater, digest: request.sourceDigest },
-    ...(baseline === undefined ? {} : { baseline }),
-    ...(anchor === undefined ? {} : { anchor }),
-    tail,
-    effectiveSourceDigest: request.effectiveSourceDigest ?? request.sourceDigest,
-    latestMain: latestMainBefore(events, request),
-    unknownOperations: [],
-  }
+  return sources
 }
 
-/** The newest main completion before a request's high water, as the engine selected it (docs/log-format.md §3.8). */
-const latestMainBefore = (events: ReadonlyArray<Event.StoredEvent>, request: Requested): EventLog.LatestMainContext => {
-  const requests = new Map<string, Requested>()
-  const connections = new Map<string, string | undefined>()
-  let latest: EventLog.LatestMainContext = { kind: "no_completed_request" }
-  for (const stored of events) {
-    if (stored.sequence > request.sourceHighWater) break
-    const fact = stored.event.fact
-    if (fact.kind === "invocation_opened") connections.set(stored.event.invocation.invocationId, fact.configuration.model?.connectionId)
-    if (fact.kind === "model_requested") requests.set(fact.stepId, fact)
-    if (fact.kind !== "model_completed") continue
-    const requested = requests.get(fact.stepId)
-    if (requested === undefined || requested.purpose !== "main") continue
-    const connectionId = connections.get(stored.event.invocation.invocationId)
-    latest = {
-      kind: "selected",
-      projectionCurrent: true,
-      sequence: stored.sequence,
-      recordedAt: stored.event.recordedAt,
-      modelId: requested.modelId,
-      ...(connectionId === undefined ? {} : { connectionId }),
-      ...(requested.checkpointEventId === undefined ? {} : { checkpointEventId: requested.checkpointEventId }),
-      ...(requested.context === undefined ? {} : { context: requested.context }),
-      usage: fact.output.usage,
-      routeIdentity: requested.routeIdentity,
-    }
-  }
-  return latest
-}
+/** A step's source as the log re-read it, or why it could not. */
+export type StepSource = EventLog.ModelContextSource | { readonly unreadable: string }
 
 export interface RebuiltInput {
   readonly prompt: Prompt.Prompt
@@ -248,7 +167,7 @@ export interface RebuiltInput {
  * projection, the output limit, and the CLI's tool set (the level whose digest matches; the log records
  * the catalog only through the digest).
  */
-export const rebuildInput = (events: ReadonlyArray<Event.StoredEvent>, stored: Event.StoredEvent): RebuiltInput => {
+export const rebuildInput = (events: ReadonlyArray<Event.StoredEvent>, stored: Event.StoredEvent, source: EventLog.ModelContextSource): RebuiltInput => {
   const request = stored.event.fact
   if (request.kind !== "model_requested") throw new CliError("not a model request", ExitCode.failed)
   const opening = events.find(
@@ -256,7 +175,6 @@ export const rebuildInput = (events: ReadonlyArray<Event.StoredEvent>, stored: E
       candidate.event.fact.kind === "invocation_opened" && candidate.event.invocation.invocationId === stored.event.invocation.invocationId,
   )?.event.fact
   if (opening?.kind !== "invocation_opened") throw new CliError("the step's opening is missing from the log", ExitCode.failed)
-  const source = sourceOf(events, request)
   const systemPrompt = opening.configuration.systemPrompt?.text
   const prompt = PromptBuilder.buildMainPrompt({ ...(systemPrompt === undefined ? {} : { systemPrompt }), source })
   const binding = opening.configuration.model
@@ -341,7 +259,12 @@ const headOf = (file: string): string | undefined => {
  * other file, which is refused with nothing written); through a temporary file renamed over it, so an
  * interrupted write never leaves half a page.
  */
-const writePage = async (file: string, sessionId: string, events: ReadonlyArray<Event.StoredEvent>): Promise<void> => {
+const writePage = async (
+  file: string,
+  sessionId: string,
+  events: ReadonlyArray<Event.StoredEvent>,
+  sources: ReadonlyArray<StepSource>,
+): Promise<void> => {
   const { inspectHtml, isInspectPage } = await import("./inspect-html.ts")
   const head = headOf(file)
   if (head !== undefined && !isInspectPage(head)) {
@@ -349,7 +272,7 @@ const writePage = async (file: string, sessionId: string, events: ReadonlyArray<
   }
   const temporary = `${file}.${process.pid}.tmp`
   try {
-    fs.writeFileSync(temporary, inspectHtml(sessionId, events), { flag: "wx" })
+    fs.writeFileSync(temporary, inspectHtml(sessionId, events, sources), { flag: "wx" })
     fs.renameSync(temporary, file)
   } catch (error) {
     fs.rmSync(temporary, { force: true })
@@ -365,19 +288,25 @@ export const inspectCommand = async (context: CommandContext): Promise<number> =
   const html = values.html === undefined || values.html === "" ? undefined : path.resolve(context.cwd, values.html)
   const open = await openReadOnly(target)
   let events: ReadonlyArray<Event.StoredEvent>
+  let mainRequests: ReadonlyArray<Event.StoredEvent>
+  // The sources of the steps shown: every step's on the page, step N's in the terminal.
+  let pageSources: ReadonlyArray<StepSource> = []
+  let stepSource: StepSource | undefined
   try {
     events = await open.run(open.log.events(sessionId))
+    if (events.length === 0) throw new CliError(`session ${sessionId} has no events`, ExitCode.failed)
+    mainRequests = events.filter((stored) => stored.event.fact.kind === "model_requested" && stored.event.fact.purpose === "main")
+    // Checked before the page is written: a usage error leaves nothing behind.
+    if (stepNumber !== undefined && stepNumber > mainRequests.length) {
+      throw new Flags.UsageError(`session ${sessionId} has ${mainRequests.length} steps; --step must be in 1..${mainRequests.length}`)
+    }
+    if (html !== undefined) pageSources = await readSources(open, mainRequests)
+    if (stepNumber !== undefined) stepSource = pageSources[stepNumber - 1] ?? (await readSources(open, [mainRequests[stepNumber - 1]!]))[0]
   } finally {
     await open.close()
   }
-  if (events.length === 0) throw new CliError(`session ${sessionId} has no events`, ExitCode.failed)
-  const mainRequests = events.filter((stored) => stored.event.fact.kind === "model_requested" && stored.event.fact.purpose === "main")
-  // Checked before the page is written: a usage error leaves nothing behind.
-  if (stepNumber !== undefined && stepNumber > mainRequests.length) {
-    throw new Flags.UsageError(`session ${sessionId} has ${mainRequests.length} steps; --step must be in 1..${mainRequests.length}`)
-  }
   if (html !== undefined) {
-    await writePage(html, sessionId, events)
+    await writePage(html, sessionId, events, pageSources)
     context.sink.err(`wrote ${html}\n`)
     if (stepNumber === undefined) return ExitCode.completed
   }
@@ -389,7 +318,10 @@ export const inspectCommand = async (context: CommandContext): Promise<number> =
   const stored = mainRequests[stepNumber - 1]!
   const request = stored.event.fact
   if (request.kind !== "model_requested") throw new CliError("not a model request", ExitCode.failed)
-  const rebuilt = rebuildInput(events, stored)
+  if (stepSource === undefined || "unreadable" in stepSource) {
+    throw new CliError(`the source of step ${stepNumber} cannot be re-read from the log: ${stepSource?.unreadable ?? "not read"}`, ExitCode.failed)
+  }
+  const rebuilt = rebuildInput(events, stored, stepSource)
   context.sink.out(`step ${stepNumber} of session ${sessionId} (event ${stored.sequence}, step ${request.stepId})\n`)
   context.sink.out(`model ${request.modelId}, route ${request.routeIdentity}, max output tokens ${rebuilt.maxOutputTokens}\n`)
   context.sink.out(`tools: ${rebuilt.tools.map((tool) => tool.name).join(", ") || "(none)"}\n`)

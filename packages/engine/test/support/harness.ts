@@ -40,6 +40,24 @@ export const label = (fact: Fact.Fact): string => {
 export const factsOf = <K extends Fact.Fact["kind"]>(events: ReadonlyArray<Event.StoredEvent>, kind: K) =>
   events.flatMap((stored) => (stored.event.fact.kind === kind ? [stored.event.fact as Extract<Fact.Fact, { kind: K }>] : []))
 
+/**
+ * Re-reads the source of every model request of `events` through `readFrozenModelContext`
+ * (docs/log-format.md §3.7) and checks it against what the request recorded: the baseline it named,
+ * and the effective source it bound (when it bound one). Returns how many requests were checked.
+ */
+export const expectFrozenSources = (log: EventLog.EventLogShape, events: ReadonlyArray<Event.StoredEvent>) =>
+  Effect.gen(function* () {
+    const requests = factsOf(events, "model_requested")
+    for (const request of requests) {
+      const frozen = yield* log.readFrozenModelContext({ scope: request.sourceScope, highWater: request.sourceHighWater, digest: request.sourceDigest })
+      assert.strictEqual(frozen.baseline?.eventId, request.checkpointEventId, `the baseline of ${request.purpose} request ${request.stepId}`)
+      if (request.effectiveSourceDigest !== undefined) {
+        assert.strictEqual(frozen.effectiveSourceDigest, request.effectiveSourceDigest, `the effective source of ${request.purpose} request ${request.stepId}`)
+      }
+    }
+    return requests.length
+  })
+
 export interface Recording {
   readonly model: LanguageModel.LanguageModelShape
   /** Every request the engine streamed through `model`, in order, as the engine built it. */

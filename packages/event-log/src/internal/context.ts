@@ -4,12 +4,13 @@
  * exclusions and archived replacements, the evidence digest over the whole selection, and the
  * newest accepted main request.
  */
-import { Archive, Canonical, Codec, Digest, Fact, Limits, Prompts, type Event, Identity, type Model, type ModelContext } from "@maka/facts"
-import { Result } from "effect"
+import { Archive, Canonical, Codec, Digest, Fact, Limits, Prompts, type Event, Identity, type Lineage as FactLineage, type Model, type ModelContext } from "@maka/facts"
+import { Result, Schema } from "effect"
 import * as EventLogError from "../EventLogError.ts"
 import * as CompactionCut from "./compaction-cut.ts"
 import type { Dialect } from "./database.ts"
 import * as InvocationState from "./invocation-state.ts"
+import * as Lineage from "./lineage.ts"
 import * as LogIndex from "./log-index.ts"
 import * as Rows from "./rows.ts"
 import * as Safety from "./safety.ts"
@@ -103,7 +104,13 @@ export interface LineageSelection {
   readonly runId: string
 }
 
-type Openings = ReadonlyMap<string, { readonly runId: string; readonly sequence: number; readonly fact: Fact.InvocationOpened }>
+interface Opening {
+  readonly runId: string
+  readonly sequence: number
+  readonly fact: Fact.InvocationOpened
+}
+
+type Openings = ReadonlyMap<string, Opening>
 
 /**
  * An invocation with its handoff predecessors and, recursively, its continuation sources and their
@@ -412,13 +419,105 @@ const sharedInvocation = (event: Event.RuntimeEvent, invocations: { last?: Ident
   return event
 }
 
-/** The shared core of the context reads; `fence` makes it a compaction source. */
+/**
+ * `readFrozenModelContext` (docs/log-format.md §3.7): the context an earlier read gave, rebuilt from
+ * the rows at or below its evidence's high water (a later archive, checkpoint or run is above it and
+ * changes nothing), in the selection its scope names. The history-safety gate is the one that held
+ * at the high water: the invocation then live is excluded, and unknown outcomes sealed
+ * `outcome_unknown` are tolerated (the read may have been a manual message's). The rows' digest must
+ * be the evidence's: a source whose rows changed is refused, never rebuilt from other rows.
+ */
+export const readFrozenModelContext = async (
+  tx: Rows.Tx,
+  dialect: Dialect,
+  evidence: SourceEvidence,
+  limits: { readonly maxEvents: number; readonly maxBytes: number },
+): Promise<ModelContextSource> => {
+  if (!Schema.is(Identity.LogScope)(evidence.scope) || evidence.scope.kind === "root") {
+    throw EventLogError.invalidTransition("a frozen model context is read from a session or lineage scope")
+  }
+  if (!Number.isSafeInteger(evidence.highWater) || evidence.highWater < 0) {
+    throw EventLogError.invalidTransition(`a frozen source's high water must be a sequence (an integer ≥ 0), got ${String(evidence.highWater)}`)
+  }
+  const sessionId = evidence.scope.kind === "session" ? evidence.scope.id : evidence.scope.sessionId
+  const sessionHighWater = await Rows.sessionHighWater(tx, sessionId)
+  if (evidence.highWater > sessionHighWater) {
+    throw EventLogError.invalidTransition(
+      `the frozen source's high water ${evidence.highWater} is past the session's last event (${sessionHighWater})`,
+    )
+  }
+  const { source } = await materialise(tx, dialect, sessionId, { ...limits, manual: true }, undefined, evidence)
+  if (source.sourceEvidence.digest !== evidence.digest) {
+    throw EventLogError.invalidTransition(
+      `the frozen source changed: its rows through ${evidence.highWater} no longer give the digest it recorded`,
+    )
+  }
+  return source
+}
+
+/**
+ * `readLineageContext` (docs/log-format.md §3.7): the context of the sealed run a boundary names,
+ * over that run's lineage (docs/log-format.md §3.6), as a continuation claiming the boundary replays
+ * it. The boundary must be the run's whole sealed prefix: same invocation, the run's event count as
+ * its high water and the run-prefix digest of those events (a claim's `source`).
+ */
+export const readLineageContext = async (
+  tx: Rows.Tx,
+  dialect: Dialect,
+  boundary: FactLineage.RunBoundary,
+  limits: { readonly maxEvents: number; readonly maxBytes: number },
+): Promise<ModelContextSource> => {
+  const { invocation } = boundary
+  const prefix = await Lineage.runPrefix(tx, invocation.sessionId, invocation.runId)
+  if (prefix === undefined || !Identity.sameInvocation(prefix.invocation, invocation)) {
+    throw EventLogError.invalidTransition(`the boundary's run ${invocation.runId} of invocation ${invocation.invocationId} does not exist`)
+  }
+  if (prefix.events[prefix.events.length - 1]!.event.fact.kind !== "invocation_ended") {
+    throw EventLogError.invalidTransition("the boundary's run is not sealed")
+  }
+  if (prefix.highWater !== boundary.highWater || prefix.digest !== boundary.digest) {
+    throw EventLogError.invalidTransition(
+      `the boundary is not its run's sealed prefix: the run has ${prefix.highWater} events under another digest than the boundary's ${boundary.highWater}`,
+    )
+  }
+  const { source } = await materialise(tx, dialect, invocation.sessionId, { lineageOf: invocation.invocationId, ...limits }, undefined)
+  return source
+}
+
+/**
+ * The lineage a frozen lineage scope names: the lineage of the newest invocation of its run at or
+ * below the high water (a handoff successor opened later adds no row at or below it).
+ */
+const frozenSelection = (rows: ReadonlyArray<DecodedRow>, scope: Identity.LogScope): LineageSelection | undefined => {
+  if (scope.kind !== "lineage") return undefined
+  const openings = openingsOf(rows)
+  let newest: string | undefined
+  for (const [invocationId, opening] of openings) if (opening.runId === scope.runId) newest = invocationId
+  if (newest === undefined) throw EventLogError.invalidTransition(`the frozen source's run ${scope.runId} has no opening at or below its high water`)
+  return sealedLineage(openings, newest, (sequence) => rows.filter((row) => row.sequence < sequence).at(-1)?.sequence ?? 0)
+}
+
+/** The invocations opened among the rows and not ended among them (at most one in a session). */
+const liveAmong = (rows: ReadonlyArray<DecodedRow>): ReadonlyArray<string> => {
+  const live = new Set<string>()
+  for (const row of rows) {
+    if (row.kind === "invocation_opened") live.add(row.invocationId)
+    else if (row.kind === "invocation_ended") live.delete(row.invocationId)
+  }
+  return [...live]
+}
+
+/**
+ * The shared core of the context reads; `fence` makes it a compaction source, `frozen` a frozen
+ * read of an earlier read's evidence.
+ */
 const materialise = async (
   tx: Rows.Tx,
   dialect: Dialect,
   sessionId: string,
   options: ContextOptions,
   fence: Fence | undefined,
+  frozen?: SourceEvidence,
 ): Promise<ModelContextRead> => {
   const live = options.current === undefined ? undefined : await liveOpening(tx, sessionId, options.current)
   const opening = live?.row
@@ -426,7 +525,7 @@ const materialise = async (
   // The evidence of a read that covers every row it reads is hashed as the rows are read, and no
   // row's text outlives its turn of the loop: a long session's read then keeps its decoded events
   // alive, not their text as well (what a young-generation collection during the read copies).
-  const deferred = maySelect(live, options, fence)
+  const deferred = frozen !== undefined || maySelect(live, options, fence)
   const streamed = deferred ? undefined : Digest.LogPrefixHash.start(scope)
   // The rows as entries, observations included, are kept only for a read that may select (what it
   // hashes, where it may cut); a read that hashes as it reads needs only its last sequence.
@@ -434,7 +533,9 @@ const materialise = async (
   let lastSequence = 0
   // Every decoded row of the session: the safety gate reads them all, whatever the selection keeps.
   const decodedRows: Array<DecodedRow> = []
-  const rows = await sessionRowsOf(tx, sessionId)
+  // A frozen read's rows stop at its high water: every fact above it is left out.
+  const rows =
+    frozen === undefined ? await sessionRowsOf(tx, sessionId) : [...(await Rows.sessionRowsBetween(tx, sessionId, 0, frozen.highWater))]
   const invocations: { last?: Identity.Invocation } = {}
   for (let index = 0; index < rows.length; index++) {
     const [rowSequence, observedInvocationId, rowJson] = rows[index]!
@@ -465,7 +566,7 @@ const materialise = async (
     decodedRows.push(decoded)
     if (deferred) entries.push(decoded)
   }
-  const selection = selectionOf(decodedRows, options)
+  const selection = frozen === undefined ? selectionOf(decodedRows, options) : frozenSelection(decodedRows, frozen.scope)
   const selected = (row: { readonly sequence: number; readonly invocationId: string }) =>
     selection === undefined || row.sequence <= selection.base || selection.invocations.has(row.invocationId)
   let withoutObservations = decodedRows
@@ -484,18 +585,21 @@ const materialise = async (
     const reason = InvocationState.unsettledReason(InvocationState.fold(own), "main")
     if (reason !== undefined) throw EventLogError.invalidTransition(`the invocation is not at a settled boundary: ${reason}`)
   }
-  const safety = await Safety.checkEvents(
-    tx,
-    dialect,
-    sessionId,
-    () => decodedRows.map((row) => row.stored),
-    {
-      ...(options.current === undefined ? {} : { exclude: options.current }),
-      ...(options.manual === true ? { manual: true } : {}),
-    },
-  )
-  // Step 3: the selection's high water, or the mode's fence of a compaction source.
-  let highWater = readHighWater
+  const safety =
+    frozen === undefined
+      ? await Safety.checkEvents(
+          tx,
+          dialect,
+          sessionId,
+          () => decodedRows.map((row) => row.stored),
+          {
+            ...(options.current === undefined ? {} : { exclude: options.current }),
+            ...(options.manual === true ? { manual: true } : {}),
+          },
+        )
+      : await frozenSafety(tx, dialect, decodedRows)
+  // Step 3: the selection's high water, the mode's fence of a compaction source, or a frozen read's.
+  let highWater = frozen?.highWater ?? readHighWater
   if (fence !== undefined && fence.mode !== "mid_turn" && opening !== undefined) {
     highWater = 0
     for (const entry of entries) if (entry.sequence < opening.sequence) highWater = entry.sequence
@@ -654,6 +758,21 @@ const materialise = async (
   return { source, hash }
 }
 
+/**
+ * The gate as it stood at a frozen read's high water, over the rows at or below it: the invocation
+ * live there (the earlier read's `current`) is excluded, and the manual policy applies. Two live
+ * invocations exclude neither, and fail the gate.
+ */
+const frozenSafety = (tx: Rows.Tx, dialect: Dialect, rows: ReadonlyArray<DecodedRow>): Promise<Safety.SafetyResult> => {
+  const live = liveAmong(rows)
+  return Safety.checkFolded(
+    tx,
+    dialect,
+    rows.map((row) => row.stored),
+    { ...(live.length === 1 ? { exclude: live[0]! } : {}), manual: true },
+  )
+}
+
 /** The evidence of a selection through `highWater`, from the text its entries kept. */
 const hashSelection = (scope: Identity.LogScope, entries: ReadonlyArray<SessionEntry>, highWater: number): Digest.LogPrefixHash => {
   const hash = Digest.LogPrefixHash.start(scope)
@@ -668,14 +787,20 @@ const hashSelection = (scope: Identity.LogScope, entries: ReadonlyArray<SessionE
 /** The lineage a read selects: the one asked for, or the live current's own (docs/log-format.md §3.6). */
 const selectionOf = (rows: ReadonlyArray<DecodedRow>, options: ContextOptions): LineageSelection | undefined => {
   if (options.lineageOf === undefined && options.current === undefined) return undefined
-  const openings = new Map<string, { readonly runId: string; readonly sequence: number; readonly fact: Fact.InvocationOpened }>()
+  const openings = openingsOf(rows)
+  if (options.lineageOf === undefined) return liveLineage(openings, options.current!)
+  return sealedLineage(openings, options.lineageOf, (sequence) => rows.filter((row) => row.sequence < sequence).at(-1)?.sequence ?? 0)
+}
+
+/** The openings among decoded rows, by invocation id, in log order. */
+const openingsOf = (rows: ReadonlyArray<DecodedRow>): Openings => {
+  const openings = new Map<string, Opening>()
   for (const row of rows) {
     if (row.kind !== "invocation_opened") continue
     const fact = row.stored.event.fact
     if (fact.kind === "invocation_opened") openings.set(row.invocationId, { runId: row.stored.event.invocation.runId, sequence: row.sequence, fact })
   }
-  if (options.lineageOf === undefined) return liveLineage(openings, options.current!)
-  return sealedLineage(openings, options.lineageOf, (sequence) => rows.filter((row) => row.sequence < sequence).at(-1)?.sequence ?? 0)
+  return openings
 }
 
 /** The UTF-8 size of a value's canonical JSON: what an archived result's replacement charges. */
