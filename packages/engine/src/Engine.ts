@@ -228,7 +228,18 @@ const closedCheck = <S extends Schema.Top & Schema.ConstraintDecoder<unknown>>(s
 
 const checkInvocation = closedCheck(Identity.Invocation)
 const checkContext = closedCheck(ModelContext.ModelRequestContext)
-const checkProviderOptions = closedCheck(Identity.JsonObject)
+const checkJsonObject = closedCheck(Identity.JsonObject)
+
+/**
+ * Provider options decoded closed, and plain JSON as canonical JSON writes it: a `Date`, `Map` or
+ * class instance (through `any` or a cast) is refused with its path, never sealed into the run.
+ */
+const checkProviderOptions = (value: unknown, what: string): string | undefined => {
+  const problem = checkJsonObject(value, what)
+  if (problem !== undefined) return problem
+  const text = Canonical.tryStringify(value)
+  return Result.isFailure(text) ? `${what}: ${text.failure.message}` : undefined
+}
 
 /** What `start` and `compact` share: everything but the message and the tools. */
 type LaunchInput = Omit<StartInput, "message" | "tools"> & {
@@ -306,7 +317,7 @@ const NO_PROVIDER_OPTIONS: Identity.JsonObject = Canonical.seal({})
 /**
  * A run's provider options sealed (`Canonical.seal`, docs/architecture.md §12): every request of
  * the run carries the same object, so the model's request check and body take it once. They were
- * decoded as a JSON object by `validateInput`, so sealing cannot fail.
+ * checked as a plain JSON object by `validateInput`, so sealing cannot fail.
  */
 const sealedOptions = (options: Identity.JsonObject | undefined): Identity.JsonObject =>
   options === undefined ? NO_PROVIDER_OPTIONS : Canonical.seal(options)
@@ -427,6 +438,13 @@ export const make = (options: Partial<EngineOptions> = {}) =>
     // The host generation that pauses runs (informational in each intent).
     const hostEpoch = yield* Effect.provideService(Ids.next, Ids.Ids, ids)
 
+    /** `runSettings` as a typed failure: a value past the checks that throws (through a cast) is `Internal`. */
+    const buildSettings = (input: LaunchInput): Effect.Effect<RunSettings, EngineError.EngineError> =>
+      Effect.try({
+        try: () => runSettings(input, log),
+        catch: (error) => EngineError.internal(`the run's settings could not be built: ${error instanceof Error ? error.message : String(error)}`),
+      })
+
     const launch = (input: LaunchInput, body: typeof runMessage): Effect.Effect<RunningInvocation, EngineError.EngineError> =>
       Effect.gen(function* () {
         const problem = settingsProblem(input)
@@ -442,6 +460,9 @@ export const make = (options: Partial<EngineOptions> = {}) =>
           const openingIssue = openingProblem(input)
           if (openingIssue !== undefined) return yield* Effect.fail(EngineError.invalidInput(openingIssue))
         }
+        // The run's frozen settings are built before the session is taken: nothing after `active.add`
+        // can fail before the worker owns the release, so no refusal leaves the session busy.
+        const settings = yield* buildSettings(input)
         const sessionId = input.invocation.sessionId
         if (active.has(sessionId)) return yield* Effect.fail(EngineError.busy(EngineError.SESSION_ACTIVE_MESSAGE))
         yield* sealUnwritten(sessionId)
@@ -486,7 +507,7 @@ export const make = (options: Partial<EngineOptions> = {}) =>
           opening: undefined,
           pendingOpening: undefined,
           contexts,
-          settings: runSettings(input, log),
+          settings,
           openingWrite,
           onCommitted: (events) => Effect.sync(() => feed.add(events)),
         }
@@ -603,7 +624,7 @@ export const make = (options: Partial<EngineOptions> = {}) =>
           log,
           model: input.model,
           options: settingsOf,
-          settings: runSettings(launchInput, log),
+          settings: yield* buildSettings(launchInput),
         } as unknown as Run
         const sessionId = input.invocation.sessionId
         // The unsealed run the check met may be one of this engine's, whose terminal it owes: the

@@ -102,11 +102,22 @@ describe("Engine", () => {
           ["context", { context: { declaredWindow: -1 } }],
           ["context", { context: { unknown: 1 } }],
           ["providerOptions", { providerOptions: { temperature: Number.NaN } }],
+          // Data a JSON object would lose (a Date's `{}`, a class's getters) is refused, not coerced.
+          ["providerOptions", { providerOptions: { metadata: { at: new Date(0) } } }],
+          ["providerOptions", { providerOptions: { cache: new Map([["a", 1]]) } }],
         ] as const) {
           const refused = yield* Effect.flip(context.engine.start({ ...relative, ...(overrides as object) }))
           assert.strictEqual(refused.reason._tag, "InvalidInput")
           assert.include(refused.message, `${part}: `)
         }
+        const dated = yield* Effect.flip(context.engine.start({ ...relative, providerOptions: { metadata: { at: new Date(0) } } as never }))
+        assert.strictEqual(dated.message, "providerOptions: canonical JSON refuses a non-plain object (Date) at $.metadata.at")
+        // Settings that fail to build past the checks (a catalog that throws, through a cast) are
+        // Internal, before the session is taken: the start below still gets it.
+        const throwing = { get: () => undefined, get tools(): never { throw new Error("no tools here") } }
+        const broken = yield* Effect.flip(context.engine.start({ ...relative, tools: throwing as unknown as typeof relative.tools }))
+        assert.strictEqual(broken.reason._tag, "Internal")
+        assert.strictEqual(broken.message, "the run's settings could not be built: no tools here")
         assert.deepStrictEqual(yield* context.engine.log.events("session-1"), [])
         const first = yield* context.engine.start(input(context, "first", tools))
         const busy = yield* Effect.flip(context.engine.start(input(context, "second", tools)))
