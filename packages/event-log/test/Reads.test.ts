@@ -318,6 +318,48 @@ for (const dialect of dialects()) {
   })
 }
 
+describe("prefixes at the sizes of scenarios 5 and 6", () => {
+  it("a 10,001-event session is PrefixTooLarge at 10,000 events and whole at 10,001; a 5-event run is never clamped", () =>
+    Effect.runPromise(
+      Effect.scoped(
+        Effect.gen(function* () {
+          const { log } = yield* Testing.makeTemporary({ synchronous: "NORMAL" })
+          // Scenario 6: a run of 5 events.
+          const history = new History.History()
+          const run = history.open()
+          const step = run.request()
+          run.complete(step, FactBuilders.textStep("five"))
+          run.steer("m-0", "more")
+          run.end()
+          expect(history.writes.length).toBe(5)
+          // A second run fills the session to 10,001 events (scenario 5).
+          const filler = history.open({ message: "fill" })
+          while (history.writes.length < 10_000) filler.steer(`m-${history.writes.length}`, "more")
+          filler.end()
+          expect(history.writes.length).toBe(10_001)
+          for (let start = 0; start < history.writes.length; start += 500) yield* log.appendBatch(history.writes.slice(start, start + 500))
+          const scope = { kind: "session", id: "session-1" } as const
+          for (const read of [log.prefix(scope, 10_000, 8 * 1024 * 1024), log.prefix(scope)]) {
+            const tooLarge = yield* failure(read)
+            expect(tooLarge.reason._tag === "Rejected" && tooLarge.reason.rejection._tag).toBe("PrefixTooLarge")
+          }
+          const whole = yield* log.prefix(scope, 10_001, 8 * 1024 * 1024)
+          expect(whole.events.length).toBe(10_001)
+          expect(whole.digest).toBe(history.prefixDigest())
+          const beyond = yield* failure(log.runPrefix("session-1", "run-1", 6))
+          expect(beyond.message).toContain("run position 6 does not exist (the run has 5 events)")
+          const three = yield* log.runPrefix("session-1", "run-1", 3)
+          expect(three?.highWater).toBe(3)
+          expect(three?.events.map((stored) => stored.sequence)).toEqual([1, 2, 3])
+          expect(three?.digest).toBe(
+            Digest.runPrefix(3, run.invocation, history.written.slice(0, 3).map((item) => ({ sequence: item.stored.sequence, json: item.write.json }))),
+          )
+          expect((yield* log.runPrefix("session-1", "run-1"))?.highWater).toBe(5)
+        }),
+      ),
+    ), 60_000)
+})
+
 describe("latestMain over a damaged log", () => {
   const damaged = (json: (original: string) => string) =>
     Effect.runPromise(
