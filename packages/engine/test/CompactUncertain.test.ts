@@ -5,15 +5,17 @@
  * Real SQLite file, the scripted server on loopback; the log answers that one batch as uncertain.
  * Likewise a message run whose background summary, drained at its end, commits with an unknown
  * outcome (docs/engine.md §5.3 step 8): it is sealed from what the log holds, never `completed`.
+ * And a run cancelled while its background summary runs, whose first interruption commit is in
+ * doubt: the commit error outranks the cancellation, and the seal closes the other open request.
  */
 import { assert, describe, it } from "@effect/vitest"
 import { EventLogError, type EventLog } from "@maka/event-log"
-import { FactBuilders } from "@maka/testkit"
+import { FactBuilders, Respond } from "@maka/testkit"
 import { ToolCatalog } from "@maka/tools"
 import { Effect } from "effect"
 import * as EngineError from "../src/EngineError.ts"
-import { answer, mainEntry, summaryAnswer, summaryEntry, summaryText } from "./support/compaction.ts"
-import { drainedSummaryFaulted } from "./support/faults.ts"
+import { answer, echoCall, mainEntry, stalledSummary, summaryAnswer, summaryEntry, summaryText } from "./support/compaction.ts"
+import { drainedSummaryFaulted, faulty, type Faulty } from "./support/faults.ts"
 import { factsOf, kinds } from "./support/harness.ts"
 import { catalog, input, setup, type Effects } from "./support/setup.ts"
 
@@ -84,3 +86,56 @@ describe("a message run whose background summary's last commit is uncertain", ()
     ))
 })
 
+describe("a run cancelled while its background summary runs, whose drain commit is uncertain", () => {
+  it.live("ends failed event_commit, resolved from what the log holds, and the session goes on", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const effects: Effects = { ran: [] }
+        const held = Respond.gate()
+        let faults: Faulty | undefined
+        const context = yield* setup(
+          {
+            script: [
+              stalledSummary("never"),
+              mainEntry(echoCall("call-1", "a", 6_000)),
+              mainEntry(Respond.hold(held, answer("never shown"))),
+              mainEntry(answer("Again.")),
+            ],
+          },
+          undefined,
+          { concurrency: 2 },
+          {
+            wrapLog: (log) => {
+              faults = faulty(log, "model_interrupted#1", "unknown-landed")
+              return faults.log
+            },
+          },
+        )
+        const running = yield* context.engine.start(
+          input(context, "Echo, then answer.", catalog(effects), {
+            context: { providerId: "provider-1", modelContextWindow: 20_000, declaredWindow: 6_000 },
+          }),
+        )
+        // The background summary and the second main step are both in flight when the run is cancelled.
+        while (context.server.requests().length < 3) yield* Effect.sleep("5 millis")
+        yield* running.cancel
+        const result = yield* running.wait
+        // The first interruption the cancellation commits lands, but its caller is told the outcome is unknown.
+        assert.isTrue(faults!.fired(), faults!.labels.join(" "))
+        // A commit in doubt outranks the cancellation (docs/engine.md §5.4): the seal read what landed.
+        assert.deepStrictEqual(result.outcome, {
+          kind: "failed",
+          class: "event_commit",
+          message: "commit outcome unknown: the connection dropped during COMMIT (injected)",
+        })
+        const own = yield* context.log.events("session-1")
+        // The interruption that landed, and the other request the seal closed from the log.
+        assert.deepStrictEqual(kinds(own).filter((kind) => kind.startsWith("model_interrupted")), ["model_interrupted:cancelled", "model_interrupted:failed"])
+        assert.deepStrictEqual(effects.ran, ["a"])
+        assert.deepStrictEqual(yield* context.log.unfinishedInvocations(10), [])
+        held.release()
+        const next = yield* context.engine.run(input(context, "Again.", ToolCatalog.make([])))
+        assert.strictEqual(next.outcome.kind, "completed")
+      }),
+    ))
+})
