@@ -47,6 +47,8 @@ export const MODULES = {
       "packages/event-log/src/internal/log-index.ts",
     ],
   },
+  // The context reads (docs/log-format.md §3.7): selection, gate, baseline, tail, evidence, frozen reads.
+  context: { project: "event-log", files: ["packages/event-log/src/internal/context.ts"] },
   validation: { project: "facts", files: ["packages/facts/src/Validation.ts"] },
   attempt: { project: "engine", files: ["packages/engine/src/internal/attempt.ts"] },
   runner: { project: "engine", files: ["packages/engine/src/internal/runner.ts"] },
