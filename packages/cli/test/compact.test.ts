@@ -104,6 +104,7 @@ describe("maka compact", () => {
     expect(step.stdout).toContain("Continuation summary:")
     expect(step.stdout).not.toContain("What is this?\n  [assistant]")
     expect(step.stdout).toMatch(/^input digest: \S+ matches the rebuilt input \(tools read\)$/m)
+    expect(step.stdout).toMatch(/^source: the session through event \d+, checkpoint at event \d+, digest verified$/m)
     expect(step.code).toBe(0)
   })
 

@@ -4,6 +4,8 @@ import * as path from "node:path"
 import BetterSqlite3 from "better-sqlite3"
 import { afterEach, beforeAll, afterAll, describe, expect, it } from "vitest"
 import type { Event } from "@maka/facts"
+import type { EventLog } from "@maka/event-log"
+import { sourceLine } from "../src/internal/inspect.ts"
 import { describeEvent } from "../src/internal/read-commands.ts"
 import { eventLines, folder, maka, when, type Folder } from "./support/cli.ts"
 
@@ -64,6 +66,7 @@ describe("read-only commands over a log with a completed and a crashed run", () 
     expect(result.stderr).toBe("")
     expect(result.code).toBe(0)
     expect(result.stdout).toMatch(/^input digest: sha256:[0-9a-f]{64} matches the rebuilt input \(tools read\)$/m)
+    expect(result.stdout).toMatch(/^source: the session through event \d+, no checkpoint, digest verified$/m)
     expect(result.stdout).toContain("[system]")
     expect(result.stdout).toContain("What is this?")
     if (step === 3) expect(result.stdout).toContain("# Lantern")
@@ -278,5 +281,33 @@ describe("maka events' line of each kind", () => {
     expect(line(archived)).toBe(`    7  ${"tool_result_archived".padEnd(27)} read_file result of event evt-1`)
     const checkpoint = { kind: "context_checkpoint_recorded", checkpoint: { mode: { kind: "pre_turn" }, coveredThrough: 41 } }
     expect(line(checkpoint)).toBe(`    7  ${"context_checkpoint_recorded".padEnd(27)} pre_turn through #41`)
+  })
+})
+
+describe("maka inspect --step's source line", () => {
+  const source = (overrides: Partial<EventLog.ModelContextSource>): EventLog.ModelContextSource =>
+    ({
+      sourceEvidence: { scope: { kind: "session", id: "s" }, highWater: 15, digest: "sha256:x" },
+      tail: [],
+      effectiveSourceDigest: "sha256:x",
+      latestMain: { kind: "no_completed_request" },
+      unknownOperations: [],
+      ...overrides,
+    }) as EventLog.ModelContextSource
+
+  it("names the selection, the event it reads through, its checkpoint and its archived results", () => {
+    expect(sourceLine(source({}))).toBe("the session through event 15, no checkpoint, digest verified")
+    const archived = { kind: "archived" } as unknown as EventLog.TailItem
+    const canonical = { kind: "canonical" } as unknown as EventLog.TailItem
+    expect(
+      sourceLine(
+        source({
+          sourceEvidence: { scope: { kind: "lineage", sessionId: "s", runId: "run-2" }, highWater: 40, digest: "sha256:x" },
+          baseline: { eventId: "c", sequence: 31, checkpoint: {} as EventLog.Baseline["checkpoint"] },
+          tail: [archived, canonical, archived],
+        }),
+      ),
+    ).toBe("the lineage of run run-2 through event 40, checkpoint at event 31, 2 archived results, digest verified")
+    expect(sourceLine(source({ tail: [archived] }))).toBe("the session through event 15, no checkpoint, 1 archived result, digest verified")
   })
 })

@@ -150,6 +150,22 @@ const readSources = async (open: OpenLog, requests: ReadonlyArray<Event.StoredEv
   return sources
 }
 
+/**
+ * What a step's source is, as `--step` prints it: its scope, the event it reads through, the
+ * checkpoint it starts from, its archived results, and that its rows gave the recorded digest.
+ */
+export const sourceLine = (source: EventLog.ModelContextSource): string => {
+  const { scope, highWater } = source.sourceEvidence
+  const selection = scope.kind === "lineage" ? `the lineage of run ${scope.runId}` : "the session"
+  const archived = source.tail.filter((item) => item.kind === "archived").length
+  return [
+    `${selection} through event ${highWater}`,
+    source.baseline === undefined ? "no checkpoint" : `checkpoint at event ${source.baseline.sequence}`,
+    ...(archived === 0 ? [] : [`${archived} archived result${archived === 1 ? "" : "s"}`]),
+    "digest verified",
+  ].join(", ")
+}
+
 /** A step's source as the log re-read it, or why it could not. */
 export type StepSource = EventLog.ModelContextSource | { readonly unreadable: string }
 
@@ -324,6 +340,7 @@ export const inspectCommand = async (context: CommandContext): Promise<number> =
   const rebuilt = rebuildInput(events, stored, stepSource)
   context.sink.out(`step ${stepNumber} of session ${sessionId} (event ${stored.sequence}, step ${request.stepId})\n`)
   context.sink.out(`model ${request.modelId}, route ${request.routeIdentity}, max output tokens ${rebuilt.maxOutputTokens}\n`)
+  context.sink.out(`source: ${sourceLine(stepSource)}\n`)
   context.sink.out(`tools: ${rebuilt.tools.map((tool) => tool.name).join(", ") || "(none)"}\n`)
   context.sink.out(`messages (${rebuilt.prompt.length}):\n`)
   for (const message of rebuilt.prompt) for (const line of renderMessage(message)) context.sink.out(`${line}\n`)
