@@ -5,7 +5,7 @@
  * changed, or that names no such position, is refused. And `readLineageContext`: the context of the
  * sealed run a boundary names.
  */
-import { Archive } from "@maka/facts"
+import { Archive, Digest } from "@maka/facts"
 import { FactBuilders, History } from "@maka/testkit"
 import BetterSqlite3 from "better-sqlite3"
 import { Effect } from "effect"
@@ -79,8 +79,9 @@ for (const dialect of dialects()) {
     it("re-reads a live run's source once the run has ended, and past a later run left unsealed", () =>
       withLog(dialect, (log) =>
         Effect.gen(function* () {
-          const history = new History.History()
-          const run = history.open()
+          // A sealed run first: only the run live at the high water is left out of the gate.
+          const history = History.smallRun()
+          const run = history.open({ message: "And now?" })
           const first = run.request()
           run.complete(first, FactBuilders.toolCallStep([{ id: "a", name: "list_files", input: { path: "." } }]))
           run.succeed(run.dispatch(first, "a"), FactBuilders.textOutput("README.md"))
@@ -98,7 +99,30 @@ for (const dialect of dialects()) {
           expect(unsafe.message).toContain("unsealed or unresolved prior execution")
           // The frozen read sees the session as it stood at the high water: the live run is the one
           // excluded from the gate there, and nothing above it counts.
+          expect(live.sourceEvidence.highWater).toBe(13)
           expect(yield* log.readFrozenModelContext(live.sourceEvidence)).toEqual(live)
+          // The empty position before the session's first event is a source too (a first run's
+          // pre_turn fence).
+          const empty = { scope: { kind: "session", id: "session-1" }, highWater: 0, digest: Digest.logPrefix({ kind: "session", id: "session-1" }, [], 0) } as const
+          const before = yield* log.readFrozenModelContext(empty)
+          expect(before.tail).toEqual([])
+          expect(before.sourceEvidence).toEqual(empty)
+        }),
+      ))
+
+    it("re-reads a source read under the manual-message policy, with its unknown operations", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = new History.History()
+          const run = history.open()
+          const step = run.request()
+          run.complete(step, FactBuilders.toolCallStep([{ id: "a", name: "write_file", input: { path: "x" } }]))
+          run.dispatch(step, "a")
+          run.end({ kind: "failed", class: "outcome_unknown", message: "the tool's outcome is unknown" })
+          yield* appendAll(log, history.writes)
+          const manual = yield* log.readManualMessageContext("session-1")
+          expect(manual.unknownOperations.map((operation) => operation.name)).toEqual(["write_file"])
+          expect(yield* log.readFrozenModelContext(manual.sourceEvidence)).toEqual(manual)
         }),
       ))
 
@@ -147,6 +171,12 @@ for (const dialect of dialects()) {
           const prefix = (yield* log.runPrefix("session-1", "run-1"))!
           const boundary = { invocation: prefix.invocation, highWater: prefix.highWater, digest: prefix.digest }
           const lineage = yield* log.readLineageContext(boundary)
+          // A later run's lineage: its base is the session just before its opening (run 1's events).
+          const second = (yield* log.runPrefix("session-1", later.invocation.runId))!
+          const secondLineage = yield* log.readLineageContext({ invocation: second.invocation, highWater: second.highWater, digest: second.digest })
+          expect(secondLineage.tail.map((item) => (item.kind === "canonical" ? item.stored.event.invocation.runId : "")).join(" ")).toBe(
+            [...Array.from({ length: 8 }, () => "run-1"), ...Array.from({ length: 4 }, () => later.invocation.runId)].join(" "),
+          )
           // The run's lineage: a message-opened root's base is the session before its opening.
           expect(lineage.sourceEvidence.scope).toEqual({ kind: "lineage", sessionId: "session-1", runId: "run-1" })
           expect(lineage).toEqual(yield* log.readModelContext("session-1", { lineageOf: prefix.invocation.invocationId }))
@@ -169,6 +199,14 @@ for (const dialect of dialects()) {
           const written = history.written.length
           const live = history.open({ message: "still running" })
           yield* appendAll(log, history.writes.slice(written))
+          // Lineage evidence re-reads as it was read, past the run opened since (the lineage's run
+          // found at or below the high water); a run with no opening there is refused.
+          expect(yield* log.readFrozenModelContext(secondLineage.sourceEvidence)).toEqual(secondLineage)
+          expect(yield* log.readFrozenModelContext(lineage.sourceEvidence)).toEqual(lineage)
+          expect(
+            (yield* failure(log.readFrozenModelContext({ ...lineage.sourceEvidence, scope: { kind: "lineage", sessionId: "session-1", runId: live.invocation.runId } })))
+              .message,
+          ).toContain(`the frozen source's run ${live.invocation.runId} has no opening at or below its high water`)
           const open = (yield* log.runPrefix("session-1", live.invocation.runId))!
           expect(yield* refused({ invocation: open.invocation, highWater: open.highWater, digest: open.digest })).toContain(
             "the boundary's run is not sealed",

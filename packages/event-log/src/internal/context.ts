@@ -446,7 +446,7 @@ export const readFrozenModelContext = async (
       `the frozen source's high water ${evidence.highWater} is past the session's last event (${sessionHighWater})`,
     )
   }
-  const { source } = await materialise(tx, dialect, sessionId, { ...limits, manual: true }, undefined, evidence)
+  const { source } = await materialise(tx, dialect, sessionId, limits, undefined, evidence)
   if (source.sourceEvidence.digest !== evidence.digest) {
     throw EventLogError.invalidTransition(
       `the frozen source changed: its rows through ${evidence.highWater} no longer give the digest it recorded`,
