@@ -114,6 +114,89 @@ for (const dialect of dialects()) {
         }),
       ))
 
+    it("charges an archived result its replacement's bytes, marks an archived failure, and allows a tail of exactly its limits", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = new History.History()
+          const run = history.open()
+          const step = run.request()
+          run.complete(
+            step,
+            FactBuilders.toolCallStep([
+              { id: "a", name: "read_file", input: { path: "big" } },
+              { id: "b", name: "read_file", input: { path: "other" } },
+            ]),
+          )
+          const succeeded = run.succeed(run.dispatch(step, "a"), FactBuilders.textOutput("row\n".repeat(5_000)))
+          const message = `cannot read: ${"e".repeat(20_000)}`
+          const failed = run.fail(run.dispatch(step, "b"), message)
+          const fact = succeeded.event.fact
+          if (fact.kind !== "tool_settled" || fact.outcome.kind !== "succeeded") throw new Error("expected a success")
+          run.archive(Archive.prepare(succeeded.event.id, "a", "read_file", { kind: "projection", projection: fact.outcome.projection })!)
+          run.archive(Archive.prepare(failed.event.id, "b", "read_file", { kind: "failed", message })!)
+          yield* appendAll(log, history.writes)
+          const source = yield* log.readModelContext("session-1", { current: run.invocation.invocationId })
+          const archived = source.tail.flatMap((item) => (item.kind === "archived" ? [item] : []))
+          expect(archived.map((item) => [item.eventId, item.isError])).toEqual([
+            [succeeded.event.id, false],
+            [failed.event.id, true],
+          ])
+          // What the tail costs: each row's stored bytes, an archived result's replacement instead of its own.
+          const bytes = source.tail.reduce(
+            (total, item) =>
+              total + Canonical.utf8Length(item.kind === "canonical" ? Canonical.stringify(item.stored.event) : Canonical.stringify(item.replacement)),
+            0,
+          )
+          expect(bytes).toBeLessThan(20_000)
+          const exact = { current: run.invocation.invocationId, maxEvents: source.tail.length, maxBytes: bytes }
+          expect((yield* log.readModelContext("session-1", exact)).tail.length).toBe(source.tail.length)
+          for (const over of [{ maxBytes: bytes - 1 }, { maxEvents: source.tail.length - 1 }]) {
+            const refused = yield* failure(log.readModelContext("session-1", { ...exact, ...over }))
+            expect(refused.reason._tag === "Rejected" && refused.reason.rejection._tag).toBe("PrefixTooLarge")
+          }
+        }),
+      ))
+
+    it("starts the tail after the baseline's coverage, and tells a drained summary from a main step cancelled", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = History.smallRun()
+          const run = history.open({ message: "Now read the README." })
+          const summary = run.request({ purpose: "summary", stepId: "summary-1" })
+          run.complete(summary, FactBuilders.textStep(FactBuilders.VALID_SUMMARY))
+          const requested = history.events.find((stored) => stored.event.fact.kind === "model_requested" && stored.event.fact.stepId === summary)!
+          const request = requested.event.fact
+          if (request.kind !== "model_requested") throw new Error("expected a request")
+          // A mid-turn checkpoint covering through the summary's source: the second run's opening (event 9).
+          expect(request.sourceHighWater).toBe(9)
+          const checkpoint = run.checkpoint({
+            mode: { kind: "mid_turn", anchorEventId: run.opening.event.id },
+            coveredThrough: request.sourceHighWater,
+            sourceDigest: request.sourceDigest,
+            summary: { format: "sections_v1", text: FactBuilders.VALID_SUMMARY },
+            summaryStepId: summary,
+          })
+          const running = run.request({ purpose: "summary", stepId: "summary-2" })
+          const requestedAt = history.events.length
+          const written = history.written.length
+          yield* appendAll(log, history.writes)
+          const read = () => log.readModelContext("session-1", { current: run.invocation.invocationId })
+          const source = yield* read()
+          expect(source.baseline?.eventId).toBe(checkpoint.event.id)
+          // Event 9 is covered (the anchor brings the opening back): nothing of the session is in the tail.
+          expect(source.anchor?.sequence).toBe(9)
+          expect(source.tail).toEqual([])
+          expect(source.latestSummary).toEqual({ stepId: running, sequence: requestedAt, drained: false })
+          // A main step cancelled beside it does not drain the summary; the summary's own cancellation does.
+          run.interrupt(run.request({ stepId: "main-1" }), "cancelled")
+          yield* appendAll(log, history.writes.slice(written))
+          expect((yield* read()).latestSummary).toEqual({ stepId: running, sequence: requestedAt, drained: false })
+          run.interrupt(running, "cancelled")
+          yield* appendAll(log, history.writes.slice(-1))
+          expect((yield* read()).latestSummary).toEqual({ stepId: running, sequence: requestedAt, drained: true })
+        }),
+      ))
+
     it("refuses a session with unsealed prior work, and a current invocation that is not live", () =>
       withLog(dialect, (log) =>
         Effect.gen(function* () {
