@@ -396,6 +396,13 @@ for (const dialect of dialects()) {
           expect(unsafe.message).toContain("unsealed")
           const tooSmall = yield* failure(log.preparePruneCandidates("session-1", { current, maxCandidates: 5, maxBytes: 10 }))
           expect(tooSmall.reason._tag === "Rejected" && tooSmall.reason.rejection._tag).toBe("PrefixTooLarge")
+          // A current run with a request in flight is not at a settled boundary: nothing is pruned then.
+          const written = history.written.length
+          run.request()
+          yield* appendAll(log, history.writes.slice(written))
+          const unsettled = yield* failure(log.preparePruneCandidates("session-1", { current, maxCandidates: 0, maxBytes: 0 }))
+          expect(unsettled.reason._tag === "Rejected" && unsettled.reason.rejection._tag).toBe("InvalidTransition")
+          expect(unsettled.message).toContain("the invocation is not at a settled boundary: ")
         }),
       ))
   })
