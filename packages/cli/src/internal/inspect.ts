@@ -129,8 +129,6 @@ export const timeline = (events: ReadonlyArray<Event.StoredEvent>): ReadonlyArra
   return lines
 }
 
-type Requested = Extract<Fact.Fact, { readonly kind: "model_requested" }>
-
 /**
  * The model-context source of each main request, as the engine read it: re-read by the log from
  * the request's evidence (its scope, high water and digest, docs/log-format.md §3.7), with the
