@@ -15,6 +15,24 @@ import { appendAll, failure, withLog, write } from "./support/harness.ts"
 const kinds = (items: ReadonlyArray<{ readonly kind: string; readonly stored?: Event.StoredEvent }>) =>
   items.map((item) => (item.kind === "canonical" ? item.stored!.event.fact.kind : "archived"))
 
+/**
+ * A summary step (`summary-1`) of `run`, and the mid-turn checkpoint built from it, anchored on the
+ * run's opening and covering through the summary's source; returns the checkpoint's event.
+ */
+const summarised = (history: History.History, run: History.Run) => {
+  const summary = run.request({ purpose: "summary", stepId: "summary-1" })
+  run.complete(summary, FactBuilders.textStep(FactBuilders.VALID_SUMMARY))
+  const request = history.events[history.events.length - 2]!.event.fact
+  if (request.kind !== "model_requested") throw new Error("expected a request")
+  return run.checkpoint({
+    mode: { kind: "mid_turn", anchorEventId: run.opening.event.id },
+    coveredThrough: request.sourceHighWater,
+    sourceDigest: request.sourceDigest,
+    summary: { format: "sections_v1", text: FactBuilders.VALID_SUMMARY },
+    summaryStepId: summary,
+  })
+}
+
 /** Two turns, the second compacted mid-turn: returns the history and the checkpoint's event. */
 const compactedHistory = () => {
   const history = History.smallRun()
@@ -23,17 +41,7 @@ const compactedHistory = () => {
   run.complete(first, FactBuilders.toolCallStep([{ id: "r", name: "read_file", input: { path: "README.md" } }]))
   const operation = run.dispatch(first, "r")
   run.succeed(operation, FactBuilders.textOutput("# Project"))
-  const summary = run.request({ purpose: "summary", stepId: "summary-1" })
-  run.complete(summary, FactBuilders.textStep(FactBuilders.VALID_SUMMARY))
-  const request = history.events[history.events.length - 2]!.event.fact
-  if (request.kind !== "model_requested") throw new Error("expected a request")
-  const checkpoint = run.checkpoint({
-    mode: { kind: "mid_turn", anchorEventId: run.opening.event.id },
-    coveredThrough: request.sourceHighWater,
-    sourceDigest: request.sourceDigest,
-    summary: { format: "sections_v1", text: FactBuilders.VALID_SUMMARY },
-    summaryStepId: summary,
-  })
+  const checkpoint = summarised(history, run)
   run.steer("m-1", "and the tests")
   return { history, run, checkpoint }
 }
@@ -162,20 +170,10 @@ for (const dialect of dialects()) {
         Effect.gen(function* () {
           const history = History.smallRun()
           const run = history.open({ message: "Now read the README." })
-          const summary = run.request({ purpose: "summary", stepId: "summary-1" })
-          run.complete(summary, FactBuilders.textStep(FactBuilders.VALID_SUMMARY))
-          const requested = history.events.find((stored) => stored.event.fact.kind === "model_requested" && stored.event.fact.stepId === summary)!
-          const request = requested.event.fact
-          if (request.kind !== "model_requested") throw new Error("expected a request")
           // A mid-turn checkpoint covering through the summary's source: the second run's opening (event 9).
-          expect(request.sourceHighWater).toBe(9)
-          const checkpoint = run.checkpoint({
-            mode: { kind: "mid_turn", anchorEventId: run.opening.event.id },
-            coveredThrough: request.sourceHighWater,
-            sourceDigest: request.sourceDigest,
-            summary: { format: "sections_v1", text: FactBuilders.VALID_SUMMARY },
-            summaryStepId: summary,
-          })
+          const checkpoint = summarised(history, run)
+          const recorded = checkpoint.event.fact
+          expect(recorded.kind === "context_checkpoint_recorded" && recorded.checkpoint.coveredThrough).toBe(9)
           const running = run.request({ purpose: "summary", stepId: "summary-2" })
           const requestedAt = history.events.length
           const written = history.written.length
