@@ -118,6 +118,18 @@ describe("Engine", () => {
         const broken = yield* Effect.flip(context.engine.start({ ...relative, tools: throwing as unknown as typeof relative.tools }))
         assert.strictEqual(broken.reason._tag, "Internal")
         assert.strictEqual(broken.message, "the run's settings could not be built: no tools here")
+        // The continuation check builds the same settings, and refuses the same way.
+        const unchecked = yield* Effect.flip(
+          context.engine.checkContinuation({
+            source: relative.invocation,
+            invocation: { ...relative.invocation, turnId: "turn-9", runId: "run-9", invocationId: "invocation-9" },
+            model: relative.model,
+            configuration: relative.configuration,
+            tools: throwing as unknown as typeof relative.tools,
+          }),
+        )
+        assert.strictEqual(unchecked.reason._tag, "Internal")
+        assert.strictEqual(unchecked.message, "the run's settings could not be built: no tools here")
         assert.deepStrictEqual(yield* context.engine.log.events("session-1"), [])
         const first = yield* context.engine.start(input(context, "first", tools))
         const busy = yield* Effect.flip(context.engine.start(input(context, "second", tools)))
