@@ -466,6 +466,23 @@ export const make = (options: Partial<EngineOptions> = {}) =>
         const sessionId = input.invocation.sessionId
         if (active.has(sessionId)) return yield* Effect.fail(EngineError.busy(EngineError.SESSION_ACTIVE_MESSAGE))
         yield* sealUnwritten(sessionId)
+        // From taking the session to handing it to the worker (which releases it however it ends), an
+        // interruption of the caller (a timeout, a race) waits: landing in between, it would leave the
+        // session taken for the engine's lifetime. Only the wait for the admission is interruptible,
+        // and an interruption there cancels the run, whose worker still releases the session.
+        return yield* Effect.uninterruptibleMask((restore) => admit(input, body, settings, openingWrite, restore))
+      })
+
+    /** `launch` from taking the session on, uninterruptible but for `restore`'s part. */
+    const admit = (
+      input: LaunchInput,
+      body: typeof runMessage,
+      settings: RunSettings,
+      openingWrite: EventWrite.EventWrite | undefined,
+      restore: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>,
+    ): Effect.Effect<RunningInvocation, EngineError.EngineError> =>
+      Effect.gen(function* () {
+        const sessionId = input.invocation.sessionId
         if (active.has(sessionId)) return yield* Effect.fail(EngineError.busy(EngineError.SESSION_ACTIVE_MESSAGE))
         active.add(sessionId)
         const cancellation = yield* Cancellation.make
@@ -552,7 +569,8 @@ export const make = (options: Partial<EngineOptions> = {}) =>
         if (fiber.pollUnsafe() === undefined) {
           live.set(input.invocation.invocationId, { invocation: input.invocation, cancel: cancellation.cancel, handoff, fiber, result })
         }
-        yield* Deferred.await(admitted)
+        // A caller that stops waiting drops the handle it would get: the run is cancelled (docs/engine.md §5.14).
+        yield* Effect.onInterrupt(restore(Deferred.await(admitted)), () => cancellation.cancel)
         if (committed.length === 0) {
           // The worker ended before the opening was durable: its error, nothing written.
           const error = yield* Effect.match(Deferred.await(result), {
