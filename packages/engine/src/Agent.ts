@@ -16,6 +16,7 @@ import * as Engine from "./Engine.ts"
 import * as EngineError from "./EngineError.ts"
 import * as Hints from "./Hints.ts"
 import * as EventFeed from "./internal/event-feed.ts"
+import * as HeldAlone from "./internal/held-alone.ts"
 import { optionsProblem } from "./internal/options.ts"
 
 /** The defaults of `createEngine`, `start` and `Agent.start`. */
@@ -335,9 +336,9 @@ export const start = (options: RunOptions): Effect.Effect<AgentRun, EngineError.
     return { ...running, text: text(running.events), textAndThinking: textAndThinking(running.events) }
   })
 
-/** `start`, then the terminal: `{invocation, outcome}`. */
+/** `start`, then the terminal: `{invocation, outcome}`; a caller interrupted meanwhile cancels the run (docs/engine.md §5.14). */
 export const run = (options: RunOptions): Effect.Effect<Engine.RunResult, EngineError.EngineError, Engine.Engine | Ids.Ids> =>
-  Effect.flatMap(start(options), (running) => running.wait)
+  Effect.flatMap(start(options), HeldAlone.waitHeldAlone)
 
 /** The options of a standalone compaction: a run's, without the message, tools and step budget. */
 export type CompactOptions = Omit<RunOptions, "message" | "tools" | "maxSteps" | "allowPriorUnknown">

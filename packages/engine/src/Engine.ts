@@ -27,6 +27,7 @@ import { defaults, MAX_QUEUED_STEERING, optionsProblem, resolveOptions, SESSION_
 import { SessionContexts, stamp, type Run, type RunSettings } from "./internal/run-context.ts"
 import * as EventFeed from "./internal/event-feed.ts"
 import * as Handoff from "./internal/handoff.ts"
+import * as HeldAlone from "./internal/held-alone.ts"
 import { catalogOf, reservedNameProblem } from "./internal/read-tool-result.ts"
 import { checkContinuation as checkContinuationOf, runCompact, runMessage } from "./internal/runner.ts"
 import * as Recovery from "./Recovery.ts"
@@ -569,8 +570,9 @@ export const make = (options: Partial<EngineOptions> = {}) =>
         if (fiber.pollUnsafe() === undefined) {
           live.set(input.invocation.invocationId, { invocation: input.invocation, cancel: cancellation.cancel, handoff, fiber, result })
         }
-        // A caller that stops waiting drops the handle it would get: the run is cancelled (docs/engine.md §5.14).
-        yield* Effect.onInterrupt(restore(Deferred.await(admitted)), () => cancellation.cancel)
+        // A caller that stops waiting drops the handle it would get: the run is cancelled, and the
+        // interruption ends once the run has, so the session is free again by then (docs/engine.md §5.14).
+        yield* Effect.onInterrupt(restore(Deferred.await(admitted)), () => HeldAlone.cancelAndWait(cancellation.cancel, Deferred.await(result)))
         if (committed.length === 0) {
           // The worker ended before the opening was durable: its error, nothing written.
           const error = yield* Effect.match(Deferred.await(result), {
@@ -596,7 +598,7 @@ export const make = (options: Partial<EngineOptions> = {}) =>
       Effect.gen(function* () {
         const requestFingerprint = input.requestFingerprint ?? (yield* Effect.provideService(Ids.Ids, ids)(Ids.next))
         const running = yield* launch({ ...input, requestFingerprint, maxSteps: 1 }, runCompact)
-        return yield* running.wait
+        return yield* HeldAlone.waitHeldAlone(running)
       })
 
     const resume = (input: ResumeInput): Effect.Effect<RunningInvocation, EngineError.EngineError> =>
@@ -772,7 +774,7 @@ export const make = (options: Partial<EngineOptions> = {}) =>
     return {
       log,
       start,
-      run: (input: StartInput) => Effect.flatMap(start(input), (running) => running.wait),
+      run: (input: StartInput) => Effect.flatMap(start(input), HeldAlone.waitHeldAlone),
       compact,
       continueRun,
       checkContinuation,

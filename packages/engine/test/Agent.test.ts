@@ -3,11 +3,12 @@ import type { Event } from "@maka/facts"
 import { OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
 import { Builtins } from "@maka/tools"
 import { TestIds } from "@maka/tools/testing"
-import { Effect, Exit, Layer, Stream } from "effect"
+import { Effect, Exit, Fiber, Layer, Stream } from "effect"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import * as Agent from "../src/Agent.ts"
+import * as Engine from "../src/Engine.ts"
 
 const folder = Effect.acquireRelease(
   Effect.sync(() => fs.mkdtempSync(path.join(os.tmpdir(), "maka-agent-"))),
@@ -91,6 +92,32 @@ describe("Agent", () => {
           invocationId: TestIds.id(102),
         })
         assert.deepStrictEqual(result.outcome, { kind: "completed" })
+      }),
+    ),
+  )
+
+  it.live("cancels a run whose caller stops waiting, and frees the session when the interruption ends", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const directory = yield* folder
+        const started = yield* server([Respond.hang(), Respond.sse(OpenAiSse.response({ text: ["Hi."] }))])
+        const options = { sessionId: "session-1", provider: provider(started), message: "Hello" }
+        const [first, second, events] = yield* Effect.gen(function* () {
+          const fiber = yield* Effect.forkChild(Agent.run(options))
+          yield* Effect.promise(() => started.request(0))
+          yield* Fiber.interrupt(fiber)
+          const first = yield* Fiber.await(fiber)
+          const second = yield* Agent.run(options)
+          const engine = yield* Engine.Engine
+          return [first, second, yield* engine.log.events("session-1")] as const
+        }).pipe(Effect.provide(Agent.layer({ database: path.join(directory, "events.sqlite") })))
+        assert.isTrue(Exit.hasInterrupts(first))
+        assert.deepStrictEqual(second.outcome, { kind: "completed" })
+        const ended = events.filter((stored) => stored.event.fact.kind === "invocation_ended").map((stored) => stored.event.fact)
+        assert.deepStrictEqual(
+          ended.map((fact) => (fact.kind === "invocation_ended" ? fact.outcome.kind : fact.kind)),
+          ["cancelled", "completed"],
+        )
       }),
     ),
   )

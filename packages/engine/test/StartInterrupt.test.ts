@@ -1,12 +1,14 @@
 /**
- * A start interrupted while it takes its session (a caller's timeout or race landing there) never
- * leaves the session taken. The interruption is placed exactly: the start's caller signal is an
- * object whose `aborted` getter interrupts the starting fiber on its n-th read, and the launch reads
- * it between taking the session and handing it to the run's worker.
+ * A caller interrupted while it starts, runs or compacts (a timeout or race around the call) never
+ * leaves the session taken, and the run it would have held alone is cancelled (docs/engine.md §5.2
+ * and docs/engine.md §5.14). For `start` the interruption is placed exactly: the caller's signal is an object whose
+ * `aborted` getter interrupts the starting fiber on its n-th read, and the launch reads it between
+ * taking the session and handing it to the run's worker.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { OpenAiSse, Respond } from "@maka/testkit"
+import { FactBuilders, OpenAiSse, Respond } from "@maka/testkit"
 import { Effect, Exit, Fiber } from "effect"
+import { kinds } from "./support/harness.ts"
 import { catalog, input, setup } from "./support/setup.ts"
 
 /** A signal that is never aborted and interrupts `fiber()` as its `aborted` is read the `at`-th time. */
@@ -48,18 +50,9 @@ describe("an interrupted start", () => {
             assert.isTrue(Exit.hasInterrupts(exit), `read ${at}: ${String(exit.cause)}`)
             interrupted++
           }
-          // The next start on the session is admitted once whatever the interrupted one left has ended.
-          const deadline = Date.now() + 5_000
-          while (true) {
-            const next = yield* Effect.exit(context.engine.start(input(context, `probe ${at}`, tools)))
-            if (Exit.isSuccess(next)) {
-              assert.deepStrictEqual((yield* next.value.wait).outcome, { kind: "completed" })
-              break
-            }
-            assert.include(String(next.cause), "session already has an active invocation")
-            assert.isBelow(Date.now(), deadline, `the session stayed busy after a start interrupted at read ${at} of its signal`)
-            yield* Effect.sleep("5 millis")
-          }
+          // The interruption ended once the run had: the next start on the session is admitted at once.
+          const next = yield* context.engine.start(input(context, `probe ${at}`, tools))
+          assert.deepStrictEqual((yield* next.wait).outcome, { kind: "completed" })
           if (Exit.isFailure(exit)) {
             // The caller never got the handle: the run was cancelled, before its opening or after it.
             const events = (yield* context.engine.log.events("session-1")).filter((stored) => stored.event.invocation.runId === started.invocation.runId)
@@ -74,4 +67,32 @@ describe("an interrupted start", () => {
         assert.isAtLeast(interrupted, 2)
       }),
     ), 60_000)
+
+  it.live("run and compact: a caller that stops waiting cancels the run, and the session is free when the interruption ends", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({ script: [] })
+        const tools = catalog({ ran: [] })
+        const ran = input(context, "hangs", tools)
+        const compacted = {
+          invocation: FactBuilders.invocation({ turnId: "compact-turn", runId: "compact-run", invocationId: "compact-invocation" }),
+          model: context.model,
+          configuration: ran.configuration,
+        }
+        for (const [call, request] of [[context.engine.run(ran), 0], [context.engine.compact(compacted), 2]] as const) {
+          // The run's request hangs; the next run's is answered.
+          context.server.push(Respond.hang(), Respond.sse(OpenAiSse.response({ text: ["done"] })))
+          const fiber = yield* Effect.forkChild(call)
+          yield* Effect.promise(() => context.server.request(request))
+          yield* Fiber.interrupt(fiber)
+          assert.isTrue(Exit.hasInterrupts(yield* Fiber.await(fiber)))
+          const next = yield* context.engine.start(input(context, "next", tools))
+          assert.deepStrictEqual((yield* next.wait).outcome, { kind: "completed" })
+        }
+        const events = yield* context.engine.log.events("session-1")
+        const of = (runId: string) => kinds(events.filter((stored) => stored.event.invocation.runId === runId && stored.event.fact.kind !== "model_observed"))
+        assert.deepStrictEqual(of(ran.invocation.runId), ["invocation_opened", "model_requested", "model_interrupted:cancelled", "invocation_ended:cancelled"])
+        assert.deepStrictEqual(of("compact-run"), ["invocation_opened", "model_requested", "model_interrupted:cancelled", "invocation_ended:cancelled"])
+      }),
+    ))
 })
