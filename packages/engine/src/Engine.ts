@@ -304,6 +304,15 @@ const settingsProblem = (input: LaunchInput): string | undefined => {
   return undefined
 }
 
+/** Whether the caller's `signal` has aborted; reading it may run a caller's getter, which may throw. */
+const signalAborted = (signal: AbortSignal | undefined): Effect.Effect<boolean, EngineError.EngineError> =>
+  signal === undefined
+    ? Effect.succeed(false)
+    : Effect.try({
+        try: () => signal.aborted === true,
+        catch: (error) => EngineError.invalidInput(`signal: reading aborted threw: ${error instanceof Error ? error.message : String(error)}`),
+      })
+
 /** Waits until `signal` aborts; its listener is removed when the wait ends or is interrupted. */
 const onAbort = (signal: AbortSignal): Effect.Effect<void> =>
   Effect.callback<void>((resume) => {
@@ -486,8 +495,10 @@ export const make = (options: Partial<EngineOptions> = {}) =>
         const sessionId = input.invocation.sessionId
         if (active.has(sessionId)) return yield* Effect.fail(EngineError.busy(EngineError.SESSION_ACTIVE_MESSAGE))
         active.add(sessionId)
+        // The caller's signal is read once: a getter that throws refuses the start, the session given back.
+        const aborted = yield* Effect.tapError(signalAborted(input.signal), () => Effect.sync(() => active.delete(sessionId)))
         const cancellation = yield* Cancellation.make
-        if (input.signal?.aborted === true) yield* cancellation.cancel
+        if (aborted) yield* cancellation.cancel
         const steering = yield* Ref.make<ReadonlyArray<Input.DeliveredMessage>>([])
         // The logical Run a handoff continues: a successor's root is its predecessor's.
         const gate = new Handoff.HandoffGate(input.successor?.pause.intent.rootRunId ?? input.invocation.runId)
@@ -531,7 +542,7 @@ export const make = (options: Partial<EngineOptions> = {}) =>
         }
         // The caller's signal cancels the run while it runs; its listener goes with the run.
         const watched =
-          input.signal === undefined || input.signal.aborted
+          input.signal === undefined || aborted
             ? body(run, Deferred.succeed(admitted, undefined))
             : Effect.raceFirst(
                 body(run, Deferred.succeed(admitted, undefined)),

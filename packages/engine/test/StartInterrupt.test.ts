@@ -2,8 +2,8 @@
  * A caller interrupted while it starts, runs or compacts (a timeout or race around the call) never
  * leaves the session taken, and the run it would have held alone is cancelled (docs/engine.md §5.2
  * and docs/engine.md §5.14). For `start` the interruption is placed exactly: the caller's signal is an object whose
- * `aborted` getter interrupts the starting fiber on its n-th read, and the launch reads it between
- * taking the session and handing it to the run's worker.
+ * `aborted` getter interrupts the starting fiber on its n-th read, and the launch reads it (once)
+ * between taking the session and handing it to the run's worker.
  */
 import { assert, describe, it } from "@effect/vitest"
 import { FactBuilders, OpenAiSse, Respond } from "@maka/testkit"
@@ -64,9 +64,30 @@ describe("an interrupted start", () => {
           // Past the launch's last read the start is never interrupted.
           if (signal.reads() < at) break
         }
-        assert.isAtLeast(interrupted, 2)
+        assert.isAtLeast(interrupted, 1)
       }),
     ), 60_000)
+
+  it.live("a signal whose aborted getter throws refuses the start, InvalidInput, with the session free", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({ script: [{ respond: Respond.sse(OpenAiSse.response({ text: ["done"] })), repeat: true }] })
+        const tools = catalog({ ran: [] })
+        const throwing = {
+          get aborted(): boolean {
+            throw new Error("no flag here")
+          },
+          addEventListener: () => undefined,
+          removeEventListener: () => undefined,
+        }
+        const refused = yield* Effect.flip(context.engine.start(input(context, "x", tools, { signal: throwing as unknown as AbortSignal })))
+        assert.strictEqual(refused.reason._tag, "InvalidInput")
+        assert.strictEqual(refused.message, "signal: reading aborted threw: no flag here")
+        assert.deepStrictEqual(yield* context.engine.log.events("session-1"), [])
+        const next = yield* context.engine.start(input(context, "next", tools))
+        assert.deepStrictEqual((yield* next.wait).outcome, { kind: "completed" })
+      }),
+    ))
 
   it.live("run and compact: a caller that stops waiting cancels the run, and the session is free when the interruption ends", () =>
     Effect.scoped(
