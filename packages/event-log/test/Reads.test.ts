@@ -233,6 +233,65 @@ for (const dialect of dialects()) {
         }),
       ))
 
+    it("marks latestMain's projection stale only for an archive, after its request, of a result at or below its high water", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = new History.History()
+          const run = history.open()
+          const step = run.request()
+          run.complete(step, FactBuilders.toolCallStep([{ id: "a", name: "read_file", input: { path: "big" } }]))
+          const early = run.succeed(run.dispatch(step, "a"), FactBuilders.textOutput("row\n".repeat(5_000)))
+          const answer = run.request()
+          run.complete(answer, FactBuilders.textStep("read it"))
+          run.end()
+          // The next run's request is the latest main; it sees the early result, then calls again.
+          const next = history.open({ message: "Again." })
+          const second = next.request()
+          next.complete(second, FactBuilders.toolCallStep([{ id: "b", name: "read_file", input: { path: "big" } }]))
+          const late = next.succeed(next.dispatch(second, "b"), FactBuilders.textOutput("row\n".repeat(5_000)))
+          yield* appendAll(log, history.writes)
+          const completion = history.events.length - 2
+          const projectionCurrent = Effect.map(log.latestMainContext("session-1"), (latest) => {
+            expect(latest.kind === "selected" && latest.sequence).toBe(completion)
+            return latest.kind === "selected" && latest.projectionCurrent
+          })
+          expect(yield* projectionCurrent).toBe(true)
+          const archive = (settled: Event.StoredEvent, callId: string) => {
+            const fact = settled.event.fact
+            if (fact.kind !== "tool_settled" || fact.outcome.kind !== "succeeded") throw new Error("expected a success")
+            const written = history.written.length
+            next.archive(Archive.prepare(settled.event.id, callId, "read_file", { kind: "projection", projection: fact.outcome.projection })!)
+            return appendAll(log, history.writes.slice(written))
+          }
+          // A result settled after the request's high water: the request never saw it, its projection stands.
+          yield* archive(late, "b")
+          expect(yield* projectionCurrent).toBe(true)
+          // One the request saw whole: it is sent shorter now, and the request's usage no longer tells.
+          yield* archive(early, "a")
+          expect(yield* projectionCurrent).toBe(false)
+        }),
+      ))
+
+    it("keeps latestMain's projection current past an archive its request already saw", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = new History.History()
+          const run = history.open()
+          const step = run.request()
+          run.complete(step, FactBuilders.toolCallStep([{ id: "a", name: "read_file", input: { path: "big" } }]))
+          const settled = run.succeed(run.dispatch(step, "a"), FactBuilders.textOutput("row\n".repeat(5_000)))
+          const fact = settled.event.fact
+          if (fact.kind !== "tool_settled" || fact.outcome.kind !== "succeeded") throw new Error("expected a success")
+          run.archive(Archive.prepare(settled.event.id, "a", "read_file", { kind: "projection", projection: fact.outcome.projection })!)
+          const answer = run.request()
+          run.complete(answer, FactBuilders.textStep("read it"))
+          run.end()
+          yield* appendAll(log, history.writes)
+          const latest = yield* log.latestMainContext("session-1")
+          expect(latest.kind === "selected" && [latest.sequence, latest.projectionCurrent]).toEqual([history.events.length - 1, true])
+        }),
+      ))
+
     it("reads latestMain on its own, past a live run and unresolved history the safety gate refuses", () =>
       withLog(dialect, (log) =>
         Effect.gen(function* () {
@@ -506,6 +565,31 @@ describe("latestMain's walk", () => {
     expect(latest.kind === "selected" && latest.sequence).toBe(4)
     // Without its own request the completion has no trace, whatever request lies before it.
     expect(latestMain([row(1, 1), row(2, 3), row(7, 4)], decode)).toEqual({ kind: "trace_unavailable" })
+  })
+
+  it("finds no trace when the completion's request or opening does not match it", () => {
+    const rows = events.map((stored) => row(stored.sequence, stored.sequence))
+    expect(latestMain(rows, decode).kind).toBe("selected")
+    const trace = (changed: ReadonlyArray<ReturnType<typeof row>>, decodeWith: (stored: ReturnType<typeof row>) => Event.RuntimeEvent | undefined = decode) =>
+      latestMain(changed, decodeWith).kind
+    const at = (index: number, change: Partial<ReturnType<typeof row>>) => rows.map((candidate, position) => (position === index ? { ...candidate, ...change } : candidate))
+    const request = rows[5]!
+    const requestFact = request.event.fact
+    if (requestFact.kind !== "model_requested") throw new Error("expected a request")
+    // The request row of another invocation; the request's own step id other than the completion's.
+    expect(trace(at(5, { invocationId: "invocation-9" }))).toBe("trace_unavailable")
+    expect(trace(at(5, { event: { ...request.event, fact: { ...requestFact, stepId: "other-step" } } }))).toBe("trace_unavailable")
+    // The request row holding another fact; the completion's, the request's or the opening's event undecodable.
+    expect(trace(at(5, { event: rows[4]!.event }))).toBe("trace_unavailable")
+    // Not even a fact of the same step (the completion's own): never an older completion instead.
+    expect(trace(at(5, { event: rows[6]!.event }))).toBe("trace_unavailable")
+    for (const damaged of [7, 6, 1]) {
+      expect(trace(rows, (candidate) => (candidate.sequence === damaged ? undefined : candidate.event))).toBe("trace_unavailable")
+    }
+    // The opening after the request.
+    expect(trace(rows.map((candidate) => (candidate.sequence === 1 ? { ...candidate, sequence: 6.5 } : candidate)))).toBe("trace_unavailable")
+    // Without an opening at all.
+    expect(trace(rows.filter((candidate) => candidate.sequence !== 1))).toBe("trace_unavailable")
   })
 
   it("answers the same for rows in any order", () => {
