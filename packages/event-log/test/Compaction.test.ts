@@ -280,6 +280,10 @@ for (const dialect of dialects()) {
           expect(read.hash.digest(9)).toBe(read.source.sourceEvidence.digest)
           const next = history.events[9]!.event.fact
           expect(next.kind === "model_requested" && next.purpose === "main").toBe(true)
+          // The row before an opening is a clean cut too: eight events end at turn 0's terminal.
+          const beforeOpening = yield* log.prepareContextCompaction("session-1", { current, mode: "pre_turn", maxEvents: 8, fit: true })
+          expect(beforeOpening.source.sourceEvidence.highWater).toBe(8)
+          expect(history.events[8]!.event.fact.kind).toBe("invocation_opened")
           // A byte limit cuts the same way: the tail through the cut fits, the next cut would not.
           const bytesOf = (through: number) =>
             history.writes.slice(0, through).reduce((total, item) => total + Buffer.byteLength(item.json), 0)
@@ -289,6 +293,31 @@ for (const dialect of dialects()) {
           const whole = yield* log.prepareContextCompaction("session-1", { current, mode: "pre_turn", fit: true })
           expect(whole.source).toEqual((yield* log.prepareContextCompaction("session-1", { current, mode: "pre_turn" })).source)
           expect(whole.source.sourceEvidence.highWater).toBe(24)
+        }),
+      ))
+
+    it("with fit, never cuts before a summary request: a call's result may still follow it", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = new History.History()
+          finishedTurn(history, 0)
+          // Turn 1 (rows 9–18): its summary request (13) is asked while its call (12) runs.
+          const run = history.open({ message: "Turn 1.", ...turnIds(1) })
+          const first = run.request()
+          run.complete(first, FactBuilders.toolCallStep([{ id: "call-1", name: "list_files", input: { path: "." } }]))
+          const operation = run.dispatch(first, "call-1")
+          const summary = run.request({ purpose: "summary", stepId: "summary-1" })
+          run.complete(summary, FactBuilders.textStep(FactBuilders.VALID_SUMMARY))
+          run.succeed(operation, FactBuilders.jsonOutput([{ name: "README.md" }]))
+          run.complete(run.request(), FactBuilders.textStep("Answer 1."))
+          run.end({ kind: "completed" })
+          const live = history.open({ message: "And now?", ...turnIds(2) })
+          yield* appendAll(log, history.writes)
+          expect(history.events[12]!.event.fact).toMatchObject({ kind: "model_requested", purpose: "summary" })
+          // Twelve tail events would reach the dispatch (12), whose next row is the summary request:
+          // not a clean cut, so the fence is the row before turn 1's first main request.
+          const read = yield* log.prepareContextCompaction("session-1", { current: live.invocation.invocationId, mode: "pre_turn", maxEvents: 12, fit: true })
+          expect(read.source.sourceEvidence.highWater).toBe(9)
         }),
       ))
 

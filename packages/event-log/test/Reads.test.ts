@@ -272,6 +272,22 @@ for (const dialect of dialects()) {
         }),
       ))
 
+    it("carries latestMain's request's checkpoint, context and connection, and says when nothing completed", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const { history, run, checkpoint } = compactedHistory()
+          yield* appendAll(log, history.writes.slice(0, 1))
+          expect(yield* log.latestMainContext("session-1")).toEqual({ kind: "no_completed_request" })
+          const context = { providerId: "provider-1", declaredWindow: 1_000 }
+          const step = run.request({ checkpointEventId: checkpoint.event.id, context })
+          run.complete(step, FactBuilders.textStep("the tests pass"))
+          yield* appendAll(log, history.writes.slice(1))
+          const latest = yield* log.latestMainContext("session-1")
+          expect(latest).toMatchObject({ kind: "selected", sequence: history.events.length, checkpointEventId: checkpoint.event.id, context })
+          expect(latest.kind === "selected" && latest.connectionId).toBe(FactBuilders.modelBinding().connectionId)
+        }),
+      ))
+
     it("keeps latestMain's projection current past an archive its request already saw", () =>
       withLog(dialect, (log) =>
         Effect.gen(function* () {
