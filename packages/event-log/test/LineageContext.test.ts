@@ -12,7 +12,7 @@ import { Effect } from "effect"
 import { describe, expect, it } from "vitest"
 import type * as EventLog from "../src/EventLog.ts"
 import { dialects } from "./support/dialects.ts"
-import { appendAll, handoffOpening, withLog, write } from "./support/harness.ts"
+import { appendAll, failure, handoffOpening, withLog, write } from "./support/harness.ts"
 
 const replay = { version: 1, digest: FactBuilders.digestOf("replay"), routeIdentity: FactBuilders.digestOf("route") } as const
 
@@ -76,6 +76,8 @@ for (const dialect of dialects()) {
           let written = history.written.length
           textRun(first, "c1 answer", { kind: "completed" })
           yield* appendAll(log, history.writes.slice(written))
+          // Sealed, c1's lineage keeps the claim's base, not the session before c1 (which holds run 3).
+          expect(runsOf(yield* log.readModelContext("session-1", { lineageOf: first.invocation.invocationId }))).toEqual(["run-1", "run-2", "c1"])
           const second = yield* continuation(first, "c2")
           expect(runsOf(yield* log.readModelContext("session-1", { current: second.invocation.invocationId }))).toEqual(["run-1", "run-2", "c1", "c2"])
 
@@ -101,6 +103,10 @@ for (const dialect of dialects()) {
           expect(runsOf(sealed)).toEqual(["run-1", "run-2", "c1", "c2", pause.intent.successorRunId])
           // And the root's own lineage: the session before it, and the root alone.
           expect(runsOf(yield* log.readModelContext("session-1", { lineageOf: root.invocation.invocationId }))).toEqual(["run-1", "run-2"])
+          // An invocation the session never opened has no lineage.
+          const unknown = yield* failure(log.readModelContext("session-1", { lineageOf: "invocation-9" }))
+          expect(unknown.reason).toMatchObject({ _tag: "Rejected", rejection: { _tag: "InvalidTransition" } })
+          expect(unknown.message).toContain("the lineage's invocation has no opening")
         }),
       ))
 
