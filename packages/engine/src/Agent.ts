@@ -206,7 +206,14 @@ const shapeProblem = (options: RunOptions): string | undefined => {
   if (options.allowPriorUnknown !== undefined && typeof options.allowPriorUnknown !== "boolean") {
     return "allowPriorUnknown must be a boolean"
   }
-  if (options.signal !== undefined && !isSignal(options.signal)) return "signal must be an AbortSignal"
+  if (options.signal !== undefined) {
+    // A getter of the caller's object runs here: one that throws is the same refusal, with its message.
+    try {
+      if (!isSignal(options.signal)) return "signal must be an AbortSignal"
+    } catch (error) {
+      return `signal must be an AbortSignal: reading it threw: ${error instanceof Error ? error.message : String(error)}`
+    }
+  }
   return undefined
 }
 

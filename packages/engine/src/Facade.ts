@@ -130,6 +130,19 @@ export const openWorkspace = (directory: string): Promise<Workspace.Workspace> =
   Effect.runPromiseExit(Agent.openWorkspace(directory).pipe(Effect.provide(Ids.layer))).then(settle)
 
 /**
+ * Whether the caller's signal has aborted, read without letting its getter throw through `start`: a
+ * getter that throws reads as not aborted here, and the option checks refuse the signal
+ * `InvalidInput` (an engine that admitted the run has read it already).
+ */
+const hasAborted = (signal: AbortSignal | undefined): boolean => {
+  try {
+    return signal?.aborted === true
+  } catch {
+    return false
+  }
+}
+
+/**
  * Opens the log and an engine over it. On SQLite the engine takes the writer lease and recovers what a
  * crashed host left open before it admits anything; on PostgreSQL call `recover()` explicitly.
  */
@@ -162,7 +175,7 @@ export const createEngine = async (options: CreateEngineOptions): Promise<MakaEn
     live.add(tracked)
     if (signal !== undefined) {
       // Aborted while `start` was admitting: the run is open, so it is cancelled now.
-      if (signal.aborted) onAbort()
+      if (hasAborted(signal)) onAbort()
       else signal.addEventListener("abort", onAbort, { once: true })
     }
     return {
@@ -201,7 +214,7 @@ export const createEngine = async (options: CreateEngineOptions): Promise<MakaEn
 
   return {
     start: (startOptions) => {
-      if (typeof startOptions === "object" && startOptions !== null && startOptions.signal?.aborted === true) return Promise.reject(EngineError.cancelled())
+      if (typeof startOptions === "object" && startOptions !== null && hasAborted(startOptions.signal)) return Promise.reject(EngineError.cancelled())
       // Resolved on the next turn of the event loop: the opening rides the first request's commit,
       // so the engine writes that request to its socket before the caller's code after `start` runs.
       const admitted = run(Agent.start(startOptions)).then((running) => {

@@ -153,9 +153,54 @@ describe("start refusals write nothing", () => {
       const refused = await rejection(context.engine.start(options(context, { workspace, signal: untyped(signal) })))
       assertInvalid(refused, "signal must be an AbortSignal", JSON.stringify(signal))
     }
+    // An object whose `aborted` getter throws is the same refusal, with its message, not the bare throw.
+    const throwing = {
+      get aborted(): boolean {
+        throw new Error("no flag here")
+      },
+      addEventListener: () => undefined,
+      removeEventListener: () => undefined,
+    }
+    assertInvalid(
+      await rejection(context.engine.start(options(context, { workspace, signal: untyped(throwing) }))),
+      "signal must be an AbortSignal: reading it threw: no flag here",
+      "a throwing getter",
+    )
     assert.deepStrictEqual(fs.readdirSync(workspace), [])
     assert.deepStrictEqual(await context.engine.events("session-1"), [])
     assert.strictEqual(context.server.requests().length, 0)
+  })
+
+  it("a signal whose aborted getter throws from its n-th read on: refused InvalidInput or a run that completes, never a bare throw or a run nobody holds", async () => {
+    const context = await setup()
+    context.server.push({ respond: Respond.sse(OpenAiSse.response({ text: ["done"] })), repeat: true })
+    const workspace = freshWorkspace(context, "workspace")
+    let refused = 0
+    for (let from = 1; ; from++) {
+      let reads = 0
+      const signal = {
+        get aborted(): boolean {
+          if (++reads >= from) throw new Error("no flag here")
+          return false
+        },
+        addEventListener: () => undefined,
+        removeEventListener: () => undefined,
+      }
+      try {
+        const run = await context.engine.start(options(context, { workspace, signal: untyped(signal) }))
+        assert.strictEqual((await run.wait()).outcome.kind, "completed", `throwing from read ${from}`)
+      } catch (error) {
+        assert.instanceOf(error, EngineError.EngineError, `throwing from read ${from}: ${String(error)}`)
+        assert.strictEqual((error as EngineError.EngineError).reason._tag, "InvalidInput")
+        refused++
+      }
+      // Whatever happened, the session takes the next run at once.
+      const next = await context.engine.start(options(context, { workspace }))
+      assert.strictEqual((await next.wait()).outcome.kind, "completed")
+      // Past the last read the getter never threw: every read site was met.
+      if (reads < from) break
+    }
+    assert.isAtLeast(refused, 2)
   })
 
   it("refuses allowPriorUnknown that is not a boolean: the string \"false\" never admits a run over an unknown outcome", async () => {
