@@ -288,6 +288,29 @@ for (const dialect of dialects()) {
         }),
       ))
 
+    it("marks latestMain's projection stale for an archive of the result right at its request's high water", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = new History.History()
+          const run = history.open()
+          const step = run.request()
+          run.complete(step, FactBuilders.toolCallStep([{ id: "a", name: "read_file", input: { path: "big" } }]))
+          const settled = run.succeed(run.dispatch(step, "a"), FactBuilders.textOutput("row\n".repeat(5_000)))
+          // The answer's request reads through the result: its high water is the result's sequence.
+          const answer = run.request()
+          run.complete(answer, FactBuilders.textStep("read it"))
+          run.end()
+          const request = history.events[settled.sequence]!.event.fact
+          expect(request.kind === "model_requested" && request.sourceHighWater).toBe(settled.sequence)
+          const fact = settled.event.fact
+          if (fact.kind !== "tool_settled" || fact.outcome.kind !== "succeeded") throw new Error("expected a success")
+          history.open({ message: "Again." }).archive(Archive.prepare(settled.event.id, "a", "read_file", { kind: "projection", projection: fact.outcome.projection })!)
+          yield* appendAll(log, history.writes)
+          const latest = yield* log.latestMainContext("session-1")
+          expect(latest.kind === "selected" && [latest.sequence, latest.projectionCurrent]).toEqual([settled.sequence + 2, false])
+        }),
+      ))
+
     it("keeps latestMain's projection current past an archive its request already saw", () =>
       withLog(dialect, (log) =>
         Effect.gen(function* () {
