@@ -406,6 +406,8 @@ export const make = (options: Partial<EngineOptions> = {}) =>
     // Runs live in the engine's own scope, so closing the surrounding scope first cancels and drains
     // them (the finalizer below) instead of interrupting them mid-step.
     const runScope = yield* Scope.make()
+    // Set as the engine closes: no run is admitted after it.
+    let closed = false
     const settingsOf = resolveOptions(options)
     const active = new Set<string>()
     // Runs of this engine that ended without a durable terminal (or whose opening may have landed):
@@ -493,6 +495,8 @@ export const make = (options: Partial<EngineOptions> = {}) =>
     ): Effect.Effect<RunningInvocation, EngineError.EngineError> =>
       Effect.gen(function* () {
         const sessionId = input.invocation.sessionId
+        // A closed engine's run scope would never start the worker, and nothing would admit the run.
+        if (closed) return yield* Effect.fail(EngineError.internal(EngineError.ENGINE_CLOSED_MESSAGE))
         if (active.has(sessionId)) return yield* Effect.fail(EngineError.busy(EngineError.SESSION_ACTIVE_MESSAGE))
         active.add(sessionId)
         // The caller's signal is read once: a getter that throws refuses the start, the session given back.
@@ -775,6 +779,7 @@ export const make = (options: Partial<EngineOptions> = {}) =>
     })
 
     const close = Effect.gen(function* () {
+      closed = true
       const runs = [...live.values()]
       for (const item of runs) yield* item.cancel
       for (const item of runs) yield* Fiber.await(item.fiber)

@@ -28,6 +28,8 @@ export type Reason =
   | { readonly _tag: "Internal"; readonly message: string }
 
 export const SESSION_ACTIVE_MESSAGE = "session already has an active invocation"
+/** A start on an engine that has closed (`close()`, or the scope that made it ended): `Internal`. */
+export const ENGINE_CLOSED_MESSAGE = "the engine is closed"
 export const SESSION_RESERVED_MESSAGE = Prompts.SESSION_RESERVED_MESSAGE
 export const UNSEALED_RUN_MESSAGE =
   "session has an unsealed run: it is live on another host, or it crashed; run recover when no other engine is live"

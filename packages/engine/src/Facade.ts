@@ -117,7 +117,7 @@ const failureOf = (cause: Cause.Cause<EdgeError>): EngineError.EngineError => {
 const settle = <A>(exit: Exit.Exit<A, EdgeError>): Promise<A> =>
   Exit.isSuccess(exit) ? Promise.resolve(exit.value) : Promise.reject(failureOf(exit.cause))
 
-const closedError = () => EngineError.internal("the engine is closed")
+const closedError = () => EngineError.internal(EngineError.ENGINE_CLOSED_MESSAGE)
 
 /** The provider configuration of a run: the key wrapped in `Redacted` at once. */
 export const providerConfig = Agent.providerConfig

@@ -68,6 +68,14 @@ describe("an interrupted start", () => {
       }),
     ), 60_000)
 
+  it.live("a start on an engine whose scope has closed is refused Internal, not left waiting for an admission", () =>
+    Effect.gen(function* () {
+      const context = yield* Effect.scoped(setup({ script: [] }))
+      const refused = yield* Effect.flip(context.engine.start(input(context, "late", catalog({ ran: [] })))).pipe(Effect.timeout("5 seconds"))
+      assert.strictEqual(refused.reason._tag, "Internal")
+      assert.strictEqual(refused.message, "the engine is closed")
+    }))
+
   it.live("a signal whose aborted getter throws refuses the start, InvalidInput, with the session free", () =>
     Effect.scoped(
       Effect.gen(function* () {
