@@ -5,7 +5,7 @@
  * changed, or that names no such position, is refused. And `readLineageContext`: the context of the
  * sealed run a boundary names.
  */
-import { Archive, Digest } from "@maka/facts"
+import { Digest } from "@maka/facts"
 import { FactBuilders, History } from "@maka/testkit"
 import BetterSqlite3 from "better-sqlite3"
 import { Effect } from "effect"
@@ -13,14 +13,12 @@ import { describe, expect, it } from "vitest"
 import type * as EventLog from "../src/EventLog.ts"
 import * as Testing from "../src/testing.ts"
 import { dialects } from "./support/dialects.ts"
-import { appendAll, failure, withLog } from "./support/harness.ts"
+import { appendAll, bigRead, failure, placeholderOf, withLog } from "./support/harness.ts"
 
 /** A completed run whose one tool call returned a result of about 20 KB. */
 const largeResultRun = (history: History.History) => {
   const run = history.open()
-  const step = run.request()
-  run.complete(step, FactBuilders.toolCallStep([{ id: "a", name: "read_file", input: { path: "big" } }]))
-  const settled = run.succeed(run.dispatch(step, "a"), FactBuilders.textOutput("row\n".repeat(5_000)))
+  const settled = bigRead(run, "a")
   const answer = run.request()
   run.complete(answer, FactBuilders.textStep("read it"))
   run.end()
@@ -29,10 +27,8 @@ const largeResultRun = (history: History.History) => {
 
 /** A second run that archives `settled` before its own step. */
 const archivingRun = (history: History.History, settled: ReturnType<typeof largeResultRun>): History.Run => {
-  const fact = settled.event.fact
-  if (fact.kind !== "tool_settled" || fact.outcome.kind !== "succeeded") throw new Error("expected a success")
   const run = history.open({ message: "And now?" })
-  run.archive(Archive.prepare(settled.event.id, "a", "read_file", { kind: "projection", projection: fact.outcome.projection })!)
+  run.archive(placeholderOf(settled, "a"))
   const step = run.request()
   run.complete(step, FactBuilders.textStep("done"))
   run.end()

@@ -10,7 +10,7 @@ import { openSqlite } from "../src/internal/open-sqlite.ts"
 import * as Testing from "../src/testing.ts"
 import { buildSqliteAtVersion, rawEvent, temporaryDirectory } from "./fixtures/storage.ts"
 import { dialects } from "./support/dialects.ts"
-import { appendAll, failure, withLog, write } from "./support/harness.ts"
+import { appendAll, bigRead, failure, placeholderOf, withLog, write } from "./support/harness.ts"
 
 const kinds = (items: ReadonlyArray<{ readonly kind: string; readonly stored?: Event.StoredEvent }>) =>
   items.map((item) => (item.kind === "canonical" ? item.stored!.event.fact.kind : "archived"))
@@ -238,17 +238,12 @@ for (const dialect of dialects()) {
         Effect.gen(function* () {
           const history = new History.History()
           const run = history.open()
-          const step = run.request()
-          run.complete(step, FactBuilders.toolCallStep([{ id: "a", name: "read_file", input: { path: "big" } }]))
-          const early = run.succeed(run.dispatch(step, "a"), FactBuilders.textOutput("row\n".repeat(5_000)))
-          const answer = run.request()
-          run.complete(answer, FactBuilders.textStep("read it"))
+          const early = bigRead(run, "a")
+          run.complete(run.request(), FactBuilders.textStep("read it"))
           run.end()
           // The next run's request is the latest main; it sees the early result, then calls again.
           const next = history.open({ message: "Again." })
-          const second = next.request()
-          next.complete(second, FactBuilders.toolCallStep([{ id: "b", name: "read_file", input: { path: "big" } }]))
-          const late = next.succeed(next.dispatch(second, "b"), FactBuilders.textOutput("row\n".repeat(5_000)))
+          const late = bigRead(next, "b")
           yield* appendAll(log, history.writes)
           const completion = history.events.length - 2
           const projectionCurrent = Effect.map(log.latestMainContext("session-1"), (latest) => {
@@ -257,10 +252,8 @@ for (const dialect of dialects()) {
           })
           expect(yield* projectionCurrent).toBe(true)
           const archive = (settled: Event.StoredEvent, callId: string) => {
-            const fact = settled.event.fact
-            if (fact.kind !== "tool_settled" || fact.outcome.kind !== "succeeded") throw new Error("expected a success")
             const written = history.written.length
-            next.archive(Archive.prepare(settled.event.id, callId, "read_file", { kind: "projection", projection: fact.outcome.projection })!)
+            next.archive(placeholderOf(settled, callId))
             return appendAll(log, history.writes.slice(written))
           }
           // A result settled after the request's high water: the request never saw it, its projection stands.
@@ -293,18 +286,13 @@ for (const dialect of dialects()) {
         Effect.gen(function* () {
           const history = new History.History()
           const run = history.open()
-          const step = run.request()
-          run.complete(step, FactBuilders.toolCallStep([{ id: "a", name: "read_file", input: { path: "big" } }]))
-          const settled = run.succeed(run.dispatch(step, "a"), FactBuilders.textOutput("row\n".repeat(5_000)))
+          const settled = bigRead(run, "a")
           // The answer's request reads through the result: its high water is the result's sequence.
-          const answer = run.request()
-          run.complete(answer, FactBuilders.textStep("read it"))
+          run.complete(run.request(), FactBuilders.textStep("read it"))
           run.end()
           const request = history.events[settled.sequence]!.event.fact
           expect(request.kind === "model_requested" && request.sourceHighWater).toBe(settled.sequence)
-          const fact = settled.event.fact
-          if (fact.kind !== "tool_settled" || fact.outcome.kind !== "succeeded") throw new Error("expected a success")
-          history.open({ message: "Again." }).archive(Archive.prepare(settled.event.id, "a", "read_file", { kind: "projection", projection: fact.outcome.projection })!)
+          history.open({ message: "Again." }).archive(placeholderOf(settled, "a"))
           yield* appendAll(log, history.writes)
           const latest = yield* log.latestMainContext("session-1")
           expect(latest.kind === "selected" && [latest.sequence, latest.projectionCurrent]).toEqual([settled.sequence + 2, false])
@@ -316,14 +304,8 @@ for (const dialect of dialects()) {
         Effect.gen(function* () {
           const history = new History.History()
           const run = history.open()
-          const step = run.request()
-          run.complete(step, FactBuilders.toolCallStep([{ id: "a", name: "read_file", input: { path: "big" } }]))
-          const settled = run.succeed(run.dispatch(step, "a"), FactBuilders.textOutput("row\n".repeat(5_000)))
-          const fact = settled.event.fact
-          if (fact.kind !== "tool_settled" || fact.outcome.kind !== "succeeded") throw new Error("expected a success")
-          run.archive(Archive.prepare(settled.event.id, "a", "read_file", { kind: "projection", projection: fact.outcome.projection })!)
-          const answer = run.request()
-          run.complete(answer, FactBuilders.textStep("read it"))
+          run.archive(placeholderOf(bigRead(run, "a"), "a"))
+          run.complete(run.request(), FactBuilders.textStep("read it"))
           run.end()
           yield* appendAll(log, history.writes)
           const latest = yield* log.latestMainContext("session-1")

@@ -2,7 +2,7 @@
  * Small helpers for log tests: run a body against a fresh log of one dialect, append testkit
  * histories, and assert that a refused append left the log exactly as it was.
  */
-import { EventWrite, Lineage, type Event, type Fact, type Identity } from "@maka/facts"
+import { Archive, EventWrite, Lineage, type Event, type Fact, type Identity } from "@maka/facts"
 import { FactBuilders, History } from "@maka/testkit"
 import { Cause, Effect, Exit, Option, Result } from "effect"
 import { expect } from "vitest"
@@ -100,4 +100,18 @@ export const finishedTurns = (sessionId: string, turns: number, options: { reado
     run.end({ kind: "completed" })
   }
   return history
+}
+
+/** A `read_file` step of `run` whose result (about 20 KB) is large enough to archive; returns its settlement. */
+export const bigRead = (run: History.Run, callId: string): Event.StoredEvent => {
+  const step = run.request()
+  run.complete(step, FactBuilders.toolCallStep([{ id: callId, name: "read_file", input: { path: "big" } }]))
+  return run.succeed(run.dispatch(step, callId), FactBuilders.textOutput("row\n".repeat(5_000)))
+}
+
+/** The placeholder that archives `settled`, the successful result of the `read_file` call `callId`. */
+export const placeholderOf = (settled: Event.StoredEvent, callId: string): Archive.ArchivedPlaceholder => {
+  const fact = settled.event.fact
+  if (fact.kind !== "tool_settled" || fact.outcome.kind !== "succeeded") throw new Error("expected a success")
+  return Archive.prepare(settled.event.id, callId, "read_file", { kind: "projection", projection: fact.outcome.projection })!
 }
