@@ -1,6 +1,6 @@
 import type { Event } from "@maka/facts"
 import { FactBuilders, History } from "@maka/testkit"
-import { describe, expect, it } from "vitest"
+import { afterEach, describe, expect, it, vi } from "vitest"
 import { RunRenderer } from "../src/internal/render.ts"
 
 const render = (events: ReadonlyArray<Event.StoredEvent>) => {
@@ -67,3 +67,39 @@ describe("what maka run shows of compaction", () => {
     expect(shown.err).toBe("compacting the context…\ncompaction not adopted: no checkpoint was recorded before the run ended\n")
   })
 })
+
+describe("the progress of a long tool call", () => {
+  afterEach(() => {
+    vi.useRealTimers()
+    vi.restoreAllMocks()
+  })
+
+  it("counts the call's time on the monotonic clock: a wall clock set forward an hour shows nothing early", () => {
+    vi.useFakeTimers({ toFake: ["setInterval", "clearInterval"] })
+    let monotonic = 1_000
+    vi.spyOn(performance, "now").mockImplementation(() => monotonic)
+    let wall = Date.UTC(2026, 11, 6)
+    vi.spyOn(Date, "now").mockImplementation(() => wall)
+    let err = ""
+    const renderer = new RunRenderer({ out: () => undefined, err: (text) => (err += text) }, false, () => undefined)
+    renderer.startProgress()
+    const history = new History.History()
+    const run = history.open()
+    const step = run.request()
+    run.complete(step, FactBuilders.toolCallStep([{ id: "call-1", name: "run_command", input: { command: "sleep 60" } }]))
+    run.dispatch(step, "call-1")
+    for (const written of history.written) renderer.handle(written.stored)
+    expect(err).toBe('tool: run_command {"command":"sleep 60"}\n')
+    // The wall clock jumps an hour ahead while a second passes.
+    wall += 3_600_000
+    monotonic += 1_000
+    vi.advanceTimersByTime(1_000)
+    expect(err).not.toContain("still running")
+    // Five seconds on the monotonic clock: the first progress line, with the call's real time.
+    monotonic += 4_000
+    vi.advanceTimersByTime(4_000)
+    expect(err).toContain("tool: run_command still running (5 s)\n")
+    renderer.stop()
+  })
+})
+

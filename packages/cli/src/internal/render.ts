@@ -73,10 +73,13 @@ export class RunRenderer {
     },
   ) {}
 
-  /** Starts the progress lines of long tool calls (real time: this is the terminal edge). */
+  /**
+   * Starts the progress lines of long tool calls (real time: this is the terminal edge), timed on the
+   * monotonic clock: a wall clock set back or forward during a call never shows a wrong duration.
+   */
   startProgress(): void {
     this.progress = setInterval(() => {
-      const now = Date.now()
+      const now = performance.now()
       for (const call of this.dispatched.values()) {
         const periods = Math.floor((now - call.startedAt) / PROGRESS_INTERVAL_MS)
         if (periods > call.shown) {
@@ -154,7 +157,7 @@ export class RunRenderer {
         return
       }
       case "tool_dispatched":
-        this.dispatched.set(fact.operationId, { name: fact.name, at: stored.event.recordedAt, startedAt: Date.now(), shown: 0 })
+        this.dispatched.set(fact.operationId, { name: fact.name, at: stored.event.recordedAt, startedAt: performance.now(), shown: 0 })
         this.sink.err(`tool: ${fact.name} ${shortJson(fact.input)}\n`)
         return
       case "tool_settled": {
