@@ -102,12 +102,8 @@ for (const dialect of dialects()) {
         Effect.gen(function* () {
           const history = new History.History()
           const run = history.open()
-          const step = run.request()
-          run.complete(step, FactBuilders.toolCallStep([{ id: "a", name: "read_file", input: { path: "big" } }]))
-          const settled = run.succeed(run.dispatch(step, "a"), FactBuilders.textOutput("row\n".repeat(5_000)))
-          const fact = settled.event.fact
-          if (fact.kind !== "tool_settled" || fact.outcome.kind !== "succeeded") throw new Error("expected a success")
-          const archive = run.archive(Archive.prepare(settled.event.id, "a", "read_file", { kind: "projection", projection: fact.outcome.projection })!)
+          const settled = bigRead(run, "a")
+          const archive = run.archive(placeholderOf(settled, "a"))
           yield* appendAll(log, history.writes)
           const source = yield* log.readModelContext("session-1", { current: run.invocation.invocationId })
           const item = source.tail.find((entry) => entry.kind === "archived")
@@ -138,9 +134,7 @@ for (const dialect of dialects()) {
           const succeeded = run.succeed(run.dispatch(step, "a"), FactBuilders.textOutput("row\n".repeat(5_000)))
           const message = `cannot read: ${"e".repeat(20_000)}`
           const failed = run.fail(run.dispatch(step, "b"), message)
-          const fact = succeeded.event.fact
-          if (fact.kind !== "tool_settled" || fact.outcome.kind !== "succeeded") throw new Error("expected a success")
-          run.archive(Archive.prepare(succeeded.event.id, "a", "read_file", { kind: "projection", projection: fact.outcome.projection })!)
+          run.archive(placeholderOf(succeeded, "a"))
           run.archive(Archive.prepare(failed.event.id, "b", "read_file", { kind: "failed", message })!)
           yield* appendAll(log, history.writes)
           const source = yield* log.readModelContext("session-1", { current: run.invocation.invocationId })
