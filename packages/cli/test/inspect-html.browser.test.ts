@@ -186,17 +186,35 @@ describe.skipIf(!available && !inCi)("maka inspect --html rendered in headless C
     const text = await step.innerText()
     expect(text).toMatch(/input digest matches \(sha256:[0-9a-f]{64}\); max output tokens \d+/)
     expect(await step.locator("h3").allInnerTexts()).toEqual(["Input", "Output"])
-    expect(await step.locator(".role").allInnerTexts()).toEqual(["system", "user", "assistant", "tool", "assistant", "tool"])
+    // The four messages step 2 sent are named by reference; the two new ones are shown.
+    expect(text).toContain("Messages 1–4: the same as messages 1–4 of step 2.")
+    expect(await step.locator("a").getAttribute("href")).toBe("#step-2")
+    expect(await step.locator(".role").allInnerTexts()).toEqual(["5. assistant", "6. tool"])
     const blocks = await step.locator("pre").allInnerTexts()
-    expect(blocks).toHaveLength(7)
-    expect(blocks[1]).toBe("What is this?")
-    expect(blocks[5]).toMatch(/^read_file \(call_\w+\) → +1\t# Lantern\n +2\t\n +3\tA tiny static-site generator\.$/)
+    expect(blocks).toHaveLength(3)
+    expect(blocks[1]).toMatch(/^read_file \(call_\w+\) → +1\t# Lantern\n +2\t\n +3\tA tiny static-site generator\.$/)
     // The output is the answer `maka run` printed.
-    expect(blocks[6]).toBe(answer)
+    expect(blocks[2]).toBe(answer)
     expect(text).toMatch(/finish stop$/)
     const box = await step.boundingBox()
     expect(box?.height ?? 0).toBeGreaterThan(200)
     // The other steps stay closed.
     expect(await page.locator("details#step-2 pre").first().isVisible()).toBe(false)
+  })
+
+  it("shows every message of a step's input once: the steps' new messages add up to the last step's input", async () => {
+    const roles: Array<string> = []
+    const references: Array<string> = []
+    for (const number of [1, 2, 3]) {
+      const step = page.locator(`details#step-${number}`)
+      // Opened as a reader would (a step the test before opened stays open).
+      if (!(await step.evaluate((element) => (element as HTMLDetailsElement).open))) await step.locator("summary").click()
+      roles.push(...(await step.locator(".role").allInnerTexts()))
+      references.push(...(await step.locator("p").allInnerTexts()).filter((line) => line.startsWith("Messages ")))
+    }
+    expect(roles).toEqual(["1. system", "2. user", "3. assistant", "4. tool", "5. assistant", "6. tool"])
+    expect(references).toEqual(["Messages 1–2: the same as messages 1–2 of step 1.", "Messages 1–4: the same as messages 1–4 of step 2."])
+    const first = page.locator("details#step-1 pre")
+    expect(await first.nth(1).innerText()).toBe("What is this?")
   })
 })

@@ -86,8 +86,16 @@ describe("read-only commands over a log with a completed and a crashed run", () 
     expect(html.match(/input digest matches/g)).toHaveLength(3)
     expect(html).toContain("# Lantern")
     expect(html).toContain("What is this?")
-    // Self-contained: nothing to fetch, no script.
-    expect(html).not.toMatch(/<script|<link|<img|<iframe|\ssrc=|\shref=|url\(/i)
+    // Each message of the inputs once: a step names what it shares with the step before it.
+    expect(html.match(/What is this\?<\/pre>/g)).toHaveLength(1)
+    expect(html.match(/# Lantern/g)).toHaveLength(1)
+    expect(html.match(/<div class="role">/g)).toHaveLength(6)
+    expect(html.match(/Messages 1–\d+: the same as messages 1–\d+ of <a href="#step-\d+">step \d+<\/a>\./g)).toEqual([
+      'Messages 1–2: the same as messages 1–2 of <a href="#step-1">step 1</a>.',
+      'Messages 1–4: the same as messages 1–4 of <a href="#step-2">step 2</a>.',
+    ])
+    // Self-contained: nothing to fetch, no script; the only links are to the page's own steps.
+    expect(html).not.toMatch(/<script|<link|<img|<iframe|\ssrc=|\shref="(?!#step-\d+")|url\(/i)
   })
 
   it("maka inspect never rebuilds a step from changed rows: --step is exit 1, the page marks that step only", async () => {

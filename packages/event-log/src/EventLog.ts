@@ -19,6 +19,7 @@ import * as Rows from "./internal/rows.ts"
 export type {
   Baseline,
   CompactionMode,
+  FrozenRead,
   LatestMainContext,
   LatestSummary,
   ModelContextRead,
@@ -133,6 +134,17 @@ export interface EventLogShape {
     sourceEvidence: ContextReads.SourceEvidence,
     limits?: { readonly maxEvents?: number; readonly maxBytes?: number },
   ) => Effect.Effect<ContextReads.ModelContextSource, EventLogError.EventLogError>
+  /**
+   * `readFrozenModelContext` of many evidences in one read (docs/log-format.md §3.7), each with the
+   * source or the refusal its own read gives, in order: a session's rows are read and decoded once
+   * for all its evidences (their sources share the same event objects), so rebuilding every request
+   * of a session costs one read of it, not one per request. Only a failure of the read itself fails
+   * the whole.
+   */
+  readonly readFrozenModelContexts: (
+    sourceEvidences: ReadonlyArray<ContextReads.SourceEvidence>,
+    limits?: { readonly maxEvents?: number; readonly maxBytes?: number },
+  ) => Effect.Effect<ReadonlyArray<ContextReads.FrozenRead>, EventLogError.EventLogError>
   /**
    * The context of the sealed run a boundary names (a claim's `source`), over that run's lineage
    * (docs/log-format.md §3.6, §3.7): what a continuation claiming the boundary replays. A boundary
@@ -342,6 +354,13 @@ export const make = (database: Database): Effect.Effect<EventLogShape> =>
       readFrozenModelContext: (sourceEvidence, limits = {}) =>
         read((tx) =>
           ContextReads.readFrozenModelContext(tx, database.dialect, sourceEvidence, {
+            maxEvents: limits.maxEvents ?? defaults.maxEvents,
+            maxBytes: limits.maxBytes ?? defaults.maxBytes,
+          }),
+        ),
+      readFrozenModelContexts: (sourceEvidences, limits = {}) =>
+        read((tx) =>
+          ContextReads.readFrozenModelContexts(tx, database.dialect, sourceEvidences, {
             maxEvents: limits.maxEvents ?? defaults.maxEvents,
             maxBytes: limits.maxBytes ?? defaults.maxBytes,
           }),

@@ -10,28 +10,10 @@ import { openSqlite } from "../src/internal/open-sqlite.ts"
 import * as Testing from "../src/testing.ts"
 import { buildSqliteAtVersion, rawEvent, temporaryDirectory } from "./fixtures/storage.ts"
 import { dialects } from "./support/dialects.ts"
-import { appendAll, bigRead, failure, placeholderOf, withLog, write } from "./support/harness.ts"
+import { appendAll, bigRead, failure, placeholderOf, summarised, withLog, write } from "./support/harness.ts"
 
 const kinds = (items: ReadonlyArray<{ readonly kind: string; readonly stored?: Event.StoredEvent }>) =>
   items.map((item) => (item.kind === "canonical" ? item.stored!.event.fact.kind : "archived"))
-
-/**
- * A summary step (`summary-1`) of `run`, and the mid-turn checkpoint built from it, anchored on the
- * run's opening and covering through the summary's source; returns the checkpoint's event.
- */
-const summarised = (history: History.History, run: History.Run) => {
-  const summary = run.request({ purpose: "summary", stepId: "summary-1" })
-  run.complete(summary, FactBuilders.textStep(FactBuilders.VALID_SUMMARY))
-  const request = history.events[history.events.length - 2]!.event.fact
-  if (request.kind !== "model_requested") throw new Error("expected a request")
-  return run.checkpoint({
-    mode: { kind: "mid_turn", anchorEventId: run.opening.event.id },
-    coveredThrough: request.sourceHighWater,
-    sourceDigest: request.sourceDigest,
-    summary: { format: "sections_v1", text: FactBuilders.VALID_SUMMARY },
-    summaryStepId: summary,
-  })
-}
 
 /** Two turns, the second compacted mid-turn: returns the history and the checkpoint's event. */
 const compactedHistory = () => {

@@ -1,9 +1,10 @@
 /**
  * `maka inspect --html FILE`: one self-contained page (inline styles, no script, nothing fetched)
  * with the session's timeline, the context size per step, and each main step's exact input (rebuilt
- * from the log and checked against its `inputDigest`) and output.
+ * from the log and checked against its `inputDigest`: the messages it shares with the step before
+ * it by reference, the others in full) and output.
  */
-import type { Event, Prompt } from "@maka/facts"
+import type { Event, Model, Prompt } from "@maka/facts"
 import { rebuildInput, timeline, type RebuiltInput, type StepSource } from "./inspect.ts"
 
 const escape = (text: string): string =>
@@ -22,7 +23,7 @@ summary { cursor: pointer; font-weight: 600; } .ok { color: #137333; } .bad { co
 .role { font-weight: 600; margin-top: .6rem; }
 `
 
-const messageHtml = (message: Prompt.PromptMessage): string => {
+const messageHtml = (message: Prompt.PromptMessage, number: number): string => {
   const body = (() => {
     switch (message.role) {
       case "system":
@@ -40,7 +41,36 @@ const messageHtml = (message: Prompt.PromptMessage): string => {
           .join("\n")
     }
   })()
-  return `<div class="role">${escape(message.role)}</div><pre>${escape(body)}</pre>`
+  return `<div class="role">${number}. ${escape(message.role)}</div><pre>${escape(body)}</pre>`
+}
+
+/** How many leading messages `prompt` shares with `previous`: the same message objects, in order. */
+const sharedPrefix = (prompt: Prompt.Prompt, previous: Prompt.Prompt | undefined): number => {
+  if (previous === undefined) return 0
+  const length = Math.min(prompt.length, previous.length)
+  let shared = 0
+  while (shared < length && prompt[shared] === previous[shared]) shared++
+  return shared
+}
+
+/**
+ * A step's input messages: those it shares with the step before it (the same messages, in the same
+ * order: rebuilt from the same events of the log) by reference to that step, the others in full. A
+ * session's page then grows with its messages, not with its steps times its messages.
+ */
+const inputHtml = (prompt: Prompt.Prompt, previous: { readonly number: number; readonly prompt: Prompt.Prompt } | undefined): string => {
+  const shared = previous === undefined ? 0 : sharedPrefix(prompt, previous.prompt)
+  const reference =
+    shared === 0 || previous === undefined
+      ? ""
+      : `<p>Messages 1–${shared}: the same as messages 1–${shared} of <a href="#step-${previous.number}">step ${previous.number}</a>.</p>\n`
+  return (
+    reference +
+    prompt
+      .slice(shared)
+      .map((message, index) => messageHtml(message, shared + index + 1))
+      .join("\n")
+  )
 }
 
 /** The page of a session's events. */
@@ -60,16 +90,22 @@ export const isInspectPage = (head: string): boolean =>
  */
 export const inspectHtml = (sessionId: string, events: ReadonlyArray<Event.StoredEvent>, sources: ReadonlyArray<StepSource>): string => {
   const mainRequests = events.filter((stored) => stored.event.fact.kind === "model_requested" && stored.event.fact.purpose === "main")
+  const outputs = new Map<string, Model.ModelStep>()
+  for (const stored of events) if (stored.event.fact.kind === "model_completed") outputs.set(stored.event.fact.stepId, stored.event.fact.output)
   const steps = mainRequests.map((stored, index) => {
     const request = stored.event.fact
     const stepId = request.kind === "model_requested" ? request.stepId : ""
-    const completed = events.find((candidate) => candidate.event.fact.kind === "model_completed" && candidate.event.fact.stepId === stepId)?.event.fact
-    const output = completed?.kind === "model_completed" ? completed.output : undefined
+    const output = outputs.get(stepId)
     const source = sources[index]
     const rebuilt: RebuiltInput | { readonly unreadable: string } =
       source === undefined ? { unreadable: "not read" } : "unreadable" in source ? source : rebuildInput(events, stored, source)
     return { number: index + 1, stored, rebuilt, output }
   })
+  // The input of the step before `index`, when it was rebuilt.
+  const previousInput = (index: number) => {
+    const previous = steps[index - 1]
+    return previous === undefined || "unreadable" in previous.rebuilt ? undefined : { number: previous.number, prompt: previous.rebuilt.prompt }
+  }
   const largest = Math.max(1, ...steps.map((step) => step.output?.usage.inputTokens ?? 0))
   const sizeRows = steps
     .map((step) => {
@@ -80,7 +116,7 @@ export const inspectHtml = (sessionId: string, events: ReadonlyArray<Event.Store
     })
     .join("\n")
   const stepSections = steps
-    .map((step) => {
+    .map((step, index) => {
       const output =
         step.output === undefined
           ? "<p>No output: the request did not complete.</p>"
@@ -107,7 +143,7 @@ ${output}
       )}</summary>
 <p>${check}; max output tokens ${rebuilt.maxOutputTokens}</p>
 <h3>Input</h3>
-${rebuilt.prompt.map(messageHtml).join("\n")}
+${inputHtml(rebuilt.prompt, previousInput(index))}
 <h3>Output</h3>
 ${output}
 </details>`

@@ -6,6 +6,7 @@
  */
 import type { Event, Fact, Outcome, Prompt } from "@maka/facts"
 import type { EventLog } from "@maka/event-log"
+import { Result } from "effect"
 import { PromptBuilder } from "@maka/engine"
 import { projectPrompt } from "@maka/model"
 import { Builtins, ReadToolResult, Tool, ToolCatalog } from "@maka/tools"
@@ -135,17 +136,19 @@ export const timeline = (events: ReadonlyArray<Event.StoredEvent>): ReadonlyArra
  * checkpoint, anchor, archives and `latestMain` that held at its high water. A source the log
  * refuses (its rows no longer give the recorded digest) is the refusal's message instead. The
  * limits are the log's own rows, already read: a source read under a host's larger limits rebuilds.
+ * All of them in one read of the session: their sources share its events, and so do the messages
+ * rebuilt from them (what the page compares from step to step).
  */
 const readSources = async (open: OpenLog, requests: ReadonlyArray<Event.StoredEvent>): Promise<ReadonlyArray<StepSource>> => {
-  const sources: Array<StepSource> = []
-  for (const stored of requests) {
+  const evidences = requests.map((stored) => {
     const request = stored.event.fact
     if (request.kind !== "model_requested") throw new CliError("not a model request", ExitCode.failed)
-    const evidence = { scope: request.sourceScope, highWater: request.sourceHighWater, digest: request.sourceDigest }
-    const read = open.log.readFrozenModelContext(evidence, { maxEvents: Number.MAX_SAFE_INTEGER, maxBytes: Number.MAX_SAFE_INTEGER })
-    sources.push(await open.run(read).catch((error: unknown) => ({ unreadable: error instanceof Error ? error.message : String(error) })))
-  }
-  return sources
+    return { scope: request.sourceScope, highWater: request.sourceHighWater, digest: request.sourceDigest }
+  })
+  const reads = await open.run(
+    open.log.readFrozenModelContexts(evidences, { maxEvents: Number.MAX_SAFE_INTEGER, maxBytes: Number.MAX_SAFE_INTEGER }),
+  )
+  return reads.map((read) => (Result.isSuccess(read) ? read.success : { unreadable: `store error: ${read.failure.message}` }))
 }
 
 /**

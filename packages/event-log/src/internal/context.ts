@@ -433,20 +433,40 @@ export const readFrozenModelContext = async (
   evidence: SourceEvidence,
   limits: { readonly maxEvents: number; readonly maxBytes: number },
 ): Promise<ModelContextSource> => {
+  const sessionId = checkFrozenEvidence(evidence)
+  checkFrozenHighWater(evidence, await Rows.sessionHighWater(tx, sessionId))
+  return frozenSource(tx, dialect, sessionId, evidence, limits, undefined)
+}
+
+/** The session a frozen read's evidence names; refuses a root scope or a high water that is no sequence. */
+const checkFrozenEvidence = (evidence: SourceEvidence): string => {
   if (!Schema.is(Identity.LogScope)(evidence.scope) || evidence.scope.kind === "root") {
     throw EventLogError.invalidTransition("a frozen model context is read from a session or lineage scope")
   }
   if (!Number.isSafeInteger(evidence.highWater) || evidence.highWater < 0) {
     throw EventLogError.invalidTransition(`a frozen source's high water must be a sequence (an integer ≥ 0), got ${String(evidence.highWater)}`)
   }
-  const sessionId = evidence.scope.kind === "session" ? evidence.scope.id : evidence.scope.sessionId
-  const sessionHighWater = await Rows.sessionHighWater(tx, sessionId)
+  return evidence.scope.kind === "session" ? evidence.scope.id : evidence.scope.sessionId
+}
+
+const checkFrozenHighWater = (evidence: SourceEvidence, sessionHighWater: number): void => {
   if (evidence.highWater > sessionHighWater) {
     throw EventLogError.invalidTransition(
       `the frozen source's high water ${evidence.highWater} is past the session's last event (${sessionHighWater})`,
     )
   }
-  const { source } = await materialise(tx, dialect, sessionId, limits, undefined, evidence)
+}
+
+/** The source a frozen read rebuilds, refused when its rows no longer give the evidence's digest. */
+const frozenSource = async (
+  tx: Rows.Tx,
+  dialect: Dialect,
+  sessionId: string,
+  evidence: SourceEvidence,
+  limits: { readonly maxEvents: number; readonly maxBytes: number },
+  shared: SharedRows | undefined,
+): Promise<ModelContextSource> => {
+  const { source } = await materialise(tx, dialect, sessionId, limits, undefined, evidence, shared)
   if (source.sourceEvidence.digest !== evidence.digest) {
     throw EventLogError.invalidTransition(
       `the frozen source changed: its rows through ${evidence.highWater} no longer give the digest it recorded`,
@@ -508,34 +528,20 @@ const liveAmong = (rows: ReadonlyArray<DecodedRow>): ReadonlyArray<string> => {
 }
 
 /**
- * The shared core of the context reads; `fence` makes it a compaction source, `frozen` a frozen
- * read of an earlier read's evidence.
+ * Decodes session rows in order into `entries` (when `deferred`: every row with its text, to hash
+ * and cut later) and `decodedRows` (every row but the observations), hashing each into `streamed`
+ * when given; returns the last row's sequence. An undecodable row ends the loop with `undecodable`.
+ * The rows are released as they are read.
  */
-const materialise = async (
-  tx: Rows.Tx,
-  dialect: Dialect,
-  sessionId: string,
-  options: ContextOptions,
-  fence: Fence | undefined,
-  frozen?: SourceEvidence,
-): Promise<ModelContextRead> => {
-  const live = options.current === undefined ? undefined : await liveOpening(tx, sessionId, options.current)
-  const opening = live?.row
-  let scope: Identity.LogScope = { kind: "session", id: sessionId }
-  // The evidence of a read that covers every row it reads is hashed as the rows are read, and no
-  // row's text outlives its turn of the loop: a long session's read then keeps its decoded events
-  // alive, not their text as well (what a young-generation collection during the read copies).
-  const deferred = frozen !== undefined || maySelect(live, options, fence)
-  const streamed = deferred ? undefined : Digest.LogPrefixHash.start(scope)
-  // The rows as entries, observations included, are kept only for a read that may select (what it
-  // hashes, where it may cut); a read that hashes as it reads needs only its last sequence.
-  const entries: Array<SessionEntry> = []
+const decodeRows = async (
+  rows: Array<Rows.SessionRow | undefined>,
+  streamed: Digest.LogPrefixHash | undefined,
+  deferred: boolean,
+  entries: Array<SessionEntry>,
+  decodedRows: Array<DecodedRow>,
+  undecodable: (sequence: number, failure: { readonly message: string }) => Promise<never>,
+): Promise<number> => {
   let lastSequence = 0
-  // Every decoded row of the session: the safety gate reads them all, whatever the selection keeps.
-  const decodedRows: Array<DecodedRow> = []
-  // A frozen read's rows stop at its high water: every fact above it is left out.
-  const rows =
-    frozen === undefined ? await sessionRowsOf(tx, sessionId) : [...(await Rows.sessionRowsBetween(tx, sessionId, 0, frozen.highWater))]
   const invocations: { last?: Identity.Invocation } = {}
   for (let index = 0; index < rows.length; index++) {
     const [rowSequence, observedInvocationId, rowJson] = rows[index]!
@@ -551,7 +557,7 @@ const materialise = async (
     }
     // The other ids come from the event itself (the columns are written from it).
     const decodedJson = Codec.decodeEventJson(rowJson)
-    const parsed = Result.isSuccess(decodedJson) ? decodedJson.success : await Rows.undecodableAt(tx, sequence, decodedJson.failure)
+    const parsed = Result.isSuccess(decodedJson) ? decodedJson.success : await undecodable(sequence, decodedJson.failure)
     const event = sharedInvocation(parsed, invocations)
     const decoded: DecodedRow = {
       sequence,
@@ -565,6 +571,56 @@ const materialise = async (
     }
     decodedRows.push(decoded)
     if (deferred) entries.push(decoded)
+  }
+  return lastSequence
+}
+
+/**
+ * The rows of a frozen read that a batch already read and decoded (`readFrozenModelContexts`): the
+ * session's rows at or below the read's high water, the read's own arrays, and what the batch keeps
+ * between its reads (running hashes by selection, the gate's verdicts of sealed invocations).
+ */
+interface SharedRows {
+  readonly entries: Array<SessionEntry>
+  readonly decodedRows: Array<DecodedRow>
+  readonly hashes: SelectionHashes
+  readonly sealed: Map<string, Safety.InvocationStatus>
+}
+
+/**
+ * The shared core of the context reads; `fence` makes it a compaction source, `frozen` a frozen
+ * read of an earlier read's evidence.
+ */
+const materialise = async (
+  tx: Rows.Tx,
+  dialect: Dialect,
+  sessionId: string,
+  options: ContextOptions,
+  fence: Fence | undefined,
+  frozen?: SourceEvidence,
+  shared?: SharedRows,
+): Promise<ModelContextRead> => {
+  const live = options.current === undefined ? undefined : await liveOpening(tx, sessionId, options.current)
+  const opening = live?.row
+  let scope: Identity.LogScope = { kind: "session", id: sessionId }
+  // The evidence of a read that covers every row it reads is hashed as the rows are read, and no
+  // row's text outlives its turn of the loop: a long session's read then keeps its decoded events
+  // alive, not their text as well (what a young-generation collection during the read copies).
+  const deferred = frozen !== undefined || maySelect(live, options, fence)
+  const streamed = deferred ? undefined : Digest.LogPrefixHash.start(scope)
+  // The rows as entries, observations included, are kept only for a read that may select (what it
+  // hashes, where it may cut); a read that hashes as it reads needs only its last sequence.
+  const entries: Array<SessionEntry> = shared?.entries ?? []
+  let lastSequence = 0
+  // Every decoded row of the session: the safety gate reads them all, whatever the selection keeps.
+  const decodedRows: Array<DecodedRow> = shared?.decodedRows ?? []
+  if (shared === undefined) {
+    // A frozen read's rows stop at its high water: every fact above it is left out.
+    const rows =
+      frozen === undefined ? await sessionRowsOf(tx, sessionId) : [...(await Rows.sessionRowsBetween(tx, sessionId, 0, frozen.highWater))]
+    lastSequence = await decodeRows(rows, streamed, deferred, entries, decodedRows, (sequence, failure) =>
+      Rows.undecodableAt(tx, sequence, failure),
+    )
   }
   const selection = frozen === undefined ? selectionOf(decodedRows, options) : frozenSelection(decodedRows, frozen.scope)
   const selected = (row: { readonly sequence: number; readonly invocationId: string }) =>
@@ -597,7 +653,7 @@ const materialise = async (
             ...(options.manual === true ? { manual: true } : {}),
           },
         )
-      : await frozenSafety(tx, dialect, decodedRows)
+      : await frozenSafety(tx, dialect, decodedRows, shared?.sealed)
   // Step 3: the selection's high water, the mode's fence of a compaction source, or a frozen read's.
   let highWater = frozen?.highWater ?? readHighWater
   if (fence !== undefined && fence.mode !== "mid_turn" && opening !== undefined) {
@@ -737,7 +793,7 @@ const materialise = async (
   }
   const { replacements, tail, latestSummary } = built
   // Step 7: the evidence streams every row of the selection up to the high water, observations included.
-  const hash = streamed ?? hashSelection(scope, entries, highWater)
+  const hash = streamed ?? (shared === undefined ? hashSelection(scope, entries, highWater) : shared.hashes.of(scope, selection, entries, highWater))
   if (hash === streamed && (scope.kind !== "session" || highWater !== readHighWater)) {
     throw new Error("a context read hashed as it read selected fewer rows than it read")
   }
@@ -763,13 +819,19 @@ const materialise = async (
  * live there (the earlier read's `current`) is excluded, and the manual policy applies. Two live
  * invocations exclude neither, and fail the gate.
  */
-const frozenSafety = (tx: Rows.Tx, dialect: Dialect, rows: ReadonlyArray<DecodedRow>): Promise<Safety.SafetyResult> => {
+const frozenSafety = (
+  tx: Rows.Tx,
+  dialect: Dialect,
+  rows: ReadonlyArray<DecodedRow>,
+  sealed: Map<string, Safety.InvocationStatus> | undefined,
+): Promise<Safety.SafetyResult> => {
   const live = liveAmong(rows)
   return Safety.checkFolded(
     tx,
     dialect,
     rows.map((row) => row.stored),
     { ...(live.length === 1 ? { exclude: live[0]! } : {}), manual: true },
+    sealed,
   )
 }
 
@@ -782,6 +844,136 @@ const hashSelection = (scope: Identity.LogScope, entries: ReadonlyArray<SessionE
     hash.update(entry.sequence, entry.json)
   }
   return hash
+}
+
+/**
+ * The running hashes of a batch of frozen reads over one session, one per selection (the scope and,
+ * for a lineage, its base and invocations). The same selection of a session's rows through a higher
+ * high water extends the one through a lower (the same rule over the same rows), so a batch asking
+ * in ascending high water goes on hashing where the read before it stopped: each selected row is
+ * hashed once per selection.
+ */
+class SelectionHashes {
+  private readonly running = new Map<string, { readonly hash: Digest.LogPrefixHash; count: number }>()
+
+  /** The hash of `entries` (the selection's rows) through `highWater`, at or above every earlier call's. */
+  of(scope: Identity.LogScope, selection: LineageSelection | undefined, entries: ReadonlyArray<SessionEntry>, highWater: number): Digest.LogPrefixHash {
+    const key =
+      selection === undefined
+        ? Canonical.stringify(scope)
+        : `${Canonical.stringify(scope)} ${selection.base} ${[...selection.invocations].sort().join(" ")}`
+    let kept = this.running.get(key)
+    if (kept === undefined) {
+      kept = { hash: Digest.LogPrefixHash.start(scope), count: 0 }
+      this.running.set(key, kept)
+    }
+    let index = kept.count
+    for (; index < entries.length; index++) {
+      const entry = entries[index]!
+      if (entry.sequence > highWater) break
+      if (entry.json === undefined) throw new Error("a context read that selects kept no row text to hash")
+      kept.hash.update(entry.sequence, entry.json)
+    }
+    kept.count = index
+    return kept.hash
+  }
+}
+
+/** A frozen read of a batch: its source, or the store's refusal of it. */
+export type FrozenRead = Result.Result<ModelContextSource, EventLogError.EventLogError>
+
+/**
+ * `readFrozenModelContext` of each evidence (docs/log-format.md §3.7), in one transaction: each
+ * session's rows through its highest valid high water are read and decoded once and shared by its
+ * reads (so their events are the same objects, and what is memoised by event serves them all), each
+ * selection is hashed once, forwards, and a sealed invocation's gate verdict is reached once. Each
+ * evidence gets the source or the refusal its own `readFrozenModelContext` gives, in the given order.
+ */
+export const readFrozenModelContexts = async (
+  tx: Rows.Tx,
+  dialect: Dialect,
+  evidences: ReadonlyArray<SourceEvidence>,
+  limits: { readonly maxEvents: number; readonly maxBytes: number },
+): Promise<ReadonlyArray<FrozenRead>> => {
+  const results: Array<FrozenRead | undefined> = evidences.map(() => undefined)
+  const refuse = (index: number, error: unknown) => {
+    if (!EventLogError.isEventLogError(error)) throw error
+    results[index] = Result.fail(error)
+  }
+  const bySession = new Map<string, Array<number>>()
+  evidences.forEach((evidence, index) => {
+    try {
+      checkFrozenEvidence(evidence)
+    } catch (error) {
+      return refuse(index, error)
+    }
+    const sessionId = evidence.scope.kind === "session" ? evidence.scope.id : (evidence.scope as { readonly sessionId: string }).sessionId
+    bySession.set(sessionId, [...(bySession.get(sessionId) ?? []), index])
+  })
+  for (const [sessionId, indexes] of bySession) {
+    const sessionHighWater = await Rows.sessionHighWater(tx, sessionId)
+    const valid: Array<number> = []
+    for (const index of indexes) {
+      try {
+        checkFrozenHighWater(evidences[index]!, sessionHighWater)
+        valid.push(index)
+      } catch (error) {
+        refuse(index, error)
+      }
+    }
+    if (valid.length === 0) continue
+    valid.sort((left, right) => evidences[left]!.highWater - evidences[right]!.highWater)
+    const through = evidences[valid[valid.length - 1]!]!.highWater
+    const entries: Array<SessionEntry> = []
+    const decodedRows: Array<DecodedRow> = []
+    // An undecodable row refuses the reads that reach it; the reads below it go on.
+    let undecodable: { readonly sequence: number; readonly error: unknown } | undefined
+    const rows = [...(await Rows.sessionRowsBetween(tx, sessionId, 0, through))]
+    await decodeRows(rows, undefined, true, entries, decodedRows, (sequence, failure) =>
+      Rows.undecodableAt(tx, sequence, failure).catch((error: unknown) => {
+        undecodable = { sequence, error }
+        throw STOP
+      }),
+    ).catch((error: unknown) => {
+      if (error !== STOP) throw error
+    })
+    const hashes = new SelectionHashes()
+    const sealed = new Map<string, Safety.InvocationStatus>()
+    for (const index of valid) {
+      const evidence = evidences[index]!
+      if (undecodable !== undefined && evidence.highWater >= undecodable.sequence) {
+        refuse(index, undecodable.error)
+        continue
+      }
+      try {
+        const shared: SharedRows = {
+          entries: entries.slice(0, countThrough(entries, evidence.highWater)),
+          decodedRows: decodedRows.slice(0, countThrough(decodedRows, evidence.highWater)),
+          hashes,
+          sealed,
+        }
+        results[index] = Result.succeed(await frozenSource(tx, dialect, sessionId, evidence, limits, shared))
+      } catch (error) {
+        refuse(index, error)
+      }
+    }
+  }
+  return results.map((result) => result!)
+}
+
+/** What stops a batch's decoding at an undecodable row (the row's own error is kept aside). */
+const STOP = Symbol("undecodable row")
+
+/** How many of `rows` (ascending by sequence) lie at or below `highWater`. */
+const countThrough = (rows: ReadonlyArray<{ readonly sequence: number }>, highWater: number): number => {
+  let low = 0
+  let high = rows.length
+  while (low < high) {
+    const middle = (low + high) >>> 1
+    if (rows[middle]!.sequence <= highWater) low = middle + 1
+    else high = middle
+  }
+  return low
 }
 
 /** The lineage a read selects: the one asked for, or the live current's own (docs/log-format.md §3.6). */

@@ -203,21 +203,36 @@ export const checkEvents = async (
   return checkFolded(tx, dialect, events(), options)
 }
 
-/** The SQL path of the gate over loaded events (no in-memory index). */
+/**
+ * The SQL path of the gate over loaded events (no in-memory index). `sealed` keeps the verdicts of
+ * sealed invocations between calls over growing prefixes of one session (a batch of frozen reads):
+ * a sealed invocation's events all lie at or below its terminal, so its verdict is the same in every
+ * prefix that holds the terminal.
+ */
 export const checkFolded = async (
   tx: Rows.Tx,
   dialect: Dialect,
   events: ReadonlyArray<Event.StoredEvent>,
   options: SafetyOptions = {},
+  sealed?: Map<string, InvocationStatus>,
 ): Promise<SafetyResult> => {
+  const order: Array<string> = []
   const states: Array<readonly [string, InvocationState.InvocationState]> = []
   for (const [invocationId, group] of byInvocation(events)) {
-    if (invocationId !== options.exclude) states.push([invocationId, InvocationState.fold(group)])
+    if (invocationId === options.exclude) continue
+    order.push(invocationId)
+    if (sealed?.has(invocationId) !== true) states.push([invocationId, InvocationState.fold(group)])
   }
   // A live invocation fails the gate without reading any evidence.
   for (const [, state] of states) if (state.terminal === undefined) throw unsafe()
   const { statuses } = await statusesOf(tx, dialect, states)
-  return decide(statuses, options)
+  if (sealed === undefined) return decide(statuses, options)
+  for (const [invocationId, status] of statuses) sealed.set(invocationId, status)
+  // In log order, as `decide` lists the unknown operations.
+  return decide(
+    order.map((invocationId) => [invocationId, statuses.get(invocationId) ?? sealed.get(invocationId)!] as const),
+    options,
+  )
 }
 
 /** Loads the session (observations excluded) and checks the gate; the index, where it serves, loads nothing. */

@@ -115,3 +115,21 @@ export const placeholderOf = (settled: Event.StoredEvent, callId: string): Archi
   if (fact.kind !== "tool_settled" || fact.outcome.kind !== "succeeded") throw new Error("expected a success")
   return Archive.prepare(settled.event.id, callId, "read_file", { kind: "projection", projection: fact.outcome.projection })!
 }
+
+/**
+ * A summary step (`summary-1`) of `run`, and the mid-turn checkpoint built from it, anchored on the
+ * run's opening and covering through the summary's source; returns the checkpoint's event.
+ */
+export const summarised = (history: History.History, run: History.Run) => {
+  const summary = run.request({ purpose: "summary", stepId: "summary-1" })
+  run.complete(summary, FactBuilders.textStep(FactBuilders.VALID_SUMMARY))
+  const request = history.events[history.events.length - 2]!.event.fact
+  if (request.kind !== "model_requested") throw new Error("expected a request")
+  return run.checkpoint({
+    mode: { kind: "mid_turn", anchorEventId: run.opening.event.id },
+    coveredThrough: request.sourceHighWater,
+    sourceDigest: request.sourceDigest,
+    summary: { format: "sections_v1", text: FactBuilders.VALID_SUMMARY },
+    summaryStepId: summary,
+  })
+}
