@@ -902,13 +902,15 @@ export const readFrozenModelContexts = async (
   }
   const bySession = new Map<string, Array<number>>()
   evidences.forEach((evidence, index) => {
+    let sessionId: string
     try {
-      checkFrozenEvidence(evidence)
+      sessionId = checkFrozenEvidence(evidence)
     } catch (error) {
       return refuse(index, error)
     }
-    const sessionId = evidence.scope.kind === "session" ? evidence.scope.id : (evidence.scope as { readonly sessionId: string }).sessionId
-    bySession.set(sessionId, [...(bySession.get(sessionId) ?? []), index])
+    const indexes = bySession.get(sessionId)
+    if (indexes === undefined) bySession.set(sessionId, [index])
+    else indexes.push(index)
   })
   for (const [sessionId, indexes] of bySession) {
     const sessionHighWater = await Rows.sessionHighWater(tx, sessionId)
