@@ -4,8 +4,8 @@
  * from the log and checked against its `inputDigest`: the messages it shares with the step before
  * it by reference, the others in full) and output.
  */
-import type { Event, Model, Prompt } from "@maka/facts"
-import { rebuildInput, timeline, type RebuiltInput, type StepSource } from "./inspect.ts"
+import { Canonical, type Event, type Model, type Prompt } from "@maka/facts"
+import { openingsOf, rebuildInput, timeline, type RebuiltInput, type StepSource } from "./inspect.ts"
 
 const escape = (text: string): string =>
   text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;").replace(/'/g, "&#39;")
@@ -44,19 +44,24 @@ const messageHtml = (message: Prompt.PromptMessage, number: number): string => {
   return `<div class="role">${number}. ${escape(message.role)}</div><pre>${escape(body)}</pre>`
 }
 
-/** How many leading messages `prompt` shares with `previous`: the same message objects, in order. */
+/** Whether two messages are the same: the same object, or the same canonical JSON. */
+const sameMessage = (left: Prompt.PromptMessage, right: Prompt.PromptMessage): boolean =>
+  left === right || Canonical.stringify(left) === Canonical.stringify(right)
+
+/** How many leading messages `prompt` shares with `previous`. */
 const sharedPrefix = (prompt: Prompt.Prompt, previous: Prompt.Prompt | undefined): number => {
   if (previous === undefined) return 0
   const length = Math.min(prompt.length, previous.length)
   let shared = 0
-  while (shared < length && prompt[shared] === previous[shared]) shared++
+  while (shared < length && sameMessage(prompt[shared]!, previous[shared]!)) shared++
   return shared
 }
 
 /**
  * A step's input messages: those it shares with the step before it (the same messages, in the same
- * order: rebuilt from the same events of the log) by reference to that step, the others in full. A
- * session's page then grows with its messages, not with its steps times its messages.
+ * order; the last step rebuilt, past one whose source is not readable) by reference to that step,
+ * the others in full. A session's page then grows with its
+ * messages, not with its steps times its messages.
  */
 const inputHtml = (prompt: Prompt.Prompt, previous: { readonly number: number; readonly prompt: Prompt.Prompt } | undefined): string => {
   const shared = previous === undefined ? 0 : sharedPrefix(prompt, previous.prompt)
@@ -84,71 +89,73 @@ export const GENERATOR = "maka inspect"
 export const isInspectPage = (head: string): boolean =>
   head.startsWith("<!doctype html>") && head.includes(`<meta name="generator" content="${GENERATOR}">`)
 
-/**
- * The page; `sources` holds each main step's source as the log re-read it (in step order), or why
- * it could not.
- */
-export const inspectHtml = (sessionId: string, events: ReadonlyArray<Event.StoredEvent>, sources: ReadonlyArray<StepSource>): string => {
-  const mainRequests = events.filter((stored) => stored.event.fact.kind === "model_requested" && stored.event.fact.purpose === "main")
+/** A page being written: the main steps are added in step order, then the page is finished. */
+export interface InspectPage {
+  /**
+   * Adds the next main step: its request and its source as the log re-read it, or why it could
+   * not. Only the step's section is kept (and its input until the next step is added), so the
+   * sources of a long session need not be held all at once.
+   */
+  readonly step: (stored: Event.StoredEvent, source: StepSource) => void
+  /** The page's HTML. */
+  readonly finish: () => string
+}
+
+/** The page of a session's events. */
+export const inspectPage = (sessionId: string, events: ReadonlyArray<Event.StoredEvent>): InspectPage => {
   const outputs = new Map<string, Model.ModelStep>()
   for (const stored of events) if (stored.event.fact.kind === "model_completed") outputs.set(stored.event.fact.stepId, stored.event.fact.output)
-  const steps = mainRequests.map((stored, index) => {
-    const request = stored.event.fact
-    const stepId = request.kind === "model_requested" ? request.stepId : ""
-    const output = outputs.get(stepId)
-    const source = sources[index]
-    const rebuilt: RebuiltInput | { readonly unreadable: string } =
-      source === undefined ? { unreadable: "not read" } : "unreadable" in source ? source : rebuildInput(events, stored, source)
-    return { number: index + 1, stored, rebuilt, output }
-  })
-  // The input of the step before `index`, when it was rebuilt.
-  const previousInput = (index: number) => {
-    const previous = steps[index - 1]
-    return previous === undefined || "unreadable" in previous.rebuilt ? undefined : { number: previous.number, prompt: previous.rebuilt.prompt }
+  const openings = openingsOf(events)
+  let largest = 1
+  for (const stored of events) {
+    const fact = stored.event.fact
+    if (fact.kind === "model_requested" && fact.purpose === "main") largest = Math.max(largest, outputs.get(fact.stepId)?.usage.inputTokens ?? 0)
   }
-  const largest = Math.max(1, ...steps.map((step) => step.output?.usage.inputTokens ?? 0))
-  const sizeRows = steps
-    .map((step) => {
-      const tokens = step.output?.usage.inputTokens
-      const width = tokens === undefined ? 0 : Math.max(1, Math.round((tokens / largest) * 100))
-      const messages = "unreadable" in step.rebuilt ? "source not readable" : `${step.rebuilt.prompt.length} messages`
-      return `<tr><td>step ${step.number}</td><td style="width:30rem"><div class="bar" style="width:${width}%"></div></td><td>${tokens ?? "?"} tokens in, ${messages}</td></tr>`
-    })
-    .join("\n")
-  const stepSections = steps
-    .map((step, index) => {
-      const output =
-        step.output === undefined
-          ? "<p>No output: the request did not complete.</p>"
-          : `<pre>${escape(
-              step.output.parts
-                .map((part) => (part.kind === "tool_call" ? `call ${part.name} ${JSON.stringify(part.input)}` : part.text))
-                .join("\n"),
-            )}</pre><p>finish ${escape(step.output.finishReason)}</p>`
-      const rebuilt = step.rebuilt
-      if ("unreadable" in rebuilt) {
-        return `<details id="step-${step.number}"><summary>Step ${step.number} — source not readable</summary>
+  const sizeRows: Array<string> = []
+  const stepSections: Array<string> = []
+  let previous: { readonly number: number; readonly prompt: Prompt.Prompt } | undefined
+  const step = (stored: Event.StoredEvent, source: StepSource): void => {
+    const number = stepSections.length + 1
+    const request = stored.event.fact
+    const stepOutput = request.kind === "model_requested" ? outputs.get(request.stepId) : undefined
+    const rebuilt: RebuiltInput | { readonly unreadable: string } = "unreadable" in source ? source : rebuildInput(openings, stored, source)
+    const tokens = stepOutput?.usage.inputTokens
+    const width = tokens === undefined ? 0 : Math.max(1, Math.round((tokens / largest) * 100))
+    const messages = "unreadable" in rebuilt ? "source not readable" : `${rebuilt.prompt.length} messages`
+    sizeRows.push(
+      `<tr><td>step ${number}</td><td style="width:30rem"><div class="bar" style="width:${width}%"></div></td><td>${tokens ?? "?"} tokens in, ${messages}</td></tr>`,
+    )
+    const output =
+      stepOutput === undefined
+        ? "<p>No output: the request did not complete.</p>"
+        : `<pre>${escape(
+            stepOutput.parts.map((part) => (part.kind === "tool_call" ? `call ${part.name} ${JSON.stringify(part.input)}` : part.text)).join("\n"),
+          )}</pre><p>finish ${escape(stepOutput.finishReason)}</p>`
+    if ("unreadable" in rebuilt) {
+      stepSections.push(`<details id="step-${number}"><summary>Step ${number} — source not readable</summary>
 <p><span class="bad">the source of this step cannot be re-read from the log: ${escape(rebuilt.unreadable)}</span></p>
 <h3>Output</h3>
 ${output}
-</details>`
-      }
-      const request = step.stored.event.fact
-      const digest = request.kind === "model_requested" ? request.inputDigest : ""
-      const check = rebuilt.matches
-        ? `<span class="ok">input digest matches (${escape(digest)})</span>`
-        : `<span class="bad">input digest differs: recorded ${escape(digest)}, rebuilt ${escape(rebuilt.digest)}</span>`
-      return `<details id="step-${step.number}"><summary>Step ${step.number} — ${rebuilt.prompt.length} messages, tools ${escape(
-        rebuilt.tools.map((tool) => tool.name).join(", ") || "none",
-      )}</summary>
+</details>`)
+      return
+    }
+    const digest = request.kind === "model_requested" ? request.inputDigest : ""
+    const check = rebuilt.matches
+      ? `<span class="ok">input digest matches (${escape(digest)})</span>`
+      : `<span class="bad">input digest differs: recorded ${escape(digest)}, rebuilt ${escape(rebuilt.digest)}</span>`
+    stepSections.push(`<details id="step-${number}"><summary>Step ${number} — ${rebuilt.prompt.length} messages, tools ${escape(
+      rebuilt.tools.map((tool) => tool.name).join(", ") || "none",
+    )}</summary>
 <p>${check}; max output tokens ${rebuilt.maxOutputTokens}</p>
 <h3>Input</h3>
-${inputHtml(rebuilt.prompt, previousInput(index))}
+${inputHtml(rebuilt.prompt, previous)}
 <h3>Output</h3>
 ${output}
-</details>`
-    })
-    .join("\n")
+</details>`)
+    previous = { number, prompt: rebuilt.prompt }
+  }
+  const finish = (): string => {
+    const steps = stepSections.length
   return `<!doctype html>
 <html lang="en">
 <head>
@@ -160,7 +167,7 @@ ${output}
 </head>
 <body>
 <h1>Session ${escape(sessionId)}</h1>
-<p>${events.length} events, ${steps.length} model steps.</p>
+<p>${events.length} events, ${steps} model steps.</p>
 <h2>Timeline</h2>
 <ol class="timeline">
 ${timeline(events)
@@ -169,11 +176,13 @@ ${timeline(events)
 </ol>
 <h2>Context size per step</h2>
 <table class="sizes">
-${sizeRows}
+${sizeRows.join("\n")}
 </table>
 <h2>Steps</h2>
-${stepSections}
+${stepSections.join("\n")}
 </body>
 </html>
 `
+  }
+  return { step, finish }
 }

@@ -16,6 +16,7 @@ import { TOOL_LEVELS, type ToolLevel } from "../Configuration.ts"
 import { CliError, ExitCode } from "./exit.ts"
 import * as Flags from "./flags.ts"
 import type { CommandContext } from "./read-commands.ts"
+import type { InspectPage } from "./inspect-html.ts"
 import { openReadOnly, type OpenLog } from "./store.ts"
 
 const clip = (text: string, max = 100): string => {
@@ -151,6 +152,42 @@ const readSources = async (open: OpenLog, requests: ReadonlyArray<Event.StoredEv
   return reads.map((read) => (Result.isSuccess(read) ? read.success : { unreadable: `store error: ${read.failure.message}` }))
 }
 
+/** How many tail items the sources read at once may hold together, at most (see `forEachSource`). */
+const SOURCE_ITEMS_AT_ONCE = 500_000
+
+/**
+ * Calls `each` with every request's source, in order, reading them in batches of `readSources`: a
+ * batch's sources are dropped once handed on, so a long session never holds every step's source at
+ * once (each tail is as long as the step's context). A batch takes requests while their tails, at
+ * most the last tail read plus the rows since its high water, add up to `budget` (one request at
+ * least).
+ */
+export const forEachSource = async (
+  open: OpenLog,
+  requests: ReadonlyArray<Event.StoredEvent>,
+  each: (stored: Event.StoredEvent, source: StepSource, index: number) => void,
+  budget = SOURCE_ITEMS_AT_ONCE,
+): Promise<void> => {
+  const highWaterOf = (stored: Event.StoredEvent) => (stored.event.fact.kind === "model_requested" ? stored.event.fact.sourceHighWater : 0)
+  let last = { tail: 0, highWater: 0 }
+  let start = 0
+  while (start < requests.length) {
+    let end = start
+    let items = 0
+    do {
+      items += last.tail + Math.max(0, highWaterOf(requests[end]!) - last.highWater)
+      end++
+    } while (end < requests.length && items + last.tail + Math.max(0, highWaterOf(requests[end]!) - last.highWater) <= budget)
+    const batch = requests.slice(start, end)
+    const sources = await readSources(open, batch)
+    sources.forEach((source, index) => {
+      if (!("unreadable" in source)) last = { tail: source.tail.length, highWater: source.sourceEvidence.highWater }
+      each(batch[index]!, source, start + index)
+    })
+    start = end
+  }
+}
+
 /**
  * What a step's source is, as `--step` prints it: its scope, the event it reads through, the
  * checkpoint it starts from, its archived results, and that its rows gave the recorded digest.
@@ -179,19 +216,27 @@ export interface RebuiltInput {
   readonly matches: boolean
 }
 
+/** The openings of a session's events, by invocation id. */
+export const openingsOf = (events: ReadonlyArray<Event.StoredEvent>): ReadonlyMap<string, Fact.InvocationOpened> => {
+  const openings = new Map<string, Fact.InvocationOpened>()
+  for (const stored of events) if (stored.event.fact.kind === "invocation_opened") openings.set(stored.event.invocation.invocationId, stored.event.fact)
+  return openings
+}
+
 /**
  * Rebuilds the exact input of a main request from the log: the prompt of its source, the route
  * projection, the output limit, and the CLI's tool set (the level whose digest matches; the log records
  * the catalog only through the digest).
  */
-export const rebuildInput = (events: ReadonlyArray<Event.StoredEvent>, stored: Event.StoredEvent, source: EventLog.ModelContextSource): RebuiltInput => {
+export const rebuildInput = (
+  openings: ReadonlyMap<string, Fact.InvocationOpened>,
+  stored: Event.StoredEvent,
+  source: EventLog.ModelContextSource,
+): RebuiltInput => {
   const request = stored.event.fact
   if (request.kind !== "model_requested") throw new CliError("not a model request", ExitCode.failed)
-  const opening = events.find(
-    (candidate) =>
-      candidate.event.fact.kind === "invocation_opened" && candidate.event.invocation.invocationId === stored.event.invocation.invocationId,
-  )?.event.fact
-  if (opening?.kind !== "invocation_opened") throw new CliError("the step's opening is missing from the log", ExitCode.failed)
+  const opening = openings.get(stored.event.invocation.invocationId)
+  if (opening === undefined) throw new CliError("the step's opening is missing from the log", ExitCode.failed)
   const systemPrompt = opening.configuration.systemPrompt?.text
   const prompt = PromptBuilder.buildMainPrompt({ ...(systemPrompt === undefined ? {} : { systemPrompt }), source })
   const binding = opening.configuration.model
@@ -276,20 +321,15 @@ const headOf = (file: string): string | undefined => {
  * other file, which is refused with nothing written); through a temporary file renamed over it, so an
  * interrupted write never leaves half a page.
  */
-const writePage = async (
-  file: string,
-  sessionId: string,
-  events: ReadonlyArray<Event.StoredEvent>,
-  sources: ReadonlyArray<StepSource>,
-): Promise<void> => {
-  const { inspectHtml, isInspectPage } = await import("./inspect-html.ts")
+const writePage = async (file: string, page: InspectPage): Promise<void> => {
+  const { isInspectPage } = await import("./inspect-html.ts")
   const head = headOf(file)
   if (head !== undefined && !isInspectPage(head)) {
     throw new Flags.UsageError(`${file} exists and is not a page maka inspect wrote; choose a new FILE for --html`)
   }
   const temporary = `${file}.${process.pid}.tmp`
   try {
-    fs.writeFileSync(temporary, inspectHtml(sessionId, events, sources), { flag: "wx" })
+    fs.writeFileSync(temporary, page.finish(), { flag: "wx" })
     fs.renameSync(temporary, file)
   } catch (error) {
     fs.rmSync(temporary, { force: true })
@@ -306,8 +346,8 @@ export const inspectCommand = async (context: CommandContext): Promise<number> =
   const open = await openReadOnly(target)
   let events: ReadonlyArray<Event.StoredEvent>
   let mainRequests: ReadonlyArray<Event.StoredEvent>
-  // The sources of the steps shown: every step's on the page, step N's in the terminal.
-  let pageSources: ReadonlyArray<StepSource> = []
+  // The page, its steps added as their sources are read; step N's source for the terminal.
+  let page: InspectPage | undefined
   let stepSource: StepSource | undefined
   try {
     events = await open.run(open.log.events(sessionId))
@@ -317,13 +357,21 @@ export const inspectCommand = async (context: CommandContext): Promise<number> =
     if (stepNumber !== undefined && stepNumber > mainRequests.length) {
       throw new Flags.UsageError(`session ${sessionId} has ${mainRequests.length} steps; --step must be in 1..${mainRequests.length}`)
     }
-    if (html !== undefined) pageSources = await readSources(open, mainRequests)
-    if (stepNumber !== undefined) stepSource = pageSources[stepNumber - 1] ?? (await readSources(open, [mainRequests[stepNumber - 1]!]))[0]
+    if (html !== undefined) {
+      const { inspectPage } = await import("./inspect-html.ts")
+      const building = inspectPage(sessionId, events)
+      page = building
+      await forEachSource(open, mainRequests, (stored, source, index) => {
+        building.step(stored, source)
+        if (index === (stepNumber ?? 0) - 1) stepSource = source
+      })
+    }
+    if (stepNumber !== undefined) stepSource ??= (await readSources(open, [mainRequests[stepNumber - 1]!]))[0]
   } finally {
     await open.close()
   }
-  if (html !== undefined) {
-    await writePage(html, sessionId, events, pageSources)
+  if (html !== undefined && page !== undefined) {
+    await writePage(html, page)
     context.sink.err(`wrote ${html}\n`)
     if (stepNumber === undefined) return ExitCode.completed
   }
@@ -338,7 +386,7 @@ export const inspectCommand = async (context: CommandContext): Promise<number> =
   if (stepSource === undefined || "unreadable" in stepSource) {
     throw new CliError(`the source of step ${stepNumber} cannot be re-read from the log: ${stepSource?.unreadable ?? "not read"}`, ExitCode.failed)
   }
-  const rebuilt = rebuildInput(events, stored, stepSource)
+  const rebuilt = rebuildInput(openingsOf(events), stored, stepSource)
   context.sink.out(`step ${stepNumber} of session ${sessionId} (event ${stored.sequence}, step ${request.stepId})\n`)
   context.sink.out(`model ${request.modelId}, route ${request.routeIdentity}, max output tokens ${rebuilt.maxOutputTokens}\n`)
   context.sink.out(`source: ${sourceLine(stepSource)}\n`)
