@@ -106,7 +106,7 @@ const sessionOf = (sessionId: string, index: number): History.History => {
   return history
 }
 
-describe("maka sessions on a big log", () => {
+describe("maka sessions and maka events on a big log", () => {
   let current: Folder | undefined
   afterEach(() => current?.remove())
 
@@ -129,5 +129,32 @@ describe("maka sessions on a big log", () => {
     const lines = result.stdout.split("\n").filter((line) => line !== "")
     expect(lines.length).toBe(sessions)
     expect(lines).toContain(`s${sessions - 1}  idle  1 invocation, ${sessionOf("x", 0).writes.length} events`)
+  }, 120_000)
+
+  it("lists every event of a session longer than a page, in order, as text and as JSON", async () => {
+    const { root, db } = (current = folder())
+    const history = new History.History({ sessionId: "long" })
+    const run = history.open()
+    while (history.writes.length < 2_600) run.steer(`m${history.writes.length}`, "more")
+    run.end({ kind: "completed" })
+    await Effect.runPromise(
+      Effect.scoped(
+        Effect.gen(function* () {
+          const log = yield* Effect.service(EventLog.EventLog)
+          yield* log.appendBatch(history.writes)
+        }).pipe(Effect.provide(EventLog.layerSqlite({ path: db }))),
+      ),
+    )
+    const text = await maka(["events", "--db", db, "--session", "long"], { cwd: root })
+    expect(text.stderr).toBe("")
+    expect(text.code).toBe(0)
+    const sequences = text.stdout
+      .split("\n")
+      .filter((line) => line !== "")
+      .map((line) => Number(line.trim().split(/\s+/)[0]))
+    expect(sequences).toEqual(history.events.map((stored) => stored.sequence))
+    const json = await maka(["events", "--db", db, "--session", "long", "--json"], { cwd: root })
+    expect(json.code).toBe(0)
+    expect(eventLines(json.stdout).map((line) => line.sequence)).toEqual(history.events.map((stored) => stored.sequence))
   }, 120_000)
 })

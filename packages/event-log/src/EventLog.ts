@@ -27,7 +27,16 @@ export type {
   SourceEvidence,
   TailItem,
 } from "./internal/context.ts"
-export type { LogPrefix, PruneCandidate, PruneCursor, PrunePage, InvocationRecovery, UndispatchedCall, UnfinishedPage } from "./internal/reads.ts"
+export type {
+  LogPrefix,
+  PruneCandidate,
+  PruneCursor,
+  PrunePage,
+  InvocationRecovery,
+  SessionSummary,
+  UndispatchedCall,
+  UnfinishedPage,
+} from "./internal/reads.ts"
 export type { PendingHandoff, RunPrefix } from "./internal/lineage.ts"
 
 /** The history limits every materialising read defaults to. */
@@ -196,6 +205,11 @@ export interface EventLogShape {
   ) => Effect.Effect<Reads.InvocationRecovery, EventLogError.EventLogError>
   readonly checkManualMessageHistory: (sessionId: string) => Effect.Effect<boolean, EventLogError.EventLogError>
   readonly hasPendingHandoff: (sessionId: string) => Effect.Effect<boolean, EventLogError.EventLogError>
+  /**
+   * Every session of the log, in the order of its first event, summarised from the columns and the
+   * indexes without decoding its events (docs/log-format.md §3.10): what `maka sessions` lists.
+   */
+  readonly sessionSummaries: () => Effect.Effect<ReadonlyArray<Reads.SessionSummary>, EventLogError.EventLogError>
   /**
    * Up to 64 sealed `handoff_paused` terminals after `afterSequence` (default 0) whose successor has
    * not opened, across the log, in sequence order (docs/log-format.md §3.10). Page with the last
@@ -385,6 +399,7 @@ export const make = (database: Database): Effect.Effect<EventLogShape> =>
       checkManualMessageHistory: (sessionId) =>
         read((tx) => Reads.checkManualMessageHistory(tx, database.dialect, sessionId)),
       hasPendingHandoff: (sessionId) => read((tx) => Reads.hasPendingHandoff(tx, database.dialect, sessionId)),
+      sessionSummaries: () => read((tx) => Reads.sessionSummaries(tx)),
       pendingHandoffs: (afterSequence = 0) => read((tx) => Lineage.pendingHandoffs(tx, database.dialect, afterSequence)),
       checkHandoff: (invocation, pause) =>
         Effect.gen(function* () {

@@ -2,6 +2,7 @@
  * `maka events`, `maka sessions` and `maka recover` (docs/cli.md §10.1). The first two are read-only;
  * `recover` takes the writer lease and seals what a crashed host left open, one line per invocation.
  */
+import type { EventLog } from "@maka/event-log"
 import type { Event } from "@maka/facts"
 import { Recovery } from "@maka/engine"
 import { Effect } from "effect"
@@ -54,15 +55,23 @@ export const describeEvent = (stored: Event.StoredEvent): string => {
   return `${String(stored.sequence).padStart(5)}  ${fact.kind.padEnd(27)} ${detail}`.trimEnd()
 }
 
+/** How many events `maka events` reads at a time. */
+const EVENTS_PAGE = 1_000
+
 export const eventsCommand = async (context: CommandContext): Promise<number> => {
   const { values } = Flags.parse("events", context.args)
   const target = Flags.database(values, context.environment, context.cwd)
   const sessionId = Flags.requiredSession(values, "events")
   const open = await openReadOnly(target)
   try {
-    const events = await open.run(open.log.events(sessionId))
-    for (const stored of events) context.sink.out(`${values.json === true ? eventLine(stored) : describeEvent(stored)}\n`)
-    return ExitCode.completed
+    // Page by page, printed as read: a long session is never held whole.
+    let after = 0
+    while (true) {
+      const page = await open.run(open.log.events(sessionId, after, EVENTS_PAGE))
+      for (const stored of page) context.sink.out(`${values.json === true ? eventLine(stored) : describeEvent(stored)}\n`)
+      if (page.length < EVENTS_PAGE) return ExitCode.completed
+      after = page[page.length - 1]!.sequence
+    }
   } finally {
     await open.close()
   }
@@ -70,36 +79,18 @@ export const eventsCommand = async (context: CommandContext): Promise<number> =>
 
 export type SessionState = "idle" | "unsealed" | "paused (handoff)" | "needs reconciliation"
 
-/** The state of one session from its events (docs/cli.md §10.1 "Other commands"). */
-export const sessionState = (events: ReadonlyArray<Event.StoredEvent>, hasPendingHandoff: boolean): SessionState => {
-  const ended = new Set<string>()
-  const opened: Array<string> = []
-  for (const stored of events) {
-    const fact = stored.event.fact
-    if (fact.kind === "invocation_opened") opened.push(stored.event.invocation.invocationId)
-    if (fact.kind === "invocation_ended") ended.add(stored.event.invocation.invocationId)
-  }
-  if (opened.some((invocation) => !ended.has(invocation))) return "unsealed"
-  if (hasPendingHandoff) return "paused (handoff)"
+/**
+ * The state of one session (docs/cli.md §10.1 "Other commands"): a run without terminal first, then
+ * a pending handoff, then an effect whose outcome stays unknown. `hasPendingHandoff` is asked only
+ * when no run is unsealed.
+ */
+export const sessionState = async (summary: EventLog.SessionSummary, hasPendingHandoff: () => Promise<boolean>): Promise<SessionState> => {
+  if (summary.unsealed > 0) return "unsealed"
+  if (await hasPendingHandoff()) return "paused (handoff)"
   // A dispatch with no settlement in an invocation sealed `outcome_unknown`. It stays unknown for
   // good: a run admitted with --allow-prior-unknown completes over it, and the next plain message is
   // refused again (exit 3), so the state holds whatever ran after it.
-  const settled = new Set<string>()
-  const dispatched = new Map<string, string>()
-  for (const stored of events) {
-    const fact = stored.event.fact
-    if (fact.kind === "tool_settled") settled.add(fact.operationId)
-    if (fact.kind === "tool_dispatched") dispatched.set(fact.operationId, stored.event.invocation.invocationId)
-  }
-  const unknown = new Set<string>()
-  for (const stored of events) {
-    const fact = stored.event.fact
-    if (fact.kind === "invocation_ended" && fact.outcome.kind === "failed" && fact.outcome.class === "outcome_unknown") {
-      unknown.add(stored.event.invocation.invocationId)
-    }
-  }
-  const needsReconciliation = [...dispatched].some(([operation, owner]) => unknown.has(owner) && !settled.has(operation))
-  return needsReconciliation ? "needs reconciliation" : "idle"
+  return summary.unknownOutcomes > 0 ? "needs reconciliation" : "idle"
 }
 
 export const sessionsCommand = async (context: CommandContext): Promise<number> => {
@@ -107,19 +98,12 @@ export const sessionsCommand = async (context: CommandContext): Promise<number> 
   const target = Flags.database(values, context.environment, context.cwd)
   const open = await openReadOnly(target)
   try {
-    // The whole log, past the default history limits (PrefixTooLarge) that guard a model's context:
-    // listing is not bounded by a context window. The event log offers no root-scope page read yet.
-    const prefix = await open.run(open.log.prefix({ kind: "root" }, Number.MAX_SAFE_INTEGER, Number.MAX_SAFE_INTEGER))
-    const bySession = new Map<string, Array<Event.StoredEvent>>()
-    for (const stored of prefix.events) {
-      const list = bySession.get(stored.event.invocation.sessionId) ?? []
-      list.push(stored)
-      bySession.set(stored.event.invocation.sessionId, list)
-    }
-    for (const [sessionId, events] of bySession) {
-      const pending = await open.run(open.log.hasPendingHandoff(sessionId))
-      const invocations = events.filter((stored) => stored.event.fact.kind === "invocation_opened").length
-      context.sink.out(`${sessionId}  ${sessionState(events, pending)}  ${invocations} invocation${invocations === 1 ? "" : "s"}, ${events.length} events\n`)
+    // Counted and joined by the log's indexes, no event decoded: a log of millions of events lists
+    // its sessions without holding them (docs/log-format.md §3.10).
+    for (const summary of await open.run(open.log.sessionSummaries())) {
+      const state = await sessionState(summary, () => open.run(open.log.hasPendingHandoff(summary.sessionId)))
+      const { invocations } = summary
+      context.sink.out(`${summary.sessionId}  ${state}  ${invocations} invocation${invocations === 1 ? "" : "s"}, ${summary.events} events\n`)
     }
     return ExitCode.completed
   } finally {

@@ -313,6 +313,84 @@ export const hasPendingHandoff = async (tx: Rows.Tx, dialect: Dialect, sessionId
   return (await Lineage.pendingPause(tx, sessionId)) !== undefined
 }
 
+/** A session as `maka sessions` lists it, read by index from the log's columns. */
+export interface SessionSummary {
+  readonly sessionId: string
+  /** Its events, observations included. */
+  readonly events: number
+  /** Its invocations (openings). */
+  readonly invocations: number
+  /** Its openings without a terminal: live runs, or crashed ones awaiting recovery. */
+  readonly unsealed: number
+  /**
+   * Its operations dispatched by an invocation sealed `failed {outcome_unknown}` and settled nowhere
+   * in the session: effects whose outcome stays unknown (docs/engine.md §5.8).
+   */
+  readonly unknownOutcomes: number
+}
+
+/** Whether a terminal's text says `failed {outcome_unknown}` (its text first: most terminals do not). */
+const isOutcomeUnknown = (json: string): boolean => {
+  if (!json.includes('"outcome_unknown"')) return false
+  const decoded = Codec.decodeEventJson(json)
+  if (Result.isFailure(decoded)) throw EventLogError.make({ _tag: "Decode", message: decoded.failure.message })
+  const fact = decoded.success.fact
+  return fact.kind === "invocation_ended" && fact.outcome.kind === "failed" && fact.outcome.class === "outcome_unknown"
+}
+
+/**
+ * Every session of the log, in the order of its first event, summarised from the columns and the
+ * indexes: its events counted (no event decoded), its openings joined with their terminals, and only
+ * for a session holding a run sealed `outcome_unknown`, its dispatches and settlements
+ * (docs/log-format.md §3.10).
+ */
+export const sessionSummaries = async (tx: Rows.Tx): Promise<ReadonlyArray<SessionSummary>> => {
+  const counted = await tx
+    .selectFrom("event_log")
+    .select(["session_id", sql<number | string>`count(*)`.as("events"), sql<number | string>`min(sequence)`.as("first")])
+    .groupBy("session_id")
+    .orderBy("first")
+    .execute()
+  const openings = await sql<{ readonly session_id: string; readonly invocation_id: string; readonly ended_json: string | null }>`
+    SELECT opened.session_id, opened.invocation_id, ended.event_json AS ended_json
+    FROM event_log AS opened
+    LEFT JOIN event_log AS ended ON ended.invocation_id = opened.invocation_id AND ended.kind = 'invocation_ended'
+    WHERE opened.kind = 'invocation_opened'`.execute(tx)
+  const invocations = new Map<string, { count: number; unsealed: number; unknown: Set<string> }>()
+  for (const row of openings.rows) {
+    const found = invocations.get(row.session_id) ?? { count: 0, unsealed: 0, unknown: new Set<string>() }
+    invocations.set(row.session_id, found)
+    found.count++
+    if (row.ended_json === null) found.unsealed++
+    else if (isOutcomeUnknown(row.ended_json)) found.unknown.add(row.invocation_id)
+  }
+  const summaries: Array<SessionSummary> = []
+  for (const row of counted) {
+    const found = invocations.get(row.session_id)
+    let unknownOutcomes = 0
+    if (found !== undefined && found.unknown.size > 0) {
+      const calls = await tx
+        .selectFrom("event_log")
+        .select(["operation_id", "kind", "invocation_id"])
+        .where("session_id", "=", row.session_id)
+        .where("kind", "in", ["tool_dispatched", "tool_settled"])
+        .execute()
+      const settled = new Set(calls.flatMap((call) => (call.kind === "tool_settled" && call.operation_id !== null ? [call.operation_id] : [])))
+      for (const call of calls) {
+        if (call.kind === "tool_dispatched" && found.unknown.has(call.invocation_id) && !settled.has(call.operation_id ?? "")) unknownOutcomes++
+      }
+    }
+    summaries.push({
+      sessionId: row.session_id,
+      events: Rows.toNumber(row.events),
+      invocations: found?.count ?? 0,
+      unsealed: found?.unsealed ?? 0,
+      unknownOutcomes,
+    })
+  }
+  return summaries
+}
+
 /** The committed opening that claimed exactly this boundary, if any. */
 export const continuationForSource = async (
   tx: Rows.Tx,
