@@ -316,17 +316,22 @@ const headOf = (file: string): string | undefined => {
   }
 }
 
+/** Refuses `file` unless it is new or a page `maka inspect --html` wrote before. */
+const checkPageTarget = async (file: string): Promise<void> => {
+  const { isInspectPage } = await import("./inspect-html.ts")
+  const head = headOf(file)
+  if (head !== undefined && !isInspectPage(head)) {
+    throw new Flags.UsageError(`${file} exists and is not a page maka inspect wrote; choose a new FILE for --html`)
+  }
+}
+
 /**
  * Writes the page to `file`: a new file, or one `maka inspect --html` wrote before (never a log or any
  * other file, which is refused with nothing written); through a temporary file renamed over it, so an
  * interrupted write never leaves half a page.
  */
 const writePage = async (file: string, page: InspectPage): Promise<void> => {
-  const { isInspectPage } = await import("./inspect-html.ts")
-  const head = headOf(file)
-  if (head !== undefined && !isInspectPage(head)) {
-    throw new Flags.UsageError(`${file} exists and is not a page maka inspect wrote; choose a new FILE for --html`)
-  }
+  await checkPageTarget(file)
   const temporary = `${file}.${process.pid}.tmp`
   try {
     fs.writeFileSync(temporary, page.finish(), { flag: "wx" })
@@ -358,6 +363,8 @@ export const inspectCommand = async (context: CommandContext): Promise<number> =
       throw new Flags.UsageError(`session ${sessionId} has ${mainRequests.length} steps; --step must be in 1..${mainRequests.length}`)
     }
     if (html !== undefined) {
+      // Refused before the sources are read (a long session's take a while), and again at the write.
+      await checkPageTarget(html)
       const { inspectPage } = await import("./inspect-html.ts")
       const building = inspectPage(sessionId, events)
       page = building
