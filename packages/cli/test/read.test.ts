@@ -5,7 +5,7 @@ import BetterSqlite3 from "better-sqlite3"
 import { afterEach, beforeAll, afterAll, describe, expect, it } from "vitest"
 import type { Event } from "@maka/facts"
 import type { EventLog } from "@maka/event-log"
-import { sourceLine } from "../src/internal/inspect.ts"
+import { sourceLine, UNCHECKED_TOOLS } from "../src/internal/inspect.ts"
 import { describeEvent } from "../src/internal/read-commands.ts"
 import { eventLines, folder, maka, when, type Folder } from "./support/cli.ts"
 
@@ -128,6 +128,35 @@ describe("read-only commands over a log with a completed and a crashed run", () 
     expect(html.match(/input digest matches/g)).toHaveLength(2)
     expect(html).toContain('<details id="step-3"><summary>Step 3 — source not readable</summary>')
     expect(html).toContain("the source of this step cannot be re-read from the log: store error: rejected: the frozen source changed")
+  })
+
+  it("maka inspect checks a step's input against its recorded digest: one that differs is exit 1 and marked on the page", async () => {
+    const copy = path.join(shared.root, "other-digest.db")
+    expect((await maka(["backup", shared.db, copy], { cwd: shared.root })).code).toBe(0)
+    // Another connection rewrites step 3's recorded input digest: its own source (the rows below it)
+    // is untouched, so the step is rebuilt, and its input no longer gives the digest.
+    const connection = new BetterSqlite3(copy)
+    const requests = connection
+      .prepare("SELECT sequence, event_json FROM event_log WHERE session_id = 'done' AND kind = 'model_requested' ORDER BY sequence")
+      .all() as ReadonlyArray<{ sequence: number; event_json: string }>
+    expect(requests).toHaveLength(3)
+    const recorded = (JSON.parse(requests[2]!.event_json) as { fact: { inputDigest: string } }).fact.inputDigest
+    const other = `sha256:${"0".repeat(64)}`
+    expect(connection.prepare("UPDATE event_log SET event_json = replace(event_json, ?, ?) WHERE sequence = ?").run(recorded, other, requests[2]!.sequence).changes).toBe(1)
+    connection.close()
+    const step = (n: number) => maka(["inspect", "--db", copy, "--session", "done", "--step", String(n)], { cwd: shared.root })
+    const differs = await step(3)
+    expect(differs.code).toBe(1)
+    expect(differs.stdout).toMatch(/^messages \(6\):$/m)
+    expect(differs.stderr).toBe(
+      `input digest: recorded ${other}, rebuilt ${recorded}: the rebuilt input differs\n${UNCHECKED_TOOLS}\n`,
+    )
+    expect((await step(2)).code).toBe(0)
+    const page = path.join(shared.root, "other-digest.html")
+    expect((await maka(["inspect", "--db", copy, "--session", "done", "--html", page], { cwd: shared.root })).code).toBe(0)
+    const html = fs.readFileSync(page, "utf8")
+    expect(html.match(/input digest matches/g)).toHaveLength(2)
+    expect(html).toContain(`input digest differs: recorded ${other}, rebuilt ${recorded}`)
   })
 
   it("maka inspect --html overwrites only a page it wrote: never the log or another file (exit 2, nothing changed)", async () => {

@@ -5,7 +5,7 @@
  * it by reference, the others in full) and output.
  */
 import { Canonical, type Event, type Model, type Prompt } from "@maka/facts"
-import { openingsOf, rebuildInput, timeline, type RebuiltInput, type StepSource } from "./inspect.ts"
+import { openingsOf, rebuildInput, timeline, UNCHECKED_TOOLS, type RebuiltInput, type StepSource } from "./inspect.ts"
 
 const escape = (text: string): string =>
   text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;").replace(/'/g, "&#39;")
@@ -142,7 +142,7 @@ ${output}
     const digest = request.kind === "model_requested" ? request.inputDigest : ""
     const check = rebuilt.matches
       ? `<span class="ok">input digest matches (${escape(digest)})</span>`
-      : `<span class="bad">input digest differs: recorded ${escape(digest)}, rebuilt ${escape(rebuilt.digest)}</span>`
+      : `<span class="bad">input digest differs: recorded ${escape(digest)}, rebuilt ${escape(rebuilt.digest)}</span> (${escape(UNCHECKED_TOOLS)})`
     stepSections.push(`<details id="step-${number}"><summary>Step ${number} — ${rebuilt.prompt.length} messages, tools ${escape(
       rebuilt.tools.map((tool) => tool.name).join(", ") || "none",
     )}</summary>

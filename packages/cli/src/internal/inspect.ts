@@ -216,6 +216,14 @@ export interface RebuiltInput {
   readonly matches: boolean
 }
 
+/**
+ * What a differing input digest may also mean: the log names a run's tools only by the digest, so
+ * the input is rebuilt with each tool level of the CLI, and a run given other tools (through the
+ * library) never matches one (docs/cli.md §10.1).
+ */
+export const UNCHECKED_TOOLS =
+  "the input was rebuilt with the CLI's own tools (the read level shown): a run given other tools, through the library, cannot be checked here"
+
 /** The openings of a session's events, by invocation id. */
 export const openingsOf = (events: ReadonlyArray<Event.StoredEvent>): ReadonlyMap<string, Fact.InvocationOpened> => {
   const openings = new Map<string, Fact.InvocationOpened>()
@@ -405,5 +413,6 @@ export const inspectCommand = async (context: CommandContext): Promise<number> =
     return ExitCode.completed
   }
   context.sink.err(`input digest: recorded ${request.inputDigest}, rebuilt ${rebuilt.digest}: the rebuilt input differs\n`)
+  context.sink.err(`${UNCHECKED_TOOLS}\n`)
   return ExitCode.failed
 }
