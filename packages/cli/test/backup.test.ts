@@ -131,7 +131,7 @@ describe("maka sessions and maka events on a big log", () => {
     expect(lines).toContain(`s${sessions - 1}  idle  1 invocation, ${sessionOf("x", 0).writes.length} events`)
   }, 120_000)
 
-  it("lists every event of a session longer than a page, in order, as text and as JSON", async () => {
+  it("lists every event of a session longer than a page, in order, as text, as JSON and as a timeline", async () => {
     const { root, db } = (current = folder())
     const history = new History.History({ sessionId: "long" })
     const run = history.open()
@@ -156,5 +156,14 @@ describe("maka sessions and maka events on a big log", () => {
     const json = await maka(["events", "--db", db, "--session", "long", "--json"], { cwd: root })
     expect(json.code).toBe(0)
     expect(eventLines(json.stdout).map((line) => line.sequence)).toEqual(history.events.map((stored) => stored.sequence))
+    // The timeline of `maka inspect` reads the same pages: every steering message, once, in order.
+    const inspected = await maka(["inspect", "--db", db, "--session", "long"], { cwd: root })
+    expect(inspected.code).toBe(0)
+    const lines = inspected.stdout.split("\n").filter((line) => line !== "")
+    expect(lines[0]).toBe(`session long: ${history.events.length} events`)
+    const steered = history.events.filter((stored) => stored.event.fact.kind === "message_steered").map((stored) => stored.sequence)
+    expect(steered.length).toBeGreaterThan(2_000)
+    expect(lines.filter((line) => line.includes(" steered: ")).map((line) => Number(line.trim().split(" ")[0]))).toEqual(steered)
+    expect(lines.at(-1)).toMatch(/ended: completed$/)
   }, 120_000)
 })

@@ -40,10 +40,20 @@ const compactDetail = (outcome: Outcome.CompactOutcome): string => {
 /** The timeline lines of a session's events. */
 export const timeline = (events: ReadonlyArray<Event.StoredEvent>): ReadonlyArray<string> => {
   const lines: Array<string> = []
+  const add = timelineOf(lines)
+  for (const stored of events) add(stored)
+  return lines
+}
+
+/**
+ * A timeline written event by event into `lines`: what it keeps between events is the steps and
+ * the dispatched calls it has seen (their numbers, names and times), never the events themselves.
+ */
+const timelineOf = (lines: Array<string>): ((stored: Event.StoredEvent) => void) => {
   const steps = new Map<string, { readonly number: number | undefined; readonly at: number }>()
   const dispatched = new Map<string, { readonly name: string; readonly at: number }>()
   let mainSteps = 0
-  for (const stored of events) {
+  return (stored) => {
     const fact: Fact.Fact = stored.event.fact
     const at = stored.event.recordedAt
     const prefix = `${String(stored.sequence).padStart(5)} ${time(at)}`
@@ -128,7 +138,6 @@ export const timeline = (events: ReadonlyArray<Event.StoredEvent>): ReadonlyArra
         break
     }
   }
-  return lines
 }
 
 /**
@@ -350,6 +359,35 @@ const writePage = async (file: string, page: InspectPage): Promise<void> => {
   }
 }
 
+/** How many events the terminal timeline reads at a time. */
+const TIMELINE_PAGE = 1_000
+
+/**
+ * The terminal timeline of a session: its events read page by page and turned into lines as they
+ * come, so a long session is never held whole (its lines are, to print its event count first).
+ */
+const printTimeline = async (context: CommandContext, open: OpenLog, sessionId: string): Promise<number> => {
+  const lines: Array<string> = []
+  const add = timelineOf(lines)
+  let count = 0
+  try {
+    let after = 0
+    while (true) {
+      const page = await open.run(open.log.events(sessionId, after, TIMELINE_PAGE))
+      for (const stored of page) add(stored)
+      count += page.length
+      if (page.length < TIMELINE_PAGE) break
+      after = page[page.length - 1]!.sequence
+    }
+  } finally {
+    await open.close()
+  }
+  if (count === 0) throw new CliError(`session ${sessionId} has no events`, ExitCode.failed)
+  context.sink.out(`session ${sessionId}: ${count} events\n`)
+  for (const line of lines) context.sink.out(`${line}\n`)
+  return ExitCode.completed
+}
+
 export const inspectCommand = async (context: CommandContext): Promise<number> => {
   const { values } = Flags.parse("inspect", context.args)
   const target = Flags.database(values, context.environment, context.cwd)
@@ -357,6 +395,7 @@ export const inspectCommand = async (context: CommandContext): Promise<number> =
   const stepNumber = Flags.integer("step", values.step, 1, Number.MAX_SAFE_INTEGER)
   const html = values.html === undefined || values.html === "" ? undefined : path.resolve(context.cwd, values.html)
   const open = await openReadOnly(target)
+  if (html === undefined && stepNumber === undefined) return printTimeline(context, open, sessionId)
   let events: ReadonlyArray<Event.StoredEvent>
   let mainRequests: ReadonlyArray<Event.StoredEvent>
   // The page, its steps added as their sources are read; step N's source for the terminal.
@@ -388,13 +427,9 @@ export const inspectCommand = async (context: CommandContext): Promise<number> =
   if (html !== undefined && page !== undefined) {
     await writePage(html, page)
     context.sink.err(`wrote ${html}\n`)
-    if (stepNumber === undefined) return ExitCode.completed
   }
-  if (stepNumber === undefined) {
-    context.sink.out(`session ${sessionId}: ${events.length} events\n`)
-    for (const line of timeline(events)) context.sink.out(`${line}\n`)
-    return ExitCode.completed
-  }
+  // Without --step the page was all (the timeline alone is `printTimeline`).
+  if (stepNumber === undefined) return ExitCode.completed
   const stored = mainRequests[stepNumber - 1]!
   const request = stored.event.fact
   if (request.kind !== "model_requested") throw new CliError("not a model request", ExitCode.failed)
