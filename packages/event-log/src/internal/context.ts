@@ -238,8 +238,10 @@ export const latestMain = <R extends MainRow>(rows: ReadonlyArray<R>, decode: (r
     if (requested.fact.purpose !== "main") continue
     const request = requested.fact
     let projectionCurrent = true
-    for (const row of rows) {
-      if (row.kind !== "tool_result_archived" || row.sequence <= requestRow.sequence) continue
+    // The archives after the request: the rows above it, walked from the newest down.
+    for (let after = ordered.length - 1; after >= 0 && ordered[after]!.sequence > requestRow.sequence; after--) {
+      const row = ordered[after]!
+      if (row.kind !== "tool_result_archived") continue
       const archived = decode(row)?.fact
       if (archived?.kind !== "tool_result_archived") continue
       const targetId = archived.placeholder.identity.runtimeEventId
