@@ -586,7 +586,36 @@ interface SharedRows {
   readonly entries: Array<SessionEntry>
   readonly decodedRows: Array<DecodedRow>
   readonly hashes: SelectionHashes
-  readonly sealed: Map<string, Safety.InvocationStatus>
+  readonly gate: FrozenGate
+}
+
+/**
+ * The safety gate of a batch of frozen reads in ascending high water (`frozenSafety` for each):
+ * the batch's decoded rows grouped by invocation and the invocations open among them, both kept
+ * current as the high water rises, and the verdicts of sealed invocations, so each read folds only
+ * what is not sealed yet instead of the whole session.
+ */
+class FrozenGate {
+  private readonly groups = new Map<string, Array<Event.StoredEvent>>()
+  private readonly live = new Set<string>()
+  private readonly sealed = new Map<string, Safety.InvocationStatus>()
+  private through = 0
+
+  constructor(private readonly rows: ReadonlyArray<DecodedRow>) {}
+
+  /** The gate at the high water of the first `count` decoded rows (at or above the last call's). */
+  check(tx: Rows.Tx, dialect: Dialect, count: number): Promise<Safety.SafetyResult> {
+    for (; this.through < count; this.through++) {
+      const row = this.rows[this.through]!
+      const group = this.groups.get(row.invocationId)
+      if (group === undefined) this.groups.set(row.invocationId, [row.stored])
+      else group.push(row.stored)
+      if (row.kind === "invocation_opened") this.live.add(row.invocationId)
+      else if (row.kind === "invocation_ended") this.live.delete(row.invocationId)
+    }
+    const live = [...this.live]
+    return Safety.checkGroups(tx, dialect, this.groups, { ...(live.length === 1 ? { exclude: live[0]! } : {}), manual: true }, this.sealed)
+  }
 }
 
 /**
@@ -655,7 +684,7 @@ const materialise = async (
             ...(options.manual === true ? { manual: true } : {}),
           },
         )
-      : await frozenSafety(tx, dialect, decodedRows, shared?.sealed)
+      : await (shared === undefined ? frozenSafety(tx, dialect, decodedRows) : shared.gate.check(tx, dialect, decodedRows.length))
   // Step 3: the selection's high water, the mode's fence of a compaction source, or a frozen read's.
   let highWater = frozen?.highWater ?? readHighWater
   if (fence !== undefined && fence.mode !== "mid_turn" && opening !== undefined) {
@@ -821,19 +850,13 @@ const materialise = async (
  * live there (the earlier read's `current`) is excluded, and the manual policy applies. Two live
  * invocations exclude neither, and fail the gate.
  */
-const frozenSafety = (
-  tx: Rows.Tx,
-  dialect: Dialect,
-  rows: ReadonlyArray<DecodedRow>,
-  sealed: Map<string, Safety.InvocationStatus> | undefined,
-): Promise<Safety.SafetyResult> => {
+const frozenSafety = (tx: Rows.Tx, dialect: Dialect, rows: ReadonlyArray<DecodedRow>): Promise<Safety.SafetyResult> => {
   const live = liveAmong(rows)
   return Safety.checkFolded(
     tx,
     dialect,
     rows.map((row) => row.stored),
     { ...(live.length === 1 ? { exclude: live[0]! } : {}), manual: true },
-    sealed,
   )
 }
 
@@ -942,7 +965,7 @@ export const readFrozenModelContexts = async (
       if (error !== STOP) throw error
     })
     const hashes = new SelectionHashes()
-    const sealed = new Map<string, Safety.InvocationStatus>()
+    const gate = new FrozenGate(decodedRows)
     for (const index of valid) {
       const evidence = evidences[index]!
       if (undecodable !== undefined && evidence.highWater >= undecodable.sequence) {
@@ -954,7 +977,7 @@ export const readFrozenModelContexts = async (
           entries: entries.slice(0, countThrough(entries, evidence.highWater)),
           decodedRows: decodedRows.slice(0, countThrough(decodedRows, evidence.highWater)),
           hashes,
-          sealed,
+          gate,
         }
         results[index] = Result.succeed(await frozenSource(tx, dialect, sessionId, evidence, limits, shared))
       } catch (error) {

@@ -203,22 +203,30 @@ export const checkEvents = async (
   return checkFolded(tx, dialect, events(), options)
 }
 
-/**
- * The SQL path of the gate over loaded events (no in-memory index). `sealed` keeps the verdicts of
- * sealed invocations between calls over growing prefixes of one session (a batch of frozen reads):
- * a sealed invocation's events all lie at or below its terminal, so its verdict is the same in every
- * prefix that holds the terminal.
- */
-export const checkFolded = async (
+/** The SQL path of the gate over loaded events (no in-memory index). */
+export const checkFolded = (
   tx: Rows.Tx,
   dialect: Dialect,
   events: ReadonlyArray<Event.StoredEvent>,
+  options: SafetyOptions = {},
+): Promise<SafetyResult> => checkGroups(tx, dialect, byInvocation(events), options)
+
+/**
+ * `checkFolded` over the events already grouped by invocation, in log order (`byInvocation`).
+ * `sealed` keeps the verdicts of sealed invocations between calls over growing prefixes of one
+ * session (a batch of frozen reads): a sealed invocation's events all lie at or below its terminal,
+ * so its verdict is the same in every prefix that holds the terminal, and it is not folded again.
+ */
+export const checkGroups = async (
+  tx: Rows.Tx,
+  dialect: Dialect,
+  groups: ReadonlyMap<string, ReadonlyArray<Event.StoredEvent>>,
   options: SafetyOptions = {},
   sealed?: Map<string, InvocationStatus>,
 ): Promise<SafetyResult> => {
   const order: Array<string> = []
   const states: Array<readonly [string, InvocationState.InvocationState]> = []
-  for (const [invocationId, group] of byInvocation(events)) {
+  for (const [invocationId, group] of groups) {
     if (invocationId === options.exclude) continue
     order.push(invocationId)
     if (sealed?.has(invocationId) !== true) states.push([invocationId, InvocationState.fold(group)])
