@@ -60,8 +60,8 @@ const sharedPrefix = (prompt: Prompt.Prompt, previous: Prompt.Prompt | undefined
 /**
  * A step's input messages: those it shares with the step before it (the same messages, in the same
  * order; the last step rebuilt, past one whose source is not readable) by reference to that step,
- * the others in full. A session's page then grows with its
- * messages, not with its steps times its messages.
+ * the others in full. A session's page then grows with its messages, not with its steps times its
+ * messages.
  */
 const inputHtml = (prompt: Prompt.Prompt, previous: { readonly number: number; readonly prompt: Prompt.Prompt } | undefined): string => {
   const shared = previous === undefined ? 0 : sharedPrefix(prompt, previous.prompt)
@@ -78,7 +78,6 @@ const inputHtml = (prompt: Prompt.Prompt, previous: { readonly number: number; r
   )
 }
 
-/** The page of a session's events. */
 /**
  * The page's `generator`: `maka inspect --html` overwrites an existing file only when it names this
  * generator (a page it wrote before), never a log or any other file (docs/cli.md §10.1).

@@ -330,10 +330,12 @@ export interface SessionSummary {
 }
 
 /** Whether a terminal's text says `failed {outcome_unknown}` (its text first: most terminals do not). */
-const isOutcomeUnknown = (json: string): boolean => {
+const isOutcomeUnknown = (json: string, invocationId: string): boolean => {
   if (!json.includes('"outcome_unknown"')) return false
   const decoded = Codec.decodeEventJson(json)
-  if (Result.isFailure(decoded)) throw EventLogError.make({ _tag: "Decode", message: decoded.failure.message })
+  if (Result.isFailure(decoded)) {
+    throw EventLogError.make({ _tag: "Decode", message: `the terminal of invocation ${invocationId}: ${decoded.failure.message}` })
+  }
   const fact = decoded.success.fact
   return fact.kind === "invocation_ended" && fact.outcome.kind === "failed" && fact.outcome.class === "outcome_unknown"
 }
@@ -362,7 +364,7 @@ export const sessionSummaries = async (tx: Rows.Tx): Promise<ReadonlyArray<Sessi
     invocations.set(row.session_id, found)
     found.count++
     if (row.ended_json === null) found.unsealed++
-    else if (isOutcomeUnknown(row.ended_json)) found.unknown.add(row.invocation_id)
+    else if (isOutcomeUnknown(row.ended_json, row.invocation_id)) found.unknown.add(row.invocation_id)
   }
   const summaries: Array<SessionSummary> = []
   for (const row of counted) {
