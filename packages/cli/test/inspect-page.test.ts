@@ -6,7 +6,7 @@
  */
 import type { Event } from "@maka/facts"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { forEachSource } from "../src/internal/inspect.ts"
+import { forEachSource, readSession, type SessionView } from "../src/internal/inspect.ts"
 import { inspectPage } from "../src/internal/inspect-html.ts"
 import { openReadOnly, type OpenLog } from "../src/internal/store.ts"
 import { folder, maka, type Folder } from "./support/cli.ts"
@@ -23,7 +23,8 @@ describe("the inspect page over batches of sources", () => {
   afterAll(() => shared.remove())
 
   /** The page built with `budget`, and the size of each batch of sources it read. */
-  const pageWith = async (open: OpenLog, events: ReadonlyArray<Event.StoredEvent>, requests: ReadonlyArray<Event.StoredEvent>, budget: number) => {
+  const pageWith = async (open: OpenLog, session: SessionView, budget: number) => {
+    const requests = session.mainRequests
     const batches: Array<number> = []
     const counted: OpenLog = {
       ...open,
@@ -35,7 +36,7 @@ describe("the inspect page over batches of sources", () => {
         },
       },
     }
-    const page = inspectPage("two", events)
+    const page = inspectPage("two", session)
     const indexes: Array<number> = []
     await forEachSource(
       counted,
@@ -55,22 +56,22 @@ describe("the inspect page over batches of sources", () => {
   it("gives the same page in one batch, in a batch per step, and in batches bounded by the steps' tails", async () => {
     const open = await openReadOnly({ kind: "sqlite", path: shared.db })
     try {
-      const events = await open.run(open.log.events("two"))
-      const requests = events.filter((stored) => stored.event.fact.kind === "model_requested" && stored.event.fact.purpose === "main")
+      const session = await readSession(open, "two")
+      const requests = session.mainRequests
       expect(requests.length).toBeGreaterThanOrEqual(4)
-      const whole = await pageWith(open, events, requests, Number.MAX_SAFE_INTEGER)
+      const whole = await pageWith(open, session, Number.MAX_SAFE_INTEGER)
       expect(whole.batches).toEqual([requests.length])
       // Every step after the first names what it shares with the one before it.
       expect(whole.html.match(/Messages 1–\d+: the same as messages 1–\d+ of <a href="#step-\d+">/g)).toHaveLength(requests.length - 1)
       expect(whole.html.match(/input digest matches/g)).toHaveLength(requests.length)
-      const single = await pageWith(open, events, requests, 1)
+      const single = await pageWith(open, session, 1)
       expect(single.batches).toEqual(requests.map(() => 1))
       expect(single.html).toBe(whole.html)
       // A budget of the first step's rows: the first batch holds that step alone (its tail is at most
       // its high water), and no batch holds them all.
       const request = requests[0]!.event.fact
       if (request.kind !== "model_requested") throw new Error("expected a request")
-      const bounded = await pageWith(open, events, requests, request.sourceHighWater)
+      const bounded = await pageWith(open, session, request.sourceHighWater)
       expect(bounded.batches[0]).toBe(1)
       expect(bounded.batches.length).toBeGreaterThan(1)
       expect(bounded.batches.reduce((sum, size) => sum + size, 0)).toBe(requests.length)

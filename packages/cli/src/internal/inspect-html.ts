@@ -4,8 +4,8 @@
  * from the log and checked against its `inputDigest`: the messages it shares with the step before
  * it by reference, the others in full) and output.
  */
-import { Canonical, type Event, type Model, type Prompt } from "@maka/facts"
-import { openingsOf, rebuildInput, timeline, UNCHECKED_TOOLS, type RebuiltInput, type StepSource } from "./inspect.ts"
+import { Canonical, type Event, type Prompt } from "@maka/facts"
+import { rebuildInput, UNCHECKED_TOOLS, type RebuiltInput, type SessionView, type StepSource } from "./inspect.ts"
 
 const escape = (text: string): string =>
   text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;").replace(/'/g, "&#39;")
@@ -100,15 +100,13 @@ export interface InspectPage {
   readonly finish: () => string
 }
 
-/** The page of a session's events. */
-export const inspectPage = (sessionId: string, events: ReadonlyArray<Event.StoredEvent>): InspectPage => {
-  const outputs = new Map<string, Model.ModelStep>()
-  for (const stored of events) if (stored.event.fact.kind === "model_completed") outputs.set(stored.event.fact.stepId, stored.event.fact.output)
-  const openings = openingsOf(events)
+/** The page of a session, from what `maka inspect` kept of its events. */
+export const inspectPage = (sessionId: string, session: SessionView): InspectPage => {
+  const { outputs, openings } = session
   let largest = 1
-  for (const stored of events) {
+  for (const stored of session.mainRequests) {
     const fact = stored.event.fact
-    if (fact.kind === "model_requested" && fact.purpose === "main") largest = Math.max(largest, outputs.get(fact.stepId)?.usage.inputTokens ?? 0)
+    if (fact.kind === "model_requested") largest = Math.max(largest, outputs.get(fact.stepId)?.usage.inputTokens ?? 0)
   }
   const sizeRows: Array<string> = []
   const stepSections: Array<string> = []
@@ -166,12 +164,10 @@ ${output}
 </head>
 <body>
 <h1>Session ${escape(sessionId)}</h1>
-<p>${events.length} events, ${steps} model steps.</p>
+<p>${session.count} events, ${steps} model steps.</p>
 <h2>Timeline</h2>
 <ol class="timeline">
-${timeline(events)
-  .map((line) => `<li>${escape(line)}</li>`)
-  .join("\n")}
+${session.lines.map((line) => `<li>${escape(line)}</li>`).join("\n")}
 </ol>
 <h2>Context size per step</h2>
 <table class="sizes">

@@ -4,7 +4,7 @@
  * model input of step N rebuilt from the log and checked against the step's recorded `inputDigest`.
  * Steps are numbered from 1 over the session's `model_requested {main}` facts in sequence order.
  */
-import type { Event, Fact, Outcome, Prompt } from "@maka/facts"
+import type { Event, Fact, Model, Outcome, Prompt } from "@maka/facts"
 import type { EventLog } from "@maka/event-log"
 import { Result } from "effect"
 import { PromptBuilder } from "@maka/engine"
@@ -35,14 +35,6 @@ const compactDetail = (outcome: Outcome.CompactOutcome): string => {
     case "failed":
       return `failed: ${outcome.reason}`
   }
-}
-
-/** The timeline lines of a session's events. */
-export const timeline = (events: ReadonlyArray<Event.StoredEvent>): ReadonlyArray<string> => {
-  const lines: Array<string> = []
-  const add = timelineOf(lines)
-  for (const stored of events) add(stored)
-  return lines
 }
 
 /**
@@ -233,13 +225,6 @@ export interface RebuiltInput {
 export const UNCHECKED_TOOLS =
   "the input was rebuilt with the CLI's own tools (the read level shown): a run given other tools, through the library, cannot be checked here"
 
-/** The openings of a session's events, by invocation id. */
-export const openingsOf = (events: ReadonlyArray<Event.StoredEvent>): ReadonlyMap<string, Fact.InvocationOpened> => {
-  const openings = new Map<string, Fact.InvocationOpened>()
-  for (const stored of events) if (stored.event.fact.kind === "invocation_opened") openings.set(stored.event.invocation.invocationId, stored.event.fact)
-  return openings
-}
-
 /**
  * Rebuilds the exact input of a main request from the log: the prompt of its source, the route
  * projection, the output limit, and the CLI's tool set (the level whose digest matches; the log records
@@ -359,33 +344,47 @@ const writePage = async (file: string, page: InspectPage): Promise<void> => {
   }
 }
 
-/** How many events the terminal timeline reads at a time. */
-const TIMELINE_PAGE = 1_000
+/** How many events `maka inspect` reads at a time. */
+const EVENTS_PAGE = 1_000
 
 /**
- * The terminal timeline of a session: its events read page by page and turned into lines as they
- * come, so a long session is never held whole (its lines are, to print its event count first).
+ * What `maka inspect` keeps of a session's events, read page by page: its timeline's lines, its
+ * event count, its openings, its main requests and its completions' outputs, never the events
+ * themselves (a long session is not held whole).
  */
-const printTimeline = async (context: CommandContext, open: OpenLog, sessionId: string): Promise<number> => {
+export interface SessionView {
+  readonly count: number
+  readonly lines: ReadonlyArray<string>
+  readonly openings: ReadonlyMap<string, Fact.InvocationOpened>
+  readonly mainRequests: ReadonlyArray<Event.StoredEvent>
+  /** The output of each completed request, by step id. */
+  readonly outputs: ReadonlyMap<string, Model.ModelStep>
+}
+
+/** The session's view, its events read `EVENTS_PAGE` at a time. */
+export const readSession = async (open: OpenLog, sessionId: string): Promise<SessionView> => {
   const lines: Array<string> = []
   const add = timelineOf(lines)
+  const openings = new Map<string, Fact.InvocationOpened>()
+  const mainRequests: Array<Event.StoredEvent> = []
+  const outputs = new Map<string, Model.ModelStep>()
   let count = 0
-  try {
-    let after = 0
-    while (true) {
-      const page = await open.run(open.log.events(sessionId, after, TIMELINE_PAGE))
-      for (const stored of page) add(stored)
-      count += page.length
-      if (page.length < TIMELINE_PAGE) break
-      after = page[page.length - 1]!.sequence
+  let after = 0
+  while (true) {
+    const page = await open.run(open.log.events(sessionId, after, EVENTS_PAGE))
+    for (const stored of page) {
+      add(stored)
+      const fact = stored.event.fact
+      if (fact.kind === "invocation_opened") openings.set(stored.event.invocation.invocationId, fact)
+      else if (fact.kind === "model_requested" && fact.purpose === "main") mainRequests.push(stored)
+      else if (fact.kind === "model_completed") outputs.set(fact.stepId, fact.output)
     }
-  } finally {
-    await open.close()
+    count += page.length
+    if (page.length < EVENTS_PAGE) break
+    after = page[page.length - 1]!.sequence
   }
   if (count === 0) throw new CliError(`session ${sessionId} has no events`, ExitCode.failed)
-  context.sink.out(`session ${sessionId}: ${count} events\n`)
-  for (const line of lines) context.sink.out(`${line}\n`)
-  return ExitCode.completed
+  return { count, lines, openings, mainRequests, outputs }
 }
 
 export const inspectCommand = async (context: CommandContext): Promise<number> => {
@@ -395,16 +394,13 @@ export const inspectCommand = async (context: CommandContext): Promise<number> =
   const stepNumber = Flags.integer("step", values.step, 1, Number.MAX_SAFE_INTEGER)
   const html = values.html === undefined || values.html === "" ? undefined : path.resolve(context.cwd, values.html)
   const open = await openReadOnly(target)
-  if (html === undefined && stepNumber === undefined) return printTimeline(context, open, sessionId)
-  let events: ReadonlyArray<Event.StoredEvent>
-  let mainRequests: ReadonlyArray<Event.StoredEvent>
+  let session: SessionView
   // The page, its steps added as their sources are read; step N's source for the terminal.
   let page: InspectPage | undefined
   let stepSource: StepSource | undefined
   try {
-    events = await open.run(open.log.events(sessionId))
-    if (events.length === 0) throw new CliError(`session ${sessionId} has no events`, ExitCode.failed)
-    mainRequests = events.filter((stored) => stored.event.fact.kind === "model_requested" && stored.event.fact.purpose === "main")
+    session = await readSession(open, sessionId)
+    const { mainRequests } = session
     // Checked before the page is written: a usage error leaves nothing behind.
     if (stepNumber !== undefined && stepNumber > mainRequests.length) {
       throw new Flags.UsageError(`session ${sessionId} has ${mainRequests.length} steps; --step must be in 1..${mainRequests.length}`)
@@ -413,7 +409,7 @@ export const inspectCommand = async (context: CommandContext): Promise<number> =
       // Refused before the sources are read (a long session's take a while), and again at the write.
       await checkPageTarget(html)
       const { inspectPage } = await import("./inspect-html.ts")
-      const building = inspectPage(sessionId, events)
+      const building = inspectPage(sessionId, session)
       page = building
       await forEachSource(open, mainRequests, (stored, source, index) => {
         building.step(stored, source)
@@ -424,19 +420,24 @@ export const inspectCommand = async (context: CommandContext): Promise<number> =
   } finally {
     await open.close()
   }
+  if (html === undefined && stepNumber === undefined) {
+    context.sink.out(`session ${sessionId}: ${session.count} events\n`)
+    for (const line of session.lines) context.sink.out(`${line}\n`)
+    return ExitCode.completed
+  }
   if (html !== undefined && page !== undefined) {
     await writePage(html, page)
     context.sink.err(`wrote ${html}\n`)
   }
-  // Without --step the page was all (the timeline alone is `printTimeline`).
+  // Without --step the page was all.
   if (stepNumber === undefined) return ExitCode.completed
-  const stored = mainRequests[stepNumber - 1]!
+  const stored = session.mainRequests[stepNumber - 1]!
   const request = stored.event.fact
   if (request.kind !== "model_requested") throw new CliError("not a model request", ExitCode.failed)
   if (stepSource === undefined || "unreadable" in stepSource) {
     throw new CliError(`the source of step ${stepNumber} cannot be re-read from the log: ${stepSource?.unreadable ?? "not read"}`, ExitCode.failed)
   }
-  const rebuilt = rebuildInput(openingsOf(events), stored, stepSource)
+  const rebuilt = rebuildInput(session.openings, stored, stepSource)
   context.sink.out(`step ${stepNumber} of session ${sessionId} (event ${stored.sequence}, step ${request.stepId})\n`)
   context.sink.out(`model ${request.modelId}, route ${request.routeIdentity}, max output tokens ${rebuilt.maxOutputTokens}\n`)
   context.sink.out(`source: ${sourceLine(stepSource)}\n`)
