@@ -11,9 +11,8 @@ import BetterSqlite3 from "better-sqlite3"
 import { Effect } from "effect"
 import { describe, expect, it } from "vitest"
 import type * as EventLog from "../src/EventLog.ts"
-import * as Testing from "../src/testing.ts"
 import { dialects } from "./support/dialects.ts"
-import { appendAll, bigRead, failure, placeholderOf, withLog } from "./support/harness.ts"
+import { appendAll, bigRead, failure, placeholderOf, withLog, withSqliteFile } from "./support/harness.ts"
 
 /** A completed run whose one tool call returned a result of about 20 KB. */
 const largeResultRun = (history: History.History) => {
@@ -214,23 +213,20 @@ for (const dialect of dialects()) {
 
 describe("a frozen source whose rows changed", () => {
   it("is refused, never rebuilt from the changed rows", () =>
-    Effect.runPromise(
-      Effect.scoped(
-        Effect.gen(function* () {
-          const { log, file } = yield* Testing.makeTemporary({ synchronous: "NORMAL" })
-          const history = History.smallRun()
-          yield* appendAll(log, history.writes)
-          const { sourceEvidence } = yield* log.readModelContext("session-1")
-          // Another connection rewrites the opening's message: the event still decodes.
-          const connection = new BetterSqlite3(file)
-          const changed = connection
-            .prepare("UPDATE event_log SET event_json = replace(event_json, 'repository', 'repositorx') WHERE sequence = 1")
-            .run()
-          connection.close()
-          expect(changed.changes).toBe(1)
-          const error = yield* failure(log.readFrozenModelContext(sourceEvidence))
-          expect(error.message).toContain("the frozen source changed")
-        }),
-      ),
+    withSqliteFile((log, file) =>
+      Effect.gen(function* () {
+        const history = History.smallRun()
+        yield* appendAll(log, history.writes)
+        const { sourceEvidence } = yield* log.readModelContext("session-1")
+        // Another connection rewrites the opening's message: the event still decodes.
+        const connection = new BetterSqlite3(file)
+        const changed = connection
+          .prepare("UPDATE event_log SET event_json = replace(event_json, 'repository', 'repositorx') WHERE sequence = 1")
+          .run()
+        connection.close()
+        expect(changed.changes).toBe(1)
+        const error = yield* failure(log.readFrozenModelContext(sourceEvidence))
+        expect(error.message).toContain("the frozen source changed")
+      }),
     ))
 })

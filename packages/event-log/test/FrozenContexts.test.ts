@@ -9,9 +9,8 @@ import BetterSqlite3 from "better-sqlite3"
 import { Effect, Exit, Result } from "effect"
 import { describe, expect, it } from "vitest"
 import type * as EventLog from "../src/EventLog.ts"
-import * as Testing from "../src/testing.ts"
 import { dialects } from "./support/dialects.ts"
-import { appendAll, bigRead, placeholderOf, summarised, withLog } from "./support/harness.ts"
+import { appendAll, bigRead, placeholderOf, summarised, withLog, withSqliteFile } from "./support/harness.ts"
 
 /** What one read gives, comparable across the two paths: the source, or the refusal's tag and message. */
 const verdictOf = (read: Result.Result<EventLog.ModelContextSource, { readonly message: string; readonly reason: { readonly _tag: string } }>) =>
@@ -154,29 +153,26 @@ for (const dialect of dialects()) {
 
 describe("frozen model contexts over an undecodable row", () => {
   it("refuses the reads that reach the row, as their own reads do, and gives the reads below it", () =>
-    Effect.runPromise(
-      Effect.scoped(
-        Effect.gen(function* () {
-          const { log, file } = yield* Testing.makeTemporary({ synchronous: "NORMAL" })
-          const history = History.smallRun()
-          yield* appendAll(log, history.writes)
-          const below = (yield* log.readModelContext("session-1")).sourceEvidence
-          const written = history.writes.length
-          const run = history.open({ message: "And now?" })
-          run.complete(run.request(), FactBuilders.textStep("done"))
-          run.end()
-          yield* appendAll(log, history.writes.slice(written))
-          const above = (yield* log.readModelContext("session-1")).sourceEvidence
-          const broken = below.highWater + 2
-          // Another connection breaks a row of the second run: it no longer decodes.
-          const connection = new BetterSqlite3(file)
-          expect(connection.prepare("UPDATE event_log SET event_json = '{\"not\":\"an event\"}' WHERE sequence = ?").run(broken).changes).toBe(1)
-          connection.close()
-          const evidences = [above, below, { ...above, highWater: broken }, { ...above, highWater: broken - 1 }]
-          const expected = yield* singles(log, evidences)
-          expect(expected.map((verdict) => ("refused" in verdict ? verdict.refused : "source"))).toEqual(["Decode", "source", "Decode", "Rejected"])
-          expect(yield* batch(log, evidences)).toEqual(expected)
-        }),
-      ),
+    withSqliteFile((log, file) =>
+      Effect.gen(function* () {
+        const history = History.smallRun()
+        yield* appendAll(log, history.writes)
+        const below = (yield* log.readModelContext("session-1")).sourceEvidence
+        const written = history.writes.length
+        const run = history.open({ message: "And now?" })
+        run.complete(run.request(), FactBuilders.textStep("done"))
+        run.end()
+        yield* appendAll(log, history.writes.slice(written))
+        const above = (yield* log.readModelContext("session-1")).sourceEvidence
+        const broken = below.highWater + 2
+        // Another connection breaks a row of the second run: it no longer decodes.
+        const connection = new BetterSqlite3(file)
+        expect(connection.prepare("UPDATE event_log SET event_json = '{\"not\":\"an event\"}' WHERE sequence = ?").run(broken).changes).toBe(1)
+        connection.close()
+        const evidences = [above, below, { ...above, highWater: broken }, { ...above, highWater: broken - 1 }]
+        const expected = yield* singles(log, evidences)
+        expect(expected.map((verdict) => ("refused" in verdict ? verdict.refused : "source"))).toEqual(["Decode", "source", "Decode", "Rejected"])
+        expect(yield* batch(log, evidences)).toEqual(expected)
+      }),
     ))
 })

@@ -7,9 +7,8 @@ import { FactBuilders, History } from "@maka/testkit"
 import BetterSqlite3 from "better-sqlite3"
 import { Effect } from "effect"
 import { describe, expect, it } from "vitest"
-import * as Testing from "../src/testing.ts"
 import { dialects } from "./support/dialects.ts"
-import { appendAll, failure, withLog } from "./support/harness.ts"
+import { appendAll, failure, withLog, withSqliteFile } from "./support/harness.ts"
 
 /**
  * Three runs: one that settled its call, one sealed `outcome_unknown` with one of its two calls
@@ -82,21 +81,18 @@ for (const dialect of dialects()) {
 
 describe("session summaries over a damaged terminal", () => {
   it("fail Decode naming the terminal's invocation when a terminal that names outcome_unknown does not decode", () =>
-    Effect.runPromise(
-      Effect.scoped(
-        Effect.gen(function* () {
-          const { log, file } = yield* Testing.makeTemporary({ synchronous: "NORMAL" })
-          const history = unknownSession()
-          yield* appendAll(log, history.writes)
-          const terminal = history.events.find((stored) => stored.event.fact.kind === "invocation_ended" && stored.event.fact.outcome.kind === "failed")!
-          const connection = new BetterSqlite3(file)
-          const changed = connection.prepare(`UPDATE event_log SET event_json = '{"outcome_unknown":true}' WHERE sequence = ?`).run(terminal.sequence)
-          connection.close()
-          expect(changed.changes).toBe(1)
-          const error = yield* failure(log.sessionSummaries())
-          expect(error.reason._tag).toBe("Decode")
-          expect(error.message).toContain(`the terminal of invocation ${terminal.event.invocation.invocationId}: `)
-        }),
-      ),
+    withSqliteFile((log, file) =>
+      Effect.gen(function* () {
+        const history = unknownSession()
+        yield* appendAll(log, history.writes)
+        const terminal = history.events.find((stored) => stored.event.fact.kind === "invocation_ended" && stored.event.fact.outcome.kind === "failed")!
+        const connection = new BetterSqlite3(file)
+        const changed = connection.prepare(`UPDATE event_log SET event_json = '{"outcome_unknown":true}' WHERE sequence = ?`).run(terminal.sequence)
+        connection.close()
+        expect(changed.changes).toBe(1)
+        const error = yield* failure(log.sessionSummaries())
+        expect(error.reason._tag).toBe("Decode")
+        expect(error.message).toContain(`the terminal of invocation ${terminal.event.invocation.invocationId}: `)
+      }),
     ))
 })

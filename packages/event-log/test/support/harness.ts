@@ -4,14 +4,22 @@
  */
 import { Archive, EventWrite, Lineage, type Event, type Fact, type Identity } from "@maka/facts"
 import { FactBuilders, History } from "@maka/testkit"
-import { Cause, Effect, Exit, Option, Result } from "effect"
+import { Cause, Effect, Exit, Option, Result, type Scope } from "effect"
 import { expect } from "vitest"
 import type * as EventLog from "../../src/EventLog.ts"
 import type { EventLogError } from "../../src/EventLogError.ts"
+import * as Testing from "../../src/testing.ts"
 import type { DialectCase } from "./dialects.ts"
 
 export const withLog = <A>(dialect: DialectCase, body: (log: EventLog.EventLogShape) => Effect.Effect<A, unknown>) =>
   Effect.runPromise(Effect.scoped(Effect.flatMap(dialect.open, body)))
+
+/**
+ * Runs `body` against a fresh SQLite log in a temporary file, with the file's path: for a test whose
+ * other connection changes rows behind the log's back.
+ */
+export const withSqliteFile = <A>(body: (log: EventLog.EventLogShape, file: string) => Effect.Effect<A, unknown, Scope.Scope>) =>
+  Effect.runPromise(Effect.scoped(Effect.flatMap(Testing.makeTemporary({ synchronous: "NORMAL" }), ({ log, file }) => body(log, file))))
 
 export const appendAll = (log: EventLog.EventLogShape, writes: ReadonlyArray<EventWrite.EventWrite>) =>
   Effect.forEach(writes, (write) => log.append(write))
