@@ -171,6 +171,24 @@ describe("query plans of the safety and recovery reads on SQLite", () => {
     }
   })
 
+  it("summarises the sessions from the session index and one boundary look-up per opening", async () => {
+    const plans = await plansOf((tx) => Reads.sessionSummaries(tx))
+    // Counting a session's events reads its index entries (covering: no row); no session here holds
+    // a run sealed outcome_unknown, so no session's calls are read.
+    expect(plans).toEqual([
+      ["SCAN event_log USING COVERING INDEX event_log_session_sequence", "USE TEMP B-TREE FOR ORDER BY"],
+      [
+        "SCAN opened USING INDEX event_log_openings",
+        "SEARCH ended USING INDEX event_log_invocation_boundary (invocation_id=? AND kind=?) LEFT-JOIN",
+      ],
+    ])
+    const summaries = await kysely!.transaction().execute((tx) => Reads.sessionSummaries(tx))
+    expect(summaries.map(({ sessionId, invocations, unsealed, unknownOutcomes }) => [sessionId, invocations, unsealed, unknownOutcomes])).toEqual(
+      [0, 1, 2, 3].map((session) => [`session-${session}`, 6, 1, 0]),
+    )
+    expect(summaries.map((summary) => summary.events)).toEqual(histories().map((history) => history.events.length))
+  })
+
   it("reads a context in one select of the session through its index", async () => {
     // On SQLite the log runs the select by its own SQL (raw rows, no query building): nothing goes
     // through Kysely, so its plan is read from that SQL.

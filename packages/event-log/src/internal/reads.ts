@@ -353,10 +353,13 @@ export const sessionSummaries = async (tx: Rows.Tx): Promise<ReadonlyArray<Sessi
     .groupBy("session_id")
     .orderBy("first")
     .execute()
+  // The terminal through the boundary index (`invocation_id, kind`, partial on these two kinds: the
+  // `IN` lets the planner use it), one look-up per opening.
   const openings = await sql<{ readonly session_id: string; readonly invocation_id: string; readonly ended_json: string | null }>`
     SELECT opened.session_id, opened.invocation_id, ended.event_json AS ended_json
     FROM event_log AS opened
     LEFT JOIN event_log AS ended ON ended.invocation_id = opened.invocation_id AND ended.kind = 'invocation_ended'
+      AND ended.kind IN ('invocation_opened', 'invocation_ended')
     WHERE opened.kind = 'invocation_opened'`.execute(tx)
   const invocations = new Map<string, { count: number; unsealed: number; unknown: Set<string> }>()
   for (const row of openings.rows) {
