@@ -17,7 +17,7 @@ import { CliError, ExitCode } from "./exit.ts"
 import * as Flags from "./flags.ts"
 import type { CommandContext } from "./read-commands.ts"
 import type { InspectPage } from "./inspect-html.ts"
-import { openReadOnly, type OpenLog } from "./store.ts"
+import { openReadOnly, sessionEventPages, type OpenLog } from "./store.ts"
 
 const clip = (text: string, max = 100): string => {
   const flat = text.replace(/\s+/g, " ").trim()
@@ -169,16 +169,17 @@ export const forEachSource = async (
   each: (stored: Event.StoredEvent, source: StepSource, index: number) => void,
   budget = SOURCE_ITEMS_AT_ONCE,
 ): Promise<void> => {
-  const highWaterOf = (stored: Event.StoredEvent) => (stored.event.fact.kind === "model_requested" ? stored.event.fact.sourceHighWater : 0)
   let last = { tail: 0, highWater: 0 }
+  // A request's tail at most: the last tail read, plus every row since its high water.
+  const bound = (stored: Event.StoredEvent) => {
+    const highWater = stored.event.fact.kind === "model_requested" ? stored.event.fact.sourceHighWater : 0
+    return last.tail + Math.max(0, highWater - last.highWater)
+  }
   let start = 0
   while (start < requests.length) {
-    let end = start
-    let items = 0
-    do {
-      items += last.tail + Math.max(0, highWaterOf(requests[end]!) - last.highWater)
-      end++
-    } while (end < requests.length && items + last.tail + Math.max(0, highWaterOf(requests[end]!) - last.highWater) <= budget)
+    let end = start + 1
+    let items = bound(requests[start]!)
+    while (end < requests.length && items + bound(requests[end]!) <= budget) items += bound(requests[end++]!)
     const batch = requests.slice(start, end)
     const sources = await readSources(open, batch)
     sources.forEach((source, index) => {
@@ -344,9 +345,6 @@ const writePage = async (file: string, page: InspectPage): Promise<void> => {
   }
 }
 
-/** How many events `maka inspect` reads at a time. */
-const EVENTS_PAGE = 1_000
-
 /**
  * What `maka inspect` keeps of a session's events, read page by page: its timeline's lines, its
  * event count, its openings, its main requests and its completions' outputs, never the events
@@ -361,7 +359,7 @@ export interface SessionView {
   readonly outputs: ReadonlyMap<string, Model.ModelStep>
 }
 
-/** The session's view, its events read `EVENTS_PAGE` at a time. */
+/** The session's view, its events read page by page (`sessionEventPages`). */
 export const readSession = async (open: OpenLog, sessionId: string): Promise<SessionView> => {
   const lines: Array<string> = []
   const add = timelineOf(lines)
@@ -369,9 +367,7 @@ export const readSession = async (open: OpenLog, sessionId: string): Promise<Ses
   const mainRequests: Array<Event.StoredEvent> = []
   const outputs = new Map<string, Model.ModelStep>()
   let count = 0
-  let after = 0
-  while (true) {
-    const page = await open.run(open.log.events(sessionId, after, EVENTS_PAGE))
+  for await (const page of sessionEventPages(open, sessionId)) {
     for (const stored of page) {
       add(stored)
       const fact = stored.event.fact
@@ -380,8 +376,6 @@ export const readSession = async (open: OpenLog, sessionId: string): Promise<Ses
       else if (fact.kind === "model_completed") outputs.set(fact.stepId, fact.output)
     }
     count += page.length
-    if (page.length < EVENTS_PAGE) break
-    after = page[page.length - 1]!.sequence
   }
   if (count === 0) throw new CliError(`session ${sessionId} has no events`, ExitCode.failed)
   return { count, lines, openings, mainRequests, outputs }

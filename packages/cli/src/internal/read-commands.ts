@@ -11,7 +11,7 @@ import * as path from "node:path"
 import { CliError, ExitCode } from "./exit.ts"
 import * as Flags from "./flags.ts"
 import { eventLine, type Sink } from "./render.ts"
-import { openReadOnly, openWriter, prepareLogFolder } from "./store.ts"
+import { openReadOnly, openWriter, prepareLogFolder, sessionEventPages } from "./store.ts"
 
 export interface CommandContext {
   readonly args: ReadonlyArray<string>
@@ -55,23 +55,17 @@ export const describeEvent = (stored: Event.StoredEvent): string => {
   return `${String(stored.sequence).padStart(5)}  ${fact.kind.padEnd(27)} ${detail}`.trimEnd()
 }
 
-/** How many events `maka events` reads at a time. */
-const EVENTS_PAGE = 1_000
-
 export const eventsCommand = async (context: CommandContext): Promise<number> => {
   const { values } = Flags.parse("events", context.args)
   const target = Flags.database(values, context.environment, context.cwd)
   const sessionId = Flags.requiredSession(values, "events")
   const open = await openReadOnly(target)
   try {
-    // Page by page, printed as read: a long session is never held whole.
-    let after = 0
-    while (true) {
-      const page = await open.run(open.log.events(sessionId, after, EVENTS_PAGE))
+    // Printed as read: a long session is never held whole.
+    for await (const page of sessionEventPages(open, sessionId)) {
       for (const stored of page) context.sink.out(`${values.json === true ? eventLine(stored) : describeEvent(stored)}\n`)
-      if (page.length < EVENTS_PAGE) return ExitCode.completed
-      after = page[page.length - 1]!.sequence
     }
+    return ExitCode.completed
   } finally {
     await open.close()
   }

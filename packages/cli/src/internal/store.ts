@@ -4,6 +4,7 @@
  * exit 1), or as the writer for `recover`. Every store failure becomes a one-line `CliError` with exit 1.
  */
 import { EventLog, EventLogError } from "@maka/event-log"
+import type { Event } from "@maka/facts"
 import { Ids } from "@maka/tools"
 import { Cause, Effect, Exit, Layer, ManagedRuntime } from "effect"
 import * as fs from "node:fs"
@@ -17,6 +18,23 @@ export interface OpenLog {
   /** Runs an Effect of the log; a failure rejects with a `CliError`. */
   readonly run: <A, E>(effect: Effect.Effect<A, E, EventLog.EventLog | Ids.Ids>) => Promise<A>
   readonly close: () => Promise<void>
+}
+
+/** How many events a read-only command reads at a time (`sessionEventPages`). */
+const EVENTS_PAGE = 1_000
+
+/**
+ * A session's events, page by page in sequence order: what `maka events` and `maka inspect` read,
+ * so a long session is never held whole (events a live run appends meanwhile may follow at the end).
+ */
+export async function* sessionEventPages(open: OpenLog, sessionId: string): AsyncGenerator<ReadonlyArray<Event.StoredEvent>> {
+  let after = 0
+  while (true) {
+    const page = await open.run(open.log.events(sessionId, after, EVENTS_PAGE))
+    if (page.length > 0) yield page
+    if (page.length < EVENTS_PAGE) return
+    after = page[page.length - 1]!.sequence
+  }
 }
 
 /**

@@ -863,12 +863,20 @@ const frozenSafety = (tx: Rows.Tx, dialect: Dialect, rows: ReadonlyArray<Decoded
 /** The evidence of a selection through `highWater`, from the text its entries kept. */
 const hashSelection = (scope: Identity.LogScope, entries: ReadonlyArray<SessionEntry>, highWater: number): Digest.LogPrefixHash => {
   const hash = Digest.LogPrefixHash.start(scope)
-  for (const entry of entries) {
+  hashEntries(hash, entries, 0, highWater)
+  return hash
+}
+
+/** Hashes `entries` from `from` on through `highWater` into `hash`; returns the index it stopped at. */
+const hashEntries = (hash: Digest.LogPrefixHash, entries: ReadonlyArray<SessionEntry>, from: number, highWater: number): number => {
+  let index = from
+  for (; index < entries.length; index++) {
+    const entry = entries[index]!
     if (entry.sequence > highWater) break
     if (entry.json === undefined) throw new Error("a context read that selects kept no row text to hash")
     hash.update(entry.sequence, entry.json)
   }
-  return hash
+  return index
 }
 
 /**
@@ -892,14 +900,7 @@ class SelectionHashes {
       kept = { hash: Digest.LogPrefixHash.start(scope), count: 0 }
       this.running.set(key, kept)
     }
-    let index = kept.count
-    for (; index < entries.length; index++) {
-      const entry = entries[index]!
-      if (entry.sequence > highWater) break
-      if (entry.json === undefined) throw new Error("a context read that selects kept no row text to hash")
-      kept.hash.update(entry.sequence, entry.json)
-    }
-    kept.count = index
+    kept.count = hashEntries(kept.hash, entries, kept.count, highWater)
     return kept.hash
   }
 }
