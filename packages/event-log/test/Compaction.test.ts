@@ -4,13 +4,14 @@
  * lowering the fence to a clean cut (several passes over a session past the limits), and the
  * checkpoint built from such a source accepted by append and used by the next context read.
  */
+import BetterSqlite3 from "better-sqlite3"
 import { Prompts, type Identity, type ModelContext } from "@maka/facts"
 import { FactBuilders, History } from "@maka/testkit"
 import { Effect } from "effect"
 import { beforeAll, describe, expect, it } from "vitest"
 import type * as EventLog from "../src/EventLog.ts"
 import { dialects } from "./support/dialects.ts"
-import { appendAll, failure, withLog, write } from "./support/harness.ts"
+import { appendAll, failure, withLog, withSqliteFile, write } from "./support/harness.ts"
 
 const turnIds = (turn: number) => ({ turnId: `turn-${turn}`, runId: `run-${turn}`, invocationId: `invocation-${turn}` })
 
@@ -440,3 +441,50 @@ for (const dialect of dialects()) {
       ))
   })
 }
+
+/** Rewrites `from` to `to` in the text of the log's checkpoints through another connection: one row must change. */
+const rewriteCheckpoint = (file: string, from: string, to: string) => {
+  const connection = new BetterSqlite3(file)
+  const changed = connection
+    .prepare("UPDATE event_log SET event_json = replace(event_json, ?, ?) WHERE kind = 'context_checkpoint_recorded' AND instr(event_json, ?) > 0")
+    .run(from, to, from)
+  connection.close()
+  expect(changed.changes).toBe(1)
+}
+
+describe("a baseline whose checkpoint changed behind the log", () => {
+  it("is refused when its predecessor is not a checkpoint of the selection", () =>
+    withSqliteFile((log, file) =>
+      Effect.gen(function* () {
+        const history = new History.History()
+        for (let turn = 0; turn < 3; turn++) finishedTurn(history, turn)
+        yield* appendAll(log, history.writes)
+        const limits = { maxEvents: 12 }
+        const first = yield* standalonePass(log, 1, limits)
+        const second = yield* standalonePass(log, 2, limits)
+        expect((yield* log.readModelContext("session-1")).baseline?.eventId).toBe(second.checkpointId)
+        // The second checkpoint now names the first turn's opening as its predecessor: an event of
+        // the log, but no checkpoint.
+        const opening = history.events[0]!.event.id
+        rewriteCheckpoint(file, `"previousCheckpointId":"${first.checkpointId}"`, `"previousCheckpointId":"${opening}"`)
+        expectInvalid(yield* failure(log.readModelContext("session-1")), "the baseline's predecessor chain is broken")
+      }),
+    ))
+
+  it("is refused when its mid-turn anchor is not in the log", () =>
+    withSqliteFile((log, file) =>
+      Effect.gen(function* () {
+        const { history, live } = historyWithLiveRun(2)
+        live.complete(live.request(), FactBuilders.textStep("Thinking."))
+        yield* appendAll(log, history.writes)
+        const current = live.invocation.invocationId
+        const read = yield* log.prepareContextCompaction("session-1", { current, mode: "mid_turn" })
+        const mode = { kind: "mid_turn", anchorEventId: live.opening.event.id } as const
+        const writes = summaryWrites(live.invocation, read, mode, "mid-turn-summary")
+        yield* appendAll(log, [writes.request, writes.completion, writes.checkpoint])
+        expect((yield* log.readModelContext("session-1", { current })).anchor?.event.id).toBe(live.opening.event.id)
+        rewriteCheckpoint(file, `"anchorEventId":"${live.opening.event.id}"`, `"anchorEventId":"${FactBuilders.eventId(999_999)}"`)
+        expectInvalid(yield* failure(log.readModelContext("session-1", { current })), "the baseline's anchor is missing")
+      }),
+    ))
+})
