@@ -101,6 +101,23 @@ const standalonePass = (log: EventLog.EventLogShape, pass: number, limits: { rea
     return { read, openedAt, checkpointId: writes.checkpoint.event.id }
   })
 
+/**
+ * Two finished turns and a live run one step in, compacted mid-turn: its summary request, completion
+ * and checkpoint (anchored on its opening) committed.
+ */
+const midTurnCompacted = (log: EventLog.EventLogShape) =>
+  Effect.gen(function* () {
+    const { history, live } = historyWithLiveRun(2)
+    live.complete(live.request(), FactBuilders.textStep("Thinking."))
+    yield* appendAll(log, history.writes)
+    const current = live.invocation.invocationId
+    const read = yield* log.prepareContextCompaction("session-1", { current, mode: "mid_turn" })
+    const mode = { kind: "mid_turn", anchorEventId: live.opening.event.id } as const
+    const writes = summaryWrites(live.invocation, read, mode, "mid-turn-summary")
+    yield* appendAll(log, [writes.request, writes.completion, writes.checkpoint])
+    return { live, current, read, writes }
+  })
+
 const expectInvalid = (error: { readonly reason: unknown }, text: string) => {
   expect(error.reason).toMatchObject({ _tag: "Rejected", rejection: { _tag: "InvalidTransition" } })
   expect(JSON.stringify(error.reason)).toContain(text)
@@ -422,15 +439,8 @@ for (const dialect of dialects()) {
     it("accepts a mid_turn checkpoint built from the source, and the next context read anchors the opening", () =>
       withLog(dialect, (log) =>
         Effect.gen(function* () {
-          const { history, live } = historyWithLiveRun(2)
-          live.complete(live.request(), FactBuilders.textStep("Thinking."))
-          yield* appendAll(log, history.writes)
-          const current = live.invocation.invocationId
-          const read = yield* log.prepareContextCompaction("session-1", { current, mode: "mid_turn" })
+          const { live, current, read, writes } = yield* midTurnCompacted(log)
           expect(read.source.sourceEvidence.highWater).toBe(19)
-          const mode = { kind: "mid_turn", anchorEventId: live.opening.event.id } as const
-          const writes = summaryWrites(live.invocation, read, mode, "mid-turn-summary")
-          yield* appendAll(log, [writes.request, writes.completion, writes.checkpoint])
           const steered = write(live.invocation, { kind: "message_steered", message: FactBuilders.deliveredMessage("m-1", "Also this.") })
           yield* log.append(steered)
           const next = yield* log.readModelContext("session-1", { current })
@@ -474,14 +484,7 @@ describe("a baseline whose checkpoint changed behind the log", () => {
   it("is refused when its mid-turn anchor is not in the log", () =>
     withSqliteFile((log, file) =>
       Effect.gen(function* () {
-        const { history, live } = historyWithLiveRun(2)
-        live.complete(live.request(), FactBuilders.textStep("Thinking."))
-        yield* appendAll(log, history.writes)
-        const current = live.invocation.invocationId
-        const read = yield* log.prepareContextCompaction("session-1", { current, mode: "mid_turn" })
-        const mode = { kind: "mid_turn", anchorEventId: live.opening.event.id } as const
-        const writes = summaryWrites(live.invocation, read, mode, "mid-turn-summary")
-        yield* appendAll(log, [writes.request, writes.completion, writes.checkpoint])
+        const { live, current } = yield* midTurnCompacted(log)
         expect((yield* log.readModelContext("session-1", { current })).anchor?.event.id).toBe(live.opening.event.id)
         rewriteCheckpoint(file, `"anchorEventId":"${live.opening.event.id}"`, `"anchorEventId":"${FactBuilders.eventId(999_999)}"`)
         expectInvalid(yield* failure(log.readModelContext("session-1", { current })), "the baseline's anchor is missing")
