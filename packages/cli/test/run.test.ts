@@ -346,6 +346,38 @@ describe("timeouts and long tool calls", () => {
   })
 })
 
+describe("a log kept in the workspace", () => {
+  it("is never written by write_file: the calls fail, the run goes on and the log keeps its sessions", async () => {
+    const server = await serve([
+      Respond.sse(
+        OpenAiSse.response({
+          toolCalls: [
+            { id: "call-1", name: "write_file", arguments: ['{"path":".maka/events.sqlite","content":"oops"}'] },
+            { id: "call-2", name: "write_file", arguments: ['{"path":".maka/events.sqlite-wal","content":"oops"}'] },
+          ],
+        }),
+      ),
+      answer(["kept"]),
+    ])
+    const { workspace } = fresh()
+    // The default log, .maka/events.sqlite under the current directory: here the workspace.
+    const earlier = await maka(["run", "--session", "earlier", "hi"], { cwd: workspace })
+    expect(earlier.code).toBe(0)
+    const result = await maka(["run", "--session", "w", "--base-url", `${server.url}/v1`, "--model", "m", "--tools", "write", "go"], { cwd: workspace })
+    const refusals = result.stderr.split("\n").filter((line) => line.startsWith("tool: write_file failed"))
+    expect(refusals.map((line) => line.replace(/ \(\d+ ms\)/, ""))).toEqual([
+      "tool: write_file failed: .maka/events.sqlite: a file of the event log, never written by a tool",
+      "tool: write_file failed: .maka/events.sqlite-wal: a file of the event log, never written by a tool",
+    ])
+    expect(result.stdout).toBe("kept\n")
+    expect(result.code).toBe(0)
+    const sessions = await maka(["sessions"], { cwd: workspace })
+    expect(sessions.stdout).toMatch(/^earlier\s/m)
+    expect(sessions.stdout).toMatch(/^w\s/m)
+    expect(sessions.code).toBe(0)
+  })
+})
+
 describe("how a command ended", () => {
   it("a run_command line says exited N, killed by SIGNAL or timed out where the command did not exit 0", async () => {
     const server = await serve([

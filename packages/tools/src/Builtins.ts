@@ -13,8 +13,13 @@ import { writeFile as writeFileEffect } from "./internal/write-file.ts"
 import * as Tool from "./Tool.ts"
 import type { Workspace } from "./Workspace.ts"
 
-/** What a builtin needs of a workspace: its canonical root (from `Workspace.open`). */
-export type Root = Pick<Workspace, "root">
+/**
+ * What a builtin needs of a workspace: its canonical root (from `Workspace.open`), and the files
+ * `write_file` never writes, such as an event log kept inside the workspace: each named file
+ * (through any path or link), and every file beside it whose name begins with its name (a SQLite
+ * log's `-wal`, `-shm` and `-journal`, its writer's lock).
+ */
+export type Root = Pick<Workspace, "root"> & { readonly protectedFiles?: ReadonlyArray<string> }
 
 /** The model-facing descriptions; they are part of the catalog digest, so they change only deliberately. */
 export const descriptions = Object.freeze({
@@ -91,7 +96,7 @@ export const writeFile = (workspace: Root): Tool.Tool =>
       content: Schema.String.annotate({ description: "The complete new content of the file" }),
     }),
     semantics: "parallel",
-    execute: (input) => writeFileEffect(workspace.root, input),
+    execute: (input) => writeFileEffect(workspace.root, input, workspace.protectedFiles ?? []),
   })
 
 export const runCommand = (workspace: Root, overrides: Partial<BuiltinLimits> = {}): Tool.Tool => {

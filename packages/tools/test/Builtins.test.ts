@@ -222,6 +222,35 @@ describe("write_file", () => {
     }),
   )
 
+  it.effect("never writes a protected file, a file beside it named after it, or a link to it", () =>
+    Effect.gen(function* () {
+      const { root, workspace } = yield* workspaceFixture
+      const folder = path.join(root, ".maka")
+      fs.mkdirSync(folder)
+      const log = path.join(folder, "events.sqlite")
+      fs.writeFileSync(log, "the log")
+      fs.writeFileSync(`${log}-wal`, "its wal")
+      fs.symlinkSync(".maka/events.sqlite", path.join(root, "log-link"))
+      fs.linkSync(log, path.join(root, "log-hardlink"))
+      // Given relative to the process's directory, through a link to the workspace's folder.
+      fs.symlinkSync(root, path.join(path.dirname(root), "alias"))
+      const given = path.relative(process.cwd(), path.join(path.dirname(root), "alias", ".maka", "events.sqlite"))
+      const tool = Builtins.writeFile({ ...workspace, protectedFiles: [given, path.join(root, "absent", "other.sqlite")] })
+      const refused = [".maka/events.sqlite", ".maka/events.sqlite-wal", ".maka/events.sqlite-shm", ".maka/events.sqlite.writer.lock", "log-link", "log-hardlink"]
+      for (const input of refused) {
+        assert.include(failureOf(yield* call(tool, { path: input, content: "oops" })), "a file of the event log, never written by a tool", input)
+      }
+      assert.strictEqual(fs.readFileSync(log, "utf8"), "the log")
+      assert.strictEqual(fs.readFileSync(`${log}-wal`, "utf8"), "its wal")
+      assert.deepStrictEqual(fs.readdirSync(folder).sort(), ["events.sqlite", "events.sqlite-wal"])
+      // Other files of the folder, a file of the same name in another folder, and a protected file's
+      // folder that does not exist, are written.
+      assert.strictEqual(textOf(yield* call(tool, { path: ".maka/notes.txt", content: "ok" })), "Wrote 2 bytes to .maka/notes.txt")
+      assert.strictEqual(textOf(yield* call(tool, { path: "absent/other.sqlite", content: "ok" })), "Wrote 2 bytes to absent/other.sqlite")
+      assert.strictEqual(textOf(yield* call(tool, { path: "events.sqlite-wal", content: "ok" })), "Wrote 2 bytes to events.sqlite-wal")
+    }),
+  )
+
   it.effect("refuses writes that escape the root and leaves the outside untouched", () =>
     Effect.gen(function* () {
       const { root, outside, workspace } = yield* workspaceFixture

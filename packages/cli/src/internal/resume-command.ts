@@ -88,7 +88,7 @@ const resumeOne = async (
   engine: Engine.EngineShape,
   connection: Connection,
   pending: EventLog.PendingHandoff,
-  options: { readonly json: boolean; readonly signals: Signals },
+  options: { readonly json: boolean; readonly signals: Signals; readonly protectedFiles: ReadonlyArray<string> },
 ): Promise<Outcome> => {
   const { sink } = context
   const skip = (reason: string, code: number): Outcome => {
@@ -126,7 +126,7 @@ const resumeOne = async (
         ExitCode.usage,
       )
     }
-    const tools = ToolCatalog.from(Builtins.forLevel(level, workspace))
+    const tools = ToolCatalog.from(Builtins.forLevel(level, { ...workspace, protectedFiles: options.protectedFiles }))
     started = await runEffect(runtime, engine.resume({ paused: pending.invocation, pause, model, tools }))
   } catch (error) {
     const failure = fromEngineError(error)
@@ -187,7 +187,7 @@ export const resumeCommand = async (context: CommandContext): Promise<number> =>
         context.sink.err(`stopped before the next pause (SIGTERM): ${left} left; continue with: maka resume\n`)
         return code
       }
-      const outcome = await resumeOne(context, runtime, engine, connection, item, { json: values.json === true, signals })
+      const outcome = await resumeOne(context, runtime, engine, connection, item, { json: values.json === true, signals, protectedFiles: target.kind === "sqlite" ? [target.path] : [] })
       // The first pause that did not complete gives the exit code.
       if (code === ExitCode.completed) code = outcome.code
       if (outcome.shouldStop) return outcome.code

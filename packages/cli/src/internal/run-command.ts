@@ -242,7 +242,8 @@ export const openHost = async (settings: RunSettings, sink: Sink, signal: AbortS
     engine = await createEngine(database.kind === "sqlite" ? { database: database.path } : { databaseUrl: database.url })
     const opened = engine
     if (settings.isNewSession) sink.err(`session: ${settings.sessionId}\n`)
-    const tools = Builtins.forLevel(settings.level, workspace)
+    // A log kept in the workspace is never written by a tool (docs/cli.md §10.1).
+    const tools = Builtins.forLevel(settings.level, { ...workspace, protectedFiles: database.kind === "sqlite" ? [database.path] : [] })
     const turn: Host["turn"] = async (message, onStarted) => {
       const run = await opened.start({
         sessionId: settings.sessionId,

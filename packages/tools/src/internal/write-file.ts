@@ -4,7 +4,8 @@
  * of the directory before them without following links (`beneath.ts`), so a path swapped for a link
  * after it was checked writes nothing anywhere; only a regular file is written (a FIFO, a socket or
  * a device is refused without blocking). The workspace marker is never written, whatever path (a
- * symlink, a hard link) leads to it.
+ * symlink, a hard link) leads to it, nor a protected file (an event log in the workspace) or a file
+ * beside it whose name begins with its name.
  */
 import * as fs from "node:fs/promises"
 import * as path from "node:path"
@@ -61,11 +62,39 @@ const landing = (
     return { directory: yield* openDirectory(root, path.dirname(real), display), name: path.basename(real) }
   })
 
-export const writeFile = (root: string, input: WriteFileInput): Effect.Effect<ToolCall.ToolOutput, ToolFailure> =>
+/**
+ * A protected file where paths are compared: its real directory and its name (`undefined` when its
+ * directory does not exist: then nothing can be written beside it either), and the identity of the
+ * file when it exists, so that a hard link to it is refused as well.
+ */
+interface Protected {
+  readonly directory: string
+  readonly name: string
+  readonly stat: { readonly dev: number; readonly ino: number } | undefined
+}
+
+const protectedOf = (file: string): Effect.Effect<Protected | undefined> =>
+  Effect.gen(function* () {
+    const directory = yield* tryFs(() => fs.realpath(path.dirname(path.resolve(file)))).pipe(Effect.option)
+    if (Option.isNone(directory)) return undefined
+    const stat = yield* tryFs(() => fs.stat(path.join(directory.value, path.basename(file)))).pipe(Effect.option)
+    return { directory: directory.value, name: path.basename(file), stat: Option.getOrUndefined(stat) }
+  })
+
+const sameFile = (stat: { readonly dev: number; readonly ino: number } | undefined, other: { readonly dev: number; readonly ino: number }) =>
+  stat !== undefined && stat.dev === other.dev && stat.ino === other.ino
+
+export const writeFile = (
+  root: string,
+  input: WriteFileInput,
+  protectedFiles: ReadonlyArray<string> = [],
+): Effect.Effect<ToolCall.ToolOutput, ToolFailure> =>
   Effect.gen(function* () {
     const canonical = yield* canonicalRoot(root)
     const marker = path.join(canonical, defaults.workspaceMarker)
     const refused = failure(`${input.path}: the workspace marker ${defaults.workspaceMarker} is never written`)
+    const refusedProtected = failure(`${input.path}: a file of the event log, never written by a tool`)
+    const guarded = (yield* Effect.forEach(protectedFiles, protectedOf)).filter((file) => file !== undefined)
     const resolved = yield* lexical(canonical, input.path)
     if (resolved === canonical) return yield* Effect.fail(failure(`${input.path}: is the workspace root`))
     yield* Effect.scoped(
@@ -73,13 +102,15 @@ export const writeFile = (root: string, input: WriteFileInput): Effect.Effect<To
         const parent = yield* parentOf(canonical, resolved, input.path)
         const target = yield* landing(canonical, parent, path.basename(resolved), input.path)
         if (path.join(target.directory.path, target.name) === marker) return yield* Effect.fail(refused)
+        if (guarded.some((file) => file.directory === target.directory.path && target.name.startsWith(file.name))) {
+          return yield* Effect.fail(refusedProtected)
+        }
         const opened = yield* openForWriting(canonical, target.directory, target.name, input.path)
         if (opened.stat.isDirectory()) return yield* Effect.fail(failure(`${input.path}: is a directory`))
         if (!opened.stat.isFile()) return yield* Effect.fail(failure(`${input.path}: is not a regular file`))
         const markerStat = yield* tryFs(() => fs.lstat(marker)).pipe(Effect.option)
-        if (Option.isSome(markerStat) && markerStat.value.dev === opened.stat.dev && markerStat.value.ino === opened.stat.ino) {
-          return yield* Effect.fail(refused)
-        }
+        if (Option.isSome(markerStat) && sameFile(markerStat.value, opened.stat)) return yield* Effect.fail(refused)
+        if (guarded.some((file) => sameFile(file.stat, opened.stat))) return yield* Effect.fail(refusedProtected)
         yield* tryFs(() => opened.handle.truncate(0)).pipe(
           Effect.andThen(tryFs(() => opened.handle.writeFile(input.content, { encoding: "utf8" }))),
           Effect.mapError(fsFailure(input.path)),
