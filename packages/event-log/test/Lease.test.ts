@@ -109,6 +109,27 @@ describe("the writer lease", () => {
     await expectReason(openSqlite(file, { readOnly: true }), "UnsupportedDatabase", "hard links")
   })
 
+  it("refuses a database's sidecar as a log, and creates nothing beside it", async () => {
+    const directory = temporaryDirectory()
+    const file = path.join(directory, "events.sqlite")
+    const database = await openSqlite(file)
+    // The open log has its -wal, -shm and writer's lock; a -journal is refused by name alone.
+    for (const suffix of ["-wal", "-shm", LOCK_SUFFIX, "-journal"]) {
+      await expectReason(openSqlite(`${file}${suffix}`), "UnsupportedDatabase", `is the ${suffix} file of the database ${file}`)
+      await expectReason(openSqlite(`${file}${suffix}`, { readOnly: true }), "UnsupportedDatabase", `is the ${suffix} file`)
+    }
+    expect(listing(directory)).toEqual(["events.sqlite", "events.sqlite-shm", "events.sqlite-wal", `events.sqlite${LOCK_SUFFIX}`].sort())
+    await database.close()
+    // Once the log is closed its -wal and -shm are gone: the names stay refused while the database exists.
+    await expectReason(openSqlite(`${file}-wal`), "UnsupportedDatabase", "is the -wal file")
+    expect(listing(directory)).toEqual(["events.sqlite", `events.sqlite${LOCK_SUFFIX}`].sort())
+    // A name ending so, with no database of the shorter name beside it, is a log like any other.
+    const own = await openSqlite(path.join(directory, "notes-wal"))
+    await own.close()
+    const bare = await openSqlite(path.join(directory, "-wal"))
+    await bare.close()
+  })
+
   it("refuses a directory and a path in a missing directory", async () => {
     const directory = temporaryDirectory()
     await expectReason(openSqlite(directory), "UnsupportedDatabase", "not a regular file")

@@ -58,10 +58,16 @@ const lstatOrUndefined = (file: string): fs.Stats | undefined => {
   }
 }
 
+/** The files SQLite and the lease keep beside a database, named by its name and these suffixes. */
+const SIDECAR_SUFFIXES = ["-wal", "-shm", "-journal", LOCK_SUFFIX] as const
+
 /**
  * The canonical path of a database file: symlinks resolved (a dangling one is refused), the
  * directory's real path plus the basename when the file does not exist yet. An existing file must
- * be a regular file with exactly one link: a hard-linked database would split its WAL sidecars.
+ * be a regular file with exactly one link: a hard-linked database would split its WAL sidecars. A
+ * path naming a sidecar of a database beside it (its `-wal`, `-shm`, `-journal` or writer's lock)
+ * is refused: opened as a log of its own, it would be deleted or overwritten by the database's next
+ * open, with every fact written into it.
  */
 export const canonicalDatabasePath = (databasePath: string): string => {
   const absolute = path.resolve(databasePath)
@@ -84,6 +90,13 @@ export const canonicalDatabasePath = (databasePath: string): string => {
     } catch (error) {
       if (errorCode(error) === "ENOENT") throw io(`${absolute}: the directory ${directory} does not exist`)
       throw storeError(error, absolute)
+    }
+  }
+  for (const suffix of SIDECAR_SUFFIXES) {
+    if (!path.basename(canonical).endsWith(suffix) || path.basename(canonical) === suffix) continue
+    const database = canonical.slice(0, -suffix.length)
+    if (lstatOrUndefined(database) !== undefined) {
+      throw unsupported(`${canonical} is the ${suffix} file of the database ${database}, not an event log; refusing to open it`)
     }
   }
   const target = lstatOrUndefined(canonical)
