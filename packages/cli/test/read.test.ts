@@ -188,6 +188,17 @@ describe("read-only commands over a log with a completed and a crashed run", () 
     expect(fs.existsSync(page)).toBe(false)
   })
 
+  it("maka inspect --html writes a FILE whose name is as long as a name can be, and leaves nothing else", async () => {
+    const folder = path.join(shared.root, "long")
+    fs.mkdirSync(folder)
+    const page = path.join(folder, `${"p".repeat(250)}.html`)
+    const result = await maka(["inspect", "--db", shared.db, "--session", "done", "--html", page], { cwd: shared.root })
+    expect(result.stderr).toBe(`wrote ${page}\n`)
+    expect(result.code).toBe(0)
+    expect(fs.readdirSync(folder)).toEqual([path.basename(page)])
+    fs.rmSync(folder, { recursive: true })
+  })
+
   it("maka inspect --html into a folder that does not exist is exit 1", async () => {
     const result = await maka(["inspect", "--db", shared.db, "--session", "done", "--html", path.join(shared.root, "no/such/page.html")], {
       cwd: shared.root,

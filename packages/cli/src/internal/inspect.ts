@@ -10,6 +10,7 @@ import { Result } from "effect"
 import { PromptBuilder } from "@maka/engine"
 import { projectPrompt } from "@maka/model"
 import { Builtins, ReadToolResult, Tool, ToolCatalog } from "@maka/tools"
+import * as crypto from "node:crypto"
 import * as fs from "node:fs"
 import * as path from "node:path"
 import { TOOL_LEVELS, type ToolLevel } from "../Configuration.ts"
@@ -335,12 +336,17 @@ const checkPageTarget = async (file: string): Promise<void> => {
  */
 const writePage = async (file: string, page: InspectPage): Promise<void> => {
   await checkPageTarget(file)
-  const temporary = `${file}.${process.pid}.tmp`
+  // Named apart from FILE, whose own name may already be as long as a name can be.
+  const temporary = path.join(path.dirname(file), `.maka-inspect-${process.pid}-${crypto.randomBytes(4).toString("hex")}.tmp`)
   try {
     fs.writeFileSync(temporary, page.finish(), { flag: "wx" })
     fs.renameSync(temporary, file)
   } catch (error) {
-    fs.rmSync(temporary, { force: true })
+    try {
+      fs.rmSync(temporary, { force: true })
+    } catch {
+      // The error that stopped the write is the one to report.
+    }
     throw new CliError(`cannot write ${file}: ${error instanceof Error ? error.message : String(error)}`, ExitCode.failed)
   }
 }
