@@ -43,6 +43,19 @@ describe("the refusals of the flag parser (docs/cli.md §10.1)", () => {
     expect(refusal("run", "--session", "a", "--", "--session")).toBeUndefined()
   })
 
+  it("refuses an empty value of any flag that takes one, for every command: an empty value is never the flag left out", () => {
+    for (const [command, spec] of Object.entries(Flags.COMMANDS) as ReadonlyArray<[Flags.CommandName, (typeof Flags.COMMANDS)[Flags.CommandName]]>) {
+      for (const flag of spec.flags) {
+        if (Flags.FLAGS[flag].type !== "string") continue
+        const message = `--${flag} needs a value, not an empty one; leave the flag out for its default`
+        expect(refusal(command, `--${flag}`, ""), `${command} --${flag} ""`).toBe(message)
+        expect(refusal(command, `--${flag}=`), `${command} --${flag}=`).toBe(message)
+      }
+    }
+    // A message may be empty as far as the parser goes (the command refuses it with its own words).
+    expect(refusal("run", "--session", "s", "")).toBeUndefined()
+  })
+
   it("refuses a --session longer than the log's ids, for every command that takes one", () => {
     expect(Flags.MAX_SESSION_ID).toBe(Limits.MAX_ID_UTF16)
     const longest = "s".repeat(Flags.MAX_SESSION_ID)

@@ -196,6 +196,9 @@ export const parse = (command: CommandName, args: ReadonlyArray<string>): Parsed
     if (token.kind !== "option") continue
     if (seen.has(token.name)) throw new UsageError(`--${token.name} is given twice; give it once`)
     seen.add(token.name)
+    // An empty value is never the flag left out: `maka resume --session "$S"` with S unset would
+    // resume every paused session of the log, `--db ""` open the default log.
+    if (token.value === "") throw new UsageError(`--${token.name} needs a value, not an empty one; leave the flag out for its default`)
   }
   const values = parsed.values as Values // parseArgs types values by `options`, built above from FLAGS
   const problem = values.session === undefined ? undefined : sessionProblem(values.session)
@@ -269,8 +272,8 @@ export type DatabaseTarget = { readonly kind: "sqlite"; readonly path: string } 
 
 /** `--db` / `MAKA_DB` (default `.maka/events.sqlite` under `cwd`) or `--database-url` / `MAKA_DATABASE_URL`; both is an error. */
 export const database = (values: Values, environment: Environment, cwd: string): DatabaseTarget => {
-  const file = nonEmpty(values.db) ?? nonEmpty(environment["MAKA_DB"])
-  const url = nonEmpty(values["database-url"]) ?? nonEmpty(environment["MAKA_DATABASE_URL"])
+  const file = values.db ?? nonEmpty(environment["MAKA_DB"])
+  const url = values["database-url"] ?? nonEmpty(environment["MAKA_DATABASE_URL"])
   if (file !== undefined && url !== undefined) {
     throw new UsageError("pass either --db (MAKA_DB) or --database-url (MAKA_DATABASE_URL), not both")
   }
@@ -343,17 +346,17 @@ export const OFFLINE_MODEL = "maka-offline"
  * `--base-url` (flags only: `MAKA_MODEL` and `MAKA_BASE_URL` may be set for other runs).
  */
 export const provider = (values: Values, environment: Environment): ProviderSettings => {
-  const baseUrl = nonEmpty(values["base-url"]) ?? nonEmpty(environment["MAKA_BASE_URL"])
-  const model = nonEmpty(values.model) ?? nonEmpty(environment["MAKA_MODEL"])
+  const baseUrl = values["base-url"] ?? nonEmpty(environment["MAKA_BASE_URL"])
+  const model = values.model ?? nonEmpty(environment["MAKA_MODEL"])
   const chosen = values.provider ?? (baseUrl === undefined ? "offline" : "openai-compatible")
   const name = PROVIDERS.find((candidate) => candidate === chosen)
   if (name === undefined) throw new UsageError(`--provider must be one of ${PROVIDERS.join(", ")}, got '${chosen}'`)
   if (name === "offline") {
     // A flag the offline model cannot honour is refused rather than dropped: a run against the
     // built-in model where the user named a remote one would be a silent surprise.
-    const modelFlag = nonEmpty(values.model)
+    const modelFlag = values.model
     if (values.provider === "offline") {
-      if (nonEmpty(values["base-url"]) !== undefined) throw new UsageError("--provider offline takes no --base-url: its server is built in")
+      if (values["base-url"] !== undefined) throw new UsageError("--provider offline takes no --base-url: its server is built in")
       if (modelFlag !== undefined && modelFlag !== OFFLINE_MODEL) {
         throw new UsageError(`--provider offline runs the built-in model ${OFFLINE_MODEL}; --model ${modelFlag} needs --provider openai-compatible or anthropic`)
       }
@@ -383,7 +386,7 @@ export const toolLevel = (value: string | undefined): ToolLevel => {
 }
 
 export const requiredSession = (values: Values, command: CommandName): string => {
-  const session = nonEmpty(values.session)
+  const session = values.session
   if (session === undefined) throw new UsageError(`maka ${command} needs --session ID`)
   return session
 }

@@ -392,7 +392,7 @@ export const inspectCommand = async (context: CommandContext): Promise<number> =
   const target = Flags.database(values, context.environment, context.cwd)
   const sessionId = Flags.requiredSession(values, "inspect")
   const stepNumber = Flags.integer("step", values.step, 1, Number.MAX_SAFE_INTEGER)
-  const html = values.html === undefined || values.html === "" ? undefined : path.resolve(context.cwd, values.html)
+  const html = values.html === undefined ? undefined : path.resolve(context.cwd, values.html)
   const open = await openReadOnly(target)
   let session: SessionView
   // The page, its steps added as their sources are read; step N's source for the terminal.

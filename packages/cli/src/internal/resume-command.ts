@@ -155,7 +155,7 @@ const resumeOne = async (
 export const resumeCommand = async (context: CommandContext): Promise<number> => {
   const { values } = Flags.parse("resume", context.args)
   const target = Flags.database(values, context.environment, context.cwd)
-  const sessionId = values.session === undefined || values.session === "" ? undefined : values.session
+  const sessionId = values.session
   const isAbandon = values.abandon === true
   if (isAbandon && sessionId === undefined) throw new Flags.UsageError("maka resume --abandon needs --session ID: the pause to release")
   const provider = isAbandon ? undefined : Flags.provider(values, context.environment)

@@ -127,7 +127,7 @@ export interface RunSettings {
 }
 
 export const settingsOf = (values: Flags.Values, context: Pick<RunContext, "environment" | "cwd">): RunSettings => {
-  const isNewSession = values.session === undefined || values.session === ""
+  const isNewSession = values.session === undefined
   return {
     database: Flags.database(values, context.environment, context.cwd),
     provider: Flags.provider(values, context.environment),
