@@ -145,6 +145,29 @@ describe("maka chat", () => {
     expect(fs.existsSync(path.join(workspace, ".maka-workspace.json"))).toBe(false)
   })
 
+  it("skips a line over the message limit with a message and goes on; exit 2 when the last line was skipped", async () => {
+    const { root, workspace, db } = fresh()
+    const long = "c".repeat(70_000)
+    const limit = "the message is 70000 bytes of UTF-8; a message holds at most 65536; the line is skipped"
+    // Only over-long lines: no log, no marker, exit 2.
+    const none = await maka(["chat", "--db", db, "--workspace", workspace, "--session", "c"], { cwd: root, input: `${long}\n` })
+    expect(none.stderr).toBe(`maka: ${limit}\n`)
+    expect(none.code).toBe(2)
+    expect(fs.existsSync(db)).toBe(false)
+    expect(fs.existsSync(path.join(workspace, ".maka-workspace.json"))).toBe(false)
+    // Skipped between turns, the lines after it still run; the last line's turn gives the code.
+    const between = await maka(["chat", "--db", db, "--workspace", workspace, "--session", "c"], { cwd: root, input: `first\n${long}\nsecond\n` })
+    expect(between.stderr).toContain(`maka: ${limit}\n`)
+    expect(between.stdout).toContain('You asked: "first"')
+    expect(between.stdout).toContain('You asked: "second"')
+    expect(between.code).toBe(0)
+    const { openings } = await invocationsOf(root, db, "c")
+    expect(openings.map((line) => line.event.fact["input"].content.text)).toEqual(["first", "second"])
+    const last = await maka(["chat", "--db", db, "--workspace", workspace, "--session", "c"], { cwd: root, input: `third\n${long}\n` })
+    expect(last.stdout).toContain('You asked: "third"')
+    expect(last.code).toBe(2)
+  })
+
   it("refuses bad flags with exit 2 before reading any line", async () => {
     const { root, workspace, db } = fresh()
     const result = await maka(["chat", "--db", db, "--workspace", workspace, "--max-steps", "0"], { cwd: root, input: "hi\n" })

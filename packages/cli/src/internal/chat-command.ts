@@ -2,12 +2,14 @@
  * `maka chat` (docs/cli.md §10.1): interactive turns in one session. One message per line of stdin; a
  * line entered while a turn runs is delivered to it as steering; end of input ends the chat after
  * the current turn; SIGINT cancels the current turn and ends the chat (exit 130); SIGTERM hands the
- * current turn off and ends the chat (exit 75). The exit code is the last turn's.
+ * current turn off and ends the chat (exit 75). A line the log would refuse as a message (over its
+ * size limit) is reported and skipped, and the chat goes on. The exit code is the last line's: its
+ * turn's, or 2 for a skipped line.
  */
 import * as readline from "node:readline"
 import { ExitCode, fromEngineError } from "./exit.ts"
 import * as Flags from "./flags.ts"
-import { openHost, settingsOf, type RunContext } from "./run-command.ts"
+import { messageProblem, openHost, settingsOf, type RunContext } from "./run-command.ts"
 import { handleSignals } from "./signals.ts"
 
 export const chatCommand = async (context: RunContext): Promise<number> => {
@@ -40,24 +42,36 @@ export const chatCommand = async (context: RunContext): Promise<number> => {
   })
   // One listener for the whole chat: a wait for the next line ends on a line, the end of input or a signal.
   signals.signal.addEventListener("abort", () => wake?.(), { once: true })
+  // Whether the last line was skipped: the chat's exit code is then 2, until a later turn's.
+  let skipped = false
+  /** The next line that can be a message; a line the log would refuse is reported and skipped. */
   const nextLine = async (): Promise<string | undefined> => {
-    while (queued.length === 0 && !ended && !signals.signal.aborted) {
-      await new Promise<void>((resolve) => {
-        wake = resolve
-      })
-      wake = undefined
+    for (;;) {
+      while (queued.length === 0 && !ended && !signals.signal.aborted) {
+        await new Promise<void>((resolve) => {
+          wake = resolve
+        })
+        wake = undefined
+      }
+      const line = signals.signal.aborted ? undefined : queued.shift()
+      const problem = line === undefined ? undefined : messageProblem(line)
+      if (problem === undefined) return line
+      context.sink.err(`maka: ${problem}; the line is skipped\n`)
+      skipped = true
     }
-    return signals.signal.aborted ? undefined : queued.shift()
   }
   try {
     // Piped input opens the log at its first line: an input without one makes no log and no session.
     // On a terminal the log opens at once, so a refusal (another writer, say) comes before any typing.
     const first = context.stdin.isTTY === true ? undefined : await nextLine()
-    if (context.stdin.isTTY !== true && first === undefined) return signals.signal.aborted ? ExitCode.cancelled : ExitCode.completed
+    if (context.stdin.isTTY !== true && first === undefined) {
+      return signals.signal.aborted ? ExitCode.cancelled : skipped ? ExitCode.usage : ExitCode.completed
+    }
     const host = await openHost(settings, context.sink, signals.signal, signals.attach)
     let code: number = ExitCode.completed
     try {
       for (let message = first ?? (await nextLine()); message !== undefined; message = await nextLine()) {
+        skipped = false
         try {
           code = await host.turn(message, (run) => {
             steer = (text) => run.steer(text)
@@ -71,7 +85,7 @@ export const chatCommand = async (context: RunContext): Promise<number> => {
         // A SIGTERM ends the chat after its turn, whether the turn was handed off or ended first.
         if (code === ExitCode.cancelled || code === ExitCode.handedOff || signals.handoffRequested()) break
       }
-      return signals.signal.aborted ? ExitCode.cancelled : code
+      return signals.signal.aborted ? ExitCode.cancelled : skipped ? ExitCode.usage : code
     } finally {
       await host.close()
     }

@@ -83,6 +83,14 @@ const observingFetch = (
   }
 }
 
+/** Why the log would refuse a user message's text (over its size limit), or `undefined`. */
+export const messageProblem = (message: string): string | undefined => {
+  const bytes = Buffer.byteLength(message, "utf8")
+  return bytes > Limits.MAX_MESSAGE_TEXT_BYTES
+    ? `the message is ${bytes} bytes of UTF-8; a message holds at most ${Limits.MAX_MESSAGE_TEXT_BYTES}`
+    : undefined
+}
+
 const readMessage = async (context: RunContext, positionals: ReadonlyArray<string>): Promise<string> => {
   if (positionals.length > 1) throw new Flags.UsageError("maka run takes one MESSAGE; quote it")
   let message = positionals[0]
@@ -94,10 +102,8 @@ const readMessage = async (context: RunContext, positionals: ReadonlyArray<strin
   }
   if (message.trim() === "") throw new Flags.UsageError("the message is empty; give a MESSAGE with text")
   // Refused here, before the log, the workspace or a session is made for it.
-  const bytes = Buffer.byteLength(message, "utf8")
-  if (bytes > Limits.MAX_MESSAGE_TEXT_BYTES) {
-    throw new Flags.UsageError(`the message is ${bytes} bytes of UTF-8; a message holds at most ${Limits.MAX_MESSAGE_TEXT_BYTES}`)
-  }
+  const problem = messageProblem(message)
+  if (problem !== undefined) throw new Flags.UsageError(problem)
   return message
 }
 
