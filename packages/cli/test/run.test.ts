@@ -346,6 +346,38 @@ describe("timeouts and long tool calls", () => {
   })
 })
 
+describe("a log its user cannot write", () => {
+  it("is refused before anything is opened, naming the file or the folder to change (exit 1)", async () => {
+    const { root, workspace, db } = fresh()
+    expect((await maka(["run", "--db", db, "--workspace", workspace, "hi"], { cwd: root })).code).toBe(0)
+    const unprivileged = (args: ReadonlyArray<string>) => maka(args, { cwd: root, withoutPrivileges: true })
+    fs.chmodSync(db, 0o444)
+    const readOnlyFile = await unprivileged(["run", "--db", db, "--workspace", workspace, "hi"])
+    expect(readOnlyFile.stderr).toBe(`maka: store error: io: ${db} is read-only; a writer needs to write it\n`)
+    expect(readOnlyFile.code).toBe(1)
+    fs.chmodSync(db, 0o644)
+    fs.chmodSync(root, 0o555)
+    try {
+      const writer = await unprivileged(["run", "--db", db, "--workspace", workspace, "hi"])
+      expect(writer.stderr).toBe(
+        `maka: store error: io: ${db}: its folder ${root} is not writable; a writer needs to make the log's -wal, -shm and lock files there\n`,
+      )
+      expect(writer.code).toBe(1)
+      const reader = await unprivileged(["sessions", "--db", db])
+      expect(reader.stderr).toBe(
+        `maka: store error: io: ${db}: reading the log needs its folder ${root} to be writable; SQLite makes the log's -wal and -shm files there\n`,
+      )
+      expect(reader.code).toBe(1)
+    } finally {
+      fs.chmodSync(root, 0o755)
+    }
+    // The log is as it was: one session, readable again.
+    const sessions = await maka(["sessions", "--db", db], { cwd: root })
+    expect(sessions.stdout.trim().split("\n")).toHaveLength(1)
+    expect(sessions.code).toBe(0)
+  })
+})
+
 describe("a log kept in the workspace", () => {
   it("is never written by write_file: the calls fail, the run goes on and the log keeps its sessions", async () => {
     const server = await serve([

@@ -31,6 +31,12 @@ export interface SpawnOptions {
    * (`process.kill(-child.pid, signal)`) as a terminal's Ctrl-C or a service manager's stop does.
    */
   readonly group?: boolean
+  /**
+   * Runs maka without the capabilities that let root ignore file modes (`setpriv` empties the
+   * bounding set, so a root test process's child meets a file's mode as any user does): a test of a
+   * read-only file or folder then holds whoever runs it.
+   */
+  readonly withoutPrivileges?: boolean
 }
 
 /** A clean environment: no MAKA_* of the developer's shell leaks into a test. */
@@ -56,7 +62,10 @@ export const closedPort = (): Promise<number> =>
 
 export const maka = (args: ReadonlyArray<string>, options: SpawnOptions): Promise<Result> =>
   new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [bin, ...args], {
+    const command = options.withoutPrivileges === true && process.getuid?.() === 0
+      ? ["setpriv", "--bounding-set=-all", "--inh-caps=-all", process.execPath]
+      : [process.execPath]
+    const child = spawn(command[0]!, [...command.slice(1), bin, ...args], {
       cwd: options.cwd,
       env: { ...baseEnvironment(), ...options.env },
       stdio: ["pipe", "pipe", "pipe"],

@@ -103,6 +103,40 @@ export const surveySqlite = (connection: BetterSqlite3.Database, location: strin
 const unsupported = (message: string): EventLogError.EventLogError =>
   EventLogError.make({ _tag: "UnsupportedDatabase", message })
 
+const isWritable = (file: string): boolean => {
+  try {
+    fs.accessSync(file, fs.constants.W_OK)
+    return true
+  } catch {
+    return false
+  }
+}
+
+/**
+ * A writer needs to write the log and, beside it, its `-wal`, `-shm` and lock files: a read-only
+ * file or folder is refused before anything is opened, naming what to change (SQLite itself would
+ * open a read-only file for reading and refuse only the first write, without naming the file).
+ */
+const requireWritable = (file: string): void => {
+  const folder = nodePath.dirname(file)
+  if (!isWritable(folder)) {
+    throw io(`${file}: its folder ${folder} is not writable; a writer needs to make the log's -wal, -shm and lock files there`)
+  }
+  if (fs.existsSync(file) && !isWritable(file)) throw io(`${file} is read-only; a writer needs to write it`)
+}
+
+/**
+ * A reader of a cleanly closed log needs its folder writable: SQLite makes the log's `-wal` and
+ * `-shm` there, and would refuse with "attempt to write a readonly database" naming nothing.
+ */
+const requireReadable = (file: string): void => {
+  const folder = nodePath.dirname(file)
+  if (isWritable(folder) || (fs.existsSync(`${file}-wal`) && fs.existsSync(`${file}-shm`))) return
+  throw io(`${file}: reading the log needs its folder ${folder} to be writable; SQLite makes the log's -wal and -shm files there`)
+}
+
+const io = (message: string): EventLogError.EventLogError => EventLogError.make({ _tag: "Io", message })
+
 const fileSize = (file: string): number | undefined => {
   try {
     return fs.statSync(file).size
@@ -340,6 +374,7 @@ const openMemory = async (options: SqliteOptions): Promise<Database> => {
 
 const openWriter = async (path: string, options: SqliteOptions): Promise<Database> => {
   const file = canonicalDatabasePath(path)
+  requireWritable(file)
   refuseBeforeLease(file)
   const lease = await acquireLease(file)
   let connection: BetterSqlite3.Database | undefined
@@ -397,6 +432,7 @@ const openReadOnly = async (path: string, options: SqliteOptions): Promise<Datab
   const file = canonicalDatabasePath(path)
   if (!fs.existsSync(file)) throw unsupported(`${file}: no event log at this path (a read-only open never creates one)`)
   checkBeforeReading(file)
+  requireReadable(file)
   const connection = openConnection(file, {
     readonly: true,
     fileMustExist: true,
