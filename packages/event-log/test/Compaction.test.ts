@@ -11,7 +11,7 @@ import { Effect } from "effect"
 import { beforeAll, describe, expect, it } from "vitest"
 import type * as EventLog from "../src/EventLog.ts"
 import { dialects } from "./support/dialects.ts"
-import { appendAll, failure, withLog, withSqliteFile, write } from "./support/harness.ts"
+import { appendAll, bigRead, failure, finishedTurns, placeholderOf, withLog, withSqliteFile, write } from "./support/harness.ts"
 
 const turnIds = (turn: number) => ({ turnId: `turn-${turn}`, runId: `run-${turn}`, invocationId: `invocation-${turn}` })
 
@@ -81,7 +81,7 @@ const summaryWrites = (
 }
 
 /** Opens a `context_compact` run, prepares its fitted standalone source and commits the checkpoint with its terminal. */
-const standalonePass = (log: EventLog.EventLogShape, pass: number, limits: { readonly maxEvents: number }) =>
+const standalonePass = (log: EventLog.EventLogShape, pass: number, limits: { readonly maxEvents: number; readonly maxBytes?: number }) =>
   Effect.gen(function* () {
     const invocation = FactBuilders.invocation({ turnId: `compact-${pass}`, runId: `compact-${pass}`, invocationId: `compact-${pass}` })
     const opening = write(invocation, {
@@ -410,6 +410,69 @@ for (const dialect of dialects()) {
           const after = yield* log.readModelContext("session-1", limits)
           expect(after.baseline?.eventId).toBe(third.checkpointId)
           expect(after.tail).toEqual([])
+        }),
+      ))
+
+    it("a pre_turn source never takes as baseline the run's own checkpoint that covers past its fence", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const { live, current, writes } = yield* midTurnCompacted(log)
+          expect((yield* log.readModelContext("session-1", { current })).baseline?.eventId).toBe(writes.checkpoint.event.id)
+          // The mid-turn checkpoint covers through 19, past the pre_turn fence before the opening.
+          const read = yield* log.prepareContextCompaction("session-1", { current, mode: "pre_turn" })
+          expect(read.source.sourceEvidence.highWater).toBe(live.opening.sequence - 1)
+          expect(read.source.baseline).toBeUndefined()
+        }),
+      ))
+
+    it("with fit, charges an archived result at its placeholder's size", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = new History.History()
+          const reading = history.open({ message: "Read it.", ...turnIds(0) })
+          const settled = bigRead(reading, "big")
+          reading.complete(reading.request(), FactBuilders.textStep("Read."))
+          reading.end({ kind: "completed" })
+          const archiving = history.open({ message: "Shrink it.", ...turnIds(1) })
+          archiving.archive(placeholderOf(settled, "big"))
+          archiving.complete(archiving.request(), FactBuilders.textStep("Done."))
+          archiving.end({ kind: "completed" })
+          for (let turn = 2; turn < 5; turn++) finishedTurn(history, turn)
+          yield* appendAll(log, history.writes)
+          // The 20 KB result is in every cut (nothing is covered yet): only its placeholder fits 16 KiB.
+          const pass = yield* standalonePass(log, 1, { maxEvents: 20, maxBytes: 16 * 1024 })
+          expect(pass.read.source.tail.some((item) => item.kind === "archived" && item.eventId === settled.event.id)).toBe(true)
+          expect(pass.read.source.tail.length).toBeLessThanOrEqual(20)
+          expect(pass.read.source.sourceEvidence.highWater).toBeLessThan(pass.openedAt - 1)
+        }),
+      ))
+
+    it("with fit, cuts a session whose steps were observed by its events, never charging an observation", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = finishedTurns("session-1", 4)
+          yield* appendAll(log, history.writes)
+          const pass = yield* standalonePass(log, 1, { maxEvents: 20 })
+          // Each turn: 10 events, 2 of them observations, 8 in the tail. The highest clean cut whose
+          // tail holds at most 20 events is before the third turn's first request (its opening at 21
+          // included: 17 events); the next one, before its second request, would hold 21.
+          expect(sequences(pass.read.source)).toEqual([1, 2, 4, 5, 6, 7, 9, 10, 11, 12, 14, 15, 16, 17, 19, 20, 21])
+          expect(pass.read.source.sourceEvidence.highWater).toBe(21)
+        }),
+      ))
+
+    it("with fit, cuts by bytes a session whose steps were observed, never charging an observation", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = finishedTurns("session-1", 4)
+          yield* appendAll(log, history.writes)
+          // Exactly the bytes of the tail through 21 (above): the same cut, now set by the bytes (the
+          // whole prefix, through 40, holds far fewer than 1,000 events).
+          const maxBytes = history.events
+            .filter((stored) => stored.sequence <= 21 && stored.event.fact.kind !== "model_observed")
+            .reduce((sum, stored) => sum + Buffer.byteLength(history.writes[stored.sequence - 1]!.json, "utf8"), 0)
+          const pass = yield* standalonePass(log, 1, { maxEvents: 1_000, maxBytes })
+          expect(pass.read.source.sourceEvidence.highWater).toBe(21)
         }),
       ))
 

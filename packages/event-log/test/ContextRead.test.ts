@@ -122,6 +122,20 @@ for (const dialect of dialects()) {
         }),
       ))
 
+    it("reads a main step interrupted before any summary request: no summary to report", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = finishedTurns("session-1", 1)
+          const run = history.open({ message: "Again.", ...turnIds("session-1", 1) })
+          run.interrupt(run.request(), "failed")
+          run.end({ kind: "failed", class: "model_provider" })
+          yield* appendAll(log, history.writes)
+          const read = yield* log.readModelContext("session-1")
+          expect(read.latestSummary).toBeUndefined()
+          expect(read.sourceEvidence.highWater).toBe(history.highWater)
+        }),
+      ))
+
     it("returns the running hash sessionHash computes over the same rows, observations included", () =>
       withLog(dialect, (log) =>
         Effect.gen(function* () {

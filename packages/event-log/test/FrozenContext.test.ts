@@ -8,11 +8,11 @@
 import { Digest } from "@maka/facts"
 import { FactBuilders, History } from "@maka/testkit"
 import BetterSqlite3 from "better-sqlite3"
-import { Effect } from "effect"
+import { Effect, Result } from "effect"
 import { describe, expect, it } from "vitest"
 import type * as EventLog from "../src/EventLog.ts"
 import { dialects } from "./support/dialects.ts"
-import { appendAll, bigRead, failure, placeholderOf, withLog, withSqliteFile } from "./support/harness.ts"
+import { appendAll, bigRead, failure, finishedTurns, placeholderOf, withLog, withSqliteFile } from "./support/harness.ts"
 
 /** A completed run whose one tool call returned a result of about 20 KB. */
 const largeResultRun = (history: History.History) => {
@@ -54,7 +54,9 @@ for (const dialect of dialects()) {
           yield* appendAll(log, history.writes.slice(written))
           // The session's context now shows the placeholder, and fits 16 KiB.
           const now = yield* log.readModelContext("session-1", { maxBytes: 16 * 1024 })
-          expect(now.tail.some((item) => item.kind === "archived" && item.eventId === settled.event.id)).toBe(true)
+          const archived = now.tail.find((item) => item.kind === "archived" && item.eventId === settled.event.id)
+          // A result that succeeded stays one behind its placeholder.
+          expect(archived).toMatchObject({ kind: "archived", operationId: "invocation-1-step-1:a", isError: false })
           expect(now.sourceEvidence.highWater).toBe(history.highWater)
           // The frozen read is the earlier read, item for item: the result canonical, no later row.
           const frozen = yield* log.readFrozenModelContext(earlier.sourceEvidence)
@@ -102,6 +104,20 @@ for (const dialect of dialects()) {
           const before = yield* log.readFrozenModelContext(empty)
           expect(before.tail).toEqual([])
           expect(before.sourceEvidence).toEqual(empty)
+        }),
+      ))
+
+    it("re-reads a source whose steps were observed: the observations are part of its evidence", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = finishedTurns("session-1", 2, { observations: ["looking", "further"] })
+          expect(history.writes.filter((item) => item.event.fact.kind === "model_observed")).toHaveLength(6)
+          yield* appendAll(log, history.writes)
+          const read = yield* log.readModelContext("session-1")
+          expect(read.sourceEvidence.highWater).toBe(history.highWater)
+          expect(yield* log.readFrozenModelContext(read.sourceEvidence)).toEqual(read)
+          const [batched] = yield* log.readFrozenModelContexts([read.sourceEvidence])
+          expect(batched).toEqual(Result.succeed(read))
         }),
       ))
 

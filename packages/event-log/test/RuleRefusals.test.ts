@@ -432,6 +432,8 @@ const expectGateVerdicts = (log: EventLog.EventLogShape, terminal: "outcome_unkn
   Effect.gen(function* () {
     // An unsettled call is never safe; sealed outcome_unknown, a manual message may still go on.
     expect((yield* failure(log.checkHistorySafety("session-1"))).message).toContain("unsealed or unresolved")
+    // A context read outside the manual policy is refused as well, whatever the terminal.
+    expect((yield* failure(log.readModelContext("session-1"))).message).toContain("unsealed or unresolved")
     if (terminal === "outcome_unknown") {
       expect(yield* log.checkManualMessageHistory("session-1")).toBe(true)
       // The manual message's context names each call whose outcome is unknown.
