@@ -268,6 +268,38 @@ describe("SIGTERM when the handoff cannot be taken", () => {
   }, 60_000)
 })
 
+describe("a resumed run's tools", () => {
+  it("never write the log kept in the workspace", async () => {
+    const server = await ScriptedServer.start({
+      script: [
+        // A tool call that lasts a second, so the SIGTERM sent at its dispatch pauses the run at the step boundary after it.
+        Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-1", name: "run_command", arguments: ['{"command":"sleep 1"}'] }] })),
+        Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-2", name: "write_file", arguments: ['{"path":"log.sqlite","content":"oops"}'] }] })),
+        Respond.sse(OpenAiSse.response({ text: ["kept"], model: "m" })),
+      ],
+    })
+    try {
+      const created = fresh()
+      const db = path.join(created.workspace, "log.sqlite")
+      const provider = ["--base-url", `${server.url}/v1`, "--model", "m"]
+      const paused = await maka(["run", "--db", db, "--workspace", created.workspace, ...provider, "--session", "w", "--tools", "all", "--json", "go"], {
+        cwd: created.root,
+        onOutput: when((output) => output.stdout.includes('"kind":"tool_dispatched"'), (child) => child.kill("SIGTERM")),
+      })
+      expect(paused.code).toBe(75)
+      const resumed = await maka(["resume", "--db", db, ...provider], { cwd: created.root })
+      expect(resumed.stderr).toMatch(/^tool: write_file failed \(\d+ ms\): log\.sqlite: a file of the event log, never written by a tool$/m)
+      expect(resumed.stdout).toBe("kept\n")
+      expect(resumed.code).toBe(0)
+      const sessions = await maka(["sessions", "--db", db], { cwd: created.root })
+      expect(sessions.stdout).toMatch(/^w\s/m)
+      expect(sessions.code).toBe(0)
+    } finally {
+      await server.close()
+    }
+  }, 60_000)
+})
+
 describe("the tool level of a pause", () => {
   it("maps each level's names, in any order, back to the level, and any other set to no level", () => {
     for (const level of ["none", "read", "write", "all"] as const) {
