@@ -160,9 +160,11 @@ const SOURCE_ITEMS_AT_ONCE = 500_000
 /**
  * Calls `each` with every request's source, in order, reading them in batches of `readSources`: a
  * batch's sources are dropped once handed on, so a long session never holds every step's source at
- * once (each tail is as long as the step's context). A batch takes requests while their tails, at
- * most the last tail read plus the rows since its high water, add up to `budget` (one request at
- * least).
+ * once (each tail is as long as the step's context). A batch takes requests while their tails,
+ * estimated as the last tail read plus the rows since its high water, add up to `budget` (one
+ * request at least). The estimate bounds a tail of the same scope as the last one read; a step
+ * whose scope differs (a lineage after the session, or the other way) may read more, which only
+ * makes that batch larger, never the page different.
  */
 export const forEachSource = async (
   open: OpenLog,
@@ -171,7 +173,7 @@ export const forEachSource = async (
   budget = SOURCE_ITEMS_AT_ONCE,
 ): Promise<void> => {
   let last = { tail: 0, highWater: 0 }
-  // A request's tail at most: the last tail read, plus every row since its high water.
+  // A request's tail, estimated: the last tail read, plus every row since its high water.
   const bound = (stored: Event.StoredEvent) => {
     const highWater = stored.event.fact.kind === "model_requested" ? stored.event.fact.sourceHighWater : 0
     return last.tail + Math.max(0, highWater - last.highWater)
