@@ -87,6 +87,47 @@ describe("EventLog.backup", () => {
       ),
     ))
 
+  it("never writes through a symbolic link, even one whose target does not exist", () =>
+    Effect.runPromise(
+      Effect.scoped(
+        Effect.gen(function* () {
+          const { log } = yield* Testing.makeTemporary({ synchronous: "NORMAL" })
+          const directory = temporaryDirectory()
+          const link = path.join(directory, "link.sqlite")
+          fs.symlinkSync(path.join(directory, "elsewhere.sqlite"), link)
+          const error = yield* failure(log.backup(link))
+          expect(error.reason._tag).toBe("Io")
+          expect(error.message).toContain("already exists")
+          expect(fs.readdirSync(directory)).toEqual(["link.sqlite"])
+        }),
+      ),
+    ))
+
+  it("never writes a copy under the name of a database's sidecar: the source and that database stay readable", () =>
+    Effect.runPromise(
+      Effect.scoped(
+        Effect.gen(function* () {
+          const { log, file } = yield* Testing.makeTemporary({ synchronous: "NORMAL" })
+          yield* appendAll(log, session(1).writes)
+          for (const suffix of ["-journal", "-wal", "-shm", ".writer.lock"]) {
+            const target = `${file}${suffix}`
+            const existed = fs.existsSync(target)
+            const error = yield* failure(log.backup(target))
+            expect(error.reason._tag, suffix).toBe("Io")
+            expect(error.message).toContain(existed ? "already exists" : `the name of the ${suffix} file of the database ${file}`)
+            // Nothing was written there (the log's own -wal, -shm and lock are its own files).
+            if (!existed) expect(fs.existsSync(target), suffix).toBe(false)
+          }
+          // Beside no database, the same kind of name is a backup like any other.
+          const other = path.join(temporaryDirectory(), "copy.sqlite-journal")
+          yield* log.backup(other)
+          const reader = yield* Effect.promise(() => openSqlite(file, { readOnly: true }))
+          yield* Effect.promise(() => reader.close())
+          expect((yield* log.events("session-1")).length).toBe(session(1).writes.length)
+        }),
+      ),
+    ))
+
   for (const dialect of dialects().filter((item) => item.name !== "sqlite")) {
     it(`refuses a ${dialect.name} log with a pointer to the server's tools`, () =>
       withLog(dialect, (log) =>

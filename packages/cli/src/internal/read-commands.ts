@@ -109,6 +109,15 @@ export const sessionsCommand = async (context: CommandContext): Promise<number> 
  * `maka backup DB FILE`: opens DB read-only (no lease, so a live run keeps writing) and copies it to
  * the new file FILE with the event log's online backup; an existing FILE is refused untouched.
  */
+/** `lstat` of `file` (a dangling symbolic link is there too), or `undefined` when nothing is. */
+const lstatOrUndefined = (file: string): fs.Stats | undefined => {
+  try {
+    return fs.lstatSync(file)
+  } catch {
+    return undefined
+  }
+}
+
 export const backupCommand = async (context: CommandContext): Promise<number> => {
   const { positionals } = Flags.parse("backup", context.args)
   if (positionals.length !== 2 || positionals.some((value) => value === "")) {
@@ -116,7 +125,7 @@ export const backupCommand = async (context: CommandContext): Promise<number> =>
   }
   const source = path.resolve(context.cwd, positionals[0]!)
   const destination = path.resolve(context.cwd, positionals[1]!)
-  if (fs.existsSync(destination)) {
+  if (lstatOrUndefined(destination) !== undefined) {
     throw new CliError(`${destination} already exists; a backup never overwrites a file, pick a new path`, ExitCode.failed)
   }
   const open = await openReadOnly({ kind: "sqlite", path: source }, "DB must be an existing log")

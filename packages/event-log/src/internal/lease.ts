@@ -62,6 +62,21 @@ const lstatOrUndefined = (file: string): fs.Stats | undefined => {
 const SIDECAR_SUFFIXES = ["-wal", "-shm", "-journal", LOCK_SUFFIX] as const
 
 /**
+ * The database beside `file` whose sidecar `file` names (its `-wal`, `-shm`, `-journal` or writer's
+ * lock), or `undefined`: a file of that name with no database of the shorter name beside it is
+ * nobody's sidecar.
+ */
+export const sidecarOf = (file: string): { readonly database: string; readonly suffix: string } | undefined => {
+  const name = path.basename(file)
+  for (const suffix of SIDECAR_SUFFIXES) {
+    if (!name.endsWith(suffix) || name === suffix) continue
+    const database = file.slice(0, -suffix.length)
+    if (lstatOrUndefined(database) !== undefined) return { database, suffix }
+  }
+  return undefined
+}
+
+/**
  * The canonical path of a database file: symlinks resolved (a dangling one is refused), the
  * directory's real path plus the basename when the file does not exist yet. An existing file must
  * be a regular file with exactly one link: a hard-linked database would split its WAL sidecars. A
@@ -92,12 +107,9 @@ export const canonicalDatabasePath = (databasePath: string): string => {
       throw storeError(error, absolute)
     }
   }
-  for (const suffix of SIDECAR_SUFFIXES) {
-    if (!path.basename(canonical).endsWith(suffix) || path.basename(canonical) === suffix) continue
-    const database = canonical.slice(0, -suffix.length)
-    if (lstatOrUndefined(database) !== undefined) {
-      throw unsupported(`${canonical} is the ${suffix} file of the database ${database}, not an event log; refusing to open it`)
-    }
+  const sidecar = sidecarOf(canonical)
+  if (sidecar !== undefined) {
+    throw unsupported(`${canonical} is the ${sidecar.suffix} file of the database ${sidecar.database}, not an event log; refusing to open it`)
   }
   const target = lstatOrUndefined(canonical)
   if (target !== undefined) {

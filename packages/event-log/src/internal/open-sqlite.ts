@@ -18,7 +18,7 @@ import * as nodePath from "node:path"
 import * as EventLogError from "../EventLogError.ts"
 import type { Database } from "./database.ts"
 import { makeDatabase, type TransactionRunner } from "./database-handle.ts"
-import { acquireLease, canonicalDatabasePath, type Lease } from "./lease.ts"
+import { acquireLease, canonicalDatabasePath, type Lease, sidecarOf } from "./lease.ts"
 import { classifySchema, LATEST_VERSION, migrate, type SchemaState, type SchemaSurvey } from "./migrations.ts"
 import { SqliteDialect, sqliteTransaction } from "./sqlite-driver.ts"
 import { errorCode, storeError } from "./store-error.ts"
@@ -102,6 +102,14 @@ export const surveySqlite = (connection: BetterSqlite3.Database, location: strin
 
 const unsupported = (message: string): EventLogError.EventLogError =>
   EventLogError.make({ _tag: "UnsupportedDatabase", message })
+
+const lstatOrUndefined = (file: string): fs.Stats | undefined => {
+  try {
+    return fs.lstatSync(file)
+  } catch {
+    return undefined
+  }
+}
 
 const isWritable = (file: string): boolean => {
   try {
@@ -309,7 +317,16 @@ const refuseForeignHeader = (file: string): Exclude<Header, { readonly kind: "no
  */
 const backupTo = (connection: BetterSqlite3.Database, source: string) => async (destination: string): Promise<void> => {
   const target = nodePath.resolve(destination)
-  if (fs.existsSync(target)) throw EventLogError.make({ _tag: "Io", message: `${target} already exists; a backup never overwrites a file` })
+  // Any entry counts, a dangling symbolic link too: the copy would be written where it points.
+  if (lstatOrUndefined(target) !== undefined) {
+    throw EventLogError.make({ _tag: "Io", message: `${target} already exists; a backup never overwrites a file` })
+  }
+  // Beside a database, its sidecar's name is the database's: SQLite would take the copy for its hot
+  // journal or WAL (and the database's next open delete it).
+  const sidecar = sidecarOf(target)
+  if (sidecar !== undefined) {
+    throw EventLogError.make({ _tag: "Io", message: `${target} is the name of the ${sidecar.suffix} file of the database ${sidecar.database}; pick another path` })
+  }
   try {
     await connection.backup(target)
   } catch (error) {
