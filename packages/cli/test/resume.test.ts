@@ -144,17 +144,31 @@ describe("SIGTERM hands a run off, and maka resume continues it in another proce
     expect((await maka(["resume", "--db", created.db], { cwd: created.root })).code).toBe(0)
   }, 60_000)
 
+  it("makes no log where none is: nothing to resume (exit 0), no pause to release (exit 2)", async () => {
+    const created = fresh()
+    const resumed = await maka(["resume", "--session", "typo"], { cwd: created.workspace })
+    expect(resumed.stderr).toBe("nothing to resume\n")
+    expect(resumed.code).toBe(0)
+    const abandoned = await maka(["resume", "--abandon", "--session", "nosuch"], { cwd: created.workspace })
+    expect(abandoned.stderr).toBe("maka: invalid input: session nosuch holds no sealed handoff\n")
+    expect(abandoned.code).toBe(2)
+    expect(fs.existsSync(path.join(created.workspace, ".maka"))).toBe(false)
+  })
+
   it("--abandon --session releases a pause: its successor is sealed cancelled {handoff_abandoned}, and the session is usable", async () => {
     const created = fresh()
     expect((await handOff(created, "x1")).code).toBe(75)
     const usage = await maka(["resume", "--db", created.db, "--abandon"], { cwd: created.root })
     expect(usage.code).toBe(2)
     expect(usage.stderr).toContain("needs --session")
-    const abandoned = await maka(["resume", "--db", created.db, "--abandon", "--session", "x1"], { cwd: created.root })
+    const abandoned = await maka(["resume", "--db", created.db, "--abandon", "--session", "x1", "--json"], { cwd: created.root })
     expect(abandoned.stderr).toMatch(/^abandoned the handoff of x1: its successor [0-9a-f-]{36} is sealed cancelled \{handoff_abandoned\}$/m)
     expect(abandoned.code).toBe(0)
     const lines = await storedEvents(created, "x1")
     expect(lines.at(-1)!.event.fact).toEqual({ kind: "invocation_ended", outcome: { kind: "cancelled", source: "handoff_abandoned" } })
+    // With --json, stdout holds the successor's lines, its opening to its terminal, as stored.
+    expect(eventLines(abandoned.stdout)).toEqual(lines.slice(-2))
+    expect(lines.at(-2)!.event.fact["input"].kind).toBe("handoff")
     expect((await maka(["resume", "--db", created.db], { cwd: created.root })).stderr).toBe("nothing to resume\n")
     const none = await maka(["resume", "--db", created.db, "--abandon", "--session", "x1"], { cwd: created.root })
     expect(none.code).toBe(2)

@@ -12,12 +12,13 @@ import { Builtins, ReadToolResult, ToolCatalog, Workspace } from "@maka/tools"
 import { Cause, Effect, Exit, ManagedRuntime, Option, Stream } from "effect"
 import * as fs from "node:fs"
 import * as path from "node:path"
-import { TOOL_LEVELS, type ToolLevel } from "../Configuration.ts"
+import { defaults, TOOL_LEVELS, type ToolLevel } from "../Configuration.ts"
 import { CliError, ExitCode, fromEngineError } from "./exit.ts"
 import * as Flags from "./flags.ts"
 import type { CommandContext } from "./read-commands.ts"
 import { offlineDelay, openConnection, showRun, type Connection } from "./run-command.ts"
 import { prepareLogFolder } from "./store.ts"
+import { eventLine } from "./render.ts"
 import { handleSignals, type Signals } from "./signals.ts"
 
 /** The reason a pause is skipped when this host's connection or tools differ from the paused run's. */
@@ -160,6 +161,15 @@ export const resumeCommand = async (context: CommandContext): Promise<number> =>
   if (isAbandon && sessionId === undefined) throw new Flags.UsageError("maka resume --abandon needs --session ID: the pause to release")
   const provider = isAbandon ? undefined : Flags.provider(values, context.environment)
   const delayMs = isAbandon ? 0 : offlineDelay(context.environment)
+  if (target.kind === "sqlite" && !fs.existsSync(target.path)) {
+    // A log that does not exist holds no pause: nothing is made for it (a `--db` other than the
+    // default is refused as a typo, below).
+    if (target.path === path.resolve(context.cwd, defaults.database)) {
+      if (isAbandon) throw new CliError(`invalid input: session ${sessionId} holds no sealed handoff`, ExitCode.usage)
+      context.sink.err("nothing to resume\n")
+      return ExitCode.completed
+    }
+  }
   prepareLogFolder(target, { defaultUnder: context.cwd })
   const signals = handleSignals(context.sink)
   const runtime: Runtime = ManagedRuntime.make(Agent.layer(target.kind === "sqlite" ? { database: target.path } : { databaseUrl: target.url }))
@@ -169,6 +179,13 @@ export const resumeCommand = async (context: CommandContext): Promise<number> =>
     const engine = await runEffect(runtime, Effect.service(Engine.Engine))
     if (isAbandon) {
       const successor = await runEffect(runtime, engine.abandonHandoff(sessionId!))
+      if (values.json === true) {
+        // The successor's event lines, its opening to its terminal, as for a resumed one.
+        const events = await runEffect(runtime, engine.log.events(sessionId!))
+        for (const stored of events) {
+          if (stored.event.invocation.invocationId === successor.invocationId) context.sink.out(`${eventLine(stored)}\n`)
+        }
+      }
       context.sink.err(`abandoned the handoff of ${sessionId}: its successor ${successor.invocationId} is sealed cancelled {handoff_abandoned}\n`)
       return ExitCode.completed
     }
