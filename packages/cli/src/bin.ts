@@ -25,6 +25,7 @@ const code = await main({
   stdin: process.stdin,
   version: VERSION,
 })
+sink.flush()
 // A failed write reports itself after the write returns: wait until what was written is out.
 await new Promise<void>((resolve) => process.stdout.write("", () => resolve()))
 const ended = afterOutput(code, sink.outFailure())

@@ -44,6 +44,22 @@ describe("processSink", () => {
     expect(err.written).toEqual(["maka: \\u001b[2J\n"])
   })
 
+  it("keeps a CR LF split across two writes as a line end on a terminal, and shows a lone CR", () => {
+    const out = stream(true)
+    const err = stream(true)
+    const sink = processSink(out.stream, err.stream)
+    sink.out("abcd\r")
+    sink.out("\nefgh\r")
+    sink.out("ijkl\r")
+    sink.flush()
+    expect(out.written.join("")).toBe("abcd\r\nefgh\\rijkl\\r")
+    // A pipe gets every write as it comes.
+    const piped = stream(false)
+    const pipeSink = processSink(piped.stream, err.stream)
+    pipeSink.out("abcd\r")
+    expect(piped.written).toEqual(["abcd\r"])
+  })
+
   it("takes no more text on a stream whose write failed, and says so for stdout only", () => {
     const failing = () => {
       const written: Array<string> = []

@@ -36,6 +36,8 @@ export interface ProcessSink extends Sink {
    * full disk, `EIO` when the error has none), or undefined while every write went through.
    */
   readonly outFailure: () => string | undefined
+  /** Writes what a terminal's stream still holds back (a carriage return that ended the last write). */
+  readonly flush: () => void
 }
 
 /**
@@ -56,19 +58,41 @@ export const processSink = (stdout: OutputStream, stderr: OutputStream): Process
       onFailed(error)
     })
     const safe = stream.isTTY === true
-    return (text: string) => {
-      if (!failed) stream.write(safe ? terminalSafe(text) : text)
+    const write = (text: string) => {
+      if (!failed) stream.write(text)
+    }
+    // A carriage return that ends a write is held back until the next one tells whether a line feed
+    // follows it: a CR LF split across two writes (two deltas of a stream) still ends a line.
+    let heldReturn = false
+    return {
+      write: (text: string) => {
+        if (!safe) return write(text)
+        let next = heldReturn ? `\r${text}` : text
+        heldReturn = next.endsWith("\r")
+        if (heldReturn) next = next.slice(0, -1)
+        if (next !== "") write(terminalSafe(next))
+      },
+      flush: () => {
+        if (heldReturn) write(terminalSafe("\r"))
+        heldReturn = false
+      },
     }
   }
-  return {
-    out: writer(stdout, (error) => {
+  const out = writer(stdout, (error) => {
       const code = (error as { readonly code?: unknown }).code
-      outFailure = typeof code === "string" && code !== "" ? code : "EIO"
-      outClosed.abort()
-    }),
-    err: writer(stderr, () => undefined),
+    outFailure = typeof code === "string" && code !== "" ? code : "EIO"
+    outClosed.abort()
+  })
+  const err = writer(stderr, () => undefined)
+  return {
+    out: out.write,
+    err: err.write,
     outClosed: outClosed.signal,
     outFailure: () => outFailure,
+    flush: () => {
+      out.flush()
+      err.flush()
+    },
   }
 }
 
