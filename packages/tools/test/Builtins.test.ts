@@ -149,6 +149,20 @@ describe("list_files", () => {
       assert.include(failureOf(yield* call(tool, { path: "b.txt" })), "is not a directory")
     }),
   )
+
+  it.effect("lists an entry whose name is not valid UTF-8, its unreadable bytes as U+FFFD", () =>
+    Effect.gen(function* () {
+      const { root, workspace } = yield* workspaceFixture
+      fs.mkdirSync(path.join(root, "odd"))
+      fs.writeFileSync(Buffer.concat([Buffer.from(path.join(root, "odd", "caf")), Buffer.from([0xe9]), Buffer.from(".txt")]), "abc")
+      fs.writeFileSync(path.join(root, "odd", "plain.txt"), "x")
+      const listed = jsonOf(yield* call(Builtins.listFiles(workspace), { path: "odd" }))
+      assert.deepStrictEqual(listed, [
+        { name: "caf\ufffd.txt", type: "file", size: 3 },
+        { name: "plain.txt", type: "file", size: 1 },
+      ])
+    }),
+  )
 })
 
 describe("search_text", () => {

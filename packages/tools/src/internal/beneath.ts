@@ -167,3 +167,14 @@ export const entries = (directory: Directory, display: string) =>
 
 /** `lstat` of `name` inside `directory`. */
 export const lstatChild = (directory: Directory, name: string) => tryFs(() => fs.lstat(at(directory, name)))
+
+/**
+ * The entries of an open directory with their names as the bytes the file system holds: a name that
+ * is not valid UTF-8 has no string that finds it again (decoding it replaces the bytes it cannot read).
+ */
+export const rawEntries = (directory: Directory, display: string) =>
+  tryFs(() => fs.readdir(listPath(directory), { withFileTypes: true, encoding: "buffer" })).pipe(Effect.mapError(fsFailure(display)))
+
+/** `lstat` of the entry named by the bytes `name` inside `directory`. */
+export const lstatRawChild = (directory: Directory, name: Buffer) =>
+  tryFs(() => fs.lstat(Buffer.concat([Buffer.from(`${listPath(directory)}${path.sep}`), name])))

@@ -1,12 +1,13 @@
 /**
  * `list_files`: the entries of one workspace directory as `[{name, type, size}]`, sorted by name
  * (UTF-16 code units). Entries are described without following symbolic links: a link is a
- * `symlink` whatever it points to, and its size is the link's own.
+ * `symlink` whatever it points to, and its size is the link's own. A name that is not valid UTF-8 is
+ * listed as decoded, each byte it cannot read as U+FFFD: the listing is never silently shorter.
  */
 import type { ToolCall } from "@maka/facts"
 import { Effect, Option } from "effect"
 import type { ToolFailure } from "../Tool.ts"
-import { entries as readEntries, lstatChild, openForReading } from "./beneath.ts"
+import { lstatRawChild, openForReading, rawEntries } from "./beneath.ts"
 import { canonicalRoot, existing, failure } from "./confine.ts"
 
 export interface Entry {
@@ -29,12 +30,12 @@ export const listFiles = (root: string, input: { readonly path?: string | undefi
         const opened = yield* openForReading(canonical, real, displayPath)
         if (!opened.stat.isDirectory()) return yield* Effect.fail(failure(`${displayPath}: is not a directory; use read_file`))
         const directory = { handle: opened.handle, path: opened.path }
-        const names = yield* readEntries(directory, displayPath)
+        const names = yield* rawEntries(directory, displayPath)
         return yield* Effect.forEach(
           names,
           ({ name }) =>
-            lstatChild(directory, name).pipe(
-              Effect.map((entry) => Option.some<Entry>({ name, type: typeOf(entry), size: entry.size })),
+            lstatRawChild(directory, name).pipe(
+              Effect.map((entry) => Option.some<Entry>({ name: name.toString("utf8"), type: typeOf(entry), size: entry.size })),
               // An entry removed between readdir and lstat is simply not listed.
               Effect.orElseSucceed(() => Option.none<Entry>()),
             ),
