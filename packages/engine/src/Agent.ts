@@ -384,6 +384,11 @@ const logOptionsProblem = (options: LogOptions): string | undefined => {
   if (!isRecord(options) || (options.database !== undefined) === (options.databaseUrl !== undefined)) {
     return "pass exactly one of database (a SQLite file) and databaseUrl (PostgreSQL)"
   }
+  // An empty path would open the current folder, an empty URL whatever database the PG* variables name.
+  for (const key of ["database", "databaseUrl"] as const) {
+    const value: unknown = options[key]
+    if (value !== undefined && (typeof value !== "string" || value.trim() === "")) return `${key} must be a non-empty string`
+  }
   if (options.synchronous !== undefined && !EventLog.isSynchronous(options.synchronous)) {
     return `synchronous must be one of ${EventLog.SYNCHRONOUS_LEVELS.join(", ")}`
   }

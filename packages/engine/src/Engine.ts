@@ -86,7 +86,7 @@ export interface RunningInvocation {
   readonly toolNames: ReadonlyArray<string>
   /** Every committed event of this invocation from its opening, live, ending after the terminal. */
   readonly events: Stream.Stream<Event.StoredEvent>
-  /** Queues a user message for the next step boundary. */
+  /** Queues a user message for the next step boundary; `Busy` when no later step could deliver it. */
   readonly steer: (text: string) => Effect.Effect<void, EngineError.EngineError>
   /** Requests cancellation: dispatched effects finish, the run seals `cancelled`. */
   readonly cancel: Effect.Effect<void>
@@ -372,6 +372,7 @@ const steer = (
   text: string,
 ) =>
   Effect.gen(function* () {
+    if (typeof text !== "string") return yield* Effect.fail(EngineError.invalidInput("steering message: the text must be a string"))
     const content = { text }
     const messageId = yield* Ids.next
     const delivered = { messageId, content, submittedContentDigest: Digest.messageContent(content) }
@@ -386,7 +387,9 @@ const steer = (
     )
     if (queued === "ended") {
       const handingOff = gate.current === "committed" || gate.current === "sealed"
-      return yield* Effect.fail(EngineError.busy(handingOff ? "the run is handing off: steer its successor" : "the run has ended its turn"))
+      return yield* Effect.fail(
+        EngineError.busy(handingOff ? "the run is handing off: steer its successor" : (gate.steeringEndedBecause ?? "the run has ended its turn")),
+      )
     }
     if (queued === "full") {
       return yield* Effect.fail(

@@ -39,7 +39,7 @@ export interface Run {
   readonly wait: () => Promise<RunResult>
   /** Requests cancellation: dispatched effects finish and settle, the run seals `cancelled`. */
   readonly cancel: () => Promise<void>
-  /** Queues a user message for the next step boundary (`message_steered`). */
+  /** Queues a user message for the next step boundary (`message_steered`); `Busy` when no later step could deliver it. */
   readonly steer: (text: string) => Promise<void>
   /**
    * Requests a pause at the next step boundary (the in-flight step settles first) and resolves with
@@ -146,6 +146,16 @@ const hasAborted = (signal: AbortSignal | undefined): boolean => {
  * Opens the log and an engine over it. On SQLite the engine takes the writer lease and recovers what a
  * crashed host left open before it admits anything; on PostgreSQL call `recover()` explicitly.
  */
+/** What is wrong with `events`' range, or `undefined`: `after` a sequence (0 or more), `limit` 1 or more. */
+const rangeProblem = (range: unknown): string | undefined => {
+  if (range === undefined) return undefined
+  if (typeof range !== "object" || range === null) return "the range must be an object {after?, limit?}"
+  const { after, limit } = range as { readonly after?: unknown; readonly limit?: unknown }
+  if (after !== undefined && !(Number.isSafeInteger(after) && (after as number) >= 0)) return "after must be an integer of 0 or more"
+  if (limit !== undefined && !(Number.isSafeInteger(limit) && (limit as number) >= 1)) return "limit must be an integer of 1 or more"
+  return undefined
+}
+
 export const createEngine = async (options: CreateEngineOptions): Promise<MakaEngine> => {
   const runtime: ManagedRuntime.ManagedRuntime<Services, EdgeError> = ManagedRuntime.make(Agent.layer(options))
   const opened = await runtime.runPromiseExit(Effect.service(Engine.Engine))
@@ -258,16 +268,27 @@ export const createEngine = async (options: CreateEngineOptions): Promise<MakaEn
       ),
     abandonHandoff: (sessionId) => run(engine.abandonHandoff(sessionId)),
     recover: () => run(engine.recover),
-    events: (sessionId, range = {}) => run(engine.log.events(sessionId, range.after, range.limit)),
-    close: ((closeOptions: { readonly handoff?: boolean } = {}) => {
+    events: (sessionId, range) => {
+      const problem = rangeProblem(range)
+      return problem === undefined
+        ? run(engine.log.events(sessionId, range?.after, range?.limit))
+        : Promise.reject(EngineError.invalidInput(problem))
+    },
+    close: ((closeOptions?: { readonly handoff?: boolean } | null) => {
+      // Anything but `{handoff: true}` closes without handing off (`null` too): a close never fails
+      // on its options, and never leaves the log's lease held.
+      const handoff = typeof closeOptions === "object" && closeOptions !== null && closeOptions.handoff === true
       closing ??= (async () => {
-        await Promise.allSettled([...starting])
-        const handedOff = closeOptions.handoff === true ? await runtime.runPromise(engine.handOffAll) : []
-        const cancelled = [...engine.liveInvocations()]
-        await runtime.runPromiseExit(engine.close)
-        await Promise.allSettled([...live])
-        await runtime.dispose()
-        return [...handedOff, ...cancelled.map((invocation): ClosedRun => ({ invocation, outcome: "cancelled" }))]
+        try {
+          await Promise.allSettled([...starting])
+          const handedOff = handoff ? await runtime.runPromise(engine.handOffAll) : []
+          const cancelled = [...engine.liveInvocations()]
+          await runtime.runPromiseExit(engine.close)
+          await Promise.allSettled([...live])
+          return [...handedOff, ...cancelled.map((invocation): ClosedRun => ({ invocation, outcome: "cancelled" }))]
+        } finally {
+          await runtime.dispose()
+        }
       })()
       return closing
     }) as Close,

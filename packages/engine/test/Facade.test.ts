@@ -202,6 +202,12 @@ describe("Facade", () => {
     assert.strictEqual(neither.reason._tag, "InvalidInput")
     const missing = await rejection(createEngine(undefined as unknown as { database: string }))
     assert.strictEqual(missing.reason._tag, "InvalidInput")
+    // An empty path would open the current folder, an empty URL the database the PG* variables name.
+    for (const empty of [{ database: "" }, { database: "  " }, { databaseUrl: "" }, { database: null }]) {
+      const refused = await rejection(createEngine(empty as unknown as { database: string }))
+      assert.strictEqual(refused.reason._tag, "InvalidInput", JSON.stringify(empty))
+      assert.include(refused.message, "must be a non-empty string")
+    }
   })
 
   it("advertises no tool at all when tools are omitted", async () => {
@@ -225,6 +231,88 @@ describe("Facade", () => {
     const steered = (await context.engine.events("session-1")).filter((stored) => stored.event.fact.kind === "message_steered")
     assert.strictEqual(steered.length, 1)
     assert.include(context.server.requests()[1]!.body, "also mention the tests")
+  })
+
+  it("refuses steering in a run's last step rather than dropping it: the answer completes the turn", async () => {
+    const gate = Respond.gate()
+    const context = await setup([Respond.hold(gate, Respond.sse(OpenAiSse.response({ text: ["Done."] })))])
+    const run = await context.engine.start(options(context, { maxSteps: 1 }))
+    await context.server.request(0)
+    const refused = await rejection(run.steer("one more thing"))
+    assert.strictEqual(refused.reason._tag, "Busy")
+    assert.include(refused.message, "last step")
+    gate.release()
+    assert.deepStrictEqual((await run.wait()).outcome, { kind: "completed" })
+    const steered = (await context.engine.events("session-1")).filter((stored) => stored.event.fact.kind === "message_steered")
+    assert.strictEqual(steered.length, 0)
+  })
+
+  it("delivers steering that arrives while a finish_turn tool runs in one more step, never dropping it", async () => {
+    let finish: () => void = () => undefined
+    const finishing = new Promise<void>((resolve) => {
+      finish = resolve
+    })
+    let started: () => void = () => undefined
+    const running = new Promise<void>((resolve) => {
+      started = resolve
+    })
+    const done = Tool.make({
+      name: "done",
+      description: "Ends the turn.",
+      input: Schema.Struct({}),
+      semantics: "finish_turn",
+      execute: async () => {
+        started()
+        await finishing
+        return Tool.text("finished")
+      },
+    })
+    const context = await setup([
+      Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-1", name: "done", arguments: ["{}"] }] })),
+      Respond.sse(OpenAiSse.response({ text: ["Noted."] })),
+    ])
+    const run = await context.engine.start(options(context, { tools: ToolCatalog.make([done]) }))
+    await running
+    await run.steer("and one more thing")
+    finish()
+    assert.deepStrictEqual((await run.wait()).outcome, { kind: "completed" })
+    const steered = (await context.engine.events("session-1")).filter((stored) => stored.event.fact.kind === "message_steered")
+    assert.strictEqual(steered.length, 1)
+    assert.strictEqual(context.server.requests().length, 2)
+    assert.include(context.server.requests()[1]!.body, "and one more thing")
+  })
+
+  it("refuses a steering text that is not a string with InvalidInput", async () => {
+    const gate = Respond.gate()
+    const context = await setup([Respond.hold(gate, Respond.sse(OpenAiSse.response({ text: ["Done."] })))])
+    const run = await context.engine.start(options(context))
+    await context.server.request(0)
+    const refused = await rejection(run.steer(undefined as unknown as string))
+    assert.strictEqual(refused.reason._tag, "InvalidInput")
+    gate.release()
+    assert.deepStrictEqual((await run.wait()).outcome, { kind: "completed" })
+  })
+
+  it("refuses a provider fetch that is not a function with InvalidInput, writing nothing", async () => {
+    const context = await setup([])
+    for (const fetch of ["x", 5, {}, null]) {
+      const provider = { ...options(context).provider, fetch } as unknown as StartOptions["provider"]
+      const refused = await rejection(context.engine.start(options(context, { provider })))
+      assert.strictEqual(refused.reason._tag, "InvalidInput", String(fetch))
+      assert.include(refused.message, "fetch must be a function")
+    }
+    assert.deepStrictEqual(await context.engine.events("session-1"), [])
+    assert.strictEqual(context.server.requests().length, 0)
+  })
+
+  it("refuses an events range that is not one with InvalidInput, as a rejected promise", async () => {
+    const context = await setup(listThenAnswer)
+    await (await context.engine.start(options(context))).wait()
+    for (const range of [null, 5, { after: Number.NaN }, { after: -1 }, { after: 1.5 }, { limit: Number.NaN }, { limit: 0 }]) {
+      const refused = await rejection(context.engine.events("session-1", range as unknown as { readonly after?: number }))
+      assert.strictEqual(refused.reason._tag, "InvalidInput", JSON.stringify(range))
+    }
+    assert.strictEqual((await context.engine.events("session-1", { after: 2, limit: 3 })).length, 3)
   })
 
   it("refuses a second live run on a session with Busy", async () => {
@@ -255,7 +343,8 @@ describe("Facade", () => {
     const run = await context.engine.start(options(context, { workspace: await openWorkspace(context.workspace) }))
     await run.wait()
     const before = await context.engine.events("session-1")
-    await context.engine.close()
+    // Options it does not know close without a handoff; a later close is the same close.
+    await context.engine.close(null as unknown as { handoff: true })
     await context.engine.close()
     const closed = await rejection(context.engine.start(options(context)))
     assert.strictEqual(closed.reason._tag, "Internal")

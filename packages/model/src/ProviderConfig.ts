@@ -116,6 +116,8 @@ export const validate = (config: ProviderConfig): Result.Result<ProviderConfig, 
       "baseUrl must not carry a query string or fragment; pass a key as apiKey or a Redacted header, other parameters as headers or providerOptions",
     )
   }
+  // Any other value would fail every attempt as a transport failure, retried for minutes.
+  if (config.fetch !== undefined && typeof config.fetch !== "function") return Result.fail("fetch must be a function")
   const port = Number(url.port)
   if (config.fetch === undefined && FETCH_BAD_PORTS.has(port)) {
     return Result.fail(`baseUrl port ${port} is one fetch never connects to (a bad port of the Fetch standard)`)

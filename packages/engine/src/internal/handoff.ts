@@ -41,16 +41,24 @@ export class HandoffGate {
     return this.state
   }
 
-  private steeringEnded = false
+  private steeringEnded: string | undefined
 
   /** Whether a steering message can still be delivered: not once a pause commits or the run ended. */
   get acceptsSteering(): boolean {
-    return !this.steeringEnded && (this.state === "running" || this.state === "requested" || this.state === "held")
+    return this.steeringEnded === undefined && (this.state === "running" || this.state === "requested" || this.state === "held")
   }
 
-  /** The run answered with nothing left to deliver: later steering is refused rather than dropped. Returns `true`. */
-  endSteering(): boolean {
-    this.steeringEnded = true
+  /** Why steering ends here, once it has (`endSteering`). */
+  get steeringEndedBecause(): string | undefined {
+    return this.steeringEnded
+  }
+
+  /**
+   * No later step will deliver steering (the run answered with nothing left to deliver, or its last
+   * step begins): later steering is refused with `reason` rather than dropped. Returns `true`.
+   */
+  endSteering(reason = "the run has ended its turn"): boolean {
+    this.steeringEnded ??= reason
     return true
   }
 

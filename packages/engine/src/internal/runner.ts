@@ -657,7 +657,10 @@ const runStep = (
     // An answer ends the turn unless steering waits: then the next step delivers it. The queue is
     // closed in the same step, so no message is accepted and then dropped.
     if (calls.length === 0) return yield* Ref.modify(run.steering, (queued) => [queued.length === 0 && run.handoff.endSteering(), queued] as const)
-    const { finishTurn, archivable } = yield* runTools(run, captured, calls)
+    const { finishTurn: finished, archivable } = yield* runTools(run, captured, calls)
+    // A finish_turn tool ends the turn as an answer does: unless steering waits, which the next
+    // step delivers.
+    const finishTurn = finished && (yield* Ref.modify(run.steering, (queued) => [queued.length === 0 && run.handoff.endSteering(), queued] as const))
     // Prune after the tool batch (docs/engine.md §5.11) when a result it settled is over one page
     // (earlier results were archived by earlier passes), unless a summary is pending.
     // A batch that settled one while a summary was pending owes the prune to the next boundary
@@ -671,6 +674,9 @@ const runStep = (
     return finishTurn
   })
 
+/** Why a run in its last step takes no steering: no later step could deliver it. */
+export const LAST_STEP_STEERING = "the run is in its last step (maxSteps): no later step could deliver steering"
+
 /** The step loop (docs/engine.md §5.4); a background summary never outlives it. */
 export const stepLoop = (run: Run, loop: LoopState, priorUnknown: boolean): Effect.Effect<Done, EngineError.EngineError, Ids.Ids> =>
   Effect.gen(function* () {
@@ -682,6 +688,8 @@ export const stepLoop = (run: Run, loop: LoopState, priorUnknown: boolean): Effe
       }
       const pause = yield* handoffBoundary(run, loop, step, priorUnknown)
       if (pause !== undefined) return { _tag: "Paused", pause } as const
+      // No step after the last delivers steering: from here it is refused, not queued and dropped.
+      if (step === run.settings.maxSteps - 1) run.handoff.endSteering(LAST_STEP_STEERING)
       // Steering that arrived during a handoff preflight the run did not take goes into this step.
       yield* deliverSteering(run)
       // Under the prior-unknown policy no summary is ever pending: nothing to adopt.
