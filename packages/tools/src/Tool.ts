@@ -165,7 +165,9 @@ const standardDecoder =
 
 /** Effect's decoder of `schema`, every empty struct in it the closed empty object `jsonSchemaOf` offers. */
 const effectDecoder = (schema: Schema.ConstraintDecoder<unknown, never>): InputDecoder => {
-  const decode = Schema.decodeUnknownEffect(closeEmptyStructs(schema))
+  // Through the schema's JSON codec: what the model sends is JSON, the form the offered JSON Schema
+  // describes (a `Schema.Date` is offered, and so taken, as its ISO string).
+  const decode = Schema.decodeUnknownEffect(Schema.toCodecJson(closeEmptyStructs(schema)))
   return (input) => decode(input, { onExcessProperty: "error", errors: "all" })
 }
 

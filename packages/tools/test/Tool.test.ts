@@ -127,6 +127,37 @@ describe("Tool.make", () => {
     }),
   )
 
+  it.effect("takes a value that is not JSON in the JSON form its offered schema describes, and hands execute the value", () =>
+    Effect.gen(function* () {
+      const received: Array<{ readonly at: Date; readonly site?: URL | undefined; readonly count: number }> = []
+      const remind = Tool.make({
+        name: "remind",
+        description: "d",
+        semantics: "parallel",
+        input: Schema.Struct({ at: Schema.Date, site: Schema.optionalKey(Schema.URL), count: Schema.Int }),
+        execute: (input) => {
+          received.push(input)
+          return Effect.succeed(Tool.text("ok"))
+        },
+      })
+      assert.deepStrictEqual(remind.inputSchema["properties"], {
+        at: { type: "string" },
+        site: { type: "string" },
+        count: { type: "integer", minimum: Number.MIN_SAFE_INTEGER, maximum: Number.MAX_SAFE_INTEGER },
+      })
+      const runner = yield* remind.decode({ at: "2026-01-01T09:00:00.000Z", site: "https://example.com/", count: 2 })
+      yield* runner({ signal: new AbortController().signal }) as Effect.Effect<unknown>
+      assert.strictEqual(received[0]!.at.toISOString(), "2026-01-01T09:00:00.000Z")
+      assert.strictEqual(received[0]!.site?.href, "https://example.com/")
+      // What is no such JSON form is refused, and so is a Date object itself (a model sends JSON).
+      for (const input of [{ at: "not a date", count: 2 }, { at: "2026-01-01T09:00:00.000Z", count: "2" }, { at: new Date(0), count: 2 }]) {
+        const failure = yield* Effect.flip(remind.decode(input))
+        assert.strictEqual(failure.kind, "invalid_input", JSON.stringify(input))
+      }
+      assert.strictEqual(received.length, 1)
+    }),
+  )
+
   it.effect("shares one sealed definition per schema, name and description, and runs each tool's own execute", () =>
     Effect.gen(function* () {
       const runs: Array<string> = []
