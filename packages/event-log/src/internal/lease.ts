@@ -49,7 +49,8 @@ const unsupported = (message: string): EventLogError.EventLogError =>
 
 const io = (message: string): EventLogError.EventLogError => EventLogError.make({ _tag: "Io", message })
 
-const lstatOrUndefined = (file: string): fs.Stats | undefined => {
+/** `lstat` of `file` (a dangling symbolic link is there too), `undefined` when nothing is. */
+export const lstatOrUndefined = (file: string): fs.Stats | undefined => {
   try {
     return fs.lstatSync(file)
   } catch (error) {

@@ -18,7 +18,7 @@ import * as nodePath from "node:path"
 import * as EventLogError from "../EventLogError.ts"
 import type { Database } from "./database.ts"
 import { makeDatabase, type TransactionRunner } from "./database-handle.ts"
-import { acquireLease, canonicalDatabasePath, type Lease, sidecarOf } from "./lease.ts"
+import { acquireLease, canonicalDatabasePath, type Lease, lstatOrUndefined, sidecarOf } from "./lease.ts"
 import { classifySchema, LATEST_VERSION, migrate, type SchemaState, type SchemaSurvey } from "./migrations.ts"
 import { SqliteDialect, sqliteTransaction } from "./sqlite-driver.ts"
 import { errorCode, storeError } from "./store-error.ts"
@@ -102,14 +102,6 @@ export const surveySqlite = (connection: BetterSqlite3.Database, location: strin
 
 const unsupported = (message: string): EventLogError.EventLogError =>
   EventLogError.make({ _tag: "UnsupportedDatabase", message })
-
-const lstatOrUndefined = (file: string): fs.Stats | undefined => {
-  try {
-    return fs.lstatSync(file)
-  } catch {
-    return undefined
-  }
-}
 
 const isWritable = (file: string): boolean => {
   try {
