@@ -142,10 +142,6 @@ const hasAborted = (signal: AbortSignal | undefined): boolean => {
   }
 }
 
-/**
- * Opens the log and an engine over it. On SQLite the engine takes the writer lease and recovers what a
- * crashed host left open before it admits anything; on PostgreSQL call `recover()` explicitly.
- */
 /** What is wrong with `events`' range, or `undefined`: `after` a sequence (0 or more), `limit` 1 or more. */
 const rangeProblem = (range: unknown): string | undefined => {
   if (range === undefined) return undefined
@@ -156,6 +152,10 @@ const rangeProblem = (range: unknown): string | undefined => {
   return undefined
 }
 
+/**
+ * Opens the log and an engine over it. On SQLite the engine takes the writer lease and recovers what a
+ * crashed host left open before it admits anything; on PostgreSQL call `recover()` explicitly.
+ */
 export const createEngine = async (options: CreateEngineOptions): Promise<MakaEngine> => {
   const runtime: ManagedRuntime.ManagedRuntime<Services, EdgeError> = ManagedRuntime.make(Agent.layer(options))
   const opened = await runtime.runPromiseExit(Effect.service(Engine.Engine))
