@@ -163,8 +163,10 @@ export const resumeCommand = async (context: CommandContext): Promise<number> =>
   const delayMs = isAbandon ? 0 : offlineDelay(context.environment)
   if (target.kind === "sqlite" && !fs.existsSync(target.path)) {
     // A log that does not exist holds no pause: nothing is made for it (a `--db` other than the
-    // default is refused as a typo, below).
-    if (target.path === path.resolve(context.cwd, defaults.database)) {
+    // default is refused as a typo, and a folder that cannot hold a log is reported, below).
+    const folder = path.dirname(target.path)
+    const isFolder = !fs.existsSync(folder) || fs.statSync(folder).isDirectory()
+    if (target.path === path.resolve(context.cwd, defaults.database) && isFolder) {
       if (isAbandon) throw new CliError(`invalid input: session ${sessionId} holds no sealed handoff`, ExitCode.usage)
       context.sink.err("nothing to resume\n")
       return ExitCode.completed
