@@ -189,6 +189,8 @@ describe("Facade", () => {
       { sessionId: "" },
       { message: 42 as unknown as string },
       { provider: undefined as unknown as StartOptions["provider"] },
+      // A hand-built tool without its definition: refused before the opening is written.
+      { tools: [{ ...Builtins.listFiles({ root: context.workspace }), definition: undefined } as unknown as Tool.Tool] },
     ]
     for (const overrides of invalid) {
       const refused = await rejection(context.engine.start(options(context, overrides)))

@@ -133,7 +133,11 @@ export const standardJsonSchemaOf = (schema: StandardInput): Identity.JsonObject
     catch: (error) => invalidDefinition(`input schema has no JSON Schema: ${describeDefect(error)}`),
   })
   if (Result.isFailure(generated)) throw generated.failure
-  const { $schema: _dialect, ...document } = generated.success
+  const output: unknown = generated.success
+  if (typeof output !== "object" || output === null || Array.isArray(output)) {
+    throw invalidDefinition(`input schema has no JSON Schema: its Standard JSON Schema gave ${output === null ? "null" : typeof output}`)
+  }
+  const { $schema: _dialect, ...document } = output as Record<string, unknown>
   return asJsonObject(document)
 }
 

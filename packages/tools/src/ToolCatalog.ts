@@ -5,7 +5,7 @@
  */
 import { Canonical, Digest } from "@maka/facts"
 import { Result } from "effect"
-import type { Semantics, Tool, ToolDefinition } from "./Tool.ts"
+import { NAME_PATTERN, type Semantics, type Tool, type ToolDefinition } from "./Tool.ts"
 import { invalidDefinition } from "./ToolError.ts"
 
 /** Marks a catalog built by `make`, so a plain array of tools can be told apart. */
@@ -54,8 +54,8 @@ const sealedLists = new Map<string, ReadonlyArray<ToolDefinition>>()
 /**
  * The definitions of `tools` as one sealed list (`Canonical.seal`): the same object for the same
  * definitions, in every catalog and every step (a run's catalog is built per run), so the model's
- * request check, body and digest take it once (docs/architecture.md §12). A frozen plain list when a
- * definition is not plain JSON (a hand-built tool), which the request check then refuses.
+ * request check, body and digest take it once (docs/architecture.md §12). A hand-built tool's
+ * definition, checked plain JSON by `make`, is sealed here (a frozen plain list should sealing fail).
  */
 const sealedDefinitions = (tools: ReadonlyArray<Tool>): ReadonlyArray<ToolDefinition> => {
   const definitions = tools.map((tool) => tool.definition)
@@ -80,9 +80,49 @@ const sealedDefinitions = (tools: ReadonlyArray<Tool>): ReadonlyArray<ToolDefini
   return sealed
 }
 
-/** Builds a catalog; throws `ToolError` (`InvalidDefinition`) when two tools share a name. */
+const SEMANTICS: ReadonlySet<unknown> = new Set<Semantics>(["parallel", "exclusive_step", "finish_turn"])
+
+const isRecord = (value: unknown): value is { readonly [key: string]: unknown } => typeof value === "object" && value !== null
+
+/**
+ * What is wrong with a tool a catalog is given, or `undefined`. `Tool.make` builds tools that pass; a
+ * hand-built object is checked here, before a run is opened with it, rather than at its first request.
+ */
+const toolProblem = (tool: unknown): string | undefined => {
+  if (!isRecord(tool)) return "a tool must be an object (build it with Tool.make)"
+  const { name, semantics, decode, definition } = tool
+  if (typeof name !== "string" || !NAME_PATTERN.test(name)) {
+    return `tool name ${JSON.stringify(name) ?? String(name)} must be 1-64 characters of [A-Za-z0-9_-]`
+  }
+  if (!SEMANTICS.has(semantics)) return `tool ${name} has unknown semantics ${JSON.stringify(semantics) ?? String(semantics)}`
+  if (typeof decode !== "function") return `tool ${name} has no decode function (build it with Tool.make)`
+  const inputSchema = isRecord(definition) ? definition["inputSchema"] : undefined
+  if (
+    !isRecord(definition) ||
+    definition["name"] !== name ||
+    typeof definition["description"] !== "string" ||
+    !isRecord(inputSchema) ||
+    inputSchema["type"] !== "object"
+  ) {
+    return `tool ${name} has no definition {name, description, inputSchema} of a JSON object input (build it with Tool.make)`
+  }
+  if (!Canonical.isSealed(definition) && Result.isFailure(Canonical.tryStringify(definition))) {
+    return `tool ${name}: its definition is not plain JSON`
+  }
+  return undefined
+}
+
+/**
+ * Builds a catalog; throws `ToolError` (`InvalidDefinition`) when two tools share a name, or a tool is
+ * not one `Tool.make` builds (its name, semantics, decoder or definition).
+ */
 export const make = (tools: Iterable<Tool>): ToolCatalog => {
-  const sorted = [...tools].sort(byName)
+  const given = [...tools]
+  for (const tool of given) {
+    const problem = toolProblem(tool)
+    if (problem !== undefined) throw invalidDefinition(problem)
+  }
+  const sorted = given.sort(byName)
   const index = new Map<string, Tool>()
   for (const tool of sorted) {
     if (index.has(tool.name)) throw invalidDefinition(`tool name ${tool.name} appears twice in one catalog`)

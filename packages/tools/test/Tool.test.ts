@@ -316,6 +316,18 @@ describe("Tool.make with a Standard Schema (zod 4)", () => {
     } as unknown as Tool.InputSchema
     assert.include(definitionError(() => zodTool(validateOnly)), "Standard JSON Schema")
     assert.include(definitionError(() => zodTool({} as unknown as Tool.InputSchema)), "Effect Schema or a Standard Schema")
+    // A Standard JSON Schema that gives no JSON Schema at all.
+    for (const given of [null, "object", 5]) {
+      const noSchema = {
+        "~standard": {
+          version: 1,
+          vendor: "custom",
+          validate: (value: unknown) => ({ value }),
+          jsonSchema: { input: () => given, output: () => given },
+        },
+      } as unknown as Tool.InputSchema
+      assert.include(definitionError(() => zodTool(noSchema)), "input schema has no JSON Schema", String(given))
+    }
   })
 
   it("gives the same definition for the same tool written with zod and with Effect Schema", () => {

@@ -54,6 +54,33 @@ describe("ToolCatalog", () => {
     assert.throws(() => ToolCatalog.extend(ToolCatalog.make([tool("a")]), [tool("a")]), ToolError.ToolError)
   })
 
+  it("refuses a tool that is not one Tool.make builds, before any run is opened with it", () => {
+    const good = tool("ok")
+    // A copy of a made tool is a tool like it.
+    assert.deepStrictEqual(ToolCatalog.make([{ ...good }]).names, ["ok"])
+    const schema = { type: "object", properties: {} }
+    const broken: ReadonlyArray<readonly [unknown, string]> = [
+      [null, "must be an object"],
+      [{ ...good, name: "bad name" }, "must be 1-64 characters"],
+      [{ ...good, semantics: "sometimes" }, "unknown semantics"],
+      [{ ...good, decode: undefined }, "no decode function"],
+      [{ ...good, definition: undefined }, "no definition"],
+      [{ ...good, definition: { name: "other", description: "d", inputSchema: schema } }, "no definition"],
+      [{ ...good, definition: { name: "ok", description: "d", inputSchema: { type: "string" } } }, "no definition"],
+      [{ ...good, definition: { name: "ok", description: "d", inputSchema: { ...schema, when: new Date(0) } } }, "not plain JSON"],
+    ]
+    for (const [candidate, message] of broken) {
+      let thrown: unknown
+      try {
+        ToolCatalog.make([candidate as Tool.Tool])
+      } catch (error) {
+        thrown = error
+      }
+      assert.instanceOf(thrown, ToolError.ToolError, message)
+      assert.include((thrown as ToolError.ToolError).message, message)
+    }
+  })
+
   it("is immutable and captures frozen definitions and handlers for a step", () => {
     const catalog = ToolCatalog.make([tool("a")])
     const captured = catalog.capture()
