@@ -1,4 +1,5 @@
 import { Canonical } from "@maka/facts"
+import BetterSqlite3 from "better-sqlite3"
 import { OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
 import { spawn } from "node:child_process"
 import * as fs from "node:fs"
@@ -368,6 +369,17 @@ describe("a log its user cannot write", () => {
         `maka: store error: io: ${db}: reading the log needs its folder ${root} to be writable; SQLite makes the log's -wal and -shm files there\n`,
       )
       expect(reader.code).toBe(1)
+      // With the log open elsewhere its -wal and -shm are there, and a reader needs nothing more.
+      const open = new BetterSqlite3(db)
+      try {
+        expect(open.prepare("SELECT count(*) AS n FROM event_log").get()).toMatchObject({ n: expect.any(Number) })
+        expect(fs.existsSync(`${db}-wal`) && fs.existsSync(`${db}-shm`)).toBe(true)
+        const live = await unprivileged(["sessions", "--db", db])
+        expect(live.stderr).toBe("")
+        expect(live.code).toBe(0)
+      } finally {
+        open.close()
+      }
     } finally {
       fs.chmodSync(root, 0o755)
     }
