@@ -685,6 +685,16 @@ export const make = (options: Partial<EngineOptions> = {}) =>
       }
     })
 
+    const resolverFailed = (resolver: "provider" | "tools", defect: unknown) => {
+      let said: string
+      try {
+        said = defect instanceof Error ? defect.message : String(defect)
+      } catch {
+        said = "a value that could not be described"
+      }
+      return EngineError.invalidInput(`the ${resolver} resolver threw: ${said}`)
+    }
+
     const resumePending = (resolvers: ResumeResolvers) =>
       Effect.gen(function* () {
         const reports: Array<ResumeReport> = []
@@ -702,8 +712,12 @@ export const make = (options: Partial<EngineOptions> = {}) =>
             invocation: pending.invocation,
             configuration: paused.success.opening.configuration,
           }
+          // A resolver is the host's own code: one that throws skips its pause, as one that fails, and
+          // never costs the runs this call already started their handles.
           const resolved = yield* Effect.result(
-            resolvers.provider(execution.replay.routeIdentity, paused.success.opening.configuration.model, pausedRun),
+            Effect.suspend(() =>
+              resolvers.provider(execution.replay.routeIdentity, paused.success.opening.configuration.model, pausedRun),
+            ).pipe(Effect.catchDefect((defect) => Effect.fail(resolverFailed("provider", defect)))),
           )
           if (Result.isFailure(resolved)) {
             skip(resolved.failure.message)
@@ -718,7 +732,15 @@ export const make = (options: Partial<EngineOptions> = {}) =>
             skip("handoff execution settings changed: the provider's route differs from the pause's")
             continue
           }
-          const tools = resolvers.tools(execution.tools.names, execution.tools.catalogDigest, pausedRun)
+          const catalog = Result.try({
+            try: () => resolvers.tools(execution.tools.names, execution.tools.catalogDigest, pausedRun),
+            catch: (defect) => resolverFailed("tools", defect),
+          })
+          if (Result.isFailure(catalog)) {
+            skip(catalog.failure.message)
+            continue
+          }
+          const tools = catalog.success
           if (tools === undefined) {
             skip("no tool catalog for the pause")
             continue

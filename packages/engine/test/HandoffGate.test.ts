@@ -448,6 +448,24 @@ describe("the handoff gate", () => {
         assert.isNotNull(pause)
         assert.deepStrictEqual((yield* Effect.promise(() => second.wait())).outcome, { kind: "handoff_paused", pause: pause! })
         assert.isNull(yield* Effect.promise(() => second.handoff()))
+        // A resolver that throws, or hands over tools no catalog takes, skips the pause with what it
+        // said (no Internal failure): the pause stays pending for the next call.
+        const skipped = yield* Effect.forEach(
+          [
+            { provider: () => { throw new Error("no such route here") }, tools: () => slow },
+            { provider: () => provider, tools: () => { throw "catalog store offline" } },
+            { provider: () => provider, tools: () => [...slow, ...slow] },
+          ],
+          (resolvers) => Effect.promise(() => engine.resumePending(resolvers)),
+        )
+        assert.deepStrictEqual(
+          skipped.map((reports) => reports.map((report) => ("skipped" in report ? report.skipped : "started"))),
+          [
+            ["the provider resolver threw: no such route here"],
+            ["the tools resolver threw: catalog store offline"],
+            [`the tools resolver threw: invalid tool definition: tool name ${slow[0]!.name} appears twice in one catalog`],
+          ],
+        )
         // Each resolver is told which paused run it serves: its session and its configuration.
         const asked: Array<string> = []
         const reports = yield* Effect.promise(() =>
