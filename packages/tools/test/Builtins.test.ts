@@ -166,6 +166,27 @@ describe("list_files", () => {
 })
 
 describe("search_text", () => {
+  it.effect("searches files and folders whose names are not valid UTF-8, shown as list_files shows them", () =>
+    Effect.gen(function* () {
+      const { root, workspace } = yield* workspaceFixture
+      const odd = (...parts: Array<string | number>) =>
+        Buffer.concat(parts.map((part) => (typeof part === "number" ? Buffer.from([part]) : Buffer.from(part))))
+      fs.mkdirSync(path.join(root, "odd"))
+      fs.mkdirSync(odd(path.join(root, "odd", "dir"), 0xff))
+      fs.writeFileSync(odd(path.join(root, "odd", "caf"), 0xe9, ".txt"), "needle one\n")
+      fs.writeFileSync(odd(path.join(root, "odd", "dir"), 0xff, "/inner.txt"), "x\nneedle two\n")
+      fs.writeFileSync(path.join(root, "odd", "plain.txt"), "needle three\n")
+      assert.deepStrictEqual(jsonOf(yield* call(Builtins.searchText(workspace), { pattern: "needle", path: "odd" })), {
+        matches: [
+          { path: "odd/caf\ufffd.txt", line: 1, text: "needle one" },
+          { path: "odd/dir\ufffd/inner.txt", line: 2, text: "needle two" },
+          { path: "odd/plain.txt", line: 1, text: "needle three" },
+        ],
+        truncated: false,
+      })
+    }),
+  )
+
   it.effect("finds a literal pattern in text files, skipping binaries, .git and symlinks out", () =>
     Effect.gen(function* () {
       const { root, outside, workspace } = yield* workspaceFixture

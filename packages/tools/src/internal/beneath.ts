@@ -34,9 +34,30 @@ export interface Opened {
   readonly stat: Stats
 }
 
+/**
+ * A directory entry's name: a string, or the bytes the file system holds when they are not valid
+ * UTF-8 (no string names such an entry: decoding replaces the bytes it cannot read).
+ */
+export type EntryName = string | Buffer
+
+/** `name` as text, for display: bytes that are not UTF-8 read as U+FFFD. */
+export const nameText = (name: EntryName): string => (typeof name === "string" ? name : name.toString("utf8"))
+
+/** The name of a listed entry: its string when its bytes are UTF-8, else the bytes themselves. */
+export const entryName = (bytes: Buffer): EntryName => {
+  const text = bytes.toString("utf8")
+  return Buffer.from(text).equals(bytes) ? text : bytes
+}
+
 /** The path through which `name` is opened relative to `directory`. */
-const at = (directory: Directory, name: string): string =>
-  hasDescriptorPaths ? `/proc/self/fd/${directory.handle.fd}/${name}` : path.join(directory.path, name)
+const at = (directory: Directory, name: EntryName): string | Buffer => {
+  const base = hasDescriptorPaths ? `/proc/self/fd/${directory.handle.fd}` : directory.path
+  return typeof name === "string"
+    ? hasDescriptorPaths
+      ? `${base}/${name}`
+      : path.join(base, name)
+    : Buffer.concat([Buffer.from(`${base}${path.sep}`), name])
+}
 
 /** The path a directory's own entries are listed through. */
 const listPath = (directory: Directory): string =>
@@ -84,12 +105,12 @@ export const openRoot = (root: string): Effect.Effect<Directory, ToolFailure, Sc
 export const openChildDirectory = (
   root: string,
   directory: Directory,
-  name: string,
+  name: EntryName,
   display: string,
 ): Effect.Effect<Directory, ToolFailure, Scope.Scope> =>
   Effect.gen(function* () {
     const handle = yield* acquire(() => fs.open(at(directory, name), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK), display)
-    const opened = { handle, path: path.join(directory.path, name) }
+    const opened = { handle, path: path.join(directory.path, nameText(name)) }
     if (!hasDescriptorPaths) {
       const stat = yield* tryFs(() => handle.stat()).pipe(Effect.mapError(fsFailure(display)))
       yield* verify(root, opened.path, stat, display)
@@ -101,14 +122,14 @@ export const openChildDirectory = (
 export const openChild = (
   root: string,
   directory: Directory,
-  name: string,
+  name: EntryName,
   flags: number,
   display: string,
 ): Effect.Effect<Opened, ToolFailure, Scope.Scope> =>
   Effect.gen(function* () {
     const handle = yield* acquire(() => fs.open(at(directory, name), flags | O_NOFOLLOW | O_NONBLOCK, 0o666), display)
     const stat = yield* tryFs(() => handle.stat()).pipe(Effect.mapError(fsFailure(display)))
-    const file = path.join(directory.path, name)
+    const file = path.join(directory.path, nameText(name))
     yield* verify(root, file, stat, display)
     return { handle, path: file, stat }
   })
@@ -161,10 +182,6 @@ export const openForWriting = (
   display: string,
 ): Effect.Effect<Opened, ToolFailure, Scope.Scope> => openChild(root, directory, name, O_WRONLY | O_CREAT, display)
 
-/** The entries of an open directory. */
-export const entries = (directory: Directory, display: string) =>
-  tryFs(() => fs.readdir(listPath(directory), { withFileTypes: true })).pipe(Effect.mapError(fsFailure(display)))
-
 /** `lstat` of `name` inside `directory`. */
 export const lstatChild = (directory: Directory, name: string) => tryFs(() => fs.lstat(at(directory, name)))
 
@@ -176,5 +193,4 @@ export const rawEntries = (directory: Directory, display: string) =>
   tryFs(() => fs.readdir(listPath(directory), { withFileTypes: true, encoding: "buffer" })).pipe(Effect.mapError(fsFailure(display)))
 
 /** `lstat` of the entry named by the bytes `name` inside `directory`. */
-export const lstatRawChild = (directory: Directory, name: Buffer) =>
-  tryFs(() => fs.lstat(Buffer.concat([Buffer.from(`${listPath(directory)}${path.sep}`), name])))
+export const lstatRawChild = (directory: Directory, name: Buffer) => tryFs(() => fs.lstat(at(directory, name)))

@@ -1,7 +1,8 @@
 /**
  * `search_text`: a literal (not a regular expression) search of the text files under a workspace
  * path, in name order, as `{matches: [{path, line, text}], truncated}`. Symbolic links are not
- * followed, `.git` folders are skipped, and binary or very large files are passed over.
+ * followed, `.git` folders are skipped, and binary or very large files are passed over. A name that
+ * is not valid UTF-8 is opened by its bytes and shown decoded (U+FFFD for what cannot be read).
  */
 import { constants, type Dirent } from "node:fs"
 import * as path from "node:path"
@@ -9,7 +10,7 @@ import type { ToolCall } from "@maka/facts"
 import { Effect } from "effect"
 import type { BuiltinLimits } from "../Defaults.ts"
 import type { ToolFailure } from "../Tool.ts"
-import { type Directory, entries as readEntries, openChild, openChildDirectory, openForReading, type Opened } from "./beneath.ts"
+import { type Directory, entryName, nameText, openChild, openChildDirectory, openForReading, type Opened, rawEntries } from "./beneath.ts"
 import { canonicalRoot, display, existing, failure } from "./confine.ts"
 import { tryFs } from "./fs.ts"
 
@@ -36,7 +37,14 @@ export const cutLine = (text: string, maxChars: number): string => {
   return `${text.slice(0, end)}…`
 }
 
-const byName = (left: Dirent, right: Dirent): number => (left.name < right.name ? -1 : left.name > right.name ? 1 : 0)
+/** A listed entry with its name as it is opened and as it is shown (and sorted). */
+interface Listed {
+  readonly entry: Dirent<Buffer>
+  readonly name: string | Buffer
+  readonly text: string
+}
+
+const byName = (left: Listed, right: Listed): number => (left.text < right.text ? -1 : left.text > right.text ? 1 : 0)
 
 export const searchText = (
   root: string,
@@ -75,22 +83,28 @@ export const searchText = (
     // an entry that turned into a link (or vanished) since it was listed is passed over.
     const walk = (directory: Directory): Effect.Effect<boolean, ToolFailure> =>
       Effect.gen(function* () {
-        const listed = yield* readEntries(directory, displayPath).pipe(Effect.orElseSucceed((): Array<Dirent> => []))
-        for (const entry of listed.sort(byName)) {
+        // Listed as bytes, so a name that is not valid UTF-8 is opened by its own bytes (and shown
+        // decoded, as list_files shows it) instead of being passed over.
+        const raw = yield* rawEntries(directory, displayPath).pipe(Effect.orElseSucceed((): Array<Dirent<Buffer>> => []))
+        const listed = raw.map((entry): Listed => {
+          const name = entryName(entry.name)
+          return { entry, name, text: nameText(name) }
+        })
+        for (const { entry, name, text } of listed.sort(byName)) {
           if (signal.aborted) return yield* Effect.fail(failure("search cancelled"))
-          const entryDisplay = display(canonical, path.join(directory.path, entry.name))
+          const entryDisplay = display(canonical, path.join(directory.path, text))
           if (entry.isDirectory()) {
-            if (SKIPPED_DIRECTORIES.has(entry.name)) continue
+            if (SKIPPED_DIRECTORIES.has(text)) continue
             const stop = yield* Effect.scoped(
               Effect.gen(function* () {
-                const child = yield* Effect.option(openChildDirectory(canonical, directory, entry.name, entryDisplay))
+                const child = yield* Effect.option(openChildDirectory(canonical, directory, name, entryDisplay))
                 return child._tag === "Some" ? yield* walk(child.value) : false
               }),
             )
             if (stop) return true
           } else if (entry.isFile()) {
             const stop = yield* Effect.scoped(
-              Effect.flatMap(openChild(canonical, directory, entry.name, constants.O_RDONLY, entryDisplay), searchFile),
+              Effect.flatMap(openChild(canonical, directory, name, constants.O_RDONLY, entryDisplay), searchFile),
             ).pipe(Effect.orElseSucceed(() => false))
             if (stop) return true
           }
