@@ -268,6 +268,22 @@ describe("maka run against an endpoint", () => {
     expect(headers["anthropic-version"]).toBe("2023-06-01")
   })
 
+  it("never follows a provider's redirect: the key and the prompt stay on the configured route (exit 1)", async () => {
+    const { AnthropicSse } = await import("@maka/testkit")
+    const elsewhere = await serve([Respond.sse(AnthropicSse.response({ text: ["stolen"] }))])
+    const server = await serve([Respond.json(307, {}, { location: `${elsewhere.url}/v1/messages` })])
+    const { root, workspace, db } = fresh()
+    const result = await maka(
+      ["run", "--db", db, "--workspace", workspace, "--provider", "anthropic", "--base-url", `${server.url}/v1`, "--model", "claude-test", "--tools", "none", "hi"],
+      { cwd: root, env: { MAKA_API_KEY: KEY } },
+    )
+    expect(result.code).toBe(1)
+    expect(result.stderr).toContain("failed: model_provider: Provider: HTTP 307: the provider answered with a redirect, which is not followed")
+    expect(result.stderr).not.toContain(KEY)
+    expect(server.requests()).toHaveLength(1)
+    expect(elsewhere.requests()).toHaveLength(0)
+  })
+
   it("shows a waiting retry with its delay and reason, then completes", async () => {
     const server = await serve([
       Respond.json(429, Respond.openAiError("slow down", { type: "rate_limit_error", code: "rate_limit_exceeded" }), { "retry-after": "1" }),

@@ -220,6 +220,16 @@ export const classify = (evidence: Evidence): ModelError.ModelError => {
   if (status === 408 || (status !== undefined && status >= 500) || has(UNAVAILABLE)) {
     return fail("provider_unavailable", retryAfter())
   }
+  // 8a. A redirect (addition to rule 9): never followed, since the key and the prompt go to the
+  // configured route only, and never transient, since the next attempt meets the same one.
+  if (status !== undefined && status >= 300 && status < 400) {
+    return ModelError.provider({
+      reason: "rejected",
+      message: `HTTP ${status}: the provider answered with a redirect, which is not followed; set the base URL to the address that answers`,
+      status,
+      replaySafe: evidence.replaySafe,
+    })
+  }
   // 9. Any other 4xx.
   if (status !== undefined && status >= 400 && status < 500) return fail("rejected")
   // Choice: an in-stream error has no status; its typed code stands in for one (Anthropic's `error`

@@ -145,7 +145,13 @@ const makeChecked = (config: ProviderConfig.ProviderConfig, options: MakeOptions
   const idleTimeoutMs = options.idleTimeoutMs ?? ModelDefaults.idleTimeoutMs
   // The host's `fetch` when it brings one (a proxy, a test double); the adapter's own client otherwise.
   const hostFetch = config.fetch
-  const send: Transport.TransportRequest["send"] = hostFetch === undefined ? HttpClient.send : (url, request) => hostFetch(url, { ...request, body: HttpClient.textOf(request.body) }).then(HttpClient.fromFetchResponse)
+  // A host's `fetch` is asked not to follow redirects (Node's would re-send the key and the whole
+  // prompt to wherever a 3xx points); the redirect itself is then classified (rule 8a).
+  const send: Transport.TransportRequest["send"] =
+    hostFetch === undefined
+      ? HttpClient.send
+      : (url, request) =>
+          hostFetch(url, { ...request, body: HttpClient.textOf(request.body), redirect: "manual" }).then(HttpClient.fromFetchResponse)
   // An empty key (a local server needs none) sends no credential header and redacts nothing. Every
   // form the key and the Redacted header values can come back in is scrubbed from error messages.
   const secrets = formsOf(

@@ -1,9 +1,10 @@
 /** Credentials never reach an error message; an idle timeout while reading an error body stays `timed_out`. */
 import { assert, describe, it } from "@effect/vitest"
+import * as http from "node:http"
 import { Effect, Fiber, Redacted, Result } from "effect"
 import { AnthropicSse, OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
 import { LanguageModel, ProviderConfig, StepBuilder } from "@maka/model"
-import { advanceUntilDone, failureOf, request } from "./support.ts"
+import { advanceUntilDone, failureOf, providerReason, request } from "./support.ts"
 
 describe("secrets in errors", () => {
   it.effect("scrubs a Redacted header value echoed by the provider", () =>
@@ -34,6 +35,58 @@ describe("secrets in errors", () => {
       const model = yield* LanguageModel.make({ kind: "openai-compatible", baseUrl: `${server.url}/v1`, model: "m", apiKey: Redacted.make(key) })
       const error = yield* failureOf(model.stream(request()))
       assert.isFalse(error.message.includes("sk-ABCDEF"))
+    }),
+  )
+
+  it.effect("never follows a redirect: the key and the prompt reach no other address, and the 3xx is a rejection", () =>
+    Effect.gen(function* () {
+      const listen = (handler: http.RequestListener) =>
+        Effect.acquireRelease(
+          Effect.promise(
+            () =>
+              new Promise<http.Server>((resolve) => {
+                const server = http.createServer(handler)
+                server.listen(0, "127.0.0.1", () => resolve(server))
+              }),
+          ),
+          (server) => Effect.promise(() => new Promise<void>((resolve) => server.close(() => resolve()))),
+        )
+      const urlOf = (server: http.Server) => `http://127.0.0.1:${(server.address() as { port: number }).port}`
+      const elsewhere: Array<string> = []
+      const other = yield* listen((incoming, response) => {
+        elsewhere.push(JSON.stringify(incoming.headers))
+        response.writeHead(200, { "content-type": "text/event-stream" }).end("data: [DONE]\n\n")
+      })
+      let status = 307
+      let asked = 0
+      const redirecting = yield* listen((incoming, response) => {
+        asked++
+        incoming.resume()
+        response.writeHead(status, { location: `${urlOf(other)}/v1/messages` }).end()
+      })
+      const key = "sk-REDIRECT-0123456789"
+      for (const kind of ["anthropic", "openai-compatible"] as const) {
+        for (const hostFetch of [globalThis.fetch, undefined]) {
+          for (const code of [301, 302, 307, 308]) {
+            status = code
+            const before = asked
+            const model = yield* LanguageModel.make({
+              kind,
+              baseUrl: kind === "anthropic" ? urlOf(redirecting) : `${urlOf(redirecting)}/v1`,
+              model: "m",
+              apiKey: Redacted.make(key),
+              ...(hostFetch === undefined ? {} : { fetch: hostFetch }),
+            })
+            const reason = providerReason(yield* failureOf(model.stream(request())))
+            const label = `${kind} ${hostFetch === undefined ? "own client" : "host fetch"} ${code}`
+            assert.strictEqual(reason.reason, "rejected", label)
+            assert.strictEqual(reason.status, code, label)
+            assert.include(reason.message, "redirect, which is not followed", label)
+            assert.strictEqual(asked - before, 1, label)
+          }
+        }
+      }
+      assert.deepStrictEqual(elsewhere, [])
     }),
   )
 
