@@ -496,6 +496,30 @@ describe("after the finish", () => {
     }),
   )
 
+  it.effect("a body that breaks after the finish (a reset after [DONE]) completes the step with everything it said", () =>
+    Effect.gen(function* () {
+      const server = yield* serve(
+        ...[0, 1, 2, 3].map((index) =>
+          Respond.dropAfter(index < 2 ? OpenAiSse.response({ text: ["all ", "of it"] }) : AnthropicSse.response({ text: ["all ", "of it"] })),
+        ),
+      )
+      for (const index of [0, 1, 2, 3]) {
+        // The adapter's own client, then a host `fetch`, for each provider.
+        const config = {
+          ...(index < 2
+            ? { kind: "openai-compatible" as const, baseUrl: `${server.url}/v1/`, model: "test-model" }
+            : { kind: "anthropic" as const, baseUrl: server.url, model: "claude-test" }),
+          apiKey: Redacted.make("sk-test"),
+          ...(index % 2 === 1 ? { fetch: globalThis.fetch } : {}),
+        }
+        const step = yield* stepOf((yield* LanguageModel.make(config)).stream(request()))
+        assert.strictEqual(step.finishReason, "stop", `response ${index}`)
+        assert.deepStrictEqual(step.parts, [{ kind: "text", textKind: "text", text: "all of it" }], `response ${index}`)
+        assert.strictEqual((yield* ScriptedServer.awaitExchange(server, index)).outcome, "dropped")
+      }
+    }),
+  )
+
   it.effect("a body left open after the finish completes the step once the grace has passed", () =>
     Effect.gen(function* () {
       const server = yield* serve(Respond.stallAfter(OpenAiSse.response({ text: ["ok"] })))

@@ -400,8 +400,12 @@ export const open: (
   const onReadFailure = (cause: unknown): void => {
     readPending = false
     const error = abortedOr(cause, bodyFailed)
-    if (resumePull === undefined) parked = () => settle(Effect.fail(error))
-    else settle(Effect.fail(error))
+    // After the finish the body only has to end: one that breaks instead (a reset after `[DONE]`)
+    // ends it as well, and the finished stream is delivered. A cancellation or an expiry still fails.
+    const broken = request.normalizer.isFinished() && failure === undefined && error.reason._tag === "Provider"
+    const effect = broken ? Effect.suspend(release) : Effect.fail(error)
+    if (resumePull === undefined) parked = () => settle(effect)
+    else settle(effect)
   }
   const next = (): void => {
     reading = true
