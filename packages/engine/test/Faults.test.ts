@@ -474,6 +474,32 @@ describe("a model output over the event limit", () => {
         yield* admitsNext(faulted, context.log)
       }),
     ))
+
+  it.live("a tool call whose input alone is over the limit ends the same way, nothing dispatched", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const faulted = yield* faultedSetup(undefined, "refuse")
+        const { context, effects } = faulted
+        const piece = `"${"y".repeat(64 * 1024)}"`
+        const argumentsText = ['{"items":[', ...Array.from({ length: 33 }, (_, index) => (index === 0 ? piece : `,${piece}`)), "]}"]
+        const model = yield* scriptedModel(OpenAiSse.response({ toolCalls: [{ id: "call-1", name: "list_files", arguments: argumentsText }] }))
+        const result = yield* context.engine.run(input(context, "Call it.", catalog(effects), { model }))
+        assert.deepStrictEqual(result.outcome, {
+          kind: "failed",
+          class: "model_adapter",
+          message: ModelError.adapter("model output exceeds event limit").message,
+        })
+        const events = yield* context.log.events("session-1")
+        assert.deepStrictEqual(kinds(events), [
+          "invocation_opened",
+          "model_requested",
+          "model_interrupted:failed",
+          "invocation_ended:failed:model_adapter",
+        ])
+        assert.deepStrictEqual(effects.ran, [])
+        yield* admitsNext(faulted, context.log)
+      }),
+    ))
 })
 
 /** A model on its own scripted server that answers its first request with `response`. */

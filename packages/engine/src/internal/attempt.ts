@@ -171,7 +171,10 @@ class StreamFailed extends Data.TaggedError("StreamFailed")<{
 }> {}
 
 /** What a model output that no fact may hold (a tool input nested deeper than a fact allows) fails as. */
-const unrecordable = (rule: string): ModelError.ModelError => ModelError.adapter(`model output is not a valid fact: ${rule}`)
+const OUTPUT_EXCEEDS_EVENT = "model output exceeds event limit"
+
+const unrecordable = (rule: string): ModelError.ModelError =>
+  rule === "event_too_large" ? ModelError.adapter(OUTPUT_EXCEEDS_EVENT) : ModelError.adapter(`model output is not a valid fact: ${rule}`)
 
 /**
  * The writes of `facts` (the step's observations), and the facts they were built from; a fact that
@@ -341,13 +344,11 @@ export const attempt = (run: Run, input: AttemptInput): Effect.Effect<Completed,
     const completed: Fact.ModelCompleted = { kind: "model_completed", stepId, output: step }
     const { id, recordedAt } = yield* stamp
     const event = { id, recordedAt, invocation: run.settings.invocation, fact: completed }
-    // The completion's write is built once; over the event limit, the attempt fails as an adapter error.
+    // The completion's write is built once; a refusal is the output's own (over the event limit, or
+    // a tool input nested deeper than a fact may hold): the step is interrupted like any adapter
+    // failure, with the observations that can be written (one as large as the completion cannot),
+    // so the run seals and the session stays usable.
     const built = EventWrite.plain(event)
-    if (Result.isFailure(built) && built.failure.rule === "event_too_large") {
-      return yield* interrupted(ModelError.adapter("model output exceeds event limit"), pending)
-    }
-    // Any other refusal is the output's own (a tool input nested deeper than a fact may hold): the
-    // step is interrupted like any adapter failure, so the run seals and the session stays usable.
     const { writes: observations, kept, refused } = yield* observationWrites(run, pending)
     if (Result.isFailure(built)) return yield* interrupted(unrecordable(built.failure.rule), kept)
     if (refused !== undefined) return yield* interrupted(unrecordable(refused), kept)
