@@ -772,8 +772,15 @@ export const make = (options: Partial<EngineOptions> = {}) =>
               return Result.isSuccess(built) ? built.success : yield* Effect.fail(EngineError.internal(built.failure.message))
             }),
         ).pipe(Effect.provideService(Ids.Ids, ids))
-        yield* Effect.mapError(log.appendBatch(writes), (error) =>
-          error.isRejected ? EngineError.reconciliation(error.message) : EngineError.commit(error.message),
+        yield* log.appendBatch(writes).pipe(
+          Effect.catch((error) =>
+            !error.isRejected
+              ? Effect.fail(EngineError.commit(error.message))
+              : // Refused: another abandon or a successor took the pause after it was read (on a shared log).
+                Effect.flatMap(Effect.orElseSucceed(log.hasPendingHandoff(sessionId), () => true), (pending) =>
+                  Effect.fail(pending ? EngineError.reconciliation(error.message) : EngineError.busy(EngineError.HANDOFF_TAKEN_MESSAGE)),
+                ),
+          ),
         )
         return successor
       })

@@ -31,6 +31,8 @@ export const SESSION_ACTIVE_MESSAGE = "session already has an active invocation"
 /** A start on an engine that has closed (`close()`, or the scope that made it ended): `Internal`. */
 export const ENGINE_CLOSED_MESSAGE = "the engine is closed"
 export const SESSION_RESERVED_MESSAGE = Prompts.SESSION_RESERVED_MESSAGE
+/** A successor or an abandon of a pause that is no longer pending: another caller took it first. */
+export const HANDOFF_TAKEN_MESSAGE = "the handoff was already resumed or abandoned (by this or another host)"
 export const UNSEALED_RUN_MESSAGE =
   "session has an unsealed run: it is live on another host, or it crashed; run recover when no other engine is live"
 /** A run of this engine ended but its terminal could not be written; the engine seals it itself. */

@@ -7,11 +7,11 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Canonical, Digest, type Lineage } from "@maka/facts"
 import { FactBuilders, OpenAiSse, Respond } from "@maka/testkit"
-import { Tool, ToolCatalog } from "@maka/tools"
-import { EventLogError, type EventLog } from "@maka/event-log"
+import { Ids, Tool, ToolCatalog } from "@maka/tools"
+import { EventLog, EventLogError } from "@maka/event-log"
 import { Deferred, Effect, Fiber, Schema } from "effect"
 import * as EngineError from "../src/EngineError.ts"
-import type * as Engine from "../src/Engine.ts"
+import * as Engine from "../src/Engine.ts"
 import { answer, echoCall, mainEntry } from "./support/compaction.ts"
 import { drainedSummaryFaulted } from "./support/faults.ts"
 import { factsOf, kinds, reopen } from "./support/harness.ts"
@@ -356,6 +356,107 @@ describe("handoff", () => {
         assert.deepStrictEqual(yield* context.log.pendingHandoffs(), [])
         const next = yield* context.engine.run(input(context, "Next.", ToolCatalog.make([])))
         assert.deepStrictEqual(next.outcome, { kind: "completed" })
+      }),
+    ),
+  )
+
+  it.live("a pause another caller took first: a second successor or abandon is Busy, never a reconciliation, and writes nothing", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        // `race`, when set, runs just before this engine's next append of a handoff opening, after
+        // every check it made: another engine over the same log takes the pause in between (the race
+        // two hosts of a shared log can run).
+        let race: Effect.Effect<void> | undefined
+        const context = yield* setup({ script: [mainEntry(slowCall("call-1", "a")), mainEntry(answer("Done."))] }, undefined, {}, {
+          wrapLog: (log) => ({
+            ...log,
+            appendBatch: (writes, complete) => {
+              const fact = writes[0]?.event.fact
+              const before = race
+              if (before === undefined || fact?.kind !== "invocation_opened" || fact.input.kind !== "handoff") return log.appendBatch(writes, complete)
+              race = undefined
+              return Effect.andThen(before, log.appendBatch(writes, complete))
+            },
+          }),
+        })
+        const other = yield* Engine.make({}).pipe(Effect.provideService(EventLog.EventLog, context.log), Effect.provide(Ids.layer))
+        const effects: Effects = { ran: [] }
+        const { running, pause, catalog } = yield* pauseWhileToolRuns(context, effects)
+        const written = () => Effect.map(context.log.events("session-1"), (events) => events.length)
+        const taken = EngineError.busy(EngineError.HANDOFF_TAKEN_MESSAGE).message
+        const resumeHere = Effect.flip(context.engine.resume({ paused: running.invocation, pause: pause!, model: context.model, tools: catalog }))
+
+        // The other engine abandons the pause between this engine's checks and its opening.
+        race = Effect.asVoid(Effect.orDie(other.abandonHandoff("session-1")))
+        const lost = yield* resumeHere
+        assert.strictEqual(lost.reason._tag, "Busy", lost.message)
+        assert.strictEqual(lost.message, taken)
+        assert.isUndefined(race)
+        const afterRace = yield* written()
+        // Asked again once the pause is gone: Busy as well (the claim's checks meet the successor).
+        const again = yield* resumeHere
+        assert.strictEqual(again.reason._tag, "Busy", again.message)
+        assert.strictEqual(again.message, taken)
+        assert.strictEqual(yield* written(), afterRace)
+        assert.deepStrictEqual(effects.ran, ["slow:a"])
+      }),
+    ),
+  )
+
+  it.live("a successor while another engine's successor of the same pause is live is Busy, not an unsealed-run reconciliation", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const held = Respond.gate()
+        const context = yield* setup({ script: [mainEntry(slowCall("call-1", "a")), Respond.hold(held, answer("Done."))] })
+        const other = yield* Engine.make({}).pipe(Effect.provideService(EventLog.EventLog, context.log), Effect.provide(Ids.layer))
+        const effects: Effects = { ran: [] }
+        const { running, pause, catalog } = yield* pauseWhileToolRuns(context, effects)
+        const live = yield* other.resume({ paused: running.invocation, pause: pause!, model: context.model, tools: catalog })
+        yield* Effect.promise(() => context.server.request(1))
+        const written = (yield* context.log.events("session-1")).length
+        const refused = yield* Effect.flip(context.engine.resume({ paused: running.invocation, pause: pause!, model: context.model, tools: catalog }))
+        assert.strictEqual(refused.reason._tag, "Busy", refused.message)
+        assert.strictEqual(refused.message, EngineError.busy(EngineError.HANDOFF_TAKEN_MESSAGE).message)
+        assert.strictEqual((yield* context.log.events("session-1")).length, written)
+        held.release()
+        assert.deepStrictEqual((yield* live.wait).outcome, { kind: "completed" })
+        assert.deepStrictEqual(effects.ran, ["slow:a"])
+      }),
+    ),
+  )
+
+  it.live("an abandon that loses the race to another host's successor is Busy and writes nothing", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        let race: Effect.Effect<void> | undefined
+        const context = yield* setup({ script: [mainEntry(slowCall("call-1", "a")), mainEntry(answer("Done."))] }, undefined, {}, {
+          wrapLog: (log) => ({
+            ...log,
+            appendBatch: (writes, complete) => {
+              const before = race
+              if (before === undefined) return log.appendBatch(writes, complete)
+              race = undefined
+              return Effect.andThen(before, log.appendBatch(writes, complete))
+            },
+          }),
+        })
+        const other = yield* Engine.make({}).pipe(Effect.provideService(EventLog.EventLog, context.log), Effect.provide(Ids.layer))
+        const effects: Effects = { ran: [] }
+        const { running, pause, catalog } = yield* pauseWhileToolRuns(context, effects)
+        race = Effect.flatMap(Effect.orDie(other.resume({ paused: running.invocation, pause: pause!, model: context.model, tools: catalog })), (successor) =>
+          Effect.asVoid(Effect.orDie(successor.wait)),
+        )
+        const lost = yield* Effect.flip(context.engine.abandonHandoff("session-1"))
+        assert.strictEqual(lost.reason._tag, "Busy", lost.message)
+        assert.strictEqual(lost.message, EngineError.busy(EngineError.HANDOFF_TAKEN_MESSAGE).message)
+        const events = yield* context.log.events("session-1")
+        assert.deepStrictEqual(kinds(events).slice(-1), ["invocation_ended:completed"])
+        // A successor of the same pause after that one completed: its claim no longer holds, Busy too.
+        const late = yield* Effect.flip(context.engine.resume({ paused: running.invocation, pause: pause!, model: context.model, tools: catalog }))
+        assert.strictEqual(late.reason._tag, "Busy", late.message)
+        assert.strictEqual(late.message, EngineError.busy(EngineError.HANDOFF_TAKEN_MESSAGE).message)
+        assert.strictEqual((yield* context.log.events("session-1")).length, events.length)
+        assert.deepStrictEqual(effects.ran, ["slow:a"])
       }),
     ),
   )

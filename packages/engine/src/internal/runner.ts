@@ -53,6 +53,23 @@ const unsettledHistory = (run: Run, reason: string) =>
     return yield* Effect.fail(EngineError.reconciliation(manual ? EngineError.PRIOR_UNKNOWN_MESSAGE : reason))
   })
 
+/**
+ * A handoff successor's admission step, its refusal told as `Busy` when the pause is no longer
+ * pending: another successor or an abandon took it first (on a shared log, another host's, which
+ * the store or the gate then refuses in its own words). An opening whose commit may have landed is
+ * left as it failed: the pause may be gone because of it.
+ */
+const unlessTaken = <A, R>(run: Run, step: Effect.Effect<A, EngineError.EngineError, R>): Effect.Effect<A, EngineError.EngineError, R> =>
+  run.settings.successor === undefined
+    ? step
+    : Effect.catch(step, (error) =>
+        error.reason._tag === "Busy" || error.reason._tag === "Cancelled" || run.openingUncertain
+          ? Effect.fail(error)
+          : Effect.flatMap(Effect.orElseSucceed(run.log.hasPendingHandoff(run.settings.invocation.sessionId), () => true), (pending) =>
+              Effect.fail(pending ? error : EngineError.busy(EngineError.HANDOFF_TAKEN_MESSAGE)),
+            ),
+      )
+
 /** The safety preflight (docs/engine.md §5.3 step 2): returns whether the run proceeds under the prior-unknown policy. */
 export const preflight = (run: Run) =>
   Effect.gen(function* () {
@@ -779,11 +796,11 @@ export const runMessage = (
 ): Effect.Effect<RunResult, EngineError.EngineError, Ids.Ids> =>
   Effect.gen(function* () {
     if (yield* isCancelled(run)) return yield* Effect.fail(EngineError.cancelled())
-    const priorUnknown = yield* preflight(run)
+    const priorUnknown = yield* unlessTaken(run, preflight(run))
     if (yield* isCancelled(run)) return yield* Effect.fail(EngineError.cancelled())
     const successor = run.settings.successor
     // A handoff successor claims the paused run's boundary: checked before anything is written.
-    if (successor !== undefined) run.claim = yield* Handoff.prepareClaim(run, (source) => replayDigest(run, source))
+    if (successor !== undefined) run.claim = yield* unlessTaken(run, Handoff.prepareClaim(run, (source) => replayDigest(run, source)))
     // A continuation claims a sealed run's boundary, replaying its lineage.
     const continuation = run.settings.continuation
     if (continuation !== undefined) run.claim = yield* Continuation.prepare(run, continuation.source, (source) => replayRequest(run, source))
@@ -792,7 +809,7 @@ export const runMessage = (
     const found = yield* foldable(run, priorUnknown)
     const folded = found instanceof LiveContext ? found : undefined
     if (folded === undefined) {
-      yield* open(run)
+      yield* unlessTaken(run, open(run))
       yield* admitted
     } else {
       const write = yield* openingWriteOf(run)
