@@ -16,6 +16,9 @@ export const WRITER_BUSY_HINT =
 export const PRIOR_UNKNOWN_HINT =
   "to go on with a new message, start again with `allowPriorUnknown: true` (the model is told that the earlier outcome is unknown)"
 
+export const SEALED_HINT =
+  "the run was sealed by another engine while it was live (recovery: `recover()` or `maka recover` run beside it); its terminal is in the log"
+
 export const NETWORK_HINT = "check that the server is running and that the provider's baseUrl is right"
 
 export const AUTH_HINT = "check the provider's apiKey (and that it belongs to this baseUrl)"

@@ -5,7 +5,10 @@ import * as LogTesting from "@maka/event-log/testing"
 import { FactBuilders, History, OpenAiSse, Respond } from "@maka/testkit"
 import { Context, Effect, Layer } from "effect"
 import * as path from "node:path"
+import { Ids } from "@maka/tools"
+import * as Engine from "../src/Engine.ts"
 import * as EngineError from "../src/EngineError.ts"
+import * as Hints from "../src/Hints.ts"
 import { factsOf, kinds, recording, reopen } from "./support/harness.ts"
 import { catalog, input, setup, type Effects } from "./support/setup.ts"
 
@@ -164,6 +167,27 @@ describe("Recovery", () => {
         assert.strictEqual(explicit.message, EngineError.UNSEALED_RUN_MESSAGE)
         assert.strictEqual((yield* context.log.events("session-1")).length, history.events.length)
         assert.deepStrictEqual(context.server.requests(), [])
+      }),
+    ))
+
+  it.live("a live run another engine's recovery sealed ends with a message saying so, and writes nothing after the seal", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const held = Respond.gate()
+        const context = yield* setup({ script: [Respond.hold(held, Respond.sse(OpenAiSse.response({ text: ["late"] })))] })
+        const other = yield* Engine.make({}).pipe(Effect.provideService(EventLog.EventLog, context.log), Effect.provide(Ids.layer))
+        const running = yield* context.engine.start(input(context, "Answer.", catalog({ ran: [] })))
+        yield* Effect.promise(() => context.server.request(0))
+        const report = yield* other.recover
+        assert.deepStrictEqual(report.sealed.map((item) => item.invocation), [running.invocation])
+        const sealed = (yield* context.log.events("session-1")).length
+        held.release()
+        const ended = yield* Effect.flip(running.wait)
+        assert.strictEqual(ended.reason._tag, "Commit", ended.message)
+        assert.strictEqual(ended.message, `rejected: the invocation is sealed; ${Hints.SEALED_HINT}`)
+        const events = yield* context.log.events("session-1")
+        assert.strictEqual(events.length, sealed)
+        assert.deepStrictEqual(kinds(events).slice(-1), ["invocation_ended:failed:host_interrupted"])
       }),
     ))
 

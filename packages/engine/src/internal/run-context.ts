@@ -9,6 +9,7 @@ import type { LanguageModel } from "@maka/model"
 import { Cancellation, Ids, type ToolCatalog } from "@maka/tools"
 import { Clock, Effect, Result, type Redacted, type Ref, type Semaphore } from "effect"
 import * as EngineError from "../EngineError.ts"
+import * as Hints from "../Hints.ts"
 import { faultPoint } from "./fault.ts"
 import type { EngineOptions } from "./options.ts"
 import type { HandoffGate } from "./handoff.ts"
@@ -133,7 +134,11 @@ export const eventWrite = (event: Event.RuntimeEvent) => {
 }
 
 export const storeError = (error: EventLogError.EventLogError) => EngineError.fromStore(error)
-export const commitError = (error: EventLogError.EventLogError) => EngineError.commit(error.message)
+/** A refused or failed commit of the run; one refused because the run is sealed says who sealed it. */
+export const commitError = (error: EventLogError.EventLogError) =>
+  EngineError.commit(
+    Hints.append(error.message, error.reason._tag === "Rejected" && error.reason.rejection._tag === "Sealed" ? Hints.SEALED_HINT : undefined),
+  )
 
 /** An event of a batch about to commit: its sequence is assigned, the transaction still open. */
 export interface Leading {
