@@ -192,7 +192,9 @@ export const classify = (evidence: Evidence): ModelError.ModelError => {
       ? numericCode
       : undefined)
   const secrets = evidence.secrets ?? []
-  const message = summary(status, codes, providerText ?? (parsed === undefined ? evidence.body : undefined), secrets)
+  // The message names the most specific code: the nested error's (`overloaded_error`), not the
+  // envelope's (`{type: "error", error: {…}}` of an Anthropic error).
+  const message = summary(status, codesOf([...objects].reverse()), providerText ?? (parsed === undefined ? evidence.body : undefined), secrets)
   const fail = (reason: ModelError.ProviderReason, retryAfterMs?: number): ModelError.ModelError =>
     ModelError.provider({ reason, message, status, replaySafe: evidence.replaySafe, retryAfterMs })
   const retryAfter = (): number | undefined =>

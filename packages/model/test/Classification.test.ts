@@ -42,10 +42,14 @@ describe("classification, rule 1: the engine's own abort and local limits", () =
 
   it.effect("an event over 8 MiB is an adapter error", () =>
     Effect.gen(function* () {
-      const error = yield* errorOf(Respond.sse([OpenAiSse.text("x".repeat(8 * 1024 * 1024 + 1)), OpenAiSse.done()]))
-      assert.strictEqual(error.reason._tag, "Adapter")
-      assert.strictEqual(error.reason.message, "provider event exceeds 8 MiB")
-      assert.isFalse(error.isRetryable)
+      // Just over the limit, and well over it with more of the body in the same read (what the
+      // parser would have been fed after its limit).
+      for (const size of [8 * 1024 * 1024 + 1, 9 * 1024 * 1024]) {
+        const error = yield* errorOf(Respond.sse([OpenAiSse.text("x".repeat(size)), OpenAiSse.text("more"), OpenAiSse.done()]))
+        assert.strictEqual(error.reason._tag, "Adapter")
+        assert.strictEqual(error.reason.message, "provider event exceeds 8 MiB", `${size}`)
+        assert.isFalse(error.isRetryable)
+      }
     }),
   )
 })

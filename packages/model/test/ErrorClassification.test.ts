@@ -96,6 +96,15 @@ describe("classify", () => {
     assert.strictEqual(reasonOf("api_error"), "provider_unavailable")
   })
 
+  it("names the nested error's code in the message, not the envelope's type", () => {
+    const anthropic = ErrorClassification.classify({ ...base, status: 529, body: JSON.stringify({ type: "error", error: { type: "overloaded_error", message: "Overloaded" } }) })
+    assert.strictEqual(anthropic.message, "Provider: HTTP 529 overloaded_error: Overloaded")
+    const inStream = ErrorClassification.classify({ ...base, payload: { type: "error", error: { type: "overloaded_error", message: "Overloaded" } } })
+    assert.strictEqual(inStream.message, "Provider: provider error overloaded_error: Overloaded")
+    const openAi = ErrorClassification.classify({ ...base, status: 429, body: JSON.stringify({ error: { type: "rate_limit_error", code: "rate_limit_exceeded", message: "slow" } }) })
+    assert.strictEqual(openAi.message, "Provider: HTTP 429 rate_limit_exceeded: slow")
+  })
+
   it("keeps a prose overflow in a Gemini array body", () => {
     const body = JSON.stringify([{ error: { code: 400, message: "The input token count exceeds the limit: token limit exceeded", status: "INVALID_ARGUMENT" } }])
     assert.strictEqual(ErrorClassification.classify({ ...base, status: 400, body }).reason._tag, "ContextOverflow")

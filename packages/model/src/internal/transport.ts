@@ -321,7 +321,8 @@ export const open: (
       return
     }
     const bytes = chunk.value
-    for (let offset = 0; offset < bytes.byteLength; offset += DECODE_SLICE_BYTES) {
+    // The parser refuses any input after its buffer limit (it throws): the slices after it are not fed.
+    for (let offset = 0; offset < bytes.byteLength && parseFailure === undefined; offset += DECODE_SLICE_BYTES) {
       parser.feed(decoder.decode(bytes.subarray(offset, offset + DECODE_SLICE_BYTES), { stream: true }))
     }
     if (parseFailure !== undefined) {
