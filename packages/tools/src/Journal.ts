@@ -139,14 +139,30 @@ export const prepare = (captured: CapturedCatalog, request: CallRequest): Effect
   )
 }
 
-/** Commits `tool_rejected`; no effect was or will be started. Returns the text the model reads. */
+/**
+ * A rejection as it is stored. Its message (a validator's or a decoder's, which may quote anything
+ * the tool's code saw, a key included) goes through `failureMessage` like a failure's: made
+ * well-formed, `secrets` scrubbed, then cut.
+ */
+const storedRejection = (
+  reason: ToolCall.ToolRejection,
+  secrets: ReadonlyArray<Redacted.Redacted<string>>,
+): ToolCall.ToolRejection => ("message" in reason ? { ...reason, message: failureMessage(reason.message, secrets) } : reason)
+
+/**
+ * Commits `tool_rejected`; no effect was or will be started. Returns the text the model reads. A
+ * rejection's message is stored as a failure message is: the host's `secrets` scrubbed, then cut to
+ * 2,048 UTF-16 units.
+ */
 export const reject = (
   invocation: Identity.Invocation,
   request: CallRequest,
-  reason: ToolCall.ToolRejection,
+  rejection: ToolCall.ToolRejection,
+  secrets: ReadonlyArray<Redacted.Redacted<string>> = [],
 ): Effect.Effect<Rejected, ToolError, Requirements> =>
   Effect.uninterruptible(
     Effect.gen(function* () {
+      const reason = storedRejection(rejection, secrets)
       const write = yield* plainWrite(invocation, {
         kind: "tool_rejected",
         operationId: request.operationId,
@@ -170,14 +186,15 @@ export interface InvokeOptions {
   readonly cancellation?: Cancellation.Cancellation | undefined
   /**
    * Secrets of the host (an API key, a token) that must never be stored: each is replaced by
-   * `[redacted]` in a failure message, as given, trimmed, JSON-escaped and URL-encoded.
+   * `[redacted]` in a failure or rejection message, as given, trimmed, JSON-escaped and URL-encoded.
    */
   readonly secrets?: ReadonlyArray<Redacted.Redacted<string>> | undefined
 }
 
 /**
- * A failure message as it is settled: made well-formed (a lone surrogate becomes U+FFFD, or the
- * store would refuse the settlement), secrets scrubbed, then cut to `MAX_FAILURE_MESSAGE` units.
+ * A failure or rejection message as it is stored: made well-formed (a lone surrogate becomes U+FFFD,
+ * or the store would refuse the fact), secrets scrubbed, then cut to `MAX_FAILURE_MESSAGE` units
+ * (scrubbed first, so a secret across the cut leaves no fragment).
  */
 export const failureMessage = (message: string, secrets: ReadonlyArray<Redacted.Redacted<string>> = []): string =>
   Canonical.truncateUtf16(scrub(Validation.toWellFormedText(message), secrets), defaults.failureMessageUnits)
@@ -372,7 +389,7 @@ export const runStep = (
         }
         const preparation = yield* prepare(captured, request)
         if (preparation._tag === "Refused") {
-          calls.push(yield* reject(invocation, request, preparation.reason))
+          calls.push(yield* reject(invocation, request, preparation.reason, options.secrets))
           continue
         }
         const ran = yield* invokeWith(invocation, preparation, options, restore)

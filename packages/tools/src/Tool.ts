@@ -8,9 +8,10 @@
 import { Canonical, Identity, type ToolCall } from "@maka/facts"
 import { Data, Effect, Result, Schema } from "effect"
 import type { StandardJSONSchemaV1, StandardSchemaV1 } from "effect/StandardSchema"
+import { defaults } from "./Defaults.ts"
 import { closeEmptyStructs } from "./internal/closed-empty-struct.ts"
 import { describeDefect } from "./internal/describe.ts"
-import { invalidDefinition } from "./ToolError.ts"
+import { invalidDefinition, ToolError } from "./ToolError.ts"
 
 /** `parallel` may share a step; `exclusive_step` must be alone in it; `finish_turn` too, and ends the turn. */
 export type Semantics = "parallel" | "exclusive_step" | "finish_turn"
@@ -95,8 +96,20 @@ export interface Tool {
 
 const decodeJsonObject = Schema.decodeUnknownResult(Identity.JsonObject)
 
+/**
+ * `value` as the JSON object a provider is offered. The check's parser throws, rather than failing,
+ * on a value it cannot walk (a cycle, nesting deeper than the stack, a getter or proxy that throws),
+ * with an error of its own that names none of them; `JSON.stringify` names the cycle or rethrows the
+ * getter's error, so the definition error says which.
+ */
 const asJsonObject = (value: unknown): Identity.JsonObject => {
-  const decoded = decodeJsonObject(value)
+  const checked = Result.try({ try: () => decodeJsonObject(value), catch: (error) => error })
+  if (Result.isFailure(checked)) {
+    const readable = Result.try({ try: () => JSON.stringify(value), catch: (error) => error })
+    const thrown = Result.isFailure(readable) ? readable.failure : checked.failure
+    throw invalidDefinition(`input schema is not JSON: reading it threw ${describeDefect(thrown)}`)
+  }
+  const decoded = checked.success
   if (Result.isFailure(decoded)) throw invalidDefinition(`input schema is not JSON: ${decoded.failure.message}`)
   return decoded.success
 }
@@ -126,7 +139,11 @@ export const jsonSchemaOf = (schema: Schema.Constraint): Identity.JsonObject => 
   return asJsonObject(Object.keys(definitions).length === 0 ? document.schema : { ...document.schema, $defs: definitions })
 }
 
-/** The JSON Schema (draft 2020-12) of what the model sends, from a Standard JSON Schema; `$schema` dropped. */
+/**
+ * The JSON Schema (draft 2020-12) of what the model sends, from a Standard JSON Schema; `$schema`
+ * dropped. What the converter gives is the schema library's (or anyone's) object: reading it may
+ * throw (a getter, a proxy's trap) or never end (a cycle), and each is an `InvalidDefinition`.
+ */
 export const standardJsonSchemaOf = (schema: StandardInput): Identity.JsonObject => {
   const generated = Result.try({
     try: () => schema["~standard"].jsonSchema.input({ target: "draft-2020-12" }),
@@ -135,10 +152,18 @@ export const standardJsonSchemaOf = (schema: StandardInput): Identity.JsonObject
   if (Result.isFailure(generated)) throw generated.failure
   const output: unknown = generated.success
   if (typeof output !== "object" || output === null || Array.isArray(output)) {
-    throw invalidDefinition(`input schema has no JSON Schema: its Standard JSON Schema gave ${output === null ? "null" : typeof output}`)
+    const gave = output === null ? "null" : Array.isArray(output) ? "an array" : typeof output
+    throw invalidDefinition(`input schema has no JSON Schema: its Standard JSON Schema gave ${gave}`)
   }
-  const { $schema: _dialect, ...document } = output as Record<string, unknown>
-  return asJsonObject(document)
+  const copied = Result.try({
+    try: () => {
+      const { $schema: _dialect, ...document } = output as Record<string, unknown>
+      return document
+    },
+    catch: (error) => invalidDefinition(`input schema has no JSON Schema: reading it threw ${describeDefect(error)}`),
+  })
+  if (Result.isFailure(copied)) throw copied.failure
+  return asJsonObject(copied.success)
 }
 
 /** One Standard Schema issue as the model reads it: the message, then its path like Effect's. */
@@ -148,6 +173,33 @@ const describeIssue = (issue: StandardSchemaV1.Issue): string => {
   )
   const keys = path.map((key) => (typeof key === "symbol" ? String(key) : key))
   return keys.length === 0 ? issue.message : `${issue.message}\n  at ${JSON.stringify(keys)}`
+}
+
+/** The detail of a failed validation that named no issue. */
+const NO_ISSUES = "the validator reported a failure without issues"
+
+/**
+ * How many UTF-16 units of issues are formatted: the stored message keeps 2,048 units of them, with
+ * room for secrets scrubbed to `[redacted]`; the issues after them are only counted, so input that
+ * breaks a rule in every one of 60,000 items never builds a message of megabytes.
+ */
+const ISSUE_TEXT_UNITS = 4 * defaults.failureMessageUnits
+
+/** A failed validation's issues, one after another, as many as `ISSUE_TEXT_UNITS` hold. */
+const describeIssues = (issues: ReadonlyArray<StandardSchemaV1.Issue>): string => {
+  if (issues.length === 0) return NO_ISSUES
+  const described: Array<string> = []
+  let units = 0
+  for (const issue of issues) {
+    if (units >= ISSUE_TEXT_UNITS) {
+      described.push(`(and ${issues.length - described.length} more issues)`)
+      break
+    }
+    const text = describeIssue(issue)
+    described.push(text)
+    units += text.length + 1
+  }
+  return described.join("\n")
 }
 
 /** A decoder of the tool's input: the decoded value, or the readable problem. */
@@ -162,9 +214,7 @@ const standardDecoder =
         return validated instanceof Promise ? Effect.promise(() => validated) : Effect.succeed(validated)
       }),
       (result) =>
-        result.issues === undefined
-          ? Effect.succeed(result.value)
-          : Effect.fail({ message: result.issues.map(describeIssue).join("\n") }),
+        result.issues === undefined ? Effect.succeed(result.value) : Effect.fail({ message: describeIssues(result.issues) }),
     )
 
 /** Effect's decoder of `schema`, every empty struct in it the closed empty object `jsonSchemaOf` offers. */
@@ -220,6 +270,25 @@ const effectInputOf = (schema: Schema.ConstraintDecoder<unknown, never>, name: s
   return derived
 }
 
+/** What an input gives a tool: its JSON Schema, its decoder, and the sealed definition when shared. */
+interface DerivedInput {
+  readonly inputSchema: Identity.JsonObject
+  readonly decodeInput: InputDecoder
+  readonly definition: ToolDefinition | undefined
+}
+
+const deriveInput = (input: InputSchema, name: string, description: string): DerivedInput => {
+  if (isEffectSchema(input)) {
+    const derived = effectInputOf(input, name, description)
+    return { inputSchema: derived.definition.inputSchema, decodeInput: derived.decodeInput, definition: derived.definition }
+  }
+  if (!isStandardInput(input)) throw invalidDefinition(`tool ${name}: input must be an Effect Schema or a Standard Schema`)
+  if (!hasJsonSchema(input)) {
+    throw invalidDefinition(`tool ${name}: its Standard Schema input must also implement Standard JSON Schema`)
+  }
+  return { inputSchema: standardJsonSchemaOf(input), decodeInput: standardDecoder(input), definition: undefined }
+}
+
 /**
  * Builds a tool. Throws `ToolError` (`InvalidDefinition`) when the name breaks `NAME_PATTERN`, the
  * semantics are unknown, the input is neither an Effect Schema nor a Standard Schema with Standard
@@ -232,28 +301,21 @@ export const make = <S extends InputSchema>(config: Config<S>): Tool => {
   if (!Schema.is(Semantics)(config.semantics)) {
     throw invalidDefinition(`tool ${config.name} has unknown semantics ${JSON.stringify(config.semantics)}`)
   }
-  const input: InputSchema = config.input
-  let inputSchema: Identity.JsonObject
-  let decodeInput: InputDecoder
-  let definition: ToolDefinition | undefined
-  if (isEffectSchema(input)) {
-    const derived = effectInputOf(input, config.name, config.description)
-    inputSchema = derived.definition.inputSchema
-    decodeInput = derived.decodeInput
-    definition = derived.definition
-  } else if (isStandardInput(input)) {
-    if (!hasJsonSchema(input)) {
-      throw invalidDefinition(`tool ${config.name}: its Standard Schema input must also implement Standard JSON Schema`)
-    }
-    inputSchema = standardJsonSchemaOf(input)
-    decodeInput = standardDecoder(input)
-  } else {
-    throw invalidDefinition(`tool ${config.name}: input must be an Effect Schema or a Standard Schema`)
-  }
+  const derived = Result.try({
+    try: () => deriveInput(config.input, config.name, config.description),
+    // The input is the host's or a schema library's object: a getter or proxy trap that throws
+    // while it is read is a definition error too, never a raw throw out of `make`.
+    catch: (error) =>
+      error instanceof ToolError
+        ? error
+        : invalidDefinition(`tool ${config.name}: its input schema threw while it was read: ${describeDefect(error)}`),
+  })
+  if (Result.isFailure(derived)) throw derived.failure
+  const { inputSchema, decodeInput } = derived.success
   if (inputSchema["type"] !== "object") {
     throw invalidDefinition(`tool ${config.name} must take a JSON object as input`)
   }
-  definition ??= sealedDefinition(config.name, config.description, inputSchema)
+  const definition = derived.success.definition ?? sealedDefinition(config.name, config.description, inputSchema)
   return Object.freeze({
     name: config.name,
     description: config.description,

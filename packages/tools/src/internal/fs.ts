@@ -6,6 +6,7 @@
  */
 import { Data, Effect } from "effect"
 
+/** `detail` is Node's message, for diagnosis only: it names paths and is never shown to a model. */
 export class FsError extends Data.TaggedError("FsError")<{ readonly code: string | undefined; readonly detail: string }> {}
 
 const toFsError = (error: unknown): FsError => {
@@ -36,14 +37,37 @@ const REASONS: Readonly<Record<string, string>> = {
   ENAMETOOLONG: "file name too long",
   EEXIST: "already exists",
   ENOSPC: "no space left on device",
+  EDQUOT: "disk quota exceeded",
+  EFBIG: "file too large",
   EROFS: "read-only file system",
   EMFILE: "too many open files",
+  ENFILE: "too many open files in the system",
   ENOTEMPTY: "directory not empty",
   EBUSY: "resource busy",
+  ETXTBSY: "text file busy (a program running from it)",
+  EIO: "input/output error",
+  EXDEV: "cross-device link",
+  EINVAL: "invalid argument",
+  EAGAIN: "resource temporarily unavailable",
+  EINTR: "interrupted system call",
+  ENXIO: "no such device or address",
+  ENODEV: "no such device",
+  EMLINK: "too many links",
+  EOVERFLOW: "value too large",
+  ENOMEM: "out of memory",
+  ESTALE: "stale file handle",
+  ENOTSUP: "operation not supported",
+  EOPNOTSUPP: "operation not supported",
+  ENOSYS: "function not implemented",
 }
 
-/** What went wrong, in words, for an `FsError`: `permission denied`. */
-export const fsReason = (error: FsError): string => (error.code !== undefined ? REASONS[error.code] : undefined) ?? error.detail
+/**
+ * What went wrong, in words, for an `FsError`: `permission denied`; the bare code for one outside
+ * the table. Never Node's own message, which names the path Node opened (a descriptor path such as
+ * `/proc/self/fd/27/name`, or a real path the model never gave).
+ */
+export const fsReason = (error: FsError): string =>
+  error.code === undefined ? "unexpected file system error" : (REASONS[error.code] ?? error.code)
 
 /** `"<path>: <reason>"` for an `FsError`. */
 export const describeFsError = (displayPath: string, error: FsError): string => `${displayPath}: ${fsReason(error)}`
