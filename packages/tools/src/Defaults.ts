@@ -13,15 +13,21 @@ export const defaults = Object.freeze({
   readFileLimitLines: 2_000,
   /** `read_file`: the largest `limit` a call may ask for. */
   readFileMaxLimitLines: 100_000,
-  /** `read_file`: UTF-8 bytes of numbered text per page. */
-  readFilePageBytes: 256 * KIB,
+  /**
+   * `read_file`: UTF-8 bytes of a page as its model-visible projection encodes it (JSON escapes and
+   * the closing note counted). A larger value is held to `MAX_PROJECTION_BYTES`, which a page must fit.
+   */
+  readFilePageBytes: Limits.MAX_PROJECTION_BYTES,
   /** `read_file`, `search_text`: bytes a file is probed for NUL to call it binary. */
   binaryProbeBytes: 8 * KIB,
   /** `search_text`: matches returned when `maxResults` is absent. */
   searchMaxResults: 200,
   /** `search_text`: the largest `maxResults` a call may ask for. */
   searchMaxResultsLimit: 1_000,
-  /** `search_text`: UTF-16 units of a matching line kept in a result. */
+  /**
+   * `search_text`: UTF-16 units of a matching line kept in a result. Whatever the caps, a search stops
+   * (`truncated`) before its result would exceed the projection's bytes or JSON values.
+   */
   searchLineChars: 500,
   /** `search_text`: files larger than this are skipped. */
   searchMaxFileBytes: 8 * MIB,

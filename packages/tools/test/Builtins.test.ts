@@ -314,6 +314,36 @@ describe("write_file", () => {
   )
 })
 
+describe("a path ending with /", () => {
+  it.effect("names a directory: read_file and write_file refuse it, list_files and search_text list one", () =>
+    Effect.gen(function* () {
+      const { root, workspace } = yield* workspaceFixture
+      fs.writeFileSync(path.join(root, "notes.txt"), "hello\n")
+      fs.mkdirSync(path.join(root, "dir"))
+      fs.writeFileSync(path.join(root, "dir", "inner.txt"), "hello inside\n")
+      const [read, list, search, write] = Builtins.write(workspace)
+      const refused = (input: string, ending: string) =>
+        `${input}: is not a file (the path ends with ${ending}, which names a directory); give the file's path without it`
+      assert.strictEqual(failureOf(yield* call(read!, { path: "notes.txt/" })), refused("notes.txt/", "/"))
+      assert.strictEqual(failureOf(yield* call(read!, { path: "notes.txt/." })), refused("notes.txt/.", "/."))
+      assert.include(failureOf(yield* call(read!, { path: "dir/" })), "dir/: is a directory; use list_files")
+      assert.strictEqual(failureOf(yield* call(write!, { path: "newdir/", content: "x" })), refused("newdir/", "/"))
+      assert.strictEqual(failureOf(yield* call(write!, { path: "notes.txt/", content: "x" })), refused("notes.txt/", "/"))
+      assert.strictEqual(failureOf(yield* call(write!, { path: "dir/.", content: "x" })), refused("dir/.", "/."))
+      assert.isFalse(fs.existsSync(path.join(root, "newdir")))
+      assert.strictEqual(fs.readFileSync(path.join(root, "notes.txt"), "utf8"), "hello\n")
+      assert.deepStrictEqual(fs.readdirSync(path.join(root, "dir")), ["inner.txt"])
+      assert.deepStrictEqual(jsonOf(yield* call(list!, { path: "dir/" })), [{ name: "inner.txt", type: "file", size: 13 }])
+      assert.deepStrictEqual(jsonOf(yield* call(search!, { pattern: "hello", path: "dir/" })), {
+        matches: [{ path: "dir/inner.txt", line: 1, text: "hello inside" }],
+        truncated: false,
+      })
+      assert.strictEqual(failureOf(yield* call(search!, { pattern: "hello", path: "notes.txt/" })), "notes.txt/: is not a directory (the path ends with /)")
+      assert.include(failureOf(yield* call(list!, { path: "notes.txt/" })), "is not a directory")
+    }),
+  )
+})
+
 describe("non-regular files", () => {
   it.effect("write_file, read_file and search_text refuse or pass over a FIFO without blocking", () =>
     Effect.gen(function* () {

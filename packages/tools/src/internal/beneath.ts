@@ -6,17 +6,20 @@
  * resolves a name relative to an open directory through `/proc/self/fd/N/name`; elsewhere the
  * component is opened by path and then verified: every component of the path is `lstat`ed again
  * (none may be a link) and the last must be the very file opened (same device and inode).
- * `O_NONBLOCK` keeps a FIFO from blocking the open; only regular files are read or written.
+ * `O_NONBLOCK` keeps a FIFO from blocking the open; only regular files are read or written. A file
+ * is replaced by writing a new one beside it (created with `O_EXCL`, so never through a link) and
+ * renaming it over the old name, both names relative to the same directory descriptor.
  */
 import { constants, existsSync, type Stats } from "node:fs"
 import * as fs from "node:fs/promises"
 import * as path from "node:path"
-import { Effect, type Scope } from "effect"
+import { Canonical } from "@maka/facts"
+import { Effect, Option, type Scope } from "effect"
 import type { ToolFailure } from "../Tool.ts"
 import { failure, fsFailure } from "./confine.ts"
 import { tryFs, type FsError } from "./fs.ts"
 
-const { O_RDONLY, O_WRONLY, O_CREAT, O_NOFOLLOW, O_NONBLOCK, O_DIRECTORY } = constants
+const { O_RDONLY, O_WRONLY, O_CREAT, O_EXCL, O_NOFOLLOW, O_NONBLOCK, O_DIRECTORY } = constants
 
 /** Whether names can be resolved relative to an open directory descriptor (Linux `/proc`). */
 const hasDescriptorPaths = process.platform === "linux" && existsSync("/proc/self/fd")
@@ -74,10 +77,12 @@ const openFailure = (display: string) => (error: FsError): ToolFailure =>
       ? failure(`${display}: is not a regular file`)
       : fsFailure(display)(error)
 
+/** A file handle closed with the scope; the open's error as it is, for callers that expect one. */
+const acquireRaw = (open: () => Promise<fs.FileHandle>): Effect.Effect<fs.FileHandle, FsError, Scope.Scope> =>
+  Effect.acquireRelease(tryFs(open), (handle) => Effect.ignore(tryFs(() => handle.close())))
+
 const acquire = (open: () => Promise<fs.FileHandle>, display: string): Effect.Effect<fs.FileHandle, ToolFailure, Scope.Scope> =>
-  Effect.acquireRelease(tryFs(open).pipe(Effect.mapError(openFailure(display))), (handle) =>
-    Effect.ignore(tryFs(() => handle.close())),
-  )
+  acquireRaw(open).pipe(Effect.mapError(openFailure(display)))
 
 /**
  * Where descriptor paths are not available: checks that `real` (below `root`) still has no link in
@@ -174,13 +179,77 @@ export const makeChildDirectory = (
     return yield* openChildDirectory(root, directory, name, display)
   })
 
-/** `name` inside `directory`, opened (created when missing) for writing: not truncated yet. */
-export const openForWriting = (
+/**
+ * The existing file `name` inside `directory`, opened for writing (never written through, never
+ * truncated) so that its permission to be written and its identity are those of a descriptor;
+ * `None` when there is no such entry.
+ */
+export const openExistingForWriting = (
   root: string,
   directory: Directory,
   name: string,
   display: string,
-): Effect.Effect<Opened, ToolFailure, Scope.Scope> => openChild(root, directory, name, O_WRONLY | O_CREAT, display)
+): Effect.Effect<Option.Option<Opened>, ToolFailure, Scope.Scope> =>
+  Effect.gen(function* () {
+    const handle = yield* acquireRaw(() => fs.open(at(directory, name), O_WRONLY | O_NOFOLLOW | O_NONBLOCK)).pipe(
+      Effect.map(Option.some),
+      Effect.catchIf(
+        (error) => error.code === "ENOENT",
+        () => Effect.succeedNone,
+      ),
+      Effect.mapError(openFailure(display)),
+    )
+    if (Option.isNone(handle)) return Option.none()
+    const stat = yield* tryFs(() => handle.value.stat()).pipe(Effect.mapError(fsFailure(display)))
+    const file = path.join(directory.path, name)
+    yield* verify(root, file, stat, display)
+    return Option.some({ handle: handle.value, path: file, stat })
+  })
+
+/** Temporary files made by this process so far: with its id, a name no other writer picks. */
+let temporaries = 0
+
+/** A name for a temporary beside `name`: hidden, after it (cut to leave room), and this writer's own. */
+const temporaryName = (name: string): string =>
+  `.${Canonical.truncateUtf8(name, 200)}.${process.pid}-${++temporaries}.tmp`
+
+/**
+ * A new empty file beside `name` in `directory`, created with `O_EXCL` (never an existing entry or
+ * a link) and permission bits `mode` (less the umask), open for writing, with its name.
+ */
+export const createTemporary = (
+  root: string,
+  directory: Directory,
+  name: string,
+  mode: number,
+  display: string,
+): Effect.Effect<Opened & { readonly name: string }, ToolFailure, Scope.Scope> =>
+  Effect.gen(function* () {
+    const flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK
+    const open = (attempt: number): Effect.Effect<{ readonly handle: fs.FileHandle; readonly name: string }, FsError, Scope.Scope> => {
+      const temporary = temporaryName(name)
+      return acquireRaw(() => fs.open(at(directory, temporary), flags, mode)).pipe(
+        Effect.map((handle) => ({ handle, name: temporary })),
+        // A name left by an earlier process with the same id: the next one.
+        Effect.catchIf(
+          (error) => error.code === "EEXIST" && attempt < 8,
+          () => open(attempt + 1),
+        ),
+      )
+    }
+    const created = yield* open(0).pipe(Effect.mapError(openFailure(display)))
+    const stat = yield* tryFs(() => created.handle.stat()).pipe(Effect.mapError(fsFailure(display)))
+    const file = path.join(directory.path, created.name)
+    yield* verify(root, file, stat, display)
+    return { handle: created.handle, path: file, stat, name: created.name }
+  })
+
+/** Renames `from` over `to`, both inside `directory`; `to` is replaced whatever it is, never followed. */
+export const renameChild = (directory: Directory, from: string, to: string) =>
+  tryFs(() => fs.rename(at(directory, from), at(directory, to)))
+
+/** Removes the file `name` inside `directory`. */
+export const removeChild = (directory: Directory, name: string) => tryFs(() => fs.unlink(at(directory, name)))
 
 /** `lstat` of `name` inside `directory`. */
 export const lstatChild = (directory: Directory, name: string) => tryFs(() => fs.lstat(at(directory, name)))

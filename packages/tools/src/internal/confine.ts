@@ -34,6 +34,22 @@ export const lexical = (root: string, input: string): Effect.Effect<string, Tool
     : Effect.fail(failure(`${input}: path is outside the workspace`))
 }
 
+/**
+ * The ending of `input` that makes it name only a directory, when it has one: a final `/`, or a last
+ * component `.` or `..`. Resolving a path drops that ending (`notes.txt/` resolves as `notes.txt`),
+ * so a tool that opens a file asks this of the path the model wrote.
+ */
+export const directoryEnding = (input: string): string | undefined => {
+  if (input.endsWith("/")) return "/"
+  const slash = input.lastIndexOf("/")
+  const last = input.slice(slash + 1)
+  return last === "." || last === ".." ? input.slice(Math.max(0, slash)) : undefined
+}
+
+/** The refusal of a file tool given a path that names a directory: why, and what to write instead. */
+export const notAFile = (input: string, ending: string): ToolFailure =>
+  failure(`${input}: is not a file (the path ends with ${ending}, which names a directory); give the file's path without it`)
+
 const checkReal = (root: string, input: string, real: string): Effect.Effect<string, ToolFailure> =>
   isInside(root, real) ? Effect.succeed(real) : Effect.fail(failure(`${input}: path resolves outside the workspace`))
 

@@ -3,8 +3,11 @@
  * (UTF-16 code units). Entries are described without following symbolic links: a link is a
  * `symlink` whatever it points to, and its size is the link's own. A name that is not valid UTF-8 is
  * listed as decoded, each byte it cannot read as U+FFFD: the listing is never silently shorter.
+ * Nor is it ever cut: a listing the model-visible projection cannot hold (over `MAX_PROJECTION_BYTES`
+ * encoded or `MAX_PROJECTION_NODES` JSON values) is refused as a `ToolFailure` saying so, since a
+ * list of entries has no place to say that some were left out.
  */
-import type { ToolCall } from "@maka/facts"
+import { Canonical, EventWrite, Limits, type ToolCall } from "@maka/facts"
 import { Effect, Option } from "effect"
 import type { ToolFailure } from "../Tool.ts"
 import { lstatRawChild, openForReading, rawEntries } from "./beneath.ts"
@@ -47,5 +50,29 @@ export const listFiles = (root: string, input: { readonly path?: string | undefi
       .filter(Option.isSome)
       .map((entry) => entry.value)
       .sort((left, right) => (left.name < right.name ? -1 : left.name > right.name ? 1 : 0))
-    return { format: "json", value: listed.map((entry) => ({ ...entry })) } satisfies ToolCall.ToolOutput
+    const output = { format: "json", value: listed.map((entry) => ({ ...entry })) } satisfies ToolCall.ToolOutput
+    if (EventWrite.freezeProjection(output).kind === "failure") return yield* Effect.fail(tooMany(displayPath, listed))
+    return output
   })
+
+/** How many of `listed` (from the first) one projection holds: bytes with their commas, JSON values. */
+const fitting = (listed: ReadonlyArray<Entry>): number => {
+  // Less the comma the first entry does not have.
+  let bytes = Canonical.utf8Length(Canonical.stringify({ kind: "json", value: [] })) - 1
+  let nodes = Canonical.measure([]).nodes
+  let count = 0
+  for (const entry of listed) {
+    bytes += Canonical.utf8Length(Canonical.stringify(entry)) + 1
+    nodes += Canonical.measure(entry).nodes
+    if (bytes > Limits.MAX_PROJECTION_BYTES || nodes > Limits.MAX_PROJECTION_NODES) break
+    count++
+  }
+  return count
+}
+
+const tooMany = (displayPath: string, listed: ReadonlyArray<Entry>): ToolFailure =>
+  failure(
+    `${displayPath}: has ${listed.length} entries; one list_files result holds only the first ${fitting(listed)} ` +
+      `(at most ${Limits.MAX_PROJECTION_NODES} JSON values and ${Limits.MAX_PROJECTION_BYTES / 1024} KiB); ` +
+      "list a subdirectory, or find what you need with search_text",
+  )

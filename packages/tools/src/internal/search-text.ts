@@ -3,15 +3,17 @@
  * path, in name order, as `{matches: [{path, line, text}], truncated}`. Symbolic links are not
  * followed, `.git` folders are skipped, and binary or very large files are passed over. A name that
  * is not valid UTF-8 is opened by its bytes and shown decoded (U+FFFD for what cannot be read).
+ * The search stops (`truncated`) at `maxResults` matches, or before its result would no longer fit
+ * the model-visible projection (`MAX_PROJECTION_BYTES` encoded, `MAX_PROJECTION_NODES` JSON values).
  */
 import { constants, type Dirent } from "node:fs"
 import * as path from "node:path"
-import type { ToolCall } from "@maka/facts"
+import { Canonical, Limits, type ToolCall } from "@maka/facts"
 import { Effect } from "effect"
 import type { BuiltinLimits } from "../Defaults.ts"
 import type { ToolFailure } from "../Tool.ts"
 import { type Directory, entryName, nameText, openChild, openChildDirectory, openForReading, type Opened, rawEntries } from "./beneath.ts"
-import { canonicalRoot, display, existing, failure } from "./confine.ts"
+import { canonicalRoot, directoryEnding, display, existing, failure } from "./confine.ts"
 import { tryFs } from "./fs.ts"
 
 export interface SearchTextInput {
@@ -27,6 +29,18 @@ export interface Match {
 }
 
 const SKIPPED_DIRECTORIES = new Set([".git"])
+
+/** The projection of a result without matches (`truncated` as `false`, the longer literal): its bytes and JSON values. */
+const EMPTY_PROJECTION_BYTES = Canonical.utf8Length(
+  Canonical.stringify({ kind: "json", value: { matches: [], truncated: false } }),
+)
+const EMPTY_RESULT_NODES = Canonical.measure({ matches: [], truncated: false }).nodes
+
+/** Bytes (with the comma before it) and JSON values one more match adds to the projection. */
+const matchSize = (match: Match) => ({
+  bytes: Canonical.utf8Length(Canonical.stringify(match)) + 1,
+  nodes: Canonical.measure(match).nodes,
+})
 
 /** `text` within `maxChars` UTF-16 units, never ending on half a surrogate pair, `…` when cut. */
 export const cutLine = (text: string, maxChars: number): string => {
@@ -59,6 +73,9 @@ export const searchText = (
     const start = yield* existing(canonical, displayPath)
     const matches: Array<Match> = []
     let truncated = false
+    // Less the comma the first match does not have.
+    let bytes = EMPTY_PROJECTION_BYTES - 1
+    let nodes = EMPTY_RESULT_NODES
 
     /** Searches one opened file; returns true once the search must stop. Only regular files are read. */
     const searchFile = (opened: Opened): Effect.Effect<boolean> =>
@@ -74,7 +91,16 @@ export const searchText = (
             return true
           }
           const text = raw.endsWith("\r") ? raw.slice(0, -1) : raw
-          matches.push({ path: display(canonical, opened.path), line: index + 1, text: cutLine(text, limits.searchLineChars) })
+          const match = { path: display(canonical, opened.path), line: index + 1, text: cutLine(text, limits.searchLineChars) }
+          const size = matchSize(match)
+          if (bytes + size.bytes > Limits.MAX_PROJECTION_BYTES || nodes + size.nodes > Limits.MAX_PROJECTION_NODES) {
+            // One more match and the model would read no result at all: what was found is returned.
+            truncated = true
+            return true
+          }
+          matches.push(match)
+          bytes += size.bytes
+          nodes += size.nodes
         }
         return false
       }).pipe(Effect.orElseSucceed(() => false))
@@ -115,8 +141,11 @@ export const searchText = (
     yield* Effect.scoped(
       Effect.gen(function* () {
         const opened = yield* openForReading(canonical, start, displayPath)
+        const ending = directoryEnding(displayPath)
         if (opened.stat.isDirectory()) yield* walk({ handle: opened.handle, path: opened.path })
-        else if (opened.stat.isFile()) yield* searchFile(opened)
+        else if (ending !== undefined) {
+          return yield* Effect.fail(failure(`${displayPath}: is not a directory (the path ends with ${ending})`))
+        } else if (opened.stat.isFile()) yield* searchFile(opened)
         else return yield* Effect.fail(failure(`${displayPath}: is not a file or directory`))
       }),
     )

@@ -6,6 +6,11 @@
  * a device is refused without blocking). The workspace marker is never written, whatever path (a
  * symlink, a hard link) leads to it, nor a protected file (an event log in the workspace) or a file
  * beside it whose name begins with its name.
+ *
+ * An existing file is replaced, never rewritten in place: the content goes to a new file beside it
+ * (with the old file's permission bits), which is then renamed over it, so a write that fails part
+ * way (a full disk, a file-size limit) leaves the old content as it was and no temporary behind.
+ * The new file is the writer's; another hard link to the old one keeps the old content.
  */
 import * as fs from "node:fs/promises"
 import * as path from "node:path"
@@ -13,8 +18,17 @@ import type { ToolCall } from "@maka/facts"
 import { Effect, Option, type Scope } from "effect"
 import { defaults } from "../Defaults.ts"
 import type { ToolFailure } from "../Tool.ts"
-import { type Directory, lstatChild, makeChildDirectory, openDirectory, openForWriting } from "./beneath.ts"
-import { canonicalRoot, existingAncestor, failure, fsFailure, inside, lexical } from "./confine.ts"
+import {
+  createTemporary,
+  type Directory,
+  lstatChild,
+  makeChildDirectory,
+  openDirectory,
+  openExistingForWriting,
+  removeChild,
+  renameChild,
+} from "./beneath.ts"
+import { canonicalRoot, directoryEnding, existingAncestor, failure, fsFailure, inside, lexical, notAFile } from "./confine.ts"
 import { tryFs } from "./fs.ts"
 
 export interface WriteFileInput {
@@ -84,6 +98,35 @@ const protectedOf = (file: string): Effect.Effect<Protected | undefined> =>
 const sameFile = (stat: { readonly dev: number; readonly ino: number } | undefined, other: { readonly dev: number; readonly ino: number }) =>
   stat !== undefined && stat.dev === other.dev && stat.ino === other.ino
 
+/** The permission bits a replacement keeps (set-id bits are dropped, as a write in place drops them). */
+const PERMISSION_BITS = 0o777
+
+/**
+ * Writes `content` to a new file beside `name` in `directory` and renames it over `name`: with
+ * `mode` (the permission bits of the file it replaces) or, for a new file, the default less the
+ * umask. On any failure, or an interruption, the new file is removed and `name` is left as it was.
+ */
+const replace = (
+  root: string,
+  directory: Directory,
+  name: string,
+  content: string,
+  mode: number | undefined,
+  display: string,
+): Effect.Effect<void, ToolFailure, Scope.Scope> =>
+  Effect.gen(function* () {
+    // Created no more permissive than the file it replaces (the umask may only take bits away).
+    const temporary = yield* createTemporary(root, directory, name, mode ?? 0o666, display)
+    yield* tryFs(() => temporary.handle.writeFile(content, { encoding: "utf8" })).pipe(
+      Effect.andThen(mode === undefined ? Effect.void : tryFs(() => temporary.handle.chmod(mode))),
+      // On disk before the rename: a crash after it never leaves an empty file where the old one was.
+      Effect.andThen(tryFs(() => temporary.handle.datasync())),
+      Effect.andThen(renameChild(directory, temporary.name, name)),
+      Effect.mapError(fsFailure(display)),
+      Effect.onError(() => Effect.ignore(removeChild(directory, temporary.name))),
+    )
+  })
+
 export const writeFile = (
   root: string,
   input: WriteFileInput,
@@ -97,6 +140,8 @@ export const writeFile = (
     const guarded = (yield* Effect.forEach(protectedFiles, protectedOf)).filter((file) => file !== undefined)
     const resolved = yield* lexical(canonical, input.path)
     if (resolved === canonical) return yield* Effect.fail(failure(`${input.path}: is the workspace root`))
+    const ending = directoryEnding(input.path)
+    if (ending !== undefined) return yield* Effect.fail(notAFile(input.path, ending))
     yield* Effect.scoped(
       Effect.gen(function* () {
         const parent = yield* parentOf(canonical, resolved, input.path)
@@ -105,16 +150,19 @@ export const writeFile = (
         if (guarded.some((file) => file.directory === target.directory.path && target.name.startsWith(file.name))) {
           return yield* Effect.fail(refusedProtected)
         }
-        const opened = yield* openForWriting(canonical, target.directory, target.name, input.path)
-        if (opened.stat.isDirectory()) return yield* Effect.fail(failure(`${input.path}: is a directory`))
-        if (!opened.stat.isFile()) return yield* Effect.fail(failure(`${input.path}: is not a regular file`))
-        const markerStat = yield* tryFs(() => fs.lstat(marker)).pipe(Effect.option)
-        if (Option.isSome(markerStat) && sameFile(markerStat.value, opened.stat)) return yield* Effect.fail(refused)
-        if (guarded.some((file) => sameFile(file.stat, opened.stat))) return yield* Effect.fail(refusedProtected)
-        yield* tryFs(() => opened.handle.truncate(0)).pipe(
-          Effect.andThen(tryFs(() => opened.handle.writeFile(input.content, { encoding: "utf8" }))),
-          Effect.mapError(fsFailure(input.path)),
-        )
+        // The file it replaces, opened for writing as before a write in place: its permission and
+        // its identity (a hard link to the marker or a protected file) are checked on a descriptor.
+        const existing = yield* openExistingForWriting(canonical, target.directory, target.name, input.path)
+        if (Option.isSome(existing)) {
+          const stat = existing.value.stat
+          if (stat.isDirectory()) return yield* Effect.fail(failure(`${input.path}: is a directory`))
+          if (!stat.isFile()) return yield* Effect.fail(failure(`${input.path}: is not a regular file`))
+          const markerStat = yield* tryFs(() => fs.lstat(marker)).pipe(Effect.option)
+          if (Option.isSome(markerStat) && sameFile(markerStat.value, stat)) return yield* Effect.fail(refused)
+          if (guarded.some((file) => sameFile(file.stat, stat))) return yield* Effect.fail(refusedProtected)
+        }
+        const mode = Option.isSome(existing) ? existing.value.stat.mode & PERMISSION_BITS : undefined
+        yield* replace(canonical, target.directory, target.name, input.content, mode, input.path)
       }),
     )
     const bytes = Buffer.byteLength(input.content, "utf8")
