@@ -61,7 +61,7 @@ describe("the refusals of the flag parser (docs/cli.md §10.1)", () => {
     const longest = "s".repeat(Flags.MAX_SESSION_ID)
     for (const command of ["run", "chat", "compact", "events", "inspect", "resume"] as const) {
       expect(refusal(command, "--session", longest), command).toBeUndefined()
-      expect(refusal(command, "--session", `${longest}s`), command).toBe(`--session must be at most 512 characters, got 513`)
+      expect(refusal(command, "--session", `${longest}s`), command).toBe(`--session must be at most 512 UTF-16 code units, got 513`)
     }
   })
 

@@ -74,6 +74,21 @@ describe("the progress of a long tool call", () => {
     vi.restoreAllMocks()
   })
 
+  it("shows a retry line for each failed attempt but the step's last, which no retry follows", () => {
+    let err = ""
+    const failures = ["HTTP 503", "the streamed response failed"]
+    let shown = 0
+    const renderer = new RunRenderer({ out: () => undefined, err: (text) => (err += text) }, false, () => ({ reason: failures[shown++ % 2]! }), {
+      baseMs: 1_000,
+      maxMs: 4_000,
+      maxAttempts: 4,
+    })
+    const history = new History.History()
+    const run = history.open()
+    for (let attempt = 0; attempt < 4; attempt++) renderer.handle(run.interrupt(run.request(), "retryable_failure"))
+    expect(err).toBe("retrying in 1 s: HTTP 503\nretrying in 2 s: the streamed response failed\nretrying in 4 s: HTTP 503\n")
+  })
+
   it("counts the call's time on the monotonic clock: a wall clock set forward an hour shows nothing early", () => {
     vi.useFakeTimers({ toFake: ["setInterval", "clearInterval"] })
     let monotonic = 1_000

@@ -284,6 +284,23 @@ describe("maka run against an endpoint", () => {
     expect(elsewhere.requests()).toHaveLength(0)
   })
 
+  it("names each retry by its own attempt's failure: a stream that broke after a rate limit is not the rate limit", async () => {
+    const server = await serve([
+      Respond.json(429, Respond.openAiError("slow down", { type: "rate_limit_error", code: "rate_limit_exceeded" }), { "retry-after-ms": "100" }),
+      Respond.dropAfter([OpenAiSse.text("partial ")]),
+      answer(["after ", "the retries"]),
+    ])
+    const { root, workspace, db } = fresh()
+    const result = await maka(["run", "--db", db, "--workspace", workspace, "--base-url", `${server.url}/v1`, "--model", "test-model", "--tools", "none", "hi"], {
+      cwd: root,
+    })
+    expect(result.code).toBe(0)
+    expect(result.stderr.split("\n").filter((line) => line.startsWith("retrying"))).toEqual([
+      "retrying in 0.1 s: rate_limit",
+      "retrying in 2 s: the streamed response failed",
+    ])
+  })
+
   it("shows a waiting retry with its delay and reason, then completes", async () => {
     const server = await serve([
       Respond.json(429, Respond.openAiError("slow down", { type: "rate_limit_error", code: "rate_limit_exceeded" }), { "retry-after": "1" }),
@@ -567,6 +584,9 @@ describe("signals and store conditions", () => {
   it("a second process on a live log fails with exit 1 and says another writer holds it", async () => {
     const server = await hanging()
     const { root, workspace, db } = fresh()
+    // The refused run's workspace is a folder no run used yet: it is left without a marker.
+    const elsewhere = path.join(root, "elsewhere")
+    fs.mkdirSync(elsewhere)
     let second: Promise<readonly [Awaited<ReturnType<typeof maka>>, Awaited<ReturnType<typeof maka>>]> | undefined
     const first = await maka(["run", "--db", db, "--workspace", workspace, "--base-url", `${server.url}/v1`, "--model", "m", "--json", "hi"], {
       cwd: root,
@@ -574,7 +594,7 @@ describe("signals and store conditions", () => {
         (output) => output.stdout.includes('"kind":"model_requested"'),
         (child) => {
           second = Promise.all([
-            maka(["run", "--db", db, "--workspace", workspace, "hi"], { cwd: root }),
+            maka(["run", "--db", db, "--workspace", elsewhere, "hi"], { cwd: root }),
             maka(["recover", "--db", db], { cwd: root }),
           ]).finally(() => child.kill("SIGINT"))
         },
@@ -584,6 +604,7 @@ describe("signals and store conditions", () => {
     const [busy, recovering] = await second!
     expect(busy.code).toBe(1)
     expect(busy.stderr).toContain("another writer holds the log")
+    expect(fs.readdirSync(elsewhere)).toEqual([])
     // maka recover says why it has nothing to do beside a live writer.
     expect(recovering.code).toBe(1)
     expect(recovering.stderr).toBe(`maka: store error: another writer holds the log ${db}; ${WRITER_BUSY_HINT}\n`)

@@ -211,7 +211,7 @@ export const parse = (command: CommandName, args: ReadonlyArray<string>): Parsed
  * (docs/log-format.md), so a longer one names no session and can make none.
  */
 const sessionProblem = (value: string): string | undefined =>
-  value.length > MAX_SESSION_ID ? `--session must be at most ${MAX_SESSION_ID} characters, got ${value.length}` : undefined
+  value.length > MAX_SESSION_ID ? `--session must be at most ${MAX_SESSION_ID} UTF-16 code units, got ${value.length}` : undefined
 
 /** The log's longest id (`@maka/facts` `Limits.MAX_ID_UTF16`; test/flags.test.ts keeps the two in step). */
 export const MAX_SESSION_ID = 512

@@ -67,9 +67,10 @@ export class RunRenderer {
     private readonly sink: Sink,
     private readonly json: boolean,
     private readonly lastFailure: () => ObservedFailure | undefined,
-    private readonly backoff: { readonly baseMs: number; readonly maxMs: number } = {
+    private readonly backoff: { readonly baseMs: number; readonly maxMs: number; readonly maxAttempts: number } = {
       baseMs: Limits.BACKOFF_INITIAL_MS,
       maxMs: Limits.BACKOFF_MAX_MS,
+      maxAttempts: Limits.MAX_MODEL_ATTEMPTS,
     },
   ) {}
 
@@ -149,6 +150,8 @@ export class RunRenderer {
         }
         if (fact.status !== "retryable_failure") return
         this.failedAttempts++
+        // The step's last attempt failing is not followed by a retry: the run fails next.
+        if (this.failedAttempts >= this.backoff.maxAttempts) return
         const failure = this.lastFailure()
         const exponent = Math.min(this.failedAttempts - 1, 5)
         const delay = failure?.retryAfterMs ?? Math.min(this.backoff.baseMs * 2 ** exponent, this.backoff.maxMs)

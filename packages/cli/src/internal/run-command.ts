@@ -60,6 +60,9 @@ const observingFetch = (
       record({ reason: "network" })
       throw error
     }
+    // Each attempt's own: an attempt that fails after a good start broke in its stream, and an HTTP
+    // failure is named by its status until its body is classified (never by an earlier attempt's).
+    record({ reason: response.ok ? "the streamed response failed" : `HTTP ${response.status}` })
     if (!response.ok) {
       classify ??= (await import("@maka/model")).ErrorClassification.classify
       const classifyNow = classify
@@ -241,12 +244,14 @@ export const openHost = async (settings: RunSettings, sink: Sink, signal: AbortS
   }
   try {
     const providerOptions = connection.providerOptions
-    const workspace = await Facade.openWorkspace(settings.directory)
     const database = settings.database
     prepareLogFolder(database)
     if (signal.aborted) throw new CliError("cancelled", ExitCode.cancelled)
     engine = await createEngine(database.kind === "sqlite" ? { database: database.path } : { databaseUrl: database.url })
     const opened = engine
+    // The workspace's marker is made only once the log is open: a log another writer holds (or one
+    // that is not a maka log) leaves no marker behind in a folder that had none.
+    const workspace = await Facade.openWorkspace(settings.directory)
     if (settings.isNewSession) sink.err(`session: ${settings.sessionId}\n`)
     // A log kept in the workspace is never written by a tool (docs/cli.md §10.1).
     const tools = Builtins.forLevel(settings.level, { ...workspace, protectedFiles: database.kind === "sqlite" ? [database.path] : [] })
