@@ -196,3 +196,22 @@ describe("list_files refuses a listing too large for one result", () => {
     }),
   )
 })
+
+describe("run_command's result fits the projection", () => {
+  it.effect("two full streams of control characters and unreadable bytes are cut to fit, each with its note", () =>
+    Effect.gen(function* () {
+      const { workspace } = yield* workspaceFixture
+      // 64 KiB of \x01 on stdout (6 bytes each in JSON) and of \xff on stderr (U+FFFD, 3 bytes each).
+      const outcome = yield* call(Builtins.runCommand(workspace), {
+        command: "head -c 70000 /dev/zero | tr '\\0' '\\001'; head -c 70000 /dev/zero | tr '\\0' '\\377' >&2",
+      })
+      assert.strictEqual(projectionKind(outcome), "json")
+      const { stdout, stderr } = jsonOf(outcome) as { readonly stdout: string; readonly stderr: string }
+      assert.match(stdout, /^\x01+\n\[truncated: \d+ more bytes\]$/)
+      assert.match(stderr, /^\uFFFD+\n\[truncated: \d+ more bytes\]$/)
+      // Every byte is either shown or counted in the note.
+      assert.strictEqual(stdout.indexOf("\n") + Number(/(\d+) more bytes/.exec(stdout)![1]), 70_000)
+      assert.isAbove(stdout.indexOf("\n"), 10 * KIB)
+    }),
+  )
+})

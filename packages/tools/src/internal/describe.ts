@@ -2,6 +2,7 @@
  * Readable one-line descriptions of defects and unknown errors, for the messages of uncertain
  * outcomes and preparation failures, and UTF-8 aware text cutting. Never throws.
  */
+import { Canonical } from "@maka/facts"
 import { Result } from "effect"
 
 /** What `describeDefect` says of a value that threw while it was described (a getter, a proxy). */
@@ -47,6 +48,33 @@ export const cutUtf8 = (text: string, maxBytes: number): string => {
   while (end < text.length) {
     const code = text.codePointAt(end)!
     const width = code <= 0x7f ? 1 : code <= 0x7ff ? 2 : code <= 0xffff ? 3 : 4
+    if (bytes + width > maxBytes) break
+    bytes += width
+    end += code > 0xffff ? 2 : 1
+  }
+  return text.slice(0, end)
+}
+
+/** UTF-8 bytes of `code` inside a JSON string, as `JSON.stringify` writes it. */
+const encodedWidth = (code: number): number => {
+  if (code === 0x22 || code === 0x5c) return 2
+  if (code < 0x20) return code === 0x08 || code === 0x09 || code === 0x0a || code === 0x0c || code === 0x0d ? 2 : 6
+  if (code < 0x80) return 1
+  if (code < 0x800) return 2
+  if (code >= 0xd800 && code <= 0xdfff) return 6 // a lone surrogate, escaped as \uXXXX
+  return code <= 0xffff ? 3 : 4
+}
+
+/** UTF-8 bytes of `text` inside a JSON string: escapes counted, quotes not. */
+export const encodedLength = (text: string): number => Canonical.utf8Length(JSON.stringify(text)) - 2
+
+/** The longest prefix of `text` whose `encodedLength` is at most `maxBytes`, never half a surrogate pair. */
+export const cutEncoded = (text: string, maxBytes: number): string => {
+  let bytes = 0
+  let end = 0
+  while (end < text.length) {
+    const code = text.codePointAt(end)!
+    const width = encodedWidth(code)
     if (bytes + width > maxBytes) break
     bytes += width
     end += code > 0xffff ? 2 : 1

@@ -13,6 +13,7 @@ import type { BuiltinLimits } from "../Defaults.ts"
 import type { ToolFailure } from "../Tool.ts"
 import { openForReading } from "./beneath.ts"
 import { canonicalRoot, directoryEnding, existing, failure, fsFailure, notAFile } from "./confine.ts"
+import { cutEncoded, encodedLength } from "./describe.ts"
 import { tryFs } from "./fs.ts"
 
 export interface ReadFileInput {
@@ -38,33 +39,6 @@ const SEPARATOR_BYTES = 2
 
 /** The longest path a closing note repeats; a longer one is cut, with `…`. */
 const NOTE_PATH_CHARS = 1_024
-
-/** UTF-8 bytes of `code` inside a JSON string, as `JSON.stringify` writes it. */
-const encodedWidth = (code: number): number => {
-  if (code === 0x22 || code === 0x5c) return 2
-  if (code < 0x20) return code === 0x08 || code === 0x09 || code === 0x0a || code === 0x0c || code === 0x0d ? 2 : 6
-  if (code < 0x80) return 1
-  if (code < 0x800) return 2
-  if (code >= 0xd800 && code <= 0xdfff) return 6 // a lone surrogate, escaped as \uXXXX
-  return code <= 0xffff ? 3 : 4
-}
-
-/** UTF-8 bytes of `text` inside a JSON string: escapes counted, quotes not. */
-export const encodedLength = (text: string): number => Canonical.utf8Length(JSON.stringify(text)) - 2
-
-/** The longest prefix of `text` whose `encodedLength` is at most `maxBytes`, never half a surrogate pair. */
-export const cutEncoded = (text: string, maxBytes: number): string => {
-  let bytes = 0
-  let end = 0
-  while (end < text.length) {
-    const code = text.codePointAt(end)!
-    const width = encodedWidth(code)
-    if (bytes + width > maxBytes) break
-    bytes += width
-    end += code > 0xffff ? 2 : 1
-  }
-  return text.slice(0, end)
-}
 
 /** `cat -n` style: the 1-based line number right-aligned in six columns, a tab, the line. */
 export const numberedLine = (lineNumber: number, text: string): string => `${String(lineNumber).padStart(6, " ")}\t${text}`

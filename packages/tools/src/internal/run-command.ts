@@ -7,11 +7,11 @@
  * for `outputDrainMs` (at the latest after 20 times that), keeping what was still buffered.
  */
 import { spawn } from "node:child_process"
-import type { ToolCall } from "@maka/facts"
+import { Limits, type ToolCall } from "@maka/facts"
 import { Effect, Result } from "effect"
 import type { ToolFailure } from "../Tool.ts"
 import { canonicalRoot, failure } from "./confine.ts"
-import { describeDefect } from "./describe.ts"
+import { cutEncoded, describeDefect, encodedLength } from "./describe.ts"
 
 export interface RunCommandInput {
   readonly command: string
@@ -45,12 +45,25 @@ class Capture {
     this.dropped += chunk.length - taken.length
   }
 
-  /** The kept bytes as text (a trailing partial character dropped), with a note when cut. */
-  text(): string {
+  /**
+   * The kept bytes as text (a trailing partial character dropped), cut further where its JSON form
+   * would pass `maxEncodedBytes` (a control character takes 6 bytes there, an unreadable byte 3),
+   * with a note when cut.
+   */
+  text(maxEncodedBytes: number): string {
     const decoded = new TextDecoder("utf-8").decode(Buffer.concat(this.chunks), { stream: true })
-    return this.dropped === 0 ? decoded : `${decoded}\n[truncated: ${this.dropped} more bytes]`
+    const kept = encodedLength(decoded) <= maxEncodedBytes ? decoded : cutEncoded(decoded, maxEncodedBytes)
+    const dropped = this.dropped + (kept.length === decoded.length ? 0 : Buffer.byteLength(decoded.slice(kept.length)))
+    return dropped === 0 ? kept : `${kept}\n[truncated: ${dropped} more bytes]`
   }
 }
+
+/**
+ * Each stream's share of the model-visible projection (`MAX_PROJECTION_BYTES` of canonical JSON):
+ * half of it, less room for the other fields and a stream's truncation note, so a result of two full
+ * streams of control characters still fits.
+ */
+const STREAM_ENCODED_BYTES = Math.floor((Limits.MAX_PROJECTION_BYTES - 1_024) / 2) - 64
 
 /** Sends `signal` to the whole process group led by `pid`; a group already gone is not an error. */
 const killGroup = (pid: number | undefined, signal: NodeJS.Signals): void => {
@@ -129,8 +142,8 @@ export const runCommand = (
             value: {
               exitCode,
               ...(signal === null ? {} : { signal }),
-              stdout: stdout.text(),
-              stderr: stderr.text(),
+              stdout: stdout.text(STREAM_ENCODED_BYTES),
+              stderr: stderr.text(STREAM_ENCODED_BYTES),
               timedOut,
             },
           }),
