@@ -83,6 +83,24 @@ describe("SIGTERM hands a run off, and maka resume continues it in another proce
     expect(inspected.stdout).toMatch(new RegExp(`invocation ${successor} opened: handoff of invocation \\S+ \\(its first \\d+ events\\)`))
   }, 60_000)
 
+  it("a successor killed mid-run is sealed by the next resume, which says so before `nothing to resume`", async () => {
+    const created = fresh()
+    const paused = await handOff(created, "k1")
+    expect(paused.code).toBe(75)
+    const successor = eventLines(paused.stdout).at(-1)!.event.fact["outcome"].pause.intent.successorInvocationId as string
+    const killed = await maka(["resume", "--db", created.db, "--json"], {
+      cwd: created.root,
+      env: SLOW,
+      onOutput: when((output) => output.stdout.includes('"kind":"model_requested"'), (child) => child.kill("SIGKILL")),
+    })
+    expect(killed.signal).toBe("SIGKILL")
+    const again = await maka(["resume", "--db", created.db], { cwd: created.root })
+    expect(again.code).toBe(0)
+    expect(again.stderr).toMatch(
+      new RegExp(`^recovered: session k1: run ${successor}, left open by a process that ended, sealed (host_interrupted|outcome_unknown)\nnothing to resume\n$`),
+    )
+  }, 60_000)
+
   it("resumes only the session given with --session, and prints its events with --json", async () => {
     const created = fresh()
     expect((await handOff(created, "a")).code).toBe(75)

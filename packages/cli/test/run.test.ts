@@ -612,6 +612,27 @@ describe("signals and store conditions", () => {
 })
 
 describe("reconciliation", () => {
+  it("the next writing command says what opening the log sealed: a run a killed process left open", async () => {
+    const server = await serve([
+      Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-1", name: "run_command", arguments: ['{"command":"sleep 10"}'] }] })),
+    ])
+    const { root, workspace, db } = fresh()
+    const base = ["--db", db, "--workspace", workspace, "--base-url", `${server.url}/v1`, "--model", "m", "--session", "k1"]
+    const killed = await maka(["run", ...base, "--tools", "all", "--json", "run it"], {
+      cwd: root,
+      onOutput: when((output) => output.stdout.includes('"kind":"tool_dispatched"'), (child) => child.kill("SIGKILL")),
+    })
+    expect(killed.signal).toBe("SIGKILL")
+    const invocationId = (JSON.parse(killed.stdout.split("\n")[0]!) as { event: { invocation: { invocationId: string } } }).event.invocation.invocationId
+    const next = await maka(["run", ...base, "next"], { cwd: root })
+    expect(next.code).toBe(3)
+    expect(next.stderr.split("\n")[0]).toBe(`recovered: session k1: run ${invocationId}, left open by a process that ended, sealed outcome_unknown`)
+    // Sealed once: the command after it has nothing to say about recovery.
+    const again = await maka(["run", ...base, "next"], { cwd: root })
+    expect(again.code).toBe(3)
+    expect(again.stderr).not.toContain("recovered:")
+  })
+
   it("a run killed during a tool call leaves outcome_unknown; the next message exits 3 until --allow-prior-unknown", async () => {
     const server = await serve([
       Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-1", name: "run_command", arguments: ['{"command":"sleep 10"}'] }] })),

@@ -840,6 +840,15 @@ export const make = (options: Partial<EngineOptions> = {}) =>
     } satisfies EngineShape
   })
 
+/** What the recovery `layer` ran when it opened the log sealed, by engine. */
+const openRecoveries = new WeakMap<EngineShape, Recovery.Report>()
+
+/**
+ * The report of the recovery `layer` ran as it opened a SQLite log (what a crashed host had left
+ * open, now sealed), or `undefined` for an engine that ran none (PostgreSQL, or one built by `make`).
+ */
+export const recoveredOnOpen = (engine: EngineShape): Recovery.Report | undefined => openRecoveries.get(engine)
+
 /** The engine over the `EventLog` and `Ids` in context; on SQLite it recovers when it opens the log. */
 export const layer = (options: Partial<EngineOptions> = {}) =>
   Layer.effect(
@@ -848,6 +857,7 @@ export const layer = (options: Partial<EngineOptions> = {}) =>
       const engine = yield* make(options)
       if (engine.log.dialect === "sqlite") {
         const report = yield* engine.recover
+        openRecoveries.set(engine, report)
         for (const item of report.unsealed) {
           yield* Effect.logWarning(`recovery could not seal invocation ${item.invocation.invocationId}: ${item.message}`)
         }

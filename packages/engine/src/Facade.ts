@@ -77,6 +77,11 @@ export interface MakaEngine {
   readonly compact: (options: CompactOptions) => Promise<RunResult>
   /** Seals every unfinished invocation (SQLite does this when the engine opens; PostgreSQL needs it). */
   readonly recover: () => Promise<Recovery.Report>
+  /**
+   * What the recovery run as a SQLite log was opened sealed (runs a crashed process had left open),
+   * or `undefined` on PostgreSQL, where only `recover()` recovers.
+   */
+  readonly recoveredOnOpen: Recovery.Report | undefined
   /** The stored events of a session in sequence order. */
   readonly events: (
     sessionId: string,
@@ -223,6 +228,7 @@ export const createEngine = async (options: CreateEngineOptions): Promise<MakaEn
   })
 
   return {
+    recoveredOnOpen: Engine.recoveredOnOpen(engine),
     start: (startOptions) => {
       if (typeof startOptions === "object" && startOptions !== null && hasAborted(startOptions.signal)) return Promise.reject(EngineError.cancelled())
       // Resolved on the next turn of the event loop: the opening rides the first request's commit,

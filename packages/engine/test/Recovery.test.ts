@@ -7,6 +7,7 @@ import { Context, Effect, Layer } from "effect"
 import * as path from "node:path"
 import { Ids } from "@maka/tools"
 import * as Engine from "../src/Engine.ts"
+import { createEngine } from "../src/Facade.ts"
 import * as EngineError from "../src/EngineError.ts"
 import * as Hints from "../src/Hints.ts"
 import { factsOf, kinds, recording, reopen } from "./support/harness.ts"
@@ -191,6 +192,31 @@ describe("Recovery", () => {
       }),
     ))
 
+  it.live("createEngine tells what opening a SQLite log sealed; opened again, nothing", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const directory = yield* LogTesting.temporaryDirectory
+        const file = path.join(directory, "events.sqlite")
+        const { history } = openRequests()
+        yield* Effect.scoped(
+          Effect.gen(function* () {
+            const log = Context.get(yield* Layer.build(EventLog.layerSqlite({ path: file })), EventLog.EventLog)
+            yield* log.appendBatch(history.writes)
+          }),
+        )
+        const reports: Array<unknown> = []
+        for (let opening = 0; opening < 2; opening++) {
+          const engine = yield* Effect.promise(() => createEngine({ database: file }))
+          reports.push(engine.recoveredOnOpen)
+          yield* Effect.promise(() => engine.close())
+        }
+        assert.deepStrictEqual(reports, [
+          { sealed: [{ invocation: history.events[0]!.event.invocation, failureClass: "host_interrupted" }], count: 1, unsealed: [] },
+          { sealed: [], count: 0, unsealed: [] },
+        ])
+      }),
+    ))
+
   it.live("recovers on open when Engine.layer opens a SQLite log", () =>
     Effect.scoped(
       Effect.gen(function* () {
@@ -212,6 +238,12 @@ describe("Recovery", () => {
         )
         const engine = yield* reopen(file)
         assert.deepStrictEqual(yield* engine.log.unfinishedInvocations(100), [])
+        // What opening sealed stays readable (`maka run` and `maka resume` say it on stderr).
+        assert.deepStrictEqual(
+          Engine.recoveredOnOpen(engine)?.sealed.map((item) => `${item.invocation.sessionId} ${item.failureClass}`).sort(),
+          ["session-1 host_interrupted", "session-2 outcome_unknown"],
+        )
+
         const events = yield* engine.log.events("session-1")
         assert.deepStrictEqual(kinds(events.slice(history.events.length)), [
           "model_interrupted:failed",

@@ -26,6 +26,18 @@ export interface ObservedFailure {
   readonly retryAfterMs?: number | undefined
 }
 
+/**
+ * What opening the log sealed (a run a crashed process left open), one stderr line each: otherwise
+ * a writing command would change a session's state without a word (docs/cli.md §10.1 "Recovery").
+ */
+export const recoveredLines = (report: { readonly sealed: ReadonlyArray<{ readonly invocation: { readonly sessionId: string; readonly invocationId: string }; readonly failureClass: string }> } | undefined): string =>
+  (report?.sealed ?? [])
+    .map(
+      (sealed) =>
+        `recovered: session ${sealed.invocation.sessionId}: run ${sealed.invocation.invocationId}, left open by a process that ended, sealed ${sealed.failureClass}\n`,
+    )
+    .join("")
+
 export const formatSeconds = (ms: number): string =>
   ms >= 1000 ? `${Math.round(ms / 1000)} s` : `${(Math.max(ms, 0) / 1000).toFixed(1)} s`
 

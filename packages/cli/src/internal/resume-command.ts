@@ -18,7 +18,7 @@ import * as Flags from "./flags.ts"
 import type { CommandContext } from "./read-commands.ts"
 import { offlineDelay, openConnection, showRun, type Connection } from "./run-command.ts"
 import { prepareLogFolder } from "./store.ts"
-import { eventLine } from "./render.ts"
+import { eventLine, recoveredLines } from "./render.ts"
 import { handleSignals, type Signals } from "./signals.ts"
 
 /** The reason a pause is skipped when this host's connection or tools differ from the paused run's. */
@@ -179,6 +179,7 @@ export const resumeCommand = async (context: CommandContext): Promise<number> =>
   try {
     if (signals.signal.aborted) return ExitCode.cancelled
     const engine = await runEffect(runtime, Effect.service(Engine.Engine))
+    context.sink.err(recoveredLines(Engine.recoveredOnOpen(engine)))
     if (isAbandon) {
       const successor = await runEffect(runtime, engine.abandonHandoff(sessionId!))
       if (values.json === true) {

@@ -12,7 +12,7 @@ import { CLI_SYSTEM_PROMPT, connectionOf, contextOf, defaults } from "../Configu
 import { CliError, ExitCode, exitCodeOf, failureLine, fromEngineError } from "./exit.ts"
 import { prepareLogFolder } from "./store.ts"
 import * as Flags from "./flags.ts"
-import { RunRenderer, type ObservedFailure, type Sink } from "./render.ts"
+import { recoveredLines, RunRenderer, type ObservedFailure, type Sink } from "./render.ts"
 import { handleSignals, type Signals } from "./signals.ts"
 
 export interface RunContext {
@@ -249,6 +249,7 @@ export const openHost = async (settings: RunSettings, sink: Sink, signal: AbortS
     if (signal.aborted) throw new CliError("cancelled", ExitCode.cancelled)
     engine = await createEngine(database.kind === "sqlite" ? { database: database.path } : { databaseUrl: database.url })
     const opened = engine
+    sink.err(recoveredLines(opened.recoveredOnOpen))
     // The workspace's marker is made only once the log is open: a log another writer holds (or one
     // that is not a maka log) leaves no marker behind in a folder that had none.
     const workspace = await Facade.openWorkspace(settings.directory)
