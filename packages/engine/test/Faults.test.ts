@@ -450,40 +450,25 @@ describe("unknown outcomes and unwritten terminals", () => {
 })
 
 describe("a model output over the event limit", () => {
-  it.live("interrupts its request failed and seals model_adapter with the event-limit message; the session goes on", () =>
-    Effect.scoped(
-      Effect.gen(function* () {
-        const faulted = yield* faultedSetup(undefined, "refuse")
-        const { context, effects } = faulted
-        // 17 × 64 KiB of text: every observation fits an event, the completion (over 1 MiB) does not.
-        const piece = "x".repeat(64 * 1024)
-        const model = yield* scriptedModel(OpenAiSse.response({ text: Array.from({ length: 17 }, () => piece) }))
-        const result = yield* context.engine.run(input(context, "Say a lot.", catalog(effects), { model }))
-        assert.deepStrictEqual(result.outcome, {
-          kind: "failed",
-          class: "model_adapter",
-          message: ModelError.adapter("model output exceeds event limit").message,
-        })
-        const events = yield* context.log.events("session-1")
-        assert.deepStrictEqual(kinds(events), [
-          "invocation_opened",
-          "model_requested",
-          "model_interrupted:failed",
-          "invocation_ended:failed:model_adapter",
-        ])
-        yield* admitsNext(faulted, context.log)
+  // 17 × 64 KiB of text: every observation fits an event, the completion (over 1 MiB) does not. One
+  // tool call's input of 33 × 64 KiB: its own observation is over the limit too.
+  const piece = "x".repeat(64 * 1024)
+  const quoted = `"${"y".repeat(64 * 1024)}"`
+  it.live.each([
+    { output: "a long text", response: OpenAiSse.response({ text: Array.from({ length: 17 }, () => piece) }) },
+    {
+      output: "one tool call's input",
+      response: OpenAiSse.response({
+        toolCalls: [{ id: "call-1", name: "list_files", arguments: ['{"items":[', ...Array.from({ length: 33 }, (_, index) => (index === 0 ? quoted : `,${quoted}`)), "]}"] }],
       }),
-    ))
-
-  it.live("a tool call whose input alone is over the limit ends the same way, nothing dispatched", () =>
+    },
+  ])("$output: interrupts its request failed and seals model_adapter with the event-limit message, nothing dispatched; the session goes on", ({ response }) =>
     Effect.scoped(
       Effect.gen(function* () {
         const faulted = yield* faultedSetup(undefined, "refuse")
         const { context, effects } = faulted
-        const piece = `"${"y".repeat(64 * 1024)}"`
-        const argumentsText = ['{"items":[', ...Array.from({ length: 33 }, (_, index) => (index === 0 ? piece : `,${piece}`)), "]}"]
-        const model = yield* scriptedModel(OpenAiSse.response({ toolCalls: [{ id: "call-1", name: "list_files", arguments: argumentsText }] }))
-        const result = yield* context.engine.run(input(context, "Call it.", catalog(effects), { model }))
+        const model = yield* scriptedModel(response)
+        const result = yield* context.engine.run(input(context, "Say a lot.", catalog(effects), { model }))
         assert.deepStrictEqual(result.outcome, {
           kind: "failed",
           class: "model_adapter",

@@ -5,7 +5,7 @@
  * files and the scripted server on loopback.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Canonical, Digest, type Lineage } from "@maka/facts"
+import { Canonical, Digest, type EventWrite, type Lineage } from "@maka/facts"
 import { FactBuilders, OpenAiSse, Respond } from "@maka/testkit"
 import { Ids, Tool, ToolCatalog } from "@maka/tools"
 import { EventLog, EventLogError } from "@maka/event-log"
@@ -58,6 +58,41 @@ const pauseWhileToolRuns = (context: Setup, effects: Effects, overrides: Partial
     const running = yield* context.engine.start(input(context, "Run slow, then echo.", catalog, { maxSteps: 6, ...overrides }))
     const { pause, result } = yield* handOffWhileSlowRuns(running, release, Effect.promise(() => context.server.exchange(0)))
     return { running, pause, result, catalog }
+  })
+
+/** Whether a batch opens a handoff successor. */
+const isHandoffOpening = (writes: ReadonlyArray<EventWrite.EventWrite>): boolean => {
+  const fact = writes[0]?.event.fact
+  return fact?.kind === "invocation_opened" && fact.input.kind === "handoff"
+}
+
+/**
+ * A run that pauses on `slow`, an engine over its log, and a second engine over the same log. What
+ * `before(when, race)` arms runs once just before the first engine's next append `when` selects,
+ * after every check that engine made: the other engine acts in between (the race two hosts of a
+ * shared log can run).
+ */
+const racingSetup = () =>
+  Effect.gen(function* () {
+    let armed: { readonly when: (writes: ReadonlyArray<EventWrite.EventWrite>) => boolean; readonly race: Effect.Effect<void> } | undefined
+    const context = yield* setup({ script: [mainEntry(slowCall("call-1", "a")), mainEntry(answer("Done."))] }, undefined, {}, {
+      wrapLog: (log) => ({
+        ...log,
+        appendBatch: (writes, complete) => {
+          const now = armed
+          if (now === undefined || !now.when(writes)) return log.appendBatch(writes, complete)
+          armed = undefined
+          return Effect.andThen(now.race, log.appendBatch(writes, complete))
+        },
+      }),
+    })
+    const other = yield* Engine.make({}).pipe(Effect.provideService(EventLog.EventLog, context.log), Effect.provide(Ids.layer))
+    return {
+      context,
+      other,
+      before: (when: (writes: ReadonlyArray<EventWrite.EventWrite>) => boolean, race: Effect.Effect<void>) => void (armed = { when, race }),
+      armed: () => armed !== undefined,
+    }
   })
 
 describe("handoff", () => {
@@ -363,23 +398,8 @@ describe("handoff", () => {
   it.live("a pause another caller took first: a second successor or abandon is Busy, never a reconciliation, and writes nothing", () =>
     Effect.scoped(
       Effect.gen(function* () {
-        // `race`, when set, runs just before this engine's next append of a handoff opening, after
-        // every check it made: another engine over the same log takes the pause in between (the race
-        // two hosts of a shared log can run).
-        let race: Effect.Effect<void> | undefined
-        const context = yield* setup({ script: [mainEntry(slowCall("call-1", "a")), mainEntry(answer("Done."))] }, undefined, {}, {
-          wrapLog: (log) => ({
-            ...log,
-            appendBatch: (writes, complete) => {
-              const fact = writes[0]?.event.fact
-              const before = race
-              if (before === undefined || fact?.kind !== "invocation_opened" || fact.input.kind !== "handoff") return log.appendBatch(writes, complete)
-              race = undefined
-              return Effect.andThen(before, log.appendBatch(writes, complete))
-            },
-          }),
-        })
-        const other = yield* Engine.make({}).pipe(Effect.provideService(EventLog.EventLog, context.log), Effect.provide(Ids.layer))
+        const racing = yield* racingSetup()
+        const { context, other } = racing
         const effects: Effects = { ran: [] }
         const { running, pause, catalog } = yield* pauseWhileToolRuns(context, effects)
         const written = () => Effect.map(context.log.events("session-1"), (events) => events.length)
@@ -387,11 +407,11 @@ describe("handoff", () => {
         const resumeHere = Effect.flip(context.engine.resume({ paused: running.invocation, pause: pause!, model: context.model, tools: catalog }))
 
         // The other engine abandons the pause between this engine's checks and its opening.
-        race = Effect.asVoid(Effect.orDie(other.abandonHandoff("session-1")))
+        racing.before((writes) => isHandoffOpening(writes), Effect.asVoid(Effect.orDie(other.abandonHandoff("session-1"))))
         const lost = yield* resumeHere
         assert.strictEqual(lost.reason._tag, "Busy", lost.message)
         assert.strictEqual(lost.message, taken)
-        assert.isUndefined(race)
+        assert.isFalse(racing.armed())
         const afterRace = yield* written()
         // Asked again once the pause is gone: Busy as well (the claim's checks meet the successor).
         const again = yield* resumeHere
@@ -428,23 +448,15 @@ describe("handoff", () => {
   it.live("an abandon that loses the race to another host's successor is Busy and writes nothing", () =>
     Effect.scoped(
       Effect.gen(function* () {
-        let race: Effect.Effect<void> | undefined
-        const context = yield* setup({ script: [mainEntry(slowCall("call-1", "a")), mainEntry(answer("Done."))] }, undefined, {}, {
-          wrapLog: (log) => ({
-            ...log,
-            appendBatch: (writes, complete) => {
-              const before = race
-              if (before === undefined) return log.appendBatch(writes, complete)
-              race = undefined
-              return Effect.andThen(before, log.appendBatch(writes, complete))
-            },
-          }),
-        })
-        const other = yield* Engine.make({}).pipe(Effect.provideService(EventLog.EventLog, context.log), Effect.provide(Ids.layer))
+        const racing = yield* racingSetup()
+        const { context, other } = racing
         const effects: Effects = { ran: [] }
         const { running, pause, catalog } = yield* pauseWhileToolRuns(context, effects)
-        race = Effect.flatMap(Effect.orDie(other.resume({ paused: running.invocation, pause: pause!, model: context.model, tools: catalog })), (successor) =>
-          Effect.asVoid(Effect.orDie(successor.wait)),
+        racing.before(
+          () => true,
+          Effect.flatMap(Effect.orDie(other.resume({ paused: running.invocation, pause: pause!, model: context.model, tools: catalog })), (successor) =>
+            Effect.asVoid(Effect.orDie(successor.wait)),
+          ),
         )
         const lost = yield* Effect.flip(context.engine.abandonHandoff("session-1"))
         assert.strictEqual(lost.reason._tag, "Busy", lost.message)

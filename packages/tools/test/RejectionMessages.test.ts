@@ -14,7 +14,7 @@ import { RecordingSink } from "@maka/tools/testing"
 import { Context, Effect, Exit, Layer, Redacted, Schema } from "effect"
 import { z } from "zod"
 import { FsError, fsReason } from "../src/internal/fs.ts"
-import { call, failureOf, workspaceFixture } from "./fixtures.ts"
+import { call, definitionError as definitionErrorOf, failureOf, workspaceFixture } from "./fixtures.ts"
 import { Committed, kinds, setup, withSink } from "./journal-suite.ts"
 
 const KEY = "sk-test/secret+key=1\n"
@@ -181,20 +181,7 @@ describe("rejection messages", () => {
 })
 
 describe("Tool.make with a Standard JSON Schema it cannot read", () => {
-  const definitionError = (input: unknown): string => {
-    const thrown = (() => {
-      try {
-        toolOf("t", input as Tool.InputSchema)
-        return undefined
-      } catch (error) {
-        return error
-      }
-    })()
-    assert.instanceOf(thrown, ToolError.ToolError)
-    const error = thrown as ToolError.ToolError
-    assert.strictEqual(error.reason._tag, "InvalidDefinition")
-    return error.message
-  }
+  const definitionError = (input: unknown): string => definitionErrorOf(() => toolOf("t", input as Tool.InputSchema))
   const converting = (jsonSchema: () => unknown) => ({
     "~standard": { version: 1, vendor: "test", validate: (value: unknown) => ({ value }), jsonSchema: { input: jsonSchema, output: jsonSchema } },
   })

@@ -2,6 +2,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { Tool, ToolError } from "@maka/tools"
 import { Effect, Schema } from "effect"
 import { z } from "zod"
+import { definitionError } from "./fixtures.ts"
 
 const Input = Schema.Struct({
   path: Schema.String.annotate({ description: "A path" }),
@@ -10,21 +11,6 @@ const Input = Schema.Struct({
 
 const make = (name: string) =>
   Tool.make({ name, description: "Reads.", input: Input, semantics: "parallel", execute: () => Effect.succeed(Tool.text("")) })
-
-const definitionError = (thunk: () => unknown): string => {
-  const thrown = (() => {
-    try {
-      thunk()
-      return undefined
-    } catch (error) {
-      return error
-    }
-  })()
-  assert.instanceOf(thrown, ToolError.ToolError)
-  const error = thrown as ToolError.ToolError
-  assert.strictEqual(error.reason._tag, "InvalidDefinition")
-  return error.message
-}
 
 describe("Tool.make", () => {
   it("derives the provider JSON Schema from the input Schema, closed to unknown properties", () => {

@@ -6,7 +6,8 @@ import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import type { ToolCall } from "@maka/facts"
-import { type Tool, Workspace } from "@maka/tools"
+import { assert } from "@effect/vitest"
+import { type Tool, ToolError, Workspace } from "@maka/tools"
 import { TestIds } from "@maka/tools/testing"
 import { Effect, Exit, type Scope } from "effect"
 
@@ -71,4 +72,20 @@ export const jsonOf = (outcome: Outcome): unknown => {
 export const failureOf = (outcome: Outcome): string => {
   if (outcome._tag !== "Failed") throw new Error(`expected a ToolFailure, got ${JSON.stringify(outcome)}`)
   return outcome.message
+}
+
+/** The message of the `InvalidDefinition` `thunk` throws; fails the test on anything else. */
+export const definitionError = (thunk: () => unknown): string => {
+  const thrown = (() => {
+    try {
+      thunk()
+      return undefined
+    } catch (error) {
+      return error
+    }
+  })()
+  assert.instanceOf(thrown, ToolError.ToolError)
+  const error = thrown as ToolError.ToolError
+  assert.strictEqual(error.reason._tag, "InvalidDefinition")
+  return error.message
 }
