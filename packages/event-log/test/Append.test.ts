@@ -352,6 +352,25 @@ for (const dialect of dialects()) {
         }),
       ))
 
+    it("stores and validates the event it checked: a getter that answers differently on a later read changes nothing", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = History.smallRun()
+          const opening = history.writes[0]!
+          let reads = 0
+          const invocation = { ...opening.event.invocation } as { sessionId: string }
+          Object.defineProperty(invocation, "sessionId", { enumerable: true, get: () => (++reads === 1 ? "session-1" : "session-evil") })
+          const split: EventWrite.EventWrite = { event: { ...opening.event, invocation } as typeof opening.event, json: opening.json }
+          const [sequence] = yield* log.appendBatch([split])
+          expect(sequence).toBe(1)
+          // Stored under the session its bytes name, and the genuine writes go on after it.
+          expect((yield* log.events("session-1")).map((stored) => stored.event.invocation.sessionId)).toEqual(["session-1"])
+          expect(yield* log.events("session-evil")).toEqual([])
+          expect((yield* log.sessionSummaries()).map((summary) => summary.sessionId)).toEqual(["session-1"])
+          expect(yield* appendAll(log, history.writes)).toEqual(history.writes.map((_, index) => index + 1))
+        }),
+      ))
+
     it("refuses a write whose json is not its event's: a forged terminal of another session is never stored", () =>
       withLog(dialect, (log) =>
         Effect.gen(function* () {

@@ -97,17 +97,33 @@ const checked = (event: RuntimeEvent, rawPayload?: string): Result.Result<EventW
 /**
  * Re-checks a write at the store: its event passes every rule `plain` checks and `json` is exactly
  * the canonical JSON of `event`, so a hand-built write cannot store one event while the log
- * validates another. A write `plain` or `toolSuccess` built passes at once: it and its event are
- * frozen since those checks. The raw payload of a success is checked by the store against its reference.
+ * validates another. Gives the write to store: a write `plain` or `toolSuccess` built as it is (it
+ * and its event are frozen since those checks); any other, a frozen write of the copy the checks read
+ * (each field of the given write read once), so a getter or a proxy that answers differently on a
+ * later read changes nothing of what is validated and stored. The raw payload of a success is
+ * checked by the store against its reference.
  */
-export const verify = (write: EventWrite): Result.Result<void, FactError> =>
-  constructed.has(write)
-    ? Result.succeed(undefined)
-    : Result.flatMap(encode(write.event), ({ json }) =>
-        json === write.json
-          ? Result.succeed(undefined)
-          : Result.fail(factError("write_not_canonical", "the write's json is not the canonical JSON of its event")),
-      )
+export const verify = (write: EventWrite): Result.Result<EventWrite, FactError> => {
+  if (constructed.has(write)) return Result.succeed(write)
+  const given = Result.try({
+    try: () => ({ event: write.event, json: write.json, rawPayload: write.rawPayload }),
+    catch: () => factError("write_not_canonical", "the write could not be read"),
+  })
+  if (Result.isFailure(given)) return Result.fail(given.failure)
+  const { event, json: givenJson, rawPayload } = given.success
+  return Result.flatMap(encode(event), ({ decoded, json }) => {
+    if (json !== givenJson) {
+      return Result.fail(factError("write_not_canonical", "the write's json is not the canonical JSON of its event"))
+    }
+    if (rawPayload !== undefined && typeof rawPayload !== "string") {
+      return Result.fail(factError("write_not_canonical", "the write's raw payload is not a string"))
+    }
+    const frozen = Writer.freezeDeep(decoded)
+    const checkedWrite: EventWrite = Object.freeze(rawPayload === undefined ? { event: frozen, json } : { event: frozen, json, rawPayload })
+    constructed.add(checkedWrite)
+    return Result.succeed(checkedWrite)
+  })
+}
 
 /** A successful `tool_settled`, read defensively: an unchecked value may lack any part of it. */
 const isToolSuccess = (event: RuntimeEvent): boolean => {

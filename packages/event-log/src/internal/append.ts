@@ -344,12 +344,13 @@ export type CompleteBatch = (
  * fact rules (well-formed text included) and `json`, the bytes stored, is the canonical JSON of the
  * event the log validates. A hand-built write cannot store one event while the rules check another.
  */
-const verifyWrites = (writes: ReadonlyArray<EventWrite.EventWrite>): void => {
-  for (const write of writes) {
+const verifyWrites = (writes: ReadonlyArray<EventWrite.EventWrite>): ReadonlyArray<EventWrite.EventWrite> =>
+  writes.map((write) => {
     const verified = EventWrite.verify(write)
     if (Result.isFailure(verified)) throw invalid(`the write is not a checked EventWrite: ${verified.failure.message}`)
-  }
-}
+    // From here on the store reads only the checked write, never the caller's object again.
+    return verified.success
+  })
 
 /**
  * Validates `write` as `appendBatch` would (rules 0 and 2–7, the same code) inside the caller's
@@ -357,8 +358,7 @@ const verifyWrites = (writes: ReadonlyArray<EventWrite.EventWrite>): void => {
  * (`checkHandoff`). A pure replay of a stored event is not recognised: the write is new.
  */
 export const checkWrite = async (tx: Rows.Tx, dialect: Database["dialect"], write: EventWrite.EventWrite): Promise<void> => {
-  verifyWrites([write])
-  await validate(new SessionView.SqlView(tx, dialect), write)
+  await validate(new SessionView.SqlView(tx, dialect), verifyWrites([write])[0]!)
 }
 
 const INSERT_SESSION = "INSERT INTO sessions (session_id, created_at) VALUES (?, ?) ON CONFLICT (session_id) DO NOTHING"
@@ -481,11 +481,11 @@ const isUniqueViolation = (error: unknown): boolean =>
  */
 export const appendBatch = async (
   database: Database,
-  leading: ReadonlyArray<EventWrite.EventWrite>,
+  given: ReadonlyArray<EventWrite.EventWrite>,
   now: number,
   options: AppendOptions = {},
 ) => {
-  verifyWrites(leading)
+  const leading = verifyWrites(given)
   return database.write(async (tx): Promise<AppendResult> => {
     const writes = [...leading]
     let knownSessions = knownSessionsByDatabase.get(database)
@@ -544,8 +544,7 @@ export const appendBatch = async (
       if (position === leading.length && options.complete !== undefined) {
         await flush()
         // The trailing writes, built from the sequences of the leading ones inside the transaction.
-        const trailing = options.complete([...sequences], (sessionId) => prior.get(sessionId))
-        verifyWrites(trailing)
+        const trailing = verifyWrites(options.complete([...sequences], (sessionId) => prior.get(sessionId)))
         writes.push(...trailing)
         if (index === undefined) await prefetch(trailing)
       }
