@@ -207,3 +207,18 @@ describe("a server that accepts connections and never answers", () => {
     expect(sockets.length).toBeGreaterThan(0)
   })
 })
+
+describe("a schema name PostgreSQL cannot hold", () => {
+  it.each([
+    ["empty", "", "the schema name is empty"],
+    ["with a NUL", "a\u0000b", "holds a NUL character"],
+    ["of 64 bytes", "x".repeat(64), "is 64 bytes of UTF-8; PostgreSQL keeps only the first 63"],
+    ["of 32 two-byte characters", "é".repeat(32), "is 64 bytes of UTF-8"],
+  ])("is refused before any connection: %s", async (_, schema, text) => {
+    // Nothing listens on port 1: an open that connected would fail otherwise.
+    for (const readOnly of [false, true]) {
+      const error = await expectReason(openPostgres({ url: "postgres://maka:secret@127.0.0.1:1/log" }, { schema, readOnly }), "UnsupportedDatabase", text)
+      expect(error.message).not.toContain("secret")
+    }
+  })
+})

@@ -177,9 +177,13 @@ export const encodeRawOutput = (
   if (bytes > MAX_RAW_TOOL_RESULT_BYTES) {
     return Result.fail(factError("raw_payload_too_large", `raw tool result exceeds ${MAX_RAW_TOOL_RESULT_BYTES} bytes`))
   }
-  // A string value is a leaf: only JSON output nests.
-  if (typeof output.value !== "string" && Canonical.measure(output).depth > MAX_RAW_TOOL_RESULT_DEPTH) {
-    return Result.fail(factError("raw_payload_too_deep", `raw tool result is deeper than ${MAX_RAW_TOOL_RESULT_DEPTH}`))
+  // A string value is a leaf: only JSON output nests. A value the measure cannot walk (nesting deep
+  // enough to exhaust the stack) is far deeper than the limit.
+  if (typeof output.value !== "string") {
+    const measured = Result.try(() => Canonical.measure(output).depth)
+    if (Result.isFailure(measured) || measured.success > MAX_RAW_TOOL_RESULT_DEPTH) {
+      return Result.fail(factError("raw_payload_too_deep", `raw tool result is deeper than ${MAX_RAW_TOOL_RESULT_DEPTH}`))
+    }
   }
   return Result.succeed({ payload, raw: { bytes, digest: Digest.toolRaw(payload) } })
 }

@@ -412,8 +412,28 @@ export const openPostgresStore = async (store: PostgresStore, access: { readonly
  * when the log first uses it, so a caller's pool should serve this log alone. The timeouts apply to
  * a URL's pool only: a caller's pool keeps its own settings.
  */
+/**
+ * What PostgreSQL cannot hold as the name of the log's schema: an empty name or a NUL (the
+ * connection's `SET search_path` would fail where nothing awaits it, and the open would never
+ * settle), or one over 63 bytes, which PostgreSQL cuts to 63 without a word (two such names would
+ * open the same schema).
+ */
+const schemaProblem = (schema: string): string | undefined => {
+  if (schema === "") return "the schema name is empty"
+  if (schema.includes("\u0000")) return "the schema name holds a NUL character"
+  const bytes = Buffer.byteLength(schema, "utf8")
+  return bytes > MAX_IDENTIFIER_BYTES
+    ? `the schema name is ${bytes} bytes of UTF-8; PostgreSQL keeps only the first ${MAX_IDENTIFIER_BYTES} of a name`
+    : undefined
+}
+
+/** The longest identifier PostgreSQL keeps whole (NAMEDATALEN − 1). */
+const MAX_IDENTIFIER_BYTES = 63
+
 export const openPostgres = async (connection: PostgresConnection, options: PostgresOptions = {}): Promise<Database> => {
   const { schema } = options
+  const problem = schema === undefined ? undefined : schemaProblem(schema)
+  if (problem !== undefined) throw EventLogError.make({ _tag: "UnsupportedDatabase", message: `${problem}; pass another schema` })
   const where = schema === undefined ? "" : ` (schema ${schema})`
   const access = { readOnly: options.readOnly === true }
   if ("url" in connection) {
