@@ -5,6 +5,7 @@ import { describe, expect, it } from "vitest"
 import BetterSqlite3 from "better-sqlite3"
 import * as path from "node:path"
 import * as EventLog from "../src/EventLog.ts"
+import type { EventLogError } from "../src/EventLogError.ts"
 import { latestMain } from "../src/internal/context.ts"
 import { openSqlite } from "../src/internal/open-sqlite.ts"
 import * as Testing from "../src/testing.ts"
@@ -330,6 +331,38 @@ for (const dialect of dialects()) {
           )
           const beyond = yield* failure(log.runPrefix("session-1", "run-1", 9))
           expect(beyond.message).toContain("does not exist")
+        }),
+      ))
+
+    it("refuses range arguments that are not whole numbers in bounds, and an unknown prefix scope, as the caller's errors", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = History.smallRun()
+          yield* appendAll(log, history.writes)
+          const refusals: Array<string> = []
+          const refused = (read: Effect.Effect<unknown, EventLogError>) =>
+            Effect.map(failure(read), (error) => {
+              refusals.push(error.reason._tag === "Rejected" ? `${error.reason.rejection._tag}: ${error.message}` : error.reason._tag)
+            })
+          for (const limit of [Number.NaN, 1.5, Number.POSITIVE_INFINITY, 0, -1]) yield* refused(log.events("session-1", undefined, limit))
+          for (const after of [Number.NaN, -1, 2.5]) yield* refused(log.events("session-1", after))
+          yield* refused(log.unfinishedInvocations(Number.NaN))
+          yield* refused(log.prefix({ kind: "weird" } as unknown as Parameters<typeof log.prefix>[0]))
+          expect(refusals).toEqual([
+            "InvalidTransition: rejected: limit must be an integer of 1 or more, got NaN",
+            "InvalidTransition: rejected: limit must be an integer of 1 or more, got 1.5",
+            "InvalidTransition: rejected: limit must be an integer of 1 or more, got Infinity",
+            "InvalidTransition: rejected: limit must be an integer of 1 or more, got 0",
+            "InvalidTransition: rejected: limit must be an integer of 1 or more, got -1",
+            "InvalidTransition: rejected: after must be an integer of 0 or more, got NaN",
+            "InvalidTransition: rejected: after must be an integer of 0 or more, got -1",
+            "InvalidTransition: rejected: after must be an integer of 0 or more, got 2.5",
+            "InvalidTransition: rejected: limit must be an integer of 0 or more, got NaN",
+            "InvalidTransition: rejected: unknown log scope weird",
+          ])
+          // The bounds themselves are read.
+          expect((yield* log.events("session-1", 0, 1)).map((stored) => stored.sequence)).toEqual([1])
+          expect((yield* log.events("session-1", 7)).map((stored) => stored.sequence)).toEqual([8])
         }),
       ))
 

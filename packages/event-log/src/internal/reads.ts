@@ -44,6 +44,8 @@ export const prefix = async (
   if (scope.kind === "lineage") {
     throw EventLogError.invalidTransition("lineage-scoped prefixes are not supported by this version")
   }
+  const kind: unknown = (scope as { readonly kind?: unknown }).kind
+  if (kind !== "root" && kind !== "session") throw EventLogError.invalidTransition(`unknown log scope ${String(kind)}`)
   const length = dialect === "sqlite" ? sql<number>`length(CAST(event_json AS BLOB))` : sql<number>`octet_length(event_json)`
   let measure = tx
     .selectFrom("event_log")
@@ -73,22 +75,36 @@ export const sessionHash = async (tx: Rows.Tx, sessionId: string, through: numbe
   return hash
 }
 
+/**
+ * A caller's range argument that is not a whole number within its bounds, refused as the caller's
+ * error (a fraction, NaN or Infinity would reach SQL as a type mismatch, a negative limit as none).
+ */
+const requireCount = (name: string, value: number | undefined, least: number): void => {
+  if (value !== undefined && !(Number.isSafeInteger(value) && value >= least)) {
+    throw EventLogError.invalidTransition(`${name} must be an integer of ${least} or more, got ${String(value)}`)
+  }
+}
+
 /** Stored events of a session after `after`, for inspection. */
 export const events = async (
   tx: Rows.Tx,
   sessionId: string,
   after?: number,
   limit?: number,
-): Promise<ReadonlyArray<Event.StoredEvent>> =>
-  (
+): Promise<ReadonlyArray<Event.StoredEvent>> => {
+  requireCount("after", after, 0)
+  requireCount("limit", limit, 1)
+  return (
     await Rows.ofSession(tx, sessionId, {
       ...(after === undefined ? {} : { after }),
       ...(limit === undefined ? {} : { limit }),
     })
   ).map(Rows.stored)
+}
 
 /** Openings without a terminal, across the log; more than `limit` is `PrefixTooLarge`. */
 export const unfinishedInvocations = async (tx: Rows.Tx, limit: number): Promise<ReadonlyArray<Identity.Invocation>> => {
+  requireCount("limit", limit, 0)
   const rows = await Rows.unsealedOpenings(tx, undefined, limit + 1)
   if (rows.length > limit) throw EventLogError.prefixTooLarge()
   return rows.map((row) => Rows.decode(row).invocation)
