@@ -519,14 +519,14 @@ describe("prune beside a background summary", () => {
 })
 
 describe("prune after a background summary was adopted", () => {
-  it.live("archives a result left by a batch that settled while the summary was pending, at the next tool batch of the run", () =>
+  it.live("archives a result left by a batch that settled while the summary was pending, as the summary is adopted", () =>
     Effect.scoped(
       Effect.gen(function* () {
         // The second run's first step starts a summary in the background; its main answer (a call
         // with a result over one page) is held until the summary completed, so the batch settles while
         // the summary is still pending and is not pruned then. The summary is adopted at the next step
-        // boundary; the batch after it, whatever its results, prunes (docs/engine.md §5.11), so the
-        // third request of the run no longer holds the first result whole.
+        // boundary, which then pays the prune the batch owed (docs/engine.md §5.11): the request right
+        // after the checkpoint no longer holds the first result whole.
         const held = Respond.gate()
         const context = yield* setup({ script: [{ match: isSummaryRequest, respond: summaryAnswer(summaryText("held")), repeat: true }] }, undefined, {
           concurrency: 4,
@@ -556,10 +556,14 @@ describe("prune after a background summary was adopted", () => {
         const order = own.flatMap((stored) => {
           const fact = stored.event.fact
           if (fact.kind === "context_checkpoint_recorded") return ["checkpoint"]
+          if (fact.kind === "tool_result_archived") return ["archive"]
           return fact.kind === "model_requested" && fact.purpose === "main" ? ["main"] : []
         })
-        assert.deepStrictEqual(order, ["main", "checkpoint", "main", "main"], "the summary is adopted at the second step's boundary")
+        assert.deepStrictEqual(order, ["main", "checkpoint", "archive", "main", "main"], "the summary is adopted at the second step's boundary, then the owed prune")
         const main = context.server.requests().filter((request) => !isSummaryRequest(request))
+        const afterCheckpoint = messagesOf(main[main.length - 2]!).filter((message) => message.role === "tool")
+        assert.deepStrictEqual(afterCheckpoint.map((message) => message.tool_call_id), ["call-1-0-0"])
+        assert.include(contentText(afterCheckpoint[0]!.content), "maka.archived_tool_result", "archived before the first request after the checkpoint")
         const last = messagesOf(main[main.length - 1]!).filter((message) => message.role === "tool")
         assert.deepStrictEqual(
           last.map((message) => message.tool_call_id),

@@ -711,6 +711,12 @@ export const stepLoop = (run: Run, loop: LoopState, priorUnknown: boolean): Effe
       yield* deliverSteering(run)
       // Under the prior-unknown policy no summary is ever pending: nothing to adopt.
       yield* adoptFinished(run, loop)
+      // A prune a batch owed while the summary ran is paid here, once none is pending (adopted or
+      // not): the step's request never carries whole a result over one page (docs/engine.md §5.11).
+      if (loop.pruneOwed && loop.pending === undefined && !priorUnknown) {
+        yield* prune(run)
+        loop.pruneOwed = false
+      }
       const stepped = yield* runStep(run, loop, step, priorUnknown)
       if (typeof stepped === "object") return stepped
       if (stepped) {
