@@ -669,6 +669,11 @@ describe("reconciliation", () => {
     expect(after.stdout).toMatch(/^r1 {2}needs reconciliation /m)
     const again = await maka(["run", ...base, "plain"], { cwd: root })
     expect(again.code).toBe(3)
+    // The inspector rebuilds the admitted run's input with its notice, and the digest matches.
+    const inspected = await maka(["inspect", "--db", db, "--session", "r1", "--step", "2"], { cwd: root })
+    expect(inspected.code).toBe(0)
+    expect(inspected.stdout).toContain("Prior execution was interrupted after these tools were dispatched.")
+    expect(inspected.stdout.trim().split("\n").at(-1)).toMatch(/^input digest: sha256:[0-9a-f]{64} matches the rebuilt input \(tools read\)$/)
   })
 })
 

@@ -244,7 +244,10 @@ export const rebuildInput = (
   const opening = openings.get(stored.event.invocation.invocationId)
   if (opening === undefined) throw new CliError("the step's opening is missing from the log", ExitCode.failed)
   const systemPrompt = opening.configuration.systemPrompt?.text
-  const prompt = PromptBuilder.buildMainPrompt({ ...(systemPrompt === undefined ? {} : { systemPrompt }), source })
+  // A source holding an effect of unknown outcome was read for a run admitted under the prior-unknown
+  // policy (no other run is admitted over one): its system message carried the notice.
+  const priorUnknown = source.unknownOperations.length > 0
+  const prompt = PromptBuilder.buildMainPrompt({ ...(systemPrompt === undefined ? {} : { systemPrompt }), source, priorUnknown })
   const binding = opening.configuration.model
   const kind = binding?.connectionSlug === "anthropic" ? "anthropic" : "openai-compatible"
   const projected = projectPrompt(kind, request.routeIdentity, prompt)
