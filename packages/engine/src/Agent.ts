@@ -166,6 +166,9 @@ export const openWorkspace = (directory: string): Effect.Effect<Workspace.Worksp
     : Effect.mapError(Workspace.open(directory), (error) => EngineError.invalidInput(error.message))
 }
 
+/** The keys of a start's `context`. */
+const CONTEXT_KEYS: ReadonlyArray<string> = ["providerId", "contextWindow", "declaredWindow", "modelContextWindow"]
+
 /** The shape checks a caller without types may miss; the value checks follow in admission. */
 const shapeProblem = (options: RunOptions): string | undefined => {
   if (!isRecord(options)) return "start options must be an object"
@@ -192,6 +195,13 @@ const shapeProblem = (options: RunOptions): string | undefined => {
   const tools: unknown = options.tools
   if (tools !== undefined && !Array.isArray(tools) && !(isRecord(tools) && typeof tools["capture"] === "function")) {
     return "tools must be a ToolCatalog or an array of tools"
+  }
+  // A misspelt window key would leave the window unknown unseen: automatic compaction off.
+  const context: unknown = options.context
+  if (context !== undefined) {
+    if (!isRecord(context)) return "context must be an object"
+    const unknownKey = Object.keys(context).find((key) => !CONTEXT_KEYS.includes(key))
+    if (unknownKey !== undefined) return `context has no key '${unknownKey}' (the keys are ${CONTEXT_KEYS.join(", ")})`
   }
   // Admission checks the same range as `mainOutputLimit` (docs/engine.md §5.2); here it is named
   // as the caller passed it.

@@ -98,6 +98,11 @@ describe("start refusals write nothing", () => {
       [{ sessionId: "" }, "invocation"],
       [{ message: "x".repeat(64 * 1024 + 1) }, "message text exceeds"],
       [{ context: { contextWindow: -1 } }, "context"],
+      [
+        { context: untyped({ providerId: "p", declaredWindows: 5 }) },
+        "context has no key 'declaredWindows' (the keys are providerId, contextWindow, declaredWindow, modelContextWindow)",
+      ],
+      [{ context: untyped("declaredWindow=5") }, "context must be an object"],
       [{ providerOptions: untyped(["not", "an", "object"]) }, "providerOptions"],
       [{ tools: [readToolResult] }, "read_tool_result"],
       [{ connection: { id: "", slug: "openai-compatible" } }, "length of at least 1"],
