@@ -177,8 +177,8 @@ export const encodeRawOutput = (
   if (bytes > MAX_RAW_TOOL_RESULT_BYTES) {
     return Result.fail(factError("raw_payload_too_large", `raw tool result exceeds ${MAX_RAW_TOOL_RESULT_BYTES} bytes`))
   }
-  // A string value is a leaf: only JSON output nests. A value the measure cannot walk (nesting deep
-  // enough to exhaust the stack) is far deeper than the limit.
+  // A string value is a leaf: only JSON output nests. A value the measure refuses (it took its
+  // text already, so nothing but its size) is refused as too deep as well, never thrown.
   if (typeof output.value !== "string") {
     const measured = Result.try(() => Canonical.measure(output).depth)
     if (Result.isFailure(measured) || measured.success > MAX_RAW_TOOL_RESULT_DEPTH) {

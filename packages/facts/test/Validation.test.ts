@@ -834,7 +834,7 @@ describe("EventWrite (docs/log-format.md §2.13)", () => {
       EventWrite.toolSuccess({ ...input, output: FactBuilders.jsonOutput(nested(64)) }),
       "raw_payload_too_deep",
     )
-    // Deep enough that walking it exhausts the stack where writing it did not: refused, never thrown.
+    // Far deeper than the limit (a recursive measure overflowed the stack here): refused, never thrown.
     const deep = JSON.parse(`${"[".repeat(3_000)}${"]".repeat(3_000)}`) as Identity.Json
     expectRejected(EventWrite.toolSuccess({ ...input, output: FactBuilders.jsonOutput(deep) }), "raw_payload_too_deep")
   })

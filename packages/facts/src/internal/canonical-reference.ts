@@ -79,41 +79,86 @@ const guarded = <A>(run: () => A): A => {
   }
 }
 
-const write = (value: unknown, path: Path, ancestors: Set<object>, out: Array<string>): void => {
-  const shape = shapeOf(value, path, ancestors)
-  if (shape.kind === "scalar") {
-    out.push(JSON.stringify(value))
-    return
+/** A container being walked: its shape and the index of its next child. */
+interface Frame {
+  readonly shape: Exclude<Shape, { readonly kind: "scalar" }>
+  next: number
+}
+
+const lengthOf = (shape: Frame["shape"]): number => (shape.kind === "array" ? shape.items.length : shape.entries.length)
+
+/**
+ * Walks `value` depth first in canonical order, with a stack of its own rather than the call stack,
+ * so how deep a value may nest never depends on how deep the caller already is: `enter` is called for
+ * every value (with its depth, the root's 1) before its children, `leave` after a container's last.
+ * Every value is classified (and refused) by `shapeOf` with its path, as a recursive walk would.
+ */
+const walk = (
+  value: unknown,
+  enter: (value: unknown, shape: Shape, depth: number, index: number) => void,
+  leave: (shape: Frame["shape"]) => void,
+): void => {
+  const path: Path = []
+  const ancestors = new Set<object>()
+  const stack: Array<Frame> = []
+  const open = (current: unknown, index: number): void => {
+    const shape = shapeOf(current, path, ancestors)
+    enter(current, shape, stack.length + 1, index)
+    if (shape.kind === "scalar") return
+    ancestors.add(shape.container)
+    stack.push({ shape, next: 0 })
   }
-  ancestors.add(shape.container)
-  if (shape.kind === "array") {
-    out.push("[")
-    // An index loop, not forEach: a hole in a sparse array must reach shapeOf as undefined.
-    for (let index = 0; index < shape.items.length; index += 1) {
-      if (index > 0) out.push(",")
-      path.push(index)
-      write(shape.items[index], path, ancestors, out)
-      path.pop()
+  open(value, 0)
+  while (stack.length > 0) {
+    const frame = stack[stack.length - 1]!
+    // The previous child is done (a scalar, or a container closed): its step leaves the path.
+    if (frame.next > 0) path.pop()
+    if (frame.next === lengthOf(frame.shape)) {
+      stack.pop()
+      ancestors.delete(frame.shape.container)
+      leave(frame.shape)
+      continue
     }
-    out.push("]")
-  } else {
-    out.push("{")
-    shape.entries.forEach(([key, item], index) => {
-      out.push(index > 0 ? "," : "", JSON.stringify(key), ":")
+    const index = frame.next
+    frame.next += 1
+    if (frame.shape.kind === "array") {
+      path.push(index)
+      // An index read, not forEach: a hole in a sparse array must reach shapeOf as undefined.
+      open(frame.shape.items[index], index)
+    } else {
+      const [key, item] = frame.shape.entries[index]!
       path.push(key)
-      write(item, path, ancestors, out)
-      path.pop()
-    })
-    out.push("}")
+      open(item, index)
+    }
   }
-  ancestors.delete(shape.container)
+}
+
+const write = (value: unknown, out: Array<string>): void => {
+  // The key of each object entry is written before its value; the stack of open objects gives it.
+  const objects: Array<ReadonlyArray<readonly [string, unknown]> | undefined> = []
+  walk(
+    value,
+    (current, shape, depth, index) => {
+      const parent = objects[depth - 2]
+      if (depth > 1) {
+        if (index > 0) out.push(",")
+        if (parent !== undefined) out.push(JSON.stringify(parent[index]![0]), ":")
+      }
+      if (shape.kind === "scalar") out.push(JSON.stringify(current))
+      else {
+        out.push(shape.kind === "array" ? "[" : "{")
+        objects[depth - 1] = shape.kind === "object" ? shape.entries : undefined
+      }
+    },
+    (shape) => out.push(shape.kind === "array" ? "]" : "}"),
+  )
 }
 
 /** Canonical JSON text of `value`; throws `CanonicalJsonError` for anything that is not plain JSON. */
 export const stringify = (value: unknown): string =>
   guarded(() => {
     const out: Array<string> = []
-    write(value, [], new Set(), out)
+    write(value, out)
     return out.join("")
   })
 
@@ -125,29 +170,16 @@ export const stringify = (value: unknown): string =>
  */
 export const measure = (value: unknown): { readonly nodes: number; readonly depth: number } =>
   guarded(() => {
+    // A value's depth is the deepest level any value in it stands at (the root's 1).
     let nodes = 0
-    const ancestors = new Set<object>()
-    const path: Path = []
-    const depthOf = (current: unknown): number => {
-      nodes += 1
-      const shape = shapeOf(current, path, ancestors)
-      if (shape.kind === "scalar") return 1
-      ancestors.add(shape.container)
-      let deepest = 0
-      const visit = (step: string | number, child: unknown): void => {
-        path.push(step)
-        deepest = Math.max(deepest, depthOf(child))
-        path.pop()
-      }
-      if (shape.kind === "array") {
-        for (let index = 0; index < shape.items.length; index += 1) visit(index, shape.items[index])
-      } else {
-        for (const [key, child] of shape.entries) visit(key, child)
-      }
-      ancestors.delete(shape.container)
-      return 1 + deepest
-    }
-    const depth = depthOf(value)
+    let depth = 0
+    walk(
+      value,
+      (_current, _shape, level) => {
+        nodes += 1
+        if (level > depth) depth = level
+      },
+      () => undefined,
+    )
     return { nodes, depth }
   })
-
