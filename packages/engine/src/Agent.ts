@@ -136,7 +136,7 @@ const isRecord = (value: unknown): value is Readonly<Record<string, unknown>> =>
  * Not `instanceof AbortSignal`, which refuses a signal made in another realm (a vm context, a test
  * environment's own globals).
  */
-const isSignal = (value: unknown): value is AbortSignal =>
+export const isSignal = (value: unknown): value is AbortSignal =>
   isRecord(value) &&
   typeof value["aborted"] === "boolean" &&
   typeof value["addEventListener"] === "function" &&

@@ -448,6 +448,8 @@ export const make = (options: Partial<EngineOptions> = {}) =>
         readonly handoff: Effect.Effect<Lineage.HandoffPause | undefined, EngineError.EngineError>
         readonly fiber: Fiber.Fiber<unknown, unknown>
         readonly result: Deferred.Deferred<RunResult, EngineError.EngineError>
+        /** Whether it may pause at all: the seal of a pause needs the run's workspace identity. */
+        readonly pausable: boolean
       }
     >()
     // The host generation that pauses runs (informational in each intent).
@@ -586,7 +588,14 @@ export const make = (options: Partial<EngineOptions> = {}) =>
         // ended (a run cancelled before it began) released its session: it is not live.
         const fiber = yield* Effect.forkIn(worker, runScope, { startImmediately: true })
         if (fiber.pollUnsafe() === undefined) {
-          live.set(input.invocation.invocationId, { invocation: input.invocation, cancel: cancellation.cancel, handoff, fiber, result })
+          live.set(input.invocation.invocationId, {
+            invocation: input.invocation,
+            cancel: cancellation.cancel,
+            handoff,
+            fiber,
+            result,
+            pausable: settings.configuration.workspaceIdentity !== undefined,
+          })
         }
         // A caller that stops waiting drops the handle it would get: the run is cancelled, and the
         // interruption ends once the run has, so the session is free again by then (docs/engine.md §5.14).
@@ -791,7 +800,9 @@ export const make = (options: Partial<EngineOptions> = {}) =>
         runs,
         (item) =>
           Effect.gen(function* () {
-            const pause = yield* Effect.orElseSucceed(item.handoff, () => undefined)
+            // A run that can never pause is cancelled at once: waiting for its step boundary would
+            // let it start new effects after the host began to shut down.
+            const pause = item.pausable ? yield* Effect.orElseSucceed(item.handoff, () => undefined) : undefined
             if (pause !== undefined) {
               yield* Fiber.await(item.fiber)
               return { invocation: item.invocation, outcome: "paused", pause } satisfies ClosedRun

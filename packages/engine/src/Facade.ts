@@ -141,7 +141,8 @@ export const openWorkspace = (directory: string): Promise<Workspace.Workspace> =
  */
 const hasAborted = (signal: AbortSignal | undefined): boolean => {
   try {
-    return signal?.aborted === true
+    // Only a signal aborts: anything else (`{aborted: true}`) is left to the checks, `InvalidInput`.
+    return Agent.isSignal(signal) && signal.aborted
   } catch {
     return false
   }
@@ -173,6 +174,8 @@ export const createEngine = async (options: CreateEngineOptions): Promise<MakaEn
   const starting = new Set<Promise<unknown>>()
   const live = new Set<Promise<unknown>>()
   let closing: Promise<ReadonlyArray<ClosedRun>> | undefined
+  /** Set as the runtime is disposed, at the end of `close`. */
+  let disposed = false
 
   const run = <A>(effect: Effect.Effect<A, EdgeError, Services>): Promise<A> =>
     closing === undefined ? runtime.runPromiseExit(effect).then(settle) : Promise.reject(closedError())
@@ -180,7 +183,9 @@ export const createEngine = async (options: CreateEngineOptions): Promise<MakaEn
   const feedOf = (running: Agent.AgentRun): EventFeed.EventFeed | undefined => EventFeed.of(running.events)
 
   const wrap = (running: Agent.AgentRun, signal: AbortSignal | undefined): Run => {
-    const cancel = (): Promise<void> => (closing === undefined ? runtime.runPromise(running.cancel) : Promise.resolve())
+    // Still heard while the engine closes (a host may cancel a run `close({handoff: true})` would
+    // pause); once the runtime is gone every run is sealed, and there is nothing left to cancel.
+    const cancel = (): Promise<void> => (disposed ? Promise.resolve() : runtime.runPromise(running.cancel))
     const onAbort = (): void => void cancel()
     const settled = runtime.runPromiseExit(running.wait)
     const tracked = settled.finally(() => {
@@ -275,7 +280,7 @@ export const createEngine = async (options: CreateEngineOptions): Promise<MakaEn
     abandonHandoff: (sessionId) => run(engine.abandonHandoff(sessionId)),
     recover: () => run(engine.recover),
     events: (sessionId, range) => {
-      const problem = rangeProblem(range)
+      const problem = typeof sessionId === "string" ? rangeProblem(range) : "sessionId must be a string"
       return problem === undefined
         ? run(engine.log.events(sessionId, range?.after, range?.limit))
         : Promise.reject(EngineError.invalidInput(problem))
@@ -293,6 +298,7 @@ export const createEngine = async (options: CreateEngineOptions): Promise<MakaEn
           await Promise.allSettled([...live])
           return [...handedOff, ...cancelled.map((invocation): ClosedRun => ({ invocation, outcome: "cancelled" }))]
         } finally {
+          disposed = true
           await runtime.dispose()
         }
       })()

@@ -315,6 +315,12 @@ describe("Facade", () => {
       assert.strictEqual(refused.reason._tag, "InvalidInput", JSON.stringify(range))
     }
     assert.strictEqual((await context.engine.events("session-1", { after: 2, limit: 3 })).length, 3)
+    // A session id that is not a string is the caller's error too, never a store error or nothing.
+    for (const sessionId of [{ a: 1 }, 42, undefined]) {
+      const refused = await rejection(context.engine.events(sessionId as unknown as string))
+      assert.strictEqual(refused.reason._tag, "InvalidInput", JSON.stringify(sessionId))
+      assert.strictEqual(refused.message, "sessionId must be a string")
+    }
   })
 
   it("refuses a second live run on a session with Busy", async () => {

@@ -154,7 +154,7 @@ describe("start refusals write nothing", () => {
       context.engine.start(options(context, { workspace, provider: { ...provider, headers: { "x-a": untyped(5) } } })),
     )
     assertInvalid(headers, "header x-a must be a string or a Redacted string", "headers")
-    for (const signal of [{}, "x", { aborted: "no", addEventListener: () => undefined, removeEventListener: () => undefined }]) {
+    for (const signal of [{}, "x", { aborted: true }, { aborted: "no", addEventListener: () => undefined, removeEventListener: () => undefined }]) {
       const refused = await rejection(context.engine.start(options(context, { workspace, signal: untyped(signal) })))
       assertInvalid(refused, "signal must be an AbortSignal", JSON.stringify(signal))
     }

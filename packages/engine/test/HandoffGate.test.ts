@@ -493,6 +493,64 @@ describe("the handoff gate", () => {
     ),
   )
 
+  it.live("close({handoff: true}) cancels at once a run that can never pause (no workspace): no later effect, no later request", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const held = Respond.gate()
+        const server = yield* ScriptedServer.make({ script: [Respond.hold(held, slowCall("call-1", "a")), answer("Done.")] })
+        const directory = yield* LogTesting.temporaryDirectory
+        const engine = yield* Effect.promise(() => createEngine({ database: path.join(directory, "events.sqlite") }))
+        const effects: Effects = { ran: [] }
+        const provider = { kind: "openai-compatible" as const, baseUrl: `${server.url}/v1`, model: "test-model", apiKey: "sk-facade" }
+        const run = yield* Effect.promise(() =>
+          engine.start({ sessionId: "session-1", provider, tools: [...tools(effects, []).tools], maxSteps: 4, message: "Run slow." }),
+        )
+        yield* Effect.promise(() => server.request(0))
+        const closing = engine.close({ handoff: true })
+        // The model's answer (a tool call) arrives only after the close began.
+        yield* Effect.sleep("20 millis")
+        held.release()
+        const closed = yield* Effect.promise(() => closing)
+        assert.deepStrictEqual(closed.map((item) => item.outcome), ["cancelled"])
+        assert.strictEqual((yield* Effect.promise(() => run.wait())).outcome.kind, "cancelled")
+        assert.deepStrictEqual(effects.ran, [])
+        assert.strictEqual(server.requests().length, 1)
+      }),
+    ),
+  )
+
+  it.live("a host's run.cancel() during close({handoff: true}) cancels the run instead of leaving it paused", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const server = yield* ScriptedServer.make({ script: [slowCall("call-1", "a"), answer("Done.")] })
+        const directory = yield* LogTesting.temporaryDirectory
+        const workspace = path.join(directory, "workspace")
+        fs.mkdirSync(workspace)
+        const engine = yield* Effect.promise(() => createEngine({ database: path.join(directory, "events.sqlite") }))
+        const effects: Effects = { ran: [] }
+        const release = yield* Deferred.make<void>()
+        const provider = { kind: "openai-compatible" as const, baseUrl: `${server.url}/v1`, model: "test-model", apiKey: "sk-facade" }
+        const run = yield* Effect.promise(() =>
+          engine.start({ sessionId: "session-1", provider, workspace, tools: [...tools(effects, [release]).tools], maxSteps: 4, message: "Run slow." }),
+        )
+        yield* Effect.promise(() => server.exchange(0))
+        const closing = engine.close({ handoff: true })
+        yield* Effect.sleep("20 millis")
+        yield* Effect.promise(() => run.cancel())
+        yield* Deferred.succeed(release, undefined)
+        const closed = yield* Effect.promise(() => closing)
+        assert.deepStrictEqual(closed.map((item) => item.outcome), ["cancelled"])
+        assert.strictEqual((yield* Effect.promise(() => run.wait())).outcome.kind, "cancelled")
+        // Nothing is reserved: another engine over the log finds no pause to resume.
+        const reopened = yield* Effect.promise(() => createEngine({ database: path.join(directory, "events.sqlite") }))
+        const reports = yield* Effect.promise(() => reopened.resumePending({ provider: () => provider, tools: () => [] }))
+        assert.deepStrictEqual(reports, [])
+        yield* Effect.promise(() => reopened.close())
+        assert.deepStrictEqual(effects.ran, ["slow:a"])
+      }),
+    ),
+  )
+
   it.live("the logical run's step budget holds across a handoff: the successor ends step_limit after the remaining steps", () =>
     Effect.scoped(
       Effect.gen(function* () {
