@@ -34,6 +34,14 @@ describe("maka chat", () => {
     expect(endings.map((line) => line.event.fact["outcome"].kind)).toEqual(["completed", "completed"])
   })
 
+  it("ends a line only at \\n, as maka run reads: a \\r before it is dropped, a lone \\r is text, a last line needs none", async () => {
+    const { root, workspace, db } = fresh()
+    const result = await maka(["chat", "--db", db, "--workspace", workspace, "--session", "c"], { cwd: root, input: "alpha\rbeta\none\r\nlast" })
+    expect(result.code).toBe(0)
+    const { openings } = await invocationsOf(root, db, "c")
+    expect(openings.map((line) => line.event.fact["input"].content.text)).toEqual(["alpha\rbeta", "one", "last"])
+  })
+
   it("delivers a line entered while a turn runs to that turn as steering", async () => {
     const { root, workspace, db } = fresh()
     const result = await maka(["chat", "--db", db, "--workspace", workspace, "--session", "s"], {

@@ -1,3 +1,4 @@
+import { execFileSync } from "node:child_process"
 import { createHash } from "node:crypto"
 import * as fs from "node:fs"
 import * as path from "node:path"
@@ -10,12 +11,16 @@ import { describeEvent } from "../src/internal/read-commands.ts"
 import { eventLines, folder, maka, when, type Folder } from "./support/cli.ts"
 
 /** Every file of a folder with its digest, to prove a command changed nothing. */
+/** Each file of `directory` by its content's digest, each link by its target, each FIFO as such. */
 const snapshot = (directory: string): Readonly<Record<string, string>> =>
   Object.fromEntries(
-    fs
-      .readdirSync(directory)
-      .filter((name) => fs.statSync(path.join(directory, name)).isFile())
-      .map((name) => [name, createHash("sha256").update(fs.readFileSync(path.join(directory, name))).digest("hex")]),
+    fs.readdirSync(directory).flatMap((name) => {
+      const entry = path.join(directory, name)
+      const stat = fs.lstatSync(entry)
+      if (stat.isSymbolicLink()) return [[name, `link to ${fs.readlinkSync(entry)}`]]
+      if (stat.isFIFO()) return [[name, "fifo"]]
+      return stat.isFile() ? [[name, createHash("sha256").update(fs.readFileSync(entry)).digest("hex")]] : []
+    }),
   )
 
 describe("read-only commands over a log with a completed and a crashed run", () => {
@@ -170,15 +175,22 @@ describe("read-only commands over a log with a completed and a crashed run", () 
     expect(fs.readFileSync(page, "utf8")).not.toContain("<!-- edited -->")
     const notes = path.join(shared.root, "notes.md")
     fs.writeFileSync(notes, "# my notes\n")
+    // A FIFO is refused without being opened (an open would wait for a writer, signals unheard), and
+    // a link is not a page, even one to a page or to nothing.
+    const fifo = path.join(shared.root, "pipe.html")
+    execFileSync("mkfifo", [fifo])
+    const linked = path.join(shared.root, "linked.html")
+    fs.symlinkSync(page, linked)
+    const dangling = path.join(shared.root, "dangling.html")
+    fs.symlinkSync(path.join(shared.root, "nowhere.html"), dangling)
     const before = snapshot(shared.root)
-    for (const target of [shared.db, notes, shared.workspace]) {
+    for (const target of [shared.db, notes, shared.workspace, fifo, linked, dangling]) {
       const refused = await maka([...args, target], { cwd: shared.root })
       expect(refused.code, target).toBe(2)
       expect(refused.stderr).toBe(`maka: ${target} exists and is not a page maka inspect wrote; choose a new FILE for --html\n`)
     }
     expect(snapshot(shared.root)).toEqual(before)
-    fs.rmSync(page)
-    fs.rmSync(notes)
+    for (const made of [page, notes, fifo, linked, dangling]) fs.rmSync(made)
   })
 
   it("maka inspect --html with a --step beyond the session's steps writes no page (exit 2)", async () => {

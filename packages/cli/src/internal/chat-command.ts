@@ -6,22 +6,60 @@
  * size limit) is reported and skipped, and the chat goes on. The exit code is the last line's: its
  * turn's, or 2 for a skipped line.
  */
-import * as readline from "node:readline"
+import { StringDecoder } from "node:string_decoder"
 import { ExitCode, fromEngineError } from "./exit.ts"
 import * as Flags from "./flags.ts"
 import { messageProblem, openHost, settingsOf, type RunContext } from "./run-command.ts"
 import { handleSignals } from "./signals.ts"
 
+/**
+ * The lines of `input`, each handed to `onLine` as it ends: only `\n` ends a line (a `\r` before
+ * it is dropped, a lone `\r` is text), as `maka run` reads its message; at the end of input the
+ * last line, if any, then `onEnd`. `close` stops reading.
+ */
+const readLines = (input: NodeJS.ReadStream, onLine: (line: string) => void, onEnd: () => void): { readonly close: () => void } => {
+  const decoder = new StringDecoder("utf8")
+  let pending = ""
+  const emit = (line: string) => onLine(line.endsWith("\r") ? line.slice(0, -1) : line)
+  const onData = (chunk: Buffer | string) => {
+    pending += typeof chunk === "string" ? chunk : decoder.write(chunk)
+    for (let end = pending.indexOf("\n"); end !== -1; end = pending.indexOf("\n")) {
+      const line = pending.slice(0, end)
+      pending = pending.slice(end + 1)
+      emit(line)
+    }
+  }
+  let ended = false
+  const finish = () => {
+    if (ended) return
+    ended = true
+    pending += decoder.end()
+    if (pending !== "") emit(pending)
+    pending = ""
+    onEnd()
+  }
+  input.on("data", onData)
+  input.on("end", finish)
+  input.on("error", finish)
+  return {
+    close: () => {
+      input.off("data", onData)
+      input.off("end", finish)
+      input.off("error", finish)
+      input.pause()
+    },
+  }
+}
+
 export const chatCommand = async (context: RunContext): Promise<number> => {
   const { values } = Flags.parse("chat", context.args)
   const settings = settingsOf(values, context)
   const signals = handleSignals(context.sink)
-  const lines = readline.createInterface({ input: context.stdin, terminal: false })
   const queued: Array<string> = []
   let ended = false
   let wake: (() => void) | undefined
   let steer: ((text: string) => Promise<void>) | undefined
-  lines.on("line", (line) => {
+  const onLine = (line: string) => {
     if (line.trim() === "") return
     if (steer !== undefined) {
       const deliver = steer
@@ -35,8 +73,8 @@ export const chatCommand = async (context: RunContext): Promise<number> => {
       queued.push(line)
     }
     wake?.()
-  })
-  lines.on("close", () => {
+  }
+  const lines = readLines(context.stdin, onLine, () => {
     ended = true
     wake?.()
   })

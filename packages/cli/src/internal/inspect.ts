@@ -304,13 +304,26 @@ const renderMessage = (message: Prompt.PromptMessage): ReadonlyArray<string> => 
 
 const isRecord = (value: unknown): value is Readonly<Record<string, unknown>> => typeof value === "object" && value !== null
 
-/** The first bytes of `file`, or `undefined` when it does not exist. */
+/**
+ * The first bytes of `file`, or `undefined` when nothing is there; `""` (no page) for anything but a
+ * regular file, never opened: a FIFO would block the open until a writer came, with the signals
+ * unheard, and a link (a dangling one too) is not a page maka wrote.
+ */
 const headOf = (file: string): string | undefined => {
-  let handle: number
+  let entry: fs.Stats
   try {
-    handle = fs.openSync(file, "r")
+    entry = fs.lstatSync(file)
   } catch (error) {
     if (isRecord(error) && error["code"] === "ENOENT") return undefined
+    throw new CliError(`cannot write ${file}: ${error instanceof Error ? error.message : String(error)}`, ExitCode.failed)
+  }
+  if (!entry.isFile()) return ""
+  let handle: number
+  try {
+    // Without blocking or following, should the entry have changed since it was looked at.
+    handle = fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_NONBLOCK | fs.constants.O_NOFOLLOW)
+  } catch (error) {
+    if (isRecord(error) && (error["code"] === "ELOOP" || error["code"] === "ENXIO")) return ""
     throw new CliError(`cannot write ${file}: ${error instanceof Error ? error.message : String(error)}`, ExitCode.failed)
   }
   try {
