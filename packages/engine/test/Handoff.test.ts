@@ -67,7 +67,7 @@ const isHandoffOpening = (writes: ReadonlyArray<EventWrite.EventWrite>): boolean
 }
 
 /**
- * A run that pauses on `slow`, an engine over its log, and a second engine over the same log. What
+ * A run paused on `slow`, its engine, and a second engine over the same log. What
  * `before(when, race)` arms runs once just before the first engine's next append `when` selects,
  * after every check that engine made: the other engine acts in between (the race two hosts of a
  * shared log can run).
@@ -87,9 +87,15 @@ const racingSetup = () =>
       }),
     })
     const other = yield* Engine.make({}).pipe(Effect.provideService(EventLog.EventLog, context.log), Effect.provide(Ids.layer))
+    const effects: Effects = { ran: [] }
+    const { running, pause, catalog } = yield* pauseWhileToolRuns(context, effects)
     return {
       context,
       other,
+      effects,
+      running,
+      pause,
+      catalog,
       before: (when: (writes: ReadonlyArray<EventWrite.EventWrite>) => boolean, race: Effect.Effect<void>) => void (armed = { when, race }),
       armed: () => armed !== undefined,
     }
@@ -399,9 +405,7 @@ describe("handoff", () => {
     Effect.scoped(
       Effect.gen(function* () {
         const racing = yield* racingSetup()
-        const { context, other } = racing
-        const effects: Effects = { ran: [] }
-        const { running, pause, catalog } = yield* pauseWhileToolRuns(context, effects)
+        const { context, other, effects, running, pause, catalog } = racing
         const written = () => Effect.map(context.log.events("session-1"), (events) => events.length)
         const taken = EngineError.busy(EngineError.HANDOFF_TAKEN_MESSAGE).message
         const resumeHere = Effect.flip(context.engine.resume({ paused: running.invocation, pause: pause!, model: context.model, tools: catalog }))
@@ -449,9 +453,7 @@ describe("handoff", () => {
     Effect.scoped(
       Effect.gen(function* () {
         const racing = yield* racingSetup()
-        const { context, other } = racing
-        const effects: Effects = { ran: [] }
-        const { running, pause, catalog } = yield* pauseWhileToolRuns(context, effects)
+        const { context, other, effects, running, pause, catalog } = racing
         racing.before(
           () => true,
           Effect.flatMap(Effect.orDie(other.resume({ paused: running.invocation, pause: pause!, model: context.model, tools: catalog })), (successor) =>
