@@ -3,6 +3,7 @@
  * becomes durable; tool activity, progress of long tool calls and retries with their wait on stderr;
  * or, with `--json`, one line per committed event. Every line comes from a committed event.
  */
+import type { Recovery } from "@maka/engine"
 import { Canonical, Limits, type Event } from "@maka/facts"
 
 export interface Sink {
@@ -30,7 +31,7 @@ export interface ObservedFailure {
  * What opening the log sealed (a run a crashed process left open), one stderr line each: otherwise
  * a writing command would change a session's state without a word (docs/cli.md §10.1 "Recovery").
  */
-export const recoveredLines = (report: { readonly sealed: ReadonlyArray<{ readonly invocation: { readonly sessionId: string; readonly invocationId: string }; readonly failureClass: string }> } | undefined): string =>
+export const recoveredLines = (report: Recovery.Report | undefined): string =>
   (report?.sealed ?? [])
     .map(
       (sealed) =>
