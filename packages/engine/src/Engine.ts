@@ -23,6 +23,7 @@ import type { LanguageModel } from "@maka/model"
 import { Cancellation, Ids, ToolCatalog } from "@maka/tools"
 import { Clock, Context, Deferred, Effect, Exit, Fiber, Layer, type Redacted, Ref, Result, Schema, Scope, Semaphore, Stream } from "effect"
 import * as EngineError from "./EngineError.ts"
+import * as AbortFanout from "./internal/abort-fanout.ts"
 import { defaults, MAX_QUEUED_STEERING, optionsProblem, resolveOptions, SESSION_CONTEXTS, type EngineOptions } from "./internal/options.ts"
 import { SessionContexts, stamp, type Run, type RunSettings } from "./internal/run-context.ts"
 import * as EventFeed from "./internal/event-feed.ts"
@@ -313,12 +314,11 @@ const signalAborted = (signal: AbortSignal | undefined): Effect.Effect<boolean, 
         catch: (error) => EngineError.invalidInput(`signal: reading aborted threw: ${error instanceof Error ? error.message : String(error)}`),
       })
 
-/** Waits until `signal` aborts; its listener is removed when the wait ends or is interrupted. */
+/** Waits until `signal` aborts; it stops listening when the wait ends or is interrupted. */
 const onAbort = (signal: AbortSignal): Effect.Effect<void> =>
   Effect.callback<void>((resume) => {
-    const listener = () => resume(Effect.void)
-    signal.addEventListener("abort", listener, { once: true })
-    return Effect.sync(() => signal.removeEventListener("abort", listener))
+    const unsubscribe = AbortFanout.subscribe(signal, () => resume(Effect.void))
+    return Effect.sync(unsubscribe)
   })
 
 /** No provider options, sealed. */

@@ -11,6 +11,7 @@ import { Cause, Effect, Exit, ManagedRuntime, Option, Stream } from "effect"
 import * as Agent from "./Agent.ts"
 import * as Engine from "./Engine.ts"
 import * as EngineError from "./EngineError.ts"
+import * as AbortFanout from "./internal/abort-fanout.ts"
 import * as EventFeed from "./internal/event-feed.ts"
 import * as Handoff from "./internal/handoff.ts"
 import type * as Recovery from "./Recovery.ts"
@@ -187,16 +188,17 @@ export const createEngine = async (options: CreateEngineOptions): Promise<MakaEn
     // pause); once the runtime is gone every run is sealed, and there is nothing left to cancel.
     const cancel = (): Promise<void> => (disposed ? Promise.resolve() : runtime.runPromise(running.cancel))
     const onAbort = (): void => void cancel()
+    let unsubscribe: (() => void) | undefined
     const settled = runtime.runPromiseExit(running.wait)
     const tracked = settled.finally(() => {
-      signal?.removeEventListener("abort", onAbort)
+      unsubscribe?.()
       live.delete(tracked)
     })
     live.add(tracked)
     if (signal !== undefined) {
       // Aborted while `start` was admitting: the run is open, so it is cancelled now.
       if (hasAborted(signal)) onAbort()
-      else signal.addEventListener("abort", onAbort, { once: true })
+      else unsubscribe = AbortFanout.subscribe(signal, onAbort)
     }
     return {
       invocation: running.invocation,
