@@ -1,8 +1,8 @@
-import { execFileSync } from "node:child_process"
+import { execFileSync, spawnSync } from "node:child_process"
 import * as fs from "node:fs"
 import * as path from "node:path"
 import { afterEach, describe, expect, it } from "vitest"
-import { folder, maka, NOWHERE_BASE_URL, type Folder } from "./support/cli.ts"
+import { bin, folder, maka, NOWHERE_BASE_URL, type Folder } from "./support/cli.ts"
 
 const folders: Array<Folder> = []
 afterEach(() => {
@@ -103,6 +103,30 @@ describe("maka demo", () => {
       },
     })
     expect({ code: result.code, stderr: result.stderr }).toEqual({ code: 130, stderr: "maka: demo: stopped: stdout was closed\n" })
+    expect(fs.readdirSync(tmp)).toEqual([])
+    expect(processesMentioning(tmp)).toEqual([])
+  }, 60_000)
+
+  it("says its stdout failed, not that it was closed, when the disk is full: exit 130, nothing left behind", () => {
+    const { root, tmp } = withTemporaryFolder()
+    const full = fs.openSync("/dev/full", "w")
+    try {
+      const result = spawnSync(process.execPath, [bin, "demo"], {
+        cwd: root,
+        env: { ...process.env, TMPDIR: tmp },
+        stdio: ["ignore", full, "pipe"],
+        encoding: "utf8",
+        timeout: 60_000,
+      })
+      expect({ code: result.status, stderr: result.stderr }).toEqual({
+        code: 130,
+        stderr:
+          "maka: demo: stopped: stdout failed (ENOSPC)\n" +
+          "maka: error: could not write to stdout (ENOSPC); what was printed is incomplete\n",
+      })
+    } finally {
+      fs.closeSync(full)
+    }
     expect(fs.readdirSync(tmp)).toEqual([])
     expect(processesMentioning(tmp)).toEqual([])
   }, 60_000)

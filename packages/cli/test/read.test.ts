@@ -222,7 +222,14 @@ describe("read-only commands over a log with a completed and a crashed run", () 
   it("maka inspect --step beyond the session's steps is exit 2", async () => {
     const result = await maka(["inspect", "--db", shared.db, "--session", "done", "--step", "4"], { cwd: shared.root })
     expect(result.code).toBe(2)
-    expect(result.stderr).toContain("1..3")
+    expect(result.stderr).toContain("session done has 3 steps; --step must be in 1..3")
+    const db = path.join(shared.root, "one-step.sqlite")
+    const single = ["--db", db, "--session", "one"]
+    // One step, then the step limit: a session with a single request.
+    expect((await maka(["run", ...single, "--workspace", shared.workspace, "--max-steps", "1", "hi"], { cwd: shared.root })).code).toBe(1)
+    const one = await maka(["inspect", ...single, "--step", "2"], { cwd: shared.root })
+    expect(one.code).toBe(2)
+    expect(one.stderr).toContain("session one has 1 step; --step must be in 1..1")
   })
 
   it("maka inspect of a session without events is exit 1", async () => {

@@ -175,7 +175,11 @@ export const demoCommand = async (context: CommandContext): Promise<number> => {
   const onInterrupt = stopWith("cancelled by SIGINT")
   const onTerminate = stopWith("cancelled by SIGTERM")
   // Nobody reads the tour any more (`maka demo | head`): it stops rather than run on for nothing.
-  const onClosed = stopWith("stopped: stdout was closed")
+  // A full disk is no closed stdout: the line says which it was (the exit is 130 either way).
+  const onClosed = () => {
+    const failure = context.sink.outFailure?.()
+    stopWith(failure === undefined || failure === "EPIPE" ? "stopped: stdout was closed" : `stopped: stdout failed (${failure})`)()
+  }
   // A crash (an uncaught exception, `process.exit`) skips the `finally`; only synchronous work runs here.
   const onExit = () => {
     for (const child of running.keys()) child.kill("SIGKILL")

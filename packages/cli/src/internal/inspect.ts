@@ -421,7 +421,9 @@ export const inspectCommand = async (context: CommandContext): Promise<number> =
     const { mainRequests } = session
     // Checked before the page is written: a usage error leaves nothing behind.
     if (stepNumber !== undefined && stepNumber > mainRequests.length) {
-      throw new Flags.UsageError(`session ${sessionId} has ${mainRequests.length} steps; --step must be in 1..${mainRequests.length}`)
+      throw new Flags.UsageError(
+        `session ${sessionId} has ${mainRequests.length} ${mainRequests.length === 1 ? "step" : "steps"}; --step must be in 1..${mainRequests.length}`,
+      )
     }
     if (html !== undefined) {
       // Refused before the sources are read (a long session's take a while), and again at the write.

@@ -11,6 +11,8 @@ export interface Sink {
   readonly err: (text: string) => void
   /** Aborted once stdout takes no more text (its reader went away); a running turn is then cancelled. */
   readonly outClosed?: AbortSignal
+  /** The error code of stdout's first failed write (`EPIPE`: its reader went away), if it failed. */
+  readonly outFailure?: () => string | undefined
 }
 
 /**
