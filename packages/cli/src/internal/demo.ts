@@ -13,7 +13,7 @@ import { spawn, type ChildProcess } from "node:child_process"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
-import { CliError, ExitCode } from "./exit.ts"
+import { CliError, ExitCode, fsReasonOf } from "./exit.ts"
 import * as Flags from "./flags.ts"
 import { main } from "./main.ts"
 import type { CommandContext } from "./read-commands.ts"
@@ -119,19 +119,13 @@ const indent = (text: string): string =>
     .map((line) => `    ${line}`)
     .join("\n")
 
-/** Node's `ENOENT: no such file or directory, mkdtemp '/x/maka-demo-XXXXXX'` as `no such file or directory`. */
-const reasonOf = (error: unknown): string => {
-  const message = error instanceof Error ? error.message : String(error)
-  return /^[A-Z]+: (.+?), \w+ '/.exec(message)?.[1] ?? message
-}
-
 /** A new folder for the tour; when none can be made, one line says where it was to go and why. */
 const temporaryFolder = (): string => {
   try {
     return fs.mkdtempSync(path.join(os.tmpdir(), "maka-demo-"))
   } catch (error) {
     throw new CliError(
-      `demo: cannot make a temporary folder in ${os.tmpdir()}: ${reasonOf(error)} (TMPDIR names the folder for temporary files)`,
+      `demo: cannot make a temporary folder in ${os.tmpdir()}: ${fsReasonOf(error)} (TMPDIR names the folder for temporary files)`,
       ExitCode.failed,
     )
   }
@@ -143,7 +137,7 @@ const removeFolder = (folder: string): string | undefined => {
     fs.rmSync(folder, { recursive: true, force: true })
     return undefined
   } catch (error) {
-    return reasonOf(error)
+    return fsReasonOf(error)
   }
 }
 
@@ -214,7 +208,7 @@ export const demoCommand = async (context: CommandContext): Promise<number> => {
       )
       fs.writeFileSync(path.join(workspace, "lantern.js"), "export const build = (folder) => folder\n")
     } catch (error) {
-      throw new CliError(`demo: cannot write the tour's workspace in ${folder}: ${reasonOf(error)}`, ExitCode.failed)
+      throw new CliError(`demo: cannot write the tour's workspace in ${folder}: ${fsReasonOf(error)}`, ExitCode.failed)
     }
     say(`maka demo: an offline tour in ${folder}`)
     say("The model is maka's built-in offline model: a deterministic OpenAI-compatible server on 127.0.0.1.\n")

@@ -24,6 +24,16 @@ export class CliError extends Error {
   }
 }
 
+/**
+ * Node's file system message without its path part: `ENOENT: no such file or directory, open
+ * '/x/.maka-inspect-1-ab.tmp'` as `no such file or directory`. The path it names may be a temporary
+ * one the user never gave; the CLI's line names the user's own.
+ */
+export const fsReasonOf = (error: unknown): string => {
+  const message = error instanceof Error ? error.message : String(error)
+  return /^[A-Z]+: (.+?), \w+ '/.exec(message)?.[1] ?? message
+}
+
 /** The exit code of a run's terminal outcome. */
 export const exitCodeOf = (outcome: Outcome.InvocationOutcome): number => {
   switch (outcome.kind) {

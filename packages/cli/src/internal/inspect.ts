@@ -14,7 +14,7 @@ import * as crypto from "node:crypto"
 import * as fs from "node:fs"
 import * as path from "node:path"
 import { TOOL_LEVELS, type ToolLevel } from "../Configuration.ts"
-import { CliError, ExitCode } from "./exit.ts"
+import { CliError, ExitCode, fsReasonOf } from "./exit.ts"
 import * as Flags from "./flags.ts"
 import type { CommandContext } from "./read-commands.ts"
 import type { InspectPage } from "./inspect-html.ts"
@@ -315,7 +315,7 @@ const headOf = (file: string): string | undefined => {
     entry = fs.lstatSync(file)
   } catch (error) {
     if (isRecord(error) && error["code"] === "ENOENT") return undefined
-    throw new CliError(`cannot write ${file}: ${error instanceof Error ? error.message : String(error)}`, ExitCode.failed)
+    throw new CliError(`cannot write ${file}: ${fsReasonOf(error)}`, ExitCode.failed)
   }
   if (!entry.isFile()) return ""
   let handle: number
@@ -324,7 +324,7 @@ const headOf = (file: string): string | undefined => {
     handle = fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_NONBLOCK | fs.constants.O_NOFOLLOW)
   } catch (error) {
     if (isRecord(error) && (error["code"] === "ELOOP" || error["code"] === "ENXIO")) return ""
-    throw new CliError(`cannot write ${file}: ${error instanceof Error ? error.message : String(error)}`, ExitCode.failed)
+    throw new CliError(`cannot write ${file}: ${fsReasonOf(error)}`, ExitCode.failed)
   }
   try {
     const buffer = Buffer.alloc(1_024)
@@ -332,7 +332,7 @@ const headOf = (file: string): string | undefined => {
   } catch (error) {
     // A directory: not a page, so it is refused below.
     if (isRecord(error) && error["code"] === "EISDIR") return ""
-    throw new CliError(`cannot write ${file}: ${error instanceof Error ? error.message : String(error)}`, ExitCode.failed)
+    throw new CliError(`cannot write ${file}: ${fsReasonOf(error)}`, ExitCode.failed)
   } finally {
     fs.closeSync(handle)
   }
@@ -365,7 +365,7 @@ const writePage = async (file: string, page: InspectPage): Promise<void> => {
     } catch {
       // The error that stopped the write is the one to report.
     }
-    throw new CliError(`cannot write ${file}: ${error instanceof Error ? error.message : String(error)}`, ExitCode.failed)
+    throw new CliError(`cannot write ${file}: ${fsReasonOf(error)}`, ExitCode.failed)
   }
 }
 
