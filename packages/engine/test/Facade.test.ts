@@ -316,6 +316,39 @@ describe("Facade", () => {
     assert.include(context.server.requests()[1]!.body, "and one more thing")
   })
 
+  it("writes steering a cancelled step never delivered before the terminal, and the next turn sends it", async () => {
+    const context = await setup([Respond.hang(), Respond.sse(OpenAiSse.response({ text: ["Seen."] }))])
+    const run = await context.engine.start(options(context))
+    await context.server.request(0)
+    await run.steer("also mention the tests")
+    await run.cancel()
+    assert.deepStrictEqual((await run.wait()).outcome, { kind: "cancelled", source: "runtime_cancellation" })
+    // Delivered (to the log), never dropped: it is the last fact before the terminal.
+    const facts = (await context.engine.events("session-1")).map((stored) => stored.event.fact)
+    const steered = facts.flatMap((fact) => (fact.kind === "message_steered" ? [fact.message.content.text] : []))
+    assert.deepStrictEqual(steered, ["also mention the tests"])
+    assert.deepStrictEqual(kinds(await context.engine.events("session-1")).slice(-2), ["message_steered", "invocation_ended"])
+    const refused = await rejection(run.steer("too late"))
+    assert.strictEqual(refused.reason._tag, "Busy")
+    const next = await context.engine.start(options(context, { message: "Go on." }))
+    assert.deepStrictEqual((await next.wait()).outcome, { kind: "completed" })
+    assert.include(context.server.requests()[1]!.body, "also mention the tests")
+  })
+
+  it("writes steering a failed step never delivered before the terminal", async () => {
+    const gate = Respond.gate()
+    const context = await setup([Respond.hold(gate, Respond.json(400, Respond.openAiError("bad request")))])
+    const run = await context.engine.start(options(context))
+    await context.server.request(0)
+    await run.steer("also mention the tests")
+    gate.release()
+    const result = await run.wait()
+    assert.strictEqual(result.outcome.kind, "failed")
+    const steered = (await context.engine.events("session-1")).filter((stored) => stored.event.fact.kind === "message_steered")
+    assert.strictEqual(steered.length, 1)
+    assert.deepStrictEqual(kinds(await context.engine.events("session-1")).slice(-2), ["message_steered", "invocation_ended"])
+  })
+
   it("refuses a steering text that is not a string with InvalidInput", async () => {
     const gate = Respond.gate()
     const context = await setup([Respond.hold(gate, Respond.sse(OpenAiSse.response({ text: ["Done."] })))])

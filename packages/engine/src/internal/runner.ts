@@ -691,6 +691,9 @@ const runStep = (
     return finishTurn
   })
 
+/** Why a run that is being sealed takes no steering. */
+const RUN_ENDED_STEERING = "the run has ended"
+
 /** Why a run in its last step takes no steering: no later step could deliver it. */
 const LAST_STEP_STEERING = "the run is in its last step (maxSteps): no later step could deliver steering"
 
@@ -766,6 +769,13 @@ const seal = (run: Run, intended: Outcome.InvocationOutcome): Effect.Effect<Outc
         outcome = { kind: "failed", class: "event_commit", message: uncertain.message }
       }
       const terminal: ReadonlyArray<Fact.Fact> = [{ kind: "invocation_ended", outcome }]
+      // Steering accepted but not yet delivered (the run was cancelled or failed within a step) is
+      // written before the terminal: delivered, never dropped (docs/engine.md §5.4). From here on
+      // `steer` is refused. An answer or a pause delivered or refused all of it already.
+      if (outcome.kind !== "completed" && outcome.kind !== "handoff_paused") {
+        run.handoff.endSteering(RUN_ENDED_STEERING)
+        yield* deliverSteering(run)
+      }
       // What the run carries is made durable before its state is read (a refusal of the terminal
       // below would commit it alone anyway).
       if (outcome.kind !== "completed") yield* Effect.ignore(flushCarry(run, true))
