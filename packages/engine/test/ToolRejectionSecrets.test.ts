@@ -105,6 +105,48 @@ describe("tool rejections through createEngine", () => {
     }
   })
 
+  it("stores no key a provider echoes into its answer or a tool call, and never sends it back", async () => {
+    const echo = toolOf("echo", Schema.Struct({ note: Schema.String }))
+    const context = await setup([
+      Respond.sse(
+        OpenAiSse.response({
+          text: ["Using sk-rej", `ection-secret-5c3a and ${TOKEN.slice(0, 4)}`, TOKEN.slice(4)],
+          toolCalls: [{ id: "call-1", name: "echo", arguments: ['{"note":"', API_KEY, '"}'] }],
+        }),
+      ),
+      Respond.sse(OpenAiSse.response({ text: [`Done with ${API_KEY.slice(0, 10)}`, API_KEY.slice(10)] })),
+    ])
+    const run = await context.engine.start({
+      sessionId: "session-1",
+      provider: {
+        kind: "openai-compatible",
+        baseUrl: `${context.server.url}/v1/`,
+        model: "test-model",
+        apiKey: API_KEY,
+        headers: { "x-token": Redacted.make(TOKEN) },
+      },
+      message: "Go.",
+      tools: [echo],
+    })
+    let shown = ""
+    for await (const text of run.text()) shown += text
+    assert.deepStrictEqual((await run.wait()).outcome, { kind: "completed" })
+    assert.strictEqual(shown, "Using [redacted] and [redacted]Done with [redacted]")
+    const stored = JSON.stringify(await context.engine.events("session-1"))
+    assert.include(stored, '"note":"[redacted]"')
+    assert.notInclude(stored, API_KEY)
+    assert.notInclude(stored, TOKEN)
+    const next = context.server.requests()[1]!.body
+    assert.notInclude(next, API_KEY)
+    assert.notInclude(next, TOKEN)
+    await context.engine.close()
+    for (const file of fs.readdirSync(context.folder)) {
+      const bytes = fs.readFileSync(path.join(context.folder, file)).toString("latin1")
+      assert.notInclude(bytes, API_KEY, file)
+      assert.notInclude(bytes, TOKEN, file)
+    }
+  })
+
   it("cuts a decode message of megabytes to 2,048 units and completes the run", async () => {
     const items = toolOf("items", Schema.Struct({ items: Schema.Array(Schema.String) }))
     const argumentsText = JSON.stringify({ items: Array.from({ length: 60_000 }, () => 1) })

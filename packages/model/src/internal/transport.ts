@@ -16,6 +16,7 @@ import type { BodyRead, BodyReader, HttpRequest, HttpResponse, RequestBody } fro
 import { splitDelta } from "./delta-split.ts"
 import type { Normalizer, NormalizerFailure, SseMessage } from "./normalizer.ts"
 import { ReplayTracker } from "./replay-tracker.ts"
+import * as SecretFilter from "./secret-filter.ts"
 import { scrub } from "./secrets.ts"
 
 export interface TransportRequest {
@@ -75,6 +76,7 @@ export const open: (
   const now = () => clock.currentTimeMillisUnsafe()
   const controller = new AbortController()
   const tracker = new ReplayTracker()
+  const secretFilter = SecretFilter.make(request.secrets)
   const scope = yield* Scope.Scope
   const startedAt = now()
   // The idle timer's state: it counts only while a wait on the network is pending.
@@ -269,7 +271,7 @@ export const open: (
       found = request.normalizer.message(message, produced)
     }
     messages.length = 0
-    for (const event of produced) {
+    for (const event of secretFilter.filter(produced)) {
       if (event.kind === "tool_call" && !isToolCallId(event.id)) {
         found ??= { kind: "adapter", message: ModelError.AdapterMessage.invalidToolCallId }
         break
@@ -303,7 +305,7 @@ export const open: (
       if (failure === undefined && !request.normalizer.isFinished()) {
         const produced: Array<Model.ModelEvent> = []
         let found = request.normalizer.end(produced)
-        for (const event of produced) {
+        for (const event of secretFilter.filter(produced)) {
           if (event.kind === "tool_call" && !isToolCallId(event.id)) {
             found ??= { kind: "adapter", message: ModelError.AdapterMessage.invalidToolCallId }
             break
