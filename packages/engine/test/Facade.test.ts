@@ -4,7 +4,7 @@ import { AnthropicSse, OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
 import { Builtins, Tool, ToolCatalog } from "@maka/tools"
 import { Effect, Schema } from "effect"
 import * as diagnostics from "node:diagnostics_channel"
-import * as events from "node:events"
+import { getEventListeners } from "node:events"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
@@ -188,12 +188,12 @@ describe("Facade", () => {
     }
     await context.server.request(runs - 1)
     // One listener for all twelve runs (Node warns past ten): the engine's and the facade's share it.
-    assert.strictEqual(events.getEventListeners(controller.signal, "abort").length, 1)
+    assert.strictEqual(getEventListeners(controller.signal, "abort").length, 1)
     controller.abort()
     for (const run of started) {
       assert.deepStrictEqual((await run.wait()).outcome, { kind: "cancelled", source: "runtime_cancellation" })
     }
-    assert.strictEqual(events.getEventListeners(controller.signal, "abort").length, 0)
+    assert.strictEqual(getEventListeners(controller.signal, "abort").length, 0)
   })
 
   it("stops listening on a shared signal once its runs end, and a later run listens again", async () => {
@@ -201,10 +201,10 @@ describe("Facade", () => {
     const controller = new AbortController()
     const first = await context.engine.start(options(context, { signal: controller.signal }))
     assert.deepStrictEqual((await first.wait()).outcome, { kind: "completed" })
-    assert.strictEqual(events.getEventListeners(controller.signal, "abort").length, 0)
+    assert.strictEqual(getEventListeners(controller.signal, "abort").length, 0)
     const second = await context.engine.start(options(context, { sessionId: "session-2", signal: controller.signal }))
     await context.server.request(2)
-    assert.strictEqual(events.getEventListeners(controller.signal, "abort").length, 1)
+    assert.strictEqual(getEventListeners(controller.signal, "abort").length, 1)
     controller.abort()
     assert.deepStrictEqual((await second.wait()).outcome, { kind: "cancelled", source: "runtime_cancellation" })
   })
