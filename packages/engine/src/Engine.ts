@@ -94,7 +94,9 @@ export interface RunningInvocation {
   /**
    * Requests a handoff at the next step boundary (docs/engine.md §5.10): the in-flight step settles,
    * then the run seals `handoff_paused`. Resolves with the sealed pause, or `undefined` when the run
-   * ended first or the preflight failed (the run then goes on).
+   * ends while the reservation waits or the preflight failed (the run then goes on). A reservation
+   * made once the run has ended or paused is refused `Busy` (`the run's handoff gate is closed` or
+   * `… sealed`, docs/scenarios.md scenario 61); the facade's `run.handoff()` resolves `null` for it.
    */
   readonly handoff: Effect.Effect<Lineage.HandoffPause | undefined, EngineError.EngineError>
   readonly wait: Effect.Effect<RunResult, EngineError.EngineError>
@@ -304,6 +306,20 @@ const settingsProblem = (input: LaunchInput): string | undefined => {
   }
   return undefined
 }
+
+/**
+ * `method`'s work over `input`, built only once `input` is known to be an object: anything else
+ * (`undefined`, `null` through a cast) is refused `InvalidInput`, writing nothing, where reading its
+ * fields would have thrown (while the Effect was built, for some methods) or died.
+ */
+const objectInput = <A>(
+  method: string,
+  input: unknown,
+  work: () => Effect.Effect<A, EngineError.EngineError>,
+): Effect.Effect<A, EngineError.EngineError> =>
+  typeof input === "object" && input !== null
+    ? Effect.suspend(work)
+    : Effect.fail(EngineError.invalidInput(`${method}: the input must be an object, got ${input === null ? "null" : typeof input}`))
 
 /** Whether the caller's `signal` has aborted; reading it may run a caller's getter, which may throw. */
 const signalAborted = (signal: AbortSignal | undefined): Effect.Effect<boolean, EngineError.EngineError> =>
@@ -619,9 +635,12 @@ export const make = (options: Partial<EngineOptions> = {}) =>
         } satisfies RunningInvocation
       })
 
-    const start = (input: StartInput) => launch(input, runMessage)
+    const start = (input: StartInput) => objectInput("start", input, () => launch(input, runMessage))
 
     const compact = (input: CompactInput): Effect.Effect<RunResult, EngineError.EngineError> =>
+      objectInput("compact", input, () => compactObject(input))
+
+    const compactObject = (input: CompactInput): Effect.Effect<RunResult, EngineError.EngineError> =>
       Effect.gen(function* () {
         const requestFingerprint = input.requestFingerprint ?? (yield* Effect.provideService(Ids.Ids, ids)(Ids.next))
         const running = yield* launch({ ...input, requestFingerprint, maxSteps: 1 }, runCompact)
@@ -629,6 +648,9 @@ export const make = (options: Partial<EngineOptions> = {}) =>
       })
 
     const resume = (input: ResumeInput): Effect.Effect<RunningInvocation, EngineError.EngineError> =>
+      objectInput("resume", input, () => resumeObject(input))
+
+    const resumeObject = (input: ResumeInput): Effect.Effect<RunningInvocation, EngineError.EngineError> =>
       Effect.gen(function* () {
         const { opening } = yield* Handoff.readPaused(log, input.paused)
         const execution = input.pause.execution
@@ -658,9 +680,12 @@ export const make = (options: Partial<EngineOptions> = {}) =>
         )
       })
 
-    const continueRun = (input: ContinueInput) => launch({ ...input, continuation: { source: input.source } }, runMessage)
+    const continueRun = (input: ContinueInput) =>
+      objectInput("continueRun", input, () => launch({ ...input, continuation: { source: input.source } }, runMessage))
 
-    const checkContinuation = (input: ContinueInput) =>
+    const checkContinuation = (input: ContinueInput) => objectInput("checkContinuation", input, () => checkContinuationObject(input))
+
+    const checkContinuationObject = (input: ContinueInput) =>
       Effect.gen(function* () {
         const launchInput: LaunchInput = { ...input, continuation: { source: input.source } }
         const problem = validateInput(launchInput)
@@ -704,7 +729,9 @@ export const make = (options: Partial<EngineOptions> = {}) =>
       return EngineError.invalidInput(`the ${resolver} resolver threw: ${said}`)
     }
 
-    const resumePending = (resolvers: ResumeResolvers) =>
+    const resumePending = (resolvers: ResumeResolvers) => objectInput("resumePending", resolvers, () => resumeAllPending(resolvers))
+
+    const resumeAllPending = (resolvers: ResumeResolvers) =>
       Effect.gen(function* () {
         const reports: Array<ResumeReport> = []
         for (const pending of yield* allPending) {

@@ -400,3 +400,35 @@ describe("an opening whose every commit lands with an unknown outcome", () => {
       }),
     ))
 })
+
+describe("an input that is not an object", () => {
+  it.live("is refused InvalidInput by every Engine method, as an Effect failure, writing nothing", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({ script: toolLoop })
+        const engine = context.engine
+        const refusals: ReadonlyArray<readonly [string, () => Effect.Effect<unknown, EngineError.EngineError>]> = [
+          ["start", () => engine.start(undefined as unknown as Engine.StartInput)],
+          ["start", () => engine.run(null as unknown as Engine.StartInput)],
+          ["compact", () => engine.compact(undefined as unknown as Engine.CompactInput)],
+          ["resume", () => engine.resume(7 as unknown as Engine.ResumeInput)],
+          ["continueRun", () => engine.continueRun(undefined as unknown as Engine.ContinueInput)],
+          ["checkContinuation", () => engine.checkContinuation(null as unknown as Engine.ContinueInput)],
+          ["resumePending", () => engine.resumePending(undefined as unknown as Engine.ResumeResolvers)],
+        ]
+        for (const [method, call] of refusals) {
+          // Building the effect throws nothing; running it fails, never dies.
+          const exit = yield* Effect.exit(call())
+          assert.isTrue(Exit.isFailure(exit), method)
+          const error = yield* Effect.flip(Effect.suspend(() => exit))
+          assert.strictEqual(error.reason._tag, "InvalidInput", method)
+          assert.match(error.message, new RegExp(`^${method}: the input must be an object, got `), method)
+        }
+        assert.deepStrictEqual(yield* context.log.events("session-1"), [])
+        // The engine is unharmed: a run goes on.
+        const ran = yield* engine.run(input(context, "Loop.", catalog({ ran: [] })))
+        assert.deepStrictEqual(ran.outcome, { kind: "completed" })
+      }),
+    ),
+  )
+})
