@@ -1,6 +1,7 @@
 /**
- * A provider that echoes the host's secrets into its answer never gets them yielded (docs/model.md
- * §4.3): not in a text or reasoning delta, whole or split across deltas, nor in a tool call's input.
+ * A provider that echoes the host's secrets into its answer never gets them yielded
+ * (docs/model.md §4.3): not in a text or reasoning delta, whole or split across deltas, nor in a
+ * tool call's input.
  */
 import { assert, describe, it } from "@effect/vitest"
 import type { Model } from "@maka/facts"
