@@ -3,7 +3,8 @@
  * refuses a database without a maka log of the current version, and runs only reads. And the pool a
  * URL opens: a held client whose connection drops fails its next query instead of ending the process,
  * and a server that accepts connections but never answers fails the open after the connect timeout.
- * Each server case gets a database of its own, dropped afterwards.
+ * The log keeps the schema it found at open in every client of its pool, and a role without
+ * privileges hears so. Each server case gets a database of its own, dropped afterwards.
  */
 import * as net from "node:net"
 import { sql } from "kysely"
@@ -162,6 +163,72 @@ describe.skipIf(databaseUrl === "")("the read-only PostgreSQL open", () => {
     // Outside the log's transactions too: every session of the read-only pool defaults to READ ONLY.
     await expect(sql`INSERT INTO sessions (session_id, created_at) VALUES ('u', 3)`.execute(reader.db)).rejects.toThrow(/read-only transaction/)
     expect(await userTables(url)).toEqual(["public.event_log", "public.schema_migrations", "public.sessions", "public.tool_result_payloads"])
+  })
+})
+
+describe.skipIf(databaseUrl === "")("the schema a PostgreSQL log works in", () => {
+  it("stays the one found at open, in every client, when a schema created later comes first in the search_path", async () => {
+    const url = await freshDatabase()
+    const log = await open(url, {})
+    const schemaOf = () => log.read(async (transaction) => (await sql<{ schema: string }>`SELECT current_schema() AS schema`.execute(transaction)).rows[0]?.schema)
+    expect(await schemaOf()).toBe("public")
+    await log.write(async (transaction) => {
+      await sql`INSERT INTO sessions (session_id, created_at) VALUES ('s', 1)`.execute(transaction)
+    })
+    // `"$user"` comes first in the default search_path: a schema named after the role takes over it.
+    const client = new pg.Client({ connectionString: url })
+    await client.connect()
+    try {
+      await client.query(`CREATE SCHEMA AUTHORIZATION CURRENT_USER`)
+      const role = (await client.query<{ role: string }>(`SELECT current_user AS role`)).rows[0]!.role
+      await client.query(`CREATE TABLE "${role.replaceAll('"', '""')}".sessions (session_id text, created_at bigint)`)
+    } finally {
+      await client.end()
+    }
+    // Reads at once make the pool hand out new clients: each works in the log's schema still.
+    const schemas = await Promise.all(
+      Array.from({ length: 4 }, () =>
+        log.read(async (transaction) => {
+          const row = (await sql<{ schema: string }>`SELECT current_schema() AS schema, pg_sleep(0.05)`.execute(transaction)).rows[0]
+          const sessions = (await sql<{ session_id: string }>`SELECT session_id FROM sessions`.execute(transaction)).rows
+          return `${row?.schema}: ${sessions.map((entry) => entry.session_id).join(",")}`
+        }),
+      ),
+    )
+    expect(schemas).toEqual(Array.from({ length: 4 }, () => "public: s"))
+  })
+
+  it("tells a role without privileges on the log so, rather than calling the log foreign", async () => {
+    const url = await freshDatabase()
+    await (await open(url, {})).close()
+    const role = `maka_noprivs_${process.pid}`
+    const client = new pg.Client({ connectionString: url })
+    await client.connect()
+    try {
+      await client.query(`DROP ROLE IF EXISTS ${role}`)
+      await client.query(`CREATE ROLE ${role} LOGIN`)
+    } finally {
+      await client.end()
+    }
+    const asRole = new URL(url)
+    asRole.username = role
+    try {
+      // It sees the tables (the catalog shows them to every role), and may read none of them.
+      for (const options of [{}, { readOnly: true }]) {
+        const error = await expectReason(open(asRole.toString(), options), "Database", "permission denied for table schema_migrations")
+        expect(error.message).not.toContain("is not a maka event log")
+      }
+      // Without use of the schema either, the search_path holds nothing it may use.
+      const owner = new pg.Client({ connectionString: url })
+      await owner.connect()
+      await owner.query(`REVOKE ALL ON SCHEMA public FROM PUBLIC`).finally(() => owner.end())
+      await expectReason(open(asRole.toString(), {}), "Database", "no schema of the search_path exists that the role may use")
+    } finally {
+      admin ??= new pg.Pool({ connectionString: databaseUrl, max: 1 })
+      for (const name of created) await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
+      created.length = 0
+      await admin.query(`DROP ROLE IF EXISTS ${role}`)
+    }
   })
 })
 

@@ -283,9 +283,16 @@ export const surveyPostgres = async (
   const migrationColumns = tables.includes("schema_migrations")
     ? names(
         (
+          // From the catalog, which shows every column to every role (information_schema hides the
+          // columns a role may not read, and a role without privileges saw a foreign database).
           await sql<{ name: unknown }>`
-            SELECT column_name AS name FROM information_schema.columns
-            WHERE table_schema = ${schema} AND table_name = 'schema_migrations'`.execute(transaction)
+            SELECT a.attname AS name
+            FROM pg_catalog.pg_attribute a
+              JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
+              JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+            WHERE n.nspname = ${schema} AND c.relname = 'schema_migrations' AND a.attnum > 0 AND NOT a.attisdropped`.execute(
+            transaction,
+          )
         ).rows,
         "name",
       )
@@ -359,7 +366,7 @@ const currentSchema = async (transaction: Transaction<Tables>, location: string)
   if (schema === undefined) {
     throw EventLogError.make({
       _tag: "Database",
-      message: `${location}: no schema of the search_path exists; pass a schema to open the log in`,
+      message: `${location}: no schema of the search_path exists that the role may use; create one, or name the log's schema (the URL's options=-c search_path=NAME, or EventLog.layerPostgres's schema)`,
     })
   }
   return schema
@@ -370,23 +377,24 @@ const currentSchema = async (transaction: Transaction<Tables>, location: string)
  * session's transactions default to READ ONLY too, so nothing but a read can reach the store.
  */
 export const openPostgresStore = async (store: PostgresStore, access: { readonly readOnly?: boolean } = {}): Promise<Database> => {
-  const { schema } = store
   const readOnly = access.readOnly === true
-  const setup = [
-    ...(schema === undefined ? [] : [`SET search_path TO ${quoteIdentifier(schema)}`]),
-    ...(readOnly ? ["SET default_transaction_read_only = on"] : []),
-  ]
+  // The schema every client works in: the one given, or else the first client's `current_schema()`,
+  // pinned for every later client. Unpinned, each client would follow the search_path, and a schema
+  // created later ahead of it (`"$user"`'s) would move the log to another one under a live engine.
+  let pinned = store.schema
   const db = new Kysely<Tables>({
     dialect: new PostgresDialect({
       pool: store.pool,
       // Runs once per client the pool hands out (the PGlite adapter hands out a new one every time).
-      ...(setup.length === 0
-        ? {}
-        : {
-            onCreateConnection: async (connection) => {
-              for (const statement of setup) await connection.executeQuery(CompiledQuery.raw(statement))
-            },
-          }),
+      onCreateConnection: async (connection) => {
+        if (pinned === undefined) {
+          const found = await connection.executeQuery(CompiledQuery.raw("SELECT current_schema() AS schema"))
+          // None (no schema of the search_path exists): the open refuses it (`currentSchema`).
+          pinned = textOf(found.rows[0], "schema")
+        }
+        if (pinned !== undefined) await connection.executeQuery(CompiledQuery.raw(`SET search_path TO ${quoteIdentifier(pinned)}`))
+        if (readOnly) await connection.executeQuery(CompiledQuery.raw("SET default_transaction_read_only = on"))
+      },
     }),
   })
   try {
@@ -408,8 +416,9 @@ export const openPostgresStore = async (store: PostgresStore, access: { readonly
 
 /**
  * Opens the log over a PostgreSQL URL (a pool this log owns and ends at `close()`) or a caller's
- * pool (never ended by the log). With `schema`, each client of the pool gets that `search_path`
- * when the log first uses it, so a caller's pool should serve this log alone. The timeouts apply to
+ * pool (never ended by the log). Each client of the pool gets the log's `search_path` (`schema`, or
+ * the schema the first client found) when the log first uses it, so a caller's pool should serve
+ * this log alone. The timeouts apply to
  * a URL's pool only: a caller's pool keeps its own settings.
  */
 /**
