@@ -8,7 +8,7 @@
  */
 import type { EventWrite } from "@maka/facts"
 import { History } from "@maka/testkit"
-import { Context, Effect, Layer, Result } from "effect"
+import { Context, Effect, Fiber, Layer, Result } from "effect"
 import { describe, expect, it } from "vitest"
 import * as EventLog from "../src/EventLog.ts"
 import type { EventLogError } from "../src/EventLogError.ts"
@@ -142,3 +142,54 @@ if (url === undefined) {
       : "note: MAKA_TEST_DATABASE_URL is unset; PostgresSessionLock.test.ts does not run here (tools/pg-start prints a URL)\n",
   )
 }
+
+describe.skipIf(url === undefined && !inCi)("a PostgreSQL write that meets a lock timeout", () => {
+  it("is tried again, as nothing of it was written, and lands once the lock is free", async () => {
+    if (url === undefined) throw new Error("MAKA_TEST_DATABASE_URL is unset: under CI this suite needs the PostgreSQL server")
+    const schema = freshSchema()
+    // The log's connections give up waiting for a lock after 200 ms (a role or URL setting).
+    const timed = new URL(url)
+    timed.searchParams.set("options", "-c lock_timeout=200")
+    const pg = (await import("pg")).default
+    const holder = new pg.Client({ connectionString: url })
+    await holder.connect()
+    try {
+      await Effect.runPromise(
+        Effect.scoped(
+          Effect.gen(function* () {
+            const log = yield* host(timed.toString(), schema)
+            const history = new History.History({ sessionId: "held", firstId: 1 })
+            const run = history.open({ invocationId: "held-live", runId: "held-run", turnId: "held-turn" })
+            yield* log.appendBatch(history.writes)
+            run.end({ kind: "failed", class: "cancelled" })
+            const terminal = history.writes[1]!
+            // Another host holds the session's row, as its own append would.
+            yield* Effect.promise(async () => {
+              await holder.query("BEGIN")
+              await holder.query(`SELECT 1 FROM "${schema}".sessions WHERE session_id = 'held' FOR UPDATE`)
+            })
+            const appended = yield* Effect.forkChild(log.append(terminal))
+            // The first try waits on the lock, then gives up (lock_timeout); then the lock is freed.
+            const waiting = () =>
+              Effect.promise(async () => {
+                // A row lock's waiter waits on the holder's transaction id.
+                const result = await holder.query(
+                  "SELECT count(*)::int AS n FROM pg_locks WHERE NOT granted AND locktype = 'transactionid' AND transactionid::text = pg_current_xact_id()::text",
+                )
+                return (result.rows[0] as { n: number }).n
+              })
+            while ((yield* waiting()) === 0) yield* Effect.sleep("5 millis")
+            while ((yield* waiting()) > 0) yield* Effect.sleep("5 millis")
+            yield* Effect.promise(() => holder.query("COMMIT"))
+            const sequence = yield* Fiber.join(appended)
+            expect(sequence).toBeGreaterThan(0)
+            const kinds = (yield* log.events("held")).map((stored) => stored.event.fact.kind)
+            expect(kinds).toEqual(["invocation_opened", "invocation_ended"])
+          }),
+        ),
+      )
+    } finally {
+      await holder.end()
+    }
+  })
+})

@@ -8,7 +8,7 @@ import * as EventLogError from "../EventLogError.ts"
 import type { Database, Dialect } from "./database.ts"
 import * as LogIndex from "./log-index.ts"
 import { sqliteAccessOf } from "./sqlite-driver.ts"
-import { errorMessage, storeError } from "./store-error.ts"
+import { errorCode, errorMessage, storeError } from "./store-error.ts"
 import type { Tables } from "./tables.ts"
 
 /** Runs a callback in one transaction: Kysely's `TransactionBuilder`, or the SQLite driver's own. */
@@ -68,6 +68,57 @@ export const runTransaction = async <A>(
   }
 }
 
+/**
+ * PostgreSQL's answers to a statement that mean the transaction was rolled back before its commit
+ * and may simply be tried again: a serialization failure, a deadlock, a lock not available in time
+ * (`lock_timeout`), a statement cancelled (`statement_timeout`). Nothing of such a transaction was
+ * written, so a write that met one in its body is run again, from its first statement.
+ */
+const TRANSIENT_SQLSTATES: ReadonlySet<string> = new Set(["40001", "40P01", "55P03", "57014"])
+
+/** The waits before the second, third and fourth try of a write that met a transient answer. */
+const TRANSIENT_RETRY_MS: ReadonlyArray<number> = [10, 50, 250]
+
+/** The first error a write's body threw, when it is a transient PostgreSQL answer; else undefined. */
+const transientCode = (error: unknown): string | undefined => {
+  const code = errorCode(error)
+  return code !== undefined && TRANSIENT_SQLSTATES.has(code) ? code : undefined
+}
+
+/**
+ * A PostgreSQL write: `runTransaction`, tried again (up to three more times, after a short wait)
+ * when its body met a transient answer. One that fails at the commit is never tried again (it may
+ * have landed).
+ */
+const runWrite = async <A>(
+  begin: () => TransactionRunner,
+  body: (transaction: Transaction<Tables>) => Promise<A>,
+  location: string,
+): Promise<A> => {
+  for (let attempt = 0; ; attempt++) {
+    let failedInBody = false
+    try {
+      return await runTransaction(
+        begin(),
+        async (transaction) => {
+          try {
+            return await body(transaction)
+          } catch (error) {
+            failedInBody = true
+            throw error
+          }
+        },
+        true,
+        location,
+      )
+    } catch (error) {
+      const wait = TRANSIENT_RETRY_MS[attempt]
+      if (!failedInBody || wait === undefined || transientCode(error) === undefined) throw error
+      await new Promise((resolve) => setTimeout(resolve, wait))
+    }
+  }
+}
+
 export const makeDatabase = (parts: DatabaseParts): Database => {
   const { db, location } = parts
   const active = new Set<Promise<void>>()
@@ -120,7 +171,11 @@ export const makeDatabase = (parts: DatabaseParts): Database => {
           EventLogError.make({ _tag: "Database", message: `${location} was opened read-only; it cannot be written` }),
         )
       }
-      return track(runTransaction(beginWrite(db), served(body, false), true, location))
+      return track(
+        parts.dialect === "postgres"
+          ? runWrite(() => beginWrite(db), served(body, false), location)
+          : runTransaction(beginWrite(db), served(body, false), true, location),
+      )
     },
     read: (body) => {
       if (closing !== undefined) return closed()
