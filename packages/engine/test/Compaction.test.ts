@@ -23,9 +23,10 @@ import {
   summaryEntry,
   summaryText,
   summaryWithoutNextSteps,
+  usage,
   wire,
 } from "./support/compaction.ts"
-import { expectFrozenSources, factsOf, kinds, reopen } from "./support/harness.ts"
+import { expectFrozenSources, factsOf, kinds, recording, reopen } from "./support/harness.ts"
 import { catalog, input, setup, type Effects, type Setup } from "./support/setup.ts"
 
 const SYSTEM = FactBuilders.SYSTEM_PROMPT
@@ -417,7 +418,7 @@ describe("automatic compaction", () => {
     ),
   )
 
-  it.live("does nothing without a declared window, or when the last main ran on another route (scenario 38)", () =>
+  it.live("does nothing and caps no output without a declared window, or when the last main ran on another route (scenario 38)", () =>
     Effect.scoped(
       Effect.gen(function* () {
         const context = yield* setup(
@@ -427,18 +428,32 @@ describe("automatic compaction", () => {
         )
         const effects: Effects = { ran: [] }
         yield* context.engine.run(input(context, "First.", noTools(effects)))
-        yield* context.engine.run(input(context, "Second.", noTools(effects)))
-        // Another model id on the same server is another route: its usage does not make compaction due.
-        const other = { ...context.model, model: "other-model", routeIdentity: "other-route" }
-        yield* context.engine.run(
+        // Without a declared window (nor a model window: only `modelContextWindow` caps output,
+        // docs/engine.md §5.12), the configured limit is sent as it is.
+        const spy = recording(context.model)
+        const second = yield* context.engine.run(input(context, "Second.", noTools(effects), { model: spy.model, mainOutputLimit: 100_000 }))
+        assert.deepStrictEqual(second.outcome, { kind: "completed" })
+        // Another model id on the same server is another route (a `maka.route.v1` digest of its own): its
+        // usage does not make compaction due, and does not cap the output either, though the model's
+        // window is declared. Had the last main (5,005 tokens on test-model) counted, the limit would be
+        // 50,000 - 5,005 - 8,000 = 36,995.
+        const other = recording({ ...context.model, model: "other-model", routeIdentity: FactBuilders.digestOf("other-route") })
+        const third = yield* context.engine.run(
           input(context, "Third.", noTools(effects), {
-            ...windowed,
-            model: other,
+            context: { ...windowed.context, modelContextWindow: 50_000 },
+            mainOutputLimit: 100_000,
+            model: other.model,
             configuration: FactBuilders.configuration({ cwd: context.workspace, model: FactBuilders.modelBinding({ model: "other-model" }) }),
           }),
         )
+        assert.deepStrictEqual(third.outcome, { kind: "completed" })
         assert.isFalse(context.server.requests().some(isSummaryRequest))
         assert.deepStrictEqual(factsOf(yield* context.log.events("session-1"), "context_checkpoint_recorded"), [])
+        assert.strictEqual(context.server.requests().length, 3)
+        for (const [index, recorded] of [[1, spy], [2, other]] as const) {
+          assert.strictEqual(wire(context.server.requests()[index]!).max_tokens, 100_000, `request ${index}`)
+          assert.deepStrictEqual(recorded.requests.map((request) => request.maxOutputTokens), [100_000], `request ${index}`)
+        }
       }),
     ),
   )
@@ -485,6 +500,84 @@ describe("automatic compaction", () => {
         ])
         // The second summary updates the first.
         assert.include(contentText(wire(context.server.requests()[3]!).messages[0]!.content), "Previous continuation summary:")
+      }),
+    ),
+  )
+
+  it.live("after a mid_turn checkpoint sends system, summary, the opening verbatim and the tool results after the coverage, also after reopening (scenario 40)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup(
+          {
+            script: [
+              mainEntry(echoCall("call-1", "alpha", 5_000)),
+              summaryEntry(summaryAnswer(summaryText("alpha echoed"))),
+              mainEntry(echoCall("call-2", "beta")),
+              mainEntry(answer("All done.")),
+            ],
+          },
+          undefined,
+          oneSlot,
+        )
+        const effects: Effects = { ran: [] }
+        const result = yield* context.engine.run(input(context, "Echo alpha then beta.", catalog(effects), windowed))
+        assert.deepStrictEqual(result.outcome, { kind: "completed" })
+        assert.deepStrictEqual(effects.ran, ["alpha", "beta"])
+        const events = yield* context.log.events("session-1")
+        const checkpointEvent = events.find((stored) => stored.event.fact.kind === "context_checkpoint_recorded")!
+        const [checkpoint] = factsOf(events, "context_checkpoint_recorded")
+        assert.deepStrictEqual(checkpoint!.checkpoint.mode, { kind: "mid_turn", anchorEventId: events[0]!.event.id })
+        // The covered tool step (call-1) is gone; call-2's step, after the coverage, follows the opening.
+        const expected = [
+          `system: ${SYSTEM}`,
+          `user: ${Prompts.CONTINUATION_SUMMARY_PREFIX}${summaryText("alpha echoed")}`,
+          "user: Echo alpha then beta.",
+          "assistant: ",
+          "tool: echo: beta",
+        ]
+        assert.deepStrictEqual(lines(context, 3), expected)
+        assert.deepStrictEqual(
+          wire(context.server.requests()[3]!).messages.flatMap((message) => ("tool_call_id" in message ? [message.tool_call_id] : [])),
+          ["call-2"],
+        )
+
+        // A new engine over the same file builds the next request from the log alone: the same
+        // baseline, the opening re-sent verbatim as its anchor, the tail after the coverage.
+        yield* context.log.close
+        const reopened = yield* reopen(context.file)
+        context.server.push(mainEntry(answer("Next.")))
+        const next = yield* reopened.run(input(context, "And now?", catalog(effects)))
+        assert.deepStrictEqual(next.outcome, { kind: "completed" })
+        assert.deepStrictEqual(lines(context, 4), [...expected, "assistant: All done.", "user: And now?"])
+        const own = (yield* reopened.log.events("session-1")).filter((stored) => stored.event.invocation.invocationId === next.invocation.invocationId)
+        assert.strictEqual(factsOf(own, "model_requested")[0]!.checkpointEventId, checkpointEvent.event.id)
+        assert.deepStrictEqual(effects.ran, ["alpha", "beta"])
+      }),
+    ),
+  )
+
+  it.live("caps the main output by what the model's window leaves after a matching route's retained usage (scenario 39)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({
+          script: [mainEntry(Respond.sse(OpenAiSse.response({ text: ["Noted."], usage: usage(60, 10) }))), mainEntry(answer("Done."))],
+        })
+        const effects: Effects = { ran: [] }
+        const spy = recording(context.model)
+        const capped = { model: spy.model, mainOutputLimit: 200_000, context: { providerId: "openai-compatible", modelContextWindow: 200_000 } }
+        yield* context.engine.run(input(context, "First.", noTools(effects), capped))
+        yield* context.engine.run(input(context, "Second.", noTools(effects), capped))
+        // No main before the first request: the limit. Then 200,000 - (60 + 10) - 8,000 = 191,930
+        // (docs/engine.md §5.12 "Output limit").
+        assert.deepStrictEqual(
+          context.server.requests().map((request) => wire(request).max_tokens),
+          [200_000, 191_930],
+        )
+        assert.deepStrictEqual(
+          spy.requests.map((request) => request.maxOutputTokens),
+          [200_000, 191_930],
+        )
+        assert.isFalse(context.server.requests().some(isSummaryRequest))
       }),
     ),
   )

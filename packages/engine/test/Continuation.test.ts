@@ -6,11 +6,10 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Codec, Digest } from "@maka/facts"
-import { FactBuilders, History, OpenAiSse, Respond } from "@maka/testkit"
+import { FactBuilders, History, OpenAiSse, Respond, type ScriptedServer } from "@maka/testkit"
 import { ToolCatalog } from "@maka/tools"
 import { Effect } from "effect"
 import type * as Engine from "../src/Engine.ts"
-import { UNAVAILABLE_TOOL_MESSAGE, UNSTABLE_BOUNDARY_MESSAGE } from "../src/internal/continuation.ts"
 import * as fs from "node:fs"
 import * as path from "node:path"
 import { answer, echoCall, mainEntry, summaryAnswer, summaryEntry, summaryText } from "./support/compaction.ts"
@@ -24,6 +23,80 @@ const failsAfterText = (text: string) =>
     OpenAiSse.text(text),
     OpenAiSse.error("The request is invalid.", { type: "invalid_request_error", code: "invalid_request" }),
   ])
+
+/**
+ * The `inputDigest` of a request recomputed from what went on the wire (an OpenAI-compatible body)
+ * over the documented input (docs/log-format.md §2.1, docs/engine.md §5.5): the tagged digest
+ * `maka.model-input.v1` of `{projection: "maka.model-history.v1", prompt, tools, providerOptions,
+ * maxOutputTokens}`. The wire does not say a tool result's output type, so `outputType` gives it
+ * (from the log's facts, by the projection table of docs/engine.md §5.5).
+ */
+const wireInputDigest = (
+  request: ScriptedServer.RecordedRequest,
+  outputType: (toolCallId: string) => "text" | "json" | "error-text",
+): string => {
+  interface WireCall {
+    readonly id: string
+    readonly function: { readonly name: string; readonly arguments: string }
+  }
+  interface WireMessage {
+    readonly role: string
+    readonly content?: string | null
+    readonly reasoning_content?: string
+    readonly tool_calls?: ReadonlyArray<WireCall>
+    readonly tool_call_id?: string
+  }
+  interface WireTool {
+    readonly function: { readonly name: string; readonly description: string; readonly parameters: unknown }
+  }
+  const { model: _model, messages, max_tokens, stream: _stream, stream_options: _options, tools, ...providerOptions } = request.json as {
+    readonly model: string
+    readonly messages: ReadonlyArray<WireMessage>
+    readonly max_tokens: number
+    readonly stream: boolean
+    readonly stream_options: unknown
+    readonly tools?: ReadonlyArray<WireTool>
+  }
+  const names = new Map<string, string>()
+  const prompt: Array<unknown> = []
+  for (const message of messages) {
+    if (message.role === "system" || message.role === "user") {
+      prompt.push({ role: message.role, content: message.content })
+    } else if (message.role === "assistant") {
+      // No thinking in these runs: its order among the text parts is not on the wire.
+      assert.isUndefined(message.reasoning_content)
+      const calls = message.tool_calls ?? []
+      for (const call of calls) names.set(call.id, call.function.name)
+      prompt.push({
+        role: "assistant",
+        parts: [
+          ...(message.content === "" || message.content == null ? [] : [{ kind: "text", text: message.content }]),
+          ...calls.map((call) => ({
+            kind: "tool_call",
+            toolCallId: call.id,
+            toolName: call.function.name,
+            input: JSON.parse(call.function.arguments) as unknown,
+            providerExecuted: false,
+          })),
+        ],
+      })
+    } else {
+      const toolCallId = message.tool_call_id!
+      const type = outputType(toolCallId)
+      const result = { toolCallId, toolName: names.get(toolCallId), output: { type, value: type === "json" ? JSON.parse(message.content!) : message.content } }
+      const last = prompt[prompt.length - 1] as { role?: string; results?: Array<unknown> } | undefined
+      if (last?.role === "tool") last.results!.push(result)
+      else prompt.push({ role: "tool", results: [result] })
+    }
+  }
+  return Digest.tagged("maka.model-input.v1", {
+    projection: "maka.model-history.v1",
+    prompt,
+    tools: (tools ?? []).map((tool) => ({ name: tool.function.name, description: tool.function.description, inputSchema: tool.function.parameters })),
+    providerOptions,
+    maxOutputTokens: max_tokens,
+  })
+}
 
 let continuations = 0
 const continueInput = (context: Setup, source: Engine.RunResult["invocation"], tools: ToolCatalog.ToolCatalog): Engine.ContinueInput => {
@@ -203,10 +276,13 @@ describe("continuation", () => {
         const effects: Effects = { ran: [] }
         const completed = yield* context.engine.run(input(context, "Say done.", catalog(effects)))
         const unstable = yield* Effect.flip(context.engine.checkContinuation(continueInput(context, completed.invocation, catalog(effects))))
-        assert.strictEqual(unstable.message, UNSTABLE_BOUNDARY_MESSAGE)
+        // The wording of docs/engine.md §5.9 steps 5 and 6, exactly.
+        assert.strictEqual(unstable.reason._tag, "ReconciliationRequired")
+        assert.strictEqual(unstable.message, "continuation requires stable user/tool replay boundaries")
         const failed = yield* context.engine.run(input(context, "Echo alpha.", catalog(effects)))
         const missing = yield* Effect.flip(context.engine.checkContinuation(continueInput(context, failed.invocation, ToolCatalog.make([]))))
-        assert.strictEqual(missing.message, UNAVAILABLE_TOOL_MESSAGE)
+        assert.strictEqual(missing.reason._tag, "ReconciliationRequired")
+        assert.strictEqual(missing.message, "continuation requires an unavailable tool")
       }),
     ),
   )
@@ -233,7 +309,7 @@ describe("continuation", () => {
     ),
   )
 
-  it.live("on a backup of the log, every request's sourceDigest is recomputed from its scope cut at its high water (scenario 8)", () =>
+  it.live("on a backup of the log, every request's sourceDigest is recomputed from its scope cut at its high water, and its inputDigest from the request sent (scenario 8)", () =>
     Effect.scoped(
       Effect.gen(function* () {
         // Session-scoped main requests (one after a checkpoint), a summary request, and a lineage-scoped continuation.
@@ -276,6 +352,20 @@ describe("continuation", () => {
         }
         // And the copy's log re-reads each request's source from its evidence, lineage included.
         assert.strictEqual(yield* expectFrozenSources(reopened.log, events), requests.length)
+        // Each recorded inputDigest is the documented digest of the request that went on the wire
+        // (the server saw the requests in the order they were recorded: no retry here).
+        const outputType = (toolCallId: string): "text" | "json" | "error-text" => {
+          const operations = factsOf(events, "tool_dispatched").filter((fact) => fact.call.toolCallId === toolCallId)
+          assert.strictEqual(operations.length, 1, `one call ${toolCallId}`)
+          const settled = factsOf(events, "tool_settled").find((fact) => fact.operationId === operations[0]!.operationId)!
+          if (settled.outcome.kind === "failed" || settled.outcome.projection.kind === "failure") return "error-text"
+          return settled.outcome.projection.kind
+        }
+        const wire = context.server.requests()
+        assert.strictEqual(wire.length, requests.length)
+        requests.forEach((fact, index) => {
+          assert.strictEqual(wireInputDigest(wire[index]!, outputType), fact.inputDigest, `${fact.purpose} request ${fact.stepId}`)
+        })
       }),
     ),
   )

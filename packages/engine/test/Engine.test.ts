@@ -282,8 +282,23 @@ describe("Engine", () => {
         assert.deepStrictEqual(result.outcome, { kind: "completed" })
         const second = context.server.requests()[1]!.body
         assert.strictEqual(second.split("<user_query>\\nalso check the tests\\n</user_query>").length, 2)
-        const steered = (yield* context.engine.log.events("session-1")).filter((stored) => stored.event.fact.kind === "message_steered")
+        const events = yield* context.engine.log.events("session-1")
+        const steered = events.filter((stored) => stored.event.fact.kind === "message_steered")
         assert.strictEqual(steered.length, 1)
+        // It is committed when step 2 starts: after step 1's tool settles, before step 2's request.
+        assert.deepStrictEqual(kinds(events), [
+          "invocation_opened",
+          "model_requested",
+          "model_completed",
+          "tool_dispatched",
+          "tool_settled:succeeded",
+          "message_steered",
+          "model_requested",
+          "model_completed",
+          "invocation_ended:completed",
+        ])
+        const secondRequest = events.filter((stored) => stored.event.fact.kind === "model_requested")[1]!
+        assert.isBelow(steered[0]!.sequence, secondRequest.sequence)
       }),
     ))
 

@@ -9,7 +9,7 @@ import { Canonical, Digest, type EventWrite, type Lineage } from "@maka/facts"
 import { FactBuilders, OpenAiSse, Respond } from "@maka/testkit"
 import { Ids, Tool, ToolCatalog } from "@maka/tools"
 import { EventLog, EventLogError } from "@maka/event-log"
-import { Deferred, Effect, Fiber, Schema } from "effect"
+import { Deferred, Effect, Exit, Fiber, Schema } from "effect"
 import * as EngineError from "../src/EngineError.ts"
 import * as Engine from "../src/Engine.ts"
 import { answer, echoCall, mainEntry } from "./support/compaction.ts"
@@ -218,13 +218,35 @@ describe("handoff", () => {
         const release = yield* Deferred.make<void>()
         const running = yield* context.engine.start(input(context, "Run slow.", tools(effects, release)))
         yield* Effect.promise(() => context.server.exchange(0))
-        const requested = yield* Effect.forkChild(running.handoff)
-        yield* Effect.sleep("20 millis")
+        // The reservation lands before forkChild returns (it is synchronous up to its wait).
+        const requested = yield* Effect.forkChild(running.handoff, { startImmediately: true })
+        // It did land: the gate is `requested`, so a second reservation is refused Busy at once
+        // (docs/engine.md §5.10) rather than waiting for a boundary.
+        const second = yield* Effect.forkChild(Effect.flip(running.handoff), { startImmediately: true })
+        const refused = second.pollUnsafe()
+        assert.isDefined(refused, "a second handoff waited: the first reservation had not landed")
+        assert.isTrue(refused !== undefined && Exit.isSuccess(refused))
+        if (refused !== undefined && Exit.isSuccess(refused)) {
+          assert.strictEqual(refused.value.reason._tag, "Busy")
+          assert.strictEqual(refused.value.message, "the run's handoff gate is requested")
+        }
         yield* Fiber.interrupt(requested)
         yield* Deferred.succeed(release, undefined)
         const result = yield* running.wait
+        // Nothing of the reservation was written: the facts are a plain two-step run, no pause.
+        assert.deepStrictEqual(kinds(yield* context.log.events("session-1")), [
+          "invocation_opened",
+          "model_requested",
+          "model_completed",
+          "tool_dispatched",
+          "tool_settled:succeeded",
+          "model_requested",
+          "model_completed",
+          "invocation_ended:completed",
+        ])
         assert.deepStrictEqual(result.outcome, { kind: "completed" })
         assert.strictEqual(context.server.requests().length, 2)
+        assert.deepStrictEqual(effects.ran, ["slow:a"])
       }),
     ),
   )

@@ -1,5 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Canonical, Prompts, ToolCall } from "@maka/facts"
+import { Archive, Canonical, Prompts, ToolCall } from "@maka/facts"
 import { EventLog } from "@maka/event-log"
 import * as LogTesting from "@maka/event-log/testing"
 import { FactBuilders, History, OpenAiSse, Respond } from "@maka/testkit"
@@ -10,6 +10,7 @@ import * as Engine from "../src/Engine.ts"
 import { createEngine } from "../src/Facade.ts"
 import * as EngineError from "../src/EngineError.ts"
 import * as Hints from "../src/Hints.ts"
+import { compactionDue } from "../src/PromptBuilder.ts"
 import { factsOf, kinds, recording, reopen } from "./support/harness.ts"
 import { catalog, input, setup, type Effects } from "./support/setup.ts"
 
@@ -149,6 +150,83 @@ describe("Recovery", () => {
         const own = events.slice(history.events.length + 2)
         assert.deepStrictEqual(kinds(own), ["invocation_opened", "model_requested", "model_completed", "invocation_ended:completed"])
         assert.strictEqual(factsOf(events, "tool_dispatched").length, 1)
+      }),
+    ))
+
+  it.live("under allowPriorUnknown prunes no multi-page result and compacts past no due declared window (scenario 66, docs/engine.md §5.8)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({ script: [Respond.sse(OpenAiSse.response({ text: ["I will check the state first."] }))] })
+        // The crashed run first settled a result of several pages, on the engine's own route with a
+        // usage over the declared window below; then it crashed between a dispatch and its settlement.
+        const { history, run } = crashed()
+        const route = context.model.routeIdentity
+        const big = "row\n".repeat(5_000)
+        const first = run.request({ routeIdentity: route })
+        run.complete(first, FactBuilders.toolCallStep([{ id: "call-0", name: "echo", input: { value: "big" } }], undefined, FactBuilders.usage(5_000, 8)))
+        const settled = run.succeed(run.dispatch(first, "call-0"), FactBuilders.textOutput(big))
+        const second = run.request({ routeIdentity: route })
+        run.complete(
+          second,
+          FactBuilders.toolCallStep(
+            [
+              { id: "call-1", name: "echo", input: { value: "one" } },
+              { id: "call-2", name: "echo", input: { value: "two" } },
+            ],
+            undefined,
+            FactBuilders.usage(5_000, 8),
+          ),
+        )
+        const operation = run.dispatch(second, "call-1")
+        yield* context.log.appendBatch(history.writes)
+        yield* context.engine.recover
+        const windowed = { providerId: "openai-compatible", declaredWindow: 1_000 }
+        // Neither rule is idle here: the result archives to a first page, and the window is due.
+        const fact = settled.event.fact
+        if (fact.kind !== "tool_settled" || fact.outcome.kind !== "succeeded") return assert.fail("a settled success")
+        const placeholder = Archive.prepare(settled.event.id, "call-0", "echo", { kind: "projection", projection: fact.outcome.projection })
+        assert.isDefined(placeholder?.page.next)
+        const source = yield* context.log.readManualMessageContext("session-1")
+        assert.isTrue(
+          compactionDue({
+            latestMain: source.latestMain,
+            routeIdentity: route,
+            connectionId: FactBuilders.modelBinding().connectionId,
+            modelId: "test-model",
+            context: windowed,
+          }),
+        )
+
+        const effects: Effects = { ran: [] }
+        const spy = recording(context.model)
+        const result = yield* context.engine.run(
+          input(context, "Did the echo happen?", catalog(effects), { model: spy.model, allowPriorUnknown: true, context: windowed }),
+        )
+        assert.deepStrictEqual(result.outcome, { kind: "completed" })
+        assert.deepStrictEqual(effects.ran, [])
+        // One request, the main one: no summary request, no archive, no checkpoint.
+        assert.strictEqual(context.server.requests().length, 1)
+        assert.strictEqual(spy.requests.length, 1)
+        const events = yield* context.log.events("session-1")
+        const own = events.slice(history.events.length + 2)
+        assert.deepStrictEqual(kinds(own), ["invocation_opened", "model_requested", "model_completed", "invocation_ended:completed"])
+        assert.deepStrictEqual(factsOf(events, "tool_result_archived"), [])
+        assert.deepStrictEqual(factsOf(events, "context_checkpoint_recorded"), [])
+        assert.deepStrictEqual(factsOf(events, "model_requested").map((request) => request.purpose), ["main", "main", "main"])
+        // The result is sent whole, the unknown call with its notice.
+        const request = spy.requests[0]!
+        const results = request.prompt.flatMap((message) => (message.role === "tool" ? message.results : []))
+        assert.deepStrictEqual(results.find((item) => item.toolCallId === "call-0")?.output, { type: "text", value: big })
+        assert.deepStrictEqual(results.find((item) => item.toolCallId === "call-1")?.output, {
+          type: "error-text",
+          value: Prompts.OUTCOME_UNKNOWN_TOOL_TEXT,
+        })
+        assert.deepStrictEqual(request.prompt[0], {
+          role: "system",
+          content: `${FactBuilders.SYSTEM_PROMPT}\n\n${Prompts.PRIOR_UNKNOWN_NOTICE_HEADER}\n- echo (operation ${operation})`,
+        })
+        const wire = context.server.requests()[0]!.json as { messages: ReadonlyArray<{ role: string; content?: string; tool_call_id?: string }> }
+        assert.strictEqual(wire.messages.find((message) => message.tool_call_id === "call-0")?.content, big)
       }),
     ))
 

@@ -217,6 +217,32 @@ for (const dialect of dialects()) {
         }),
       ))
 
+    it("accepts a failed end while a dispatch is still unsettled, where a clean completion is refused (scenario 4)", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const { history, run, step } = liveWithCalls()
+          const operation = run.dispatch(step, "a")
+          run.reject(step, "b", { kind: "cancelled" })
+          yield* appendAll(log, history.writes)
+          // Only the dispatch of `a` is open: no unresolved request, no unanswered local call.
+          yield* expectRefused(
+            log,
+            "session-1",
+            log.append(write(run.invocation, { kind: "invocation_ended", outcome: { kind: "completed" } })),
+            "InvalidTransition",
+            "a dispatched tool is unsettled",
+          )
+          // docs/log-format.md §3.3 rule 7: a `failed` terminal is allowed over the open dispatch.
+          const failed = write(run.invocation, { kind: "invocation_ended", outcome: { kind: "failed", class: "outcome_unknown" } })
+          const sequence = yield* log.append(failed)
+          const events = yield* log.events("session-1")
+          expect(events.at(-1)).toEqual({ sequence, event: failed.event })
+          // The dispatch stays unsettled under the seal.
+          expect(events.filter((stored) => stored.event.fact.kind === "tool_dispatched").map((stored) => stored.event.fact)).toMatchObject([{ operationId: operation }])
+          expect(events.some((stored) => stored.event.fact.kind === "tool_settled")).toBe(false)
+        }),
+      ))
+
     it("refuses a steering message delivered twice in a session", () =>
       withLog(dialect, (log) =>
         Effect.gen(function* () {
@@ -322,6 +348,14 @@ for (const dialect of dialects()) {
           const shorter = Archive.pageAt(placeholder.identity, Archive.body({ kind: "projection", projection: fact.outcome.projection }), 0)!
           const tampered = { ...placeholder, identity: { ...placeholder.identity, bodySha256: "0".repeat(64) }, page: shorter }
           yield* expectRefused(log, "session-1", log.append(archive(tampered)), "InvalidTransition", "differs")
+          // A forged page (scenario 50): the genuine identity, one character of the page changed.
+          expect(shorter).toEqual(placeholder.page)
+          const text = placeholder.page.text
+          const forgedText = `${text.slice(0, 10)}${text[10] === "x" ? "y" : "x"}${text.slice(11)}`
+          expect(forgedText.length).toBe(text.length)
+          const forged = { ...placeholder, page: { ...placeholder.page, text: forgedText } }
+          yield* expectRefused(log, "session-1", log.append(archive(forged)), "InvalidTransition", "differs")
+          expect((yield* log.events("session-1")).some((stored) => stored.event.fact.kind === "tool_result_archived")).toBe(false)
           const archived = archive(placeholder)
           const sequence = yield* log.append(archived)
           // Replaying the same write is idempotent (scenario 50): its sequence, nothing inserted.
