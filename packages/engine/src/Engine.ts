@@ -788,10 +788,33 @@ export const make = (options: Partial<EngineOptions> = {}) =>
         return reports
       })
 
+    /** Whether the session holds a `handoff_paused` terminal, pending or taken: its events, paged, up to the first. */
+    const hasPaused = (sessionId: string): Effect.Effect<boolean, EngineError.EngineError> =>
+      Effect.gen(function* () {
+        for (let after = 0; ; ) {
+          const page = yield* Effect.mapError(log.events(sessionId, after, PAUSE_SCAN_PAGE), EngineError.fromStore)
+          const paused = page.some(
+            (stored) => stored.event.fact.kind === "invocation_ended" && stored.event.fact.outcome.kind === "handoff_paused",
+          )
+          if (paused) return true
+          if (page.length < PAUSE_SCAN_PAGE) return false
+          after = page[page.length - 1]!.sequence
+        }
+      })
+
     const abandonHandoff = (sessionId: string) =>
       Effect.gen(function* () {
         const pending = (yield* allPending).find((item) => item.sessionId === sessionId)
-        if (pending === undefined) return yield* Effect.fail(EngineError.invalidInput(`session ${sessionId} holds no sealed handoff`))
+        if (pending === undefined) {
+          // A pause another caller took first (a successor, live or ended, or another abandon) is
+          // `Busy`, as when the take races this one's append; a session that never paused is the
+          // caller's mistake.
+          return yield* Effect.fail(
+            (yield* hasPaused(sessionId))
+              ? EngineError.busy(EngineError.HANDOFF_TAKEN_MESSAGE)
+              : EngineError.invalidInput(`session ${sessionId} holds no sealed handoff`),
+          )
+        }
         if (active.has(sessionId)) return yield* Effect.fail(EngineError.busy(EngineError.SESSION_ACTIVE_MESSAGE))
         const { prefix, opening } = yield* Handoff.readPaused(log, pending.invocation)
         const base = yield* Handoff.inheritedBase(log, pending.invocation, opening)
@@ -877,6 +900,9 @@ export const make = (options: Partial<EngineOptions> = {}) =>
       close,
     } satisfies EngineShape
   })
+
+/** The events a look for a session's pause reads at a time. */
+const PAUSE_SCAN_PAGE = 1_000
 
 /** What the recovery `layer` ran when it opened the log sealed, by engine. */
 const openRecoveries = new WeakMap<EngineShape, Recovery.Report>()

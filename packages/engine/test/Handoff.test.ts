@@ -417,6 +417,16 @@ describe("handoff", () => {
         assert.deepStrictEqual(ended.kind === "invocation_ended" ? ended.outcome : undefined, { kind: "cancelled", source: "handoff_abandoned" })
         assert.strictEqual(context.server.requests().length, 1)
         assert.deepStrictEqual(yield* context.log.pendingHandoffs(), [])
+        // Abandoned already: a second abandon is Busy (taken), writing nothing; a session that never
+        // paused is the caller's mistake.
+        const written = events.length
+        const again = yield* Effect.flip(context.engine.abandonHandoff("session-1"))
+        assert.strictEqual(again.reason._tag, "Busy", again.message)
+        assert.strictEqual(again.message, EngineError.busy(EngineError.HANDOFF_TAKEN_MESSAGE).message)
+        assert.strictEqual((yield* context.log.events("session-1")).length, written)
+        const never = yield* Effect.flip(context.engine.abandonHandoff("session-never"))
+        assert.strictEqual(never.reason._tag, "InvalidInput", never.message)
+        assert.include(never.message, "session session-never holds no sealed handoff")
         const next = yield* context.engine.run(input(context, "Next.", ToolCatalog.make([])))
         assert.deepStrictEqual(next.outcome, { kind: "completed" })
       }),
@@ -463,6 +473,10 @@ describe("handoff", () => {
         const refused = yield* Effect.flip(context.engine.resume({ paused: running.invocation, pause: pause!, model: context.model, tools: catalog }))
         assert.strictEqual(refused.reason._tag, "Busy", refused.message)
         assert.strictEqual(refused.message, EngineError.busy(EngineError.HANDOFF_TAKEN_MESSAGE).message)
+        // An abandon of the pause the live successor took: Busy as well, never "holds no sealed handoff".
+        const abandon = yield* Effect.flip(context.engine.abandonHandoff("session-1"))
+        assert.strictEqual(abandon.reason._tag, "Busy", abandon.message)
+        assert.strictEqual(abandon.message, EngineError.busy(EngineError.HANDOFF_TAKEN_MESSAGE).message)
         assert.strictEqual((yield* context.log.events("session-1")).length, written)
         held.release()
         assert.deepStrictEqual((yield* live.wait).outcome, { kind: "completed" })
