@@ -378,3 +378,30 @@ describe("maka inspect --step's source line", () => {
     expect(sourceLine(source({ tail: [archived] }))).toBe("the session through event 15, no checkpoint, 1 archived result, digest verified")
   })
 })
+
+describe("a log written by an earlier version of maka", () => {
+  // Made by the CLI of 2026-12-01 (`maka run --session old "What is here?"`, offline model, read
+  // tools), before runs were offered read_tool_result: its requests' digests name tools without it.
+  const fixture = path.join(path.dirname(new URL(import.meta.url).pathname), "fixtures/log-2026-12-01.sqlite")
+  let created: Folder | undefined
+  afterAll(() => created?.remove())
+
+  it("maka inspect --step verifies each of its steps, and a new turn runs on it", async () => {
+    created = folder()
+    const db = path.join(created.root, "old.sqlite")
+    fs.copyFileSync(fixture, db)
+    for (const step of [1, 2, 3]) {
+      const result = await maka(["inspect", "--db", db, "--session", "old", "--step", String(step)], { cwd: created.root })
+      expect(result.stderr, `step ${step}`).toBe("")
+      expect(result.code, `step ${step}`).toBe(0)
+      expect(result.stdout).toMatch(
+        /^input digest: sha256:[0-9a-f]{64} matches the rebuilt input \(tools read, without read_tool_result, as earlier versions of maka offered them\)$/m,
+      )
+    }
+    const next = await maka(["run", "--db", db, "--workspace", created.workspace, "--session", "old", "And now?"], { cwd: created.root })
+    expect(next.code, next.stderr).toBe(0)
+    // The new turn's steps were offered read_tool_result, and are verified with it.
+    const fourth = await maka(["inspect", "--db", db, "--session", "old", "--step", "4"], { cwd: created.root })
+    expect(fourth.stdout).toMatch(/^input digest: sha256:[0-9a-f]{64} matches the rebuilt input \(tools read\)$/m)
+  }, 60_000)
+})

@@ -216,6 +216,8 @@ export interface RebuiltInput {
   readonly prompt: Prompt.Prompt
   readonly tools: ReadonlyArray<Prompt.ToolDefinition>
   readonly toolLevel: ToolLevel | undefined
+  /** Whether the matching tools held `read_tool_result` (earlier versions of maka did not offer it). */
+  readonly readToolResult: boolean
   readonly maxOutputTokens: number
   readonly digest: string
   readonly matches: boolean
@@ -259,18 +261,24 @@ export const rebuildInput = (
     modelId: request.modelId,
   })
   const root = { root: opening.configuration.cwd }
-  const candidates = TOOL_LEVELS.map((level) => {
-    // The engine adds read_tool_result to a catalog with tools; its definition does not depend on the reader.
-    const catalog = ReadToolResult.offer(ToolCatalog.make(Builtins.forLevel(level, root)), () => Tool.fail("not readable offline"))
-    const tools = catalog.capture().definitions
-    return { level, tools, digest: PromptBuilder.inputDigest(projected, tools, {}, maxOutputTokens) }
-  })
+  // The engine adds read_tool_result to a catalog with tools; its definition does not depend on the
+  // reader. A run written by an earlier version of maka, which did not offer it, is checked with each
+  // level alone.
+  const candidates = [true, false].flatMap((offered) =>
+    TOOL_LEVELS.map((level) => {
+      const builtins = ToolCatalog.make(Builtins.forLevel(level, root))
+      const catalog = offered ? ReadToolResult.offer(builtins, () => Tool.fail("not readable offline")) : builtins
+      const tools = catalog.capture().definitions
+      return { level, offered, tools, digest: PromptBuilder.inputDigest(projected, tools, {}, maxOutputTokens) }
+    }),
+  )
   const match = candidates.find((candidate) => candidate.digest === request.inputDigest)
   const shown = match ?? candidates.find((candidate) => candidate.level === "read")!
   return {
     prompt: projected,
     tools: shown.tools,
     toolLevel: match?.level,
+    readToolResult: shown.offered,
     maxOutputTokens,
     digest: shown.digest,
     matches: match !== undefined,
@@ -465,7 +473,8 @@ export const inspectCommand = async (context: CommandContext): Promise<number> =
   context.sink.out(`messages (${rebuilt.prompt.length}):\n`)
   for (const message of rebuilt.prompt) for (const line of renderMessage(message)) context.sink.out(`${line}\n`)
   if (rebuilt.matches) {
-    context.sink.out(`input digest: ${request.inputDigest} matches the rebuilt input (tools ${rebuilt.toolLevel})\n`)
+    const offered = rebuilt.readToolResult ? "" : ", without read_tool_result, as earlier versions of maka offered them"
+    context.sink.out(`input digest: ${request.inputDigest} matches the rebuilt input (tools ${rebuilt.toolLevel}${offered})\n`)
     return ExitCode.completed
   }
   context.sink.err(`input digest: recorded ${request.inputDigest}, rebuilt ${rebuilt.digest}: the rebuilt input differs\n`)
