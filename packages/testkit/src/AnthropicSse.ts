@@ -9,9 +9,9 @@ const typed = (type: string, body: Readonly<Record<string, unknown>>): SseStep =
 
 export const messageStart = (
   options: {
-    readonly id?: string
-    readonly model?: string
-    readonly usage?: Readonly<Record<string, number>>
+    readonly id?: string | undefined
+    readonly model?: string | undefined
+    readonly usage?: Readonly<Record<string, number>> | undefined
   } = {},
 ): SseStep =>
   typed("message_start", {
@@ -68,14 +68,16 @@ export const ping = (): SseStep => typed("ping", {})
 export const error = (type: string, message: string): SseStep => typed("error", { error: { type, message } })
 
 export interface ResponseOptions {
-  readonly id?: string
-  readonly model?: string
-  readonly thinking?: { readonly chunks: ReadonlyArray<string>; readonly signature?: string }
-  readonly text?: ReadonlyArray<string>
-  readonly toolUses?: ReadonlyArray<{ readonly id: string; readonly name: string; readonly json: ReadonlyArray<string> }>
-  readonly stopReason?: string
-  readonly inputUsage?: Readonly<Record<string, number>>
-  readonly outputUsage?: Readonly<Record<string, number>>
+  readonly id?: string | undefined
+  readonly model?: string | undefined
+  readonly thinking?: { readonly chunks: ReadonlyArray<string>; readonly signature?: string | undefined } | undefined
+  readonly text?: ReadonlyArray<string> | undefined
+  readonly toolUses?:
+    | ReadonlyArray<{ readonly id: string; readonly name: string; readonly json: ReadonlyArray<string> }>
+    | undefined
+  readonly stopReason?: string | undefined
+  readonly inputUsage?: Readonly<Record<string, number>> | undefined
+  readonly outputUsage?: Readonly<Record<string, number>> | undefined
 }
 
 /** A whole stream: start, ping, thinking, text and tool-use blocks, delta, stop. */

@@ -12,11 +12,19 @@ import type {
 } from "@maka/facts"
 import { Digest } from "@maka/facts"
 
-/** The n-th deterministic lowercase UUIDv4 (n ≥ 0). */
-export const eventId = (n: number): string => `00000000-0000-4000-8000-${n.toString(16).padStart(12, "0")}`
+/** The last UUID group: 12 hex digits of `n`, an integer in 0..2^48 − 1, or a `RangeError`. */
+const lastGroup = (builder: string, n: number): string => {
+  if (!Number.isSafeInteger(n) || n < 0 || n >= 2 ** 48) {
+    throw new RangeError(`testkit: ${builder}(n) needs an integer n from 0 to 2^48 - 1, got ${String(n)}`)
+  }
+  return n.toString(16).padStart(12, "0")
+}
 
-/** A workspace UUID (version 4, RFC 4122 variant) derived from `n`. */
-export const workspaceUuid = (n = 1): string => `11111111-2222-4333-8444-${n.toString(16).padStart(12, "0")}`
+/** The n-th deterministic lowercase UUIDv4, n an integer in 0..2^48 − 1 (else a `RangeError`). */
+export const eventId = (n: number): string => `00000000-0000-4000-8000-${lastGroup("eventId", n)}`
+
+/** A workspace UUID (version 4, RFC 4122 variant) derived from `n`, as `eventId` takes it. */
+export const workspaceUuid = (n = 1): string => `11111111-2222-4333-8444-${lastGroup("workspaceUuid", n)}`
 
 export const WORKSPACE_IDENTITY = `workspace:v1:${workspaceUuid()}`
 
@@ -70,7 +78,7 @@ export const textStep = (text: string, stepUsage: Model.ModelUsage = usage(10, 5
 export interface CallSpec {
   readonly id: string
   readonly name: string
-  readonly input?: { readonly [key: string]: Identity.Json }
+  readonly input?: { readonly [key: string]: Identity.Json } | undefined
 }
 
 export const toolCallPart = (call: CallSpec): Model.ToolCallPart => ({

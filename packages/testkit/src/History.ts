@@ -21,30 +21,34 @@ import type {
 import * as Builders from "./FactBuilders.ts"
 
 export interface HistoryOptions {
-  readonly sessionId?: string
-  /** The first event id number (ids are `FactBuilders.eventId(n)`). */
-  readonly firstId?: number
-  readonly firstSequence?: number
-  readonly startTime?: number
+  readonly sessionId?: string | undefined
+  /**
+   * The first event id number (ids are `FactBuilders.eventId(n)`, n in 0..2^48 − 1). Two histories
+   * written to one log need ranges that do not overlap.
+   */
+  readonly firstId?: number | undefined
+  /** A positive integer (default 1). */
+  readonly firstSequence?: number | undefined
+  readonly startTime?: number | undefined
 }
 
 export interface OpenOptions {
-  readonly message?: string | Input.MessageInput
-  readonly input?: Input.InvocationInput
-  readonly configuration?: Partial<Configuration.InvocationConfiguration>
-  readonly turnId?: string
-  readonly runId?: string
-  readonly invocationId?: string
+  readonly message?: string | Input.MessageInput | undefined
+  readonly input?: Input.InvocationInput | undefined
+  readonly configuration?: Partial<Configuration.InvocationConfiguration> | undefined
+  readonly turnId?: string | undefined
+  readonly runId?: string | undefined
+  readonly invocationId?: string | undefined
 }
 
 export interface RequestOptions {
-  readonly stepId?: string
-  readonly purpose?: Model.ModelPurpose
-  readonly modelId?: string
-  readonly routeIdentity?: string
-  readonly inputDigest?: string
-  readonly checkpointEventId?: string
-  readonly context?: ModelContext.ModelRequestContext
+  readonly stepId?: string | undefined
+  readonly purpose?: Model.ModelPurpose | undefined
+  readonly modelId?: string | undefined
+  readonly routeIdentity?: string | undefined
+  readonly inputDigest?: string | undefined
+  readonly checkpointEventId?: string | undefined
+  readonly context?: ModelContext.ModelRequestContext | undefined
 }
 
 export interface Written {
@@ -61,10 +65,19 @@ export class History {
   private time: number
   private runCount = 0
 
+  /** Throws a `RangeError` for a `firstId` outside 0..2^48 − 1 or a `firstSequence` below 1. */
   constructor(options: HistoryOptions = {}) {
+    const firstId = options.firstId ?? 1
+    const firstSequence = options.firstSequence ?? 1
+    if (!Number.isSafeInteger(firstId) || firstId < 0 || firstId >= 2 ** 48) {
+      throw new RangeError(`testkit: History firstId needs an integer from 0 to 2^48 - 1, got ${String(firstId)}`)
+    }
+    if (!Number.isSafeInteger(firstSequence) || firstSequence < 1) {
+      throw new RangeError(`testkit: History firstSequence needs a positive integer, got ${String(firstSequence)}`)
+    }
     this.sessionId = options.sessionId ?? "session-1"
-    this.nextId = options.firstId ?? 1
-    this.nextSequence = options.firstSequence ?? 1
+    this.nextId = firstId
+    this.nextSequence = firstSequence
     this.time = options.startTime ?? 1_767_225_600_000
   }
 

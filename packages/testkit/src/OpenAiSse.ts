@@ -6,18 +6,18 @@
 import { event, type SseStep } from "./Respond.ts"
 
 export interface ChunkHeader {
-  readonly id?: string
-  readonly model?: string
+  readonly id?: string | undefined
+  readonly model?: string | undefined
   /** Epoch seconds. */
-  readonly created?: number
+  readonly created?: number | undefined
 }
 
-const DEFAULT_HEADER: Required<ChunkHeader> = { id: "chatcmpl-test", model: "test-model", created: 1_767_225_600 }
+const DEFAULT_HEADER: { readonly id: string; readonly model: string; readonly created: number } = { id: "chatcmpl-test", model: "test-model", created: 1_767_225_600 }
 
 /** One `chat.completion.chunk` with a single choice. */
 export const chunk = (
   delta: Readonly<Record<string, unknown>>,
-  options: ChunkHeader & { readonly finishReason?: string | null } = {},
+  options: ChunkHeader & { readonly finishReason?: string | null | undefined } = {},
 ): SseStep =>
   event({
     id: options.id ?? DEFAULT_HEADER.id,
@@ -40,7 +40,12 @@ export const reasoning = (
 
 /** A tool-call fragment: the first one of an index carries `id` and `name`, later ones only arguments. */
 export const toolCall = (
-  fragment: { readonly index: number; readonly id?: string; readonly name?: string; readonly arguments?: string },
+  fragment: {
+    readonly index: number
+    readonly id?: string | undefined
+    readonly name?: string | undefined
+    readonly arguments?: string | undefined
+  },
   header: ChunkHeader = {},
 ): SseStep =>
   chunk(
@@ -83,17 +88,24 @@ export const usage = (value: Usage, header: ChunkHeader = {}): SseStep =>
 export const done = (): SseStep => event("[DONE]")
 
 /** An in-stream error payload. */
-export const error = (message: string, options: { readonly type?: string; readonly code?: string | number | null } = {}): SseStep =>
+export const error = (
+  message: string,
+  options: { readonly type?: string | undefined; readonly code?: string | number | null | undefined } = {},
+): SseStep =>
   event({ error: { message, type: options.type ?? "server_error", code: options.code ?? null } })
 
 export interface ResponseOptions extends ChunkHeader {
-  readonly reasoning?: ReadonlyArray<string>
-  readonly reasoningField?: "reasoning_content" | "reasoning"
-  readonly text?: ReadonlyArray<string>
-  readonly toolCalls?: ReadonlyArray<{ readonly id: string; readonly name: string; readonly arguments: ReadonlyArray<string> }>
-  readonly finishReason?: string
-  readonly usage?: Usage | null
-  readonly done?: boolean
+  readonly reasoning?: ReadonlyArray<string> | undefined
+  readonly reasoningField?: "reasoning_content" | "reasoning" | undefined
+  readonly text?: ReadonlyArray<string> | undefined
+  readonly toolCalls?:
+    | ReadonlyArray<{ readonly id: string; readonly name: string; readonly arguments: ReadonlyArray<string> }>
+    | undefined
+  readonly finishReason?: string | undefined
+  /** The usage chunk's value; `null` leaves the chunk out. */
+  readonly usage?: Usage | null | undefined
+  /** `false` leaves `[DONE]` out. */
+  readonly done?: boolean | undefined
 }
 
 /** A whole stream: role, reasoning deltas, text deltas, tool-call fragments, finish, usage, `[DONE]`. */

@@ -2,7 +2,8 @@
  * The responders of the scripted model server: SSE streams (events, comments, raw bytes, delays, holds
  * until released) that end by closing, dropping the socket or stalling; JSON errors with status and
  * headers; a hang until the client aborts; a socket dropped before any response; a response held
- * until a `Gate` opens. Pure data: the server interprets them.
+ * until a `Gate` opens. Pure data: the server interprets them. A builder given a status outside
+ * 100..599 throws a `TypeError`.
  */
 
 /** A latch a test opens to let a held response (or the rest of a stream) go on. */
@@ -59,22 +60,33 @@ export type Responder =
   | { readonly kind: "drop" }
   | { readonly kind: "hold"; readonly gate: Gate; readonly then: Responder }
 
+/** `delayMs` when given (an undefined value is absent). */
+const delayOf = (delayMs: number | undefined): { readonly delayMs?: number } => (delayMs === undefined ? {} : { delayMs })
+
 /** An SSE `data:` event; a non-string `data` is written as JSON. */
-export const event = (data: unknown, options: { readonly event?: string; readonly delayMs?: number } = {}): SseStep => ({
+export const event = (
+  data: unknown,
+  options: { readonly event?: string | undefined; readonly delayMs?: number | undefined } = {},
+): SseStep => ({
   kind: "event",
   data: typeof data === "string" ? data : JSON.stringify(data),
-  ...options,
+  ...(options.event === undefined ? {} : { event: options.event }),
+  ...delayOf(options.delayMs),
 })
 
 /** An SSE comment line (`: text`), as keep-alive pings are sent. */
-export const comment = (text = "keep-alive", options: { readonly delayMs?: number } = {}): SseStep => ({
+export const comment = (text = "keep-alive", options: { readonly delayMs?: number | undefined } = {}): SseStep => ({
   kind: "comment",
   text,
-  ...options,
+  ...delayOf(options.delayMs),
 })
 
 /** Bytes written exactly as given (malformed SSE, a cut event). */
-export const raw = (text: string, options: { readonly delayMs?: number } = {}): SseStep => ({ kind: "raw", text, ...options })
+export const raw = (text: string, options: { readonly delayMs?: number | undefined } = {}): SseStep => ({
+  kind: "raw",
+  text,
+  ...delayOf(options.delayMs),
+})
 
 /** Holds the stream at this point until `gate` is released. */
 export const waitFor = (gate: Gate): SseStep => ({ kind: "wait", gate })
@@ -83,16 +95,23 @@ export const waitFor = (gate: Gate): SseStep => ({ kind: "wait", gate })
 export const withDelay = (steps: ReadonlyArray<SseStep>, delayMs: number): ReadonlyArray<SseStep> =>
   steps.map((step) => (step.kind === "wait" || step.delayMs !== undefined ? step : { ...step, delayMs }))
 
+/** `status` when it is an integer in 100..599; otherwise a `TypeError` naming `builder` and the value. */
+const checkStatus = (builder: string, status: number): number => {
+  if (Number.isInteger(status) && status >= 100 && status <= 599) return status
+  throw new TypeError(`testkit: ${builder} needs an HTTP status from 100 to 599, got ${String(status)}`)
+}
+
 export interface SseOptions {
-  readonly status?: number
-  readonly headers?: Readonly<Record<string, string>>
-  readonly end?: SseEnd
+  readonly status?: number | undefined
+  /** Replace the defaults (`content-type`, `cache-control`) whatever their casing. */
+  readonly headers?: Readonly<Record<string, string>> | undefined
+  readonly end?: SseEnd | undefined
 }
 
 /** An event-stream response (status 200 and `text/event-stream` unless told otherwise). */
 export const sse = (steps: ReadonlyArray<SseStep>, options: SseOptions = {}): Responder => ({
   kind: "sse",
-  status: options.status ?? 200,
+  status: checkStatus("Respond.sse", options.status ?? 200),
   headers: options.headers ?? {},
   steps,
   end: options.end ?? "close",
@@ -106,12 +125,21 @@ export const dropAfter = (steps: ReadonlyArray<SseStep>, options: Omit<SseOption
 export const stallAfter = (steps: ReadonlyArray<SseStep>, options: Omit<SseOptions, "end"> = {}): Responder =>
   sse(steps, { ...options, end: "stall" })
 
-/** A JSON (or raw text) response with `status` and `headers`. */
-export const json = (status: number, body: unknown, headers: Readonly<Record<string, string>> = {}): Responder => ({
+/**
+ * A JSON (or raw text) response with `status` and `headers` (a name replaces the default
+ * `content-type` or `cache-control` whatever its casing), sent after `delayMs` when given.
+ */
+export const json = (
+  status: number,
+  body: unknown,
+  headers: Readonly<Record<string, string>> = {},
+  options: { readonly delayMs?: number | undefined } = {},
+): Responder => ({
   kind: "json",
-  status,
+  status: checkStatus("Respond.json", status),
   headers,
   body,
+  ...delayOf(options.delayMs),
 })
 
 /** No response at all until the client aborts the request. */
@@ -124,7 +152,10 @@ export const drop = (): Responder => ({ kind: "drop" })
 export const hold = (gate: Gate, then: Responder): Responder => ({ kind: "hold", gate, then })
 
 /** An OpenAI-style error body. */
-export const openAiError = (message: string, options: { readonly type?: string; readonly code?: string | null } = {}) => ({
+export const openAiError = (
+  message: string,
+  options: { readonly type?: string | undefined; readonly code?: string | null | undefined } = {},
+) => ({
   error: { message, type: options.type ?? "invalid_request_error", param: null, code: options.code ?? null },
 })
 

@@ -3,7 +3,8 @@
  * answering each request with the first matching entry of its script, recording every request with its
  * raw body and how each exchange ended (completed, dropped, or closed by the client), and reporting
  * progress per request, per chunk and per response. `make` ties it to an Effect `Scope`; `start` and
- * `close` serve Promise users.
+ * `close` serve Promise users. Nothing a script or a progress callback throws escapes the server: a
+ * throwing `match` answers like an unscripted request, a throwing `onProgress` is recorded.
  */
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http"
 import { Effect, type Scope } from "effect"
@@ -15,7 +16,10 @@ export interface RecordedRequest {
   readonly method: string
   /** Path and query, as sent. */
   readonly path: string
-  /** Lowercased names; repeated headers joined with `, `. */
+  /**
+   * Lowercased names; repeated headers joined with `, `. Kept as sent, credentials included
+   * (`authorization`, `x-api-key`).
+   */
   readonly headers: Readonly<Record<string, string>>
   readonly rawBody: Uint8Array
   /** The body as UTF-8 text. */
@@ -29,7 +33,7 @@ export type ExchangeOutcome = "completed" | "dropped" | "client_closed" | "serve
 
 export interface Exchange {
   readonly request: RecordedRequest
-  /** Whether a script entry answered it (otherwise a 500 was sent). */
+  /** Whether a script entry answered it (otherwise a 404 `testkit_unscripted` was sent). */
   readonly matched: boolean
   /** The status sent, if headers went out. */
   readonly status: number | undefined
@@ -44,7 +48,10 @@ export type Progress =
   | { readonly type: "response"; readonly exchange: Exchange }
 
 export interface ScriptEntry {
-  /** Routing by request content; an entry without `match` takes any request. */
+  /**
+   * Routing by request content; an entry without `match` takes any request. A `match` that throws
+   * ends the search: the request is answered as unscripted, naming the error.
+   */
   readonly match?: ((request: RecordedRequest) => boolean) | undefined
   readonly respond: Responder
   /** Keep the entry after use (default: used once). */
@@ -53,6 +60,7 @@ export interface ScriptEntry {
 
 export interface ServerOptions {
   readonly script?: ReadonlyArray<ScriptEntry | Responder> | undefined
+  /** Called synchronously; what it throws is kept in `progressErrors()` and changes nothing else. */
   readonly onProgress?: ((progress: Progress) => void) | undefined
 }
 
@@ -66,11 +74,19 @@ export interface ScriptedServer {
   readonly requests: () => ReadonlyArray<RecordedRequest>
   /** Every ended exchange so far, in end order. */
   readonly exchanges: () => ReadonlyArray<Exchange>
-  /** Resolves with the `index`-th request once it has arrived. */
+  /** What `onProgress` threw so far, in order. */
+  readonly progressErrors: () => ReadonlyArray<unknown>
+  /**
+   * Resolves with the `index`-th request once it has arrived. Rejects at once for an index that is
+   * not a non-negative integer, and once the server closes if that request never arrived.
+   */
   readonly request: (index: number) => Promise<RecordedRequest>
-  /** Resolves with the exchange of the `index`-th request once it has ended. */
+  /** Resolves with the exchange of the `index`-th request once it has ended; rejects as `request`. */
   readonly exchange: (index: number) => Promise<Exchange>
-  /** Stops listening, destroys open connections; idempotent. */
+  /**
+   * Stops listening, destroys open connections (their exchanges end `server_closed`) and rejects the
+   * waits for requests that never arrived; idempotent. A request that comes later is not recorded.
+   */
   readonly close: () => Promise<void>
 }
 
@@ -99,6 +115,40 @@ const sseText = (step: Exclude<SseStep, { kind: "wait" }>): string => {
 interface Waiter<A> {
   readonly index: number
   readonly resolve: (value: A) => void
+  readonly reject: (error: Error) => void
+}
+
+/** Resolves, and forgets, the waiters for `index`. */
+const settle = <A>(waiters: Array<Waiter<A>>, index: number, value: A): void => {
+  for (const waiter of waiters.filter((item) => item.index === index)) {
+    waiters.splice(waiters.indexOf(waiter), 1)
+    waiter.resolve(value)
+  }
+}
+
+/** Text for a thrown value, whatever it is. */
+const describe = (error: unknown): string => {
+  if (error instanceof Error) return error.message
+  try {
+    return String(error)
+  } catch {
+    return typeof error
+  }
+}
+
+const badIndex = (index: number): RangeError | undefined =>
+  Number.isSafeInteger(index) && index >= 0
+    ? undefined
+    : new RangeError(`testkit: a request index is a non-negative integer, got ${describe(index)}`)
+
+/** Default headers, then `extra`: a name of `extra` replaces a default whatever its casing. */
+const responseHeaders = (contentType: string, extra: Readonly<Record<string, string>>): Record<string, string> => {
+  const headers: Record<string, string> = { "content-type": contentType, "cache-control": "no-cache" }
+  for (const [name, value] of Object.entries(extra)) {
+    for (const key of Object.keys(headers)) if (key.toLowerCase() === name.toLowerCase()) delete headers[key]
+    headers[name] = value
+  }
+  return headers
 }
 
 /** Starts a server on 127.0.0.1 with an ephemeral port. */
@@ -110,15 +160,60 @@ export const start = (options: ServerOptions = {}): Promise<ScriptedServer> => {
   const requestWaiters: Array<Waiter<RecordedRequest>> = []
   const exchangeWaiters: Array<Waiter<Exchange>> = []
   const timers = new Set<ReturnType<typeof setTimeout>>()
+  const progressErrors: Array<unknown> = []
   let isClosed = false
-  const report = (progress: Progress): void => options.onProgress?.(progress)
+  const report = (progress: Progress): void => {
+    try {
+      options.onProgress?.(progress)
+    } catch (error) {
+      progressErrors.push(error)
+    }
+  }
 
-  const take = (request: RecordedRequest): ScriptEntry | undefined => {
-    const position = script.findIndex((entry) => entry.match === undefined || entry.match(request))
-    if (position === -1) return undefined
-    const entry = script[position]
-    if (entry !== undefined && entry.repeat !== true) script.splice(position, 1)
-    return entry
+  const neverArrived = (index: number): Error =>
+    new Error(
+      `testkit: the server closed after ${requests.length} request${requests.length === 1 ? "" : "s"}; ` +
+        `request ${index} never arrived`,
+    )
+
+  const wait = <A>(waiters: Array<Waiter<A>>, index: number, found: A | undefined): Promise<A> => {
+    const refused = badIndex(index)
+    const promise: Promise<A> =
+      refused !== undefined
+        ? Promise.reject(refused)
+        : found !== undefined
+          ? Promise.resolve(found)
+          : isClosed && index >= requests.length
+            ? Promise.reject(neverArrived(index))
+            : new Promise((resolve, reject) => waiters.push({ index, resolve, reject }))
+    // Whoever awaits it still sees the rejection; a wait started and then left (its test failed
+    // first, or awaits it only after `close()`) must not become an unhandled rejection.
+    promise.catch(() => undefined)
+    return promise
+  }
+
+  /** Rejects (and forgets) the waiters for requests that never arrived. */
+  const refuseMissing = <A>(waiters: Array<Waiter<A>>): void => {
+    for (const waiter of waiters.filter((item) => item.index >= requests.length)) {
+      waiters.splice(waiters.indexOf(waiter), 1)
+      waiter.reject(neverArrived(waiter.index))
+    }
+  }
+
+  /** The first entry that takes `request` (removed unless `repeat`), or why none answers it. */
+  const take = (request: RecordedRequest): { readonly entry: ScriptEntry } | { readonly unscripted: string } => {
+    for (const [position, entry] of script.entries()) {
+      let matches: boolean
+      try {
+        matches = entry.match === undefined || entry.match(request)
+      } catch (error) {
+        return { unscripted: `; the match of a script entry threw: ${describe(error)}` }
+      }
+      if (!matches) continue
+      if (entry.repeat !== true) script.splice(position, 1)
+      return { entry }
+    }
+    return { unscripted: "" }
   }
 
   const sleep = (ms: number): Promise<void> =>
@@ -131,6 +226,10 @@ export const start = (options: ServerOptions = {}): Promise<ScriptedServer> => {
     })
 
   const handle = (incoming: IncomingMessage, response: ServerResponse, rawBody: Uint8Array): void => {
+    if (isClosed) {
+      incoming.socket.destroy()
+      return
+    }
     const text = Buffer.from(rawBody).toString("utf8")
     let parsed: unknown
     try {
@@ -139,8 +238,9 @@ export const start = (options: ServerOptions = {}): Promise<ScriptedServer> => {
       parsed = undefined
     }
     const headers: Record<string, string> = {}
-    for (const [name, value] of Object.entries(incoming.headers)) {
-      if (value !== undefined) headers[name] = Array.isArray(value) ? value.join(", ") : value
+    // `headersDistinct`: `headers` keeps only the first of some repeated headers (`authorization`).
+    for (const [name, values] of Object.entries(incoming.headersDistinct)) {
+      if (values !== undefined) headers[name] = values.join(", ")
     }
     const request: RecordedRequest = {
       index: requests.length,
@@ -153,9 +253,10 @@ export const start = (options: ServerOptions = {}): Promise<ScriptedServer> => {
     }
     requests.push(request)
     report({ type: "request", request })
-    for (const waiter of requestWaiters.filter((waiter) => waiter.index === request.index)) waiter.resolve(request)
+    settle(requestWaiters, request.index, request)
 
-    const entry = take(request)
+    const taken = take(request)
+    const entry = "entry" in taken ? taken.entry : undefined
     let chunksSent = 0
     let status: number | undefined
     let outcome: ExchangeOutcome | undefined
@@ -166,13 +267,14 @@ export const start = (options: ServerOptions = {}): Promise<ScriptedServer> => {
       ended.push(exchange)
       endedByIndex.set(request.index, exchange)
       report({ type: "response", exchange })
-      for (const waiter of exchangeWaiters.filter((waiter) => waiter.index === request.index)) waiter.resolve(exchange)
+      settle(exchangeWaiters, request.index, exchange)
     }
     response.on("close", () => finish(response.writableFinished ? "completed" : isClosed ? "server_closed" : "client_closed"))
     const isGone = (): boolean => outcome !== undefined || isClosed || response.destroyed
+    /** Records the status only once `writeHead` took it (it throws on a bad status or header). */
     const writeHead = (code: number, extra: Readonly<Record<string, string>>, contentType: string): void => {
+      response.writeHead(code, responseHeaders(contentType, extra))
       status = code
-      response.writeHead(code, { "content-type": contentType, "cache-control": "no-cache", ...extra })
     }
     let lastWrite: Promise<void> = Promise.resolve()
     const write = (text: string): void => {
@@ -197,8 +299,10 @@ export const start = (options: ServerOptions = {}): Promise<ScriptedServer> => {
         case "json": {
           if (responder.delayMs !== undefined) await sleep(responder.delayMs)
           if (isGone()) return
+          // Serialized before the head: a body JSON cannot write (a bigint) sends no status.
+          const body: string | undefined = typeof responder.body === "string" ? responder.body : JSON.stringify(responder.body)
           writeHead(responder.status, responder.headers, "application/json")
-          response.end(typeof responder.body === "string" ? responder.body : JSON.stringify(responder.body))
+          response.end(body)
           return
         }
         case "sse": {
@@ -224,12 +328,14 @@ export const start = (options: ServerOptions = {}): Promise<ScriptedServer> => {
       }
     }
 
-    if (entry === undefined) {
-      writeHead(500, {}, "application/json")
-      response.end(JSON.stringify({ error: { message: `testkit: no scripted response for request ${request.index}`, type: "testkit_unscripted" } }))
+    if ("unscripted" in taken) {
+      // 404: a client classifies it as a refusal, not a failure worth retrying.
+      const message = `testkit: no scripted response for request ${request.index}${taken.unscripted}`
+      writeHead(404, {}, "application/json")
+      response.end(JSON.stringify({ error: { message, type: "testkit_unscripted" } }))
       return
     }
-    run(entry.respond).catch(() => dropSocket())
+    run(taken.entry.respond).catch(() => dropSocket())
   }
 
   const server = createServer((incoming, response) => {
@@ -254,21 +360,16 @@ export const start = (options: ServerOptions = {}): Promise<ScriptedServer> => {
         },
         requests: () => [...requests],
         exchanges: () => [...ended],
-        request: (index) => {
-          const found = requests[index]
-          if (found !== undefined) return Promise.resolve(found)
-          return new Promise((done) => requestWaiters.push({ index, resolve: done }))
-        },
-        exchange: (index) => {
-          const found = endedByIndex.get(index)
-          if (found !== undefined) return Promise.resolve(found)
-          return new Promise((done) => exchangeWaiters.push({ index, resolve: done }))
-        },
+        progressErrors: () => [...progressErrors],
+        request: (index) => wait(requestWaiters, index, requests[index]),
+        exchange: (index) => wait(exchangeWaiters, index, endedByIndex.get(index)),
         close: () => {
           if (closing !== undefined) return closing
           isClosed = true
           for (const timer of timers) clearTimeout(timer)
           timers.clear()
+          refuseMissing(requestWaiters)
+          refuseMissing(exchangeWaiters)
           closing = new Promise<void>((done) => {
             server.close(() => done())
             server.closeAllConnections()
@@ -287,10 +388,10 @@ export const make = (options: ServerOptions = {}): Effect.Effect<ScriptedServer,
     (server) => Effect.promise(() => server.close()),
   )
 
-/** Waits (interruptibly) for the `index`-th request. */
+/** Waits (interruptibly) for the `index`-th request; dies with the error `server.request` rejects with. */
 export const awaitRequest = (server: ScriptedServer, index: number): Effect.Effect<RecordedRequest> =>
   Effect.promise(() => server.request(index))
 
-/** Waits (interruptibly) for the exchange of the `index`-th request to end. */
+/** Waits (interruptibly) for the exchange of the `index`-th request to end; dies as `awaitRequest`. */
 export const awaitExchange = (server: ScriptedServer, index: number): Effect.Effect<Exchange> =>
   Effect.promise(() => server.exchange(index))

@@ -1,7 +1,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Codec, Digest } from "@maka/facts"
 import { Result } from "effect"
-import { History } from "@maka/testkit"
+import { FactBuilders, History } from "@maka/testkit"
 
 describe("History", () => {
   it("builds a small run whose every event decodes back to itself", () => {
@@ -57,6 +57,27 @@ describe("History", () => {
     )
     // Pinned: a change to the wire format, the serializer or a digest tag changes this value.
     assert.strictEqual(first.prefixDigest(), PINNED_SMALL_RUN_DIGEST)
+  })
+
+  it("refuses event id numbers and first sequences that build no valid event", () => {
+    assert.strictEqual(FactBuilders.eventId(0), "00000000-0000-4000-8000-000000000000")
+    assert.strictEqual(FactBuilders.eventId(2 ** 48 - 1), "00000000-0000-4000-8000-ffffffffffff")
+    for (const n of [-1, 1.5, 2 ** 48, Number.NaN, Number.POSITIVE_INFINITY]) {
+      assert.throws(() => FactBuilders.eventId(n), RangeError, `eventId(n) needs an integer n from 0 to 2^48 - 1, got ${n}`)
+      assert.throws(() => FactBuilders.workspaceUuid(n), RangeError, "workspaceUuid(n)")
+      assert.throws(() => new History.History({ firstId: n }), RangeError, `History firstId needs an integer`)
+    }
+    for (const firstSequence of [0, -3, 1.5, Number.NaN]) {
+      assert.throws(
+        () => new History.History({ firstSequence }),
+        RangeError,
+        `History firstSequence needs a positive integer, got ${firstSequence}`,
+      )
+    }
+    const last = new History.History({ firstId: 2 ** 48 - 1 })
+    last.open()
+    assert.throws(() => last.open(), RangeError, "got 281474976710656")
+    assert.strictEqual(new History.History({ firstSequence: 5 }).highWater, 4)
   })
 
   it("refuses to build an invalid event", () => {

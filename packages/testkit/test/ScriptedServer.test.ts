@@ -1,5 +1,6 @@
+import { connect } from "node:net"
 import { assert, describe, it } from "@effect/vitest"
-import { Effect } from "effect"
+import { Cause, Effect, Exit } from "effect"
 import { createParser } from "eventsource-parser"
 import { AnthropicSse, OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
 
@@ -14,6 +15,23 @@ const post = (url: string, body: string, signal?: AbortSignal) =>
   )
 
 const text = (response: Response) => Effect.promise(() => response.text())
+
+/** How `promise` stands after `ms`: its value, its error, or still pending (a wait that never settles). */
+const within = <A>(promise: Promise<A>, ms = 1_000): Promise<{ value: A } | { error: unknown } | "pending"> =>
+  Promise.race([
+    promise.then((value) => ({ value }), (error: unknown) => ({ error })),
+    new Promise<"pending">((resolve) => setTimeout(() => resolve("pending"), ms)),
+  ])
+
+/** Sends `head` (request line and headers, CRLF-separated) and `body` on a raw socket; resolves when it closes. */
+const rawRequest = (port: number, head: string, body: string): Promise<string> =>
+  new Promise((resolve) => {
+    let received = ""
+    const socket = connect(port, "127.0.0.1", () => socket.write(`${head}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`))
+    socket.on("data", (chunk: Buffer) => (received += chunk.toString("utf8")))
+    socket.on("error", () => undefined)
+    socket.on("close", () => resolve(received))
+  })
 
 /** The `data` of every SSE event in `body`. */
 const sseData = (body: string): ReadonlyArray<string> => {
@@ -45,7 +63,7 @@ describe("ScriptedServer", () => {
     }),
   )
 
-  it.effect("routes by request content and answers an unscripted request with a 500", () =>
+  it.effect("routes by request content and answers an unscripted request with a 404", () =>
     Effect.gen(function* () {
       const server = yield* ScriptedServer.make({
         script: [
@@ -60,10 +78,14 @@ describe("ScriptedServer", () => {
       assert.deepStrictEqual(yield* Effect.promise(() => main.json()), { route: "main" })
       assert.deepStrictEqual(yield* Effect.promise(() => summary.json()), { route: "summary" })
       assert.deepStrictEqual(yield* Effect.promise(() => again.json()), { route: "summary" })
-      assert.strictEqual(unscripted.status, 500)
-      yield* text(unscripted)
+      // Not a 5xx: a client's retry policy refuses it at once instead of retrying for minutes.
+      assert.strictEqual(unscripted.status, 404)
+      assert.deepStrictEqual(yield* Effect.promise(() => unscripted.json()), {
+        error: { message: "testkit: no scripted response for request 3", type: "testkit_unscripted" },
+      })
       const exchange = yield* ScriptedServer.awaitExchange(server, 3)
       assert.isFalse(exchange.matched)
+      assert.strictEqual(exchange.status, 404)
       assert.strictEqual(exchange.outcome, "completed")
     }),
   )
@@ -189,6 +211,168 @@ describe("ScriptedServer", () => {
       assert.strictEqual(exchange.status, 200)
     }),
   )
+
+  it("answers a request whose match throws as unscripted, naming the error, and keeps the entry", async () => {
+    const server = await ScriptedServer.start({
+      script: [
+        { match: (request) => (request.json as { model: string }).model === "a", respond: Respond.json(200, { who: "a" }) },
+        Respond.json(200, { who: "fallback" }),
+      ],
+    })
+    try {
+      const signal = AbortSignal.timeout(5_000)
+      const first = await fetch(server.url, { method: "POST", body: "not json", signal })
+      assert.strictEqual(first.status, 404)
+      const body = (await first.json()) as { error: { message: string; type: string } }
+      assert.strictEqual(body.error.type, "testkit_unscripted")
+      assert.match(body.error.message, /^testkit: no scripted response for request 0; the match of a script entry threw: /)
+      assert.include(body.error.message, "'model'")
+      const exchange = await server.exchange(0)
+      assert.deepStrictEqual([exchange.matched, exchange.status, exchange.outcome], [false, 404, "completed"])
+      const second = await fetch(server.url, { method: "POST", body: '{"model":"a"}', signal })
+      assert.deepStrictEqual(await second.json(), { who: "a" })
+    } finally {
+      await server.close()
+    }
+  })
+
+  for (const throwsOn of ["request", "chunk", "response", "every call"] as const) {
+    it(`keeps what onProgress throws (on ${throwsOn}) out of the exchange and the client`, async () => {
+      const steps = OpenAiSse.response({ text: ["a"] })
+      const seen: Array<string> = []
+      const server = await ScriptedServer.start({
+        script: [Respond.sse(steps)],
+        onProgress: (progress) => {
+          seen.push(progress.type)
+          if (throwsOn === "every call" || progress.type === throwsOn) {
+            throw new Error(`assertion in onProgress(${progress.type})`)
+          }
+        },
+      })
+      try {
+        const response = await fetch(server.url, { method: "POST", body: "{}", signal: AbortSignal.timeout(5_000) })
+        assert.strictEqual(response.status, 200)
+        assert.strictEqual(sseData(await response.text()).length, steps.length)
+        const exchange = await server.exchange(0)
+        assert.deepStrictEqual([exchange.outcome, exchange.chunksSent], ["completed", steps.length])
+        assert.deepStrictEqual(seen, ["request", ...steps.map(() => "chunk"), "response"])
+        assert.deepStrictEqual(
+          server.progressErrors().map((error) => (error as Error).message),
+          seen
+            .filter((type) => throwsOn === "every call" || type === throwsOn)
+            .map((type) => `assertion in onProgress(${type})`),
+        )
+      } finally {
+        await server.close()
+      }
+    })
+  }
+
+  it("rejects waits for requests that never arrived once closed, and a bad index at once", async () => {
+    const errorOf = async (promise: Promise<unknown>, ms?: number): Promise<unknown> => {
+      const result = await within(promise, ms)
+      return result !== "pending" && "error" in result ? result.error : result
+    }
+    const neverArrived = (index: number) => `testkit: the server closed after 1 request; request ${index} never arrived`
+    const server = await ScriptedServer.start({ script: [Respond.json(200, {})] })
+    for (const index of [-1, 1.5, Number.NaN]) {
+      assert.instanceOf(await errorOf(server.request(index), 100), RangeError, `request(${index})`)
+      assert.instanceOf(await errorOf(server.exchange(index), 100), RangeError, `exchange(${index})`)
+    }
+    const pendingRequest = errorOf(server.request(1), 2_000)
+    const pendingExchange = errorOf(server.exchange(1), 2_000)
+    // Looked at only after close has rejected it: no unhandled rejection in between.
+    const lookedAtLater = server.request(3)
+    await (await fetch(server.url, { method: "POST", body: "{}" })).text()
+    await server.close()
+    await new Promise((resolve) => setTimeout(resolve, 20))
+    assert.strictEqual(((await errorOf(lookedAtLater)) as Error).message, neverArrived(3))
+    assert.strictEqual(((await pendingRequest) as Error).message, neverArrived(1))
+    assert.strictEqual(((await pendingExchange) as Error).message, neverArrived(1))
+    assert.strictEqual(((await errorOf(server.request(1))) as Error).message, neverArrived(1))
+    assert.strictEqual(((await errorOf(server.exchange(2))) as Error).message, neverArrived(2))
+    assert.strictEqual((await server.request(0)).index, 0)
+    assert.strictEqual((await server.exchange(0)).outcome, "completed")
+  })
+
+  it.live("the Effect waits die with the same errors instead of hanging", () =>
+    Effect.gen(function* () {
+      const server = yield* Effect.promise(() => ScriptedServer.start())
+      const bad = yield* Effect.exit(ScriptedServer.awaitExchange(server, -1).pipe(Effect.timeout("1 second")))
+      assert.isTrue(Exit.isFailure(bad) && Cause.squash(bad.cause) instanceof RangeError)
+      yield* Effect.promise(() => server.close())
+      const missing = yield* Effect.exit(ScriptedServer.awaitRequest(server, 0).pipe(Effect.timeout("1 second")))
+      assert.isTrue(Exit.isFailure(missing))
+      if (Exit.isFailure(missing)) {
+        assert.strictEqual((Cause.squash(missing.cause) as Error).message, "testkit: the server closed after 0 requests; request 0 never arrived")
+      }
+    }),
+  )
+
+  it("lets a response header replace a default whatever its casing", async () => {
+    const server = await ScriptedServer.start({
+      script: [
+        Respond.json(200, "plain", { "Content-Type": "text/plain", "CACHE-CONTROL": "max-age=5" }),
+        Respond.sse([OpenAiSse.done()], { headers: { "Content-Type": "text/plain" } }),
+      ],
+    })
+    try {
+      for (const expected of [{ type: "text/plain", cache: "max-age=5" }, { type: "text/plain", cache: "no-cache" }]) {
+        const response = await fetch(server.url)
+        await response.text()
+        assert.deepStrictEqual(
+          { type: response.headers.get("content-type"), cache: response.headers.get("cache-control") },
+          expected,
+        )
+      }
+    } finally {
+      await server.close()
+    }
+  })
+
+  it("records a status only when headers went out, and refuses a bad status when the responder is made", async () => {
+    assert.throws(() => Respond.json(99, {}), TypeError, "Respond.json needs an HTTP status from 100 to 599, got 99")
+    assert.throws(() => Respond.json(600, {}), TypeError, "got 600")
+    assert.throws(() => Respond.json(200.5, {}), TypeError, "got 200.5")
+    assert.throws(() => Respond.sse([], { status: 1000 }), TypeError, "Respond.sse needs an HTTP status from 100 to 599, got 1000")
+    assert.throws(() => Respond.dropAfter([], { status: 0 }), TypeError, "got 0")
+    const handMade: Respond.Responder = { kind: "json", status: 99, headers: {}, body: {} }
+    const server = await ScriptedServer.start({ script: [Respond.json(200, { n: 1n }), handMade] })
+    try {
+      for (const index of [0, 1]) {
+        const result = await fetch(server.url).then((response) => response.text(), () => "failed")
+        assert.strictEqual(result, "failed")
+        const exchange = await server.exchange(index)
+        assert.deepStrictEqual([exchange.matched, exchange.status, exchange.outcome], [true, undefined, "dropped"])
+      }
+    } finally {
+      await server.close()
+    }
+  })
+
+  it("joins every repeated request header with a comma", async () => {
+    const server = await ScriptedServer.start({ script: [Respond.json(200, {})] })
+    try {
+      const head = [
+        "POST /v1/x HTTP/1.1",
+        "Host: a",
+        "Authorization: Bearer sk-one",
+        "Authorization: Bearer sk-two",
+        "X-Api-Key: k1",
+        "X-Api-Key: k2",
+        "Content-Type: a",
+        "Content-Type: b",
+      ].join("\r\n")
+      await rawRequest(server.port, head, "{}")
+      const { headers } = await server.request(0)
+      assert.strictEqual(headers["authorization"], "Bearer sk-one, Bearer sk-two")
+      assert.strictEqual(headers["x-api-key"], "k1, k2")
+      assert.strictEqual(headers["content-type"], "a, b")
+      assert.strictEqual(headers["host"], "a")
+    } finally {
+      await server.close()
+    }
+  })
 
   it("starts and closes without Effect, and closing twice is harmless", async () => {
     const server = await ScriptedServer.start({ script: [Respond.json(200, { ok: true })] })
