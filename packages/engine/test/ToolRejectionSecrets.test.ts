@@ -30,6 +30,25 @@ const setup = async (script: ReadonlyArray<Respond.Responder>) => {
   return { folder, server, engine }
 }
 
+/** The scripted server as the provider, with the key and a Redacted header value to keep out of everything. */
+const provider = (server: ScriptedServer.ScriptedServer) => ({
+  kind: "openai-compatible" as const,
+  baseUrl: `${server.url}/v1/`,
+  model: "test-model",
+  apiKey: API_KEY,
+  headers: { "x-token": Redacted.make(TOKEN) },
+})
+
+/** Closes the engine, then finds neither secret in any byte of the log's files. */
+const assertNoSecretInFiles = async (context: { readonly folder: string; readonly engine: MakaEngine }) => {
+  await context.engine.close()
+  for (const file of fs.readdirSync(context.folder)) {
+    const bytes = fs.readFileSync(path.join(context.folder, file)).toString("latin1")
+    assert.notInclude(bytes, API_KEY, file)
+    assert.notInclude(bytes, TOKEN, file)
+  }
+}
+
 /** A Standard Schema (with Standard JSON Schema) whose validation is `validate`. */
 const standard = (validate: (value: unknown) => unknown): Tool.StandardInput =>
   ({
@@ -71,13 +90,7 @@ describe("tool rejections through createEngine", () => {
     )
     const run = await context.engine.start({
       sessionId: "session-1",
-      provider: {
-        kind: "openai-compatible",
-        baseUrl: `${context.server.url}/v1/`,
-        model: "test-model",
-        apiKey: API_KEY,
-        headers: { "x-token": Redacted.make(TOKEN) },
-      },
+      provider: provider(context.server),
       message: "Look it up.",
       tools: [lookup, project],
     })
@@ -97,12 +110,7 @@ describe("tool rejections through createEngine", () => {
     assert.include(next, "[redacted]")
     assert.notInclude(next, API_KEY)
     assert.notInclude(next, TOKEN)
-    await context.engine.close()
-    for (const file of fs.readdirSync(context.folder)) {
-      const bytes = fs.readFileSync(path.join(context.folder, file)).toString("latin1")
-      assert.notInclude(bytes, API_KEY, file)
-      assert.notInclude(bytes, TOKEN, file)
-    }
+    await assertNoSecretInFiles(context)
   })
 
   it("stores no key a provider echoes into its answer or a tool call, and never sends it back", async () => {
@@ -118,13 +126,7 @@ describe("tool rejections through createEngine", () => {
     ])
     const run = await context.engine.start({
       sessionId: "session-1",
-      provider: {
-        kind: "openai-compatible",
-        baseUrl: `${context.server.url}/v1/`,
-        model: "test-model",
-        apiKey: API_KEY,
-        headers: { "x-token": Redacted.make(TOKEN) },
-      },
+      provider: provider(context.server),
       message: "Go.",
       tools: [echo],
     })
@@ -139,12 +141,7 @@ describe("tool rejections through createEngine", () => {
     const next = context.server.requests()[1]!.body
     assert.notInclude(next, API_KEY)
     assert.notInclude(next, TOKEN)
-    await context.engine.close()
-    for (const file of fs.readdirSync(context.folder)) {
-      const bytes = fs.readFileSync(path.join(context.folder, file)).toString("latin1")
-      assert.notInclude(bytes, API_KEY, file)
-      assert.notInclude(bytes, TOKEN, file)
-    }
+    await assertNoSecretInFiles(context)
   })
 
   it("cuts a decode message of megabytes to 2,048 units and completes the run", async () => {
