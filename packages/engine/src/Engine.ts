@@ -56,7 +56,10 @@ export interface StartInput {
   readonly context?: ModelContext.ModelRequestContext
   readonly mainOutputLimit?: number
   readonly requestFingerprint?: string
-  /** Secrets scrubbed from every tool failure message before it is stored (the provider key, secret headers). */
+  /**
+   * Secrets scrubbed from every tool failure message before it is stored, beside the model's own
+   * credentials (its key and Redacted header values, always scrubbed: `LanguageModel.secrets`).
+   */
   readonly secrets?: ReadonlyArray<Redacted.Redacted<string>>
   /** Cancels the run when it aborts; aborted before admission, nothing is written. */
   readonly signal?: AbortSignal
@@ -362,7 +365,9 @@ const runSettings = (input: LaunchInput, log: EventLog.EventLogShape): RunSettin
   tools: catalogOf(input.tools ?? ToolCatalog.empty, log, input.invocation.sessionId),
   maxSteps: input.maxSteps ?? Limits.DEFAULT_MAX_STEPS,
   allowPriorUnknown: input.allowPriorUnknown ?? false,
-  secrets: input.secrets ?? [],
+  // The model's own credentials always, whoever started the run (a successor, a continuation, the
+  // Effect API without `secrets`), and the host's.
+  secrets: [...(input.model.secrets ?? []), ...(input.secrets ?? [])],
 })
 
 /**

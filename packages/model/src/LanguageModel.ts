@@ -40,6 +40,12 @@ export interface LanguageModelShape {
   ) => Stream.Stream<Model.ModelEvent, ModelError.ModelError>
   /** A background reservation on this model's limiter (docs/model.md §4.2). */
   readonly tryReserveBackground: Effect.Effect<Option.Option<ModelLimiter.BackgroundReservation>, never, Scope.Scope>
+  /**
+   * The credentials this model sends (its API key, when not blank, and its Redacted header values),
+   * for a host to keep out of what it stores: the engine scrubs them from every message of a run on
+   * this model. A model made otherwise (a test double) may have none.
+   */
+  readonly secrets?: ReadonlyArray<Redacted.Redacted<string>> | undefined
 }
 
 export class LanguageModel extends Context.Service<LanguageModel, LanguageModelShape>()("@maka/model/LanguageModel") {}
@@ -154,12 +160,11 @@ const makeChecked = (config: ProviderConfig.ProviderConfig, options: MakeOptions
           hostFetch(url, { ...request, body: HttpClient.textOf(request.body), redirect: "manual" }).then(HttpClient.fromFetchResponse)
   // An empty key (a local server needs none) sends no credential header and redacts nothing. Every
   // form the key and the Redacted header values can come back in is scrubbed from error messages.
-  const secrets = formsOf(
-    [
-      Redacted.value(config.apiKey),
-      ...Object.values(config.headers ?? {}).flatMap((value) => (Redacted.isRedacted(value) ? [Redacted.value(value)] : [])),
-    ].filter((secret) => secret.trim() !== ""),
-  )
+  const credentials: ReadonlyArray<Redacted.Redacted<string>> = [
+    config.apiKey,
+    ...Object.values(config.headers ?? {}).filter((value) => Redacted.isRedacted(value)),
+  ].filter((secret) => Redacted.value(secret).trim() !== "")
+  const secrets = formsOf(credentials.map((secret) => Redacted.value(secret)))
   const normalizer = (): Normalizer =>
     config.kind === "anthropic" ? anthropicNormalizer(routeIdentity) : openAiNormalizer()
 
@@ -198,6 +203,7 @@ const makeChecked = (config: ProviderConfig.ProviderConfig, options: MakeOptions
     limiter,
     stream,
     tryReserveBackground: limiter.tryReserveBackground,
+    secrets: credentials,
   }
 }
 
