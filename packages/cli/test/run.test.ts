@@ -252,6 +252,27 @@ describe("maka run against an endpoint", () => {
     expect(events.stdout).toContain(`"connectionId":"openai-compatible:${server.url}/v1"`)
   })
 
+  it("keeps MAKA_API_KEY out of run_command's shell, which inherits the rest of the environment", async () => {
+    const command = 'echo "key=[$MAKA_API_KEY] other=[$MAKA_TEST_INHERITED]"'
+    const server = await serve([
+      Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-1", name: "run_command", arguments: [JSON.stringify({ command })] }] })),
+      answer(["Ran it."]),
+    ])
+    const { root, workspace, db } = fresh()
+    const result = await maka(["run", "--db", db, "--workspace", workspace, "--model", "test-model", "--tools", "all", "run it"], {
+      cwd: root,
+      env: { MAKA_BASE_URL: `${server.url}/v1`, MAKA_API_KEY: KEY, MAKA_TEST_INHERITED: "yes" },
+    })
+    expect(result.code, result.stderr).toBe(0)
+    // What the command printed reached the model in the next request: no key in it.
+    const next = server.requests()[1]!.body
+    expect(next).toContain("key=[] other=[yes]")
+    expect(next).not.toContain(KEY)
+    const events = await maka(["events", "--db", db, "--session", sessionOf(result.stderr), "--json"], { cwd: root })
+    expect(events.stdout).toContain("key=[] other=[yes]")
+    expect(events.stdout).not.toContain(KEY)
+  })
+
   it("sends x-api-key and anthropic-version to an Anthropic endpoint", async () => {
     const { AnthropicSse } = await import("@maka/testkit")
     const server = await serve([Respond.sse(AnthropicSse.response({ text: ["Hi ", "there."] }))])

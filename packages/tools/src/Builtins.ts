@@ -19,7 +19,15 @@ import type { Workspace } from "./Workspace.ts"
  * (through any path or link), and every file beside it whose name begins with its name (a SQLite
  * log's `-wal`, `-shm` and `-journal`, its writer's lock).
  */
-export type Root = Pick<Workspace, "root"> & { readonly protectedFiles?: ReadonlyArray<string> }
+export type Root = Pick<Workspace, "root"> & {
+  readonly protectedFiles?: ReadonlyArray<string>
+  /**
+   * Environment variables `run_command`'s shell does not inherit from the host (the CLI hides
+   * `MAKA_API_KEY` and `MAKA_DATABASE_URL`): a command the model runs cannot print them into its
+   * output, which is stored and sent to the model. Every other variable is inherited.
+   */
+  readonly hiddenEnvironment?: ReadonlyArray<string>
+}
 
 /** The model-facing descriptions; they are part of the catalog digest, so they change only deliberately. */
 export const descriptions = Object.freeze({
@@ -121,6 +129,7 @@ export const runCommand = (workspace: Root, overrides: Partial<BuiltinLimits> = 
           timeoutSeconds: input.timeoutSeconds ?? limits.commandTimeoutSeconds,
           outputBytes: limits.commandOutputBytes,
           outputDrainMs: defaults.commandOutputDrainMs,
+          hiddenEnvironment: workspace.hiddenEnvironment ?? [],
         },
         input,
         signal,

@@ -43,6 +43,26 @@ describe("run_command", () => {
     }),
   )
 
+  it.effect("hides the variables its workspace names from the shell, which inherits every other one", () =>
+    Effect.gen(function* () {
+      const { workspace } = yield* workspaceFixture
+      process.env["MAKA_TEST_HIDDEN"] = "hidden-value"
+      process.env["MAKA_TEST_SHOWN"] = "shown-value"
+      try {
+        const command = 'echo "[$MAKA_TEST_HIDDEN] [$MAKA_TEST_SHOWN]"'
+        const hiding = Builtins.runCommand({ ...workspace, hiddenEnvironment: ["MAKA_TEST_HIDDEN"] })
+        assert.strictEqual(resultOf(yield* call(hiding, { command })).stdout, "[] [shown-value]\n")
+        // Nothing hidden: the whole environment, as before.
+        assert.strictEqual(resultOf(yield* call(Builtins.runCommand(workspace), { command })).stdout, "[hidden-value] [shown-value]\n")
+        // The host's own environment is left as it was.
+        assert.strictEqual(process.env["MAKA_TEST_HIDDEN"], "hidden-value")
+      } finally {
+        delete process.env["MAKA_TEST_HIDDEN"]
+        delete process.env["MAKA_TEST_SHOWN"]
+      }
+    }),
+  )
+
   it.effect("runs the command in its own process group", () =>
     Effect.gen(function* () {
       const { workspace } = yield* workspaceFixture

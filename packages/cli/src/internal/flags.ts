@@ -270,6 +270,12 @@ export const integer = (name: FlagName, value: string | undefined, minimum: numb
 
 export type DatabaseTarget = { readonly kind: "sqlite"; readonly path: string } | { readonly kind: "postgres"; readonly url: string }
 
+/**
+ * The environment variables that hold the CLI's credentials: `run_command`'s shell does not
+ * inherit them (docs/cli.md §10.1 "Tools").
+ */
+export const SECRET_ENVIRONMENT: ReadonlyArray<string> = ["MAKA_API_KEY", "MAKA_DATABASE_URL"]
+
 /** `--db` / `MAKA_DB` (default `.maka/events.sqlite` under `cwd`) or `--database-url` / `MAKA_DATABASE_URL`; both is an error. */
 export const database = (values: Values, environment: Environment, cwd: string): DatabaseTarget => {
   const file = values.db ?? nonEmpty(environment["MAKA_DB"])

@@ -127,7 +127,9 @@ const resumeOne = async (
         ExitCode.usage,
       )
     }
-    const tools = ToolCatalog.from(Builtins.forLevel(level, { ...workspace, protectedFiles: options.protectedFiles }))
+    const tools = ToolCatalog.from(
+      Builtins.forLevel(level, { ...workspace, protectedFiles: options.protectedFiles, hiddenEnvironment: Flags.SECRET_ENVIRONMENT }),
+    )
     started = await runEffect(runtime, engine.resume({ paused: pending.invocation, pause, model, tools }))
   } catch (error) {
     const failure = fromEngineError(error)

@@ -255,7 +255,11 @@ export const openHost = async (settings: RunSettings, sink: Sink, signal: AbortS
     const workspace = await Facade.openWorkspace(settings.directory)
     if (settings.isNewSession) sink.err(`session: ${settings.sessionId}\n`)
     // A log kept in the workspace is never written by a tool (docs/cli.md §10.1).
-    const tools = Builtins.forLevel(settings.level, { ...workspace, protectedFiles: database.kind === "sqlite" ? [database.path] : [] })
+    const tools = Builtins.forLevel(settings.level, {
+      ...workspace,
+      protectedFiles: database.kind === "sqlite" ? [database.path] : [],
+      hiddenEnvironment: Flags.SECRET_ENVIRONMENT,
+    })
     const turn: Host["turn"] = async (message, onStarted) => {
       const run = await opened.start({
         sessionId: settings.sessionId,

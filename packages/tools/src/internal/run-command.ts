@@ -23,6 +23,16 @@ export interface RunCommandOptions {
   readonly outputBytes: number
   /** How long after the shell exits its pipes may still deliver buffered output. */
   readonly outputDrainMs: number
+  /** Variables of the host's environment the shell does not inherit. */
+  readonly hiddenEnvironment: ReadonlyArray<string>
+}
+
+/** The host's environment without `hidden`; undefined (inherit it whole) when nothing is hidden. */
+const environmentWithout = (hidden: ReadonlyArray<string>): NodeJS.ProcessEnv | undefined => {
+  if (hidden.length === 0) return undefined
+  const environment: NodeJS.ProcessEnv = { ...process.env }
+  for (const name of hidden) delete environment[name]
+  return environment
 }
 
 /** Keeps the first `cap` bytes of a stream and counts the rest. */
@@ -78,8 +88,10 @@ export const runCommand = (
 ): Effect.Effect<ToolCall.ToolOutput, ToolFailure> =>
   Effect.flatMap(canonicalRoot(root), (cwd) =>
     Effect.callback<ToolCall.ToolOutput, ToolFailure>((resume, interruption) => {
+      const env = environmentWithout(options.hiddenEnvironment)
       const child = spawn("/bin/sh", ["-c", input.command], {
         cwd,
+        ...(env === undefined ? {} : { env }),
         detached: true,
         stdio: ["ignore", "pipe", "pipe"],
       })
