@@ -27,6 +27,13 @@ describe("redactUrl", () => {
     )
   })
 
+  it("hides a password holding an unescaped slash, which a parser would read as a host and a path", () => {
+    const shown = redactUrl("postgres://maka:123/hunter2@db.example:5432/agents")
+    expect(shown).toBe("postgres://maka:***@db.example:5432/agents")
+    expect(shown).not.toContain("hunter2")
+    expect(redactUrl("postgres://maka:hunt/er@2@db.example/agents")).not.toMatch(/hunt|er@2/)
+  })
+
   it("names an unparsable URL without echoing it", () => {
     expect(redactUrl("postgres://maka:hunter2@[bad")).toBe("postgres (unparsable URL)")
   })

@@ -161,7 +161,7 @@ const SHOWN_PARAMETERS: ReadonlySet<string> = new Set(["sslmode", "application_n
  */
 export const redactUrl = (url: string): string => {
   try {
-    const parsed = new URL(url)
+    const parsed = new URL(withoutSlashedPassword(url))
     if (parsed.password !== "") parsed.password = "***"
     const query = [...parsed.searchParams].map(([name, value]) =>
       SHOWN_PARAMETERS.has(name) ? `${name}=${value}` : /^[a-z_]{1,64}$/.test(name) ? `${name}=***` : "***",
@@ -172,6 +172,22 @@ export const redactUrl = (url: string): string => {
   } catch {
     return "postgres (unparsable URL)"
   }
+}
+
+/**
+ * `url` with the password of a user info that holds an unescaped `/` replaced: a URL parser ends the
+ * authority at that `/`, takes the user name for the host and leaves the rest of the password in
+ * the path, where no redaction would look (`postgres://u:abc/def@host/db`). Only the text before the
+ * first `@` that holds both a `:` and a `/` is taken for such a user info; any other URL is as given.
+ */
+const withoutSlashedPassword = (url: string): string => {
+  const start = url.indexOf("://")
+  const at = url.indexOf("@", start + 3)
+  if (start < 0 || at < 0) return url
+  const userInfo = url.slice(start + 3, at)
+  const colon = userInfo.indexOf(":")
+  if (colon < 0 || !userInfo.includes("/")) return url
+  return `${url.slice(0, start + 3)}${userInfo.slice(0, colon)}:***${url.slice(at)}`
 }
 
 /**
