@@ -116,6 +116,32 @@ describe("secrets in answers", () => {
     }),
   )
 
+  it.effect("replaces the key in a tool call's id (by `redacted`, which every provider takes in an id) and in a signature", () =>
+    Effect.gen(function* () {
+      const server = yield* ScriptedServer.make({
+        script: [
+          Respond.sse(OpenAiSse.response({ toolCalls: [{ id: `call_${API_KEY}`, name: "save", arguments: ["{}"] }] })),
+          Respond.sse(
+            AnthropicSse.response({
+              thinking: { chunks: ["Hmm."], signature: `sig-${API_KEY}` },
+              toolUses: [{ id: `toolu_${API_KEY}`, name: "save", json: ["{}"] }],
+            }),
+          ),
+        ],
+      })
+      const openAiEvents = (yield* collect((yield* openAi(server)).stream(request()))).events
+      assertNoKey(openAiEvents)
+      const call = stepOf(openAiEvents).parts.find((part) => part.kind === "tool_call")
+      assert.strictEqual(call?.kind === "tool_call" ? call.id : undefined, "call_redacted")
+      const anthropicEvents = (yield* collect((yield* anthropic(server)).stream(request()))).events
+      assertNoKey(anthropicEvents)
+      const step = stepOf(anthropicEvents)
+      const use = step.parts.find((part) => part.kind === "tool_call")
+      assert.strictEqual(use?.kind === "tool_call" ? use.id : undefined, "toolu_redacted")
+      assert.include(JSON.stringify(step), "sig-[redacted]")
+    }),
+  )
+
   it.effect("leaves an answer as it is when the model has no key", () =>
     Effect.gen(function* () {
       const server = yield* ScriptedServer.make({

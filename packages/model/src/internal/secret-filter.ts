@@ -46,12 +46,12 @@ const scrubJson = (value: Identity.Json, forms: ReadonlyArray<string>): Identity
 }
 
 /**
- * A tool call's input with every secret replaced; the input itself when it holds none (looked for in
+ * A JSON object (a tool call's input, provider options) with every secret replaced; itself when it holds none (looked for in
  * its canonical text, which is written without recursion, so any depth the provider's JSON had is
  * read). The replaced text is parsed back; should a replacement have broken it (a secret spanning
  * an escape), the input's strings are replaced one by one.
  */
-const scrubInput = (input: Identity.JsonObject, forms: ReadonlyArray<string>): Identity.JsonObject => {
+const scrubInput = <A extends Identity.JsonObject>(input: A, forms: ReadonlyArray<string>): A => {
   let text: string
   try {
     text = Canonical.stringify(input)
@@ -61,9 +61,9 @@ const scrubInput = (input: Identity.JsonObject, forms: ReadonlyArray<string>): I
   }
   if (!forms.some((form) => text.includes(form))) return input
   try {
-    return JSON.parse(scrub(text, forms)) as Identity.JsonObject
+    return JSON.parse(scrub(text, forms)) as A
   } catch {
-    return scrubJson(input, forms) as Identity.JsonObject
+    return scrubJson(input, forms) as A
   }
 }
 
@@ -93,7 +93,25 @@ export const make = (forms: ReadonlyArray<string>): SecretFilter => {
     out.push(rest)
   }
 
-  const push = (event: Model.ModelEvent, out: Array<Model.ModelEvent>): void => {
+  /**
+   * A tool call's id with every secret replaced by `redacted`, no brackets: the id goes back to the
+   * provider with the call's result, and Anthropic takes only `[A-Za-z0-9_-]` in one.
+   */
+  const scrubId = (id: string): string => {
+    let current = id
+    for (const form of forms) if (current.includes(form)) current = current.split(form).join("redacted")
+    return current
+  }
+
+  /** `event` with the strings of its provider options (a signature, redacted thinking) scrubbed. */
+  const withScrubbedOptions = (event: Model.ModelEvent): Model.ModelEvent => {
+    if (!("providerOptions" in event) || event.providerOptions === undefined) return event
+    const providerOptions = scrubInput(event.providerOptions, forms)
+    return providerOptions === event.providerOptions ? event : { ...event, providerOptions }
+  }
+
+  const push = (given: Model.ModelEvent, out: Array<Model.ModelEvent>): void => {
+      const event = withScrubbedOptions(given)
       switch (event.kind) {
         case "part_delta": {
           const before = held.get(event.id)
@@ -111,7 +129,8 @@ export const make = (forms: ReadonlyArray<string>): SecretFilter => {
         case "tool_call": {
           const input = scrubInput(event.input, forms)
           const name = scrub(event.name, forms)
-          out.push(input === event.input && name === event.name ? event : { ...event, name, input })
+          const id = scrubId(event.id)
+          out.push(input === event.input && name === event.name && id === event.id ? event : { ...event, id, name, input })
           return
         }
         case "response_metadata": {
