@@ -27,6 +27,20 @@ const catalogOf = (release: Deferred.Deferred<void>) =>
       execute: () => Tool.fail(`GET /v1/accounts?key=${KEY} -> 404`),
     }),
     Tool.make({
+      name: "show",
+      description: "Returns the key, as text and inside JSON.",
+      input: Schema.Struct({}),
+      semantics: "parallel",
+      execute: () => Effect.succeed(Tool.json({ note: `key=${KEY}`, nested: [{ [KEY]: `${KEY}${KEY}` }] })),
+    }),
+    Tool.make({
+      name: "print",
+      description: "Prints the key.",
+      input: Schema.Struct({}),
+      semantics: "parallel",
+      execute: () => Effect.succeed(Tool.text(`export API_KEY=${KEY}\n`)),
+    }),
+    Tool.make({
       name: "wait",
       description: "Waits for a release.",
       input: Schema.Struct({}),
@@ -51,6 +65,41 @@ describe("the model's credentials", () => {
         assert.deepStrictEqual(failures(events), ["GET /v1/accounts?key=[redacted] -> 404"])
         assert.notInclude(JSON.stringify(events), KEY)
         assert.notInclude(context.server.requests()[1]!.body, KEY)
+      }),
+    ),
+  )
+
+  it.live("are scrubbed from a tool's output, text or JSON, stored and sent to the model", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({
+          script: [
+            Respond.sse(
+              OpenAiSse.response({
+                toolCalls: [
+                  { id: "call-1", name: "show", arguments: ["{}"] },
+                  { id: "call-2", name: "print", arguments: ["{}"] },
+                ],
+              }),
+            ),
+            Respond.sse(OpenAiSse.response({ text: ["Done."] })),
+          ],
+        })
+        const release = yield* Deferred.make<void>()
+        const result = yield* context.engine.run(input(context, "Show it.", catalogOf(release)))
+        assert.deepStrictEqual(result.outcome, { kind: "completed" })
+        const events = yield* context.log.events("session-1")
+        const outcomes = factsOf(events, "tool_settled").map((fact) => fact.outcome)
+        assert.deepStrictEqual(
+          outcomes.map((outcome) => (outcome.kind === "succeeded" ? outcome.projection : outcome.kind)),
+          [
+            { kind: "json", value: { nested: [{ "[redacted]": "[redacted][redacted]" }], note: "key=[redacted]" } },
+            { kind: "text", text: "export API_KEY=[redacted]\n" },
+          ],
+        )
+        assert.notInclude(JSON.stringify(events), KEY)
+        assert.notInclude(context.server.requests()[1]!.body, KEY)
+        assert.include(context.server.requests()[1]!.body, "key=[redacted]")
       }),
     ),
   )

@@ -10,7 +10,7 @@ import * as Cancellation from "./Cancellation.ts"
 import { defaults } from "./Defaults.ts"
 import { Ids } from "./Ids.ts"
 import { execute, type Execution, unrecordableOutputMessage } from "./internal/execution.ts"
-import { scrub } from "./internal/secrets.ts"
+import { scrub, scrubOutput } from "./internal/secrets.ts"
 import type { Runner, Semantics, Tool } from "./Tool.ts"
 import { admit, type CapturedCatalog } from "./ToolCatalog.ts"
 import { commitFailed, invalidWrite, type ToolError } from "./ToolError.ts"
@@ -250,14 +250,16 @@ const settleWrite = (
   return Effect.flatMap(stamp, ({ id, recordedAt }) => {
     const build = (output: ToolCall.ToolOutput) =>
       EventWrite.toolSuccess({ id, recordedAt, invocation, operationId: request.operationId, output })
-    let built = build(execution.output)
+    // Its output is stored, and read by the model, with the secrets scrubbed, as a failure's message is.
+    const output = scrubOutput(execution.output, secrets)
+    let built = build(output)
     // A fact's text is well-formed Unicode (packages/facts/README.md), so a text output holding a
     // lone surrogate (text cut inside a pair) is refused. Like a failure message the journal stores
     // but did not write, it is then stored with U+FFFD in place of each lone surrogate, as a UTF-8
     // encoder (and so the model) would read it anyway. Only after the refusal: the usual text,
     // well-formed, is not scanned once more.
-    if (Result.isFailure(built) && built.failure.rule === "text_ill_formed" && execution.output.format === "text") {
-      built = build({ format: "text", value: Validation.toWellFormedText(execution.output.value) })
+    if (Result.isFailure(built) && built.failure.rule === "text_ill_formed" && output.format === "text") {
+      built = build({ format: "text", value: Validation.toWellFormedText(output.value) })
     }
     if (Result.isFailure(built)) {
       // The effect happened but its output cannot be stored: say so as a known failure.
