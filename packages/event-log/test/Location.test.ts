@@ -28,10 +28,17 @@ describe("redactUrl", () => {
   })
 
   it("hides a password holding an unescaped slash, which a parser would read as a host and a path", () => {
-    const shown = redactUrl("postgres://maka:123/hunter2@db.example:5432/agents")
-    expect(shown).toBe("postgres://maka:***@db.example:5432/agents")
-    expect(shown).not.toContain("hunter2")
-    expect(redactUrl("postgres://maka:hunt/er@2@db.example/agents")).not.toMatch(/hunt|er@2/)
+    expect(redactUrl("postgres://maka:123/hunter2@db.example:5432/agents")).toBe("postgres://***@db.example:5432/agents")
+    // A port that is no number: no URL at all, and nothing of it shown.
+    expect(redactUrl("postgres://maka:hunt/er@2@db.example/agents")).toBe("postgres (unparsable URL)")
+    expect(redactUrl("postgres://u:p@ss/word@db.example/agents?sslmode=require")).toBe("postgres://***@db.example/agents?sslmode=require")
+  })
+
+  it("keeps the host of a URL whose query holds an @", () => {
+    expect(redactUrl("postgres://db.example:5432/maka?application_name=ci@runner")).toBe(
+      "postgres://db.example:5432/maka?application_name=ci@runner",
+    )
+    expect(redactUrl("postgres://db.example:5432/db?password=x@y")).toBe("postgres://db.example:5432/db?password=***")
   })
 
   it("names an unparsable URL without echoing it", () => {

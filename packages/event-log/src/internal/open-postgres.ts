@@ -161,7 +161,12 @@ const SHOWN_PARAMETERS: ReadonlySet<string> = new Set(["sslmode", "application_n
  */
 export const redactUrl = (url: string): string => {
   try {
-    const parsed = new URL(withoutSlashedPassword(url))
+    const parsed = new URL(url)
+    // An `@` in the path: a user info with an unescaped `/` in its password, which the parser cut
+    // at that `/` (`postgres://u:abc/def@host/db` reads as host `u`, port `abc`). All before the
+    // path's last `@` is taken for the user info and hidden, the host shown from after it.
+    const at = parsed.pathname.lastIndexOf("@")
+    if (at >= 0) return redactUrl(`${parsed.protocol}//***@${parsed.pathname.slice(at + 1)}${parsed.search}`)
     if (parsed.password !== "") parsed.password = "***"
     const query = [...parsed.searchParams].map(([name, value]) =>
       SHOWN_PARAMETERS.has(name) ? `${name}=${value}` : /^[a-z_]{1,64}$/.test(name) ? `${name}=***` : "***",
@@ -172,22 +177,6 @@ export const redactUrl = (url: string): string => {
   } catch {
     return "postgres (unparsable URL)"
   }
-}
-
-/**
- * `url` with the password of a user info that holds an unescaped `/` replaced: a URL parser ends the
- * authority at that `/`, takes the user name for the host and leaves the rest of the password in
- * the path, where no redaction would look (`postgres://u:abc/def@host/db`). Only the text before the
- * first `@` that holds both a `:` and a `/` is taken for such a user info; any other URL is as given.
- */
-const withoutSlashedPassword = (url: string): string => {
-  const start = url.indexOf("://")
-  const at = url.indexOf("@", start + 3)
-  if (start < 0 || at < 0) return url
-  const userInfo = url.slice(start + 3, at)
-  const colon = userInfo.indexOf(":")
-  if (colon < 0 || !userInfo.includes("/")) return url
-  return `${url.slice(0, start + 3)}${userInfo.slice(0, colon)}:***${url.slice(at)}`
 }
 
 /**
