@@ -51,6 +51,33 @@ describe("secrets in answers", () => {
     }),
   )
 
+  it.effect("replaces the key that runs from one part into the next, however the parts cut it", () =>
+    Effect.gen(function* () {
+      const splits = cuts(API_KEY)
+      const server = yield* ScriptedServer.make({
+        script: [
+          ...splits.map(([first, second]) =>
+            Respond.sse(OpenAiSse.response({ reasoning: [`think ${first}`], text: [second.slice(0, 3), `${second.slice(3)} ok`] })),
+          ),
+          // The start of the key at a part's end that the next part does not go on with.
+          Respond.sse(OpenAiSse.response({ reasoning: [`think ${API_KEY.slice(0, 8)}`], text: ["elsewhere"] })),
+        ],
+      })
+      const model = yield* openAi(server)
+      for (const [first, second] of splits) {
+        const { events, error } = yield* collect(model.stream(request()))
+        assert.strictEqual(error, undefined, `${first}|${second}`)
+        assertNoKey(events)
+        const step = stepOf(events)
+        const thinking = textOf(step, "thinking")
+        const text = textOf(step)
+        assert.strictEqual(`${thinking}|${text}`, first === "" ? "think |[redacted] ok" : "think [redacted]| ok", `${first}|${second}`)
+      }
+      const other = stepOf((yield* collect(model.stream(request()))).events)
+      assert.strictEqual(`${textOf(other, "thinking")}|${textOf(other)}`, `think ${API_KEY.slice(0, 8)}|elsewhere`)
+    }),
+  )
+
   it.effect("replaces the key sent one character per delta, and in reasoning", () =>
     Effect.gen(function* () {
       const server = yield* ScriptedServer.make({

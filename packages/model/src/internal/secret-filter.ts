@@ -5,11 +5,13 @@
  *
  * Text arrives in deltas, and a key may be split across two of them: a part's text that ends with
  * the beginning of a secret is held back until the next delta of the part tells whether the secret
- * follows (or the part ends), so no secret is ever yielded whole or in two pieces. A stream with no
- * secrets (a local server without a key) passes through untouched.
+ * follows, and a part that ends so waits (its end too) for the next part's text: a secret that runs
+ * from reasoning into text, or from one block into the next, is replaced as well. No secret is
+ * ever yielded whole or in two pieces. A stream with no secrets (a local server without a key)
+ * passes through untouched.
  */
 import { Canonical, type Identity, type Model } from "@maka/facts"
-import { scrub } from "./secrets.ts"
+import { REDACTED, scrub } from "./secrets.ts"
 
 export interface SecretFilter {
   /**
@@ -110,8 +112,58 @@ export const make = (forms: ReadonlyArray<string>): SecretFilter => {
     return providerOptions === event.providerOptions ? event : { ...event, providerOptions }
   }
 
+  type Delta = Model.ModelEvent & { readonly kind: "part_delta" }
+
+  /**
+   * A part that ended holding the start of a secret (`held`), its finish and the events after it
+   * held back until the next part's text shows whether the secret goes on there (a provider that
+   * switches from reasoning to text, or from one block to the next, inside the echoed key).
+   */
+  let crossing:
+    | { readonly held: Delta; readonly finish: Model.ModelEvent; readonly between: Array<Model.ModelEvent>; tail: Delta | undefined }
+    | undefined
+
+  /** Ends a crossing whose secret did not go on: what was held goes out as it came. */
+  const releaseCrossing = (out: Array<Model.ModelEvent>): void => {
+    const open = crossing
+    if (open === undefined) return
+    crossing = undefined
+    out.push(open.held, open.finish, ...open.between)
+    if (open.tail !== undefined) push(open.tail, out)
+  }
+
+  /** The next part's text while a crossing is open: the secret found across both parts is replaced. */
+  const continueCrossing = (delta: Delta, out: Array<Model.ModelEvent>): void => {
+    const open = crossing!
+    const tail: Delta = open.tail === undefined ? delta : { ...delta, text: open.tail.text + delta.text }
+    const before = open.held.text
+    const combined = before + tail.text
+    for (let index = 0; index < before.length; index++) {
+      const form = forms.find((candidate) => combined.startsWith(candidate, index))
+      if (form === undefined || index + form.length <= before.length) continue
+      // The secret spans the two parts: each keeps its text around it, the first a marker.
+      crossing = undefined
+      out.push({ ...open.held, text: `${before.slice(0, index)}${REDACTED}` }, open.finish, ...open.between)
+      const rest = combined.slice(index + form.length)
+      if (rest !== "") push({ ...tail, text: rest }, out)
+      return
+    }
+    // Still the start of a secret across the boundary: wait for more of the next part.
+    if (heldFrom(combined) < before.length) {
+      open.tail = tail
+      return
+    }
+    open.tail = tail
+    releaseCrossing(out)
+  }
+
   const push = (given: Model.ModelEvent, out: Array<Model.ModelEvent>): void => {
       const event = withScrubbedOptions(given)
+      if (crossing !== undefined) {
+        if (event.kind === "part_started") return void crossing.between.push(event)
+        if (event.kind === "part_delta" && event.id !== crossing.held.id) return continueCrossing(event, out)
+        releaseCrossing(out)
+      }
       switch (event.kind) {
         case "part_delta": {
           const before = held.get(event.id)
@@ -122,10 +174,14 @@ export const make = (forms: ReadonlyArray<string>): SecretFilter => {
           if (cut > 0) out.push(cut === text.length && text === event.text ? event : { ...event, text: text.slice(0, cut) })
           return
         }
-        case "part_finished":
-          flush(event.id, out)
-          out.push(event)
+        case "part_finished": {
+          const rest = held.get(event.id)
+          held.delete(event.id)
+          // The part ends with the start of a secret: its end waits for the next part's text.
+          if (rest !== undefined) crossing = { held: rest, finish: event, between: [], tail: undefined }
+          else out.push(event)
           return
+        }
         case "tool_call": {
           const input = scrubInput(event.input, forms)
           const name = scrub(event.name, forms)
