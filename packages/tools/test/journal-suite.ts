@@ -332,6 +332,39 @@ export const journalSuite = (name: string, makeSinkLayer: MakeSinkLayer) =>
       }).pipe(Effect.provide(makeSinkLayer())),
     )
 
+    it.effect("scrubs the host's secrets from a success's output: a text, each string and key of a JSON value", () =>
+      Effect.gen(function* () {
+        const key = "u0001-secret"
+        const show = Tool.make({
+          name: "show",
+          description: "Returns its input inside a JSON value, or in a text.",
+          input: TextInput,
+          semantics: "parallel",
+          execute: ({ value }) =>
+            Effect.succeed(
+              value === "text"
+                ? Tool.text(`export KEY=${key}`)
+                : value === "escape"
+                  ? // Canonical JSON writes U+0001 as an escape the key's text runs into: it cannot be taken out.
+                    Tool.json({ v: `\u0001-secret` })
+                  : Tool.json({ note: `key=${key}`, [key]: [key, 1] }),
+            ),
+        })
+        const context = yield* setup([call("call-1", "show", "json"), call("call-2", "show", "text"), call("call-3", "show", "escape")])
+        yield* withSink(context)(
+          Journal.runStep(context.invocation, ToolCatalog.make([show]).capture(), context.requests, { secrets: [Redacted.make(key)] }),
+        )
+        const outputs = (yield* context.facts).flatMap((fact) =>
+          fact.kind === "tool_settled" && fact.outcome.kind === "succeeded" ? [fact.outcome.projection] : [],
+        )
+        assert.deepStrictEqual(outputs, [
+          { kind: "json", value: { "[redacted]": ["[redacted]", 1], note: "key=[redacted]" } },
+          { kind: "text", text: "export KEY=[redacted]" },
+          { kind: "text", text: "[redacted]" },
+        ])
+      }).pipe(Effect.provide(makeSinkLayer())),
+    )
+
     it.effect("reports a call whose settle commit failed as OutcomeUnknown, never settled", () =>
       Effect.gen(function* () {
         const effects: Effects = { ran: [] }

@@ -99,11 +99,7 @@ export const make = (forms: ReadonlyArray<string>): SecretFilter => {
    * A tool call's id with every secret replaced by `redacted`, no brackets: the id goes back to the
    * provider with the call's result, and Anthropic takes only `[A-Za-z0-9_-]` in one.
    */
-  const scrubId = (id: string): string => {
-    let current = id
-    for (const form of forms) if (current.includes(form)) current = current.split(form).join("redacted")
-    return current
-  }
+  const scrubId = (id: string): string => scrub(id, forms, "redacted")
 
   /** `event` with the strings of its provider options (a signature, redacted thinking) scrubbed. */
   const withScrubbedOptions = (event: Model.ModelEvent): Model.ModelEvent => {

@@ -25,10 +25,10 @@ export const formsOf = (secrets: ReadonlyArray<string>): ReadonlyArray<string> =
   return [...forms].filter((form) => form.length >= MIN_FORM_LENGTH).sort((left, right) => right.length - left.length)
 }
 
-/** `text` with every one of `forms` (from `formsOf`) replaced by `[redacted]`. */
-export const scrub = (text: string, forms: ReadonlyArray<string>): string => {
+/** `text` with every one of `forms` (from `formsOf`) replaced by `replacement` (`[redacted]`). */
+export const scrub = (text: string, forms: ReadonlyArray<string>, replacement = REDACTED): string => {
   let current = text
   // Looked for first: most text holds none, and a split would copy it for nothing.
-  for (const form of forms) if (current.includes(form)) current = current.split(form).join(REDACTED)
+  for (const form of forms) if (current.includes(form)) current = current.split(form).join(replacement)
   return current
 }
