@@ -8,9 +8,9 @@
  * scripted server on loopback; the log is wrapped to count its reads or to refuse one commit.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { FactBuilders, History, Respond } from "@maka/testkit"
-import { ToolCatalog } from "@maka/tools"
-import { Effect } from "effect"
+import { FactBuilders, History, OpenAiSse, Respond } from "@maka/testkit"
+import { Tool, ToolCatalog } from "@maka/tools"
+import { Effect, Schema } from "effect"
 import {
   answer,
   echoCall,
@@ -205,6 +205,50 @@ describe("overflow recovery after a pending summary that is not adopted", () => 
         assert.deepStrictEqual(factsOf(own, "context_checkpoint_recorded").map((fact) => fact.checkpoint.mode.kind), ["mid_turn"])
         // Both sources were built from the context the run holds.
         assert.strictEqual(reads.counts.compaction, 0)
+      }),
+    ))
+
+  it.live("pays the prune a batch owed while the summary ran before the summary it makes now", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const gate = Respond.gate()
+        const context = yield* setup({
+          script: [
+            mainEntry(answer("Noted.", 5_000)),
+            summaryEntry(Respond.hold(gate, modelError())),
+            mainEntry(Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-1", name: "large", arguments: ["{}"] }] }))),
+            mainEntry(overflow()),
+            summaryEntry(summaryAnswer(summaryText("recovered"))),
+            mainEntry(answer("Recovered.")),
+          ],
+        })
+        const tools = ToolCatalog.make([
+          Tool.make({
+            name: "large",
+            description: "Returns a long text.",
+            semantics: "parallel",
+            input: Schema.Struct({}),
+            execute: () => Effect.succeed(Tool.text(`LARGE ${"l".repeat(20_000)} TAIL-OF-LARGE`)),
+          }),
+        ])
+        yield* context.engine.run(input(context, "Note this.", tools, windowed))
+        const running = yield* context.engine.start(input(context, "Go on.", tools, { maxSteps: 4, ...windowed }))
+        // The call's result, over one page, settles while the summary is held: its prune is owed.
+        yield* Effect.promise(() => context.server.request(3))
+        gate.release()
+        const result = yield* running.wait
+        assert.deepStrictEqual(result.outcome, { kind: "completed" })
+        const requests = context.server.requests()
+        const summaries = requests.filter(isSummaryRequest)
+        assert.strictEqual(summaries.length, 2)
+        // The overflowing request still carried the result whole; the summary made now does not.
+        assert.include(requests[3]!.body, "TAIL-OF-LARGE")
+        assert.notInclude(summaries[1]!.body, "TAIL-OF-LARGE")
+        const facts = (yield* context.log.events("session-1")).map((stored) => stored.event.fact)
+        const archived = facts.findIndex((fact) => fact.kind === "tool_result_archived")
+        const lastSummary = facts.findLastIndex((fact) => fact.kind === "model_requested" && fact.purpose === "summary")
+        assert.isAbove(archived, -1)
+        assert.isBelow(archived, lastSummary)
       }),
     ))
 })

@@ -59,9 +59,10 @@ const hasConversation = (source: EventLog.ModelContextSource): boolean =>
 /**
  * Reads the summary source with the mode's fence (docs/log-format.md §3.7). What the run carries is
  * committed first: the store requires a settled boundary. `fit` lowers a `pre_turn` or `standalone`
- * fence to a clean cut that fits the read limits, so a session past them is compacted in passes.
+ * fence to a clean cut that fits the read limits, so a session past them is compacted in passes;
+ * `maxBytes` lowers the byte limit for a slice (docs/engine.md §5.12 "Slices").
  */
-export const capture = (run: Run, mode: ModelContext.CheckpointMode, fit: boolean) =>
+export const capture = (run: Run, mode: ModelContext.CheckpointMode, fit: boolean, maxBytes?: number) =>
   Effect.gen(function* () {
     yield* Effect.mapError(flushCarry(run), (error) => EngineError.commit(error.message))
     // A live context that saw the fence builds the same source from memory (docs/architecture.md §12).
@@ -75,6 +76,7 @@ export const capture = (run: Run, mode: ModelContext.CheckpointMode, fit: boolea
         current: invocationId,
         mode: mode.kind,
         ...LiveContext.defaultLimits,
+        ...(maxBytes === undefined ? {} : { maxBytes: Math.min(maxBytes, LiveContext.defaultLimits.maxBytes) }),
         ...(fit && mode.kind !== "mid_turn" ? { fit: true } : {}),
       }),
     )

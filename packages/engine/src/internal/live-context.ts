@@ -23,6 +23,11 @@ export interface ContextLimits {
 const itemBytes = (item: TailItem): number =>
   Canonical.utf8Length(Canonical.stringify(item.kind === "archived" ? item.replacement : item.stored.event))
 
+/** The bytes a source's anchor and tail hold, as the log's read limits count them. */
+export const sourceBytes = (source: Source): number =>
+  (source.anchor === undefined ? 0 : Canonical.utf8Length(Canonical.stringify(source.anchor.event))) +
+  source.tail.reduce((sum, item) => sum + itemBytes(item), 0)
+
 export class LiveContext {
   /** The limits of every materialising read of the log, which the engine's reads use. */
   static readonly defaultLimits: ContextLimits = Object.freeze({

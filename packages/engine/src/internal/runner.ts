@@ -16,7 +16,7 @@ import * as Compaction from "./compaction.ts"
 import * as Continuation from "./continuation.ts"
 import { faultPoint } from "./fault.ts"
 import * as Handoff from "./handoff.ts"
-import { LiveContext } from "./live-context.ts"
+import { LiveContext, sourceBytes } from "./live-context.ts"
 import { isArchivable, prune } from "./prune.ts"
 import { commit, commitError, commitFacts, flushCarry, isCancelled, plainWrite, storeError, type Run } from "./run-context.ts"
 
@@ -483,16 +483,43 @@ const compactNow = (run: Run, loop: LoopState, mode: ModelContext.CheckpointMode
     return captured.kind === "captured" && (yield* foreground(run, loop, captured.captured))
   })
 
-/** Runs a job in the foreground and adopts it: a model error adopts nothing; cancellation fails. */
+/** How many summaries one compaction may make when its summary is too long for the model (docs/engine.md §5.12 "Slices"). */
+export const MAX_SLICES = 16
+
+/** Whether a summary job failed because the provider found its request too long for the model's window. */
+const isOverflow = (error: EngineError.EngineError) => error.reason._tag === "Model" && error.reason.error.reason._tag === "ContextOverflow"
+
+/**
+ * Runs a job in the foreground and adopts it: a model error adopts nothing; cancellation fails. A
+ * summary the provider refuses as too long (a history that outgrew the window before it was
+ * compacted) is made again over a slice: the history through the highest clean cut holding at most
+ * half the bytes of the source refused, and the rest slice after slice, each summary updating the
+ * one before, until no history is left (docs/engine.md §5.12 "Slices"). `mid_turn` sources always
+ * cover through the read: theirs is not sliced. Returns whether a checkpoint was adopted.
+ */
 const foreground = (run: Run, loop: LoopState, captured: Compaction.Captured) =>
   Effect.gen(function* () {
-    const result = yield* Effect.result(Compaction.job(run, captured))
-    if (Result.isFailure(result)) {
-      const error = result.failure
-      if (error.reason._tag === "Model" && error.reason.error.reason._tag !== "Cancelled") return false
-      return yield* Effect.fail(error)
+    let current = captured
+    let maxBytes: number | undefined
+    let adoptedAny = false
+    for (let slice = 1; ; slice++) {
+      const result = yield* Effect.result(Compaction.job(run, current))
+      if (Result.isFailure(result)) {
+        const error = result.failure
+        if (error.reason._tag !== "Model" || error.reason.error.reason._tag === "Cancelled") return yield* Effect.fail(error)
+        if (!isOverflow(error) || current.mode.kind === "mid_turn") return adoptedAny
+        maxBytes = Math.floor(sourceBytes(current.source) / 2)
+      } else {
+        if (!adopted(run, loop, yield* Compaction.adoptResult(run, result.success))) return adoptedAny
+        adoptedAny = true
+        // A whole source is done; a slice leaves the rest of the history for the next one.
+        if (maxBytes === undefined) return true
+      }
+      if (slice >= MAX_SLICES) return adoptedAny
+      const next = yield* Compaction.capture(run, current.mode, true, maxBytes)
+      if (next.kind !== "captured") return adoptedAny
+      current = next.captured
     }
-    return adopted(run, loop, yield* Compaction.adoptResult(run, result.success))
   })
 
 /**
@@ -570,6 +597,13 @@ const recoverOverflow = (run: Run, loop: LoopState) =>
       if (loop.budget !== "available") return false
     }
     loop.budget = "failed"
+    // A prune a batch owed while the summary ran is paid before the summary that replaces it: its
+    // source, like the next request, never carries whole a result over one page (docs/engine.md §5.11).
+    if (loop.pruneOwed) {
+      yield* prune(run)
+      loop.pruneOwed = false
+      if (run.live!.stale) run.live = yield* readContext(run, false)
+    }
     if (!(yield* compactNow(run, loop, automaticMode(run, loop), false))) return false
     loop.budget = "reshaped"
     return true
@@ -919,10 +953,21 @@ export const runCompact = (
       const captured = yield* Compaction.capture(run, { kind: "standalone" }, true)
       if (captured.kind === "unchanged") return { facts: [], outcome: { kind: "unchanged", reason: "no_new_history" } } as const
       if (captured.kind === "too_large") return { facts: [], outcome: { kind: "failed", reason: "input_too_large" } } as const
-      const result = yield* Compaction.job(run, captured.captured)
+      // A summary too long for the model is made over a slice of half the bytes, again and again;
+      // the next compaction goes on from the slice's checkpoint (docs/engine.md §5.12 "Slices").
+      let source = captured.captured
+      let result = yield* Effect.result(Compaction.job(run, source))
+      for (let slice = 1; Result.isFailure(result) && isOverflow(result.failure) && slice < MAX_SLICES; slice++) {
+        const next = yield* Compaction.capture(run, source.mode, true, Math.floor(sourceBytes(source.source) / 2))
+        if (next.kind !== "captured") break
+        source = next.captured
+        result = yield* Effect.result(Compaction.job(run, source))
+      }
+      if (Result.isFailure(result)) return yield* Effect.fail(result.failure)
+      const job = result.success
       if (yield* isCancelled(run)) return yield* Effect.fail(EngineError.cancelled())
-      if (result.kind === "failed") return { facts: [], outcome: { kind: "failed", reason: result.reason } } as const
-      const write = yield* plainWrite(run, Compaction.checkpointFact(result.checkpoint))
+      if (job.kind === "failed") return { facts: [], outcome: { kind: "failed", reason: job.reason } } as const
+      const write = yield* plainWrite(run, Compaction.checkpointFact(job.checkpoint))
       return { facts: [write], outcome: { kind: "compacted", checkpointId: write.event.id } } as const
     })
     const ended = yield* work.pipe(

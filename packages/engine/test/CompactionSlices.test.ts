@@ -1,0 +1,130 @@
+/**
+ * Slices (docs/engine.md §5.12 "Slices"): a session whose history outgrew the model's window before
+ * it was compacted, so that the summary request itself is refused as too long, is compacted slice by
+ * slice: the history through the highest clean cut holding at most half the bytes of the refused
+ * source, then the rest from that checkpoint. Overflow recovery at a run's first step adopts every
+ * slice and sends the step again; a standalone compaction records one slice, the next one the rest.
+ * Real SQLite files, the scripted server on loopback refusing every request over a byte limit as a
+ * context overflow.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import type { Event, Fact } from "@maka/facts"
+import { FactBuilders, type ScriptedServer } from "@maka/testkit"
+import { Effect } from "effect"
+import type * as Engine from "../src/Engine.ts"
+import { answer, echoCall, isSummaryRequest, mainEntry, overflow, summaryAnswer, summaryText } from "./support/compaction.ts"
+import { factsOf } from "./support/harness.ts"
+import { catalog, input, setup, type Setup } from "./support/setup.ts"
+
+/** Each step of the first run adds about 6 KB: the call's value, then its echo. */
+const VALUE = "v".repeat(3_000)
+const STEPS = 4
+/** The window, in request bytes, from the second run on: the first run's history no longer fits. */
+const LIMIT = 16_000
+
+const history = (limit: { bytes: number }): ReadonlyArray<ScriptedServer.ScriptEntry> => [
+  // Any request over the limit, a summary's too, is refused as the model's window would refuse it.
+  { match: (request) => request.body.length > limit.bytes, respond: overflow(), repeat: true },
+  { match: isSummaryRequest, respond: summaryAnswer(summaryText("slice")), repeat: true },
+  ...Array.from({ length: STEPS }, (_, index) => mainEntry(echoCall(`call-${index}`, `${index}${VALUE}`))),
+  mainEntry(answer("Done.")),
+]
+
+let compactions = 0
+const compactInput = (context: Setup): Engine.CompactInput => {
+  compactions++
+  return {
+    invocation: FactBuilders.invocation({
+      turnId: `slice-turn-${compactions}`,
+      runId: `slice-run-${compactions}`,
+      invocationId: `slice-invocation-${compactions}`,
+    }),
+    model: context.model,
+    configuration: FactBuilders.configuration({ cwd: context.workspace, model: FactBuilders.modelBinding({ model: "test-model" }) }),
+  }
+}
+
+/** The checkpoints of `events`, with their events' ids. */
+const checkpointsOf = (events: ReadonlyArray<Event.StoredEvent>) =>
+  events.flatMap((stored) => {
+    const fact: Fact.Fact = stored.event.fact
+    return fact.kind === "context_checkpoint_recorded" ? [{ id: stored.event.id, sequence: stored.sequence, checkpoint: fact.checkpoint }] : []
+  })
+
+/** The sequence of the last event before the opening of `invocationId`: a `pre_turn` or standalone fence. */
+const fenceOf = (events: ReadonlyArray<Event.StoredEvent>, invocationId: string) => {
+  const opening = events.find((stored) => stored.event.invocation.invocationId === invocationId)!
+  return events.filter((stored) => stored.sequence < opening.sequence).at(-1)!.sequence
+}
+
+describe("a summary too long for the model", () => {
+  it.live("is made over slices at the overflow of a run's first step, which then goes on", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const limit = { bytes: Number.MAX_SAFE_INTEGER }
+        const context = yield* setup({ script: [...history(limit), mainEntry(answer("Recovered."))] })
+        const tools = catalog({ ran: [] })
+        const first = yield* context.engine.run(input(context, "Echo four long values.", tools, { maxSteps: 8 }))
+        assert.deepStrictEqual(first.outcome, { kind: "completed" })
+        limit.bytes = LIMIT
+        const before = context.server.requests().length
+        const second = input(context, "Go on.", tools, { maxSteps: 4 })
+        const result = yield* context.engine.run(second)
+        assert.deepStrictEqual(result.outcome, { kind: "completed" })
+        const sent = context.server.requests().slice(before)
+        const summaries = sent.filter(isSummaryRequest)
+        // The first summary, of the whole history, was refused; every slice after it fitted.
+        assert.isAbove(summaries[0]!.body.length, LIMIT)
+        assert.isAtLeast(summaries.length, 3)
+        for (const summary of summaries.slice(1)) assert.isAtMost(summary.body.length, LIMIT)
+        const events = yield* context.log.events("session-1")
+        const own = checkpointsOf(events.filter((stored) => stored.event.invocation.invocationId === second.invocation.invocationId))
+        assert.deepStrictEqual(own.map((entry) => entry.checkpoint.mode.kind), Array.from(own, () => "pre_turn"))
+        assert.isAtLeast(own.length, 2)
+        // Each slice updates the one before and covers more; the last covers everything before the run.
+        for (let index = 1; index < own.length; index++) {
+          assert.strictEqual(own[index]!.checkpoint.previousCheckpointId, own[index - 1]!.id)
+          assert.isAbove(own[index]!.checkpoint.coveredThrough, own[index - 1]!.checkpoint.coveredThrough)
+        }
+        assert.strictEqual(own.at(-1)!.checkpoint.coveredThrough, fenceOf(events, second.invocation.invocationId))
+        // The step was sent again over the last checkpoint, and fitted.
+        const last = sent.at(-1)!
+        assert.isFalse(isSummaryRequest(last))
+        assert.isAtMost(last.body.length, LIMIT)
+        assert.include(last.body, "slice")
+        assert.strictEqual(factsOf(events, "model_interrupted").length, 1 + 1)
+      }),
+    ))
+
+  it.live("is made over a slice by a standalone compaction; the next one covers the rest", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const limit = { bytes: Number.MAX_SAFE_INTEGER }
+        const context = yield* setup({ script: history(limit) })
+        const first = yield* context.engine.run(input(context, "Echo four long values.", catalog({ ran: [] }), { maxSteps: 8 }))
+        assert.deepStrictEqual(first.outcome, { kind: "completed" })
+        limit.bytes = LIMIT
+        const before = context.server.requests().length
+        const compact = compactInput(context)
+        const sliced = yield* context.engine.compact(compact)
+        let events = yield* context.log.events("session-1")
+        const [slice] = checkpointsOf(events)
+        assert.deepStrictEqual(sliced.outcome, { kind: "context_compact_finished", outcome: { kind: "compacted", checkpointId: slice!.id } })
+        const fence = fenceOf(events, compact.invocation.invocationId)
+        assert.isBelow(slice!.checkpoint.coveredThrough, fence)
+        const summaries = context.server.requests().slice(before).filter(isSummaryRequest)
+        assert.deepStrictEqual(
+          summaries.map((summary) => summary.body.length > LIMIT),
+          [true, ...Array.from(summaries.slice(1), () => false)],
+        )
+        const next = compactInput(context)
+        const rest = yield* context.engine.compact(next)
+        events = yield* context.log.events("session-1")
+        const [, whole] = checkpointsOf(events)
+        assert.deepStrictEqual(rest.outcome, { kind: "context_compact_finished", outcome: { kind: "compacted", checkpointId: whole!.id } })
+        assert.strictEqual(whole!.checkpoint.previousCheckpointId, slice!.id)
+        // Through the second compaction's fence: the first compaction's own events are no history.
+        assert.strictEqual(whole!.checkpoint.coveredThrough, fenceOf(events, next.invocation.invocationId))
+      }),
+    ))
+})
