@@ -6,7 +6,7 @@
  */
 import { Canonical, Digest, Limits, Prompts, type ModelContext, type Prompt } from "@maka/facts"
 import type { EventLog } from "@maka/event-log"
-import { projectHistory, type ProjectedHistory } from "./internal/prompt-history.ts"
+import { HistoryProjector, projectHistory, type ProjectedHistory } from "./internal/prompt-history.ts"
 
 export type { ProjectedHistory } from "./internal/prompt-history.ts"
 
@@ -32,6 +32,49 @@ const anchorOf = (source: EventLog.ModelContextSource) =>
 /** The projected history of a source: anchor (mid-turn only) then tail, and its unresolved calls. */
 export const projectSource = (source: EventLog.ModelContextSource): ProjectedHistory =>
   projectHistory(anchorOf(source), source.tail)
+
+/** Whether two tail items are the same item of the same read: the same stored event, or the same archive of it. */
+const sameItem = (left: EventLog.TailItem, right: EventLog.TailItem): boolean =>
+  left.kind === "canonical"
+    ? right.kind === "canonical" && left.stored === right.stored
+    : right.kind === "archived" && left.sequence === right.sequence && left.archiveEventId === right.archiveEventId
+
+/**
+ * Whether `next` projects to `previous`'s projection plus its own new items: the same projected
+ * anchor, and `previous`'s tail the start of its tail (the projection depends on nothing else).
+ */
+const extendsKept = (previous: EventLog.ModelContextSource, next: EventLog.ModelContextSource): boolean => {
+  const tail = previous.tail
+  if (anchorOf(previous) !== anchorOf(next) || next.tail.length < tail.length) return false
+  for (let index = 0; index < tail.length; index++) if (!sameItem(tail[index]!, next.tail[index]!)) return false
+  return true
+}
+
+/**
+ * Projects the sources of one session's requests in log order, as `projectSource` does, in time that
+ * grows with what each source adds: a source that extends the one before it (the same projected
+ * anchor, and its tail the same items, read by the same read, then more) adds only its new items to
+ * the kept projection (docs/architecture.md §12). Any other source is projected whole
+ * and kept for the next. For a reader that rebuilds every step of a long session (`maka inspect
+ * --html`); the projection equals `projectSource`'s, and so do its messages' bytes.
+ */
+export class SourceProjector {
+  private kept: { source: EventLog.ModelContextSource; readonly projector: HistoryProjector } | undefined
+
+  /** The projection of `source`, the source after the one projected before it (log order). */
+  project(source: EventLog.ModelContextSource): ProjectedHistory {
+    const kept = this.kept
+    if (kept !== undefined && extendsKept(kept.source, source)) {
+      for (let index = kept.source.tail.length; index < source.tail.length; index++) kept.projector.add(source.tail[index]!)
+      kept.source = source
+      return kept.projector.project()
+    }
+    const anchor = anchorOf(source)
+    const projector = new HistoryProjector(anchor === undefined ? source.tail : [{ kind: "canonical", stored: anchor }, ...source.tail])
+    this.kept = { source, projector }
+    return projector.project()
+  }
+}
 
 /**
  * Local calls of the source that have no result: no settlement, no rejection, and no dispatch in an

@@ -12,6 +12,8 @@ import {
   inputDigest,
   outputLimit,
   priorUnknownNotice,
+  projectSource,
+  SourceProjector,
   unresolvedOperations,
 } from "../src/PromptBuilder.ts"
 
@@ -549,5 +551,47 @@ describe("inputDigest", () => {
     expect(inputDigest(otherRoute, tools, { temperature: 0 }, 8_000)).not.toBe(digest)
     expect(inputDigest(sameRoute, tools, { temperature: 0 }, 8_001)).not.toBe(digest)
     expect(Prompts.CONTINUATION_SUMMARY_PREFIX).toBe("Continuation summary:\n")
+  })
+})
+
+describe("SourceProjector", () => {
+  const events = History.smallRun().events
+  const projected = (source: EventLog.ModelContextSource) => Canonical.stringify(projectSource(source).messages)
+  const through = (count: number, overrides: Partial<EventLog.ModelContextSource> = {}) => handSource(events.slice(0, count), overrides)
+
+  it("extends a projection with what the next source adds, and projects whole a source that does not extend it", () => {
+    const projector = new SourceProjector()
+    // Sources of consecutive requests: each one's tail the one before's (the same items), then more.
+    const grown = [2, 4, events.length].map((count) => {
+      const source = through(count)
+      return { source, messages: Canonical.stringify(projector.project(source).messages) }
+    })
+    for (const { source, messages } of grown) expect(messages).toBe(projected(source))
+    expect(JSON.parse(grown[0]!.messages)).toHaveLength(1)
+    expect(JSON.parse(grown[2]!.messages).length).toBeGreaterThan(JSON.parse(grown[1]!.messages).length)
+    // A shorter tail: a new baseline covered the start of the history; or a source read to an
+    // earlier high water, whose tail is the start of the one before.
+    const shorter = handSource(events.slice(2))
+    expect(Canonical.stringify(projector.project(shorter).messages)).toBe(projected(shorter))
+    projector.project(through(events.length))
+    expect(Canonical.stringify(projector.project(through(3)).messages)).toBe(projected(through(3)))
+  })
+
+  it("projects whole a source with the same tail under a mid-turn baseline, whose anchor comes first", () => {
+    const projector = new SourceProjector()
+    const tail = through(events.length)
+    projector.project(tail)
+    const anchor = events[0]!
+    const checkpoint = {
+      mode: { kind: "mid_turn" as const, anchorEventId: anchor.event.id },
+      coveredThrough: 0,
+      sourceDigest: FactBuilders.digestOf("covered"),
+      summary: { format: "sections_v1" as const, text: FactBuilders.VALID_SUMMARY },
+      summaryStepId: "summary-step",
+    }
+    const anchored = { ...tail, baseline: { eventId: "checkpoint-1", sequence: 0, checkpoint }, anchor }
+    const messages = projector.project(anchored).messages
+    expect(Canonical.stringify(messages)).toBe(projected(anchored))
+    expect(messages.length).toBe(projectSource(tail).messages.length + 1)
   })
 })

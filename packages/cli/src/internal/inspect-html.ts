@@ -5,6 +5,7 @@
  * it by reference, the others in full) and output.
  */
 import { Canonical, type Event, type Prompt } from "@maka/facts"
+import { PromptBuilder } from "@maka/engine"
 import { rebuildInput, UNCHECKED_TOOLS, type RebuiltInput, type SessionView, type StepSource } from "./inspect.ts"
 
 const escape = (text: string): string =>
@@ -111,11 +112,13 @@ export const inspectPage = (sessionId: string, session: SessionView): InspectPag
   const sizeRows: Array<string> = []
   const stepSections: Array<string> = []
   let previous: { readonly number: number; readonly prompt: Prompt.Prompt } | undefined
+  // The steps' sources come in log order: each one's projection extends the one before it.
+  const projector = new PromptBuilder.SourceProjector()
   const step = (stored: Event.StoredEvent, source: StepSource): void => {
     const number = stepSections.length + 1
     const request = stored.event.fact
     const stepOutput = request.kind === "model_requested" ? outputs.get(request.stepId) : undefined
-    const rebuilt: RebuiltInput | { readonly unreadable: string } = "unreadable" in source ? source : rebuildInput(openings, stored, source)
+    const rebuilt: RebuiltInput | { readonly unreadable: string } = "unreadable" in source ? source : rebuildInput(openings, stored, source, projector)
     const tokens = stepOutput?.usage.inputTokens
     const width = tokens === undefined ? 0 : Math.max(1, Math.round((tokens / largest) * 100))
     const messages = "unreadable" in rebuilt ? "source not readable" : `${rebuilt.prompt.length} messages`

@@ -231,6 +231,35 @@ export interface RebuiltInput {
 export const UNCHECKED_TOOLS =
   "the input was rebuilt with the CLI's own tools (the read level shown): a run given other tools, through the library, cannot be checked here"
 
+/** The CLI's tool sets a run in `cwd` may have been given, by level, with and without read_tool_result. */
+interface ToolCandidate {
+  readonly level: ToolLevel
+  readonly offered: boolean
+  readonly tools: ReadonlyArray<Prompt.ToolDefinition>
+}
+
+/** The candidates of the last workspaces seen: a session's steps share one or a few. */
+const keptCandidates = new Map<string, ReadonlyArray<ToolCandidate>>()
+
+const toolCandidates = (cwd: string): ReadonlyArray<ToolCandidate> => {
+  const kept = keptCandidates.get(cwd)
+  if (kept !== undefined) return kept
+  const root = { root: cwd }
+  // The engine adds read_tool_result to a catalog with tools; its definition does not depend on the
+  // reader. A run written by an earlier version of maka, which did not offer it, is checked with each
+  // level alone.
+  const candidates = [true, false].flatMap((offered) =>
+    TOOL_LEVELS.map((level): ToolCandidate => {
+      const builtins = ToolCatalog.make(Builtins.forLevel(level, root))
+      const catalog = offered ? ReadToolResult.offer(builtins, () => Tool.fail("not readable offline")) : builtins
+      return { level, offered, tools: catalog.capture().definitions }
+    }),
+  )
+  if (keptCandidates.size >= 8) keptCandidates.delete(keptCandidates.keys().next().value!)
+  keptCandidates.set(cwd, candidates)
+  return candidates
+}
+
 /**
  * Rebuilds the exact input of a main request from the log: the prompt of its source, the route
  * projection, the output limit, and the CLI's tool set (the level whose digest matches; the log records
@@ -240,6 +269,7 @@ export const rebuildInput = (
   openings: ReadonlyMap<string, Fact.InvocationOpened>,
   stored: Event.StoredEvent,
   source: EventLog.ModelContextSource,
+  projector?: PromptBuilder.SourceProjector,
 ): RebuiltInput => {
   const request = stored.event.fact
   if (request.kind !== "model_requested") throw new CliError("not a model request", ExitCode.failed)
@@ -249,7 +279,12 @@ export const rebuildInput = (
   // A source holding an effect of unknown outcome was read for a run admitted under the prior-unknown
   // policy (no other run is admitted over one): its system message carried the notice.
   const priorUnknown = source.unknownOperations.length > 0
-  const prompt = PromptBuilder.buildMainPrompt({ ...(systemPrompt === undefined ? {} : { systemPrompt }), source, priorUnknown })
+  const prompt = PromptBuilder.buildMainPrompt({
+    ...(systemPrompt === undefined ? {} : { systemPrompt }),
+    source,
+    priorUnknown,
+    ...(projector === undefined ? {} : { projection: projector.project(source) }),
+  })
   const binding = opening.configuration.model
   const kind = binding?.connectionSlug === "anthropic" ? "anthropic" : "openai-compatible"
   const projected = projectPrompt(kind, request.routeIdentity, prompt)
@@ -260,18 +295,10 @@ export const rebuildInput = (
     ...(binding === undefined ? {} : { connectionId: binding.connectionId }),
     modelId: request.modelId,
   })
-  const root = { root: opening.configuration.cwd }
-  // The engine adds read_tool_result to a catalog with tools; its definition does not depend on the
-  // reader. A run written by an earlier version of maka, which did not offer it, is checked with each
-  // level alone.
-  const candidates = [true, false].flatMap((offered) =>
-    TOOL_LEVELS.map((level) => {
-      const builtins = ToolCatalog.make(Builtins.forLevel(level, root))
-      const catalog = offered ? ReadToolResult.offer(builtins, () => Tool.fail("not readable offline")) : builtins
-      const tools = catalog.capture().definitions
-      return { level, offered, tools, digest: PromptBuilder.inputDigest(projected, tools, {}, maxOutputTokens) }
-    }),
-  )
+  const candidates = toolCandidates(opening.configuration.cwd).map((candidate) => ({
+    ...candidate,
+    digest: PromptBuilder.inputDigest(projected, candidate.tools, {}, maxOutputTokens),
+  }))
   const match = candidates.find((candidate) => candidate.digest === request.inputDigest)
   const shown = match ?? candidates.find((candidate) => candidate.level === "read")!
   return {

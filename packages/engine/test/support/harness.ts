@@ -5,15 +5,16 @@
  * a new engine through `Engine.layer` (so SQLite recovery runs) in the current scope, and the
  * `EngineError` a facade promise rejects with.
  */
-import type { Event, Fact, Prompt } from "@maka/facts"
+import { Canonical, type Event, type Fact, type Prompt } from "@maka/facts"
 import { EventLog } from "@maka/event-log"
 import type { LanguageModel } from "@maka/model"
 import type { ScriptedServer } from "@maka/testkit"
 import { Ids } from "@maka/tools"
-import { Context, Effect, Layer } from "effect"
+import { Context, Effect, Layer, Result } from "effect"
 import { assert } from "vitest"
 import * as Engine from "../../src/Engine.ts"
 import * as EngineError from "../../src/EngineError.ts"
+import * as PromptBuilder from "../../src/PromptBuilder.ts"
 
 /** One label per fact, `model_observed` left out: kind plus status, outcome or reason where it has one. */
 export const kinds = (events: ReadonlyArray<Event.StoredEvent>): ReadonlyArray<string> =>
@@ -55,6 +56,21 @@ export const expectFrozenSources = (log: EventLog.EventLogShape, events: Readonl
         assert.strictEqual(frozen.effectiveSourceDigest, request.effectiveSourceDigest, `the effective source of ${request.purpose} request ${request.stepId}`)
       }
     }
+    // Read together, as `maka inspect --html` reads them, the main requests' sources share their
+    // events: the projector extends each projection from the one before, and must give what a
+    // projection of the source alone gives.
+    const main = requests.filter((request) => request.purpose === "main")
+    const sources = yield* log.readFrozenModelContexts(
+      main.map((request) => ({ scope: request.sourceScope, highWater: request.sourceHighWater, digest: request.sourceDigest })),
+    )
+    const projector = new PromptBuilder.SourceProjector()
+    sources.forEach((read, index) => {
+      if (Result.isFailure(read)) throw new Error(`main request ${main[index]!.stepId}: ${read.failure.message}`)
+      const kept = projector.project(read.success)
+      const alone = PromptBuilder.projectSource(read.success)
+      assert.strictEqual(Canonical.stringify(kept.messages), Canonical.stringify(alone.messages), `the projection of main request ${index + 1}`)
+      assert.deepStrictEqual(kept.unresolvedOperations, alone.unresolvedOperations)
+    })
     return requests.length
   })
 
