@@ -21,7 +21,7 @@ import {
 import { EventLog } from "@maka/event-log"
 import type { LanguageModel } from "@maka/model"
 import { Cancellation, Ids, ToolCatalog } from "@maka/tools"
-import { Clock, Context, Deferred, Effect, Exit, Fiber, Layer, type Redacted, Ref, Result, Schema, Scope, Semaphore, Stream } from "effect"
+import { Clock, Context, Deferred, Effect, Exit, Fiber, Layer, Option, type Redacted, Ref, Result, Schema, Scope, Semaphore, Stream } from "effect"
 import * as EngineError from "./EngineError.ts"
 import * as AbortFanout from "./internal/abort-fanout.ts"
 import { defaults, MAX_QUEUED_STEERING, optionsProblem, resolveOptions, SESSION_CONTEXTS, type EngineOptions } from "./internal/options.ts"
@@ -856,8 +856,16 @@ export const make = (options: Partial<EngineOptions> = {}) =>
         (item) =>
           Effect.gen(function* () {
             // A run that can never pause is cancelled at once: waiting for its step boundary would
-            // let it start new effects after the host began to shut down.
-            const pause = item.pausable ? yield* Effect.orElseSucceed(item.handoff, () => undefined) : undefined
+            // let it start new effects after the host began to shut down. One that has not reached
+            // a boundary within `cancelGraceMs` (a tool or a model stream that does not end) is
+            // cancelled then: a shutdown is bounded (docs/engine.md §5.10).
+            const pause = item.pausable
+              ? yield* item.handoff.pipe(
+                  Effect.timeoutOption(settingsOf.cancelGraceMs),
+                  Effect.map(Option.getOrUndefined),
+                  Effect.orElseSucceed(() => undefined),
+                )
+              : undefined
             if (pause !== undefined) {
               yield* Fiber.await(item.fiber)
               return { invocation: item.invocation, outcome: "paused", pause } satisfies ClosedRun

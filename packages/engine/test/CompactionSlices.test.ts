@@ -4,8 +4,10 @@
  * slice: the history through the highest clean cut holding at most half the bytes of the refused
  * source, then the rest from that checkpoint. Overflow recovery at a run's first step adopts every
  * slice and sends the step again; a standalone compaction records one slice, the next one the rest.
- * Real SQLite files, the scripted server on loopback refusing every request over a byte limit as a
- * context overflow.
+ * A run whose own steps outgrew the window slices `mid_turn`, each cut covering its opening, after
+ * slicing `pre_turn` the history before it when that alone is over the slice's limit. Real SQLite
+ * files, the scripted server on loopback refusing every request over a byte limit as a context
+ * overflow.
  */
 import { assert, describe, it } from "@effect/vitest"
 import type { Event, Fact } from "@maka/facts"
@@ -125,6 +127,61 @@ describe("a summary too long for the model", () => {
         assert.strictEqual(whole!.checkpoint.previousCheckpointId, slice!.id)
         // Through the second compaction's fence: the first compaction's own events are no history.
         assert.strictEqual(whole!.checkpoint.coveredThrough, fenceOf(events, next.invocation.invocationId))
+      }),
+    ))
+
+  it.live("is made over mid_turn slices when the run's own steps outgrew the window, and the run goes on", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const limit = { bytes: LIMIT }
+        const context = yield* setup({ script: history(limit) })
+        const effects = { ran: [] as Array<string> }
+        const run = input(context, "Echo four long values.", catalog(effects), { maxSteps: 12 })
+        const result = yield* context.engine.run(run)
+        assert.deepStrictEqual(result.outcome, { kind: "completed" })
+        // Every call ran once, whatever was summarised meanwhile.
+        assert.deepStrictEqual(effects.ran, Array.from({ length: STEPS }, (_, index) => `${index}${VALUE}`))
+        const summaries = context.server.requests().filter(isSummaryRequest)
+        assert.isAbove(summaries[0]!.body.length, LIMIT)
+        assert.isAtMost(summaries[1]!.body.length, LIMIT)
+        const events = yield* context.log.events("session-1")
+        const checkpoints = checkpointsOf(events)
+        assert.isAtLeast(checkpoints.length, 1)
+        const opening = events.find((stored) => stored.event.fact.kind === "invocation_opened")!
+        for (const { checkpoint } of checkpoints) {
+          assert.deepStrictEqual(checkpoint.mode, { kind: "mid_turn", anchorEventId: opening.event.id })
+          assert.isAtLeast(checkpoint.coveredThrough, opening.sequence)
+        }
+      }),
+    ))
+
+  it.live("slices the history before the run pre_turn first when it alone is over a mid_turn slice's limit", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const limit = { bytes: Number.MAX_SAFE_INTEGER }
+        const context = yield* setup({ script: [...history(limit), mainEntry(echoCall("call-next", `n${VALUE}`)), mainEntry(answer("Recovered."))] })
+        const tools = catalog({ ran: [] })
+        const first = yield* context.engine.run(input(context, "Echo four long values.", tools, { maxSteps: 8 }))
+        assert.deepStrictEqual(first.outcome, { kind: "completed" })
+        // The second run's first request fits; after its step the next one does not.
+        const before = context.server.requests().length
+        limit.bytes = context.server.requests()[before - 1]!.body.length + 600
+        const second = input(context, "One more call.", tools, { maxSteps: 6 })
+        const result = yield* context.engine.run(second)
+        assert.deepStrictEqual(result.outcome, { kind: "completed" })
+        const events = yield* context.log.events("session-1")
+        const own = checkpointsOf(events.filter((stored) => stored.event.invocation.invocationId === second.invocation.invocationId))
+        const modes = own.map((entry) => entry.checkpoint.mode.kind)
+        // The history before the run in pre_turn slices, then the run's own from there.
+        assert.strictEqual(modes[0], "pre_turn")
+        assert.strictEqual(modes.at(-1), "mid_turn")
+        assert.deepStrictEqual(modes, [...modes.filter((mode) => mode === "pre_turn"), ...modes.filter((mode) => mode === "mid_turn")])
+        const lastPreTurn = own.filter((entry) => entry.checkpoint.mode.kind === "pre_turn").at(-1)!
+        assert.strictEqual(lastPreTurn.checkpoint.coveredThrough, fenceOf(events, second.invocation.invocationId))
+        for (let index = 1; index < own.length; index++) assert.strictEqual(own[index]!.checkpoint.previousCheckpointId, own[index - 1]!.id)
+        const sent = context.server.requests().slice(before)
+        assert.isFalse(isSummaryRequest(sent.at(-1)!))
+        assert.isAtMost(sent.at(-1)!.body.length, limit.bytes)
       }),
     ))
 })

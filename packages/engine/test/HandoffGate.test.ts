@@ -519,6 +519,31 @@ describe("the handoff gate", () => {
     ),
   )
 
+  it.live("close({handoff: true}) cancels a run that reaches no step boundary within cancelGraceMs (a model stream that sends nothing)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const server = yield* ScriptedServer.make({ script: [Respond.hang(), answer("Never sent.")] })
+        const directory = yield* LogTesting.temporaryDirectory
+        const workspace = path.join(directory, "workspace")
+        fs.mkdirSync(workspace)
+        const engine = yield* Effect.promise(() =>
+          createEngine({ database: path.join(directory, "events.sqlite"), engineOptions: { cancelGraceMs: 100 } }),
+        )
+        const provider = { kind: "openai-compatible" as const, baseUrl: `${server.url}/v1`, model: "test-model", apiKey: "sk-facade" }
+        const run = yield* Effect.promise(() => engine.start({ sessionId: "session-1", provider, workspace, maxSteps: 4, message: "Answer." }))
+        yield* Effect.promise(() => server.request(0))
+        // Without the bound the close would wait for a boundary the stream never reaches.
+        const closed = yield* Effect.promise(() => engine.close({ handoff: true }))
+        assert.deepStrictEqual(closed.map((item) => item.outcome), ["cancelled"])
+        assert.strictEqual((yield* Effect.promise(() => run.wait())).outcome.kind, "cancelled")
+        // Nothing is reserved: another engine over the log finds no pause to resume.
+        const reopened = yield* Effect.promise(() => createEngine({ database: path.join(directory, "events.sqlite") }))
+        assert.deepStrictEqual(yield* Effect.promise(() => reopened.resumePending({ provider: () => provider, tools: () => [] })), [])
+        yield* Effect.promise(() => reopened.close())
+      }),
+    ),
+  )
+
   it.live("a host's run.cancel() during close({handoff: true}) cancels the run instead of leaving it paused", () =>
     Effect.scoped(
       Effect.gen(function* () {

@@ -65,7 +65,7 @@ export interface CompactionRequest {
   readonly maxBytes?: number
   /**
    * Over the limits, lower the fence to the highest clean cut above the baseline whose context fits
-   * instead of failing `PrefixTooLarge` (`pre_turn` and `standalone`; no effect on `mid_turn`).
+   * instead of failing `PrefixTooLarge`; a `mid_turn` cut also covers the current opening, its anchor.
    */
   readonly fit?: boolean
 }

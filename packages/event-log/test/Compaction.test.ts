@@ -267,7 +267,7 @@ for (const dialect of dialects()) {
         }),
       ))
 
-    it("fails PrefixTooLarge over the limits without fit, and with fit on mid_turn", () =>
+    it("fails PrefixTooLarge over the limits without fit, and with fit on mid_turn when no cut at or above the opening fits", () =>
       withLog(dialect, (log) =>
         Effect.gen(function* () {
           const { history, live } = historyWithLiveRun(3)
@@ -280,6 +280,35 @@ for (const dialect of dialects()) {
             const error = yield* failure(log.prepareContextCompaction("session-1", request))
             expect(error.reason).toMatchObject({ _tag: "Rejected", rejection: { _tag: "PrefixTooLarge" } })
           }
+        }),
+      ))
+
+    it("with fit on mid_turn, lowers the fence to the highest clean cut at or above the current opening", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = new History.History()
+          finishedTurn(history, 0)
+          const live = history.open({ message: "And now?", ...turnIds(1) })
+          for (let step = 0; step < 3; step++) {
+            const request = live.request()
+            live.complete(request, FactBuilders.toolCallStep([{ id: `live-${step}`, name: "list_files", input: { path: "." } }]))
+            live.succeed(live.dispatch(request, `live-${step}`), FactBuilders.jsonOutput([{ name: "README.md" }]))
+          }
+          yield* appendAll(log, history.writes)
+          const current = live.invocation.invocationId
+          expect(live.opening.sequence).toBe(9)
+          // Clean cuts: 8 (before the opening), 9, 13 and 17 (before each main request). Fourteen
+          // events allow 13; 17 would hold seventeen.
+          const read = yield* log.prepareContextCompaction("session-1", { current, mode: "mid_turn", maxEvents: 14, fit: true })
+          expect(read.source.sourceEvidence.highWater).toBe(13)
+          expect(sequences(read.source)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13])
+          expect(read.source.sourceEvidence.digest).toBe((yield* log.sessionHash("session-1", 13)).digest(13))
+          // Eight events fit only the cut before the opening, which a mid_turn checkpoint, re-sending
+          // the opening as its anchor, may not take.
+          const error = yield* failure(log.prepareContextCompaction("session-1", { current, mode: "mid_turn", maxEvents: 8, fit: true }))
+          expect(error.reason).toMatchObject({ _tag: "Rejected", rejection: { _tag: "PrefixTooLarge" } })
+          const whole = yield* log.prepareContextCompaction("session-1", { current, mode: "mid_turn", fit: true })
+          expect(whole.source.sourceEvidence.highWater).toBe(21)
         }),
       ))
 

@@ -494,8 +494,8 @@ const isOverflow = (error: EngineError.EngineError) => error.reason._tag === "Mo
  * summary the provider refuses as too long (a history that outgrew the window before it was
  * compacted) is made again over a slice: the history through the highest clean cut holding at most
  * half the bytes of the source refused, and the rest slice after slice, each summary updating the
- * one before, until no history is left (docs/engine.md §5.12 "Slices"). `mid_turn` sources always
- * cover through the read: theirs is not sliced. Returns whether a checkpoint was adopted.
+ * one before, until no history is left (docs/engine.md §5.12 "Slices"); a `mid_turn` slice covers
+ * at least the current opening, its anchor. Returns whether a checkpoint was adopted.
  */
 const foreground = (run: Run, loop: LoopState, captured: Compaction.Captured) =>
   Effect.gen(function* () {
@@ -507,7 +507,7 @@ const foreground = (run: Run, loop: LoopState, captured: Compaction.Captured) =>
       if (Result.isFailure(result)) {
         const error = result.failure
         if (error.reason._tag !== "Model" || error.reason.error.reason._tag === "Cancelled") return yield* Effect.fail(error)
-        if (!isOverflow(error) || current.mode.kind === "mid_turn") return adoptedAny
+        if (!isOverflow(error)) return adoptedAny
         maxBytes = Math.floor(sourceBytes(current.source) / 2)
       } else {
         if (!adopted(run, loop, yield* Compaction.adoptResult(run, result.success))) return adoptedAny
@@ -516,7 +516,15 @@ const foreground = (run: Run, loop: LoopState, captured: Compaction.Captured) =>
         if (maxBytes === undefined) return true
       }
       if (slice >= MAX_SLICES) return adoptedAny
-      const next = yield* Compaction.capture(run, current.mode, true, maxBytes)
+      let next = yield* Compaction.capture(run, current.mode, true, maxBytes)
+      // A `mid_turn` slice covers the opening: when the history between the baseline and the
+      // opening is already over the limit, the history before the run is sliced first (`pre_turn`:
+      // the baseline covers less than the opening, so no checkpoint of the run is passed over),
+      // then the run's own, from the checkpoint that covers everything before it.
+      if (next.kind === "too_large" && current.mode.kind === "mid_turn") next = yield* Compaction.capture(run, { kind: "pre_turn" }, true, maxBytes)
+      else if (next.kind === "unchanged" && current.mode.kind === "pre_turn" && captured.mode.kind === "mid_turn") {
+        next = yield* Compaction.capture(run, captured.mode, true, maxBytes)
+      }
       if (next.kind !== "captured") return adoptedAny
       current = next.captured
     }

@@ -304,7 +304,7 @@ export interface CompactionOptions {
   readonly maxBytes: number
   /**
    * Over the limits, lower the fence to the highest clean cut whose context fits instead of failing
-   * (`pre_turn` and `standalone` only; a `mid_turn` source always covers through the read).
+   * (for `mid_turn`, one at or above the current opening, which its checkpoint re-sends as anchor).
    */
   readonly fit?: boolean
 }
@@ -809,14 +809,16 @@ const materialise = async (
   }
   let built = tailThrough(highWater)
   if (built.events > options.maxEvents || built.bytes > options.maxBytes) {
-    if (fence === undefined || !fence.fit || fence.mode === "mid_turn") throw EventLogError.prefixTooLarge()
+    if (fence === undefined || !fence.fit || (fence.mode === "mid_turn" && opening === undefined)) throw EventLogError.prefixTooLarge()
+    // A `mid_turn` checkpoint re-sends the current opening as its anchor: its cut covers the opening.
+    const after = fence.mode === "mid_turn" ? Math.max(coveredThrough, opening!.sequence - 1) : coveredThrough
     const cut = CompactionCut.highestFittingCut(
       entries.map((entry, index): CompactionCut.CutRow => ({
         sequence: entry.sequence,
         isCleanCut: isCleanCut(entries, index),
         tailBytes: entry.stored !== undefined && isTail(entry) ? charge(entry) : undefined,
       })),
-      { after: coveredThrough, through: highWater, anchorEvents, anchorBytes, maxEvents: options.maxEvents, maxBytes: options.maxBytes },
+      { after, through: highWater, anchorEvents, anchorBytes, maxEvents: options.maxEvents, maxBytes: options.maxBytes },
     )
     if (cut === undefined) throw EventLogError.prefixTooLarge()
     highWater = cut
