@@ -170,8 +170,52 @@ export const openWorkspace = (directory: string): Effect.Effect<Workspace.Worksp
 const CONTEXT_KEYS: ReadonlyArray<string> = ["providerId", "contextWindow", "declaredWindow", "modelContextWindow"]
 
 /** The shape checks a caller without types may miss; the value checks follow in admission. */
+/** Every key of `RunOptions`: any other is refused, as a misspelt option would leave its default in force unseen. */
+const RUN_KEYS: ReadonlyArray<string> = Object.keys({
+  sessionId: true,
+  provider: true,
+  connection: true,
+  message: true,
+  tools: true,
+  workspace: true,
+  systemPrompt: true,
+  context: true,
+  maxOutputTokens: true,
+  providerOptions: true,
+  maxSteps: true,
+  idleTimeoutMs: true,
+  allowPriorUnknown: true,
+  signal: true,
+} satisfies Record<keyof RunOptions, true>)
+
+const describeThrown = (error: unknown): string => (error instanceof Error ? error.message : String(error))
+
+/**
+ * The caller's options read once (their own enumerable keys, each getter run once), or why they
+ * cannot be: a getter or a proxy trap that throws is a refusal of the input, never a defect.
+ */
+const readOptions = (options: unknown): RunOptions | string => {
+  if (!isRecord(options)) return "start options must be an object"
+  try {
+    return { ...options } as unknown as RunOptions
+  } catch (error) {
+    return `start options could not be read: ${describeThrown(error)}`
+  }
+}
+
+/** `shapeProblem`, with a throw while a nested value is read as the refusal it is. */
+const startOptionsProblem = (options: RunOptions): string | undefined => {
+  try {
+    return shapeProblem(options)
+  } catch (error) {
+    return `start options could not be read: ${describeThrown(error)}`
+  }
+}
+
 const shapeProblem = (options: RunOptions): string | undefined => {
   if (!isRecord(options)) return "start options must be an object"
+  const unknownKey = Object.keys(options).find((key) => !RUN_KEYS.includes(key))
+  if (unknownKey !== undefined) return `start options have no key '${unknownKey}' (the keys are ${RUN_KEYS.join(", ")})`
   if (typeof options.sessionId !== "string") return "sessionId must be a string"
   const provider: unknown = options.provider
   if (!isRecord(provider) || typeof provider["baseUrl"] !== "string" || typeof provider["model"] !== "string") {
@@ -255,9 +299,11 @@ const placeBeforeOpening = (workspace: RunOptions["workspace"]): Place =>
       : { cwd: workspace.root, workspaceIdentity: workspace.identity }
 
 /** The detailed `Engine.StartInput` of plain options: fresh ids, a bound model, the place and the defaults. */
-export const startInput = (options: RunOptions): Effect.Effect<Engine.StartInput, EngineError.EngineError, Ids.Ids> =>
+export const startInput = (given: RunOptions): Effect.Effect<Engine.StartInput, EngineError.EngineError, Ids.Ids> =>
   Effect.gen(function* () {
-    const problem = shapeProblem(options)
+    const options = readOptions(given)
+    if (typeof options === "string") return yield* Effect.fail(EngineError.invalidInput(options))
+    const problem = startOptionsProblem(options)
     if (problem !== undefined) return yield* Effect.fail(EngineError.invalidInput(problem))
     const config = providerConfig(options.provider)
     const model = yield* Effect.mapError(
@@ -368,10 +414,12 @@ export const compact = (options: CompactOptions): Effect.Effect<Engine.RunResult
   Effect.gen(function* () {
     const engine = yield* Engine.Engine
     if (!isRecord(options)) return yield* Effect.fail(EngineError.invalidInput("compact options must be an object"))
+    const read = readOptions(options)
+    if (typeof read === "string") return yield* Effect.fail(EngineError.invalidInput(read.replace("start options", "compact options")))
     // A compaction has no step budget of its own and no prior-unknown choice: whatever a caller
     // without types passes for them is not checked, as it is not used.
     const { message: _message, tools: _tools, maxSteps: _maxSteps, allowPriorUnknown: _allow, ...input } = yield* startInput({
-      ...options,
+      ...read,
       maxSteps: undefined,
       allowPriorUnknown: undefined,
       message: "",

@@ -140,6 +140,18 @@ export const openWorkspace = (directory: string): Promise<Workspace.Workspace> =
  * getter that throws reads as not aborted here, and the option checks refuse the signal
  * `InvalidInput` (an engine that admitted the run has read it already).
  */
+/**
+ * The `signal` of the caller's start options, read once; `undefined` when there is none or reading it
+ * throws (the option checks then refuse it `InvalidInput`, never a throw out of `start`).
+ */
+const signalOf = (options: unknown): AbortSignal | undefined => {
+  try {
+    return typeof options === "object" && options !== null ? (options as { readonly signal?: AbortSignal }).signal : undefined
+  } catch {
+    return undefined
+  }
+}
+
 const hasAborted = (signal: AbortSignal | undefined): boolean => {
   try {
     // Only a signal aborts: anything else (`{aborted: true}`) is left to the checks, `InvalidInput`.
@@ -237,11 +249,12 @@ export const createEngine = async (options: CreateEngineOptions): Promise<MakaEn
   return {
     recoveredOnOpen: Engine.recoveredOnOpen(engine),
     start: (startOptions) => {
-      if (typeof startOptions === "object" && startOptions !== null && hasAborted(startOptions.signal)) return Promise.reject(EngineError.cancelled())
+      const signal = signalOf(startOptions)
+      if (hasAborted(signal)) return Promise.reject(EngineError.cancelled())
       // Resolved on the next turn of the event loop: the opening rides the first request's commit,
       // so the engine writes that request to its socket before the caller's code after `start` runs.
       const admitted = run(Agent.start(startOptions)).then((running) => {
-        const wrapped = wrap(running, startOptions.signal)
+        const wrapped = wrap(running, signal)
         return new Promise<Run>((resolve) => setImmediate(() => resolve(wrapped)))
       })
       const tracked: Promise<unknown> = admitted.then(

@@ -229,6 +229,54 @@ describe("start refusals write nothing", () => {
     assert.deepStrictEqual((await next.wait()).outcome, { kind: "completed" })
   })
 
+  it("refuses a misspelt start option, and options whose getters throw, as InvalidInput, writing nothing", async () => {
+    const context = await setup()
+    const workspace = freshWorkspace(context, "workspace")
+    // A misspelt option would leave its default in force unseen: the signal that cancels, the step budget.
+    for (const key of ["signl", "maxStep", "systemPromt"]) {
+      const refused = await rejection(context.engine.start(untyped({ ...options(context, { workspace }), [key]: 1 })))
+      assertInvalid(refused, `start options have no key '${key}'`, key)
+    }
+    const compact = await rejection(context.engine.compact(untyped({ ...options(context, { workspace }), sesionId: "s" })))
+    assertInvalid(compact, "have no key 'sesionId'", "compact")
+    const getter = (name: string) =>
+      Object.defineProperty({ ...options(context, { workspace }) }, name, {
+        enumerable: true,
+        get: () => {
+          throw new Error(`${name} is not here`)
+        },
+      })
+    // The signal getter throws while start reads it: a rejection, never a throw out of `start`.
+    for (const name of ["signal", "provider", "sessionId"]) {
+      let started: Promise<unknown> | undefined
+      assert.doesNotThrow(() => {
+        started = context.engine.start(untyped(getter(name)))
+      }, undefined, undefined, name)
+      assertInvalid(await rejection(started!), `start options could not be read: ${name} is not here`, name)
+    }
+    // A nested one: the provider's base URL.
+    const provider = Object.defineProperty({ ...options(context).provider }, "baseUrl", {
+      enumerable: true,
+      get: () => {
+        throw new Error("baseUrl is not here")
+      },
+    })
+    assertInvalid(
+      await rejection(context.engine.start(options(context, { workspace, provider }))),
+      "start options could not be read: baseUrl is not here",
+      "provider.baseUrl",
+    )
+    const proxy = new Proxy(options(context, { workspace }), {
+      ownKeys: () => {
+        throw new Error("no keys")
+      },
+    })
+    assertInvalid(await rejection(context.engine.start(proxy)), "start options could not be read: no keys", "proxy")
+    assert.deepStrictEqual(fs.readdirSync(workspace), [])
+    assert.deepStrictEqual(await context.engine.events("session-1"), [])
+    assert.strictEqual(context.server.requests().length, 0)
+  })
+
   it("names maxOutputTokens, the option the host passed, in its refusal", async () => {
     const context = await setup()
     for (const limit of [1e12, 0, 1.5, untyped<number>("8000")]) {
