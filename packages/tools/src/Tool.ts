@@ -6,7 +6,7 @@
  * known failure the model reads; only `ToolOutcomeUnknown` leaves the outcome unknown.
  */
 import { Canonical, Identity, type ToolCall } from "@maka/facts"
-import { Data, Effect, Result, Schema } from "effect"
+import { Data, Effect, Fiber, Result, Schema } from "effect"
 import type { StandardJSONSchemaV1, StandardSchemaV1 } from "effect/StandardSchema"
 import { defaults } from "./Defaults.ts"
 import { closeEmptyStructs } from "./internal/closed-empty-struct.ts"
@@ -87,7 +87,7 @@ export interface Tool {
   readonly name: string
   readonly description: string
   readonly semantics: Semantics
-  /** The JSON Schema (draft 2020-12, `$defs` inlined) derived from the input Schema. */
+  /** The JSON Schema (draft 2020-12, its definitions in `$defs`) derived from the input Schema. */
   readonly inputSchema: Identity.JsonObject
   readonly definition: ToolDefinition
   /** Decodes input from the model at the boundary; never starts the effect. */
@@ -129,14 +129,37 @@ const hasJsonSchema = (input: StandardInput): boolean => {
   return typeof converter === "object" && converter !== null && "input" in converter && typeof converter.input === "function"
 }
 
+const DEFINITION_REF = "#/$defs/"
+
+/**
+ * A root that only refers to one of its `$defs` (an Effect `Schema.Class` or a schema with an
+ * `identifier`, a zod schema registered with an `id`) as that definition, the `$defs` kept for the
+ * references in it: providers take only an object schema at the root of a tool's parameters. Any
+ * other root as it is. The definition itself stays in `$defs` only when something refers to it.
+ */
+const withRootResolved = (schema: Record<string, unknown>): Record<string, unknown> => {
+  const { $ref: ref, $defs: definitions, ...rest } = schema
+  if (typeof ref !== "string" || !ref.startsWith(DEFINITION_REF) || typeof definitions !== "object" || definitions === null) return schema
+  // A JSON Pointer token: `~1` is `/`, `~0` is `~`.
+  const name = ref.slice(DEFINITION_REF.length).replaceAll("~1", "/").replaceAll("~0", "~")
+  const target: unknown = Object.hasOwn(definitions, name) ? (definitions as Record<string, unknown>)[name] : undefined
+  if (typeof target !== "object" || target === null || Array.isArray(target) || "$ref" in target) return schema
+  const resolved = { ...target, ...rest }
+  // The definition stays in `$defs` only while something still refers to it (a recursive schema).
+  const { [name]: _root, ...others } = definitions as Record<string, unknown>
+  const kept = JSON.stringify([resolved, others]).includes(JSON.stringify(ref)) ? definitions : others
+  return Object.keys(kept).length === 0 ? resolved : { ...resolved, $defs: kept }
+}
+
 /**
  * The JSON Schema sent to providers from an Effect Schema: the document's root with its definitions
- * as `$defs`, every empty struct in it the closed empty object (`closeEmptyStructs`).
+ * as `$defs` (a root that is a reference to one of them resolved), every empty struct in it the
+ * closed empty object (`closeEmptyStructs`).
  */
 export const jsonSchemaOf = (schema: Schema.Constraint): Identity.JsonObject => {
   const document = Schema.toJsonSchemaDocument(closeEmptyStructs(schema), { onExcessProperty: "error" })
   const definitions = document.definitions
-  return asJsonObject(Object.keys(definitions).length === 0 ? document.schema : { ...document.schema, $defs: definitions })
+  return asJsonObject(withRootResolved(Object.keys(definitions).length === 0 ? document.schema : { ...document.schema, $defs: definitions }))
 }
 
 /**
@@ -158,7 +181,7 @@ export const standardJsonSchemaOf = (schema: StandardInput): Identity.JsonObject
   const copied = Result.try({
     try: () => {
       const { $schema: _dialect, ...document } = output as Record<string, unknown>
-      return document
+      return withRootResolved(document)
     },
     catch: (error) => invalidDefinition(`input schema has no JSON Schema: reading it threw ${describeDefect(error)}`),
   })
@@ -323,7 +346,10 @@ export const make = <S extends InputSchema>(config: Config<S>): Tool => {
     inputSchema: definition.inputSchema,
     definition,
     decode: (input: unknown) =>
-      decodeInput(input).pipe(
+      // In a fiber of its own: a decoding that yields what is not an Effect (a default given as a
+      // plain function by a caller without types) ends the fiber running it, past its own handlers;
+      // joined, it is a defect here like any other, so `preparation_failed`.
+      Effect.flatMap(Effect.forkChild(decodeInput(input)), Fiber.join).pipe(
         // The decoder is the schema's own, so its output is the schema's output type.
         Effect.map((decoded): Runner => (context) => config.execute(decoded as InputOf<S>, context)),
         Effect.mapError(

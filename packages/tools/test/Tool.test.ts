@@ -9,6 +9,9 @@ const Input = Schema.Struct({
   limit: Schema.optionalKey(Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 10 }))),
 })
 
+/** A value the types forbid, as a caller without types would pass it. */
+const untypedDefault = (value: unknown) => value as Effect.Effect<number>
+
 const make = (name: string) =>
   Tool.make({ name, description: "Reads.", input: Input, semantics: "parallel", execute: () => Effect.succeed(Tool.text("")) })
 
@@ -38,6 +41,43 @@ describe("Tool.make", () => {
     })
     assert.deepStrictEqual(tool.inputSchema["$defs"], { FilePath: { type: "string" } })
   })
+
+  it("takes a named object input (a Schema.Class, an identifier, a zod id) as its definition at the root", () => {
+    class Person extends Schema.Class<Person>("Person")({ name: Schema.String }) {}
+    const expected = { type: "object", properties: { name: { type: "string" } }, required: ["name"], additionalProperties: false }
+    const classTool = Tool.make({ name: "c", description: "d", input: Person, semantics: "parallel", execute: ({ name }) => Promise.resolve(Tool.text(name)) })
+    assert.deepStrictEqual(classTool.inputSchema, expected)
+    const named = Schema.Struct({ name: Schema.String }).annotate({ identifier: "Named" })
+    assert.deepStrictEqual(Tool.make({ name: "n", description: "d", input: named, semantics: "parallel", execute: () => Promise.resolve(Tool.text("")) }).inputSchema, expected)
+    const zodNamed = z.object({ name: z.string() }).meta({ id: "ZodNamed" })
+    const zodNamedTool = Tool.make({ name: "z", description: "d", input: zodNamed, semantics: "parallel", execute: () => Promise.resolve(Tool.text("")) })
+    assert.deepStrictEqual(zodNamedTool.inputSchema, { type: "object", properties: { name: { type: "string" } }, required: ["name"] })
+    // A recursive one keeps its definition, which it refers to.
+    interface Tree {
+      readonly label: string
+      readonly children: ReadonlyArray<Tree>
+    }
+    const TreeSchema: Schema.Codec<Tree> = Schema.Struct({
+      label: Schema.String,
+      children: Schema.Array(Schema.suspend((): Schema.Codec<Tree> => TreeSchema)),
+    }).annotate({ identifier: "Tree" })
+    const tree = Tool.make({ name: "t", description: "d", input: TreeSchema, semantics: "parallel", execute: () => Promise.resolve(Tool.text("")) })
+    assert.strictEqual(tree.inputSchema["type"], "object")
+    assert.deepStrictEqual(Object.keys(tree.inputSchema["$defs"] as object), ["Tree"])
+  })
+
+  it.effect("fails preparation_failed, never the caller's fiber, when an Effect Schema's decoding yields what is not an Effect", () =>
+    Effect.gen(function* () {
+      // A default given as a plain function, as a caller without types may pass it.
+      const broken = Schema.Struct({ count: Schema.Finite.pipe(Schema.withDecodingDefaultKey(untypedDefault(() => 5))) })
+      const tool = Tool.make({ name: "count", description: "d", input: broken, semantics: "parallel", execute: () => Promise.resolve(Tool.text("")) })
+      const failure = yield* Effect.flip(tool.decode({}))
+      assert.strictEqual(failure.kind, "preparation_failed")
+      assert.include(failure.message, 'Tool "count" could not prepare its input: ')
+      // The same tool decodes what needs no default.
+      assert.isFunction(yield* tool.decode({ count: 2 }))
+    }),
+  )
 
   it("accepts names of 1-64 characters of [A-Za-z0-9_-] and refuses others", () => {
     assert.strictEqual(make("a").name, "a")
