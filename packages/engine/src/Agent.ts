@@ -169,7 +169,6 @@ export const openWorkspace = (directory: string): Effect.Effect<Workspace.Worksp
 /** The keys of a start's `context`. */
 const CONTEXT_KEYS: ReadonlyArray<string> = ["providerId", "contextWindow", "declaredWindow", "modelContextWindow"]
 
-/** The shape checks a caller without types may miss; the value checks follow in admission. */
 /** Every key of `RunOptions`: any other is refused, as a misspelt option would leave its default in force unseen. */
 const RUN_KEYS: ReadonlyArray<string> = Object.keys({
   sessionId: true,
@@ -192,9 +191,10 @@ const describeThrown = (error: unknown): string => (error instanceof Error ? err
 
 /**
  * The caller's options read once (their own enumerable keys, each getter run once), or why they
- * cannot be: a getter or a proxy trap that throws is a refusal of the input, never a defect.
+ * cannot be: a getter or a proxy trap that throws is a refusal of the input, never a defect. A copy
+ * read here reads the same when read again (the facade reads the signal from it, then starts it).
  */
-const readOptions = (options: unknown): RunOptions | string => {
+export const readOptions = (options: unknown): RunOptions | string => {
   if (!isRecord(options)) return "start options must be an object"
   try {
     return { ...options } as unknown as RunOptions
@@ -212,6 +212,7 @@ const startOptionsProblem = (options: RunOptions): string | undefined => {
   }
 }
 
+/** The shape checks a caller without types may miss; the value checks follow in admission. */
 const shapeProblem = (options: RunOptions): string | undefined => {
   if (!isRecord(options)) return "start options must be an object"
   const unknownKey = Object.keys(options).find((key) => !RUN_KEYS.includes(key))

@@ -857,11 +857,11 @@ export const make = (options: Partial<EngineOptions> = {}) =>
           Effect.gen(function* () {
             // A run that can never pause is cancelled at once: waiting for its step boundary would
             // let it start new effects after the host began to shut down. One that has not reached
-            // a boundary within `cancelGraceMs` (a tool or a model stream that does not end) is
+            // a boundary within `handoffWaitMs` (a tool or a model stream that does not end) is
             // cancelled then: a shutdown is bounded (docs/engine.md §5.10).
             const pause = item.pausable
               ? yield* item.handoff.pipe(
-                  Effect.timeoutOption(settingsOf.cancelGraceMs),
+                  Effect.timeoutOption(settingsOf.handoffWaitMs),
                   Effect.map(Option.getOrUndefined),
                   Effect.orElseSucceed(() => undefined),
                 )

@@ -140,18 +140,6 @@ export const openWorkspace = (directory: string): Promise<Workspace.Workspace> =
  * getter that throws reads as not aborted here, and the option checks refuse the signal
  * `InvalidInput` (an engine that admitted the run has read it already).
  */
-/**
- * The `signal` of the caller's start options, read once; `undefined` when there is none or reading it
- * throws (the option checks then refuse it `InvalidInput`, never a throw out of `start`).
- */
-const signalOf = (options: unknown): AbortSignal | undefined => {
-  try {
-    return typeof options === "object" && options !== null ? (options as { readonly signal?: AbortSignal }).signal : undefined
-  } catch {
-    return undefined
-  }
-}
-
 const hasAborted = (signal: AbortSignal | undefined): boolean => {
   try {
     // Only a signal aborts: anything else (`{aborted: true}`) is left to the checks, `InvalidInput`.
@@ -248,8 +236,11 @@ export const createEngine = async (options: CreateEngineOptions): Promise<MakaEn
 
   return {
     recoveredOnOpen: Engine.recoveredOnOpen(engine),
-    start: (startOptions) => {
-      const signal = signalOf(startOptions)
+    start: (given) => {
+      // Read once: the signal and every option the engine reads come from this copy.
+      const startOptions = Agent.readOptions(given)
+      if (typeof startOptions === "string") return Promise.reject(EngineError.invalidInput(startOptions))
+      const signal = startOptions.signal
       if (hasAborted(signal)) return Promise.reject(EngineError.cancelled())
       // Resolved on the next turn of the event loop: the opening rides the first request's commit,
       // so the engine writes that request to its socket before the caller's code after `start` runs.

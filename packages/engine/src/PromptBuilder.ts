@@ -45,7 +45,8 @@ const sameItem = (left: EventLog.TailItem, right: EventLog.TailItem): boolean =>
  */
 const extendsKept = (previous: EventLog.ModelContextSource, next: EventLog.ModelContextSource): boolean => {
   const tail = previous.tail
-  if (anchorOf(previous) !== anchorOf(next) || next.tail.length < tail.length) return false
+  // A frozen read builds each anchor anew: the same event is the same anchor.
+  if (anchorOf(previous)?.event.id !== anchorOf(next)?.event.id || next.tail.length < tail.length) return false
   for (let index = 0; index < tail.length; index++) if (!sameItem(tail[index]!, next.tail[index]!)) return false
   return true
 }

@@ -184,4 +184,74 @@ describe("a summary too long for the model", () => {
         assert.isAtMost(sent.at(-1)!.body.length, limit.bytes)
       }),
     ))
+
+  it.live("slices at the overflow a background summary the provider refused as too long, and the session's runs go on", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const limit = { bytes: Number.MAX_SAFE_INTEGER }
+        const context = yield* setup({
+          script: [
+            { match: (request) => request.body.length > limit.bytes, respond: overflow(), repeat: true },
+            { match: isSummaryRequest, respond: summaryAnswer(summaryText("slice")), repeat: true },
+            ...Array.from({ length: STEPS }, (_, index) => mainEntry(echoCall(`call-${index}`, `${index}${VALUE}`))),
+            // The answer reports a prompt over the declared window: the next run's summary is due.
+            mainEntry(answer("Done.", 5_000)),
+            mainEntry(answer("Recovered.")),
+            mainEntry(answer("Recovered again.")),
+          ],
+        })
+        const tools = catalog({ ran: [] })
+        const windowed = { context: { providerId: "openai-compatible", declaredWindow: 1_000 } }
+        const first = yield* context.engine.run(input(context, "Echo four long values.", tools, { maxSteps: 8, ...windowed }))
+        assert.deepStrictEqual(first.outcome, { kind: "completed" })
+        limit.bytes = LIMIT
+        const before = context.server.requests().length
+        for (const message of ["Go on.", "And again."]) {
+          const result = yield* context.engine.run(input(context, message, tools, { maxSteps: 4, ...windowed }))
+          assert.deepStrictEqual(result.outcome, { kind: "completed" }, message)
+        }
+        const summaries = context.server.requests().slice(before).filter(isSummaryRequest)
+        assert.isAbove(summaries[0]!.body.length, LIMIT)
+        for (const summary of summaries.slice(1)) assert.isAtMost(summary.body.length, LIMIT)
+        assert.isAtLeast(checkpointsOf(yield* context.log.events("session-1")).length, 2)
+      }),
+    ))
+
+  it.live("never slices pre_turn past a checkpoint of the run: each request keeps the run's opening", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const limit = { bytes: Number.MAX_SAFE_INTEGER }
+        const context = yield* setup({
+          script: [
+            { match: (request) => request.body.length > limit.bytes, respond: overflow(), repeat: true },
+            { match: isSummaryRequest, respond: summaryAnswer(summaryText("slice")), repeat: true },
+            mainEntry(answer(`First answer ${"h".repeat(1_500)}`)),
+            mainEntry(echoCall("call-small", "small")),
+            mainEntry(echoCall("call-large", "b".repeat(6_000))),
+            mainEntry(answer("Done.")),
+          ],
+        })
+        const tools = catalog({ ran: [] })
+        yield* context.engine.run(input(context, "First run.", tools))
+        const base = context.server.requests().length
+        const second = input(context, "OPENING-MARKER", tools, { maxSteps: 8 })
+        // Once the run's second request is sent, the window is its size and 5,000 bytes more: the
+        // step after the large result overflows, and so does the summary of the run's history.
+        const narrow = Effect.gen(function* () {
+          while (context.server.requests().length < base + 2) yield* Effect.sleep("1 millis")
+          limit.bytes = context.server.requests()[base + 1]!.body.length + 5_000
+        })
+        yield* Effect.all([context.engine.run(second), narrow], { concurrency: 2 })
+        const sent = context.server.requests().slice(base)
+        for (const request of sent.filter((request) => !isSummaryRequest(request))) assert.include(request.body, "OPENING-MARKER")
+        const events = yield* context.log.events("session-1")
+        const own = checkpointsOf(events.filter((stored) => stored.event.invocation.invocationId === second.invocation.invocationId))
+        assert.isAtLeast(own.length, 1)
+        // No checkpoint covers less than the one before it.
+        const all = checkpointsOf(events)
+        for (let index = 1; index < all.length; index++) {
+          assert.isAtLeast(all[index]!.checkpoint.coveredThrough, all[index - 1]!.checkpoint.coveredThrough)
+        }
+      }),
+    ))
 })

@@ -229,8 +229,8 @@ describe("start refusals write nothing", () => {
     assert.deepStrictEqual((await next.wait()).outcome, { kind: "completed" })
   })
 
-  it("refuses a misspelt start option, and options whose getters throw, as InvalidInput, writing nothing", async () => {
-    const context = await setup()
+  it("refuses a misspelt start option, and options whose getters throw, as InvalidInput, writing nothing for them; reads each option once", async () => {
+    const context = await setup([Respond.sse(OpenAiSse.response({ text: ["Read once."] }))])
     const workspace = freshWorkspace(context, "workspace")
     // A misspelt option would leave its default in force unseen: the signal that cancels, the step budget.
     for (const key of ["signl", "maxStep", "systemPromt"]) {
@@ -266,6 +266,23 @@ describe("start refusals write nothing", () => {
       "start options could not be read: baseUrl is not here",
       "provider.baseUrl",
     )
+    // Each option is read once: a signal getter that gave a new signal at each read would leave the
+    // facade and the engine watching different signals.
+    const reads = new Map<string, number>()
+    const counted = { ...options(context, { workspace }), signal: new AbortController().signal }
+    const watched = Object.defineProperties(
+      {},
+      Object.fromEntries(
+        Object.entries(counted).map(([key, value]) => [
+          key,
+          { enumerable: true, get: () => (reads.set(key, (reads.get(key) ?? 0) + 1), value) },
+        ]),
+      ),
+    )
+    const admitted = (await context.engine.start(untyped(watched))) as { wait: () => Promise<unknown> }
+    assert.deepStrictEqual([...new Set(reads.values())], [1], JSON.stringify(Object.fromEntries(reads)))
+    await admitted.wait()
+    fs.rmSync(path.join(workspace, MARKER), { force: true })
     const proxy = new Proxy(options(context, { workspace }), {
       ownKeys: () => {
         throw new Error("no keys")
@@ -273,8 +290,9 @@ describe("start refusals write nothing", () => {
     })
     assertInvalid(await rejection(context.engine.start(proxy)), "start options could not be read: no keys", "proxy")
     assert.deepStrictEqual(fs.readdirSync(workspace), [])
-    assert.deepStrictEqual(await context.engine.events("session-1"), [])
-    assert.strictEqual(context.server.requests().length, 0)
+    // Only the run whose options were all readable was admitted and sent.
+    assert.deepStrictEqual(new Set((await context.engine.events("session-1")).map((stored) => stored.event.invocation.invocationId)).size, 1)
+    assert.strictEqual(context.server.requests().length, 1)
   })
 
   it("names maxOutputTokens, the option the host passed, in its refusal", async () => {
@@ -304,6 +322,7 @@ describe("createEngine refusals open nothing", () => {
       [{ cancelGraceMs: NaN }, `engineOptions.cancelGraceMs must be an integer in 0..${max}`],
       [{ cancelGraceMs: -1 }, `engineOptions.cancelGraceMs must be an integer in 0..${max}`],
       [{ cancelGraceMs: max + 1 }, `engineOptions.cancelGraceMs must be an integer in 0..${max}`],
+      [{ handoffWaitMs: -1 }, `engineOptions.handoffWaitMs must be an integer in 0..${max}`],
       [{ maxModelAttempts: 0 }, "engineOptions.maxModelAttempts must be an integer in 1..1000"],
       [{ maxModelAttempts: -1 }, "engineOptions.maxModelAttempts must be an integer in 1..1000"],
       [{ maxModelAttempts: 2.5 }, "engineOptions.maxModelAttempts must be an integer in 1..1000"],
@@ -322,7 +341,7 @@ describe("createEngine refusals open nothing", () => {
     // A misspelt option is named, not ignored.
     await refusedBeforeOpening(
       { engineOptions: untyped({ cancelGrace: 100 }) },
-      "engineOptions has no option 'cancelGrace' (the options are backoffBaseMs, backoffMaxMs, maxModelAttempts, observationMaxChars, observationDelayMs, cancelGraceMs)",
+      "engineOptions has no option 'cancelGrace' (the options are backoffBaseMs, backoffMaxMs, maxModelAttempts, observationMaxChars, observationDelayMs, cancelGraceMs, handoffWaitMs)",
     )
   })
 

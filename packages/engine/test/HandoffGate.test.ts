@@ -519,7 +519,7 @@ describe("the handoff gate", () => {
     ),
   )
 
-  it.live("close({handoff: true}) cancels a run that reaches no step boundary within cancelGraceMs (a model stream that sends nothing)", () =>
+  it.live("close({handoff: true}) cancels a run that reaches no step boundary within handoffWaitMs (a model stream that sends nothing)", () =>
     Effect.scoped(
       Effect.gen(function* () {
         const server = yield* ScriptedServer.make({ script: [Respond.hang(), answer("Never sent.")] })
@@ -527,7 +527,7 @@ describe("the handoff gate", () => {
         const workspace = path.join(directory, "workspace")
         fs.mkdirSync(workspace)
         const engine = yield* Effect.promise(() =>
-          createEngine({ database: path.join(directory, "events.sqlite"), engineOptions: { cancelGraceMs: 100 } }),
+          createEngine({ database: path.join(directory, "events.sqlite"), engineOptions: { handoffWaitMs: 100 } }),
         )
         const provider = { kind: "openai-compatible" as const, baseUrl: `${server.url}/v1`, model: "test-model", apiKey: "sk-facade" }
         const run = yield* Effect.promise(() => engine.start({ sessionId: "session-1", provider, workspace, maxSteps: 4, message: "Answer." }))

@@ -59,7 +59,7 @@ export interface ContextRequest {
 export interface CompactionRequest {
   /** The live invocation that compacts; it must be at a settled boundary. */
   readonly current: string
-  /** `pre_turn` and `standalone` sources stop before the current opening; `mid_turn` covers through the read. */
+  /** `pre_turn` and `standalone` sources stop before the current opening; `mid_turn` covers through the read (or a `fit` cut). */
   readonly mode: ContextReads.CompactionMode
   readonly maxEvents?: number
   readonly maxBytes?: number

@@ -184,6 +184,8 @@ export const checkpointFact = (checkpoint: ModelContext.ContextCheckpoint): Fact
 
 /** A summary job running beside the step loop (docs/engine.md §5.12 `Pending`). */
 export interface Pending {
+  /** The source the job summarises. */
+  readonly captured: Captured
   readonly fiber: Fiber.Fiber<JobResult, EngineError.EngineError>
   /** Stops the job: its stream is interrupted and recorded, no checkpoint results. */
   readonly cancel: Effect.Effect<void>
@@ -195,7 +197,8 @@ export type Adoption =
   | { readonly kind: "adopted"; readonly checkpointId: string; readonly stored: Event.StoredEvent }
   | {
       readonly kind: "not_adopted"
-      readonly reason: Outcome.CompactReason | "model_error" | "cancelled"
+      /** `overflow`: the provider refused the summary request as too long for the model. */
+      readonly reason: Outcome.CompactReason | "model_error" | "overflow" | "cancelled"
       readonly toolContent?: boolean
     }
 
@@ -219,7 +222,13 @@ export const adopt = (run: Run, pending: Pending): Effect.Effect<Adoption, Engin
     if (Exit.isFailure(exit)) {
       const error = Option.getOrUndefined(Exit.findErrorOption(exit))
       if (error !== undefined && isAbsorbed(error)) {
-        return { kind: "not_adopted", reason: error.reason._tag === "Cancelled" ? "cancelled" : "model_error" } satisfies Adoption
+        const reason =
+          error.reason._tag === "Cancelled"
+            ? "cancelled"
+            : error.reason._tag === "Model" && error.reason.error.reason._tag === "ContextOverflow"
+              ? "overflow"
+              : "model_error"
+        return { kind: "not_adopted", reason } satisfies Adoption
       }
       return yield* Effect.failCause(exit.cause)
     }
@@ -259,6 +268,7 @@ export const startBackground = (run: Run, captured: Captured): Effect.Effect<Pen
     )
     const fiber = yield* Effect.forkDetach(work)
     return {
+      captured,
       fiber,
       cancel: Effect.asVoid(Deferred.succeed(stop, undefined)),
       isFinished: Effect.sync(() => fiber.pollUnsafe() !== undefined),

@@ -26,6 +26,12 @@ export interface EngineOptions {
    * `cancel()` → sealed and `close()`, whatever a tool does with its signal.
    */
   readonly cancelGraceMs: number
+  /**
+   * How long `close({handoff: true})` (`Engine.handOffAll`) waits for each live run to reach a step
+   * boundary and pause (a step's model stream and tools end first). A run not paused by then (a
+   * tool or a stream that does not end) is cancelled, as `close()` cancels it.
+   */
+  readonly handoffWaitMs: number
 }
 
 /** The most steering messages one run holds for its next step boundary; `steer` refuses more. */
@@ -44,6 +50,7 @@ export const defaults: EngineOptions = Object.freeze({
   observationMaxChars: Limits.MAX_DELTA_CHARS,
   observationDelayMs: 0,
   cancelGraceMs: 10_000,
+  handoffWaitMs: 60_000,
 })
 
 /**
@@ -68,6 +75,7 @@ const RANGES: Readonly<Record<Exclude<keyof EngineOptions, "observationDelayMs">
   maxModelAttempts: [1, MAX_MODEL_ATTEMPTS],
   observationMaxChars: [1, MAX_OBSERVATION_CHARS],
   cancelGraceMs: [0, MAX_WAIT_MS],
+  handoffWaitMs: [0, MAX_WAIT_MS],
 }
 
 /**

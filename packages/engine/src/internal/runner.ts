@@ -495,14 +495,25 @@ const isOverflow = (error: EngineError.EngineError) => error.reason._tag === "Mo
  * compacted) is made again over a slice: the history through the highest clean cut holding at most
  * half the bytes of the source refused, and the rest slice after slice, each summary updating the
  * one before, until no history is left (docs/engine.md §5.12 "Slices"); a `mid_turn` slice covers
- * at least the current opening, its anchor. Returns whether a checkpoint was adopted.
+ * at least the current opening, its anchor. `refusedBytes`: the job over `captured` was refused
+ * already (a background summary), so the first slice holds half of them. Returns whether a
+ * checkpoint was adopted.
  */
-const foreground = (run: Run, loop: LoopState, captured: Compaction.Captured) =>
+const foreground = (run: Run, loop: LoopState, captured: Compaction.Captured, refusedBytes?: number) =>
   Effect.gen(function* () {
-    let current = captured
-    let maxBytes: number | undefined
+    let current: Compaction.Captured | undefined = refusedBytes === undefined ? captured : undefined
+    let mode = captured.mode
+    let maxBytes = refusedBytes === undefined ? undefined : Math.floor(refusedBytes / 2)
+    // What the newest checkpoint covers: a `pre_turn` slice never passes over one of the run's own.
+    let coveredThrough = captured.source.baseline?.checkpoint.coveredThrough ?? 0
     let adoptedAny = false
-    for (let slice = 1; ; slice++) {
+    for (let slice = 1; slice <= MAX_SLICES; slice++) {
+      if (current === undefined) {
+        const next = yield* nextSlice(run, captured.mode, mode, coveredThrough, maxBytes!)
+        if (next === undefined) return adoptedAny
+        current = next
+        mode = next.mode
+      }
       const result = yield* Effect.result(Compaction.job(run, current))
       if (Result.isFailure(result)) {
         const error = result.failure
@@ -514,20 +525,35 @@ const foreground = (run: Run, loop: LoopState, captured: Compaction.Captured) =>
         adoptedAny = true
         // A whole source is done; a slice leaves the rest of the history for the next one.
         if (maxBytes === undefined) return true
+        coveredThrough = current.source.sourceEvidence.highWater
       }
-      if (slice >= MAX_SLICES) return adoptedAny
-      let next = yield* Compaction.capture(run, current.mode, true, maxBytes)
-      // A `mid_turn` slice covers the opening: when the history between the baseline and the
-      // opening is already over the limit, the history before the run is sliced first (`pre_turn`:
-      // the baseline covers less than the opening, so no checkpoint of the run is passed over),
-      // then the run's own, from the checkpoint that covers everything before it.
-      if (next.kind === "too_large" && current.mode.kind === "mid_turn") next = yield* Compaction.capture(run, { kind: "pre_turn" }, true, maxBytes)
-      else if (next.kind === "unchanged" && current.mode.kind === "pre_turn" && captured.mode.kind === "mid_turn") {
-        next = yield* Compaction.capture(run, captured.mode, true, maxBytes)
-      }
-      if (next.kind !== "captured") return adoptedAny
-      current = next.captured
+      current = undefined
     }
+    return adoptedAny
+  })
+
+/**
+ * The next slice of a sliced compaction begun in `first` mode, after one in `last` mode: the capture
+ * in `last` mode with the byte limit. A `mid_turn` slice covers the opening: when the history
+ * between the newest checkpoint and the opening is alone over the limit, and that checkpoint covers
+ * less than the opening, the history before the run is sliced first (`pre_turn`), then the run's
+ * own, from the checkpoint that covers everything before it.
+ */
+const nextSlice = (
+  run: Run,
+  first: ModelContext.CheckpointMode,
+  last: ModelContext.CheckpointMode,
+  coveredThrough: number,
+  maxBytes: number,
+) =>
+  Effect.gen(function* () {
+    let next = yield* Compaction.capture(run, last, true, maxBytes)
+    if (next.kind === "too_large" && last.kind === "mid_turn" && coveredThrough < run.opening!.stored.sequence) {
+      next = yield* Compaction.capture(run, { kind: "pre_turn" }, true, maxBytes)
+    } else if (next.kind === "unchanged" && last.kind === "pre_turn" && first.kind === "mid_turn") {
+      next = yield* Compaction.capture(run, first, true, maxBytes)
+    }
+    return next.kind === "captured" ? next.captured : undefined
   })
 
 /**
@@ -589,6 +615,18 @@ const recoversOverflow = (run: Run, loop: LoopState, error: EngineError.EngineEr
   })
 
 /**
+ * A prune a batch owed while the summary ran is paid before a summary that replaces it: its source,
+ * like the next request, never carries whole a result over one page (docs/engine.md §5.11).
+ */
+const payOwedPrune = (run: Run, loop: LoopState) =>
+  Effect.gen(function* () {
+    if (!loop.pruneOwed) return
+    yield* prune(run)
+    loop.pruneOwed = false
+    if (run.live!.stale) run.live = yield* readContext(run, false)
+  })
+
+/**
  * Overflow recovery (docs/engine.md §5.4 step 11): adopt the pending summary, or make one now; the
  * recovery consumes the step. Returns whether a checkpoint was adopted.
  */
@@ -602,16 +640,21 @@ const recoverOverflow = (run: Run, loop: LoopState) =>
         loop.budget = "reshaped"
         return true
       }
+      // A background summary the provider refused as too long is sliced now, whatever the budget:
+      // it overflowed for the same reason as the step, and a summary of the same history again would.
+      if (adoption.kind === "not_adopted" && adoption.reason === "overflow") {
+        loop.budget = "failed"
+        yield* payOwedPrune(run, loop)
+        // Its source's baseline still holds (no other summary runs beside one), its mode is now's.
+        const refused = { ...pending.captured, mode: automaticMode(run, loop) }
+        if (!(yield* foreground(run, loop, refused, sourceBytes(pending.captured.source)))) return false
+        loop.budget = "reshaped"
+        return true
+      }
       if (loop.budget !== "available") return false
     }
     loop.budget = "failed"
-    // A prune a batch owed while the summary ran is paid before the summary that replaces it: its
-    // source, like the next request, never carries whole a result over one page (docs/engine.md §5.11).
-    if (loop.pruneOwed) {
-      yield* prune(run)
-      loop.pruneOwed = false
-      if (run.live!.stale) run.live = yield* readContext(run, false)
-    }
+    yield* payOwedPrune(run, loop)
     if (!(yield* compactNow(run, loop, automaticMode(run, loop), false))) return false
     loop.budget = "reshaped"
     return true

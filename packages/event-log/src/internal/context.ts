@@ -342,7 +342,8 @@ export const readModelContext = (
 /**
  * `prepareContextCompaction` (docs/log-format.md §3.7): the context read of a compaction source.
  * `current` must be live and at a settled boundary; the source stops at the mode's fence, before
- * the current opening for `pre_turn` and `standalone`, at the read's high water for `mid_turn`.
+ * the current opening for `pre_turn` and `standalone`, at the read's high water for `mid_turn`;
+ * with `fit`, over the limits, at the highest clean cut below it that fits (docs/log-format.md §3.7).
  */
 export const prepareContextCompaction = (
   tx: Rows.Tx,
