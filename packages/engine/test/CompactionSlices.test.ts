@@ -15,7 +15,7 @@ import { FactBuilders, type ScriptedServer } from "@maka/testkit"
 import { Effect } from "effect"
 import type * as Engine from "../src/Engine.ts"
 import { answer, echoCall, isSummaryRequest, mainEntry, overflow, summaryAnswer, summaryText } from "./support/compaction.ts"
-import { factsOf } from "./support/harness.ts"
+import { expectFrozenSources, factsOf } from "./support/harness.ts"
 import { catalog, input, setup, type Setup } from "./support/setup.ts"
 
 /** Each step of the first run adds about 6 KB: the call's value, then its echo. */
@@ -45,6 +45,10 @@ const compactInput = (context: Setup): Engine.CompactInput => {
     configuration: FactBuilders.configuration({ cwd: context.workspace, model: FactBuilders.modelBinding({ model: "test-model" }) }),
   }
 }
+
+/** `events` without the summary requests. */
+const mainRequestsOf = (events: ReadonlyArray<Event.StoredEvent>) =>
+  events.filter((stored) => stored.event.fact.kind !== "model_requested" || stored.event.fact.purpose === "main")
 
 /** The checkpoints of `events`, with their events' ids. */
 const checkpointsOf = (events: ReadonlyArray<Event.StoredEvent>) =>
@@ -95,6 +99,10 @@ describe("a summary too long for the model", () => {
         assert.isAtMost(last.body.length, LIMIT)
         assert.include(last.body, "slice")
         assert.strictEqual(factsOf(events, "model_interrupted").length, 1 + 1)
+        // Every main request's source re-reads from the log as it was sent, over the slices'
+        // checkpoints. (A later slice's summary source had its own run's checkpoint, written above
+        // its fence, as baseline: a frozen read leaves every fact above its high water out.)
+        assert.isAbove(yield* expectFrozenSources(context.log, mainRequestsOf(yield* context.log.events("session-1"))), 0)
       }),
     ))
 
@@ -127,6 +135,10 @@ describe("a summary too long for the model", () => {
         assert.strictEqual(whole!.checkpoint.previousCheckpointId, slice!.id)
         // Through the second compaction's fence: the first compaction's own events are no history.
         assert.strictEqual(whole!.checkpoint.coveredThrough, fenceOf(events, next.invocation.invocationId))
+        // Every main request's source re-reads from the log as it was sent, over the slices'
+        // checkpoints. (A later slice's summary source had its own run's checkpoint, written above
+        // its fence, as baseline: a frozen read leaves every fact above its high water out.)
+        assert.isAbove(yield* expectFrozenSources(context.log, mainRequestsOf(yield* context.log.events("session-1"))), 0)
       }),
     ))
 
@@ -152,6 +164,10 @@ describe("a summary too long for the model", () => {
           assert.deepStrictEqual(checkpoint.mode, { kind: "mid_turn", anchorEventId: opening.event.id })
           assert.isAtLeast(checkpoint.coveredThrough, opening.sequence)
         }
+        // Every main request's source re-reads from the log as it was sent, over the slices'
+        // checkpoints. (A later slice's summary source had its own run's checkpoint, written above
+        // its fence, as baseline: a frozen read leaves every fact above its high water out.)
+        assert.isAbove(yield* expectFrozenSources(context.log, mainRequestsOf(yield* context.log.events("session-1"))), 0)
       }),
     ))
 
@@ -182,6 +198,10 @@ describe("a summary too long for the model", () => {
         const sent = context.server.requests().slice(before)
         assert.isFalse(isSummaryRequest(sent.at(-1)!))
         assert.isAtMost(sent.at(-1)!.body.length, limit.bytes)
+        // Every main request's source re-reads from the log as it was sent, over the slices'
+        // checkpoints. (A later slice's summary source had its own run's checkpoint, written above
+        // its fence, as baseline: a frozen read leaves every fact above its high water out.)
+        assert.isAbove(yield* expectFrozenSources(context.log, mainRequestsOf(yield* context.log.events("session-1"))), 0)
       }),
     ))
 
@@ -214,6 +234,10 @@ describe("a summary too long for the model", () => {
         assert.isAbove(summaries[0]!.body.length, LIMIT)
         for (const summary of summaries.slice(1)) assert.isAtMost(summary.body.length, LIMIT)
         assert.isAtLeast(checkpointsOf(yield* context.log.events("session-1")).length, 2)
+        // Every main request's source re-reads from the log as it was sent, over the slices'
+        // checkpoints. (A later slice's summary source had its own run's checkpoint, written above
+        // its fence, as baseline: a frozen read leaves every fact above its high water out.)
+        assert.isAbove(yield* expectFrozenSources(context.log, mainRequestsOf(yield* context.log.events("session-1"))), 0)
       }),
     ))
 
@@ -252,6 +276,10 @@ describe("a summary too long for the model", () => {
         for (let index = 1; index < all.length; index++) {
           assert.isAtLeast(all[index]!.checkpoint.coveredThrough, all[index - 1]!.checkpoint.coveredThrough)
         }
+        // Every main request's source re-reads from the log as it was sent, over the slices'
+        // checkpoints. (A later slice's summary source had its own run's checkpoint, written above
+        // its fence, as baseline: a frozen read leaves every fact above its high water out.)
+        assert.isAbove(yield* expectFrozenSources(context.log, mainRequestsOf(yield* context.log.events("session-1"))), 0)
       }),
     ))
 })
