@@ -16,6 +16,7 @@ import * as Engine from "./Engine.ts"
 import * as EngineError from "./EngineError.ts"
 import * as Hints from "./Hints.ts"
 import * as EventFeed from "./internal/event-feed.ts"
+import { describeThrown, readOptions } from "./internal/start-options.ts"
 import * as HeldAlone from "./internal/held-alone.ts"
 import { optionsProblem } from "./internal/options.ts"
 
@@ -186,22 +187,6 @@ const RUN_KEYS: ReadonlyArray<string> = Object.keys({
   allowPriorUnknown: true,
   signal: true,
 } satisfies Record<keyof RunOptions, true>)
-
-const describeThrown = (error: unknown): string => (error instanceof Error ? error.message : String(error))
-
-/**
- * The caller's options read once (their own enumerable keys, each getter run once), or why they
- * cannot be: a getter or a proxy trap that throws is a refusal of the input, never a defect. A copy
- * read here reads the same when read again (the facade reads the signal from it, then starts it).
- */
-export const readOptions = (options: unknown): RunOptions | string => {
-  if (!isRecord(options)) return "start options must be an object"
-  try {
-    return { ...options } as unknown as RunOptions
-  } catch (error) {
-    return `start options could not be read: ${describeThrown(error)}`
-  }
-}
 
 /** `shapeProblem`, with a throw while a nested value is read as the refusal it is. */
 const startOptionsProblem = (options: RunOptions): string | undefined => {

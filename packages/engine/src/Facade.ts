@@ -14,6 +14,7 @@ import * as EngineError from "./EngineError.ts"
 import * as AbortFanout from "./internal/abort-fanout.ts"
 import * as EventFeed from "./internal/event-feed.ts"
 import * as Handoff from "./internal/handoff.ts"
+import { readOptions } from "./internal/start-options.ts"
 import type * as Recovery from "./Recovery.ts"
 
 /** The defaults of `createEngine` and `start` (`Agent.defaults`). */
@@ -238,7 +239,7 @@ export const createEngine = async (options: CreateEngineOptions): Promise<MakaEn
     recoveredOnOpen: Engine.recoveredOnOpen(engine),
     start: (given) => {
       // Read once: the signal and every option the engine reads come from this copy.
-      const startOptions = Agent.readOptions(given)
+      const startOptions = readOptions(given)
       if (typeof startOptions === "string") return Promise.reject(EngineError.invalidInput(startOptions))
       const signal = startOptions.signal
       if (hasAborted(signal)) return Promise.reject(EngineError.cancelled())

@@ -244,10 +244,15 @@ describe("a summary too long for the model", () => {
   it.live("never slices pre_turn past a checkpoint of the run: each request keeps the run's opening", () =>
     Effect.scoped(
       Effect.gen(function* () {
-        const limit = { bytes: Number.MAX_SAFE_INTEGER }
+        const limit = { bytes: Number.MAX_SAFE_INTEGER, narrowAt: Number.MAX_SAFE_INTEGER }
+        // From the request numbered `narrowAt` on, the window is its size and 5,000 bytes more.
+        const overLimit = (request: ScriptedServer.RecordedRequest) => {
+          if (request.index === limit.narrowAt) limit.bytes = request.body.length + 5_000
+          return request.body.length > limit.bytes
+        }
         const context = yield* setup({
           script: [
-            { match: (request) => request.body.length > limit.bytes, respond: overflow(), repeat: true },
+            { match: overLimit, respond: overflow(), repeat: true },
             { match: isSummaryRequest, respond: summaryAnswer(summaryText("slice")), repeat: true },
             mainEntry(answer(`First answer ${"h".repeat(1_500)}`)),
             mainEntry(echoCall("call-small", "small")),
@@ -259,13 +264,10 @@ describe("a summary too long for the model", () => {
         yield* context.engine.run(input(context, "First run.", tools))
         const base = context.server.requests().length
         const second = input(context, "OPENING-MARKER", tools, { maxSteps: 8 })
-        // Once the run's second request is sent, the window is its size and 5,000 bytes more: the
-        // step after the large result overflows, and so does the summary of the run's history.
-        const narrow = Effect.gen(function* () {
-          while (context.server.requests().length < base + 2) yield* Effect.sleep("1 millis")
-          limit.bytes = context.server.requests()[base + 1]!.body.length + 5_000
-        })
-        yield* Effect.all([context.engine.run(second), narrow], { concurrency: 2 })
+        // The window narrows at the run's second request: the step after the large result
+        // overflows, and so does the summary of the run's history.
+        limit.narrowAt = base + 1
+        yield* context.engine.run(second)
         const sent = context.server.requests().slice(base)
         for (const request of sent.filter((request) => !isSummaryRequest(request))) assert.include(request.body, "OPENING-MARKER")
         const events = yield* context.log.events("session-1")
@@ -280,6 +282,42 @@ describe("a summary too long for the model", () => {
         // checkpoints. (A later slice's summary source had its own run's checkpoint, written above
         // its fence, as baseline: a frozen read leaves every fact above its high water out.)
         assert.isAbove(yield* expectFrozenSources(context.log, mainRequestsOf(yield* context.log.events("session-1"))), 0)
+      }),
+    ))
+
+  it.live("after a background summary the provider refused, makes the next one in slices at once, not another over the same history", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const limit = { bytes: Number.MAX_SAFE_INTEGER }
+        const context = yield* setup({
+          script: [
+            // Only summary requests are over the provider's window; the main requests fit.
+            { match: (request) => isSummaryRequest(request) && request.body.length > limit.bytes, respond: overflow(), repeat: true },
+            { match: isSummaryRequest, respond: summaryAnswer(summaryText("slice")), repeat: true },
+            ...Array.from({ length: STEPS }, (_, index) => mainEntry(echoCall(`call-${index}`, `${index}${VALUE}`))),
+            mainEntry(answer("Done.", 5_000)),
+            // Every step reports a prompt over the declared window: a summary is due at each.
+            ...Array.from({ length: STEPS }, (_, index) => mainEntry(echoCall(`more-${index}`, `m${index}`, 5_000))),
+            mainEntry(answer("Done again.", 5_000)),
+          ],
+        })
+        const tools = catalog({ ran: [] })
+        const windowed = { context: { providerId: "openai-compatible", declaredWindow: 1_000 } }
+        yield* context.engine.run(input(context, "Echo four long values.", tools, { maxSteps: 8, ...windowed }))
+        limit.bytes = LIMIT
+        const before = context.server.requests().length
+        const second = input(context, "Go on.", tools, { maxSteps: 8, ...windowed })
+        const result = yield* context.engine.run(second)
+        assert.deepStrictEqual(result.outcome, { kind: "completed" })
+        const summaries = context.server.requests().slice(before).filter(isSummaryRequest)
+        // The background summary over the whole history was refused; every one after it was a slice.
+        assert.deepStrictEqual(
+          summaries.map((summary) => summary.body.length > LIMIT),
+          [true, ...Array.from(summaries.slice(1), () => false)],
+        )
+        const events = yield* context.log.events("session-1")
+        assert.isAtLeast(checkpointsOf(events.filter((stored) => stored.event.invocation.invocationId === second.invocation.invocationId)).length, 1)
+        assert.isAbove(yield* expectFrozenSources(context.log, mainRequestsOf(events)), 0)
       }),
     ))
 })

@@ -450,6 +450,11 @@ export interface LoopState {
   summaryToolContent: boolean
   /** A tool batch settled a result over one page while a summary was pending: prune at the next chance. */
   pruneOwed: boolean
+  /**
+   * The bytes of the source of a background summary the provider refused as too long: the next
+   * summary of this run is made in slices from half of them (docs/engine.md §5.12 "Slices").
+   */
+  refusedBytes: number | undefined
 }
 
 export const initialLoopState = (budget: Compaction.Budget): LoopState => ({
@@ -458,6 +463,7 @@ export const initialLoopState = (budget: Compaction.Budget): LoopState => ({
   completedStep: false,
   summaryToolContent: false,
   pruneOwed: false,
+  refusedBytes: undefined,
 })
 
 /** The mode of an automatic compaction now (docs/engine.md §5.12 "Automatic start"). */
@@ -480,8 +486,15 @@ const adopted = (run: Run, loop: LoopState, adoption: Compaction.Adoption) => {
 const compactNow = (run: Run, loop: LoopState, mode: ModelContext.CheckpointMode, fit: boolean) =>
   Effect.gen(function* () {
     const captured = yield* Compaction.capture(run, mode, fit)
-    return captured.kind === "captured" && (yield* foreground(run, loop, captured.captured))
+    return captured.kind === "captured" && (yield* foregroundOf(run, loop, captured.captured))
   })
+
+/** `foreground`, in slices from the start when a background summary of this run was refused as too long. */
+const foregroundOf = (run: Run, loop: LoopState, captured: Compaction.Captured) => {
+  const refused = loop.refusedBytes
+  loop.refusedBytes = undefined
+  return foreground(run, loop, captured, refused)
+}
 
 /** How many summaries one compaction may make when its summary is too long for the model (docs/engine.md §5.12 "Slices"). */
 export const MAX_SLICES = 16
@@ -507,7 +520,8 @@ const foreground = (run: Run, loop: LoopState, captured: Compaction.Captured, re
     // What the newest checkpoint covers: a `pre_turn` slice never passes over one of the run's own.
     let coveredThrough = captured.source.baseline?.checkpoint.coveredThrough ?? 0
     let adoptedAny = false
-    for (let slice = 1; slice <= MAX_SLICES; slice++) {
+    // A refused background summary was the first of the compaction's summaries.
+    for (let slice = refusedBytes === undefined ? 1 : 2; slice <= MAX_SLICES; slice++) {
       if (current === undefined) {
         const next = yield* nextSlice(run, captured.mode, mode, coveredThrough, maxBytes!)
         if (next === undefined) return adoptedAny
@@ -571,13 +585,14 @@ const maybeCompact = (run: Run, loop: LoopState, source: EventLog.ModelContextSo
     // Near a read limit the job runs now: in the background it would be adopted only if it finished
     // before the run's next step boundary, and a turn shorter than a summary would never compact.
     // So it does when the session's newest summary (after its baseline) was drained at the end of its run.
-    const inForeground = nearReadLimit(run) || source.latestSummary?.drained === true
+    // And so after a background summary the provider refused as too long: the next is sliced now.
+    const inForeground = nearReadLimit(run) || source.latestSummary?.drained === true || loop.refusedBytes !== undefined
     const pending = inForeground ? undefined : yield* Compaction.startBackground(run, captured.captured)
     if (pending !== undefined) {
       loop.pending = pending
       return
     }
-    if (yield* foreground(run, loop, captured.captured)) loop.budget = "reshaped"
+    if (yield* foregroundOf(run, loop, captured.captured)) loop.budget = "reshaped"
   })
 
 /**
@@ -601,7 +616,9 @@ const adoptFinished = (run: Run, loop: LoopState) =>
     const pending = loop.pending
     if (pending === undefined || !(yield* pending.isFinished)) return
     loop.pending = undefined
-    if (adopted(run, loop, yield* Compaction.adopt(run, pending))) loop.budget = "reshaped"
+    const adoption = yield* Compaction.adopt(run, pending)
+    if (adopted(run, loop, adoption)) loop.budget = "reshaped"
+    else if (adoption.kind === "not_adopted" && adoption.reason === "overflow") loop.refusedBytes = sourceBytes(pending.captured.source)
   })
 
 /** Overflow recovery applies: no output was observed, a summary can be had, and a step remains. */
@@ -647,6 +664,7 @@ const recoverOverflow = (run: Run, loop: LoopState) =>
         yield* payOwedPrune(run, loop)
         // Its source's baseline still holds (no other summary runs beside one), its mode is now's.
         const refused = { ...pending.captured, mode: automaticMode(run, loop) }
+        loop.refusedBytes = undefined
         if (!(yield* foreground(run, loop, refused, sourceBytes(pending.captured.source)))) return false
         loop.budget = "reshaped"
         return true
