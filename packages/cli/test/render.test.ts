@@ -54,6 +54,24 @@ describe("what maka run shows of compaction", () => {
     expect(shown.err).toBe("compacting the context…\ncompaction left to the next turn: this one ended before its summary\n")
   })
 
+  it("says a summary request failed without calling compaction over: a smaller one may follow and be adopted", () => {
+    const history = new History.History()
+    const run = history.open()
+    const refused = run.request({ purpose: "summary" })
+    run.interrupt(refused, "failed")
+    const slice = run.request({ stepId: "summary-step", purpose: "summary" })
+    answer(run, slice, FactBuilders.VALID_SUMMARY)
+    run.checkpoint(checkpoint(1))
+    const main = run.request()
+    answer(run, main, "the answer")
+    run.end()
+    const shown = render(history.written.map((written) => written.stored))
+    expect(shown.err).toBe(
+      "compacting the context…\nsummary request failed: the history stays as it was until a summary is adopted\n" +
+        "compacting the context…\ncontext compacted: history through #1 summarised (pre_turn)\n",
+    )
+  })
+
   it("says so when a summary finished but no checkpoint was recorded before the run ended", () => {
     const history = new History.History()
     const run = history.open()

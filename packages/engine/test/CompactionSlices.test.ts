@@ -320,4 +320,36 @@ describe("a summary too long for the model", () => {
         assert.isAbove(yield* expectFrozenSources(context.log, mainRequestsOf(events)), 0)
       }),
     ))
+
+  it.live("raises a slice's limit toward the smallest source refused when no clean cut fits the halved one", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const limit = { bytes: Number.MAX_SAFE_INTEGER }
+        // Three short steps, then three longer ones: once the short ones are summarised, half of the
+        // refused slice holds none of the longer steps, while the longer ones fit the window.
+        const sizes = [1_000, 1_000, 1_000, 2_600, 2_600, 2_600]
+        const context = yield* setup({
+          script: [
+            { match: (request) => request.body.length > limit.bytes, respond: overflow(), repeat: true },
+            { match: isSummaryRequest, respond: summaryAnswer(summaryText("slice")), repeat: true },
+            ...sizes.map((size, index) => mainEntry(echoCall(`call-${index}`, String(index).repeat(size)))),
+            mainEntry(answer("Done.")),
+            mainEntry(answer("Recovered.")),
+          ],
+        })
+        const tools = catalog({ ran: [] })
+        yield* context.engine.run(input(context, "Echo six values.", tools, { maxSteps: 10 }))
+        limit.bytes = 7_000
+        const before = context.server.requests().length
+        const result = yield* context.engine.run(input(context, "Go on.", tools, { maxSteps: 4 }))
+        assert.deepStrictEqual(result.outcome, { kind: "completed" })
+        const summaries = context.server.requests().slice(before).filter(isSummaryRequest)
+        // The whole history and its first slice were refused; then slices of half that, then larger.
+        assert.deepStrictEqual(summaries.slice(0, 2).map((summary) => summary.body.length > limit.bytes), [true, true])
+        const accepted = summaries.slice(2).map((summary) => summary.body.length)
+        for (const length of accepted) assert.isAtMost(length, limit.bytes)
+        assert.isAbove(Math.max(...accepted), summaries[1]!.body.length / 2)
+        assert.isAbove(yield* expectFrozenSources(context.log, mainRequestsOf(yield* context.log.events("session-1"))), 0)
+      }),
+    ))
 })

@@ -155,11 +155,13 @@ export class RunRenderer {
         if (this.summarySteps.has(fact.stepId) && fact.status !== "retryable_failure") {
           // A background summary still running when the run ends is cancelled: the history stays as it
           // was, and the next turn compacts before its request (docs/engine.md §5.12).
+          // A refused one (too long for the model, docs/engine.md §5.12 "Slices") may be followed by
+          // smaller ones: the next summary request announces itself again.
           this.isCompacting = false
           this.sink.err(
             fact.status === "cancelled"
               ? "compaction left to the next turn: this one ended before its summary\n"
-              : `compaction stopped: the summary request was ${fact.status.replace("_", " ")}\n`,
+              : `summary request ${fact.status === "timed_out" ? "timed out" : "failed"}: the history stays as it was until a summary is adopted\n`,
           )
           return
         }

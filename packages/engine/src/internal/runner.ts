@@ -517,14 +517,24 @@ const foreground = (run: Run, loop: LoopState, captured: Compaction.Captured, re
     let current: Compaction.Captured | undefined = refusedBytes === undefined ? captured : undefined
     let mode = captured.mode
     let maxBytes = refusedBytes === undefined ? undefined : Math.floor(refusedBytes / 2)
+    // The smallest source refused: a limit below it that no clean cut fits is raised toward it.
+    let smallestRefused = refusedBytes
     // What the newest checkpoint covers: a `pre_turn` slice never passes over one of the run's own.
     let coveredThrough = captured.source.baseline?.checkpoint.coveredThrough ?? 0
     let adoptedAny = false
     // A refused background summary was the first of the compaction's summaries.
     for (let slice = refusedBytes === undefined ? 1 : 2; slice <= MAX_SLICES; slice++) {
       if (current === undefined) {
-        const next = yield* nextSlice(run, captured.mode, mode, coveredThrough, maxBytes!)
-        if (next === undefined) return adoptedAny
+        let next = yield* nextSlice(run, captured.mode, mode, coveredThrough, maxBytes!)
+        // No clean cut fits the halved limit while a larger slice, still smaller than any refused,
+        // was never tried: the limit rises halfway to the smallest refused, while it can.
+        for (let raise = 0; next === "too_large" && smallestRefused !== undefined && raise < MAX_RAISES; raise++) {
+          const raised = Math.floor((maxBytes! + smallestRefused) / 2)
+          if (raised <= maxBytes!) break
+          maxBytes = raised
+          next = yield* nextSlice(run, captured.mode, mode, coveredThrough, maxBytes)
+        }
+        if (next === undefined || next === "too_large") return adoptedAny
         current = next
         mode = next.mode
       }
@@ -533,7 +543,9 @@ const foreground = (run: Run, loop: LoopState, captured: Compaction.Captured, re
         const error = result.failure
         if (error.reason._tag !== "Model" || error.reason.error.reason._tag === "Cancelled") return yield* Effect.fail(error)
         if (!isOverflow(error)) return adoptedAny
-        maxBytes = Math.floor(sourceBytes(current.source) / 2)
+        const refused = sourceBytes(current.source)
+        smallestRefused = Math.min(smallestRefused ?? refused, refused)
+        maxBytes = Math.floor(refused / 2)
       } else {
         if (!adopted(run, loop, yield* Compaction.adoptResult(run, result.success))) return adoptedAny
         adoptedAny = true
@@ -546,12 +558,16 @@ const foreground = (run: Run, loop: LoopState, captured: Compaction.Captured, re
     return adoptedAny
   })
 
+/** How many times one slice's limit may rise toward the smallest source refused. */
+const MAX_RAISES = 8
+
 /**
  * The next slice of a sliced compaction begun in `first` mode, after one in `last` mode: the capture
- * in `last` mode with the byte limit. A `mid_turn` slice covers the opening: when the history
- * between the newest checkpoint and the opening is alone over the limit, and that checkpoint covers
- * less than the opening, the history before the run is sliced first (`pre_turn`), then the run's
- * own, from the checkpoint that covers everything before it.
+ * in `last` mode with the byte limit; `too_large` when no clean cut fits it, `undefined` when no
+ * history is left. A `mid_turn` slice covers the opening: when the history between the newest
+ * checkpoint and the opening is alone over the limit, and that checkpoint covers less than the
+ * opening, the history before the run is sliced first (`pre_turn`), then the run's own, from the
+ * checkpoint that covers everything before it.
  */
 const nextSlice = (
   run: Run,
@@ -567,7 +583,7 @@ const nextSlice = (
     } else if (next.kind === "unchanged" && last.kind === "pre_turn" && first.kind === "mid_turn") {
       next = yield* Compaction.capture(run, first, true, maxBytes)
     }
-    return next.kind === "captured" ? next.captured : undefined
+    return next.kind === "captured" ? next.captured : next.kind === "too_large" ? ("too_large" as const) : undefined
   })
 
 /**
