@@ -399,7 +399,6 @@ export type CompactOptions = Omit<RunOptions, "message" | "tools" | "maxSteps" |
 export const compact = (options: CompactOptions): Effect.Effect<Engine.RunResult, EngineError.EngineError, Engine.Engine | Ids.Ids> =>
   Effect.gen(function* () {
     const engine = yield* Engine.Engine
-    if (!isRecord(options)) return yield* Effect.fail(EngineError.invalidInput("compact options must be an object"))
     const read = readOptions(options)
     if (typeof read === "string") return yield* Effect.fail(EngineError.invalidInput(read.replace("start options", "compact options")))
     // A compaction has no step budget of its own and no prior-unknown choice: whatever a caller

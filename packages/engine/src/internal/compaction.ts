@@ -76,7 +76,7 @@ export const capture = (run: Run, mode: ModelContext.CheckpointMode, fit: boolea
         current: invocationId,
         mode: mode.kind,
         ...LiveContext.defaultLimits,
-        ...(maxBytes === undefined ? {} : { maxBytes: Math.min(maxBytes, LiveContext.defaultLimits.maxBytes) }),
+        ...(maxBytes === undefined ? {} : { maxBytes }),
         // A `mid_turn` fence is lowered only for a slice, to a cut that covers the current opening.
         ...(fit && (mode.kind !== "mid_turn" || maxBytes !== undefined) ? { fit: true } : {}),
       }),
@@ -202,6 +202,10 @@ export type Adoption =
       readonly toolContent?: boolean
     }
 
+/** Whether a summary job failed because the provider found its request too long for the model's window. */
+export const isOverflow = (error: EngineError.EngineError): boolean =>
+  error.reason._tag === "Model" && error.reason.error.reason._tag === "ContextOverflow"
+
 /** Whether a job's failure is one adoption absorbs (a model error or a cancellation) rather than propagates. */
 const isAbsorbed = (error: EngineError.EngineError): boolean =>
   error.reason._tag === "Model" || error.reason._tag === "Cancelled"
@@ -222,12 +226,7 @@ export const adopt = (run: Run, pending: Pending): Effect.Effect<Adoption, Engin
     if (Exit.isFailure(exit)) {
       const error = Option.getOrUndefined(Exit.findErrorOption(exit))
       if (error !== undefined && isAbsorbed(error)) {
-        const reason =
-          error.reason._tag === "Cancelled"
-            ? "cancelled"
-            : error.reason._tag === "Model" && error.reason.error.reason._tag === "ContextOverflow"
-              ? "overflow"
-              : "model_error"
+        const reason = error.reason._tag === "Cancelled" ? "cancelled" : isOverflow(error) ? "overflow" : "model_error"
         return { kind: "not_adopted", reason } satisfies Adoption
       }
       return yield* Effect.failCause(exit.cause)

@@ -499,9 +499,6 @@ const foregroundOf = (run: Run, loop: LoopState, captured: Compaction.Captured) 
 /** How many summaries one compaction may make when its summary is too long for the model (docs/engine.md §5.12 "Slices"). */
 export const MAX_SLICES = 16
 
-/** Whether a summary job failed because the provider found its request too long for the model's window. */
-const isOverflow = (error: EngineError.EngineError) => error.reason._tag === "Model" && error.reason.error.reason._tag === "ContextOverflow"
-
 /**
  * Runs a job in the foreground and adopts it: a model error adopts nothing; cancellation fails. A
  * summary the provider refuses as too long (a history that outgrew the window before it was
@@ -542,7 +539,7 @@ const foreground = (run: Run, loop: LoopState, captured: Compaction.Captured, re
       if (Result.isFailure(result)) {
         const error = result.failure
         if (error.reason._tag !== "Model" || error.reason.error.reason._tag === "Cancelled") return yield* Effect.fail(error)
-        if (!isOverflow(error)) return adoptedAny
+        if (!Compaction.isOverflow(error)) return adoptedAny
         const refused = sourceBytes(current.source)
         smallestRefused = Math.min(smallestRefused ?? refused, refused)
         maxBytes = Math.floor(refused / 2)
@@ -1042,7 +1039,7 @@ export const runCompact = (
       // the next compaction goes on from the slice's checkpoint (docs/engine.md §5.12 "Slices").
       let source = captured.captured
       let result = yield* Effect.result(Compaction.job(run, source))
-      for (let slice = 1; Result.isFailure(result) && isOverflow(result.failure) && slice < MAX_SLICES; slice++) {
+      for (let slice = 1; Result.isFailure(result) && Compaction.isOverflow(result.failure) && slice < MAX_SLICES; slice++) {
         const next = yield* Compaction.capture(run, source.mode, true, Math.floor(sourceBytes(source.source) / 2))
         if (next.kind !== "captured") break
         source = next.captured
