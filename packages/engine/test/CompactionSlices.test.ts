@@ -352,4 +352,40 @@ describe("a summary too long for the model", () => {
         assert.isAbove(yield* expectFrozenSources(context.log, mainRequestsOf(yield* context.log.events("session-1"))), 0)
       }),
     ))
+  it.live("raises a standalone slice's limit when no clean cut fits the halved one", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const limit = { bytes: Number.MAX_SAFE_INTEGER }
+        // One long step, then two short ones: once the opening message is summarised, half of the
+        // refused history holds no step, while the long step alone fits the window.
+        const long = "0".repeat(2_600)
+        const context = yield* setup({
+          script: [
+            { match: (request) => request.body.length > limit.bytes, respond: overflow(), repeat: true },
+            { match: isSummaryRequest, respond: summaryAnswer(summaryText("slice")), repeat: true },
+            mainEntry(echoCall("call-0", long)),
+            mainEntry(echoCall("call-1", "1".repeat(600))),
+            mainEntry(echoCall("call-2", "2".repeat(600))),
+            mainEntry(answer("Done.")),
+          ],
+        })
+        yield* context.engine.run(input(context, "Echo three values.", catalog({ ran: [] }), { maxSteps: 6 }))
+        limit.bytes = 7_000
+        // The first slice is the opening message alone: a clean cut always follows it.
+        const first = yield* context.engine.compact(compactInput(context))
+        assert.strictEqual(first.outcome.kind, "context_compact_finished")
+        const before = context.server.requests().length
+        const second = yield* context.engine.compact(compactInput(context))
+        const events = yield* context.log.events("session-1")
+        const [opening, slice] = checkpointsOf(events)
+        assert.deepStrictEqual(second.outcome, { kind: "context_compact_finished", outcome: { kind: "compacted", checkpointId: slice!.id } })
+        assert.strictEqual(slice!.checkpoint.previousCheckpointId, opening!.id)
+        const summaries = context.server.requests().slice(before).filter(isSummaryRequest)
+        // The rest of the history and its half were refused; half of that held no step, so the limit
+        // rose, and the slice of the long step fitted.
+        assert.deepStrictEqual(summaries.map((summary) => summary.body.length > limit.bytes), [true, true, false])
+        assert.include(summaries.at(-1)!.body, long)
+        assert.notInclude(summaries.at(-1)!.body, "1".repeat(600))
+      }),
+    ))
 })

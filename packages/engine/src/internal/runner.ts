@@ -522,15 +522,9 @@ const foreground = (run: Run, loop: LoopState, captured: Compaction.Captured, re
     // A refused background summary was the first of the compaction's summaries.
     for (let slice = refusedBytes === undefined ? 1 : 2; slice <= MAX_SLICES; slice++) {
       if (current === undefined) {
-        let next = yield* nextSlice(run, captured.mode, mode, coveredThrough, maxBytes!)
-        // No clean cut fits the halved limit while a larger slice, still smaller than any refused,
-        // was never tried: the limit rises halfway to the smallest refused, while it can.
-        for (let raise = 0; next === "too_large" && smallestRefused !== undefined && raise < MAX_RAISES; raise++) {
-          const raised = Math.floor((maxBytes! + smallestRefused) / 2)
-          if (raised <= maxBytes!) break
-          maxBytes = raised
-          next = yield* nextSlice(run, captured.mode, mode, coveredThrough, maxBytes)
-        }
+        const sliced = yield* raising((limit) => nextSlice(run, captured.mode, mode, coveredThrough, limit), maxBytes!, smallestRefused)
+        const next = sliced.next
+        maxBytes = sliced.maxBytes
         if (next === undefined || next === "too_large") return adoptedAny
         current = next
         mode = next.mode
@@ -559,6 +553,28 @@ const foreground = (run: Run, loop: LoopState, captured: Compaction.Captured, re
 const MAX_RAISES = 8
 
 /**
+ * `slice` at `maxBytes`; while no clean cut fits it and a larger slice, still smaller than any source
+ * refused, was never tried, the limit rises halfway to the smallest refused (docs/engine.md §5.12
+ * "Slices"). Returns the slice and the limit it was taken at.
+ */
+const raising = <A, E, R>(
+  slice: (maxBytes: number) => Effect.Effect<A | "too_large", E, R>,
+  maxBytes: number,
+  smallestRefused: number | undefined,
+) =>
+  Effect.gen(function* () {
+    let limit = maxBytes
+    let next = yield* slice(limit)
+    for (let raise = 0; next === "too_large" && smallestRefused !== undefined && raise < MAX_RAISES; raise++) {
+      const raised = Math.floor((limit + smallestRefused) / 2)
+      if (raised <= limit) break
+      limit = raised
+      next = yield* slice(limit)
+    }
+    return { next, maxBytes: limit }
+  })
+
+/**
  * The next slice of a sliced compaction begun in `first` mode, after one in `last` mode: the capture
  * in `last` mode with the byte limit; `too_large` when no clean cut fits it, `undefined` when no
  * history is left. A `mid_turn` slice covers the opening: when the history between the newest
@@ -580,8 +596,12 @@ const nextSlice = (
     } else if (next.kind === "unchanged" && last.kind === "pre_turn" && first.kind === "mid_turn") {
       next = yield* Compaction.capture(run, first, true, maxBytes)
     }
-    return next.kind === "captured" ? next.captured : next.kind === "too_large" ? ("too_large" as const) : undefined
+    return asSlice(next)
   })
+
+/** A capture as a slice: the captured source, `too_large` when no clean cut fits, `undefined` when no history is left. */
+const asSlice = (capture: Compaction.Capture) =>
+  capture.kind === "captured" ? capture.captured : capture.kind === "too_large" ? ("too_large" as const) : undefined
 
 /**
  * Proactive compaction (docs/engine.md §5.4 step 7), when the budget is available, no summary is
@@ -1039,10 +1059,17 @@ export const runCompact = (
       // the next compaction goes on from the slice's checkpoint (docs/engine.md §5.12 "Slices").
       let source = captured.captured
       let result = yield* Effect.result(Compaction.job(run, source))
+      let smallestRefused: number | undefined
       for (let slice = 1; Result.isFailure(result) && Compaction.isOverflow(result.failure) && slice < MAX_SLICES; slice++) {
-        const next = yield* Compaction.capture(run, source.mode, true, Math.floor(sourceBytes(source.source) / 2))
-        if (next.kind !== "captured") break
-        source = next.captured
+        const refused = sourceBytes(source.source)
+        smallestRefused = Math.min(smallestRefused ?? refused, refused)
+        const { next } = yield* raising(
+          (limit) => Effect.map(Compaction.capture(run, source.mode, true, limit), asSlice),
+          Math.floor(refused / 2),
+          smallestRefused,
+        )
+        if (next === undefined || next === "too_large") break
+        source = next
         result = yield* Effect.result(Compaction.job(run, source))
       }
       if (Result.isFailure(result)) return yield* Effect.fail(result.failure)
