@@ -14,6 +14,7 @@ import type { Event, Fact } from "@maka/facts"
 import { FactBuilders, type ScriptedServer } from "@maka/testkit"
 import { Effect } from "effect"
 import type * as Engine from "../src/Engine.ts"
+import { MAX_SLICES } from "../src/internal/runner.ts"
 import { answer, echoCall, isSummaryRequest, mainEntry, overflow, summaryAnswer, summaryText } from "./support/compaction.ts"
 import { expectFrozenSources, factsOf } from "./support/harness.ts"
 import { catalog, input, setup, type Setup } from "./support/setup.ts"
@@ -361,7 +362,7 @@ describe("a summary too long for the model", () => {
         const long = "0".repeat(2_600)
         const context = yield* setup({
           script: [
-            { match: (request) => request.body.length > limit.bytes, respond: overflow(), repeat: true },
+            { match: (request) => request.body.length > limit.bytes || (limit.bytes < 1e9 && request.body.includes("call-1") && request.body.includes(long.slice(0, 100))), respond: overflow(), repeat: true },
             { match: isSummaryRequest, respond: summaryAnswer(summaryText("slice")), repeat: true },
             mainEntry(echoCall("call-0", long)),
             mainEntry(echoCall("call-1", "1".repeat(600))),
@@ -386,6 +387,42 @@ describe("a summary too long for the model", () => {
         assert.deepStrictEqual(summaries.map((summary) => summary.body.length > limit.bytes), [true, true, false])
         assert.include(summaries.at(-1)!.body, long)
         assert.notInclude(summaries.at(-1)!.body, "1".repeat(600))
+      }),
+    ))
+  it.live("makes at most MAX_SLICES summaries in one compaction; the next run goes on from them", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const limit = { bytes: Number.MAX_SAFE_INTEGER }
+        // Forty short steps: a slice that fits the window holds two or three of them.
+        const steps = 40
+        const context = yield* setup({
+          script: [
+            { match: (request) => request.body.length > limit.bytes, respond: overflow(), repeat: true },
+            { match: isSummaryRequest, respond: summaryAnswer(summaryText("slice")), repeat: true },
+            ...Array.from({ length: steps }, (_, index) => mainEntry(echoCall(`call-${index}`, String(index % 10).repeat(500)))),
+            mainEntry(answer("Done.")),
+            mainEntry(answer("Recovered.")),
+          ],
+        })
+        const tools = catalog({ ran: [] })
+        yield* context.engine.run(input(context, "Echo forty values.", tools, { maxSteps: steps + 2 }))
+        limit.bytes = 4_000
+        let before = context.server.requests().length
+        const stopped = yield* context.engine.run(input(context, "Go on.", tools, { maxSteps: 4 }))
+        // Sixteen summaries (docs/engine.md §5.12 "Slices"), then the step sent again, still too long.
+        assert.strictEqual(context.server.requests().slice(before).filter(isSummaryRequest).length, MAX_SLICES)
+        assert.strictEqual(stopped.outcome.kind === "failed" && stopped.outcome.class, "context_overflow")
+        const adopted = checkpointsOf(yield* context.log.events("session-1"))
+        assert.isAtLeast(adopted.length, MAX_SLICES - 5)
+        before = context.server.requests().length
+        const next = yield* context.engine.run(input(context, "Go on again.", tools, { maxSteps: 4 }))
+        assert.deepStrictEqual(next.outcome, { kind: "completed" })
+        const events = yield* context.log.events("session-1")
+        const all = checkpointsOf(events)
+        assert.isAbove(all.length, adopted.length)
+        for (let index = 1; index < all.length; index++) assert.strictEqual(all[index]!.checkpoint.previousCheckpointId, all[index - 1]!.id)
+        assert.isAtMost(context.server.requests().slice(before).filter(isSummaryRequest).at(-1)!.body.length, limit.bytes)
+        assert.isAbove(yield* expectFrozenSources(context.log, mainRequestsOf(events)), 0)
       }),
     ))
 })
