@@ -3,6 +3,7 @@
  * does not answer, a wrong key, a session whose earlier outcome is unknown. Each function returns the
  * sentence to add to an error's message, or `undefined` when the message needs none.
  */
+import { EventLogError } from "@maka/event-log"
 import type { ModelError } from "@maka/model"
 
 export const NATIVE_BUILD_HINT =
@@ -12,6 +13,9 @@ export const NATIVE_BUILD_HINT =
 
 export const WRITER_BUSY_HINT =
   "another engine (this process or another one) has the SQLite file open; close it, or give this engine its own file"
+
+export const WRITER_LOST_HINT =
+  "open the log again (a new engine, or the command run again): recovery seals what this one left open"
 
 export const PRIOR_UNKNOWN_HINT =
   "to go on with a new message, start again with `allowPriorUnknown: true` (the model is told that the earlier outcome is unknown)"
@@ -35,7 +39,7 @@ const isNativeBuildMissing = (message: string): boolean => NATIVE_BUILD_PATTERNS
 
 /** A log failure: `reason` is the `EventLogError` reason tag. */
 export const forStore = (reason: string, message: string): string | undefined => {
-  if (reason === "WriterBusy") return WRITER_BUSY_HINT
+  if (reason === "WriterBusy") return message.includes(EventLogError.LEASE_LOST_MESSAGE) ? WRITER_LOST_HINT : WRITER_BUSY_HINT
   if (isNativeBuildMissing(message)) return NATIVE_BUILD_HINT
   return undefined
 }

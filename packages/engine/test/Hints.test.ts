@@ -26,6 +26,16 @@ describe("Hints", () => {
     }
   })
 
+  it("tells a writer that lost its lease to open the log again, not that another engine holds it", () => {
+    const lost = EngineError.fromStore(EventLogError.make({ _tag: "WriterBusy", path: "/project/agent.sqlite", lost: true }))
+    assert.include(lost.message, EventLogError.LEASE_LOST_MESSAGE)
+    assert.include(lost.message, Hints.WRITER_LOST_HINT)
+    assert.notInclude(lost.message, Hints.WRITER_BUSY_HINT)
+    const busy = EngineError.fromStore(EventLogError.make({ _tag: "WriterBusy", path: "/project/agent.sqlite" }))
+    assert.include(busy.message, Hints.WRITER_BUSY_HINT)
+    assert.notInclude(busy.message, Hints.WRITER_LOST_HINT)
+  })
+
   it("adds nothing to a store failure it has no way out for", () => {
     const error = EngineError.fromStore(EventLogError.make({ _tag: "Database", message: "disk I/O error" }))
     assert.strictEqual(error.message, "database: disk I/O error")

@@ -15,10 +15,21 @@ export type Rejection =
   | { readonly _tag: "PayloadMismatch" }
   | { readonly _tag: "PrefixTooLarge" }
 
+/** How the message of a lost lease (`WriterBusy` with `lost`) begins. */
+export const LEASE_LOST_MESSAGE = "this process lost the writer's lease of the log"
+
 export type Reason =
   | { readonly _tag: "Rejected"; readonly rejection: Rejection }
   | { readonly _tag: "OutcomeUnknown"; readonly message: string }
-  | { readonly _tag: "WriterBusy"; readonly path: string }
+  | {
+      readonly _tag: "WriterBusy"
+      readonly path: string
+      /**
+       * This process held the lease and lost it unseen (its lease keeper ended): another writer may
+       * have opened the log since, so it writes nothing more (docs/log-format.md §3.1).
+       */
+      readonly lost?: true
+    }
   | { readonly _tag: "UnsupportedDatabase"; readonly message: string }
   | { readonly _tag: "ConnectionClosed" }
   | { readonly _tag: "Migration"; readonly message: string }
@@ -63,7 +74,9 @@ export const describe = (reason: Reason): string => {
     case "OutcomeUnknown":
       return `commit outcome unknown: ${reason.message}`
     case "WriterBusy":
-      return `another writer holds the log ${reason.path}`
+      return reason.lost === true
+        ? `${LEASE_LOST_MESSAGE} ${reason.path} (its lease keeper ended); it writes nothing more to it`
+        : `another writer holds the log ${reason.path}`
     case "UnsupportedDatabase":
       return reason.message
     case "ConnectionClosed":

@@ -1,4 +1,5 @@
 import * as fs from "node:fs"
+import * as os from "node:os"
 import * as path from "node:path"
 import { describe, expect, it } from "vitest"
 import { acquireLease, canonicalDatabasePath, keeperProcessId, LEASE_DEFAULTS, LOCK_SUFFIX } from "../src/internal/lease.ts"
@@ -136,6 +137,17 @@ describe("the writer lease", () => {
     await expectReason(openSqlite(path.join(directory, "missing", "events.sqlite")), "Io", "does not exist")
   })
 
+  it("refuses a path ending in whitespace, which the driver would open without it, and creates nothing", async () => {
+    const directory = temporaryDirectory()
+    const held = await openSqlite(path.join(directory, "events.sqlite"))
+    for (const name of ["events.sqlite ", "events.sqlite\t", "events.sqlite\n", "events.sqlite\u00a0", "   "]) {
+      await expectReason(openSqlite(path.join(directory, name)), "UnsupportedDatabase", "ends in whitespace")
+      await expectReason(openSqlite(path.join(directory, name), { readOnly: true }), "UnsupportedDatabase", "ends in whitespace")
+    }
+    expect(listing(directory)).toEqual(["events.sqlite", "events.sqlite-shm", "events.sqlite-wal", `events.sqlite${LOCK_SUFFIX}`])
+    await held.close()
+  })
+
   it("lets a read-only open in while a writer holds the lease", async () => {
     const file = path.join(temporaryDirectory(), "events.sqlite")
     const writer = await openSqlite(file)
@@ -144,6 +156,33 @@ describe("the writer lease", () => {
     expect(versions).toEqual(MIGRATIONS.map((migration) => ({ version: migration.version })))
     await reader.close()
     await writer.close()
+  })
+})
+
+/**
+ * Runs writer.ts in `mode` as a user who cannot write a file of mode 0444: this process's own user,
+ * or, under root (which writes any file), `nobody` through `setpriv`.
+ */
+const asUnprivileged = (mode: string, file: string) =>
+  process.getuid?.() === 0
+    ? spawnChild(childScript("writer.ts"), [mode, file], { HOME: os.tmpdir() }, ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"])
+    : spawnChild(childScript("writer.ts"), [mode, file])
+
+describe("a lock file this user cannot write", () => {
+  it("is refused, naming it, by the lease and by the writer's open: a read-only lock would lock nothing", async () => {
+    const directory = temporaryDirectory()
+    fs.chmodSync(directory, 0o777)
+    const file = path.join(directory, "events.sqlite")
+    await (await openSqlite(file)).close()
+    fs.chmodSync(file, 0o666)
+    fs.chmodSync(`${file}${LOCK_SUFFIX}`, 0o444)
+    const lease = asUnprivileged("try-lease", file)
+    await lease.exited
+    expect(lease.output()).toBe(`refused Io: io: ${file}${LOCK_SUFFIX}: this user cannot write the writer's lock file (EACCES)\n`)
+    const open = asUnprivileged("try-message", file)
+    await open.exited
+    expect(open.output()).toBe(`refused Io: io: ${file}${LOCK_SUFFIX} is not writable by this user; a writer of ${file} needs to write it\n`)
+    expect(listing(directory)).toEqual(["events.sqlite", `events.sqlite${LOCK_SUFFIX}`])
   })
 })
 

@@ -1,16 +1,19 @@
 /**
  * The writer's in-memory index answers only while the writer lease holds (docs/architecture.md §5):
  * once the lease is lost another process may append, so what the index and its kept rows say of a
- * session is dropped and the next read goes to the store.
+ * session is dropped and the next read goes to the store. A writer that has not yet seen its keeper
+ * end (its event loop busy) finds another writer's lease epoch in its next write transaction and
+ * writes nothing (docs/log-format.md §3.1).
  */
 import { History } from "@maka/testkit"
 import { Effect } from "effect"
 import * as path from "node:path"
 import { describe, expect, it } from "vitest"
 import * as EventLog from "../src/EventLog.ts"
+import * as EventLogError from "../src/EventLogError.ts"
 import { keeperProcessId } from "../src/internal/lease.ts"
 import { openSqlite } from "../src/internal/open-sqlite.ts"
-import { childScript, expectReason, spawnChild, temporaryDirectory } from "./fixtures/storage.ts"
+import { childScript, expectReason, runChildBlocking, spawnChild, temporaryDirectory } from "./fixtures/storage.ts"
 
 const SESSION = History.smallRun().sessionId
 
@@ -79,4 +82,44 @@ describe("a writer that lost its lease", () => {
           expect(refused.message).toContain("unsealed or unresolved")
         }),
     ))
+
+  it("writes nothing after another writer opened the log, before it has seen its keeper end", async () => {
+    const file = path.join(temporaryDirectory(), "events.sqlite")
+    const database = await openSqlite(file)
+    const { writes } = History.smallRun()
+    // The same run's next event under other ids: what this writer would append next.
+    const mine = History.smallRun({ firstId: 1_000 }).writes[1]!
+    await Effect.runPromise(
+      Effect.scoped(
+        Effect.gen(function* () {
+          const log = yield* EventLog.fromDatabase(() => Promise.resolve(database))
+          // The run's opening, in the writer's memory as open.
+          yield* log.appendBatch(writes.slice(0, 1))
+          // From the keeper's kill to the refused append, this process never yields: its keeper's
+          // exit is not seen, so the lease still reads as held. The next writer ends the run.
+          const refused = yield* Effect.flip(
+            Effect.suspend(() => {
+              process.kill(keeperProcessId()!, "SIGKILL")
+              const next = runChildBlocking(childScript("append-batch.ts"), [file, "rest"])
+              expect(next.stderr).toBe("")
+              expect(next.stdout).toBe(`appended ${writes.length - 1}\n`)
+              return log.appendBatch([mine])
+            }),
+          )
+          expect(refused.reason).toEqual({ _tag: "WriterBusy", path: database.location, lost: true })
+          expect(refused.message).toContain(EventLogError.LEASE_LOST_MESSAGE)
+        }),
+      ),
+    )
+    const reader = await openSqlite(file, { readOnly: true })
+    await Effect.runPromise(
+      Effect.scoped(
+        Effect.gen(function* () {
+          const log = yield* EventLog.fromDatabase(() => Promise.resolve(reader))
+          const stored = yield* log.events(History.smallRun().sessionId)
+          expect(stored.map((event) => event.event.id)).toEqual(writes.map((write) => write.event.id))
+        }),
+      ),
+    )
+  })
 })

@@ -54,7 +54,7 @@ const storeError = (cause: Cause.Cause<unknown>, refusalAsIs: boolean): CliError
   if (refusalAsIs && EventLogError.isEventLogError(error) && error.reason._tag === "UnsupportedDatabase") {
     return new CliError(message, ExitCode.failed)
   }
-  if (EventLogError.isEventLogError(error) && error.reason._tag === "WriterBusy") {
+  if (EventLogError.isEventLogError(error) && error.reason._tag === "WriterBusy" && error.reason.lost !== true) {
     // `maka recover`, the one command that opens the log as its writer here.
     return new CliError(`store error: ${message}; ${WRITER_BUSY_HINT}`, ExitCode.failed)
   }

@@ -29,6 +29,12 @@ export interface DatabaseParts {
   readonly backup?: (destination: string) => Promise<void>
   /** Whether the writer lease is still held (SQLite); a write without it is refused `WriterBusy`. */
   readonly isLeaseHeld?: () => boolean
+  /**
+   * Whether the log still carries this writer's lease epoch, read inside a write transaction before
+   * its first statement (SQLite, docs/log-format.md §3.1): another writer opened the log since, and
+   * the write is refused `WriterBusy` (lost) with nothing written.
+   */
+  readonly holdsEpoch?: () => boolean
 }
 
 type Stage = "begin" | "body" | "commit"
@@ -142,6 +148,12 @@ export const makeDatabase = (parts: DatabaseParts): Database => {
     sqlite !== undefined && parts.beginWrite !== undefined
       ? new LogIndex.LogIndex(() => parts.isLeaseHeld?.() ?? true)
       : undefined
+  const { holdsEpoch } = parts
+  const fenced = <A>(body: (transaction: Transaction<Tables>) => Promise<A>) =>
+    holdsEpoch === undefined
+      ? body
+      : (transaction: Transaction<Tables>) =>
+          holdsEpoch() ? body(transaction) : Promise.reject(EventLogError.make({ _tag: "WriterBusy", path: location, lost: true }))
   const served = <A>(body: (transaction: Transaction<Tables>) => Promise<A>, isRead: boolean) =>
     index === undefined
       ? body
@@ -174,7 +186,7 @@ export const makeDatabase = (parts: DatabaseParts): Database => {
       return track(
         parts.dialect === "postgres"
           ? runWrite(() => beginWrite(db), served(body, false), location)
-          : runTransaction(beginWrite(db), served(body, false), true, location),
+          : runTransaction(beginWrite(db), fenced(served(body, false)), true, location),
       )
     },
     read: (body) => {

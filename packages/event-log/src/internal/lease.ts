@@ -83,10 +83,14 @@ export const sidecarOf = (file: string): { readonly database: string; readonly s
  * be a regular file with exactly one link: a hard-linked database would split its WAL sidecars. A
  * path naming a sidecar of a database beside it (its `-wal`, `-shm`, `-journal` or writer's lock)
  * is refused: opened as a log of its own, it would be deleted or overwritten by the database's next
- * open, with every fact written into it.
+ * open, with every fact written into it. So is a path ending in whitespace, which the driver trims.
  */
 export const canonicalDatabasePath = (databasePath: string): string => {
   const absolute = path.resolve(databasePath)
+  // better-sqlite3 trims the name it opens: its lock and checks would name another file than SQLite.
+  if (absolute.trimEnd() !== absolute) {
+    throw unsupported(`${JSON.stringify(absolute)} ends in whitespace, which the SQLite driver drops; refusing to open it as an event log`)
+  }
   const stats = lstatOrUndefined(absolute)
   let canonical: string
   if (stats?.isSymbolicLink() === true) {
@@ -132,12 +136,20 @@ export const canonicalDatabasePath = (databasePath: string): string => {
  * End of stdin, or any pipe error, ends the process and with it every lock.
  */
 const KEEPER_SOURCE = String.raw`"use strict";
+const fs = require("node:fs");
 const Database = require(process.argv[1]);
 const wait = Number(process.argv[2]);
 const held = new Map();
 const reply = (message) => process.stdout.write(JSON.stringify(message) + "\n");
 const acquire = (request) => {
   if (held.has(request.path)) return reply({ id: request.id, busy: true });
+  // SQLite opens a lock file it cannot write read-only, and BEGIN EXCLUSIVE then locks nothing: two
+  // writers would share the log. (access() opens no descriptor, which would drop a held lock.)
+  try {
+    fs.accessSync(request.path, fs.constants.W_OK);
+  } catch (error) {
+    if (error.code !== "ENOENT") return reply({ id: request.id, code: error.code, message: "this user cannot write the writer's lock file (" + error.code + ")" });
+  }
   let connection;
   try {
     connection = new Database(request.path, { timeout: wait });

@@ -18,7 +18,7 @@ import * as nodePath from "node:path"
 import * as EventLogError from "../EventLogError.ts"
 import type { Database } from "./database.ts"
 import { makeDatabase, type TransactionRunner } from "./database-handle.ts"
-import { acquireLease, canonicalDatabasePath, type Lease, lstatOrUndefined, sidecarOf } from "./lease.ts"
+import { acquireLease, canonicalDatabasePath, type Lease, LOCK_SUFFIX, lstatOrUndefined, sidecarOf } from "./lease.ts"
 import { classifySchema, LATEST_VERSION, migrate, type SchemaState, type SchemaSurvey } from "./migrations.ts"
 import { SqliteDialect, sqliteTransaction } from "./sqlite-driver.ts"
 import { errorCode, storeError } from "./store-error.ts"
@@ -123,6 +123,12 @@ const requireWritable = (file: string): void => {
     throw io(`${file}: its folder ${folder} is not writable; a writer needs to make the log's -wal, -shm and lock files there`)
   }
   if (fs.existsSync(file) && !isWritable(file)) throw io(`${file} is read-only; a writer needs to write it`)
+  // Sidecars left by another user (a reader's -wal and -shm, a lock file made by another account).
+  for (const sidecar of [`${file}-wal`, `${file}-shm`, `${file}${LOCK_SUFFIX}`]) {
+    if (fs.existsSync(sidecar) && !isWritable(sidecar)) {
+      throw io(`${sidecar} is not writable by this user; a writer of ${file} needs to write it`)
+    }
+  }
 }
 
 /**
@@ -402,9 +408,11 @@ const openWriter = async (path: string, options: SqliteOptions): Promise<Databas
     opened.pragma(`wal_autocheckpoint = ${SQLITE_DEFAULTS.walAutocheckpoint}`)
     const kysely = new Kysely<Tables>({ dialect: new SqliteDialect({ connection: opened }) })
     db = kysely
-    await kysely.transaction().execute(async (transaction) => {
+    const epoch = await kysely.transaction().execute(async (transaction) => {
       await migrate(transaction, "sqlite", state)
+      return nextEpoch(opened)
     })
+    const epochRead = opened.prepare("PRAGMA user_version").pluck()
     if (!isStamped && opened.pragma("application_id", { simple: true }) !== MAKA_APPLICATION_ID) {
       opened.pragma(`application_id = ${MAKA_APPLICATION_ID}`)
     }
@@ -416,12 +424,25 @@ const openWriter = async (path: string, options: SqliteOptions): Promise<Databas
       beginRead: readTransaction,
       release: () => lease.release(),
       isLeaseHeld: () => lease.isHeld(),
+      holdsEpoch: () => epochRead.get() === epoch,
       backup: backupTo(opened, file),
     })
   } catch (error) {
     await abandon(db, connection, lease)
     throw storeError(error, file)
   }
+}
+
+/**
+ * Bumps the lease epoch, the header's `user_version`, in the writer's opening transaction and returns
+ * it (docs/log-format.md §3.1): a writer whose lease was lost unseen (its keeper ended while its event
+ * loop was busy) finds another epoch in its next write transaction and writes nothing.
+ */
+const nextEpoch = (connection: BetterSqlite3.Database): number => {
+  const current = Number(connection.pragma("user_version", { simple: true }))
+  const next = current >= 0 && current < 0x7fff_ffff ? current + 1 : 1
+  connection.pragma(`user_version = ${next}`)
+  return next
 }
 
 const abandon = async (

@@ -3,19 +3,32 @@
  * `hold` opens the log as its writer, prints `ready` and waits to be killed; `hold-io` does the same
  * after reading the lock and database files and copying the log folder many times, as a host that
  * backs its folder up would; `open-and-leave` opens it and ends without closing it; `try` opens it and prints
- * `opened` or `refused <reason>`; `crash-in-write` inserts a row inside a write transaction and then
+ * `opened` or `refused <reason>` (`try-lease` and `try-message` below); `crash-in-write` inserts a row inside a write transaction and then
  * reaches the fault point `storage.in-write` (the parent sets MAKA_TEST_FAULT to it).
  */
 import * as fs from "node:fs"
 import * as path from "node:path"
 import * as EventLogError from "../../src/EventLogError.ts"
 import { faultPoint } from "../../src/internal/fault.ts"
+import { acquireLease, canonicalDatabasePath } from "../../src/internal/lease.ts"
 import { openSqlite } from "../../src/internal/open-sqlite.ts"
 
 const [mode, file] = process.argv.slice(2)
 if (mode === undefined || file === undefined) throw new Error("usage: writer.ts <hold|hold-io|try|crash-in-write> <database>")
 
 const main = async (): Promise<void> => {
+  if (mode === "try-lease" || mode === "try-message") {
+    // `try-lease` takes the lease alone (no checks of the host's open before it), `try-message`
+    // opens the log; each prints `opened` or `refused <reason>: <message>`.
+    try {
+      if (mode === "try-lease") await (await acquireLease(canonicalDatabasePath(file))).release()
+      else await (await openSqlite(file)).close()
+      process.stdout.write("opened\n")
+    } catch (error) {
+      process.stdout.write(`refused ${EventLogError.isEventLogError(error) ? `${error.reason._tag}: ${error.message}` : String(error)}\n`)
+    }
+    return
+  }
   if (mode === "try") {
     try {
       const database = await openSqlite(file)
