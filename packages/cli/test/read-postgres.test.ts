@@ -3,6 +3,9 @@
  * with one line, and the database is left without a table. Runs only with `MAKA_TEST_DATABASE_URL`;
  * each case gets a database of its own, dropped afterwards.
  */
+import { EventLog } from "@maka/event-log"
+import { History } from "@maka/testkit"
+import { Context, Effect, Layer } from "effect"
 import { createRequire } from "node:module"
 import * as path from "node:path"
 import { afterAll, afterEach, describe, expect, it } from "vitest"
@@ -121,3 +124,48 @@ describe.skipIf(databaseUrl === "")("the read-only commands on a PostgreSQL data
     expect(result.code).toBe(0)
   }, 30_000)
 })
+
+describe.skipIf(databaseUrl === "")("maka recover on PostgreSQL as a role that cannot write", () => {
+  const role = `maka_cli_reader_${process.pid}`
+  const folders: Array<Folder> = []
+  afterAll(async () => {
+    for (const created of folders.splice(0)) created.remove()
+    for (const name of databases.splice(0)) {
+      await withClient(databaseUrl, (client) => client.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`))
+    }
+    await withClient(databaseUrl, (client) => client.query(`DROP ROLE IF EXISTS ${role}`))
+  })
+
+  it("names the run it could not seal on stderr and exits 1; the log's owner then seals it", async () => {
+    const created = folder()
+    folders.push(created)
+    const name = await freshDatabase()
+    expect((await maka(["recover", "--database-url", urlOf(name)], { cwd: created.root })).code).toBe(0)
+    // A run left open by a host that ended: its opening alone.
+    const crashed = History.smallRun({ sessionId: "crashed" })
+    await Effect.runPromise(
+      Effect.scoped(
+        Effect.gen(function* () {
+          const log = yield* Layer.build(EventLog.layerPostgres({ url: urlOf(name) }))
+          yield* Context.get(log, EventLog.EventLog).appendBatch(crashed.writes.slice(0, 1))
+        }),
+      ),
+    )
+    await withClient(urlOf(name), async (client) => {
+      await client.query(`DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '${role}') THEN CREATE ROLE ${role} LOGIN; END IF; END $$`)
+      await client.query(`GRANT SELECT ON ALL TABLES IN SCHEMA public TO ${role}`)
+    })
+    const reader = new URL(urlOf(name))
+    reader.username = role
+    reader.password = ""
+    const refused = await maka(["recover", "--database-url", reader.toString()], { cwd: created.root })
+    const invocation = crashed.writes[0]!.event.invocation.invocationId
+    expect(refused.stdout).toBe("recovered 0 invocations\n")
+    expect(refused.stderr).toMatch(new RegExp(`^maka: could not seal crashed ${invocation}: .+\\n$`))
+    expect(refused.code).toBe(1)
+    const sealed = await maka(["recover", "--database-url", urlOf(name)], { cwd: created.root })
+    expect(sealed.stdout).toBe(`crashed ${invocation} host_interrupted\nrecovered 1 invocation\n`)
+    expect(sealed.code).toBe(0)
+  }, 60_000)
+})
+

@@ -933,11 +933,8 @@ export const layer = (options: Partial<EngineOptions> = {}) =>
     Effect.gen(function* () {
       const engine = yield* make(options)
       if (engine.log.dialect === "sqlite") {
-        const report = yield* engine.recover
-        openRecoveries.set(engine, report)
-        for (const item of report.unsealed) {
-          yield* Effect.logWarning(`recovery could not seal invocation ${item.invocation.invocationId}: ${item.message}`)
-        }
+        // What it could not seal is in the report (`recoveredOnOpen`); a library prints nothing.
+        openRecoveries.set(engine, yield* engine.recover)
       }
       return engine
     }),

@@ -149,7 +149,12 @@ export const recoverCommand = async (context: CommandContext): Promise<number> =
       context.sink.out(`${sealed.invocation.sessionId} ${sealed.invocation.invocationId} ${sealed.failureClass}\n`)
     }
     context.sink.out(`recovered ${report.count} invocation${report.count === 1 ? "" : "s"}\n`)
-    return ExitCode.completed
+    // An invocation the log would not let recovery seal (a full disk, a role that cannot write)
+    // is still open: the command failed at what it is for.
+    for (const open of report.unsealed) {
+      context.sink.err(`maka: could not seal ${open.invocation.sessionId} ${open.invocation.invocationId}: ${open.message}\n`)
+    }
+    return report.unsealed.length === 0 ? ExitCode.completed : ExitCode.failed
   } finally {
     await open.close()
   }

@@ -34,12 +34,16 @@ export interface ObservedFailure {
  * a writing command would change a session's state without a word (docs/cli.md §10.1 "Recovery").
  */
 export const recoveredLines = (report: Recovery.Report | undefined): string =>
-  (report?.sealed ?? [])
-    .map(
+  [
+    ...(report?.sealed ?? []).map(
       (sealed) =>
         `recovered: session ${sealed.invocation.sessionId}: run ${sealed.invocation.invocationId}, left open by a process that ended, sealed ${sealed.failureClass}\n`,
-    )
-    .join("")
+    ),
+    // What the log would not let recovery seal (a full disk): still open, said once, on stderr.
+    ...(report?.unsealed ?? []).map(
+      (open) => `recovery could not seal session ${open.invocation.sessionId}: run ${open.invocation.invocationId}: ${open.message}\n`,
+    ),
+  ].join("")
 
 export const formatSeconds = (ms: number): string =>
   ms >= 1000 ? `${Math.round(ms / 1000)} s` : `${(Math.max(ms, 0) / 1000).toFixed(1)} s`
