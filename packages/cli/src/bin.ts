@@ -25,6 +25,14 @@ const code = await main({
   stdin: process.stdin,
   version: VERSION,
 })
+// The command has ended: a signal now has nothing to cancel, and its own exit code applies
+// (docs/cli.md §10.1 "Signals"). The output goes on draining; a second signal stops at once.
+let lateSignals = 0
+const onLateSignal = () => {
+  if (++lateSignals === 1) sink.err("maka: the command has ended; its output is still being written (signal again to stop now)\n")
+  else process.exit(afterOutput(code, sink.outFailure()).code)
+}
+for (const name of ["SIGINT", "SIGTERM", "SIGHUP"] as const) process.on(name, onLateSignal)
 sink.flush()
 // A failed write reports itself after the write returns: wait until what was written is out.
 await new Promise<void>((resolve) => process.stdout.write("", () => resolve()))

@@ -58,7 +58,7 @@ describe("maka demo", () => {
     fs.rmSync(kept!, { recursive: true, force: true })
   }, 180_000)
 
-  it("SIGINT while a child runs stops that child, removes the temporary folder, says so in one line and exits 130", async () => {
+  it.each(["SIGINT", "SIGHUP"] as const)("%s while a child runs stops that child, removes the temporary folder, says so in one line and exits 130", async (signal) => {
     const { root, tmp } = withTemporaryFolder()
     let crashing: number | undefined
     let watch: NodeJS.Timeout | undefined
@@ -68,12 +68,12 @@ describe("maka demo", () => {
         env: { TMPDIR: tmp },
         onOutput: (child, output) => {
           if (watch !== undefined || !output.stdout.includes("2. A crash.")) return
-          // The run to crash is a child of the demo: SIGINT goes to the demo while that child is alive.
+          // The run to crash is a child of the demo: the signal goes to the demo while that child is alive.
           watch = setInterval(() => {
             crashing = processesMentioning(tmp).at(0)
             if (crashing === undefined) return
             clearInterval(watch)
-            child.kill("SIGINT")
+            child.kill(signal)
           }, 10)
         },
       })
@@ -81,7 +81,7 @@ describe("maka demo", () => {
       expect({ code: result.code, signal: result.signal, stderr: result.stderr }).toEqual({
         code: 130,
         signal: null,
-        stderr: "maka: demo: cancelled by SIGINT\n",
+        stderr: `maka: demo: cancelled by ${signal}\n`,
       })
       expect(result.stdout).not.toContain("Done.")
       expect(fs.readdirSync(tmp)).toEqual([])

@@ -542,6 +542,40 @@ describe("signals and store conditions", () => {
     30_000,
   )
 
+  it("a signal after the run ended, while its output still drains, keeps the run's exit code and every line", async () => {
+    // Twelve deltas of 30 KB: far more than a pipe holds, so the output waits for its reader.
+    const server = await serve([answer(Array.from({ length: 12 }, (_, index) => String(index % 10).repeat(30_000)))])
+    const { root, workspace, db } = fresh()
+    const child = spawn(
+      process.execPath,
+      [bin, "run", "--db", db, "--workspace", workspace, "--base-url", `${server.url}/v1`, "--model", "m", "--session", "late", "--json", "hi"],
+      { cwd: root, stdio: ["ignore", "pipe", "pipe"] },
+    )
+    let stdout = ""
+    let stderr = ""
+    child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk))
+    const closed = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+      child.on("close", (code, received) => resolve({ code, signal: received })),
+    )
+    // stdout is not read until the log holds the run's terminal.
+    for (let waited = 0; ; waited += 100) {
+      const events = await maka(["events", "--db", db, "--session", "late", "--json"], { cwd: root })
+      if (events.stdout.includes('"kind":"invocation_ended"')) break
+      if (waited > 20_000) throw new Error(`no terminal: ${events.stderr}`)
+      await new Promise((resolve) => setTimeout(resolve, 100))
+    }
+    child.kill("SIGTERM")
+    await new Promise((resolve) => setTimeout(resolve, 500))
+    expect(child.exitCode).toBeNull()
+    child.stdout.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk))
+    expect(await closed).toEqual({ code: 0, signal: null })
+    const facts = eventLines(stdout).map((line) => line.event.fact)
+    expect(facts.at(-1)).toEqual({ kind: "invocation_ended", outcome: { kind: "completed" } })
+    const deltas = facts.filter((fact) => fact.kind === "model_observed" && fact.event.kind === "part_delta")
+    expect(deltas.map((fact) => fact.event.text).join("").length).toBe(12 * 30_000)
+    expect(stderr).toContain("maka: the command has ended; its output is still being written (signal again to stop now)\n")
+  }, 60_000)
+
   it("SIGHUP (the terminal went away) cancels as SIGINT does: terminal cancelled, exit 130, the session usable", async () => {
     const { root, workspace, db } = fresh()
     const result = await maka(["run", "--db", db, "--workspace", workspace, "--session", "h", "--json", "What is this project?"], {

@@ -154,7 +154,7 @@ export const demoCommand = async (context: CommandContext): Promise<number> => {
       throw new CliError(`demo: ${step} exited ${child.code ?? child.signal} (expected ${expected}):\n${child.stderr.trim()}`, ExitCode.failed)
     }
   }
-  // Without these listeners SIGINT and SIGTERM would end the process at once, skipping the `finally`
+  // Without these listeners SIGINT, SIGTERM and SIGHUP would end the process at once, skipping the `finally`
   // below, with the folder left behind and a child still running. They stop the tour instead: the
   // children are asked to stop now, the leg in flight ends, and the `finally` cleans up. A second
   // signal kills the children that are still running.
@@ -168,6 +168,7 @@ export const demoCommand = async (context: CommandContext): Promise<number> => {
   }
   const onInterrupt = stopWith("cancelled by SIGINT")
   const onTerminate = stopWith("cancelled by SIGTERM")
+  const onHangup = stopWith("cancelled by SIGHUP")
   // Nobody reads the tour any more (`maka demo | head`): it stops rather than run on for nothing.
   // A full disk is no closed stdout: the line says which it was (the exit is 130 either way).
   const onClosed = () => {
@@ -197,6 +198,7 @@ export const demoCommand = async (context: CommandContext): Promise<number> => {
   try {
     process.on("SIGINT", onInterrupt)
     process.on("SIGTERM", onTerminate)
+    process.on("SIGHUP", onHangup)
     process.on("exit", onExit)
     if (context.sink.outClosed?.aborted === true) onClosed()
     else context.sink.outClosed?.addEventListener("abort", onClosed, { once: true })
@@ -333,6 +335,7 @@ export const demoCommand = async (context: CommandContext): Promise<number> => {
     const notRemoved = keep ? undefined : removeFolder(folder)
     process.off("SIGINT", onInterrupt)
     process.off("SIGTERM", onTerminate)
+    process.off("SIGHUP", onHangup)
     process.off("exit", onExit)
     context.sink.outClosed?.removeEventListener("abort", onClosed)
     if (notRemoved !== undefined) {
