@@ -300,6 +300,36 @@ describe("SIGTERM when the handoff cannot be taken", () => {
       await server.close()
     }
   }, 60_000)
+
+  it("says so even when the run's last step, after the refused boundary, ends at once", async () => {
+    const server = await ScriptedServer.start({
+      script: [
+        Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-1", name: "run_command", arguments: ['{"command":"sleep 10"}'] }] })),
+        Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-2", name: "run_command", arguments: ['{"command":"sleep 1"}'] }] })),
+        // The step after the refused pause answers at once and the run completes.
+        Respond.sse(OpenAiSse.response({ text: ["done"], model: "m" })),
+      ],
+    })
+    try {
+      const created = fresh()
+      const base = ["--db", created.db, "--workspace", created.workspace, "--base-url", `${server.url}/v1`, "--model", "m", "--session", "u2", "--tools", "all", "--json"]
+      const killed = await maka(["run", ...base, "run it"], {
+        cwd: created.root,
+        onOutput: when((output) => output.stdout.includes('"kind":"tool_dispatched"'), (child) => child.kill("SIGKILL")),
+      })
+      expect(killed.signal).toBe("SIGKILL")
+      expect((await maka(["recover", "--db", created.db], { cwd: created.root })).code).toBe(0)
+      const result = await maka(["run", ...base, "--allow-prior-unknown", "look around"], {
+        cwd: created.root,
+        onOutput: when((output) => output.stdout.includes('"kind":"tool_dispatched"'), (child) => child.kill("SIGTERM")),
+      })
+      expect(result.code, result.stderr).toBe(0)
+      expect(result.stderr).toContain("handoff not taken: the run's handoff preflight failed")
+      expect(eventLines(result.stdout).at(-1)!.event.fact["outcome"].kind).toBe("completed")
+    } finally {
+      await server.close()
+    }
+  }, 60_000)
 })
 
 describe("a resumed run's tools", () => {

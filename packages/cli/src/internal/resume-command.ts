@@ -19,7 +19,7 @@ import type { CommandContext } from "./read-commands.ts"
 import { offlineDelay, openConnection, showRun, type Connection } from "./run-command.ts"
 import { prepareLogFolder } from "./store.ts"
 import { eventLine, recoveredLines } from "./render.ts"
-import { handleSignals, type Signals } from "./signals.ts"
+import { handleSignals, type Signals, stepWatch } from "./signals.ts"
 
 /** The reason a pause is skipped when this host's connection or tools differ from the paused run's. */
 export const SETTINGS_CHANGED = "handoff execution settings changed"
@@ -139,15 +139,17 @@ const resumeOne = async (
   const running = started
   const ended = runtime.runPromise(running.wait)
   ended.catch(() => undefined)
+  const steps = stepWatch()
   const detach = options.signals.attach({
     handoff: () => runtime.runPromise(running.handoff).then((sealed) => sealed ?? null),
     cancel: () => runtime.runPromise(running.cancel),
     ended,
+    nextStep: steps.next,
   })
   try {
     const code = await showRun(
       { events: () => Stream.toAsyncIterable(running.events), wait: () => ended },
-      { sink, json: options.json, sessionId: pending.sessionId, lastFailure: connection.lastFailure },
+      { sink, json: options.json, sessionId: pending.sessionId, lastFailure: connection.lastFailure, observe: steps.observe },
     )
     return { code, shouldStop: code === ExitCode.cancelled || code === ExitCode.handedOff }
   } finally {

@@ -13,7 +13,7 @@ import { CliError, ExitCode, exitCodeOf, failureLine, fromEngineError } from "./
 import { prepareLogFolder } from "./store.ts"
 import * as Flags from "./flags.ts"
 import { recoveredLines, RunRenderer, type ObservedFailure, type Sink } from "./render.ts"
-import { handleSignals, type Signals } from "./signals.ts"
+import { handleSignals, type Signals, stepWatch } from "./signals.ts"
 
 export interface RunContext {
   readonly args: ReadonlyArray<string>
@@ -209,12 +209,22 @@ export interface ShownRun {
  */
 export const showRun = async (
   run: ShownRun,
-  options: { readonly sink: Sink; readonly json: boolean; readonly sessionId: string; readonly lastFailure: () => ObservedFailure | undefined },
+  options: {
+    readonly sink: Sink
+    readonly json: boolean
+    readonly sessionId: string
+    readonly lastFailure: () => ObservedFailure | undefined
+    /** Sees each event as it is shown. */
+    readonly observe?: (stored: Event.StoredEvent) => void
+  },
 ): Promise<number> => {
   const renderer = new RunRenderer(options.sink, options.json, options.lastFailure)
   renderer.startProgress()
   try {
-    for await (const stored of run.events()) renderer.handle(stored)
+    for await (const stored of run.events()) {
+      renderer.handle(stored)
+      options.observe?.(stored)
+    }
   } finally {
     renderer.stop()
   }
@@ -281,9 +291,16 @@ export const openHost = async (settings: RunSettings, sink: Sink, signal: AbortS
       // `maka recover` sealed it), `showRun` reports that, and this promise must not reject unheard.
       const ended = run.wait()
       ended.catch(() => undefined)
-      const detach = attach?.({ handoff: () => run.handoff(), cancel: () => run.cancel(), ended })
+      const steps = stepWatch()
+      const detach = attach?.({ handoff: () => run.handoff(), cancel: () => run.cancel(), ended, nextStep: steps.next })
       try {
-        return await showRun(run, { sink, json: settings.json, sessionId: settings.sessionId, lastFailure: connection.lastFailure })
+        return await showRun(run, {
+          sink,
+          json: settings.json,
+          sessionId: settings.sessionId,
+          lastFailure: connection.lastFailure,
+          observe: steps.observe,
+        })
       } finally {
         detach?.()
       }

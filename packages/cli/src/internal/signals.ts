@@ -5,6 +5,7 @@
  * opening is not durable yet, so nothing is written. SIGHUP, and a stdout closed by its reader, cancel
  * as SIGINT does.
  */
+import type { Event } from "@maka/facts"
 import type { Sink } from "./render.ts"
 
 /** What the signals act on: a run of the facade, or a successor of a pause. */
@@ -14,6 +15,27 @@ export interface Controllable {
   readonly cancel: () => Promise<void>
   /** Settles once the run's terminal is durable. */
   readonly ended: Promise<unknown>
+  /** Resolves at the run's next main request the command shows after the call: it passed a step boundary. */
+  readonly nextStep: () => Promise<void>
+}
+
+/**
+ * Wakes `next()`'s waiters at each main `model_requested` a command shows (`observe` sees every
+ * event it shows): a handoff refused at a step boundary is followed by the step's request, while a
+ * run that ended first sends none.
+ */
+export const stepWatch = () => {
+  let waiters: Array<() => void> = []
+  return {
+    observe: (stored: Event.StoredEvent): void => {
+      const fact = stored.event.fact
+      if (fact.kind !== "model_requested" || fact.purpose !== "main") return
+      const woken = waiters
+      waiters = []
+      for (const wake of woken) wake()
+    },
+    next: (): Promise<void> => new Promise<void>((resolve) => waiters.push(resolve)),
+  }
 }
 
 export interface Signals {
@@ -35,9 +57,6 @@ export const HANDOFF_NOT_TAKEN =
   "handoff not taken: the run's handoff preflight failed (for example a run admitted with --allow-prior-unknown, " +
   "or a store that refuses the pause); the run continues (SIGTERM again or SIGINT cancels)"
 
-/** How long a `null` handoff waits for the run's terminal before it counts as a refusal. */
-const ENDED_GRACE_MS = 250
-
 export const handleSignals = (sink: Sink): Signals => {
   const controller = new AbortController()
   let current: { readonly run: Controllable; isDetached: boolean } | undefined
@@ -55,12 +74,10 @@ export const handleSignals = (sink: Sink): Signals => {
     target.run.handoff().then(
       async (pause) => {
         if (pause !== null && pause !== undefined) return
-        // `null` because the run ended first is no refusal: the run's own exit code applies.
-        const hasEnded = await Promise.race([
-          target.run.ended.then(() => true, () => true),
-          new Promise<boolean>((resolve) => setTimeout(() => resolve(false), ENDED_GRACE_MS).unref()),
-        ])
-        if (!hasEnded && !target.isDetached) sink.err(`${HANDOFF_NOT_TAKEN}\n`)
+        // `null` because the run ended first is no refusal (the run's own exit code applies); a
+        // refusal at a step boundary is followed by that step's request.
+        const isRefused = await Promise.race([target.run.nextStep().then(() => true), target.run.ended.then(() => false, () => false)])
+        if (isRefused && !target.isDetached) sink.err(`${HANDOFF_NOT_TAKEN}\n`)
       },
       (error: unknown) => {
         if (!target.isDetached) sink.err(`handoff not taken: ${error instanceof Error ? error.message : String(error)}; the run continues\n`)
