@@ -1,7 +1,8 @@
+import { spawnSync } from "node:child_process"
 import * as fs from "node:fs"
 import * as path from "node:path"
 import { afterEach, describe, expect, it } from "vitest"
-import { eventLines, folder, maka, when, type Folder } from "./support/cli.ts"
+import { bin, eventLines, folder, maka, when, type Folder } from "./support/cli.ts"
 
 const folders: Array<Folder> = []
 const fresh = () => {
@@ -180,5 +181,28 @@ describe("maka chat", () => {
     const { root, workspace, db } = fresh()
     const result = await maka(["chat", "--db", db, "--workspace", workspace, "--max-steps", "0"], { cwd: root, input: "hi\n" })
     expect(result.code).toBe(2)
+  })
+})
+
+describe("maka chat and maka run on a stdin that cannot be read", () => {
+  it.each([
+    ["chat", "maka: could not read stdin (EBADF); pipe the chat's lines on stdin, or run it at a terminal\n"],
+    ["run", "maka: could not read the message from stdin (EBADF); give a MESSAGE, or pipe it on stdin\n"],
+  ])("maka %s says why and exits 2, with nothing made", (command, line) => {
+    const { root, workspace, db } = fresh()
+    // A descriptor opened for writing only: every read of it fails with EBADF.
+    const writeOnly = fs.openSync(path.join(root, "out.txt"), "w")
+    try {
+      const result = spawnSync(process.execPath, [bin, command, "--db", db, "--workspace", workspace], {
+        cwd: root,
+        stdio: [writeOnly, "pipe", "pipe"],
+        encoding: "utf8",
+        timeout: 30_000,
+      })
+      expect({ code: result.status, stdout: result.stdout, stderr: result.stderr }).toEqual({ code: 2, stdout: "", stderr: line })
+    } finally {
+      fs.closeSync(writeOnly)
+    }
+    expect(fs.existsSync(db)).toBe(false)
   })
 })

@@ -9,7 +9,7 @@
 import { StringDecoder } from "node:string_decoder"
 import { ExitCode, fromEngineError } from "./exit.ts"
 import * as Flags from "./flags.ts"
-import { messageProblem, openHost, settingsOf, type RunContext } from "./run-command.ts"
+import { errorCodeOf, messageProblem, openHost, settingsOf, type RunContext } from "./run-command.ts"
 import { handleSignals } from "./signals.ts"
 
 /**
@@ -17,7 +17,11 @@ import { handleSignals } from "./signals.ts"
  * it is dropped, a lone `\r` is text), as `maka run` reads its message; at the end of input the
  * last line, if any, then `onEnd`. `close` stops reading.
  */
-const readLines = (input: NodeJS.ReadStream, onLine: (line: string) => void, onEnd: () => void): { readonly close: () => void } => {
+const readLines = (
+  input: NodeJS.ReadStream,
+  onLine: (line: string) => void,
+  onEnd: () => void,
+): { readonly close: () => void; readonly failure: () => string | undefined } => {
   const decoder = new StringDecoder("utf8")
   let pending = ""
   const emit = (line: string) => onLine(line.endsWith("\r") ? line.slice(0, -1) : line)
@@ -38,16 +42,24 @@ const readLines = (input: NodeJS.ReadStream, onLine: (line: string) => void, onE
     pending = ""
     onEnd()
   }
+  // An input that cannot be read (a descriptor opened for writing, a directory) ends the lines too,
+  // and says why when the chat ends.
+  let failure: string | undefined
+  const fail = (error: unknown) => {
+    failure ??= errorCodeOf(error)
+    finish()
+  }
   input.on("data", onData)
   input.on("end", finish)
-  input.on("error", finish)
+  input.on("error", fail)
   return {
     close: () => {
       input.off("data", onData)
       input.off("end", finish)
-      input.off("error", finish)
+      input.off("error", fail)
       input.pause()
     },
+    failure: () => failure,
   }
 }
 
@@ -103,6 +115,10 @@ export const chatCommand = async (context: RunContext): Promise<number> => {
     // On a terminal the log opens at once, so a refusal (another writer, say) comes before any typing.
     const first = context.stdin.isTTY === true ? undefined : await nextLine()
     if (context.stdin.isTTY !== true && first === undefined) {
+      const failure = lines.failure()
+      if (failure !== undefined && !signals.signal.aborted) {
+        throw new Flags.UsageError(`could not read stdin (${failure}); pipe the chat's lines on stdin, or run it at a terminal`)
+      }
       return signals.signal.aborted ? ExitCode.cancelled : skipped ? ExitCode.usage : ExitCode.completed
     }
     const host = await openHost(settings, context.sink, signals.signal, signals.attach)
@@ -123,6 +139,8 @@ export const chatCommand = async (context: RunContext): Promise<number> => {
         // A SIGTERM ends the chat after its turn, whether the turn was handed off or ended first.
         if (code === ExitCode.cancelled || code === ExitCode.handedOff || signals.handoffRequested()) break
       }
+      const failure = lines.failure()
+      if (failure !== undefined && !signals.signal.aborted) context.sink.err(`maka: could not read stdin (${failure}); the chat ends\n`)
       return signals.signal.aborted ? ExitCode.cancelled : skipped ? ExitCode.usage : code
     } finally {
       await host.close()

@@ -23,6 +23,14 @@ export interface RunContext {
   readonly stdin: NodeJS.ReadStream
 }
 
+/** A system error's code (`EBADF`, `EISDIR`), or its message. */
+export const errorCodeOf = (error: unknown): string =>
+  typeof error === "object" && error !== null && "code" in error && typeof error.code === "string"
+    ? error.code
+    : error instanceof Error
+      ? error.message
+      : String(error)
+
 const readStdin = (stdin: NodeJS.ReadStream): Promise<string> =>
   new Promise((resolve, reject) => {
     const chunks: Array<Buffer> = []
@@ -101,7 +109,11 @@ const readMessage = async (context: RunContext, positionals: ReadonlyArray<strin
     if (context.stdin.isTTY === true) throw new Flags.UsageError("give a MESSAGE, or pipe it on stdin")
     // The line end that closes piped input (`echo`, a file's last line) is not part of the message,
     // as `maka chat` reads a line without it.
-    message = (await readStdin(context.stdin)).replace(/\r?\n$/, "")
+    message = (
+      await readStdin(context.stdin).catch((error: unknown) => {
+        throw new Flags.UsageError(`could not read the message from stdin (${errorCodeOf(error)}); give a MESSAGE, or pipe it on stdin`)
+      })
+    ).replace(/\r?\n$/, "")
   }
   if (message.trim() === "") throw new Flags.UsageError("the message is empty; give a MESSAGE with text")
   // Refused here, before the log, the workspace or a session is made for it.
