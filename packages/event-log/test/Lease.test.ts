@@ -252,6 +252,25 @@ describe("the writer lease across processes", () => {
     expect(await free.line("opened")).toBe("opened")
   })
 
+  it("closes when its keeper does not answer (stopped), and the lease is free once the keeper runs again", async () => {
+    const file = path.join(temporaryDirectory(), "events.sqlite")
+    const database = await openSqlite(file)
+    const keeper = keeperProcessId()!
+    process.kill(keeper, "SIGSTOP")
+    // The keeper runs again after 10 s whatever happens; the close must not have waited for it.
+    let resumed = false
+    const resume = setTimeout(() => {
+      resumed = true
+      process.kill(keeper, "SIGCONT")
+    }, 10_000)
+    await database.close()
+    expect(resumed).toBe(false)
+    clearTimeout(resume)
+    process.kill(keeper, "SIGCONT")
+    const next = await openPromptly(file)
+    await next.close()
+  }, 20_000)
+
   it("lets a host that never closes its log exit on its own, and frees the lease when it does", async () => {
     const file = path.join(temporaryDirectory(), "events.sqlite")
     const child = spawnChild(childScript("writer.ts"), ["open-and-leave", file])

@@ -42,6 +42,11 @@ export const LEASE_DEFAULTS = Object.freeze({
   contenderWaitMs: 1_000,
   /** How long an idle keeper (no lease held) stays up for the next lease before it exits. */
   idleExitMs: 30_000,
+  /**
+   * How long a release waits for the keeper's answer: a keeper that does not answer (stopped) holds
+   * the lock until it runs again or this process ends (its pipe then closes); the host's close goes on.
+   */
+  releaseWaitMs: 2_000,
 })
 
 const unsupported = (message: string): EventLogError.EventLogError =>
@@ -276,12 +281,27 @@ class Keeper {
     return this.child.pid
   }
 
-  /** Sends one request and waits for its answer. */
-  request(op: "acquire" | "release", lockPath: string): Promise<KeeperReply> {
+  /**
+   * Sends one request and waits for its answer; with `waitMs`, for at most that long (then rejects,
+   * and the answer, if it comes, is dropped).
+   */
+  request(op: "acquire" | "release", lockPath: string, waitMs?: number): Promise<KeeperReply> {
     if (this.exited) return Promise.reject(new Error("the lease keeper is gone"))
     const id = this.nextId++
     return new Promise<KeeperReply>((resolve, reject) => {
-      this.pending.set(id, (reply) => (reply instanceof Error ? reject(reply) : resolve(reply)))
+      const timer =
+        waitMs === undefined
+          ? undefined
+          : setTimeout(() => {
+              this.pending.delete(id)
+              this.updateReference()
+              reject(new Error(`the lease keeper did not answer within ${waitMs} ms`))
+            }, waitMs)
+      this.pending.set(id, (reply) => {
+        if (timer !== undefined) clearTimeout(timer)
+        if (reply instanceof Error) reject(reply)
+        else resolve(reply)
+      })
       this.updateReference()
       this.child.stdin.write(`${JSON.stringify({ id, op, path: lockPath })}\n`)
     })
@@ -391,9 +411,10 @@ export const acquireLease = async (canonicalPath: string): Promise<Lease> => {
       released ??= (async () => {
         if (owner.exited) return
         try {
-          await owner.request("release", lockPath)
+          await owner.request("release", lockPath, LEASE_DEFAULTS.releaseWaitMs)
         } catch {
-          // The keeper is gone: its locks went with it.
+          // The keeper is gone (its locks went with it), or does not answer (it holds the lock until
+          // it runs again or this process ends).
         } finally {
           owner.releaseOne()
         }
