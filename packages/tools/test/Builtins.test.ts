@@ -286,6 +286,25 @@ describe("write_file", () => {
     }),
   )
 
+  it.effect("protects the files of a log given as a symbolic link under its target's name", () =>
+    Effect.gen(function* () {
+      const { root, workspace } = yield* workspaceFixture
+      const folder = path.join(root, ".maka")
+      fs.mkdirSync(folder)
+      const log = path.join(folder, "real.sqlite")
+      fs.writeFileSync(log, "the log")
+      fs.writeFileSync(`${log}-wal`, "its wal")
+      // The store opens the link's target, whose -wal and lock are named after it.
+      fs.symlinkSync(".maka/real.sqlite", path.join(root, "link.sqlite"))
+      const tool = Builtins.writeFile({ ...workspace, protectedFiles: [path.join(root, "link.sqlite")] })
+      for (const input of [".maka/real.sqlite-wal", ".maka/real.sqlite.writer.lock", ".maka/real.sqlite-shm", "link.sqlite", "link.sqlite-wal"]) {
+        assert.include(failureOf(yield* call(tool, { path: input, content: "oops" })), "a file of the event log, never written by a tool", input)
+      }
+      assert.strictEqual(fs.readFileSync(`${log}-wal`, "utf8"), "its wal")
+      assert.deepStrictEqual(fs.readdirSync(folder).sort(), ["real.sqlite", "real.sqlite-wal"])
+    }),
+  )
+
   it.effect("refuses writes that escape the root and leaves the outside untouched", () =>
     Effect.gen(function* () {
       const { root, outside, workspace } = yield* workspaceFixture

@@ -365,6 +365,39 @@ export const journalSuite = (name: string, makeSinkLayer: MakeSinkLayer) =>
       }).pipe(Effect.provide(makeSinkLayer())),
     )
 
+    it.effect("scrubs what a cut left of a secret: its first or last eight characters or more", () =>
+      Effect.gen(function* () {
+        const key = "sk-LIVEKEY-0123456789abcdefghij"
+        const outputs: Record<string, string> = {
+          // A tool that kept the head of its output, cut inside the key.
+          head: `aaaa${key.slice(0, 20)}\n[truncated: 11 more bytes]`,
+          // A page that begins inside the key.
+          tail: `${key.slice(-15)} and the rest`,
+          // Seven characters are the vendor's prefix, and stay; so does other text.
+          short: `${key.slice(0, 7)} ${key.slice(-7)} sk-other`,
+        }
+        const show = Tool.make({
+          name: "show",
+          description: "Returns a text chosen by its input.",
+          input: TextInput,
+          semantics: "parallel",
+          execute: ({ value }) => Effect.succeed(Tool.text(outputs[value]!)),
+        })
+        const context = yield* setup([call("call-1", "show", "head"), call("call-2", "show", "tail"), call("call-3", "show", "short")])
+        yield* withSink(context)(
+          Journal.runStep(context.invocation, ToolCatalog.make([show]).capture(), context.requests, { secrets: [Redacted.make(key)] }),
+        )
+        const settled = (yield* context.facts).flatMap((fact) =>
+          fact.kind === "tool_settled" && fact.outcome.kind === "succeeded" ? [fact.outcome.projection] : [],
+        )
+        assert.deepStrictEqual(settled, [
+          { kind: "text", text: "aaaa[redacted]\n[truncated: 11 more bytes]" },
+          { kind: "text", text: "[redacted] and the rest" },
+          { kind: "text", text: `${key.slice(0, 7)} ${key.slice(-7)} sk-other` },
+        ])
+      }).pipe(Effect.provide(makeSinkLayer())),
+    )
+
     it.effect("reports a call whose settle commit failed as OutcomeUnknown, never settled", () =>
       Effect.gen(function* () {
         const effects: Effects = { ran: [] }

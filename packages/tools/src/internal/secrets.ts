@@ -1,7 +1,8 @@
 /**
  * Scrubbing secrets from text a tool produced before it is stored: each secret is replaced in every
  * form it can come back in (as given, trimmed as an HTTP header value is sent, JSON-escaped and
- * URL-encoded), longest form first so no form leaves a fragment of a longer one behind.
+ * URL-encoded), longest form first so no form leaves a fragment of a longer one behind, and so is
+ * what a cut left of a form (its first or last eight characters or more).
  */
 import { Canonical, type ToolCall } from "@maka/facts"
 import { Redacted } from "effect"
@@ -28,11 +29,64 @@ export const formsOf = (secret: string): ReadonlyArray<string> => {
 const allForms = (secrets: ReadonlyArray<Redacted.Redacted<string>>): ReadonlyArray<string> =>
   secrets.flatMap((secret) => formsOf(Redacted.value(secret))).sort((left, right) => right.length - left.length)
 
+/**
+ * Fragments shorter than this are left: they would erase ordinary text, and seven characters of a
+ * key are mostly its vendor's prefix (`sk-ant-`, `sk-proj`).
+ */
+export const MIN_FRAGMENT_LENGTH = 8
+
+/**
+ * The ranges of `text` holding a piece of `form` that a cut left: a prefix of at least
+ * `MIN_FRAGMENT_LENGTH` characters (a tool kept the head of its output and cut the secret's end
+ * off) or a suffix of as many (a page or window that begins inside it).
+ */
+const fragmentsOf = (text: string, form: string): Array<readonly [number, number]> => {
+  const ranges: Array<readonly [number, number]> = []
+  if (form.length <= MIN_FRAGMENT_LENGTH) return ranges
+  const head = form.slice(0, MIN_FRAGMENT_LENGTH)
+  for (let at = text.indexOf(head); at !== -1; at = text.indexOf(head, at + 1)) {
+    let length = MIN_FRAGMENT_LENGTH
+    while (length < form.length && text[at + length] === form[length]) length++
+    ranges.push([at, at + length])
+  }
+  const tail = form.slice(-MIN_FRAGMENT_LENGTH)
+  for (let at = text.indexOf(tail); at !== -1; at = text.indexOf(tail, at + 1)) {
+    const end = at + MIN_FRAGMENT_LENGTH
+    let length = MIN_FRAGMENT_LENGTH
+    while (length < form.length && end - length - 1 >= 0 && text[end - length - 1] === form[form.length - length - 1]) length++
+    ranges.push([end - length, end])
+  }
+  return ranges
+}
+
+/** `text` with the ranges (in any order, overlapping or not) replaced by one `[redacted]` each run. */
+const redactRanges = (text: string, ranges: Array<readonly [number, number]>): string => {
+  if (ranges.length === 0) return text
+  ranges.sort((left, right) => left[0] - right[0])
+  let result = ""
+  let position = 0
+  let open: [number, number] | undefined
+  for (const [start, end] of ranges) {
+    if (open !== undefined && start <= open[1]) {
+      open[1] = Math.max(open[1], end)
+      continue
+    }
+    if (open !== undefined) {
+      result += `${text.slice(position, open[0])}${REDACTED}`
+      position = open[1]
+    }
+    open = [start, end]
+  }
+  if (open !== undefined) result += `${text.slice(position, open[0])}${REDACTED}`
+  return result + text.slice(open === undefined ? position : open[1])
+}
+
 const replaceForms = (text: string, forms: ReadonlyArray<string>): string => {
   let current = text
   // Looked for first: most text holds none, and a split would copy it for nothing.
   for (const form of forms) if (current.includes(form)) current = current.split(form).join(REDACTED)
-  return current
+  // What a cut left of a secret (a tool cuts its output before it is scrubbed).
+  return redactRanges(current, forms.flatMap((form) => fragmentsOf(current, form)))
 }
 
 /** `text` with every form of every secret replaced by `[redacted]`. */

@@ -87,12 +87,23 @@ interface Protected {
   readonly stat: { readonly dev: number; readonly ino: number } | undefined
 }
 
-const protectedOf = (file: string): Effect.Effect<Protected | undefined> =>
+const protectedAt = (file: string): Effect.Effect<Protected | undefined> =>
   Effect.gen(function* () {
     const directory = yield* tryFs(() => fs.realpath(path.dirname(path.resolve(file)))).pipe(Effect.option)
     if (Option.isNone(directory)) return undefined
     const stat = yield* tryFs(() => fs.stat(path.join(directory.value, path.basename(file)))).pipe(Effect.option)
     return { directory: directory.value, name: path.basename(file), stat: Option.getOrUndefined(stat) }
+  })
+
+/**
+ * A protected file under its own name and, when that is a symbolic link, under its target's: the
+ * store opens the target, whose sidecars (`-wal`, the writer's lock) are named after it.
+ */
+const protectedOf = (file: string): Effect.Effect<ReadonlyArray<Protected>> =>
+  Effect.gen(function* () {
+    const target = yield* tryFs(() => fs.realpath(path.resolve(file))).pipe(Effect.option)
+    const names = Option.isSome(target) && target.value !== path.resolve(file) ? [file, target.value] : [file]
+    return (yield* Effect.forEach(names, protectedAt)).filter((entry) => entry !== undefined)
   })
 
 const sameFile = (stat: { readonly dev: number; readonly ino: number } | undefined, other: { readonly dev: number; readonly ino: number }) =>
@@ -137,7 +148,7 @@ export const writeFile = (
     const marker = path.join(canonical, defaults.workspaceMarker)
     const refused = failure(`${input.path}: the workspace marker ${defaults.workspaceMarker} is never written`)
     const refusedProtected = failure(`${input.path}: a file of the event log, never written by a tool`)
-    const guarded = (yield* Effect.forEach(protectedFiles, protectedOf)).filter((file) => file !== undefined)
+    const guarded = (yield* Effect.forEach(protectedFiles, protectedOf)).flat()
     const resolved = yield* lexical(canonical, input.path)
     if (resolved === canonical) return yield* Effect.fail(failure(`${input.path}: is the workspace root`))
     const ending = directoryEnding(input.path)
