@@ -57,6 +57,9 @@ const versionOf = (stat: fsSync.BigIntStats): string => `${stat.dev}:${stat.ino}
 /** How many markers' parsed contents are kept, by path; the least recently read goes first. */
 const KEPT_MARKERS = 64
 
+/** The largest marker read: the one maka writes is about 60 bytes. */
+const MAX_MARKER_BYTES = 4_096
+
 /**
  * Markers read before, with the version of the file they were read from: a start that finds the
  * same file unchanged (device, inode, size and both nanosecond times) takes the parsed marker
@@ -90,6 +93,10 @@ const readMarker = (file: string): Effect.Effect<Option.Option<Marker>, ToolErro
     Effect.flatMap((stat) => {
       if (Option.isNone(stat)) return Effect.succeedNone
       if (!stat.value.isFile()) return Effect.fail(workspaceInvalid(file, "workspace marker is not a regular file"))
+      // A marker is a line of JSON: one of megabytes is no marker, and is never read whole.
+      if (stat.value.size > BigInt(MAX_MARKER_BYTES)) {
+        return Effect.fail(workspaceInvalid(file, `workspace marker is ${stat.value.size} bytes; a marker holds at most ${MAX_MARKER_BYTES}`))
+      }
       const version = versionOf(stat.value)
       const kept = keptMarkers.get(file)
       if (kept !== undefined && kept.version === version) {

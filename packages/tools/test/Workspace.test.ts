@@ -104,6 +104,13 @@ describe("Workspace.open", () => {
         assert.include(yield* reasonOf(root), expected)
         assert.strictEqual(fs.readFileSync(path.join(root, ".maka-workspace.json"), "utf8"), text, "left unchanged")
       }
+      // A marker of 3 GB (sparse) is refused by its size, never read whole.
+      const huge = path.join(base, "huge-marker")
+      fs.mkdirSync(huge)
+      const hugeMarker = path.join(huge, ".maka-workspace.json")
+      fs.writeFileSync(hugeMarker, "")
+      fs.truncateSync(hugeMarker, 3 * 1024 ** 3)
+      assert.include(yield* reasonOf(huge), `workspace marker is ${3 * 1024 ** 3} bytes; a marker holds at most 4096`)
       const directoryMarker = path.join(base, "directory-marker")
       fs.mkdirSync(path.join(directoryMarker, ".maka-workspace.json"), { recursive: true })
       assert.include(yield* reasonOf(directoryMarker), "not a regular file")

@@ -11,7 +11,7 @@ import { Canonical, EventWrite, Limits, type ToolCall } from "@maka/facts"
 import { Effect, Option } from "effect"
 import type { ToolFailure } from "../Tool.ts"
 import { lstatRawChild, openForReading, rawEntries } from "./beneath.ts"
-import { canonicalRoot, existing, failure } from "./confine.ts"
+import { canonicalRoot, existing, failure, fsFailure } from "./confine.ts"
 
 export interface Entry {
   readonly name: string
@@ -39,8 +39,13 @@ export const listFiles = (root: string, input: { readonly path?: string | undefi
           ({ name }) =>
             lstatRawChild(directory, name).pipe(
               Effect.map((entry) => Option.some<Entry>({ name: name.toString("utf8"), type: typeOf(entry), size: entry.size })),
-              // An entry removed between readdir and lstat is simply not listed.
-              Effect.orElseSucceed(() => Option.none<Entry>()),
+              // An entry removed between readdir and lstat is simply not listed; any other error (a
+              // directory that can be read but not searched) fails the call: never a shorter list.
+              Effect.catch((error) =>
+                error.code === "ENOENT"
+                  ? Effect.succeed(Option.none<Entry>())
+                  : Effect.fail(fsFailure(`${displayPath === "." ? "" : `${displayPath}/`}${name.toString("utf8")}`)(error)),
+              ),
             ),
           { concurrency: 16 },
         )
