@@ -12,7 +12,7 @@ export const NATIVE_BUILD_HINT =
   "`pnpm rebuild better-sqlite3`; with npm or yarn run `npm rebuild better-sqlite3`"
 
 export const WRITER_BUSY_HINT =
-  "another engine (this process or another one) has the SQLite file open; close it, or give this engine its own file"
+  "another engine (in this process or another one, a `maka` command included) has the SQLite file open for writing; wait until it is closed, or use another file"
 
 export const WRITER_LOST_HINT =
   "open the log again (a new engine, or the command run again): recovery seals what this one left open"
