@@ -82,7 +82,8 @@ export const seal = (
   outcome: Outcome.InvocationOutcome,
 ): Effect.Effect<Outcome.InvocationOutcome, EventLogError.EventLogError | EngineError.EngineError, Ids.Ids> =>
   Effect.gen(function* () {
-    const facts = sealingFacts(yield* log.invocationRecovery(invocation), outcome)
+    // Read whatever its length: a crashed run that grew past the read limits is sealed all the same.
+    const facts = sealingFacts(yield* log.invocationRecovery(invocation, Number.POSITIVE_INFINITY, Number.POSITIVE_INFINITY), outcome)
     const writes = yield* Effect.forEach(facts, (fact) => write(invocation, fact))
     yield* log.appendBatch(writes)
     const terminal = facts[facts.length - 1]!

@@ -135,6 +135,33 @@ describe("Recovery.recover", () => {
       }),
     ))
 
+  it.live("seals a crashed run past the read limits (over 8 MiB of its own events)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const { log } = yield* LogTesting.makeTemporary()
+        const history = new History.History()
+        const run = history.open()
+        const step = run.request()
+        const calls = Array.from({ length: 48 }, (_, index) => ({ id: `call-${index}`, name: "read_file" }))
+        run.complete(step, FactBuilders.toolCallStep(calls))
+        // 48 results of 200 KiB (each under the projection's limit, so stored in its settlement): 9.4 MiB
+        // of the run's own events, then a request the crash left unanswered.
+        for (const call of calls) run.succeed(run.dispatch(step, call.id), { format: "text", value: "z".repeat(200 * 1024) })
+        const next = run.request()
+        yield* log.appendBatch(history.writes)
+        const limited = yield* Effect.flip(log.invocationRecovery(run.invocation))
+        assert.strictEqual(limited.reason._tag === "Rejected" && limited.reason.rejection._tag, "PrefixTooLarge")
+        const report = yield* Recovery.recover(log).pipe(Effect.provide(Ids.layer))
+        assert.deepStrictEqual(report, { sealed: [{ invocation: run.invocation, failureClass: "host_interrupted" }], count: 1, unsealed: [] })
+        const tail = (yield* log.events(run.invocation.sessionId)).slice(-2).map((stored) => stored.event.fact)
+        assert.deepStrictEqual(tail, [
+          { kind: "model_interrupted", stepId: next, status: "failed" },
+          { kind: "invocation_ended", outcome: { kind: "failed", class: "host_interrupted" } },
+        ])
+        assert.deepStrictEqual(yield* log.unfinishedInvocations(10), [])
+      }),
+    ))
+
   it.live("seal returns the terminal it wrote: outcome_unknown over an unsettled dispatch", () =>
     Effect.scoped(
       Effect.gen(function* () {

@@ -411,6 +411,26 @@ for (const dialect of dialects()) {
         }),
       ))
 
+    it("reads what recovery must seal page by page, and an invocation of any length with unbounded limits", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = new History.History()
+          const run = history.open()
+          const step = run.request()
+          const calls = Array.from({ length: 1_500 }, (_, index) => ({ id: `call-${index}`, name: "read_file" }))
+          run.complete(step, FactBuilders.toolCallStep(calls))
+          // 1,200 dispatches: more rows than one page of the read holds.
+          for (const call of calls.slice(0, 1_200)) run.dispatch(step, call.id)
+          yield* appendAll(log, history.writes)
+          const unbounded = yield* log.invocationRecovery(run.invocation, Number.POSITIVE_INFINITY, Number.POSITIVE_INFINITY)
+          expect(unbounded.uncertainOperations).toEqual(calls.slice(0, 1_200).map((call) => `${step}:${call.id}`))
+          expect(unbounded.undispatchedCalls.map((call) => call.operationId)).toEqual(calls.slice(1_200).map((call) => `${step}:${call.id}`))
+          expect(unbounded.unfinishedModelSteps).toEqual([])
+          const tooLarge = yield* failure(log.invocationRecovery(run.invocation, 1_100))
+          expect(tooLarge.reason._tag === "Rejected" && tooLarge.reason.rejection._tag).toBe("PrefixTooLarge")
+        }),
+      ))
+
     it("reads what recovery must seal without the run's observations, and refuses an invocation of a foreign session (scenario 67)", () =>
       withLog(dialect, (log) =>
         Effect.gen(function* () {

@@ -919,9 +919,9 @@ const seal = (run: Run, intended: Outcome.InvocationOutcome): Effect.Effect<Outc
       const facts =
         outcome.kind === "completed" || outcome.kind === "handoff_paused"
           ? terminal
-          : yield* run.log.invocationRecovery(run.settings.invocation).pipe(
+          : yield* run.log.invocationRecovery(run.settings.invocation, Number.POSITIVE_INFINITY, Number.POSITIVE_INFINITY).pipe(
               Effect.map((recovery) => Recovery.sealingFacts(recovery, outcome)),
-              // Unreadable (an invocation over the read limits): the run's own account holds when every commit went through.
+              // Unreadable: the run's own account holds when every commit went through.
               Effect.catchIf(
                 () => !run.mayBeUnresolved,
                 () => Effect.succeed(terminal),

@@ -95,6 +95,9 @@ export class Accumulator implements InvocationState {
   }
 }
 
+/** An empty state that `add` folds events into one at a time (for reads that come in pages). */
+export const accumulator = (): InvocationState & { readonly add: (stored: Event.StoredEvent) => void } => new Accumulator()
+
 export const fold = (events: Iterable<Event.StoredEvent>): InvocationState => {
   const state = new Accumulator()
   for (const stored of events) state.add(stored)

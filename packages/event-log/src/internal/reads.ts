@@ -150,22 +150,37 @@ export interface InvocationRecovery {
   readonly uncertainOperations: ReadonlyArray<string>
 }
 
-/** What recovery must seal for one invocation; `model_observed` payloads are not read. */
+/** How many rows one page of `invocationRecovery` reads. */
+const RECOVERY_PAGE_ROWS = 1_000
+
+/**
+ * What recovery must seal for one invocation; `model_observed` payloads are not read. The rows are
+ * read a page at a time and folded as they come; over `maxEvents` rows or `maxBytes` of their JSON
+ * is `PrefixTooLarge` (`Infinity` for either reads an invocation of any length: recovery must seal
+ * a crashed run however long it grew, docs/engine.md §5.13).
+ */
 export const invocationRecovery = async (
   tx: Rows.Tx,
   invocation: Identity.Invocation,
   maxEvents: number,
   maxBytes: number,
 ): Promise<InvocationRecovery> => {
-  const rows = await Rows.ofInvocation(tx, invocation.invocationId)
-  if (rows.length > maxEvents) throw EventLogError.prefixTooLarge()
+  const state = InvocationState.accumulator()
+  let events = 0
   let bytes = 0
-  for (const row of rows) bytes += Canonical.utf8Length(row.json)
-  if (bytes > maxBytes) throw EventLogError.prefixTooLarge()
-  if (rows.some((row) => row.sessionId !== invocation.sessionId)) {
-    throw EventLogError.invalidTransition("the invocation belongs to another session")
+  for (let after = 0; ; ) {
+    const rows = await Rows.ofInvocationPage(tx, invocation.invocationId, after, RECOVERY_PAGE_ROWS)
+    events += rows.length
+    if (events > maxEvents) throw EventLogError.prefixTooLarge()
+    for (const row of rows) {
+      bytes += Canonical.utf8Length(row.json)
+      if (row.sessionId !== invocation.sessionId) throw EventLogError.invalidTransition("the invocation belongs to another session")
+    }
+    if (bytes > maxBytes) throw EventLogError.prefixTooLarge()
+    for (const row of rows) state.add(Rows.stored(row))
+    if (rows.length < RECOVERY_PAGE_ROWS) break
+    after = rows[rows.length - 1]!.sequence
   }
-  const state = InvocationState.fold(rows.map(Rows.stored))
   return {
     unfinishedModelSteps: InvocationState.unresolvedRequests(state),
     undispatchedCalls: InvocationState.unresolvedLocalCalls(state).map((call) => ({

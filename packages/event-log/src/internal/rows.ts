@@ -245,6 +245,20 @@ export const ofInvocation = async (tx: Tx, invocationId: string): Promise<Readon
       .execute()
   ).map(toRow)
 
+/** One page of `ofInvocation`: at most `limit` rows after the sequence `after`. */
+export const ofInvocationPage = async (tx: Tx, invocationId: string, after: number, limit: number): Promise<ReadonlyArray<Row>> =>
+  (
+    await tx
+      .selectFrom("event_log")
+      .select(columns)
+      .where("invocation_id", "=", invocationId)
+      .where(notObservation)
+      .where("sequence", ">", after)
+      .orderBy("sequence")
+      .limit(limit)
+      .execute()
+  ).map(toRow)
+
 /** Events of a session of one kind, in sequence order (the openings from their own index). */
 export const ofSessionKind = async (tx: Tx, sessionId: string, kind: string): Promise<ReadonlyArray<Row>> =>
   (
