@@ -83,6 +83,14 @@ describe("EventLog.backup", () => {
           const error = yield* failure(log.backup(destination))
           expect(error.reason._tag).toBe("Io")
           expect(fs.readFileSync(destination, "utf8")).toBe("mine")
+          // Nor one the destination names with whitespace after it, which the driver would drop.
+          for (const named of [`${destination} `, `${destination}\n`]) {
+            const trailing = yield* failure(log.backup(named))
+            expect(trailing.reason._tag).toBe("Io")
+            expect(trailing.message).toContain("ends in whitespace")
+          }
+          expect(fs.readFileSync(destination, "utf8")).toBe("mine")
+          expect(fs.readdirSync(path.dirname(destination))).toEqual(["taken.sqlite"])
         }),
       ),
     ))

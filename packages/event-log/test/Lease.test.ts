@@ -140,6 +140,12 @@ describe("the writer lease", () => {
   it("refuses a path ending in whitespace, which the driver would open without it, and creates nothing", async () => {
     const directory = temporaryDirectory()
     const held = await openSqlite(path.join(directory, "events.sqlite"))
+    // A link whose target ends in whitespace is refused as its target would be.
+    fs.writeFileSync(path.join(directory, "events.sqlite "), "")
+    fs.symlinkSync("events.sqlite ", path.join(directory, "alias.sqlite"))
+    await expectReason(openSqlite(path.join(directory, "alias.sqlite")), "UnsupportedDatabase", "ends in whitespace")
+    fs.unlinkSync(path.join(directory, "alias.sqlite"))
+    fs.unlinkSync(path.join(directory, "events.sqlite "))
     for (const name of ["events.sqlite ", "events.sqlite\t", "events.sqlite\n", "events.sqlite\u00a0", "   "]) {
       await expectReason(openSqlite(path.join(directory, name)), "UnsupportedDatabase", "ends in whitespace")
       await expectReason(openSqlite(path.join(directory, name), { readOnly: true }), "UnsupportedDatabase", "ends in whitespace")
@@ -304,7 +310,9 @@ describe("the writer lease across processes", () => {
     for (let waited = 0; keeperProcessId() !== undefined && waited < 5_000; waited += 20) {
       await new Promise((resolve) => setTimeout(resolve, 20))
     }
-    await expectReason(database.write(async () => 1), "WriterBusy")
+    const lost = await expectReason(database.write(async () => 1), "WriterBusy")
+    // Its own lease was lost, not taken by another writer: it says so.
+    expect(lost.reason).toEqual({ _tag: "WriterBusy", path: file, lost: true })
     const free = spawnChild(childScript("writer.ts"), ["try", file])
     expect(await free.line("opened")).toBe("opened")
     await database.close()

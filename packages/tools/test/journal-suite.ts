@@ -365,16 +365,16 @@ export const journalSuite = (name: string, makeSinkLayer: MakeSinkLayer) =>
       }).pipe(Effect.provide(makeSinkLayer())),
     )
 
-    it.effect("scrubs what a cut left of a secret: its first or last eight characters or more", () =>
+    it.effect("scrubs what a cut left of a secret, and leaves its vendor's prefix in ordinary text", () =>
       Effect.gen(function* () {
-        const key = "sk-LIVEKEY-0123456789abcdefghij"
+        const key = "sk-proj-Xq3v9LmZ2bT7wRk4Yp1sN8dF6gH0jK5cV2xQ9aE3"
         const outputs: Record<string, string> = {
           // A tool that kept the head of its output, cut inside the key.
-          head: `aaaa${key.slice(0, 20)}\n[truncated: 11 more bytes]`,
+          head: `aaaa${key.slice(0, 24)}\n[truncated: 24 more bytes]`,
           // A page that begins inside the key.
-          tail: `${key.slice(-15)} and the rest`,
-          // Seven characters are the vendor's prefix, and stay; so does other text.
-          short: `${key.slice(0, 7)} ${key.slice(-7)} sk-other`,
+          tail: `${key.slice(-20)} and the rest`,
+          // Code that names the vendor's prefix, and pieces shorter than 16 characters, stay.
+          short: `key.startsWith("sk-proj-") ${key.slice(0, 15)} ${key.slice(-15)}`,
         }
         const show = Tool.make({
           name: "show",
@@ -391,9 +391,9 @@ export const journalSuite = (name: string, makeSinkLayer: MakeSinkLayer) =>
           fact.kind === "tool_settled" && fact.outcome.kind === "succeeded" ? [fact.outcome.projection] : [],
         )
         assert.deepStrictEqual(settled, [
-          { kind: "text", text: "aaaa[redacted]\n[truncated: 11 more bytes]" },
+          { kind: "text", text: "aaaa[redacted]\n[truncated: 24 more bytes]" },
           { kind: "text", text: "[redacted] and the rest" },
-          { kind: "text", text: `${key.slice(0, 7)} ${key.slice(-7)} sk-other` },
+          { kind: "text", text: outputs["short"]! },
         ])
       }).pipe(Effect.provide(makeSinkLayer())),
     )

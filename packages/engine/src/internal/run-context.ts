@@ -137,7 +137,14 @@ export const storeError = (error: EventLogError.EventLogError) => EngineError.fr
 /** A refused or failed commit of the run; one refused because the run is sealed says who sealed it. */
 export const commitError = (error: EventLogError.EventLogError) =>
   EngineError.commit(
-    Hints.append(error.message, error.reason._tag === "Rejected" && error.reason.rejection._tag === "Sealed" ? Hints.SEALED_HINT : undefined),
+    Hints.append(
+      error.message,
+      error.reason._tag === "Rejected" && error.reason.rejection._tag === "Sealed"
+        ? Hints.SEALED_HINT
+        : error.reason._tag === "WriterBusy" && error.reason.lost === true
+          ? Hints.WRITER_LOST_HINT
+          : undefined,
+    ),
   )
 
 /** An event of a batch about to commit: its sequence is assigned, the transaction still open. */

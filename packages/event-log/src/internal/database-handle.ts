@@ -175,8 +175,9 @@ export const makeDatabase = (parts: DatabaseParts): Database => {
     write: (body) => {
       if (closing !== undefined) return closed()
       const { beginWrite } = parts
+      // Not closing, so the lease was lost: its keeper ended.
       if (parts.isLeaseHeld !== undefined && !parts.isLeaseHeld()) {
-        return Promise.reject(EventLogError.make({ _tag: "WriterBusy", path: location }))
+        return Promise.reject(EventLogError.make({ _tag: "WriterBusy", path: location, lost: true }))
       }
       if (beginWrite === undefined) {
         return Promise.reject(

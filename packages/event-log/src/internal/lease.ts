@@ -117,6 +117,10 @@ export const canonicalDatabasePath = (databasePath: string): string => {
       throw storeError(error, absolute)
     }
   }
+  // A symbolic link may name a target that ends in whitespace, as the path itself may.
+  if (canonical.trimEnd() !== canonical) {
+    throw unsupported(`${JSON.stringify(canonical)} ends in whitespace, which the SQLite driver drops; refusing to open it as an event log`)
+  }
   const sidecar = sidecarOf(canonical)
   if (sidecar !== undefined) {
     throw unsupported(`${canonical} is the ${sidecar.suffix} file of the database ${sidecar.database}, not an event log; refusing to open it`)

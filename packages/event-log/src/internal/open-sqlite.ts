@@ -315,6 +315,10 @@ const refuseForeignHeader = (file: string): Exclude<Header, { readonly kind: "no
  */
 const backupTo = (connection: BetterSqlite3.Database, source: string) => async (destination: string): Promise<void> => {
   const target = nodePath.resolve(destination)
+  // better-sqlite3 trims the name it writes: the checks below would look at another file.
+  if (target.trimEnd() !== target) {
+    throw EventLogError.make({ _tag: "Io", message: `${JSON.stringify(target)} ends in whitespace, which the SQLite driver drops; pick another path` })
+  }
   // Any entry counts, a dangling symbolic link too: the copy would be written where it points.
   if (lstatOrUndefined(target) !== undefined) {
     throw EventLogError.make({ _tag: "Io", message: `${target} already exists; a backup never overwrites a file` })
