@@ -6,8 +6,8 @@ import BetterSqlite3 from "better-sqlite3"
 import { afterEach, beforeAll, afterAll, describe, expect, it } from "vitest"
 import type { Event } from "@maka/facts"
 import type { EventLog } from "@maka/event-log"
-import { sourceLine, UNCHECKED_TOOLS } from "../src/internal/inspect.ts"
-import { describeEvent } from "../src/internal/read-commands.ts"
+import { inspectCommand, sourceLine, UNCHECKED_TOOLS } from "../src/internal/inspect.ts"
+import { describeEvent, eventsCommand } from "../src/internal/read-commands.ts"
 import { eventLines, folder, maka, when, type Folder } from "./support/cli.ts"
 
 /** Every file of a folder with its digest, to prove a command changed nothing. */
@@ -54,6 +54,41 @@ describe("read-only commands over a log with a completed and a crashed run", () 
     expect(unknown.code).toBe(0)
     expect(unknown.stdout).toBe("")
   })
+
+  it.each(["events", "inspect"] as const)(
+    "maka %s prints at the pace of stdout's reader, and stops once the reader went away",
+    async (command) => {
+      // A sink whose stdout is full after each line until released, as a pipe nobody reads is.
+      const lines: Array<string> = []
+      let release: (() => void) | undefined
+      const outClosed = new AbortController()
+      const sink = {
+        out: (text: string) => void lines.push(text),
+        err: () => undefined,
+        outClosed: outClosed.signal,
+        outDrained: () => new Promise<void>((resolve) => (release = resolve)),
+      }
+      const run = (command === "events" ? eventsCommand : inspectCommand)({
+        args: ["--db", shared.db, "--session", "done"],
+        environment: {},
+        cwd: shared.root,
+        sink,
+      })
+      for (let waited = 0; lines.length === 0 && waited < 10_000; waited += 10) await new Promise((resolve) => setTimeout(resolve, 10))
+      await new Promise((resolve) => setTimeout(resolve, 100))
+      // One line, then it waits for the reader.
+      expect(lines).toHaveLength(command === "events" ? 1 : 2)
+      release!()
+      await new Promise((resolve) => setTimeout(resolve, 100))
+      expect(lines).toHaveLength(command === "events" ? 2 : 3)
+      // The reader goes away: nothing more is printed, and the command ends as it would.
+      outClosed.abort()
+      release!()
+      expect(await run).toBe(0)
+      expect(lines).toHaveLength(command === "events" ? 2 : 3)
+    },
+    30_000,
+  )
 
   it("maka inspect shows the timeline: invocation, steps, tool calls with durations, terminal", async () => {
     const result = await maka(["inspect", "--db", shared.db, "--session", "done"], { cwd: shared.root })

@@ -3,6 +3,7 @@
  * visible escapes on a terminal, and pass through unchanged to a pipe.
  */
 import { spawn, spawnSync } from "node:child_process"
+import { EventEmitter } from "node:events"
 import * as fs from "node:fs"
 import * as path from "node:path"
 import { afterEach, describe, expect, it } from "vitest"
@@ -206,4 +207,42 @@ describe("maka whose reader goes away", () => {
     expect(cut.stderr).toBe("")
     expect(cut.code).toBe(0)
   }, 60_000)
+})
+
+describe("processSink's outDrained", () => {
+  /** A stream whose buffer is full after every write, as a pipe nobody reads. */
+  const fullStream = () => {
+    const emitter = new EventEmitter()
+    return Object.assign(emitter, { isTTY: false, write: () => false })
+  }
+
+  it("is undefined while stdout takes what it is given, and a promise from a write it held back until it drains", async () => {
+    const stdout = fullStream()
+    const taking = { isTTY: false, write: () => true }
+    expect(processSink(taking, taking).outDrained!()).toBeUndefined()
+    const sink = processSink(stdout, taking)
+    expect(sink.outDrained!()).toBeUndefined()
+    sink.out("line\n")
+    const drained = sink.outDrained!()
+    expect(drained).toBeInstanceOf(Promise)
+    let settled = false
+    void drained!.then(() => (settled = true))
+    await new Promise((resolve) => setTimeout(resolve, 20))
+    expect(settled).toBe(false)
+    stdout.emit("drain")
+    await drained
+    expect(sink.outDrained!()).toBeUndefined()
+  })
+
+  it("settles when stdout fails: a reader that went away never holds a command", async () => {
+    const stdout = fullStream()
+    const sink = processSink(stdout, { isTTY: false, write: () => true })
+    sink.out("line\n")
+    const drained = sink.outDrained!()
+    stdout.emit("error", Object.assign(new Error("write EPIPE"), { code: "EPIPE" }))
+    await drained
+    expect(sink.outClosed?.aborted).toBe(true)
+    sink.out("more\n")
+    expect(sink.outDrained!()).toBeUndefined()
+  })
 })

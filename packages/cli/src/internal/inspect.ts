@@ -418,8 +418,11 @@ export interface SessionView {
   readonly outputs: ReadonlyMap<string, Model.ModelStep>
 }
 
-/** The session's view, its events read page by page (`sessionEventPages`). */
-export const readSession = async (open: OpenLog, sessionId: string): Promise<SessionView> => {
+/**
+ * The session's view, its events read page by page (`sessionEventPages`); the model's outputs are
+ * kept only `withOutputs` (the page shows them; the timeline does not).
+ */
+export const readSession = async (open: OpenLog, sessionId: string, withOutputs = true): Promise<SessionView> => {
   const lines: Array<string> = []
   const add = timelineOf(lines)
   const openings = new Map<string, Fact.InvocationOpened>()
@@ -432,7 +435,7 @@ export const readSession = async (open: OpenLog, sessionId: string): Promise<Ses
       const fact = stored.event.fact
       if (fact.kind === "invocation_opened") openings.set(stored.event.invocation.invocationId, fact)
       else if (fact.kind === "model_requested" && fact.purpose === "main") mainRequests.push(stored)
-      else if (fact.kind === "model_completed") outputs.set(fact.stepId, fact.output)
+      else if (fact.kind === "model_completed" && withOutputs) outputs.set(fact.stepId, fact.output)
     }
     count += page.length
   }
@@ -452,7 +455,7 @@ export const inspectCommand = async (context: CommandContext): Promise<number> =
   let page: InspectPage | undefined
   let stepSource: StepSource | undefined
   try {
-    session = await readSession(open, sessionId)
+    session = await readSession(open, sessionId, html !== undefined)
     const { mainRequests } = session
     // Checked before the page is written: a usage error leaves nothing behind.
     if (stepNumber !== undefined && stepNumber > mainRequests.length) {
@@ -477,7 +480,13 @@ export const inspectCommand = async (context: CommandContext): Promise<number> =
   }
   if (html === undefined && stepNumber === undefined) {
     context.sink.out(`session ${sessionId}: ${session.count} events\n`)
-    for (const line of session.lines) context.sink.out(`${line}\n`)
+    // At the pace of stdout's reader; one that went away (`| head`) ends the printing.
+    for (const line of session.lines) {
+      context.sink.out(`${line}\n`)
+      const drained = context.sink.outDrained?.()
+      if (drained !== undefined) await drained
+      if (context.sink.outClosed?.aborted === true) break
+    }
     return ExitCode.completed
   }
   if (html !== undefined && page !== undefined) {

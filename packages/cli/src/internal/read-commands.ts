@@ -61,9 +61,15 @@ export const eventsCommand = async (context: CommandContext): Promise<number> =>
   const sessionId = Flags.requiredSession(values, "events")
   const open = await openReadOnly(target)
   try {
-    // Printed as read: a long session is never held whole.
+    // Printed as read, at the pace of stdout's reader: a long session is never held whole, and a
+    // reader that went away (`| head`) ends the reading.
     for await (const page of sessionEventPages(open, sessionId)) {
-      for (const stored of page) context.sink.out(`${values.json === true ? eventLine(stored) : describeEvent(stored)}\n`)
+      for (const stored of page) {
+        context.sink.out(`${values.json === true ? eventLine(stored) : describeEvent(stored)}\n`)
+        const drained = context.sink.outDrained?.()
+        if (drained !== undefined) await drained
+        if (context.sink.outClosed?.aborted === true) return ExitCode.completed
+      }
     }
     return ExitCode.completed
   } finally {

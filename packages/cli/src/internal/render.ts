@@ -13,6 +13,12 @@ export interface Sink {
   readonly outClosed?: AbortSignal
   /** The error code of stdout's first failed write (`EPIPE`: its reader went away), if it failed. */
   readonly outFailure?: () => string | undefined
+  /**
+   * While stdout holds more than its buffer's worth that its reader has not taken: a promise that
+   * settles once it drains (or fails); otherwise undefined. A command that prints much awaits it, so
+   * a slow reader slows the command instead of growing its memory.
+   */
+  readonly outDrained?: () => Promise<void> | undefined
 }
 
 /**

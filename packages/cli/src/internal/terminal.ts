@@ -25,8 +25,10 @@ export const terminalSafe = (text: string): string => text.replace(CONTROL, visi
 /** Where a sink writes: a stream that may be a terminal, and that reports a failed write. */
 export interface OutputStream {
   readonly isTTY?: boolean | undefined
+  /** False when the stream's buffer is full (Node's writable streams): `drain` follows. */
   readonly write: (text: string) => unknown
   readonly on?: (event: "error", listener: (error: Error) => void) => unknown
+  readonly once?: (event: "drain", listener: () => void) => unknown
 }
 
 /** The process's sink, which also tells how stdout failed, if it did. */
@@ -52,14 +54,29 @@ export const processSink = (stdout: OutputStream, stderr: OutputStream): Process
   let outFailure: string | undefined
   const writer = (stream: OutputStream, onFailed: (error: Error) => void) => {
     let failed = false
+    // Set while the stream's buffer is full, until it drains; what waits for that.
+    let draining: Promise<void> | undefined
+    let drainedNow: (() => void) | undefined
+    const drained = () => {
+      draining = undefined
+      drainedNow?.()
+      drainedNow = undefined
+    }
     stream.on?.("error", (error) => {
       if (failed) return
       failed = true
+      drained()
       onFailed(error)
     })
     const safe = stream.isTTY === true
     const write = (text: string) => {
-      if (!failed) stream.write(text)
+      if (failed) return
+      if (stream.write(text) === false && draining === undefined && stream.once !== undefined) {
+        draining = new Promise<void>((resolve) => {
+          drainedNow = resolve
+        })
+        stream.once("drain", drained)
+      }
     }
     // A carriage return that ends a write is held back until the next one tells whether a line feed
     // follows it: a CR LF split across two writes (two deltas of a stream) still ends a line.
@@ -76,6 +93,7 @@ export const processSink = (stdout: OutputStream, stderr: OutputStream): Process
         if (heldReturn) write(terminalSafe("\r"))
         heldReturn = false
       },
+      drained: () => draining,
     }
   }
   const out = writer(stdout, (error) => {
@@ -89,6 +107,7 @@ export const processSink = (stdout: OutputStream, stderr: OutputStream): Process
     err: err.write,
     outClosed: outClosed.signal,
     outFailure: () => outFailure,
+    outDrained: out.drained,
     flush: () => {
       out.flush()
       err.flush()
