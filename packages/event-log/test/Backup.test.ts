@@ -9,7 +9,7 @@ import { openSqlite } from "../src/internal/open-sqlite.ts"
 import * as Testing from "../src/testing.ts"
 import { dialects } from "./support/dialects.ts"
 import { appendAll, failure, withLog } from "./support/harness.ts"
-import { temporaryDirectory } from "./fixtures/storage.ts"
+import { childScript, spawnChild, temporaryDirectory } from "./fixtures/storage.ts"
 
 /** A finished run of its own session: opening, a request, its completion and the terminal. */
 const session = (index: number) => {
@@ -53,6 +53,50 @@ describe("EventLog.backup", () => {
         }),
       ),
     ))
+
+  it("finishes while another process commits without pause, and leaves nothing at the destination until it has", async () => {
+    const directory = temporaryDirectory()
+    const file = path.join(directory, "events.sqlite")
+    // About 12 MB: some thousands of pages, so a commit by the other process lands inside the copy.
+    await Effect.runPromise(
+      Effect.scoped(
+        Effect.gen(function* () {
+          const log = yield* EventLog.fromDatabase(() => openSqlite(file, { synchronous: "NORMAL" }))
+          for (let index = 0; index < 2_000; index++) {
+            const history = new History.History({ sessionId: `session-${index}`, firstId: 1 + index * 100 })
+            const run = history.open({ invocationId: `invocation-${index}`, runId: `run-${index}`, turnId: `turn-${index}` })
+            run.complete(run.request(), FactBuilders.textStep(`answer ${index} ${"x".repeat(4_000)}`))
+            run.end()
+            yield* appendAll(log, history.writes)
+          }
+        }),
+      ),
+    )
+    const writer = spawnChild(childScript("append-loop.ts"), [file, "10000"])
+    try {
+      await writer.line("appending")
+      const destination = path.join(temporaryDirectory(), "backup.sqlite")
+      const reader = await openSqlite(file, { readOnly: true })
+      try {
+        await reader.backup(destination)
+      } finally {
+        await reader.close()
+      }
+      expect(fs.readdirSync(path.dirname(destination))).toEqual(["backup.sqlite"])
+      const copy = await openSqlite(destination, { readOnly: true })
+      try {
+        const prefix = await Effect.runPromise(
+          Effect.scoped(Effect.flatMap(EventLog.fromDatabase(() => Promise.resolve(copy)), (log) => log.prefix({ kind: "root" }, 100_000, 1 << 30))),
+        )
+        expect(prefix.events.length).toBeGreaterThanOrEqual(2_000 * 4)
+      } finally {
+        await copy.close()
+      }
+    } finally {
+      writer.process.kill("SIGKILL")
+      await writer.exited
+    }
+  }, 120_000)
 
   it("copies a live log from another connection with VACUUM INTO, as the README says", () =>
     Effect.runPromise(

@@ -312,6 +312,7 @@ const refuseForeignHeader = (file: string): Exclude<Header, { readonly kind: "no
  * The online backup of `connection` to `destination`, a path that must not exist yet (a backup never
  * overwrites a file). Pages are copied in steps between other operations; pages this connection
  * changes meanwhile are carried into the copy, so it holds every commit made before it finished.
+ * A commit by another connection restarts the copy; after one, the rest is copied in one step.
  */
 const backupTo = (connection: BetterSqlite3.Database, source: string) => async (destination: string): Promise<void> => {
   const target = nodePath.resolve(destination)
@@ -329,9 +330,29 @@ const backupTo = (connection: BetterSqlite3.Database, source: string) => async (
   if (sidecar !== undefined) {
     throw EventLogError.make({ _tag: "Io", message: `${target} is the name of the ${sidecar.suffix} file of the database ${sidecar.database}; pick another path` })
   }
+  // Written under a temporary name beside it and renamed into place once whole: a backup that is
+  // stopped half-way leaves no file at `destination` that looks like a log and is not one.
+  const temporary = nodePath.join(nodePath.dirname(target), `.${nodePath.basename(target)}.${process.pid}.backup-tmp`)
+  let remaining = Number.POSITIVE_INFINITY
+  let wasRestarted = false
   try {
-    await connection.backup(target)
+    await connection.backup(temporary, {
+      // 100 pages a step, between other work; once a write by another connection restarted the copy
+      // (its remaining pages went up), the rest in one step: a log written without pause would
+      // otherwise restart it for as long as the writes go on.
+      progress: ({ remainingPages }) => {
+        wasRestarted ||= remainingPages > remaining
+        remaining = remainingPages
+        return wasRestarted ? 0x7fff_ffff : 100
+      },
+    })
+    if (lstatOrUndefined(target) !== undefined) {
+      throw EventLogError.make({ _tag: "Io", message: `${target} appeared while the backup ran; a backup never overwrites a file` })
+    }
+    fs.renameSync(temporary, target)
   } catch (error) {
+    fs.rmSync(temporary, { force: true })
+    fs.rmSync(`${temporary}-journal`, { force: true })
     throw storeError(error, `${source} → ${target}`)
   }
 }
