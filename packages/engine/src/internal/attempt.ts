@@ -173,6 +173,13 @@ class StreamFailed extends Data.TaggedError("StreamFailed")<{
 /** What a model output that no fact may hold (a tool input nested deeper than a fact allows) fails as. */
 const OUTPUT_EXCEEDS_EVENT = "model output exceeds event limit"
 
+/**
+ * The most tool calls one model step may hold (docs/engine.md §5.6): a step's calls are settled
+ * with two events each, and the next request carries them whole, so a step past the read limit's
+ * reach (10,000 events) could never be read back, nor compacted. Beyond any real model's habit.
+ */
+export const MAX_TOOL_CALLS_PER_STEP = 1_000
+
 const unrecordable = (rule: string): ModelError.ModelError =>
   rule === "event_too_large" ? ModelError.adapter(OUTPUT_EXCEEDS_EVENT) : ModelError.adapter(`model output is not a valid fact: ${rule}`)
 
@@ -352,6 +359,10 @@ export const attempt = (run: Run, input: AttemptInput): Effect.Effect<Completed,
     const { writes: observations, kept, refused } = yield* observationWrites(run, pending)
     if (Result.isFailure(built)) return yield* interrupted(unrecordable(built.failure.rule), kept)
     if (refused !== undefined) return yield* interrupted(unrecordable(refused), kept)
+    const calls = step.parts.filter((part) => part.kind === "tool_call").length
+    if (calls > MAX_TOOL_CALLS_PER_STEP) {
+      return yield* interrupted(ModelError.adapter(`model output has ${calls} tool calls; a step runs at most ${MAX_TOOL_CALLS_PER_STEP}`), kept)
+    }
     const completion = built.success
     if (input.purpose === "summary") {
       // A summary's completion is durable before the job reads it: its checkpoint names it.
