@@ -99,6 +99,11 @@ export interface InspectPage {
   readonly step: (stored: Event.StoredEvent, source: StepSource) => void
   /** The page's HTML. */
   readonly finish: () => string
+  /**
+   * The page's HTML in pieces, for writing to a file: a page of a long session is larger than the
+   * longest string V8 can hold (about 512 MiB). Each step's section is dropped once given.
+   */
+  readonly pieces: () => Iterable<string>
 }
 
 /** The page of a session, from what `maka inspect` kept of its events. */
@@ -154,9 +159,9 @@ ${output}
 </details>`)
     previous = { number, prompt: rebuilt.prompt }
   }
-  const finish = (): string => {
+  function* pieces(): Generator<string> {
     const steps = stepSections.length
-  return `<!doctype html>
+    yield `<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
@@ -170,17 +175,26 @@ ${output}
 <p>${session.count} events, ${steps} model steps.</p>
 <h2>Timeline</h2>
 <ol class="timeline">
-${session.lines.map((line) => `<li>${escape(line)}</li>`).join("\n")}
+`
+    for (let index = 0; index < session.lines.length; index++) {
+      yield `${index === 0 ? "" : "\n"}<li>${escape(session.lines[index]!)}</li>`
+    }
+    yield `
 </ol>
 <h2>Context size per step</h2>
 <table class="sizes">
 ${sizeRows.join("\n")}
 </table>
 <h2>Steps</h2>
-${stepSections.join("\n")}
+`
+    for (let index = 0; index < stepSections.length; index++) {
+      yield `${index === 0 ? "" : "\n"}${stepSections[index]!}`
+      stepSections[index] = ""
+    }
+    yield `
 </body>
 </html>
 `
   }
-  return { step, finish }
+  return { step, finish: () => [...pieces()].join(""), pieces }
 }

@@ -392,7 +392,13 @@ const writePage = async (file: string, page: InspectPage): Promise<void> => {
   // Named apart from FILE, whose own name may already be as long as a name can be.
   const temporary = path.join(path.dirname(file), `.maka-inspect-${process.pid}-${crypto.randomBytes(4).toString("hex")}.tmp`)
   try {
-    fs.writeFileSync(temporary, page.finish(), { flag: "wx" })
+    // Piece by piece: a long session's page is larger than one string can be.
+    const descriptor = fs.openSync(temporary, "wx")
+    try {
+      for (const piece of page.pieces()) fs.writeSync(descriptor, piece)
+    } finally {
+      fs.closeSync(descriptor)
+    }
     fs.renameSync(temporary, file)
   } catch (error) {
     try {
