@@ -144,7 +144,7 @@ const resumeOne = async (
     handoff: () => runtime.runPromise(running.handoff).then((sealed) => sealed ?? null),
     cancel: () => runtime.runPromise(running.cancel),
     ended,
-    nextStep: steps.next,
+    stepAfter: steps.after,
   })
   try {
     const code = await showRun(

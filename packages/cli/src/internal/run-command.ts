@@ -304,7 +304,7 @@ export const openHost = async (settings: RunSettings, sink: Sink, signal: AbortS
       const ended = run.wait()
       ended.catch(() => undefined)
       const steps = stepWatch()
-      const detach = attach?.({ handoff: () => run.handoff(), cancel: () => run.cancel(), ended, nextStep: steps.next })
+      const detach = attach?.({ handoff: () => run.handoff(), cancel: () => run.cancel(), ended, stepAfter: steps.after })
       try {
         return await showRun(run, {
           sink,

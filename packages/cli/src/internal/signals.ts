@@ -15,26 +15,34 @@ export interface Controllable {
   readonly cancel: () => Promise<void>
   /** Settles once the run's terminal is durable. */
   readonly ended: Promise<unknown>
-  /** Resolves at the run's next main request the command shows after the call: it passed a step boundary. */
-  readonly nextStep: () => Promise<void>
+  /**
+   * Resolves once the command shows a main request of the run recorded after `time` (epoch ms): the
+   * run passed a step boundary after then.
+   */
+  readonly stepAfter: (time: number) => Promise<void>
 }
 
 /**
- * Wakes `next()`'s waiters at each main `model_requested` a command shows (`observe` sees every
- * event it shows): a handoff refused at a step boundary is followed by the step's request, while a
- * run that ended first sends none.
+ * Watches the main `model_requested` facts a command shows (`observe` sees every event it shows):
+ * `after(time)` resolves at the first one recorded after `time`. A handoff asked for at `time` and
+ * refused at the next step boundary is followed by that step's request; a run that ended first
+ * records none. (Its recording time, not when it is shown: the request of the step in flight when
+ * the signal came may be shown just after it.)
  */
 export const stepWatch = () => {
-  let waiters: Array<() => void> = []
+  let waiters: Array<{ readonly time: number; readonly wake: () => void }> = []
+  let latest = Number.NEGATIVE_INFINITY
   return {
     observe: (stored: Event.StoredEvent): void => {
       const fact = stored.event.fact
       if (fact.kind !== "model_requested" || fact.purpose !== "main") return
-      const woken = waiters
-      waiters = []
-      for (const wake of woken) wake()
+      latest = Math.max(latest, stored.event.recordedAt)
+      const woken = waiters.filter((waiter) => latest > waiter.time)
+      waiters = waiters.filter((waiter) => latest <= waiter.time)
+      for (const waiter of woken) waiter.wake()
     },
-    next: (): Promise<void> => new Promise<void>((resolve) => waiters.push(resolve)),
+    after: (time: number): Promise<void> =>
+      latest > time ? Promise.resolve() : new Promise<void>((resolve) => waiters.push({ time, wake: resolve })),
   }
 }
 
@@ -71,12 +79,14 @@ export const handleSignals = (sink: Sink): Signals => {
     if (target === undefined || target.isDetached || hasRequestedHandoff) return cancel()
     hasRequestedHandoff = true
     sink.err(`${HANDOFF_REQUESTED}\n`)
+    // A boundary passed after now, without a pause, refused it.
+    const passedBoundary = target.run.stepAfter(Date.now())
     target.run.handoff().then(
       async (pause) => {
         if (pause !== null && pause !== undefined) return
         // `null` because the run ended first is no refusal (the run's own exit code applies); a
         // refusal at a step boundary is followed by that step's request.
-        const isRefused = await Promise.race([target.run.nextStep().then(() => true), target.run.ended.then(() => false, () => false)])
+        const isRefused = await Promise.race([passedBoundary.then(() => true), target.run.ended.then(() => false, () => false)])
         if (isRefused && !target.isDetached) sink.err(`${HANDOFF_NOT_TAKEN}\n`)
       },
       (error: unknown) => {
