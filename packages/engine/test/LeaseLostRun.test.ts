@@ -6,7 +6,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Tool, ToolCatalog } from "@maka/tools"
 import { Effect, Exit, Schema } from "effect"
-import { keeperProcessId } from "../../event-log/src/internal/lease.ts"
+import { keeperProcessId } from "@maka/event-log/testing"
 import * as Hints from "../src/Hints.ts"
 import { answer, mainEntry } from "./support/compaction.ts"
 import { input, setup } from "./support/setup.ts"

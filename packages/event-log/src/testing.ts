@@ -41,3 +41,6 @@ export const layerWithSink = (
 ): Layer.Layer<EventLog.EventLog | EventSink.EventSink, EventLogError.EventLogError> =>
   Layer.provideMerge(EventLog.layerEventSink, layer(options))
 export * as EventLog from "./EventLog.ts"
+
+/** The process id of this process's lease keeper while one runs (for tests that end it). */
+export { keeperProcessId } from "./internal/lease.ts"
