@@ -5,8 +5,7 @@
  * with `allowPriorUnknown`), no effect ran twice, and `recover()` twice writes nothing the second time.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { MAX_TOOL_CALLS_PER_STEP } from "../src/internal/attempt.ts"
-import type { Event } from "@maka/facts"
+import { Limits, type Event } from "@maka/facts"
 import { EventLog, EventLogError } from "@maka/event-log"
 import * as LogTesting from "@maka/event-log/testing"
 import { LanguageModel, ModelError } from "@maka/model"
@@ -494,13 +493,13 @@ describe("a model step wider than a step may run", () => {
       Effect.gen(function* () {
         const faulted = yield* faultedSetup(undefined, "refuse")
         const { context, effects } = faulted
-        const calls = Array.from({ length: MAX_TOOL_CALLS_PER_STEP + 1 }, (_, index) => ({ id: `call-${index}`, name: "list_files", arguments: ["{}"] }))
+        const calls = Array.from({ length: Limits.MAX_TOOL_CALLS_PER_STEP + 1 }, (_, index) => ({ id: `call-${index}`, name: "list_files", arguments: ["{}"] }))
         const model = yield* scriptedModel(OpenAiSse.response({ toolCalls: calls }))
         const result = yield* context.engine.run(input(context, "Look everywhere.", catalog(effects), { model }))
         assert.deepStrictEqual(result.outcome, {
           kind: "failed",
           class: "model_adapter",
-          message: ModelError.adapter(`model output has ${MAX_TOOL_CALLS_PER_STEP + 1} tool calls; a step runs at most ${MAX_TOOL_CALLS_PER_STEP}`).message,
+          message: ModelError.adapter(`model output has ${Limits.MAX_TOOL_CALLS_PER_STEP + 1} tool calls; a step runs at most ${Limits.MAX_TOOL_CALLS_PER_STEP}`).message,
         })
         assert.deepStrictEqual(kinds(yield* context.log.events("session-1")), [
           "invocation_opened",

@@ -54,7 +54,21 @@ describe("EventLog.backup", () => {
       ),
     ))
 
-  it("finishes while another process commits without pause, and leaves nothing at the destination until it has", async () => {
+  it("writes a copy whose name is as long as a name can be, and leaves nothing else", () =>
+    Effect.runPromise(
+      Effect.scoped(
+        Effect.gen(function* () {
+          const { log } = yield* Testing.makeTemporary({ synchronous: "NORMAL" })
+          yield* appendAll(log, session(1).writes)
+          const folder = temporaryDirectory()
+          const destination = path.join(folder, `${"b".repeat(248)}.sqlite`)
+          yield* log.backup(destination)
+          expect(fs.readdirSync(folder)).toEqual([path.basename(destination)])
+        }),
+      ),
+    ))
+
+  it("finishes while another process commits without pause, and leaves only the copy", async () => {
     const directory = temporaryDirectory()
     const file = path.join(directory, "events.sqlite")
     // About 12 MB: some thousands of pages, so a commit by the other process lands inside the copy.

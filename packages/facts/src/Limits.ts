@@ -31,6 +31,12 @@ export const MAX_ARCHIVE_BYTES = 4 * MIB
 export const MAX_ARCHIVE_REF_CHARS = 16_384
 export const MAX_ARCHIVABLE_FAILURE_BYTES = 256 * KIB
 export const MAX_STEPS = 256
+/**
+ * The most local tool calls one main model step may hold (docs/engine.md §5.6): each settles with two
+ * events and the next request carries them whole, so a wider step could not be read back within
+ * `MAX_HISTORY_EVENTS`.
+ */
+export const MAX_TOOL_CALLS_PER_STEP = 1_000
 export const DEFAULT_MAX_STEPS = 32
 export const DEFAULT_OUTPUT_LIMIT = 8_000
 export const SUMMARY_OUTPUT_CAP = 8_000

@@ -373,8 +373,11 @@ export const journalSuite = (name: string, makeSinkLayer: MakeSinkLayer) =>
           head: `aaaa${key.slice(0, 24)}\n[truncated: 24 more bytes]`,
           // A page that begins inside the key.
           tail: `${key.slice(-20)} and the rest`,
-          // Code that names the vendor's prefix, and pieces shorter than 16 characters, stay.
-          short: `key.startsWith("sk-proj-") ${key.slice(0, 15)} ${key.slice(-15)}`,
+          // Code that names the vendor's prefix, a piece of its start shorter than 16 characters and
+          // one of its end shorter than 8, stay.
+          short: `key.startsWith("sk-proj-") ${key.slice(0, 15)} ${key.slice(-7)}`,
+          // A piece of its end of 8 characters does not.
+          end: `ends ${key.slice(-8)}.`,
         }
         const show = Tool.make({
           name: "show",
@@ -383,7 +386,12 @@ export const journalSuite = (name: string, makeSinkLayer: MakeSinkLayer) =>
           semantics: "parallel",
           execute: ({ value }) => Effect.succeed(Tool.text(outputs[value]!)),
         })
-        const context = yield* setup([call("call-1", "show", "head"), call("call-2", "show", "tail"), call("call-3", "show", "short")])
+        const context = yield* setup([
+          call("call-1", "show", "head"),
+          call("call-2", "show", "tail"),
+          call("call-3", "show", "short"),
+          call("call-4", "show", "end"),
+        ])
         yield* withSink(context)(
           Journal.runStep(context.invocation, ToolCatalog.make([show]).capture(), context.requests, { secrets: [Redacted.make(key)] }),
         )
@@ -394,6 +402,7 @@ export const journalSuite = (name: string, makeSinkLayer: MakeSinkLayer) =>
           { kind: "text", text: "aaaa[redacted]\n[truncated: 24 more bytes]" },
           { kind: "text", text: "[redacted] and the rest" },
           { kind: "text", text: outputs["short"]! },
+          { kind: "text", text: "ends [redacted]." },
         ])
       }).pipe(Effect.provide(makeSinkLayer())),
     )

@@ -97,7 +97,7 @@ export interface InspectPage {
    * sources of a long session need not be held all at once.
    */
   readonly step: (stored: Event.StoredEvent, source: StepSource) => void
-  /** The page's HTML. */
+  /** The page's HTML (before `pieces`, which drops each step's section as it gives it). */
   readonly finish: () => string
   /**
    * The page's HTML in pieces, for writing to a file: a page of a long session is larger than the
@@ -159,7 +159,7 @@ ${output}
 </details>`)
     previous = { number, prompt: rebuilt.prompt }
   }
-  function* pieces(): Generator<string> {
+  function* pieces(drop = true): Generator<string> {
     const steps = stepSections.length
     yield `<!doctype html>
 <html lang="en">
@@ -189,12 +189,12 @@ ${sizeRows.join("\n")}
 `
     for (let index = 0; index < stepSections.length; index++) {
       yield `${index === 0 ? "" : "\n"}${stepSections[index]!}`
-      stepSections[index] = ""
+      if (drop) stepSections[index] = ""
     }
     yield `
 </body>
 </html>
 `
   }
-  return { step, finish: () => [...pieces()].join(""), pieces }
+  return { step, finish: () => [...pieces(false)].join(""), pieces: () => pieces(true) }
 }

@@ -395,7 +395,11 @@ const writePage = async (file: string, page: InspectPage): Promise<void> => {
     // Piece by piece: a long session's page is larger than one string can be.
     const descriptor = fs.openSync(temporary, "wx")
     try {
-      for (const piece of page.pieces()) fs.writeSync(descriptor, piece)
+      for (const piece of page.pieces()) {
+        // A write may take only part of what it is given: the rest is written until none is left.
+        const bytes = Buffer.from(piece, "utf8")
+        for (let written = 0; written < bytes.length; ) written += fs.writeSync(descriptor, bytes, written)
+      }
     } finally {
       fs.closeSync(descriptor)
     }

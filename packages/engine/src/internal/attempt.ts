@@ -4,7 +4,7 @@
  * of one part coalesced, never dropped), `model_interrupted` for a failed attempt, and byte-identical
  * re-sends of replay-safe provider failures after a cancellable backoff.
  */
-import { EventWrite, Model, type Fact, type Lineage, type Prompt } from "@maka/facts"
+import { EventWrite, Limits, Model, type Fact, type Lineage, type Prompt } from "@maka/facts"
 import type { EventLog } from "@maka/event-log"
 import { ModelError, StepBuilder, type ModelLimiter } from "@maka/model"
 import { Ids, type Cancellation } from "@maka/tools"
@@ -172,13 +172,6 @@ class StreamFailed extends Data.TaggedError("StreamFailed")<{
 
 /** What a model output that no fact may hold (a tool input nested deeper than a fact allows) fails as. */
 const OUTPUT_EXCEEDS_EVENT = "model output exceeds event limit"
-
-/**
- * The most tool calls one model step may hold (docs/engine.md §5.6): a step's calls are settled
- * with two events each, and the next request carries them whole, so a step past the read limit's
- * reach (10,000 events) could never be read back, nor compacted. Beyond any real model's habit.
- */
-export const MAX_TOOL_CALLS_PER_STEP = 1_000
 
 const unrecordable = (rule: string): ModelError.ModelError =>
   rule === "event_too_large" ? ModelError.adapter(OUTPUT_EXCEEDS_EVENT) : ModelError.adapter(`model output is not a valid fact: ${rule}`)
@@ -359,9 +352,13 @@ export const attempt = (run: Run, input: AttemptInput): Effect.Effect<Completed,
     const { writes: observations, kept, refused } = yield* observationWrites(run, pending)
     if (Result.isFailure(built)) return yield* interrupted(unrecordable(built.failure.rule), kept)
     if (refused !== undefined) return yield* interrupted(unrecordable(refused), kept)
-    const calls = step.parts.filter((part) => part.kind === "tool_call").length
-    if (calls > MAX_TOOL_CALLS_PER_STEP) {
-      return yield* interrupted(ModelError.adapter(`model output has ${calls} tool calls; a step runs at most ${MAX_TOOL_CALLS_PER_STEP}`), kept)
+    // A summary's calls are never run (the job fails `summary_contains_tool_content`); a main step's are.
+    const calls = input.purpose === "summary" ? 0 : Model.localToolCalls(step).length
+    if (calls > Limits.MAX_TOOL_CALLS_PER_STEP) {
+      return yield* interrupted(
+        ModelError.adapter(`model output has ${calls} tool calls; a step runs at most ${Limits.MAX_TOOL_CALLS_PER_STEP}`),
+        kept,
+      )
     }
     const completion = built.success
     if (input.purpose === "summary") {

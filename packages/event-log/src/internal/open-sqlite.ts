@@ -12,6 +12,7 @@
  */
 import BetterSqlite3 from "better-sqlite3"
 import { Kysely } from "kysely"
+import * as crypto from "node:crypto"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as nodePath from "node:path"
@@ -330,32 +331,52 @@ const backupTo = (connection: BetterSqlite3.Database, source: string) => async (
   if (sidecar !== undefined) {
     throw EventLogError.make({ _tag: "Io", message: `${target} is the name of the ${sidecar.suffix} file of the database ${sidecar.database}; pick another path` })
   }
-  // Written under a temporary name beside it and renamed into place once whole: a backup that is
-  // stopped half-way leaves no file at `destination` that looks like a log and is not one.
-  const temporary = nodePath.join(nodePath.dirname(target), `.${nodePath.basename(target)}.${process.pid}.backup-tmp`)
+  // Written under a temporary name beside it (apart from its name, which may be as long as a name
+  // can be) and linked into place once whole: a backup stopped half-way leaves nothing at
+  // `destination`, and a file that appeared there meanwhile is refused, never replaced.
+  const temporary = nodePath.join(nodePath.dirname(target), `.maka-backup-${process.pid}-${crypto.randomBytes(6).toString("hex")}.tmp`)
   let remaining = Number.POSITIVE_INFINITY
   let wasRestarted = false
   try {
     await connection.backup(temporary, {
-      // 100 pages a step, between other work; once a write by another connection restarted the copy
-      // (its remaining pages went up), the rest in one step: a log written without pause would
-      // otherwise restart it for as long as the writes go on.
+      // BACKUP_STEP_PAGES a step, between other work; once a write by another connection restarted
+      // the copy (its remaining pages did not go down), the rest in one step: a log written without
+      // pause would otherwise restart it for as long as the writes go on.
       progress: ({ remainingPages }) => {
-        wasRestarted ||= remainingPages > remaining
+        wasRestarted ||= remainingPages >= remaining
         remaining = remainingPages
-        return wasRestarted ? 0x7fff_ffff : 100
+        return wasRestarted ? 0x7fff_ffff : BACKUP_STEP_PAGES
       },
     })
-    if (lstatOrUndefined(target) !== undefined) {
-      throw EventLogError.make({ _tag: "Io", message: `${target} appeared while the backup ran; a backup never overwrites a file` })
+    try {
+      fs.linkSync(temporary, target)
+    } catch (error) {
+      const code = errorCode(error)
+      if (code === "EEXIST") {
+        throw EventLogError.make({ _tag: "Io", message: `${target} appeared while the backup ran; a backup never overwrites a file` })
+      }
+      // A file system without hard links: checked, then renamed.
+      if (code !== "EPERM" && code !== "ENOTSUP" && code !== "EOPNOTSUPP") throw error
+      if (lstatOrUndefined(target) !== undefined) {
+        throw EventLogError.make({ _tag: "Io", message: `${target} appeared while the backup ran; a backup never overwrites a file` })
+      }
+      fs.renameSync(temporary, target)
     }
-    fs.renameSync(temporary, target)
   } catch (error) {
-    fs.rmSync(temporary, { force: true })
-    fs.rmSync(`${temporary}-journal`, { force: true })
     throw storeError(error, `${source} → ${target}`)
+  } finally {
+    for (const file of [temporary, `${temporary}-journal`]) {
+      try {
+        fs.rmSync(file, { force: true })
+      } catch {
+        // The backup's own outcome is the one to report.
+      }
+    }
   }
 }
+
+/** How many pages a step of a backup copies before it lets other work run. */
+const BACKUP_STEP_PAGES = 100
 
 const openConnection = (file: string, options: BetterSqlite3.Options): BetterSqlite3.Database => {
   try {

@@ -2,7 +2,8 @@
  * Scrubbing secrets from text a tool produced before it is stored: each secret is replaced in every
  * form it can come back in (as given, trimmed as an HTTP header value is sent, JSON-escaped and
  * URL-encoded), longest form first so no form leaves a fragment of a longer one behind, and so is
- * what a cut left of a form (its first or last characters, `fragmentLength` of them or more).
+ * what a cut left of a form (its first characters, `fragmentLength` of them or more, or its last 8
+ * or more).
  */
 import { Canonical, type ToolCall } from "@maka/facts"
 import { Redacted } from "effect"
@@ -30,17 +31,21 @@ const allForms = (secrets: ReadonlyArray<Redacted.Redacted<string>>): ReadonlyAr
   secrets.flatMap((secret) => formsOf(Redacted.value(secret))).sort((left, right) => right.length - left.length)
 
 /**
- * How long a piece of a form must be to be scrubbed: half the form, at least 8 characters and at
- * most 16. Shorter pieces are left: they would erase ordinary text, and a key's first characters
- * are often its vendor's prefix, which code and docs mention (`sk-proj-`, `sk-ant-api03-`: 8 and
- * 13 characters); what a cut leaves of a long key is then a few of its random characters at most.
+ * How long a piece that begins a form must be to be scrubbed: half the form, at least 8 characters
+ * and at most 16. Shorter pieces are left: they would erase ordinary text, and a key's first
+ * characters are often its vendor's prefix, which code and docs mention (`sk-proj-`,
+ * `sk-ant-api03-`: 8 and 13 characters); what a cut leaves of a long key's start is then a few of
+ * its random characters at most.
  */
 export const fragmentLength = (form: string): number => Math.min(16, Math.max(8, Math.ceil(form.length / 2)))
+
+/** How long a piece that ends a form must be to be scrubbed: a key's end is random, no prefix. */
+export const TAIL_FRAGMENT_LENGTH = 8
 
 /**
  * The ranges of `text` holding a piece of `form` that a cut left: a prefix of at least
  * `fragmentLength(form)` characters (a tool kept the head of its output and cut the secret's end
- * off) or a suffix of as many (a page or window that begins inside it).
+ * off) or a suffix of at least `TAIL_FRAGMENT_LENGTH` (a page or window that begins inside it).
  */
 const fragmentsOf = (text: string, form: string): Array<readonly [number, number]> => {
   const ranges: Array<readonly [number, number]> = []
@@ -52,10 +57,11 @@ const fragmentsOf = (text: string, form: string): Array<readonly [number, number
     while (length < form.length && text[at + length] === form[length]) length++
     ranges.push([at, at + length])
   }
-  const tail = form.slice(-least)
+  const tailLeast = Math.min(least, TAIL_FRAGMENT_LENGTH)
+  const tail = form.slice(-tailLeast)
   for (let at = text.indexOf(tail); at !== -1; at = text.indexOf(tail, at + 1)) {
-    const end = at + least
-    let length = least
+    const end = at + tailLeast
+    let length = tailLeast
     while (length < form.length && end - length - 1 >= 0 && text[end - length - 1] === form[form.length - length - 1]) length++
     ranges.push([end - length, end])
   }
