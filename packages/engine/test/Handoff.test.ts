@@ -560,7 +560,7 @@ describe("handoff", () => {
       ),
   )
 
-  it.live("a handoff at a retry that steering keeps from pausing lets the backoff run out and the step retry", () =>
+  it.live("a handoff at a retry that steering keeps from pausing lets the backoff run out, and pauses at the next step boundary with the steering", () =>
     Effect.scoped(
       Effect.gen(function* () {
         const overloaded = mainEntry(Respond.json(503, Respond.openAiError("overloaded")))
@@ -568,20 +568,34 @@ describe("handoff", () => {
           { script: [overloaded, mainEntry(answer("First.")), mainEntry(answer("Steered."))] },
           { backoffBaseMs: 400, backoffMaxMs: 400 },
         )
-        const running = yield* context.engine.start(input(context, "Answer.", ToolCatalog.make([]), { maxSteps: 4 }))
+        const catalog = ToolCatalog.make([])
+        const running = yield* context.engine.start(input(context, "Answer.", catalog, { maxSteps: 4 }))
         yield* Effect.promise(() => context.server.exchange(0))
-        // Steering queued before the handoff: the preflight at the retry does not pause without it.
+        // Steering queued before the handoff: the preflight at the retry does not pause without it,
+        // and the reservation waits for the next step boundary (docs/engine.md §5.10).
         yield* running.steer("Also this.")
         const pause = yield* running.handoff
-        assert.isUndefined(pause)
-        assert.deepStrictEqual((yield* running.wait).outcome, { kind: "completed" })
+        assert.isDefined(pause)
+        assert.deepStrictEqual((yield* running.wait).outcome, { kind: "handoff_paused", pause: pause! })
         const events = yield* context.log.events("session-1")
-        // The retry sent the frozen request again; the steering went into the step after it.
+        assert.deepStrictEqual(kinds(events), [
+          "invocation_opened",
+          "model_requested",
+          "model_interrupted:retryable_failure",
+          "model_requested",
+          "model_completed",
+          "message_steered",
+          "invocation_ended:handoff_paused",
+        ])
+        // The retry sent the frozen request again, after the backoff ran out.
         const requested = factsOf(events, "model_requested")
-        assert.strictEqual(requested.length, 3)
         assert.strictEqual(requested[1]!.inputDigest, requested[0]!.inputDigest)
-        assert.strictEqual(factsOf(events, "message_steered").length, 1)
         assert.strictEqual(context.server.requests()[1]!.body, context.server.requests()[0]!.body)
+        // The successor's first request carries the steering, durable before the pause.
+        const successor = yield* context.engine.resume({ paused: running.invocation, pause: pause!, model: context.model, tools: catalog })
+        assert.deepStrictEqual((yield* successor.wait).outcome, { kind: "completed" })
+        assert.strictEqual(context.server.requests().length, 3)
+        assert.include(context.server.requests()[2]!.body, "Also this.")
       }),
     ),
   )

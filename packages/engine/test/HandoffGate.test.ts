@@ -11,7 +11,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { EventLogError } from "@maka/event-log"
 import { FactBuilders, History, OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
 import { Tool, ToolCatalog } from "@maka/tools"
-import { Deferred, Effect, Exit, Fiber, Schema, Stream } from "effect"
+import { Deferred, Effect, Exit, Fiber, Option, Schema, Stream } from "effect"
 import * as LogTesting from "@maka/event-log/testing"
 import * as fs from "node:fs"
 import * as path from "node:path"
@@ -675,6 +675,22 @@ describe("the handoff gate's transitions (scenario 61)", () => {
       assert.isDefined(gate.hold())
       assert.isTrue(gate.commit())
       assert.isFalse(gate.commit())
+    }),
+  )
+
+  it.effect("a deferred hold keeps its reservation for the next boundary: nothing resolved, held and committed there", () =>
+    Effect.gen(function* () {
+      const gate = new Handoff.HandoffGate("run-root")
+      const waiting = yield* gate.reserve(intent())
+      assert.isDefined(gate.hold())
+      // Steering came during the preflight: the run goes on, the reservation waits.
+      gate.defer()
+      assert.strictEqual(gate.current, "requested")
+      yield* gate.release
+      assert.isTrue(Option.isNone(yield* Deferred.poll(waiting)))
+      yield* gate.requested
+      assert.deepStrictEqual(gate.hold(), intent())
+      assert.isTrue(gate.commit())
     }),
   )
 

@@ -437,19 +437,23 @@ export const attemptWithRetries = (
       // requested before or during the backoff is taken here, and the successor sends the retry.
       // A preflight that fails lets the backoff run out.
       const until = (yield* Clock.currentTimeMillis) + delay
+      // Once a boundary here did not pause, the backoff runs out: a reservation it kept (steering
+      // came meanwhile) waits for the step boundary after the retry.
+      let watchHandoff = true
       for (;;) {
         const left = Math.max(0, until - (yield* Clock.currentTimeMillis))
         const slept = yield* Effect.raceFirst(
           Effect.as(Effect.sleep(left), "slept" as const),
           Effect.raceFirst(
             Effect.as(cancellation.requested, "cancelled" as const),
-            Effect.as(run.handoff.requested, "handoff" as const),
+            watchHandoff ? Effect.as(run.handoff.requested, "handoff" as const) : Effect.never,
           ),
         )
         if (slept === "cancelled") return yield* Effect.fail(EngineError.cancelled())
         if (slept === "slept") break
         const pause = yield* boundary
         if (pause !== undefined) return { _tag: "Paused", pause } satisfies PausedAtRetry
+        watchHandoff = false
       }
     }
   })

@@ -108,6 +108,14 @@ export class HandoffGate {
     return Deferred.succeed(done, undefined)
   })
 
+  /**
+   * Steering came during the preflight: the run goes on to deliver it, and the reservation is kept
+   * (back to `requested`) for the next step boundary, where the pause is tried again.
+   */
+  defer(): void {
+    if (this.state === "held") this.state = "requested"
+  }
+
   /** The pause is about to be appended. */
   commit(): boolean {
     if (this.state !== "held") return false

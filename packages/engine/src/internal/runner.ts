@@ -715,7 +715,9 @@ const recoverOverflow = (run: Run, loop: LoopState) =>
  * The handoff boundary at the top of a step (docs/engine.md §5.10): a requested handoff is held, and
  * its preflight drains the background summary, commits what the run carries, builds the successor's
  * replay (the request this step would send) and the pause, and asks the store's dry run. A failed
- * preflight releases the gate and the step proceeds; a successful one returns the pause to seal.
+ * preflight releases the gate and the step proceeds; one that steering came during keeps the
+ * reservation for the next boundary (the step delivers the steering); a successful one returns the
+ * pause to seal.
  */
 const handoffBoundary = (run: Run, loop: LoopState, step: number, priorUnknown: boolean) =>
   Effect.gen(function* () {
@@ -747,12 +749,17 @@ const handoffBoundary = (run: Run, loop: LoopState, step: number, priorUnknown: 
         return pause
       }),
     )
-    // Steering queued during the preflight would miss the pause: the run goes on and delivers it. The
-    // queue is read and the gate committed in one step, so no message slips in between.
+    // Steering queued during the preflight would miss the pause: the run goes on and delivers it, and
+    // the reservation waits for the next step boundary. The queue is read and the gate committed in
+    // one step, so no message slips in between.
+    const proceeds = Result.isSuccess(prepared) && !(yield* isCancelled(run))
     const committed =
-      Result.isSuccess(prepared) &&
-      !(yield* isCancelled(run)) &&
-      (yield* Ref.modify(run.steering, (queued) => [queued.length === 0 && run.handoff.commit(), queued] as const))
+      proceeds &&
+      (yield* Ref.modify(run.steering, (queued) => {
+        if (queued.length === 0) return [run.handoff.commit(), queued] as const
+        run.handoff.defer()
+        return [false, queued] as const
+      }))
     if (!committed) {
       yield* run.handoff.release
       // A commit that failed is the run's failure, not the preflight's.
