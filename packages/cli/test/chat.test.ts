@@ -62,6 +62,49 @@ describe("maka chat", () => {
     expect(result.stderr).toContain("steered: and mind the notes")
   })
 
+  it("keeps the lines' order: a line waiting for a turn of its own keeps a later line from being steered ahead of it", async () => {
+    const { root, workspace, db } = fresh()
+    const result = await maka(["chat", "--db", db, "--workspace", workspace, "--session", "o"], {
+      cwd: root,
+      env: { MAKA_OFFLINE_DELAY_MS: "100" },
+      // The second line comes with the first, before the first turn runs: it waits for a turn of its
+      // own, and so does the third, typed while the first turn runs.
+      input: { open: "first\nsecond\n" },
+      onOutput: when(
+        (output) => output.stderr.includes("tool: list_files"),
+        (child) => child.stdin!.end("third\n"),
+      ),
+    })
+    expect(result.code, result.stderr).toBe(0)
+    const { lines } = await invocationsOf(root, db, "o")
+    const typed = lines.flatMap((line) => {
+      const fact = line.event.fact
+      if (fact.kind === "invocation_opened") return [fact["input"].content.text as string]
+      if (fact.kind === "message_steered") return [fact["message"].content.text as string]
+      return []
+    })
+    expect(typed).toEqual(["first", "second", "third"])
+  })
+
+  it("reports a line over the limit typed while a turn runs when it comes, and a later steered line sets the exit code", async () => {
+    const { root, workspace, db } = fresh()
+    const result = await maka(["chat", "--db", db, "--workspace", workspace, "--session", "b"], {
+      cwd: root,
+      env: { MAKA_OFFLINE_DELAY_MS: "100" },
+      input: { open: "first\n" },
+      onOutput: when(
+        (output) => output.stderr.includes("tool: list_files"),
+        (child) => child.stdin!.end(`${"x".repeat(70_000)}\nafter the long one\n`),
+      ),
+    })
+    expect(result.code, result.stderr).toBe(0)
+    expect(result.stderr).toContain("maka: the message is 70000 bytes of UTF-8; a message holds at most 65536; the line is skipped\n")
+    const { lines, openings } = await invocationsOf(root, db, "b")
+    expect(openings).toHaveLength(1)
+    const steered = lines.filter((line) => line.event.fact.kind === "message_steered")
+    expect(steered.map((line) => line.event.fact["message"].content.text)).toEqual(["after the long one"])
+  })
+
   it("SIGINT cancels the current turn and ends the chat with exit 130", async () => {
     const { root, workspace, db } = fresh()
     const result = await maka(["chat", "--db", db, "--workspace", workspace, "--session", "x", "--json"], {

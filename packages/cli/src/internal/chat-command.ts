@@ -71,16 +71,48 @@ export const chatCommand = async (context: RunContext): Promise<number> => {
   let ended = false
   let wake: (() => void) | undefined
   let steer: ((text: string) => Promise<void>) | undefined
+  // Whether the last line was skipped: the chat's exit code is then 2, until a later turn's.
+  let skipped = false
+  // Lines keep their order. A line that comes while a turn runs, with no line waiting for a turn of
+  // its own, is that turn's steering: given one at a time, in order. Once one is refused (the turn
+  // ended, or holds all the steering it can), it and the lines after it wait for turns of their own.
+  const toSteer: Array<string> = []
+  let pumping: Promise<void> | undefined
+  const pumpOnce = async () => {
+    while (toSteer.length > 0) {
+      const line = toSteer[0]!
+      const problem = messageProblem(line)
+      if (problem !== undefined) {
+        toSteer.shift()
+        context.sink.err(`maka: ${problem}; the line is skipped\n`)
+        skipped = true
+        continue
+      }
+      const deliver = steer
+      const delivered = deliver === undefined ? false : await deliver(line).then(() => true, () => false)
+      if (!delivered) {
+        steer = undefined
+        queued.unshift(...toSteer.splice(0))
+        return
+      }
+      toSteer.shift()
+      skipped = false
+    }
+  }
+  const pump = (): void => {
+    if (pumping !== undefined) return
+    pumping = pumpOnce().finally(() => {
+      pumping = undefined
+      // A line that came as the pass ended is given too.
+      if (toSteer.length > 0 && steer !== undefined) pump()
+      wake?.()
+    })
+  }
   const onLine = (line: string) => {
     if (line.trim() === "") return
-    if (steer !== undefined) {
-      const deliver = steer
-      // A turn that ended before the line reached it leaves the line for the next turn (which may
-      // already be waiting for a line: it is woken).
-      deliver(line).catch(() => {
-        queued.push(line)
-        wake?.()
-      })
+    if (steer !== undefined && queued.length === 0) {
+      toSteer.push(line)
+      pump()
     } else {
       queued.push(line)
     }
@@ -92,11 +124,12 @@ export const chatCommand = async (context: RunContext): Promise<number> => {
   })
   // One listener for the whole chat: a wait for the next line ends on a line, the end of input or a signal.
   signals.signal.addEventListener("abort", () => wake?.(), { once: true })
-  // Whether the last line was skipped: the chat's exit code is then 2, until a later turn's.
-  let skipped = false
   /** The next line that can be a message; a line the log would refuse is reported and skipped. */
   const nextLine = async (): Promise<string | undefined> => {
     for (;;) {
+      // A line the last turn is still being given is its, or the next turn's once refused.
+      while (pumping !== undefined) await pumping
+      queued.unshift(...toSteer.splice(0))
       while (queued.length === 0 && !ended && !signals.signal.aborted) {
         await new Promise<void>((resolve) => {
           wake = resolve
