@@ -17,7 +17,7 @@ import { Canonical } from "@maka/facts"
 import { Effect, Option, type Scope } from "effect"
 import type { ToolFailure } from "../Tool.ts"
 import { failure, fsFailure } from "./confine.ts"
-import { tryFs, type FsError } from "./fs.ts"
+import { fsReason, tryFs, type FsError } from "./fs.ts"
 
 const { O_RDONLY, O_WRONLY, O_CREAT, O_EXCL, O_NOFOLLOW, O_NONBLOCK, O_DIRECTORY } = constants
 
@@ -237,7 +237,14 @@ export const createTemporary = (
         ),
       )
     }
-    const created = yield* open(0).pipe(Effect.mapError(openFailure(display)))
+    const created = yield* open(0).pipe(
+      Effect.mapError((error) =>
+        // The file itself may be writable: it is replaced through a new file beside it.
+        error.code === "EACCES" || error.code === "EROFS"
+          ? failure(`${display}: ${fsReason(error)}: a file is written through a new file beside it, which needs its folder writable`)
+          : openFailure(display)(error),
+      ),
+    )
     const stat = yield* tryFs(() => created.handle.stat()).pipe(Effect.mapError(fsFailure(display)))
     const file = path.join(directory.path, created.name)
     yield* verify(root, file, stat, display)
