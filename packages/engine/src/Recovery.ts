@@ -90,16 +90,24 @@ export const seal = (
     return terminal.kind === "invocation_ended" ? terminal.outcome : outcome
   })
 
-/** Seals one unfinished invocation a crashed host left: `host_interrupted`, or `outcome_unknown`. */
+/**
+ * Seals one unfinished invocation a crashed host left: `host_interrupted`, or `outcome_unknown`;
+ * `undefined` when another engine's recovery sealed it since it was listed (its seal is refused
+ * `Sealed`: nothing is left to do, and nothing failed).
+ */
 export const sealOne = (log: EventLog.EventLogShape, invocation: Identity.Invocation) =>
   seal(log, invocation, { kind: "failed", class: "host_interrupted" }).pipe(
-    Effect.mapError((error) => (error._tag === "EventLogError" ? EngineError.commit(error.message) : error)),
     Effect.map(
-      (outcome): Sealed => ({
+      (outcome): Sealed | undefined => ({
         invocation,
         failureClass: outcome.kind === "failed" && outcome.class === "outcome_unknown" ? "outcome_unknown" : "host_interrupted",
       }),
     ),
+    Effect.catchIf(
+      (error) => error._tag === "EventLogError" && error.reason._tag === "Rejected" && error.reason.rejection._tag === "Sealed",
+      () => Effect.succeed(undefined),
+    ),
+    Effect.mapError((error) => (error._tag === "EventLogError" ? EngineError.commit(error.message) : error)),
   )
 
 /** Every unfinished invocation of the log, read page by page however many there are. */
@@ -133,7 +141,7 @@ export const recover = (log: EventLog.EventLogShape, skip: (invocation: Identity
       if (skip(invocation)) continue
       yield* sealOne(log, invocation).pipe(
         Effect.match({
-          onSuccess: (item) => sealed.push(item),
+          onSuccess: (item) => item !== undefined && sealed.push(item),
           onFailure: (error) => unsealed.push({ invocation, message: error.message }),
         }),
       )

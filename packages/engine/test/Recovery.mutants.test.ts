@@ -181,6 +181,30 @@ describe("Recovery.recover", () => {
       }),
     ))
 
+  it.live("a run another recovery sealed after it was listed is neither sealed again nor reported unsealed", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const { log } = yield* LogTesting.makeTemporary()
+        const history = new History.History()
+        const run = history.open({ turnId: "turn-e", runId: "run-e", invocationId: "invocation-e" })
+        run.request()
+        yield* log.appendBatch(history.writes)
+        // The other recovery seals it between this one's list and its read of what to seal.
+        const racing: EventLog.EventLogShape = {
+          ...log,
+          invocationRecovery: (invocation, maxEvents, maxBytes) =>
+            Effect.andThen(
+              Effect.ignore(Recovery.seal(log, invocation, { kind: "failed", class: "host_interrupted" }).pipe(Effect.provide(Ids.layer))),
+              log.invocationRecovery(invocation, maxEvents, maxBytes),
+            ),
+        }
+        const report = yield* Recovery.recover(racing).pipe(Effect.provide(Ids.layer))
+        assert.deepStrictEqual(report, { sealed: [], count: 0, unsealed: [] })
+        const ended = (yield* log.events(run.invocation.sessionId)).filter((stored) => stored.event.fact.kind === "invocation_ended")
+        assert.strictEqual(ended.length, 1)
+      }),
+    ))
+
   it.live("sealOne reports a refused batch as a Commit error of the engine, with the store's message", () =>
     Effect.scoped(
       Effect.gen(function* () {
