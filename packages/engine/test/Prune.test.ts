@@ -6,9 +6,10 @@
 import { assert, describe, it } from "@effect/vitest"
 import { FactBuilders, History } from "@maka/testkit"
 import { Effect } from "effect"
-import { answer, mainEntry } from "./support/compaction.ts"
+import { ToolCatalog } from "@maka/tools"
+import { answer, echoCall, mainEntry } from "./support/compaction.ts"
 import { expectFrozenSources, factsOf, kinds } from "./support/harness.ts"
-import { catalog, input, setup, type Setup } from "./support/setup.ts"
+import { catalog, echoTool, input, setup, type Setup } from "./support/setup.ts"
 
 /** Writes one finished old run whose single step called `echo` once per result, each settled with its text. */
 const oldRun = (context: Setup, results: ReadonlyArray<string>) =>
@@ -65,5 +66,42 @@ describe("prune", () => {
         assert.strictEqual(yield* expectFrozenSources(context.log, own), 1)
       }),
     ),
+  )
+
+  it.live("a tool batch after more than a page of archived results prunes its own large result (docs/log-format.md §3.9)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        // A pass whose cursor never moves would ask for the same page forever: it fails instead.
+        let pages = 0
+        const context = yield* setup(
+          { script: [mainEntry(answer("Done.")), mainEntry(echoCall("call-new", "big")), mainEntry(answer("Read."))] },
+          undefined,
+          {},
+          {
+            wrapLog: (log) => ({
+              ...log,
+              preparePruneCandidates: (sessionId, options) =>
+                ++pages > 100 ? Effect.die(new Error("the prune cursor does not move")) : log.preparePruneCandidates(sessionId, options),
+            }),
+          },
+        )
+        // 40 results of 220,000 characters: archived by the first run, together over the 4 MiB a
+        // prune page charges, so the next pass holds pages without a candidate before the new result.
+        yield* oldRun(context, Array.from({ length: 40 }, (_, index) => `${index}:${"p".repeat(220_000)}`))
+        const effects = { ran: [] as Array<string> }
+        const tools = ToolCatalog.make([echoTool(effects, () => `NEW ${"n".repeat(20_000)} TAIL-OF-NEW`)])
+        assert.deepStrictEqual((yield* context.engine.run(input(context, "Go on.", tools))).outcome, { kind: "completed" })
+        const again = input(context, "Read it.", tools)
+        assert.deepStrictEqual((yield* context.engine.run(again)).outcome, { kind: "completed" })
+        assert.deepStrictEqual(effects.ran, ["big"])
+        const events = yield* context.log.events("session-1", 0, 10_000)
+        const archives = factsOf(events, "tool_result_archived").map((fact) => fact.placeholder.identity.toolCallId)
+        assert.strictEqual(archives.length, 41)
+        assert.strictEqual(archives[40], "call-new")
+        const requests = context.server.requests()
+        assert.notInclude(requests[requests.length - 1]!.body, "TAIL-OF-NEW")
+      }),
+    ),
+    60_000,
   )
 })

@@ -480,6 +480,36 @@ for (const dialect of dialects()) {
         }),
       ))
 
+    it("a prune page of results archived already moves the cursor past them (docs/log-format.md §3.9)", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = new History.History()
+          const run = history.open()
+          // Four large results archived, then a fifth that is not: a page's byte budget holds about
+          // two of them, so the first pages hold no candidate and must still move on.
+          const archived = ["a0", "a1", "a2", "a3"].map((callId) => bigRead(run, callId))
+          archived.forEach((settled, index) => run.archive(placeholderOf(settled, `a${index}`)))
+          const last = bigRead(run, "a4")
+          yield* appendAll(log, history.writes)
+          const current = run.invocation.invocationId
+          const maxBytes = 2 * Canonical.utf8Length(JSON.stringify(last.event)) + 1_000
+          const found: Array<string> = []
+          const cursors: Array<number> = []
+          let cursor: EventLog.PruneCursor | undefined
+          for (let page = 0; page < 10; page++) {
+            const next = yield* log.preparePruneCandidates("session-1", { current, maxCandidates: 128, maxBytes, ...(cursor === undefined ? {} : { cursor }) })
+            found.push(...next.candidates.map((candidate) => candidate.toolCallId))
+            if (next.next === undefined) break
+            cursors.push(next.next.afterSequence)
+            cursor = next.next
+          }
+          expect(found).toEqual(["a4"])
+          expect(cursors.length).toBeGreaterThan(1)
+          // Each page starts after the last row the one before charged.
+          for (let index = 1; index < cursors.length; index++) expect(cursors[index]!).toBeGreaterThan(cursors[index - 1]!)
+        }),
+      ))
+
     it("pages prune candidates with a cursor and a fixed fence", () =>
       withLog(dialect, (log) =>
         Effect.gen(function* () {

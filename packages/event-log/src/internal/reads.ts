@@ -271,14 +271,18 @@ export const preparePruneCandidates = async (
   const start = Math.max(coveredThrough, options.cursor?.afterSequence ?? 0)
   const candidates: Array<PruneCandidate> = []
   let bytes = 0
+  // The last row charged: the next page starts after it, so a page of rows that are no candidates
+  // (archived already, too small, not the provider's) moves the cursor on as one of candidates does.
+  let charged = start
   for (const row of rows) {
     if (row.kind !== "tool_settled" || row.sequence <= start || row.sequence > through) continue
     const charge = Canonical.utf8Length(row.json) + Limits.PRUNE_CANDIDATE_OVERHEAD
     if (candidates.length >= options.maxCandidates || bytes + charge > options.maxBytes) {
-      if (candidates.length === 0 && bytes === 0) throw EventLogError.prefixTooLarge()
-      return { candidates, next: { through, afterSequence: candidates.length === 0 ? start : lastSequence(candidates, rows) } }
+      if (charged === start) throw EventLogError.prefixTooLarge()
+      return { candidates, next: { through, afterSequence: charged } }
     }
     bytes += charge
+    charged = row.sequence
     if (archived.has(row.eventId)) continue
     const settled = Rows.decode(row).fact
     const dispatchRow = row.operationId === null ? undefined : dispatches.get(row.operationId)
@@ -300,11 +304,6 @@ export const preparePruneCandidates = async (
     })
   }
   return { candidates }
-}
-
-const lastSequence = (candidates: ReadonlyArray<PruneCandidate>, rows: ReadonlyArray<Rows.Row>): number => {
-  const last = candidates[candidates.length - 1]!
-  return rows.find((row) => row.eventId === last.eventId)!.sequence
 }
 
 /** The raw result of a settled call, with its length and digest checked. */
