@@ -6,7 +6,7 @@
  * context, or both `PrefixTooLarge`.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Limits, type Configuration, type EventWrite } from "@maka/facts"
+import { Canonical, Limits, type Configuration, type EventWrite } from "@maka/facts"
 import { EventLog } from "@maka/event-log"
 import * as LogTesting from "@maka/event-log/testing"
 import { FactBuilders, History, OpenAiSse, Respond } from "@maka/testkit"
@@ -15,8 +15,9 @@ import { Effect, Result, Schema } from "effect"
 import * as fc from "fast-check"
 import { isDeepStrictEqual } from "node:util"
 import { LiveContext } from "../src/internal/live-context.ts"
-import { input, setup } from "./support/setup.ts"
-import { answer, isSummaryRequest, mainEntry, summaryAnswer, summaryText } from "./support/compaction.ts"
+import { factsOf } from "./support/harness.ts"
+import { echoTool, input, setup } from "./support/setup.ts"
+import { answer, isSummaryRequest, mainEntry, summaryAnswer, summaryAnswerSteps, summaryText, usage } from "./support/compaction.ts"
 
 type Action =
   | { readonly kind: "answer"; readonly size: number }
@@ -179,8 +180,10 @@ describe("the live context's limits", () => {
         assert.strictEqual(result.outcome.kind === "failed" ? result.outcome.class : result.outcome.kind, "event_store")
         // Past 80 % of the byte limit a compaction was due; its summariser answered with tool calls,
         // which is no summary, and the budget it spent is not renewed before the limit is reached.
+        // Past the limit a fit pass tried once more (docs/engine.md §5.12 "Fit passes"), with the
+        // same answer: the run ends there.
         const sent = context.server.requests()
-        assert.strictEqual(sent.filter(isSummaryRequest).length, 1)
+        assert.strictEqual(sent.filter(isSummaryRequest).length, 2)
         assert.strictEqual(sent.filter((request) => !isSummaryRequest(request)).length, 5)
         for (const request of sent) assert.isBelow(request.body.length, Limits.MAX_HISTORY_BYTES)
         const fresh = yield* Effect.flip(context.log.readModelContext("session-1"))
@@ -222,6 +225,107 @@ describe("the live context's limits", () => {
         assert.isTrue(checkpoints.every((mode) => mode === "mid_turn"))
         for (const request of context.server.requests()) assert.isBelow(request.body.length, Limits.MAX_HISTORY_BYTES)
         // The session stays readable: a fresh read fits the limits.
+        yield* context.log.readModelContext("session-1")
+      }),
+    ),
+  120_000)
+
+  it.live("a step that jumps from under the due mark to past the read limits is compacted at the step boundary and the run goes on", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        // Three steps of the widest batch, each result just under one page (not archived) of
+        // three-byte characters: about 3 MB a step. Two steps stay under 80 % of the 8 MiB limit; the
+        // third passes the limit at once, with no compaction due before it.
+        const wide = (step: number) =>
+          Respond.sse(
+            OpenAiSse.response({
+              toolCalls: Array.from({ length: Limits.MAX_TOOL_CALLS_PER_STEP }, (_, index) => ({
+                id: `s${step}-c${index}`,
+                name: "echo",
+                arguments: [JSON.stringify({ value: `s${step}-c${index}` })],
+              })),
+            }),
+          )
+        const context = yield* setup({
+          script: [
+            { match: isSummaryRequest, respond: summaryAnswer(summaryText("the wide steps ran")), repeat: true },
+            mainEntry(wide(1)),
+            mainEntry(wide(2)),
+            mainEntry(wide(3)),
+            mainEntry(answer("Done.")),
+            mainEntry(answer("Again.")),
+          ],
+        })
+        const effects = { ran: [] as Array<string> }
+        const tools = ToolCatalog.make([echoTool(effects, (value) => `${value} ${"中".repeat(7_480)}`)])
+        const result = yield* context.engine.run(input(context, "Run the wide steps.", tools, { maxSteps: 8 }))
+        assert.deepStrictEqual(result.outcome, { kind: "completed" })
+        assert.strictEqual(new Set(effects.ran).size, 3 * Limits.MAX_TOOL_CALLS_PER_STEP)
+        assert.strictEqual(effects.ran.length, 3 * Limits.MAX_TOOL_CALLS_PER_STEP)
+        const events = yield* context.log.events("session-1", 0, 10_000)
+        assert.deepStrictEqual(factsOf(events, "tool_result_archived"), [])
+        // The history passed the read limit; one summary at the boundary after the third step folded
+        // the first two, the third step's request and results kept whole after it.
+        const bytes = events.reduce((sum, stored) => sum + Canonical.utf8Length(JSON.stringify(stored.event)), 0)
+        assert.isAbove(bytes, Limits.MAX_HISTORY_BYTES)
+        const checkpoints = factsOf(events, "context_checkpoint_recorded")
+        assert.deepStrictEqual(checkpoints.map((fact) => fact.checkpoint.mode.kind), ["mid_turn"])
+        const thirdRequest = events.filter((stored) => stored.event.fact.kind === "model_requested" && stored.event.fact.purpose === "main")[2]!
+        assert.strictEqual(checkpoints[0]!.checkpoint.coveredThrough, thirdRequest.sequence - 1)
+        assert.strictEqual(context.server.requests().filter(isSummaryRequest).length, 1)
+        yield* context.log.readModelContext("session-1")
+        // The next turn in the same process starts from the context the run kept.
+        const next = yield* context.engine.run(input(context, "Once more.", tools))
+        assert.deepStrictEqual(next.outcome, { kind: "completed" })
+      }),
+    ),
+  120_000)
+
+  it.live("past the read limits at a step boundary, a summary running beside the run is adopted and the prune it held back paid before any other", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        // The first step reaches the declared window: its summary runs in the background, slowly,
+        // while two more steps take the history past the read limit: a wide one of results just under
+        // one page, then one of 32 results over a page, left unarchived while the summary runs. That
+        // summary (of the first step) is waited for and adopted, the owed prune archives the large
+        // results, and no other summary is asked.
+        const step = (index: number, calls: number) =>
+          Respond.sse(
+            OpenAiSse.response({
+              toolCalls: Array.from({ length: calls }, (_, call) => ({
+                id: `s${index}-c${call}`,
+                name: "echo",
+                arguments: [JSON.stringify({ value: `s${index}-c${call}` })],
+              })),
+              usage: usage(5_000),
+            }),
+          )
+        const slowSummary = Respond.sse([Respond.comment("summarising", { delayMs: 4_000 }), ...summaryAnswerSteps(summaryText("the first step ran"))])
+        const context = yield* setup({
+          script: [
+            { match: isSummaryRequest, respond: slowSummary, repeat: true },
+            mainEntry(step(1, Limits.MAX_TOOL_CALLS_PER_STEP)),
+            mainEntry(step(2, Limits.MAX_TOOL_CALLS_PER_STEP)),
+            mainEntry(step(3, 32)),
+            mainEntry(answer("Done.")),
+          ],
+        })
+        const effects = { ran: [] as Array<string> }
+        const output = (value: string) => (value.startsWith("s3-") ? `${value} ${"p".repeat(200_000)}` : `${value} ${"中".repeat(7_480)}`)
+        const tools = ToolCatalog.make([echoTool(effects, output)])
+        const windowed = { context: { providerId: "openai-compatible", declaredWindow: 1_000 } }
+        const result = yield* context.engine.run(input(context, "Run the wide steps.", tools, { maxSteps: 8, ...windowed }))
+        assert.deepStrictEqual(result.outcome, { kind: "completed" })
+        assert.strictEqual(effects.ran.length, 2 * Limits.MAX_TOOL_CALLS_PER_STEP + 32)
+        assert.strictEqual(context.server.requests().filter(isSummaryRequest).length, 1)
+        const events = yield* context.log.events("session-1", 0, 10_000)
+        const checkpoints = factsOf(events, "context_checkpoint_recorded")
+        assert.deepStrictEqual(checkpoints.map((fact) => fact.checkpoint.mode.kind), ["mid_turn"])
+        // It covers the first step (its source), not the second: the summary started beside the second step.
+        const secondRequest = events.filter((stored) => stored.event.fact.kind === "model_requested" && stored.event.fact.purpose === "main")[1]!
+        assert.isBelow(checkpoints[0]!.checkpoint.coveredThrough, secondRequest.sequence + 1)
+        const archived = factsOf(events, "tool_result_archived").map((fact) => fact.placeholder.identity.toolCallId)
+        assert.deepStrictEqual(archived, Array.from({ length: 32 }, (_, call) => `s3-c${call}`))
         yield* context.log.readModelContext("session-1")
       }),
     ),

@@ -32,11 +32,13 @@ export const MAX_ARCHIVE_REF_CHARS = 16_384
 export const MAX_ARCHIVABLE_FAILURE_BYTES = 256 * KIB
 export const MAX_STEPS = 256
 /**
- * The most local tool calls one main model step may hold (docs/engine.md §5.6): each settles with two
- * events and the next request carries them whole, so a wider step could not be read back within
- * `MAX_HISTORY_EVENTS`.
+ * The most local tool calls one main model step may hold (docs/engine.md §5.6): the next request
+ * carries the step whole, and a fit pass can fold everything before it but never split it, so the
+ * step must fit the read limits on its own. 128 results just under one page (about 23 KB each in
+ * three-byte characters), their dispatches and the step's completion (at most 1 MiB each) hold
+ * about 5 MB, leaving room under `MAX_HISTORY_BYTES` for the summary and the opening it re-sends.
  */
-export const MAX_TOOL_CALLS_PER_STEP = 1_000
+export const MAX_TOOL_CALLS_PER_STEP = 128
 export const DEFAULT_MAX_STEPS = 32
 export const DEFAULT_OUTPUT_LIMIT = 8_000
 export const SUMMARY_OUTPUT_CAP = 8_000

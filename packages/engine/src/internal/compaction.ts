@@ -58,8 +58,9 @@ const hasConversation = (source: EventLog.ModelContextSource): boolean =>
 
 /**
  * Reads the summary source with the mode's fence (docs/log-format.md §3.7). What the run carries is
- * committed first: the store requires a settled boundary. `fit` lowers a `pre_turn` or `standalone`
- * fence to a clean cut that fits the read limits, so a session past them is compacted in passes;
+ * committed first: the store requires a settled boundary. `fit` lowers the fence to a clean cut that
+ * fits the read limits (for `mid_turn`, one that covers the current opening), so a session past
+ * them is compacted in passes;
  * `maxBytes` lowers the byte limit for a slice (docs/engine.md §5.12 "Slices"), of any mode.
  */
 export const capture = (run: Run, mode: ModelContext.CheckpointMode, fit: boolean, maxBytes?: number) =>
@@ -77,8 +78,8 @@ export const capture = (run: Run, mode: ModelContext.CheckpointMode, fit: boolea
         mode: mode.kind,
         ...LiveContext.defaultLimits,
         ...(maxBytes === undefined ? {} : { maxBytes }),
-        // A `mid_turn` fence is lowered only for a slice, to a cut that covers the current opening.
-        ...(fit && (mode.kind !== "mid_turn" || maxBytes !== undefined) ? { fit: true } : {}),
+        // A `mid_turn` fence is lowered to a cut that covers the current opening, its anchor.
+        ...(fit ? { fit: true } : {}),
       }),
     )
     if (read._tag === "Failure") {

@@ -648,6 +648,12 @@ const adoptFinished = (run: Run, loop: LoopState) =>
   Effect.gen(function* () {
     const pending = loop.pending
     if (pending === undefined || !(yield* pending.isFinished)) return
+    yield* adoptPending(run, loop, pending)
+  })
+
+/** Waits for the background summary and adopts it; one the provider refused as too long makes the next summary sliced. */
+const adoptPending = (run: Run, loop: LoopState, pending: Compaction.Pending) =>
+  Effect.gen(function* () {
     loop.pending = undefined
     const adoption = yield* Compaction.adopt(run, pending)
     if (adopted(run, loop, adoption)) loop.budget = "reshaped"
@@ -770,6 +776,40 @@ const handoffBoundary = (run: Run, loop: LoopState, step: number, priorUnknown: 
   })
 
 /**
+ * The next request's context. Over the history limits the live context fails as a fresh read would
+ * (`PrefixTooLarge`); what the run carries (the last settlements, steering) commits with the request,
+ * and is in its prompt. A context past the limits (a step that added more than the room the due mark
+ * leaves, a kept context that grew there) is brought back within them as at the opening: the
+ * background summary adopted, an owed prune paid, then compactions with `fit`, `mid_turn` once a step
+ * of the run completed, one clean cut that fits at a time (docs/engine.md §5.12 "Fit passes").
+ */
+const fittedSnapshot = (run: Run, loop: LoopState, priorUnknown: boolean) =>
+  Effect.gen(function* () {
+    for (let pass = 0; ; pass++) {
+      const read = yield* Effect.result(currentSnapshot(run, priorUnknown))
+      if (Result.isSuccess(read)) return read.success
+      if (priorUnknown || pass >= MAX_FIT_PASSES || !isPrefixTooLarge(read.failure)) return yield* Effect.fail(read.failure)
+      if (loop.pending !== undefined) {
+        yield* adoptPending(run, loop, loop.pending)
+      } else if (loop.pruneOwed) {
+        yield* prune(run)
+        loop.pruneOwed = false
+      } else if (yield* compactNow(run, loop, automaticMode(run, loop), true)) {
+        loop.budget = "reshaped"
+      } else {
+        return yield* Effect.fail(read.failure)
+      }
+    }
+  })
+
+/** The live context's snapshot with what the run carries; an archive or a checkpoint since makes it read the log again, once. */
+const currentSnapshot = (run: Run, priorUnknown: boolean) =>
+  Effect.gen(function* () {
+    if (run.live!.stale) run.live = yield* readContext(run, priorUnknown)
+    return yield* Effect.mapError(Effect.fromResult(run.live!.snapshot(run.carry)), storeError)
+  })
+
+/**
  * One logical step after the context read: prompt, model, tools. Returns whether the turn is done,
  * or the pause a handoff took before one of the step's physical retries.
  */
@@ -780,11 +820,7 @@ const runStep = (
   priorUnknown: boolean,
 ): Effect.Effect<boolean | PausedAtRetry, EngineError.EngineError, Ids.Ids> =>
   Effect.gen(function* () {
-    // An archive or a checkpoint changed what a fresh read returns: read it again, once.
-    if (run.live!.stale) run.live = yield* readContext(run, priorUnknown)
-    // Over the history limits the live context fails as a fresh read would (`PrefixTooLarge`). What
-    // the run carries (the last settlements, steering) commits with the request, and is in its prompt.
-    let source = yield* Effect.mapError(Effect.fromResult(run.live!.snapshot(run.carry)), storeError)
+    let source = yield* fittedSnapshot(run, loop, priorUnknown)
     if (!priorUnknown) {
       const before = run.live
       yield* maybeCompact(run, loop, source)
