@@ -152,7 +152,11 @@ describe("the live context's limits", () => {
     120_000,
   )
 
-  it.live("a run whose history outgrows 8 MiB while its compaction fails ends event_store before it sends the request a fresh read refuses", () =>
+  /**
+   * A run whose steps pass the 8 MiB limit while every summary fails with `summary`: it ends
+   * `outcome` before it sends a request a fresh read refuses, after `summaries` summary requests.
+   */
+  const outgrowsFailing = (summary: Respond.Responder, outcome: string, summaries: number) =>
     Effect.scoped(
       Effect.gen(function* () {
         // Each step calls `sink` nine times with 100,000 characters: about 1.8 MB of completion and
@@ -161,11 +165,10 @@ describe("the live context's limits", () => {
         const calls = OpenAiSse.response({ toolCalls: Array.from({ length: 9 }, (_, index) => ({ id: `call-${index}`, name: "sink", arguments: [argument] })) })
         // The summary runs in the background while the step goes on: each main answer waits a little,
         // so the summary's request is on the wire before the run reaches the limit, however loaded the machine.
-        const step = Respond.sse(calls)
         const slowStep = Respond.sse([Respond.comment("thinking", { delayMs: 150 }), ...calls])
         const context = yield* setup({
           script: [
-            { match: isSummaryRequest, respond: step, repeat: true },
+            { match: isSummaryRequest, respond: summary, repeat: true },
             { match: (request) => !isSummaryRequest(request), respond: slowStep, repeat: true },
           ],
         })
@@ -177,18 +180,28 @@ describe("the live context's limits", () => {
           execute: () => Effect.succeed(Tool.text("ok")),
         })
         const result = yield* context.engine.run(input(context, "Fill the context.", ToolCatalog.make([sink]), { maxSteps: 8 }))
-        assert.strictEqual(result.outcome.kind === "failed" ? result.outcome.class : result.outcome.kind, "event_store")
-        // Past 80 % of the byte limit a compaction was due; its summariser answered with tool calls,
-        // which is no summary, and the budget it spent is not renewed before the limit is reached.
-        // Past the limit a fit pass tried once more (docs/engine.md §5.12 "Fit passes"), with the
-        // same answer: the run ends there.
+        assert.strictEqual(result.outcome.kind === "failed" ? result.outcome.class : result.outcome.kind, outcome)
+        // Past 80 % of the byte limit a compaction was due, and the budget it spent is not renewed
+        // before the limit is reached; past it, a fit pass tries again unless the summary answered
+        // with tool content (docs/engine.md §5.12 "Fit passes").
         const sent = context.server.requests()
-        assert.strictEqual(sent.filter(isSummaryRequest).length, 2)
+        assert.strictEqual(sent.filter(isSummaryRequest).length, summaries)
         assert.strictEqual(sent.filter((request) => !isSummaryRequest(request)).length, 5)
         for (const request of sent) assert.isBelow(request.body.length, Limits.MAX_HISTORY_BYTES)
         const fresh = yield* Effect.flip(context.log.readModelContext("session-1"))
         assert.strictEqual(fresh.reason._tag === "Rejected" ? fresh.reason.rejection._tag : fresh.reason._tag, "PrefixTooLarge")
       }),
+    )
+
+  it.live("a run whose history outgrows 8 MiB while its summaries fail ends event_store before it sends the request a fresh read refuses", () =>
+    outgrowsFailing(Respond.json(400, Respond.openAiError("the summary was refused", { type: "invalid_request_error" })), "event_store", 2),
+  60_000)
+
+  it.live("a run whose history outgrows 8 MiB after its summary answered with tool calls ends reconciliation_required, asking no other summary", () =>
+    outgrowsFailing(
+      Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-s", name: "sink", arguments: [JSON.stringify({ value: "s" })] }] })),
+      "reconciliation_required",
+      1,
     ),
   60_000)
 

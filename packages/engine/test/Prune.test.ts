@@ -4,9 +4,9 @@
  * one that fits before the run's first request. Real SQLite files and the scripted server.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { FactBuilders, History } from "@maka/testkit"
-import { Effect } from "effect"
-import { ToolCatalog } from "@maka/tools"
+import { FactBuilders, History, OpenAiSse, Respond } from "@maka/testkit"
+import { Deferred, Effect, Schema } from "effect"
+import { Tool, ToolCatalog } from "@maka/tools"
 import { answer, echoCall, mainEntry } from "./support/compaction.ts"
 import { expectFrozenSources, factsOf, kinds } from "./support/harness.ts"
 import { catalog, echoTool, input, setup, type Setup } from "./support/setup.ts"
@@ -23,6 +23,21 @@ const oldRun = (context: Setup, results: ReadonlyArray<string>) =>
     run.end({ kind: "completed" })
     const writes = history.written.map((written) => written.write)
     for (let start = 0; start < writes.length; start += 50) yield* context.log.appendBatch(writes.slice(start, start + 50))
+  })
+
+/** A tool that starts, waits for `release`, then returns a result over one page. */
+const slowTool = (started: Deferred.Deferred<void>, release: Deferred.Deferred<void>) =>
+  Tool.make({
+    name: "slow",
+    description: "Waits until released.",
+    input: Schema.Struct({ value: Schema.String }),
+    semantics: "parallel",
+    execute: () =>
+      Effect.gen(function* () {
+        yield* Deferred.succeed(started, undefined)
+        yield* Deferred.await(release)
+        return Tool.text(`BIG ${"b".repeat(20_000)} TAIL-OF-BIG`)
+      }),
   })
 
 describe("prune", () => {
@@ -64,6 +79,88 @@ describe("prune", () => {
         const request = factsOf(own, "model_requested")[0]!
         assert.isDefined(request.effectiveSourceDigest)
         assert.strictEqual(yield* expectFrozenSources(context.log, own), 1)
+      }),
+    ),
+  )
+
+  it.live("a batch that settled a result over one page in a cancelled run owes its prune to the session's next run in the same process", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({
+          script: [
+            mainEntry(
+              Respond.sse(
+                OpenAiSse.response({
+                  toolCalls: [
+                    { id: "call-1", name: "slow", arguments: ['{"value":"first"}'] },
+                    { id: "call-2", name: "echo", arguments: ['{"value":"second"}'] },
+                  ],
+                }),
+              ),
+            ),
+            mainEntry(answer("It was cancelled.")),
+          ],
+        })
+        const started = yield* Deferred.make<void>()
+        const release = yield* Deferred.make<void>()
+        const tools = ToolCatalog.make([slowTool(started, release), echoTool({ ran: [] })])
+        const running = yield* context.engine.start(input(context, "Run both.", tools))
+        yield* Deferred.await(started)
+        yield* running.cancel
+        yield* Deferred.succeed(release, undefined)
+        assert.strictEqual((yield* running.wait).outcome.kind, "cancelled")
+        // The slow call settled its large result; the other was not dispatched after the cancellation.
+        const settled = factsOf(yield* context.log.events("session-1"), "tool_settled")
+        assert.deepStrictEqual(settled.map((fact) => fact.outcome.kind), ["succeeded"])
+        assert.deepStrictEqual(factsOf(yield* context.log.events("session-1"), "tool_result_archived"), [])
+        const next = yield* context.engine.run(input(context, "What happened?", tools))
+        assert.deepStrictEqual(next.outcome, { kind: "completed" })
+        const archives = factsOf(yield* context.log.events("session-1"), "tool_result_archived")
+        assert.deepStrictEqual(archives.map((fact) => fact.placeholder.identity.toolCallId), ["call-1"])
+        const requests = context.server.requests()
+        assert.notInclude(requests[requests.length - 1]!.body, "TAIL-OF-BIG")
+      }),
+    ),
+  )
+
+  it.live("a prune pass the run's cancellation stopped is owed to the session's next run in the same process", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        // The first page of the pass after the batch is read; the run is cancelled before its archive commits.
+        const reading = yield* Deferred.make<void>()
+        const cancelled = yield* Deferred.make<void>()
+        let pages = 0
+        const context = yield* setup(
+          { script: [mainEntry(echoCall("call-1", "big")), mainEntry(answer("It was cancelled."))] },
+          undefined,
+          {},
+          {
+            wrapLog: (log) => ({
+              ...log,
+              preparePruneCandidates: (sessionId, options) =>
+                Effect.gen(function* () {
+                  if (++pages === 1) {
+                    yield* Deferred.succeed(reading, undefined)
+                    yield* Deferred.await(cancelled)
+                  }
+                  return yield* log.preparePruneCandidates(sessionId, options)
+                }),
+            }),
+          },
+        )
+        const tools = ToolCatalog.make([echoTool({ ran: [] }, () => `BIG ${"b".repeat(20_000)} TAIL-OF-BIG`)])
+        const running = yield* context.engine.start(input(context, "Read it.", tools))
+        yield* Deferred.await(reading)
+        yield* running.cancel
+        yield* Deferred.succeed(cancelled, undefined)
+        assert.strictEqual((yield* running.wait).outcome.kind, "cancelled")
+        assert.deepStrictEqual(factsOf(yield* context.log.events("session-1"), "tool_result_archived"), [])
+        const next = yield* context.engine.run(input(context, "What happened?", tools))
+        assert.deepStrictEqual(next.outcome, { kind: "completed" })
+        const archives = factsOf(yield* context.log.events("session-1"), "tool_result_archived")
+        assert.deepStrictEqual(archives.map((fact) => fact.placeholder.identity.toolCallId), ["call-1"])
+        const requests = context.server.requests()
+        assert.notInclude(requests[requests.length - 1]!.body, "TAIL-OF-BIG")
       }),
     ),
   )

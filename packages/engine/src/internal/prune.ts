@@ -20,8 +20,11 @@ const archivesOf = (page: ReadonlyArray<{ readonly eventId: string; readonly too
     return placeholder === undefined ? [] : [{ kind: "tool_result_archived", placeholder }]
   })
 
-/** Runs the prune loop to its end, or until cancellation is requested. */
-export const prune = (run: Run): Effect.Effect<void, EngineError.EngineError, Ids.Ids> =>
+/**
+ * Runs the prune loop to its end, or until cancellation is requested; returns whether it reached the
+ * end (a pass cancellation stopped is still owed, by the kept context to the session's next run).
+ */
+export const prune = (run: Run): Effect.Effect<boolean, EngineError.EngineError, Ids.Ids> =>
   Effect.gen(function* () {
     const { sessionId, invocationId } = run.settings.invocation
     // The candidates are read from the log: what the run carries is committed first.
@@ -34,10 +37,10 @@ export const prune = (run: Run): Effect.Effect<void, EngineError.EngineError, Id
       )
       const archives = archivesOf(page.candidates)
       if (archives.length > 0) {
-        if (yield* isCancelled(run)) return
+        if (yield* isCancelled(run)) return false
         yield* commitFacts(run, archives)
       }
-      if (page.next === undefined) return
+      if (page.next === undefined) return true
       cursor = page.next
     }
   })

@@ -223,7 +223,7 @@ const liveContext = (run: Run, priorUnknown: boolean) =>
     return { context: yield* readContext(run, priorUnknown), kept: false }
   })
 
-/** How many compaction passes may bring a session past the read limits back within them at its opening. */
+/** How many passes may bring a context past the read limits back within them, at a run's opening or a step boundary. */
 export const MAX_FIT_PASSES = 64
 
 /** The log's refusal of a context over its read limits. */
@@ -247,7 +247,7 @@ const openingContext = (run: Run, loop: LoopState, priorUnknown: boolean) =>
       if (priorUnknown || pass >= MAX_FIT_PASSES || !isPrefixTooLarge(read.failure)) return yield* Effect.fail(read.failure)
       // Large results archived first (candidate paging needs no materialised context), then folding.
       if (!pruned) {
-        yield* prune(run)
+        loop.pruneOwed = !(yield* prune(run))
         pruned = true
         continue
       }
@@ -416,7 +416,7 @@ const mainRequest = (
   })
 
 /** Runs the local calls of a completed step through the journal; returns whether the turn is done. */
-const runTools = (run: Run, captured: ToolCatalog.CapturedCatalog, calls: ReadonlyArray<Journal.CallRequest>) =>
+const runTools = (run: Run, loop: LoopState, captured: ToolCatalog.CapturedCatalog, calls: ReadonlyArray<Journal.CallRequest>) =>
   Effect.gen(function* () {
     const guard: JournalGuard = { gate: yield* Semaphore.make(1), unsettled: new Set(), abandoned: false, archivable: false }
     const journal = Journal.runStep(run.settings.invocation, captured, calls, {
@@ -433,7 +433,11 @@ const runTools = (run: Run, captured: ToolCatalog.CapturedCatalog, calls: Readon
     if (unknown !== undefined) {
       return yield* Effect.fail(EngineError.make({ _tag: "ToolOutcomeUnknown", operationId: unknown.request.operationId }))
     }
-    if (result.cancelled) return yield* Effect.fail(EngineError.cancelled())
+    if (result.cancelled) {
+      // The batch ends the run unpruned: the prune it owes goes to the session's next run.
+      if (guard.archivable) loop.pruneOwed = true
+      return yield* Effect.fail(EngineError.cancelled())
+    }
     return { finishTurn: result.finishTurn, archivable: guard.archivable }
   })
 
@@ -677,8 +681,7 @@ const recoversOverflow = (run: Run, loop: LoopState, error: EngineError.EngineEr
 const payOwedPrune = (run: Run, loop: LoopState) =>
   Effect.gen(function* () {
     if (!loop.pruneOwed) return
-    yield* prune(run)
-    loop.pruneOwed = false
+    loop.pruneOwed = !(yield* prune(run))
     if (run.live!.stale) run.live = yield* readContext(run, false)
   })
 
@@ -742,10 +745,7 @@ const handoffBoundary = (run: Run, loop: LoopState, step: number, priorUnknown: 
         }
         yield* Effect.mapError(flushCarry(run), commitError)
         // A result a batch left unarchived while the summary ran is archived before the replay is fixed.
-        if (loop.pruneOwed) {
-          yield* prune(run)
-          loop.pruneOwed = false
-        }
+        if (loop.pruneOwed) loop.pruneOwed = !(yield* prune(run))
         if (run.live!.stale) run.live = yield* readContext(run, false)
         const source = yield* Effect.mapError(Effect.fromResult(run.live!.snapshot()), storeError)
         const captured = run.settings.tools.capture()
@@ -785,15 +785,20 @@ const handoffBoundary = (run: Run, loop: LoopState, step: number, priorUnknown: 
  */
 const fittedSnapshot = (run: Run, loop: LoopState, priorUnknown: boolean) =>
   Effect.gen(function* () {
+    let pruned = false
     for (let pass = 0; ; pass++) {
       const read = yield* Effect.result(currentSnapshot(run, priorUnknown))
       if (Result.isSuccess(read)) return read.success
       if (priorUnknown || pass >= MAX_FIT_PASSES || !isPrefixTooLarge(read.failure)) return yield* Effect.fail(read.failure)
       if (loop.pending !== undefined) {
         yield* adoptPending(run, loop, loop.pending)
-      } else if (loop.pruneOwed) {
-        yield* prune(run)
-        loop.pruneOwed = false
+      } else if (!pruned) {
+        // Large results archived first (an owed prune, or one a cancelled pass left), then folding.
+        pruned = true
+        loop.pruneOwed = !(yield* prune(run))
+      } else if (loop.summaryToolContent) {
+        // A summary already answered with tool content: the run ends for that, not for its length.
+        return yield* Effect.fail(EngineError.reconciliation(EngineError.SUMMARY_TOOL_CONTENT_MESSAGE))
       } else if (yield* compactNow(run, loop, automaticMode(run, loop), true)) {
         loop.budget = "reshaped"
       } else {
@@ -853,7 +858,7 @@ const runStep = (
     // An answer ends the turn unless steering waits: then the next step delivers it. The queue is
     // closed in the same step, so no message is accepted and then dropped.
     if (calls.length === 0) return yield* Ref.modify(run.steering, (queued) => [queued.length === 0 && run.handoff.endSteering(), queued] as const)
-    const { finishTurn: finished, archivable } = yield* runTools(run, captured, calls)
+    const { finishTurn: finished, archivable } = yield* runTools(run, loop, captured, calls)
     // A finish_turn tool ends the turn as an answer does: unless steering waits, which the next
     // step delivers.
     const finishTurn = finished && (yield* Ref.modify(run.steering, (queued) => [queued.length === 0 && run.handoff.endSteering(), queued] as const))
@@ -862,10 +867,7 @@ const runStep = (
     // A batch that settled one while a summary was pending owes the prune to the next boundary
     // (or to the session's next run).
     if (!priorUnknown && (archivable || loop.pruneOwed)) {
-      if (loop.pending === undefined) {
-        yield* prune(run)
-        loop.pruneOwed = false
-      } else loop.pruneOwed = true
+      loop.pruneOwed = loop.pending === undefined ? !(yield* prune(run)) : true
     }
     return finishTurn
   })
@@ -895,10 +897,7 @@ export const stepLoop = (run: Run, loop: LoopState, priorUnknown: boolean): Effe
       yield* adoptFinished(run, loop)
       // A prune a batch owed while the summary ran is paid here, once none is pending (adopted or
       // not): the step's request never carries whole a result over one page (docs/engine.md §5.11).
-      if (loop.pruneOwed && loop.pending === undefined && !priorUnknown) {
-        yield* prune(run)
-        loop.pruneOwed = false
-      }
+      if (loop.pruneOwed && loop.pending === undefined && !priorUnknown) loop.pruneOwed = !(yield* prune(run))
       const stepped = yield* runStep(run, loop, step, priorUnknown)
       if (typeof stepped === "object") return stepped
       if (stepped) {
@@ -1022,7 +1021,7 @@ export const runMessage = (
       // A handoff successor finds nothing to prune: its pause's preflight archived what was owed, so
       // its first request stays the pause's replay.
       const owesPrune = live.kept ? live.context.pruneOwed : live.context.holdsArchivable(isArchivable)
-      if (!priorUnknown && !live.pruned && owesPrune) yield* prune(run)
+      if (!priorUnknown && !live.pruned && owesPrune) loop.pruneOwed = !(yield* prune(run))
       const done = yield* stepLoop(run, loop, priorUnknown)
       if (loop.summaryToolContent) return yield* Effect.fail(EngineError.reconciliation(EngineError.SUMMARY_TOOL_CONTENT_MESSAGE))
       if (done._tag === "Paused") return done
