@@ -24,7 +24,7 @@ import { Cancellation, Ids, ToolCatalog } from "@maka/tools"
 import { Clock, Context, Deferred, Effect, Exit, Fiber, Layer, Option, type Redacted, Ref, Result, Schema, Scope, Semaphore, Stream } from "effect"
 import * as EngineError from "./EngineError.ts"
 import * as AbortFanout from "./internal/abort-fanout.ts"
-import { defaults, MAX_QUEUED_STEERING, optionsProblem, resolveOptions, SESSION_CONTEXTS, type EngineOptions } from "./internal/options.ts"
+import { defaults, MAX_QUEUED_STEERING, MAX_QUEUED_STEERING_BYTES, optionsProblem, resolveOptions, SESSION_CONTEXTS, type EngineOptions } from "./internal/options.ts"
 import { SessionContexts, stamp, type Run, type RunSettings } from "./internal/run-context.ts"
 import * as EventFeed from "./internal/event-feed.ts"
 import * as Handoff from "./internal/handoff.ts"
@@ -382,9 +382,13 @@ const liveEvents = (feed: EventFeed.EventFeed): Stream.Stream<Event.StoredEvent>
   return stream
 }
 
+/** The serialized bytes of each queued steering message, measured once when it is queued. */
+const steeringBytes = new WeakMap<Input.DeliveredMessage, number>()
+
 /**
  * Queues a steering message after the whole validation of the fact it becomes, so it can always be
- * committed; the queue is bounded (`MAX_QUEUED_STEERING`, then `Busy`).
+ * committed; the queue is bounded (`MAX_QUEUED_STEERING` messages and `MAX_QUEUED_STEERING_BYTES`
+ * serialized, then `Busy`).
  */
 const steer = (
   invocation: Identity.Invocation,
@@ -401,10 +405,19 @@ const steer = (
     if (Result.isFailure(checked)) {
       return yield* Effect.fail(EngineError.invalidInput(`steering message: ${checked.failure.message}`))
     }
+    const bytes = Canonical.utf8Length(Canonical.stringify(delivered))
+    steeringBytes.set(delivered, bytes)
+    const queuedBytes = (queue: Queue) => queue.reduce((sum, message) => sum + (steeringBytes.get(message) ?? 0), 0)
     // Checked in the same step as the queue: a run whose pause is committing takes no more messages.
     type Queue = ReadonlyArray<Input.DeliveredMessage>
-    const queued = yield* Ref.modify(steering, (queued: Queue): readonly ["queued" | "full" | "ended", Queue] =>
-      !gate.acceptsSteering ? ["ended", queued] : queued.length >= MAX_QUEUED_STEERING ? ["full", queued] : ["queued", [...queued, delivered]],
+    const queued = yield* Ref.modify(steering, (queued: Queue): readonly ["queued" | "full" | "full_bytes" | "ended", Queue] =>
+      !gate.acceptsSteering
+        ? ["ended", queued]
+        : queued.length >= MAX_QUEUED_STEERING
+          ? ["full", queued]
+          : queuedBytes(queued) + bytes > MAX_QUEUED_STEERING_BYTES
+            ? ["full_bytes", queued]
+            : ["queued", [...queued, delivered]],
     )
     if (queued === "ended") {
       const handingOff = gate.current === "committed" || gate.current === "sealed"
@@ -415,6 +428,13 @@ const steer = (
     if (queued === "full") {
       return yield* Effect.fail(
         EngineError.busy(`the run already holds ${MAX_QUEUED_STEERING} steering messages for its next step`),
+      )
+    }
+    if (queued === "full_bytes") {
+      return yield* Effect.fail(
+        EngineError.busy(
+          `the run's steering for its next step would pass ${MAX_QUEUED_STEERING_BYTES} serialized bytes with this message; steer it after that step`,
+        ),
       )
     }
   })

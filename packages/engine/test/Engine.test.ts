@@ -2,7 +2,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { Canonical, type Event, ToolCall } from "@maka/facts"
 import { OpenAiSse, Respond } from "@maka/testkit"
 import { Effect, Stream } from "effect"
-import { MAX_QUEUED_STEERING } from "../src/internal/options.ts"
+import { MAX_QUEUED_STEERING, MAX_QUEUED_STEERING_BYTES } from "../src/internal/options.ts"
 import { factsOf } from "./support/harness.ts"
 import { catalog, input, setup, type Effects } from "./support/setup.ts"
 
@@ -330,6 +330,42 @@ describe("Engine", () => {
         assert.deepStrictEqual(
           steered.map((fact) => fact.message.content.text),
           ["a real one", ...Array.from({ length: MAX_QUEUED_STEERING - 1 }, (_, index) => `more ${index + 1}`)],
+        )
+      }),
+    ))
+
+  it.live("bounds the steering queued for one step by its serialized bytes; the next step takes more", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const first = Respond.gate()
+        const second = Respond.gate()
+        const call = (id: string) => Respond.sse(OpenAiSse.response({ toolCalls: [{ id, name: "echo", arguments: [`{"value":"${id}"}`] }] }))
+        const context = yield* setup({
+          script: [Respond.hold(first, call("call-1")), Respond.hold(second, call("call-2")), Respond.sse(OpenAiSse.response({ text: ["ok"] }))],
+        })
+        const running = yield* context.engine.start(input(context, "Start.", catalog({ ran: [] })))
+        yield* Effect.promise(() => context.server.request(0))
+        // 65,000 escape characters are within the 64 KiB text limit, and about 390 KB serialized.
+        const heavy = (tag: string) => `${tag}${"\u001b".repeat(65_000)}`
+        const size = Canonical.utf8Length(JSON.stringify(heavy("a")))
+        assert.isAbove(size, 380_000)
+        yield* running.steer(heavy("a"))
+        yield* running.steer(heavy("b"))
+        const over = yield* Effect.flip(running.steer(heavy("c")))
+        assert.strictEqual(over.reason._tag, "Busy")
+        assert.include(over.message, `would pass ${MAX_QUEUED_STEERING_BYTES} serialized bytes`)
+        // A small one still fits beside them.
+        yield* running.steer("small")
+        first.release()
+        // The second request carried the queue; the next step's queue starts empty.
+        yield* Effect.promise(() => context.server.request(1))
+        yield* running.steer(heavy("c"))
+        second.release()
+        assert.deepStrictEqual((yield* running.wait).outcome, { kind: "completed" })
+        const steered = factsOf(yield* context.engine.log.events("session-1"), "message_steered")
+        assert.deepStrictEqual(
+          steered.map((fact) => fact.message.content.text.slice(0, 1)),
+          ["a", "b", "s", "c"],
         )
       }),
     ))

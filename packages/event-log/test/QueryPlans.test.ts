@@ -26,6 +26,7 @@ import { openPglite } from "../src/internal/open-postgres.ts"
 import { openSqlite } from "../src/internal/open-sqlite.ts"
 import * as Reads from "../src/internal/reads.ts"
 import * as Rows from "../src/internal/rows.ts"
+import * as SessionView from "../src/internal/session-view.ts"
 import { SqliteDialect } from "../src/internal/sqlite-driver.ts"
 import type { Tables } from "../src/internal/tables.ts"
 import { temporaryDirectory } from "./fixtures/storage.ts"
@@ -189,6 +190,11 @@ describe("query plans of the safety and recovery reads on SQLite", () => {
     expect(summaries.map((summary) => summary.events)).toEqual(histories().map((history) => history.events.length))
   })
 
+  it("checks whether a result is archived already through the archived-result index, never the session's archives", async () => {
+    const plans = await plansOf((tx) => new SessionView.SqlView(tx, "sqlite").isArchived("session-1", "event-1"))
+    expect(plans).toEqual([["SEARCH event_log USING INDEX event_log_archived_result (session_id=? AND <expr>=?)"]])
+  })
+
   it("reads a context in one select of the session through its index", async () => {
     // On SQLite the log runs the select by its own SQL (raw rows, no query building): nothing goes
     // through Kysely, so its plan is read from that SQL.
@@ -265,6 +271,10 @@ describe("query plans of the openings' reads on PostgreSQL under a generic plan"
     expect(plan).toMatch(/event_log_invocation_boundary/)
     expect(plan).toMatch(/event_log_event_id/)
     expect(plan).toMatch(/event_log_operation_fact/)
+  })
+
+  it("checks whether a result is archived already through event_log_archived_result", async () => {
+    expect(await genericPlan((tx) => new SessionView.SqlView(tx, "postgres").isArchived("session-1", "event-1"))).toMatch(/event_log_archived_result/)
   })
 
   it("walks the log's openings through event_log_openings, and reads the latest opening from its index", async () => {

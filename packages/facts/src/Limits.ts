@@ -36,7 +36,8 @@ export const MAX_STEPS = 256
  * carries the step whole, and a fit pass can fold everything before it but never split it, so the
  * step must fit the read limits on its own. 128 results just under one page (about 23 KB each in
  * three-byte characters), their dispatches and the step's completion (at most 1 MiB each) hold
- * about 5 MB, leaving room under `MAX_HISTORY_BYTES` for the summary and the opening it re-sends.
+ * about 5 MB; with the steering the next request carries (the engine queues at most 1 MiB) and the
+ * summary and opening a checkpoint re-sends, that stays under `MAX_HISTORY_BYTES`.
  */
 export const MAX_TOOL_CALLS_PER_STEP = 128
 export const DEFAULT_MAX_STEPS = 32

@@ -37,6 +37,14 @@ export interface EngineOptions {
 /** The most steering messages one run holds for its next step boundary; `steer` refuses more. */
 export const MAX_QUEUED_STEERING = 64
 
+/**
+ * The most serialized bytes of steering one run holds for its next step boundary; `steer` refuses a
+ * message that would pass it (one message alone is at most as large). The next request carries the
+ * queue with the step before it, and no compaction can cut between them: the bound keeps that step
+ * within the read limits (docs/engine.md §5.6, `MAX_TOOL_CALLS_PER_STEP`).
+ */
+export const MAX_QUEUED_STEERING_BYTES = Limits.MAX_DELIVERED_MESSAGE_BYTES
+
 /** How many sessions' live contexts an engine keeps for their next run (least recently used dropped first). */
 export const SESSION_CONTEXTS = 256
 

@@ -180,12 +180,7 @@ const validateArchive = async (view: SessionView.SessionView, event: Event.Runti
   if (expected === undefined || !Canonical.equal(expected, fact.placeholder)) {
     throw invalid("the archive placeholder differs from the one its result produces")
   }
-  for (const row of await Rows.ofSessionKind(tx, event.invocation.sessionId, "tool_result_archived")) {
-    const archived = Rows.decode(row).fact
-    if (archived.kind === "tool_result_archived" && archived.placeholder.identity.runtimeEventId === identity.runtimeEventId) {
-      throw invalid("the result is already archived")
-    }
-  }
+  if (await view.isArchived(event.invocation.sessionId, identity.runtimeEventId)) throw invalid("the result is already archived")
 }
 
 const validateTerminal = async (

@@ -48,6 +48,8 @@ export interface SessionView {
   readonly pendingPause: (sessionId: string) => Promise<Lineage.PendingPause | undefined>
   readonly hasUnresolvedRequest: (sessionId: string, invocationId: string, purpose: Model.ModelPurpose) => Promise<boolean>
   readonly isSteeringDelivered: (sessionId: string, messageId: string) => Promise<boolean>
+  /** Whether the session holds an archive of the settled result `settledEventId` (one indexed lookup). */
+  readonly isArchived: (sessionId: string, settledEventId: string) => Promise<boolean>
   readonly highWater: (sessionId: string) => Promise<number>
   readonly invocationState: (sessionId: string, invocationId: string) => Promise<InvocationState.InvocationState>
   /**
@@ -287,6 +289,22 @@ export class SqlView implements SessionView {
     return delivered !== undefined
   }
 
+  async isArchived(sessionId: string, settledEventId: string): Promise<boolean> {
+    // The archived-result index: an expression index on SQLite, a generated column on PostgreSQL.
+    const column =
+      this.dialect === "sqlite"
+        ? sql<string>`json_extract(event_json, '$.fact.placeholder.identity.runtimeEventId')`
+        : sql<string>`archived_event_id`
+    const archived = await this.tx
+      .selectFrom("event_log")
+      .select("sequence")
+      .where("session_id", "=", sessionId)
+      .where(sql<boolean>`kind = 'tool_result_archived'`)
+      .where(column, "=", settledEventId)
+      .executeTakeFirst()
+    return archived !== undefined
+  }
+
   highWater(sessionId: string): Promise<number> {
     return Rows.sessionHighWater(this.tx, sessionId)
   }
@@ -366,6 +384,10 @@ export class MemoryView implements SessionView {
 
   async isSteeringDelivered(sessionId: string, messageId: string): Promise<boolean> {
     return (await this.#session(sessionId)).steering.has(messageId)
+  }
+
+  isArchived(sessionId: string, settledEventId: string): Promise<boolean> {
+    return this.#sql.isArchived(sessionId, settledEventId)
   }
 
   async highWater(sessionId: string): Promise<number> {
