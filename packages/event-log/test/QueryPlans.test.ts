@@ -190,6 +190,13 @@ describe("query plans of the safety and recovery reads on SQLite", () => {
     expect(summaries.map((summary) => summary.events)).toEqual(histories().map((history) => history.events.length))
   })
 
+  it("finds a session's newest checkpoint by walking its index down from the fence, never the log", async () => {
+    const bounded = await plansOf((tx) => Rows.latestOfKind(tx, "session-1", "context_checkpoint_recorded", 40_000))
+    expect(bounded).toEqual([["SEARCH event_log USING INDEX event_log_session_sequence (session_id=? AND sequence<?)"]])
+    const newest = await plansOf((tx) => Rows.latestOfKind(tx, "session-1", "context_checkpoint_recorded"))
+    expect(newest).toEqual([["SEARCH event_log USING INDEX event_log_session_sequence (session_id=?)"]])
+  })
+
   it("checks whether a result is archived already through the archived-result index, never the session's archives", async () => {
     const plans = await plansOf((tx) => new SessionView.SqlView(tx, "sqlite").isArchived("session-1", "event-1"))
     expect(plans).toEqual([["SEARCH event_log USING INDEX event_log_archived_result (session_id=? AND <expr>=?)"]])

@@ -510,6 +510,32 @@ for (const dialect of dialects()) {
         }),
       ))
 
+    it("a prune page reads the history after the newest checkpoint, and archives written after the fence", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = new History.History()
+          const old = history.open()
+          bigRead(old, "old")
+          const checkpoint = summarised(history, old)
+          old.end()
+          const run = history.open({ turnId: "turn-2", runId: "run-2", invocationId: "invocation-2" })
+          const settled = ["a0", "a1", "a2"].map((callId) => bigRead(run, callId))
+          yield* appendAll(log, history.writes)
+          const current = run.invocation.invocationId
+          // The result before the checkpoint's coverage is no candidate.
+          expect(checkpoint.event.fact.kind === "context_checkpoint_recorded" && checkpoint.event.fact.checkpoint.coveredThrough).toBeGreaterThan(0)
+          const first = yield* log.preparePruneCandidates("session-1", { current, maxCandidates: 1, maxBytes: 1 << 22 })
+          expect(first.candidates.map((candidate) => candidate.toolCallId)).toEqual(["a0"])
+          // An archive the pass writes after the fence (of a result the next page would reach) is seen.
+          const written = history.written.length
+          run.archive(placeholderOf(settled[1]!, "a1"))
+          yield* appendAll(log, history.writes.slice(written))
+          const second = yield* log.preparePruneCandidates("session-1", { current, maxCandidates: 10, maxBytes: 1 << 22, cursor: first.next! })
+          expect(second.candidates.map((candidate) => candidate.toolCallId)).toEqual(["a2"])
+          expect(second.next).toBeUndefined()
+        }),
+      ))
+
     it("pages prune candidates with a cursor and a fixed fence", () =>
       withLog(dialect, (log) =>
         Effect.gen(function* () {

@@ -252,16 +252,16 @@ export const preparePruneCandidates = async (
   }
   await Safety.check(tx, dialect, sessionId, options.current === undefined ? {} : { exclude: options.current })
   if (options.maxCandidates === 0) return { candidates: [] }
-  const rows = await Rows.ofSession(tx, sessionId, { withObservations: false })
-  const through = options.cursor?.through ?? (rows.length === 0 ? 0 : rows[rows.length - 1]!.sequence)
-  let coveredThrough = 0
+  // Only the rows after the newest checkpoint's coverage are read (a session's older history is no
+  // candidate): all of them, as archives the pass wrote since its first page come after the fence.
+  const checkpointRow = await Rows.latestOfKind(tx, sessionId, "context_checkpoint_recorded", options.cursor?.through)
+  const checkpoint = checkpointRow === undefined ? undefined : Rows.decode(checkpointRow).fact
+  const coveredThrough = checkpoint?.kind === "context_checkpoint_recorded" ? checkpoint.checkpoint.coveredThrough : 0
+  const rows = await Rows.ofSession(tx, sessionId, { after: coveredThrough, withObservations: false })
+  const through = options.cursor?.through ?? (rows.length === 0 ? coveredThrough : rows[rows.length - 1]!.sequence)
   const archived = new Set<string>()
   const dispatches = new Map<string, Rows.Row>()
   for (const row of rows) {
-    if (row.kind === "context_checkpoint_recorded" && row.sequence <= through) {
-      const fact = Rows.decode(row).fact
-      if (fact.kind === "context_checkpoint_recorded") coveredThrough = fact.checkpoint.coveredThrough
-    }
     if (row.kind === "tool_result_archived") {
       const fact = Rows.decode(row).fact
       if (fact.kind === "tool_result_archived") archived.add(fact.placeholder.identity.runtimeEventId)
@@ -285,7 +285,12 @@ export const preparePruneCandidates = async (
     charged = row.sequence
     if (archived.has(row.eventId)) continue
     const settled = Rows.decode(row).fact
-    const dispatchRow = row.operationId === null ? undefined : dispatches.get(row.operationId)
+    // A dispatch is read with its settlement after the coverage (a clean cut never separates them);
+    // one that is not is looked up by its operation.
+    const dispatchRow =
+      row.operationId === null
+        ? undefined
+        : (dispatches.get(row.operationId) ?? (await Rows.byOperation(tx, row.operationId)).find((item) => item.kind === "tool_dispatched"))
     const dispatch = dispatchRow === undefined ? undefined : Rows.decode(dispatchRow).fact
     if (settled.kind !== "tool_settled" || dispatch?.kind !== "tool_dispatched" || dispatch.call.origin.kind !== "provider") {
       continue

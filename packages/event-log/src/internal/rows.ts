@@ -259,6 +259,14 @@ export const ofInvocationPage = async (tx: Tx, invocationId: string, after: numb
       .execute()
   ).map(toRow)
 
+/** The session's newest event of `kind` at or below `through` (any, when absent), walking its index down from there. */
+export const latestOfKind = async (tx: Tx, sessionId: string, kind: string, through?: number): Promise<Row | undefined> => {
+  let query = tx.selectFrom("event_log").select(columns).where("session_id", "=", sessionId).where(isKind(kind))
+  if (through !== undefined) query = query.where("sequence", "<=", through)
+  const row = await query.orderBy("sequence", "desc").limit(1).executeTakeFirst()
+  return row === undefined ? undefined : toRow(row)
+}
+
 /** Events of a session of one kind, in sequence order (the openings from their own index). */
 export const ofSessionKind = async (tx: Tx, sessionId: string, kind: string): Promise<ReadonlyArray<Row>> =>
   (
