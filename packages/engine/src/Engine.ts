@@ -32,6 +32,7 @@ import * as HeldAlone from "./internal/held-alone.ts"
 import { catalogOf, reservedNameProblem } from "./internal/read-tool-result.ts"
 import { checkContinuation as checkContinuationOf, runCompact, runMessage } from "./internal/runner.ts"
 import * as Recovery from "./Recovery.ts"
+import * as Steering from "./internal/steering.ts"
 
 export { defaults, type EngineOptions }
 
@@ -382,18 +383,17 @@ const liveEvents = (feed: EventFeed.EventFeed): Stream.Stream<Event.StoredEvent>
   return stream
 }
 
-/** The serialized bytes of each queued steering message, measured once when it is queued. */
-const steeringBytes = new WeakMap<Input.DeliveredMessage, number>()
-
 /**
  * Queues a steering message after the whole validation of the fact it becomes, so it can always be
- * committed; the queue is bounded (`MAX_QUEUED_STEERING` messages and `MAX_QUEUED_STEERING_BYTES`
- * serialized, then `Busy`).
+ * committed; what the next request carries is bounded (`MAX_QUEUED_STEERING` messages and
+ * `MAX_QUEUED_STEERING_BYTES` serialized, the queue with what `window` says was delivered since the
+ * last request, then `Busy`).
  */
 const steer = (
   invocation: Identity.Invocation,
   steering: Ref.Ref<ReadonlyArray<Input.DeliveredMessage>>,
   gate: Handoff.HandoffGate,
+  window: () => Steering.Window,
   text: string,
 ) =>
   Effect.gen(function* () {
@@ -405,17 +405,16 @@ const steer = (
     if (Result.isFailure(checked)) {
       return yield* Effect.fail(EngineError.invalidInput(`steering message: ${checked.failure.message}`))
     }
-    const bytes = Canonical.utf8Length(Canonical.stringify(delivered))
-    steeringBytes.set(delivered, bytes)
-    const queuedBytes = (queue: Queue) => queue.reduce((sum, message) => sum + (steeringBytes.get(message) ?? 0), 0)
+    const bytes = Steering.bytesOf(delivered)
+    const queuedBytes = (queue: Queue) => queue.reduce((sum, message) => sum + Steering.bytesOf(message), 0)
     // Checked in the same step as the queue: a run whose pause is committing takes no more messages.
     type Queue = ReadonlyArray<Input.DeliveredMessage>
     const queued = yield* Ref.modify(steering, (queued: Queue): readonly ["queued" | "full" | "full_bytes" | "ended", Queue] =>
       !gate.acceptsSteering
         ? ["ended", queued]
-        : queued.length >= MAX_QUEUED_STEERING
+        : window().count + queued.length >= MAX_QUEUED_STEERING
           ? ["full", queued]
-          : queuedBytes(queued) + bytes > MAX_QUEUED_STEERING_BYTES
+          : window().bytes + queuedBytes(queued) + bytes > MAX_QUEUED_STEERING_BYTES
             ? ["full_bytes", queued]
             : ["queued", [...queued, delivered]],
     )
@@ -580,6 +579,7 @@ export const make = (options: Partial<EngineOptions> = {}) =>
           mayBeUnresolved: false,
           uncertain: undefined,
           carry: [],
+          steeringWindow: Steering.emptyWindow,
           commitLock: Semaphore.makeUnsafe(1),
           handoff: gate,
           claim: undefined,
@@ -653,7 +653,7 @@ export const make = (options: Partial<EngineOptions> = {}) =>
           invocation: input.invocation,
           toolNames: run.settings.tools.names,
           events: liveEvents(feed),
-          steer: (text: string) => Effect.provideService(steer(input.invocation, steering, gate, text), Ids.Ids, ids),
+          steer: (text: string) => Effect.provideService(steer(input.invocation, steering, gate, () => run.steeringWindow, text), Ids.Ids, ids),
           cancel: cancellation.cancel,
           handoff,
           wait: Deferred.await(result),

@@ -1,7 +1,8 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Canonical, type Event, ToolCall } from "@maka/facts"
 import { OpenAiSse, Respond } from "@maka/testkit"
-import { Effect, Stream } from "effect"
+import { Tool, ToolCatalog } from "@maka/tools"
+import { Deferred, Effect, Fiber, Schema, Stream } from "effect"
 import { MAX_QUEUED_STEERING, MAX_QUEUED_STEERING_BYTES } from "../src/internal/options.ts"
 import { factsOf } from "./support/harness.ts"
 import { catalog, input, setup, type Effects } from "./support/setup.ts"
@@ -369,6 +370,58 @@ describe("Engine", () => {
         )
       }),
     ))
+
+  it.live("counts the steering a handoff preflight delivered toward the same bound: the request after it carries at most 1 MiB", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        // The preflight holds while two more messages are steered: the first two were delivered at
+        // the boundary already (and committed by the preflight), the next request carries all of them.
+        const inCheck = yield* Deferred.make<void>()
+        const letCheck = yield* Deferred.make<void>()
+        const slowCall = Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-1", name: "slow", arguments: [JSON.stringify({ value: "a" })] }] }))
+        const context = yield* setup(
+          { script: [slowCall, Respond.sse(OpenAiSse.response({ text: ["Done."] })), Respond.sse(OpenAiSse.response({ text: ["Done."] }))] },
+          undefined,
+          {},
+          {
+            wrapLog: (log) => ({
+              ...log,
+              checkHandoff: (invocation, pause) =>
+                Deferred.succeed(inCheck, undefined).pipe(Effect.andThen(Deferred.await(letCheck)), Effect.andThen(log.checkHandoff(invocation, pause))),
+            }),
+          },
+        )
+        const release = yield* Deferred.make<void>()
+        const slow = Tool.make({
+          name: "slow",
+          description: "Waits until released.",
+          input: Schema.Struct({ value: Schema.String }),
+          semantics: "parallel",
+          execute: () => Effect.as(Effect.uninterruptible(Deferred.await(release)), Tool.text("ok")),
+        })
+        const running = yield* context.engine.start(input(context, "Run slow.", ToolCatalog.make([slow]), { maxSteps: 4 }))
+        yield* running.events.pipe(Stream.filter((stored) => stored.event.fact.kind === "tool_dispatched"), Stream.take(1), Stream.runDrain)
+        const heavy = (tag: string) => `${tag}${"\u001b".repeat(65_000)}`
+        yield* running.steer(heavy("a"))
+        yield* running.steer(heavy("b"))
+        const requested = yield* Effect.forkChild(running.handoff)
+        yield* Effect.sleep("20 millis")
+        yield* Deferred.succeed(release, undefined)
+        yield* Deferred.await(inCheck)
+        const over = yield* Effect.flip(running.steer(heavy("c")))
+        assert.strictEqual(over.reason._tag, "Busy")
+        assert.include(over.message, `would pass ${MAX_QUEUED_STEERING_BYTES} serialized bytes`)
+        yield* running.steer("small")
+        yield* Deferred.succeed(letCheck, undefined)
+        yield* Fiber.join(requested)
+        yield* running.wait
+        const steered = factsOf(yield* context.log.events("session-1"), "message_steered")
+        assert.deepStrictEqual(steered.map((fact) => fact.message.content.text.slice(0, 1)), ["a", "b", "s"])
+        const bytes = steered.reduce((sum, fact) => sum + Canonical.utf8Length(Canonical.stringify(fact.message)), 0)
+        assert.isAtMost(bytes, MAX_QUEUED_STEERING_BYTES)
+      }),
+    ),
+  60_000)
 
   it.live("fails step_limit after maxSteps model steps (scenario 14)", () =>
     Effect.scoped(

@@ -152,11 +152,14 @@ describe("the live context's limits", () => {
     120_000,
   )
 
+  const refusedSummary = Respond.json(400, Respond.openAiError("the summary was refused", { type: "invalid_request_error" }))
+  const toolSummary = Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-s", name: "sink", arguments: [JSON.stringify({ value: "s" })] }] }))
+
   /**
-   * A run whose steps pass the 8 MiB limit while every summary fails with `summary`: it ends
+   * A run whose steps pass the 8 MiB limit while every summary fails (with `summary`, in turn, the last repeated): it ends
    * `outcome` before it sends a request a fresh read refuses, after `summaries` summary requests.
    */
-  const outgrowsFailing = (summary: Respond.Responder, outcome: string, summaries: number) =>
+  const outgrowsFailing = (summary: ReadonlyArray<Respond.Responder>, outcome: string, summaries: number) =>
     Effect.scoped(
       Effect.gen(function* () {
         // Each step calls `sink` nine times with 100,000 characters: about 1.8 MB of completion and
@@ -168,7 +171,7 @@ describe("the live context's limits", () => {
         const slowStep = Respond.sse([Respond.comment("thinking", { delayMs: 150 }), ...calls])
         const context = yield* setup({
           script: [
-            { match: isSummaryRequest, respond: summary, repeat: true },
+            ...summary.map((respond, index) => ({ match: isSummaryRequest, respond, repeat: index === summary.length - 1 })),
             { match: (request) => !isSummaryRequest(request), respond: slowStep, repeat: true },
           ],
         })
@@ -194,15 +197,15 @@ describe("the live context's limits", () => {
     )
 
   it.live("a run whose history outgrows 8 MiB while its summaries fail ends event_store before it sends the request a fresh read refuses", () =>
-    outgrowsFailing(Respond.json(400, Respond.openAiError("the summary was refused", { type: "invalid_request_error" })), "event_store", 2),
+    outgrowsFailing([refusedSummary], "event_store", 2),
   60_000)
 
   it.live("a run whose history outgrows 8 MiB after its summary answered with tool calls ends reconciliation_required, asking no other summary", () =>
-    outgrowsFailing(
-      Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-s", name: "sink", arguments: [JSON.stringify({ value: "s" })] }] })),
-      "reconciliation_required",
-      1,
-    ),
+    outgrowsFailing([toolSummary], "reconciliation_required", 1),
+  60_000)
+
+  it.live("a run whose fit pass's own summary answers with tool calls ends reconciliation_required", () =>
+    outgrowsFailing([refusedSummary, toolSummary], "reconciliation_required", 2),
   60_000)
 
   it.live("a run whose turn outgrows 8 MiB goes on when its mid-turn compactions succeed", () =>

@@ -6,6 +6,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { FactBuilders, History, OpenAiSse, Respond } from "@maka/testkit"
 import { Deferred, Effect, Schema } from "effect"
+import { EventLogError } from "@maka/event-log"
 import { Tool, ToolCatalog } from "@maka/tools"
 import { answer, echoCall, mainEntry } from "./support/compaction.ts"
 import { expectFrozenSources, factsOf, kinds } from "./support/harness.ts"
@@ -154,6 +155,39 @@ describe("prune", () => {
         yield* running.cancel
         yield* Deferred.succeed(cancelled, undefined)
         assert.strictEqual((yield* running.wait).outcome.kind, "cancelled")
+        assert.deepStrictEqual(factsOf(yield* context.log.events("session-1"), "tool_result_archived"), [])
+        const next = yield* context.engine.run(input(context, "What happened?", tools))
+        assert.deepStrictEqual(next.outcome, { kind: "completed" })
+        const archives = factsOf(yield* context.log.events("session-1"), "tool_result_archived")
+        assert.deepStrictEqual(archives.map((fact) => fact.placeholder.identity.toolCallId), ["call-1"])
+        const requests = context.server.requests()
+        assert.notInclude(requests[requests.length - 1]!.body, "TAIL-OF-BIG")
+      }),
+    ),
+  )
+
+  it.live("a prune pass a store error stopped is owed to the session's next run in the same process", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        // The pass after the batch fails at its first page: the run fails, and its kept context owes the pass.
+        let pages = 0
+        const context = yield* setup(
+          { script: [mainEntry(echoCall("call-1", "big")), mainEntry(answer("It failed."))] },
+          undefined,
+          {},
+          {
+            wrapLog: (log) => ({
+              ...log,
+              preparePruneCandidates: (sessionId, options) =>
+                ++pages === 1
+                  ? Effect.fail(EventLogError.make({ _tag: "Database", message: "disk I/O error (injected)" }))
+                  : log.preparePruneCandidates(sessionId, options),
+            }),
+          },
+        )
+        const tools = ToolCatalog.make([echoTool({ ran: [] }, () => `BIG ${"b".repeat(20_000)} TAIL-OF-BIG`)])
+        const failed = yield* context.engine.run(input(context, "Read it.", tools))
+        assert.strictEqual(failed.outcome.kind === "failed" && failed.outcome.class, "event_store")
         assert.deepStrictEqual(factsOf(yield* context.log.events("session-1"), "tool_result_archived"), [])
         const next = yield* context.engine.run(input(context, "What happened?", tools))
         assert.deepStrictEqual(next.outcome, { kind: "completed" })

@@ -119,7 +119,7 @@ export class LiveContext {
     return this.replacements.length > 0
   }
 
-  /** The run that kept this context left a result over one page unarchived (a summary was pending): its next run prunes. */
+  /** The run that kept this context owed a prune (a summary was pending, or a pass did not end): its next run prunes. */
   pruneOwed = false
 
   /** A checkpoint was adopted: the covered history leaves the context, which is read again before it is used. */

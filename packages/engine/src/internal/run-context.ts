@@ -14,6 +14,7 @@ import { faultPoint } from "./fault.ts"
 import type { EngineOptions } from "./options.ts"
 import type { HandoffGate } from "./handoff.ts"
 import type { LiveContext } from "./live-context.ts"
+import * as Steering from "./steering.ts"
 
 export interface RunSettings {
   readonly invocation: Identity.Invocation
@@ -104,6 +105,12 @@ export interface Run {
    * dispatch (with the completion). Nothing in here is shown before it is durable.
    */
   carry: Array<EventWrite.EventWrite>
+  /**
+   * The steering delivered since the run's last main request committed: the next main request
+   * carries it with the step before it, so `steer` bounds it together with the queue (a handoff
+   * preflight may commit it before that request, with no cut between them).
+   */
+  steeringWindow: Steering.Window
   /**
    * One commit of the run at a time: a background summary commits beside the step loop, and the
    * live context must see every commit in sequence order.
@@ -206,6 +213,8 @@ const append = (run: Run, writes: ReadonlyArray<EventWrite.EventWrite>, complete
       }),
     )
     faultPoint("engine.commit")
+    // A main request committed: the steering delivered before it is behind it.
+    if (built.some(({ event: { fact } }) => fact.kind === "model_requested" && fact.purpose === "main")) run.steeringWindow = Steering.emptyWindow
     const stored = built.map((write, index) => ({ sequence: sequences[index]!, event: write.event }))
     for (const [index, item] of stored.entries()) run.live?.apply(item, built[index]!.json)
     yield* run.onCommitted(stored)

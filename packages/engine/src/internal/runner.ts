@@ -19,6 +19,7 @@ import * as Handoff from "./handoff.ts"
 import { LiveContext, sourceBytes } from "./live-context.ts"
 import { isArchivable, prune } from "./prune.ts"
 import { commit, commitError, commitFacts, flushCarry, isCancelled, plainWrite, storeError, type Run } from "./run-context.ts"
+import * as Steering from "./steering.ts"
 
 type Done = { readonly _tag: "Completed" } | { readonly _tag: "Paused"; readonly pause: Lineage.HandoffPause }
 
@@ -247,13 +248,27 @@ const openingContext = (run: Run, loop: LoopState, priorUnknown: boolean) =>
       if (priorUnknown || pass >= MAX_FIT_PASSES || !isPrefixTooLarge(read.failure)) return yield* Effect.fail(read.failure)
       // Large results archived first (candidate paging needs no materialised context), then folding.
       if (!pruned) {
-        loop.pruneOwed = !(yield* prune(run))
+        yield* pruneOwing(run, loop)
         pruned = true
         continue
       }
-      if (!(yield* compactNow(run, loop, { kind: "pre_turn" }, true))) return yield* Effect.fail(read.failure)
+      if (!(yield* compactNow(run, loop, { kind: "pre_turn" }, true))) return yield* unfitted(loop, read.failure)
     }
   })
+
+/** A prune pass: owed until it reaches its end (a store error or a cancellation leaves it owed, to the kept context). */
+const pruneOwing = (run: Run, loop: LoopState) =>
+  Effect.gen(function* () {
+    loop.pruneOwed = true
+    loop.pruneOwed = !(yield* prune(run))
+  })
+
+/**
+ * The failure of a pass that could not bring the context within the limits: a summary that answered
+ * with tool content ends the run for that (docs/engine.md §5.4), not for its length.
+ */
+const unfitted = (loop: LoopState, failure: EngineError.EngineError) =>
+  Effect.fail(loop.summaryToolContent ? EngineError.reconciliation(EngineError.SUMMARY_TOOL_CONTENT_MESSAGE) : failure)
 
 /** A context read's failure as the run's: an unsettled history is a reconciliation, anything else the store's. */
 const readFailure = (error: EventLogError.EventLogError): EngineError.EngineError =>
@@ -271,6 +286,10 @@ const deliverSteering = (run: Run) =>
     const queued = yield* Ref.getAndSet(run.steering, [])
     const writes = yield* Effect.forEach(queued, (message) => plainWrite(run, { kind: "message_steered", message }))
     run.carry.push(...writes)
+    run.steeringWindow = queued.reduce(
+      (window, message) => ({ bytes: window.bytes + Steering.bytesOf(message), count: window.count + 1 }),
+      run.steeringWindow,
+    )
   })
 
 /**
@@ -452,7 +471,11 @@ export interface LoopState {
   completedStep: boolean
   /** A summary attempt produced tool content: the run ends `ReconciliationRequired`. */
   summaryToolContent: boolean
-  /** A tool batch settled a result over one page while a summary was pending: prune at the next chance. */
+  /**
+   * A prune is owed: a tool batch settled a result over one page while a summary was pending, or a
+   * pass did not reach its end (cancellation, a store error, a batch cancellation ended); paid at the
+   * next chance, or by the session's next run (the kept context carries it).
+   */
   pruneOwed: boolean
   /**
    * The bytes of the source of a background summary the provider refused as too long: the next
@@ -681,7 +704,7 @@ const recoversOverflow = (run: Run, loop: LoopState, error: EngineError.EngineEr
 const payOwedPrune = (run: Run, loop: LoopState) =>
   Effect.gen(function* () {
     if (!loop.pruneOwed) return
-    loop.pruneOwed = !(yield* prune(run))
+    yield* pruneOwing(run, loop)
     if (run.live!.stale) run.live = yield* readContext(run, false)
   })
 
@@ -745,7 +768,7 @@ const handoffBoundary = (run: Run, loop: LoopState, step: number, priorUnknown: 
         }
         yield* Effect.mapError(flushCarry(run), commitError)
         // A result a batch left unarchived while the summary ran is archived before the replay is fixed.
-        if (loop.pruneOwed) loop.pruneOwed = !(yield* prune(run))
+        if (loop.pruneOwed) yield* pruneOwing(run, loop)
         if (run.live!.stale) run.live = yield* readContext(run, false)
         const source = yield* Effect.mapError(Effect.fromResult(run.live!.snapshot()), storeError)
         const captured = run.settings.tools.capture()
@@ -795,14 +818,14 @@ const fittedSnapshot = (run: Run, loop: LoopState, priorUnknown: boolean) =>
       } else if (!pruned) {
         // Large results archived first (an owed prune, or one a cancelled pass left), then folding.
         pruned = true
-        loop.pruneOwed = !(yield* prune(run))
+        yield* pruneOwing(run, loop)
       } else if (loop.summaryToolContent) {
-        // A summary already answered with tool content: the run ends for that, not for its length.
-        return yield* Effect.fail(EngineError.reconciliation(EngineError.SUMMARY_TOOL_CONTENT_MESSAGE))
+        // A summary already answered with tool content: no other is asked.
+        return yield* unfitted(loop, read.failure)
       } else if (yield* compactNow(run, loop, automaticMode(run, loop), true)) {
         loop.budget = "reshaped"
       } else {
-        return yield* Effect.fail(read.failure)
+        return yield* unfitted(loop, read.failure)
       }
     }
   })
@@ -867,7 +890,8 @@ const runStep = (
     // A batch that settled one while a summary was pending owes the prune to the next boundary
     // (or to the session's next run).
     if (!priorUnknown && (archivable || loop.pruneOwed)) {
-      loop.pruneOwed = loop.pending === undefined ? !(yield* prune(run)) : true
+      if (loop.pending === undefined) yield* pruneOwing(run, loop)
+      else loop.pruneOwed = true
     }
     return finishTurn
   })
@@ -897,7 +921,7 @@ export const stepLoop = (run: Run, loop: LoopState, priorUnknown: boolean): Effe
       yield* adoptFinished(run, loop)
       // A prune a batch owed while the summary ran is paid here, once none is pending (adopted or
       // not): the step's request never carries whole a result over one page (docs/engine.md §5.11).
-      if (loop.pruneOwed && loop.pending === undefined && !priorUnknown) loop.pruneOwed = !(yield* prune(run))
+      if (loop.pruneOwed && loop.pending === undefined && !priorUnknown) yield* pruneOwing(run, loop)
       const stepped = yield* runStep(run, loop, step, priorUnknown)
       if (typeof stepped === "object") return stepped
       if (stepped) {
@@ -1021,7 +1045,7 @@ export const runMessage = (
       // A handoff successor finds nothing to prune: its pause's preflight archived what was owed, so
       // its first request stays the pause's replay.
       const owesPrune = live.kept ? live.context.pruneOwed : live.context.holdsArchivable(isArchivable)
-      if (!priorUnknown && !live.pruned && owesPrune) loop.pruneOwed = !(yield* prune(run))
+      if (!priorUnknown && !live.pruned && owesPrune) yield* pruneOwing(run, loop)
       const done = yield* stepLoop(run, loop, priorUnknown)
       if (loop.summaryToolContent) return yield* Effect.fail(EngineError.reconciliation(EngineError.SUMMARY_TOOL_CONTENT_MESSAGE))
       if (done._tag === "Paused") return done

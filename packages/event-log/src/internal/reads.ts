@@ -257,7 +257,7 @@ export const preparePruneCandidates = async (
   const checkpointRow = await Rows.latestOfKind(tx, sessionId, "context_checkpoint_recorded", options.cursor?.through)
   const checkpoint = checkpointRow === undefined ? undefined : Rows.decode(checkpointRow).fact
   const coveredThrough = checkpoint?.kind === "context_checkpoint_recorded" ? checkpoint.checkpoint.coveredThrough : 0
-  const rows = await Rows.ofSession(tx, sessionId, { after: coveredThrough, withObservations: false })
+  const rows = await Rows.ofSession(tx, sessionId, { ...(coveredThrough > 0 ? { after: coveredThrough } : {}), withObservations: false })
   const through = options.cursor?.through ?? (rows.length === 0 ? coveredThrough : rows[rows.length - 1]!.sequence)
   const archived = new Set<string>()
   const dispatches = new Map<string, Rows.Row>()
