@@ -14,12 +14,19 @@
  */
 import { createEngine } from "@maka/engine"
 import { OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
-import { Tool, ToolCatalog } from "@maka/tools"
+import { Tool, ToolCatalog, Workspace } from "@maka/tools"
 import { Effect, Schema } from "effect"
 import { z } from "zod"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
+
+// ---- Declarations ------------------------------------------------------------------------------
+
+// A library built on maka emits declarations (the project's tsconfig sets `declaration`): this
+// inferred type names the tools' error type, which a declaration can only reach through a path the
+// package exports (TS2742/TS2883 otherwise). Built, never run.
+export const openWorkspace = Workspace.open(".")
 
 // ---- Tools -------------------------------------------------------------------------------------
 
