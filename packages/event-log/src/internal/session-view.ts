@@ -104,6 +104,18 @@ const OPERATION_ROWS = `SELECT sequence, event_id, session_id, turn_id, run_id, 
   FROM event_log WHERE operation_id = ? AND kind <> 'model_observed' ORDER BY sequence`
 
 /** The rule state read from rows inside the writer's transaction. */
+/** A unique index over one key of one kind of event (docs/log-format.md §3.2). */
+interface IndexedKey {
+  readonly kind: string
+  readonly jsonPath: string
+  readonly column: string
+}
+
+const INDEXED = {
+  steering: { kind: "message_steered", jsonPath: "$.fact.message.messageId", column: "steering_message_id" },
+  archive: { kind: "tool_result_archived", jsonPath: "$.fact.placeholder.identity.runtimeEventId", column: "archived_event_id" },
+} as const satisfies Record<string, IndexedKey>
+
 export class SqlView implements SessionView {
   readonly tx: Rows.Tx
   readonly dialect: Dialect
@@ -273,36 +285,29 @@ export class SqlView implements SessionView {
     )
   }
 
-  async isSteeringDelivered(sessionId: string, messageId: string): Promise<boolean> {
-    // The steering-identity index: an expression index on SQLite, a generated column on PostgreSQL.
-    const column =
-      this.dialect === "sqlite"
-        ? sql<string>`json_extract(event_json, '$.fact.message.messageId')`
-        : sql<string>`steering_message_id`
-    const delivered = await this.tx
-      .selectFrom("event_log")
-      .select("sequence")
-      .where("session_id", "=", sessionId)
-      .where(sql<boolean>`kind = 'message_steered'`)
-      .where(column, "=", messageId)
-      .executeTakeFirst()
-    return delivered !== undefined
+  isSteeringDelivered(sessionId: string, messageId: string): Promise<boolean> {
+    return this.#holds(sessionId, INDEXED.steering, messageId)
   }
 
-  async isArchived(sessionId: string, settledEventId: string): Promise<boolean> {
-    // The archived-result index: an expression index on SQLite, a generated column on PostgreSQL.
-    const column =
-      this.dialect === "sqlite"
-        ? sql<string>`json_extract(event_json, '$.fact.placeholder.identity.runtimeEventId')`
-        : sql<string>`archived_event_id`
-    const archived = await this.tx
+  isArchived(sessionId: string, settledEventId: string): Promise<boolean> {
+    return this.#holds(sessionId, INDEXED.archive, settledEventId)
+  }
+
+  /**
+   * Whether the session holds an event of the key's kind whose key is `value`, in one descent of
+   * the key's unique index: an expression index on SQLite (the expression spelled exactly as the
+   * index's), a generated column on PostgreSQL; the kind is a literal, as in the partial index.
+   */
+  async #holds(sessionId: string, key: IndexedKey, value: string): Promise<boolean> {
+    const column = this.dialect === "sqlite" ? sql<string>`json_extract(event_json, ${sql.lit(key.jsonPath)})` : sql.ref(key.column)
+    const found = await this.tx
       .selectFrom("event_log")
       .select("sequence")
       .where("session_id", "=", sessionId)
-      .where(sql<boolean>`kind = 'tool_result_archived'`)
-      .where(column, "=", settledEventId)
+      .where(sql<boolean>`kind = ${sql.lit(key.kind)}`)
+      .where(column, "=", value)
       .executeTakeFirst()
-    return archived !== undefined
+    return found !== undefined
   }
 
   highWater(sessionId: string): Promise<number> {
