@@ -31,11 +31,13 @@ export const INSTALLS = {
     { readme: "packages/engine/README.md", command: "pnpm add @maka/engine @maka/tools effect --allow-build=better-sqlite3" },
     { readme: "packages/tools/README.md", command: "pnpm add zod" },
     { readme: "packages/testkit/README.md", command: "pnpm add -D @maka/testkit" },
+    { readme: "packages/cli/README.md", command: "pnpm add -D @maka/cli" },
   ],
   npm: [
     { readme: "packages/engine/README.md", command: "npm install @maka/engine @maka/tools effect" },
     { readme: "packages/tools/README.md", command: "npm install zod" },
     { readme: "packages/testkit/README.md", command: "npm install -D @maka/testkit" },
+    { readme: "packages/cli/README.md", command: "npm install -D @maka/cli" },
   ],
 }
 
@@ -173,6 +175,12 @@ const consumer = (manager, tarballs, work) => {
     throw new Error(`node dist/main.mjs exited ${program.status ?? program.signal}:\n${(program.stderr ?? "").trim()}`)
   }
   log(`${manager}: node dist/main.mjs passes  (${seconds(started)})`)
+  // The installed command: its offline tour (a tool loop, a crash and its recovery, compaction, a
+  // handoff between two processes) in a temporary folder.
+  started = Date.now()
+  const demo = spawnSync(path.join(directory, "node_modules", ".bin", "maka"), ["demo"], { cwd: directory, env: environment, encoding: "utf8", timeout: 120_000 })
+  if (demo.status !== 0) throw new Error(`maka demo exited ${demo.status ?? demo.signal}:\n${`${demo.stdout ?? ""}${demo.stderr ?? ""}`.trim().split("\n").slice(-20).join("\n")}`)
+  log(`${manager}: maka demo passes  (${seconds(started)})`)
   return directory
 }
 
