@@ -137,6 +137,19 @@ const compare = (item: Scenario) =>
     }),
   )
 
+/** A model step calling `echo` `calls` times, each with the value `s<step>-c<call>`; with `input`, the prompt usage it reports. */
+const echoStep = (step: number, calls: number, input?: number) =>
+  Respond.sse(
+    OpenAiSse.response({
+      toolCalls: Array.from({ length: calls }, (_, call) => ({
+        id: `s${step}-c${call}`,
+        name: "echo",
+        arguments: [JSON.stringify({ value: `s${step}-c${call}` })],
+      })),
+      ...(input === undefined ? {} : { usage: usage(input) }),
+    }),
+  )
+
 describe("the live context's limits", () => {
   it.live(
     "equals a fresh read with the same limits after every write of generated runs, oversized ones included",
@@ -252,16 +265,7 @@ describe("the live context's limits", () => {
         // Three steps of the widest batch, each result just under one page (not archived) of
         // three-byte characters: about 3 MB a step. Two steps stay under 80 % of the 8 MiB limit; the
         // third passes the limit at once, with no compaction due before it.
-        const wide = (step: number) =>
-          Respond.sse(
-            OpenAiSse.response({
-              toolCalls: Array.from({ length: Limits.MAX_TOOL_CALLS_PER_STEP }, (_, index) => ({
-                id: `s${step}-c${index}`,
-                name: "echo",
-                arguments: [JSON.stringify({ value: `s${step}-c${index}` })],
-              })),
-            }),
-          )
+        const wide = (step: number) => echoStep(step, Limits.MAX_TOOL_CALLS_PER_STEP)
         const context = yield* setup({
           script: [
             { match: isSummaryRequest, respond: summaryAnswer(summaryText("the wide steps ran")), repeat: true },
@@ -297,6 +301,39 @@ describe("the live context's limits", () => {
     ),
   120_000)
 
+  it.live("a context the previous run kept past the read limits is folded pre_turn at the next run's first step", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        // The first run's last step (maxSteps) settles a third wide batch and ends step_limit with no
+        // step boundary after it: its kept context is past the limit when the next run starts.
+        const wide = (step: number) => echoStep(step, Limits.MAX_TOOL_CALLS_PER_STEP)
+        const context = yield* setup({
+          script: [
+            { match: isSummaryRequest, respond: summaryAnswer(summaryText("three wide steps ran")), repeat: true },
+            mainEntry(wide(1)),
+            mainEntry(wide(2)),
+            mainEntry(wide(3)),
+            mainEntry(answer("Done.")),
+          ],
+        })
+        const tools = ToolCatalog.make([echoTool({ ran: [] }, (value) => `${value} ${"中".repeat(7_480)}`)])
+        const first = yield* context.engine.run(input(context, "Run the wide steps.", tools, { maxSteps: 3 }))
+        assert.strictEqual(first.outcome.kind === "failed" && first.outcome.class, "step_limit")
+        assert.deepStrictEqual(factsOf(yield* context.log.events("session-1", 0, 10_000), "context_checkpoint_recorded"), [])
+        const next = yield* context.engine.run(input(context, "Go on.", tools))
+        assert.deepStrictEqual(next.outcome, { kind: "completed" })
+        const events = yield* context.log.events("session-1", 0, 10_000)
+        const checkpoints = factsOf(events, "context_checkpoint_recorded")
+        assert.deepStrictEqual(checkpoints.map((fact) => fact.checkpoint.mode.kind), ["pre_turn"])
+        // It folds the first two steps; the third step's request and results stay whole after it.
+        const thirdRequest = events.filter((stored) => stored.event.fact.kind === "model_requested" && stored.event.fact.purpose === "main")[2]!
+        assert.strictEqual(checkpoints[0]!.checkpoint.coveredThrough, thirdRequest.sequence - 1)
+        assert.strictEqual(context.server.requests().filter(isSummaryRequest).length, 1)
+        yield* context.log.readModelContext("session-1")
+      }),
+    ),
+  120_000)
+
   it.live("past the read limits at a step boundary, a summary running beside the run is adopted and the prune it held back paid before any other", () =>
     Effect.scoped(
       Effect.gen(function* () {
@@ -305,17 +342,7 @@ describe("the live context's limits", () => {
         // one page, then one of 32 results over a page, left unarchived while the summary runs. That
         // summary (of the first step) is waited for and adopted, the owed prune archives the large
         // results, and no other summary is asked.
-        const step = (index: number, calls: number) =>
-          Respond.sse(
-            OpenAiSse.response({
-              toolCalls: Array.from({ length: calls }, (_, call) => ({
-                id: `s${index}-c${call}`,
-                name: "echo",
-                arguments: [JSON.stringify({ value: `s${index}-c${call}` })],
-              })),
-              usage: usage(5_000),
-            }),
-          )
+        const step = (index: number, calls: number) => echoStep(index, calls, 5_000)
         const slowSummary = Respond.sse([Respond.comment("summarising", { delayMs: 4_000 }), ...summaryAnswerSteps(summaryText("the first step ran"))])
         const context = yield* setup({
           script: [
