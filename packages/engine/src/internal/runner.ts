@@ -803,8 +803,8 @@ const handoffBoundary = (run: Run, loop: LoopState, step: number, priorUnknown: 
  * (`PrefixTooLarge`); what the run carries (the last settlements, steering) commits with the request,
  * and is in its prompt. A context past the limits (a step that added more than the room the due mark
  * leaves, a kept context that grew there) is brought back within them as at the opening: the
- * background summary adopted, an owed prune paid, then compactions with `fit`, `mid_turn` once a step
- * of the run completed, one clean cut that fits at a time (docs/engine.md §5.12 "Fit passes").
+ * background summary adopted, the session pruned once, then compactions with `fit`, `mid_turn` once
+ * a step of the run completed, one clean cut that fits at a time (docs/engine.md §5.12 "Fit passes").
  */
 const fittedSnapshot = (run: Run, loop: LoopState, priorUnknown: boolean) =>
   Effect.gen(function* () {
