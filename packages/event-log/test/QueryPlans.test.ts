@@ -197,6 +197,12 @@ describe("query plans of the safety and recovery reads on SQLite", () => {
     expect(newest).toEqual([["SEARCH event_log USING INDEX event_log_session_sequence (session_id=?)"]])
   })
 
+  it("reads an invocation's settled operations for its boundary check from the invocation's index", async () => {
+    const plans = await plansOf((tx) => Rows.operationsOfKind(tx, "session-1-invocation-5", "tool_settled"))
+    expect(plans).toEqual([["SEARCH event_log USING INDEX event_log_invocation_sequence (invocation_id=?)"]])
+    expect(await kysely!.transaction().execute((tx) => Rows.operationsOfKind(tx, "session-1-invocation-5", "tool_settled"))).toHaveLength(1)
+  })
+
   it("checks whether a result is archived already through the archived-result index, never the session's archives", async () => {
     const plans = await plansOf((tx) => new SessionView.SqlView(tx, "sqlite").isArchived("session-1", "event-1"))
     expect(plans).toEqual([["SEARCH event_log USING INDEX event_log_archived_result (session_id=? AND <expr>=?)"]])

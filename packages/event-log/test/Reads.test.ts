@@ -536,6 +536,26 @@ for (const dialect of dialects()) {
         }),
       ))
 
+    it("refuses a prune page while a dispatch of the current run is unsettled, and reads once it settles", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = new History.History()
+          const run = history.open()
+          const step = run.request()
+          run.complete(step, FactBuilders.toolCallStep([{ id: "c0", name: "read_file", input: { path: "f" } }]))
+          const operation = run.dispatch(step, "c0")
+          yield* appendAll(log, history.writes)
+          const current = run.invocation.invocationId
+          const unsettled = yield* failure(log.preparePruneCandidates("session-1", { current, maxCandidates: 10, maxBytes: 1 << 20 }))
+          expect(unsettled.message).toContain("a dispatched tool is unsettled")
+          const written = history.written.length
+          run.succeed(operation, FactBuilders.textOutput("body"))
+          yield* appendAll(log, history.writes.slice(written))
+          const page = yield* log.preparePruneCandidates("session-1", { current, maxCandidates: 10, maxBytes: 1 << 20 })
+          expect(page.candidates.map((candidate) => candidate.toolCallId)).toEqual(["c0"])
+        }),
+      ))
+
     it("pages prune candidates with a cursor and a fixed fence", () =>
       withLog(dialect, (log) =>
         Effect.gen(function* () {

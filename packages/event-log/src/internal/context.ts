@@ -1034,7 +1034,9 @@ const replacementBytes = (placeholder: Archive.ArchivedPlaceholder): number =>
 
 /** Whether the invocation is at a settled boundary (compaction and prune need it). */
 export const requireSettledBoundary = async (tx: Rows.Tx, invocationId: string): Promise<void> => {
-  const state = InvocationState.fold((await Rows.ofInvocation(tx, invocationId)).map(Rows.stored))
-  const reason = InvocationState.unsettledReason(state)
+  // Settlements (a run's largest rows) are known by their operation ids: their payloads are not read.
+  const state = InvocationState.fold((await Rows.ofInvocation(tx, invocationId, { settlements: false })).map(Rows.stored))
+  const settled = new Set(await Rows.operationsOfKind(tx, invocationId, "tool_settled"))
+  const reason = InvocationState.unsettledReason(state, undefined, (operationId) => settled.has(operationId))
   if (reason !== undefined) throw EventLogError.invalidTransition(`the invocation is not at a settled boundary: ${reason}`)
 }

@@ -113,8 +113,11 @@ export const unresolvedRequests = (state: InvocationState, purpose?: Model.Model
     .filter(([stepId, request]) => !state.resolvedSteps.has(stepId) && (purpose === undefined || request.purpose === purpose))
     .map(([stepId]) => stepId)
 
-export const unsettledDispatches = (state: InvocationState): ReadonlyArray<string> =>
-  [...state.dispatched.keys()].filter((operationId) => !state.settled.has(operationId))
+/** `isSettled`: whether an operation settled (the state's own settlements by default; a read may know them by id only). */
+export const unsettledDispatches = (
+  state: InvocationState,
+  isSettled: (operationId: string) => boolean = (operationId) => state.settled.has(operationId),
+): ReadonlyArray<string> => [...state.dispatched.keys()].filter((operationId) => !isSettled(operationId))
 
 export const unresolvedLocalCalls = (state: InvocationState): ReadonlyArray<LocalCall> =>
   state.localCalls.filter((call) => !state.dispatched.has(call.operationId) && !state.rejected.has(call.operationId))
@@ -124,8 +127,12 @@ export const unresolvedLocalCalls = (state: InvocationState): ReadonlyArray<Loca
  * an unresolved request of that purpose counts (compaction asks for `main`: its own summary request
  * is not its caller's concern).
  */
-export const unsettledReason = (state: InvocationState, purpose?: Model.ModelPurpose): string | undefined => {
-  if (unsettledDispatches(state).length > 0) return "a dispatched tool is unsettled"
+export const unsettledReason = (
+  state: InvocationState,
+  purpose?: Model.ModelPurpose,
+  isSettled?: (operationId: string) => boolean,
+): string | undefined => {
+  if (unsettledDispatches(state, isSettled).length > 0) return "a dispatched tool is unsettled"
   if (unresolvedRequests(state, purpose).length > 0) return "a model request is unresolved"
   if (unresolvedLocalCalls(state).length > 0) return "a local tool call is neither rejected nor settled"
   return undefined

@@ -234,16 +234,33 @@ export const byOperation = async (tx: Tx, operationId: string): Promise<Readonly
       .execute()
   ).map(toRow)
 
-export const ofInvocation = async (tx: Tx, invocationId: string): Promise<ReadonlyArray<Row>> =>
+/** An invocation's facts in order (not its observations); `settlements: false` leaves its `tool_settled` rows out. */
+export const ofInvocation = async (
+  tx: Tx,
+  invocationId: string,
+  options: { readonly settlements?: boolean } = {},
+): Promise<ReadonlyArray<Row>> =>
   (
     await tx
       .selectFrom("event_log")
       .select(columns)
       .where("invocation_id", "=", invocationId)
-      .where(notObservation)
+      .where(options.settlements === false ? sql<boolean>`kind NOT IN ('model_observed', 'tool_settled')` : notObservation)
       .orderBy("sequence")
       .execute()
   ).map(toRow)
+
+/** The operation ids of an invocation's facts of `kind`, in order, reading no payload. */
+export const operationsOfKind = async (tx: Tx, invocationId: string, kind: string): Promise<ReadonlyArray<string>> =>
+  (
+    await tx
+      .selectFrom("event_log")
+      .select("operation_id")
+      .where("invocation_id", "=", invocationId)
+      .where(isKind(kind))
+      .orderBy("sequence")
+      .execute()
+  ).flatMap((row) => (row.operation_id === null ? [] : [row.operation_id]))
 
 /** One page of `ofInvocation`: at most `limit` rows after the sequence `after`. */
 export const ofInvocationPage = async (tx: Tx, invocationId: string, after: number, limit: number): Promise<ReadonlyArray<Row>> =>
