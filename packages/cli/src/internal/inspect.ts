@@ -154,8 +154,13 @@ const readSources = async (open: OpenLog, requests: ReadonlyArray<Event.StoredEv
   return reads.map((read) => (Result.isSuccess(read) ? read.success : { unreadable: `store error: ${read.failure.message}` }))
 }
 
-/** How many tail items the sources read at once may hold together, at most (see `forEachSource`). */
-const SOURCE_ITEMS_AT_ONCE = 500_000
+/**
+ * How many tail items the sources read at once may hold together, at most (see `forEachSource`).
+ * The sources of one read share their items (an array slot each, 8 bytes), not the events; each
+ * read decodes the session's rows through its last high water again, so fewer reads are faster:
+ * a 10,000-step session with tails near the read limit (8,000 events) reads 12 times, not 92.
+ */
+const SOURCE_ITEMS_AT_ONCE = 4_000_000
 
 /**
  * Calls `each` with every request's source, in order, reading them in batches of `readSources`: a

@@ -206,12 +206,18 @@ type MainRow = Pick<Rows.Row, "sequence" | "eventId" | "invocationId" | "kind" |
  * `decode` gives a row's event, or undefined when it does not decode: rows the context read has
  * decoded already pass theirs, so the walk parses nothing twice.
  */
-export const latestMain = <R extends MainRow>(rows: ReadonlyArray<R>, decode: (row: R) => Event.RuntimeEvent | undefined): LatestMainContext => {
+export const latestMain = <R extends MainRow>(
+  rows: ReadonlyArray<R>,
+  decode: (row: R) => Event.RuntimeEvent | undefined,
+  /** A read's own rows, ascending by sequence: only the first `ascendingEnd` of them are walked. */
+  ascendingEnd?: number,
+): LatestMainContext => {
   // Walked from the newest row back. The log holds one request per step and one opening per
   // invocation (unique indexes), and a completion's trace needs both before it, so each is looked
   // for before the completion only: a walk of the last step, not a map of the session.
-  const ordered = isAscending(rows) ? rows : [...rows].sort((left, right) => left.sequence - right.sequence)
-  for (let at = ordered.length - 1; at >= 0; at--) {
+  const ordered = ascendingEnd !== undefined || isAscending(rows) ? rows : [...rows].sort((left, right) => left.sequence - right.sequence)
+  const end = ascendingEnd ?? ordered.length
+  for (let at = end - 1; at >= 0; at--) {
     const completion = ordered[at]!
     if (completion.kind !== "model_completed") continue
     const completed = decode(completion)
@@ -239,7 +245,7 @@ export const latestMain = <R extends MainRow>(rows: ReadonlyArray<R>, decode: (r
     const request = requested.fact
     let projectionCurrent = true
     // The archives after the request: the rows above it, walked from the newest down.
-    for (let after = ordered.length - 1; after >= 0 && ordered[after]!.sequence > requestRow.sequence; after--) {
+    for (let after = end - 1; after >= 0 && ordered[after]!.sequence > requestRow.sequence; after--) {
       const row = ordered[after]!
       if (row.kind !== "tool_result_archived") continue
       const archived = decode(row)?.fact
@@ -281,6 +287,8 @@ interface DecodedRow extends Omit<Rows.Row, "json" | "sessionId" | "turnId" | "r
   readonly json: string | undefined
   readonly bytes: number
   readonly stored: Event.StoredEvent
+  /** The row as a tail item, made once: the sources of a batch that hold it share it. */
+  canonical: TailItem | undefined
 }
 
 /** A context read with the session's running log-prefix hash over the very rows it read. */
@@ -511,8 +519,9 @@ export const readLineageContext = async (
  * The lineage a frozen lineage scope names: the lineage of the newest invocation of its run at or
  * below the high water (a handoff successor opened later adds no row at or below it).
  */
-const frozenSelection = (rows: ReadonlyArray<DecodedRow>, scope: Identity.LogScope): LineageSelection | undefined => {
+const frozenSelection = (decodedRows: ReadonlyArray<DecodedRow>, count: number, scope: Identity.LogScope): LineageSelection | undefined => {
   if (scope.kind !== "lineage") return undefined
+  const rows = decodedRows.slice(0, count)
   const openings = openingsOf(rows)
   let newest: string | undefined
   for (const [invocationId, opening] of openings) if (opening.runId === scope.runId) newest = invocationId
@@ -571,6 +580,7 @@ const decodeRows = async (
       json,
       bytes: size >= 0 ? size : Canonical.utf8Length(rowJson),
       stored: { sequence, event },
+      canonical: undefined,
     }
     decodedRows.push(decoded)
     if (deferred) entries.push(decoded)
@@ -584,10 +594,32 @@ const decodeRows = async (
  * between its reads (running hashes by selection, the gate's verdicts of sealed invocations).
  */
 interface SharedRows {
-  readonly entries: Array<SessionEntry>
-  readonly decodedRows: Array<DecodedRow>
+  readonly entries: ReadonlyArray<SessionEntry>
+  readonly decodedRows: ReadonlyArray<DecodedRow>
+  /** How many of `entries`, and of `decodedRows`, lie at or below the read's high water: its own rows. */
+  readonly entryCount: number
+  readonly rowCount: number
+  /**
+   * The decoded rows the pass over a selection reads (checkpoints, openings, summary requests,
+   * archives), in order: each read of the batch walks these, not every row below its high water.
+   */
+  readonly notable: ReadonlyArray<DecodedRow>
   readonly hashes: SelectionHashes
   readonly gate: FrozenGate
+}
+
+/** Whether the pass over a selection in `materialise` reads `row` (every other row passes it by). */
+const isNotable = (row: DecodedRow): boolean => {
+  switch (row.kind) {
+    case "context_checkpoint_recorded":
+    case "invocation_opened":
+    case "tool_result_archived":
+      return true
+    case "model_requested":
+      return row.stored.event.fact.kind === "model_requested" && row.stored.event.fact.purpose === "summary"
+    default:
+      return false
+  }
 }
 
 /**
@@ -642,32 +674,39 @@ const materialise = async (
   const streamed = deferred ? undefined : Digest.LogPrefixHash.start(scope)
   // The rows as entries, observations included, are kept only for a read that may select (what it
   // hashes, where it may cut); a read that hashes as it reads needs only its last sequence.
-  const entries: Array<SessionEntry> = shared?.entries ?? []
+  const ownEntries: Array<SessionEntry> = []
   let lastSequence = 0
   // Every decoded row of the session: the safety gate reads them all, whatever the selection keeps.
-  const decodedRows: Array<DecodedRow> = shared?.decodedRows ?? []
+  const ownRows: Array<DecodedRow> = []
   if (shared === undefined) {
     // A frozen read's rows stop at its high water: every fact above it is left out.
     const rows =
       frozen === undefined ? await sessionRowsOf(tx, sessionId) : [...(await Rows.sessionRowsBetween(tx, sessionId, 0, frozen.highWater))]
-    lastSequence = await decodeRows(rows, streamed, deferred, entries, decodedRows, (sequence, failure) =>
+    lastSequence = await decodeRows(rows, streamed, deferred, ownEntries, ownRows, (sequence, failure) =>
       Rows.undecodableAt(tx, sequence, failure),
     )
   }
-  const selection = frozen === undefined ? selectionOf(decodedRows, options) : frozenSelection(decodedRows, frozen.scope)
+  // A batch's shared rows run past this read's high water: its own are the first `rowCount` (and
+  // `entryCount`), never copied out.
+  const decodedRows = shared?.decodedRows ?? ownRows
+  const rowCount = shared?.rowCount ?? ownRows.length
+  let entries: ReadonlyArray<SessionEntry> = shared?.entries ?? ownEntries
+  let entryCount = shared?.entryCount ?? ownEntries.length
+  const selection = frozen === undefined ? selectionOf(decodedRows, options) : frozenSelection(decodedRows, rowCount, frozen.scope)
   const selected = (row: { readonly sequence: number; readonly invocationId: string }) =>
     selection === undefined || row.sequence <= selection.base || selection.invocations.has(row.invocationId)
   let withoutObservations = decodedRows
+  let rowsEnd = rowCount
   if (selection !== undefined) {
     // A lineage selection: the rows of later unrelated runs of the session are left out of the
     // context and its evidence (the safety gate still reads the whole session).
     scope = { kind: "lineage", sessionId, runId: selection.runId }
-    withoutObservations = decodedRows.filter(selected)
-    const keptEntries = entries.filter(selected)
-    entries.length = 0
-    entries.push(...keptEntries)
+    withoutObservations = decodedRows.slice(0, rowCount).filter(selected)
+    rowsEnd = withoutObservations.length
+    entries = entries.slice(0, entryCount).filter(selected)
+    entryCount = entries.length
   }
-  const readHighWater = !deferred ? lastSequence : entries.length === 0 ? 0 : entries[entries.length - 1]!.sequence
+  const readHighWater = !deferred ? lastSequence : entryCount === 0 ? 0 : entries[entryCount - 1]!.sequence
   if (fence !== undefined && options.current !== undefined) {
     const own = decodedRows.filter((row) => row.invocationId === options.current).map((row) => row.stored)
     const reason = InvocationState.unsettledReason(InvocationState.fold(own), "main")
@@ -685,7 +724,7 @@ const materialise = async (
             ...(options.manual === true ? { manual: true } : {}),
           },
         )
-      : await (shared === undefined ? frozenSafety(tx, dialect, decodedRows) : shared.gate.check(tx, dialect, decodedRows.length))
+      : await (shared === undefined ? frozenSafety(tx, dialect, decodedRows) : shared.gate.check(tx, dialect, rowCount))
   // Step 3: the selection's high water, the mode's fence of a compaction source, or a frozen read's.
   let highWater = frozen?.highWater ?? readHighWater
   if (fence !== undefined && fence.mode !== "mid_turn" && opening !== undefined) {
@@ -700,7 +739,12 @@ const materialise = async (
   const compactInvocations = new Set<string>()
   const summarySteps = new Set<string>()
   const archives = new Map<string, { readonly placeholder: Archive.ArchivedPlaceholder; readonly eventId: string }>()
-  for (const row of withoutObservations) {
+  // A batch's read walks the batch's notable rows through its own high water, in its selection.
+  for (const row of shared?.notable ?? withoutObservations) {
+    if (shared !== undefined) {
+      if (row.sequence > readHighWater) break
+      if (!selected(row)) continue
+    }
     switch (row.kind) {
       case "context_checkpoint_recorded": {
         if (row.sequence <= highWater) checkpoints.push(row)
@@ -771,7 +815,9 @@ const materialise = async (
     const replacements: Array<{ settledEventId: string; archiveEventId: string }> = []
     const tail: Array<TailItem> = []
     let latestSummary: LatestSummary | undefined
-    for (const row of withoutObservations) {
+    // The rows the baseline covers are passed by: the walk starts after them.
+    for (let index = countThrough(withoutObservations, coveredThrough); index < rowsEnd; index++) {
+      const row = withoutObservations[index]!
       if (row.sequence > through) break
       if (row.sequence <= coveredThrough) continue
       if (row.kind === "model_requested" || row.kind === "model_interrupted") {
@@ -788,7 +834,7 @@ const materialise = async (
       const stored = row.stored
       if (archive === undefined) {
         bytes += row.bytes
-        tail.push({ kind: "canonical", stored })
+        tail.push((row.canonical ??= { kind: "canonical", stored }))
         continue
       }
       const replacement = Archive.modelValue(archive.placeholder.identity, archive.placeholder.page)
@@ -838,10 +884,7 @@ const materialise = async (
     ...(anchor === undefined ? {} : { anchor }),
     tail,
     effectiveSourceDigest: Digest.effectiveSource(sourceDigest, replacements),
-    latestMain: latestMain(
-      highWater === readHighWater ? withoutObservations : withoutObservations.filter((row) => row.sequence <= highWater),
-      (row) => row.stored.event,
-    ),
+    latestMain: latestMain(withoutObservations, (row) => row.stored.event, countThrough(withoutObservations, highWater)),
     unknownOperations: safety.unknownOperations,
     ...(latestSummary === undefined ? {} : { latestSummary }),
   }
@@ -970,6 +1013,7 @@ export const readFrozenModelContexts = async (
     })
     const hashes = new SelectionHashes()
     const gate = new FrozenGate(decodedRows)
+    const notable = decodedRows.filter(isNotable)
     for (const index of valid) {
       const evidence = evidences[index]!
       if (undecodable !== undefined && evidence.highWater >= undecodable.sequence) {
@@ -978,8 +1022,11 @@ export const readFrozenModelContexts = async (
       }
       try {
         const shared: SharedRows = {
-          entries: entries.slice(0, countThrough(entries, evidence.highWater)),
-          decodedRows: decodedRows.slice(0, countThrough(decodedRows, evidence.highWater)),
+          entries,
+          decodedRows,
+          entryCount: countThrough(entries, evidence.highWater),
+          rowCount: countThrough(decodedRows, evidence.highWater),
+          notable,
           hashes,
           gate,
         }
