@@ -30,7 +30,27 @@ export class ToolOutcomeUnknown extends Data.TaggedError("ToolOutcomeUnknown")<{
 export const fail = (message: string): Effect.Effect<never, ToolFailure> => Effect.fail(new ToolFailure({ message }))
 
 export const text = (value: string): ToolCall.ToolOutput => ({ format: "text", value })
-export const json = (value: Identity.Json): ToolCall.ToolOutput => ({ format: "json", value })
+/**
+ * What `json` takes of a value of type `T`: plain JSON data, written as a type alias or as an
+ * interface (which has no index signature, so is no `Identity.Json`); a function, method, bigint,
+ * symbol or `undefined` anywhere in it makes it `never`. A `Date` or `Map` has methods: refused too.
+ */
+export type JsonValue<T> = T extends null | boolean | number | string
+  ? T
+  : T extends (...args: ReadonlyArray<never>) => unknown
+    ? never
+    : T extends ReadonlyArray<infer Item>
+      ? ReadonlyArray<JsonValue<Item>>
+      : T extends object
+        ? { readonly [K in keyof T]: JsonValue<T[K]> }
+        : never
+
+/** A JSON output; the value is checked when the output is recorded (the README's Errors). */
+export const json = <T>(value: T extends JsonValue<T> ? T : JsonValue<T>): ToolCall.ToolOutput => ({
+  format: "json",
+  // Plain data by its type, so JSON.
+  value: value as Identity.Json,
+})
 
 /** What `execute` receives besides its input. */
 export interface ToolContext {
@@ -236,9 +256,23 @@ const standardDecoder =
         const validated = schema["~standard"].validate(input)
         return validated instanceof Promise ? Effect.promise(() => validated) : Effect.succeed(validated)
       }),
-      (result) =>
-        result.issues === undefined ? Effect.succeed(result.value) : Effect.fail({ message: describeIssues(result.issues) }),
+      (result) => {
+        // The validator is the host's or a library's: a result that is neither `{value}` nor
+        // `{issues}` is its defect (`preparation_failed`), never a success with no value.
+        if (typeof result !== "object" || result === null) return Effect.die(malformedResult(result))
+        if (result.issues !== undefined) {
+          return Array.isArray(result.issues) ? Effect.fail({ message: describeIssues(result.issues) }) : Effect.die(malformedResult(result))
+        }
+        return "value" in result ? Effect.succeed(result.value) : Effect.die(malformedResult(result))
+      },
     )
+
+const malformedResult = (result: unknown): Error =>
+  new Error(`its Standard Schema validate gave ${kindOf(result)}, not a result {value} or {issues: [...]}`)
+
+/** What a value given where another was expected is, for a message: its type, or `null`, or `an array`. */
+const kindOf = (value: unknown): string =>
+  value === null ? "null" : Array.isArray(value) ? "an array" : typeof value === "object" ? "an object" : typeof value
 
 /** Effect's decoder of `schema`, every empty struct in it the closed empty object `jsonSchemaOf` offers. */
 const effectDecoder = (schema: Schema.ConstraintDecoder<unknown, never>): InputDecoder => {
@@ -323,6 +357,13 @@ export const make = <S extends InputSchema>(config: Config<S>): Tool => {
   }
   if (!Schema.is(Semantics)(config.semantics)) {
     throw invalidDefinition(`tool ${config.name} has unknown semantics ${JSON.stringify(config.semantics)}`)
+  }
+  // Checked here, where the caller's value is named, not later by the catalog or at the first call.
+  if (typeof config.description !== "string") {
+    throw invalidDefinition(`tool ${config.name}: its description must be a string, got ${kindOf(config.description)}`)
+  }
+  if (typeof config.execute !== "function") {
+    throw invalidDefinition(`tool ${config.name}: its execute must be a function, got ${kindOf(config.execute)}`)
   }
   const derived = Result.try({
     try: () => deriveInput(config.input, config.name, config.description),

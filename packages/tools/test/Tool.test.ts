@@ -108,6 +108,17 @@ describe("Tool.make", () => {
     )
   })
 
+  it("refuses a description that is not a string and an execute that is not a function, naming them", () => {
+    const config = { name: "s", description: "d", input: Input, semantics: "parallel" as const, execute: () => Promise.resolve(Tool.text("")) }
+    // What a caller without types can pass: the definition names what is wrong, before any catalog.
+    const untyped = (patch: Record<string, unknown>) => () => Tool.make({ ...config, ...patch } as typeof config)
+    assert.include(definitionError(untyped({ description: 42 })), "tool s: its description must be a string, got number")
+    assert.include(definitionError(untyped({ description: undefined })), "its description must be a string, got undefined")
+    assert.include(definitionError(untyped({ execute: undefined })), "tool s: its execute must be a function, got undefined")
+    assert.include(definitionError(untyped({ execute: "run" })), "its execute must be a function, got string")
+    assert.strictEqual(Tool.make(config).description, "d")
+  })
+
   it.effect("takes an empty struct as a tool without arguments: the closed empty object, offered and decoded", () =>
     Effect.gen(function* () {
       // Effect reads Schema.Struct({}) as TypeScript's {} (any value but null): JSON Schema
@@ -302,6 +313,36 @@ describe("Tool.make with a Standard Schema (zod 4)", () => {
     }),
   )
 
+  it.effect("turns a validator result that is neither {value} nor {issues} into preparation_failed, never a success", () =>
+    Effect.gen(function* () {
+      const executed: Array<unknown> = []
+      for (const result of [42, null, undefined, {}, { issues: "bad" }]) {
+        const handMade = {
+          "~standard": {
+            version: 1,
+            vendor: "hand",
+            validate: () => result,
+            jsonSchema: { input: () => ({ type: "object", properties: {} }), output: () => ({ type: "object", properties: {} }) },
+          },
+        } as unknown as Tool.StandardInput<Record<string, never>>
+        const tool = Tool.make({
+          name: "hand",
+          description: "d",
+          input: handMade,
+          semantics: "parallel",
+          execute: (input) => {
+            executed.push(input)
+            return Promise.resolve(Tool.text(""))
+          },
+        })
+        const failure = yield* Effect.flip(tool.decode({}))
+        assert.strictEqual(failure.kind, "preparation_failed", JSON.stringify(result))
+        assert.include(failure.message, "its Standard Schema validate gave")
+      }
+      assert.deepStrictEqual(executed, [])
+    }),
+  )
+
   it.effect("turns a validator that throws an error which cannot even be read into preparation_failed", () =>
     Effect.gen(function* () {
       const unreadable = new Error("hidden")
@@ -368,5 +409,39 @@ describe("Tool.make with a Standard Schema (zod 4)", () => {
       }),
     )
     assert.deepStrictEqual(withZod.inputSchema, withEffect.inputSchema)
+  })
+})
+
+describe("Tool.json", () => {
+  interface Row {
+    readonly id: number
+    readonly name: string
+    readonly tags?: ReadonlyArray<string>
+    readonly parent: Row | null
+  }
+
+  it("takes plain data typed as an interface or a type alias, as given; a type holding what is not JSON does not compile", () => {
+    const rows: Array<Row> = [{ id: 1, name: "a", parent: null, tags: ["x"] }]
+    const output = Tool.json(rows)
+    assert.strictEqual(output.format, "json")
+    assert.strictEqual(output.value as unknown, rows)
+    const record: Record<string, number> = { a: 1 }
+    assert.deepStrictEqual(Tool.json({ rows, record, count: 2, ok: true }).value as unknown, { rows, record, count: 2, ok: true })
+    // What `pnpm check` (tsconfig.test.json) refuses: each line below fails to compile without its directive.
+    const refused = [
+      // @ts-expect-error a Date has methods: not JSON
+      () => Tool.json(new Date(0)),
+      // @ts-expect-error a function is not JSON
+      () => Tool.json({ f: () => 1 }),
+      // @ts-expect-error a bigint is not JSON
+      () => Tool.json({ n: 1n }),
+      // @ts-expect-error undefined is not JSON
+      () => Tool.json(undefined),
+      // @ts-expect-error a value of unknown type is not JSON
+      () => Tool.json(JSON.parse("1") as unknown),
+      // @ts-expect-error an interface with a method is not JSON
+      () => Tool.json({ id: 1, toJSON: () => "x" } as { readonly id: number; toJSON(): string }),
+    ]
+    assert.strictEqual(refused.length, 6)
   })
 })
