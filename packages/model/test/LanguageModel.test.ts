@@ -168,6 +168,66 @@ describe("OpenAI-compatible adapter", () => {
     }),
   )
 
+  it.effect("parallel calls sent whole at one index, or without an index, are calls of their own; one call's fragments stay one", () =>
+    Effect.gen(function* () {
+      const whole = (id: string, text: string, withIndex: boolean) =>
+        OpenAiSse.chunk({
+          tool_calls: [{ ...(withIndex ? { index: 0 } : {}), id, type: "function", function: { name: "shout", arguments: `{"text":"${text}"}` } }],
+        })
+      const server = yield* serve(
+        // Each call whole in its chunk, without an index (Gemini's OpenAI-compatible endpoint) or all at index 0.
+        ...[false, true].map((withIndex) =>
+          Respond.sse([OpenAiSse.role(), whole("call_a", "A", withIndex), whole("call_b", "B", withIndex), OpenAiSse.finish("tool_calls"), OpenAiSse.done()]),
+        ),
+        // One call whose every fragment carries a new id and the name: still one call.
+        Respond.sse([
+          OpenAiSse.role(),
+          OpenAiSse.toolCall({ index: 0, id: "x1", name: "shout", arguments: '{"text":' }),
+          OpenAiSse.toolCall({ index: 0, id: "x2", name: "shout", arguments: '"C"}' }),
+          OpenAiSse.finish("tool_calls"),
+          OpenAiSse.done(),
+        ]),
+      )
+      const model = yield* openAi(server)
+      const callsOf = (step: import("@maka/facts").Model.ModelStep) =>
+        step.parts.flatMap((part) => (part.kind === "tool_call" ? [{ id: part.id, input: part.input }] : []))
+      const split = [{ id: "call_a", input: { text: "A" } }, { id: "call_b", input: { text: "B" } }]
+      assert.deepStrictEqual(callsOf(yield* stepOf(model.stream(request()))), split)
+      assert.deepStrictEqual(callsOf(yield* stepOf(model.stream(request()))), split)
+      assert.deepStrictEqual(callsOf(yield* stepOf(model.stream(request()))), [{ id: "x1", input: { text: "C" } }])
+    }),
+  )
+
+  it.effect("tool-call arguments cut by the output limit are an adapter error that says so, on both providers", () =>
+    Effect.gen(function* () {
+      const cutMessage = "invalid tool call input: the output limit was reached inside the call (a higher maxOutputTokens lets it finish)"
+      const openAiServer = yield* serve(
+        Respond.sse(OpenAiSse.response({ text: ["Let me"], toolCalls: [{ id: "c", name: "write_file", arguments: ['{"text": "ab'] }], finishReason: "length" })),
+      )
+      const openAiCut = yield* failureOf((yield* openAi(openAiServer)).stream(request()))
+      assert.strictEqual(openAiCut.reason._tag, "Adapter")
+      assert.strictEqual(openAiCut.reason.message, cutMessage)
+      const anthropicServer = yield* serve(
+        ...["max_tokens", "tool_use"].map((stopReason) =>
+          Respond.sse([
+            AnthropicSse.messageStart(),
+            ...AnthropicSse.textBlock(0, ["Let me"]),
+            ...AnthropicSse.toolUseBlock(1, { id: "t", name: "write_file" }, ['{"text": "ab']),
+            AnthropicSse.messageDelta(stopReason),
+            AnthropicSse.messageStop(),
+          ]),
+        ),
+      )
+      const model = yield* anthropic(anthropicServer)
+      const anthropicCut = yield* failureOf(model.stream(request()))
+      assert.strictEqual(anthropicCut.reason._tag, "Adapter")
+      assert.strictEqual(anthropicCut.reason.message, cutMessage)
+      // Not cut by the limit: the arguments are only invalid.
+      const invalid = yield* failureOf(model.stream(request()))
+      assert.strictEqual(invalid.reason.message, "invalid tool call input")
+    }),
+  )
+
   it.effect("a finish reason followed by the end of the body finishes the step without [DONE]", () =>
     Effect.gen(function* () {
       const server = yield* serve(Respond.sse(OpenAiSse.response({ text: ["ok"], done: false, usage: null })))
@@ -337,6 +397,35 @@ describe("Anthropic adapter", () => {
       )
       const error = yield* failureOf((yield* anthropic(server)).stream(request()))
       assert.strictEqual(error.reason.message, "unsupported provider event")
+    }),
+  )
+
+  it.effect("an unknown event, content block or delta type is an unsupported provider event naming the type", () =>
+    Effect.gen(function* () {
+      const server = yield* serve(
+        Respond.sse([AnthropicSse.messageStart(), Respond.event({ type: "some_new_event" }, { event: "some_new_event" })]),
+        Respond.sse([AnthropicSse.messageStart(), AnthropicSse.blockStart(0, { type: "server_tool_use", id: "s", name: "web_search" })]),
+        Respond.sse([
+          AnthropicSse.messageStart(),
+          AnthropicSse.blockStart(0, { type: "text", text: "" }),
+          AnthropicSse.blockDelta(0, { type: "citations_delta", citation: {} }),
+        ]),
+        // A type that is no plain name is not repeated.
+        Respond.sse([AnthropicSse.messageStart(), Respond.event({ type: "a b\n" })]),
+      )
+      const model = yield* anthropic(server)
+      const messages: Array<string> = []
+      for (let index = 0; index < 4; index++) {
+        const error = yield* failureOf(model.stream(request()))
+        assert.strictEqual(error.reason._tag, "Adapter")
+        messages.push(error.reason.message)
+      }
+      assert.deepStrictEqual(messages, [
+        'unsupported provider event: event type "some_new_event"',
+        'unsupported provider event: content block type "server_tool_use"',
+        'unsupported provider event: delta type "citations_delta"',
+        "unsupported provider event",
+      ])
     }),
   )
 

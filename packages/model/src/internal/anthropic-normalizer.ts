@@ -18,8 +18,10 @@ import {
   adapterFailure,
   isJsonObject,
   mapFinishReason,
+  invalidToolInput,
   parseToolInput,
   UNSUPPORTED,
+  unsupportedType,
   type Normalizer,
   type NormalizerFailure,
   type SseMessage,
@@ -42,6 +44,9 @@ interface Usage {
 }
 
 const INVALID_USAGE = adapterFailure("invalid usage")
+
+/** The content block deltas this adapter reads (docs/model.md §4.3). */
+const KNOWN_DELTAS: ReadonlySet<string> = new Set(["text_delta", "thinking_delta", "signature_delta", "input_json_delta"])
 
 const readUsage = (usage: JsonRecord, into: Usage): NormalizerFailure | undefined => {
   const input = optionalCount(usage, "input_tokens")
@@ -75,6 +80,8 @@ export const anthropicNormalizer = (routeIdentity: string): Normalizer => {
   const usage: Usage = {}
   let started = false
   let finished = false
+  /** A tool block whose input did not parse: the stream fails at its stop reason (`invalidToolInput`). */
+  let invalidInput = false
 
   const signed = (block: Extract<Block, { type: "text" | "thinking" }>): Identity.JsonObject | undefined => {
     const anthropic: Record<string, string> = {}
@@ -119,7 +126,7 @@ export const anthropicNormalizer = (routeIdentity: string): Normalizer => {
       open.add(index)
       return undefined
     }
-    return UNSUPPORTED
+    return unsupportedType("content block type", type)
   }
 
   const blockDelta = (event: JsonRecord, out: Array<Model.ModelEvent>): NormalizerFailure | undefined => {
@@ -153,7 +160,8 @@ export const anthropicNormalizer = (routeIdentity: string): Normalizer => {
       block.json.push(value)
       return undefined
     }
-    return UNSUPPORTED
+    // A known delta for a block of another kind is only unsupported; an unknown one is named.
+    return KNOWN_DELTAS.has(String(type)) ? UNSUPPORTED : unsupportedType("delta type", type)
   }
 
   const blockStop = (event: JsonRecord, out: Array<Model.ModelEvent>): NormalizerFailure | undefined => {
@@ -165,7 +173,11 @@ export const anthropicNormalizer = (routeIdentity: string): Normalizer => {
     if (block.type === "tool_use") {
       const text = block.json.join("")
       const input = text.trim() === "" ? block.initial : parseToolInput(text)
-      if (input === undefined) return adapterFailure("invalid tool call input")
+      if (input === undefined) {
+        // Reported at the stop reason, which comes after the block: cut by the output limit, it says so.
+        invalidInput = true
+        return undefined
+      }
       out.push({ kind: "tool_call", id: block.id, name: block.name, input, providerExecuted: false })
       return undefined
     }
@@ -211,6 +223,7 @@ export const anthropicNormalizer = (routeIdentity: string): Normalizer => {
         if (stopReason === undefined) return { kind: "truncated", message: "message stopped without a stop reason" }
         const reason = mapFinishReason(stopReason)
         if (reason === undefined) return adapterFailure(`model did not complete: ${stopReason}`)
+        if (invalidInput) return invalidToolInput(reason)
         if (open.size > 0) return adapterFailure("model stream finished with an open part")
         out.push({ kind: "finished", reason, usage: toModelUsage(usage) })
         finished = true
@@ -221,7 +234,7 @@ export const anthropicNormalizer = (routeIdentity: string): Normalizer => {
       case "error":
         return { kind: "provider_payload", payload: value }
       default:
-        return UNSUPPORTED
+        return unsupportedType("event type", value["type"])
     }
   }
 

@@ -32,6 +32,24 @@ export const adapterFailure = (message: string): NormalizerFailure => ({ kind: "
 
 export const UNSUPPORTED: NormalizerFailure = adapterFailure("unsupported provider event")
 
+/**
+ * A tool call's arguments that are not a JSON object; when the output limit ended the output
+ * (`length`), they were cut by it, and the message says so: a higher limit lets the call finish.
+ */
+export const invalidToolInput = (reason: Model.FinishReason | undefined): NormalizerFailure =>
+  adapterFailure(
+    reason === "length"
+      ? "invalid tool call input: the output limit was reached inside the call (a higher maxOutputTokens lets it finish)"
+      : "invalid tool call input",
+  )
+
+/**
+ * `UNSUPPORTED` naming the provider's type that is not known (`event type "x"`), so the failure says
+ * what a newer API sent; a type that is no plain name (1–64 of `[A-Za-z0-9_.-]`) is not repeated.
+ */
+export const unsupportedType = (what: string, type: unknown): NormalizerFailure =>
+  typeof type === "string" && /^[A-Za-z0-9_.-]{1,64}$/.test(type) ? adapterFailure(`unsupported provider event: ${what} "${type}"`) : UNSUPPORTED
+
 /** Provider finish and stop reasons onto the three durable ones; anything else is undefined. */
 export const mapFinishReason = (reason: string): Model.FinishReason | undefined => {
   switch (reason) {

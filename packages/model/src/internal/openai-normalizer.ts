@@ -17,6 +17,7 @@ import {
 import {
   adapterFailure,
   mapFinishReason,
+  invalidToolInput,
   parseToolInput,
   UNSUPPORTED,
   type Normalizer,
@@ -55,7 +56,9 @@ export const openAiNormalizer = (): Normalizer => {
   let sawMetadata = false
   let partCount = 0
   let open: { readonly id: string; readonly textKind: Model.TextKind } | undefined
-  const calls = new Map<number, PendingCall>()
+  /** The buffered calls in the order each started, and the one each index adds its fragments to. */
+  const calls: Array<{ readonly index: number; readonly call: PendingCall }> = []
+  const callAt = new Map<number, PendingCall>()
   let finishReason: string | undefined
   let usage: Model.ModelUsage = {}
   let finished = false
@@ -75,6 +78,18 @@ export const openAiNormalizer = (): Normalizer => {
     out.push({ kind: "part_delta", id: open.id, text: value })
   }
 
+  /**
+   * Whether a fragment at an index that holds `call` starts a call of its own: some servers send
+   * every parallel call whole at one index, or without one (each first in its chunk). It carries a
+   * name and an id other than the call's, whose arguments are a whole JSON object already; a server
+   * that sends a new id with every fragment of one call is still read as one call.
+   */
+  const startsAnother = (call: PendingCall, id: string | undefined, name: string | undefined): boolean => {
+    if (id === undefined || id === "" || call.id === undefined || call.id === id || name === undefined || name === "") return false
+    const text = call.arguments.join("")
+    return text.trim() !== "" && parseToolInput(text) !== undefined
+  }
+
   const toolFragment = (fragment: unknown, position: number): NormalizerFailure | undefined => {
     if (!isRecord(fragment)) return UNSUPPORTED
     const indexValue = fragment["index"]
@@ -86,10 +101,11 @@ export const openAiNormalizer = (): Normalizer => {
     const name = fn === undefined ? undefined : optionalString(fn, "name")
     const args = fn === undefined ? undefined : optionalString(fn, "arguments")
     if (name === INVALID || args === INVALID) return UNSUPPORTED
-    let call = calls.get(index)
-    if (call === undefined) {
+    let call = callAt.get(index)
+    if (call === undefined || startsAnother(call, id, name)) {
       call = { id: undefined, name: undefined, arguments: [] }
-      calls.set(index, call)
+      callAt.set(index, call)
+      calls.push({ index, call })
     }
     if (id !== undefined && id !== "" && call.id === undefined) call.id = id
     if (name !== undefined && name !== "" && call.name === undefined) call.name = name
@@ -102,12 +118,11 @@ export const openAiNormalizer = (): Normalizer => {
     const reason = mapFinishReason(finishReason)
     if (reason === undefined) return adapterFailure(`model did not complete: ${finishReason}`)
     closeOpen(out)
-    for (const index of [...calls.keys()].sort((left, right) => left - right)) {
-      const call = calls.get(index)
-      if (call === undefined) continue
+    // In index order; the calls of one index in the order they started (the sort is stable).
+    for (const { index, call } of [...calls].sort((left, right) => left.index - right.index)) {
       if (call.name === undefined) return adapterFailure("invalid tool call: missing name")
       const input = parseToolInput(call.arguments.join(""))
-      if (input === undefined) return adapterFailure("invalid tool call input")
+      if (input === undefined) return invalidToolInput(reason)
       out.push({ kind: "tool_call", id: call.id ?? `call_${index}`, name: call.name, input, providerExecuted: false })
     }
     out.push({ kind: "finished", reason, usage })
@@ -187,6 +202,6 @@ export const openAiNormalizer = (): Normalizer => {
     },
     end: (out) => (finished ? undefined : finish(out)),
     isFinished: () => finished,
-    hasBufferedOutput: () => calls.size > 0,
+    hasBufferedOutput: () => calls.length > 0,
   }
 }
