@@ -82,7 +82,7 @@ export const runTransaction = async <A>(
  */
 const TRANSIENT_SQLSTATES: ReadonlySet<string> = new Set(["40001", "40P01", "55P03", "57014"])
 
-/** The waits before the second, third and fourth try of a write that met a transient answer. */
+/** The waits before the second, third and fourth try of a transaction that may be tried again (`runPostgres`). */
 const TRANSIENT_RETRY_MS: ReadonlyArray<number> = [10, 50, 250]
 
 /** The first error a write's body threw, when it is a transient PostgreSQL answer; else undefined. */
@@ -92,34 +92,65 @@ const transientCode = (error: unknown): string | undefined => {
 }
 
 /**
- * A PostgreSQL write: `runTransaction`, tried again (up to three more times, after a short wait)
- * when its body met a transient answer. One that fails at the commit is never tried again (it may
- * have landed).
+ * Whether `error` says the connection itself is gone: the server ended the backend (57P01-57P03,
+ * `pg_terminate_backend`, a restart), a connection exception (class 08), or the socket closed,
+ * reset or refused under the client (never a connect timeout, which each try would wait out again). A pooled client whose connection a proxy or the server dropped while it
+ * sat idle fails its next statement so; the pool does not hand that client out again.
  */
-const runWrite = async <A>(
+export const isConnectionLost = (error: unknown): boolean => {
+  const code = errorCode(error)
+  if (code !== undefined) {
+    if (code === "57P01" || code === "57P02" || code === "57P03" || code.startsWith("08")) return true
+    if (code === "ECONNRESET" || code === "EPIPE" || code === "ECONNREFUSED") return true
+  }
+  // Not a connect timeout ("Connection terminated due to connection timeout"): each try would wait it out again.
+  return /connection terminated unexpectedly|not queryable|terminating connection/i.test(errorMessage(error))
+}
+
+/** A runner that keeps the raw error of its transaction (what `runTransaction` maps), for `runPostgres`. */
+const recording = (runner: TransactionRunner, seen: { error?: unknown }): TransactionRunner => ({
+  execute: (callback) =>
+    runner.execute(callback).catch((error: unknown) => {
+      seen.error = error
+      throw error
+    }),
+})
+
+/**
+ * A PostgreSQL transaction: `runTransaction`, tried again (up to three more times, after a short
+ * wait) when nothing of it can have been written or read wrong: it failed to begin, or its body
+ * failed, on a lost connection, or (a write) its body met a transient answer. A write that fails at
+ * the commit is never tried again (it may have landed); a read is, on a lost connection.
+ */
+const runPostgres = async <A>(
   begin: () => TransactionRunner,
   body: (transaction: Transaction<Tables>) => Promise<A>,
+  isWrite: boolean,
   location: string,
 ): Promise<A> => {
   for (let attempt = 0; ; attempt++) {
-    let failedInBody = false
+    const progress: { stage: Stage } = { stage: "begin" }
+    const seen: { error?: unknown } = {}
     try {
       return await runTransaction(
-        begin(),
+        recording(begin(), seen),
         async (transaction) => {
-          try {
-            return await body(transaction)
-          } catch (error) {
-            failedInBody = true
-            throw error
-          }
+          progress.stage = "body"
+          const result = await body(transaction)
+          progress.stage = "commit"
+          return result
         },
-        true,
+        isWrite,
         location,
       )
     } catch (error) {
       const wait = TRANSIENT_RETRY_MS[attempt]
-      if (!failedInBody || wait === undefined || transientCode(error) === undefined) throw error
+      const raw = seen.error ?? error
+      const retried =
+        progress.stage === "commit"
+          ? !isWrite && isConnectionLost(raw)
+          : isConnectionLost(raw) || (isWrite && progress.stage === "body" && transientCode(error) !== undefined)
+      if (wait === undefined || !retried) throw error
       await new Promise((resolve) => setTimeout(resolve, wait))
     }
   }
@@ -186,13 +217,17 @@ export const makeDatabase = (parts: DatabaseParts): Database => {
       }
       return track(
         parts.dialect === "postgres"
-          ? runWrite(() => beginWrite(db), served(body, false), location)
+          ? runPostgres(() => beginWrite(db), served(body, false), true, location)
           : runTransaction(beginWrite(db), fenced(served(body, false)), true, location),
       )
     },
     read: (body) => {
       if (closing !== undefined) return closed()
-      return track(runTransaction(parts.beginRead(db), served(body, true), false, location))
+      return track(
+        parts.dialect === "postgres"
+          ? runPostgres(() => parts.beginRead(db), served(body, true), false, location)
+          : runTransaction(parts.beginRead(db), served(body, true), false, location),
+      )
     },
     backup: (destination) => {
       if (closing !== undefined) return closed()

@@ -313,8 +313,8 @@ export const surveyPostgres = async (
 }
 
 /**
- * The open order on PostgreSQL, in one READ COMMITTED transaction: take the advisory lock of the
- * schema, create the schema if it is missing, survey and classify it (refusing a foreign or newer
+ * The open order on PostgreSQL, in one READ COMMITTED transaction without lock or statement
+ * timeouts: take the advisory lock of the schema, create the schema if it is missing, survey and classify it (refusing a foreign or newer
  * one, which rolls back and leaves it unchanged), then migrate.
  */
 const checkAndMigrate = async (db: Kysely<Tables>, store: PostgresStore): Promise<void> => {
@@ -322,6 +322,9 @@ const checkAndMigrate = async (db: Kysely<Tables>, store: PostgresStore): Promis
     .transaction()
     .setIsolationLevel("read committed")
     .execute(async (transaction) => {
+      // Hosts opening at once wait their turn at the lock whatever the role's `lock_timeout` or
+      // `statement_timeout` (an open is never tried again): for this transaction only.
+      await sql`SELECT set_config('lock_timeout', '0', true), set_config('statement_timeout', '0', true)`.execute(transaction)
       const schema = store.schema ?? (await currentSchema(transaction, store.location))
       await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`maka.event-log:${schema}`}, 0))`.execute(
         transaction,
