@@ -167,6 +167,18 @@ export const openWorkspace = (directory: string): Effect.Effect<Workspace.Worksp
     : Effect.mapError(Workspace.open(directory), (error) => EngineError.invalidInput(error.message))
 }
 
+/** Every key of `ProviderOptions`: a misspelt `apiKey` would send no key at all, unseen. */
+const PROVIDER_KEYS: ReadonlyArray<string> = Object.keys({
+  kind: true,
+  baseUrl: true,
+  model: true,
+  apiKey: true,
+  headers: true,
+  fetch: true,
+  outputLimitField: true,
+  requestDeadlineMs: true,
+} satisfies Record<keyof ProviderOptions, true>)
+
 /** The keys of a start's `context`. */
 const CONTEXT_KEYS: ReadonlyArray<string> = ["providerId", "contextWindow", "declaredWindow", "modelContextWindow"]
 
@@ -206,6 +218,10 @@ const shapeProblem = (options: RunOptions): string | undefined => {
   const provider: unknown = options.provider
   if (!isRecord(provider) || typeof provider["baseUrl"] !== "string" || typeof provider["model"] !== "string") {
     return "provider must be {kind, baseUrl, model, apiKey?, headers?, fetch?, outputLimitField?}"
+  }
+  const unknownProviderKey = Object.keys(provider).find((key) => !PROVIDER_KEYS.includes(key))
+  if (unknownProviderKey !== undefined) {
+    return `provider has no key '${unknownProviderKey}' (the keys are ${PROVIDER_KEYS.join(", ")})`
   }
   const apiKey = provider["apiKey"]
   if (apiKey !== undefined && typeof apiKey !== "string" && !Redacted.isRedacted(apiKey)) return "apiKey must be a string"
@@ -423,8 +439,34 @@ export const modelOf = (provider: ProviderOptions, idleTimeoutMs?: number) =>
 export const storeError = (error: EventLogError.EventLogError): EngineError.EngineError => EngineError.fromStore(error)
 
 /** What is wrong with `createEngine`'s options, found before anything is opened or created. */
+/** Every key of `LogOptions`: any other is refused, as a misspelt option would leave its default in force unseen. */
+const LOG_KEYS: ReadonlyArray<string> = Object.keys({
+  database: true,
+  databaseUrl: true,
+  synchronous: true,
+  engineOptions: true,
+} satisfies Record<keyof LogOptions, true>)
+
+/**
+ * The caller's log options read once into a plain copy, or why they cannot be: a getter or proxy
+ * trap that throws is a refusal of the input (`InvalidInput`), never a raw throw.
+ */
+const readLogOptions = (options: unknown): LogOptions | string => {
+  if (!isRecord(options)) return "pass exactly one of database (a SQLite file) and databaseUrl (PostgreSQL)"
+  try {
+    const read = { ...options } as { engineOptions?: unknown }
+    // The engine's options are checked, then used: read once too.
+    if (isRecord(read.engineOptions)) read.engineOptions = { ...read.engineOptions }
+    return read as LogOptions
+  } catch (error) {
+    return `the engine's options could not be read: ${describeThrown(error)}`
+  }
+}
+
 const logOptionsProblem = (options: LogOptions): string | undefined => {
-  if (!isRecord(options) || (options.database !== undefined) === (options.databaseUrl !== undefined)) {
+  const unknownKey = Object.keys(options).find((key) => !LOG_KEYS.includes(key))
+  if (unknownKey !== undefined) return `the engine's options have no key '${unknownKey}' (the keys are ${LOG_KEYS.join(", ")})`
+  if ((options.database !== undefined) === (options.databaseUrl !== undefined)) {
     return "pass exactly one of database (a SQLite file) and databaseUrl (PostgreSQL)"
   }
   // An empty path would open the current folder, an empty URL whatever database the PG* variables name.
@@ -448,8 +490,11 @@ const logLayer = (options: LogOptions): Layer.Layer<EventLog.EventLog, EngineErr
  * The log of `options`, `Ids` and an engine over them. On SQLite the engine takes the writer lease and
  * recovers what a crashed host left open before it admits anything; on PostgreSQL call `recover`.
  */
-export const layer = (options: LogOptions): Layer.Layer<Engine.Engine | EventLog.EventLog | Ids.Ids, EngineError.EngineError> => {
+export const layer = (given: LogOptions): Layer.Layer<Engine.Engine | EventLog.EventLog | Ids.Ids, EngineError.EngineError> => {
+  const refused = (problem: string) => Layer.effectContext(Effect.fail(EngineError.invalidInput(problem)))
+  const options = readLogOptions(given)
+  if (typeof options === "string") return refused(options)
   const problem = logOptionsProblem(options)
-  if (problem !== undefined) return Layer.effectContext(Effect.fail(EngineError.invalidInput(problem)))
+  if (problem !== undefined) return refused(problem)
   return Engine.layer(options.engineOptions ?? {}).pipe(Layer.provideMerge(Layer.merge(logLayer(options), Ids.layer)))
 }

@@ -486,6 +486,8 @@ export const make = (options: Partial<EngineOptions> = {}) =>
         readonly invocation: Identity.Invocation
         readonly cancel: Effect.Effect<void>
         readonly handoff: Effect.Effect<Lineage.HandoffPause | undefined, EngineError.EngineError>
+        /** The handoff a host's shutdown asks for: the one already requested, when a caller asked first. */
+        readonly joinedHandoff: Effect.Effect<Lineage.HandoffPause | undefined, EngineError.EngineError>
         readonly fiber: Fiber.Fiber<unknown, unknown>
         readonly result: Deferred.Deferred<RunResult, EngineError.EngineError>
         /** Whether it may pause at all: the seal of a pause needs the run's workspace identity. */
@@ -633,6 +635,10 @@ export const make = (options: Partial<EngineOptions> = {}) =>
             invocation: input.invocation,
             cancel: cancellation.cancel,
             handoff,
+            joinedHandoff: Effect.suspend(() => {
+              const pending = gate.pendingResult
+              return pending === undefined ? handoff : Deferred.await(pending)
+            }),
             fiber,
             result,
             pausable: settings.configuration.workspaceIdentity !== undefined,
@@ -878,9 +884,10 @@ export const make = (options: Partial<EngineOptions> = {}) =>
             // A run that can never pause is cancelled at once: waiting for its step boundary would
             // let it start new effects after the host began to shut down. One that has not reached
             // a boundary within `handoffWaitMs` (a tool or a model stream that does not end) is
-            // cancelled then: a shutdown is bounded (docs/engine.md §5.10).
+            // cancelled then: a shutdown is bounded (docs/engine.md §5.10). A handoff a caller asked
+            // for already is the one waited for: the run pauses once, never cancelled for the race.
             const pause = item.pausable
-              ? yield* item.handoff.pipe(
+              ? yield* item.joinedHandoff.pipe(
                   Effect.timeoutOption(settingsOf.handoffWaitMs),
                   Effect.map(Option.getOrUndefined),
                   Effect.orElseSucceed(() => undefined),

@@ -154,6 +154,9 @@ const hasAborted = (signal: AbortSignal | undefined): boolean => {
 const rangeProblem = (range: unknown): string | undefined => {
   if (range === undefined) return undefined
   if (typeof range !== "object" || range === null) return "the range must be an object {after?, limit?}"
+  // A misspelt `after` would read from the first event, unseen.
+  const unknownKey = Object.keys(range).find((key) => key !== "after" && key !== "limit")
+  if (unknownKey !== undefined) return `the range has no key '${unknownKey}' (the keys are after, limit)`
   const { after, limit } = range as { readonly after?: unknown; readonly limit?: unknown }
   if (after !== undefined && !(Number.isSafeInteger(after) && (after as number) >= 0)) return "after must be an integer of 0 or more"
   if (limit !== undefined && !(Number.isSafeInteger(limit) && (limit as number) >= 1)) return "limit must be an integer of 1 or more"
@@ -190,6 +193,8 @@ export const createEngine = async (options: CreateEngineOptions): Promise<MakaEn
     const cancel = (): Promise<void> => (disposed ? Promise.resolve() : runtime.runPromise(running.cancel))
     const onAbort = (): void => void cancel()
     let unsubscribe: (() => void) | undefined
+    /** The pending `handoff()`, which a second call shares. */
+    let handing: Promise<Lineage.HandoffPause | null> | undefined
     const settled = runtime.runPromiseExit(running.wait)
     const tracked = settled.finally(() => {
       unsubscribe?.()
@@ -218,14 +223,19 @@ export const createEngine = async (options: CreateEngineOptions): Promise<MakaEn
       cancel,
       steer: (text) => run(running.steer(text)),
       // A run that has ended has nothing to hand off: `null`, as when it ends while the request waits.
+      // A second call while one is pending shares it (a host's shutdown handler may fire twice).
       handoff: () =>
-        run(running.handoff).then(
-          (pause) => pause ?? null,
-          (error: unknown) => {
-            if (error instanceof EngineError.EngineError && error.reason._tag === "Busy" && Handoff.refusedAsEnded(error.reason.message)) return null
-            throw error
-          },
-        ),
+        (handing ??= run(running.handoff)
+          .then(
+            (pause) => pause ?? null,
+            (error: unknown) => {
+              if (error instanceof EngineError.EngineError && error.reason._tag === "Busy" && Handoff.refusedAsEnded(error.reason.message)) return null
+              throw error
+            },
+          )
+          .finally(() => {
+            handing = undefined
+          })),
     }
   }
 

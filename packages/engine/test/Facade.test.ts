@@ -379,6 +379,10 @@ describe("Facade", () => {
       const refused = await rejection(context.engine.events("session-1", range as unknown as { readonly after?: number }))
       assert.strictEqual(refused.reason._tag, "InvalidInput", JSON.stringify(range))
     }
+    // A misspelt key would read from the first event, unseen.
+    const misspelt = await rejection(context.engine.events("session-1", { afterr: 3 } as unknown as { readonly after?: number }))
+    assert.strictEqual(misspelt.reason._tag, "InvalidInput")
+    assert.include(misspelt.message, "the range has no key 'afterr' (the keys are after, limit)")
     assert.strictEqual((await context.engine.events("session-1", { after: 2, limit: 3 })).length, 3)
     // A session id that is not a string is the caller's error too, never a store error or nothing.
     for (const sessionId of [{ a: 1 }, 42, undefined]) {

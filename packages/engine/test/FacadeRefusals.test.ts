@@ -237,6 +237,18 @@ describe("start refusals write nothing", () => {
       const refused = await rejection(context.engine.start(untyped({ ...options(context, { workspace }), [key]: 1 })))
       assertInvalid(refused, `start options have no key '${key}'`, key)
     }
+    // In the provider too: a misspelt apiKey would send no key at all.
+    for (const key of ["apikey", "outputLimitFeild"]) {
+      const refused = await rejection(
+        context.engine.start(options(context, { workspace, provider: untyped({ ...options(context).provider, [key]: "x" }) })),
+      )
+      assertInvalid(
+        refused,
+        `provider has no key '${key}' (the keys are kind, baseUrl, model, apiKey, headers, fetch, outputLimitField, requestDeadlineMs)`,
+        key,
+      )
+    }
+    assert.strictEqual(context.server.requests().length, 0)
     const compact = await rejection(context.engine.compact(untyped({ ...options(context, { workspace }), sesionId: "s" })))
     assertInvalid(compact, "have no key 'sesionId'", "compact")
     const getter = (name: string) =>
@@ -376,6 +388,37 @@ describe("createEngine refusals open nothing", () => {
     assert.deepStrictEqual(resolveOptions(withUndefined), defaults)
     const other = await createEngine({ database: path.join(folder, "other.sqlite"), engineOptions: withUndefined })
     await other.close()
+  })
+
+  it("refuses a misspelt option, and options whose getters throw, as InvalidInput before it opens anything", async () => {
+    // A misspelt key would leave its default in force unseen: FULL where NORMAL was asked, ten attempts where one was.
+    for (const key of ["synchronus", "engineOption"]) {
+      await refusedBeforeOpening(
+        untyped({ [key]: "NORMAL" }),
+        `the engine's options have no key '${key}' (the keys are database, databaseUrl, synchronous, engineOptions)`,
+      )
+    }
+    const folder = temporaryFolder()
+    const thrower = (name: string, into: object) =>
+      Object.defineProperty(into, name, {
+        enumerable: true,
+        get: () => {
+          throw new Error(`${name} is not here`)
+        },
+      })
+    const topLevel = thrower("synchronous", { database: path.join(folder, "events.sqlite") })
+    const nested = { database: path.join(folder, "events.sqlite"), engineOptions: thrower("maxModelAttempts", {}) }
+    for (const [given, name] of [
+      [topLevel, "synchronous"],
+      [nested, "maxModelAttempts"],
+    ] as const) {
+      let opened: Promise<unknown> | undefined
+      assert.doesNotThrow(() => {
+        opened = createEngine(untyped(given))
+      }, undefined, undefined, name)
+      assertInvalid(await rejection(opened!), `the engine's options could not be read: ${name} is not here`, name)
+    }
+    assert.deepStrictEqual(fs.readdirSync(folder), [])
   })
 
   it("refuses a synchronous level other than FULL and NORMAL before it creates the log", async () => {

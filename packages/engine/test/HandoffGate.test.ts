@@ -442,10 +442,13 @@ describe("the handoff gate", () => {
         const second = yield* Effect.promise(() => engine.start({ ...options, message: "Run slow." }))
         yield* Effect.promise(() => server.exchange(1))
         const requested = second.handoff()
+        // A second call while the first is pending (a shutdown handler firing twice) shares it.
+        const again = second.handoff()
         yield* Effect.sleep("20 millis")
         yield* Deferred.succeed(release, undefined)
         const pause = yield* Effect.promise(() => requested)
         assert.isNotNull(pause)
+        assert.strictEqual(yield* Effect.promise(() => again), pause)
         assert.deepStrictEqual((yield* Effect.promise(() => second.wait())).outcome, { kind: "handoff_paused", pause: pause! })
         assert.isNull(yield* Effect.promise(() => second.handoff()))
         // A resolver that throws, or hands over tools no catalog takes, skips the pause with what it
@@ -488,6 +491,36 @@ describe("the handoff gate", () => {
         const report = reports[0]!
         if (!("started" in report)) return assert.fail(report.skipped)
         assert.deepStrictEqual((yield* Effect.promise(() => report.started.wait())).outcome, { kind: "completed" })
+        assert.deepStrictEqual(effects.ran, ["slow:a"])
+      }),
+    ),
+  )
+
+  it.live("close({handoff: true}) after a run.handoff() still pending pauses the run once: both get the same pause", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const server = yield* ScriptedServer.make({ script: [slowCall("call-1", "a"), answer("Resumed.")] })
+        const directory = yield* LogTesting.temporaryDirectory
+        const workspace = path.join(directory, "workspace")
+        fs.mkdirSync(workspace)
+        const engine = yield* Effect.promise(() => createEngine({ database: path.join(directory, "events.sqlite") }))
+        const effects: Effects = { ran: [] }
+        const release = yield* Deferred.make<void>()
+        const provider = { kind: "openai-compatible" as const, baseUrl: `${server.url}/v1`, model: "test-model", apiKey: "sk-facade" }
+        const run = yield* Effect.promise(() =>
+          engine.start({ sessionId: "session-1", provider, workspace, tools: [...tools(effects, [release]).tools], maxSteps: 4, message: "Run slow." }),
+        )
+        yield* Effect.promise(() => server.exchange(0))
+        // The host asks for a handoff, then its shutdown closes the engine with handoff while the tool runs.
+        const requested = run.handoff()
+        const closing = engine.close({ handoff: true })
+        yield* Effect.sleep("20 millis")
+        yield* Deferred.succeed(release, undefined)
+        const closed = yield* Effect.promise(() => closing)
+        const pause = yield* Effect.promise(() => requested)
+        assert.isNotNull(pause)
+        assert.deepStrictEqual(closed, [{ invocation: run.invocation, outcome: "paused", pause: pause! }])
+        assert.deepStrictEqual((yield* Effect.promise(() => run.wait())).outcome, { kind: "handoff_paused", pause: pause! })
         assert.deepStrictEqual(effects.ran, ["slow:a"])
       }),
     ),

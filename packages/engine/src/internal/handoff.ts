@@ -76,6 +76,11 @@ export class HandoffGate {
     })
   }
 
+  /** What the handoff already requested (reserved, held or committing) becomes, when one is. */
+  get pendingResult(): Deferred.Deferred<HandoffResult> | undefined {
+    return this.pending?.done
+  }
+
   /** Resolves once a handoff is requested (at once when one is): a retry's backoff ends for it. */
   readonly requested: Effect.Effect<void> = Effect.suspend(() => {
     if (this.state === "requested") return Effect.void
