@@ -438,7 +438,6 @@ export const modelOf = (provider: ProviderOptions, idleTimeoutMs?: number) =>
 /** A log failure as an `EngineError` `Store` with its reason and cause kept. */
 export const storeError = (error: EventLogError.EventLogError): EngineError.EngineError => EngineError.fromStore(error)
 
-/** What is wrong with `createEngine`'s options, found before anything is opened or created. */
 /** Every key of `LogOptions`: any other is refused, as a misspelt option would leave its default in force unseen. */
 const LOG_KEYS: ReadonlyArray<string> = Object.keys({
   database: true,
@@ -463,6 +462,7 @@ const readLogOptions = (options: unknown): LogOptions | string => {
   }
 }
 
+/** What is wrong with `createEngine`'s options, found before anything is opened or created. */
 const logOptionsProblem = (options: LogOptions): string | undefined => {
   const unknownKey = Object.keys(options).find((key) => !LOG_KEYS.includes(key))
   if (unknownKey !== undefined) return `the engine's options have no key '${unknownKey}' (the keys are ${LOG_KEYS.join(", ")})`

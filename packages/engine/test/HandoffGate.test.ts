@@ -67,6 +67,27 @@ const requestHandoff = (running: Engine.RunningInvocation) =>
     return fiber
   })
 
+/**
+ * A run through the Promise facade (its own log and workspace) whose first step calls the slow tool,
+ * held at `release`, its first request answered when it is returned; `answerText` is the next reply.
+ */
+const slowFacadeRun = (answerText: string) =>
+  Effect.gen(function* () {
+    const server = yield* ScriptedServer.make({ script: [slowCall("call-1", "a"), answer(answerText)] })
+    const directory = yield* LogTesting.temporaryDirectory
+    const workspace = path.join(directory, "workspace")
+    fs.mkdirSync(workspace)
+    const engine = yield* Effect.promise(() => createEngine({ database: path.join(directory, "events.sqlite") }))
+    const effects: Effects = { ran: [] }
+    const release = yield* Deferred.make<void>()
+    const provider = { kind: "openai-compatible" as const, baseUrl: `${server.url}/v1`, model: "test-model", apiKey: "sk-facade" }
+    const run = yield* Effect.promise(() =>
+      engine.start({ sessionId: "session-1", provider, workspace, tools: [...tools(effects, [release]).tools], maxSteps: 4, message: "Run slow." }),
+    )
+    yield* Effect.promise(() => server.exchange(0))
+    return { directory, provider, engine, run, effects, release }
+  })
+
 describe("the handoff gate", () => {
   it.live("a failed preflight (a run under allowPriorUnknown) resolves the handoff undefined; the gate is running again and the run goes on", () =>
     Effect.scoped(
@@ -499,18 +520,7 @@ describe("the handoff gate", () => {
   it.live("close({handoff: true}) after a run.handoff() still pending pauses the run once: both get the same pause", () =>
     Effect.scoped(
       Effect.gen(function* () {
-        const server = yield* ScriptedServer.make({ script: [slowCall("call-1", "a"), answer("Resumed.")] })
-        const directory = yield* LogTesting.temporaryDirectory
-        const workspace = path.join(directory, "workspace")
-        fs.mkdirSync(workspace)
-        const engine = yield* Effect.promise(() => createEngine({ database: path.join(directory, "events.sqlite") }))
-        const effects: Effects = { ran: [] }
-        const release = yield* Deferred.make<void>()
-        const provider = { kind: "openai-compatible" as const, baseUrl: `${server.url}/v1`, model: "test-model", apiKey: "sk-facade" }
-        const run = yield* Effect.promise(() =>
-          engine.start({ sessionId: "session-1", provider, workspace, tools: [...tools(effects, [release]).tools], maxSteps: 4, message: "Run slow." }),
-        )
-        yield* Effect.promise(() => server.exchange(0))
+        const { engine, run, effects, release } = yield* slowFacadeRun("Resumed.")
         // The host asks for a handoff, then its shutdown closes the engine with handoff while the tool runs.
         const requested = run.handoff()
         const closing = engine.close({ handoff: true })
@@ -580,18 +590,7 @@ describe("the handoff gate", () => {
   it.live("a host's run.cancel() during close({handoff: true}) cancels the run instead of leaving it paused", () =>
     Effect.scoped(
       Effect.gen(function* () {
-        const server = yield* ScriptedServer.make({ script: [slowCall("call-1", "a"), answer("Done.")] })
-        const directory = yield* LogTesting.temporaryDirectory
-        const workspace = path.join(directory, "workspace")
-        fs.mkdirSync(workspace)
-        const engine = yield* Effect.promise(() => createEngine({ database: path.join(directory, "events.sqlite") }))
-        const effects: Effects = { ran: [] }
-        const release = yield* Deferred.make<void>()
-        const provider = { kind: "openai-compatible" as const, baseUrl: `${server.url}/v1`, model: "test-model", apiKey: "sk-facade" }
-        const run = yield* Effect.promise(() =>
-          engine.start({ sessionId: "session-1", provider, workspace, tools: [...tools(effects, [release]).tools], maxSteps: 4, message: "Run slow." }),
-        )
-        yield* Effect.promise(() => server.exchange(0))
+        const { directory, provider, engine, run, effects, release } = yield* slowFacadeRun("Done.")
         const closing = engine.close({ handoff: true })
         yield* Effect.sleep("20 millis")
         yield* Effect.promise(() => run.cancel())
