@@ -45,8 +45,14 @@ export type JsonValue<T> = T extends null | boolean | number | string
         ? { readonly [K in keyof T]: JsonValue<T[K]> }
         : never
 
-/** A JSON output; the value is checked when the output is recorded (the README's Errors). */
-export const json = <T>(value: T extends JsonValue<T> ? T : JsonValue<T>): ToolCall.ToolOutput => ({
+/**
+ * A JSON output; the value is checked when the output is recorded (the README's Errors). Typed as
+ * `Identity.Json` (a generic `V extends Identity.Json` too), or as plain data of any other type.
+ */
+export const json: {
+  (value: Identity.Json): ToolCall.ToolOutput
+  <T>(value: T extends JsonValue<T> ? T : JsonValue<T>): ToolCall.ToolOutput
+} = (value: unknown): ToolCall.ToolOutput => ({
   format: "json",
   // Plain data by its type, so JSON.
   value: value as Identity.Json,

@@ -1,4 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
+import type { Identity } from "@maka/facts"
 import { Tool, ToolError } from "@maka/tools"
 import { Effect, Schema } from "effect"
 import { z } from "zod"
@@ -425,6 +426,9 @@ describe("Tool.json", () => {
     const output = Tool.json(rows)
     assert.strictEqual(output.format, "json")
     assert.strictEqual(output.value as unknown, rows)
+    // A generic value typed as JSON, as a wrapper of Tool.json passes it.
+    const wrapped = <V extends Identity.Json>(value: V) => Tool.json(value)
+    assert.deepStrictEqual(wrapped([1, "a"]).value, [1, "a"])
     const record: Record<string, number> = { a: 1 }
     assert.deepStrictEqual(Tool.json({ rows, record, count: 2, ok: true }).value as unknown, { rows, record, count: 2, ok: true })
     // What `pnpm check` (tsconfig.test.json) refuses: each line below fails to compile without its directive.
