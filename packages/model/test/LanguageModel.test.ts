@@ -179,11 +179,13 @@ describe("OpenAI-compatible adapter", () => {
         ...[false, true].map((withIndex) =>
           Respond.sse([OpenAiSse.role(), whole("call_a", "A", withIndex), whole("call_b", "B", withIndex), OpenAiSse.finish("tool_calls"), OpenAiSse.done()]),
         ),
-        // One call whose every fragment carries a new id and the name: still one call.
+        // One call whose every fragment carries a new id and the name, an empty one after its
+        // arguments are whole included: still one call.
         Respond.sse([
           OpenAiSse.role(),
           OpenAiSse.toolCall({ index: 0, id: "x1", name: "shout", arguments: '{"text":' }),
           OpenAiSse.toolCall({ index: 0, id: "x2", name: "shout", arguments: '"C"}' }),
+          OpenAiSse.toolCall({ index: 0, id: "x3", name: "shout", arguments: "" }),
           OpenAiSse.finish("tool_calls"),
           OpenAiSse.done(),
         ]),
@@ -225,6 +227,28 @@ describe("OpenAI-compatible adapter", () => {
       // Not cut by the limit: the arguments are only invalid.
       const invalid = yield* failureOf(model.stream(request()))
       assert.strictEqual(invalid.reason.message, "invalid tool call input")
+      // A full context window is no output limit: a higher one would not help.
+      const fullWindow = yield* serve(
+        Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "c", name: "write_file", arguments: ['{"text": "ab'] }], finishReason: "model_context_window_exceeded" })),
+      )
+      assert.strictEqual((yield* failureOf((yield* openAi(fullWindow)).stream(request()))).reason.message, "invalid tool call input")
+      // The stream ends, or an error event comes, after the bad block and before the stop reason:
+      // the bad input is the failure still, as it was at the block's stop.
+      const early = yield* serve(
+        ...[[], [AnthropicSse.error("overloaded_error", "Overloaded")]].map((after) =>
+          Respond.sse([
+            AnthropicSse.messageStart(),
+            ...AnthropicSse.toolUseBlock(0, { id: "t", name: "write_file" }, ['{"text": "ab']),
+            ...after,
+          ]),
+        ),
+      )
+      const earlyModel = yield* anthropic(early)
+      for (const what of ["the end of the body", "an error event"]) {
+        const failure = yield* failureOf(earlyModel.stream(request()))
+        assert.strictEqual(failure.reason._tag, "Adapter", what)
+        assert.strictEqual(failure.reason.message, "invalid tool call input", what)
+      }
     }),
   )
 

@@ -16,9 +16,9 @@ import {
 } from "./json-read.ts"
 import {
   adapterFailure,
+  invalidToolInput,
   isJsonObject,
   mapFinishReason,
-  invalidToolInput,
   parseToolInput,
   UNSUPPORTED,
   unsupportedType,
@@ -80,7 +80,7 @@ export const anthropicNormalizer = (routeIdentity: string): Normalizer => {
   const usage: Usage = {}
   let started = false
   let finished = false
-  /** A tool block whose input did not parse: the stream fails at its stop reason (`invalidToolInput`). */
+  /** A tool block whose input did not parse: the stream fails at its stop reason, or where it ends (`invalidToolInput`). */
   let invalidInput = false
 
   const signed = (block: Extract<Block, { type: "text" | "thinking" }>): Identity.JsonObject | undefined => {
@@ -223,7 +223,7 @@ export const anthropicNormalizer = (routeIdentity: string): Normalizer => {
         if (stopReason === undefined) return { kind: "truncated", message: "message stopped without a stop reason" }
         const reason = mapFinishReason(stopReason)
         if (reason === undefined) return adapterFailure(`model did not complete: ${stopReason}`)
-        if (invalidInput) return invalidToolInput(reason)
+        if (invalidInput) return invalidToolInput(stopReason)
         if (open.size > 0) return adapterFailure("model stream finished with an open part")
         out.push({ kind: "finished", reason, usage: toModelUsage(usage) })
         finished = true
@@ -232,7 +232,8 @@ export const anthropicNormalizer = (routeIdentity: string): Normalizer => {
       case "ping":
         return undefined
       case "error":
-        return { kind: "provider_payload", payload: value }
+        // A tool block whose input did not parse came first: that is the failure, as at its stop.
+        return invalidInput ? invalidToolInput(stopReason) : { kind: "provider_payload", payload: value }
       default:
         return unsupportedType("event type", value["type"])
     }
@@ -246,7 +247,8 @@ export const anthropicNormalizer = (routeIdentity: string): Normalizer => {
       if (!isRecord(parsed)) return UNSUPPORTED
       return event(parsed, out)
     },
-    end: () => (finished ? undefined : { kind: "truncated", message: "stream ended before message_stop" }),
+    end: () =>
+      finished ? undefined : invalidInput ? invalidToolInput(stopReason) : { kind: "truncated", message: "stream ended before message_stop" },
     isFinished: () => finished,
     hasBufferedOutput: () => [...blocks.values()].some((block) => block.type === "tool_use"),
   }

@@ -33,12 +33,13 @@ export const adapterFailure = (message: string): NormalizerFailure => ({ kind: "
 export const UNSUPPORTED: NormalizerFailure = adapterFailure("unsupported provider event")
 
 /**
- * A tool call's arguments that are not a JSON object; when the output limit ended the output
- * (`length`), they were cut by it, and the message says so: a higher limit lets the call finish.
+ * A tool call's arguments that are not a JSON object; when the output limit ended the output (the
+ * provider's `length` or `max_tokens`, not a full context window), they were cut by it, and the
+ * message says so: a higher limit lets the call finish.
  */
-export const invalidToolInput = (reason: Model.FinishReason | undefined): NormalizerFailure =>
+export const invalidToolInput = (providerReason: string | undefined): NormalizerFailure =>
   adapterFailure(
-    reason === "length"
+    providerReason === "length" || providerReason === "max_tokens"
       ? "invalid tool call input: the output limit was reached inside the call (a higher maxOutputTokens lets it finish)"
       : "invalid tool call input",
   )

@@ -16,8 +16,8 @@ import {
 } from "./json-read.ts"
 import {
   adapterFailure,
-  mapFinishReason,
   invalidToolInput,
+  mapFinishReason,
   parseToolInput,
   UNSUPPORTED,
   type Normalizer,
@@ -81,13 +81,16 @@ export const openAiNormalizer = (): Normalizer => {
   /**
    * Whether a fragment at an index that holds `call` starts a call of its own: some servers send
    * every parallel call whole at one index, or without one (each first in its chunk). It carries a
-   * name and an id other than the call's, whose arguments are a whole JSON object already; a server
-   * that sends a new id with every fragment of one call is still read as one call.
+   * name, an id other than the call's and arguments that open an object, while the call's arguments
+   * are a whole JSON object already; a server that sends a new id with every fragment of one call
+   * sends the later ones without `{` first, and they stay one call.
    */
-  const startsAnother = (call: PendingCall, id: string | undefined, name: string | undefined): boolean => {
+  const startsAnother = (call: PendingCall, id: string | undefined, name: string | undefined, args: string | undefined): boolean => {
     if (id === undefined || id === "" || call.id === undefined || call.id === id || name === undefined || name === "") return false
+    if (args === undefined || !args.trimStart().startsWith("{")) return false
     const text = call.arguments.join("")
-    return text.trim() !== "" && parseToolInput(text) !== undefined
+    // Parsed only when it may be whole: a call's text ends with `}` once it is.
+    return text.trimEnd().endsWith("}") && parseToolInput(text) !== undefined
   }
 
   const toolFragment = (fragment: unknown, position: number): NormalizerFailure | undefined => {
@@ -102,7 +105,7 @@ export const openAiNormalizer = (): Normalizer => {
     const args = fn === undefined ? undefined : optionalString(fn, "arguments")
     if (name === INVALID || args === INVALID) return UNSUPPORTED
     let call = callAt.get(index)
-    if (call === undefined || startsAnother(call, id, name)) {
+    if (call === undefined || startsAnother(call, id, name, args)) {
       call = { id: undefined, name: undefined, arguments: [] }
       callAt.set(index, call)
       calls.push({ index, call })
@@ -122,7 +125,7 @@ export const openAiNormalizer = (): Normalizer => {
     for (const { index, call } of [...calls].sort((left, right) => left.index - right.index)) {
       if (call.name === undefined) return adapterFailure("invalid tool call: missing name")
       const input = parseToolInput(call.arguments.join(""))
-      if (input === undefined) return invalidToolInput(reason)
+      if (input === undefined) return invalidToolInput(finishReason)
       out.push({ kind: "tool_call", id: call.id ?? `call_${index}`, name: call.name, input, providerExecuted: false })
     }
     out.push({ kind: "finished", reason, usage })
