@@ -98,6 +98,7 @@ describe("isConnectionLost", () => {
       new Error("the session is busy"),
       new Error("Connection terminated due to connection timeout"),
       withCode("ETIMEDOUT"),
+      withCode("08P01", "protocol violation"),
     ]) {
       expect(isConnectionLost(other), other.message).toBe(false)
     }

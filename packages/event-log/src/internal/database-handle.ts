@@ -82,7 +82,7 @@ export const runTransaction = async <A>(
  */
 const TRANSIENT_SQLSTATES: ReadonlySet<string> = new Set(["40001", "40P01", "55P03", "57014"])
 
-/** The waits before the second, third and fourth try of a transaction that may be tried again (`runPostgres`). */
+/** The waits before the second, third and fourth try of a transaction tried again (`runPostgres`). */
 const TRANSIENT_RETRY_MS: ReadonlyArray<number> = [10, 50, 250]
 
 /** The first error a write's body threw, when it is a transient PostgreSQL answer; else undefined. */
@@ -94,16 +94,19 @@ const transientCode = (error: unknown): string | undefined => {
 /**
  * Whether `error` says the connection itself is gone: the server ended the backend (57P01-57P03,
  * `pg_terminate_backend`, a restart), a connection exception (class 08), or the socket closed,
- * reset or refused under the client (never a connect timeout, which each try would wait out again). A pooled client whose connection a proxy or the server dropped while it
- * sat idle fails its next statement so; the pool does not hand that client out again.
+ * reset or refused under the client (never a connect timeout, which each try would wait out
+ * again). A pooled client whose connection a proxy or the server dropped while it sat idle fails
+ * its next statement so; the pool does not hand that client out again.
  */
 export const isConnectionLost = (error: unknown): boolean => {
   const code = errorCode(error)
   if (code !== undefined) {
-    if (code === "57P01" || code === "57P02" || code === "57P03" || code.startsWith("08")) return true
+    // Class 08 but a protocol violation (08P01), which a new connection would only repeat.
+    if (code === "57P01" || code === "57P02" || code === "57P03" || (code.startsWith("08") && code !== "08P01")) return true
     if (code === "ECONNRESET" || code === "EPIPE" || code === "ECONNREFUSED") return true
   }
-  // Not a connect timeout ("Connection terminated due to connection timeout"): each try would wait it out again.
+  // Not a connect timeout ("Connection terminated due to connection timeout"): each try would
+  // wait it out again.
   return /connection terminated unexpectedly|not queryable|terminating connection/i.test(errorMessage(error))
 }
 
@@ -122,7 +125,7 @@ const recording = (runner: TransactionRunner, seen: { error?: unknown }): Transa
  * failed, on a lost connection, or (a write) its body met a transient answer. A write that fails at
  * the commit is never tried again (it may have landed); a read is, on a lost connection.
  */
-const runPostgres = async <A>(
+export const runPostgres = async <A>(
   begin: () => TransactionRunner,
   body: (transaction: Transaction<Tables>) => Promise<A>,
   isWrite: boolean,

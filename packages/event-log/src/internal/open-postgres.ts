@@ -313,20 +313,27 @@ export const surveyPostgres = async (
 }
 
 /**
- * The open order on PostgreSQL, in one READ COMMITTED transaction without lock or statement
- * timeouts: take the advisory lock of the schema, create the schema if it is missing, survey and classify it (refusing a foreign or newer
- * one, which rolls back and leaves it unchanged), then migrate.
+ * The open order on PostgreSQL, in one READ COMMITTED transaction: take the advisory lock of the
+ * schema (waited for without the role's lock or statement timeout), create the schema if it is
+ * missing, survey and classify it (refusing a foreign or newer one, which rolls back and leaves
+ * it unchanged), then migrate.
  */
 const checkAndMigrate = async (db: Kysely<Tables>, store: PostgresStore): Promise<void> => {
   await db
     .transaction()
     .setIsolationLevel("read committed")
     .execute(async (transaction) => {
-      // Hosts opening at once wait their turn at the lock whatever the role's `lock_timeout` or
-      // `statement_timeout` (an open is never tried again): for this transaction only.
-      await sql`SELECT set_config('lock_timeout', '0', true), set_config('statement_timeout', '0', true)`.execute(transaction)
       const schema = store.schema ?? (await currentSchema(transaction, store.location))
+      // Hosts opening at once wait their turn at the lock whatever the role's `lock_timeout` or
+      // `statement_timeout` (an open is never tried again); the role's own hold for the rest.
+      const saved = await sql<{ lock: string; statement: string }>`
+        SELECT current_setting('lock_timeout') AS lock, current_setting('statement_timeout') AS statement`.execute(transaction)
+      await sql`SELECT set_config('lock_timeout', '0', true), set_config('statement_timeout', '0', true)`.execute(transaction)
       await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`maka.event-log:${schema}`}, 0))`.execute(
+        transaction,
+      )
+      const { lock, statement } = saved.rows[0] ?? { lock: "0", statement: "0" }
+      await sql`SELECT set_config('lock_timeout', ${lock}, true), set_config('statement_timeout', ${statement}, true)`.execute(
         transaction,
       )
       const exists = await sql<{ found: unknown }>`
