@@ -179,6 +179,12 @@ const PROVIDER_KEYS: ReadonlyArray<string> = Object.keys({
   requestDeadlineMs: true,
 } satisfies Record<keyof ProviderOptions, true>)
 
+/** A key of `provider` that names no option, as the refusal's message. */
+const providerKeyProblem = (provider: Readonly<Record<string, unknown>>): string | undefined => {
+  const unknownKey = Object.keys(provider).find((key) => !PROVIDER_KEYS.includes(key))
+  return unknownKey === undefined ? undefined : `provider has no key '${unknownKey}' (the keys are ${PROVIDER_KEYS.join(", ")})`
+}
+
 /** The keys of a start's `context`. */
 const CONTEXT_KEYS: ReadonlyArray<string> = ["providerId", "contextWindow", "declaredWindow", "modelContextWindow"]
 
@@ -219,10 +225,8 @@ const shapeProblem = (options: RunOptions): string | undefined => {
   if (!isRecord(provider) || typeof provider["baseUrl"] !== "string" || typeof provider["model"] !== "string") {
     return "provider must be {kind, baseUrl, model, apiKey?, headers?, fetch?, outputLimitField?}"
   }
-  const unknownProviderKey = Object.keys(provider).find((key) => !PROVIDER_KEYS.includes(key))
-  if (unknownProviderKey !== undefined) {
-    return `provider has no key '${unknownProviderKey}' (the keys are ${PROVIDER_KEYS.join(", ")})`
-  }
+  const keyProblem = providerKeyProblem(provider)
+  if (keyProblem !== undefined) return keyProblem
   const apiKey = provider["apiKey"]
   if (apiKey !== undefined && typeof apiKey !== "string" && !Redacted.isRedacted(apiKey)) return "apiKey must be a string"
   const limitField = provider["outputLimitField"]
@@ -428,12 +432,18 @@ export const compact = (options: CompactOptions): Effect.Effect<Engine.RunResult
     return yield* Effect.mapError(engine.compact(input), withHint)
   })
 
-/** The model of a provider's plain options, as `start` builds it. */
-export const modelOf = (provider: ProviderOptions, idleTimeoutMs?: number) =>
-  Effect.mapError(
+/**
+ * The model of a provider's plain options, as `start` builds it; a key that names no option is
+ * refused here too (a resume resolver's provider: a misspelt `apikey` would send no key).
+ */
+export const modelOf = (provider: ProviderOptions, idleTimeoutMs?: number) => {
+  const problem = isRecord(provider) ? providerKeyProblem(provider) : undefined
+  if (problem !== undefined) return Effect.fail(EngineError.invalidInput(problem))
+  return Effect.mapError(
     LanguageModel.make(providerConfig(provider), { idleTimeoutMs: idleTimeoutMs ?? defaults.idleTimeoutMs }),
     (error) => EngineError.invalidInput(error.reason.message),
   )
+}
 
 /** A log failure as an `EngineError` `Store` with its reason and cause kept. */
 export const storeError = (error: EventLogError.EventLogError): EngineError.EngineError => EngineError.fromStore(error)

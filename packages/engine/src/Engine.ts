@@ -637,7 +637,11 @@ export const make = (options: Partial<EngineOptions> = {}) =>
             handoff,
             joinedHandoff: Effect.suspend(() => {
               const pending = gate.pendingResult
-              return pending === undefined ? handoff : Deferred.await(pending)
+              if (pending === undefined) return handoff
+              // A request its caller dropped (or the preflight released) leaves the run running: ask again.
+              return Effect.flatMap(Deferred.await(pending), (pause) =>
+                pause === undefined && gate.current === "running" ? handoff : Effect.succeed(pause),
+              )
             }),
             fiber,
             result,

@@ -194,6 +194,29 @@ describe("the handoff gate", () => {
     ),
   )
 
+  it.live("handing off every live run asks again for a run whose earlier request its caller dropped: the run pauses", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({ script: [mainEntry(slowCall("call-1", "a"))] })
+        const effects: Effects = { ran: [] }
+        const release = yield* Deferred.make<void>()
+        const running = yield* context.engine.start(input(context, "Run slow.", tools(effects, [release]), { maxSteps: 4 }))
+        yield* Effect.promise(() => context.server.exchange(0))
+        const requested = yield* requestHandoff(running)
+        // The host's shutdown joins that request; then its caller stops waiting, which drops it.
+        const closing = yield* Effect.forkChild(context.engine.handOffAll)
+        yield* Effect.sleep("20 millis")
+        yield* Fiber.interrupt(requested)
+        yield* Deferred.succeed(release, undefined)
+        const closed = yield* Fiber.join(closing)
+        assert.deepStrictEqual(closed.map((item) => item.outcome), ["paused"])
+        assert.strictEqual((yield* running.wait).outcome.kind, "handoff_paused")
+        assert.strictEqual(yield* pauses(context), 1)
+        assert.deepStrictEqual(effects.ran, ["slow:a"])
+      }),
+    ),
+  )
+
   it.live("a second reservation while one is pending is Busy, and so is one after the seal", () =>
     Effect.scoped(
       Effect.gen(function* () {
@@ -479,17 +502,19 @@ describe("the handoff gate", () => {
             { provider: () => { throw new Error("no such route here") }, tools: () => slow },
             { provider: () => provider, tools: () => { throw "catalog store offline" } },
             { provider: () => provider, tools: () => [...slow, ...slow] },
+            // A misspelt key would resume the run sending no API key at all.
+            { provider: () => ({ ...provider, apikey: "sk-facade" }), tools: () => slow },
           ],
           (resolvers) => Effect.promise(() => engine.resumePending(resolvers)),
         )
-        assert.deepStrictEqual(
-          skipped.map((reports) => reports.map((report) => ("skipped" in report ? report.skipped : "started"))),
-          [
-            ["the provider resolver threw: no such route here"],
-            ["the tools resolver threw: catalog store offline"],
-            [`the tools resolver threw: invalid tool definition: tool name ${slow[0]!.name} appears twice in one catalog`],
-          ],
-        )
+        const reasons = skipped.map((reports) => reports.map((report) => ("skipped" in report ? report.skipped : "started")))
+        assert.deepStrictEqual(reasons.slice(0, 3), [
+          ["the provider resolver threw: no such route here"],
+          ["the tools resolver threw: catalog store offline"],
+          [`the tools resolver threw: invalid tool definition: tool name ${slow[0]!.name} appears twice in one catalog`],
+        ])
+        assert.lengthOf(reasons[3]!, 1)
+        assert.include(reasons[3]![0], "provider has no key 'apikey'")
         // Each resolver is told which paused run it serves: its session and its configuration.
         const asked: Array<string> = []
         const reports = yield* Effect.promise(() =>
