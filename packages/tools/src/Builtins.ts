@@ -23,8 +23,10 @@ export type Root = Pick<Workspace, "root"> & {
   readonly protectedFiles?: ReadonlyArray<string>
   /**
    * Environment variables `run_command`'s shell does not inherit from the host (the CLI hides
-   * `MAKA_API_KEY` and `MAKA_DATABASE_URL`): a command the model runs cannot print them into its
-   * output, which is stored and sent to the model. Every other variable is inherited.
+   * `MAKA_API_KEY` and `MAKA_DATABASE_URL`): they are not in the environment of a command the model
+   * runs, whose output is stored and sent to the model. Every other variable is inherited. The
+   * shell is no sandbox: a command can still read the host process's own environment
+   * (`/proc/$PPID/environ`) as the user it runs as.
    */
   readonly hiddenEnvironment?: ReadonlyArray<string>
 }

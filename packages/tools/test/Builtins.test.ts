@@ -271,17 +271,30 @@ describe("write_file", () => {
       fs.symlinkSync(root, path.join(path.dirname(root), "alias"))
       const given = path.relative(process.cwd(), path.join(path.dirname(root), "alias", ".maka", "events.sqlite"))
       const tool = Builtins.writeFile({ ...workspace, protectedFiles: [given, path.join(root, "absent", "other.sqlite")] })
-      const refused = [".maka/events.sqlite", ".maka/events.sqlite-wal", ".maka/events.sqlite-shm", ".maka/events.sqlite.writer.lock", "log-link", "log-hardlink"]
+      // A protected file whose folder does not exist yet is refused too: the write would make the folder.
+      const refused = [
+        ".maka/events.sqlite",
+        ".maka/events.sqlite-wal",
+        ".maka/events.sqlite-shm",
+        ".maka/events.sqlite.writer.lock",
+        "log-link",
+        "log-hardlink",
+        "absent/other.sqlite",
+        "absent/other.sqlite-wal",
+        "./absent/../absent/other.sqlite",
+      ]
       for (const input of refused) {
         assert.include(failureOf(yield* call(tool, { path: input, content: "oops" })), "a file of the event log, never written by a tool", input)
       }
       assert.strictEqual(fs.readFileSync(log, "utf8"), "the log")
       assert.strictEqual(fs.readFileSync(`${log}-wal`, "utf8"), "its wal")
       assert.deepStrictEqual(fs.readdirSync(folder).sort(), ["events.sqlite", "events.sqlite-wal"])
-      // Other files of the folder, a file of the same name in another folder, and a protected file's
-      // folder that does not exist, are written.
+      // Refused before anything is made: not even the missing folder.
+      assert.isFalse(fs.existsSync(path.join(root, "absent")))
+      // Other files of the folder, a file of the same name in another folder, and another file of a
+      // protected file's folder that does not exist yet, are written.
       assert.strictEqual(textOf(yield* call(tool, { path: ".maka/notes.txt", content: "ok" })), "Wrote 2 bytes to .maka/notes.txt")
-      assert.strictEqual(textOf(yield* call(tool, { path: "absent/other.sqlite", content: "ok" })), "Wrote 2 bytes to absent/other.sqlite")
+      assert.strictEqual(textOf(yield* call(tool, { path: "absent/notes.txt", content: "ok" })), "Wrote 2 bytes to absent/notes.txt")
       assert.strictEqual(textOf(yield* call(tool, { path: "events.sqlite-wal", content: "ok" })), "Wrote 2 bytes to events.sqlite-wal")
     }),
   )

@@ -110,21 +110,30 @@ const accept = (page: Page, budget: number, bytes: Buffer): boolean => {
 }
 
 /**
+ * How far past its size at opening a file is read: what was appended while it was read, up to this.
+ * A file that keeps growing (a log a background job writes) is never chased to its end.
+ */
+const GROWTH_READ_BYTES = 1024 * 1024
+
+/**
  * Scans the file for line ends byte by byte, never joining more than the line being read: a line
  * before the page is only counted; of a line on the page at most what is left of the page's budget
  * (and a few bytes to finish a character) is kept. Once a kept line outgrows that, it cannot fit
  * (its encoded size is at least its byte count), so the page ends there without reading the rest.
+ * It reads no further than `GROWTH_READ_BYTES` past `sizeAtOpening`.
  */
-const readPage = (
+export const readPage = (
   handle: fs.FileHandle,
   displayPath: string,
   first: number,
   limit: number,
   limits: BuiltinLimits,
   signal: AbortSignal,
+  sizeAtOpening: number,
 ): Effect.Effect<Page, ToolFailure> =>
   Effect.gen(function* () {
     const page: Page = { lines: [], bytes: 0, seen: 0, stop: undefined, cutLine: false }
+    const end = sizeAtOpening + GROWTH_READ_BYTES
     const budget = lineBudget(limits, displayPath)
     const buffer = Buffer.alloc(Math.max(CHUNK_BYTES, limits.binaryProbeBytes))
     /** The kept bytes of the line being read, and whether that line has a byte yet. */
@@ -141,7 +150,8 @@ const readPage = (
     let position = 0
     while (true) {
       if (signal.aborted) return yield* Effect.fail(failure(`${displayPath}: read cancelled`))
-      const { bytesRead } = yield* tryFs(() => handle.read(buffer, 0, buffer.length, position)).pipe(
+      if (position >= end) break
+      const { bytesRead } = yield* tryFs(() => handle.read(buffer, 0, Math.min(buffer.length, end - position), position)).pipe(
         Effect.mapError(fsFailure(displayPath)),
       )
       if (bytesRead === 0) break
@@ -211,7 +221,7 @@ export const readFile = (
         const ending = directoryEnding(input.path)
         if (ending !== undefined) return yield* Effect.fail(notAFile(input.path, ending))
         if (!opened.stat.isFile()) return yield* Effect.fail(failure(`${input.path}: is not a regular file`))
-        return yield* readPage(opened.handle, input.path, first, limit, limits, signal)
+        return yield* readPage(opened.handle, input.path, first, limit, limits, signal, opened.stat.size)
       }),
     )
     if (page.lines.length === 0) {

@@ -14,7 +14,7 @@ import type { BuiltinLimits } from "../Defaults.ts"
 import type { ToolFailure } from "../Tool.ts"
 import { type Directory, entryName, nameText, openChild, openChildDirectory, openForReading, type Opened, rawEntries } from "./beneath.ts"
 import { canonicalRoot, directoryEnding, display, existing, failure } from "./confine.ts"
-import { tryFs } from "./fs.ts"
+import { type FsError, tryFs } from "./fs.ts"
 
 export interface SearchTextInput {
   readonly pattern: string
@@ -58,6 +58,23 @@ interface Listed {
   readonly text: string
 }
 
+/**
+ * The first bytes of the opened file, reading at most one past `max` from its `size` when opened;
+ * `undefined` when it holds more than `max` by then (it grew while it was searched).
+ */
+export const readAtMost = (handle: Opened["handle"], size: number, max: number): Effect.Effect<Buffer | undefined, FsError> =>
+  tryFs(async () => {
+    const buffer = Buffer.alloc(Math.min(size, max) + 1)
+    let filled = 0
+    while (filled < buffer.length) {
+      const { bytesRead } = await handle.read(buffer, filled, buffer.length - filled, filled)
+      if (bytesRead === 0) break
+      filled += bytesRead
+    }
+    // What was there when it was opened: a byte appended since is not searched.
+    return filled > max ? undefined : buffer.subarray(0, Math.min(filled, size))
+  })
+
 const byName = (left: Listed, right: Listed): number => (left.text < right.text ? -1 : left.text > right.text ? 1 : 0)
 
 export const searchText = (
@@ -81,7 +98,9 @@ export const searchText = (
     const searchFile = (opened: Opened): Effect.Effect<boolean> =>
       Effect.gen(function* () {
         if (!opened.stat.isFile() || opened.stat.size > limits.searchMaxFileBytes) return false
-        const content = yield* tryFs(() => opened.handle.readFile())
+        // At most one byte past the limit: a file that grew past it since its size was read is skipped.
+        const content = yield* readAtMost(opened.handle, opened.stat.size, limits.searchMaxFileBytes)
+        if (content === undefined) return false
         if (content.subarray(0, limits.binaryProbeBytes).includes(0)) return false
         const lines = content.toString("utf8").split("\n")
         for (const [index, raw] of lines.entries()) {

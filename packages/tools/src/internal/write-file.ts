@@ -77,9 +77,10 @@ const landing = (
   })
 
 /**
- * A protected file where paths are compared: its real directory and its name (`undefined` when its
- * directory does not exist: then nothing can be written beside it either), and the identity of the
- * file when it exists, so that a hard link to it is refused as well.
+ * A protected file where paths are compared: its real directory (or, for a directory not made yet,
+ * the real path of its nearest existing folder with the rest of its path: a write that makes the
+ * missing folders lands there) and its name, and the identity of the file when it exists, so that a
+ * hard link to it is refused as well.
  */
 interface Protected {
   readonly directory: string
@@ -89,22 +90,40 @@ interface Protected {
 
 const protectedAt = (file: string): Effect.Effect<Protected | undefined> =>
   Effect.gen(function* () {
-    const directory = yield* tryFs(() => fs.realpath(path.dirname(path.resolve(file)))).pipe(Effect.option)
-    if (Option.isNone(directory)) return undefined
-    const stat = yield* tryFs(() => fs.stat(path.join(directory.value, path.basename(file)))).pipe(Effect.option)
-    return { directory: directory.value, name: path.basename(file), stat: Option.getOrUndefined(stat) }
+    const directory = yield* realOrPlanned(path.dirname(file))
+    if (directory === undefined) return undefined
+    const stat = yield* tryFs(() => fs.stat(path.join(directory, path.basename(file)))).pipe(Effect.option)
+    return { directory, name: path.basename(file), stat: Option.getOrUndefined(stat) }
+  })
+
+/**
+ * The real path of the absolute `directory`, or of its nearest existing ancestor joined with the
+ * rest of it when it does not exist; `undefined` when no ancestor can be resolved.
+ */
+const realOrPlanned = (directory: string): Effect.Effect<string | undefined> =>
+  Effect.flatMap(Effect.option(tryFs(() => fs.realpath(directory))), (real) => {
+    if (Option.isSome(real)) return Effect.succeed(real.value)
+    const parent = path.dirname(directory)
+    if (parent === directory) return Effect.succeed(undefined)
+    return Effect.map(realOrPlanned(parent), (planned) => (planned === undefined ? undefined : path.join(planned, path.basename(directory))))
   })
 
 /**
  * A protected file under its own name and, when that is a symbolic link, under its target's: the
  * store opens the target, whose sidecars (`-wal`, the writer's lock) are named after it.
  */
-const protectedOf = (file: string): Effect.Effect<ReadonlyArray<Protected>> =>
+const protectedOf = (given: string): Effect.Effect<ReadonlyArray<Protected>> =>
   Effect.gen(function* () {
-    const target = yield* tryFs(() => fs.realpath(path.resolve(file))).pipe(Effect.option)
-    const names = Option.isSome(target) && target.value !== path.resolve(file) ? [file, target.value] : [file]
+    // A relative path is the process's, as the log's own path given to the store is.
+    const file = path.resolve(given)
+    const target = yield* tryFs(() => fs.realpath(file)).pipe(Effect.option)
+    const names = Option.isSome(target) && target.value !== file ? [file, target.value] : [file]
     return (yield* Effect.forEach(names, protectedAt)).filter((entry) => entry !== undefined)
   })
+
+/** Whether `name` in the real `directory` is a protected file or one beside it named after it. */
+const isGuarded = (guarded: ReadonlyArray<Protected>, directory: string | undefined, name: string): boolean =>
+  guarded.some((file) => file.directory === directory && name.startsWith(file.name))
 
 const sameFile = (stat: { readonly dev: number; readonly ino: number } | undefined, other: { readonly dev: number; readonly ino: number }) =>
   stat !== undefined && stat.dev === other.dev && stat.ino === other.ino
@@ -153,14 +172,15 @@ export const writeFile = (
     if (resolved === canonical) return yield* Effect.fail(failure(`${input.path}: is the workspace root`))
     const ending = directoryEnding(input.path)
     if (ending !== undefined) return yield* Effect.fail(notAFile(input.path, ending))
+    // Refused before a missing folder on the way is made (checked again where the write lands).
+    const planned = yield* realOrPlanned(path.dirname(resolved))
+    if (isGuarded(guarded, planned, path.basename(resolved))) return yield* Effect.fail(refusedProtected)
     yield* Effect.scoped(
       Effect.gen(function* () {
         const parent = yield* parentOf(canonical, resolved, input.path)
         const target = yield* landing(canonical, parent, path.basename(resolved), input.path)
         if (path.join(target.directory.path, target.name) === marker) return yield* Effect.fail(refused)
-        if (guarded.some((file) => file.directory === target.directory.path && target.name.startsWith(file.name))) {
-          return yield* Effect.fail(refusedProtected)
-        }
+        if (isGuarded(guarded, target.directory.path, target.name)) return yield* Effect.fail(refusedProtected)
         // The file it replaces, opened for writing as before a write in place: its permission and
         // its identity (a hard link to the marker or a protected file) are checked on a descriptor.
         const existing = yield* openExistingForWriting(canonical, target.directory, target.name, input.path)
