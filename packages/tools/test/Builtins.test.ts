@@ -96,6 +96,10 @@ describe("read_file", () => {
         ["/etc/passwd", "absolute paths are refused"],
         ["leak.txt", "resolves outside the workspace"],
         ["leakdir/secret.txt", "resolves outside the workspace"],
+        // What does not exist out there, or is no folder, is not the workspace's to tell.
+        ["leakdir/no-such-file", "resolves outside the workspace"],
+        ["leakdir/no/such/folder", "resolves outside the workspace"],
+        ["leakdir/secret.txt/x", "resolves outside the workspace"],
         ["", "path is empty"],
         ["a\u0000b", "NUL"],
       ]
@@ -104,6 +108,15 @@ describe("read_file", () => {
         assert.include(failureOf(outcome), expected, input)
         assert.notInclude(JSON.stringify(outcome), "secret\\n")
       }
+      // The same for listing and searching.
+      for (const other of [Builtins.listFiles(workspace), Builtins.searchText(workspace)]) {
+        for (const input of ["leakdir/no-such-file", "leakdir/secret.txt/x"]) {
+          const outcome = yield* call(other, other.name === "list_files" ? { path: input } : { pattern: "s", path: input })
+          assert.include(failureOf(outcome), "resolves outside the workspace", `${other.name} ${input}`)
+        }
+      }
+      // Inside, a missing file is named as missing.
+      assert.include(failureOf(yield* call(tool, { path: "no-such-file" })), "no such file or directory")
       // Symlinks that stay inside are followed.
       assert.strictEqual(textOf(yield* call(tool, { path: "alias.txt" })), "     1\tinside")
       assert.strictEqual(textOf(yield* call(tool, { path: "relative-alias.txt" })), "     1\tinside")

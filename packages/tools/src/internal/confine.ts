@@ -53,12 +53,33 @@ export const notAFile = (input: string, ending: string): ToolFailure =>
 const checkReal = (root: string, input: string, real: string): Effect.Effect<string, ToolFailure> =>
   isInside(root, real) ? Effect.succeed(real) : Effect.fail(failure(`${input}: path resolves outside the workspace`))
 
-/** The real path of an existing `input`, under the root; follows symlinks that stay inside. */
+/**
+ * The real path of an existing `input`, under the root; follows symlinks that stay inside. A path
+ * that does not resolve through a link that leads outside is refused as outside, never with the
+ * outside's own answer (whether a file there exists or is a folder is not the workspace's to tell).
+ */
 export const existing = (root: string, input: string): Effect.Effect<string, ToolFailure> =>
   Effect.gen(function* () {
     const resolved = yield* lexical(root, input)
-    const real = yield* tryFs(() => fs.realpath(resolved)).pipe(Effect.mapError(fsFailure(input)))
+    const real = yield* tryFs(() => fs.realpath(resolved)).pipe(
+      Effect.catch((error) =>
+        Effect.flatMap(leadsOutside(root, resolved), (outside) =>
+          Effect.fail(outside ? failure(`${input}: path resolves outside the workspace`) : fsFailure(input)(error)),
+        ),
+      ),
+    )
     return yield* checkReal(root, input, real)
+  })
+
+/** Whether the deepest ancestor of `absolute` that resolves lies outside `root`. */
+const leadsOutside = (root: string, absolute: string): Effect.Effect<boolean> =>
+  Effect.promise(async () => {
+    for (let current = path.dirname(absolute); isInside(root, current); current = path.dirname(current)) {
+      const real = await fs.realpath(current).catch(() => undefined)
+      if (real !== undefined) return !isInside(root, real)
+      if (current === root) break
+    }
+    return false
   })
 
 /** The deepest existing ancestor of `absolute` (`root` exists, so the walk ends there): as written and its real path. */
