@@ -3,7 +3,7 @@
  * until released) that end by closing, dropping the socket or stalling; JSON errors with status and
  * headers; a hang until the client aborts; a socket dropped before any response; a response held
  * until a `Gate` opens. Pure data: the server interprets them. A builder given a status outside
- * 100..599 throws a `TypeError`.
+ * 200..599 (a 1xx is no final response), or a delay that is no timer's, throws a `TypeError`.
  */
 
 /** A latch a test opens to let a held response (or the rest of a stream) go on. */
@@ -60,8 +60,17 @@ export type Responder =
   | { readonly kind: "drop" }
   | { readonly kind: "hold"; readonly gate: Gate; readonly then: Responder }
 
-/** `delayMs` when given (an undefined value is absent). */
-const delayOf = (delayMs: number | undefined): { readonly delayMs?: number } => (delayMs === undefined ? {} : { delayMs })
+/** The longest delay a Node timer waits (a longer one, `Infinity` or `NaN` fires at once). */
+const MAX_DELAY_MS = 2 ** 31 - 1
+
+/** `delayMs` when given (an undefined value is absent); a delay no timer waits is a `TypeError`. */
+const delayOf = (delayMs: number | undefined): { readonly delayMs?: number } => {
+  if (delayMs === undefined) return {}
+  if (typeof delayMs !== "number" || !Number.isFinite(delayMs) || delayMs < 0 || delayMs > MAX_DELAY_MS) {
+    throw new TypeError(`testkit: a delay must be a finite number of milliseconds from 0 to ${MAX_DELAY_MS}, got ${String(delayMs)}`)
+  }
+  return { delayMs }
+}
 
 /** An SSE `data:` event; a non-string `data` is written as JSON. */
 export const event = (
@@ -92,13 +101,18 @@ export const raw = (text: string, options: { readonly delayMs?: number | undefin
 export const waitFor = (gate: Gate): SseStep => ({ kind: "wait", gate })
 
 /** Adds `delayMs` before every step that has no delay of its own. */
-export const withDelay = (steps: ReadonlyArray<SseStep>, delayMs: number): ReadonlyArray<SseStep> =>
-  steps.map((step) => (step.kind === "wait" || step.delayMs !== undefined ? step : { ...step, delayMs }))
+export const withDelay = (steps: ReadonlyArray<SseStep>, delayMs: number): ReadonlyArray<SseStep> => {
+  const delay = delayOf(delayMs)
+  return steps.map((step) => (step.kind === "wait" || step.delayMs !== undefined ? step : { ...step, ...delay }))
+}
 
-/** `status` when it is an integer in 100..599; otherwise a `TypeError` naming `builder` and the value. */
+/**
+ * `status` when it is an integer in 200..599 (a 1xx is informational: the client would wait on for
+ * a final response); otherwise a `TypeError` naming `builder` and the value.
+ */
 const checkStatus = (builder: string, status: number): number => {
-  if (Number.isInteger(status) && status >= 100 && status <= 599) return status
-  throw new TypeError(`testkit: ${builder} needs an HTTP status from 100 to 599, got ${String(status)}`)
+  if (Number.isInteger(status) && status >= 200 && status <= 599) return status
+  throw new TypeError(`testkit: ${builder} needs an HTTP status from 200 to 599, got ${String(status)}`)
 }
 
 export interface SseOptions {

@@ -97,7 +97,31 @@ export const whenBodyIncludes = (text: string, respond: Responder, repeat = fals
   repeat,
 })
 
-const isEntry = (value: ScriptEntry | Responder): value is ScriptEntry => "respond" in value
+const RESPONDER_KINDS: ReadonlySet<unknown> = new Set(["sse", "json", "hang", "drop", "hold"])
+const ENTRY_KEYS: ReadonlySet<string> = new Set(["match", "respond", "repeat"])
+
+/**
+ * `value` as a script entry, or a `TypeError` naming its position: a value that is neither a
+ * responder (`Respond.*`) nor `{match?, respond, repeat?}` (a misspelt key included) would answer
+ * nothing, and the request would wait without a word.
+ */
+const entryOf = (value: ScriptEntry | Responder, position: number): ScriptEntry => {
+  const isRecord = typeof value === "object" && value !== null
+  if (isRecord && !("respond" in value) && RESPONDER_KINDS.has((value as { readonly kind?: unknown }).kind)) return { respond: value }
+  const keys = isRecord ? Object.keys(value) : []
+  const entry = value as Partial<ScriptEntry>
+  if (
+    !isRecord ||
+    keys.some((key) => !ENTRY_KEYS.has(key)) ||
+    typeof entry.respond !== "object" ||
+    entry.respond === null ||
+    !RESPONDER_KINDS.has((entry.respond as { readonly kind?: unknown }).kind) ||
+    (entry.match !== undefined && typeof entry.match !== "function")
+  ) {
+    throw new TypeError(`testkit: script entry ${position} is neither a responder (Respond.*) nor {match?, respond, repeat?}`)
+  }
+  return value as ScriptEntry
+}
 
 const sseText = (step: Exclude<SseStep, { kind: "wait" }>): string => {
   switch (step.kind) {
@@ -153,7 +177,12 @@ const responseHeaders = (contentType: string, extra: Readonly<Record<string, str
 
 /** Starts a server on 127.0.0.1 with an ephemeral port. */
 export const start = (options: ServerOptions = {}): Promise<ScriptedServer> => {
-  const script: Array<ScriptEntry> = (options.script ?? []).map((entry) => (isEntry(entry) ? entry : { respond: entry }))
+  let script: Array<ScriptEntry>
+  try {
+    script = (options.script ?? []).map(entryOf)
+  } catch (error) {
+    return Promise.reject(error)
+  }
   const requests: Array<RecordedRequest> = []
   const ended: Array<Exchange> = []
   const endedByIndex = new Map<number, Exchange>()
@@ -213,7 +242,7 @@ export const start = (options: ServerOptions = {}): Promise<ScriptedServer> => {
       if (entry.repeat !== true) script.splice(position, 1)
       return { entry }
     }
-    return { unscripted: "" }
+    return { unscripted: script.length === 0 ? "" : `; ${script.length} script ${script.length === 1 ? "entry is" : "entries are"} left, none matched` }
   }
 
   const sleep = (ms: number): Promise<void> =>
@@ -356,7 +385,9 @@ export const start = (options: ServerOptions = {}): Promise<ScriptedServer> => {
         url,
         port,
         push: (...entries) => {
-          for (const entry of entries) script.push(isEntry(entry) ? entry : { respond: entry })
+          // Checked all first: a refused push adds nothing.
+          const checked = entries.map((entry, index) => entryOf(entry, script.length + index))
+          script.push(...checked)
         },
         requests: () => [...requests],
         exchanges: () => [...ended],

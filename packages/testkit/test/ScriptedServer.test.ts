@@ -81,7 +81,8 @@ describe("ScriptedServer", () => {
       // Not a 5xx: a client's retry policy refuses it at once instead of retrying for minutes.
       assert.strictEqual(unscripted.status, 404)
       assert.deepStrictEqual(yield* Effect.promise(() => unscripted.json()), {
-        error: { message: "testkit: no scripted response for request 3", type: "testkit_unscripted" },
+        // The repeated summary entry is still there: the request matched none of what is left.
+        error: { message: "testkit: no scripted response for request 3; 1 script entry is left, none matched", type: "testkit_unscripted" },
       })
       const exchange = yield* ScriptedServer.awaitExchange(server, 3)
       assert.isFalse(exchange.matched)
@@ -89,6 +90,32 @@ describe("ScriptedServer", () => {
       assert.strictEqual(exchange.outcome, "completed")
     }),
   )
+
+  it("refuses a script entry that is neither a responder nor {match?, respond, repeat?}, naming its position", async () => {
+    const misspelt = { match: () => true, response: Respond.json(200, {}) } as unknown as ScriptedServer.ScriptEntry
+    for (const bad of [misspelt, { respond: { kind: "nope" } }, { respond: Respond.json(200, {}), match: "main" }, 42, null]) {
+      const started = ScriptedServer.start({ script: [Respond.json(200, {}), bad as unknown as ScriptedServer.ScriptEntry] })
+      await started.then(
+        (server) => {
+          void server.close()
+          assert.fail(`${JSON.stringify(bad)} was taken`)
+        },
+        (error: unknown) => {
+          assert.instanceOf(error, TypeError)
+          assert.include((error as TypeError).message, "script entry 1 is neither a responder (Respond.*) nor {match?, respond, repeat?}")
+        },
+      )
+    }
+    const server = await ScriptedServer.start()
+    try {
+      assert.throws(() => server.push(Respond.json(200, {}), misspelt), TypeError, "script entry 1 is neither")
+      // Nothing of a refused push was added.
+      const response = await fetch(server.url, { method: "POST", body: "{}" })
+      assert.strictEqual(response.status, 404)
+    } finally {
+      await server.close()
+    }
+  })
 
   it.effect("streams OpenAI-compatible chunks that parse back into the same deltas", () =>
     Effect.gen(function* () {
@@ -331,10 +358,19 @@ describe("ScriptedServer", () => {
   })
 
   it("records a status only when headers went out, and refuses a bad status when the responder is made", async () => {
-    assert.throws(() => Respond.json(99, {}), TypeError, "Respond.json needs an HTTP status from 100 to 599, got 99")
+    assert.throws(() => Respond.json(99, {}), TypeError, "Respond.json needs an HTTP status from 200 to 599, got 99")
+    // A 1xx is no final response: the client would wait on.
+    assert.throws(() => Respond.json(103, {}), TypeError, "got 103")
     assert.throws(() => Respond.json(600, {}), TypeError, "got 600")
     assert.throws(() => Respond.json(200.5, {}), TypeError, "got 200.5")
-    assert.throws(() => Respond.sse([], { status: 1000 }), TypeError, "Respond.sse needs an HTTP status from 100 to 599, got 1000")
+    assert.throws(() => Respond.sse([], { status: 1000 }), TypeError, "Respond.sse needs an HTTP status from 200 to 599, got 1000")
+    // A delay no timer waits (it would fire at once) is refused the same way.
+    for (const delayMs of [Infinity, 2 ** 31, Number.NaN, -1]) {
+      assert.throws(() => Respond.json(500, {}, {}, { delayMs }), TypeError, "a delay must be a finite number of milliseconds", String(delayMs))
+      assert.throws(() => Respond.event("x", { delayMs }), TypeError, "a delay must be", String(delayMs))
+      assert.throws(() => Respond.withDelay([Respond.comment()], delayMs), TypeError, "a delay must be", String(delayMs))
+    }
+    assert.strictEqual(Respond.json(500, {}, {}, { delayMs: 2 ** 31 - 1 }).kind, "json")
     assert.throws(() => Respond.dropAfter([], { status: 0 }), TypeError, "got 0")
     const handMade: Respond.Responder = { kind: "json", status: 99, headers: {}, body: {} }
     const server = await ScriptedServer.start({ script: [Respond.json(200, { n: 1n }), handMade] })
