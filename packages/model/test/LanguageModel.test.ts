@@ -179,6 +179,17 @@ describe("OpenAI-compatible adapter", () => {
         ...[false, true].map((withIndex) =>
           Respond.sse([OpenAiSse.role(), whole("call_a", "A", withIndex), whole("call_b", "B", withIndex), OpenAiSse.finish("tool_calls"), OpenAiSse.done()]),
         ),
+        // Each call at index 0 as OpenAI streams one: id and name first, then its arguments (Ollama).
+        Respond.sse([
+          OpenAiSse.role(),
+          OpenAiSse.toolCall({ index: 0, id: "call_a", name: "shout", arguments: "" }),
+          OpenAiSse.toolCall({ index: 0, arguments: '{"text":"A"}' }),
+          OpenAiSse.toolCall({ index: 0, id: "call_b", name: "shout", arguments: "" }),
+          OpenAiSse.toolCall({ index: 0, arguments: '{"text":' }),
+          OpenAiSse.toolCall({ index: 0, arguments: '"B"}' }),
+          OpenAiSse.finish("tool_calls"),
+          OpenAiSse.done(),
+        ]),
         // One call whose every fragment carries a new id and the name, an empty one after its
         // arguments are whole included: still one call.
         Respond.sse([
@@ -194,6 +205,7 @@ describe("OpenAI-compatible adapter", () => {
       const callsOf = (step: import("@maka/facts").Model.ModelStep) =>
         step.parts.flatMap((part) => (part.kind === "tool_call" ? [{ id: part.id, input: part.input }] : []))
       const split = [{ id: "call_a", input: { text: "A" } }, { id: "call_b", input: { text: "B" } }]
+      assert.deepStrictEqual(callsOf(yield* stepOf(model.stream(request()))), split)
       assert.deepStrictEqual(callsOf(yield* stepOf(model.stream(request()))), split)
       assert.deepStrictEqual(callsOf(yield* stepOf(model.stream(request()))), split)
       assert.deepStrictEqual(callsOf(yield* stepOf(model.stream(request()))), [{ id: "x1", input: { text: "C" } }])
@@ -235,7 +247,7 @@ describe("OpenAI-compatible adapter", () => {
       // The stream ends, or an error event comes, after the bad block and before the stop reason:
       // the bad input is the failure still, as it was at the block's stop.
       const early = yield* serve(
-        ...[[], [AnthropicSse.error("overloaded_error", "Overloaded")]].map((after) =>
+        ...[[], [AnthropicSse.error("overloaded_error", "Overloaded")], [AnthropicSse.messageStop()]].map((after) =>
           Respond.sse([
             AnthropicSse.messageStart(),
             ...AnthropicSse.toolUseBlock(0, { id: "t", name: "write_file" }, ['{"text": "ab']),
@@ -244,7 +256,7 @@ describe("OpenAI-compatible adapter", () => {
         ),
       )
       const earlyModel = yield* anthropic(early)
-      for (const what of ["the end of the body", "an error event"]) {
+      for (const what of ["the end of the body", "an error event", "a stop without a stop reason"]) {
         const failure = yield* failureOf(earlyModel.stream(request()))
         assert.strictEqual(failure.reason._tag, "Adapter", what)
         assert.strictEqual(failure.reason.message, "invalid tool call input", what)

@@ -220,7 +220,9 @@ export const anthropicNormalizer = (routeIdentity: string): Normalizer => {
         return undefined
       }
       case "message_stop": {
-        if (stopReason === undefined) return { kind: "truncated", message: "message stopped without a stop reason" }
+        if (stopReason === undefined) {
+          return invalidInput ? invalidToolInput(undefined) : { kind: "truncated", message: "message stopped without a stop reason" }
+        }
         const reason = mapFinishReason(stopReason)
         if (reason === undefined) return adapterFailure(`model did not complete: ${stopReason}`)
         if (invalidInput) return invalidToolInput(stopReason)

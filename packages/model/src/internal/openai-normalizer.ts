@@ -29,6 +29,8 @@ interface PendingCall {
   id: string | undefined
   name: string | undefined
   readonly arguments: Array<string>
+  /** A fragment with another id was read into it: its server sends a new id with every fragment. */
+  renamed: boolean
 }
 
 const readUsage = (usage: JsonRecord): Model.ModelUsage | NormalizerFailure => {
@@ -80,14 +82,15 @@ export const openAiNormalizer = (): Normalizer => {
 
   /**
    * Whether a fragment at an index that holds `call` starts a call of its own: some servers send
-   * every parallel call whole at one index, or without one (each first in its chunk). It carries a
-   * name, an id other than the call's and arguments that open an object, while the call's arguments
-   * are a whole JSON object already; a server that sends a new id with every fragment of one call
-   * sends the later ones without `{` first, and they stay one call.
+   * every parallel call at one index, or without one (each first in its chunk), whole or as a first
+   * fragment (id, name, no arguments) and then its arguments. It carries a name and an id other than
+   * the call's, opens an object or carries no arguments yet, while the call's arguments are a whole
+   * JSON object already. A server that sends a new id with every fragment of one call is seen at
+   * its second fragment (the arguments not whole yet): its call is never split.
    */
   const startsAnother = (call: PendingCall, id: string | undefined, name: string | undefined, args: string | undefined): boolean => {
     if (id === undefined || id === "" || call.id === undefined || call.id === id || name === undefined || name === "") return false
-    if (args === undefined || !args.trimStart().startsWith("{")) return false
+    if (call.renamed || (args !== undefined && args.trim() !== "" && !args.trimStart().startsWith("{"))) return false
     const text = call.arguments.join("")
     // Parsed only when it may be whole: a call's text ends with `}` once it is.
     return text.trimEnd().endsWith("}") && parseToolInput(text) !== undefined
@@ -106,9 +109,11 @@ export const openAiNormalizer = (): Normalizer => {
     if (name === INVALID || args === INVALID) return UNSUPPORTED
     let call = callAt.get(index)
     if (call === undefined || startsAnother(call, id, name, args)) {
-      call = { id: undefined, name: undefined, arguments: [] }
+      call = { id: undefined, name: undefined, arguments: [], renamed: false }
       callAt.set(index, call)
       calls.push({ index, call })
+    } else if (id !== undefined && id !== "" && call.id !== undefined && call.id !== id) {
+      call.renamed = true
     }
     if (id !== undefined && id !== "" && call.id === undefined) call.id = id
     if (name !== undefined && name !== "" && call.name === undefined) call.name = name
