@@ -84,6 +84,8 @@ describe("isConnectionLost", () => {
       withCode("57P03"),
       withCode("08006"),
       withCode("08003"),
+      // PgBouncer's "server conn crashed?" when the server side of a pooled connection went away.
+      withCode("08P01", "server conn crashed?"),
       withCode("ECONNRESET"),
       withCode("EPIPE"),
       new Error("Connection terminated unexpectedly"),
@@ -98,7 +100,6 @@ describe("isConnectionLost", () => {
       new Error("the session is busy"),
       new Error("Connection terminated due to connection timeout"),
       withCode("ETIMEDOUT"),
-      withCode("08P01", "protocol violation"),
     ]) {
       expect(isConnectionLost(other), other.message).toBe(false)
     }

@@ -101,8 +101,8 @@ const transientCode = (error: unknown): string | undefined => {
 export const isConnectionLost = (error: unknown): boolean => {
   const code = errorCode(error)
   if (code !== undefined) {
-    // Class 08 but a protocol violation (08P01), which a new connection would only repeat.
-    if (code === "57P01" || code === "57P02" || code === "57P03" || (code.startsWith("08") && code !== "08P01")) return true
+    // Class 08 whole: a pooler (PgBouncer) reports the server connection it lost as 08P01.
+    if (code === "57P01" || code === "57P02" || code === "57P03" || code.startsWith("08")) return true
     if (code === "ECONNRESET" || code === "EPIPE" || code === "ECONNREFUSED") return true
   }
   // Not a connect timeout ("Connection terminated due to connection timeout"): each try would
