@@ -86,6 +86,8 @@ describe("read_file", () => {
       fs.writeFileSync(path.join(root, "inside.txt"), "inside")
       fs.symlinkSync(path.join(outside, "secret.txt"), path.join(root, "leak.txt"))
       fs.symlinkSync(outside, path.join(root, "leakdir"))
+      fs.symlinkSync(path.join(outside, "missing.txt"), path.join(root, "dangle"))
+      fs.symlinkSync("missing-inside.txt", path.join(root, "dangle-inside"))
       fs.symlinkSync(path.join(root, "inside.txt"), path.join(root, "alias.txt"))
       fs.symlinkSync("../workspace/inside.txt", path.join(root, "relative-alias.txt"))
       const tool = Builtins.readFile(workspace)
@@ -100,6 +102,8 @@ describe("read_file", () => {
         ["leakdir/no-such-file", "resolves outside the workspace"],
         ["leakdir/no/such/folder", "resolves outside the workspace"],
         ["leakdir/secret.txt/x", "resolves outside the workspace"],
+        ["dangle", "resolves outside the workspace"],
+        ["dangle/x", "resolves outside the workspace"],
         ["", "path is empty"],
         ["a\u0000b", "NUL"],
       ]
@@ -115,8 +119,9 @@ describe("read_file", () => {
           assert.include(failureOf(outcome), "resolves outside the workspace", `${other.name} ${input}`)
         }
       }
-      // Inside, a missing file is named as missing.
+      // Inside, a missing file is named as missing, through a dangling link too.
       assert.include(failureOf(yield* call(tool, { path: "no-such-file" })), "no such file or directory")
+      assert.include(failureOf(yield* call(tool, { path: "dangle-inside" })), "no such file or directory")
       // Symlinks that stay inside are followed.
       assert.strictEqual(textOf(yield* call(tool, { path: "alias.txt" })), "     1\tinside")
       assert.strictEqual(textOf(yield* call(tool, { path: "relative-alias.txt" })), "     1\tinside")
@@ -309,6 +314,21 @@ describe("write_file", () => {
       assert.strictEqual(textOf(yield* call(tool, { path: ".maka/notes.txt", content: "ok" })), "Wrote 2 bytes to .maka/notes.txt")
       assert.strictEqual(textOf(yield* call(tool, { path: "absent/notes.txt", content: "ok" })), "Wrote 2 bytes to absent/notes.txt")
       assert.strictEqual(textOf(yield* call(tool, { path: "events.sqlite-wal", content: "ok" })), "Wrote 2 bytes to events.sqlite-wal")
+    }),
+  )
+
+  it.effect("refuses a write through a link to a protected log outside as outside, never as the log's", () =>
+    Effect.gen(function* () {
+      const { root, outside, workspace } = yield* workspaceFixture
+      fs.writeFileSync(path.join(outside, "events.sqlite"), "the log")
+      fs.symlinkSync(outside, path.join(root, "outlink"))
+      const tool = Builtins.writeFile({ ...workspace, protectedFiles: [path.join(outside, "events.sqlite")] })
+      for (const input of ["outlink/events.sqlite", "outlink/new/events.sqlite"]) {
+        const message = failureOf(yield* call(tool, { path: input, content: "oops" }))
+        assert.include(message, "resolves outside the workspace", input)
+        assert.notInclude(message, "event log", input)
+      }
+      assert.strictEqual(fs.readFileSync(path.join(outside, "events.sqlite"), "utf8"), "the log")
     }),
   )
 

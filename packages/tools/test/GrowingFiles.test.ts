@@ -1,15 +1,15 @@
 /**
  * A file that grows while a builtin reads it (a log a background job writes): read_file reads no
- * further than a bounded margin past its size when it was opened, and search_text at most one byte
- * past its limit, so neither chases a file that never stops growing (docs/tools.md, the builtin set).
- * The file here never ends: every read of it returns as many bytes as asked.
+ * further than a bounded margin past its size when it was opened, and search_text no further than
+ * that size (at most its 8 MiB limit), so neither chases a file that never stops growing (the
+ * tools README, the builtin set). The file here never ends: every read returns what it asks.
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
 import type * as fs from "node:fs/promises"
 import { defaults } from "../src/Defaults.ts"
 import { readPage } from "../src/internal/read-file.ts"
-import { readAtMost } from "../src/internal/search-text.ts"
+import { readOpened } from "../src/internal/search-text.ts"
 
 /** A handle over an endless file of `x\n` lines; `asked` adds up the bytes its reads returned. */
 const endless = () => {
@@ -38,15 +38,22 @@ describe("a file that grows while it is read", () => {
     }),
   )
 
-  it.effect("search_text reads at most one byte past its limit, and no more than the file held when opened", () =>
+  it.effect("read_file leaves the line the bound cut for the next page, which its note asks for", () =>
     Effect.gen(function* () {
-      const grown = endless()
-      assert.isUndefined(yield* readAtMost(grown.handle, 100, 100))
-      assert.strictEqual(grown.counts.asked, 101)
-      const small = endless()
-      const content = yield* readAtMost(small.handle, 10, 100)
-      assert.strictEqual(content?.toString("latin1"), "x\nx\nx\nx\nx\n")
-      assert.strictEqual(small.counts.asked, 11)
+      const { handle } = endless()
+      // 5 bytes at opening, read to 1 MiB past them: lines 1..524290 are whole, 524291 is cut.
+      const page = yield* readPage(handle, "grow.log", 524_289, 10, defaults, new AbortController().signal, 5)
+      assert.strictEqual(page.lines.length, 2)
+      assert.strictEqual(page.stop, "limit")
+    }),
+  )
+
+  it.effect("search_text reads no more than the file held when opened (at most its limit)", () =>
+    Effect.gen(function* () {
+      const { counts, handle } = endless()
+      const content = yield* readOpened(handle, 10)
+      assert.strictEqual(content.toString("latin1"), "x\nx\nx\nx\nx\n")
+      assert.strictEqual(counts.asked, 10)
     }),
   )
 })

@@ -71,15 +71,42 @@ export const existing = (root: string, input: string): Effect.Effect<string, Too
     return yield* checkReal(root, input, real)
   })
 
-/** Whether the deepest ancestor of `absolute` that resolves lies outside `root`. */
-const leadsOutside = (root: string, absolute: string): Effect.Effect<boolean> =>
-  Effect.promise(async () => {
-    for (let current = path.dirname(absolute); isInside(root, current); current = path.dirname(current)) {
-      const real = await fs.realpath(current).catch(() => undefined)
-      if (real !== undefined) return !isInside(root, real)
-      if (current === root) break
-    }
-    return false
+/**
+ * Whether `absolute`, which does not resolve, leads out of `root`: the nearest of it and its
+ * ancestors that exists is a link whose target (resolved as far as it exists) leaves the root, or
+ * an entry whose real path does. A dangling link to outside leads out as a link to a file there does.
+ */
+const leadsOutside = (root: string, absolute: string): Effect.Effect<boolean> => {
+  const walk = (current: string): Effect.Effect<boolean> => {
+    if (current === root || !isInside(root, current)) return Effect.succeed(false)
+    return Effect.flatMap(Effect.option(tryFs(() => fs.lstat(current))), (stat) => {
+      if (Option.isNone(stat)) return walk(path.dirname(current))
+      if (!stat.value.isSymbolicLink()) {
+        return Effect.map(Effect.option(tryFs(() => fs.realpath(current))), (real) => Option.isSome(real) && !isInside(root, real.value))
+      }
+      return Effect.flatMap(
+        Effect.all([Effect.option(tryFs(() => fs.realpath(path.dirname(current)))), Effect.option(tryFs(() => fs.readlink(current)))]),
+        ([parent, target]) => {
+          if (Option.isNone(parent) || Option.isNone(target)) return walk(path.dirname(current))
+          const resolved = path.resolve(parent.value, target.value)
+          return Effect.map(realOrPlanned(resolved), (planned) => !isInside(root, planned ?? resolved))
+        },
+      )
+    })
+  }
+  return walk(absolute)
+}
+
+/**
+ * The real path of the absolute `directory`, or of its nearest existing ancestor joined with the
+ * rest of it when it does not exist; `undefined` when no ancestor can be resolved.
+ */
+export const realOrPlanned = (directory: string): Effect.Effect<string | undefined> =>
+  Effect.flatMap(Effect.option(tryFs(() => fs.realpath(directory))), (real) => {
+    if (Option.isSome(real)) return Effect.succeed(real.value)
+    const parent = path.dirname(directory)
+    if (parent === directory) return Effect.succeed(undefined)
+    return Effect.map(realOrPlanned(parent), (planned) => (planned === undefined ? undefined : path.join(planned, path.basename(directory))))
   })
 
 /** The deepest existing ancestor of `absolute` (`root` exists, so the walk ends there): as written and its real path. */

@@ -148,9 +148,14 @@ export const readPage = (
       return line
     }
     let position = 0
+    /** Whether the read stopped at `end` (the file went on growing), not at its end. */
+    let bounded = false
     while (true) {
       if (signal.aborted) return yield* Effect.fail(failure(`${displayPath}: read cancelled`))
-      if (position >= end) break
+      if (position >= end) {
+        bounded = true
+        break
+      }
       const { bytesRead } = yield* tryFs(() => handle.read(buffer, 0, Math.min(buffer.length, end - position), position)).pipe(
         Effect.mapError(fsFailure(displayPath)),
       )
@@ -193,7 +198,11 @@ export const readPage = (
         start = newline + 1
       }
     }
-    if (started) {
+    if (bounded) {
+      // The line being read when the bound came is not whole: left for the next page, which the
+      // note asks for (the file continues).
+      if (page.lines.length > 0) page.stop = "limit"
+    } else if (started) {
       // The last line, without a line end.
       if (page.seen + 1 >= first) accept(page, budget, take())
       else page.seen++

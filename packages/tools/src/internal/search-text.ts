@@ -59,21 +59,19 @@ interface Listed {
 }
 
 /**
- * The first bytes of the opened file, reading at most one past `max` from its `size` when opened;
- * `undefined` when it holds more than `max` by then (it grew while it was searched).
+ * What the opened file held when it was opened: its first `size` bytes (`size`, from its `fstat`,
+ * is at most the search's limit), read in turn; a file that grew since is not read further.
  */
-export const readAtMost = (handle: Opened["handle"], size: number, max: number): Effect.Effect<Buffer | undefined, FsError> =>
-  tryFs(async () => {
-    const buffer = Buffer.alloc(Math.min(size, max) + 1)
-    let filled = 0
-    while (filled < buffer.length) {
-      const { bytesRead } = await handle.read(buffer, filled, buffer.length - filled, filled)
-      if (bytesRead === 0) break
-      filled += bytesRead
-    }
-    // What was there when it was opened: a byte appended since is not searched.
-    return filled > max ? undefined : buffer.subarray(0, Math.min(filled, size))
-  })
+export const readOpened = (handle: Opened["handle"], size: number): Effect.Effect<Buffer, FsError> => {
+  const buffer = Buffer.alloc(size)
+  const from = (filled: number): Effect.Effect<Buffer, FsError> =>
+    filled >= size
+      ? Effect.succeed(buffer)
+      : Effect.flatMap(tryFs(() => handle.read(buffer, filled, size - filled, filled)), ({ bytesRead }) =>
+          bytesRead === 0 ? Effect.succeed(buffer.subarray(0, filled)) : from(filled + bytesRead),
+        )
+  return from(0)
+}
 
 const byName = (left: Listed, right: Listed): number => (left.text < right.text ? -1 : left.text > right.text ? 1 : 0)
 
@@ -98,9 +96,8 @@ export const searchText = (
     const searchFile = (opened: Opened): Effect.Effect<boolean> =>
       Effect.gen(function* () {
         if (!opened.stat.isFile() || opened.stat.size > limits.searchMaxFileBytes) return false
-        // At most one byte past the limit: a file that grew past it since its size was read is skipped.
-        const content = yield* readAtMost(opened.handle, opened.stat.size, limits.searchMaxFileBytes)
-        if (content === undefined) return false
+        // What it held when opened: a file that grows while it is searched is not chased.
+        const content = yield* readOpened(opened.handle, opened.stat.size)
         if (content.subarray(0, limits.binaryProbeBytes).includes(0)) return false
         const lines = content.toString("utf8").split("\n")
         for (const [index, raw] of lines.entries()) {

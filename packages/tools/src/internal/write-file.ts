@@ -28,7 +28,7 @@ import {
   removeChild,
   renameChild,
 } from "./beneath.ts"
-import { canonicalRoot, directoryEnding, existingAncestor, failure, fsFailure, inside, lexical, notAFile } from "./confine.ts"
+import { canonicalRoot, directoryEnding, existingAncestor, failure, fsFailure, inside, isInside, lexical, notAFile, realOrPlanned } from "./confine.ts"
 import { tryFs } from "./fs.ts"
 
 export interface WriteFileInput {
@@ -97,18 +97,6 @@ const protectedAt = (file: string): Effect.Effect<Protected | undefined> =>
   })
 
 /**
- * The real path of the absolute `directory`, or of its nearest existing ancestor joined with the
- * rest of it when it does not exist; `undefined` when no ancestor can be resolved.
- */
-const realOrPlanned = (directory: string): Effect.Effect<string | undefined> =>
-  Effect.flatMap(Effect.option(tryFs(() => fs.realpath(directory))), (real) => {
-    if (Option.isSome(real)) return Effect.succeed(real.value)
-    const parent = path.dirname(directory)
-    if (parent === directory) return Effect.succeed(undefined)
-    return Effect.map(realOrPlanned(parent), (planned) => (planned === undefined ? undefined : path.join(planned, path.basename(directory))))
-  })
-
-/**
  * A protected file under its own name and, when that is a symbolic link, under its target's: the
  * store opens the target, whose sidecars (`-wal`, the writer's lock) are named after it.
  */
@@ -172,9 +160,12 @@ export const writeFile = (
     if (resolved === canonical) return yield* Effect.fail(failure(`${input.path}: is the workspace root`))
     const ending = directoryEnding(input.path)
     if (ending !== undefined) return yield* Effect.fail(notAFile(input.path, ending))
-    // Refused before a missing folder on the way is made (checked again where the write lands).
+    // Refused before a missing folder on the way is made (checked again where the write lands);
+    // a path that leads out is left to be refused as outside, never told apart as the log's.
     const planned = yield* realOrPlanned(path.dirname(resolved))
-    if (isGuarded(guarded, planned, path.basename(resolved))) return yield* Effect.fail(refusedProtected)
+    if (planned !== undefined && isInside(canonical, planned) && isGuarded(guarded, planned, path.basename(resolved))) {
+      return yield* Effect.fail(refusedProtected)
+    }
     yield* Effect.scoped(
       Effect.gen(function* () {
         const parent = yield* parentOf(canonical, resolved, input.path)
