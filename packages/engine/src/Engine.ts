@@ -439,6 +439,23 @@ const steer = (
   })
 
 /** Builds the engine over the `EventLog` in context; runs live in the surrounding scope. */
+/**
+ * The handoff a host's shutdown asks for: the one a caller requested already, when one is pending,
+ * else its own. A joined request that ends with nothing while the run goes on (its caller dropped
+ * it, or the preflight released it) is followed by the next: one requested meanwhile, or its own.
+ */
+const joinHandoff = (
+  gate: Handoff.HandoffGate,
+  handoff: Effect.Effect<Lineage.HandoffPause | undefined, EngineError.EngineError>,
+): Effect.Effect<Lineage.HandoffPause | undefined, EngineError.EngineError> =>
+  Effect.suspend(() => {
+    const pending = gate.pendingResult
+    if (pending === undefined) return handoff
+    return Effect.flatMap(Deferred.await(pending), (pause) =>
+      pause === undefined && (gate.pendingResult !== undefined || gate.current === "running") ? joinHandoff(gate, handoff) : Effect.succeed(pause),
+    )
+  })
+
 export const make = (options: Partial<EngineOptions> = {}) =>
   Effect.gen(function* () {
     // The facade checks them before it opens the log; a host of this API gets the same refusal.
@@ -635,14 +652,7 @@ export const make = (options: Partial<EngineOptions> = {}) =>
             invocation: input.invocation,
             cancel: cancellation.cancel,
             handoff,
-            joinedHandoff: Effect.suspend(() => {
-              const pending = gate.pendingResult
-              if (pending === undefined) return handoff
-              // A request its caller dropped (or the preflight released) leaves the run running: ask again.
-              return Effect.flatMap(Deferred.await(pending), (pause) =>
-                pause === undefined && gate.current === "running" ? handoff : Effect.succeed(pause),
-              )
-            }),
+            joinedHandoff: joinHandoff(gate, handoff),
             fiber,
             result,
             pausable: settings.configuration.workspaceIdentity !== undefined,
