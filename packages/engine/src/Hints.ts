@@ -53,9 +53,15 @@ export const storeMessage = (reason: string, message: string): string => {
   return hint === NATIVE_BUILD_HINT ? `${hint}\n${message}` : append(message, hint)
 }
 
-/** An admission refused over unsettled history; nothing when the message already names the way out. */
+/**
+ * An admission refused over unsettled history; nothing when the message already names the way out:
+ * `allowPriorUnknown`, `recover`, or a terminal of this engine's that is written once the log
+ * accepts writes again (`allowPriorUnknown` is refused the same way meanwhile).
+ */
 export const forReconciliation = (message: string): string | undefined =>
-  message.includes("allowPriorUnknown") || message.includes("recover") ? undefined : PRIOR_UNKNOWN_HINT
+  message.includes("allowPriorUnknown") || message.includes("recover") || message.includes("when the log accepts writes")
+    ? undefined
+    : PRIOR_UNKNOWN_HINT
 
 /** A model failure after its retries: unreachable endpoints and refused keys. */
 export const forModel = (error: ModelError.ModelError): string | undefined => {

@@ -257,6 +257,10 @@ describe("continuation", () => {
         const second = yield* Effect.flip(context.engine.continueRun(continueInput(context, source.invocation, catalog(effects))))
         assert.strictEqual(second.reason._tag, "ReconciliationRequired")
         assert.strictEqual((yield* context.log.events("session-1")).length, after)
+        // The check says so too: a checked claim is one the append would take.
+        const checkedAgain = yield* Effect.flip(context.engine.checkContinuation(continueInput(context, source.invocation, catalog(effects))))
+        assert.strictEqual(checkedAgain.reason._tag, "ReconciliationRequired")
+        assert.strictEqual(checkedAgain.message, "the source boundary is already claimed")
         const elsewhere = continueInput(context, source.invocation, catalog(effects))
         const refused = yield* Effect.flip(
           context.engine.checkContinuation({

@@ -45,6 +45,9 @@ describe("Hints", () => {
     assert.strictEqual(Hints.forReconciliation("Session contains unsealed or unresolved prior execution"), Hints.PRIOR_UNKNOWN_HINT)
     assert.isUndefined(Hints.forReconciliation("start again with allowPriorUnknown"))
     assert.isUndefined(Hints.forReconciliation(EngineError.UNSEALED_RUN_MESSAGE))
+    // A terminal this engine owes is written once the log takes writes: allowPriorUnknown is refused
+    // the same way meanwhile, so it is not offered.
+    assert.isUndefined(Hints.forReconciliation(EngineError.UNWRITTEN_TERMINAL_MESSAGE))
     const once = Hints.append("refused", Hints.PRIOR_UNKNOWN_HINT)
     assert.strictEqual(Hints.append(once, Hints.PRIOR_UNKNOWN_HINT), once)
   })

@@ -1097,7 +1097,11 @@ const replayDigest = (run: Run, source: EventLog.ModelContextSource) =>
 export const checkContinuation = (run: Run): Effect.Effect<Lineage.ContinuationClaim, EngineError.EngineError, Ids.Ids> =>
   Effect.gen(function* () {
     yield* preflight(run)
-    return yield* Continuation.prepare(run, run.settings.continuation!.source, (source) => replayRequest(run, source))
+    const claim = yield* Continuation.prepare(run, run.settings.continuation!.source, (source) => replayRequest(run, source))
+    // A boundary another continuation claimed already: its append would be refused (one claim each).
+    const claimed = yield* Effect.mapError(run.log.continuationForSource(claim.source), storeError)
+    if (claimed !== undefined) return yield* Effect.fail(EngineError.reconciliation("the source boundary is already claimed"))
+    return claim
   })
 
 /**
