@@ -67,6 +67,17 @@ const requestHandoff = (running: Engine.RunningInvocation) =>
     return fiber
   })
 
+/** A run whose first step calls the slow tool (held at `release`), with a handoff requested while it runs. */
+const slowRunHandingOff = Effect.gen(function* () {
+  const context = yield* setup({ script: [mainEntry(slowCall("call-1", "a"))] })
+  const effects: Effects = { ran: [] }
+  const release = yield* Deferred.make<void>()
+  const running = yield* context.engine.start(input(context, "Run slow.", tools(effects, [release]), { maxSteps: 4 }))
+  yield* Effect.promise(() => context.server.exchange(0))
+  const requested = yield* requestHandoff(running)
+  return { context, effects, release, running, requested }
+})
+
 /**
  * A run through the Promise facade (its own log and workspace) whose first step calls the slow tool,
  * held at `release`, its first request answered when it is returned; `answerText` is the next reply.
@@ -197,12 +208,7 @@ describe("the handoff gate", () => {
   it.live("handing off every live run asks again for a run whose earlier request its caller dropped: the run pauses", () =>
     Effect.scoped(
       Effect.gen(function* () {
-        const context = yield* setup({ script: [mainEntry(slowCall("call-1", "a"))] })
-        const effects: Effects = { ran: [] }
-        const release = yield* Deferred.make<void>()
-        const running = yield* context.engine.start(input(context, "Run slow.", tools(effects, [release]), { maxSteps: 4 }))
-        yield* Effect.promise(() => context.server.exchange(0))
-        const requested = yield* requestHandoff(running)
+        const { context, effects, release, running, requested } = yield* slowRunHandingOff
         // The host's shutdown joins that request; then its caller stops waiting, which drops it.
         const closing = yield* Effect.forkChild(context.engine.handOffAll)
         yield* Effect.sleep("20 millis")
@@ -220,12 +226,7 @@ describe("the handoff gate", () => {
   it.live("a second reservation while one is pending is Busy, and so is one after the seal", () =>
     Effect.scoped(
       Effect.gen(function* () {
-        const context = yield* setup({ script: [mainEntry(slowCall("call-1", "a"))] })
-        const effects: Effects = { ran: [] }
-        const release = yield* Deferred.make<void>()
-        const running = yield* context.engine.start(input(context, "Run slow.", tools(effects, [release]), { maxSteps: 4 }))
-        yield* Effect.promise(() => context.server.exchange(0))
-        const requested = yield* requestHandoff(running)
+        const { context, effects, release, running, requested } = yield* slowRunHandingOff
         const second = yield* Effect.flip(running.handoff)
         assert.strictEqual(second.reason._tag, "Busy")
         yield* Deferred.succeed(release, undefined)
