@@ -291,9 +291,13 @@ const readError = (cause: unknown): EventLogError.EventLogError =>
 /** Builds the service over an open database; `close` closes it. */
 export const make = (database: Database): Effect.Effect<EventLogShape> =>
   Effect.gen(function* () {
-    // The last committed sequence; a subscriber of `commits` first sees the latest (replay 1).
+    // The last committed sequence; a subscriber of `commits` first sees the latest (replay 1): the
+    // log's high water at opening before any commit of this handle's.
     const committed = yield* PubSub.unbounded<number>({ replay: 1 })
-    let lastCommitted = 0
+    let lastCommitted = yield* Effect.orElseSucceed(
+      Effect.tryPromise(() => database.read((tx) => Rows.logHighWater(tx))),
+      () => 0,
+    )
     PubSub.publishUnsafe(committed, lastCommitted)
     let closed = false
     const inFlight = new Set<Promise<unknown>>()
@@ -424,11 +428,17 @@ export const make = (database: Database): Effect.Effect<EventLogShape> =>
       backup: (destination) =>
         Effect.tryPromise({ try: () => track(() => database.backup(destination)), catch: readError }),
       commits: Stream.fromPubSub(committed),
-      close: Effect.promise(async () => {
-        if (closed) return
+      close: Effect.suspend(() => {
+        if (closed) return Effect.void
         closed = true
-        await Promise.allSettled([...inFlight])
-        await database.close()
+        // Its followers end: nothing more is committed through this handle.
+        return Effect.andThen(
+          PubSub.shutdown(committed),
+          Effect.promise(async () => {
+            await Promise.allSettled([...inFlight])
+            await database.close()
+          }),
+        )
       }),
     }
   })

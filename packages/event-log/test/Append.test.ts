@@ -1,9 +1,10 @@
 import { Archive, Canonical, Digest, EventWrite, type Fact, type Identity } from "@maka/facts"
 import { FactBuilders, History } from "@maka/testkit"
-import { Effect, Fiber, Result, Stream } from "effect"
+import { Context, Deferred, Effect, Fiber, Layer, Option, Result, Stream } from "effect"
 import { describe, expect, it } from "vitest"
 import { dialects } from "./support/dialects.ts"
-import { appendAll, expectRefused, failure, freshId, plain, withLog, write } from "./support/harness.ts"
+import * as EventLog from "../src/EventLog.ts"
+import { appendAll, expectRefused, failure, freshId, plain, withLog, withSqliteFile, write } from "./support/harness.ts"
 
 /** A history with one live run: opening, a completed main step calling `read_file` (a) and `list_files` (b). */
 const liveWithCalls = () => {
@@ -49,6 +50,38 @@ for (const dialect of dialects()) {
           yield* Effect.yieldNow
           expect(seen).toEqual([2, 5, 6])
           yield* Fiber.interrupt(fiber)
+        }),
+      ))
+
+    it("gives a follower slower than the commits each of them in order, and ends it when the log closes", () =>
+      withLog(dialect, (log) =>
+        Effect.gen(function* () {
+          const history = History.smallRun()
+          yield* appendAll(log, history.writes.slice(0, 2))
+          // A follower that takes its time: the commits meanwhile wait for it, in order.
+          const seen: Array<number> = []
+          const gate = yield* Deferred.make<void>()
+          const follower = yield* Effect.forkChild(
+            Stream.runForEach(log.commits, (sequence) => Effect.andThen(Effect.sync(() => seen.push(sequence)), Deferred.await(gate))),
+          )
+          yield* Effect.yieldNow
+          expect(seen).toEqual([2])
+          for (const next of history.writes.slice(2, 6)) yield* log.append(next)
+          yield* Deferred.succeed(gate, undefined)
+          yield* Effect.sleep("20 millis")
+          expect(seen).toEqual([2, 3, 4, 5, 6])
+          // Closed, the log ends its followers.
+          yield* log.close
+          expect(yield* Fiber.await(follower).pipe(Effect.timeoutOption("2 seconds"), Effect.map((exit) => exit._tag))).toBe("Some")
+        }),
+      ))
+
+    it.runIf(dialect.name === "sqlite")("starts a log opened over events at their high water, not at 0", () =>
+      withSqliteFile((log, file) =>
+        Effect.gen(function* () {
+          yield* appendAll(log, History.smallRun().writes.slice(0, 3))
+          const reader = yield* Effect.map(Layer.build(EventLog.layerSqliteReadOnly(file)), (context) => Context.get(context, EventLog.EventLog))
+          expect(yield* Stream.runHead(reader.commits)).toEqual(Option.some(3))
         }),
       ))
 

@@ -348,6 +348,9 @@ for (const dialect of dialects()) {
           for (const after of [Number.NaN, -1, 2.5]) yield* refused(log.events("session-1", after))
           yield* refused(log.unfinishedInvocations(Number.NaN))
           yield* refused(log.prefix({ kind: "weird" } as unknown as Parameters<typeof log.prefix>[0]))
+          // A scope parsed from untyped input with a misspelt or mistyped id would read an empty session.
+          yield* refused(log.prefix({ kind: "session", sessionId: "session-1" } as unknown as Parameters<typeof log.prefix>[0]))
+          yield* refused(log.prefix({ kind: "session", id: 42 } as unknown as Parameters<typeof log.prefix>[0]))
           expect(refusals).toEqual([
             "InvalidTransition: rejected: limit must be an integer of 1 or more, got NaN",
             "InvalidTransition: rejected: limit must be an integer of 1 or more, got 1.5",
@@ -359,6 +362,8 @@ for (const dialect of dialects()) {
             "InvalidTransition: rejected: after must be an integer of 0 or more, got 2.5",
             "InvalidTransition: rejected: limit must be an integer of 0 or more, got NaN",
             "InvalidTransition: rejected: unknown log scope weird",
+            'InvalidTransition: rejected: the log scope is not {kind: "root"} or {kind: "session", id}',
+            'InvalidTransition: rejected: the log scope is not {kind: "root"} or {kind: "session", id}',
           ])
           // The bounds themselves are read.
           expect((yield* log.events("session-1", 0, 1)).map((stored) => stored.sequence)).toEqual([1])

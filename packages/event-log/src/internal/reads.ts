@@ -8,14 +8,14 @@ import {
   Codec,
   Digest,
   EventWrite,
+  Identity,
   Limits,
   ToolCall,
   type Archive,
   type Event,
-  type Identity,
   type Lineage as FactLineage,
 } from "@maka/facts"
-import { Result } from "effect"
+import { Result, Schema } from "effect"
 import { sql } from "kysely"
 import * as EventLogError from "../EventLogError.ts"
 import * as Context from "./context.ts"
@@ -46,6 +46,8 @@ export const prefix = async (
   }
   const kind: unknown = (scope as { readonly kind?: unknown }).kind
   if (kind !== "root" && kind !== "session") throw EventLogError.invalidTransition(`unknown log scope ${String(kind)}`)
+  // A scope parsed from untyped input (`{kind: "session", sessionId}`) would read an empty session.
+  if (!Schema.is(Identity.LogScope)(scope)) throw EventLogError.invalidTransition("the log scope is not {kind: \"root\"} or {kind: \"session\", id}")
   const length = dialect === "sqlite" ? sql<number>`length(CAST(event_json AS BLOB))` : sql<number>`octet_length(event_json)`
   let measure = tx
     .selectFrom("event_log")

@@ -476,6 +476,12 @@ const selectSessionHighWater = compiledOnce(1, (tx: Tx, sessionId: string) =>
     .where("session_id", "=", sessionId),
 )
 
+/** The log's highest sequence, 0 when it is empty: one descent of the primary key. */
+export const logHighWater = async (tx: Tx): Promise<number> => {
+  const raw = (await tx.selectFrom("event_log").select(({ fn }) => fn.max("sequence").as("highWater")).execute())[0]
+  return raw?.highWater === null || raw?.highWater === undefined ? 0 : toNumber(raw.highWater)
+}
+
 /** `selectSessionHighWater` by its own SQL, on SQLite (exported for its plan test). */
 export const SESSION_HIGH_WATER_SQL = "SELECT max(sequence) AS highWater FROM event_log WHERE session_id = ?"
 
