@@ -8,21 +8,12 @@
 import { assert, describe, it } from "@effect/vitest"
 import { EventLogError, type EventLog } from "@maka/event-log"
 import { OpenAiSse, Respond } from "@maka/testkit"
-import { Tool, ToolCatalog } from "@maka/tools"
-import { Deferred, Effect, Fiber, Schema } from "effect"
+import { ToolCatalog } from "@maka/tools"
+import { Deferred, Effect, Fiber } from "effect"
 import { answer, mainEntry } from "./support/compaction.ts"
-import { kinds } from "./support/harness.ts"
+import { kinds, slowTool } from "./support/harness.ts"
 import { input, setup } from "./support/setup.ts"
 
-/** A `slow` tool that signals `started`, then waits for `release`. */
-const slowTool = (started: Deferred.Deferred<void>, release: Deferred.Deferred<void>) =>
-  Tool.make({
-    name: "slow",
-    description: "Waits until released.",
-    input: Schema.Struct({ value: Schema.String }),
-    semantics: "parallel",
-    execute: () => Effect.andThen(Deferred.succeed(started, undefined), Effect.as(Deferred.await(release), Tool.text("slow done"))),
-  })
 
 const slowCall = mainEntry(Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-1", name: "slow", arguments: ['{"value":"a"}'] }] })))
 

@@ -9,7 +9,7 @@ import { OpenAiSse, Respond } from "@maka/testkit"
 import { Tool, ToolCatalog } from "@maka/tools"
 import { Deferred, Effect, Schema } from "effect"
 import { answer, isSummaryRequest, mainEntry, summaryAnswer, summaryEntry, summaryText } from "./support/compaction.ts"
-import { factsOf, kinds } from "./support/harness.ts"
+import { factsOf, kinds, slowTool } from "./support/harness.ts"
 import { input, setup } from "./support/setup.ts"
 
 /** A tool whose every call ends with its outcome unknown. */
@@ -31,13 +31,7 @@ describe("the step loop's edges", () => {
         const context = yield* setup({ script: [call("call-1", "slow")] })
         const started = yield* Deferred.make<void>()
         const release = yield* Deferred.make<void>()
-        const slow = Tool.make({
-          name: "slow",
-          description: "Waits until released.",
-          input: Schema.Struct({ value: Schema.String }),
-          semantics: "parallel",
-          execute: () => Effect.andThen(Deferred.succeed(started, undefined), Effect.as(Deferred.await(release), Tool.text("slow done"))),
-        })
+        const slow = slowTool(started, release)
         const running = yield* context.engine.start(input(context, "Run slow.", ToolCatalog.make([slow]), { maxSteps: 1 }))
         yield* Deferred.await(started)
         yield* running.cancel

@@ -9,8 +9,8 @@ import { Canonical, type Event, type Fact, type Prompt } from "@maka/facts"
 import { EventLog } from "@maka/event-log"
 import type { LanguageModel } from "@maka/model"
 import type { ScriptedServer } from "@maka/testkit"
-import { Ids } from "@maka/tools"
-import { Context, Effect, Layer, Result } from "effect"
+import { Ids, Tool } from "@maka/tools"
+import { Context, Deferred, Effect, Layer, Result, Schema } from "effect"
 import { assert } from "vitest"
 import * as Engine from "../../src/Engine.ts"
 import * as EngineError from "../../src/EngineError.ts"
@@ -131,3 +131,13 @@ export const rejection = async (promise: Promise<unknown>): Promise<EngineError.
   }
   return assert.fail("expected a rejection")
 }
+
+/** A `slow` tool that signals `started`, then waits for `release` and answers `slow done`. */
+export const slowTool = (started: Deferred.Deferred<void>, release: Deferred.Deferred<void>) =>
+  Tool.make({
+    name: "slow",
+    description: "Waits until released.",
+    input: Schema.Struct({ value: Schema.String }),
+    semantics: "parallel",
+    execute: () => Effect.andThen(Deferred.succeed(started, undefined), Effect.as(Deferred.await(release), Tool.text("slow done"))),
+  })
