@@ -658,6 +658,24 @@ describe("the SQLite open-order check", () => {
     await openRefused(file, true, "empty database")
   })
 
+  it("says a WAL-mode file found empty without its -wal may be a live log copied without it", async () => {
+    const source = path.join(temporaryDirectory(), "events.sqlite")
+    const writer = await openSqlite(source)
+    await insert(writer, rawEvent("model_observed"))
+    // The writer is live: its commits are all in its -wal, which this copy leaves behind.
+    const file = path.join(temporaryDirectory(), "copy.sqlite")
+    fs.copyFileSync(source, file)
+    await writer.close()
+    await expectReason(openSqlite(file, { readOnly: true }), "UnsupportedDatabase", `is in WAL mode with no ${fs.realpathSync(file)}-wal beside it`)
+    // A file in rollback-journal mode found empty is only empty.
+    const plain = path.join(temporaryDirectory(), "plain.sqlite")
+    const connection = new BetterSqlite3(plain)
+    connection.exec("CREATE TABLE scratch (x); DROP TABLE scratch")
+    connection.close()
+    const error = await expectReason(openSqlite(plain, { readOnly: true }), "UnsupportedDatabase", "is an empty database, not a maka event log")
+    expect(error.message).not.toContain("WAL mode")
+  })
+
   it("never changes a log opened read-only", async () => {
     const file = path.join(temporaryDirectory(), "events.sqlite")
     const writer = await openSqlite(file)

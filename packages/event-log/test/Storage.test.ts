@@ -1,5 +1,6 @@
 import BetterSqlite3 from "better-sqlite3"
 import { Kysely, sql, type Generated } from "kysely"
+import * as fs from "node:fs"
 import * as path from "node:path"
 import { History } from "@maka/testkit"
 import { Effect } from "effect"
@@ -7,7 +8,7 @@ import { describe, expect, it } from "vitest"
 import * as EventLog from "../src/EventLog.ts"
 import { FAULT_VARIABLE, faultPoint } from "../src/internal/fault.ts"
 import { KNOWN_SESSIONS } from "../src/internal/append.ts"
-import { openSqlite } from "../src/internal/open-sqlite.ts"
+import { openSqlite, walSizeLimit } from "../src/internal/open-sqlite.ts"
 import { SqliteDialect, StatementCache } from "../src/internal/sqlite-driver.ts"
 import type { Database } from "../src/internal/database.ts"
 import { errorCode } from "../src/internal/store-error.ts"
@@ -146,7 +147,7 @@ describe("openSqlite transactions", () => {
     await database.close()
   })
 
-  it("sets WAL, synchronous FULL by default or NORMAL when asked, foreign keys, and a 4,000-page WAL checkpoint", async () => {
+  it("sets WAL, synchronous FULL by default or NORMAL when asked, foreign keys, a 4,000-page WAL checkpoint and the WAL size it is cut back to", async () => {
     const directory = temporaryDirectory()
     const pragmas = async (options: Parameters<typeof openSqlite>[1]) => {
       const database = await openSqlite(path.join(directory, `${String(options?.synchronous)}.sqlite`), options)
@@ -155,6 +156,7 @@ describe("openSqlite transactions", () => {
         synchronous: (await sql<{ synchronous: number }>`PRAGMA synchronous`.execute(transaction)).rows[0],
         foreignKeys: (await sql<{ foreign_keys: number }>`PRAGMA foreign_keys`.execute(transaction)).rows[0],
         autocheckpoint: (await sql<{ wal_autocheckpoint: number }>`PRAGMA wal_autocheckpoint`.execute(transaction)).rows[0],
+        sizeLimit: (await sql<{ journal_size_limit: number }>`PRAGMA journal_size_limit`.execute(transaction)).rows[0],
       }))
       await database.close()
       return values
@@ -164,8 +166,29 @@ describe("openSqlite transactions", () => {
       synchronous: { synchronous: 2 },
       foreignKeys: { foreign_keys: 1 },
       autocheckpoint: { wal_autocheckpoint: 4_000 },
+      sizeLimit: { journal_size_limit: walSizeLimit(1_024) },
     })
     expect((await pragmas({ synchronous: "NORMAL" })).synchronous).toEqual({ synchronous: 1 })
+  })
+
+  it("cuts a WAL a reader grew back to its checkpoint size when it starts over", async () => {
+    const file = path.join(temporaryDirectory(), "events.sqlite")
+    const database = await openSqlite(file)
+    const write = (body: string) => database.write(async (transaction) => void (await sql.raw(body).execute(transaction)))
+    await write("CREATE TABLE filler (body BLOB)")
+    // A reader's snapshot keeps the WAL from starting over while 12 MiB are written behind it.
+    const reader = new BetterSqlite3(file, { readonly: true })
+    reader.exec("BEGIN")
+    reader.prepare("SELECT count(*) FROM filler").get()
+    for (let index = 0; index < 24; index += 1) await write("INSERT INTO filler (body) VALUES (zeroblob(524288))")
+    const grown = fs.statSync(`${file}-wal`).size
+    expect(grown).toBeGreaterThan(2 * walSizeLimit(1_024))
+    reader.exec("COMMIT")
+    reader.close()
+    // The first write checkpoints the whole WAL; the next starts it over and cuts the file.
+    for (let index = 0; index < 2; index += 1) await write("DELETE FROM filler WHERE rowid = (SELECT min(rowid) FROM filler)")
+    expect(fs.statSync(`${file}-wal`).size).toBeLessThanOrEqual(walSizeLimit(1_024))
+    await database.close()
   })
 
   it("rolls back a write whose body rejects and passes its error through unchanged", async () => {

@@ -58,6 +58,18 @@ export const SQLITE_DEFAULTS = Object.freeze({
   walAutocheckpoint: 4_000,
 })
 
+/** The bytes of a WAL frame's header, and of the WAL file's own. */
+const WAL_FRAME_HEADER = 24
+const WAL_FILE_HEADER = 32
+
+/**
+ * The size a WAL is cut back to when it starts over (`journal_size_limit`; docs/log-format.md §3.2):
+ * the size it reaches at the checkpoint threshold, so a WAL a reader grew past it shrinks at its next
+ * restart and a WAL of normal use is never cut and grown again.
+ */
+export const walSizeLimit = (pageSize: number): number =>
+  WAL_FILE_HEADER + SQLITE_DEFAULTS.walAutocheckpoint * (pageSize + WAL_FRAME_HEADER)
+
 const textField = (row: unknown, key: string): string | undefined => {
   if (typeof row !== "object" || row === null || !(key in row)) return undefined
   const value: unknown = Reflect.get(row, key)
@@ -252,11 +264,22 @@ const checkBeforeOpen = (file: string): boolean => {
  * read-only would leave a `-wal` and `-shm` beside it). A file in rollback-journal mode without
  * sidecars is read where it lies: a read-only connection creates nothing beside it.
  */
-const checkBeforeReading = (file: string): void => {
+const checkBeforeReading = (file: string): Exclude<Header, { readonly kind: "not_sqlite" }> => {
   const header = refuseForeignHeader(file)
-  if (header.kind === "empty" || header.applicationId === MAKA_APPLICATION_ID) return
+  if (header.kind === "empty" || header.applicationId === MAKA_APPLICATION_ID) return header
   if (!header.isRollbackJournal || hasSidecar(file)) surveyCopy(file)
+  return header
 }
+
+/**
+ * Why a read-only open found no tables: a WAL-mode file whose `-wal` was not beside it may be a copy
+ * of a live log whose commits were all still in that `-wal` (docs/log-format.md §3.1).
+ */
+const emptyReason = (file: string, header: Exclude<Header, { readonly kind: "not_sqlite" }>, hadWal: boolean): string =>
+  header.kind === "sqlite" && !header.isRollbackJournal && !hadWal
+    ? `${file} is an empty database, not a maka event log (it is in WAL mode with no ${file}-wal beside it: a copy ` +
+      "of a live log that left its -wal behind holds none of its events; copy a live log with backup)"
+    : `${file} is an empty database, not a maka event log`
 
 /**
  * Surveys a file in rollback-journal mode without sidecars where it lies, through a read-only
@@ -452,6 +475,7 @@ const openWriter = async (path: string, options: SqliteOptions): Promise<Databas
     opened.pragma(`synchronous = ${options.synchronous ?? SQLITE_DEFAULTS.synchronous}`)
     opened.pragma("foreign_keys = ON")
     opened.pragma(`wal_autocheckpoint = ${SQLITE_DEFAULTS.walAutocheckpoint}`)
+    opened.pragma(`journal_size_limit = ${walSizeLimit(Number(opened.pragma("page_size", { simple: true })))}`)
     const kysely = new Kysely<Tables>({ dialect: new SqliteDialect({ connection: opened }) })
     db = kysely
     const epoch = await kysely.transaction().execute(async (transaction) => {
@@ -507,7 +531,8 @@ const abandon = async (
 const openReadOnly = async (path: string, options: SqliteOptions): Promise<Database> => {
   const file = canonicalDatabasePath(path)
   if (!fs.existsSync(file)) throw unsupported(`${file}: no event log at this path (a read-only open never creates one)`)
-  checkBeforeReading(file)
+  const header = checkBeforeReading(file)
+  const hadWal = fs.existsSync(`${file}-wal`)
   requireReadable(file)
   const connection = openConnection(file, {
     readonly: true,
@@ -516,7 +541,7 @@ const openReadOnly = async (path: string, options: SqliteOptions): Promise<Datab
   })
   try {
     const state = inspect(connection, file)
-    if (state.kind === "empty") throw unsupported(`${file} is an empty database, not a maka event log`)
+    if (state.kind === "empty") throw unsupported(emptyReason(file, header, hadWal))
     if (state.version < LATEST_VERSION) {
       throw unsupported(
         `${file} has schema ${state.version} < ${LATEST_VERSION}; open it once for writing to migrate it`,
