@@ -128,6 +128,37 @@ describe("OpenAI-compatible adapter", () => {
     }),
   )
 
+  it.effect("reads the choice the first one names: another choice's chunks are skipped, an index other than 0 is read", () =>
+    Effect.gen(function* () {
+      const choice = (index: number, delta: Record<string, unknown>, finishReason: string | null = null) => ({ index, delta, finish_reason: finishReason })
+      const chunk = (...choices: ReadonlyArray<ReturnType<typeof choice>>) => Respond.event({ id: "chatcmpl-n", model: "m", created: 1, choices })
+      const server = yield* serve(
+        Respond.sse([
+          chunk(choice(0, { role: "assistant", content: "" }), choice(1, { role: "assistant", content: "" })),
+          chunk(choice(1, { content: "other " })),
+          chunk(choice(0, { content: "first " })),
+          chunk(choice(1, { tool_calls: [{ index: 0, id: "c", type: "function", function: { name: "read_file", arguments: "{}" } }] })),
+          chunk(choice(1, { content: "answer" }), choice(0, { content: "answer" })),
+          chunk(choice(1, {}, "tool_calls")),
+          chunk(choice(0, {}, "stop")),
+          OpenAiSse.done(),
+        ]),
+        Respond.sse([
+          chunk(choice(3, { role: "assistant", content: "" })),
+          chunk(choice(3, { content: "numbered" })),
+          chunk(choice(3, {}, "stop")),
+          OpenAiSse.done(),
+        ]),
+      )
+      const model = yield* openAi(server)
+      const texts = (parts: ReadonlyArray<{ readonly kind: string }>) => parts.map((part) => ("text" in part ? part.text : part.kind))
+      const several = yield* stepOf(model.stream(request()))
+      assert.deepStrictEqual([texts(several.parts), several.finishReason], [["first answer"], "stop"])
+      const numbered = yield* stepOf(model.stream(request()))
+      assert.deepStrictEqual([texts(numbered.parts), numbered.finishReason], [["numbered"], "stop"])
+    }),
+  )
+
   it.effect("a malformed chunk is an adapter error", () =>
     Effect.gen(function* () {
       const server = yield* serve(Respond.sse([OpenAiSse.role(), Respond.event("{not json"), OpenAiSse.done()]))

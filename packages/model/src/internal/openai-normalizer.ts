@@ -64,6 +64,7 @@ export const openAiNormalizer = (): Normalizer => {
   let finishReason: string | undefined
   let usage: Model.ModelUsage = {}
   let finished = false
+  let choiceIndex: unknown
 
   const closeOpen = (out: Array<Model.ModelEvent>): void => {
     if (open !== undefined) out.push({ kind: "part_finished", id: open.id })
@@ -138,6 +139,20 @@ export const openAiNormalizer = (): Normalizer => {
     return undefined
   }
 
+  /**
+   * The element of a chunk's `choices` this stream reads: the first one seen fixes the `index` read
+   * after it, so a server answering several choices (`n` above 1) is read as its first one alone; an
+   * element without an `index` is read as that one (docs/model.md §4.3).
+   */
+  const readChoice = (choices: ReadonlyArray<unknown>): unknown => {
+    if (choiceIndex === undefined) {
+      const first: unknown = choices[0]
+      if (isRecord(first) && typeof first["index"] === "number") choiceIndex = first["index"]
+      return first
+    }
+    return choices.find((element) => !isRecord(element) || element["index"] === undefined || element["index"] === choiceIndex)
+  }
+
   const chunk = (value: JsonRecord, out: Array<Model.ModelEvent>): NormalizerFailure | undefined => {
     if (value["error"] !== undefined && value["error"] !== null) return { kind: "provider_payload", payload: value }
     if (!sawMetadata) {
@@ -167,7 +182,7 @@ export const openAiNormalizer = (): Normalizer => {
     const choices = value["choices"]
     if (choices === undefined || choices === null) return undefined
     if (!Array.isArray(choices)) return UNSUPPORTED
-    const choice: unknown = choices[0]
+    const choice = readChoice(choices)
     if (choice === undefined) return undefined
     if (!isRecord(choice)) return UNSUPPORTED
     const delta = optionalRecord(choice, "delta")
