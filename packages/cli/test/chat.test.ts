@@ -119,6 +119,17 @@ describe("maka chat", () => {
     expect(endings.map((line) => line.event.fact["outcome"])).toEqual([{ kind: "cancelled", source: "runtime_cancellation" }])
   })
 
+  it("ends with exit 130 when its stdout's reader is gone (`maka chat | false`): no turn opens, no log is made", async () => {
+    const { root, workspace, db } = fresh()
+    const result = await maka(["chat", "--db", db, "--workspace", workspace, "--session", "p"], {
+      cwd: root,
+      input: "one\ntwo\nthree\n",
+      stdoutClosed: true,
+    })
+    expect(result.code).toBe(130)
+    expect(fs.existsSync(db)).toBe(false)
+  })
+
   it("SIGTERM hands the current turn off and ends the chat with exit 75; the next line is not sent", async () => {
     const { root, workspace, db } = fresh()
     const result = await maka(["chat", "--db", db, "--workspace", workspace, "--session", "y", "--json"], {

@@ -126,6 +126,8 @@ export const chatCommand = async (context: RunContext): Promise<number> => {
   signals.signal.addEventListener("abort", () => wake?.(), { once: true })
   /** The next line that can be a message; a line the log would refuse is reported and skipped. */
   const nextLine = async (): Promise<string | undefined> => {
+    // A turn whose output failed (its reader went away) cancels the chat before another turn opens.
+    await context.sink.outSettled?.()
     for (;;) {
       // A line the last turn is still being given is its, or the next turn's once refused.
       while (pumping !== undefined) await pumping

@@ -19,6 +19,12 @@ export interface Sink {
    * a slow reader slows the command instead of growing its memory.
    */
   readonly outDrained?: () => Promise<void> | undefined
+  /**
+   * Settles once every write so far went through or failed, a failure having aborted `outClosed`: a
+   * command that goes on to new work (chat's next turn) awaits it, so work its reader can no longer
+   * see is never started.
+   */
+  readonly outSettled?: () => Promise<void>
 }
 
 /**

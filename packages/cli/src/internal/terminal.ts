@@ -25,8 +25,11 @@ export const terminalSafe = (text: string): string => text.replace(CONTROL, visi
 /** Where a sink writes: a stream that may be a terminal, and that reports a failed write. */
 export interface OutputStream {
   readonly isTTY?: boolean | undefined
-  /** False when the stream's buffer is full (Node's writable streams): `drain` follows. */
-  readonly write: (text: string) => unknown
+  /**
+   * False when the stream's buffer is full (Node's writable streams): `drain` follows. `written` is
+   * called once the text went through or failed, after every earlier write.
+   */
+  readonly write: (text: string, written?: (error?: Error | null) => void) => unknown
   readonly on?: (event: "error", listener: (error: Error) => void) => unknown
   readonly once?: (event: "drain", listener: () => void) => unknown
 }
@@ -94,6 +97,14 @@ export const processSink = (stdout: OutputStream, stderr: OutputStream): Process
         heldReturn = false
       },
       drained: () => draining,
+      // An empty write's callback comes after every earlier write went through or failed; a failure's
+      // error event, emitted on a later tick, comes before the next turn of the event loop.
+      settled: () =>
+        failed
+          ? Promise.resolve()
+          : new Promise<void>((resolve) => {
+              stream.write("", () => setImmediate(resolve))
+            }),
     }
   }
   const out = writer(stdout, (error) => {
@@ -108,6 +119,7 @@ export const processSink = (stdout: OutputStream, stderr: OutputStream): Process
     outClosed: outClosed.signal,
     outFailure: () => outFailure,
     outDrained: out.drained,
+    outSettled: out.settled,
     flush: () => {
       out.flush()
       err.flush()

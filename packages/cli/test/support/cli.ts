@@ -37,6 +37,8 @@ export interface SpawnOptions {
    * read-only file or folder then holds whoever runs it.
    */
   readonly withoutPrivileges?: boolean
+  /** Closes the read end of maka's stdout before it writes anything (`maka … | false`). */
+  readonly stdoutClosed?: boolean
 }
 
 /** A clean environment: no MAKA_* of the developer's shell leaks into a test. */
@@ -71,6 +73,7 @@ export const maka = (args: ReadonlyArray<string>, options: SpawnOptions): Promis
       stdio: ["pipe", "pipe", "pipe"],
       detached: options.group === true,
     })
+    if (options.stdoutClosed === true) child.stdout.destroy()
     let stdout = ""
     let stderr = ""
     const seen = () => options.onOutput?.(child, { stdout, stderr })
