@@ -96,6 +96,25 @@ describe("the refusals of the flag parser (docs/cli.md §10.1)", () => {
     })
   })
 
+  it("takes the database a flag names over both variables; refuses both flags, or no flag and both variables", () => {
+    const url = "postgres://user@localhost:5432/maka"
+    const both = { MAKA_DB: "env.sqlite", MAKA_DATABASE_URL: url }
+    const problem = (values: Parameters<typeof Flags.database>[0], environment: Parameters<typeof Flags.database>[1]) => {
+      try {
+        return Flags.database(values, environment, "/w")
+      } catch (error) {
+        return (error as Error).message
+      }
+    }
+    expect(problem({ db: "flag.sqlite" }, { MAKA_DATABASE_URL: url })).toEqual({ kind: "sqlite", path: "/w/flag.sqlite" })
+    expect(problem({ "database-url": url }, { MAKA_DB: "env.sqlite" })).toEqual({ kind: "postgres", url })
+    expect(problem({ db: "flag.sqlite" }, both)).toEqual({ kind: "sqlite", path: "/w/flag.sqlite" })
+    expect(problem({}, { MAKA_DB: "env.sqlite" })).toEqual({ kind: "sqlite", path: "/w/env.sqlite" })
+    expect(problem({}, { MAKA_DATABASE_URL: url })).toEqual({ kind: "postgres", url })
+    expect(problem({ db: "flag.sqlite", "database-url": url }, {})).toBe("pass either --db or --database-url, not both")
+    expect(problem({}, both)).toBe("MAKA_DB and MAKA_DATABASE_URL are both set: unset one, or pass --db or --database-url")
+  })
+
   it("takes an argument that starts with '-' after '--', and a value that does with '='", () => {
     expect(refusal("run", "--", "-x is a message")).toBeUndefined()
     expect(Flags.parse("run", ["--", "-x"]).positionals).toEqual(["-x"])

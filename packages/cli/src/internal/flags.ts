@@ -276,12 +276,20 @@ export type DatabaseTarget = { readonly kind: "sqlite"; readonly path: string } 
  */
 export const SECRET_ENVIRONMENT: ReadonlyArray<string> = ["MAKA_API_KEY", "MAKA_DATABASE_URL"]
 
-/** `--db` / `MAKA_DB` (default `.maka/events.sqlite` under `cwd`) or `--database-url` / `MAKA_DATABASE_URL`; both is an error. */
+/**
+ * `--db` / `MAKA_DB` (default `.maka/events.sqlite` under `cwd`) or `--database-url` /
+ * `MAKA_DATABASE_URL` (docs/cli.md §10.1 "Database"): a flag beats both variables, as every flag beats
+ * its own; both flags, or no flag and both variables, is an error.
+ */
 export const database = (values: Values, environment: Environment, cwd: string): DatabaseTarget => {
-  const file = values.db ?? nonEmpty(environment["MAKA_DB"])
-  const url = values["database-url"] ?? nonEmpty(environment["MAKA_DATABASE_URL"])
+  if (values.db !== undefined && values["database-url"] !== undefined) {
+    throw new UsageError("pass either --db or --database-url, not both")
+  }
+  const hasFlag = values.db !== undefined || values["database-url"] !== undefined
+  const file = hasFlag ? values.db : nonEmpty(environment["MAKA_DB"])
+  const url = hasFlag ? values["database-url"] : nonEmpty(environment["MAKA_DATABASE_URL"])
   if (file !== undefined && url !== undefined) {
-    throw new UsageError("pass either --db (MAKA_DB) or --database-url (MAKA_DATABASE_URL), not both")
+    throw new UsageError("MAKA_DB and MAKA_DATABASE_URL are both set: unset one, or pass --db or --database-url")
   }
   if (url !== undefined) {
     if (!/^postgres(ql)?:\/\//.test(url)) throw new UsageError("--database-url must be a postgres:// URL")
