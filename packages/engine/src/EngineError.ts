@@ -68,8 +68,11 @@ const describe = (reason: Reason): string => {
     case "ModelIncomplete":
       return INCOMPLETE_MESSAGE
     case "Model":
+      // The idle timeout's message is fixed (docs/engine.md §5.3); a request deadline names itself.
       return reason.error.reason._tag === "TimedOut"
-        ? Prompts.MODEL_IDLE_TIMEOUT_MESSAGE
+        ? reason.error.reason.deadlineMs === undefined
+          ? Prompts.MODEL_IDLE_TIMEOUT_MESSAGE
+          : reason.error.reason.message
         : Hints.append(reason.error.message, Hints.forModel(reason.error))
     case "ToolOutcomeUnknown":
       return `the outcome of tool operation ${reason.operationId} is unknown`

@@ -180,7 +180,8 @@ describe("Integration", () => {
     const started = Date.now()
     const run = await engine.start({ sessionId: "session-1", provider: { ...provider(server), requestDeadlineMs: 400 }, message: "Hi." })
     const outcome = (await run.wait()).outcome
-    assert.strictEqual(outcome.kind, "failed")
+    // The terminal names the deadline, not the idle timeout that never ran out.
+    assert.deepStrictEqual(outcome, { kind: "failed", class: "model_timeout", message: "model request exceeded its deadline of 400 ms" })
     assert.isBelow(Date.now() - started, 5_000)
   })
 
