@@ -14,7 +14,7 @@ import type { Event, Fact } from "@maka/facts"
 import { FactBuilders, type ScriptedServer } from "@maka/testkit"
 import { Effect } from "effect"
 import type * as Engine from "../src/Engine.ts"
-import { MAX_SLICES } from "../src/internal/runner.ts"
+import { MAX_RAISES, MAX_SLICES, raising } from "../src/internal/runner.ts"
 import { answer, echoCall, isSummaryRequest, mainEntry, overflow, summaryAnswer, summaryText } from "./support/compaction.ts"
 import { expectFrozenSources, factsOf } from "./support/harness.ts"
 import { catalog, input, setup, type Setup } from "./support/setup.ts"
@@ -425,4 +425,37 @@ describe("a summary too long for the model", () => {
         assert.isAbove(yield* expectFrozenSources(context.log, mainRequestsOf(events)), 0)
       }),
     ))
+})
+
+describe("a slice's limit raised toward the smallest source refused", () => {
+  /** `raising` over a slice that fits from `fitsAt` bytes on; the limits it was tried at. */
+  const raise = (maxBytes: number, smallestRefused: number | undefined, fitsAt: number) =>
+    Effect.gen(function* () {
+      const tried: Array<number> = []
+      const result = yield* raising((limit) => Effect.sync(() => (tried.push(limit), limit >= fitsAt ? "slice" : ("too_large" as const))), maxBytes, smallestRefused)
+      return { ...result, tried }
+    })
+
+  it.effect("rises halfway each time and stops at the first limit that fits", () =>
+    Effect.gen(function* () {
+      const { next, maxBytes, tried } = yield* raise(1_000, 2_000, 1_700)
+      assert.deepStrictEqual(tried, [1_000, 1_500, 1_750])
+      assert.deepStrictEqual([next, maxBytes], ["slice", 1_750])
+    }),
+  )
+
+  it.effect(`rises at most ${MAX_RAISES} times, however far the smallest refused source lies`, () =>
+    Effect.gen(function* () {
+      const { next, tried } = yield* raise(1_000, 1_000 + 2 ** 30, Number.MAX_SAFE_INTEGER)
+      assert.strictEqual(next, "too_large")
+      assert.strictEqual(tried.length, 1 + MAX_RAISES)
+    }),
+  )
+
+  it.effect("never rises without a refused source, nor past one byte below it", () =>
+    Effect.gen(function* () {
+      assert.deepStrictEqual((yield* raise(1_000, undefined, 5_000)).tried, [1_000])
+      assert.deepStrictEqual((yield* raise(1_000, 1_003, 5_000)).tried, [1_000, 1_001, 1_002])
+    }),
+  )
 })

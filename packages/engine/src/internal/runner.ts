@@ -577,14 +577,14 @@ const foreground = (run: Run, loop: LoopState, captured: Compaction.Captured, re
   })
 
 /** How many times one slice's limit may rise toward the smallest source refused. */
-const MAX_RAISES = 8
+export const MAX_RAISES = 8
 
 /**
  * `slice` at `maxBytes`; while no clean cut fits it and a larger slice, still smaller than any source
  * refused, was never tried, the limit rises halfway to the smallest refused (docs/engine.md §5.12
  * "Slices"). Returns the slice and the limit it was taken at.
  */
-const raising = <A, E, R>(
+export const raising = <A, E, R>(
   slice: (maxBytes: number) => Effect.Effect<A | "too_large", E, R>,
   maxBytes: number,
   smallestRefused: number | undefined,
