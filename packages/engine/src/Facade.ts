@@ -294,7 +294,10 @@ export const createEngine = async (options: CreateEngineOptions): Promise<MakaEn
             : report,
         ),
       ),
-    abandonHandoff: (sessionId) => run(engine.abandonHandoff(sessionId)),
+    abandonHandoff: (sessionId) =>
+      typeof sessionId === "string"
+        ? run(engine.abandonHandoff(sessionId))
+        : Promise.reject(EngineError.invalidInput("sessionId must be a string")),
     recover: () => run(engine.recover),
     events: (sessionId, range) => {
       const problem = typeof sessionId === "string" ? rangeProblem(range) : "sessionId must be a string"

@@ -372,7 +372,7 @@ describe("Facade", () => {
     assert.strictEqual(context.server.requests().length, 0)
   })
 
-  it("refuses an events range that is not one with InvalidInput, as a rejected promise", async () => {
+  it("refuses an events range, or a session id of events or abandonHandoff, that is not one with InvalidInput, as a rejected promise", async () => {
     const context = await setup(listThenAnswer)
     await (await context.engine.start(options(context))).wait()
     for (const range of [null, 5, { after: Number.NaN }, { after: -1 }, { after: 1.5 }, { limit: Number.NaN }, { limit: 0 }]) {
@@ -386,9 +386,11 @@ describe("Facade", () => {
     assert.strictEqual((await context.engine.events("session-1", { after: 2, limit: 3 })).length, 3)
     // A session id that is not a string is the caller's error too, never a store error or nothing.
     for (const sessionId of [{ a: 1 }, 42, undefined]) {
-      const refused = await rejection(context.engine.events(sessionId as unknown as string))
-      assert.strictEqual(refused.reason._tag, "InvalidInput", JSON.stringify(sessionId))
-      assert.strictEqual(refused.message, "sessionId must be a string")
+      for (const refusal of [context.engine.events(sessionId as unknown as string), context.engine.abandonHandoff(sessionId as unknown as string)]) {
+        const refused = await rejection(refusal)
+        assert.strictEqual(refused.reason._tag, "InvalidInput", JSON.stringify(sessionId))
+        assert.strictEqual(refused.message, "sessionId must be a string")
+      }
     }
   })
 
