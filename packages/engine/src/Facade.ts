@@ -151,6 +151,15 @@ const hasAborted = (signal: AbortSignal | undefined): boolean => {
 }
 
 /** What is wrong with `events`' range, or `undefined`: `after` a sequence (0 or more), `limit` 1 or more. */
+/** What is wrong with `resumePending`'s resolvers, if anything: both must be functions. */
+const resolversProblem = (resolvers: unknown): string | undefined => {
+  if (typeof resolvers !== "object" || resolvers === null) return "resumePending takes {provider, tools}, each a function"
+  const { provider, tools } = resolvers as { readonly provider?: unknown; readonly tools?: unknown }
+  if (typeof provider !== "function") return "resumePending's provider resolver must be a function"
+  if (typeof tools !== "function") return "resumePending's tools resolver must be a function"
+  return undefined
+}
+
 const rangeProblem = (range: unknown): string | undefined => {
   if (range === undefined) return undefined
   if (typeof range !== "object" || range === null) return "the range must be an object {after?, limit?}"
@@ -275,8 +284,10 @@ export const createEngine = async (options: CreateEngineOptions): Promise<MakaEn
       live.add(tracked)
       return done
     },
-    resumePending: (resolvers) =>
-      run(
+    resumePending: (resolvers) => {
+      const problem = resolversProblem(resolvers)
+      if (problem !== undefined) return Promise.reject(EngineError.invalidInput(problem))
+      return run(
         engine.resumePending({
           provider: (routeIdentity, binding, paused) => {
             const provider = resolvers.provider(routeIdentity, binding, paused)
@@ -293,7 +304,8 @@ export const createEngine = async (options: CreateEngineOptions): Promise<MakaEn
             ? { sessionId: report.sessionId, invocation: report.invocation, started: wrap(agentRun(report.started), undefined) }
             : report,
         ),
-      ),
+      )
+    },
     abandonHandoff: (sessionId) =>
       typeof sessionId === "string"
         ? run(engine.abandonHandoff(sessionId))

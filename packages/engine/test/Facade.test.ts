@@ -372,7 +372,7 @@ describe("Facade", () => {
     assert.strictEqual(context.server.requests().length, 0)
   })
 
-  it("refuses an events range, or a session id of events or abandonHandoff, that is not one with InvalidInput, as a rejected promise", async () => {
+  it("refuses an events range, resolvers of resumePending, or a session id of events or abandonHandoff, that are not ones with InvalidInput, as a rejected promise", async () => {
     const context = await setup(listThenAnswer)
     await (await context.engine.start(options(context))).wait()
     for (const range of [null, 5, { after: Number.NaN }, { after: -1 }, { after: 1.5 }, { limit: Number.NaN }, { limit: 0 }]) {
@@ -385,6 +385,15 @@ describe("Facade", () => {
     assert.include(misspelt.message, "the range has no key 'afterr' (the keys are after, limit)")
     assert.strictEqual((await context.engine.events("session-1", { after: 2, limit: 3 })).length, 3)
     // A session id that is not a string is the caller's error too, never a store error or nothing.
+    // Resolvers that are not two functions are refused before any pause is looked at.
+    for (const [resolvers, message] of [
+      [undefined, "resumePending takes {provider, tools}, each a function"],
+      [{}, "resumePending's provider resolver must be a function"],
+      [{ provider: () => undefined }, "resumePending's tools resolver must be a function"],
+    ] as const) {
+      const refused = await rejection(context.engine.resumePending(resolvers as unknown as Parameters<typeof context.engine.resumePending>[0]))
+      assert.deepStrictEqual([refused.reason._tag, refused.message], ["InvalidInput", message])
+    }
     for (const sessionId of [{ a: 1 }, 42, undefined]) {
       for (const refusal of [context.engine.events(sessionId as unknown as string), context.engine.abandonHandoff(sessionId as unknown as string)]) {
         const refused = await rejection(refusal)
