@@ -48,6 +48,14 @@ export const MAX_QUEUED_STEERING_BYTES = Limits.MAX_DELIVERED_MESSAGE_BYTES
 /** How many sessions' live contexts an engine keeps for their next run (least recently used dropped first). */
 export const SESSION_CONTEXTS = 256
 
+/**
+ * The most bytes the kept contexts hold together, as the read limits count them (stored JSON; an
+ * archived result at its placeholder's size): 32 MiB, four contexts at the 8 MiB read limit. A
+ * context's memory is a few times its JSON, so this bounds the cache's heap whatever the sessions'
+ * sizes (docs/engine.md §5.4 "Kept context").
+ */
+export const SESSION_CONTEXT_BYTES = 32 * 1024 * 1024
+
 /** The most `observationDelayMs` may be: nothing waits longer to be shown. */
 export const MAX_OBSERVATION_DELAY_MS = 50
 

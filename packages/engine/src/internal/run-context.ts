@@ -38,25 +38,47 @@ export interface RunSettings {
 
 /**
  * The live contexts of sessions whose last run ended cleanly in this engine, kept for their next run
- * (docs/architecture.md §12): a new turn then costs O(new events) instead of a read of the whole session.
- * Bounded: the least recently used session is dropped first.
+ * (docs/engine.md §5.4 "Kept context"): a new turn then costs O(new events) instead of a read of the
+ * whole session. Bounded by count and by the bytes the contexts hold together (as the read limits
+ * count them): the least recently used session is dropped first, and a context over the whole byte
+ * bound is not kept.
  */
-export class SessionContexts {
-  private readonly contexts = new Map<string, LiveContext>()
+export class SessionContexts<C extends { size(): { readonly bytes: number } } = LiveContext> {
+  private readonly contexts = new Map<string, { readonly context: C; readonly bytes: number }>()
+  private bytes = 0
 
-  constructor(private readonly capacity: number) {}
+  constructor(
+    private readonly capacity: number,
+    private readonly maxBytes: number,
+  ) {}
 
   /** Takes the session's context out: the run that took it owns it until it puts it back. */
-  take(sessionId: string): LiveContext | undefined {
-    const context = this.contexts.get(sessionId)
+  take(sessionId: string): C | undefined {
+    const entry = this.contexts.get(sessionId)
+    if (entry === undefined) return undefined
     this.contexts.delete(sessionId)
-    return context
+    this.bytes -= entry.bytes
+    return entry.context
   }
 
-  put(sessionId: string, context: LiveContext): void {
-    this.contexts.delete(sessionId)
-    this.contexts.set(sessionId, context)
-    while (this.contexts.size > this.capacity) this.contexts.delete(this.contexts.keys().next().value!)
+  put(sessionId: string, context: C): void {
+    this.take(sessionId)
+    const bytes = context.size().bytes
+    if (bytes > this.maxBytes) return
+    this.contexts.set(sessionId, { context, bytes })
+    this.bytes += bytes
+    while (this.contexts.size > this.capacity || this.bytes > this.maxBytes) this.take(this.contexts.keys().next().value!)
+  }
+
+  /** Drops every kept context (the engine closed): nothing it kept outlives it. */
+  clear(): void {
+    this.contexts.clear()
+    this.bytes = 0
+  }
+
+  /** How many contexts are kept, and the bytes they hold together. */
+  held(): { readonly count: number; readonly bytes: number } {
+    return { count: this.contexts.size, bytes: this.bytes }
   }
 }
 
