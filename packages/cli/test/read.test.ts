@@ -138,6 +138,21 @@ describe("read-only commands over a log with a completed and a crashed run", () 
     expect(html).not.toMatch(/<script|<link|<img|<iframe|\ssrc=|\shref="(?!#step-\d+")|url\(/i)
   })
 
+  it("maka inspect --html shows a control, a bidirectional override or markup in what it prints as escapes, never raw", async () => {
+    const hostile = folder()
+    try {
+      fs.writeFileSync(path.join(hostile.workspace, "README.md"), "# Notes\n\nbell\u0007 title\u001b]0;x\u0007 evil\u202egnp.exe </pre><script>alert(1)</script>\n")
+      expect((await maka(["run", "--db", hostile.db, "--workspace", hostile.workspace, "--session", "h", "Read it."], { cwd: hostile.root })).code).toBe(0)
+      const page = path.join(hostile.root, "page.html")
+      expect((await maka(["inspect", "--db", hostile.db, "--session", "h", "--html", page], { cwd: hostile.root })).code).toBe(0)
+      const html = fs.readFileSync(page, "utf8")
+      expect(html).toContain("bell\\u0007 title\\u001b]0;x\\u0007 evil\\u202egnp.exe &lt;/pre&gt;&lt;script&gt;alert(1)&lt;/script&gt;")
+      expect(html).not.toMatch(/[\u0000-\u0008\u001b\u202e]|<script/)
+    } finally {
+      hostile.remove()
+    }
+  })
+
   it("maka inspect never rebuilds a step from changed rows: --step is exit 1, the page marks that step only", async () => {
     const copy = path.join(shared.root, "changed.db")
     expect((await maka(["backup", shared.db, copy], { cwd: shared.root })).code).toBe(0)

@@ -23,8 +23,14 @@ describe("terminalSafe", () => {
     expect(JSON.parse(terminalSafe(line))).toEqual(JSON.parse(line))
   })
 
+  it("shows the bidirectional embeddings, overrides and isolates and the line and paragraph separators as escapes", () => {
+    expect(terminalSafe("evil\u202egnp.exe \u202a\u202b\u202c\u202d \u2066\u2067\u2068\u2069 a\u2028b\u2029c")).toBe(
+      "evil\\u202egnp.exe \\u202a\\u202b\\u202c\\u202d \\u2066\\u2067\\u2068\\u2069 a\\u2028b\\u2029c",
+    )
+  })
+
   it("leaves text without controls as it is, other scripts and emoji included", () => {
-    const text = "ünïcödé — 漢字 🙂 \"quoted\" \\u001b is text\n"
+    const text = "ünïcödé — 漢字 🙂 👩\u200d👩\u200d👧 عربي\u200f \"quoted\" \\u001b is text\n"
     expect(terminalSafe(text)).toBe(text)
   })
 })
@@ -100,6 +106,48 @@ describe("processSink", () => {
     expect(afterOutput(0, "ENOSPC")).toEqual({ code: 1, line: "maka: error: could not write to stdout (ENOSPC); what was printed is incomplete\n" })
     expect(afterOutput(130, "EIO").code).toBe(130)
     expect(afterOutput(130, "EIO").line).toContain("(EIO)")
+  })
+
+  it("settles its output once the writes so far went through or failed, or once the given signal aborts", async () => {
+    // A stream that holds each write's callback until the test lets it go, and reports a failure.
+    const held: Array<(error?: Error | null) => void> = []
+    let fail: ((error: Error) => void) | undefined
+    const sink = processSink(
+      { isTTY: false, write: (_text: string, written?: (error?: Error | null) => void) => (written !== undefined && held.push(written), true), on: (_event, listener) => (fail = listener) },
+      { write: () => true },
+    )
+    const listening = (signal: AbortSignal) => {
+      let count = 0
+      const add = signal.addEventListener.bind(signal)
+      const remove = signal.removeEventListener.bind(signal)
+      signal.addEventListener = (...args: Parameters<typeof add>) => (count++, add(...args))
+      signal.removeEventListener = (...args: Parameters<typeof remove>) => (count--, remove(...args))
+      return () => count
+    }
+    const state = (promise: Promise<void>) => Promise.race([promise.then(() => "settled"), new Promise((resolve) => setTimeout(() => resolve("waiting"), 20))])
+    // Written through: settles, and leaves no listener on the signal.
+    const stop = new AbortController()
+    const listeners = listening(stop.signal)
+    const through = sink.outSettled!(stop.signal)
+    expect(await state(through)).toBe("waiting")
+    held.shift()!(null)
+    expect(await state(through)).toBe("settled")
+    expect(listeners()).toBe(0)
+    // A reader that stopped reading: only the signal ends the wait.
+    const stalled = sink.outSettled!(stop.signal)
+    expect(await state(stalled)).toBe("waiting")
+    stop.abort()
+    expect(await state(stalled)).toBe("settled")
+    expect(listeners()).toBe(0)
+    expect(await state(sink.outSettled!(stop.signal))).toBe("settled")
+    // A failed write: Node emits its error event on a later tick than the callback, and the wait
+    // settles after it, so outClosed is aborted by then.
+    held.shift()
+    const failing = sink.outSettled!()
+    held.shift()!(Object.assign(new Error("write EPIPE"), { code: "EPIPE" }))
+    process.nextTick(() => fail?.(Object.assign(new Error("write EPIPE"), { code: "EPIPE" })))
+    await failing
+    expect(sink.outClosed?.aborted).toBe(true)
   })
 
   it("writes to a pipe byte for byte", () => {

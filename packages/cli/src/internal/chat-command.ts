@@ -127,7 +127,7 @@ export const chatCommand = async (context: RunContext): Promise<number> => {
   /** The next line that can be a message; a line the log would refuse is reported and skipped. */
   const nextLine = async (): Promise<string | undefined> => {
     // A turn whose output failed (its reader went away) cancels the chat before another turn opens.
-    await context.sink.outSettled?.()
+    await context.sink.outSettled?.(signals.signal)
     for (;;) {
       // A line the last turn is still being given is its, or the next turn's once refused.
       while (pumping !== undefined) await pumping

@@ -7,9 +7,14 @@
 import { Canonical, type Event, type Prompt } from "@maka/facts"
 import { PromptBuilder } from "@maka/engine"
 import { rebuildInput, UNCHECKED_TOOLS, type RebuiltInput, type SessionView, type StepSource } from "./inspect.ts"
+import { terminalSafe } from "./terminal.ts"
 
+/**
+ * Text as the page shows it: HTML-escaped, with the characters a terminal would act on, or that
+ * reorder what follows them, as the visible escapes a terminal shows (docs/cli.md §10.1 "Output").
+ */
 const escape = (text: string): string =>
-  text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;").replace(/'/g, "&#39;")
+  terminalSafe(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;").replace(/'/g, "&#39;")
 
 const STYLE = `
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2rem auto; max-width: 72rem; padding: 0 1rem; color: #1d1d1f; }

@@ -20,11 +20,11 @@ export interface Sink {
    */
   readonly outDrained?: () => Promise<void> | undefined
   /**
-   * Settles once every write so far went through or failed, a failure having aborted `outClosed`: a
-   * command that goes on to new work (chat's next turn) awaits it, so work its reader can no longer
-   * see is never started.
+   * Settles once every write so far went through or failed, a failure having aborted `outClosed`, or
+   * once `stop` aborts (a reader that stopped reading holds the writes back): a command that goes on
+   * to new work (chat's next turn) awaits it, so work its reader can no longer see is never started.
    */
-  readonly outSettled?: () => Promise<void>
+  readonly outSettled?: (stop?: AbortSignal) => Promise<void>
 }
 
 /**

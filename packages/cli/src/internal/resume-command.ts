@@ -205,7 +205,7 @@ export const resumeCommand = async (context: CommandContext): Promise<number> =>
     let code: number = ExitCode.completed
     for (const [index, item] of pending.entries()) {
       // A pause whose output failed (its reader went away) cancels the rest before another resumes.
-      await context.sink.outSettled?.()
+      await context.sink.outSettled?.(signals.signal)
       if (signals.signal.aborted) return ExitCode.cancelled
       if (signals.handoffRequested()) {
         // SIGTERM came while the run before this one ended on its own: stop here, as a handoff would.

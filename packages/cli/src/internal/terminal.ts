@@ -10,9 +10,11 @@ import type { Sink } from "./render.ts"
 
 /**
  * C0 controls but tab and line feed, a carriage return that does not end a line, DEL and the C1
- * controls (U+0080–U+009F, which some terminals read as ESC sequences).
+ * controls (U+0080–U+009F, which some terminals read as ESC sequences); the bidirectional
+ * embeddings, overrides and isolates (U+202A–U+202E, U+2066–U+2069), which reorder what follows them
+ * (a file name `…\u202Egnp.exe` shows as `…exe.png`); and the line and paragraph separators.
  */
-const CONTROL = /[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f-\u009f]|\r(?!\n)/g
+const CONTROL = /[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069\u2028\u2029]|\r(?!\n)/g
 
 const visible = (control: string): string => {
   if (control === "\r") return "\\r"
@@ -98,12 +100,18 @@ export const processSink = (stdout: OutputStream, stderr: OutputStream): Process
       },
       drained: () => draining,
       // An empty write's callback comes after every earlier write went through or failed; a failure's
-      // error event, emitted on a later tick, comes before the next turn of the event loop.
-      settled: () =>
-        failed
+      // error event, emitted on a later tick, comes before the next turn of the event loop. A reader
+      // that stopped reading holds the callback back: `stop` (a signal) ends the wait.
+      settled: (stop?: AbortSignal) =>
+        failed || stop?.aborted === true
           ? Promise.resolve()
           : new Promise<void>((resolve) => {
-              stream.write("", () => setImmediate(resolve))
+              const done = () => {
+                stop?.removeEventListener("abort", done)
+                resolve()
+              }
+              stop?.addEventListener("abort", done, { once: true })
+              stream.write("", () => setImmediate(done))
             }),
     }
   }
