@@ -101,6 +101,16 @@ describe("SIGTERM hands a run off, and maka resume continues it in another proce
     )
   }, 60_000)
 
+  it("resumes no pause once its stdout's reader is gone (`maka resume | false`): exit 130, every pause still waits", async () => {
+    const created = fresh()
+    for (const session of ["g1", "g2"]) expect((await handOff(created, session)).code).toBe(75)
+    const resumed = await maka(["resume", "--db", created.db], { cwd: created.root, stdoutClosed: true })
+    expect(resumed.code).toBe(130)
+    const listed = await maka(["sessions", "--db", created.db], { cwd: created.root })
+    expect(listed.stdout).toMatch(/^g1 {2}paused \(handoff\) {2}1 invocation,/m)
+    expect(listed.stdout).toMatch(/^g2 {2}paused \(handoff\) {2}1 invocation,/m)
+  })
+
   it("resumes only the session given with --session, and prints its events with --json", async () => {
     const created = fresh()
     expect((await handOff(created, "a")).code).toBe(75)

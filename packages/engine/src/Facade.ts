@@ -150,7 +150,6 @@ const hasAborted = (signal: AbortSignal | undefined): boolean => {
   }
 }
 
-/** What is wrong with `events`' range, or `undefined`: `after` a sequence (0 or more), `limit` 1 or more. */
 /** What is wrong with `resumePending`'s resolvers, if anything: both must be functions. */
 const resolversProblem = (resolvers: unknown): string | undefined => {
   if (typeof resolvers !== "object" || resolvers === null) return "resumePending takes {provider, tools}, each a function"
@@ -160,6 +159,7 @@ const resolversProblem = (resolvers: unknown): string | undefined => {
   return undefined
 }
 
+/** What is wrong with `events`' range, or `undefined`: `after` a sequence (0 or more), `limit` 1 or more. */
 const rangeProblem = (range: unknown): string | undefined => {
   if (range === undefined) return undefined
   if (typeof range !== "object" || range === null) return "the range must be an object {after?, limit?}"

@@ -442,11 +442,15 @@ describe("Facade", () => {
     assert.deepStrictEqual((await reopened.recover()).count, 0)
   })
 
-  it("close() cancels a live run and waits until it is sealed", async () => {
+  it("close() cancels a live run and waits until it is sealed; a second close returns the first one's promise", async () => {
     const context = await setup([Respond.hang()])
     const run = await context.engine.start(options(context))
     await context.server.request(0)
-    await context.engine.close()
+    const closing = context.engine.close()
+    // A close is done once: a later one, with handoff or not, returns the first one's promise.
+    const again = context.engine.close({ handoff: true })
+    assert.strictEqual<unknown>(again, closing)
+    assert.deepStrictEqual(await again, [{ invocation: run.invocation, outcome: "cancelled" }])
     assert.deepStrictEqual((await run.wait()).outcome, { kind: "cancelled", source: "runtime_cancellation" })
     const reopened = await createEngine({ database: context.database })
     cleanups.push(() => reopened.close())

@@ -177,12 +177,10 @@ describe("Integration", () => {
       engineOptions: { maxModelAttempts: 1 },
     })
     cleanups.push(() => engine.close())
-    const started = Date.now()
     const run = await engine.start({ sessionId: "session-1", provider: { ...provider(server), requestDeadlineMs: 400 }, message: "Hi." })
     const outcome = (await run.wait()).outcome
     // The terminal names the deadline, not the idle timeout that never ran out.
     assert.deepStrictEqual(outcome, { kind: "failed", class: "model_timeout", message: "model request exceeded its deadline of 400 ms" })
-    assert.isBelow(Date.now() - started, 5_000)
   })
 
   it("fails recovery over a closed log with Store, the log's reason as storeReason and the EventLogError as cause", async () => {

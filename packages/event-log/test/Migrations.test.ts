@@ -454,6 +454,20 @@ describe("the SQLite open-order check", () => {
       await openRefused(file, readOnly, `created by a newer maka (schema 99 > ${LATEST_VERSION})`)
     })
 
+    if (readOnly) {
+      it("refuses a log of an older schema unchanged, saying a writer's open migrates it (read-only)", async () => {
+        const file = path.join(temporaryDirectory(), "events.sqlite")
+        buildSqliteAtVersion(file, 1, { journalMode: "delete", rows: [rawEvent("model_observed")] })
+        await openRefused(file, true, `has schema 1 < ${LATEST_VERSION}; open it once for writing to migrate it`)
+        // In WAL mode the file is refused unchanged too; SQLite has made its empty -wal and -shm.
+        const walFile = path.join(temporaryDirectory(), "events.sqlite")
+        buildSqliteAtVersion(walFile, 1, { journalMode: "wal", rows: [rawEvent("model_observed")] })
+        const before = sha256File(walFile)
+        await expectReason(openSqlite(walFile, { readOnly: true }), "UnsupportedDatabase", "open it once for writing to migrate it")
+        expect(sha256File(walFile)).toBe(before)
+      })
+    }
+
     it(`refuses a file of random bytes unchanged (${mode})`, async () => {
       const file = path.join(temporaryDirectory(), "random.sqlite")
       fs.writeFileSync(file, crypto.randomBytes(16_384))

@@ -128,7 +128,7 @@ describe("OpenAI-compatible adapter", () => {
     }),
   )
 
-  it.effect("reads the choice the first one names: another choice's chunks are skipped, an index other than 0 is read", () =>
+  it.effect("reads the choice the first one names: another choice's chunks are skipped, one without an index is read, an index other than 0 is read", () =>
     Effect.gen(function* () {
       const choice = (index: number, delta: Record<string, unknown>, finishReason: string | null = null) => ({ index, delta, finish_reason: finishReason })
       const chunk = (...choices: ReadonlyArray<ReturnType<typeof choice>>) => Respond.event({ id: "chatcmpl-n", model: "m", created: 1, choices })
@@ -139,6 +139,9 @@ describe("OpenAI-compatible adapter", () => {
           chunk(choice(0, { content: "first " })),
           chunk(choice(1, { tool_calls: [{ index: 0, id: "c", type: "function", function: { name: "read_file", arguments: "{}" } }] })),
           chunk(choice(1, { content: "answer" }), choice(0, { content: "answer" })),
+          // An element without an index, or with a null one, is read as the choice.
+          Respond.event({ id: "chatcmpl-n", model: "m", created: 1, choices: [{ delta: { content: " without" } }] }),
+          Respond.event({ id: "chatcmpl-n", model: "m", created: 1, choices: [{ index: null, delta: { content: " null" } }] }),
           chunk(choice(1, {}, "tool_calls")),
           chunk(choice(0, {}, "stop")),
           OpenAiSse.done(),
@@ -153,7 +156,7 @@ describe("OpenAI-compatible adapter", () => {
       const model = yield* openAi(server)
       const texts = (parts: ReadonlyArray<{ readonly kind: string }>) => parts.map((part) => ("text" in part ? part.text : part.kind))
       const several = yield* stepOf(model.stream(request()))
-      assert.deepStrictEqual([texts(several.parts), several.finishReason], [["first answer"], "stop"])
+      assert.deepStrictEqual([texts(several.parts), several.finishReason], [["first answer without null"], "stop"])
       const numbered = yield* stepOf(model.stream(request()))
       assert.deepStrictEqual([texts(numbered.parts), numbered.finishReason], [["numbered"], "stop"])
     }),

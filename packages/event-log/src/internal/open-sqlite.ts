@@ -65,7 +65,7 @@ const WAL_FILE_HEADER = 32
 /**
  * The size a WAL is cut back to when it starts over (`journal_size_limit`; docs/log-format.md §3.2):
  * the size it reaches at the checkpoint threshold, so a WAL a reader grew past it shrinks at its next
- * restart and a WAL of normal use is never cut and grown again.
+ * restart, and one of normal use loses at most the part of a commit that went past the threshold.
  */
 export const walSizeLimit = (pageSize: number): number =>
   WAL_FILE_HEADER + SQLITE_DEFAULTS.walAutocheckpoint * (pageSize + WAL_FRAME_HEADER)

@@ -142,7 +142,7 @@ export const openAiNormalizer = (): Normalizer => {
   /**
    * The element of a chunk's `choices` this stream reads: the first one seen fixes the `index` read
    * after it, so a server answering several choices (`n` above 1) is read as its first one alone; an
-   * element without an `index` is read as that one (docs/model.md §4.3).
+   * element without an `index` (or a null one) is read as that one (docs/model.md §4.3).
    */
   const readChoice = (choices: ReadonlyArray<unknown>): unknown => {
     if (choiceIndex === undefined) {
@@ -150,7 +150,9 @@ export const openAiNormalizer = (): Normalizer => {
       if (isRecord(first) && typeof first["index"] === "number") choiceIndex = first["index"]
       return first
     }
-    return choices.find((element) => !isRecord(element) || element["index"] === undefined || element["index"] === choiceIndex)
+    return choices.find(
+      (element) => !isRecord(element) || element["index"] === undefined || element["index"] === null || element["index"] === choiceIndex,
+    )
   }
 
   const chunk = (value: JsonRecord, out: Array<Model.ModelEvent>): NormalizerFailure | undefined => {
