@@ -21,7 +21,7 @@ describe("the refusals of the flag parser (docs/cli.md §10.1)", () => {
   it("names the flag and what to write instead, on one line", () => {
     const cases: ReadonlyArray<readonly [Flags.CommandName, ReadonlyArray<string>, string]> = [
       ["run", ["--bogus", "hi"], "unknown flag '--bogus' (an argument that starts with '-' goes after '--'); see maka run --help"],
-      ["sessions", ["--json"], "unknown flag '--json'; see maka sessions --help"],
+      ["recover", ["--json"], "unknown flag '--json'; see maka recover --help"],
       ["sessions", ["extra"], "unexpected argument 'extra': maka sessions takes none; see maka sessions --help"],
       ["run", ["--model"], "--model needs a value; see maka run --help"],
       ["events", ["--session"], "--session needs a value; see maka events --help"],

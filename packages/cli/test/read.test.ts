@@ -43,6 +43,14 @@ describe("read-only commands over a log with a completed and a crashed run", () 
     expect(result.code).toBe(0)
     expect(result.stdout).toMatch(/^done {2}idle {2}1 invocation, \d+ events$/m)
     expect(result.stdout).toMatch(/^crashed {2}unsealed {2}1 invocation, \d+ events$/m)
+    // With --json, one JSON line per session with the same fields, whatever its id holds.
+    const json = await maka(["sessions", "--db", shared.db, "--json"], { cwd: shared.root })
+    expect(json.code).toBe(0)
+    const lines = json.stdout.trimEnd().split("\n").map((line) => JSON.parse(line) as Record<string, unknown>)
+    const events = (await maka(["events", "--db", shared.db, "--session", "done", "--json"], { cwd: shared.root })).stdout.trimEnd().split("\n").length
+    expect(lines).toContainEqual({ sessionId: "done", state: "idle", invocations: 1, events })
+    expect(lines.find((line) => line["sessionId"] === "crashed")).toMatchObject({ state: "unsealed", invocations: 1 })
+    expect(lines.map((line) => Object.keys(line))).toEqual(lines.map(() => ["sessionId", "state", "invocations", "events"]))
   })
 
   it("maka events prints a session's events, one line each; an unknown session prints nothing and exits 0", async () => {

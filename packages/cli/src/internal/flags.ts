@@ -124,7 +124,11 @@ export const COMMANDS = {
     text: { session: { description: "resume only this session's sealed handoff", defaultText: "every sealed handoff" } },
   },
   recover: { summary: "seal what a crashed host left in flight", flags: [...DATABASE] },
-  sessions: { summary: "list sessions with their state", flags: [...DATABASE] },
+  sessions: {
+    summary: "list sessions with their state",
+    flags: [...DATABASE, "json"],
+    text: { json: { description: 'print one JSON line per session {"sessionId":…,"state":…,"invocations":N,"events":N}', defaultText: "off" } },
+  },
   backup: {
     summary: "copy a SQLite log safely while it may be in use (SQLite's online backup); FILE must not exist",
     arguments: "DB FILE",

@@ -103,7 +103,11 @@ export const sessionsCommand = async (context: CommandContext): Promise<number> 
     for (const summary of await open.run(open.log.sessionSummaries())) {
       const state = await sessionState(summary, () => open.run(open.log.hasPendingHandoff(summary.sessionId)))
       const { invocations } = summary
-      context.sink.out(`${summary.sessionId}  ${state}  ${invocations} invocation${invocations === 1 ? "" : "s"}, ${summary.events} events\n`)
+      context.sink.out(
+        values.json === true
+          ? `${JSON.stringify({ sessionId: summary.sessionId, state, invocations, events: summary.events })}\n`
+          : `${summary.sessionId}  ${state}  ${invocations} invocation${invocations === 1 ? "" : "s"}, ${summary.events} events\n`,
+      )
     }
     return ExitCode.completed
   } finally {
@@ -111,10 +115,6 @@ export const sessionsCommand = async (context: CommandContext): Promise<number> 
   }
 }
 
-/**
- * `maka backup DB FILE`: opens DB read-only (no lease, so a live run keeps writing) and copies it to
- * the new file FILE with the event log's online backup; an existing FILE is refused untouched.
- */
 /** `lstat` of `file` (a dangling symbolic link is there too), or `undefined` when nothing is. */
 const lstatOrUndefined = (file: string): fs.Stats | undefined => {
   try {
@@ -124,6 +124,10 @@ const lstatOrUndefined = (file: string): fs.Stats | undefined => {
   }
 }
 
+/**
+ * `maka backup DB FILE`: opens DB read-only (no lease, so a live run keeps writing) and copies it to
+ * the new file FILE with the event log's online backup; an existing FILE is refused untouched.
+ */
 export const backupCommand = async (context: CommandContext): Promise<number> => {
   const { positionals } = Flags.parse("backup", context.args)
   if (positionals.length !== 2 || positionals.some((value) => value === "")) {
