@@ -7,7 +7,7 @@
  * anything but a maka log of the current version, creating and migrating nothing. `bigint` columns
  * (`sequence`, `created_at`, `count(*)`) come back as decimal strings, as pg returns them by default.
  */
-import { CompiledQuery, Kysely, PostgresDialect, sql, type PostgresPool, type Transaction } from "kysely"
+import { Kysely, PostgresDialect, sql, type PostgresPool, type PostgresPoolClient, type Transaction } from "kysely"
 import * as EventLogError from "../EventLogError.ts"
 import type { Database } from "./database.ts"
 import { makeDatabase } from "./database-handle.ts"
@@ -134,8 +134,11 @@ export const makePool = (pg: PgModule, url: string, options: PostgresOptions = {
   return Object.assign(pool, {
     connect: async () => {
       const client = await connect()
-      const release = client.release.bind(client) as (error?: Error) => void
-      return Object.assign(client, { release: () => release(timedOut.has(client) ? new Error(QUERY_READ_TIMEOUT) : undefined) })
+      const release = client.release.bind(client) as (error?: Error | boolean) => void
+      // A client released as broken (`release(true)`) is dropped, as one whose query timed out.
+      return Object.assign(client, {
+        release: (destroy?: boolean) => release(destroy === true ? true : timedOut.has(client) ? new Error(QUERY_READ_TIMEOUT) : undefined),
+      })
     },
   })
 }
@@ -391,6 +394,32 @@ const currentSchema = async (transaction: Transaction<Tables>, location: string)
  * Opens a log over an already reachable store (a `pg` pool, or the PGlite adapter). Read-only, every
  * session's transactions default to READ ONLY too, so nothing but a read can reach the store.
  */
+/**
+ * `pool` whose clients get the log's session settings (`prepare`) before they are first handed out. A
+ * client whose settings fail (its connection dropped meanwhile) is released as broken, never kept out
+ * of the pool: the pool's `end()`, at the log's close, waits for every client handed out, and would
+ * wait for that one for ever (Kysely's own `onCreateConnection` releases no client that fails it).
+ */
+const preparing = (pool: PostgresPool, prepare: (client: PostgresPoolClient) => Promise<void>): PostgresPool => {
+  const prepared = new WeakSet<PostgresPoolClient>()
+  return {
+    connect: async () => {
+      const client = await pool.connect()
+      if (!prepared.has(client)) {
+        try {
+          await prepare(client)
+        } catch (error) {
+          client.release(true)
+          throw error
+        }
+        prepared.add(client)
+      }
+      return client
+    },
+    end: () => pool.end(),
+  }
+}
+
 export const openPostgresStore = async (store: PostgresStore, access: { readonly readOnly?: boolean } = {}): Promise<Database> => {
   const readOnly = access.readOnly === true
   // The schema every client works in: the one given, or else the first client's `current_schema()`,
@@ -399,17 +428,16 @@ export const openPostgresStore = async (store: PostgresStore, access: { readonly
   let pinned = store.schema
   const db = new Kysely<Tables>({
     dialect: new PostgresDialect({
-      pool: store.pool,
-      // Runs once per client the pool hands out (the PGlite adapter hands out a new one every time).
-      onCreateConnection: async (connection) => {
+      // Once per client the pool hands out (the PGlite adapter hands out a new one every time).
+      pool: preparing(store.pool, async (client) => {
         if (pinned === undefined) {
-          const found = await connection.executeQuery(CompiledQuery.raw("SELECT current_schema() AS schema"))
+          const found = await client.query<unknown>("SELECT current_schema() AS schema", [])
           // None (no schema of the search_path exists): the open refuses it (`currentSchema`).
           pinned = textOf(found.rows[0], "schema")
         }
-        if (pinned !== undefined) await connection.executeQuery(CompiledQuery.raw(`SET search_path TO ${quoteIdentifier(pinned)}`))
-        if (readOnly) await connection.executeQuery(CompiledQuery.raw("SET default_transaction_read_only = on"))
-      },
+        if (pinned !== undefined) await client.query(`SET search_path TO ${quoteIdentifier(pinned)}`, [])
+        if (readOnly) await client.query("SET default_transaction_read_only = on", [])
+      }),
     }),
   })
   try {
