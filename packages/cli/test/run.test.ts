@@ -181,7 +181,6 @@ describe("maka run refuses bad input with exit 2 and writes nothing", () => {
     ["anthropic without a model", ["--provider", "anthropic", "--base-url", NOWHERE_BASE_URL, "hi"]],
     ["MAKA_BASE_URL without a model", ["hi"], { MAKA_BASE_URL: NOWHERE_BASE_URL }],
     ["--db and --database-url", ["--database-url", "postgres://x@127.0.0.1:1/x", "hi"]],
-    ["--db and MAKA_DATABASE_URL", ["hi"], { MAKA_DATABASE_URL: "postgres://x@127.0.0.1:1/x" }],
     ["--api-key (the key is never a flag)", ["--api-key", "k", "hi"]],
     ["a message over 64 KiB", ["x".repeat(65_537)]],
     ["a session id over 512 characters", ["--session", "s".repeat(513), "hi"]],
