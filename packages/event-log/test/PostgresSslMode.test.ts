@@ -120,6 +120,24 @@ describe("sslmode values pg does not implement", () => {
   })
 })
 
+describe("a schema named in the URL, which pg passes by unread", () => {
+  it.each(["schema=agents", "currentSchema=agents", "search_path=agents", "sslmode=disable&schema=agents"])(
+    "is refused at open, before anything connects, naming what to write instead: %s",
+    async (query) => {
+      const server = await fakeServer()
+      const error = await expectReason(attempt(secretUrl(server.port, query)), "UnsupportedDatabase", "names no schema PostgreSQL reads")
+      expect(error.message).toContain("use options=-c search_path=NAME")
+      expect(error.message).not.toContain("hunter2")
+      expect(server.seen).toEqual([])
+    },
+  )
+
+  it("is not what options=-c search_path=NAME is: that one is passed on", () => {
+    const url = "postgres://db.example/agents?options=-c%20search_path%3Dagents"
+    expect(pgConnectionString(url)).toBe(url)
+  })
+})
+
 describe("the connection string pg is given", () => {
   it.each([
     ["prefer", "postgres://db.example/agents?sslmode=prefer", "postgres://db.example/agents?sslmode=verify-full"],

@@ -223,6 +223,9 @@ const namesTls = (values: (name: string) => ReadonlyArray<string>): boolean =>
  * given as `verify-full`: what pg 8 makes of them anyway, without its warning. Every other byte of
  * the URL is kept, so pg reads the rest (host, `sslrootcert`, `uselibpqcompat`, …) as before.
  */
+/** URL parameters other clients read as the schema (Prisma's `schema`, JDBC's `currentSchema`). */
+const SCHEMA_PARAMETERS: ReadonlyArray<string> = ["schema", "currentSchema", "search_path"]
+
 export const pgConnectionString = (url: string, environment: Readonly<Record<string, string | undefined>> = process.env): string => {
   const refuse = (message: string) => EventLogError.make({ _tag: "UnsupportedDatabase", message: `${redactUrl(url)}: ${message}` })
   // A socket path has no query (pg splits it at spaces); as pg's URL parser, the query runs from
@@ -239,6 +242,14 @@ export const pgConnectionString = (url: string, environment: Readonly<Record<str
     )
   }
   if (items.length === 0) return url
+  // Other tools' ways of naming a schema in the URL, which pg passes by unread: the log would open
+  // in the search_path's schema instead, without a word.
+  const schemaName = SCHEMA_PARAMETERS.find((name) => values(name).length > 0)
+  if (schemaName !== undefined) {
+    throw refuse(
+      `the URL's ${schemaName} parameter names no schema PostgreSQL reads; use options=-c search_path=NAME (or EventLog.layerPostgres's schema)`,
+    )
+  }
   const compatibility = values("uselibpqcompat")
   const badCompatibility = compatibility.find((value) => value !== "true" && value !== "false")
   if (badCompatibility !== undefined) {
