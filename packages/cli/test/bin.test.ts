@@ -47,6 +47,10 @@ describe("the maka binary", () => {
     expect(other.code).toBe(2)
     expect(other.stdout).toBe("")
     expect(other.stderr).toBe("maka: unknown command 'rnu'; did you mean 'run'? see maka --help\n")
+    // --help takes a command as help does; neither takes a second argument.
+    expect((await run("--help", "run")).stdout).toBe(topic.stdout)
+    const second = await run("help", "run", "events")
+    expect([second.code, second.stdout, second.stderr]).toEqual([2, "", "maka: unexpected argument 'events': maka help takes one command at most; see maka --help\n"])
   })
 
   it("takes --help after '--' as the command's argument, not as a request for help", async () => {
@@ -68,6 +72,8 @@ describe("the maka binary", () => {
     const result = await run("--version")
     expect(result.code).toBe(0)
     expect(result.stdout.trim()).toBe(version)
+    const extra = await run("--version", "extra")
+    expect([extra.code, extra.stdout, extra.stderr]).toEqual([2, "", "maka: unexpected argument 'extra': maka --version takes none; see maka --help\n"])
   })
 
   it.each(Object.keys(COMMANDS))("lists every flag of %s with its default in its --help", async (command) => {

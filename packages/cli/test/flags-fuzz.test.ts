@@ -218,9 +218,15 @@ const checks = (command: Flags.CommandName, args: ReadonlyArray<string>, environ
 const decode = (argv: ReadonlyArray<string>, environment: Flags.Environment, label: string): Verdict => {
   const [first, ...args] = argv
   if (first === undefined) return { kind: "usage", message: "" }
-  // `maka help TOPIC` names a command or is refused like one.
-  if (first === "help" && args[0] !== undefined && !Flags.isCommand(args[0])) return { kind: "usage", message: Flags.unknownCommand(args[0]) }
-  if (first === "-h" || first === "--help" || first === "help" || first === "-v" || first === "--version") return { kind: "help" }
+  // `maka help TOPIC` (or --help, -h) names one command or is refused like one; --version takes nothing.
+  if (first === "-h" || first === "--help" || first === "help") {
+    if (args[0] !== undefined && !Flags.isCommand(args[0])) return { kind: "usage", message: Flags.unknownCommand(args[0]) }
+    if (args.length > 1) return { kind: "usage", message: `unexpected argument '${args[1]}': maka ${first} takes one command at most; see maka --help` }
+    return { kind: "help" }
+  }
+  if (first === "-v" || first === "--version") {
+    return args.length > 0 ? { kind: "usage", message: `unexpected argument '${args[0]}': maka ${first} takes none; see maka --help` } : { kind: "help" }
+  }
   if (!Flags.isCommand(first)) return { kind: "usage", message: Flags.unknownCommand(first) }
   // After `--` a `--help` is the command's argument.
   const flags = args.includes("--") ? args.slice(0, args.indexOf("--")) : args
@@ -285,7 +291,7 @@ describe("command-line flag fuzz", () => {
             ? "0.0.0-fuzz\n"
             : Flags.isCommand(first)
               ? commandUsage(first)
-              : first === "help" && topic !== undefined && Flags.isCommand(topic)
+              : topic !== undefined && Flags.isCommand(topic)
                 ? commandUsage(topic)
                 : USAGE
         expect(result.stdout, label).toBe(expected)

@@ -23,13 +23,16 @@ const dispatch = async (context: MainContext): Promise<number> => {
     return ExitCode.usage
   }
   if (first === "-h" || first === "--help" || first === "help") {
-    // `maka help run` is `maka run --help`; a topic that names no command is refused like one.
-    const [topic] = args
-    if (first === "help" && topic !== undefined && !isCommand(topic)) throw new UsageError(unknownCommand(topic))
-    context.sink.out(first === "help" && topic !== undefined && isCommand(topic) ? commandUsage(topic) : USAGE)
+    // `maka help run` and `maka --help run` are `maka run --help`; a topic that names no command is
+    // refused like one, and so is a second argument.
+    const [topic, ...rest] = args
+    if (topic !== undefined && !isCommand(topic)) throw new UsageError(unknownCommand(topic))
+    if (rest.length > 0) throw new UsageError(`unexpected argument '${rest[0]}': maka ${first} takes one command at most; see maka --help`)
+    context.sink.out(topic !== undefined && isCommand(topic) ? commandUsage(topic) : USAGE)
     return ExitCode.completed
   }
   if (first === "-v" || first === "--version") {
+    if (args.length > 0) throw new UsageError(`unexpected argument '${args[0]}': maka ${first} takes none; see maka --help`)
     context.sink.out(`${context.version}\n`)
     return ExitCode.completed
   }
