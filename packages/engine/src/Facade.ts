@@ -193,6 +193,13 @@ export const createEngine = async (options: CreateEngineOptions): Promise<MakaEn
 
   const run = <A>(effect: Effect.Effect<A, EdgeError, Services>): Promise<A> =>
     closing === undefined ? runtime.runPromiseExit(effect).then(settle) : Promise.reject(closedError())
+  /**
+   * A call on a live run: heard while the engine closes, until its runtime is gone (a shutdown
+   * handler's `handoff()` after `close({handoff: true})` began joins the pause that close takes; a
+   * `steer` gets the run's own answer, `Busy` once it is handing off or cancelled).
+   */
+  const onRun = <A>(effect: Effect.Effect<A, EdgeError, Services>): Promise<A> =>
+    disposed ? Promise.reject(closedError()) : runtime.runPromiseExit(effect).then(settle)
 
   const feedOf = (running: Agent.AgentRun): EventFeed.EventFeed | undefined => EventFeed.of(running.events)
 
@@ -230,15 +237,25 @@ export const createEngine = async (options: CreateEngineOptions): Promise<MakaEn
       },
       wait: () => settled.then(settle),
       cancel,
-      steer: (text) => run(running.steer(text)),
+      steer: (text) => onRun(running.steer(text)),
       // A run that has ended has nothing to hand off: `null`, as when it ends while the request waits.
       // A second call while one is pending shares it (a host's shutdown handler may fire twice).
       handoff: () =>
-        (handing ??= run(running.handoff)
+        (handing ??= onRun(running.handoff)
           .then(
             (pause) => pause ?? null,
             (error: unknown) => {
-              if (error instanceof EngineError.EngineError && error.reason._tag === "Busy" && Handoff.refusedAsEnded(error.reason.message)) return null
+              if (error instanceof EngineError.EngineError && error.reason._tag === "Busy") {
+                if (Handoff.refusedAsEnded(error.reason.message)) return null
+                // The handoff `close({handoff: true})` requested: its pause, or null when it took none.
+                const closingNow = closing
+                if (closingNow !== undefined && error.reason.message === Handoff.gateRefusal("requested")) {
+                  return closingNow.then((closed) => {
+                    const own = closed.find((item) => item.invocation.invocationId === running.invocation.invocationId)
+                    return (own?.outcome === "paused" ? own.pause : undefined) ?? null
+                  })
+                }
+              }
               throw error
             },
           )

@@ -17,6 +17,7 @@ import * as fs from "node:fs"
 import * as path from "node:path"
 import type { Lineage } from "@maka/facts"
 import * as Agent from "../src/Agent.ts"
+import type * as EngineError from "../src/EngineError.ts"
 import type * as Engine from "../src/Engine.ts"
 import * as Handoff from "../src/internal/handoff.ts"
 import { createEngine } from "../src/Facade.ts"
@@ -558,6 +559,35 @@ describe("the handoff gate", () => {
         assert.deepStrictEqual(closed, [{ invocation: run.invocation, outcome: "paused", pause: pause! }])
         assert.deepStrictEqual((yield* Effect.promise(() => run.wait())).outcome, { kind: "handoff_paused", pause: pause! })
         assert.deepStrictEqual(effects.ran, ["slow:a"])
+      }),
+    ),
+  )
+
+  it.live("a run.handoff() after close({handoff: true}) began joins its pause; a steer then rides the pause, not refused as a closed engine", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const { directory, engine, run, effects, release } = yield* slowFacadeRun("Resumed.")
+        // The shutdown closes the engine with handoff while the tool runs; a handler then asks the run too.
+        const closing = engine.close({ handoff: true })
+        yield* Effect.sleep("20 millis")
+        const requested = run.handoff()
+        yield* Effect.promise(() => run.steer("One more thing."))
+        yield* Deferred.succeed(release, undefined)
+        const closed = yield* Effect.promise(() => closing)
+        const pause = yield* Effect.promise(() => requested)
+        assert.isNotNull(pause)
+        assert.deepStrictEqual(closed, [{ invocation: run.invocation, outcome: "paused", pause: pause! }])
+        assert.deepStrictEqual(effects.ran, ["slow:a"])
+        // Once the engine is closed, a call on the run is the closed engine's refusal.
+        const after = yield* Effect.flip(Effect.tryPromise({ try: () => run.handoff(), catch: (error) => error as EngineError.EngineError }))
+        assert.strictEqual(after.reason._tag, "Internal")
+        // The steering was committed before the pause.
+        const reopened = yield* Effect.promise(() => createEngine({ database: path.join(directory, "events.sqlite") }))
+        const facts = (yield* Effect.promise(() => reopened.events("session-1"))).map((stored) => stored.event.fact)
+        yield* Effect.promise(() => reopened.close())
+        const steeredAt = facts.findIndex((fact) => fact.kind === "message_steered" && fact.message.content.text === "One more thing.")
+        assert.isAbove(steeredAt, -1)
+        assert.isBelow(steeredAt, facts.findIndex((fact) => fact.kind === "invocation_ended"))
       }),
     ),
   )
