@@ -124,7 +124,15 @@ describe("processSink", () => {
       signal.removeEventListener = (...args: Parameters<typeof remove>) => (count--, remove(...args))
       return () => count
     }
-    const state = (promise: Promise<void>) => Promise.race([promise.then(() => "settled"), new Promise((resolve) => setTimeout(() => resolve("waiting"), 20))])
+    // Whether the wait has settled once the turns of the event loop a settling wait takes are over.
+    const state = async (promise: Promise<void>) => {
+      let settled = false
+      void promise.then(() => {
+        settled = true
+      })
+      for (let turn = 0; turn < 5; turn++) await new Promise((resolve) => setImmediate(resolve))
+      return settled ? "settled" : "waiting"
+    }
     // Written through: settles, and leaves no listener on the signal.
     const stop = new AbortController()
     const listeners = listening(stop.signal)

@@ -622,6 +622,9 @@ export const make = (options: Partial<EngineOptions> = {}) =>
           active.delete(sessionId)
           live.delete(input.invocation.invocationId)
           feed.end()
+          // The run's context is the engine's to keep now (or no one's): a caller's handle, which
+          // holds this run, pins none of it (docs/engine.md §5.4 "Kept context").
+          run.live = undefined
         })
         const failed = (error: EngineError.EngineError) =>
           Effect.suspend(() => {

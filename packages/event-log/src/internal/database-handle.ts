@@ -110,14 +110,6 @@ export const isConnectionLost = (error: unknown): boolean => {
   return /connection terminated unexpectedly|not queryable|terminating connection/i.test(errorMessage(error))
 }
 
-/**
- * Whether `error` is pg's refusal to send a statement at all on a client whose connection already
- * failed ("Client has encountered a connection error and is not queryable", or one closed): a
- * COMMIT refused so never reached the server, which rolled the transaction back when the
- * connection went, so nothing of it landed.
- */
-const isNeverSent = (error: unknown): boolean => /\bis not queryable\b/i.test(errorMessage(error))
-
 /** A runner that keeps the raw error of its transaction (what `runTransaction` maps), for `runPostgres`. */
 const recording = (runner: TransactionRunner, seen: { error?: unknown }): TransactionRunner => ({
   execute: (callback) =>
@@ -131,8 +123,9 @@ const recording = (runner: TransactionRunner, seen: { error?: unknown }): Transa
  * A PostgreSQL transaction: `runTransaction`, tried again (up to three more times, after a short
  * wait) when nothing of it can have been written or read wrong: it failed to begin, or its body
  * failed, on a lost connection, or (a write) its body met a transient answer. A write that fails at
- * the commit is tried again only when its COMMIT was never sent (`isNeverSent`); otherwise it may
- * have landed. A read is tried again at its commit on a lost connection.
+ * the commit is never tried again, whatever the error says: the error Kysely passes on may be its
+ * ROLLBACK's ("… is not queryable") after a COMMIT that was sent and landed. A read is tried again
+ * at its commit on a lost connection.
  */
 export const runPostgres = async <A>(
   begin: () => TransactionRunner,
@@ -160,9 +153,7 @@ export const runPostgres = async <A>(
       const raw = seen.error ?? error
       const retried =
         progress.stage === "commit"
-          ? isWrite
-            ? isNeverSent(raw)
-            : isConnectionLost(raw)
+          ? !isWrite && isConnectionLost(raw)
           : isConnectionLost(raw) || (isWrite && progress.stage === "body" && transientCode(error) !== undefined)
       if (wait === undefined || !retried) throw error
       await new Promise((resolve) => setTimeout(resolve, wait))

@@ -215,17 +215,18 @@ const namesTls = (values: (name: string) => ReadonlyArray<string>): boolean =>
   ["sslmode", "sslrootcert", "sslcert", "sslkey"].some((name) => (values(name).at(-1) ?? "") !== "") ||
   values("sslnegotiation").at(-1) === "direct"
 
-/**
- * The connection string `pg` is given for `url` (docs/log-format.md §3.1). An `sslmode` pg does not
- * implement, a `PGSSLMODE` in `environment` pg would read and does not implement, and a
- * `uselibpqcompat` other than `true` or `false`, are refused (`UnsupportedDatabase`, before anything
- * connects). Without `uselibpqcompat=true`, `prefer`, `require` and `verify-ca` are
- * given as `verify-full`: what pg 8 makes of them anyway, without its warning. Every other byte of
- * the URL is kept, so pg reads the rest (host, `sslrootcert`, `uselibpqcompat`, …) as before.
- */
 /** URL parameters other clients read as the schema (Prisma's `schema`, JDBC's `currentSchema`). */
 const SCHEMA_PARAMETERS: ReadonlyArray<string> = ["schema", "currentSchema", "search_path"]
 
+/**
+ * The connection string `pg` is given for `url` (docs/log-format.md §3.1). An `sslmode` pg does not
+ * implement, a `PGSSLMODE` in `environment` pg would read and does not implement, a
+ * `uselibpqcompat` other than `true` or `false`, and a schema named as other clients name it
+ * (`SCHEMA_PARAMETERS`, which pg passes by unread) are refused (`UnsupportedDatabase`, before
+ * anything connects). Without `uselibpqcompat=true`, `prefer`, `require` and `verify-ca` are
+ * given as `verify-full`: what pg 8 makes of them anyway, without its warning. Every other byte of
+ * the URL is kept, so pg reads the rest (host, `sslrootcert`, `uselibpqcompat`, …) as before.
+ */
 export const pgConnectionString = (url: string, environment: Readonly<Record<string, string | undefined>> = process.env): string => {
   const refuse = (message: string) => EventLogError.make({ _tag: "UnsupportedDatabase", message: `${redactUrl(url)}: ${message}` })
   // A socket path has no query (pg splits it at spaces); as pg's URL parser, the query runs from
@@ -402,10 +403,6 @@ const currentSchema = async (transaction: Transaction<Tables>, location: string)
 }
 
 /**
- * Opens a log over an already reachable store (a `pg` pool, or the PGlite adapter). Read-only, every
- * session's transactions default to READ ONLY too, so nothing but a read can reach the store.
- */
-/**
  * `pool` whose clients get the log's session settings (`prepare`) before they are first handed out. A
  * client whose settings fail (its connection dropped meanwhile) is released as broken, never kept out
  * of the pool: the pool's `end()`, at the log's close, waits for every client handed out, and would
@@ -431,6 +428,10 @@ const preparing = (pool: PostgresPool, prepare: (client: PostgresPoolClient) => 
   }
 }
 
+/**
+ * Opens a log over an already reachable store (a `pg` pool, or the PGlite adapter). Read-only, every
+ * session's transactions default to READ ONLY too, so nothing but a read can reach the store.
+ */
 export const openPostgresStore = async (store: PostgresStore, access: { readonly readOnly?: boolean } = {}): Promise<Database> => {
   const readOnly = access.readOnly === true
   // The schema every client works in: the one given, or else the first client's `current_schema()`,
