@@ -130,6 +130,53 @@ describe("maka chat", () => {
     expect(fs.existsSync(db)).toBe(false)
   })
 
+  it("ends on signals while its output waits for a reader that stopped reading, and opens no next turn", async () => {
+    const { root, workspace, db } = fresh()
+    // Each turn's --json lines carry its 60 KB message: a few turns fill the pipe nobody reads.
+    const lines = Array.from({ length: 16 }, (_, index) => `${String.fromCharCode(97 + index).repeat(60_000)}\n`).join("")
+    const ended = async () =>
+      eventLines((await maka(["events", "--db", db, "--session", "u", "--json"], { cwd: root })).stdout).filter(
+        (line) => line.event.fact.kind === "invocation_ended",
+      ).length
+    const result = await maka(["chat", "--db", db, "--workspace", workspace, "--session", "u", "--json"], {
+      cwd: root,
+      input: lines,
+      stdoutUnread: true,
+      onSpawn: (child) => {
+        // Once no turn has ended for three looks in a row, the chat waits for its output before the
+        // next: signals, again and again, until it exits (after it ended, the second stops the wait
+        // for its last output too).
+        let exited = false
+        child.on("exit", () => {
+          exited = true
+        })
+        void (async () => {
+          let last = -1
+          let still = 0
+          while (!exited && still < 3) {
+            await new Promise((resolve) => setTimeout(resolve, 200))
+            const count = await ended()
+            still = count > 0 && count === last ? still + 1 : 0
+            last = count
+          }
+          while (!exited) {
+            child.kill("SIGINT")
+            await new Promise((resolve) => setTimeout(resolve, 200))
+          }
+        })()
+      },
+    })
+    expect(result.code).toBe(130)
+    const { openings, endings } = await invocationsOf(root, db, "u")
+    expect(openings.length).toBeLessThan(16)
+    // Every turn opened ended; on a machine slow enough that a turn outlasted the looks, the last one
+    // may have been cancelled by the first signal instead.
+    const kinds = endings.map((line) => line.event.fact["outcome"].kind as string)
+    expect(kinds).toHaveLength(openings.length)
+    expect(kinds.slice(0, -1).every((kind) => kind === "completed")).toBe(true)
+    expect(["completed", "cancelled"]).toContain(kinds.at(-1))
+  }, 60_000)
+
   it("SIGTERM hands the current turn off and ends the chat with exit 75; the next line is not sent", async () => {
     const { root, workspace, db } = fresh()
     const result = await maka(["chat", "--db", db, "--workspace", workspace, "--session", "y", "--json"], {

@@ -39,6 +39,10 @@ export interface SpawnOptions {
   readonly withoutPrivileges?: boolean
   /** Closes the read end of maka's stdout before it writes anything (`maka … | false`). */
   readonly stdoutClosed?: boolean
+  /** Never reads maka's stdout (a reader that stopped: a suspended pipeline), so its pipe fills. */
+  readonly stdoutUnread?: boolean
+  /** Called with the child once it is spawned. */
+  readonly onSpawn?: (child: ChildProcess) => void
 }
 
 /** A clean environment: no MAKA_* of the developer's shell leaks into a test. */
@@ -74,13 +78,16 @@ export const maka = (args: ReadonlyArray<string>, options: SpawnOptions): Promis
       detached: options.group === true,
     })
     if (options.stdoutClosed === true) child.stdout.destroy()
+    options.onSpawn?.(child)
     let stdout = ""
     let stderr = ""
     const seen = () => options.onOutput?.(child, { stdout, stderr })
-    child.stdout.setEncoding("utf8").on("data", (chunk: string) => {
-      stdout += chunk
-      seen()
-    })
+    if (options.stdoutUnread !== true) {
+      child.stdout.setEncoding("utf8").on("data", (chunk: string) => {
+        stdout += chunk
+        seen()
+      })
+    }
     child.stderr.setEncoding("utf8").on("data", (chunk: string) => {
       stderr += chunk
       seen()
