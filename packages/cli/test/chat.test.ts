@@ -134,10 +134,11 @@ describe("maka chat", () => {
     const { root, workspace, db } = fresh()
     // Each turn's --json lines carry its 60 KB message: a few turns fill the pipe nobody reads.
     const lines = Array.from({ length: 16 }, (_, index) => `${String.fromCharCode(97 + index).repeat(60_000)}\n`).join("")
-    const ended = async () =>
+    const count = async (kind: string) =>
       eventLines((await maka(["events", "--db", db, "--session", "u", "--json"], { cwd: root })).stdout).filter(
-        (line) => line.event.fact.kind === "invocation_ended",
+        (line) => line.event.fact.kind === kind,
       ).length
+    let openedBeforeSignals = -1
     const result = await maka(["chat", "--db", db, "--workspace", workspace, "--session", "u", "--json"], {
       cwd: root,
       input: lines,
@@ -155,12 +156,14 @@ describe("maka chat", () => {
           let still = 0
           while (!exited && still < 3) {
             await new Promise((resolve) => setTimeout(resolve, 200))
-            const count = await ended()
-            still = count > 0 && count === last ? still + 1 : 0
-            last = count
+            const ended = await count("invocation_ended")
+            still = ended > 0 && ended === last ? still + 1 : 0
+            last = ended
           }
-          while (!exited) {
-            child.kill("SIGINT")
+          openedBeforeSignals = await count("invocation_opened")
+          // Signals until it exits; a chat that never does is killed, so the test leaves no process.
+          for (let round = 0; !exited; round++) {
+            child.kill(round < 150 ? "SIGINT" : "SIGKILL")
             await new Promise((resolve) => setTimeout(resolve, 200))
           }
         })()
@@ -168,6 +171,8 @@ describe("maka chat", () => {
     })
     expect(result.code).toBe(130)
     const { openings, endings } = await invocationsOf(root, db, "u")
+    // No turn opened once the signals began.
+    expect(openings).toHaveLength(openedBeforeSignals)
     expect(openings.length).toBeLessThan(16)
     // Every turn opened ended; on a machine slow enough that a turn outlasted the looks, the last one
     // may have been cancelled by the first signal instead.

@@ -246,15 +246,15 @@ export const createEngine = async (options: CreateEngineOptions): Promise<MakaEn
             (pause) => pause ?? null,
             (error: unknown) => {
               if (error instanceof EngineError.EngineError && error.reason._tag === "Busy") {
-                if (Handoff.refusedAsEnded(error.reason.message)) return null
-                // The handoff `close({handoff: true})` requested: its pause, or null when it took none.
+                // The handoff `close({handoff: true})` asked for: its pause, or null when it took none.
                 const closingNow = closing
-                if (closingNow !== undefined && error.reason.message === Handoff.gateRefusal("requested")) {
+                if (closingNow !== undefined && Handoff.refusedAsTaken(error.reason.message)) {
                   return closingNow.then((closed) => {
                     const own = closed.find((item) => item.invocation.invocationId === running.invocation.invocationId)
                     return (own?.outcome === "paused" ? own.pause : undefined) ?? null
                   })
                 }
+                if (Handoff.refusedAsEnded(error.reason.message)) return null
               }
               throw error
             },

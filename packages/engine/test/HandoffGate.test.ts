@@ -592,6 +592,21 @@ describe("the handoff gate", () => {
     ),
   )
 
+  it.live("a run.handoff() during a plain close takes no pause: it resolves null and the run ends cancelled", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const { engine, run, effects, release } = yield* slowFacadeRun("Done.")
+        const closing = engine.close({ handoff: false })
+        const requested = run.handoff()
+        yield* Deferred.succeed(release, undefined)
+        assert.isNull(yield* Effect.promise(() => requested))
+        assert.deepStrictEqual((yield* Effect.promise(() => closing)).map((item) => item.outcome), ["cancelled"])
+        assert.strictEqual((yield* Effect.promise(() => run.wait())).outcome.kind, "cancelled")
+        assert.isAtMost(effects.ran.length, 1)
+      }),
+    ),
+  )
+
   it.live("close({handoff: true}) cancels at once a run that can never pause (no workspace): no later effect, no later request", () =>
     Effect.scoped(
       Effect.gen(function* () {
@@ -793,6 +808,27 @@ describe("the handoff gate's transitions (scenario 61)", () => {
       const refused = yield* Effect.flip(gate.reserve(intent()))
       assert.strictEqual(refused.reason._tag, "Busy")
       assert.isTrue(Handoff.refusedAsEnded(refused.message))
+    }),
+  )
+
+  it.effect("a reservation refused while a handoff is requested, held, committing or sealed says it is taken; one after the run closed does not", () =>
+    Effect.gen(function* () {
+      const gate = new Handoff.HandoffGate("run-root")
+      const refusal = Effect.map(Effect.flip(gate.reserve(intent())), (error) => error.message)
+      yield* gate.reserve(intent())
+      const requested = yield* refusal
+      assert.isDefined(gate.hold())
+      const held = yield* refusal
+      assert.isTrue(gate.commit())
+      const committed = yield* refusal
+      yield* gate.sealed({ intent: intent() } as unknown as Lineage.HandoffPause)
+      const sealed = yield* refusal
+      for (const message of [requested, held, committed, sealed]) assert.isTrue(Handoff.refusedAsTaken(message), message)
+      const closedGate = new Handoff.HandoffGate("run-root")
+      yield* closedGate.close
+      const closed = (yield* Effect.flip(closedGate.reserve(intent()))).message
+      assert.isFalse(Handoff.refusedAsTaken(closed))
+      assert.isTrue(Handoff.refusedAsEnded(closed))
     }),
   )
 

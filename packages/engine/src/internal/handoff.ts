@@ -26,6 +26,14 @@ export const gateRefusal = (state: GateState): string => `the run's handoff gate
 export const refusedAsEnded = (message: string): boolean => message === gateRefusal("closed") || message === gateRefusal("sealed")
 
 /**
+ * Whether `message` is a reservation refused because a handoff of the run was asked for already and
+ * is under way or sealed (requested, held at a boundary, committing, sealed): the facade's
+ * `handoff()` during `close({handoff: true})` then shares the pause that close takes.
+ */
+export const refusedAsTaken = (message: string): boolean =>
+  (["requested", "held", "committed", "sealed"] as const).some((state) => message === gateRefusal(state))
+
+/**
  * The gate of one run (docs/engine.md §5.10): `running → requested → held → committed → sealed`, or
  * `closed` when the run ends. It only schedules: the store's checks decide whether a pause seals.
  */
