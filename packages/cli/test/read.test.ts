@@ -146,6 +146,19 @@ describe("read-only commands over a log with a completed and a crashed run", () 
     expect(html).not.toMatch(/<script|<link|<img|<iframe|\ssrc=|\shref="(?!#step-\d+")|url\(/i)
   })
 
+  it("maka inspect --html - writes the same page to stdout, and is refused with --step", async () => {
+    const page = path.join(shared.root, "page-for-stdout.html")
+    expect((await maka(["inspect", "--db", shared.db, "--session", "done", "--html", page], { cwd: shared.root })).code).toBe(0)
+    const result = await maka(["inspect", "--db", shared.db, "--session", "done", "--html", "-"], { cwd: shared.root })
+    expect(result.code).toBe(0)
+    expect(result.stdout).toBe(fs.readFileSync(page, "utf8"))
+    expect(fs.existsSync(path.join(shared.root, "-"))).toBe(false)
+    const refused = await maka(["inspect", "--db", shared.db, "--session", "done", "--html", "-", "--step", "1"], { cwd: shared.root })
+    expect(refused.code).toBe(2)
+    expect(refused.stdout).toBe("")
+    expect(refused.stderr).toContain("--html - writes the page to stdout")
+  })
+
   it("maka inspect --html shows a control, a bidirectional override or markup in what it prints as escapes, never raw", async () => {
     const hostile = folder()
     try {

@@ -68,6 +68,13 @@ describe("maka run on the offline model", () => {
     expect(opening.input.content.text).toBe("from stdin\n\n  second line ")
   })
 
+  it("reads the message from stdin when MESSAGE is -", async () => {
+    const { root, workspace, db } = fresh()
+    const result = await maka(["run", "--db", db, "--workspace", workspace, "--json", "-"], { cwd: root, input: "piped in\n" })
+    expect(result.code).toBe(0)
+    expect(eventLines(result.stdout)[0]!.event.fact.input.content.text).toBe("piped in")
+  })
+
   it("prints every committed event with --json, the same lines maka events --json prints", async () => {
     const { root, workspace, db } = fresh()
     const result = await maka(["run", "--db", db, "--workspace", workspace, "--session", "s1", "--json", "hi"], { cwd: root })

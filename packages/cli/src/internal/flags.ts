@@ -55,7 +55,7 @@ export const FLAGS = {
   },
   json: { type: "boolean", description: "print events as JSON lines {\"sequence\":N,\"event\":{…}}", defaultText: "off" },
   step: { type: "string", value: "N", description: "show the exact model input of step N (from 1)", defaultText: "none" },
-  html: { type: "string", value: "FILE", description: "also write a self-contained HTML page of the session", defaultText: "none" },
+  html: { type: "string", value: "FILE", description: "also write a self-contained HTML page of the session (- for stdout)", defaultText: "none" },
   abandon: {
     type: "boolean",
     description: "release the sealed handoff of --session: its successor is sealed cancelled, never run",
@@ -99,7 +99,7 @@ const TURN: ReadonlyArray<FlagName> = [
 /** The commands and the flags each takes. */
 export const COMMANDS = {
   run: {
-    summary: "one user turn (MESSAGE, or stdin when it is not a terminal)",
+    summary: "one user turn (MESSAGE, or stdin when it is not a terminal or MESSAGE is -)",
     arguments: "[MESSAGE]",
     flags: TURN,
   },

@@ -458,12 +458,29 @@ export const readSession = async (open: OpenLog, sessionId: string, withOutputs 
   return { count, lines, openings, mainRequests, outputs }
 }
 
+function* linesOf(lines: ReadonlyArray<string>): Iterable<string> {
+  for (const line of lines) yield `${line}\n`
+}
+
+/** Writes `texts` to stdout at the pace of its reader; a reader that went away (`| head`) ends it. */
+const outPaced = async (context: CommandContext, texts: Iterable<string>): Promise<void> => {
+  for (const text of texts) {
+    context.sink.out(text)
+    const drained = context.sink.outDrained?.()
+    if (drained !== undefined) await drained
+    if (context.sink.outClosed?.aborted === true) return
+  }
+}
+
 export const inspectCommand = async (context: CommandContext): Promise<number> => {
   const { values } = Flags.parse("inspect", context.args)
   const target = Flags.database(values, context.environment, context.cwd)
   const sessionId = Flags.requiredSession(values, "inspect")
   const stepNumber = Flags.integer("step", values.step, 1, Number.MAX_SAFE_INTEGER)
-  const html = values.html === undefined ? undefined : path.resolve(context.cwd, values.html)
+  // `--html -` writes the page to stdout; the step's input, printed there too, would end inside it.
+  const toStdout = values.html === "-"
+  if (toStdout && stepNumber !== undefined) throw new Flags.UsageError("--html - writes the page to stdout; give --step without it, or a FILE")
+  const html = values.html === undefined || toStdout ? values.html : path.resolve(context.cwd, values.html)
   const open = await openReadOnly(target)
   let session: SessionView
   // The page, its steps added as their sources are read; step N's source for the terminal.
@@ -480,7 +497,7 @@ export const inspectCommand = async (context: CommandContext): Promise<number> =
     }
     if (html !== undefined) {
       // Refused before the sources are read (a long session's take a while), and again at the write.
-      await checkPageTarget(html)
+      if (!toStdout) await checkPageTarget(html)
       const { inspectPage } = await import("./inspect-html.ts")
       const building = inspectPage(sessionId, session)
       page = building
@@ -495,16 +512,12 @@ export const inspectCommand = async (context: CommandContext): Promise<number> =
   }
   if (html === undefined && stepNumber === undefined) {
     context.sink.out(`session ${sessionId}: ${session.count} events\n`)
-    // At the pace of stdout's reader; one that went away (`| head`) ends the printing.
-    for (const line of session.lines) {
-      context.sink.out(`${line}\n`)
-      const drained = context.sink.outDrained?.()
-      if (drained !== undefined) await drained
-      if (context.sink.outClosed?.aborted === true) break
-    }
+    await outPaced(context, linesOf(session.lines))
     return ExitCode.completed
   }
-  if (html !== undefined && page !== undefined) {
+  if (toStdout && page !== undefined) {
+    await outPaced(context, page.pieces())
+  } else if (html !== undefined && page !== undefined) {
     await writePage(html, page)
     context.sink.err(`wrote ${html}\n`)
   }

@@ -105,8 +105,9 @@ export const messageProblem = (message: string): string | undefined => {
 const readMessage = async (context: RunContext, positionals: ReadonlyArray<string>): Promise<string> => {
   if (positionals.length > 1) throw new Flags.UsageError("maka run takes one MESSAGE; quote it")
   let message = positionals[0]
-  if (message === undefined) {
-    if (context.stdin.isTTY === true) throw new Flags.UsageError("give a MESSAGE, or pipe it on stdin")
+  // `-` names stdin, as for other commands that read a file (read to its end, a terminal's too).
+  if (message === undefined || message === "-") {
+    if (message === undefined && context.stdin.isTTY === true) throw new Flags.UsageError("give a MESSAGE, or pipe it on stdin")
     // The line end that closes piped input (`echo`, a file's last line) is not part of the message,
     // as `maka chat` reads a line without it.
     message = (
