@@ -24,7 +24,7 @@ import { Cancellation, Ids, ToolCatalog } from "@maka/tools"
 import { Clock, Context, Deferred, Effect, Exit, Fiber, Layer, Option, type Redacted, Ref, Result, Schema, Scope, Semaphore, Stream } from "effect"
 import * as EngineError from "./EngineError.ts"
 import * as AbortFanout from "./internal/abort-fanout.ts"
-import { defaults, MAX_QUEUED_STEERING, MAX_QUEUED_STEERING_BYTES, optionsProblem, resolveOptions, SESSION_CONTEXT_BYTES, SESSION_CONTEXTS, type EngineOptions } from "./internal/options.ts"
+import { defaults, MAX_QUEUED_STEERING, MAX_QUEUED_STEERING_BYTES, optionsProblem, resolveOptions, type EngineOptions } from "./internal/options.ts"
 import { SessionContexts, stamp, type Run, type RunSettings } from "./internal/run-context.ts"
 import * as EventFeed from "./internal/event-feed.ts"
 import * as Handoff from "./internal/handoff.ts"
@@ -496,7 +496,7 @@ export const make = (options: Partial<EngineOptions> = {}) =>
       error.reason._tag === "ReconciliationRequired" &&
       error.reason.message === EngineError.UNSEALED_RUN_MESSAGE &&
       [...unwritten.values()].some((invocation) => invocation.sessionId === sessionId)
-    const contexts = new SessionContexts(SESSION_CONTEXTS, SESSION_CONTEXT_BYTES)
+    const contexts = new SessionContexts(settingsOf.keptContexts, settingsOf.keptContextBytes)
     const live = new Map<
       string,
       {

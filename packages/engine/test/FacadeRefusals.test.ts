@@ -346,6 +346,9 @@ describe("createEngine refusals open nothing", () => {
       [{ observationMaxChars: 131_073 }, "engineOptions.observationMaxChars must be an integer in 1..131072"],
       [{ observationDelayMs: NaN }, "engineOptions.observationDelayMs must be a finite number (clamped to 0..50)"],
       [{ observationDelayMs: "10" }, "engineOptions.observationDelayMs must be a finite number (clamped to 0..50)"],
+      [{ keptContexts: -1 }, "engineOptions.keptContexts must be an integer in 0..1000000"],
+      [{ keptContexts: 1.5 }, "engineOptions.keptContexts must be an integer in 0..1000000"],
+      [{ keptContextBytes: Infinity }, `engineOptions.keptContextBytes must be an integer in 0..${Number.MAX_SAFE_INTEGER}`],
     ]
     for (const [engineOptions, text] of cases) await refusedBeforeOpening({ engineOptions: untyped(engineOptions) }, text)
     await refusedBeforeOpening({ engineOptions: untyped("fast") }, "engineOptions must be an object")
@@ -353,7 +356,7 @@ describe("createEngine refusals open nothing", () => {
     // A misspelt option is named, not ignored.
     await refusedBeforeOpening(
       { engineOptions: untyped({ cancelGrace: 100 }) },
-      "engineOptions has no option 'cancelGrace' (the options are backoffBaseMs, backoffMaxMs, maxModelAttempts, observationMaxChars, observationDelayMs, cancelGraceMs, handoffWaitMs)",
+      "engineOptions has no option 'cancelGrace' (the options are backoffBaseMs, backoffMaxMs, maxModelAttempts, observationMaxChars, observationDelayMs, cancelGraceMs, handoffWaitMs, keptContexts, keptContextBytes)",
     )
   })
 

@@ -273,6 +273,33 @@ describe("the context an engine keeps across runs", () => {
     ))
 })
 
+describe("the kept contexts' bounds (engineOptions keptContexts, keptContextBytes)", () => {
+  const turns = (engineOptions: Partial<Engine.EngineOptions>) =>
+    Effect.gen(function* () {
+      let reads = 0
+      const context = yield* setup(
+        { script: ["One.", "Two.", "Three."].map((text) => Respond.sse(OpenAiSse.response({ text: [text] }))) },
+        engineOptions,
+        {},
+        { wrapLog: (log) => counting(log, () => reads++) },
+      )
+      const effects: Effects = { ran: [] }
+      const turn = completedTurn(context, effects, context.model, () => {})
+      for (const message of ["First.", "Second.", "Third."]) yield* turn(message)
+      return reads
+    })
+
+  it.live("keep a session's context by default, none with keptContexts 0 or a byte bound below its size", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        assert.strictEqual(yield* turns({}), 1)
+        assert.strictEqual(yield* turns({ keptContexts: 0 }), 3)
+        assert.strictEqual(yield* turns({ keptContextBytes: 1 }), 3)
+        assert.strictEqual(yield* turns({ keptContexts: 1, keptContextBytes: 8 * 1024 * 1024 }), 1)
+      }),
+    ))
+})
+
 describe("prune (docs/engine.md §5.11)", () => {
   it.live("archives a result over one page before the next request, keeps the raw result readable, and the context equals a fresh read (scenario 47)", () =>
     Effect.scoped(

@@ -32,6 +32,16 @@ export interface EngineOptions {
    * tool or a stream that does not end) is cancelled, as `close()` cancels it.
    */
   readonly handoffWaitMs: number
+  /**
+   * How many sessions' live contexts the engine keeps for their next run (docs/engine.md §5.4 "Kept
+   * context"), least recently used dropped first; 0 keeps none (each run reads its session).
+   */
+  readonly keptContexts: number
+  /**
+   * The most bytes the kept contexts hold together, as the read limits count them; a context over it
+   * alone is not kept. A context's heap is a few times its bytes.
+   */
+  readonly keptContextBytes: number
 }
 
 /** The most steering messages one run holds for its next step boundary; `steer` refuses more. */
@@ -45,12 +55,13 @@ export const MAX_QUEUED_STEERING = 64
  */
 export const MAX_QUEUED_STEERING_BYTES = Limits.MAX_DELIVERED_MESSAGE_BYTES
 
-/** How many sessions' live contexts an engine keeps for their next run (least recently used dropped first). */
+/** How many sessions' live contexts an engine keeps by default (`keptContexts`). */
 export const SESSION_CONTEXTS = 256
 
 /**
- * The most bytes the kept contexts hold together, as the read limits count them (stored JSON; an
- * archived result at its placeholder's size): 32 MiB, four contexts at the 8 MiB read limit. A
+ * The default of `keptContextBytes`, the most bytes the kept contexts hold together, as the read
+ * limits count them (stored JSON; an archived result at its placeholder's size): 32 MiB, four
+ * contexts at the 8 MiB read limit. A
  * context's memory is a few times its JSON, so this bounds the cache's heap whatever the sessions'
  * sizes (docs/engine.md §5.4 "Kept context").
  */
@@ -67,6 +78,8 @@ export const defaults: EngineOptions = Object.freeze({
   observationDelayMs: 0,
   cancelGraceMs: 10_000,
   handoffWaitMs: 60_000,
+  keptContexts: SESSION_CONTEXTS,
+  keptContextBytes: SESSION_CONTEXT_BYTES,
 })
 
 /**
@@ -74,6 +87,9 @@ export const defaults: EngineOptions = Object.freeze({
  * A longer or infinite grace would let `close()` wait forever on a tool that ignores its signal.
  */
 export const MAX_WAIT_MS = 2 ** 31 - 1
+
+/** The most sessions whose contexts an engine may keep (`keptContexts`). */
+export const MAX_KEPT_CONTEXTS = 1_000_000
 
 /** The most attempts per step: enough for any retry policy, finite so a step always ends. */
 export const MAX_MODEL_ATTEMPTS = 1_000
@@ -92,6 +108,8 @@ const RANGES: Readonly<Record<Exclude<keyof EngineOptions, "observationDelayMs">
   observationMaxChars: [1, MAX_OBSERVATION_CHARS],
   cancelGraceMs: [0, MAX_WAIT_MS],
   handoffWaitMs: [0, MAX_WAIT_MS],
+  keptContexts: [0, MAX_KEPT_CONTEXTS],
+  keptContextBytes: [0, Number.MAX_SAFE_INTEGER],
 }
 
 /**
