@@ -111,6 +111,48 @@ describe("SIGTERM hands a run off, and maka resume continues it in another proce
     expect(listed.stdout).toMatch(/^g2 {2}paused \(handoff\) {2}1 invocation,/m)
   })
 
+  it("a signal ends resume's wait for a reader that stopped reading: exit 130, no pause resumed after it", async () => {
+    const created = fresh()
+    // The successors read the README: their --json lines carry it, and soon fill the pipe nobody reads.
+    fs.writeFileSync(path.join(created.workspace, "README.md"), `# Lantern\n\n${"A tiny static-site generator. ".repeat(2_000)}\n`)
+    const sessions = ["w1", "w2", "w3", "w4"]
+    for (const session of sessions) expect((await handOff(created, session)).code).toBe(75)
+    const paused = async () =>
+      (await maka(["sessions", "--db", created.db], { cwd: created.root })).stdout.split("\n").filter((line) => line.includes("paused (handoff)")).length
+    let pausedBeforeSignals = -1
+    const resumed = await maka(["resume", "--db", created.db, "--json"], {
+      cwd: created.root,
+      stdoutUnread: true,
+      onSpawn: (child) => {
+        let exited = false
+        child.on("exit", () => {
+          exited = true
+        })
+        void (async () => {
+          // Once no pause has been taken for three looks in a row, resume waits for its output.
+          let last = -1
+          let still = 0
+          while (!exited && still < 3) {
+            await new Promise((resolve) => setTimeout(resolve, 200))
+            const left = await paused()
+            still = left < sessions.length && left === last ? still + 1 : 0
+            last = left
+          }
+          pausedBeforeSignals = last
+          // Signals until it exits; a resume that never does is killed, so the test leaves no process.
+          for (let round = 0; !exited; round++) {
+            child.kill(round < 150 ? "SIGINT" : "SIGKILL")
+            await new Promise((resolve) => setTimeout(resolve, 200))
+          }
+        })()
+      },
+    })
+    expect(resumed.code).toBe(130)
+    expect(pausedBeforeSignals).toBeGreaterThan(0)
+    // No pause was taken once the signals began.
+    expect(await paused()).toBe(pausedBeforeSignals)
+  }, 60_000)
+
   it("resumes only the session given with --session, and prints its events with --json", async () => {
     const created = fresh()
     expect((await handOff(created, "a")).code).toBe(75)
