@@ -11,6 +11,7 @@ import * as tls from "node:tls"
 import { pathToFileURL } from "node:url"
 import { afterEach, describe, expect, it } from "vitest"
 import type { Database } from "../src/internal/database.ts"
+import type * as EventLogError from "../src/EventLogError.ts"
 import { makePool, openPostgres, pgConnectionString, SSL_MODES, type PgModule, type PgPoolOptions } from "../src/internal/open-postgres.ts"
 import { expectReason, spawnChild } from "./fixtures/storage.ts"
 
@@ -136,6 +137,30 @@ describe("a schema named in the URL, which pg passes by unread", () => {
     const url = "postgres://db.example/agents?options=-c%20search_path%3Dagents"
     expect(pgConnectionString(url)).toBe(url)
   })
+})
+
+describe("text that is not a PostgreSQL URL", () => {
+  it.each(["not a url", "localhost:5432/agents", "mysql://u:hunter2@db.example/agents", "postgres//db.example/agents", ""])(
+    "is refused at open, before any look-up or connection: %j",
+    (url) => {
+      const refused = (() => {
+        try {
+          pgConnectionString(url)
+        } catch (error) {
+          return error as EventLogError.EventLogError
+        }
+        return undefined
+      })()
+      expect(refused?.reason._tag).toBe("UnsupportedDatabase")
+      expect(refused?.message).toContain("not a PostgreSQL URL: give postgres://USER@HOST:PORT/DATABASE")
+      expect(refused?.message).not.toContain("hunter2")
+    },
+  )
+
+  it.each(["postgres://db.example/agents", "postgresql://db.example/agents", "POSTGRES://db.example/agents", "socket:/var/run/postgresql?db=agents", "/var/run/postgresql agents"])(
+    "is not a URL pg reads as one: %s is passed on",
+    (url) => expect(pgConnectionString(url)).toBe(url),
+  )
 })
 
 describe("the connection string pg is given", () => {

@@ -219,7 +219,8 @@ const namesTls = (values: (name: string) => ReadonlyArray<string>): boolean =>
 const SCHEMA_PARAMETERS: ReadonlyArray<string> = ["schema", "currentSchema", "search_path"]
 
 /**
- * The connection string `pg` is given for `url` (docs/log-format.md §3.1). An `sslmode` pg does not
+ * The connection string `pg` is given for `url` (docs/log-format.md §3.1). Text that is not a
+ * PostgreSQL URL (`postgres://`, `postgresql://`, `socket:` or a socket folder's path), an `sslmode` pg does not
  * implement, a `PGSSLMODE` in `environment` pg would read and does not implement, a
  * `uselibpqcompat` other than `true` or `false`, and a schema named as other clients name it
  * (`SCHEMA_PARAMETERS`, which pg passes by unread) are refused (`UnsupportedDatabase`, before
@@ -229,6 +230,11 @@ const SCHEMA_PARAMETERS: ReadonlyArray<string> = ["schema", "currentSchema", "se
  */
 export const pgConnectionString = (url: string, environment: Readonly<Record<string, string | undefined>> = process.env): string => {
   const refuse = (message: string) => EventLogError.make({ _tag: "UnsupportedDatabase", message: `${redactUrl(url)}: ${message}` })
+  // pg reads any other text as a path below `postgres://base` (a DNS look-up of the host `base`),
+  // and any other scheme as if it were postgres://.
+  if (!/^(postgres(ql)?:\/\/|socket:|\/)/i.test(url)) {
+    throw refuse("not a PostgreSQL URL: give postgres://USER@HOST:PORT/DATABASE (or postgresql://, socket:, or a socket folder's path)")
+  }
   // A socket path has no query (pg splits it at spaces); as pg's URL parser, the query runs from
   // the first `?` to the fragment.
   const fragment = url.indexOf("#") === -1 ? url.length : url.indexOf("#")
