@@ -322,6 +322,36 @@ describe("a summary too long for the model", () => {
       }),
     ))
 
+  it.live("never asks a slice's summary when its request is one refused already (events the prompt does not show)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const refuse = { main: false, all: false }
+        const context = yield* setup({
+          script: [
+            { match: (request) => refuse.all || (refuse.main && !isSummaryRequest(request)), respond: overflow(), repeat: true },
+            { match: isSummaryRequest, respond: summaryAnswer(summaryText("slice")), repeat: true },
+            ...["One.", "Two.", "Three."].map((text) => mainEntry(answer(text))),
+          ],
+        })
+        const tools = catalog({ ran: [] })
+        for (const message of ["First turn.", "Second turn.", "Third turn."]) {
+          assert.deepStrictEqual((yield* context.engine.run(input(context, message, tools))).outcome, { kind: "completed" })
+        }
+        // A run whose steps the provider refuses: its requests, interrupted, are events no prompt shows.
+        refuse.main = true
+        const overflowed = yield* context.engine.run(input(context, "Overflow me.", tools, { maxSteps: 2 }))
+        assert.strictEqual(overflowed.outcome.kind, "failed")
+        refuse.all = true
+        const before = context.server.requests().length
+        const last = yield* context.engine.run(input(context, "Once more.", tools, { maxSteps: 2 }))
+        assert.strictEqual(last.outcome.kind, "failed")
+        const summaries = context.server.requests().slice(before).filter(isSummaryRequest)
+        assert.isAtLeast(summaries.length, 1)
+        const asked = summaries.map((request) => request.body)
+        assert.deepStrictEqual(asked, [...new Set(asked)], "a summary request was sent again after its refusal")
+      }),
+    ))
+
   it.live("raises a slice's limit toward the smallest source refused when no clean cut fits the halved one", () =>
     Effect.scoped(
       Effect.gen(function* () {

@@ -115,6 +115,22 @@ export interface JobOptions {
  * `length` finish, one repair of a repairable defect), each a `summary` request whose evidence is
  * the fenced source. Fails with the model's error, or `Cancelled`.
  */
+/** A summary attempt's request over `history` with `instruction`, and its input digest. */
+const summaryRequest = (run: Run, history: Prompt.Prompt, instruction: string) => {
+  const maxOutputTokens = run.settings.mainOutputLimit ?? Limits.DEFAULT_OUTPUT_LIMIT
+  const prompt: Prompt.Prompt = [...history, { role: "user", content: Prompts.compactionAttemptMessage(instruction) }]
+  const projected = projectPrompt(run.model.kind, run.model.routeIdentity, prompt)
+  const request: Prompt.ModelRequest = { prompt: projected, tools: [], providerOptions: run.settings.providerOptions, maxOutputTokens }
+  return { request, inputDigest: PromptBuilder.inputDigest(projected, [], run.settings.providerOptions, maxOutputTokens) }
+}
+
+/**
+ * The input digest of a job's first summary request over `captured`: two sources that give the same
+ * one ask the provider the same question (a slice whose extra events the prompt does not show).
+ */
+export const firstRequestDigest = (run: Run, captured: Captured): string =>
+  summaryRequest(run, PromptBuilder.buildSummaryPrompt({ source: captured.source }), Prompts.COMPACTION_BASE_INSTRUCTION).inputDigest
+
 export const job = (run: Run, captured: Captured, options: JobOptions = {}): Effect.Effect<JobResult, EngineError.EngineError, Ids.Ids> =>
   Effect.gen(function* () {
     const { source, mode } = captured
@@ -124,25 +140,17 @@ export const job = (run: Run, captured: Captured, options: JobOptions = {}): Eff
       digest: source.sourceEvidence.digest,
       effectiveSourceDigest: source.effectiveSourceDigest,
     }
-    const maxOutputTokens = run.settings.mainOutputLimit ?? Limits.DEFAULT_OUTPUT_LIMIT
     let instruction = Prompts.COMPACTION_BASE_INSTRUCTION
     let shortened = false
     let firstDefect: Summary.SummaryDefect | undefined
     let toolContent = false
     const failed = (reason: Outcome.CompactReason): JobResult => ({ kind: "failed", reason, toolContent })
     while (true) {
-      const prompt: Prompt.Prompt = [...history, { role: "user", content: Prompts.compactionAttemptMessage(instruction) }]
-      const projected = projectPrompt(run.model.kind, run.model.routeIdentity, prompt)
-      const request: Prompt.ModelRequest = {
-        prompt: projected,
-        tools: [],
-        providerOptions: run.settings.providerOptions,
-        maxOutputTokens,
-      }
+      const { request, inputDigest } = summaryRequest(run, history, instruction)
       // A summary attempt runs once: physical retries are for main requests only (docs/engine.md §5.6).
       const completed = yield* attempt(run, {
         request,
-        inputDigest: PromptBuilder.inputDigest(projected, [], run.settings.providerOptions, maxOutputTokens),
+        inputDigest,
         source,
         evidence: { current: evidence },
         purpose: "summary",

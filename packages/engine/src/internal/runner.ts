@@ -546,6 +546,14 @@ const foreground = (run: Run, loop: LoopState, captured: Compaction.Captured, re
     // What the newest checkpoint covers: a `pre_turn` slice never passes over one of the run's own.
     let coveredThrough = captured.source.baseline?.checkpoint.coveredThrough ?? 0
     let adoptedAny = false
+    // The first requests refused as too long: a slice that would ask the same (its extra events are
+    // ones the prompt does not show, an interrupted run's requests) counts as refused unasked.
+    const refusedRequests = new Set<string>()
+    const refuse = (source: Compaction.Captured) => {
+      const refused = sourceBytes(source.source)
+      smallestRefused = Math.min(smallestRefused ?? refused, refused)
+      maxBytes = Math.floor(refused / 2)
+    }
     // A refused background summary was the first of the compaction's summaries.
     for (let slice = refusedBytes === undefined ? 1 : 2; slice <= MAX_SLICES; slice++) {
       if (current === undefined) {
@@ -555,15 +563,19 @@ const foreground = (run: Run, loop: LoopState, captured: Compaction.Captured, re
         if (next === undefined || next === "too_large") return adoptedAny
         current = next
         mode = next.mode
+        if (refusedRequests.size > 0 && refusedRequests.has(Compaction.firstRequestDigest(run, current))) {
+          refuse(current)
+          current = undefined
+          continue
+        }
       }
       const result = yield* Effect.result(Compaction.job(run, current))
       if (Result.isFailure(result)) {
         const error = result.failure
         if (error.reason._tag !== "Model" || error.reason.error.reason._tag === "Cancelled") return yield* Effect.fail(error)
         if (!Compaction.isOverflow(error)) return adoptedAny
-        const refused = sourceBytes(current.source)
-        smallestRefused = Math.min(smallestRefused ?? refused, refused)
-        maxBytes = Math.floor(refused / 2)
+        refusedRequests.add(Compaction.firstRequestDigest(run, current))
+        refuse(current)
       } else {
         if (!adopted(run, loop, yield* Compaction.adoptResult(run, result.success))) return adoptedAny
         adoptedAny = true
