@@ -72,17 +72,25 @@ describe("what maka run shows of compaction", () => {
     )
   })
 
-  it("says so when a summary finished but no checkpoint was recorded before the run ended", () => {
-    const history = new History.History()
-    const run = history.open()
-    const summary = run.request({ purpose: "summary" })
-    answer(run, summary, "not a summary")
-    const main = run.request()
-    answer(run, main, "the answer")
-    run.end()
-    const shown = render(history.written.map((written) => written.stored))
-    expect(shown.out).toBe("the answer\n")
-    expect(shown.err).toBe("compacting the context…\ncompaction not adopted: no checkpoint was recorded before the run ended\n")
+  it("names the defect of a summary the engine refused, and says so when a good one was not recorded before the run ended", () => {
+    const shown = (text: string, usage?: ReturnType<typeof FactBuilders.usage>) => {
+      const history = new History.History()
+      const run = history.open()
+      const summary = run.request({ purpose: "summary" })
+      run.observe(summary, { kind: "part_started", id: "text-0", textKind: "text" })
+      run.complete(summary, FactBuilders.textStep(text, usage))
+      const main = run.request()
+      answer(run, main, "the answer")
+      run.end()
+      return render(history.written.map((written) => written.stored))
+    }
+    const refused = shown("not a summary")
+    expect(refused.out).toBe("the answer\n")
+    expect(refused.err).toBe(
+      "compacting the context…\ncompaction not adopted: the model's summary was refused (malformed_summary_missing_section); the history stays as it was\n",
+    )
+    expect(shown(FactBuilders.VALID_SUMMARY, FactBuilders.usage(20_000, 10)).err).toContain("(malformed_summary_too_small_for_fold)")
+    expect(shown(FactBuilders.VALID_SUMMARY).err).toBe("compacting the context…\ncompaction not adopted: no checkpoint was recorded before the run ended\n")
   })
 })
 

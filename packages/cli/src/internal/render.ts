@@ -4,7 +4,7 @@
  * or, with `--json`, one line per committed event. Every line comes from a committed event.
  */
 import type { Recovery } from "@maka/engine"
-import { Canonical, Limits, type Event } from "@maka/facts"
+import { Canonical, Limits, Summary, type Event } from "@maka/facts"
 
 export interface Sink {
   readonly out: (text: string) => void
@@ -84,11 +84,25 @@ const commandEnd = (name: string, projection: { readonly kind: string; readonly 
 /** How long a tool call runs before its progress is shown, and how often after that (checked every second). */
 export const PROGRESS_INTERVAL_MS = 5_000
 
+/**
+ * The defect the engine finds in a completed summary (`Summary.fromModelStep`), or `undefined`. The
+ * fold floor applies only to a first fold, which the run's events alone do not tell: a summary whose
+ * only defect is that floor is named by it.
+ */
+const summaryDefectOf = (output: Parameters<typeof Summary.fromModelStep>[0]): string | undefined => {
+  const later = Summary.fromModelStep(output, false)
+  if (later._tag === "Failure") return later.failure
+  const first = Summary.fromModelStep(output, true)
+  return first._tag === "Failure" ? first.failure : undefined
+}
+
 export class RunRenderer {
   private readonly textParts = new Set<string>()
   private readonly summarySteps = new Set<string>()
   /** A summary was announced and no checkpoint has been recorded since. */
   private isCompacting = false
+  /** Why the engine refuses the last summary the model completed, if it does (docs/engine.md §5.12). */
+  private summaryDefect: string | undefined
   private readonly dispatched = new Map<string, { readonly name: string; readonly at: number; readonly startedAt: number; shown: number }>()
   private lastChar = "\n"
   private failedAttempts = 0
@@ -148,6 +162,7 @@ export class RunRenderer {
           if (!this.json && this.lastChar !== "\n") this.text("\n")
           this.sink.err("compacting the context…\n")
           this.isCompacting = true
+          this.summaryDefect = undefined
         }
         return
       case "context_checkpoint_recorded":
@@ -164,7 +179,10 @@ export class RunRenderer {
       }
       case "model_completed":
         this.failedAttempts = 0
-        if (this.summarySteps.has(fact.stepId)) return
+        if (this.summarySteps.has(fact.stepId)) {
+          this.summaryDefect = summaryDefectOf(fact.output)
+          return
+        }
         if (!this.json && this.lastChar !== "\n") this.text("\n")
         return
       case "model_interrupted": {
@@ -214,7 +232,11 @@ export class RunRenderer {
       case "invocation_ended":
         if (this.isCompacting) {
           this.isCompacting = false
-          this.sink.err("compaction not adopted: no checkpoint was recorded before the run ended\n")
+          this.sink.err(
+            this.summaryDefect === undefined
+              ? "compaction not adopted: no checkpoint was recorded before the run ended\n"
+              : `compaction not adopted: the model's summary was refused (${this.summaryDefect}); the history stays as it was\n`,
+          )
         }
         return
       case "message_steered":
