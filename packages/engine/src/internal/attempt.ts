@@ -350,9 +350,14 @@ export const attempt = (run: Run, input: AttemptInput): Effect.Effect<Completed,
     // so the run seals and the session stays usable.
     const built = EventWrite.plain(event)
     const { writes: observations, kept, refused } = yield* observationWrites(run, pending)
+    // A summary that calls a tool is no summary: the attempt fails as an adapter error, its request
+    // interrupted (docs/engine.md §5.6 step 5); the run that made it ends reconciliation_required.
+    if (input.purpose === "summary" && step.parts.some((part) => part.kind === "tool_call")) {
+      return yield* interrupted(ModelError.adapter(EngineError.SUMMARY_TOOL_CONTENT_MESSAGE), kept)
+    }
     if (Result.isFailure(built)) return yield* interrupted(unrecordable(built.failure.rule), kept)
     if (refused !== undefined) return yield* interrupted(unrecordable(refused), kept)
-    // A summary's calls are never run (the job fails `summary_contains_tool_content`); a main step's are.
+    // A summary has no calls here (refused above); a main step's are run.
     const calls = input.purpose === "summary" ? 0 : Model.localToolCalls(step).length
     if (calls > Limits.MAX_TOOL_CALLS_PER_STEP) {
       return yield* interrupted(

@@ -98,12 +98,7 @@ export const capture = (run: Run, mode: ModelContext.CheckpointMode, fit: boolea
 /** How a summary job ended. */
 export type JobResult =
   | { readonly kind: "compacted"; readonly checkpoint: ModelContext.ContextCheckpoint }
-  | {
-      readonly kind: "failed"
-      readonly reason: Outcome.CompactReason
-      /** An attempt answered with a tool call (whatever the defect reported first): its run ends here. */
-      readonly toolContent: boolean
-    }
+  | { readonly kind: "failed"; readonly reason: Outcome.CompactReason }
 
 export interface JobOptions {
   readonly reservation?: ModelLimiter.BackgroundReservation | undefined
@@ -143,8 +138,7 @@ export const job = (run: Run, captured: Captured, options: JobOptions = {}): Eff
     let instruction = Prompts.COMPACTION_BASE_INSTRUCTION
     let shortened = false
     let firstDefect: Summary.SummaryDefect | undefined
-    let toolContent = false
-    const failed = (reason: Outcome.CompactReason): JobResult => ({ kind: "failed", reason, toolContent })
+    const failed = (reason: Outcome.CompactReason): JobResult => ({ kind: "failed", reason })
     while (true) {
       const { request, inputDigest } = summaryRequest(run, history, instruction)
       // A summary attempt runs once: physical retries are for main requests only (docs/engine.md §5.6).
@@ -158,7 +152,6 @@ export const job = (run: Run, captured: Captured, options: JobOptions = {}): Eff
         cancellation: options.cancellation,
       })
       const step = completed.step
-      if (step.parts.some((part) => part.kind === "tool_call")) toolContent = true
       if (step.finishReason === "length") {
         if (shortened || firstDefect !== undefined) return failed("output_length")
         shortened = true
@@ -208,12 +201,19 @@ export type Adoption =
       readonly kind: "not_adopted"
       /** `overflow`: the provider refused the summary request as too long for the model. */
       readonly reason: Outcome.CompactReason | "model_error" | "overflow" | "cancelled"
+      /** An attempt answered with a tool call: the run that made it ends reconciliation_required. */
       readonly toolContent?: boolean
     }
 
 /** Whether a summary job failed because the provider found its request too long for the model's window. */
 export const isOverflow = (error: EngineError.EngineError): boolean =>
   error.reason._tag === "Model" && error.reason.error.reason._tag === "ContextOverflow"
+
+/** Whether a summary job failed because an attempt answered with a tool call (docs/engine.md §5.6 step 5). */
+export const isToolContent = (error: EngineError.EngineError): boolean =>
+  error.reason._tag === "Model" &&
+  error.reason.error.reason._tag === "Adapter" &&
+  error.reason.error.reason.message === EngineError.SUMMARY_TOOL_CONTENT_MESSAGE
 
 /** Whether a job's failure is one adoption absorbs (a model error or a cancellation) rather than propagates. */
 const isAbsorbed = (error: EngineError.EngineError): boolean =>
@@ -222,7 +222,7 @@ const isAbsorbed = (error: EngineError.EngineError): boolean =>
 /** Appends the checkpoint of a successful job; any other result adopts nothing. */
 export const adoptResult = (run: Run, result: JobResult): Effect.Effect<Adoption, EngineError.EngineError, Ids.Ids> =>
   Effect.gen(function* () {
-    if (result.kind === "failed") return { kind: "not_adopted", reason: result.reason, toolContent: result.toolContent } satisfies Adoption
+    if (result.kind === "failed") return { kind: "not_adopted", reason: result.reason } satisfies Adoption
     const write = yield* plainWrite(run, checkpointFact(result.checkpoint))
     const [sequence] = yield* Effect.mapError(commit(run, [write]), commitError)
     return { kind: "adopted", checkpointId: write.event.id, stored: { sequence: sequence!, event: write.event } } satisfies Adoption
@@ -236,7 +236,7 @@ export const adopt = (run: Run, pending: Pending): Effect.Effect<Adoption, Engin
       const error = Option.getOrUndefined(Exit.findErrorOption(exit))
       if (error !== undefined && isAbsorbed(error)) {
         const reason = error.reason._tag === "Cancelled" ? "cancelled" : isOverflow(error) ? "overflow" : "model_error"
-        return { kind: "not_adopted", reason } satisfies Adoption
+        return { kind: "not_adopted", reason, toolContent: isToolContent(error) } satisfies Adoption
       }
       return yield* Effect.failCause(exit.cause)
     }

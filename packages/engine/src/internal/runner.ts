@@ -573,6 +573,7 @@ const foreground = (run: Run, loop: LoopState, captured: Compaction.Captured, re
       if (Result.isFailure(result)) {
         const error = result.failure
         if (error.reason._tag !== "Model" || error.reason.error.reason._tag === "Cancelled") return yield* Effect.fail(error)
+        if (Compaction.isToolContent(error)) loop.summaryToolContent = true
         if (!Compaction.isOverflow(error)) return adoptedAny
         refusedRequests.add(Compaction.firstRequestDigest(run, current))
         refuse(current)
