@@ -321,7 +321,7 @@ describe("standalone compaction", () => {
         })
         yield* context.engine.run(input(context, "Hi.", noTools({ ran: [] })))
         // Whatever its finish reason (`tool_calls`, then `stop`): never read as a summary.
-        const refused = { kind: "failed", class: "model_adapter", message: "Adapter: summary contains tool content" }
+        const refused = { kind: "failed", class: "model_adapter", message: "Adapter: summary contains tool content" } as const
         const first = yield* context.engine.compact(compactInput(context))
         assert.deepStrictEqual(first.outcome, refused)
         yield* context.engine.run(input(context, "Hi again.", noTools({ ran: [] })))
