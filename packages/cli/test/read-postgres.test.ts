@@ -1,7 +1,8 @@
 /**
  * The read-only commands on PostgreSQL (docs/cli.md §10.1): a database without a maka log is exit 1
- * with one line, and the database is left without a table. Runs only with `MAKA_TEST_DATABASE_URL`;
- * each case gets a database of its own, dropped afterwards.
+ * with one line, and the database is left without a table; and the writing commands where PostgreSQL's
+ * round trips open windows SQLite does not. Runs only with `MAKA_TEST_DATABASE_URL`; each case gets a
+ * database of its own, dropped afterwards.
  */
 import { EventLog } from "@maka/event-log"
 import { History } from "@maka/testkit"
@@ -9,7 +10,7 @@ import { Context, Effect, Layer } from "effect"
 import { createRequire } from "node:module"
 import * as path from "node:path"
 import { afterAll, afterEach, describe, expect, it } from "vitest"
-import { folder, maka, packageRoot, type Folder } from "./support/cli.ts"
+import { eventLines, folder, maka, packageRoot, when, type Folder } from "./support/cli.ts"
 
 const databaseUrl = process.env["MAKA_TEST_DATABASE_URL"] ?? ""
 if (databaseUrl === "") {
@@ -169,3 +170,38 @@ describe.skipIf(databaseUrl === "")("maka recover on PostgreSQL as a role that c
   }, 60_000)
 })
 
+
+describe.skipIf(databaseUrl === "")("maka resume on PostgreSQL", () => {
+  const folders: Array<Folder> = []
+  afterAll(async () => {
+    for (const created of folders.splice(0)) created.remove()
+    for (const name of databases.splice(0)) {
+      await withClient(databaseUrl, (client) => client.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`))
+    }
+  })
+
+  it.each(["SIGTERM", "SIGINT"])("a %s while it prepares a successor opens nothing: exit 130, the pause still waits", async (signal) => {
+    const created = folder()
+    folders.push(created)
+    const url = urlOf(await freshDatabase())
+    const paused = await maka(["run", "--database-url", url, "--workspace", created.workspace, "--session", "p", "--json", "What is this?"], {
+      cwd: created.root,
+      env: { MAKA_OFFLINE_DELAY_MS: "80" },
+      onOutput: when((output) => output.stdout.includes('"kind":"tool_dispatched"'), (child) => child.kill("SIGTERM")),
+    })
+    expect(paused.code).toBe(75)
+    const events = async () => eventLines((await maka(["events", "--database-url", url, "--session", "p", "--json"], { cwd: created.root })).stdout)
+    const before = await events()
+    // The signal comes as resume checks the paused run's workspace, before the successor's opening.
+    const signalled = await maka(["resume", "--database-url", url], {
+      cwd: created.root,
+      env: { MAKA_TEST_SIGNAL: signal },
+      preload: path.join(import.meta.dirname, "fixtures/signal-at-marker.mjs"),
+    })
+    expect(signalled.code).toBe(130)
+    expect(await events()).toEqual(before)
+    const resumed = await maka(["resume", "--database-url", url], { cwd: created.root })
+    expect(resumed.stderr).toContain("resuming p:")
+    expect(resumed.code).toBe(0)
+  }, 60_000)
+})

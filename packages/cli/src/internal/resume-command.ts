@@ -130,8 +130,12 @@ const resumeOne = async (
     const tools = ToolCatalog.from(
       Builtins.forLevel(level, { ...workspace, protectedFiles: options.protectedFiles, hiddenEnvironment: Flags.SECRET_ENVIRONMENT }),
     )
-    started = await runEffect(runtime, engine.resume({ paused: pending.invocation, pause, model, tools }))
+    // A signal that came while the successor was prepared: nothing is opened, the pause still waits.
+    // One that comes before its opening is durable refuses it, writing nothing (docs/cli.md §10.1).
+    if (options.signals.signal.aborted) return { code: ExitCode.cancelled, shouldStop: true }
+    started = await runEffect(runtime, engine.resume({ paused: pending.invocation, pause, model, tools, signal: options.signals.signal }))
   } catch (error) {
+    if (options.signals.signal.aborted) return { code: ExitCode.cancelled, shouldStop: true }
     const failure = fromEngineError(error)
     return skip(failure.message, failure.exitCode)
   }

@@ -37,6 +37,8 @@ export interface SpawnOptions {
    * read-only file or folder then holds whoever runs it.
    */
   readonly withoutPrivileges?: boolean
+  /** A module node loads before maka (`node --import FILE`). */
+  readonly preload?: string
   /** Closes the read end of maka's stdout before it writes anything (`maka … | false`). */
   readonly stdoutClosed?: boolean
   /** Never reads maka's stdout (a reader that stopped: a suspended pipeline), so its pipe fills. */
@@ -71,7 +73,8 @@ export const maka = (args: ReadonlyArray<string>, options: SpawnOptions): Promis
     const command = options.withoutPrivileges === true && process.getuid?.() === 0
       ? ["setpriv", "--bounding-set=-all", "--inh-caps=-all", process.execPath]
       : [process.execPath]
-    const child = spawn(command[0]!, [...command.slice(1), bin, ...args], {
+    const preload = options.preload === undefined ? [] : ["--import", options.preload]
+    const child = spawn(command[0]!, [...command.slice(1), ...preload, bin, ...args], {
       cwd: options.cwd,
       env: { ...baseEnvironment(), ...options.env },
       stdio: ["pipe", "pipe", "pipe"],
