@@ -171,6 +171,70 @@ describe.skipIf(databaseUrl === "")("maka recover on PostgreSQL as a role that c
 })
 
 
+describe.skipIf(databaseUrl === "")("a signal while a writing command waits to open the log on PostgreSQL", () => {
+  const folders: Array<Folder> = []
+  afterAll(async () => {
+    for (const created of folders.splice(0)) created.remove()
+    for (const name of databases.splice(0)) {
+      await withClient(databaseUrl, (client) => client.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`))
+    }
+  })
+
+  it.each([
+    ["run", "SIGINT"],
+    ["run", "SIGTERM"],
+    ["resume", "SIGINT"],
+    ["compact", "SIGINT"],
+  ])("maka %s ends at a %s (exit 130) while another host holds the open's lock, and writes nothing", async (command, signal) => {
+    const created = folder()
+    folders.push(created)
+    const url = urlOf(await freshDatabase())
+    // Compaction needs a session: one run made the log before.
+    if (command === "compact") {
+      expect((await maka(["run", "--database-url", url, "--workspace", created.workspace, "--session", "s", "hi"], { cwd: created.root })).code).toBe(0)
+    }
+    const events = async () => (await maka(["events", "--database-url", url, "--session", "s", "--json"], { cwd: created.root })).stdout
+    const tablesBefore = await tablesOf(url)
+    const eventsBefore = command === "compact" ? await events() : ""
+    // Another host's open (or migration) holds the schema's open lock in its transaction.
+    const holder = loadClient(url)
+    await holder.connect()
+    await holder.query("BEGIN")
+    await holder.query("SELECT pg_advisory_xact_lock(hashtextextended('maka.event-log:public', 0))")
+    let released = false
+    try {
+      const args = { run: ["run", "--workspace", created.workspace, "hi"], resume: ["resume"], compact: ["compact", "--session", "s"] }[command]!
+      const result = await maka([...args, "--database-url", url], {
+        cwd: created.root,
+        onSpawn: (child) => {
+          void (async () => {
+            // Once the command waits for the lock, the signal; the lock is let go only if it never exits.
+            const waiting = async () =>
+              withClient(url, async (client) =>
+                (await client.query("SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")).rows.length > 0,
+              )
+            while (child.exitCode === null && !(await waiting())) await new Promise((resolve) => setTimeout(resolve, 100))
+            if (child.exitCode !== null) return
+            child.kill(signal)
+            await new Promise((resolve) => setTimeout(resolve, 20_000))
+            if (child.exitCode === null && child.signalCode === null) {
+              released = true
+              await holder.query("ROLLBACK")
+            }
+          })()
+        },
+      })
+      expect(released).toBe(false)
+      expect(result.code).toBe(130)
+    } finally {
+      if (!released) await holder.query("ROLLBACK")
+      await holder.end()
+    }
+    expect(await tablesOf(url)).toEqual(tablesBefore)
+    if (command === "compact") expect(await events()).toBe(eventsBefore)
+  }, 60_000)
+})
+
 describe.skipIf(databaseUrl === "")("maka resume on PostgreSQL", () => {
   const folders: Array<Folder> = []
   afterAll(async () => {

@@ -19,7 +19,7 @@ import type { CommandContext } from "./read-commands.ts"
 import { offlineDelay, openConnection, showRun, type Connection } from "./run-command.ts"
 import { prepareLogFolder } from "./store.ts"
 import { eventLine, recoveredLines } from "./render.ts"
-import { handleSignals, type Signals, stepWatch } from "./signals.ts"
+import { handleSignals, type Signals, stepWatch, whileOpening } from "./signals.ts"
 
 /** The reason a pause is skipped when this host's connection or tools differ from the paused run's. */
 export const SETTINGS_CHANGED = "handoff execution settings changed"
@@ -186,7 +186,7 @@ export const resumeCommand = async (context: CommandContext): Promise<number> =>
   let connection: Connection | undefined
   try {
     if (signals.signal.aborted) return ExitCode.cancelled
-    const engine = await runEffect(runtime, Effect.service(Engine.Engine))
+    const engine = await whileOpening(runEffect(runtime, Effect.service(Engine.Engine)))
     context.sink.err(recoveredLines(Engine.recoveredOnOpen(engine)))
     if (isAbandon) {
       const successor = await runEffect(runtime, engine.abandonHandoff(sessionId!))

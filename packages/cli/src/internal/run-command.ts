@@ -13,7 +13,7 @@ import { CliError, ExitCode, exitCodeOf, failureLine, fromEngineError } from "./
 import { prepareLogFolder } from "./store.ts"
 import * as Flags from "./flags.ts"
 import { recoveredLines, RunRenderer, type ObservedFailure, type Sink } from "./render.ts"
-import { handleSignals, type Signals, stepWatch } from "./signals.ts"
+import { exitIfOpening, handleSignals, type Signals, stepWatch, whileOpening } from "./signals.ts"
 
 export interface RunContext {
   readonly args: ReadonlyArray<string>
@@ -270,7 +270,7 @@ export const openHost = async (settings: RunSettings, sink: Sink, signal: AbortS
     const database = settings.database
     prepareLogFolder(database)
     if (signal.aborted) throw new CliError("cancelled", ExitCode.cancelled)
-    engine = await createEngine(database.kind === "sqlite" ? { database: database.path } : { databaseUrl: database.url })
+    engine = await whileOpening(createEngine(database.kind === "sqlite" ? { database: database.path } : { databaseUrl: database.url }))
     const opened = engine
     sink.err(recoveredLines(opened.recoveredOnOpen))
     // The workspace's marker is made only once the log is open: a log another writer holds (or one
@@ -344,7 +344,10 @@ export const openHost = async (settings: RunSettings, sink: Sink, signal: AbortS
 /** SIGINT, SIGTERM and SIGHUP abort the returned signal until `release` (for a standalone compaction, which has no handoff). */
 export const cancelOnSignals = (): { readonly signal: AbortSignal; readonly release: () => void } => {
   const controller = new AbortController()
-  const onSignal = () => controller.abort()
+  const onSignal = () => {
+    exitIfOpening()
+    controller.abort()
+  }
   process.on("SIGINT", onSignal)
   process.on("SIGTERM", onSignal)
   process.on("SIGHUP", onSignal)

@@ -65,11 +65,35 @@ export const HANDOFF_NOT_TAKEN =
   "handoff not taken: the run's handoff preflight failed (for example a run admitted with --allow-prior-unknown, " +
   "or a store that refuses the pause); the run continues (SIGTERM again or SIGINT cancels)"
 
+/** How many log opens are in progress (`whileOpening`). */
+let opening = 0
+
+/**
+ * Opens the log through `open`: a signal that comes meanwhile, with no run started, ends the process
+ * at once with exit 130. Nothing is durable yet, and an open can wait long (another host's migration,
+ * a lock held on PostgreSQL, up to the pool's 300 s query bound) while the signal could not stop it;
+ * a migration in flight is rolled back with the connection.
+ */
+export const whileOpening = async <A>(open: Promise<A>): Promise<A> => {
+  opening++
+  try {
+    return await open
+  } finally {
+    opening--
+  }
+}
+
+/** Ends the process with exit 130 when a log open is in progress (`whileOpening`). */
+export const exitIfOpening = (): void => {
+  if (opening > 0) process.exit(130)
+}
+
 export const handleSignals = (sink: Sink): Signals => {
   const controller = new AbortController()
   let current: { readonly run: Controllable; isDetached: boolean } | undefined
   let hasRequestedHandoff = false
   const cancel = () => {
+    if (current === undefined) exitIfOpening()
     controller.abort()
     void current?.run.cancel().catch(() => undefined)
   }
