@@ -185,7 +185,7 @@ describe.skipIf(databaseUrl === "")("a signal while a writing command waits to o
     ["run", "SIGTERM"],
     ["resume", "SIGINT"],
     ["compact", "SIGINT"],
-  ])("maka %s ends at a %s (exit 130) while another host holds the open's lock, and writes nothing", async (command, signal) => {
+  ] as const)("maka %s ends at a %s (exit 130) while another host holds the open's lock, and writes nothing", async (command, signal) => {
     const created = folder()
     folders.push(created)
     const url = urlOf(await freshDatabase())
