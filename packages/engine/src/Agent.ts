@@ -39,7 +39,7 @@ export interface LogOptions {
   /** SQLite only: `FULL` (default, durable across power loss) or `NORMAL` (across process crashes). */
   readonly synchronous?: "FULL" | "NORMAL" | undefined
   /** Retry backoff, attempts per step and observation coalescing (`Engine.defaults`). */
-  readonly engineOptions?: Partial<Engine.EngineOptions> | undefined
+  readonly engineOptions?: Engine.EngineOptionsInput | undefined
 }
 
 /** The body field of the output limit on OpenAI-compatible endpoints. */

@@ -24,7 +24,7 @@ import { Cancellation, Ids, ToolCatalog } from "@maka/tools"
 import { Clock, Context, Deferred, Effect, Exit, Fiber, Layer, Option, type Redacted, Ref, Result, Schema, Scope, Semaphore, Stream } from "effect"
 import * as EngineError from "./EngineError.ts"
 import * as AbortFanout from "./internal/abort-fanout.ts"
-import { defaults, MAX_QUEUED_STEERING, MAX_QUEUED_STEERING_BYTES, optionsProblem, resolveOptions, type EngineOptions } from "./internal/options.ts"
+import { defaults, MAX_QUEUED_STEERING, MAX_QUEUED_STEERING_BYTES, optionsProblem, resolveOptions, type EngineOptions, type EngineOptionsInput } from "./internal/options.ts"
 import { SessionContexts, stamp, type Run, type RunSettings } from "./internal/run-context.ts"
 import * as EventFeed from "./internal/event-feed.ts"
 import * as Handoff from "./internal/handoff.ts"
@@ -34,7 +34,7 @@ import { checkContinuation as checkContinuationOf, runCompact, runMessage } from
 import * as Recovery from "./Recovery.ts"
 import * as Steering from "./internal/steering.ts"
 
-export { defaults, type EngineOptions }
+export { defaults, type EngineOptions, type EngineOptionsInput }
 
 /** `pendingHandoffs` returns pages of at most this many pauses. */
 const MAX_PENDING_PAGE = 64
@@ -456,7 +456,7 @@ const joinHandoff = (
     )
   })
 
-export const make = (options: Partial<EngineOptions> = {}) =>
+export const make = (options: EngineOptionsInput = {}) =>
   Effect.gen(function* () {
     // The facade checks them before it opens the log; a host of this API gets the same refusal.
     const problem = optionsProblem(options)
@@ -973,7 +973,7 @@ const openRecoveries = new WeakMap<EngineShape, Recovery.Report>()
 export const recoveredOnOpen = (engine: EngineShape): Recovery.Report | undefined => openRecoveries.get(engine)
 
 /** The engine over the `EventLog` and `Ids` in context; on SQLite it recovers when it opens the log. */
-export const layer = (options: Partial<EngineOptions> = {}) =>
+export const layer = (options: EngineOptionsInput = {}) =>
   Layer.effect(
     Engine,
     Effect.gen(function* () {

@@ -104,7 +104,7 @@ export interface MakaEngine {
 /** `close()` resolves once everything is closed; `close({handoff: true})` with what became of each live run. */
 export interface Close {
   (): Promise<void>
-  (options: { readonly handoff?: boolean }): Promise<ReadonlyArray<ClosedRun>>
+  (options: { readonly handoff?: boolean | undefined }): Promise<ReadonlyArray<ClosedRun>>
 }
 
 type Services = Engine.Engine | EventLog.EventLog | Ids.Ids

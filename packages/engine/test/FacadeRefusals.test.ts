@@ -387,10 +387,11 @@ describe("createEngine refusals open nothing", () => {
       },
     })
     await engine.close()
-    const withUndefined = untyped<Parameters<typeof resolveOptions>[0]>({ cancelGraceMs: undefined, maxModelAttempts: undefined })
-    assert.deepStrictEqual(resolveOptions(withUndefined), defaults)
+    // Typed as a host writes it (`exactOptionalPropertyTypes`): an option may be given as `undefined`.
+    const withUndefined: Parameters<typeof createEngine>[0]["engineOptions"] = { cancelGraceMs: undefined, maxModelAttempts: undefined }
+    assert.deepStrictEqual(resolveOptions(withUndefined!), defaults)
     const other = await createEngine({ database: path.join(folder, "other.sqlite"), engineOptions: withUndefined })
-    await other.close()
+    assert.deepStrictEqual(await other.close({ handoff: undefined }), [])
   })
 
   it("refuses a misspelt option, and options whose getters throw, as InvalidInput before it opens anything", async () => {

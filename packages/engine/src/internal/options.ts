@@ -44,6 +44,9 @@ export interface EngineOptions {
   readonly keptContextBytes: number
 }
 
+/** Options as a host gives them: any may be left out or `undefined` (its default then holds). */
+export type EngineOptionsInput = { readonly [K in keyof EngineOptions]?: EngineOptions[K] | undefined }
+
 /** The most steering messages one run holds for its next step boundary; `steer` refuses more. */
 export const MAX_QUEUED_STEERING = 64
 
@@ -142,7 +145,7 @@ export const optionsProblem = (options: unknown): string | undefined => {
  * The defaults with the given options over them (an `undefined` one keeps its default),
  * `observationDelayMs` clamped to 0..`MAX_OBSERVATION_DELAY_MS`.
  */
-export const resolveOptions = (options: Partial<EngineOptions>): EngineOptions => {
+export const resolveOptions = (options: EngineOptionsInput): EngineOptions => {
   const given = Object.fromEntries(Object.entries(options).filter(([, value]) => value !== undefined))
   const merged: EngineOptions = { ...defaults, ...given }
   return { ...merged, observationDelayMs: Math.min(MAX_OBSERVATION_DELAY_MS, Math.max(0, merged.observationDelayMs)) }
