@@ -384,6 +384,34 @@ describe("SIGTERM when the handoff cannot be taken", () => {
   }, 60_000)
 })
 
+describe("a resumed run's model", () => {
+  it("waits for model output as long as resume's --idle-timeout says", async () => {
+    const server = await ScriptedServer.start({
+      script: [
+        Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-1", name: "run_command", arguments: ['{"command":"sleep 1"}'] }] })),
+        // The successor's request: a stream that starts, then sends nothing more.
+        Respond.stallAfter([OpenAiSse.role()]),
+      ],
+    })
+    try {
+      const created = fresh()
+      const provider = ["--base-url", `${server.url}/v1`, "--model", "m"]
+      const paused = await maka(["run", "--db", created.db, "--workspace", created.workspace, ...provider, "--tools", "all", "--json", "run it"], {
+        cwd: created.root,
+        onOutput: when((output) => output.stdout.includes('"kind":"tool_dispatched"'), (child) => child.kill("SIGTERM")),
+      })
+      expect(paused.code).toBe(75)
+      const resumed = await maka(["resume", "--db", created.db, ...provider, "--idle-timeout", "1", "--json"], { cwd: created.root })
+      expect(resumed.stderr).toContain("model_timeout")
+      expect(eventLines(resumed.stdout).at(-1)!.event.fact["outcome"]).toMatchObject({ kind: "failed", class: "model_timeout" })
+      const refused = await maka(["resume", "--db", created.db, ...provider, "--idle-timeout", "0"], { cwd: created.root })
+      expect(refused.code).toBe(2)
+    } finally {
+      await server.close()
+    }
+  }, 60_000)
+})
+
 describe("a resumed run's tools", () => {
   it("never write the log kept in the workspace", async () => {
     const server = await ScriptedServer.start({

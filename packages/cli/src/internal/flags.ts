@@ -120,7 +120,7 @@ export const COMMANDS = {
   },
   resume: {
     summary: "run the successors of sealed handoffs (of --session only, when given) on the connection of the flags",
-    flags: [...DATABASE, "session", ...PROVIDER, "abandon", "json"],
+    flags: [...DATABASE, "session", ...PROVIDER, "idle-timeout", "abandon", "json"],
     text: { session: { description: "resume only this session's sealed handoff", defaultText: "every sealed handoff" } },
   },
   recover: { summary: "seal what a crashed host left in flight", flags: [...DATABASE] },

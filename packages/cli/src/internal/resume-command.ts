@@ -89,7 +89,12 @@ const resumeOne = async (
   engine: Engine.EngineShape,
   connection: Connection,
   pending: EventLog.PendingHandoff,
-  options: { readonly json: boolean; readonly signals: Signals; readonly protectedFiles: ReadonlyArray<string> },
+  options: {
+    readonly json: boolean
+    readonly signals: Signals
+    readonly protectedFiles: ReadonlyArray<string>
+    readonly idleTimeoutMs: number
+  },
 ): Promise<Outcome> => {
   const { sink } = context
   const skip = (reason: string, code: number): Outcome => {
@@ -97,7 +102,8 @@ const resumeOne = async (
     return { code, shouldStop: false }
   }
   const pause: Lineage.HandoffPause = pending.pause
-  const model = await runEffect(runtime, Agent.modelOf(connection.providerOptions))
+  // The idle timeout is the host's, as the connection is: the log does not hold the paused run's.
+  const model = await runEffect(runtime, Agent.modelOf(connection.providerOptions, options.idleTimeoutMs))
   if (model.routeIdentity !== pause.execution.replay.routeIdentity) {
     return skip(`${SETTINGS_CHANGED}: this connection's route differs from the paused run's; pass the --provider, --base-url and --model it ran with`, ExitCode.usage)
   }
@@ -169,6 +175,7 @@ export const resumeCommand = async (context: CommandContext): Promise<number> =>
   if (isAbandon && sessionId === undefined) throw new Flags.UsageError("maka resume --abandon needs --session ID: the pause to release")
   const provider = isAbandon ? undefined : Flags.provider(values, context.environment)
   const delayMs = isAbandon ? 0 : offlineDelay(context.environment)
+  const idleTimeoutSeconds = Flags.integer("idle-timeout", values["idle-timeout"], ...defaults.idleTimeoutRange) ?? defaults.idleTimeoutSeconds
   if (target.kind === "sqlite" && !fs.existsSync(target.path)) {
     // A log that does not exist holds no pause: nothing is made for it (a `--db` other than the
     // default is refused as a typo, and a folder that cannot hold a log is reported, below).
@@ -217,7 +224,12 @@ export const resumeCommand = async (context: CommandContext): Promise<number> =>
         context.sink.err(`stopped before the next pause (SIGTERM): ${left} left; continue with: maka resume\n`)
         return code
       }
-      const outcome = await resumeOne(context, runtime, engine, connection, item, { json: values.json === true, signals, protectedFiles: target.kind === "sqlite" ? [target.path] : [] })
+      const outcome = await resumeOne(context, runtime, engine, connection, item, {
+        json: values.json === true,
+        signals,
+        protectedFiles: target.kind === "sqlite" ? [target.path] : [],
+        idleTimeoutMs: idleTimeoutSeconds * 1000,
+      })
       // The first pause that did not complete gives the exit code.
       if (code === ExitCode.completed) code = outcome.code
       if (outcome.shouldStop) return outcome.code
