@@ -770,7 +770,8 @@ export const make = (options: EngineOptionsInput = {}) =>
     const resolverFailed = (resolver: "provider" | "tools", defect: unknown) => {
       let said: string
       try {
-        said = defect instanceof Error ? defect.message : String(defect)
+        // `String`, not a template: a Symbol (as a message too) converts, where a template throws.
+        said = defect instanceof Error ? String(defect.message) : String(defect)
       } catch {
         said = "a value that could not be described"
       }
@@ -818,7 +819,8 @@ export const make = (options: EngineOptionsInput = {}) =>
           }
           const catalog = Result.try({
             try: () => resolvers.tools(execution.tools.names, execution.tools.catalogDigest, pausedRun),
-            catch: (defect) => resolverFailed("tools", defect),
+            // The facade's own refusal of what a resolver returned keeps its words.
+            catch: (defect) => (defect instanceof EngineError.EngineError ? defect : resolverFailed("tools", defect)),
           })
           if (Result.isFailure(catalog)) {
             skip(catalog.failure.message)

@@ -101,6 +101,19 @@ export interface MakaEngine {
   readonly close: Close
 }
 
+/**
+ * Why what a `resumePending` resolver returned cannot be used, or `undefined`: a Promise (resolvers
+ * answer synchronously), or a value that is not what `isUsable` expects.
+ */
+const resolvedProblem = (resolver: "provider" | "tools", value: unknown, isUsable: (value: unknown) => boolean): string | undefined => {
+  if (typeof value === "object" && value !== null && typeof Reflect.get(value, "then") === "function") {
+    return `the ${resolver} resolver returned a Promise; resolvers answer synchronously (read what they need before resumePending)`
+  }
+  if (isUsable(value)) return undefined
+  const given = value === null ? "null" : typeof value
+  return `the ${resolver} resolver returned ${given}, not ${resolver === "provider" ? "provider options" : "a list of tools"} or undefined`
+}
+
 /** `close()` resolves once everything is closed; `close({handoff: true})` with what became of each live run. */
 export interface Close {
   (): Promise<void>
@@ -308,11 +321,16 @@ export const createEngine = async (options: CreateEngineOptions): Promise<MakaEn
         engine.resumePending({
           provider: (routeIdentity, binding, paused) => {
             const provider = resolvers.provider(routeIdentity, binding, paused)
-            return provider === undefined ? Effect.succeed(undefined) : Agent.modelOf(provider)
+            if (provider === undefined) return Effect.succeed(undefined)
+            const problem = resolvedProblem("provider", provider, (value) => typeof value === "object" && value !== null)
+            return problem === undefined ? Agent.modelOf(provider) : Effect.fail(EngineError.invalidInput(problem))
           },
           tools: (names, catalogDigest, paused) => {
             const tools = resolvers.tools(names, catalogDigest, paused)
-            return tools === undefined ? undefined : ToolCatalog.from(tools)
+            if (tools === undefined) return undefined
+            const problem = resolvedProblem("tools", tools, (value) => typeof value === "object" && value !== null && Symbol.iterator in value)
+            if (problem !== undefined) throw EngineError.invalidInput(problem)
+            return ToolCatalog.from(tools)
           },
         }),
       ).then((reports) =>

@@ -23,6 +23,9 @@ import * as Handoff from "../src/internal/handoff.ts"
 import { createEngine } from "../src/Facade.ts"
 import { answer, echoCall, isSummaryRequest, mainEntry, stalledSummary, summaryAnswer, summaryEntry, summaryText } from "./support/compaction.ts"
 import { factsOf, kinds } from "./support/harness.ts"
+
+/** A value as a host without types may pass it. */
+const untyped = <A>(value: unknown): A => value as A
 import { echoTool, input, setup, type Effects, type Setup } from "./support/setup.ts"
 
 /** `echo`, plus `slow`, which waits (uninterruptibly) until the test opens the release it is handed. */
@@ -497,6 +500,7 @@ describe("the handoff gate", () => {
         assert.strictEqual(yield* Effect.promise(() => again), pause)
         assert.deepStrictEqual((yield* Effect.promise(() => second.wait())).outcome, { kind: "handoff_paused", pause: pause! })
         assert.isNull(yield* Effect.promise(() => second.handoff()))
+        type Resolvers = Parameters<typeof engine.resumePending>[0]
         // A resolver that throws, or hands over tools no catalog takes, skips the pause with what it
         // said (no Internal failure): the pause stays pending for the next call.
         const skipped = yield* Effect.forEach(
@@ -506,6 +510,12 @@ describe("the handoff gate", () => {
             { provider: () => provider, tools: () => [...slow, ...slow] },
             // A misspelt key would resume the run sending no API key at all.
             { provider: () => ({ ...provider, apikey: "sk-facade" }), tools: () => slow },
+            // What a resolver returns that no pause can use: a Promise, a null; an Error whose message is a Symbol.
+            { provider: untyped<Resolvers["provider"]>(() => Promise.resolve(provider)), tools: () => slow },
+            { provider: untyped<Resolvers["provider"]>(() => null), tools: () => slow },
+            { provider: () => provider, tools: untyped<Resolvers["tools"]>(() => Promise.resolve(slow)) },
+            { provider: () => provider, tools: untyped<Resolvers["tools"]>(() => null) },
+            { provider: () => { throw Object.assign(new Error(), { message: Symbol("odd") }) }, tools: () => slow },
           ],
           (resolvers) => Effect.promise(() => engine.resumePending(resolvers)),
         )
@@ -517,6 +527,13 @@ describe("the handoff gate", () => {
         ])
         assert.lengthOf(reasons[3]!, 1)
         assert.include(reasons[3]![0], "provider has no key 'apikey'")
+        assert.deepStrictEqual(reasons.slice(4), [
+          ["the provider resolver returned a Promise; resolvers answer synchronously (read what they need before resumePending)"],
+          ["the provider resolver returned null, not provider options or undefined"],
+          ["the tools resolver returned a Promise; resolvers answer synchronously (read what they need before resumePending)"],
+          ["the tools resolver returned null, not a list of tools or undefined"],
+          ["the provider resolver threw: Symbol(odd)"],
+        ])
         // Each resolver is told which paused run it serves: its session and its configuration.
         const asked: Array<string> = []
         const reports = yield* Effect.promise(() =>
