@@ -407,7 +407,7 @@ export const start = (options: RunOptions): Effect.Effect<AgentRun, EngineError.
 
 /** `start`, then the terminal: `{invocation, outcome}`; a caller interrupted meanwhile cancels the run (docs/engine.md §5.14). */
 export const run = (options: RunOptions): Effect.Effect<Engine.RunResult, EngineError.EngineError, Engine.Engine | Ids.Ids> =>
-  Effect.flatMap(start(options), HeldAlone.waitHeldAlone)
+  HeldAlone.runHeldAlone(start(options))
 
 /** The options of a standalone compaction: a run's, without the message, tools and step budget. */
 export type CompactOptions = Omit<RunOptions, "message" | "tools" | "maxSteps" | "allowPriorUnknown">

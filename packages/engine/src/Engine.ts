@@ -689,11 +689,9 @@ export const make = (options: EngineOptionsInput = {}) =>
       objectInput("compact", input, () => compactObject(input))
 
     const compactObject = (input: CompactInput): Effect.Effect<RunResult, EngineError.EngineError> =>
-      Effect.gen(function* () {
-        const requestFingerprint = input.requestFingerprint ?? (yield* Effect.provideService(Ids.Ids, ids)(Ids.next))
-        const running = yield* launch({ ...input, requestFingerprint, maxSteps: 1 }, runCompact)
-        return yield* HeldAlone.waitHeldAlone(running)
-      })
+      Effect.flatMap(input.requestFingerprint === undefined ? Effect.provideService(Ids.Ids, ids)(Ids.next) : Effect.succeed(input.requestFingerprint), (requestFingerprint) =>
+        HeldAlone.runHeldAlone(launch({ ...input, requestFingerprint, maxSteps: 1 }, runCompact)),
+      )
 
     const resume = (input: ResumeInput): Effect.Effect<RunningInvocation, EngineError.EngineError> =>
       objectInput("resume", input, () => resumeObject(input))
@@ -944,7 +942,7 @@ export const make = (options: EngineOptionsInput = {}) =>
     return {
       log,
       start,
-      run: (input: StartInput) => Effect.flatMap(start(input), HeldAlone.waitHeldAlone),
+      run: (input: StartInput) => HeldAlone.runHeldAlone(start(input)),
       compact,
       continueRun,
       checkContinuation,

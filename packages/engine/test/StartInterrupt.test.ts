@@ -68,6 +68,37 @@ describe("an interrupted start", () => {
       }),
     ), 60_000)
 
+  it.live("run: an interruption at the end of the launch, once the run is handed over, cancels the run and frees the session", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({ script: [{ respond: Respond.sse(OpenAiSse.response({ text: ["done"] })), repeat: true }] })
+        const tools = catalog({ ran: [] })
+        for (let at = 1; ; at++) {
+          let running: Fiber.Fiber<unknown, unknown> | undefined
+          const signal = interruptingSignal(at, () => running)
+          const ran = input(context, `run ${at}`, tools, { signal: signal as unknown as AbortSignal })
+          const fiber = yield* Effect.forkChild(
+            Effect.withFiber((self) => {
+              running = self
+              return context.engine.run(ran)
+            }),
+          )
+          const exit = yield* Fiber.await(fiber)
+          // Interrupted, the caller returns only once its run has ended: the next start is admitted.
+          const next = yield* context.engine.start(input(context, `probe ${at}`, tools))
+          assert.deepStrictEqual((yield* next.wait).outcome, { kind: "completed" }, `read ${at}`)
+          if (Exit.isFailure(exit)) {
+            const events = (yield* context.engine.log.events("session-1")).filter((stored) => stored.event.invocation.runId === ran.invocation.runId)
+            const last = events.at(-1)?.event.fact
+            if (last !== undefined) {
+              assert.deepStrictEqual(last.kind === "invocation_ended" ? last.outcome : last, { kind: "cancelled", source: "runtime_cancellation" })
+            }
+          }
+          if (signal.reads() < at) break
+        }
+      }),
+    ), 60_000)
+
   it.live("a start on an engine whose scope has closed is refused Internal, not left waiting for an admission", () =>
     Effect.gen(function* () {
       const context = yield* Effect.scoped(setup({ script: [] }))
