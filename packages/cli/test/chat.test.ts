@@ -2,7 +2,7 @@ import { spawnSync } from "node:child_process"
 import * as fs from "node:fs"
 import * as path from "node:path"
 import { afterEach, describe, expect, it } from "vitest"
-import { bin, eventLines, folder, maka, when, type Folder } from "./support/cli.ts"
+import { bin, eventLines, folder, maka, signalWhenStill, when, type Folder } from "./support/cli.ts"
 
 const folders: Array<Folder> = []
 const fresh = () => {
@@ -143,31 +143,17 @@ describe("maka chat", () => {
       cwd: root,
       input: lines,
       stdoutUnread: true,
-      onSpawn: (child) => {
-        // Once no turn has ended for three looks in a row, the chat waits for its output before the
-        // next: signals, again and again, until it exits (after it ended, the second stops the wait
-        // for its last output too).
-        let exited = false
-        child.on("exit", () => {
-          exited = true
-        })
-        void (async () => {
-          let last = -1
-          let still = 0
-          while (!exited && still < 3) {
-            await new Promise((resolve) => setTimeout(resolve, 200))
-            const ended = await count("invocation_ended")
-            still = ended > 0 && ended === last ? still + 1 : 0
-            last = ended
-          }
-          openedBeforeSignals = await count("invocation_opened")
-          // Signals until it exits; a chat that never does is killed, so the test leaves no process.
-          for (let round = 0; !exited; round++) {
-            child.kill(round < 150 ? "SIGINT" : "SIGKILL")
-            await new Promise((resolve) => setTimeout(resolve, 200))
-          }
-        })()
-      },
+      // Once no turn has ended for three looks in a row, the chat waits for its output before the
+      // next: signals, again and again, until it exits (after it ended, the second stops the wait
+      // for its last output too).
+      onSpawn: (child) =>
+        signalWhenStill(child, {
+          measure: () => count("invocation_ended"),
+          started: (ended) => ended > 0,
+          beforeSignals: async () => {
+            openedBeforeSignals = await count("invocation_opened")
+          },
+        }),
     })
     expect(result.code).toBe(130)
     const { openings, endings } = await invocationsOf(root, db, "u")

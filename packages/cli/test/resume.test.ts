@@ -5,7 +5,7 @@ import { OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
 import { afterEach, describe, expect, it } from "vitest"
 import { RESERVED_HINT } from "../src/internal/exit.ts"
 import { levelNames, levelOf } from "../src/internal/resume-command.ts"
-import { eventLines, folder, maka, NOWHERE_BASE_URL, when, type EventLine, type Folder } from "./support/cli.ts"
+import { eventLines, folder, maka, NOWHERE_BASE_URL, signalWhenStill, when, type EventLine, type Folder } from "./support/cli.ts"
 
 const folders: Array<Folder> = []
 const fresh = () => {
@@ -123,29 +123,15 @@ describe("SIGTERM hands a run off, and maka resume continues it in another proce
     const resumed = await maka(["resume", "--db", created.db, "--json"], {
       cwd: created.root,
       stdoutUnread: true,
-      onSpawn: (child) => {
-        let exited = false
-        child.on("exit", () => {
-          exited = true
-        })
-        void (async () => {
-          // Once no pause has been taken for three looks in a row, resume waits for its output.
-          let last = -1
-          let still = 0
-          while (!exited && still < 3) {
-            await new Promise((resolve) => setTimeout(resolve, 200))
-            const left = await paused()
-            still = left < sessions.length && left === last ? still + 1 : 0
-            last = left
-          }
-          pausedBeforeSignals = last
-          // Signals until it exits; a resume that never does is killed, so the test leaves no process.
-          for (let round = 0; !exited; round++) {
-            child.kill(round < 150 ? "SIGINT" : "SIGKILL")
-            await new Promise((resolve) => setTimeout(resolve, 200))
-          }
-        })()
-      },
+      // Once no pause has been taken for three looks in a row, resume waits for its output.
+      onSpawn: (child) =>
+        signalWhenStill(child, {
+          measure: paused,
+          started: (left) => left < sessions.length,
+          beforeSignals: async (left) => {
+            pausedBeforeSignals = left
+          },
+        }),
     })
     expect(resumed.code).toBe(130)
     expect(pausedBeforeSignals).toBeGreaterThan(0)

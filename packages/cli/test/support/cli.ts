@@ -152,3 +152,38 @@ export const when = (predicate: (output: { readonly stdout: string; readonly std
     }
   }
 }
+
+/**
+ * Watches a child that will stop making progress (its output unread): once `measure` has given the
+ * same value three looks in a row (200 ms apart) and `started` holds for it, runs `beforeSignals`,
+ * then sends SIGINT every 200 ms until the child exits; one that never does gets SIGKILL after 150
+ * rounds, so a test leaves no process behind.
+ */
+export const signalWhenStill = (
+  child: ChildProcess,
+  options: {
+    readonly measure: () => Promise<number>
+    readonly started: (value: number) => boolean
+    readonly beforeSignals: (value: number) => Promise<void>
+  },
+): void => {
+  let exited = false
+  child.on("exit", () => {
+    exited = true
+  })
+  void (async () => {
+    let last = -1
+    let still = 0
+    while (!exited && still < 3) {
+      await new Promise((resolve) => setTimeout(resolve, 200))
+      const value = await options.measure()
+      still = options.started(value) && value === last ? still + 1 : 0
+      last = value
+    }
+    await options.beforeSignals(last)
+    for (let round = 0; !exited; round++) {
+      child.kill(round < 150 ? "SIGINT" : "SIGKILL")
+      await new Promise((resolve) => setTimeout(resolve, 200))
+    }
+  })()
+}
