@@ -137,6 +137,21 @@ describe("maka compact", () => {
     expect(result.code).toBe(1)
   })
 
+  it("shows a summary request the provider failed as interrupted, never as retried (a summary attempt runs once)", async () => {
+    const { root, workspace, db } = await withRun()
+    const server = await ScriptedServer.start({ script: [Respond.json(500, Respond.openAiError("server error", { type: "server_error" }))] })
+    servers.push(server)
+    const result = await maka(
+      ["compact", "--db", db, "--workspace", workspace, "--session", "s", "--base-url", `${server.url}/v1`, "--model", "test-model"],
+      { cwd: root },
+    )
+    expect(result.code).toBe(1)
+    expect(server.requests()).toHaveLength(1)
+    const timeline = await maka(["inspect", "--db", db, "--session", "s"], { cwd: root })
+    expect(timeline.stdout).toMatch(/summary request interrupted: retryable_failure\n/)
+    expect(timeline.stdout).not.toContain("(retried)")
+  })
+
   it("needs --session (exit 2), and refuses an unknown session or a missing log with exit 1, opening no invocation and creating no log", async () => {
     const { root, workspace, db } = await withRun()
     const usage = await maka(["compact", "--db", db, "--workspace", workspace], { cwd: root })

@@ -87,7 +87,9 @@ const timelineOf = (lines: Array<string>): ((stored: Event.StoredEvent) => void)
       case "model_interrupted": {
         const step = steps.get(fact.stepId)
         const label = step === undefined ? "request" : step.number === undefined ? "summary request" : `step ${step.number}`
-        lines.push(`${prefix}   ${label} interrupted: ${fact.status}${fact.status === "retryable_failure" ? " (retried)" : ""}`)
+        // A main step's failed attempt is retried; a summary attempt runs once (docs/engine.md §5.6).
+        const retried = fact.status === "retryable_failure" && step?.number !== undefined
+        lines.push(`${prefix}   ${label} interrupted: ${fact.status}${retried ? " (retried)" : ""}`)
         break
       }
       case "tool_dispatched":
