@@ -320,10 +320,42 @@ const objectInput = <A>(
   method: string,
   input: unknown,
   work: () => Effect.Effect<A, EngineError.EngineError>,
-): Effect.Effect<A, EngineError.EngineError> =>
-  typeof input === "object" && input !== null
-    ? Effect.suspend(work)
-    : Effect.fail(EngineError.invalidInput(`${method}: the input must be an object, got ${input === null ? "null" : typeof input}`))
+  fields: Readonly<Record<string, "object" | "catalog">> = {},
+): Effect.Effect<A, EngineError.EngineError> => {
+  if (typeof input !== "object" || input === null) {
+    return Effect.fail(EngineError.invalidInput(`${method}: the input must be an object, got ${input === null ? "null" : typeof input}`))
+  }
+  const problem = fieldsProblem(method, input, fields)
+  return problem === undefined ? Effect.suspend(work) : Effect.fail(EngineError.invalidInput(problem))
+}
+
+const describeValue = (value: unknown): string => (value === null ? "null" : Array.isArray(value) ? "an array" : typeof value)
+
+/**
+ * The first of `fields` that `input` lacks or holds in another kind (a host without types, or a
+ * cast): refused here, where reading into it would die. A `catalog` is a `ToolCatalog`; a plain list
+ * of tools is named as what to wrap.
+ */
+const fieldsProblem = (method: string, input: object, fields: Readonly<Record<string, "object" | "catalog">>): string | undefined => {
+  for (const [name, kind] of Object.entries(fields)) {
+    let value: unknown
+    try {
+      value = Reflect.get(input, name)
+    } catch (error) {
+      return `${method}: reading ${name} threw: ${error instanceof Error ? String(error.message) : String(error)}`
+    }
+    const isObject = typeof value === "object" && value !== null
+    if (kind === "object" && !isObject) return `${method}: ${name} must be an object, got ${describeValue(value)}`
+    const isCatalog = isObject && typeof Reflect.get(value as object, "get") === "function" && typeof Reflect.get(value as object, "capture") === "function"
+    if (kind === "catalog" && !isCatalog) {
+      return `${method}: tools must be a ToolCatalog (ToolCatalog.from(tools)), got ${describeValue(value)}`
+    }
+  }
+  return undefined
+}
+
+/** The fields each method reads into: a run's model, configuration and tools, its invocation. */
+const RUN_FIELDS = { invocation: "object", model: "object", configuration: "object", tools: "catalog" } as const
 
 /** Whether the caller's `signal` has aborted; reading it may run a caller's getter, which may throw. */
 const signalAborted = (signal: AbortSignal | undefined): Effect.Effect<boolean, EngineError.EngineError> =>
@@ -683,10 +715,10 @@ export const make = (options: EngineOptionsInput = {}) =>
         } satisfies RunningInvocation
       })
 
-    const start = (input: StartInput) => objectInput("start", input, () => launch(input, runMessage))
+    const start = (input: StartInput) => objectInput("start", input, () => launch(input, runMessage), { ...RUN_FIELDS, message: "object" })
 
     const compact = (input: CompactInput): Effect.Effect<RunResult, EngineError.EngineError> =>
-      objectInput("compact", input, () => compactObject(input))
+      objectInput("compact", input, () => compactObject(input), { invocation: "object", model: "object", configuration: "object" })
 
     const compactObject = (input: CompactInput): Effect.Effect<RunResult, EngineError.EngineError> =>
       Effect.flatMap(input.requestFingerprint === undefined ? Effect.provideService(Ids.Ids, ids)(Ids.next) : Effect.succeed(input.requestFingerprint), (requestFingerprint) =>
@@ -694,7 +726,7 @@ export const make = (options: EngineOptionsInput = {}) =>
       )
 
     const resume = (input: ResumeInput): Effect.Effect<RunningInvocation, EngineError.EngineError> =>
-      objectInput("resume", input, () => resumeObject(input))
+      objectInput("resume", input, () => resumeObject(input), { paused: "object", pause: "object", model: "object", tools: "catalog" })
 
     const resumeObject = (input: ResumeInput): Effect.Effect<RunningInvocation, EngineError.EngineError> =>
       Effect.gen(function* () {
@@ -727,9 +759,10 @@ export const make = (options: EngineOptionsInput = {}) =>
       })
 
     const continueRun = (input: ContinueInput) =>
-      objectInput("continueRun", input, () => launch({ ...input, continuation: { source: input.source } }, runMessage))
+      objectInput("continueRun", input, () => launch({ ...input, continuation: { source: input.source } }, runMessage), { ...RUN_FIELDS, source: "object" })
 
-    const checkContinuation = (input: ContinueInput) => objectInput("checkContinuation", input, () => checkContinuationObject(input))
+    const checkContinuation = (input: ContinueInput) =>
+      objectInput("checkContinuation", input, () => checkContinuationObject(input), { ...RUN_FIELDS, source: "object" })
 
     const checkContinuationObject = (input: ContinueInput) =>
       Effect.gen(function* () {

@@ -432,3 +432,50 @@ describe("an input that is not an object", () => {
     ),
   )
 })
+
+describe("an input object that lacks what a method reads into", () => {
+  it.live("is refused InvalidInput naming the field, as an Effect failure, writing nothing", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({ script: toolLoop })
+        const engine = context.engine
+        const tools = catalog({ ran: [] })
+        const good = input(context, "Loop.", tools)
+        const cast = <A>(value: object): A => value as A
+        const { model: _model, ...noModel } = good
+        const { message: _message, ...noMessage } = good
+        const refusals: ReadonlyArray<readonly [string, () => Effect.Effect<unknown, EngineError.EngineError>]> = [
+          ["start: model must be an object, got undefined", () => engine.start(cast(noModel))],
+          ["start: message must be an object, got undefined", () => engine.start(cast(noMessage))],
+          ["start: tools must be a ToolCatalog (ToolCatalog.from(tools)), got an array", () => engine.run(cast({ ...good, tools: [...tools.tools] }))],
+          ["start: configuration must be an object, got null", () => engine.start(cast({ ...good, configuration: null }))],
+          ["compact: model must be an object, got undefined", () => engine.compact(cast({ invocation: good.invocation, configuration: good.configuration }))],
+          ["resume: paused must be an object, got undefined", () => engine.resume(cast({}))],
+          ["continueRun: source must be an object, got undefined", () => engine.continueRun(cast(good))],
+          [
+            "checkContinuation: reading model threw: no model here",
+            () =>
+              engine.checkContinuation(
+                cast({
+                  ...good,
+                  get model(): never {
+                    throw new Error("no model here")
+                  },
+                }),
+              ),
+          ],
+        ]
+        for (const [message, call] of refusals) {
+          const exit = yield* Effect.exit(call())
+          assert.isTrue(Exit.isFailure(exit), message)
+          const error = yield* Effect.flip(Effect.suspend(() => exit))
+          assert.strictEqual(error.reason._tag, "InvalidInput", message)
+          assert.strictEqual(error.message, message)
+        }
+        assert.deepStrictEqual(yield* context.log.events("session-1"), [])
+        const ran = yield* engine.run(good)
+        assert.deepStrictEqual(ran.outcome, { kind: "completed" })
+      }),
+    ),
+  )
+})
