@@ -115,7 +115,7 @@ describe("Engine", () => {
         assert.strictEqual(dated.message, "providerOptions: canonical JSON refuses a non-plain object (Date) at $.metadata.at")
         // Settings that fail to build past the checks (a catalog that throws, through a cast) are
         // Internal, before the session is taken: the start below still gets it.
-        const throwing = { get: () => undefined, get tools(): never { throw new Error("no tools here") } }
+        const throwing = { get: () => undefined, capture: () => undefined, get tools(): never { throw new Error("no tools here") } }
         const broken = yield* Effect.flip(context.engine.start({ ...relative, tools: throwing as unknown as typeof relative.tools }))
         assert.strictEqual(broken.reason._tag, "Internal")
         assert.strictEqual(broken.message, "the run's settings could not be built: no tools here")
