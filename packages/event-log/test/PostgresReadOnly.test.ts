@@ -222,7 +222,11 @@ describe.skipIf(databaseUrl === "")("the schema a PostgreSQL log works in", () =
       const owner = new pg.Client({ connectionString: url })
       await owner.connect()
       await owner.query(`REVOKE ALL ON SCHEMA public FROM PUBLIC`).finally(() => owner.end())
-      await expectReason(open(asRole.toString(), {}), "Database", "no schema of the search_path exists that the role may use")
+      await expectReason(open(asRole.toString(), {}), "Database", 'no schema of the search_path ("$user", public) exists that the role may use')
+      // A URL naming a schema that does not exist yet: the message names it.
+      const missing = new URL(url)
+      missing.searchParams.set("options", "-c search_path=agentlog")
+      await expectReason(open(missing.toString(), {}), "Database", "no schema of the search_path (agentlog) exists")
     } finally {
       admin ??= new pg.Pool({ connectionString: databaseUrl, max: 1 })
       for (const name of created) await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)

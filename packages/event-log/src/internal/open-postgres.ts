@@ -397,12 +397,17 @@ const checkReadOnly = async (db: Kysely<Tables>, store: PostgresStore): Promise<
 }
 
 const currentSchema = async (transaction: Transaction<Tables>, location: string): Promise<string> => {
-  const result = await sql<{ schema: unknown }>`SELECT current_schema() AS schema`.execute(transaction)
+  const result = await sql<{ schema: unknown; path: unknown }>`SELECT current_schema() AS schema, current_setting('search_path') AS path`.execute(
+    transaction,
+  )
   const schema = textOf(result.rows[0], "schema")
   if (schema === undefined) {
+    // The search path is named (the location hides a URL's options): a URL's own search_path may
+    // name a schema that does not exist yet.
+    const path = textOf(result.rows[0], "path") ?? ""
     throw EventLogError.make({
       _tag: "Database",
-      message: `${location}: no schema of the search_path exists that the role may use; create one, or name the log's schema (the URL's options=-c search_path=NAME, or EventLog.layerPostgres's schema)`,
+      message: `${location}: no schema of the search_path (${path}) exists that the role may use; create one (CREATE SCHEMA), or name the log's schema (the URL's options=-c search_path=NAME, or EventLog.layerPostgres's schema, which a writer creates when missing)`,
     })
   }
   return schema
