@@ -68,6 +68,20 @@ describe("maka run on the offline model", () => {
     expect(opening.input.content.text).toBe("from stdin\n\n  second line ")
   })
 
+  it("leaves no folder it made for a log that then failed to open", async () => {
+    const { root, workspace } = fresh()
+    // A file name longer than a name can be: the folders are made, the open fails.
+    const db = path.join(root, "made", "deeper", `${"a".repeat(300)}.sqlite`)
+    const result = await maka(["run", "--db", db, "--workspace", workspace, "hi"], { cwd: root })
+    expect(result.code).toBe(1)
+    expect(result.stderr).toContain("ENAMETOOLONG")
+    expect(fs.existsSync(path.join(root, "made"))).toBe(false)
+    // A folder that was there before stays.
+    fs.mkdirSync(path.join(root, "kept"))
+    expect((await maka(["run", "--db", path.join(root, "kept", `${"a".repeat(300)}.sqlite`), "--workspace", workspace, "hi"], { cwd: root })).code).toBe(1)
+    expect(fs.existsSync(path.join(root, "kept"))).toBe(true)
+  })
+
   it("reads the message from stdin when MESSAGE is -", async () => {
     const { root, workspace, db } = fresh()
     const result = await maka(["run", "--db", db, "--workspace", workspace, "--json", "-"], { cwd: root, input: "piped in\n" })

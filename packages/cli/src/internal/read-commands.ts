@@ -151,8 +151,11 @@ export const backupCommand = async (context: CommandContext): Promise<number> =>
 export const recoverCommand = async (context: CommandContext): Promise<number> => {
   const { values } = Flags.parse("recover", context.args)
   const target = Flags.database(values, context.environment, context.cwd)
-  prepareLogFolder(target, { defaultUnder: context.cwd })
-  const open = await openWriter(target)
+  const unmake = prepareLogFolder(target, { defaultUnder: context.cwd })
+  const open = await openWriter(target).catch((error: unknown) => {
+    unmake()
+    throw error
+  })
   try {
     const report = await open.run(Effect.flatMap(Effect.succeed(open.log), (log) => Recovery.recover(log)))
     for (const sealed of report.sealed) {

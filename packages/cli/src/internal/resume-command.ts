@@ -187,13 +187,16 @@ export const resumeCommand = async (context: CommandContext): Promise<number> =>
       return ExitCode.completed
     }
   }
-  prepareLogFolder(target, { defaultUnder: context.cwd })
+  const unmake = prepareLogFolder(target, { defaultUnder: context.cwd })
   const signals = handleSignals(context.sink)
   const runtime: Runtime = ManagedRuntime.make(Agent.layer(target.kind === "sqlite" ? { database: target.path } : { databaseUrl: target.url }))
   let connection: Connection | undefined
   try {
     if (signals.signal.aborted) return ExitCode.cancelled
-    const engine = await whileOpening(runEffect(runtime, Effect.service(Engine.Engine)))
+    const engine = await whileOpening(runEffect(runtime, Effect.service(Engine.Engine))).catch((error: unknown) => {
+      unmake()
+      throw error
+    })
     context.sink.err(recoveredLines(Engine.recoveredOnOpen(engine)))
     if (isAbandon) {
       const successor = await runEffect(runtime, engine.abandonHandoff(sessionId!))

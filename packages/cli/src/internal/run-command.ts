@@ -261,6 +261,7 @@ export const openHost = async (settings: RunSettings, sink: Sink, signal: AbortS
   const provider = settings.provider
   const connection = await openConnection(provider, settings.offlineDelayMs)
   let engine: Awaited<ReturnType<typeof createEngine>> | undefined
+  let unmake = (): void => undefined
   const close = async () => {
     await engine?.close()
     await connection.close()
@@ -268,7 +269,7 @@ export const openHost = async (settings: RunSettings, sink: Sink, signal: AbortS
   try {
     const providerOptions = connection.providerOptions
     const database = settings.database
-    prepareLogFolder(database)
+    unmake = prepareLogFolder(database)
     if (signal.aborted) throw new CliError("cancelled", ExitCode.cancelled)
     engine = await whileOpening(createEngine(database.kind === "sqlite" ? { database: database.path } : { databaseUrl: database.url }))
     const opened = engine
@@ -337,6 +338,7 @@ export const openHost = async (settings: RunSettings, sink: Sink, signal: AbortS
     return { turn, compact, close }
   } catch (error) {
     await close()
+    unmake()
     throw fromEngineError(error)
   }
 }

@@ -120,18 +120,31 @@ const folderProblem = (folder: string, error: unknown): string => {
 /**
  * Makes the folder of the SQLite log a writing command opens. With `defaultUnder` (the current
  * directory), a log that does not exist is created only at the default path there: a missing `--db` /
- * `MAKA_DB` file is most likely a typo.
+ * `MAKA_DB` file is most likely a typo. Returns what removes the folders it made, while they are empty.
  */
-export const prepareLogFolder = (target: DatabaseTarget, options: { readonly defaultUnder?: string } = {}): void => {
-  if (target.kind !== "sqlite") return
+export const prepareLogFolder = (target: DatabaseTarget, options: { readonly defaultUnder?: string } = {}): (() => void) => {
+  if (target.kind !== "sqlite") return () => undefined
   const { defaultUnder } = options
   if (defaultUnder !== undefined && !fs.existsSync(target.path) && target.path !== path.resolve(defaultUnder, defaults.database)) {
     throw new CliError(`no maka log at ${target.path}; pass --db PATH of an existing log`, ExitCode.failed)
   }
   const folder = path.dirname(target.path)
+  let made: string | undefined
   try {
-    fs.mkdirSync(folder, { recursive: true })
+    made = fs.mkdirSync(folder, { recursive: true })
   } catch (error) {
     throw new CliError(`store error: cannot make the folder ${folder} of the log: ${folderProblem(folder, error)}`, ExitCode.failed)
+  }
+  // Undoes the folders made here while they are still empty: a log that failed to open leaves none.
+  return () => {
+    if (made === undefined) return
+    for (let current = folder; ; current = path.dirname(current)) {
+      try {
+        fs.rmdirSync(current)
+      } catch {
+        return
+      }
+      if (current === made) return
+    }
   }
 }
