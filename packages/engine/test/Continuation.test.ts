@@ -7,14 +7,14 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Codec, Digest } from "@maka/facts"
 import { FactBuilders, History, OpenAiSse, Respond, type ScriptedServer } from "@maka/testkit"
-import { ToolCatalog } from "@maka/tools"
+import { Tool, ToolCatalog } from "@maka/tools"
 import { Effect } from "effect"
 import type * as Engine from "../src/Engine.ts"
 import * as fs from "node:fs"
 import * as path from "node:path"
 import { answer, echoCall, mainEntry, summaryAnswer, summaryEntry, summaryText } from "./support/compaction.ts"
 import { expectFrozenSources, factsOf, kinds, reopen } from "./support/harness.ts"
-import { catalog, input, setup, type Effects, type Setup } from "./support/setup.ts"
+import { catalog, echoTool, input, setup, type Effects, type Setup } from "./support/setup.ts"
 
 /** A stream that shows some text, then fails with a provider error no retry fixes. */
 const failsAfterText = (text: string) =>
@@ -186,6 +186,34 @@ describe("continuation", () => {
         // A lineage-scoped request binds its effective source, also with no archive applied (docs/engine.md §5.4).
         const request = factsOf(own, "model_requested")[0]!
         assert.strictEqual(request.effectiveSourceDigest, Digest.effectiveSource(request.sourceDigest, []))
+      }),
+    ),
+  )
+
+  it.live("sends the claim's replay as its first request over a large result its source never archived: no prune before it", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({ script: [mainEntry(echoCall("call-1", "one")), mainEntry(answer("Continued."))] })
+        const effects: Effects = { ran: [] }
+        // The source is cancelled while its tool makes a result over a page: the source's next step,
+        // which would archive it, never comes.
+        const big = ToolCatalog.make([echoTool(effects, (value) => Effect.as(Effect.sleep("300 millis"), Tool.text(`${value} ${"x".repeat(200_000)}`)))])
+        const source = yield* context.engine.start(input(context, "Make it big.", big))
+        yield* Effect.promise(() => context.server.request(0))
+        yield* Effect.sleep("100 millis")
+        yield* source.cancel
+        const sealed = yield* source.wait
+        assert.strictEqual(sealed.outcome.kind, "cancelled")
+        assert.deepStrictEqual(factsOf(yield* context.log.events("session-1"), "tool_result_archived"), [])
+        const checked = yield* context.engine.checkContinuation(continueInput(context, sealed.invocation, big))
+        const running = yield* context.engine.continueRun(continueInput(context, sealed.invocation, big))
+        assert.deepStrictEqual((yield* running.wait).outcome, { kind: "completed" })
+        const own = (yield* context.log.events("session-1")).filter((stored) => stored.event.invocation.invocationId === running.invocation.invocationId)
+        const opening = own[0]!.event.fact
+        if (opening.kind !== "invocation_opened" || opening.input.kind !== "continuation") return assert.fail("a continuation opening")
+        const first = factsOf(own, "model_requested")[0]!
+        assert.strictEqual(first.inputDigest, opening.input.claim.replay.digest)
+        assert.strictEqual(first.inputDigest, checked.replay.digest)
       }),
     ),
   )

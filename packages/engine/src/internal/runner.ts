@@ -1056,9 +1056,11 @@ export const runMessage = (
       // Prune once after the opening (docs/engine.md §5.11): a context the engine kept was pruned
       // after each of its tool batches already, and one that holds no result over a page has no candidate.
       // A handoff successor finds nothing to prune: its pause's preflight archived what was owed, so
-      // its first request stays the pause's replay.
+      // its first request stays the pause's replay. A continuation's first request is its claim's
+      // replay (docs/engine.md §5.9): a result its source left unarchived is archived by a later
+      // prune (after a tool batch of over a page, or the session's next run).
       const owesPrune = live.kept ? live.context.pruneOwed : live.context.holdsArchivable(isArchivable)
-      if (!priorUnknown && !live.pruned && owesPrune) yield* pruneOwing(run, loop)
+      if (!priorUnknown && !live.pruned && owesPrune && continuation === undefined) yield* pruneOwing(run, loop)
       const done = yield* stepLoop(run, loop, priorUnknown)
       if (loop.summaryToolContent) return yield* Effect.fail(EngineError.reconciliation(EngineError.SUMMARY_TOOL_CONTENT_MESSAGE))
       if (done._tag === "Paused") return done
