@@ -17,7 +17,6 @@ import * as EngineError from "./EngineError.ts"
 import * as Hints from "./Hints.ts"
 import * as EventFeed from "./internal/event-feed.ts"
 import { describeThrown, readOptions } from "./internal/start-options.ts"
-import * as HeldAlone from "./internal/held-alone.ts"
 import { optionsProblem } from "./internal/options.ts"
 
 /** The defaults of `createEngine`, `start` and `Agent.start`. */
@@ -407,7 +406,10 @@ export const start = (options: RunOptions): Effect.Effect<AgentRun, EngineError.
 
 /** `start`, then the terminal: `{invocation, outcome}`; a caller interrupted meanwhile cancels the run (docs/engine.md §5.14). */
 export const run = (options: RunOptions): Effect.Effect<Engine.RunResult, EngineError.EngineError, Engine.Engine | Ids.Ids> =>
-  HeldAlone.runHeldAlone(start(options))
+  Effect.gen(function* () {
+    const engine = yield* Engine.Engine
+    return yield* Effect.mapError(Effect.flatMap(startInput(options), engine.run), withHint)
+  })
 
 /** The options of a standalone compaction: a run's, without the message, tools and step budget. */
 export type CompactOptions = Omit<RunOptions, "message" | "tools" | "maxSteps" | "allowPriorUnknown">

@@ -553,7 +553,26 @@ export const make = (options: EngineOptionsInput = {}) =>
         catch: (error) => EngineError.internal(`the run's settings could not be built: ${error instanceof Error ? error.message : String(error)}`),
       })
 
-    const launch = (input: LaunchInput, body: typeof runMessage): Effect.Effect<RunningInvocation, EngineError.EngineError> =>
+    /** A start's handle, returned. */
+    const handOver = (running: RunningInvocation) => Effect.succeed(running)
+
+    /** A run's terminal: a caller interrupted while it waits cancels the run (docs/engine.md §5.14). */
+    const heldToEnd = (running: RunningInvocation, restore: <B, E, R>(effect: Effect.Effect<B, E, R>) => Effect.Effect<B, E, R>) =>
+      Effect.onInterrupt(restore(running.wait), () => HeldAlone.cancelAndWait(running.cancel, running.wait))
+
+    /**
+     * Admits a run and gives its handle to `then` inside the same uninterruptible region that
+     * admitted it: `handOver` returns it, `heldToEnd` waits for its terminal, an interruption of that
+     * wait cancelling the run. Leaving the region delivers an interruption that came meanwhile and
+     * drops what it returns: `run` and `compact` leave it only once their run has ended, so none of
+     * theirs is dropped; a `start` interrupted in the region's last few operations (only a scheduler
+     * that yields within them reaches those) drops its handle, as any Effect that returns one can.
+     */
+    const launch = <A>(
+      input: LaunchInput,
+      body: typeof runMessage,
+      then: (running: RunningInvocation, restore: <B, E, R>(effect: Effect.Effect<B, E, R>) => Effect.Effect<B, E, R>) => Effect.Effect<A, EngineError.EngineError>,
+    ): Effect.Effect<A, EngineError.EngineError> =>
       Effect.gen(function* () {
         const problem = settingsProblem(input)
         if (problem !== undefined) return yield* Effect.fail(EngineError.invalidInput(problem))
@@ -578,7 +597,9 @@ export const make = (options: EngineOptionsInput = {}) =>
         // interruption of the caller (a timeout, a race) waits: landing in between, it would leave the
         // session taken for the engine's lifetime. Only the wait for the admission is interruptible,
         // and an interruption there cancels the run, whose worker still releases the session.
-        return yield* Effect.uninterruptibleMask((restore) => admit(input, body, settings, openingWrite, restore))
+        return yield* Effect.uninterruptibleMask((restore) =>
+          Effect.flatMap(admit(input, body, settings, openingWrite, restore), (running) => then(running, restore)),
+        )
       })
 
     /** `launch` from taking the session on, uninterruptible but for `restore`'s part. */
@@ -715,14 +736,14 @@ export const make = (options: EngineOptionsInput = {}) =>
         } satisfies RunningInvocation
       })
 
-    const start = (input: StartInput) => objectInput("start", input, () => launch(input, runMessage), { ...RUN_FIELDS, message: "object" })
+    const start = (input: StartInput) => objectInput("start", input, () => launch(input, runMessage, handOver), { ...RUN_FIELDS, message: "object" })
 
     const compact = (input: CompactInput): Effect.Effect<RunResult, EngineError.EngineError> =>
       objectInput("compact", input, () => compactObject(input), { invocation: "object", model: "object", configuration: "object" })
 
     const compactObject = (input: CompactInput): Effect.Effect<RunResult, EngineError.EngineError> =>
       Effect.flatMap(input.requestFingerprint === undefined ? Effect.provideService(Ids.Ids, ids)(Ids.next) : Effect.succeed(input.requestFingerprint), (requestFingerprint) =>
-        HeldAlone.runHeldAlone(launch({ ...input, requestFingerprint, maxSteps: 1 }, runCompact)),
+        launch({ ...input, requestFingerprint, maxSteps: 1 }, runCompact, heldToEnd),
       )
 
     const resume = (input: ResumeInput): Effect.Effect<RunningInvocation, EngineError.EngineError> =>
@@ -755,11 +776,12 @@ export const make = (options: EngineOptionsInput = {}) =>
             successor: { paused: input.paused, pause: input.pause },
           },
           runMessage,
+          handOver,
         )
       })
 
     const continueRun = (input: ContinueInput) =>
-      objectInput("continueRun", input, () => launch({ ...input, continuation: { source: input.source } }, runMessage), { ...RUN_FIELDS, source: "object" })
+      objectInput("continueRun", input, () => launch({ ...input, continuation: { source: input.source } }, runMessage, handOver), { ...RUN_FIELDS, source: "object" })
 
     const checkContinuation = (input: ContinueInput) =>
       objectInput("checkContinuation", input, () => checkContinuationObject(input), { ...RUN_FIELDS, source: "object" })
@@ -975,7 +997,7 @@ export const make = (options: EngineOptionsInput = {}) =>
     return {
       log,
       start,
-      run: (input: StartInput) => HeldAlone.runHeldAlone(start(input)),
+      run: (input: StartInput) => objectInput("start", input, () => launch(input, runMessage, heldToEnd), { ...RUN_FIELDS, message: "object" }),
       compact,
       continueRun,
       checkContinuation,

@@ -7,7 +7,7 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { FactBuilders, OpenAiSse, Respond } from "@maka/testkit"
-import { Effect, Exit, Fiber } from "effect"
+import { Effect, Exit, Fiber, Result, Scheduler } from "effect"
 import { kinds } from "./support/harness.ts"
 import { catalog, input, setup } from "./support/setup.ts"
 
@@ -68,36 +68,57 @@ describe("an interrupted start", () => {
       }),
     ), 60_000)
 
-  it.live("run: an interruption at the end of the launch, once the run is handed over, cancels the run and frees the session", () =>
+  it.live("run and compact: an interruption at any operation of the caller's fiber cancels the run it held, the session free", () =>
     Effect.scoped(
       Effect.gen(function* () {
         const context = yield* setup({ script: [{ respond: Respond.sse(OpenAiSse.response({ text: ["done"] })), repeat: true }] })
         const tools = catalog({ ran: [] })
-        for (let at = 1; ; at++) {
-          let running: Fiber.Fiber<unknown, unknown> | undefined
-          const signal = interruptingSignal(at, () => running)
-          const ran = input(context, `run ${at}`, tools, { signal: signal as unknown as AbortSignal })
-          const fiber = yield* Effect.forkChild(
-            Effect.withFiber((self) => {
-              running = self
-              return context.engine.run(ran)
-            }),
-          )
-          const exit = yield* Fiber.await(fiber)
-          // Interrupted, the caller returns only once its run has ended: the next start is admitted.
-          const next = yield* context.engine.start(input(context, `probe ${at}`, tools))
-          assert.deepStrictEqual((yield* next.wait).outcome, { kind: "completed" }, `read ${at}`)
-          if (Exit.isFailure(exit)) {
-            const events = (yield* context.engine.log.events("session-1")).filter((stored) => stored.event.invocation.runId === ran.invocation.runId)
-            const last = events.at(-1)?.event.fact
-            if (last !== undefined) {
-              assert.deepStrictEqual(last.kind === "invocation_ended" ? last.outcome : last, { kind: "cancelled", source: "runtime_cancellation" })
+        const inner = yield* Scheduler.Scheduler
+        let compactions = 0
+        const calls = {
+          run: (at: number) => context.engine.run(input(context, `run ${at}`, tools)),
+          compact: () => {
+            compactions++
+            return context.engine.compact({
+              invocation: FactBuilders.invocation({ turnId: `c-turn-${compactions}`, runId: `c-run-${compactions}`, invocationId: `c-invocation-${compactions}` }),
+              model: context.model,
+              configuration: input(context, "x", tools).configuration,
+            })
+          },
+        }
+        for (const [name, call] of Object.entries(calls)) {
+          let interrupted = 0
+          // The caller's fiber is interrupted as the scheduler meets its `at`-th operation: every place
+          // it can be, the launch's last operations included, until a call completes first.
+          for (let at = 1; ; at++) {
+            let caller: Fiber.Fiber<unknown, unknown> | undefined
+            let operations = 0
+            const scheduler: Scheduler.Scheduler = {
+              executionMode: inner.executionMode,
+              makeDispatcher: () => inner.makeDispatcher(),
+              shouldYield: (fiber) => {
+                if (fiber === caller && ++operations === at) fiber.interruptUnsafe()
+                return inner.shouldYield(fiber)
+              },
             }
+            const fiber = yield* Effect.forkChild(
+              Effect.withFiber((self) => {
+                caller = self
+                return call(at)
+              }).pipe(Effect.provideService(Scheduler.Scheduler, scheduler)),
+            )
+            const exit = yield* Fiber.await(fiber)
+            if (Exit.isSuccess(exit)) break
+            interrupted++
+            // The interruption ended once the run had: the next start on the session is admitted.
+            const next = yield* Effect.result(context.engine.start(input(context, `probe ${name} ${at}`, tools)))
+            if (Result.isFailure(next)) return assert.fail(`${name}, operation ${at}: ${next.failure.message}`)
+            yield* next.success.wait
           }
-          if (signal.reads() < at) break
+          assert.isAtLeast(interrupted, 10, name)
         }
       }),
-    ), 60_000)
+    ), 120_000)
 
   it.live("a start on an engine whose scope has closed is refused Internal, not left waiting for an admission", () =>
     Effect.gen(function* () {
