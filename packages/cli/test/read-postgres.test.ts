@@ -211,7 +211,11 @@ describe.skipIf(databaseUrl === "")("a signal while a writing command waits to o
             // Once the command waits for the lock, the signal; the lock is let go only if it never exits.
             const waiting = async () =>
               withClient(url, async (client) =>
-                (await client.query("SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")).rows.length > 0,
+                (
+                  await client.query(
+                    "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+                  )
+                ).rows.length > 0,
               )
             while (child.exitCode === null && !(await waiting())) await new Promise((resolve) => setTimeout(resolve, 100))
             if (child.exitCode !== null) return

@@ -140,7 +140,7 @@ describe("a schema named in the URL, which pg passes by unread", () => {
 })
 
 describe("text that is not a PostgreSQL URL", () => {
-  it.each(["not a url", "localhost:5432/agents", "mysql://u:hunter2@db.example/agents", "postgres//db.example/agents", ""])(
+  it.each(["not a url", "localhost:5432/agents", "mysql://u:hunter2@db.example/agents", "postgres//db.example/agents", "//db.example:5432/agents", ""])(
     "is refused at open, before any look-up or connection: %j",
     (url) => {
       const refused = (() => {
@@ -157,7 +157,7 @@ describe("text that is not a PostgreSQL URL", () => {
     },
   )
 
-  it.each(["postgres://db.example/agents", "postgresql://db.example/agents", "POSTGRES://db.example/agents", "socket:/var/run/postgresql?db=agents", "/var/run/postgresql agents"])(
+  it.each(["postgres://db.example/agents", "postgresql://db.example/agents", "POSTGRES://db.example/agents", "\tpostgres://db.example/agents", "socket:/var/run/postgresql?db=agents", "/var/run/postgresql agents"])(
     "is not a URL pg reads as one: %s is passed on",
     (url) => expect(pgConnectionString(url)).toBe(url),
   )

@@ -105,11 +105,6 @@ export interface JobOptions {
   readonly cancellation?: Cancellation.Cancellation | undefined
 }
 
-/**
- * Runs the summary job over a captured source: at most three attempts (one shorter retry after a
- * `length` finish, one repair of a repairable defect), each a `summary` request whose evidence is
- * the fenced source. Fails with the model's error, or `Cancelled`.
- */
 /** A summary attempt's request over `history` with `instruction`, and its input digest. */
 const summaryRequest = (run: Run, history: Prompt.Prompt, instruction: string) => {
   const maxOutputTokens = run.settings.mainOutputLimit ?? Limits.DEFAULT_OUTPUT_LIMIT
@@ -126,6 +121,11 @@ const summaryRequest = (run: Run, history: Prompt.Prompt, instruction: string) =
 export const firstRequestDigest = (run: Run, captured: Captured): string =>
   summaryRequest(run, PromptBuilder.buildSummaryPrompt({ source: captured.source }), Prompts.COMPACTION_BASE_INSTRUCTION).inputDigest
 
+/**
+ * Runs the summary job over a captured source: at most three attempts (one shorter retry after a
+ * `length` finish, one repair of a repairable defect), each a `summary` request whose evidence is
+ * the fenced source. Fails with the model's error, or `Cancelled`.
+ */
 export const job = (run: Run, captured: Captured, options: JobOptions = {}): Effect.Effect<JobResult, EngineError.EngineError, Ids.Ids> =>
   Effect.gen(function* () {
     const { source, mode } = captured

@@ -232,7 +232,7 @@ export const pgConnectionString = (url: string, environment: Readonly<Record<str
   const refuse = (message: string) => EventLogError.make({ _tag: "UnsupportedDatabase", message: `${redactUrl(url)}: ${message}` })
   // pg reads any other text as a path below `postgres://base` (a DNS look-up of the host `base`),
   // and any other scheme as if it were postgres://.
-  if (!/^(postgres(ql)?:\/\/|socket:|\/)/i.test(url)) {
+  if (!/^\s*(postgres(ql)?:\/\/|socket:|\/(?!\/))/i.test(url)) {
     throw refuse("not a PostgreSQL URL: give postgres://USER@HOST:PORT/DATABASE (or postgresql://, socket:, or a socket folder's path)")
   }
   // A socket path has no query (pg splits it at spaces); as pg's URL parser, the query runs from
