@@ -218,6 +218,32 @@ describe("continuation", () => {
     ),
   )
 
+  it.live("holds steering queued before its first request for the next step: that request stays the claim's replay", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({
+          script: [mainEntry(echoCall("call-1", "one")), mainEntry(answer("Replayed.")), mainEntry(answer("Steered."))],
+        })
+        const effects: Effects = { ran: [] }
+        // One step: the source ends at its step limit after its tool, a boundary a continuation takes.
+        const source = yield* context.engine.run(input(context, "Echo one.", catalog(effects), { maxSteps: 1 }))
+        assert.strictEqual(source.outcome.kind, "failed")
+        const running = yield* context.engine.continueRun(continueInput(context, source.invocation, catalog(effects)))
+        yield* running.steer("STEER-ONE")
+        assert.deepStrictEqual((yield* running.wait).outcome, { kind: "completed" })
+        const own = (yield* context.log.events("session-1")).filter((stored) => stored.event.invocation.invocationId === running.invocation.invocationId)
+        const opening = own[0]!.event.fact
+        if (opening.kind !== "invocation_opened" || opening.input.kind !== "continuation") return assert.fail("a continuation opening")
+        const requests = factsOf(own, "model_requested")
+        assert.strictEqual(requests.length, 2)
+        assert.strictEqual(requests[0]!.inputDigest, opening.input.claim.replay.digest)
+        assert.notInclude(context.server.requests()[1]!.body, "STEER-ONE")
+        assert.include(context.server.requests()[2]!.body, "STEER-ONE")
+        assert.strictEqual(factsOf(own, "message_steered").length, 1)
+      }),
+    ),
+  )
+
   it.live("a message run after a continuation reads the whole session again, not the continuation's lineage", () =>
     Effect.scoped(
       Effect.gen(function* () {

@@ -919,7 +919,10 @@ const LAST_STEP_STEERING = "the run is in its last step (maxSteps): no later ste
 export const stepLoop = (run: Run, loop: LoopState, priorUnknown: boolean): Effect.Effect<Done, EngineError.EngineError, Ids.Ids> =>
   Effect.gen(function* () {
     for (let step = 0; step < run.settings.maxSteps; step++) {
-      yield* deliverSteering(run)
+      // A claim's first request is its replay, with no new user message (docs/engine.md §5.9): steering
+      // queued before it waits for the next step.
+      const holdsSteering = step === 0 && run.claim !== undefined
+      if (!holdsSteering) yield* deliverSteering(run)
       if (yield* isCancelled(run)) {
         yield* run.handoff.drop
         return yield* Effect.fail(EngineError.cancelled())
@@ -929,7 +932,7 @@ export const stepLoop = (run: Run, loop: LoopState, priorUnknown: boolean): Effe
       // No step after the last delivers steering: from here it is refused, not queued and dropped.
       if (step === run.settings.maxSteps - 1) run.handoff.endSteering(LAST_STEP_STEERING)
       // Steering that arrived during a handoff preflight the run did not take goes into this step.
-      yield* deliverSteering(run)
+      if (!holdsSteering) yield* deliverSteering(run)
       // Under the prior-unknown policy no summary is ever pending: nothing to adopt.
       yield* adoptFinished(run, loop)
       // A prune a batch owed while the summary ran is paid here, once none is pending (adopted or
