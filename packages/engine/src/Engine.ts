@@ -281,6 +281,12 @@ const opensAtAdmission = (input: LaunchInput): boolean =>
 
 /** The opening's check, as the store will check it; a successor's and a continuation's come later. */
 const openingProblem = (input: LaunchInput): string | undefined => {
+  // A continuation's opening names its request by a digest (docs/engine.md §5.2): refused before the
+  // claim is prepared, as the opening built after it would be.
+  const fingerprint: unknown = input.requestFingerprint
+  if (input.continuation !== undefined && fingerprint !== undefined && !(typeof fingerprint === "string" && Digest.isDigest(fingerprint))) {
+    return "requestFingerprint: a continuation's must be a digest (sha256: and 64 lowercase hex digits)"
+  }
   // A successor's opening holds its claim, prepared and checked against the pause before it is written.
   if (input.successor !== undefined || input.continuation !== undefined) return undefined
   const opening = Codec.checkFact(openingFact(input), input.invocation)

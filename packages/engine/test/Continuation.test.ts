@@ -283,6 +283,14 @@ describe("continuation", () => {
           assert.strictEqual(refused.reason._tag, "ReconciliationRequired")
           assert.strictEqual(refused.message, message)
         }
+        // A request fingerprint that is not a digest, refused by the check and the start alike.
+        for (const requestFingerprint of ["hello", ""]) {
+          const named = { ...continueInput(context, source.invocation, catalog(effects)), requestFingerprint }
+          for (const refused of [yield* Effect.flip(context.engine.checkContinuation(named)), yield* Effect.flip(context.engine.continueRun(named))]) {
+            assert.strictEqual(refused.reason._tag, "InvalidInput")
+            assert.strictEqual(refused.message, "requestFingerprint: a continuation's must be a digest (sha256: and 64 lowercase hex digits)")
+          }
+        }
         assert.strictEqual((yield* context.log.events("session-1")).length, before)
         assert.deepStrictEqual(yield* context.log.events("session-2"), [])
         // A new turn, run and invocation continue it.
