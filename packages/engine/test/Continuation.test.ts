@@ -353,6 +353,30 @@ describe("continuation", () => {
     ),
   )
 
+  it.live("refuses to continue a compaction run, which has no boundary, naming it and writing nothing", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({ script: [mainEntry(echoCall("call-1", "one")), summaryEntry(summaryAnswer(summaryText("compacted")))] })
+        const effects: Effects = { ran: [] }
+        yield* context.engine.run(input(context, "Echo one.", catalog(effects), { maxSteps: 1 }))
+        const compaction = FactBuilders.invocation({ turnId: "compact-turn", runId: "compact-run", invocationId: "compact-invocation" })
+        const compacted = yield* context.engine.compact({
+          invocation: compaction,
+          model: context.model,
+          configuration: FactBuilders.configuration({ cwd: context.workspace, model: FactBuilders.modelBinding({ model: "test-model" }) }),
+        })
+        assert.strictEqual(compacted.outcome.kind, "context_compact_finished")
+        const before = (yield* context.log.events("session-1")).length
+        const continued = continueInput(context, compaction, catalog(effects))
+        for (const refused of [yield* Effect.flip(context.engine.checkContinuation(continued)), yield* Effect.flip(context.engine.continueRun(continued))]) {
+          assert.strictEqual(refused.reason._tag, "ReconciliationRequired")
+          assert.strictEqual(refused.message, "a compaction run has no boundary to continue: continue the run before it")
+        }
+        assert.strictEqual((yield* context.log.events("session-1")).length, before)
+      }),
+    ),
+  )
+
   it.live("refuses a check while a later unknown effect stands in the session (scenario 55)", () =>
     Effect.scoped(
       Effect.gen(function* () {

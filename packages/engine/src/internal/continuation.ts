@@ -36,6 +36,8 @@ const stableBoundaries = (prompt: Prompt.Prompt): boolean => {
  * base it inherits, and the replay digest of the first request `run` would send over the lineage.
  * `request` builds that request (the runner's own prompt building) from a source.
  */
+export const COMPACTION_SOURCE_MESSAGE = "a compaction run has no boundary to continue: continue the run before it"
+
 export const prepare = (
   run: Run,
   source: Identity.Invocation,
@@ -58,6 +60,8 @@ export const prepare = (
     if (last.outcome.kind === "handoff_paused") return yield* Effect.fail(refused("a paused run is resumed by its handoff successor"))
     const opening = prefix.events[0]!.event.fact
     if (opening.kind !== "invocation_opened") return yield* Effect.fail(refused("the source has no opening"))
+    // A compaction sends no main request: it has no boundary a turn could go on from.
+    if (opening.input.kind === "context_compact") return yield* Effect.fail(refused(COMPACTION_SOURCE_MESSAGE))
     const workspace = settings.configuration.workspaceIdentity
     if (workspace === undefined || workspace !== opening.configuration.workspaceIdentity) {
       return yield* Effect.fail(refused("a continuation runs in the source's workspace"))
