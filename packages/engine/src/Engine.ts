@@ -422,6 +422,53 @@ const liveEvents = (feed: EventFeed.EventFeed): Stream.Stream<Event.StoredEvent>
 }
 
 /**
+ * A run's handoff request (docs/engine.md §5.10): a fresh intent reserved at its gate; a caller that
+ * stops waiting drops a reservation not yet held, and the same run goes on.
+ */
+const handoffRequest = (gate: Handoff.HandoffGate, hostEpoch: string, ids: Ids.IdsShape) =>
+  Effect.gen(function* () {
+    const intent: Lineage.HandoffIntent = {
+      handoffId: yield* Ids.next,
+      hostEpoch,
+      rootRunId: gate.rootRunId,
+      successorRunId: yield* Ids.next,
+      successorInvocationId: yield* Ids.next,
+      claimId: yield* Ids.next,
+    }
+    const done = yield* gate.reserve(intent)
+    return yield* Effect.onInterrupt(Deferred.await(done), () => gate.drop)
+  }).pipe(Effect.provideService(Ids.Ids, ids))
+
+/**
+ * An admitted run's handle, built here from the parts it serves and nothing else: a handle a host
+ * keeps must not pin the run's state (its live context, its opening, the prompt history those key),
+ * which a closure made beside the run would (docs/engine.md §5.4 "Kept context").
+ */
+const runningHandle = (parts: {
+  readonly invocation: Identity.Invocation
+  readonly toolNames: ReadonlyArray<string>
+  readonly feed: EventFeed.EventFeed
+  readonly steering: Ref.Ref<ReadonlyArray<Input.DeliveredMessage>>
+  readonly gate: Handoff.HandoffGate
+  readonly steeringWindow: { readonly current: Steering.Window }
+  readonly cancel: Effect.Effect<void>
+  readonly handoff: Effect.Effect<Lineage.HandoffPause | undefined, EngineError.EngineError>
+  readonly result: Deferred.Deferred<RunResult, EngineError.EngineError>
+  readonly ids: Ids.IdsShape
+}): RunningInvocation => {
+  const { invocation, steering, gate, steeringWindow, ids } = parts
+  return {
+    invocation,
+    toolNames: parts.toolNames,
+    events: liveEvents(parts.feed),
+    steer: (text: string) => Effect.provideService(steer(invocation, steering, gate, steeringWindow, text), Ids.Ids, ids),
+    cancel: parts.cancel,
+    handoff: parts.handoff,
+    wait: Deferred.await(parts.result),
+  }
+}
+
+/**
  * Queues a steering message after the whole validation of the fact it becomes, so it can always be
  * committed; what the next request carries is bounded (`MAX_QUEUED_STEERING` messages and
  * `MAX_QUEUED_STEERING_BYTES` serialized, the queue with what `window` says was delivered since the
@@ -431,7 +478,7 @@ const steer = (
   invocation: Identity.Invocation,
   steering: Ref.Ref<ReadonlyArray<Input.DeliveredMessage>>,
   gate: Handoff.HandoffGate,
-  window: () => Steering.Window,
+  window: { readonly current: Steering.Window },
   text: string,
 ) =>
   Effect.gen(function* () {
@@ -450,9 +497,9 @@ const steer = (
     const queued = yield* Ref.modify(steering, (queued: Queue): readonly ["queued" | "full" | "full_bytes" | "ended", Queue] =>
       !gate.acceptsSteering
         ? ["ended", queued]
-        : window().count + queued.length >= MAX_QUEUED_STEERING
+        : window.current.count + queued.length >= MAX_QUEUED_STEERING
           ? ["full", queued]
-          : window().bytes + queuedBytes(queued) + bytes > MAX_QUEUED_STEERING_BYTES
+          : window.current.bytes + queuedBytes(queued) + bytes > MAX_QUEUED_STEERING_BYTES
             ? ["full_bytes", queued]
             : ["queued", [...queued, delivered]],
     )
@@ -629,19 +676,8 @@ export const make = (options: EngineOptionsInput = {}) =>
         const steering = yield* Ref.make<ReadonlyArray<Input.DeliveredMessage>>([])
         // The logical Run a handoff continues: a successor's root is its predecessor's.
         const gate = new Handoff.HandoffGate(input.successor?.pause.intent.rootRunId ?? input.invocation.runId)
-        const handoff = Effect.gen(function* () {
-          const intent: Lineage.HandoffIntent = {
-            handoffId: yield* Ids.next,
-            hostEpoch,
-            rootRunId: gate.rootRunId,
-            successorRunId: yield* Ids.next,
-            successorInvocationId: yield* Ids.next,
-            claimId: yield* Ids.next,
-          }
-          const done = yield* gate.reserve(intent)
-          // A caller that stops waiting drops a reservation not yet held: the same run goes on.
-          return yield* Effect.onInterrupt(Deferred.await(done), () => gate.drop)
-        }).pipe(Effect.provideService(Ids.Ids, ids))
+        const handoff = handoffRequest(gate, hostEpoch, ids)
+        const steeringWindow = { current: Steering.emptyWindow }
         const feed = new EventFeed.EventFeed()
         const committed = feed.committed
         const admitted = yield* Deferred.make<void>()
@@ -657,7 +693,7 @@ export const make = (options: EngineOptionsInput = {}) =>
           mayBeUnresolved: false,
           uncertain: undefined,
           carry: [],
-          steeringWindow: Steering.emptyWindow,
+          steeringWindow,
           commitLock: Semaphore.makeUnsafe(1),
           handoff: gate,
           claim: undefined,
@@ -681,9 +717,6 @@ export const make = (options: EngineOptionsInput = {}) =>
           active.delete(sessionId)
           live.delete(input.invocation.invocationId)
           feed.end()
-          // The run's context is the engine's to keep now (or no one's): a caller's handle, which
-          // holds this run, pins none of it (docs/engine.md §5.4 "Kept context").
-          run.live = undefined
         })
         const failed = (error: EngineError.EngineError) =>
           Effect.suspend(() => {
@@ -731,15 +764,18 @@ export const make = (options: EngineOptionsInput = {}) =>
           })
           return yield* Effect.fail(owesTerminal(error, sessionId) ? EngineError.reconciliation(EngineError.UNWRITTEN_TERMINAL_MESSAGE) : error)
         }
-        return {
+        return runningHandle({
           invocation: input.invocation,
-          toolNames: run.settings.tools.names,
-          events: liveEvents(feed),
-          steer: (text: string) => Effect.provideService(steer(input.invocation, steering, gate, () => run.steeringWindow, text), Ids.Ids, ids),
+          toolNames: settings.tools.names,
+          feed,
+          steering,
+          gate,
+          steeringWindow,
           cancel: cancellation.cancel,
           handoff,
-          wait: Deferred.await(result),
-        } satisfies RunningInvocation
+          result,
+          ids,
+        })
       })
 
     const start = (input: StartInput) => objectInput("start", input, () => launch(input, runMessage, handOver), { ...RUN_FIELDS, message: "object" })

@@ -2,7 +2,7 @@ import type { Event } from "@maka/facts"
 import { assert, describe, it } from "vitest"
 import { EventFeed } from "../src/internal/event-feed.ts"
 
-const stored = (sequence: number): Event.StoredEvent => ({ sequence }) as unknown as Event.StoredEvent
+const stored = (sequence: number): Event.StoredEvent => ({ sequence, event: { fact: { kind: "model_observed" } } }) as unknown as Event.StoredEvent
 
 describe("EventFeed", () => {
   it("wakes a waiting reader after the adding turn's microtasks and process.nextTick callbacks", async () => {

@@ -7,8 +7,11 @@
 import { assert, describe, it } from "@effect/vitest"
 import type { EventLog } from "@maka/event-log"
 import type { LanguageModel } from "@maka/model"
+import type { Prompt } from "@maka/facts"
 import { FactBuilders, History, OpenAiSse, Respond } from "@maka/testkit"
 import { Effect } from "effect"
+import * as v8 from "node:v8"
+import * as vm from "node:vm"
 import type * as Engine from "../src/Engine.ts"
 import { kinds, recording } from "./support/harness.ts"
 import { comparedSetup, comparing, newComparison, type Comparison, type Settings } from "./support/live-comparison.ts"
@@ -296,6 +299,52 @@ describe("the kept contexts' bounds (engineOptions keptContexts, keptContextByte
         assert.strictEqual(yield* turns({ keptContexts: 0 }), 3)
         assert.strictEqual(yield* turns({ keptContextBytes: 1 }), 3)
         assert.strictEqual(yield* turns({ keptContexts: 1, keptContextBytes: 8 * 1024 * 1024 }), 1)
+      }),
+    ))
+})
+
+describe("a run's handle, kept by its host", () => {
+  it.live.each([
+    ["while an engine that keeps no context runs on", 0],
+    ["once an engine that kept the session's context has closed", undefined],
+  ] as const)("pins nothing its run's requests were built from: an earlier run's prompt message goes %s", ([, keptContexts]) =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        v8.setFlagsFromString("--expose-gc")
+        const gc = vm.runInNewContext("gc") as () => void
+        const context = yield* setup(
+          { script: ["One.", "Two."].map((text) => Respond.sse(OpenAiSse.response({ text: [text] }))) },
+          keptContexts === undefined ? {} : { keptContexts },
+        )
+        // The first user message of each request, as the model is given it.
+        let first: Prompt.PromptMessage | undefined
+        const model: LanguageModel.LanguageModelShape = {
+          ...context.model,
+          stream: (request, options) => {
+            first = request.prompt.find((message) => message.role === "user")
+            return context.model.stream(request, options)
+          },
+        }
+        const tools = catalog({ ran: [] })
+        assert.deepStrictEqual((yield* context.engine.run(input(context, "First.", tools, { model }))).outcome, { kind: "completed" })
+        // The second run's request carries the first run's message, read again; its handle is kept.
+        const second = yield* context.engine.start(input(context, "Second.", tools, { model }))
+        assert.deepStrictEqual((yield* second.wait).outcome, { kind: "completed" })
+        const held = new WeakRef(first!)
+        first = undefined
+        if (keptContexts === undefined) {
+          // The engine keeps the session's context, which holds the message, until it closes.
+          gc()
+          assert.isDefined(held.deref())
+          yield* context.engine.close
+        }
+        for (let round = 0; round < 50 && held.deref() !== undefined; round++) {
+          yield* Effect.sleep("20 millis")
+          gc()
+        }
+        assert.isUndefined(held.deref())
+        // Held to here.
+        assert.strictEqual(second.invocation.sessionId, "session-1")
       }),
     ))
 })

@@ -19,9 +19,19 @@ export class EventFeed {
   #waiting: Array<() => void> = []
   #wakeScheduled = false
 
-  /** Adds events just made durable and wakes the readers. */
+  /**
+   * Adds events just made durable and wakes the readers. The list holds its own copy of each fact
+   * but an observation (a few a step): the engine memoises prompt messages by the identity of the
+   * facts it projects, and a message can end a request chain that holds the whole history before it,
+   * so a run's handle kept by a host would pin its session's prompt history (docs/engine.md §5.4
+   * "Kept context": a handle holds only its own events). Facts are never mutated; nested values are
+   * shared.
+   */
   add(events: ReadonlyArray<Event.StoredEvent>): void {
-    for (const event of events) this.committed.push(event)
+    for (const stored of events) {
+      const fact = stored.event.fact
+      this.committed.push(fact.kind === "model_observed" ? stored : { ...stored, event: { ...stored.event, fact: { ...fact } } })
+    }
     this.#wake()
   }
 

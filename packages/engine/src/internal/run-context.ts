@@ -132,7 +132,7 @@ export interface Run {
    * carries it with the step before it, so `steer` bounds it together with the queue (a handoff
    * preflight may commit it before that request, with no cut between them).
    */
-  steeringWindow: Steering.Window
+  readonly steeringWindow: { current: Steering.Window }
   /**
    * One commit of the run at a time: a background summary commits beside the step loop, and the
    * live context must see every commit in sequence order.
@@ -236,7 +236,7 @@ const append = (run: Run, writes: ReadonlyArray<EventWrite.EventWrite>, complete
     )
     faultPoint("engine.commit")
     // A main request committed: the steering delivered before it is behind it.
-    if (built.some(({ event: { fact } }) => fact.kind === "model_requested" && fact.purpose === "main")) run.steeringWindow = Steering.emptyWindow
+    if (built.some(({ event: { fact } }) => fact.kind === "model_requested" && fact.purpose === "main")) run.steeringWindow.current = Steering.emptyWindow
     const stored = built.map((write, index) => ({ sequence: sequences[index]!, event: write.event }))
     for (const [index, item] of stored.entries()) run.live?.apply(item, built[index]!.json)
     yield* run.onCommitted(stored)

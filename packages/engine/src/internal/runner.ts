@@ -286,9 +286,9 @@ const deliverSteering = (run: Run) =>
     const queued = yield* Ref.getAndSet(run.steering, [])
     const writes = yield* Effect.forEach(queued, (message) => plainWrite(run, { kind: "message_steered", message }))
     run.carry.push(...writes)
-    run.steeringWindow = queued.reduce(
+    run.steeringWindow.current = queued.reduce(
       (window, message) => ({ bytes: window.bytes + Steering.bytesOf(message), count: window.count + 1 }),
-      run.steeringWindow,
+      run.steeringWindow.current,
     )
   })
 
