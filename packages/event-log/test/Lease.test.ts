@@ -333,3 +333,14 @@ describe("the writer lease across processes", () => {
     expect(error.reason._tag).toBe("ConnectionClosed")
   })
 })
+
+describe("a lease asked for without a file descriptor to spare", () => {
+  it("is refused with the spawn's error, and the process goes on", async () => {
+    const folder = temporaryDirectory()
+    // Under a small descriptor limit the child takes every free one; the keeper cannot be spawned.
+    const child = spawnChild(childScript("lease-emfile.ts"), [path.join(folder, "events.sqlite")], {}, ["/bin/sh", "-c", 'ulimit -n 1024 && exec "$@"', "sh"])
+    const { code } = await child.exited
+    expect(code, child.output()).toBe(0)
+    expect(child.output()).toMatch(/^refused .*EMFILE/m)
+  }, 60_000)
+})

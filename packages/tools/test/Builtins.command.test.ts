@@ -1,5 +1,9 @@
+import { spawnSync } from "node:child_process"
 import * as fs from "node:fs"
+import { createRequire } from "node:module"
+import * as os from "node:os"
 import * as path from "node:path"
+import { fileURLToPath } from "node:url"
 import { assert, describe, it } from "@effect/vitest"
 import { Builtins, Defaults } from "@maka/tools"
 import { Effect } from "effect"
@@ -163,4 +167,19 @@ describe("run_command", () => {
       assert.strictEqual(lines.at(-1), "line-1999")
     }),
   )
+})
+
+describe("run_command without a file descriptor to spare", () => {
+  it("fails the call with the spawn's error, and the process goes on", () => {
+    // A child process under a small descriptor limit takes every free one, then runs a command.
+    const here = path.dirname(fileURLToPath(import.meta.url))
+    const tsx = createRequire(import.meta.url).resolve("tsx")
+    const root = fs.mkdtempSync(path.join(os.tmpdir(), "maka-emfile-"))
+    const script = [process.execPath, "--conditions=@maka/source", "--import", tsx, path.join(here, "children", "command-emfile.ts"), root]
+    const result = spawnSync("/bin/sh", ["-c", 'ulimit -n 1024 && exec "$@"', "sh", ...script], { encoding: "utf8", timeout: 60_000 })
+    fs.rmSync(root, { recursive: true, force: true })
+    assert.strictEqual(result.status, 0, result.stderr)
+    assert.include(result.stdout, "could not run /bin/sh:")
+    assert.include(result.stdout, "EMFILE")
+  }, 60_000)
 })

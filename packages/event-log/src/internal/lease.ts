@@ -254,6 +254,8 @@ class Keeper {
   private idleTimer: NodeJS.Timeout | undefined
   private exitedFlag = false
   private retiring = false
+  /** Whether the keeper's pipes were made (a spawn short of file descriptors makes none). */
+  private readonly hasPipes: boolean
 
   constructor() {
     const driver = driverPath()
@@ -264,12 +266,16 @@ class Keeper {
       env: environment,
       windowsHide: true,
     })
+    this.child.on("error", (error) => this.gone(error))
+    // A spawn that failed at once (no file descriptor left for the pipes: EMFILE) gives a child
+    // without pipes; its 'error' comes in the next turn and fails what waits for the keeper.
+    this.hasPipes = [this.child.stdin, this.child.stdout, this.child.stderr].every((pipe: unknown) => pipe !== undefined && pipe !== null)
+    if (!this.hasPipes) return
     this.child.stdout.setEncoding("utf8").on("data", (chunk: string) => this.receive(chunk))
     this.child.stderr.setEncoding("utf8").on("data", (chunk: string) => {
       this.stderr = `${this.stderr}${chunk}`.slice(-2_000)
     })
     this.child.stdin.on("error", () => undefined)
-    this.child.on("error", (error) => this.gone(error))
     this.child.on("exit", (code, signal) =>
       this.gone(new Error(`the lease keeper exited (${signal ?? code})${this.stderr === "" ? "" : `: ${this.stderr.trim()}`}`)),
     )
@@ -307,7 +313,8 @@ class Keeper {
         else resolve(reply)
       })
       this.updateReference()
-      this.child.stdin.write(`${JSON.stringify({ id, op, path: lockPath })}\n`)
+      // Without pipes the request waits for the spawn's 'error', which fails it.
+      if (this.hasPipes) this.child.stdin.write(`${JSON.stringify({ id, op, path: lockPath })}\n`)
     })
   }
 
@@ -368,6 +375,7 @@ class Keeper {
     if (hold) this.child.ref()
     else this.child.unref()
     // The pipes are sockets at run time (typed as plain streams): each holds the loop on its own.
+    if (!this.hasPipes) return
     for (const stream of [this.child.stdin, this.child.stdout, this.child.stderr]) {
       const method: unknown = Reflect.get(stream, hold ? "ref" : "unref")
       if (typeof method === "function") Reflect.apply(method, stream, [])

@@ -95,6 +95,13 @@ export const runCommand = (
         detached: true,
         stdio: ["ignore", "pipe", "pipe"],
       })
+      // A spawn that failed at once (no file descriptor left for the pipes: EMFILE) gives a child
+      // without pipes, and its 'error' comes in the next turn: the call fails with it, never the host.
+      const pipes: ReadonlyArray<unknown> = [child.stdout, child.stderr]
+      if (pipes.some((pipe) => pipe === undefined || pipe === null)) {
+        child.once("error", (error) => resume(Effect.fail(failure(`could not run /bin/sh: ${describeDefect(error)}`))))
+        return
+      }
       const stdout = new Capture(options.outputBytes)
       const stderr = new Capture(options.outputBytes)
       child.stdout.on("data", (chunk: Buffer) => stdout.push(chunk))
