@@ -17,6 +17,9 @@ export const WRITER_BUSY_HINT =
 export const WRITER_LOST_HINT =
   "open the log again (a new engine, or the command run again): recovery seals what this one left open"
 
+export const FILE_REPLACED_HINT =
+  "keep the log where no tool or cleanup removes it (outside the workspace, or `--db`); a log restored to its path is opened again, and one opened there anew starts empty"
+
 export const PRIOR_UNKNOWN_HINT =
   "to go on with a new message, start again with `allowPriorUnknown: true` (the model is told that the earlier outcome is unknown)"
 
@@ -39,7 +42,10 @@ const isNativeBuildMissing = (message: string): boolean => NATIVE_BUILD_PATTERNS
 
 /** A log failure: `reason` is the `EventLogError` reason tag. */
 export const forStore = (reason: string, message: string): string | undefined => {
-  if (reason === "WriterBusy") return message.includes(EventLogError.LEASE_LOST_MESSAGE) ? WRITER_LOST_HINT : WRITER_BUSY_HINT
+  if (reason === "WriterBusy") {
+    if (message.includes(EventLogError.FILE_REPLACED)) return FILE_REPLACED_HINT
+    return message.includes(EventLogError.LEASE_LOST_MESSAGE) ? WRITER_LOST_HINT : WRITER_BUSY_HINT
+  }
   if (isNativeBuildMissing(message)) return NATIVE_BUILD_HINT
   return undefined
 }

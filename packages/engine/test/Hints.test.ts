@@ -34,6 +34,13 @@ describe("Hints", () => {
     const busy = EngineError.fromStore(EventLogError.make({ _tag: "WriterBusy", path: "/project/agent.sqlite" }))
     assert.include(busy.message, Hints.WRITER_BUSY_HINT)
     assert.notInclude(busy.message, Hints.WRITER_LOST_HINT)
+    // A writer whose file left its path: opening it again would start an empty log.
+    const removed = EngineError.fromStore(
+      EventLogError.make({ _tag: "WriterBusy", path: "/project/agent.sqlite", lost: true, why: EventLogError.FILE_REPLACED }),
+    )
+    assert.include(removed.message, EventLogError.FILE_REPLACED)
+    assert.include(removed.message, Hints.FILE_REPLACED_HINT)
+    assert.notInclude(removed.message, Hints.WRITER_LOST_HINT)
   })
 
   it("adds nothing to a store failure it has no way out for", () => {

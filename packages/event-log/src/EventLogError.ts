@@ -15,6 +15,10 @@ export type Rejection =
   | { readonly _tag: "PayloadMismatch" }
   | { readonly _tag: "PrefixTooLarge" }
 
+/** How a writer whose log file (or its `-wal`) left its path lost it (`WriterBusy` with `lost`, its `why`). */
+export const FILE_REPLACED =
+  "its file or its -wal was removed or replaced while this writer had it open: what it wrote since is not in the log"
+
 /** How the message of a lost lease (`WriterBusy` with `lost`) begins. */
 export const LEASE_LOST_MESSAGE = "this process lost the writer's lease of the log"
 
@@ -29,6 +33,8 @@ export type Reason =
        * have opened the log since, so it writes nothing more (docs/log-format.md §3.1).
        */
       readonly lost?: true
+      /** How it was lost, when not by its keeper's end: another writer's open, the file removed. */
+      readonly why?: string
     }
   | { readonly _tag: "UnsupportedDatabase"; readonly message: string }
   | { readonly _tag: "ConnectionClosed" }
@@ -75,7 +81,7 @@ export const describe = (reason: Reason): string => {
       return `commit outcome unknown: ${reason.message}`
     case "WriterBusy":
       return reason.lost === true
-        ? `${LEASE_LOST_MESSAGE} ${reason.path} (its lease keeper ended); it writes nothing more to it`
+        ? `${LEASE_LOST_MESSAGE} ${reason.path} (${reason.why ?? "its lease keeper ended"}); it writes nothing more to it`
         : `another writer holds the log ${reason.path}`
     case "UnsupportedDatabase":
       return reason.message

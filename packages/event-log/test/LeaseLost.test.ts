@@ -7,6 +7,7 @@
  */
 import { History } from "@maka/testkit"
 import { Effect } from "effect"
+import * as fs from "node:fs"
 import * as path from "node:path"
 import { describe, expect, it } from "vitest"
 import * as EventLog from "../src/EventLog.ts"
@@ -106,7 +107,7 @@ describe("a writer that lost its lease", () => {
               return log.appendBatch([mine])
             }),
           )
-          expect(refused.reason).toEqual({ _tag: "WriterBusy", path: database.location, lost: true })
+          expect(refused.reason).toEqual({ _tag: "WriterBusy", path: database.location, lost: true, why: "another writer opened the log since" })
           expect(refused.message).toContain(EventLogError.LEASE_LOST_MESSAGE)
         }),
       ),
@@ -121,5 +122,36 @@ describe("a writer that lost its lease", () => {
         }),
       ),
     )
+  })
+})
+
+describe("a writer whose file was removed or replaced under it", () => {
+  it.each([
+    ["the log removed", (file: string) => fs.rmSync(file)],
+    ["the log renamed", (file: string) => fs.renameSync(file, `${file}.moved`)],
+    ["the -wal removed", (file: string) => fs.rmSync(`${file}-wal`)],
+    ["the folder removed", (file: string) => fs.rmSync(path.dirname(file), { recursive: true })],
+  ])("writes nothing more once it finds it so (%s), and says why", async (_, remove) => {
+    const file = path.join(temporaryDirectory(), "logs", "events.sqlite")
+    fs.mkdirSync(path.dirname(file))
+    const database = await openSqlite(file)
+    const { writes } = History.smallRun()
+    await Effect.runPromise(
+      Effect.scoped(
+        Effect.gen(function* () {
+          const log = yield* EventLog.fromDatabase(() => Promise.resolve(database))
+          yield* log.appendBatch(writes.slice(0, 1))
+          remove(file)
+          const refused = yield* Effect.flip(log.appendBatch(writes.slice(1)))
+          expect(refused.reason).toEqual({
+            _tag: "WriterBusy",
+            path: database.location,
+            lost: true,
+            why: EventLogError.FILE_REPLACED,
+          })
+        }),
+      ),
+    )
+    await database.close()
   })
 })

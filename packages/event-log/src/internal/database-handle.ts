@@ -30,11 +30,12 @@ export interface DatabaseParts {
   /** Whether the writer lease is still held (SQLite); a write without it is refused `WriterBusy`. */
   readonly isLeaseHeld?: () => boolean
   /**
-   * Whether the log still carries this writer's lease epoch, read inside a write transaction before
-   * its first statement (SQLite, docs/log-format.md §3.1): another writer opened the log since, and
-   * the write is refused `WriterBusy` (lost) with nothing written.
+   * Why this writer no longer writes the log, read inside a write transaction before its first
+   * statement (SQLite, docs/log-format.md §3.1), or `undefined`: another writer opened the log since
+   * (its lease epoch is gone), or the file (or its `-wal`) at the log's path is no longer the one it
+   * opened. The write is refused `WriterBusy` (lost) with nothing written.
    */
-  readonly holdsEpoch?: () => boolean
+  readonly writerLost?: () => string | undefined
 }
 
 type Stage = "begin" | "body" | "commit"
@@ -184,12 +185,14 @@ export const makeDatabase = (parts: DatabaseParts): Database => {
     sqlite !== undefined && parts.beginWrite !== undefined
       ? new LogIndex.LogIndex(() => parts.isLeaseHeld?.() ?? true)
       : undefined
-  const { holdsEpoch } = parts
+  const { writerLost } = parts
   const fenced = <A>(body: (transaction: Transaction<Tables>) => Promise<A>) =>
-    holdsEpoch === undefined
+    writerLost === undefined
       ? body
-      : (transaction: Transaction<Tables>) =>
-          holdsEpoch() ? body(transaction) : Promise.reject(EventLogError.make({ _tag: "WriterBusy", path: location, lost: true }))
+      : (transaction: Transaction<Tables>) => {
+          const why = writerLost()
+          return why === undefined ? body(transaction) : Promise.reject(EventLogError.make({ _tag: "WriterBusy", path: location, lost: true, why }))
+        }
   const served = <A>(body: (transaction: Transaction<Tables>) => Promise<A>, isRead: boolean) =>
     index === undefined
       ? body

@@ -483,6 +483,8 @@ const openWriter = async (path: string, options: SqliteOptions): Promise<Databas
       return nextEpoch(opened)
     })
     const epochRead = opened.prepare("PRAGMA user_version").pluck()
+    // The files this writer writes, as it opened them (the opening transaction made the -wal).
+    const identity = fileIdentity(file)
     if (!isStamped && opened.pragma("application_id", { simple: true }) !== MAKA_APPLICATION_ID) {
       opened.pragma(`application_id = ${MAKA_APPLICATION_ID}`)
     }
@@ -494,13 +496,37 @@ const openWriter = async (path: string, options: SqliteOptions): Promise<Databas
       beginRead: readTransaction,
       release: () => lease.release(),
       isLeaseHeld: () => lease.isHeld(),
-      holdsEpoch: () => epochRead.get() === epoch,
+      writerLost: () =>
+        !identity.isSame()
+          ? EventLogError.FILE_REPLACED
+          : epochRead.get() === epoch
+            ? undefined
+            : "another writer opened the log since",
       backup: backupTo(opened, file),
     })
   } catch (error) {
     await abandon(db, connection, lease)
     throw storeError(error, file)
   }
+}
+
+/**
+ * The log file and its `-wal` as they are now, and whether the path still names both: a writer whose
+ * file was removed or replaced (a tool's `rm`, a `git clean`, a restore) writes into files no open of
+ * the path finds, and everything it writes is lost with them. Two `stat`s a write transaction.
+ */
+const fileIdentity = (file: string): { readonly isSame: () => boolean } => {
+  const idOf = (path: string): string | undefined => {
+    try {
+      const stat = fs.statSync(path)
+      return `${stat.dev}:${stat.ino}`
+    } catch {
+      return undefined
+    }
+  }
+  const wal = `${file}-wal`
+  const opened = [idOf(file), idOf(wal)]
+  return { isSame: () => idOf(file) === opened[0] && idOf(wal) === opened[1] }
 }
 
 /**
