@@ -565,7 +565,7 @@ export const make = (options: EngineOptionsInput = {}) =>
           Recovery.seal(log, invocation, {
             kind: "failed",
             class: "event_commit",
-            message: EngineError.UNWRITTEN_TERMINAL_MESSAGE,
+            message: EngineError.SEALED_LATER_MESSAGE,
           }).pipe(
             Effect.provideService(Ids.Ids, ids),
             Effect.match({

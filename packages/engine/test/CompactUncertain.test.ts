@@ -57,7 +57,7 @@ describe("a standalone compaction whose final commit is uncertain", () => {
         const sealed = events.filter((stored) => stored.event.invocation.invocationId === invocation.invocationId)
         assert.deepStrictEqual(kinds(sealed).at(-1), "invocation_ended:failed:event_commit")
         const terminal = factsOf(sealed, "invocation_ended")[0]!
-        assert.strictEqual(terminal.outcome.kind === "failed" ? terminal.outcome.message : undefined, EngineError.UNWRITTEN_TERMINAL_MESSAGE)
+        assert.strictEqual(terminal.outcome.kind === "failed" ? terminal.outcome.message : undefined, EngineError.SEALED_LATER_MESSAGE)
         assert.deepStrictEqual(factsOf(events, "context_checkpoint_recorded"), [])
       }),
     ))

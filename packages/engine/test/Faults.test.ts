@@ -314,7 +314,7 @@ describe("unknown outcomes and unwritten terminals", () => {
         const terminals = (yield* context.log.events("session-1")).flatMap((stored) =>
           stored.event.fact.kind === "invocation_ended" ? [stored.event.fact.outcome] : [],
         )
-        assert.deepStrictEqual(terminals, [{ kind: "failed", class: "event_commit", message: EngineError.UNWRITTEN_TERMINAL_MESSAGE }])
+        assert.deepStrictEqual(terminals, [{ kind: "failed", class: "event_commit", message: EngineError.SEALED_LATER_MESSAGE }])
         yield* admitsNext(faulted, context.log)
       }),
     ))
@@ -339,7 +339,7 @@ describe("unknown outcomes and unwritten terminals", () => {
         const events = yield* context.log.events("session-1")
         const terminals = events.flatMap((stored) => (stored.event.fact.kind === "invocation_ended" ? [stored.event.fact.outcome] : []))
         assert.deepStrictEqual(terminals, [
-          { kind: "failed", class: "event_commit", message: EngineError.UNWRITTEN_TERMINAL_MESSAGE },
+          { kind: "failed", class: "event_commit", message: EngineError.SEALED_LATER_MESSAGE },
           { kind: "completed" },
         ])
         assert.deepStrictEqual(yield* context.engine.recover, { sealed: [], count: 0, unsealed: [] })
@@ -396,7 +396,7 @@ describe("unknown outcomes and unwritten terminals", () => {
         const terminal = after.findIndex((stored) => stored.event.fact.kind === "invocation_ended")
         assert.deepStrictEqual(after[terminal]!.event.fact, {
           kind: "invocation_ended",
-          outcome: { kind: "failed", class: "event_commit", message: EngineError.UNWRITTEN_TERMINAL_MESSAGE },
+          outcome: { kind: "failed", class: "event_commit", message: EngineError.SEALED_LATER_MESSAGE },
         })
         const opening = after[terminal + 1]!.event
         assert.strictEqual(opening.invocation.invocationId, "continued-invocation")
