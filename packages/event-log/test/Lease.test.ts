@@ -2,7 +2,7 @@ import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { describe, expect, it } from "vitest"
-import { acquireLease, canonicalDatabasePath, keeperProcessId, LEASE_DEFAULTS, LOCK_SUFFIX } from "../src/internal/lease.ts"
+import { acquireLease, canonicalDatabasePath, keeperProcessId, LEASE_DEFAULTS, LOCK_SUFFIX, MAX_DATABASE_PATH_BYTES } from "../src/internal/lease.ts"
 import { MIGRATIONS } from "../src/internal/migrations.ts"
 import { openSqlite } from "../src/internal/open-sqlite.ts"
 import { childScript, expectReason, listing, rejection, spawnChild, temporaryDirectory } from "./fixtures/storage.ts"
@@ -343,4 +343,22 @@ describe("a lease asked for without a file descriptor to spare", () => {
     expect(code, child.output()).toBe(0)
     expect(child.output()).toMatch(/^refused .*EMFILE/m)
   }, 60_000)
+})
+
+describe("a log path SQLite cannot open with its lock file", () => {
+  it("is refused before anything is made: a path past SQLite's limit, a name whose lock file's is past the file system's", async () => {
+    const root = temporaryDirectory()
+    let folder = root
+    while (Buffer.byteLength(folder) < 460) folder = path.join(folder, "d".repeat(40))
+    fs.mkdirSync(folder, { recursive: true })
+    const long = path.join(folder, `${"b".repeat(60)}.sqlite`)
+    const refused = await expectReason(openSqlite(long), "UnsupportedDatabase")
+    expect(refused.message).toContain(`bytes long; SQLite opens a log path of at most ${MAX_DATABASE_PATH_BYTES} bytes`)
+    expect(fs.readdirSync(folder)).toEqual([])
+    // A name the file system takes, whose lock file's name (12 bytes longer) it does not.
+    const named = path.join(root, `${"n".repeat(248)}.sqlite`)
+    const lock = await expectReason(openSqlite(named), "Io")
+    expect(lock.message).toContain("the writer's lock file's name is too long (ENAMETOOLONG)")
+    expect(fs.existsSync(named)).toBe(false)
+  })
 })

@@ -22,6 +22,9 @@ import { errorCode, storeError } from "./store-error.ts"
 
 export const LOCK_SUFFIX = ".writer.lock"
 
+/** The longest log path SQLite opens with its lock file beside it (its paths end at 504 bytes). */
+export const MAX_DATABASE_PATH_BYTES = 504 - LOCK_SUFFIX.length
+
 export interface Lease {
   /** The canonical database path the lease guards. */
   readonly databasePath: string
@@ -117,6 +120,14 @@ export const canonicalDatabasePath = (databasePath: string): string => {
       throw storeError(error, absolute)
     }
   }
+  // SQLite opens no path past its limit (with the file's `-wal`), and names the failure "unable to
+  // open database file"; the lock file's name is the longest the log adds.
+  const bytes = Buffer.byteLength(canonical, "utf8")
+  if (bytes > MAX_DATABASE_PATH_BYTES) {
+    throw unsupported(
+      `${canonical} is ${bytes} bytes long; SQLite opens a log path of at most ${MAX_DATABASE_PATH_BYTES} bytes (with its lock file's ${LOCK_SUFFIX}): use a shorter path`,
+    )
+  }
   // A symbolic link may name a target that ends in whitespace, as the path itself may.
   if (canonical.trimEnd() !== canonical) {
     throw unsupported(`${JSON.stringify(canonical)} ends in whitespace, which the SQLite driver drops; refusing to open it as an event log`)
@@ -157,6 +168,7 @@ const acquire = (request) => {
   try {
     fs.accessSync(request.path, fs.constants.W_OK);
   } catch (error) {
+    if (error.code === "ENAMETOOLONG") return reply({ id: request.id, code: error.code, message: "the writer's lock file's name is too long (ENAMETOOLONG): use a shorter file name for the log" });
     if (error.code !== "ENOENT") return reply({ id: request.id, code: error.code, message: "this user cannot write the writer's lock file (" + error.code + ")" });
   }
   let connection;
