@@ -30,7 +30,7 @@ import * as EventFeed from "./internal/event-feed.ts"
 import * as Handoff from "./internal/handoff.ts"
 import * as HeldAlone from "./internal/held-alone.ts"
 import { catalogOf, reservedNameProblem } from "./internal/read-tool-result.ts"
-import { checkContinuation as checkContinuationOf, runCompact, runMessage } from "./internal/runner.ts"
+import { checkContinuation as checkContinuationOf, LAST_STEP_STEERING, runCompact, runMessage } from "./internal/runner.ts"
 import * as Recovery from "./Recovery.ts"
 import * as Steering from "./internal/steering.ts"
 
@@ -676,6 +676,9 @@ export const make = (options: EngineOptionsInput = {}) =>
         const steering = yield* Ref.make<ReadonlyArray<Input.DeliveredMessage>>([])
         // The logical Run a handoff continues: a successor's root is its predecessor's.
         const gate = new Handoff.HandoffGate(input.successor?.pause.intent.rootRunId ?? input.invocation.runId)
+        // A claim's first step delivers no steering (its request is the replay): with no step after
+        // it, steering is refused from the start, as in any run's last step.
+        if ((input.successor !== undefined || input.continuation !== undefined) && settings.maxSteps === 1) gate.endSteering(LAST_STEP_STEERING)
         const handoff = handoffRequest(gate, hostEpoch, ids)
         const steeringWindow = { current: Steering.emptyWindow }
         const feed = new EventFeed.EventFeed()

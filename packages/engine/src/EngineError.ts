@@ -35,10 +35,9 @@ export const SESSION_RESERVED_MESSAGE = Prompts.SESSION_RESERVED_MESSAGE
 export const HANDOFF_TAKEN_MESSAGE = "the handoff was already resumed or abandoned (by this or another host)"
 export const UNSEALED_RUN_MESSAGE =
   "session has an unsealed run: it is live on another host, or it crashed; run recover when no other engine is live"
-/** A run of this engine ended but its terminal could not be written; the engine seals it itself. */
 /** The terminal this engine writes later for a run whose own could not be written when it ended. */
 export const SEALED_LATER_MESSAGE = "the run's terminal could not be written when it ended; its engine sealed it later"
-
+/** A run of this engine ended but its terminal could not be written; the engine seals it itself. */
 export const UNWRITTEN_TERMINAL_MESSAGE =
   "session has a run of this engine whose terminal could not be written; it is sealed when the log accepts writes again"
 /**

@@ -193,11 +193,17 @@ describe("continuation", () => {
   it.live("sends the claim's replay as its first request over a large result its source never archived: no prune before it", () =>
     Effect.scoped(
       Effect.gen(function* () {
-        const context = yield* setup({ script: [mainEntry(echoCall("call-1", "one")), mainEntry(answer("Continued."))] })
+        const context = yield* setup({
+          script: [mainEntry(echoCall("call-1", "one")), mainEntry(echoCall("call-2", "small")), mainEntry(answer("Continued."))],
+        })
         const effects: Effects = { ran: [] }
         // The source is cancelled while its tool makes a result over a page: the source's next step,
         // which would archive it, never comes.
-        const big = ToolCatalog.make([echoTool(effects, (value) => Effect.as(Effect.sleep("300 millis"), Tool.text(`${value} ${"x".repeat(200_000)}`)))])
+        const big = ToolCatalog.make([
+          echoTool(effects, (value) =>
+            value === "one" ? Effect.as(Effect.sleep("300 millis"), Tool.text(`${value} ${"x".repeat(200_000)}`)) : Effect.succeed(Tool.text(value)),
+          ),
+        ])
         const source = yield* context.engine.start(input(context, "Make it big.", big))
         yield* Effect.promise(() => context.server.request(0))
         yield* Effect.sleep("100 millis")
@@ -214,6 +220,11 @@ describe("continuation", () => {
         const first = factsOf(own, "model_requested")[0]!
         assert.strictEqual(first.inputDigest, opening.input.claim.replay.digest)
         assert.strictEqual(first.inputDigest, checked.replay.digest)
+        // The steps after it carry the result archived: the prune it owed comes after its first request.
+        assert.strictEqual(factsOf(own, "tool_result_archived").length, 1)
+        const sizes = context.server.requests().slice(1).map((request) => request.body.length)
+        assert.isAbove(sizes[0]!, 200_000)
+        assert.isBelow(sizes.at(-1)!, 50_000)
       }),
     ),
   )
@@ -240,6 +251,22 @@ describe("continuation", () => {
         assert.notInclude(context.server.requests()[1]!.body, "STEER-ONE")
         assert.include(context.server.requests()[2]!.body, "STEER-ONE")
         assert.strictEqual(factsOf(own, "message_steered").length, 1)
+      }),
+    ),
+  )
+
+  it.live("refuses steering from the start when its first step is its last, and completes", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup({ script: [mainEntry(echoCall("call-1", "one")), mainEntry(answer("Replayed."))] })
+        const effects: Effects = { ran: [] }
+        const source = yield* context.engine.run(input(context, "Echo one.", catalog(effects), { maxSteps: 1 }))
+        assert.strictEqual(source.outcome.kind, "failed")
+        const running = yield* context.engine.continueRun({ ...continueInput(context, source.invocation, catalog(effects)), maxSteps: 1 })
+        const refused = yield* Effect.flip(running.steer("STEER-ONE"))
+        assert.strictEqual(refused.reason._tag, "Busy")
+        assert.strictEqual(refused.message, "the run is in its last step (maxSteps): no later step could deliver steering")
+        assert.deepStrictEqual((yield* running.wait).outcome, { kind: "completed" })
       }),
     ),
   )

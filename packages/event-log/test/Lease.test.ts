@@ -355,6 +355,15 @@ describe("a log path SQLite cannot open with its lock file", () => {
     const refused = await expectReason(openSqlite(long), "UnsupportedDatabase")
     expect(refused.message).toContain(`bytes long; SQLite opens a log path of at most ${MAX_DATABASE_PATH_BYTES} bytes`)
     expect(fs.readdirSync(folder)).toEqual([])
+    // A reader makes no lock file: a log at a path a writer is refused (a backup's copy) opens read-only.
+    const within = path.join(folder, `${"r".repeat(MAX_DATABASE_PATH_BYTES + 6 - Buffer.byteLength(folder) - 8)}.sqlite`)
+    expect(Buffer.byteLength(within)).toBe(MAX_DATABASE_PATH_BYTES + 6)
+    const source = await openSqlite(path.join(root, "events.sqlite"))
+    await source.close()
+    fs.copyFileSync(path.join(root, "events.sqlite"), within)
+    await expectReason(openSqlite(within), "UnsupportedDatabase")
+    const reader = await openSqlite(within, { readOnly: true })
+    await reader.close()
     // A name the file system takes, whose lock file's name (12 bytes longer) it does not.
     const named = path.join(root, `${"n".repeat(248)}.sqlite`)
     const lock = await expectReason(openSqlite(named), "Io")

@@ -31,13 +31,14 @@ const stableBoundaries = (prompt: Prompt.Prompt): boolean => {
   return first?.role === "user" && (last?.role === "user" || last?.role === "tool")
 }
 
+/** Why a compaction run cannot be continued: it sends no main request, so it has no boundary. */
+export const COMPACTION_SOURCE_MESSAGE = "a compaction run has no boundary to continue: continue the run before it"
+
 /**
  * The claim of a continuation of `source` (docs/engine.md §5.9): the sealed run's exact boundary, the
  * base it inherits, and the replay digest of the first request `run` would send over the lineage.
  * `request` builds that request (the runner's own prompt building) from a source.
  */
-export const COMPACTION_SOURCE_MESSAGE = "a compaction run has no boundary to continue: continue the run before it"
-
 export const prepare = (
   run: Run,
   source: Identity.Invocation,

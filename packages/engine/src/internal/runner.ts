@@ -913,14 +913,14 @@ const runStep = (
 const RUN_ENDED_STEERING = "the run has ended"
 
 /** Why a run in its last step takes no steering: no later step could deliver it. */
-const LAST_STEP_STEERING = "the run is in its last step (maxSteps): no later step could deliver steering"
+export const LAST_STEP_STEERING = "the run is in its last step (maxSteps): no later step could deliver steering"
 
 /** The step loop (docs/engine.md §5.4); a background summary never outlives it. */
 export const stepLoop = (run: Run, loop: LoopState, priorUnknown: boolean): Effect.Effect<Done, EngineError.EngineError, Ids.Ids> =>
   Effect.gen(function* () {
     for (let step = 0; step < run.settings.maxSteps; step++) {
-      // A claim's first request is its replay, with no new user message (docs/engine.md §5.9): steering
-      // queued before it waits for the next step.
+      // A claim's first request is its replay, with no new user message and nothing pruned (docs/engine.md
+      // §5.9): steering queued before it waits for the next step (a claim of one step takes none).
       const holdsSteering = step === 0 && run.claim !== undefined
       if (!holdsSteering) yield* deliverSteering(run)
       if (yield* isCancelled(run)) {
@@ -937,7 +937,8 @@ export const stepLoop = (run: Run, loop: LoopState, priorUnknown: boolean): Effe
       yield* adoptFinished(run, loop)
       // A prune a batch owed while the summary ran is paid here, once none is pending (adopted or
       // not): the step's request never carries whole a result over one page (docs/engine.md §5.11).
-      if (loop.pruneOwed && loop.pending === undefined && !priorUnknown) yield* pruneOwing(run, loop)
+      // Not before a claim's first request, which is its replay (docs/engine.md §5.9).
+      if (loop.pruneOwed && loop.pending === undefined && !priorUnknown && !holdsSteering) yield* pruneOwing(run, loop)
       const stepped = yield* runStep(run, loop, step, priorUnknown)
       if (typeof stepped === "object") return stepped
       if (stepped) {
@@ -1060,10 +1061,12 @@ export const runMessage = (
       // after each of its tool batches already, and one that holds no result over a page has no candidate.
       // A handoff successor finds nothing to prune: its pause's preflight archived what was owed, so
       // its first request stays the pause's replay. A continuation's first request is its claim's
-      // replay (docs/engine.md §5.9): a result its source left unarchived is archived by a later
-      // prune (after a tool batch of over a page, or the session's next run).
+      // replay (docs/engine.md §5.9): it owes the prune to the steps after it.
       const owesPrune = live.kept ? live.context.pruneOwed : live.context.holdsArchivable(isArchivable)
-      if (!priorUnknown && !live.pruned && owesPrune && continuation === undefined) yield* pruneOwing(run, loop)
+      if (!priorUnknown && !live.pruned && owesPrune) {
+        if (continuation === undefined) yield* pruneOwing(run, loop)
+        else loop.pruneOwed = true
+      }
       const done = yield* stepLoop(run, loop, priorUnknown)
       if (loop.summaryToolContent) return yield* Effect.fail(EngineError.reconciliation(EngineError.SUMMARY_TOOL_CONTENT_MESSAGE))
       if (done._tag === "Paused") return done

@@ -22,8 +22,11 @@ import { errorCode, storeError } from "./store-error.ts"
 
 export const LOCK_SUFFIX = ".writer.lock"
 
-/** The longest log path SQLite opens with its lock file beside it (its paths end at 504 bytes). */
-export const MAX_DATABASE_PATH_BYTES = 504 - LOCK_SUFFIX.length
+/** The longest path SQLite opens a WAL-mode database at (its `-wal` beside it). */
+export const SQLITE_MAX_PATH_BYTES = 504
+
+/** The longest log path a writer opens: its lock file's name is the log's and `LOCK_SUFFIX`. */
+export const MAX_DATABASE_PATH_BYTES = SQLITE_MAX_PATH_BYTES - LOCK_SUFFIX.length
 
 export interface Lease {
   /** The canonical database path the lease guards. */
@@ -93,7 +96,7 @@ export const sidecarOf = (file: string): { readonly database: string; readonly s
  * is refused: opened as a log of its own, it would be deleted or overwritten by the database's next
  * open, with every fact written into it. So is a path ending in whitespace, which the driver trims.
  */
-export const canonicalDatabasePath = (databasePath: string): string => {
+export const canonicalDatabasePath = (databasePath: string, access: "writer" | "reader" = "writer"): string => {
   const absolute = path.resolve(databasePath)
   // better-sqlite3 trims the name it opens: its lock and checks would name another file than SQLite.
   if (absolute.trimEnd() !== absolute) {
@@ -121,12 +124,12 @@ export const canonicalDatabasePath = (databasePath: string): string => {
     }
   }
   // SQLite opens no path past its limit (with the file's `-wal`), and names the failure "unable to
-  // open database file"; the lock file's name is the longest the log adds.
+  // open database file"; a writer's lock file's name is the longest the log adds.
   const bytes = Buffer.byteLength(canonical, "utf8")
-  if (bytes > MAX_DATABASE_PATH_BYTES) {
-    throw unsupported(
-      `${canonical} is ${bytes} bytes long; SQLite opens a log path of at most ${MAX_DATABASE_PATH_BYTES} bytes (with its lock file's ${LOCK_SUFFIX}): use a shorter path`,
-    )
+  const limit = access === "writer" ? MAX_DATABASE_PATH_BYTES : SQLITE_MAX_PATH_BYTES
+  if (bytes > limit) {
+    const why = access === "writer" ? ` (with its lock file's ${LOCK_SUFFIX})` : ""
+    throw unsupported(`${canonical} is ${bytes} bytes long; SQLite opens a log path of at most ${limit} bytes${why}: use a shorter path`)
   }
   // A symbolic link may name a target that ends in whitespace, as the path itself may.
   if (canonical.trimEnd() !== canonical) {

@@ -555,7 +555,7 @@ const abandon = async (
 }
 
 const openReadOnly = async (path: string, options: SqliteOptions): Promise<Database> => {
-  const file = canonicalDatabasePath(path)
+  const file = canonicalDatabasePath(path, "reader")
   if (!fs.existsSync(file)) throw unsupported(`${file}: no event log at this path (a read-only open never creates one)`)
   const header = checkBeforeReading(file)
   const hadWal = fs.existsSync(`${file}-wal`)
