@@ -1,6 +1,7 @@
 import type { Event } from "@maka/facts"
 import { FactBuilders, History } from "@maka/testkit"
 import { afterEach, describe, expect, it, vi } from "vitest"
+import { timelineOf } from "../src/internal/inspect.ts"
 import { RunRenderer } from "../src/internal/render.ts"
 
 const render = (events: ReadonlyArray<Event.StoredEvent>) => {
@@ -144,3 +145,22 @@ describe("the progress of a long tool call", () => {
   })
 })
 
+
+describe("what maka inspect's timeline says of a failed attempt", () => {
+  it("marks a main attempt retried only when another request of its run follows it", () => {
+    const history = new History.History()
+    const run = history.open()
+    const first = run.request()
+    run.interrupt(first, "retryable_failure")
+    const last = run.request()
+    run.interrupt(last, "retryable_failure")
+    run.end({ kind: "failed", class: "model_provider" })
+    const lines: Array<string> = []
+    const add = timelineOf(lines)
+    for (const written of history.written) add(written.stored)
+    const interrupted = lines.filter((line) => line.includes("interrupted"))
+    expect(interrupted).toHaveLength(2)
+    expect(interrupted[0]).toMatch(/step 1 interrupted: retryable_failure \(retried\)$/)
+    expect(interrupted[1]).toMatch(/step 2 interrupted: retryable_failure$/)
+  })
+})

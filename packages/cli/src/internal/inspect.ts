@@ -42,10 +42,13 @@ const compactDetail = (outcome: Outcome.CompactOutcome): string => {
  * A timeline written event by event into `lines`: what it keeps between events is the steps and
  * the dispatched calls it has seen (their numbers, names and times), never the events themselves.
  */
-const timelineOf = (lines: Array<string>): ((stored: Event.StoredEvent) => void) => {
+export const timelineOf = (lines: Array<string>): ((stored: Event.StoredEvent) => void) => {
   const steps = new Map<string, { readonly number: number | undefined; readonly at: number }>()
   const dispatched = new Map<string, { readonly name: string; readonly at: number }>()
   let mainSteps = 0
+  // A main attempt that failed retryably, by its invocation: marked retried when the next request
+  // of that invocation follows (its last attempt, or one cut by a cancellation, is not).
+  const failedAttempts = new Map<string, number>()
   return (stored) => {
     const fact: Fact.Fact = stored.event.fact
     const at = stored.event.recordedAt
@@ -66,6 +69,11 @@ const timelineOf = (lines: Array<string>): ((stored: Event.StoredEvent) => void)
       case "model_requested": {
         const number = fact.purpose === "main" ? ++mainSteps : undefined
         steps.set(fact.stepId, { number, at })
+        const failed = failedAttempts.get(stored.event.invocation.invocationId)
+        if (number !== undefined && failed !== undefined) {
+          lines[failed] = `${lines[failed]!} (retried)`
+          failedAttempts.delete(stored.event.invocation.invocationId)
+        }
         const label = number === undefined ? `${fact.purpose} request` : `step ${number}`
         lines.push(`${prefix}   ${label} requested (input ${fact.inputDigest.slice(0, 19)}…, source through ${fact.sourceHighWater})`)
         break
@@ -87,9 +95,9 @@ const timelineOf = (lines: Array<string>): ((stored: Event.StoredEvent) => void)
       case "model_interrupted": {
         const step = steps.get(fact.stepId)
         const label = step === undefined ? "request" : step.number === undefined ? "summary request" : `step ${step.number}`
-        // A main step's failed attempt is retried; a summary attempt runs once (docs/engine.md §5.6).
-        const retried = fact.status === "retryable_failure" && step?.number !== undefined
-        lines.push(`${prefix}   ${label} interrupted: ${fact.status}${retried ? " (retried)" : ""}`)
+        lines.push(`${prefix}   ${label} interrupted: ${fact.status}`)
+        // A summary attempt runs once (docs/engine.md §5.6): only a main one may be retried.
+        if (fact.status === "retryable_failure" && step?.number !== undefined) failedAttempts.set(stored.event.invocation.invocationId, lines.length - 1)
         break
       }
       case "tool_dispatched":
