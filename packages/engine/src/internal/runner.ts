@@ -919,8 +919,8 @@ export const LAST_STEP_STEERING = "the run is in its last step (maxSteps): no la
 export const stepLoop = (run: Run, loop: LoopState, priorUnknown: boolean): Effect.Effect<Done, EngineError.EngineError, Ids.Ids> =>
   Effect.gen(function* () {
     for (let step = 0; step < run.settings.maxSteps; step++) {
-      // A claim's first request is its replay, with no new user message and nothing pruned (docs/engine.md
-      // §5.9): steering queued before it waits for the next step (a claim of one step takes none).
+      // A claim's first request is its replay (docs/engine.md §5.9), with no new user message and
+      // nothing pruned: steering queued before it waits for the next step (a claim of one step takes none).
       const holdsSteering = step === 0 && run.claim !== undefined
       if (!holdsSteering) yield* deliverSteering(run)
       if (yield* isCancelled(run)) {
