@@ -272,8 +272,8 @@ describe("maka run against an endpoint", () => {
     expect(events.stdout).toContain(`"connectionId":"openai-compatible:${server.url}/v1"`)
   })
 
-  it("keeps MAKA_API_KEY out of run_command's shell, which inherits the rest of the environment", async () => {
-    const command = 'echo "key=[$MAKA_API_KEY] other=[$MAKA_TEST_INHERITED]"'
+  it("keeps MAKA_API_KEY and the log's PGPASSWORD out of run_command's shell, which inherits the rest of the environment", async () => {
+    const command = 'echo "key=[$MAKA_API_KEY] pg=[$PGPASSWORD] other=[$MAKA_TEST_INHERITED]"'
     const server = await serve([
       Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-1", name: "run_command", arguments: [JSON.stringify({ command })] }] })),
       answer(["Ran it."]),
@@ -281,16 +281,17 @@ describe("maka run against an endpoint", () => {
     const { root, workspace, db } = fresh()
     const result = await maka(["run", "--db", db, "--workspace", workspace, "--model", "test-model", "--tools", "all", "run it"], {
       cwd: root,
-      env: { MAKA_BASE_URL: `${server.url}/v1`, MAKA_API_KEY: KEY, MAKA_TEST_INHERITED: "yes" },
+      env: { MAKA_BASE_URL: `${server.url}/v1`, MAKA_API_KEY: KEY, PGPASSWORD: "pg-secret-42", MAKA_TEST_INHERITED: "yes" },
     })
     expect(result.code, result.stderr).toBe(0)
     // What the command printed reached the model in the next request: no key in it.
     const next = server.requests()[1]!.body
-    expect(next).toContain("key=[] other=[yes]")
+    expect(next).toContain("key=[] pg=[] other=[yes]")
     expect(next).not.toContain(KEY)
     const events = await maka(["events", "--db", db, "--session", sessionOf(result.stderr), "--json"], { cwd: root })
-    expect(events.stdout).toContain("key=[] other=[yes]")
+    expect(events.stdout).toContain("key=[] pg=[] other=[yes]")
     expect(events.stdout).not.toContain(KEY)
+    expect(events.stdout).not.toContain("pg-secret-42")
   })
 
   it("sends x-api-key and anthropic-version to an Anthropic endpoint", async () => {

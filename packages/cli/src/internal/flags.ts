@@ -276,9 +276,10 @@ export type DatabaseTarget = { readonly kind: "sqlite"; readonly path: string } 
 
 /**
  * The environment variables that hold the CLI's credentials: `run_command`'s shell does not
- * inherit them (docs/cli.md §10.1 "Tools").
+ * inherit them (docs/cli.md §10.1 "Tools"). `PGPASSWORD` is the PostgreSQL log's password when its
+ * URL names none (pg reads it).
  */
-export const SECRET_ENVIRONMENT: ReadonlyArray<string> = ["MAKA_API_KEY", "MAKA_DATABASE_URL"]
+export const SECRET_ENVIRONMENT: ReadonlyArray<string> = ["MAKA_API_KEY", "MAKA_DATABASE_URL", "PGPASSWORD"]
 
 /**
  * `--db` / `MAKA_DB` (default `.maka/events.sqlite` under `cwd`) or `--database-url` /
