@@ -11,6 +11,21 @@ export const REDACTED = "[redacted]"
 /** Shorter forms are not scrubbed: they would erase ordinary text. */
 const MIN_FORM_LENGTH = 4
 
+/**
+ * The URL encodings of `value` a server may echo it in: `encodeURIComponent`'s, RFC 3986's and form
+ * encoding's (`URLSearchParams`, Python's `quote_plus`: `!'()*~` escaped too), each with `%20` or `+`
+ * for a space and with upper- or lowercase hex.
+ */
+const urlForms = (value: string): ReadonlyArray<string> => {
+  const component = encodeURIComponent(value)
+  const strict = component.replace(/[!'()*~]/g, (character) => `%${character.charCodeAt(0).toString(16).toUpperCase()}`)
+  const form = new URLSearchParams([["", value]]).toString().slice(1)
+  return [component, strict, form].flatMap((encoded) => {
+    const plus = encoded.replace(/%20/g, "+")
+    return [encoded, plus].flatMap((spelled) => [spelled, spelled.replace(/%[0-9A-F]{2}/g, (hex) => hex.toLowerCase())])
+  })
+}
+
 /** Every form of every secret, longest first; empty secrets give none. */
 export const formsOf = (secrets: ReadonlyArray<string>): ReadonlyArray<string> => {
   const forms = new Set<string>()
@@ -18,8 +33,7 @@ export const formsOf = (secrets: ReadonlyArray<string>): ReadonlyArray<string> =
     for (const value of [secret, secret.trim()]) {
       forms.add(value)
       forms.add(JSON.stringify(value).slice(1, -1))
-      forms.add(encodeURIComponent(value))
-      forms.add(encodeURIComponent(value).replace(/%20/g, "+"))
+      for (const encoded of urlForms(value)) forms.add(encoded)
     }
   }
   return [...forms].filter((form) => form.length >= MIN_FORM_LENGTH).sort((left, right) => right.length - left.length)
