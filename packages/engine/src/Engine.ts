@@ -293,6 +293,19 @@ const openingProblem = (input: LaunchInput): string | undefined => {
   return Result.isFailure(opening) ? opening.failure.message : undefined
 }
 
+/** Why a continuation's source is refused at admission (docs/engine.md §5.2): an invalid id, or another session. */
+const CONTINUATION_SESSION_MESSAGE = "source: a continuation continues a run of its own session"
+
+const continuationSourceProblem = (input: LaunchInput): string | undefined => {
+  const source = input.continuation?.source
+  if (source === undefined) return undefined
+  const problem = checkInvocation(source, "source")
+  if (problem !== undefined) return problem
+  const target: unknown = input.invocation
+  const sessionId = typeof target === "object" && target !== null ? (target as { readonly sessionId?: unknown }).sessionId : undefined
+  return source.sessionId === sessionId ? undefined : CONTINUATION_SESSION_MESSAGE
+}
+
 /** Every check of `validateInput` but the opening's. */
 const settingsProblem = (input: LaunchInput): string | undefined => {
   const maxSteps = input.maxSteps ?? Limits.DEFAULT_MAX_STEPS
@@ -305,6 +318,7 @@ const settingsProblem = (input: LaunchInput): string | undefined => {
   }
   const problems = [
     checkInvocation(input.invocation, "invocation"),
+    continuationSourceProblem(input),
     input.context === undefined ? undefined : checkContext(input.context, "context"),
     input.providerOptions === undefined ? undefined : checkProviderOptions(input.providerOptions, "providerOptions"),
   ]

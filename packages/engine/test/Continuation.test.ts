@@ -294,7 +294,7 @@ describe("continuation", () => {
     ),
   )
 
-  it.live("refuses a continuation that reuses the source's turn, run or invocation, or names another session, writing nothing (scenario 52)", () =>
+  it.live("refuses a continuation that reuses the source's turn, run or invocation, or names another session or an invalid source, writing nothing (scenario 52)", () =>
     Effect.scoped(
       Effect.gen(function* () {
         const { context, effects, source, before } = yield* sourceToContinue
@@ -303,12 +303,25 @@ describe("continuation", () => {
           [{ turnId }, "a continuation opens a new turn, run and invocation"],
           [{ runId }, "a continuation opens a new turn, run and invocation"],
           [{ invocationId }, "a continuation opens a new turn, run and invocation"],
-          [{ sessionId: "session-2" }, "a continuation continues a run of its own session"],
         ] as const) {
           const base = continueInput(context, source.invocation, catalog(effects))
           const refused = yield* Effect.flip(context.engine.continueRun({ ...base, invocation: { ...base.invocation, ...reuse } }))
           assert.strictEqual(refused.reason._tag, "ReconciliationRequired")
           assert.strictEqual(refused.message, message)
+        }
+        // A source in another session, or with an invalid id, is refused as input by the check and
+        // the start alike (docs/engine.md §5.2).
+        const other = continueInput(context, source.invocation, catalog(effects))
+        for (const [input, message] of [
+          [{ ...other, invocation: { ...other.invocation, sessionId: "session-2" } }, "source: a continuation continues a run of its own session"],
+          [{ ...other, source: { ...source.invocation, sessionId: "session-2" } }, "source: a continuation continues a run of its own session"],
+          [{ ...other, source: { ...source.invocation, runId: "" } }, undefined],
+        ] as const) {
+          for (const refused of [yield* Effect.flip(context.engine.checkContinuation(input)), yield* Effect.flip(context.engine.continueRun(input))]) {
+            assert.strictEqual(refused.reason._tag, "InvalidInput", refused.message)
+            if (message !== undefined) assert.strictEqual(refused.message, message)
+            else assert.match(refused.message, /^source: [^]*runId/)
+          }
         }
         // A request fingerprint that is not a digest, refused by the check and the start alike.
         for (const requestFingerprint of ["hello", ""]) {

@@ -47,7 +47,7 @@ export const prepare = (
   Effect.gen(function* () {
     const { log, settings } = run
     const target = settings.invocation
-    if (source.sessionId !== target.sessionId) return yield* Effect.fail(refused("a continuation continues a run of its own session"))
+    // A source in another session was refused at admission (docs/engine.md §5.2).
     if (source.turnId === target.turnId || source.runId === target.runId || source.invocationId === target.invocationId) {
       return yield* Effect.fail(refused("a continuation opens a new turn, run and invocation"))
     }
