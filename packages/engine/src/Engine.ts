@@ -437,7 +437,7 @@ const liveEvents = (feed: EventFeed.EventFeed): Stream.Stream<Event.StoredEvent>
 
 /**
  * A run's handoff request (docs/engine.md §5.10): a fresh intent reserved at its gate; a caller that
- * stops waiting drops a reservation not yet held, and the same run goes on.
+ * stops waiting drops a reservation not yet committed, and the same run goes on.
  */
 const handoffRequest = (gate: Handoff.HandoffGate, hostEpoch: string, ids: Ids.IdsShape) =>
   Effect.gen(function* () {

@@ -251,6 +251,46 @@ describe("handoff", () => {
     ),
   )
 
+  it.live("dropping a reservation while its preflight runs (held, before the commit) writes nothing and the same run completes (scenario 57)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        // The preflight's store check waits: the gate is held while the caller goes away.
+        const inCheck = yield* Deferred.make<void>()
+        const letCheck = yield* Deferred.make<void>()
+        const context = yield* setup({ script: [mainEntry(slowCall("call-1", "a")), mainEntry(answer("Done."))] }, undefined, {}, {
+          wrapLog: (log): EventLog.EventLogShape => ({
+            ...log,
+            checkHandoff: (invocation, pause) =>
+              Effect.andThen(Effect.andThen(Deferred.succeed(inCheck, undefined), Deferred.await(letCheck)), log.checkHandoff(invocation, pause)),
+          }),
+        })
+        const effects: Effects = { ran: [] }
+        const release = yield* Deferred.make<void>()
+        const running = yield* context.engine.start(input(context, "Run slow.", tools(effects, release)))
+        yield* Effect.promise(() => context.server.exchange(0))
+        const requested = yield* Effect.forkChild(running.handoff, { startImmediately: true })
+        yield* Deferred.succeed(release, undefined)
+        yield* Deferred.await(inCheck)
+        yield* Fiber.interrupt(requested)
+        yield* Deferred.succeed(letCheck, undefined)
+        const result = yield* running.wait
+        assert.deepStrictEqual(result.outcome, { kind: "completed" })
+        assert.deepStrictEqual(kinds(yield* context.log.events("session-1")), [
+          "invocation_opened",
+          "model_requested",
+          "model_completed",
+          "tool_dispatched",
+          "tool_settled:succeeded",
+          "model_requested",
+          "model_completed",
+          "invocation_ended:completed",
+        ])
+        assert.deepStrictEqual(yield* context.log.pendingHandoffs(), [])
+        assert.deepStrictEqual(effects.ran, ["slow:a"])
+      }),
+    ),
+  )
+
   it.live("a sealed pause survives reopening: recovery seals nothing and pendingHandoffs lists it (scenario 58)", () =>
     Effect.scoped(
       Effect.gen(function* () {

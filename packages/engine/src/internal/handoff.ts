@@ -96,9 +96,12 @@ export class HandoffGate {
     return Deferred.await(this.reserved)
   })
 
-  /** Drops a reservation not yet held: nothing is written and the same run goes on. */
+  /**
+   * Drops a reservation not yet committed (requested, or held while its preflight runs): nothing is
+   * written and the same run goes on; a held preflight's commit then fails and the step proceeds.
+   */
   readonly drop: Effect.Effect<void> = Effect.suspend(() => {
-    if (this.state !== "requested" || this.pending === undefined) return Effect.void
+    if ((this.state !== "requested" && this.state !== "held") || this.pending === undefined) return Effect.void
     const { done } = this.pending
     this.pending = undefined
     this.state = "running"
