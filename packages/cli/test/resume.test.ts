@@ -60,7 +60,7 @@ describe("SIGTERM hands a run off, and maka resume continues it in another proce
     // The session is reserved for the successor: a new message is refused.
     const refused = await maka(["run", "--db", created.db, "--workspace", created.workspace, "--session", "h1", "hi"], { cwd: created.root })
     expect(refused.code).toBe(1)
-    expect(refused.stderr).toBe(`maka: failed: session_busy: ${Prompts.SESSION_RESERVED_MESSAGE}${RESERVED_HINT}\n`)
+    expect(refused.stderr).toBe(`failed: session_busy: ${Prompts.SESSION_RESERVED_MESSAGE}${RESERVED_HINT}\n`)
 
     const resumed = await maka(["resume", "--db", created.db], { cwd: created.root })
     expect(resumed.stderr).toMatch(/^resuming h1: \d+ steps left$/m)

@@ -729,7 +729,7 @@ describe("reconciliation", () => {
     expect(sessions.stdout).toMatch(/^r1 {2}needs reconciliation /m)
     // No compaction covers an unknown outcome: compact says so, and does not send the user to run.
     const compacted = await maka(["compact", ...base], { cwd: root })
-    expect(compacted.stderr).toBe(`maka: failed: reconciliation_required: ${PRIOR_UNKNOWN_COMPACT}\n`)
+    expect(compacted.stderr).toBe(`failed: reconciliation_required: ${PRIOR_UNKNOWN_COMPACT}\n`)
     expect(compacted.code).toBe(3)
     const refused = await maka(["run", ...base, "next"], { cwd: root })
     expect(refused.stderr).toMatch(/reconciliation_required/)

@@ -75,15 +75,21 @@ const hasReasonTag = (error: unknown): boolean => {
   return typeof reason === "object" && reason !== null && "_tag" in reason && typeof reason._tag === "string"
 }
 
+/**
+ * A failure's line: `maka: ` before it, but a failure class's own line (`failed: <class>:
+ * <message>`, a refusal at admission as a run's terminal prints it) as it is (docs/cli.md §10.1).
+ */
+const prefixed = (message: string): string => (message.startsWith("failed: ") ? message : `maka: ${message}`)
+
 /** The stderr line and exit code of a failure that reached the command line's top. */
 export const failureReport = (error: unknown): { readonly line: string; readonly code: number } => {
   if (error instanceof UsageError) return { line: `maka: ${error.message}\n`, code: ExitCode.usage }
-  if (error instanceof CliError) return { line: `maka: ${error.message}\n`, code: error.exitCode }
+  if (error instanceof CliError) return { line: `${prefixed(error.message)}\n`, code: error.exitCode }
   // An engine or log error a command did not map itself (a store that failed mid-run, say) is
   // still one line with its exit code, never a stack trace.
   if (hasReasonTag(error)) {
     const mapped = fromEngineError(error)
-    return { line: `maka: ${mapped.message}\n`, code: mapped.exitCode }
+    return { line: `${prefixed(mapped.message)}\n`, code: mapped.exitCode }
   }
   return { line: `maka: internal error: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`, code: ExitCode.failed }
 }
