@@ -185,6 +185,69 @@ describe("events split across network chunks", () => {
   )
 })
 
+describe("line endings at a chunk's end and at the body's end", () => {
+  /** SSE text with every line ending a lone CR. */
+  const lonely = (text: string): string => text.replace(/\n/g, "\r")
+
+  it.effect("a lone CR ending a chunk ends its line: the event is delivered with its chunk, the body's last one too", () =>
+    Effect.gen(function* () {
+      const fed = feedableBody()
+      const { model } = fedModel(fed.body)
+      const queue = yield* Stream.toQueue((yield* model).stream(request()), { capacity: 256 })
+      fed.push(lonely(opening + texts(["first"])))
+      // Delivered before anything else is sent (the parser waited for an LF that never came).
+      assert.deepStrictEqual(deltasOf([...(yield* Queue.takeAll(queue))]), ["first"])
+      fed.push(lonely(texts(["second"]) + `${frame({}, "stop")}`))
+      fed.close()
+      const rest = [...(yield* Queue.takeAll(queue))]
+      assert.deepStrictEqual(deltasOf(rest), ["second"])
+      assert.strictEqual(rest.at(-1)?.kind, "finished")
+    }).pipe(Effect.scoped),
+  )
+
+  it.effect("a CRLF split between two chunks is one line ending: an event's data lines stay one event", () =>
+    Effect.gen(function* () {
+      // One chunk's JSON over two data lines, the CRLF between them split across the reads.
+      const json = JSON.stringify({ id: "chatcmpl-read", model: "test-model", choices: [{ index: 0, delta: { content: "joined" }, finish_reason: null }] })
+      const cut = json.indexOf(",\"choices\"") + 1
+      const fed = feedableBody()
+      const { model } = fedModel(fed.body)
+      const fiber = yield* Effect.forkChild(collect((yield* model).stream(request())))
+      fed.push(`${opening}data: ${json.slice(0, cut)}\r`)
+      yield* settle
+      fed.push(`\ndata: ${json.slice(cut)}\r\n\r\n${closing}`)
+      fed.close()
+      const { events, error } = yield* Fiber.join(fiber)
+      assert.strictEqual(error, undefined, error?.message)
+      assert.deepStrictEqual(deltasOf(events), ["joined"])
+    }),
+  )
+
+  it.effect("the body's last event without its blank line is kept when complete, dropped when cut", () =>
+    Effect.gen(function* () {
+      for (const ending of ["\n", "\r\n", "", "\r"]) {
+        const fed = feedableBody()
+        const { model } = fedModel(fed.body)
+        const fiber = yield* Effect.forkChild(collect((yield* model).stream(request())))
+        // No [DONE]: the finish reason is in the last event, whose blank line never came.
+        fed.push(opening + texts(["done"]) + frame({}, "stop").replace(/\n\n$/, ending))
+        fed.close()
+        const { events, error } = yield* Fiber.join(fiber)
+        assert.strictEqual(error, undefined, `ending ${JSON.stringify(ending)}: ${error?.message}`)
+        assert.strictEqual(events.at(-1)?.kind, "finished")
+      }
+      // A last event cut inside its JSON is not an event: the body ended before its finish.
+      const fed = feedableBody()
+      const { model } = fedModel(fed.body)
+      const fiber = yield* Effect.forkChild(collect((yield* model).stream(request())))
+      fed.push(opening + texts(["done"]) + frame({}, "stop").slice(0, -12))
+      fed.close()
+      const { error } = yield* Fiber.join(fiber)
+      assert.match(error?.message ?? "", /stream ended without a finish reason/)
+    }),
+  )
+})
+
 describe("after the finish, chunk by chunk", () => {
   it.effect("an event in a chunk after the finish's chunk fails the step and yields nothing of the finished stream", () =>
     Effect.gen(function* () {

@@ -65,6 +65,9 @@ const FINISHED = Symbol("finished")
 /** The most bytes decoded into one string: a longer one costs V8 several times more per byte. */
 const DECODE_SLICE_BYTES = 64 * 1024
 
+const CR = 13
+const LF = 10
+
 /**
  * Sends the request and returns the stream of its `ModelEvent`s; the response is released when the
  * scope closes (the caller's `Stream.unwrap`, shared with the permit it acquired before).
@@ -232,6 +235,22 @@ export const open: (
     },
     maxBufferSize: request.maxEventBytes,
   })
+  // A CR that ends a piece of text ends its line (a lone CR is a line ending in SSE): the parser,
+  // which waits for the LF a CRLF may bring, is given that LF at once, and an LF that then opens the
+  // next piece (the rest of a CRLF split between two reads) is dropped. Without it an event whose
+  // blank line is a lone CR waited for the next read, and the body's last one was never delivered.
+  let lineFeedOwed = false
+  const feed = (text: string): void => {
+    if (text === "") return
+    const rest = lineFeedOwed && text.charCodeAt(0) === LF ? text.slice(1) : text
+    lineFeedOwed = false
+    if (rest === "") return
+    parser.feed(rest)
+    if (rest.charCodeAt(rest.length - 1) === CR && parseFailure === undefined) {
+      parser.feed("\n")
+      lineFeedOwed = true
+    }
+  }
   let receivedBytes = 0
   let failure: ModelError.ModelError | undefined
   let ended = false
@@ -295,12 +314,17 @@ export const open: (
     if (chunk.done) {
       ended = true
       bodyEnded = true
-      const tail = decoder.decode()
-      if (tail !== "") parser.feed(tail)
-      parser.reset({ consume: true })
-      // A last event without its blank line is kept only when it is complete.
+      if (parseFailure === undefined) feed(decoder.decode())
+      // The body's last event without its blank line (or without its last line's ending) is
+      // delivered by the two line endings the body left out, and kept only when it is complete.
+      const delivered = messages.length
+      if (parseFailure === undefined) {
+        feed("\n")
+        feed("\n")
+      }
+      parser.reset()
       const last = messages[messages.length - 1]
-      if (last !== undefined && last.data !== "[DONE]" && ErrorClassification.parsePayload(last.data) === undefined) messages.pop()
+      if (messages.length > delivered && last!.data !== "[DONE]" && ErrorClassification.parsePayload(last!.data) === undefined) messages.pop()
       drainMessages(out)
       if (failure === undefined && !request.normalizer.isFinished()) {
         const produced: Array<Model.ModelEvent> = []
@@ -325,7 +349,7 @@ export const open: (
     const bytes = chunk.value
     // The parser refuses any input after its buffer limit (it throws): the slices after it are not fed.
     for (let offset = 0; offset < bytes.byteLength && parseFailure === undefined; offset += DECODE_SLICE_BYTES) {
-      parser.feed(decoder.decode(bytes.subarray(offset, offset + DECODE_SLICE_BYTES), { stream: true }))
+      feed(decoder.decode(bytes.subarray(offset, offset + DECODE_SLICE_BYTES), { stream: true }))
     }
     if (parseFailure !== undefined) {
       failure = toError(parseFailure)
