@@ -179,6 +179,46 @@ describe("OpenAI-compatible adapter", () => {
     }),
   )
 
+  it.effect("a legacy function_call delta or a refusal is an adapter error, never an empty answer", () =>
+    Effect.gen(function* () {
+      const server = yield* serve(
+        Respond.sse([
+          OpenAiSse.role(),
+          Respond.event({ choices: [{ index: 0, delta: { function_call: { name: "read_file", arguments: "{}" } }, finish_reason: null }] }),
+          Respond.event({ choices: [{ index: 0, delta: {}, finish_reason: "function_call" }] }),
+          OpenAiSse.done(),
+        ]),
+        Respond.sse([
+          OpenAiSse.role(),
+          Respond.event({ choices: [{ index: 0, delta: { refusal: "I can't help with that." }, finish_reason: null }] }),
+          Respond.event({ choices: [{ index: 0, delta: {}, finish_reason: "stop" }] }),
+          OpenAiSse.done(),
+        ]),
+        // Providers that send `refusal: null` (or "") beside every delta answer as usual.
+        Respond.sse([
+          OpenAiSse.role(),
+          Respond.event({ choices: [{ index: 0, delta: { content: "fine", refusal: null, function_call: null }, finish_reason: null }] }),
+          Respond.event({ choices: [{ index: 0, delta: { refusal: "" }, finish_reason: "stop" }] }),
+          OpenAiSse.done(),
+        ]),
+      )
+      const model = yield* openAi(server)
+      const messages: Array<string> = []
+      for (let index = 0; index < 2; index++) {
+        const error = yield* failureOf(model.stream(request()))
+        assert.strictEqual(error.reason._tag, "Adapter")
+        messages.push(error.reason.message)
+      }
+      assert.deepStrictEqual(messages, ['unsupported provider event: delta "function_call"', "model did not complete: refusal"])
+      const { events, error } = yield* collect(model.stream(request()))
+      assert.strictEqual(error, undefined, error?.message)
+      assert.deepStrictEqual(
+        events.flatMap((event) => (event.kind === "part_delta" ? [event.text] : [])),
+        ["fine"],
+      )
+    }),
+  )
+
   it.effect("an unknown finish reason is an adapter error naming it", () =>
     Effect.gen(function* () {
       const server = yield* serve(Respond.sse(OpenAiSse.response({ text: ["no"], finishReason: "content_filter" })))

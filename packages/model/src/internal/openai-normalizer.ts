@@ -16,6 +16,7 @@ import {
 } from "./json-read.ts"
 import {
   adapterFailure,
+  unsupportedType,
   invalidToolInput,
   mapFinishReason,
   parseToolInput,
@@ -195,6 +196,13 @@ export const openAiNormalizer = (): Normalizer => {
       const reasoning = optionalString(delta, "reasoning")
       const content = optionalString(delta, "content")
       if (reasoningContent === INVALID || reasoning === INVALID || content === INVALID) return UNSUPPORTED
+      // What this adapter does not read is refused, never dropped: a legacy `function_call` (the
+      // request offers `tools`), and a refusal (the answer the model declined to give).
+      const legacyCall = delta["function_call"]
+      if (legacyCall !== undefined && legacyCall !== null) return unsupportedType("delta", "function_call")
+      const refusal = optionalString(delta, "refusal")
+      if (refusal === INVALID) return UNSUPPORTED
+      if (refusal !== undefined && refusal !== "") return adapterFailure("model did not complete: refusal")
       const thinking = reasoningContent ?? reasoning
       if (thinking !== undefined) text("thinking", thinking, out)
       if (content !== undefined) text("text", content, out)
