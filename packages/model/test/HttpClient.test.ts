@@ -146,10 +146,16 @@ describe("the adapter's HTTP client", () => {
 
   it("decodes a gzip, deflate or brotli body, and passes an error status through with its body", async () => {
     const text = "data: compressed\n\n".repeat(50)
-    const encoders: Record<string, (input: string) => Buffer> = {
-      gzip: (input) => zlib.gzipSync(input),
-      deflate: (input) => zlib.deflateSync(input),
-      br: (input) => zlib.brotliCompressSync(input),
+    // By the name the test asks for: the header sent and the body's bytes.
+    const encoders: Record<string, { readonly header: string; readonly encode: (input: string) => Buffer }> = {
+      gzip: { header: "gzip", encode: (input) => zlib.gzipSync(input) },
+      deflate: { header: "deflate", encode: (input) => zlib.deflateSync(input) },
+      br: { header: "br", encode: (input) => zlib.brotliCompressSync(input) },
+      // Raw deflate data under the name `deflate`, as some servers send it.
+      "raw deflate": { header: "deflate", encode: (input) => zlib.deflateRawSync(input) },
+      // Two codings, the last applied first; names in any case, with blanks.
+      stacked: { header: " GZIP ,br", encode: (input) => zlib.brotliCompressSync(zlib.gzipSync(input)) },
+      identity: { header: "identity", encode: (input) => Buffer.from(input) },
     }
     const server = await serve((request, response) => {
       const encoding = request.headers["x-encoding"] as string
@@ -158,8 +164,12 @@ describe("the adapter's HTTP client", () => {
         response.end('{"error":{"message":"slow down"}}')
         return
       }
-      response.writeHead(200, { "content-type": "text/event-stream", "content-encoding": encoding })
-      response.end(encoders[encoding]!(text))
+      const { header, encode } = encoders[encoding]!
+      response.writeHead(200, { "content-type": "text/event-stream", "content-encoding": header })
+      // In pieces: a coding told apart by its first byte sees a first chunk of one byte.
+      const bytes = encode(text)
+      response.write(bytes.subarray(0, 1))
+      setTimeout(() => response.end(bytes.subarray(1)), 10)
     })
     try {
       for (const encoding of Object.keys(encoders)) {

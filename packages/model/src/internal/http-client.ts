@@ -9,7 +9,7 @@
  */
 import * as http from "node:http"
 import * as https from "node:https"
-import type { Readable } from "node:stream"
+import { type Readable, Transform } from "node:stream"
 import { urlToHttpOptions } from "node:url"
 import * as zlib from "node:zlib"
 
@@ -82,20 +82,80 @@ const abortError = (signal: AbortSignal): Error => {
   return error
 }
 
-/** The decompressed body for a `content-encoding` Node's `fetch` would decode; the body itself otherwise. */
+const ZLIB_FLUSH = { flush: zlib.constants.Z_SYNC_FLUSH, finishFlush: zlib.constants.Z_SYNC_FLUSH }
+
+/**
+ * A `deflate` body as Node's `fetch` reads one: the zlib format the coding names, or the raw deflate
+ * data some servers send under that name, told apart by the first byte (a zlib header's low four
+ * bits name the deflate method, 8).
+ */
+const inflateEither = (): Transform => {
+  let inner: zlib.Inflate | zlib.InflateRaw | undefined
+  const outer = new Transform({
+    transform: (chunk: Buffer, _encoding, done) => {
+      if (inner === undefined) {
+        if (chunk.length === 0) return done()
+        const chosen = (chunk[0]! & 0x0f) === 0x08 ? zlib.createInflate(ZLIB_FLUSH) : zlib.createInflateRaw(ZLIB_FLUSH)
+        chosen.on("data", (data: Buffer) => outer.push(data))
+        chosen.on("error", (error) => outer.destroy(error))
+        inner = chosen
+      }
+      inner.write(chunk, () => done())
+    },
+    flush: (done) => {
+      if (inner === undefined) return done()
+      inner.once("end", () => done())
+      inner.end()
+    },
+  })
+  return outer
+}
+
+/** A decoder of one content coding Node's `fetch` decodes, or `undefined` for any other. */
+const decoderOf = (coding: string): Transform | undefined => {
+  switch (coding) {
+    case "gzip":
+    case "x-gzip":
+      return zlib.createGunzip(ZLIB_FLUSH)
+    case "deflate":
+      return inflateEither()
+    case "br":
+      return zlib.createBrotliDecompress({ flush: zlib.constants.BROTLI_OPERATION_FLUSH, finishFlush: zlib.constants.BROTLI_OPERATION_FLUSH })
+    default:
+      return undefined
+  }
+}
+
+/** How many codings one body may stack: more is not decoded (a body of that many is no answer). */
+const MAX_CODINGS = 5
+
+/**
+ * The decompressed body for the `content-encoding` Node's `fetch` would decode: each listed coding
+ * undone, the last applied first (`gzip, br` is brotli over gzip); the body itself when a coding is
+ * one it does not know (or `identity`, or more than `MAX_CODINGS` of them).
+ */
 const decoded = (response: http.IncomingMessage): Readable => {
-  const encoding = (response.headers["content-encoding"] ?? "").trim().toLowerCase()
-  const decoder =
-    encoding === "gzip" || encoding === "x-gzip"
-      ? zlib.createGunzip({ flush: zlib.constants.Z_SYNC_FLUSH, finishFlush: zlib.constants.Z_SYNC_FLUSH })
-      : encoding === "deflate"
-        ? zlib.createInflate({ flush: zlib.constants.Z_SYNC_FLUSH, finishFlush: zlib.constants.Z_SYNC_FLUSH })
-        : encoding === "br"
-          ? zlib.createBrotliDecompress({ flush: zlib.constants.BROTLI_OPERATION_FLUSH, finishFlush: zlib.constants.BROTLI_OPERATION_FLUSH })
-          : undefined
-  if (decoder === undefined) return response
-  response.on("error", (error) => decoder.destroy(error))
-  return response.pipe(decoder)
+  const codings = (response.headers["content-encoding"] ?? "")
+    .split(",")
+    .map((coding) => coding.trim().toLowerCase())
+    .filter((coding) => coding !== "" && coding !== "identity")
+  if (codings.length === 0 || codings.length > MAX_CODINGS) return response
+  const decoders: Array<Transform> = []
+  for (const coding of codings.reverse()) {
+    const decoder = decoderOf(coding)
+    if (decoder === undefined) {
+      for (const made of decoders) made.destroy()
+      return response
+    }
+    decoders.push(decoder)
+  }
+  let body: Readable = response
+  for (const decoder of decoders) {
+    const from = body
+    from.on("error", (error) => decoder.destroy(error))
+    body = from.pipe(decoder)
+  }
+  return body
 }
 
 /** Bytes a body may hold unread before it stops reading the socket (the server then waits for the reader). */
