@@ -163,17 +163,21 @@ export const hasErrorField = (payload: unknown): boolean =>
   isRecord(payload) && payload["error"] !== undefined && payload["error"] !== null
 
 
-/** A short summary: status, code and the start of the provider message; never headers or keys. */
+/**
+ * A short summary: the HTTP status (an in-stream error has none: `provider error`), the code when it
+ * says more than the status, and the start of the provider message; never headers or keys.
+ */
 const summary = (
   status: number | undefined,
   codes: ReadonlyArray<string>,
   message: string | undefined,
   secrets: ReadonlyArray<string>,
 ): string => {
-  const head = [status === undefined ? "provider error" : `HTTP ${status}`, codes[0]].filter((part) => part !== undefined)
+  const code = codes[0] === String(status) ? undefined : codes[0]
+  const head = [status === undefined ? "provider error" : `HTTP ${status}`, code].filter((part) => part !== undefined)
   // Scrub before cutting, so a secret split by the cut cannot leave a fragment behind.
-  const text = message === undefined ? "" : `: ${scrub(message, secrets).replace(/\s+/g, " ").trim().slice(0, 1000)}`
-  return scrub(head.join(" ") + text, secrets)
+  const said = message === undefined ? "" : scrub(message, secrets).replace(/\s+/g, " ").trim().slice(0, 1000)
+  return scrub(head.join(" ") + (said === "" ? "" : `: ${said}`), secrets)
 }
 
 /** Classifies an HTTP error response or an in-stream error payload (rules 2–9; first match wins). */
@@ -194,7 +198,8 @@ export const classify = (evidence: Evidence): ModelError.ModelError => {
   const secrets = evidence.secrets ?? []
   // The message names the most specific code: the nested error's (`overloaded_error`), not the
   // envelope's (`{type: "error", error: {…}}` of an Anthropic error).
-  const message = summary(status, codesOf([...objects].reverse()), providerText ?? (parsed === undefined ? evidence.body : undefined), secrets)
+  // The summary's status is the response's: a status an in-stream code stands for is the code.
+  const message = summary(evidence.status, codesOf([...objects].reverse()), providerText ?? (parsed === undefined ? evidence.body : undefined), secrets)
   const fail = (reason: ModelError.ProviderReason, retryAfterMs?: number): ModelError.ModelError =>
     ModelError.provider({ reason, message, status, replaySafe: evidence.replaySafe, retryAfterMs })
   const retryAfter = (): number | undefined =>

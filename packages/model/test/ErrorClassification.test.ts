@@ -105,6 +105,18 @@ describe("classify", () => {
     assert.strictEqual(openAi.message, "Provider: HTTP 429 rate_limit_exceeded: slow")
   })
 
+  it("says the status once: a numeric code the status repeats, or an in-stream code standing for one, and no colon after nothing", () => {
+    // An in-stream error (a 200's body) whose code is the status it stands for: classified by it,
+    // summarised as what it is.
+    const inStream = ErrorClassification.classify({ ...base, payload: { error: { code: 429, message: "slow down" } } })
+    assert.strictEqual(inStream.message, "Provider: provider error 429: slow down")
+    assert.isTrue(inStream.reason._tag === "Provider" && inStream.reason.reason === "rate_limit" && inStream.reason.status === 429)
+    const repeated = ErrorClassification.classify({ ...base, status: 400, body: JSON.stringify({ error: { code: 400, message: "bad" } }) })
+    assert.strictEqual(repeated.message, "Provider: HTTP 400: bad")
+    assert.strictEqual(ErrorClassification.classify({ ...base, status: 503, body: "" }).message, "Provider: HTTP 503")
+    assert.strictEqual(ErrorClassification.classify({ ...base, status: 502, body: "  \n " }).message, "Provider: HTTP 502")
+  })
+
   it("keeps a prose overflow in a Gemini array body", () => {
     const body = JSON.stringify([{ error: { code: 400, message: "The input token count exceeds the limit: token limit exceeded", status: "INVALID_ARGUMENT" } }])
     assert.strictEqual(ErrorClassification.classify({ ...base, status: 400, body }).reason._tag, "ContextOverflow")
