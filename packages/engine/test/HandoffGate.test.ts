@@ -778,23 +778,26 @@ describe("the handoff gate's transitions (scenario 61)", () => {
     claimId: "claim-1",
   })
 
-  it.effect("a stale hold cannot commit: after its release and a new reservation, commit() is refused until the new intent is held", () =>
+  it.effect("a stale hold cannot commit: after its release and a new reservation, neither before nor after the new intent is held", () =>
     Effect.gen(function* () {
       const gate = new Handoff.HandoffGate("run-root")
       const first = yield* gate.reserve(intent())
-      assert.isDefined(gate.hold())
+      const stale = gate.hold()!
       // The preflight failed: back to running, and the first reservation learns nothing was sealed.
       yield* gate.release
       assert.strictEqual(gate.current, "running")
       assert.isUndefined(yield* Deferred.await(first))
-      yield* gate.reserve(intent())
+      yield* gate.reserve({ ...intent(), handoffId: "handoff-2" })
       assert.strictEqual(gate.current, "requested")
-      // What held the first intent cannot commit the second, which nothing has held yet.
-      assert.isFalse(gate.commit())
+      // What held the first intent cannot commit the second, whether or not it is held yet.
+      assert.isFalse(gate.commit(stale))
       assert.strictEqual(gate.current, "requested")
-      assert.isDefined(gate.hold())
-      assert.isTrue(gate.commit())
-      assert.isFalse(gate.commit())
+      const fresh = gate.hold()!
+      assert.strictEqual(fresh.handoffId, "handoff-2")
+      assert.isFalse(gate.commit(stale))
+      assert.strictEqual(gate.current, "held")
+      assert.isTrue(gate.commit(fresh))
+      assert.isFalse(gate.commit(fresh))
     }),
   )
 
@@ -809,8 +812,9 @@ describe("the handoff gate's transitions (scenario 61)", () => {
       yield* gate.release
       assert.isTrue(Option.isNone(yield* Deferred.poll(waiting)))
       yield* gate.requested
-      assert.deepStrictEqual(gate.hold(), intent())
-      assert.isTrue(gate.commit())
+      const held = gate.hold()
+      assert.deepStrictEqual(held, intent())
+      assert.isTrue(gate.commit(held!))
     }),
   )
 
@@ -818,10 +822,10 @@ describe("the handoff gate's transitions (scenario 61)", () => {
     Effect.gen(function* () {
       const gate = new Handoff.HandoffGate("run-root")
       const waiting = yield* gate.reserve(intent())
-      assert.isDefined(gate.hold())
+      const held = gate.hold()!
       yield* gate.close
       assert.isUndefined(yield* Deferred.await(waiting))
-      assert.isFalse(gate.commit())
+      assert.isFalse(gate.commit(held))
       const refused = yield* Effect.flip(gate.reserve(intent()))
       assert.strictEqual(refused.reason._tag, "Busy")
       assert.isTrue(Handoff.refusedAsEnded(refused.message))
@@ -834,9 +838,9 @@ describe("the handoff gate's transitions (scenario 61)", () => {
       const refusal = Effect.map(Effect.flip(gate.reserve(intent())), (error) => error.message)
       yield* gate.reserve(intent())
       const requested = yield* refusal
-      assert.isDefined(gate.hold())
+      const holding = gate.hold()!
       const held = yield* refusal
-      assert.isTrue(gate.commit())
+      assert.isTrue(gate.commit(holding))
       const committed = yield* refusal
       yield* gate.sealed({ intent: intent() } as unknown as Lineage.HandoffPause)
       const sealed = yield* refusal

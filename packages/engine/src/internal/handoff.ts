@@ -132,9 +132,12 @@ export class HandoffGate {
     if (this.state === "held") this.state = "requested"
   }
 
-  /** The pause is about to be appended. */
-  commit(): boolean {
-    if (this.state !== "held") return false
+  /**
+   * The pause of `held` (the intent `hold()` returned: the hold's ticket) is about to be appended;
+   * refused unless that very intent is the one held, so a stale hold cannot commit a later one.
+   */
+  commit(held: Lineage.HandoffIntent): boolean {
+    if (this.state !== "held" || this.pending?.intent !== held) return false
     this.state = "committed"
     return true
   }

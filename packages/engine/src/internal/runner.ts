@@ -798,7 +798,7 @@ const handoffBoundary = (run: Run, loop: LoopState, step: number, priorUnknown: 
     const committed =
       proceeds &&
       (yield* Ref.modify(run.steering, (queued) => {
-        if (queued.length === 0) return [run.handoff.commit(), queued] as const
+        if (queued.length === 0) return [run.handoff.commit(intent), queued] as const
         run.handoff.defer()
         return [false, queued] as const
       }))
