@@ -344,6 +344,15 @@ describe("continuation", () => {
     Effect.scoped(
       Effect.gen(function* () {
         const { context, effects, source, before } = yield* sourceToContinue
+        // Another workspace is refused on a boundary no one has claimed, by the check and the start,
+        // writing nothing.
+        const elsewhere = continueInput(context, source.invocation, catalog(effects))
+        const foreign = { ...elsewhere, configuration: { ...elsewhere.configuration, workspaceIdentity: "workspace:v1:00000000-0000-4000-8000-000000000000" } }
+        for (const refused of [yield* Effect.flip(context.engine.checkContinuation(foreign)), yield* Effect.flip(context.engine.continueRun(foreign))]) {
+          assert.strictEqual(refused.reason._tag, "ReconciliationRequired")
+          assert.strictEqual(refused.message, "a continuation runs in the source's workspace")
+        }
+        assert.strictEqual((yield* context.log.events("session-1")).length, before)
         const claim = yield* context.engine.checkContinuation(continueInput(context, source.invocation, catalog(effects)))
         assert.deepStrictEqual(claim.source.invocation, source.invocation)
         assert.strictEqual((yield* context.log.events("session-1")).length, before)
@@ -363,14 +372,6 @@ describe("continuation", () => {
         const checkedAgain = yield* Effect.flip(context.engine.checkContinuation(continueInput(context, source.invocation, catalog(effects))))
         assert.strictEqual(checkedAgain.reason._tag, "ReconciliationRequired")
         assert.strictEqual(checkedAgain.message, "the source boundary is already claimed")
-        const elsewhere = continueInput(context, source.invocation, catalog(effects))
-        const refused = yield* Effect.flip(
-          context.engine.checkContinuation({
-            ...elsewhere,
-            configuration: { ...elsewhere.configuration, workspaceIdentity: "workspace:v1:00000000-0000-4000-8000-000000000000" },
-          }),
-        )
-        assert.strictEqual(refused.reason._tag, "ReconciliationRequired")
       }),
     ),
   )
