@@ -232,6 +232,39 @@ describe("standalone compaction", () => {
     ),
   )
 
+  it.live("holds a first fold to the fold floor, and a fold over a baseline not (scenario 37)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        // 150 tokens out of 12,000 in is below the floor of a first fold (docs/engine.md §5.12).
+        const tiny = (marker: string) => summaryEntry(Respond.sse(OpenAiSse.response({ text: [summaryText(marker)], usage: usage(12_000, 150) })))
+        const context = yield* setup({
+          script: [
+            mainEntry(answer("One.")),
+            tiny("first"),
+            tiny("repaired"),
+            summaryEntry(Respond.sse(OpenAiSse.response({ text: [summaryText("kept")], usage: usage(100, 50) }))),
+            mainEntry(answer("Two.")),
+            tiny("over the baseline"),
+          ],
+        })
+        yield* context.engine.run(input(context, "Turn one.", noTools({ ran: [] })))
+        const first = yield* context.engine.compact(compactInput(context))
+        assert.deepStrictEqual(first.outcome, {
+          kind: "context_compact_finished",
+          outcome: { kind: "failed", reason: "malformed_summary_too_small_for_fold" },
+        })
+        assert.deepStrictEqual(factsOf(yield* context.log.events("session-1"), "context_checkpoint_recorded"), [])
+        const second = yield* context.engine.compact(compactInput(context))
+        assert.strictEqual(second.outcome.kind === "context_compact_finished" ? second.outcome.outcome.kind : "", "compacted")
+        yield* context.engine.run(input(context, "Turn two.", noTools({ ran: [] })))
+        // The same usage over a baseline is a summary like any other.
+        const third = yield* context.engine.compact(compactInput(context))
+        assert.strictEqual(third.outcome.kind === "context_compact_finished" ? third.outcome.outcome.kind : "", "compacted")
+        assert.strictEqual(factsOf(yield* context.log.events("session-1"), "context_checkpoint_recorded").length, 2)
+      }),
+    ),
+  )
+
   it.live("repairs a malformed summary once, then keeps the old history (scenario 33)", () =>
     Effect.scoped(
       Effect.gen(function* () {
