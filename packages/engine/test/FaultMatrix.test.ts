@@ -153,7 +153,7 @@ const MATRIX: ReadonlyArray<Row> = [
   row("connection reset mid-stream after text", Respond.dropAfter(partial), provider("stream_truncated", true), RETRIED),
   row("body ends without a finish", Respond.sse(partial), provider("stream_truncated", true), RETRIED),
   row(
-    "Anthropic stream dropped after a signed thinking block",
+    "Anthropic stream dropped after a signed thinking block (scenario 25)",
     Respond.dropAfter([AnthropicSse.messageStart(), ...AnthropicSse.thinkingBlock(0, ["plan"], "sig-1"), ...AnthropicSse.textBlock(1, ["Hel"]).slice(0, 2)]),
     provider("stream_truncated", false),
     PROVIDER_FAILED,
@@ -161,7 +161,7 @@ const MATRIX: ReadonlyArray<Row> = [
   ),
   // An overflow after output is not recovered.
   row(
-    "in-stream context_length_exceeded after text",
+    "in-stream context_length_exceeded after text (scenario 45)",
     Respond.sse([...partial, OpenAiSse.error("Too long.", { type: "invalid_request_error", code: "context_length_exceeded" })]),
     overflow(true),
     OVERFLOW_FAILED,

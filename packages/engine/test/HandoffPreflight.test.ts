@@ -34,7 +34,7 @@ const handoffWhileToolRuns = (context: Effect.Success<ReturnType<typeof setup>>,
   })
 
 describe("the handoff preflight", () => {
-  it.live("does not pause a run cancelled while the preflight runs: the handoff is undefined and the run seals cancelled", () =>
+  it.live("does not pause a run cancelled while the preflight runs: the handoff is undefined and the run seals cancelled (scenario 61)", () =>
     Effect.scoped(
       Effect.gen(function* () {
         const controller = new AbortController()

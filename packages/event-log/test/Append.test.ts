@@ -17,7 +17,7 @@ const liveWithCalls = () => {
 
 for (const dialect of dialects()) {
   describe(`append on ${dialect.name}`, () => {
-    it("returns the original sequence for an exact replay and refuses a different body under the same id", () =>
+    it("returns the original sequence for an exact replay and refuses a different body under the same id (scenario 1)", () =>
       withLog(dialect, (log) =>
         Effect.gen(function* () {
           const history = History.smallRun()
@@ -76,7 +76,7 @@ for (const dialect of dialects()) {
         }),
       ))
 
-    it("refuses any fact of a sealed invocation", () =>
+    it("refuses any fact of a sealed invocation (scenario 2)", () =>
       withLog(dialect, (log) =>
         Effect.gen(function* () {
           const history = History.smallRun()
@@ -100,7 +100,7 @@ for (const dialect of dialects()) {
         }),
       ))
 
-    it("refuses a second live opening in a session, a reopened invocation, and a fact without its opening", () =>
+    it("refuses a second live opening in a session, a reopened invocation, and a fact without its opening (scenario 2)", () =>
       withLog(dialect, (log) =>
         Effect.gen(function* () {
           const history = new History.History()
@@ -157,7 +157,7 @@ for (const dialect of dialects()) {
         }),
       ))
 
-    it("refuses a settlement without a dispatch, a second settlement, and settles only with a matching payload", () =>
+    it("refuses a settlement without a dispatch, a second settlement, and settles only with a matching payload (scenario 3)", () =>
       withLog(dialect, (log) =>
         Effect.gen(function* () {
           const { history, run, step } = liveWithCalls()
@@ -183,7 +183,7 @@ for (const dialect of dialects()) {
         }),
       ))
 
-    it("refuses model facts without their request or after its end, a reused step id and a second unresolved request", () =>
+    it("refuses model facts without their request or after its end, a reused step id and a second unresolved request (scenario 3)", () =>
       withLog(dialect, (log) =>
         Effect.gen(function* () {
           const history = new History.History()

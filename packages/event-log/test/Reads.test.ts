@@ -187,7 +187,7 @@ for (const dialect of dialects()) {
         }),
       ))
 
-    it("selects the newest main completion as latestMain, skipping summaries, and never an older main past a damaged one", () =>
+    it("selects the newest main completion as latestMain, skipping summaries, and never an older main past a damaged one (scenario 7)", () =>
       withLog(dialect, (log) =>
         Effect.gen(function* () {
           const history = History.smallRun()
@@ -664,11 +664,11 @@ describe("latestMain over a damaged log", () => {
       ),
     )
 
-  it("is trace_unavailable, never Decode and never an older completion, when the newest completion is not JSON", async () => {
+  it("is trace_unavailable, never Decode and never an older completion, when the newest completion is not JSON (scenario 7)", async () => {
     expect(await damaged(() => "{not json")).toEqual({ kind: "trace_unavailable" })
   })
 
-  it("is trace_unavailable when the newest completion no longer decodes as a fact", async () => {
+  it("is trace_unavailable when the newest completion no longer decodes as a fact (scenario 7)", async () => {
     expect(await damaged((json) => json.replace('"finishReason":"stop"', '"finishReason":"bogus"'))).toEqual({ kind: "trace_unavailable" })
   })
 })
