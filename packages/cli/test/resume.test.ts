@@ -328,7 +328,7 @@ describe("SIGTERM when the handoff cannot be taken", () => {
           }
         },
       })
-      expect(result.stderr).toContain("handoff not taken: the run's handoff preflight failed")
+      expect(result.stderr).toContain("handoff not taken: the run was admitted with --allow-prior-unknown over an effect of unknown outcome")
       expect(result.code).toBe(130)
       const lines = eventLines(result.stdout)
       // The run went on past the refused pause: its next step was requested before the cancellation.
@@ -362,7 +362,7 @@ describe("SIGTERM when the handoff cannot be taken", () => {
         onOutput: when((output) => output.stdout.includes('"kind":"tool_dispatched"'), (child) => child.kill("SIGTERM")),
       })
       expect(result.code, result.stderr).toBe(0)
-      expect(result.stderr).toContain("handoff not taken: the run's handoff preflight failed")
+      expect(result.stderr).toContain("handoff not taken: the run was admitted with --allow-prior-unknown over an effect of unknown outcome")
       expect(eventLines(result.stdout).at(-1)!.event.fact["outcome"].kind).toBe("completed")
     } finally {
       await server.close()

@@ -306,7 +306,13 @@ export const openHost = async (settings: RunSettings, sink: Sink, signal: AbortS
       const ended = run.wait()
       ended.catch(() => undefined)
       const steps = stepWatch()
-      const detach = attach?.({ handoff: () => run.handoff(), cancel: () => run.cancel(), ended, stepAfter: steps.after })
+      const detach = attach?.({
+        handoff: () => run.handoff(),
+        cancel: () => run.cancel(),
+        ended,
+        stepAfter: steps.after,
+        allowsPriorUnknown: settings.allowPriorUnknown,
+      })
       try {
         return await showRun(run, {
           sink,

@@ -20,6 +20,8 @@ export interface Controllable {
    * run passed a step boundary after then.
    */
   readonly stepAfter: (time: number) => Promise<void>
+  /** Whether the run was started with `--allow-prior-unknown` (a run admitted over an unknown effect never pauses). */
+  readonly allowsPriorUnknown?: boolean
 }
 
 /**
@@ -62,8 +64,12 @@ export interface Signals {
 export const HANDOFF_REQUESTED =
   "handing off at the next step boundary once the current step settles (SIGTERM again or SIGINT cancels)"
 export const HANDOFF_NOT_TAKEN =
-  "handoff not taken: the run's handoff preflight failed (for example a run admitted with --allow-prior-unknown, " +
-  "or a store that refuses the pause); the run continues (SIGTERM again or SIGINT cancels)"
+  "handoff not taken: the run's handoff preflight failed (the log refused the pause, or the step's request " +
+  "could not be prepared); the run continues (SIGTERM again or SIGINT cancels)"
+/** Why a run started with `--allow-prior-unknown` did not pause (docs/engine.md §5.10). */
+export const HANDOFF_NOT_TAKEN_PRIOR_UNKNOWN =
+  "handoff not taken: the run was admitted with --allow-prior-unknown over an effect of unknown outcome, " +
+  "and such a run does not pause; the run continues (SIGTERM again or SIGINT cancels)"
 
 /** How many log opens are in progress (`whileOpening`). */
 let opening = 0
@@ -111,7 +117,9 @@ export const handleSignals = (sink: Sink): Signals => {
         // `null` because the run ended first is no refusal (the run's own exit code applies); a
         // refusal at a step boundary is followed by that step's request.
         const isRefused = await Promise.race([passedBoundary.then(() => true), target.run.ended.then(() => false, () => false)])
-        if (isRefused && !target.isDetached) sink.err(`${HANDOFF_NOT_TAKEN}\n`)
+        if (isRefused && !target.isDetached) {
+          sink.err(`${target.run.allowsPriorUnknown === true ? HANDOFF_NOT_TAKEN_PRIOR_UNKNOWN : HANDOFF_NOT_TAKEN}\n`)
+        }
       },
       (error: unknown) => {
         if (!target.isDetached) sink.err(`handoff not taken: ${error instanceof Error ? error.message : String(error)}; the run continues\n`)
