@@ -4,7 +4,9 @@
  * keep-alive comments would otherwise keep alive forever.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Effect, Fiber, Redacted, Result } from "effect"
+import { type ChildProcess, spawn } from "node:child_process"
+import * as http from "node:http"
+import { Clock, Effect, Fiber, Option, Redacted, Result } from "effect"
 import { OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
 import { LanguageModel, ProviderConfig } from "@maka/model"
 import { advanceUntilDone, collect, failureOf, request } from "./support.ts"
@@ -87,4 +89,150 @@ describe("requestDeadlineMs", () => {
     const withDeadline: ProviderConfig.ProviderConfig = { ...config(fetch), requestDeadlineMs: 60_000 }
     assert.strictEqual(ProviderConfig.routeIdentity(withDeadline), ProviderConfig.routeIdentity(config(fetch)))
   })
+})
+
+describe("the idle timer's clock", () => {
+  /** One OpenAI-compatible chunk as SSE text. */
+  const frame = (delta: Readonly<Record<string, unknown>>, finishReason: string | null = null): string =>
+    `data: ${JSON.stringify({ id: "c", model: "m", choices: [{ index: 0, delta, finish_reason: finishReason }] })}\n\n`
+
+  /**
+   * A server that writes `pieces` `gapMs` apart, and then ends the body (or, `ends` false, says
+   * nothing more).
+   */
+  const pacedServer = (pieces: ReadonlyArray<string>, gapMs: number, ends = true) =>
+    Effect.acquireRelease(
+      Effect.promise(
+        () =>
+          new Promise<http.Server>((resolve) => {
+            const server = http.createServer((incoming, response) => {
+              incoming.resume()
+              response.writeHead(200, { "content-type": "text/event-stream" })
+              const write = (index: number) => {
+                if (index === pieces.length) return ends ? void response.end() : undefined
+                response.write(pieces[index])
+                setTimeout(() => write(index + 1), gapMs)
+              }
+              write(0)
+            })
+            server.listen(0, "127.0.0.1", () => resolve(server))
+          }),
+      ),
+      (server) => Effect.promise(() => new Promise<void>((resolve) => server.close(() => resolve()))),
+    )
+
+  const modelAt = (server: http.Server, idleTimeoutMs: number) => {
+    const { port } = server.address() as { readonly port: number }
+    return LanguageModel.make(
+      {
+        kind: "openai-compatible",
+        baseUrl: `http://127.0.0.1:${port}/v1`,
+        model: "m",
+        apiKey: Redacted.make(""),
+      },
+      { idleTimeoutMs },
+    )
+  }
+
+  const pieces = [frame({ content: "" }), frame({ content: "a" }), frame({ content: "b" }), `${frame({}, "stop")}data: [DONE]\n\n`]
+
+  /** A server in a child process: an SSE body of 12 chunks 100 ms apart (it runs while this process is held). */
+  const childServer = Effect.acquireRelease(
+    Effect.promise(
+      () =>
+        new Promise<{ readonly child: ChildProcess; readonly port: number }>((resolve, reject) => {
+          const script = `
+            const http = require("node:http")
+            const frame = (delta, reason) => "data: " + JSON.stringify({ id: "c", model: "m", choices: [{ index: 0, delta, finish_reason: reason }] }) + "\\n\\n"
+            http.createServer((request, response) => {
+              request.resume()
+              response.writeHead(200, { "content-type": "text/event-stream" })
+              let sent = 0
+              const next = () => {
+                if (sent === 12) return response.end(frame({}, "stop") + "data: [DONE]\\n\\n")
+                response.write(frame({ content: "c" + sent++ }, null))
+                setTimeout(next, 100)
+              }
+              next()
+            }).listen(0, "127.0.0.1", function () { process.stdout.write(String(this.address().port) + "\\n") })
+          `
+          const child = spawn(process.execPath, ["-e", script], { stdio: ["ignore", "pipe", "inherit"] })
+          child.once("error", reject)
+          child.stdout!.once("data", (data: Buffer) => resolve({ child, port: Number(String(data).trim()) }))
+        }),
+    ),
+    ({ child }) => Effect.sync(() => child.kill()),
+  )
+
+  it.live("a host that could not run for longer than the timeout reads what came meanwhile before it times out", () =>
+    Effect.gen(function* () {
+      for (const useFetch of [true, false]) {
+        const { port } = yield* childServer
+        const model = yield* LanguageModel.make(
+          {
+            kind: "openai-compatible",
+            baseUrl: `http://127.0.0.1:${port}/v1`,
+            model: "m",
+            apiKey: Redacted.make(""),
+            ...(useFetch ? { fetch: (input: string, init: RequestInit) => fetch(input, init) } : {}),
+          },
+          { idleTimeoutMs: 1_000 },
+        )
+        // This process is held (as by SIGSTOP, or a machine asleep) for 1.5 s mid-stream while the
+        // server goes on writing: when it runs again the timer is due, and the chunks wait on the socket.
+        // Held in the loop's check phase, as a stopped process resumes: its timers then run before
+        // the next poll reads the socket.
+        const held = setTimeout(
+          () =>
+            setImmediate(() => {
+              const until = performance.now() + 1_500
+              while (performance.now() < until) {
+                // held
+              }
+            }),
+          350,
+        )
+        const { events, error } = yield* collect(model.stream(request()))
+        clearTimeout(held)
+        assert.strictEqual(error, undefined, `${useFetch ? "fetch" : "own client"}: ${error?.message}`)
+        assert.strictEqual(events.flatMap((event) => (event.kind === "part_delta" ? [event.text] : [])).length, 12)
+      }
+    }).pipe(Effect.scoped),
+  )
+
+  it.live("a wall clock stepped forward or back moves neither the idle timer nor its expiry", () =>
+    Effect.gen(function* () {
+      const live = yield* Clock.Clock
+      let offset = 0
+      // The wall clock this test steps; the monotonic clock goes on.
+      const stepped: Clock.Clock = {
+        currentTimeMillisUnsafe: () => live.currentTimeMillisUnsafe() + offset,
+        currentTimeMillis: Effect.sync(() => live.currentTimeMillisUnsafe() + offset),
+        currentTimeNanosUnsafe: () => live.currentTimeNanosUnsafe() + BigInt(offset) * 1_000_000n,
+        currentTimeNanos: Effect.sync(() => live.currentTimeNanosUnsafe() + BigInt(offset) * 1_000_000n),
+        monotonicTimeNanosUnsafe: () => live.monotonicTimeNanosUnsafe(),
+        monotonicTimeNanos: Effect.sync(() => live.monotonicTimeNanosUnsafe()),
+        sleep: (duration) => live.sleep(duration),
+      }
+      const stepAfter = (ms: number, by: number) => setTimeout(() => (offset = by), ms)
+      // Two hours ahead during a gap of 1.5 s in a healthy stream (idle timeout 3 s): no timeout.
+      const healthy = yield* pacedServer(pieces, 1_500)
+      const ahead = stepAfter(500, 2 * 3_600_000)
+      const { events, error } = yield* collect((yield* modelAt(healthy, 3_000)).stream(request())).pipe(Effect.provideService(Clock.Clock, stepped))
+      clearTimeout(ahead)
+      assert.strictEqual(error, undefined, error?.message)
+      assert.strictEqual(events.at(-1)?.kind, "finished")
+      // An hour back during a silence: it still times out after the idle timeout (1 s).
+      offset = 0
+      const silent = yield* pacedServer([frame({ content: "" })], 100, false)
+      const back = stepAfter(300, -3_600_000)
+      const stalled = yield* failureOf((yield* modelAt(silent, 1_000)).stream(request())).pipe(
+        Effect.provideService(Clock.Clock, stepped),
+        Effect.timeoutOption("8 seconds"),
+      )
+      clearTimeout(back)
+      assert.isTrue(Option.isSome(stalled), "the silent stream never timed out")
+      assert.strictEqual(Option.isSome(stalled) ? stalled.value.reason._tag : "", "TimedOut")
+    }).pipe(Effect.scoped),
+  )
 })

@@ -37,6 +37,9 @@ export interface AttemptInput {
 }
 
 /** What stops an attempt. */
+/** The monotonic clock in milliseconds (the `Clock`'s, so a test clock moves it). */
+const monotonicMillis = Effect.map(Clock.monotonicTimeNanos, (nanos) => Number(nanos) / 1_000_000)
+
 const cancellationOf = (run: Run, input: AttemptInput): Cancellation.Cancellation =>
   input.cancellation ?? run.cancellation.cancellation
 
@@ -441,12 +444,13 @@ export const attemptWithRetries = (
       // The failed attempt is closed (`model_interrupted`) and the next not yet requested: a handoff
       // requested before or during the backoff is taken here, and the successor sends the retry.
       // A preflight that fails lets the backoff run out.
-      const until = (yield* Clock.currentTimeMillis) + delay
+      // On the monotonic clock: a wall clock stepped meanwhile neither ends nor stretches the wait.
+      const until = (yield* monotonicMillis) + delay
       // Once a boundary here did not pause, the backoff runs out: a reservation it kept (steering
       // came meanwhile) waits for the step boundary after the retry.
       let watchHandoff = true
       for (;;) {
-        const left = Math.max(0, until - (yield* Clock.currentTimeMillis))
+        const left = Math.max(0, until - (yield* monotonicMillis))
         const slept = yield* Effect.raceFirst(
           Effect.as(Effect.sleep(left), "slept" as const),
           Effect.raceFirst(

@@ -69,6 +69,15 @@ const CR = 13
 const LF = 10
 
 /**
+ * Resumes after the event loop's next turn (its pending socket reads included), in real time
+ * whatever the `Clock`: it waits for the loop, not for time.
+ */
+const nextLoopTurn: Effect.Effect<void> = Effect.callback<void>((resume) => {
+  const handle = setTimeout(() => resume(Effect.void), 0)
+  return Effect.sync(() => clearTimeout(handle))
+})
+
+/**
  * Sends the request and returns the stream of its `ModelEvent`s; the response is released when the
  * scope closes (the caller's `Stream.unwrap`, shared with the permit it acquired before).
  */
@@ -76,7 +85,11 @@ export const open: (
   request: TransportRequest,
 ) => Effect.Effect<Stream.Stream<Model.ModelEvent, ModelError.ModelError>, ModelError.ModelError, Scope.Scope> = Effect.fnUntraced(function* (request: TransportRequest) {
   const clock = yield* Clock.Clock
-  const now = () => clock.currentTimeMillisUnsafe()
+  // Elapsed time (the idle timer, the deadline, the grace after the finish) on the monotonic clock:
+  // a wall clock stepped by NTP or a resumed virtual machine moves neither. A `Retry-After` date is
+  // read against the wall clock.
+  const now = () => Number(clock.monotonicTimeNanosUnsafe()) / 1_000_000
+  const wallNow = () => clock.currentTimeMillisUnsafe()
   const controller = new AbortController()
   const tracker = new ReplayTracker()
   const secretFilter = SecretFilter.make(request.secrets)
@@ -116,12 +129,21 @@ export const open: (
   // The watchdog, one fiber per request on the Effect `Clock`: expires the request once a wait has
   // gone `idleTimeoutMs` without a byte or at the deadline, and ends a wait after the finish once the
   // grace is over. It never sleeps past the grace, so a finish that arrives mid-sleep is seen in time.
+  // A wait that looks idle past the timeout is given one turn of the event loop first: bytes that
+  // reached the socket while the process could not run (stopped, or the machine asleep, the timer
+  // firing late) are read before the timer decides, so only a wait that is still idle expires.
   const deadlineMs = request.deadlineMs
+  let lookedAgain = false
   const watchdog: Effect.Effect<void> = Effect.suspend(() => {
     const at = now()
     if (deadlineMs !== undefined && at - startedAt >= deadlineMs) return Effect.sync(() => expire(ModelError.deadlineExceeded(deadlineMs)))
     const idleLeft = lastActivity + request.idleTimeoutMs - at
-    if (reading && idleLeft <= 0) return Effect.sync(() => expire(ModelError.timedOut()))
+    if (reading && idleLeft <= 0) {
+      if (lookedAgain) return Effect.sync(() => expire(ModelError.timedOut()))
+      lookedAgain = true
+      return Effect.flatMap(nextLoopTurn, () => watchdog)
+    }
+    lookedAgain = false
     const graceLeft = finishedAt === undefined ? request.afterFinishGraceMs : finishedAt + request.afterFinishGraceMs - at
     if (reading && finishedAt !== undefined && graceLeft <= 0) endWait?.(GRACE_OVER)
     let sleep = Math.min(reading ? idleLeft : request.idleTimeoutMs, graceLeft > 0 ? graceLeft : request.afterFinishGraceMs)
@@ -197,7 +219,7 @@ export const open: (
       return open === undefined ? Effect.succeed({ done: true, value: undefined }) : waitFor(() => open.read(), bodyFailed)
     }
     const text = yield* readErrorBody(read, request.maxErrorBodyBytes)
-    const nowMs = now()
+    const nowMs = wallNow()
     if (response.ok) {
       const payload = ErrorClassification.parsePayload(text)
       if (payload === undefined || !ErrorClassification.hasErrorField(payload)) {
@@ -264,7 +286,7 @@ export const open: (
       case "provider_payload":
         return ErrorClassification.classify({
           payload: found.payload,
-          nowMs: now(),
+          nowMs: wallNow(),
           replaySafe: tracker.replaySafe,
           observedOutput: tracker.observedOutput || request.normalizer.hasBufferedOutput(),
           secrets: request.secrets,
