@@ -10,7 +10,7 @@ import { getEventListeners } from "node:events"
 import * as http from "node:http"
 import type { AddressInfo } from "node:net"
 import * as zlib from "node:zlib"
-import { IDLE_CONNECTION_MS, MAX_BUFFERED_BODY_BYTES, send, type BodyReader } from "../src/internal/http-client.ts"
+import { IDLE_CONNECTION_MS, inflateEither, MAX_BUFFERED_BODY_BYTES, send, type BodyReader } from "../src/internal/http-client.ts"
 
 type Handler = (request: http.IncomingMessage, response: http.ServerResponse) => void
 
@@ -303,6 +303,41 @@ describe("the adapter's HTTP client", () => {
       assert.isAtMost(first.value!.byteLength, MAX_BUFFERED_BODY_BYTES + 64 * 1024)
       // The body goes on after the read, whole and in order.
       assert.strictEqual(new TextDecoder().decode(first.value) + (await readAll(reader)), body)
+    } finally {
+      await server.close()
+    }
+  })
+
+  it("inflates a deflate body no further ahead of its reader than its buffer, however much it expands", async () => {
+    for (const compress of [zlib.deflateSync, zlib.deflateRawSync]) {
+      // 64 KiB that inflate to 64 MiB, written at once; nothing reads them.
+      const inflater = inflateEither()
+      inflater.write(compress(Buffer.alloc(64 * 1024 * 1024, "a")))
+      await new Promise((resolve) => setTimeout(resolve, 200))
+      assert.isAtMost(inflater.readableLength, inflater.readableHighWaterMark + 64 * 1024)
+      // Read, it gives the whole body.
+      let total = 0
+      inflater.on("data", (chunk: Buffer) => (total += chunk.length))
+      inflater.end()
+      await new Promise((resolve) => inflater.once("end", resolve))
+      assert.strictEqual(total, 64 * 1024 * 1024)
+    }
+  })
+
+  it("refuses a body of more codings than fetch takes, naming why, and leaves a coding it does not decode as it is", async () => {
+    const text = "data: plain\n\n"
+    const server = await serve((request, response) => {
+      const header = request.headers["x-encoding"] as string
+      response.writeHead(200, { "content-type": "text/event-stream", "content-encoding": header })
+      response.end(header.startsWith("gzip") ? zlib.gzipSync(zlib.gzipSync(zlib.gzipSync(zlib.gzipSync(zlib.gzipSync(zlib.gzipSync(text)))))) : text)
+    })
+    try {
+      const refused = await post(server.url, { "x-encoding": "gzip, gzip, gzip, gzip, gzip, gzip" })
+      const failure = await rejection(readAll(refused.body!.getReader()))
+      assert.include(failure.message, "too many content codings in the response: 6, at most 5")
+      for (const header of ["identity", "compress", "br, x-unknown"]) {
+        assert.strictEqual(await readAll((await post(server.url, { "x-encoding": header })).body!.getReader()), text, header)
+      }
     } finally {
       await server.close()
     }

@@ -236,6 +236,18 @@ describe("line endings at a chunk's end and at the body's end", () => {
         assert.strictEqual(error, undefined, `ending ${JSON.stringify(ending)}: ${error?.message}`)
         assert.strictEqual(events.at(-1)?.kind, "finished")
       }
+      // A complete last event of more than 64 KiB (a large final chunk) is kept too.
+      {
+        const fed = feedableBody()
+        const { model } = fedModel(fed.body)
+        const fiber = yield* Effect.forkChild(collect((yield* model).stream(request())))
+        const large = "x".repeat(70_000)
+        fed.push(opening + frame({ content: large }, "stop").replace(/\n\n$/, "\n"))
+        fed.close()
+        const { events, error } = yield* Fiber.join(fiber)
+        assert.strictEqual(error, undefined, error?.message)
+        assert.strictEqual(deltasOf(events).join(""), large)
+      }
       // A last event cut inside its JSON is not an event: the body ended before its finish.
       const fed = feedableBody()
       const { model } = fedModel(fed.body)

@@ -9,7 +9,7 @@
  */
 import * as http from "node:http"
 import * as https from "node:https"
-import { type Readable, Transform } from "node:stream"
+import { PassThrough, type Readable, Transform } from "node:stream"
 import { urlToHttpOptions } from "node:url"
 import * as zlib from "node:zlib"
 
@@ -87,19 +87,23 @@ const ZLIB_FLUSH = { flush: zlib.constants.Z_SYNC_FLUSH, finishFlush: zlib.const
 /**
  * A `deflate` body as Node's `fetch` reads one: the zlib format the coding names, or the raw deflate
  * data some servers send under that name, told apart by the first byte (a zlib header's low four
- * bits name the deflate method, 8).
+ * bits name the deflate method, 8). The inner inflater is paused while the outer stream's reader is
+ * full, so a body that inflates a thousandfold is not inflated ahead of its reader.
  */
-const inflateEither = (): Transform => {
+export const inflateEither = (): Transform => {
   let inner: zlib.Inflate | zlib.InflateRaw | undefined
   const outer = new Transform({
     transform: (chunk: Buffer, _encoding, done) => {
       if (inner === undefined) {
         if (chunk.length === 0) return done()
         const chosen = (chunk[0]! & 0x0f) === 0x08 ? zlib.createInflate(ZLIB_FLUSH) : zlib.createInflateRaw(ZLIB_FLUSH)
-        chosen.on("data", (data: Buffer) => outer.push(data))
+        chosen.on("data", (data: Buffer) => {
+          if (!outer.push(data)) chosen.pause()
+        })
         chosen.on("error", (error) => outer.destroy(error))
         inner = chosen
       }
+      // Called once the inflater took the chunk: while it is paused, the next chunk waits.
       inner.write(chunk, () => done())
     },
     flush: (done) => {
@@ -107,7 +111,16 @@ const inflateEither = (): Transform => {
       inner.once("end", () => done())
       inner.end()
     },
+    destroy: (error, done) => {
+      inner?.destroy()
+      done(error)
+    },
   })
+  const read = outer._read.bind(outer)
+  outer._read = (size: number) => {
+    inner?.resume()
+    read(size)
+  }
   return outer
 }
 
@@ -126,20 +139,25 @@ const decoderOf = (coding: string): Transform | undefined => {
   }
 }
 
-/** How many codings one body may stack: more is not decoded (a body of that many is no answer). */
+/** How many codings one body may stack, as Node's `fetch` allows. */
 const MAX_CODINGS = 5
 
 /**
  * The decompressed body for the `content-encoding` Node's `fetch` would decode: each listed coding
  * undone, the last applied first (`gzip, br` is brotli over gzip); the body itself when a coding is
- * one it does not know (or `identity`, or more than `MAX_CODINGS` of them).
+ * one it does not decode (`identity` and an empty name included, as `fetch` leaves those). A body of
+ * more than `MAX_CODINGS` codings fails its first read, as `fetch` refuses it.
  */
 const decoded = (response: http.IncomingMessage): Readable => {
-  const codings = (response.headers["content-encoding"] ?? "")
-    .split(",")
-    .map((coding) => coding.trim().toLowerCase())
-    .filter((coding) => coding !== "" && coding !== "identity")
-  if (codings.length === 0 || codings.length > MAX_CODINGS) return response
+  const header = response.headers["content-encoding"]
+  if (header === undefined || header.trim() === "") return response
+  const codings = header.split(",").map((coding) => coding.trim().toLowerCase())
+  if (codings.length > MAX_CODINGS) {
+    response.destroy()
+    const refused = new PassThrough()
+    refused.destroy(new Error(`too many content codings in the response: ${codings.length}, at most ${MAX_CODINGS}`))
+    return refused
+  }
   const decoders: Array<Transform> = []
   for (const coding of codings.reverse()) {
     const decoder = decoderOf(coding)
@@ -155,6 +173,10 @@ const decoded = (response: http.IncomingMessage): Readable => {
     from.on("error", (error) => decoder.destroy(error))
     body = from.pipe(decoder)
   }
+  // A body cancelled or failed takes the decoders before it along.
+  body.once("close", () => {
+    for (const decoder of decoders) decoder.destroy()
+  })
   return body
 }
 

@@ -68,6 +68,16 @@ const DECODE_SLICE_BYTES = 64 * 1024
 const CR = 13
 const LF = 10
 
+/** Whether `text` is one whole JSON value (an event is at most 8 MiB: parsed whole, never cut). */
+const isCompleteJson = (text: string): boolean => {
+  try {
+    JSON.parse(text)
+    return true
+  } catch {
+    return false
+  }
+}
+
 /**
  * Resumes after the event loop's next turn (its pending socket reads included), in real time
  * whatever the `Clock`: it waits for the loop, not for time.
@@ -346,7 +356,7 @@ export const open: (
       }
       parser.reset()
       const last = messages[messages.length - 1]
-      if (messages.length > delivered && last!.data !== "[DONE]" && ErrorClassification.parsePayload(last!.data) === undefined) messages.pop()
+      if (messages.length > delivered && last!.data !== "[DONE]" && !isCompleteJson(last!.data)) messages.pop()
       drainMessages(out)
       if (failure === undefined && !request.normalizer.isFinished()) {
         const produced: Array<Model.ModelEvent> = []
