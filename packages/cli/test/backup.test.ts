@@ -67,6 +67,55 @@ describe("maka backup", () => {
     expect(fs.existsSync(copy)).toBe(false)
   })
 
+  it("stops at a signal mid-copy with exit 130, leaving nothing at FILE and no temporary file", async () => {
+    const { root, db } = (current = folder())
+    // About 60 MB of answers: a copy that takes long enough to be stopped half-way.
+    const large = "x".repeat(1000 * 1000)
+    await Effect.runPromise(
+      Effect.scoped(
+        Effect.gen(function* () {
+          const log = yield* Effect.service(EventLog.EventLog)
+          for (let index = 0; index < 60; index++) {
+            const history = new History.History({ sessionId: `big${index}`, firstId: index * 100 + 1 })
+            const run = history.open({ message: "hi", turnId: `turn-${index}`, runId: `run-${index}`, invocationId: `invocation-${index}` })
+            run.complete(run.request(), FactBuilders.textStep(large))
+            run.end({ kind: "completed" })
+            yield* log.appendBatch(history.writes)
+          }
+        }).pipe(Effect.provide(EventLog.layerSqlite({ path: db, synchronous: "NORMAL" }))),
+      ),
+    )
+    const target = path.join(root, "backups")
+    fs.mkdirSync(target)
+    let signalled = false
+    let watcher: ReturnType<typeof setInterval> | undefined
+    const result = await maka(["backup", db, path.join(target, "copy.sqlite")], {
+      cwd: root,
+      // Signalled once the copy is under way: its temporary file is there.
+      onSpawn: (child) => {
+        watcher = setInterval(() => {
+          if (signalled || !fs.readdirSync(target).some((name) => name.startsWith(".maka-backup-"))) return
+          signalled = true
+          child.kill("SIGINT")
+        }, 2)
+      },
+    })
+    clearInterval(watcher)
+    expect(signalled).toBe(true)
+    expect(result.code, result.stderr).toBe(130)
+    expect(result.stderr).toBe(`maka: backup stopped by a signal; nothing was written at ${path.join(target, "copy.sqlite")}\n`)
+    expect(fs.readdirSync(target)).toEqual([])
+  }, 120_000)
+
+  it("refuses a database URL as DB without repeating it", async () => {
+    const { root } = (current = folder())
+    const result = await maka(["backup", "postgres://maka:s3cret@127.0.0.1:5432/logs", path.join(root, "copy.sqlite")], { cwd: root })
+    expect(result.code).toBe(2)
+    expect(result.stderr).toContain("pg_dump")
+    expect(result.stderr).not.toContain("s3cret")
+    expect(fs.readdirSync(root).sort()).toEqual(["workspace"])
+  })
+
   it.each([[[]], [["only-one"]], [["a", "b", "c"]], [["--db", "x", "a", "b"]]])("exits 2 on usage errors: %j", async (args) => {
     const { root } = (current = folder())
     const result = await maka(["backup", ...args], { cwd: root })

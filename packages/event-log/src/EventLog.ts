@@ -254,6 +254,7 @@ export interface EventLogShape {
    * Copies a live SQLite log to the new file `destination` with SQLite's online backup API, while
    * writes go on: the copy is a valid log holding every event committed before the backup finished.
    * `destination` must not exist. A PostgreSQL log is refused (`Database`): use the server's tools.
+   * Interrupted, the copy stops between two steps and leaves nothing at `destination`.
    */
   readonly backup: (destination: string) => Effect.Effect<void, EventLogError.EventLogError>
   /** A coalescing wake-up signal of the last committed sequence: subscribe, then catch up by reading. */
@@ -426,7 +427,8 @@ export const make = (database: Database): Effect.Effect<EventLogShape> =>
       sessionHighWater: (sessionId) => read((tx) => Rows.sessionHighWater(tx, sessionId)),
       sessionHash: (sessionId, through) => read((tx) => Reads.sessionHash(tx, sessionId, through)),
       backup: (destination) =>
-        Effect.tryPromise({ try: () => track(() => database.backup(destination)), catch: readError }),
+        // An interruption stops the copy between two steps; closing the log waits until it has.
+        Effect.tryPromise({ try: (signal) => track(() => database.backup(destination, signal)), catch: readError }),
       commits: Stream.fromPubSub(committed),
       close: Effect.suspend(() => {
         if (closed) return Effect.void

@@ -153,6 +153,55 @@ describe("EventLog.backup", () => {
       ),
     ))
 
+  it("never writes a copy beside a -wal, -journal or -shm left by a database once at its name", () =>
+    Effect.runPromise(
+      Effect.scoped(
+        Effect.gen(function* () {
+          const { log } = yield* Testing.makeTemporary({ synchronous: "NORMAL" })
+          yield* appendAll(log, session(1).writes)
+          const directory = temporaryDirectory()
+          const destination = path.join(directory, "backup.sqlite")
+          for (const suffix of ["-wal", "-journal", "-shm"]) {
+            fs.writeFileSync(`${destination}${suffix}`, "left behind")
+            const error = yield* failure(log.backup(destination))
+            expect(error.reason._tag, suffix).toBe("Io")
+            expect(error.message).toContain(`${destination}${suffix} exists, the ${suffix} file of a database once at ${destination}`)
+            expect(fs.readdirSync(directory), suffix).toEqual([`backup.sqlite${suffix}`])
+            fs.rmSync(`${destination}${suffix}`)
+          }
+          // Once removed, the backup is written.
+          yield* log.backup(destination)
+          expect(fs.readdirSync(directory)).toEqual(["backup.sqlite"])
+        }),
+      ),
+    ))
+
+  it("stops when interrupted mid-copy, leaving nothing at the destination once the log is closed", () =>
+    Effect.runPromise(
+      Effect.scoped(
+        Effect.gen(function* () {
+          const { log } = yield* Testing.makeTemporary({ synchronous: "NORMAL" })
+          // About 40 MB: a copy of many steps.
+          for (let index = 0; index < 40; index++) {
+            const history = new History.History({ sessionId: `big-${index}`, firstId: 1 + index * 100 })
+            const run = history.open({ invocationId: `invocation-${index}`, runId: `run-${index}`, turnId: `turn-${index}` })
+            run.complete(run.request(), FactBuilders.textStep("x".repeat(1_000_000)))
+            run.end()
+            yield* appendAll(log, history.writes)
+          }
+          const directory = temporaryDirectory()
+          const copying = yield* Effect.forkChild(log.backup(path.join(directory, "copy.sqlite")))
+          // Interrupted once its temporary file is there: the copy is under way.
+          while (!fs.readdirSync(directory).some((name) => name.startsWith(".maka-backup-"))) {
+            yield* Effect.promise(() => new Promise((resolve) => setTimeout(resolve, 1)))
+          }
+          yield* Fiber.interrupt(copying)
+          yield* log.close
+          expect(fs.readdirSync(directory)).toEqual([])
+        }),
+      ),
+    ), 60_000)
+
   it("never writes through a symbolic link, even one whose target does not exist", () =>
     Effect.runPromise(
       Effect.scoped(

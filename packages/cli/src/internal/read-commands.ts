@@ -133,20 +133,36 @@ export const backupCommand = async (context: CommandContext): Promise<number> =>
   if (positionals.length !== 2 || positionals.some((value) => value === "")) {
     throw new Flags.UsageError("maka backup needs DB and FILE: maka backup DB FILE")
   }
+  // A database URL is no path: named as one, it would be looked up (and echoed, password and all)
+  // as a file under the current folder.
+  if (/^[a-z][a-z0-9+.-]*:\/\//i.test(positionals[0]!)) {
+    throw new Flags.UsageError("maka backup copies a SQLite log file (DB is its path); back a PostgreSQL log up with the server's tools (pg_dump)")
+  }
   const source = path.resolve(context.cwd, positionals[0]!)
   const destination = path.resolve(context.cwd, positionals[1]!)
   if (lstatOrUndefined(destination) !== undefined) {
     throw new CliError(`${destination} already exists; a backup never overwrites a file, pick a new path`, ExitCode.failed)
   }
   const open = await openReadOnly({ kind: "sqlite", path: source }, "DB must be an existing log")
+  // A signal stops the copy between two of its steps: the temporary file is removed (closing the
+  // log waits for it) and nothing is left at FILE.
+  const stopping = new AbortController()
+  const stop = () => stopping.abort()
+  for (const name of STOP_SIGNALS) process.on(name, stop)
   try {
-    await open.run(open.log.backup(destination))
+    await open.run(open.log.backup(destination), stopping.signal)
     context.sink.out(`backed up ${source} to ${destination}\n`)
     return ExitCode.completed
+  } catch (error) {
+    if (stopping.signal.aborted) throw new CliError(`backup stopped by a signal; nothing was written at ${destination}`, ExitCode.cancelled)
+    throw error
   } finally {
     await open.close()
+    for (const name of STOP_SIGNALS) process.off(name, stop)
   }
 }
+
+const STOP_SIGNALS = ["SIGINT", "SIGTERM", "SIGHUP"] as const
 
 export const recoverCommand = async (context: CommandContext): Promise<number> => {
   const { values } = Flags.parse("recover", context.args)

@@ -16,7 +16,8 @@ import type { DatabaseTarget } from "./flags.ts"
 export interface OpenLog {
   readonly log: EventLog.EventLogShape
   /** Runs an Effect of the log; a failure rejects with a `CliError`. */
-  readonly run: <A, E>(effect: Effect.Effect<A, E, EventLog.EventLog | Ids.Ids>) => Promise<A>
+  /** Runs `effect` on the log; an abort of `signal` interrupts it. */
+  readonly run: <A, E>(effect: Effect.Effect<A, E, EventLog.EventLog | Ids.Ids>, signal?: AbortSignal) => Promise<A>
   readonly close: () => Promise<void>
 }
 
@@ -63,8 +64,8 @@ const storeError = (cause: Cause.Cause<unknown>, refusalAsIs: boolean): CliError
 
 const open = async (layer: Layer.Layer<EventLog.EventLog, unknown>, refusalAsIs = false): Promise<OpenLog> => {
   const runtime = ManagedRuntime.make(Layer.merge(layer, Ids.layer))
-  const run = async <A, E>(effect: Effect.Effect<A, E, EventLog.EventLog | Ids.Ids>): Promise<A> => {
-    const exit = await runtime.runPromiseExit(effect)
+  const run = async <A, E>(effect: Effect.Effect<A, E, EventLog.EventLog | Ids.Ids>, signal?: AbortSignal): Promise<A> => {
+    const exit = await runtime.runPromiseExit(effect, signal === undefined ? undefined : { signal })
     if (Exit.isSuccess(exit)) return exit.value
     throw storeError(exit.cause, false)
   }

@@ -26,7 +26,7 @@ export interface DatabaseParts {
   /** Runs after the Kysely instance is destroyed: releases the lease, ends an owned pool. */
   readonly release: () => Promise<void> | void
   /** The online backup of an SQLite connection; undefined where the store has none (PostgreSQL). */
-  readonly backup?: (destination: string) => Promise<void>
+  readonly backup?: (destination: string, signal?: AbortSignal) => Promise<void>
   /** Whether the writer lease is still held (SQLite); a write without it is refused `WriterBusy`. */
   readonly isLeaseHeld?: () => boolean
   /**
@@ -237,7 +237,7 @@ export const makeDatabase = (parts: DatabaseParts): Database => {
           : runTransaction(parts.beginRead(db), served(body, true), false, location),
       )
     },
-    backup: (destination) => {
+    backup: (destination, signal) => {
       if (closing !== undefined) return closed()
       const { backup } = parts
       if (backup === undefined) {
@@ -248,7 +248,7 @@ export const makeDatabase = (parts: DatabaseParts): Database => {
           }),
         )
       }
-      return track(backup(destination))
+      return track(backup(destination, signal))
     },
     close: () => {
       closing ??= (async () => {

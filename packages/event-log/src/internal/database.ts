@@ -32,9 +32,10 @@ export interface Database {
   readonly read: <A>(body: (transaction: Transaction<Tables>) => Promise<A>) => Promise<A>
   /**
    * Copies the live database to the new file `destination` with SQLite's online backup API: a
-   * consistent copy holding every transaction committed before it finishes. SQLite only.
+   * consistent copy holding every transaction committed before it finishes. SQLite only. An abort
+   * of `signal` stops it between two steps, leaving nothing at `destination`.
    */
-  readonly backup: (destination: string) => Promise<void>
+  readonly backup: (destination: string, signal?: AbortSignal) => Promise<void>
   /** Finishes accepted operations, closes the store, then releases the writer lease. */
   readonly close: () => Promise<void>
 }

@@ -332,13 +332,25 @@ const refuseForeignHeader = (file: string): Exclude<Header, { readonly kind: "no
   return header
 }
 
+/** Whether an entry is at `file`; a name too long for the file system names none. */
+const isLeftBeside = (file: string): boolean => {
+  try {
+    fs.lstatSync(file)
+    return true
+  } catch (error) {
+    const code = errorCode(error)
+    if (code === "ENOENT" || code === "ENAMETOOLONG") return false
+    throw storeError(error, file)
+  }
+}
+
 /**
  * The online backup of `connection` to `destination`, a path that must not exist yet (a backup never
  * overwrites a file). Pages are copied in steps between other operations; pages this connection
  * changes meanwhile are carried into the copy, so it holds every commit made before it finished.
  * A commit by another connection restarts the copy; after one, the rest is copied in one step.
  */
-const backupTo = (connection: BetterSqlite3.Database, source: string) => async (destination: string): Promise<void> => {
+const backupTo = (connection: BetterSqlite3.Database, source: string) => async (destination: string, signal?: AbortSignal): Promise<void> => {
   const target = nodePath.resolve(destination)
   // better-sqlite3 trims the name it writes: the checks below would look at another file.
   if (target.trimEnd() !== target) {
@@ -354,6 +366,16 @@ const backupTo = (connection: BetterSqlite3.Database, source: string) => async (
   if (sidecar !== undefined) {
     throw EventLogError.make({ _tag: "Io", message: `${target} is the name of the ${sidecar.suffix} file of the database ${sidecar.database}; pick another path` })
   }
+  // A sidecar left beside the name (the WAL or hot journal of a database once there) would be read
+  // into the copy by its next open: the copy would hold that database, or be damaged by it.
+  for (const suffix of ["-wal", "-journal", "-shm"]) {
+    if (isLeftBeside(`${target}${suffix}`)) {
+      throw EventLogError.make({
+        _tag: "Io",
+        message: `${target}${suffix} exists, the ${suffix} file of a database once at ${target}: SQLite would read it into the copy; remove it or pick another path`,
+      })
+    }
+  }
   // Written under a temporary name beside it (apart from its name, which may be as long as a name
   // can be) and linked into place once whole: a backup stopped half-way leaves nothing at
   // `destination`, and a file that appeared there meanwhile is refused, never replaced.
@@ -361,11 +383,14 @@ const backupTo = (connection: BetterSqlite3.Database, source: string) => async (
   let remaining = Number.POSITIVE_INFINITY
   let wasRestarted = false
   try {
+    if (signal?.aborted === true) throw BACKUP_STOPPED
     await connection.backup(temporary, {
       // BACKUP_STEP_PAGES a step, between other work; once a write by another connection restarted
       // the copy (its remaining pages did not go down), the rest in one step: a log written without
       // pause would otherwise restart it for as long as the writes go on.
       progress: ({ remainingPages }) => {
+        // Stopped by its caller: the driver ends the copy, and the temporary file is removed below.
+        if (signal?.aborted === true) throw BACKUP_STOPPED
         wasRestarted ||= remainingPages >= remaining
         remaining = remainingPages
         return wasRestarted ? 0x7fff_ffff : BACKUP_STEP_PAGES
@@ -386,6 +411,9 @@ const backupTo = (connection: BetterSqlite3.Database, source: string) => async (
       fs.renameSync(temporary, target)
     }
   } catch (error) {
+    if (error === BACKUP_STOPPED) {
+      throw EventLogError.make({ _tag: "Io", message: `the backup to ${target} was stopped; nothing was written there` })
+    }
     throw storeError(error, `${source} → ${target}`)
   } finally {
     for (const file of [temporary, `${temporary}-journal`]) {
@@ -397,6 +425,9 @@ const backupTo = (connection: BetterSqlite3.Database, source: string) => async (
     }
   }
 }
+
+/** What a backup's progress throws to end it once its caller stopped it. */
+const BACKUP_STOPPED = new Error("backup stopped")
 
 /** How many pages a step of a backup copies before it lets other work run. */
 const BACKUP_STEP_PAGES = 100
