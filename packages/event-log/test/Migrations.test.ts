@@ -681,6 +681,13 @@ describe("the SQLite open-order check", () => {
     fs.copyFileSync(source, file)
     await writer.close()
     await expectReason(openSqlite(file, { readOnly: true }), "UnsupportedDatabase", `is in WAL mode with no ${fs.realpathSync(file)}-wal beside it`)
+    // A writer refuses it too (also with the empty -wal the reader's open left), before its lease,
+    // rather than make it a new, empty log in silence: the file stays as it was, with no lock file.
+    const before = sha256File(file)
+    const refused = await expectReason(openSqlite(file), "UnsupportedDatabase", `is in WAL mode with no ${fs.realpathSync(file)}-wal beside it`)
+    expect(refused.message).toContain("remove it to start a new log at this path")
+    expect(sha256File(file)).toBe(before)
+    expect(fs.readdirSync(path.dirname(file))).not.toContain("copy.sqlite.writer.lock")
     // A file in rollback-journal mode found empty is only empty.
     const plain = path.join(temporaryDirectory(), "plain.sqlite")
     const connection = new BetterSqlite3(plain)

@@ -186,6 +186,8 @@ type Header =
   | {
       readonly kind: "sqlite"
       readonly applicationId: number
+      /** The page size (header offset 16; 1 stands for 65,536). */
+      readonly pageSize: number
       /** Write and read versions 1 (header offsets 18, 19): a rollback journal, not WAL. */
       readonly isRollbackJournal: boolean
     }
@@ -204,7 +206,13 @@ const readHeader = (file: string): Header => {
     const read = fs.readSync(descriptor, header, 0, HEADER_BYTES, 0)
     if (read === 0) return { kind: "empty" }
     if (read < HEADER_BYTES || !header.subarray(0, SQLITE_MAGIC.length).equals(SQLITE_MAGIC)) return { kind: "not_sqlite" }
-    return { kind: "sqlite", applicationId: header.readUInt32BE(68), isRollbackJournal: header[18] === 1 && header[19] === 1 }
+    const pageSize = header.readUInt16BE(16)
+    return {
+      kind: "sqlite",
+      applicationId: header.readUInt32BE(68),
+      pageSize: pageSize === 1 ? 65_536 : pageSize,
+      isRollbackJournal: header[18] === 1 && header[19] === 1,
+    }
   } finally {
     fs.closeSync(descriptor)
   }
@@ -308,12 +316,28 @@ const surveyInPlace = (file: string): SchemaState => {
  */
 const refuseBeforeLease = (file: string): void => {
   const header = refuseForeignHeader(file)
-  if (header.kind === "empty" || header.applicationId === MAKA_APPLICATION_ID) return
+  if (header.kind === "empty") return
+  // A WAL-mode database of one page (no table) with no -wal beside it, or an empty one (a reader's
+  // open leaves that): a live log copied without the -wal that held all its commits. A writer would
+  // make it a new, empty log in silence.
+  if (!header.isRollbackJournal && (lstatOrUndefined(`${file}-wal`)?.size ?? 0) === 0 && fs.statSync(file).size <= header.pageSize && isSurveyedEmpty(file)) {
+    throw unsupported(`${emptyReason(file, header, false)}; remove it to start a new log at this path`)
+  }
+  if (header.applicationId === MAKA_APPLICATION_ID) return
   try {
     if (header.isRollbackJournal && !hasSidecar(file)) surveyInPlace(file)
     else surveyCopy(file)
   } catch (error) {
     if (EventLogError.isEventLogError(error) && error.reason._tag === "UnsupportedDatabase") throw error
+  }
+}
+
+/** Whether a survey on a copy finds no table; a survey that fails decides nothing here. */
+const isSurveyedEmpty = (file: string): boolean => {
+  try {
+    return surveyCopy(file).kind === "empty"
+  } catch {
+    return false
   }
 }
 
