@@ -50,7 +50,7 @@ describe("maka demo", () => {
     expect(out).toMatch(/SIGTERM after its first tool call; exit 75\)/)
     expect(out).toMatch(/^ {4}handed off with \d+ steps left; continue it with: maka resume --session relay$/m)
     expect(out).toMatch(/^ {4}relay {2}paused \(handoff\) {2}1 invocation/m)
-    expect(out).toMatch(/^ {4}resuming relay: \d+ steps left$/m)
+    expect(out).toMatch(/^ {4}resuming relay: \d+ steps left, in the paused run's workspace \S+workspace$/m)
     expect(out).toContain("the session called list_files and read_file, each once; its runs ended handoff_paused, then completed.")
     const kept = /kept in (\S+)$/m.exec(out)?.[1]
     expect(kept).toBeDefined()

@@ -63,7 +63,8 @@ describe("SIGTERM hands a run off, and maka resume continues it in another proce
     expect(refused.stderr).toBe(`failed: session_busy: ${Prompts.SESSION_RESERVED_MESSAGE}${RESERVED_HINT}\n`)
 
     const resumed = await maka(["resume", "--db", created.db], { cwd: created.root })
-    expect(resumed.stderr).toMatch(/^resuming h1: \d+ steps left$/m)
+    // Run outside the workspace, it names the folder the successor's tools act in.
+    expect(resumed.stderr).toMatch(new RegExp(`^resuming h1: \\d+ steps left, in the paused run's workspace ${fs.realpathSync(created.workspace)}$`, "m"))
     expect(resumed.stdout).toContain("Lantern")
     expect(resumed.code).toBe(0)
 
@@ -261,7 +262,8 @@ describe("SIGTERM to maka resume", () => {
     expect((await handOff(created, "r1")).code).toBe(75)
     expect((await handOff(created, "r2")).code).toBe(75)
     const resumed = await maka(["resume", "--db", created.db, "--json"], {
-      cwd: created.root,
+      // Run in the paused run's workspace: no folder to name.
+      cwd: created.workspace,
       env: SLOW,
       // The successor's answer streams in its last step: no step boundary comes after it.
       onOutput: when((output) => output.stdout.includes('"kind":"part_delta"'), (child) => child.kill("SIGTERM")),

@@ -83,6 +83,18 @@ const configurationOf = async (
   throw new CliError(`the opening of the paused run ${pending.invocation.invocationId} is missing from the log`, ExitCode.failed)
 }
 
+/** Whether two paths name one folder (a missing one is compared by its path). */
+const isSameFolder = (left: string, right: string): boolean => {
+  const real = (folder: string) => {
+    try {
+      return fs.realpathSync(folder)
+    } catch {
+      return path.resolve(folder)
+    }
+  }
+  return real(left) === real(right)
+}
+
 const resumeOne = async (
   context: CommandContext,
   runtime: Runtime,
@@ -112,6 +124,7 @@ const resumeOne = async (
     return skip(`${SETTINGS_CHANGED}: no --tools level offers the paused run's tools (${pause.execution.tools.names.join(", ")})`, ExitCode.usage)
   }
   let started: Engine.RunningInvocation
+  let workspaceAt = ""
   try {
     const configuration = await configurationOf(runtime, engine, pending)
     // The folder at the paused run's path must still be its workspace, which its marker names (see
@@ -127,6 +140,9 @@ const resumeOne = async (
       return skip(`${SETTINGS_CHANGED}: the paused run's workspace ${configuration.cwd} has lost its ${path.basename(marker)}; restore it to resume`, ExitCode.usage)
     }
     const workspace = await Facade.openWorkspace(configuration.cwd)
+    // The tools act in the paused run's workspace, wherever this command runs: a folder other than
+    // the current one (a copy of the workspace holds the same identity) is named.
+    if (!isSameFolder(configuration.cwd, context.cwd)) workspaceAt = `, in the paused run's workspace ${configuration.cwd}`
     if (workspace.identity !== configuration.workspaceIdentity) {
       return skip(
         `${SETTINGS_CHANGED}: the folder ${configuration.cwd} is no longer the paused run's workspace (its ${path.basename(marker)} holds another identity)`,
@@ -145,7 +161,7 @@ const resumeOne = async (
     const failure = fromEngineError(error)
     return skip(failure.message, failure.exitCode)
   }
-  sink.err(`resuming ${pending.sessionId}: ${pause.remainingSteps} steps left\n`)
+  sink.err(`resuming ${pending.sessionId}: ${pause.remainingSteps} steps left${workspaceAt}\n`)
   const running = started
   const ended = runtime.runPromise(running.wait)
   ended.catch(() => undefined)
