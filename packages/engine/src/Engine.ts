@@ -31,6 +31,7 @@ import * as Handoff from "./internal/handoff.ts"
 import * as HeldAlone from "./internal/held-alone.ts"
 import { catalogOf, reservedNameProblem } from "./internal/read-tool-result.ts"
 import { checkContinuation as checkContinuationOf, LAST_STEP_STEERING, runCompact, runMessage } from "./internal/runner.ts"
+import * as PromptBuilder from "./PromptBuilder.ts"
 import * as Recovery from "./Recovery.ts"
 import * as Steering from "./internal/steering.ts"
 
@@ -324,6 +325,13 @@ const settingsProblem = (input: LaunchInput): string | undefined => {
   ]
   const first = [...problems, reservedNameProblem(input.tools ?? ToolCatalog.empty)].find((problem) => problem !== undefined)
   if (first !== undefined) return first
+  // Anthropic refuses a request whose `max_tokens` is not above its thinking budget: every request
+  // of the run (a summary's too) would be refused.
+  const budget = PromptBuilder.thinkingBudgetOf(input.model.kind, input.providerOptions)
+  const outputLimit = input.mainOutputLimit ?? Limits.DEFAULT_OUTPUT_LIMIT
+  if (budget > 0 && budget >= outputLimit) {
+    return `providerOptions.thinking.budget_tokens (${budget}) must be below the output limit (${outputLimit}) the requests are sent with: raise the output limit (maxOutputTokens) or lower the budget`
+  }
   const binding = input.configuration.model
   if (binding !== undefined && binding.model !== input.model.model) {
     return `the configuration's model ${binding.model} differs from the provider's model ${input.model.model}`

@@ -207,7 +207,9 @@ export interface OutputLimitInput extends RouteMatch {
 /**
  * docs/engine.md §5.12 "Output limit": `mainOutputLimit ?? 8,000`, capped by what the model's context window leaves
  * after the retained usage of a matching latest main, the 8,000-token reserve and the thinking budget;
- * never above the limit and never below `min(limit, 8,000)`. Only `modelContextWindow` caps output.
+ * never above the limit and never below `min(limit, 8,000)`, nor (an addition) at or below a thinking
+ * budget the limit is above: Anthropic refuses a request whose `max_tokens` is not above its budget.
+ * Only `modelContextWindow` caps output.
  */
 export const outputLimit = (input: OutputLimitInput): number => {
   const limit = input.mainOutputLimit ?? Limits.DEFAULT_OUTPUT_LIMIT
@@ -216,8 +218,22 @@ export const outputLimit = (input: OutputLimitInput): number => {
   const usage = matchingLatestMain(input)?.usage
   if (usage?.inputTokens === undefined) return limit
   const retained = usage.inputTokens + (usage.outputTokens ?? 0)
-  const available = window - retained - Limits.OUTPUT_RESERVE - (input.thinkingBudget ?? 0)
-  return Math.max(Math.min(available, limit), Math.min(limit, Limits.DEFAULT_OUTPUT_LIMIT))
+  const budget = input.thinkingBudget ?? 0
+  const available = window - retained - Limits.OUTPUT_RESERVE - budget
+  const floor = Math.min(limit, Math.max(Limits.DEFAULT_OUTPUT_LIMIT, budget + 1))
+  return Math.max(Math.min(available, limit), floor)
+}
+
+/**
+ * The Anthropic thinking budget in provider options (`thinking.budget_tokens`, a safe integer above
+ * zero), which the output limit reserves; 0 on another route or without one.
+ */
+export const thinkingBudgetOf = (kind: string, providerOptions: Readonly<Record<string, unknown>> | undefined): number => {
+  if (kind !== "anthropic") return 0
+  // An object's `budget_tokens` (an array or a scalar has none).
+  const thinking = providerOptions?.["thinking"] as { readonly budget_tokens?: unknown } | null | undefined
+  const budget = thinking?.budget_tokens
+  return Number.isSafeInteger(budget) ? Math.max(budget as number, 0) : 0
 }
 
 /**

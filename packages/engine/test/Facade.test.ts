@@ -533,6 +533,25 @@ describe("Facade", () => {
     assert.strictEqual(body["model"], "claude-test")
   })
 
+  it("refuses an Anthropic thinking budget not below the output limit, writing nothing and sending nothing", async () => {
+    const context = await setup([Respond.sse(AnthropicSse.response({ text: ["unused"] }))])
+    const provider = { kind: "anthropic" as const, baseUrl: context.server.url, model: "claude-test", apiKey: API_KEY }
+    for (const [budget, maxOutputTokens] of [[10_000, undefined], [16_000, 16_000]] as const) {
+      const refused = await rejection(
+        context.engine.start(
+          options(context, { provider, providerOptions: { thinking: { type: "enabled", budget_tokens: budget } }, ...(maxOutputTokens === undefined ? {} : { maxOutputTokens }) }),
+        ),
+      )
+      assert.strictEqual(refused.reason._tag, "InvalidInput")
+      assert.include(refused.message, `budget_tokens (${budget}) must be below the output limit (${maxOutputTokens ?? 8_000})`)
+    }
+    assert.deepStrictEqual(context.server.requests(), [])
+    // The same budget on another route is only provider options.
+    const other = await setup([Respond.sse(OpenAiSse.response({ text: ["fine"] }))])
+    const run = await other.engine.start(options(other, { providerOptions: { thinking: { type: "enabled", budget_tokens: 10_000 } } }))
+    assert.deepStrictEqual((await run.wait()).outcome, { kind: "completed" })
+  })
+
   it("passes outputLimitField to the provider configuration only when it is set", () => {
     const provider = { kind: "openai-compatible" as const, baseUrl: "https://api.openai.com/v1", model: "o4-mini", apiKey: API_KEY }
     const config: Record<string, unknown> = { ...providerConfig({ ...provider, outputLimitField: "max_completion_tokens" }) }

@@ -479,6 +479,17 @@ describe("outputLimit", () => {
     expect(outputLimit({ ...route, mainOutputLimit: 3_000, context: windowContext(200_000), latestMain: full })).toBe(3_000)
   })
 
+  it("never goes at or below a thinking budget the limit is above: Anthropic refuses such a request", () => {
+    const full = selected({ inputTokens: 180_000 })
+    // What the window leaves (12,000 less the 12,000 budget) is below the budget: the floor is the budget + 1.
+    expect(outputLimit({ ...route, mainOutputLimit: 16_000, context: windowContext(200_000), latestMain: full, thinkingBudget: 12_000 })).toBe(12_001)
+    // A budget below 8,000 leaves the floor of min(limit, 8,000).
+    const fuller = selected({ inputTokens: 195_000 })
+    expect(outputLimit({ ...route, mainOutputLimit: 16_000, context: windowContext(200_000), latestMain: fuller, thinkingBudget: 1_024 })).toBe(8_000)
+    // Never above the limit.
+    expect(outputLimit({ ...route, mainOutputLimit: 9_000, context: windowContext(200_000), latestMain: full, thinkingBudget: 12_000 })).toBe(9_000)
+  })
+
   it("is the configured limit, or 8,000, without a window, a known input or a matching latest main", () => {
     const latestMain = selected({ inputTokens: 150_000, outputTokens: 1_000 })
     expect(outputLimit({ ...route, latestMain })).toBe(8_000)

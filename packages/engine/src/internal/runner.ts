@@ -387,13 +387,7 @@ const journalWithin = <E>(
   })
 
 /** The Anthropic thinking budget in the provider options (0 otherwise), which the output cap reserves. */
-const thinkingBudget = (run: Run): number => {
-  if (run.model.kind !== "anthropic") return 0
-  // An object's `budget_tokens` (an array or a scalar has none), when it is a safe integer above zero.
-  const thinking = run.settings.providerOptions["thinking"] as { readonly budget_tokens?: unknown } | null | undefined
-  const budget = thinking?.budget_tokens
-  return Number.isSafeInteger(budget) ? Math.max(budget as number, 0) : 0
-}
+const thinkingBudget = (run: Run): number => PromptBuilder.thinkingBudgetOf(run.model.kind, run.settings.providerOptions)
 
 /** What decides whether the source's latest main request describes this run's next one (docs/engine.md §5.12). */
 const routeMatch = (run: Run, source: EventLog.ModelContextSource): PromptBuilder.CompactionDueInput => {
