@@ -413,6 +413,53 @@ describe("OpenAI-compatible adapter", () => {
 })
 
 describe("Anthropic adapter", () => {
+  it.effect("writes tool history as text in a request offering no tools, and leaves out text of only whitespace", () =>
+    Effect.gen(function* () {
+      const server = yield* serve(Respond.sse(AnthropicSse.response({ text: ["ok"] })), Respond.sse(AnthropicSse.response({ text: ["ok"] })))
+      const model = yield* anthropic(server)
+      const history: Prompt.Prompt = [
+        { role: "user", content: "Read a.txt" },
+        {
+          role: "assistant",
+          parts: [
+            { kind: "text", text: "\n\n" },
+            { kind: "tool_call", toolCallId: "toolu_1", toolName: "read_file", input: { path: "a.txt" }, providerExecuted: false },
+          ],
+        },
+        {
+          role: "tool",
+          results: [
+            { toolCallId: "toolu_1", toolName: "read_file", output: { type: "text", value: "alpha" } },
+          ],
+        },
+        { role: "assistant", parts: [{ kind: "text", text: " \n " }] },
+        { role: "user", content: "Summarise." },
+      ]
+      // A summary's request: no tools.
+      yield* stepOf(model.stream(request({ prompt: history, tools: [] })))
+      const sent = server.requests()[0]!.json as Record<string, unknown>
+      assert.isUndefined(sent["tools"])
+      assert.deepStrictEqual(sent["messages"], [
+        { role: "user", content: [{ type: "text", text: "Read a.txt" }] },
+        { role: "assistant", content: [{ type: "text", text: '[tool call toolu_1: read_file {"path":"a.txt"}]' }] },
+        {
+          role: "user",
+          content: [
+            { type: "text", text: "[tool result toolu_1: read_file]\nalpha" },
+            { type: "text", text: "Summarise." },
+          ],
+        },
+      ])
+      // With tools offered, the same history is tool_use and tool_result blocks.
+      yield* stepOf(model.stream(request({ prompt: history, tools })))
+      const withTools = server.requests()[1]!.json as { readonly messages: ReadonlyArray<{ readonly content: ReadonlyArray<{ readonly type: string }> }> }
+      assert.deepStrictEqual(
+        withTools.messages.flatMap((message) => message.content.map((block) => block.type)),
+        ["text", "tool_use", "tool_result", "text"],
+      )
+    }),
+  )
+
   it.effect("encodes system, merged user turns, signed thinking, tool use and tool results", () =>
     Effect.gen(function* () {
       const server = yield* serve(Respond.sse(AnthropicSse.response({ text: ["ok"] })))

@@ -15,11 +15,21 @@ const anthropicOptions = (options: Identity.JsonObject | undefined): Identity.Js
   return isObject(value) ? value : {}
 }
 
-const assistantBlocks = (message: Prompt.AssistantMessage): Array<Json> =>
+/** A tool result's content as the block carries it: text, or a JSON value's canonical text. */
+const resultText = (result: Prompt.ToolResult): string =>
+  result.output.type === "json" ? canonicalJson(result.output.value) : result.output.value
+
+/**
+ * Blocks of an assistant message. Text of only whitespace is left out with the empty (the API
+ * refuses a text block without a visible character). `withTools` false (a request offering no tools,
+ * as a summary's): a tool call is a text block saying what was called, since the API refuses
+ * `tool_use` and `tool_result` blocks in a request that defines no tools.
+ */
+const assistantBlocks = (message: Prompt.AssistantMessage, withTools: boolean): Array<Json> =>
   message.parts.flatMap((part): Array<Json> => {
     switch (part.kind) {
       case "text":
-        return part.text === "" ? [] : [{ type: "text", text: part.text }]
+        return part.text.trim() === "" ? [] : [{ type: "text", text: part.text }]
       case "thinking": {
         const options = anthropicOptions(part.providerOptions)
         const redacted = options["redactedData"]
@@ -28,21 +38,30 @@ const assistantBlocks = (message: Prompt.AssistantMessage): Array<Json> =>
         return [{ type: "thinking", thinking: part.text, ...(typeof signature === "string" ? { signature } : {}) }]
       }
       case "tool_call":
-        return [{ type: "tool_use", id: part.toolCallId, name: part.toolName, input: part.input }]
+        return withTools
+          ? [{ type: "tool_use", id: part.toolCallId, name: part.toolName, input: part.input }]
+          : [{ type: "text", text: `[tool call ${part.toolCallId}: ${part.toolName} ${canonicalJson(part.input)}]` }]
     }
   })
 
-const userBlocks = (message: Prompt.UserMessage | Prompt.ToolMessage): Array<Json> =>
+const userBlocks = (message: Prompt.UserMessage | Prompt.ToolMessage, withTools: boolean): Array<Json> =>
   message.role === "user"
     ? [{ type: "text", text: message.content }]
-    : message.results.map((result) => ({
-        type: "tool_result",
-        tool_use_id: result.toolCallId,
-        content: result.output.type === "json" ? canonicalJson(result.output.value) : result.output.value,
-        ...(result.output.type === "error-text" ? { is_error: true } : {}),
-      }))
+    : message.results.map((result) =>
+        withTools
+          ? {
+              type: "tool_result",
+              tool_use_id: result.toolCallId,
+              content: resultText(result),
+              ...(result.output.type === "error-text" ? { is_error: true } : {}),
+            }
+          : {
+              type: "text",
+              text: `[tool result ${result.toolCallId}: ${result.toolName}${result.output.type === "error-text" ? " failed" : ""}]\n${resultText(result)}`,
+            },
+      )
 
-const turns = (prompt: Prompt.Prompt): { readonly system: ReadonlyArray<string>; readonly messages: Array<Json> } => {
+const turns = (prompt: Prompt.Prompt, withTools: boolean): { readonly system: ReadonlyArray<string>; readonly messages: Array<Json> } => {
   const system: Array<string> = []
   const messages: Array<{ role: "user" | "assistant"; content: Array<Json> }> = []
   for (const message of prompt) {
@@ -51,7 +70,7 @@ const turns = (prompt: Prompt.Prompt): { readonly system: ReadonlyArray<string>;
       continue
     }
     const role = message.role === "assistant" ? "assistant" : "user"
-    const content = message.role === "assistant" ? assistantBlocks(message) : userBlocks(message)
+    const content = message.role === "assistant" ? assistantBlocks(message, withTools) : userBlocks(message, withTools)
     if (content.length === 0) continue
     const previous = messages[messages.length - 1]
     if (previous !== undefined && previous.role === role) previous.content.push(...content)
@@ -62,7 +81,7 @@ const turns = (prompt: Prompt.Prompt): { readonly system: ReadonlyArray<string>;
 
 /** The request body for `model`, as canonical JSON text. */
 export const anthropicBody = (model: string, request: Prompt.ModelRequest, prompt: Prompt.Prompt): string => {
-  const { system, messages } = turns(prompt)
+  const { system, messages } = turns(prompt, request.tools.length > 0)
   return canonicalJson({
     ...request.providerOptions,
     model,
