@@ -30,6 +30,9 @@ export const NETWORK_HINT = "check that the server is running and that the provi
 
 export const AUTH_HINT = "check the provider's apiKey (and that it belongs to this baseUrl)"
 
+export const NOT_FOUND_HINT =
+  "check the provider's baseUrl: an OpenAI-compatible one usually ends in /v1 (the adapter adds /chat/completions), an Anthropic one does not (the adapter adds /v1/messages)"
+
 /** What `bindings` and Node say when better-sqlite3's `.node` file is absent or built for another Node. */
 const NATIVE_BUILD_PATTERNS = [
   /Could not locate the bindings file/,
@@ -75,6 +78,7 @@ export const forModel = (error: ModelError.ModelError): string | undefined => {
   if (reason._tag !== "Provider") return undefined
   if (reason.reason === "network") return NETWORK_HINT
   if (reason.reason === "auth") return AUTH_HINT
+  if (reason.status === 404) return NOT_FOUND_HINT
   return undefined
 }
 

@@ -656,4 +656,14 @@ describe("Facade", () => {
     assert.include(auth.kind === "failed" ? auth.message : "", "401")
     assert.include(auth.kind === "failed" ? auth.message : "", Hints.AUTH_HINT)
   })
+
+  it("adds the base URL's way out to a 404 (an Anthropic base URL given with /v1)", async () => {
+    const context = await setup([Respond.json(404, { type: "error", error: { type: "not_found_error", message: "Not Found" } })])
+    const provider = { kind: "anthropic" as const, baseUrl: `${context.server.url}/v1`, model: "claude-test", apiKey: API_KEY }
+    const outcome = (await (await context.engine.start(options(context, { provider }))).wait()).outcome
+    assert.strictEqual(outcome.kind === "failed" ? outcome.class : outcome.kind, "model_provider")
+    assert.include(outcome.kind === "failed" ? outcome.message : "", "HTTP 404")
+    assert.include(outcome.kind === "failed" ? outcome.message : "", Hints.NOT_FOUND_HINT)
+    assert.strictEqual(context.server.requests()[0]?.path, "/v1/v1/messages")
+  })
 })
