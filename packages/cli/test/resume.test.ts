@@ -98,7 +98,7 @@ describe("SIGTERM hands a run off, and maka resume continues it in another proce
     const again = await maka(["resume", "--db", created.db], { cwd: created.root })
     expect(again.code).toBe(0)
     expect(again.stderr).toMatch(
-      new RegExp(`^recovered: session k1: run ${successor}, left open by a process that ended, sealed (host_interrupted|outcome_unknown)\nnothing to resume\n$`),
+      new RegExp(`^recovered: session k1: run ${successor}, left open by a writer that no longer holds the log, sealed (host_interrupted|outcome_unknown)\nnothing to resume\n$`),
     )
   }, 60_000)
 

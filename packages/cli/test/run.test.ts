@@ -702,7 +702,7 @@ describe("reconciliation", () => {
     const invocationId = (JSON.parse(killed.stdout.split("\n")[0]!) as { event: { invocation: { invocationId: string } } }).event.invocation.invocationId
     const next = await maka(["run", ...base, "next"], { cwd: root })
     expect(next.code).toBe(3)
-    expect(next.stderr.split("\n")[0]).toBe(`recovered: session k1: run ${invocationId}, left open by a process that ended, sealed outcome_unknown`)
+    expect(next.stderr.split("\n")[0]).toBe(`recovered: session k1: run ${invocationId}, left open by a writer that no longer holds the log, sealed outcome_unknown`)
     // Sealed once: the command after it has nothing to say about recovery.
     const again = await maka(["run", ...base, "next"], { cwd: root })
     expect(again.code).toBe(3)

@@ -1,7 +1,7 @@
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
-import { describe, expect, it } from "vitest"
+import { describe, expect, it, vi } from "vitest"
 import { acquireLease, canonicalDatabasePath, keeperProcessId, LEASE_DEFAULTS, LOCK_SUFFIX, MAX_DATABASE_PATH_BYTES } from "../src/internal/lease.ts"
 import { MIGRATIONS } from "../src/internal/migrations.ts"
 import { openSqlite } from "../src/internal/open-sqlite.ts"
@@ -12,6 +12,22 @@ import { childScript, expectReason, listing, rejection, spawnChild, temporaryDir
  * under better-sqlite3's default 5 s busy timeout.
  */
 const AT_ONCE_MS = LEASE_DEFAULTS.contenderWaitMs + 1_000
+
+/** Whether a process of this id runs: there, and no zombie (one init has not reaped yet is gone). */
+const isAlive = (pid: number): boolean => {
+  try {
+    process.kill(pid, 0)
+  } catch {
+    return false
+  }
+  try {
+    // The state follows the command's closing parenthesis: Z is a zombie.
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8")
+    return stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3) !== "Z"
+  } catch {
+    return false
+  }
+}
 
 const elapsed = async (run: () => Promise<unknown>): Promise<number> => {
   const started = performance.now()
@@ -258,12 +274,12 @@ describe("the writer lease across processes", () => {
     expect(await free.line("opened")).toBe("opened")
   })
 
-  it("closes when its keeper does not answer (stopped), and the lease is free once the keeper runs again", async () => {
+  it("closes when its keeper does not answer (stopped), ending that keeper: the lease is free at once", async () => {
     const file = path.join(temporaryDirectory(), "events.sqlite")
     const database = await openSqlite(file)
     const keeper = keeperProcessId()!
     process.kill(keeper, "SIGSTOP")
-    // The keeper runs again after 10 s whatever happens; the close must not have waited for it.
+    // Should the keeper be left, it runs again after 10 s; the close must not have waited for it.
     let resumed = false
     const resume = setTimeout(() => {
       resumed = true
@@ -271,8 +287,42 @@ describe("the writer lease across processes", () => {
     }, 10_000)
     await database.close()
     expect(resumed).toBe(false)
+    // The lease was its last: the keeper was ended, its lock with it, without running again.
+    const next = await openPromptly(file)
     clearTimeout(resume)
-    process.kill(keeper, "SIGCONT")
+    expect(resumed).toBe(false)
+    expect(isAlive(keeper)).toBe(false)
+    await next.close()
+  }, 20_000)
+
+  it("fails an acquire whose keeper does not answer (stopped) after the acquire wait, ending that keeper", async () => {
+    // A keeper of its own: the one a test before left idle is ended first.
+    const earlier = keeperProcessId()
+    if (earlier !== undefined) {
+      process.kill(earlier, "SIGKILL")
+      while (keeperProcessId() !== undefined) await new Promise((resolve) => setTimeout(resolve, 10))
+    }
+    const file = path.join(temporaryDirectory(), "events.sqlite")
+    vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"] })
+    let acquiring: Promise<unknown>
+    let keeper: number
+    try {
+      acquiring = acquireLease(canonicalDatabasePath(file)).then(
+        () => "acquired",
+        (error: unknown) => error,
+      )
+      // Stopped before it has started, so before it can answer.
+      keeper = keeperProcessId()!
+      process.kill(keeper, "SIGSTOP")
+      vi.advanceTimersByTime(LEASE_DEFAULTS.acquireWaitMs)
+    } finally {
+      vi.useRealTimers()
+    }
+    const failure = await acquiring
+    expect(failure).toMatchObject({ reason: { _tag: "Io" } })
+    expect(String((failure as Error).message)).toContain(`did not answer within ${LEASE_DEFAULTS.acquireWaitMs} ms`)
+    for (let waited = 0; isAlive(keeper) && waited < 5_000; waited += 20) await new Promise((resolve) => setTimeout(resolve, 20))
+    expect(isAlive(keeper)).toBe(false)
     const next = await openPromptly(file)
     await next.close()
   }, 20_000)
@@ -284,6 +334,16 @@ describe("the writer lease across processes", () => {
     expect((await child.exited).code).toBe(0)
     const next = await openPromptly(file)
     await next.close()
+  })
+
+  it("ends a stopped keeper when its host exits, so the lease is free once the host is gone", async () => {
+    const file = path.join(temporaryDirectory(), "events.sqlite")
+    const child = spawnChild(childScript("writer.ts"), ["stop-keeper-and-leave", file])
+    const keeper = Number((await child.line("left")).split(" ")[1])
+    expect((await child.exited).code).toBe(0)
+    const next = await openPromptly(file)
+    await next.close()
+    expect(isAlive(keeper)).toBe(false)
   })
 
   it("keeps the lease through SIGINT, SIGTERM and SIGHUP sent to its keeper (the host's process group gets them)", async () => {

@@ -49,7 +49,7 @@ export const recoveredLines = (report: Recovery.Report | undefined): string =>
   [
     ...(report?.sealed ?? []).map(
       (sealed) =>
-        `recovered: session ${sealed.invocation.sessionId}: run ${sealed.invocation.invocationId}, left open by a process that ended, sealed ${sealed.failureClass}\n`,
+        `recovered: session ${sealed.invocation.sessionId}: run ${sealed.invocation.invocationId}, left open by a writer that no longer holds the log, sealed ${sealed.failureClass}\n`,
     ),
     // What the log would not let recovery seal (a full disk): still open, said once, on stderr.
     ...(report?.unsealed ?? []).map(

@@ -49,10 +49,16 @@ export const LEASE_DEFAULTS = Object.freeze({
   /** How long an idle keeper (no lease held) stays up for the next lease before it exits. */
   idleExitMs: 30_000,
   /**
-   * How long a release waits for the keeper's answer: a keeper that does not answer (stopped) holds
-   * the lock until it runs again or this process ends (its pipe then closes); the host's close goes on.
+   * How long a release waits for the keeper's answer: a keeper that does not answer (stopped) is
+   * killed when the lease was its last, which drops the lock; the host's close goes on.
    */
   releaseWaitMs: 2_000,
+  /**
+   * How long an acquire waits for the keeper's answer, its start included, before it fails: a keeper
+   * stopped before it answered would hold the host's open forever. It is then killed when it serves
+   * no other lease of the host, so a lock it took late goes with it.
+   */
+  acquireWaitMs: 30_000,
 })
 
 const unsupported = (message: string): EventLogError.EventLogError =>
@@ -294,7 +300,32 @@ class Keeper {
     this.child.on("exit", (code, signal) =>
       this.gone(new Error(`the lease keeper exited (${signal ?? code})${this.stderr === "" ? "" : `: ${this.stderr.trim()}`}`)),
     )
+    process.on("exit", this.killOnExit)
     this.updateReference()
+  }
+
+  /** This process is exiting: a keeper still there (stopped, say) must not outlive it with its locks. */
+  private readonly killOnExit = (): void => this.kill()
+
+  /** How many leases the keeper holds for this process. */
+  get leasesHeld(): number {
+    return this.held
+  }
+
+  /**
+   * Ends the keeper at once (SIGKILL reaches a stopped process too): the operating system drops its
+   * locks. Used when it does not answer and holds nothing else of this process's, and when this
+   * process exits while it is still there (a stopped keeper never sees its pipe close).
+   */
+  kill(): void {
+    if (this.exitedFlag) return
+    // From now on the next lease starts a new keeper.
+    this.retiring = true
+    try {
+      this.child.kill("SIGKILL")
+    } catch {
+      // Already gone.
+    }
   }
 
   /** Whether the keeper is gone or ending: it takes no new request. */
@@ -375,6 +406,7 @@ class Keeper {
   private gone(error: Error): void {
     if (this.exitedFlag) return
     this.exitedFlag = true
+    process.off("exit", this.killOnExit)
     if (this.idleTimer !== undefined) clearTimeout(this.idleTimer)
     for (const settle of this.pending.values()) settle(error)
     this.pending.clear()
@@ -419,8 +451,11 @@ export const acquireLease = async (canonicalPath: string): Promise<Lease> => {
   const owner = currentKeeper()
   let reply: KeeperReply
   try {
-    reply = await owner.request("acquire", lockPath)
+    reply = await owner.request("acquire", lockPath, LEASE_DEFAULTS.acquireWaitMs)
   } catch (error) {
+    // A keeper that does not answer (stopped) and holds nothing else of this process's is ended, so
+    // a lock it takes late is not held for no one.
+    if (owner.leasesHeld === 0) owner.kill()
     throw io(`${lockPath}: ${error instanceof Error ? error.message : String(error)}`)
   }
   if (reply.ok !== true) owner.idle()
@@ -440,8 +475,10 @@ export const acquireLease = async (canonicalPath: string): Promise<Lease> => {
         try {
           await owner.request("release", lockPath, LEASE_DEFAULTS.releaseWaitMs)
         } catch {
-          // The keeper is gone (its locks went with it), or does not answer (it holds the lock until
-          // it runs again or this process ends).
+          // The keeper is gone (its locks went with it), or does not answer (stopped): ended when
+          // this was its last lease, which drops the lock; otherwise it holds the lock until it runs
+          // again or this process exits.
+          if (owner.leasesHeld === 1) owner.kill()
         } finally {
           owner.releaseOne()
         }

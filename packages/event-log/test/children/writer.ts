@@ -2,7 +2,7 @@
  * Child process of the lease and storage crash tests, run as `node --import tsx writer.ts <mode> <database>`:
  * `hold` opens the log as its writer, prints `ready` and waits to be killed; `hold-io` does the same
  * after reading the lock and database files and copying the log folder many times, as a host that
- * backs its folder up would; `open-and-leave` opens it and ends without closing it; `try` opens it and prints
+ * backs its folder up would; `open-and-leave` opens it and ends without closing it (`stop-keeper-and-leave` after stopping its keeper); `try` opens it and prints
  * `opened` or `refused <reason>` (`try-lease` and `try-message` below); `crash-in-write` inserts a row inside a write transaction and then
  * reaches the fault point `storage.in-write` (the parent sets MAKA_TEST_FAULT to it).
  */
@@ -10,7 +10,7 @@ import * as fs from "node:fs"
 import * as path from "node:path"
 import * as EventLogError from "../../src/EventLogError.ts"
 import { faultPoint } from "../../src/internal/fault.ts"
-import { acquireLease, canonicalDatabasePath } from "../../src/internal/lease.ts"
+import { acquireLease, canonicalDatabasePath, keeperProcessId } from "../../src/internal/lease.ts"
 import { openSqlite } from "../../src/internal/open-sqlite.ts"
 
 const [mode, file] = process.argv.slice(2)
@@ -61,6 +61,14 @@ const main = async (): Promise<void> => {
     // Never closes the log: the process must still end on its own, and its lease with it.
     await database.write(async () => undefined)
     process.stdout.write("left\n")
+    return
+  }
+  if (mode === "stop-keeper-and-leave") {
+    // Stops its own keeper (it can no longer see its pipe close) and ends without closing the log:
+    // the keeper must not outlive this process with the lock.
+    const keeper = keeperProcessId()!
+    process.kill(keeper, "SIGSTOP")
+    process.stdout.write(`left ${keeper}\n`)
     return
   }
   if (mode === "crash-in-write") {
