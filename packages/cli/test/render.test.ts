@@ -163,4 +163,23 @@ describe("what maka inspect's timeline says of a failed attempt", () => {
     expect(interrupted[0]).toMatch(/step 1 interrupted: retryable_failure \(retried\)$/)
     expect(interrupted[1]).toMatch(/step 2 interrupted: retryable_failure$/)
   })
+
+  it("gives no duration where the writer's clock went back between two events (informational times)", () => {
+    const history = new History.History()
+    const run = history.open()
+    const step = run.request()
+    run.complete(step, FactBuilders.toolCallStep([{ id: "call-1", name: "echo", input: { value: "x" } }]))
+    run.succeed(run.dispatch(step, "call-1"), { format: "text", value: "x" })
+    run.end({ kind: "completed" })
+    // The clock stepped an hour back before the completion and before the settlement.
+    const back = (kind: string) => (stored: Event.StoredEvent): Event.StoredEvent =>
+      stored.event.fact.kind === kind ? { ...stored, event: { ...stored.event, recordedAt: stored.event.recordedAt - 3_600_000 } } : stored
+    const lines: Array<string> = []
+    const add = timelineOf(lines)
+    for (const written of history.written) add(back("tool_settled")(back("model_completed")(written.stored)))
+    expect(lines.find((line) => line.includes("step 1 completed"))).toMatch(/step 1 completed: finish /)
+    expect(lines.find((line) => line.includes("tool echo"))).toBeDefined()
+    expect(lines.some((line) => / in -\d+ ms/.test(line))).toBe(false)
+    expect(lines.find((line) => line.includes("succeeded"))).toMatch(/tool echo succeeded$/)
+  })
 })

@@ -42,6 +42,12 @@ const compactDetail = (outcome: Outcome.CompactOutcome): string => {
  * A timeline written event by event into `lines`: what it keeps between events is the steps and
  * the dispatched calls it has seen (their numbers, names and times), never the events themselves.
  */
+/**
+ * ` in N ms` between two events' times; nothing when the second is earlier: `recordedAt` is the
+ * writer's wall clock, informational (a clock stepped back between them gives no duration).
+ */
+const durationOf = (from: number | undefined, to: number): string => (from === undefined || to < from ? "" : ` in ${to - from} ms`)
+
 export const timelineOf = (lines: Array<string>): ((stored: Event.StoredEvent) => void) => {
   const steps = new Map<string, { readonly number: number | undefined; readonly at: number }>()
   const dispatched = new Map<string, { readonly name: string; readonly at: number }>()
@@ -84,7 +90,7 @@ export const timelineOf = (lines: Array<string>): ((stored: Event.StoredEvent) =
         const text = fact.output.parts.flatMap((part) => (part.kind === "text" && part.textKind === "text" ? [part.text] : [])).join("")
         const calls = fact.output.parts.flatMap((part) => (part.kind === "tool_call" ? [part.name] : []))
         const usage = fact.output.usage
-        const took = step === undefined ? "" : ` in ${at - step.at} ms`
+        const took = durationOf(step?.at, at)
         lines.push(
           `${prefix}   ${label} completed${took}: finish ${fact.output.finishReason}, tokens in ${usage.inputTokens ?? "?"} out ${usage.outputTokens ?? "?"}` +
             (calls.length === 0 ? "" : `, calls ${calls.join(", ")}`) +
@@ -106,7 +112,7 @@ export const timelineOf = (lines: Array<string>): ((stored: Event.StoredEvent) =
         break
       case "tool_settled": {
         const call = dispatched.get(fact.operationId)
-        const took = call === undefined ? "" : ` in ${at - call.at} ms`
+        const took = durationOf(call?.at, at)
         lines.push(`${prefix}     tool ${call?.name ?? fact.operationId} ${fact.outcome.kind}${took}`)
         break
       }
