@@ -250,7 +250,8 @@ export interface RebuiltInput {
  * library) never matches one (docs/cli.md §10.1).
  */
 export const UNCHECKED_TOOLS =
-  "the input was rebuilt with the CLI's own tools (the read level shown): a run given other tools, through the library, cannot be checked here"
+  "the input was rebuilt with the CLI's own tools (the read level shown), no provider options and the output limit the log implies: " +
+  "a run given other tools, provider options or an output limit (through the library) cannot be checked here"
 
 /** The CLI's tool sets a run in `cwd` may have been given, by level, with and without read_tool_result. */
 interface ToolCandidate {
