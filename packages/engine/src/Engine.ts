@@ -385,14 +385,30 @@ const fieldsProblem = (method: string, input: object, fields: Readonly<Record<st
 /** The fields each method reads into: a run's model, configuration and tools, its invocation. */
 const RUN_FIELDS = { invocation: "object", model: "object", configuration: "object", tools: "catalog" } as const
 
-/** Whether the caller's `signal` has aborted; reading it may run a caller's getter, which may throw. */
+/**
+ * Whether the caller's `signal` has aborted; reading it may run a caller's getter, which may throw.
+ * One that has not is listened to once and let go here: an `addEventListener` (or its removal) that
+ * throws refuses the start, where the run's own listening would have died.
+ */
 const signalAborted = (signal: AbortSignal | undefined): Effect.Effect<boolean, EngineError.EngineError> =>
   signal === undefined
     ? Effect.succeed(false)
-    : Effect.try({
-        try: () => signal.aborted === true,
-        catch: (error) => EngineError.invalidInput(`signal: reading aborted threw: ${error instanceof Error ? error.message : String(error)}`),
-      })
+    : Effect.flatMap(
+        Effect.try({
+          try: () => signal.aborted === true,
+          catch: (error) => EngineError.invalidInput(`signal: reading aborted threw: ${error instanceof Error ? error.message : String(error)}`),
+        }),
+        (aborted) =>
+          aborted
+            ? Effect.succeed(true)
+            : Effect.try({
+                try: () => {
+                  AbortFanout.subscribe(signal, () => undefined)()
+                  return false
+                },
+                catch: (error) => EngineError.invalidInput(`signal: listening to it threw: ${error instanceof Error ? error.message : String(error)}`),
+              }),
+      )
 
 /** Waits until `signal` aborts; it stops listening when the wait ends or is interrupted. */
 const onAbort = (signal: AbortSignal): Effect.Effect<void> =>

@@ -128,7 +128,7 @@ describe("an interrupted start", () => {
       assert.strictEqual(refused.message, "the engine is closed")
     }))
 
-  it.live("a signal whose aborted getter throws refuses the start, InvalidInput, with the session free", () =>
+  it.live("a signal whose aborted getter or addEventListener throws refuses the start, InvalidInput, with the session free", () =>
     Effect.scoped(
       Effect.gen(function* () {
         const context = yield* setup({ script: [{ respond: Respond.sse(OpenAiSse.response({ text: ["done"] })), repeat: true }] })
@@ -143,6 +143,18 @@ describe("an interrupted start", () => {
         const refused = yield* Effect.flip(context.engine.start(input(context, "x", tools, { signal: throwing as unknown as AbortSignal })))
         assert.strictEqual(refused.reason._tag, "InvalidInput")
         assert.strictEqual(refused.message, "signal: reading aborted threw: no flag here")
+        assert.deepStrictEqual(yield* context.engine.log.events("session-1"), [])
+        // So does one that cannot be listened to (its run's listening would have died, Internal).
+        const deaf = {
+          aborted: false,
+          addEventListener: () => {
+            throw new Error("not listening")
+          },
+          removeEventListener: () => undefined,
+        }
+        const unheard = yield* Effect.flip(context.engine.start(input(context, "x", tools, { signal: deaf as unknown as AbortSignal })))
+        assert.strictEqual(unheard.reason._tag, "InvalidInput")
+        assert.strictEqual(unheard.message, "signal: listening to it threw: not listening")
         assert.deepStrictEqual(yield* context.engine.log.events("session-1"), [])
         const next = yield* context.engine.start(input(context, "next", tools))
         assert.deepStrictEqual((yield* next.wait).outcome, { kind: "completed" })
