@@ -157,7 +157,7 @@ const makeChecked = (config: ProviderConfig.ProviderConfig, options: MakeOptions
     hostFetch === undefined
       ? HttpClient.send
       : (url, request) =>
-          hostFetch(url, { ...request, body: HttpClient.textOf(request.body), redirect: "manual" }).then(HttpClient.fromFetchResponse)
+          HttpClient.fetchAnswer(hostFetch(url, { ...request, body: HttpClient.textOf(request.body), redirect: "manual" })).then(HttpClient.fromFetchResponse)
   // An empty key (a local server needs none) sends no credential header and redacts nothing. Every
   // form the key and the Redacted header values can come back in is scrubbed from error messages.
   const credentials: ReadonlyArray<Redacted.Redacted<string>> = [

@@ -430,6 +430,21 @@ describe("failures on the read path", () => {
     }),
   )
 
+  it.effect("a fetch that returns no Promise, or resolves with no Response, is an adapter error naming it", () =>
+    Effect.gen(function* () {
+      for (const [answer, said] of [
+        [() => "a response", "returned string, not a Promise of a Response"],
+        [() => undefined, "returned undefined, not a Promise of a Response"],
+        [() => Promise.resolve({ ok: true }), "resolved with object, not a Response"],
+      ] as const) {
+        const model = yield* failingModel(answer as unknown as () => Promise<Response>)
+        const { error } = yield* collect(model.stream(request()))
+        assert.strictEqual(error?.reason._tag, "Adapter", said)
+        assert.include(error?.message ?? "", said)
+      }
+    }),
+  )
+
   it.effect("a body that fails mid-stream is a truncated stream whose message never carries the key", () =>
     Effect.gen(function* () {
       const fed = feedableBody()

@@ -52,7 +52,28 @@ export const textOf = (body: RequestBody): string => (typeof body === "string" ?
 export const byteLengthOf = (body: RequestBody): number => (typeof body === "string" ? Buffer.byteLength(body) : body.byteLength)
 
 /** A `fetch` `Response` as the transport reads it. */
-export const fromFetchResponse = (response: Response): HttpResponse => {
+/**
+ * A host's `fetch` that breaks its contract (returns no Promise, or resolves with no `Response`): a
+ * mistake in the host's code, not the network's, so it is not retried (an adapter error).
+ */
+export class HostFetchError extends Error {}
+
+const typeName = (value: unknown): string => (value === null ? "null" : Array.isArray(value) ? "an array" : typeof value)
+
+/** The host `fetch`'s answer as a `Promise`; one that is none is refused. */
+export const fetchAnswer = (answered: unknown): Promise<unknown> => {
+  const then: unknown = typeof answered === "object" && answered !== null ? (answered as { readonly then?: unknown }).then : undefined
+  if (typeof then !== "function") {
+    return Promise.reject(new HostFetchError(`the provider's fetch returned ${typeName(answered)}, not a Promise of a Response`))
+  }
+  return Promise.resolve(answered)
+}
+
+export const fromFetchResponse = (answer: unknown): HttpResponse => {
+  if (typeof answer !== "object" || answer === null || typeof (answer as { readonly status?: unknown }).status !== "number" || !("headers" in answer)) {
+    throw new HostFetchError(`the provider's fetch resolved with ${typeName(answer)}, not a Response`)
+  }
+  const response = answer as Response
   const body = response.body
   return {
     status: response.status,

@@ -13,6 +13,7 @@ import { createParser, type EventSourceMessage } from "eventsource-parser"
 import * as ErrorClassification from "../ErrorClassification.ts"
 import * as ModelError from "../ModelError.ts"
 import type { BodyRead, BodyReader, HttpRequest, HttpResponse, RequestBody } from "./http-client.ts"
+import * as HttpClient from "./http-client.ts"
 import { splitDelta } from "./delta-split.ts"
 import type { Normalizer, NormalizerFailure, SseMessage } from "./normalizer.ts"
 import { ReplayTracker } from "./replay-tracker.ts"
@@ -204,11 +205,13 @@ export const open: (
         request.send(request.url, { method: "POST", headers: request.headers, body: request.body, signal: controller.signal }),
       ),
     (cause) =>
-      ModelError.provider({
-        reason: "network",
-        message: scrub(`request failed: ${describe(cause)}`, request.secrets),
-        replaySafe: true,
-      }),
+      cause instanceof HttpClient.HostFetchError
+        ? ModelError.adapter(cause.message)
+        : ModelError.provider({
+            reason: "network",
+            message: scrub(`request failed: ${describe(cause)}`, request.secrets),
+            replaySafe: true,
+          }),
   )
   const body = response.body
   if (body === null) bodyEnded = true
