@@ -137,20 +137,26 @@ describe("the idle timer's clock", () => {
   const pieces = [frame({ content: "" }), frame({ content: "a" }), frame({ content: "b" }), `${frame({}, "stop")}data: [DONE]\n\n`]
 
   /** A server in a child process: an SSE body of 12 chunks 100 ms apart (it runs while this process is held). */
-  const childServer = Effect.acquireRelease(
+  /** The same, gzip-encoded and flushed after each chunk when `gzip`. */
+  const childServer = (gzip: boolean) => Effect.acquireRelease(
     Effect.promise(
       () =>
         new Promise<{ readonly child: ChildProcess; readonly port: number }>((resolve, reject) => {
           const script = `
             const http = require("node:http")
+            const zlib = require("node:zlib")
+            const gzip = ${String(gzip)}
             const frame = (delta, reason) => "data: " + JSON.stringify({ id: "c", model: "m", choices: [{ index: 0, delta, finish_reason: reason }] }) + "\\n\\n"
             http.createServer((request, response) => {
               request.resume()
-              response.writeHead(200, { "content-type": "text/event-stream" })
+              response.writeHead(200, { "content-type": "text/event-stream", ...(gzip ? { "content-encoding": "gzip" } : {}) })
+              const out = gzip ? zlib.createGzip() : response
+              if (gzip) out.pipe(response)
               let sent = 0
               const next = () => {
-                if (sent === 12) return response.end(frame({}, "stop") + "data: [DONE]\\n\\n")
-                response.write(frame({ content: "c" + sent++ }, null))
+                if (sent === 12) return out.end(frame({}, "stop") + "data: [DONE]\\n\\n")
+                out.write(frame({ content: "c" + sent++ }, null))
+                if (gzip) out.flush()
                 setTimeout(next, 100)
               }
               next()
@@ -166,8 +172,13 @@ describe("the idle timer's clock", () => {
 
   it.live("a host that could not run for longer than the timeout reads what came meanwhile before it times out", () =>
     Effect.gen(function* () {
-      for (const useFetch of [true, false]) {
-        const { port } = yield* childServer
+      for (const [useFetch, gzip] of [
+        [true, false],
+        [false, false],
+        [true, true],
+        [false, true],
+      ] as const) {
+        const { port } = yield* childServer(gzip)
         const model = yield* LanguageModel.make(
           {
             kind: "openai-compatible",
@@ -194,7 +205,7 @@ describe("the idle timer's clock", () => {
         )
         const { events, error } = yield* collect(model.stream(request()))
         clearTimeout(held)
-        assert.strictEqual(error, undefined, `${useFetch ? "fetch" : "own client"}: ${error?.message}`)
+        assert.strictEqual(error, undefined, `${useFetch ? "fetch" : "own client"}${gzip ? ", gzip" : ""}: ${error?.message}`)
         assert.strictEqual(events.flatMap((event) => (event.kind === "part_delta" ? [event.text] : [])).length, 12)
       }
     }).pipe(Effect.scoped),

@@ -80,13 +80,20 @@ const isCompleteJson = (text: string): boolean => {
 }
 
 /**
- * Resumes after the event loop's next turn (its pending socket reads included), in real time
- * whatever the `Clock`: it waits for the loop, not for time.
+ * Resumes after `ms` of real time (0: the event loop's next turn, its pending socket reads included),
+ * whatever the `Clock`: it waits for the loop and the thread pool, not for a test clock's time.
  */
-const nextLoopTurn: Effect.Effect<void> = Effect.callback<void>((resume) => {
-  const handle = setTimeout(() => resume(Effect.void), 0)
-  return Effect.sync(() => clearTimeout(handle))
-})
+const afterRealTime = (ms: number): Effect.Effect<void> =>
+  Effect.callback<void>((resume) => {
+    const handle = setTimeout(() => resume(Effect.void), ms)
+    return Effect.sync(() => clearTimeout(handle))
+  })
+
+/** How late the idle timer may fire before the process is taken to have been unable to run. */
+const LATE_TIMER_MS = 100
+
+/** How long an idle wait whose timer fired late looks again before it expires. */
+const LATE_LOOK_MS = 250
 
 /**
  * Sends the request and returns the stream of its `ModelEvent`s; the response is released when the
@@ -140,25 +147,31 @@ export const open: (
   // The watchdog, one fiber per request on the Effect `Clock`: expires the request once a wait has
   // gone `idleTimeoutMs` without a byte or at the deadline, and ends a wait after the finish once the
   // grace is over. It never sleeps past the grace, so a finish that arrives mid-sleep is seen in time.
-  // A wait that looks idle past the timeout is given one turn of the event loop first: bytes that
-  // reached the socket while the process could not run (stopped, or the machine asleep, the timer
-  // firing late) are read before the timer decides, so only a wait that is still idle expires.
+  // A wait that looks idle past the timeout looks again before it expires: bytes that reached the
+  // socket while the process could not run (stopped, the machine asleep, its loop held) are read
+  // first, so only a wait that is still idle expires. The look is one turn of the event loop, or,
+  // when the timer itself fired late (the process could not run), `LATE_LOOK_MS` of real time: a
+  // compressed body's bytes come out of the decompressor turns after the socket read them.
   const deadlineMs = request.deadlineMs
   let lookedAgain = false
+  let wakeAt: number | undefined
   const watchdog: Effect.Effect<void> = Effect.suspend(() => {
     const at = now()
+    const late = wakeAt === undefined ? 0 : at - wakeAt
+    wakeAt = undefined
     if (deadlineMs !== undefined && at - startedAt >= deadlineMs) return Effect.sync(() => expire(ModelError.deadlineExceeded(deadlineMs)))
     const idleLeft = lastActivity + request.idleTimeoutMs - at
     if (reading && idleLeft <= 0) {
       if (lookedAgain) return Effect.sync(() => expire(ModelError.timedOut()))
       lookedAgain = true
-      return Effect.flatMap(nextLoopTurn, () => watchdog)
+      return Effect.flatMap(late > LATE_TIMER_MS ? afterRealTime(LATE_LOOK_MS) : afterRealTime(0), () => watchdog)
     }
     lookedAgain = false
     const graceLeft = finishedAt === undefined ? request.afterFinishGraceMs : finishedAt + request.afterFinishGraceMs - at
     if (reading && finishedAt !== undefined && graceLeft <= 0) endWait?.(GRACE_OVER)
     let sleep = Math.min(reading ? idleLeft : request.idleTimeoutMs, graceLeft > 0 ? graceLeft : request.afterFinishGraceMs)
     if (deadlineMs !== undefined) sleep = Math.min(sleep, startedAt + deadlineMs - at)
+    wakeAt = at + Math.max(sleep, 0)
     return Effect.flatMap(Effect.sleep(sleep), () => watchdog)
   })
   yield* Effect.forkScoped(watchdog, { startImmediately: true })
