@@ -254,7 +254,8 @@ export interface EventLogShape {
    * Copies a live SQLite log to the new file `destination` with SQLite's online backup API, while
    * writes go on: the copy is a valid log holding every event committed before the backup finished.
    * `destination` must not exist. A PostgreSQL log is refused (`Database`): use the server's tools.
-   * Interrupted, the copy stops between two steps and leaves nothing at `destination`.
+   * Interrupted, the copy stops between two steps (or before it is put in place) and leaves nothing
+   * at `destination` once the log is closed; a copy put in place before the interruption stays.
    */
   readonly backup: (destination: string) => Effect.Effect<void, EventLogError.EventLogError>
   /** A coalescing wake-up signal of the last committed sequence: subscribe, then catch up by reading. */

@@ -145,21 +145,26 @@ export const backupCommand = async (context: CommandContext): Promise<number> =>
   }
   const open = await openReadOnly({ kind: "sqlite", path: source }, "DB must be an existing log")
   // A signal stops the copy between two of its steps: the temporary file is removed (closing the
-  // log waits for it) and nothing is left at FILE.
+  // log waits for it) and nothing is left at FILE. A copy that was whole before the signal took
+  // effect is in place: that is said instead.
   const stopping = new AbortController()
   const stop = () => stopping.abort()
   for (const name of STOP_SIGNALS) process.on(name, stop)
+  let failure: { readonly error: unknown } | undefined
   try {
     await open.run(open.log.backup(destination), stopping.signal)
-    context.sink.out(`backed up ${source} to ${destination}\n`)
-    return ExitCode.completed
   } catch (error) {
-    if (stopping.signal.aborted) throw new CliError(`backup stopped by a signal; nothing was written at ${destination}`, ExitCode.cancelled)
-    throw error
+    failure = { error }
   } finally {
     await open.close()
     for (const name of STOP_SIGNALS) process.off(name, stop)
   }
+  if (failure !== undefined && !(stopping.signal.aborted && lstatOrUndefined(destination) !== undefined)) {
+    if (stopping.signal.aborted) throw new CliError(`backup stopped by a signal; nothing was written at ${destination}`, ExitCode.cancelled)
+    throw failure.error
+  }
+  context.sink.out(`backed up ${source} to ${destination}\n`)
+  return ExitCode.completed
 }
 
 const STOP_SIGNALS = ["SIGINT", "SIGTERM", "SIGHUP"] as const

@@ -406,20 +406,23 @@ const backupTo = (connection: BetterSqlite3.Database, source: string) => async (
   const temporary = nodePath.join(nodePath.dirname(target), `.maka-backup-${process.pid}-${crypto.randomBytes(6).toString("hex")}.tmp`)
   let remaining = Number.POSITIVE_INFINITY
   let wasRestarted = false
+  const isStopped = (): boolean => signal?.aborted === true
   try {
-    if (signal?.aborted === true) throw BACKUP_STOPPED
+    if (isStopped()) throw BACKUP_STOPPED
     await connection.backup(temporary, {
       // BACKUP_STEP_PAGES a step, between other work; once a write by another connection restarted
       // the copy (its remaining pages did not go down), the rest in one step: a log written without
       // pause would otherwise restart it for as long as the writes go on.
       progress: ({ remainingPages }) => {
         // Stopped by its caller: the driver ends the copy, and the temporary file is removed below.
-        if (signal?.aborted === true) throw BACKUP_STOPPED
+        if (isStopped()) throw BACKUP_STOPPED
         wasRestarted ||= remainingPages >= remaining
         remaining = remainingPages
         return wasRestarted ? 0x7fff_ffff : BACKUP_STEP_PAGES
       },
     })
+    // Stopped after the last step: the whole copy is not put in place.
+    if (isStopped()) throw BACKUP_STOPPED
     try {
       fs.linkSync(temporary, target)
     } catch (error) {
