@@ -30,6 +30,8 @@ export const NETWORK_HINT = "check that the server is running and that the provi
 
 export const AUTH_HINT = "check the provider's apiKey (and that it belongs to this baseUrl)"
 
+export const MODEL_NOT_FOUND_HINT = "check the model name: the provider does not know it"
+
 export const NOT_FOUND_HINT =
   "check the provider's baseUrl: an OpenAI-compatible one usually ends in /v1 (the adapter adds /chat/completions), an Anthropic one does not (the adapter adds /v1/messages)"
 
@@ -78,7 +80,9 @@ export const forModel = (error: ModelError.ModelError): string | undefined => {
   if (reason._tag !== "Provider") return undefined
   if (reason.reason === "network") return NETWORK_HINT
   if (reason.reason === "auth") return AUTH_HINT
-  if (reason.status === 404) return NOT_FOUND_HINT
+  // A 404 naming a model is about the model (`model_not_found`, Anthropic's `model: NAME`); any
+  // other is about the address.
+  if (reason.status === 404) return /model/i.test(reason.message) ? MODEL_NOT_FOUND_HINT : NOT_FOUND_HINT
   return undefined
 }
 

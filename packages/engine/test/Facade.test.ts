@@ -665,5 +665,10 @@ describe("Facade", () => {
     assert.include(outcome.kind === "failed" ? outcome.message : "", "HTTP 404")
     assert.include(outcome.kind === "failed" ? outcome.message : "", Hints.NOT_FOUND_HINT)
     assert.strictEqual(context.server.requests()[0]?.path, "/v1/v1/messages")
+    // A 404 naming the model is about the model, not the address.
+    const unknownModel = await setup([Respond.json(404, Respond.openAiError("The model `gpt-nope` does not exist", { type: "invalid_request_error", code: "model_not_found" }))])
+    const refused = (await (await unknownModel.engine.start(options(unknownModel))).wait()).outcome
+    assert.include(refused.kind === "failed" ? refused.message : "", Hints.MODEL_NOT_FOUND_HINT)
+    assert.notInclude(refused.kind === "failed" ? refused.message : "", Hints.NOT_FOUND_HINT)
   })
 })

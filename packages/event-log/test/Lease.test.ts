@@ -336,6 +336,31 @@ describe("the writer lease across processes", () => {
     await next.close()
   })
 
+  it("never ends a keeper that is only slow: a release queued behind contended acquires leaves it serving them", async () => {
+    const directory = temporaryDirectory()
+    const [own, first, second] = ["own.sqlite", "first.sqlite", "second.sqlite"].map((name) => path.join(directory, name))
+    const holders = [first!, second!].map((file) => spawnChild(childScript("writer.ts"), ["hold", file]))
+    try {
+      for (const holder of holders) await holder.line("ready")
+      const lease = await acquireLease(canonicalDatabasePath(own!))
+      const keeper = keeperProcessId()!
+      // Two acquires the keeper serves one after the other, each waiting the contender wait, then
+      // the release: its answer comes after more than the release wait.
+      const contended = [first!, second!].map((file) =>
+        acquireLease(canonicalDatabasePath(file)).then(
+          () => "acquired",
+          (error: unknown) => (error as { readonly reason: { readonly _tag: string } }).reason._tag,
+        ),
+      )
+      await lease.release()
+      expect(await Promise.all(contended)).toEqual(["WriterBusy", "WriterBusy"])
+      expect(isAlive(keeper)).toBe(true)
+      expect(keeperProcessId()).toBe(keeper)
+    } finally {
+      for (const holder of holders) holder.process.kill("SIGKILL")
+    }
+  }, 20_000)
+
   it("ends a stopped keeper when its host exits, so the lease is free once the host is gone", async () => {
     const file = path.join(temporaryDirectory(), "events.sqlite")
     const child = spawnChild(childScript("writer.ts"), ["stop-keeper-and-leave", file])

@@ -218,8 +218,8 @@ export class RunRenderer {
         const call = this.dispatched.get(fact.operationId)
         this.dispatched.delete(fact.operationId)
         const name = call?.name ?? fact.operationId
-        // The writer's wall clock: a clock stepped back between the two gives no duration.
-        const took = call === undefined || stored.event.recordedAt < call.at ? "" : ` (${stored.event.recordedAt - call.at} ms)`
+        // On the monotonic clock, as the call's progress lines: a wall clock stepped meanwhile changes nothing.
+        const took = call === undefined ? "" : ` (${Math.round(performance.now() - call.startedAt)} ms)`
         this.sink.err(
           fact.outcome.kind === "succeeded"
             ? `tool: ${name} ${commandEnd(name, fact.outcome.projection) ?? "done"}${took}\n`

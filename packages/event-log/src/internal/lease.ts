@@ -313,6 +313,23 @@ class Keeper {
   }
 
   /**
+   * Whether the keeper is stopped (SIGSTOP, a job-control stop): its state in `/proc` is `T`. A
+   * keeper that is only slow (busy with earlier requests, each waiting up to the contender wait)
+   * is not; where `/proc` is not there, none is taken to be.
+   */
+  isStopped(): boolean {
+    const pid = this.child.pid
+    if (pid === undefined || this.exitedFlag) return false
+    try {
+      const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8")
+      const state = stat.charAt(stat.lastIndexOf(")") + 2)
+      return state === "T" || state === "t"
+    } catch {
+      return false
+    }
+  }
+
+  /**
    * Ends the keeper at once (SIGKILL reaches a stopped process too): the operating system drops its
    * locks. Used when it does not answer and holds nothing else of this process's, and when this
    * process exits while it is still there (a stopped keeper never sees its pipe close).
@@ -453,9 +470,9 @@ export const acquireLease = async (canonicalPath: string): Promise<Lease> => {
   try {
     reply = await owner.request("acquire", lockPath, LEASE_DEFAULTS.acquireWaitMs)
   } catch (error) {
-    // A keeper that does not answer (stopped) and holds nothing else of this process's is ended, so
-    // a lock it takes late is not held for no one.
-    if (owner.leasesHeld === 0) owner.kill()
+    // A keeper that does not answer because it is stopped, and holds nothing else of this process's,
+    // is ended, so a lock it takes late is not held for no one.
+    if (owner.leasesHeld === 0 && owner.isStopped()) owner.kill()
     throw io(`${lockPath}: ${error instanceof Error ? error.message : String(error)}`)
   }
   if (reply.ok !== true) owner.idle()
@@ -475,10 +492,10 @@ export const acquireLease = async (canonicalPath: string): Promise<Lease> => {
         try {
           await owner.request("release", lockPath, LEASE_DEFAULTS.releaseWaitMs)
         } catch {
-          // The keeper is gone (its locks went with it), or does not answer (stopped): ended when
-          // this was its last lease, which drops the lock; otherwise it holds the lock until it runs
-          // again or this process exits.
-          if (owner.leasesHeld === 1) owner.kill()
+          // The keeper is gone (its locks went with it), or does not answer: a stopped one is ended
+          // when this was its last lease, which drops the lock; otherwise (busy, or serving other
+          // leases) it holds the lock until it answers or this process exits.
+          if (owner.leasesHeld === 1 && owner.isStopped()) owner.kill()
         } finally {
           owner.releaseOne()
         }

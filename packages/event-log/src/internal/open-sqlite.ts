@@ -321,7 +321,7 @@ const refuseBeforeLease = (file: string): void => {
   // open leaves that): a live log copied without the -wal that held all its commits. A writer would
   // make it a new, empty log in silence.
   if (!header.isRollbackJournal && (lstatOrUndefined(`${file}-wal`)?.size ?? 0) === 0 && fs.statSync(file).size <= header.pageSize && isSurveyedEmpty(file)) {
-    throw unsupported(`${emptyReason(file, header, false)}; remove it to start a new log at this path`)
+    throw unsupported(`${emptyReason(file, header, false)}, or a log whose first open was cut short; remove it to start a new log at this path`)
   }
   if (header.applicationId === MAKA_APPLICATION_ID) return
   try {
