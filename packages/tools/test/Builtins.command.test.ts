@@ -6,7 +6,7 @@ import * as path from "node:path"
 import { fileURLToPath } from "node:url"
 import { assert, describe, it } from "@effect/vitest"
 import { Builtins, Defaults } from "@maka/tools"
-import { Effect } from "effect"
+import { Effect, Result } from "effect"
 import { call, jsonOf, workspaceFixture } from "./fixtures.ts"
 
 interface CommandResult {
@@ -28,6 +28,11 @@ const isDead = (pid: number): boolean => {
   if (!fs.existsSync(`/proc/${pid}/stat`)) return true
   const state = fs.readFileSync(`/proc/${pid}/stat`, "utf8").replace(/^.*\) /s, "")[0]
   return state === "Z" || state === "X"
+}
+
+/** Kills the process group `pid` belongs to (a command's shell leads it), if it is still there. */
+const killGroupOf = (pid: number): void => {
+  Result.try(() => process.kill(-Number(processGroup(pid)), "SIGKILL"))
 }
 
 /** Waits (by polling, not by asserting a duration) until `pid` is dead, or gives up. */
@@ -92,6 +97,31 @@ describe("run_command", () => {
     }),
   )
 
+  it.effect("counts what it cut in the command's own bytes, unreadable bytes and a split character included", () =>
+    Effect.gen(function* () {
+      const { workspace } = yield* workspaceFixture
+      // 100,000 bytes of 0xff: each one shown as U+FFFD (1 byte of output, 3 of UTF-8).
+      const result = resultOf(yield* call(Builtins.runCommand(workspace), { command: "head -c 100000 /dev/zero | tr '\\0' '\\377'" }))
+      const [shown, note] = result.stdout.split("\n[truncated: ")
+      const dropped = Number(/^(\d+) more bytes\]$/.exec(note ?? "")?.[1])
+      assert.isTrue([...shown!].every((character) => character === "\uFFFD"))
+      assert.strictEqual(shown!.length + dropped, 100_000)
+      // A three-byte character split by the cap: its bytes kept are counted with the rest.
+      const cap = Defaults.defaults.commandOutputBytes
+      const split = resultOf(yield* call(Builtins.runCommand(workspace), { command: `head -c ${cap - 1} /dev/zero | tr '\\0' a; printf '\\342\\202\\254'` }))
+      assert.strictEqual(split.stdout, `${"a".repeat(cap - 1)}\n[truncated: 3 more bytes]`)
+    }),
+  )
+
+  it.effect("waits out a timeout longer than a timer can hold (a raised maximum) instead of killing at once", () =>
+    Effect.gen(function* () {
+      const { workspace } = yield* workspaceFixture
+      const tool = Builtins.runCommand(workspace, { commandMaxTimeoutSeconds: 40 * 86_400 })
+      const result = resultOf(yield* call(tool, { command: "sleep 0.3; echo ok", timeoutSeconds: 30 * 86_400 }))
+      assert.deepStrictEqual(result, { exitCode: 0, stdout: "ok\n", stderr: "", timedOut: false })
+    }),
+  )
+
   it.effect("kills the whole process group at the timeout, a background grandchild included", () =>
     Effect.gen(function* () {
       const { root, workspace } = yield* workspaceFixture
@@ -152,6 +182,42 @@ describe("run_command", () => {
         assert.isFalse(isDead(background), "the background process is left running")
       } finally {
         process.kill(background, "SIGKILL")
+      }
+    }),
+  )
+
+  it.effect("leaves a background process able to write after the call returned (no broken pipe)", () =>
+    Effect.gen(function* () {
+      const { root, workspace } = yield* workspaceFixture
+      // Writes twice to the output it inherited, well after the call has returned, then leaves a mark.
+      const command = "(sleep 0.4; echo one; sleep 0.4; echo two >&2; touch survived) & echo $!"
+      const result = resultOf(yield* call(Builtins.runCommand(workspace), { command }))
+      const background = Number(result.stdout.trim())
+      try {
+        assert.deepInclude(result, { exitCode: 0, timedOut: false })
+        for (let waited = 0; !fs.existsSync(path.join(root, "survived")) && waited < 5_000; waited += 50) {
+          yield* Effect.promise(() => new Promise((resolve) => setTimeout(resolve, 50)))
+        }
+        assert.isTrue(fs.existsSync(path.join(root, "survived")), "the background process died writing to its output")
+      } finally {
+        Result.try(() => process.kill(background, "SIGKILL"))
+      }
+    }),
+  )
+
+  it.effect("is not timed out once the shell has exited: what it left running keeps writing and lives on", () =>
+    Effect.gen(function* () {
+      const { workspace } = yield* workspaceFixture
+      // The shell exits before the 1 s timeout; its background loop keeps the pipes busy past it.
+      const command = "(while :; do echo tick; sleep 0.05; done) & echo $! >&2; sleep 0.8; echo bye"
+      const result = resultOf(yield* call(Builtins.runCommand(workspace), { command, timeoutSeconds: 1 }))
+      const background = Number(result.stderr.trim().split("\n")[0])
+      try {
+        assert.deepInclude(result, { exitCode: 0, timedOut: false })
+        assert.include(result.stdout, "bye")
+        assert.isFalse(isDead(background), "the background process was killed at the shell's timeout")
+      } finally {
+        killGroupOf(background)
       }
     }),
   )

@@ -3,8 +3,9 @@
  * (so a timeout or cancellation kills everything it started, and a crashed host leaves it running).
  * stdout and stderr keep at most their cap each; a non-zero exit is a result, not a failure. The
  * call returns when the shell exits: a background process it left running may hold the pipes open
- * for as long as it lives, so after the exit the pipes are closed on our side once they stayed quiet
- * for `outputDrainMs` (at the latest after 20 times that), keeping what was still buffered.
+ * for as long as it lives, so after the exit the call ends once they stayed quiet for `outputDrainMs`
+ * (at the latest after 20 times that), keeping what was still buffered; the pipes then stay open for
+ * that process, read and dropped, without holding the host.
  */
 import { spawn } from "node:child_process"
 import { Limits, type ToolCall } from "@maka/facts"
@@ -35,6 +36,22 @@ const environmentWithout = (hidden: ReadonlyArray<string>): NodeJS.ProcessEnv | 
   return environment
 }
 
+/**
+ * How many leading bytes of `raw` decode (as `Capture.text` decodes them) to `units` UTF-16 units:
+ * the shortest prefix that gives them, found by halving (each probe decodes the prefix).
+ */
+const rawLengthOf = (raw: Buffer, units: number): number => {
+  const unitsOf = (bytes: number) => new TextDecoder("utf-8").decode(raw.subarray(0, bytes), { stream: true }).length
+  let low = 0
+  let high = raw.length
+  while (low < high) {
+    const middle = (low + high) >>> 1
+    if (unitsOf(middle) >= units) high = middle
+    else low = middle + 1
+  }
+  return low
+}
+
 /** Keeps the first `cap` bytes of a stream and counts the rest. */
 class Capture {
   private readonly chunks: Array<Buffer> = []
@@ -61,9 +78,12 @@ class Capture {
    * with a note when cut.
    */
   text(maxEncodedBytes: number): string {
-    const decoded = new TextDecoder("utf-8").decode(Buffer.concat(this.chunks), { stream: true })
+    const raw = Buffer.concat(this.chunks)
+    const decoded = new TextDecoder("utf-8").decode(raw, { stream: true })
     const kept = encodedLength(decoded) <= maxEncodedBytes ? decoded : cutEncoded(decoded, maxEncodedBytes)
-    const dropped = this.dropped + (kept.length === decoded.length ? 0 : Buffer.byteLength(decoded.slice(kept.length)))
+    // Counted in the command's own bytes (an unreadable byte is one, not its U+FFFD's three), the
+    // partial character left at the end of what was kept included.
+    const dropped = this.dropped + raw.length - rawLengthOf(raw, kept.length)
     return dropped === 0 ? kept : `${kept}\n[truncated: ${dropped} more bytes]`
   }
 }
@@ -74,6 +94,12 @@ class Capture {
  * streams of control characters still fits.
  */
 const STREAM_ENCODED_BYTES = Math.floor((Limits.MAX_PROJECTION_BYTES - 1_024) / 2) - 64
+
+/** The longest timer Node keeps (2^31 − 1 ms, about 24.8 days): a longer one would fire at once. */
+const MAX_TIMER_MS = 2 ** 31 - 1
+
+/** A timeout in seconds as a timer's milliseconds, never past what a timer can wait. */
+const timeoutMs = (seconds: number): number => Math.min(seconds * 1000, MAX_TIMER_MS)
 
 /** Sends `signal` to the whole process group led by `pid`; a group already gone is not an error. */
 const killGroup = (pid: number | undefined, signal: NodeJS.Signals): void => {
@@ -108,6 +134,10 @@ export const runCommand = (
       child.stderr.on("data", (chunk: Buffer) => stderr.push(chunk))
       let timedOut = false
       let drain: ReturnType<typeof setTimeout> | undefined
+      let latest: ReturnType<typeof setTimeout> | undefined
+      // How the shell ended, once it has: from then on the call only waits for the pipes to drain.
+      let exitedWith: { readonly code: number | null; readonly signal: NodeJS.Signals | null } | undefined
+      let finished = false
       // Killing the group ends the shell and everything it started; destroying the pipes ends the
       // wait even if a process that left the group still holds them.
       const stop = () => {
@@ -118,48 +148,26 @@ export const runCommand = (
       const timer = setTimeout(() => {
         timedOut = true
         stop()
-      }, options.timeoutSeconds * 1000)
-      const onAbort = () => stop()
+      }, timeoutMs(options.timeoutSeconds))
+      // Before the shell exits a cancellation kills the group; after, the call is over but for the
+      // drain, and what the shell left running is left alone: the call ends with what it has.
+      const onAbort = () => (exitedWith === undefined ? stop() : release())
       const cleanup = () => {
         clearTimeout(timer)
         clearTimeout(drain)
+        clearTimeout(latest)
         abortSignal.removeEventListener("abort", onAbort)
         interruption.removeEventListener("abort", onAbort)
       }
-      if (abortSignal.aborted) stop()
-      else abortSignal.addEventListener("abort", onAbort, { once: true })
-      interruption.addEventListener("abort", onAbort, { once: true })
-      child.once("error", (error) => {
-        cleanup()
-        resume(Effect.fail(failure(`could not run /bin/sh: ${describeDefect(error)}`)))
-      })
-      // The shell exited: what it wrote is in the pipes; a background process may keep them open.
-      // They are closed once they stayed quiet for `outputDrainMs`, and at the latest 20 times that.
-      let exited = false
-      const close = () => {
-        child.stdout.destroy()
-        child.stderr.destroy()
-      }
-      const quiet = () => {
-        if (!exited) return
-        clearTimeout(drain)
-        drain = setTimeout(close, options.outputDrainMs)
-      }
-      child.stdout.on("data", quiet)
-      child.stderr.on("data", quiet)
-      child.once("exit", () => {
-        exited = true
-        quiet()
-        const latest = setTimeout(close, options.outputDrainMs * 20)
-        child.once("close", () => clearTimeout(latest))
-      })
-      child.once("close", (exitCode, signal) => {
+      const finish = (code: number | null, signal: NodeJS.Signals | null) => {
+        if (finished) return
+        finished = true
         cleanup()
         resume(
           Effect.succeed({
             format: "json",
             value: {
-              exitCode,
+              exitCode: code,
               ...(signal === null ? {} : { signal }),
               stdout: stdout.text(STREAM_ENCODED_BYTES),
               stderr: stderr.text(STREAM_ENCODED_BYTES),
@@ -167,6 +175,46 @@ export const runCommand = (
             },
           }),
         )
+      }
+      if (abortSignal.aborted) stop()
+      else abortSignal.addEventListener("abort", onAbort, { once: true })
+      interruption.addEventListener("abort", onAbort, { once: true })
+      child.once("error", (error) => {
+        if (finished) return
+        finished = true
+        cleanup()
+        resume(Effect.fail(failure(`could not run /bin/sh: ${describeDefect(error)}`)))
       })
+      // The shell exited, and a process it left running holds the pipes: the call ends, and the pipes
+      // stay open for that process, read and dropped, without holding the host (as a terminal stays
+      // open for a job left in it: closed, its next write would kill it with SIGPIPE).
+      const release = () => {
+        if (exitedWith === undefined || finished) return
+        for (const pipe of [child.stdout, child.stderr]) {
+          pipe.removeAllListeners("data")
+          pipe.on("data", () => undefined)
+          pipe.on("error", () => undefined)
+          const unref: unknown = Reflect.get(pipe, "unref")
+          if (typeof unref === "function") Reflect.apply(unref, pipe, [])
+        }
+        finish(exitedWith.code, exitedWith.signal)
+      }
+      // After the exit the pipes deliver what the shell wrote; the call ends once they stayed quiet
+      // for `outputDrainMs`, and at the latest 20 times that, when a background process holds them.
+      const quiet = () => {
+        if (exitedWith === undefined) return
+        clearTimeout(drain)
+        drain = setTimeout(release, options.outputDrainMs)
+      }
+      child.stdout.on("data", quiet)
+      child.stderr.on("data", quiet)
+      child.once("exit", (code, signal) => {
+        exitedWith = { code, signal }
+        // The timeout is the shell's: what it left running outlives it, as documented.
+        clearTimeout(timer)
+        quiet()
+        latest = setTimeout(release, options.outputDrainMs * 20)
+      })
+      child.once("close", (code, signal) => finish(code, signal))
     }),
   )
