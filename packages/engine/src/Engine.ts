@@ -406,7 +406,8 @@ const signalAborted = (signal: AbortSignal | undefined): Effect.Effect<boolean, 
                   AbortFanout.subscribe(signal, () => undefined)()
                   return false
                 },
-                catch: (error) => EngineError.invalidInput(`signal: listening to it threw: ${error instanceof Error ? error.message : String(error)}`),
+                catch: (error) =>
+                  EngineError.invalidInput(`signal: adding or removing its abort listener threw: ${error instanceof Error ? error.message : String(error)}`),
               }),
       )
 

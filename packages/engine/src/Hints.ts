@@ -32,6 +32,9 @@ export const AUTH_HINT = "check the provider's apiKey (and that it belongs to th
 
 export const MODEL_NOT_FOUND_HINT = "check the model name: the provider does not know it"
 
+/** A 404 that names a model: OpenAI's `model_not_found`, Anthropic's `model: NAME`, "the model `NAME`". */
+const NAMES_A_MODEL = /\bmodel_not_found\b|\bmodel: \S|\bmodel [`'"]/i
+
 export const NOT_FOUND_HINT =
   "check the provider's baseUrl: an OpenAI-compatible one usually ends in /v1 (the adapter adds /chat/completions), an Anthropic one does not (the adapter adds /v1/messages)"
 
@@ -82,7 +85,7 @@ export const forModel = (error: ModelError.ModelError): string | undefined => {
   if (reason.reason === "auth") return AUTH_HINT
   // A 404 naming a model is about the model (`model_not_found`, Anthropic's `model: NAME`); any
   // other is about the address.
-  if (reason.status === 404) return /model/i.test(reason.message) ? MODEL_NOT_FOUND_HINT : NOT_FOUND_HINT
+  if (reason.status === 404) return NAMES_A_MODEL.test(reason.message) ? MODEL_NOT_FOUND_HINT : NOT_FOUND_HINT
   return undefined
 }
 

@@ -670,5 +670,9 @@ describe("Facade", () => {
     const refused = (await (await unknownModel.engine.start(options(unknownModel))).wait()).outcome
     assert.include(refused.kind === "failed" ? refused.message : "", Hints.MODEL_NOT_FOUND_HINT)
     assert.notInclude(refused.kind === "failed" ? refused.message : "", Hints.NOT_FOUND_HINT)
+    // A path that merely contains the word is about the address.
+    const wrongPath = await setup([Respond.json(404, Respond.openAiError("Invalid URL (POST /models/v1/chat/completions)", { type: "invalid_request_error" }))])
+    const lost = (await (await wrongPath.engine.start(options(wrongPath))).wait()).outcome
+    assert.include(lost.kind === "failed" ? lost.message : "", Hints.NOT_FOUND_HINT)
   })
 })

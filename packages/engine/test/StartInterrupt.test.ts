@@ -154,7 +154,7 @@ describe("an interrupted start", () => {
         }
         const unheard = yield* Effect.flip(context.engine.start(input(context, "x", tools, { signal: deaf as unknown as AbortSignal })))
         assert.strictEqual(unheard.reason._tag, "InvalidInput")
-        assert.strictEqual(unheard.message, "signal: listening to it threw: not listening")
+        assert.strictEqual(unheard.message, "signal: adding or removing its abort listener threw: not listening")
         assert.deepStrictEqual(yield* context.engine.log.events("session-1"), [])
         const next = yield* context.engine.start(input(context, "next", tools))
         assert.deepStrictEqual((yield* next.wait).outcome, { kind: "completed" })

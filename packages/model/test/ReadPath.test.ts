@@ -5,6 +5,7 @@
  * response. Chunk boundaries come from the loopback server's separate writes, or from a body the
  * test feeds itself through the configured `fetch`.
  */
+import { Readable } from "node:stream"
 import { assert, describe, it } from "@effect/vitest"
 import type { Model } from "@maka/facts"
 import { Effect, Fiber, Queue, Redacted, Stream } from "effect"
@@ -436,6 +437,11 @@ describe("failures on the read path", () => {
         [() => "a response", "returned string, not a Promise of a Response"],
         [() => undefined, "returned undefined, not a Promise of a Response"],
         [() => Promise.resolve({ ok: true }), "resolved with object, not a Response"],
+        // node-fetch's Response: its body is a Node stream.
+        [
+          () => Promise.resolve({ status: 200, ok: true, headers: new Headers(), body: Readable.from(["data: [DONE]\n\n"]) }),
+          "resolved with a Response whose body is not a web ReadableStream (no getReader)",
+        ],
       ] as const) {
         const model = yield* failingModel(answer as unknown as () => Promise<Response>)
         const { error } = yield* collect(model.stream(request()))

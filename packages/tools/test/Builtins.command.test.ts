@@ -110,6 +110,10 @@ describe("run_command", () => {
       const cap = Defaults.defaults.commandOutputBytes
       const split = resultOf(yield* call(Builtins.runCommand(workspace), { command: `head -c ${cap - 1} /dev/zero | tr '\\0' a; printf '\\342\\202\\254'` }))
       assert.strictEqual(split.stdout, `${"a".repeat(cap - 1)}\n[truncated: 3 more bytes]`)
+      // Under the cap nothing is truncated: a last character cut by the command itself shows as
+      // U+FFFD, and a leading byte-order mark is kept.
+      const short = resultOf(yield* call(Builtins.runCommand(workspace), { command: "printf '\\357\\273\\277abc\\342'" }))
+      assert.strictEqual(short.stdout, "\uFEFFabc\uFFFD")
     }),
   )
 

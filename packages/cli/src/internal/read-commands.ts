@@ -157,8 +157,9 @@ export const backupCommand = async (context: CommandContext): Promise<number> =>
     failure = { error }
   } finally {
     await open.close()
-    for (const name of STOP_SIGNALS) process.off(name, stop)
   }
+  // The handlers stay until the command's outcome is decided (a signal now changes nothing), so no
+  // signal takes its default action between the report and the exit.
   if (failure !== undefined && !(stopping.signal.aborted && lstatOrUndefined(destination) !== undefined)) {
     if (stopping.signal.aborted) throw new CliError(`backup stopped by a signal; nothing was written at ${destination}`, ExitCode.cancelled)
     throw failure.error

@@ -74,7 +74,11 @@ export const fromFetchResponse = (answer: unknown): HttpResponse => {
     throw new HostFetchError(`the provider's fetch resolved with ${typeName(answer)}, not a Response`)
   }
   const response = answer as Response
-  const body = response.body
+  const body: ReadableStream<Uint8Array> | null = (response.body as ReadableStream<Uint8Array> | null | undefined) ?? null
+  // A Node stream as the body (node-fetch's) has no reader: the adapter reads a web ReadableStream.
+  if (body !== null && typeof (body as { readonly getReader?: unknown }).getReader !== "function") {
+    throw new HostFetchError("the provider's fetch resolved with a Response whose body is not a web ReadableStream (no getReader)")
+  }
   return {
     status: response.status,
     ok: response.ok,

@@ -37,11 +37,18 @@ const environmentWithout = (hidden: ReadonlyArray<string>): NodeJS.ProcessEnv | 
 }
 
 /**
+ * A stream's bytes as text: a leading byte-order mark kept, an unreadable byte as U+FFFD, and a
+ * character the cap split (`capped`) left out; an output that ends inside a character by itself
+ * shows it as U+FFFD.
+ */
+const decode = (raw: Buffer, capped: boolean): string => new TextDecoder("utf-8", { ignoreBOM: true }).decode(raw, { stream: capped })
+
+/**
  * How many leading bytes of `raw` decode (as `Capture.text` decodes them) to `units` UTF-16 units:
  * the shortest prefix that gives them, found by halving (each probe decodes the prefix).
  */
-const rawLengthOf = (raw: Buffer, units: number): number => {
-  const unitsOf = (bytes: number) => new TextDecoder("utf-8").decode(raw.subarray(0, bytes), { stream: true }).length
+const rawLengthOf = (raw: Buffer, units: number, capped: boolean): number => {
+  const unitsOf = (bytes: number) => decode(raw.subarray(0, bytes), capped).length
   let low = 0
   let high = raw.length
   while (low < high) {
@@ -79,12 +86,18 @@ class Capture {
    */
   text(maxEncodedBytes: number): string {
     const raw = Buffer.concat(this.chunks)
-    const decoded = new TextDecoder("utf-8").decode(raw, { stream: true })
+    const capped = this.dropped > 0
+    const decoded = decode(raw, capped)
     const kept = encodedLength(decoded) <= maxEncodedBytes ? decoded : cutEncoded(decoded, maxEncodedBytes)
     // Counted in the command's own bytes (an unreadable byte is one, not its U+FFFD's three), the
     // partial character left at the end of what was kept included.
-    const dropped = this.dropped + raw.length - rawLengthOf(raw, kept.length)
+    const dropped = this.dropped + raw.length - rawLengthOf(raw, kept.length, capped)
     return dropped === 0 ? kept : `${kept}\n[truncated: ${dropped} more bytes]`
+  }
+
+  /** Lets the kept bytes go (the call has its result; a background process may hold the pipes on). */
+  release(): void {
+    this.chunks.length = 0
   }
 }
 
@@ -163,18 +176,17 @@ export const runCommand = (
         if (finished) return
         finished = true
         cleanup()
-        resume(
-          Effect.succeed({
-            format: "json",
-            value: {
-              exitCode: code,
-              ...(signal === null ? {} : { signal }),
-              stdout: stdout.text(STREAM_ENCODED_BYTES),
-              stderr: stderr.text(STREAM_ENCODED_BYTES),
-              timedOut,
-            },
-          }),
-        )
+        const value = {
+          exitCode: code,
+          ...(signal === null ? {} : { signal }),
+          stdout: stdout.text(STREAM_ENCODED_BYTES),
+          stderr: stderr.text(STREAM_ENCODED_BYTES),
+          timedOut,
+        }
+        // Nothing of the output stays with a pipe a background process holds on.
+        stdout.release()
+        stderr.release()
+        resume(Effect.succeed({ format: "json", value }))
       }
       if (abortSignal.aborted) stop()
       else abortSignal.addEventListener("abort", onAbort, { once: true })
@@ -190,6 +202,7 @@ export const runCommand = (
       // open for a job left in it: closed, its next write would kill it with SIGPIPE).
       const release = () => {
         if (exitedWith === undefined || finished) return
+        child.removeAllListeners("close")
         for (const pipe of [child.stdout, child.stderr]) {
           pipe.removeAllListeners("data")
           pipe.on("data", () => undefined)
