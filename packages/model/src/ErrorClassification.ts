@@ -188,8 +188,12 @@ export const classify = (evidence: Evidence): ModelError.ModelError => {
   const normalized = codes.map(normalizeCode)
   const has = (set: ReadonlySet<string>): boolean => normalized.some((code) => set.has(code))
   const providerText = messageOf(objects)
-  // An in-stream error often carries the HTTP status as a numeric `code` (OpenRouter).
-  const numericCode = objects.map((object) => object["code"]).find((code) => typeof code === "number")
+  // An in-stream error often carries the HTTP status as a numeric `code` (OpenRouter), some gateways
+  // as a string of its three digits.
+  const numericCode = objects
+    .map((object) => object["code"])
+    .map((code) => (typeof code === "string" && /^[1-5][0-9]{2}$/.test(code) ? Number(code) : code))
+    .find((code) => typeof code === "number")
   const status =
     evidence.status ??
     (typeof numericCode === "number" && Number.isInteger(numericCode) && numericCode >= 400 && numericCode <= 599

@@ -111,6 +111,9 @@ describe("classify", () => {
     const inStream = ErrorClassification.classify({ ...base, payload: { error: { code: 429, message: "slow down" } } })
     assert.strictEqual(inStream.message, "Provider: provider error 429: slow down")
     assert.isTrue(inStream.reason._tag === "Provider" && inStream.reason.reason === "rate_limit" && inStream.reason.status === 429)
+    // The same status as a string of its digits stands for it too.
+    const asText = ErrorClassification.classify({ ...base, payload: { error: { code: "429", message: "slow down" } } })
+    assert.isTrue(asText.reason._tag === "Provider" && asText.reason.reason === "rate_limit" && asText.reason.status === 429)
     const repeated = ErrorClassification.classify({ ...base, status: 400, body: JSON.stringify({ error: { code: 400, message: "bad" } }) })
     assert.strictEqual(repeated.message, "Provider: HTTP 400: bad")
     assert.strictEqual(ErrorClassification.classify({ ...base, status: 503, body: "" }).message, "Provider: HTTP 503")

@@ -49,8 +49,9 @@ export const LEASE_DEFAULTS = Object.freeze({
   /** How long an idle keeper (no lease held) stays up for the next lease before it exits. */
   idleExitMs: 30_000,
   /**
-   * How long a release waits for the keeper's answer: a keeper that does not answer (stopped) is
-   * killed when the lease was its last, which drops the lock; the host's close goes on.
+   * How long a release waits for the keeper's answer: a keeper that does not answer because it is
+   * stopped (`Keeper.isStopped`) is killed when the lease was its last, which drops the lock; the
+   * host's close goes on.
    */
   releaseWaitMs: 2_000,
   /**
