@@ -29,6 +29,17 @@ const isAlive = (pid: number): boolean => {
   }
 }
 
+/** Whether `pid` is stopped (its state in /proc is T). */
+const isStoppedProcess = (pid: number): boolean => {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8")
+    const state = stat.charAt(stat.lastIndexOf(")") + 2)
+    return state === "T" || state === "t"
+  } catch {
+    return false
+  }
+}
+
 const elapsed = async (run: () => Promise<unknown>): Promise<number> => {
   const started = performance.now()
   await run().catch(() => undefined)
@@ -311,20 +322,30 @@ describe("the writer lease across processes", () => {
         () => "acquired",
         (error: unknown) => error,
       )
-      // Stopped before it has started, so before it can answer.
+      // Stopped before it has started, so before it can answer; the wait runs out once the stop has
+      // taken effect (a signal is delivered a moment after it is sent, later on a loaded machine).
       keeper = keeperProcessId()!
       process.kill(keeper, "SIGSTOP")
+      const started = performance.now()
+      while (!isStoppedProcess(keeper) && performance.now() - started < 10_000) await new Promise((resolve) => setImmediate(resolve))
+      expect(isStoppedProcess(keeper)).toBe(true)
       vi.advanceTimersByTime(LEASE_DEFAULTS.acquireWaitMs)
     } finally {
       vi.useRealTimers()
     }
-    const failure = await acquiring
-    expect(failure).toMatchObject({ reason: { _tag: "Io" } })
-    expect(String((failure as Error).message)).toContain(`did not answer within ${LEASE_DEFAULTS.acquireWaitMs} ms`)
-    for (let waited = 0; isAlive(keeper) && waited < 5_000; waited += 20) await new Promise((resolve) => setTimeout(resolve, 20))
-    expect(isAlive(keeper)).toBe(false)
-    const next = await openPromptly(file)
-    await next.close()
+    try {
+      const failure = await acquiring
+      expect(failure).toMatchObject({ reason: { _tag: "Io" } })
+      expect(String((failure as Error).message)).toContain(`did not answer within ${LEASE_DEFAULTS.acquireWaitMs} ms`)
+      for (let waited = 0; isAlive(keeper) && waited < 5_000; waited += 20) await new Promise((resolve) => setTimeout(resolve, 20))
+      expect(isAlive(keeper)).toBe(false)
+      const next = await openPromptly(file)
+      await next.close()
+    } finally {
+      // Whatever failed above, the tests after this one get a keeper of their own.
+      if (isAlive(keeper)) process.kill(keeper, "SIGKILL")
+      while (keeperProcessId() === keeper) await new Promise((resolve) => setTimeout(resolve, 10))
+    }
   }, 20_000)
 
   it("lets a host that never closes its log exit on its own, and frees the lease when it does", async () => {
