@@ -2,7 +2,7 @@ import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { describe, expect, it, vi } from "vitest"
-import { acquireLease, canonicalDatabasePath, keeperProcessId, LEASE_DEFAULTS, LOCK_SUFFIX, MAX_DATABASE_PATH_BYTES } from "../src/internal/lease.ts"
+import { acquireLease, canonicalDatabasePath, keeperProcessId, LEASE_DEFAULTS, LOCK_SUFFIX, MAX_DATABASE_PATH_BYTES, processState } from "../src/internal/lease.ts"
 import { MIGRATIONS } from "../src/internal/migrations.ts"
 import { openSqlite } from "../src/internal/open-sqlite.ts"
 import { childScript, expectReason, listing, rejection, spawnChild, temporaryDirectory } from "./fixtures/storage.ts"
@@ -15,29 +15,14 @@ const AT_ONCE_MS = LEASE_DEFAULTS.contenderWaitMs + 1_000
 
 /** Whether a process of this id runs: there, and no zombie (one init has not reaped yet is gone). */
 const isAlive = (pid: number): boolean => {
-  try {
-    process.kill(pid, 0)
-  } catch {
-    return false
-  }
-  try {
-    // The state follows the command's closing parenthesis: Z is a zombie.
-    const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8")
-    return stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3) !== "Z"
-  } catch {
-    return false
-  }
+  const state = processState(pid)
+  return state !== undefined && state !== "Z" && state !== "X"
 }
 
 /** Whether `pid` is stopped (its state in /proc is T). */
 const isStoppedProcess = (pid: number): boolean => {
-  try {
-    const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8")
-    const state = stat.charAt(stat.lastIndexOf(")") + 2)
-    return state === "T" || state === "t"
-  } catch {
-    return false
-  }
+  const state = processState(pid)
+  return state === "T" || state === "t"
 }
 
 const elapsed = async (run: () => Promise<unknown>): Promise<number> => {

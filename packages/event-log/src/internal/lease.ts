@@ -321,13 +321,8 @@ class Keeper {
   isStopped(): boolean {
     const pid = this.child.pid
     if (pid === undefined || this.exitedFlag) return false
-    try {
-      const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8")
-      const state = stat.charAt(stat.lastIndexOf(")") + 2)
-      return state === "T" || state === "t"
-    } catch {
-      return false
-    }
+    const state = processState(pid)
+    return state === "T" || state === "t"
   }
 
   /**
@@ -447,6 +442,20 @@ class Keeper {
     }
   }
 
+}
+
+/**
+ * A process's state letter in `/proc/PID/stat` (`R`, `S`, `T` stopped, `Z` zombie, …), the field after
+ * the command's closing parenthesis; `undefined` when `/proc` does not say (no such process, or no
+ * `/proc` on this system).
+ */
+export const processState = (pid: number): string | undefined => {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8")
+    return stat.charAt(stat.lastIndexOf(")") + 2) || undefined
+  } catch {
+    return undefined
+  }
 }
 
 let keeper: Keeper | undefined
