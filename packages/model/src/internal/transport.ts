@@ -15,6 +15,7 @@ import * as ModelError from "../ModelError.ts"
 import type { BodyRead, BodyReader, HttpRequest, HttpResponse, RequestBody } from "./http-client.ts"
 import * as HttpClient from "./http-client.ts"
 import { splitDelta } from "./delta-split.ts"
+import { INVALID, parseJson } from "./json-read.ts"
 import type { Normalizer, NormalizerFailure, SseMessage } from "./normalizer.ts"
 import { ReplayTracker } from "./replay-tracker.ts"
 import * as SecretFilter from "./secret-filter.ts"
@@ -68,16 +69,6 @@ const DECODE_SLICE_BYTES = 64 * 1024
 
 const CR = 13
 const LF = 10
-
-/** Whether `text` is one whole JSON value (an event is at most 8 MiB: parsed whole, never cut). */
-const isCompleteJson = (text: string): boolean => {
-  try {
-    JSON.parse(text)
-    return true
-  } catch {
-    return false
-  }
-}
 
 /**
  * Resumes after `ms` of real time (0: the event loop's next turn, its pending socket reads included),
@@ -164,7 +155,7 @@ export const open: (
     if (reading && idleLeft <= 0) {
       if (lookedAgain) return Effect.sync(() => expire(ModelError.timedOut()))
       lookedAgain = true
-      return Effect.flatMap(late > LATE_TIMER_MS ? afterRealTime(LATE_LOOK_MS) : afterRealTime(0), () => watchdog)
+      return Effect.flatMap(afterRealTime(late > LATE_TIMER_MS ? LATE_LOOK_MS : 0), () => watchdog)
     }
     lookedAgain = false
     const graceLeft = finishedAt === undefined ? request.afterFinishGraceMs : finishedAt + request.afterFinishGraceMs - at
@@ -372,7 +363,7 @@ export const open: (
       }
       parser.reset()
       const last = messages[messages.length - 1]
-      if (messages.length > delivered && last!.data !== "[DONE]" && !isCompleteJson(last!.data)) messages.pop()
+      if (messages.length > delivered && last!.data !== "[DONE]" && parseJson(last!.data) === INVALID) messages.pop()
       drainMessages(out)
       if (failure === undefined && !request.normalizer.isFinished()) {
         const produced: Array<Model.ModelEvent> = []
