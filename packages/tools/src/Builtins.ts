@@ -11,6 +11,7 @@ import { runCommand as runCommandEffect } from "./internal/run-command.ts"
 import { searchText as searchTextEffect } from "./internal/search-text.ts"
 import { writeFile as writeFileEffect } from "./internal/write-file.ts"
 import * as Tool from "./Tool.ts"
+import { invalidDefinition } from "./ToolError.ts"
 import type { Workspace } from "./Workspace.ts"
 
 /**
@@ -50,7 +51,53 @@ const Path = (description: string) => Schema.String.annotate({ description })
 const PositiveInt = (maximum: number, description: string) =>
   Schema.Int.check(Schema.isBetween({ minimum: 1, maximum })).annotate({ description })
 
-const limitsOf = (overrides: Partial<BuiltinLimits>): BuiltinLimits => ({ ...defaults, ...overrides })
+/** The names a set's `overrides` may hold: every key of `BuiltinLimits`, and only those. */
+const limitNames: Readonly<Record<keyof BuiltinLimits, true>> = {
+  readFileLimitLines: true,
+  readFileMaxLimitLines: true,
+  readFilePageBytes: true,
+  binaryProbeBytes: true,
+  searchMaxResults: true,
+  searchMaxResultsLimit: true,
+  searchLineChars: true,
+  searchMaxFileBytes: true,
+  commandTimeoutSeconds: true,
+  commandMaxTimeoutSeconds: true,
+  commandOutputBytes: true,
+}
+
+/** Each default whose call input is bounded by another limit: the default must be an input the bound admits. */
+const boundedBy: ReadonlyArray<readonly [keyof BuiltinLimits, keyof BuiltinLimits]> = [
+  ["readFileLimitLines", "readFileMaxLimitLines"],
+  ["searchMaxResults", "searchMaxResultsLimit"],
+  ["commandTimeoutSeconds", "commandMaxTimeoutSeconds"],
+]
+
+/**
+ * The caps a set is built with: `overrides` over `defaults`. Each cap is a count, so an override
+ * must be a positive safe integer of a known name (a misspelt one would otherwise be ignored, and
+ * `0` or `Infinity` turns a cap into "refuse everything" or "no cap"), and a default a call may
+ * fall back to must not exceed the largest value a call may ask for. Refused with `InvalidDefinition`.
+ */
+const limitsOf = (overrides: Partial<BuiltinLimits>): BuiltinLimits => {
+  const limits: Record<string, unknown> = { ...defaults }
+  for (const [name, value] of Object.entries(overrides ?? {})) {
+    if (!Object.hasOwn(limitNames, name))
+      throw invalidDefinition(`builtin limit ${JSON.stringify(name)} is not one a builtin set takes`)
+    if (value === undefined) continue
+    if (!Number.isSafeInteger(value) || (value as number) < 1)
+      throw invalidDefinition(`builtin limit ${name} must be a positive integer, got ${describeValue(value)}`)
+    limits[name] = value
+  }
+  const checked = limits as unknown as BuiltinLimits
+  for (const [fallback, bound] of boundedBy)
+    if (checked[fallback] > checked[bound])
+      throw invalidDefinition(`builtin limit ${fallback} (${checked[fallback]}) exceeds ${bound} (${checked[bound]})`)
+  return checked
+}
+
+const describeValue = (value: unknown): string =>
+  typeof value === "number" ? String(value) : typeof value === "string" ? JSON.stringify(value) : typeof value
 
 export const readFile = (workspace: Root, overrides: Partial<BuiltinLimits> = {}): Tool.Tool => {
   const limits = limitsOf(overrides)

@@ -4,7 +4,7 @@ import * as path from "node:path"
 import { assert, describe, it } from "@effect/vitest"
 import { Builtins, Defaults, ToolCatalog } from "@maka/tools"
 import { Effect } from "effect"
-import { call, failureOf, jsonOf, textOf, workspaceFixture } from "./fixtures.ts"
+import { call, definitionError, failureOf, jsonOf, textOf, workspaceFixture } from "./fixtures.ts"
 
 const KIB = 1024
 
@@ -23,6 +23,30 @@ describe("Builtins sets", () => {
         ToolCatalog.make(Builtins.all(workspace)).digest,
         ToolCatalog.make(Builtins.all(other.workspace)).digest,
       )
+    }),
+  )
+
+  it.effect("refuse limit overrides that are not positive integers of a known name, or a default above its maximum", () =>
+    Effect.gen(function* () {
+      const { workspace } = yield* workspaceFixture
+      const refused = (overrides: object) => definitionError(() => Builtins.all(workspace, overrides))
+      assert.include(refused({ commandTimeoutSeconds: 0 }), "commandTimeoutSeconds must be a positive integer, got 0")
+      assert.include(refused({ commandOutputBytes: Infinity }), "commandOutputBytes must be a positive integer, got Infinity")
+      assert.include(refused({ readFilePageBytes: 1.5 }), "readFilePageBytes must be a positive integer, got 1.5")
+      assert.include(refused({ searchLineChars: "500" }), 'searchLineChars must be a positive integer, got "500"')
+      assert.include(refused({ commandTimeoutSecond: 5 }), 'builtin limit "commandTimeoutSecond" is not one')
+      assert.include(refused({ workspaceMarker: "x" }), 'builtin limit "workspaceMarker" is not one')
+      assert.include(
+        refused({ commandMaxTimeoutSeconds: 60 }),
+        "commandTimeoutSeconds (120) exceeds commandMaxTimeoutSeconds (60)",
+      )
+      assert.include(refused({ readFileLimitLines: 200_000 }), "readFileLimitLines (200000) exceeds readFileMaxLimitLines")
+      assert.include(refused({ searchMaxResults: 5_000 }), "searchMaxResults (5000) exceeds searchMaxResultsLimit")
+      // In range, both ways round, and an absent value keeps its default.
+      const overrides: object = { commandTimeoutSeconds: 30, commandMaxTimeoutSeconds: 30, commandOutputBytes: undefined }
+      const tool = Builtins.runCommand(workspace, overrides)
+      assert.strictEqual((jsonOf(yield* call(tool, { command: "echo ok" })) as { stdout: string }).stdout, "ok\n")
+      assert.strictEqual(Builtins.read(workspace, { readFileLimitLines: 1, readFileMaxLimitLines: 1 }).length, 3)
     }),
   )
 })
