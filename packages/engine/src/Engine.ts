@@ -307,6 +307,15 @@ const continuationSourceProblem = (input: LaunchInput): string | undefined => {
   return source.sessionId === sessionId ? undefined : CONTINUATION_SESSION_MESSAGE
 }
 
+/**
+ * Whether a provider of `kind` refuses a user message of `text`: the Anthropic API refuses a text
+ * block with no visible character, so a run (or a steering message) with one would fail its next
+ * request, and every request after it that repeats the message.
+ */
+const invisibleTo = (kind: string, text: string): boolean => kind === "anthropic" && text.trim() === ""
+
+const INVISIBLE_TEXT_MESSAGE = "the Anthropic API refuses a message without a visible character"
+
 /** Every check of `validateInput` but the opening's. */
 const settingsProblem = (input: LaunchInput): string | undefined => {
   const maxSteps = input.maxSteps ?? Limits.DEFAULT_MAX_STEPS
@@ -332,6 +341,8 @@ const settingsProblem = (input: LaunchInput): string | undefined => {
   if (budget > 0 && budget >= outputLimit) {
     return `providerOptions.thinking.budget_tokens (${budget}) must be below the output limit (${outputLimit}) the requests are sent with: raise the output limit (maxOutputTokens) or lower the budget`
   }
+  const text: unknown = input.message?.text
+  if (typeof text === "string" && invisibleTo(input.model.kind, text)) return `message.text: ${INVISIBLE_TEXT_MESSAGE}`
   const binding = input.configuration.model
   if (binding !== undefined && binding.model !== input.model.model) {
     return `the configuration's model ${binding.model} differs from the provider's model ${input.model.model}`
@@ -494,13 +505,15 @@ const runningHandle = (parts: {
   readonly handoff: Effect.Effect<Lineage.HandoffPause | undefined, EngineError.EngineError>
   readonly result: Deferred.Deferred<RunResult, EngineError.EngineError>
   readonly ids: Ids.IdsShape
+  readonly providerKind: string
 }): RunningInvocation => {
   const { invocation, steering, gate, steeringWindow, ids } = parts
   return {
     invocation,
     toolNames: parts.toolNames,
     events: liveEvents(parts.feed),
-    steer: (text: string) => Effect.provideService(steer(invocation, steering, gate, steeringWindow, text), Ids.Ids, ids),
+    steer: (text: string) =>
+      Effect.provideService(steer(invocation, steering, gate, steeringWindow, parts.providerKind, text), Ids.Ids, ids),
     cancel: parts.cancel,
     handoff: parts.handoff,
     wait: Deferred.await(parts.result),
@@ -518,10 +531,12 @@ const steer = (
   steering: Ref.Ref<ReadonlyArray<Input.DeliveredMessage>>,
   gate: Handoff.HandoffGate,
   window: { readonly current: Steering.Window },
+  providerKind: string,
   text: string,
 ) =>
   Effect.gen(function* () {
     if (typeof text !== "string") return yield* Effect.fail(EngineError.invalidInput("steering message: the text must be a string"))
+    if (invisibleTo(providerKind, text)) return yield* Effect.fail(EngineError.invalidInput(`steering message: ${INVISIBLE_TEXT_MESSAGE}`))
     const content = { text }
     const messageId = yield* Ids.next
     const delivered = { messageId, content, submittedContentDigest: Digest.messageContent(content) }
@@ -817,6 +832,7 @@ export const make = (options: EngineOptionsInput = {}) =>
           handoff,
           result,
           ids,
+          providerKind: input.model.kind,
         })
       })
 

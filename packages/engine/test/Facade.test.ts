@@ -552,6 +552,35 @@ describe("Facade", () => {
     assert.deepStrictEqual((await run.wait()).outcome, { kind: "completed" })
   })
 
+  it("refuses, on the Anthropic route, a message or a steering message without a visible character, writing nothing", async () => {
+    const gate = Respond.gate()
+    const context = await setup([
+      Respond.hold(gate, Respond.sse(AnthropicSse.response({ text: ["Noted."] }))),
+    ])
+    const provider = { kind: "anthropic" as const, baseUrl: context.server.url, model: "claude-test", apiKey: API_KEY }
+    for (const message of ["", " \n\t", "\u00a0\u2003"]) {
+      const refused = await rejection(context.engine.start(options(context, { provider, message })))
+      assert.strictEqual(refused.reason._tag, "InvalidInput")
+      assert.strictEqual(refused.message, "message.text: the Anthropic API refuses a message without a visible character")
+    }
+    assert.deepStrictEqual(context.server.requests(), [])
+    assert.deepStrictEqual(await context.engine.events("session-1"), [])
+    // The session is free for a message the API takes; a blank steering message is refused, a visible one queued.
+    const run = await context.engine.start(options(context, { provider, message: " hi " }))
+    await context.server.request(0)
+    const steerRefused = await rejection(run.steer("\n"))
+    assert.strictEqual(steerRefused.reason._tag, "InvalidInput")
+    assert.strictEqual(steerRefused.message, "steering message: the Anthropic API refuses a message without a visible character")
+    gate.release()
+    assert.deepStrictEqual((await run.wait()).outcome, { kind: "completed" })
+    const kinds = (await context.engine.events("session-1")).map((stored) => stored.event.fact.kind)
+    assert.notInclude(kinds, "message_steered")
+    // Another route takes a blank message as the log does.
+    const other = await setup([Respond.sse(OpenAiSse.response({ text: ["fine"] }))])
+    const blank = await other.engine.start(options(other, { message: " " }))
+    assert.deepStrictEqual((await blank.wait()).outcome, { kind: "completed" })
+  })
+
   it("passes outputLimitField to the provider configuration only when it is set", () => {
     const provider = { kind: "openai-compatible" as const, baseUrl: "https://api.openai.com/v1", model: "o4-mini", apiKey: API_KEY }
     const config: Record<string, unknown> = { ...providerConfig({ ...provider, outputLimitField: "max_completion_tokens" }) }

@@ -413,7 +413,7 @@ describe("OpenAI-compatible adapter", () => {
 })
 
 describe("Anthropic adapter", () => {
-  it.effect("writes tool history as text in a request offering no tools, and leaves out text of only whitespace", () =>
+  it.effect("writes tool history as text in a request offering no tools, and leaves out text of only whitespace (assistant or user)", () =>
     Effect.gen(function* () {
       const server = yield* serve(Respond.sse(AnthropicSse.response({ text: ["ok"] })), Respond.sse(AnthropicSse.response({ text: ["ok"] })))
       const model = yield* anthropic(server)
@@ -433,6 +433,9 @@ describe("Anthropic adapter", () => {
           ],
         },
         { role: "assistant", parts: [{ kind: "text", text: " \n " }] },
+        // A user message of only whitespace between two answers, recorded before it was refused at admission.
+        { role: "user", content: " \t" },
+        { role: "assistant", parts: [{ kind: "text", text: "Go on." }] },
         { role: "user", content: "Summarise." },
       ]
       // A summary's request: no tools.
@@ -442,20 +445,16 @@ describe("Anthropic adapter", () => {
       assert.deepStrictEqual(sent["messages"], [
         { role: "user", content: [{ type: "text", text: "Read a.txt" }] },
         { role: "assistant", content: [{ type: "text", text: '[tool call toolu_1: read_file {"path":"a.txt"}]' }] },
-        {
-          role: "user",
-          content: [
-            { type: "text", text: "[tool result toolu_1: read_file]\nalpha" },
-            { type: "text", text: "Summarise." },
-          ],
-        },
+        { role: "user", content: [{ type: "text", text: "[tool result toolu_1: read_file]\nalpha" }] },
+        { role: "assistant", content: [{ type: "text", text: "Go on." }] },
+        { role: "user", content: [{ type: "text", text: "Summarise." }] },
       ])
       // With tools offered, the same history is tool_use and tool_result blocks.
       yield* stepOf(model.stream(request({ prompt: history, tools })))
       const withTools = server.requests()[1]!.json as { readonly messages: ReadonlyArray<{ readonly content: ReadonlyArray<{ readonly type: string }> }> }
       assert.deepStrictEqual(
         withTools.messages.flatMap((message) => message.content.map((block) => block.type)),
-        ["text", "tool_use", "tool_result", "text"],
+        ["text", "tool_use", "tool_result", "text", "text"],
       )
     }),
   )

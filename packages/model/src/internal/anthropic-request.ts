@@ -44,9 +44,16 @@ const assistantBlocks = (message: Prompt.AssistantMessage, withTools: boolean): 
     }
   })
 
+/**
+ * Blocks of a user-role turn. A user text of only whitespace is left out as an assistant's is (the
+ * engine refuses one on this route at admission; one recorded before, or on another route, would
+ * make every request of the session refused).
+ */
 const userBlocks = (message: Prompt.UserMessage | Prompt.ToolMessage, withTools: boolean): Array<Json> =>
   message.role === "user"
-    ? [{ type: "text", text: message.content }]
+    ? message.content.trim() === ""
+      ? []
+      : [{ type: "text", text: message.content }]
     : message.results.map((result) =>
         withTools
           ? {
