@@ -184,6 +184,18 @@ export interface ClosedRun {
   readonly terminal?: Outcome.InvocationOutcome
 }
 
+/**
+ * What a close tells of a run it cancelled, from the terminal the run was sealed with (`undefined`
+ * when it ended without one): `cancelled`, or, when the run reached a terminal of its own before
+ * the cancellation took effect, that terminal (`paused` with its pause, or `ended`).
+ */
+export const closedRunOf = (invocation: Identity.Invocation, terminal: Outcome.InvocationOutcome | undefined): ClosedRun =>
+  terminal === undefined || terminal.kind === "cancelled"
+    ? { invocation, outcome: "cancelled" }
+    : terminal.kind === "handoff_paused"
+      ? { invocation, outcome: "paused", pause: terminal.pause }
+      : { invocation, outcome: "ended", terminal }
+
 export interface EngineShape {
   readonly log: EventLog.EventLogShape
   readonly start: (input: StartInput) => Effect.Effect<RunningInvocation, EngineError.EngineError>
@@ -1074,10 +1086,7 @@ export const make = (options: EngineOptionsInput = {}) =>
             // The run may have reached its own terminal before the cancellation took effect: that
             // terminal is what the log holds, and what the host is told.
             const ended = yield* Effect.result(Deferred.await(item.result))
-            const terminal = Result.isSuccess(ended) ? ended.success.outcome : undefined
-            if (terminal === undefined || terminal.kind === "cancelled") return { invocation: item.invocation, outcome: "cancelled" } satisfies ClosedRun
-            if (terminal.kind === "handoff_paused") return { invocation: item.invocation, outcome: "paused", pause: terminal.pause } satisfies ClosedRun
-            return { invocation: item.invocation, outcome: "ended", terminal } satisfies ClosedRun
+            return closedRunOf(item.invocation, Result.isSuccess(ended) ? ended.success.outcome : undefined)
           }),
         { concurrency: "unbounded" },
       )

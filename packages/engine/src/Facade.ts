@@ -200,6 +200,8 @@ export const createEngine = async (options: CreateEngineOptions): Promise<MakaEn
   /** Starts still admitting and runs not yet sealed: `close` waits for both. */
   const starting = new Set<Promise<unknown>>()
   const live = new Set<Promise<unknown>>()
+  /** Each wrapped run's settlement until it settles, by invocation id: what `close` reports of it. */
+  const settling = new Map<string, Promise<Exit.Exit<Engine.RunResult, EdgeError>>>()
   let closing: Promise<ReadonlyArray<ClosedRun>> | undefined
   /** Set as the runtime is disposed, at the end of `close`. */
   let disposed = false
@@ -225,11 +227,14 @@ export const createEngine = async (options: CreateEngineOptions): Promise<MakaEn
     /** The pending `handoff()`, which a second call shares. */
     let handing: Promise<Lineage.HandoffPause | null> | undefined
     const settled = runtime.runPromiseExit(running.wait)
+    const invocationId = running.invocation.invocationId
     const tracked = settled.finally(() => {
       unsubscribe?.()
       live.delete(tracked)
+      settling.delete(invocationId)
     })
     live.add(tracked)
+    settling.set(invocationId, settled)
     if (signal !== undefined) {
       // Aborted while `start` was admitting: the run is open, so it is cancelled now.
       if (hasAborted(signal)) onAbort()
@@ -360,10 +365,17 @@ export const createEngine = async (options: CreateEngineOptions): Promise<MakaEn
         try {
           await Promise.allSettled([...starting])
           const handedOff = handoff ? await runtime.runPromise(engine.handOffAll) : []
-          const cancelled = [...engine.liveInvocations()]
+          // Each run still live is cancelled; one that reached its own terminal first is told as that.
+          const cancelled = engine.liveInvocations().map((invocation) => ({ invocation, settled: settling.get(invocation.invocationId) }))
           await runtime.runPromiseExit(engine.close)
           await Promise.allSettled([...live])
-          return [...handedOff, ...cancelled.map((invocation): ClosedRun => ({ invocation, outcome: "cancelled" }))]
+          const closed = await Promise.all(
+            cancelled.map(async ({ invocation, settled }) => {
+              const exit = await settled
+              return Engine.closedRunOf(invocation, exit !== undefined && Exit.isSuccess(exit) ? exit.value.outcome : undefined)
+            }),
+          )
+          return [...handedOff, ...closed]
         } finally {
           disposed = true
           await runtime.dispose()

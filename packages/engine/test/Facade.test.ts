@@ -428,6 +428,31 @@ describe("Facade", () => {
     assert.isTrue(context.server.requests().every((request) => request.headers["authorization"] === `Bearer ${API_KEY}`))
   })
 
+  it("close() tells a run its close sealed outcome_unknown as ended with that terminal, not cancelled", async () => {
+    const context = await setup([Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-1", name: "stuck", arguments: ["{}"] }] }))])
+    await context.engine.close()
+    const engine = await createEngine({ database: context.database, engineOptions: { cancelGraceMs: 50 } })
+    cleanups.push(() => engine.close())
+    let started = (): void => undefined
+    const running = new Promise<void>((resolve) => (started = resolve))
+    const stuck = Tool.make({
+      name: "stuck",
+      description: "Never ends, whatever its signal says.",
+      input: Schema.Struct({}),
+      semantics: "exclusive_step",
+      execute: () => {
+        started()
+        return new Promise<never>(() => undefined)
+      },
+    })
+    const run = await engine.start(options(context, { tools: [stuck] }))
+    await running
+    const closed = await engine.close({ handoff: false })
+    const terminal = (await run.wait()).outcome
+    assert.strictEqual(terminal.kind === "failed" ? terminal.class : terminal.kind, "outcome_unknown")
+    assert.deepStrictEqual(closed, [{ invocation: run.invocation, outcome: "ended", terminal }])
+  })
+
   it("closes, then a new engine on the same file reads the session back", async () => {
     const context = await setup(listThenAnswer)
     const run = await context.engine.start(options(context, { workspace: await openWorkspace(context.workspace) }))
