@@ -428,6 +428,24 @@ describe("Facade", () => {
     assert.isTrue(context.server.requests().every((request) => request.headers["authorization"] === `Bearer ${API_KEY}`))
   })
 
+  it("fails a step whose tool call names a tool no fact can hold (NUL) as model_adapter, sealed, and the session goes on", async () => {
+    const context = await setup([
+      Respond.sse(OpenAiSse.response({ text: ["Calling."], toolCalls: [{ id: "call-1", name: "list\u0000files", arguments: ["{}"] }] })),
+      Respond.sse(OpenAiSse.response({ text: ["Fine now."] })),
+    ])
+    const first = await context.engine.start(options(context))
+    assert.deepStrictEqual((await first.wait()).outcome, {
+      kind: "failed",
+      class: "model_adapter",
+      message: "Adapter: invalid tool call name",
+    })
+    // Its text is observed or not as the stream's reads fell; no call of it was dispatched or rejected.
+    const kinds = (await context.engine.events("session-1")).map((stored) => stored.event.fact.kind).filter((kind) => kind !== "model_observed")
+    assert.deepStrictEqual(kinds, ["invocation_opened", "model_requested", "model_interrupted", "invocation_ended"])
+    const second = await context.engine.start(options(context, { message: "Again." }))
+    assert.deepStrictEqual((await second.wait()).outcome, { kind: "completed" })
+  })
+
   it("close() tells a run its close sealed outcome_unknown as ended with that terminal, not cancelled", async () => {
     const context = await setup([Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-1", name: "stuck", arguments: ["{}"] }] }))])
     await context.engine.close()

@@ -391,8 +391,15 @@ export const factIds = (fact: Fact): ReadonlyArray<readonly [string, string]> =>
     case "invocation_ended":
       if (fact.outcome.kind === "handoff_paused") ids.push(...intentIds("fact.outcome.pause.intent", fact.outcome.pause.intent))
       break
-    case "model_observed":
     case "model_completed":
+      // A call's id and name become a dispatch's or a rejection's, and recovery builds a rejection from them.
+      fact.output.parts.forEach((part, index) => {
+        if (part.kind === "tool_call") ids.push([`fact.output.parts.${index}.id`, part.id], [`fact.output.parts.${index}.name`, part.name])
+      })
+      break
+    case "model_observed":
+      if (fact.event.kind === "tool_call") ids.push(["fact.event.id", fact.event.id], ["fact.event.name", fact.event.name])
+      break
     case "model_interrupted":
     case "tool_settled":
       break

@@ -111,6 +111,36 @@ describe("well-formed text in EventWrite.plain", () => {
     assert.isTrue(Result.isFailure(built) && built.failure.message.includes("fact.input.path"))
   })
 
+  it("refuses a model output whose tool call id or name holds NUL: the dispatch or rejection made of it could not be written", () => {
+    const completed = (id: string, name: string): Fact.Fact => ({
+      kind: "model_completed",
+      stepId: "step-1",
+      output: {
+        parts: [
+          { kind: "text", textKind: "text", text: "a\u0000b" },
+          { kind: "tool_call", id, name, input: { path: "a\u0000b" }, providerExecuted: false },
+        ],
+        finishReason: "tool-calls",
+        usage: {},
+      },
+    })
+    const observed = (id: string, name: string): Fact.Fact => ({
+      kind: "model_observed",
+      stepId: "step-1",
+      event: { kind: "tool_call", id, name, input: {}, providerExecuted: true },
+    })
+    const refused = (fact: Fact.Fact) => {
+      const built = EventWrite.plain(event({}, fact))
+      return Result.isFailure(built) ? built.failure.message : "admitted"
+    }
+    assert.strictEqual(refused(completed("call-1", "read_file")), "admitted")
+    assert.include(refused(completed("call-1", "read\u0000file")), "fact.output.parts.1.name contains NUL")
+    assert.include(refused(completed("call\u00001", "read_file")), "fact.output.parts.1.id contains NUL")
+    assert.strictEqual(refused(observed("call-1", "web_search")), "admitted")
+    assert.include(refused(observed("call-1", "web\u0000search")), "fact.event.name contains NUL")
+    assert.include(refused(observed("call\u00001", "web_search")), "fact.event.id contains NUL")
+  })
+
   it("refuses a tool success whose output holds a lone surrogate", () => {
     const built = EventWrite.toolSuccess({
       id: FactBuilders.eventId(2),

@@ -124,6 +124,7 @@ export const AdapterMessage = Object.freeze({
   endedWithoutFinish: "model stream ended without finish",
   invalidToolInput: "invalid tool call input",
   invalidToolCallId: "invalid tool call id",
+  invalidToolCallName: "invalid tool call name",
   outputTooLarge: "model output exceeds 64 MiB",
   openPart: "model stream finished with an open part",
   /** A decoder of the adapter threw on a chunk: a defect, reported as a failure rather than a hang. */

@@ -4,7 +4,7 @@ import * as http from "node:http"
 import { Effect, Fiber, Redacted, Result } from "effect"
 import { AnthropicSse, OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
 import { LanguageModel, ProviderConfig, StepBuilder } from "@maka/model"
-import { advanceUntilDone, failureOf, providerReason, request } from "./support.ts"
+import { advanceUntilDone, collect, failureOf, providerReason, request } from "./support.ts"
 
 describe("secrets in errors", () => {
   it.effect("scrubs a Redacted header value echoed by the provider", () =>
@@ -275,6 +275,85 @@ describe("provider tool-call ids", () => {
         assert.strictEqual(error.reason._tag, "Adapter")
         assert.strictEqual(error.reason.message, "invalid tool call id")
       }
+    }),
+  )
+})
+
+describe("provider tool-call names", () => {
+  const unstorable = ["ec\u0000ho", "", "f\ud800", "n".repeat(513)]
+
+  it.effect("a tool-call name no fact can hold (NUL, empty, a lone surrogate, over 512 units) is an adapter error, on both routes", () =>
+    Effect.gen(function* () {
+      const server = yield* ScriptedServer.make({
+        script: [
+          ...unstorable.map((name) =>
+            Respond.sse([OpenAiSse.role(), OpenAiSse.toolCall({ index: 0, id: "call_a", name, arguments: "{}" }), OpenAiSse.finish("tool_calls"), OpenAiSse.done()]),
+          ),
+          ...unstorable.map((name) => Respond.sse(AnthropicSse.response({ toolUses: [{ id: "toolu_a", name, json: ["{}"] }] }))),
+          // At the end of a body without [DONE] too.
+          Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call_a", name: "a\u0000b", arguments: ["{}"] }], done: false })),
+        ],
+      })
+      const openAi = yield* LanguageModel.make({ kind: "openai-compatible", baseUrl: `${server.url}/v1`, model: "m", apiKey: Redacted.make("") })
+      const anthropic = yield* LanguageModel.make({ kind: "anthropic", baseUrl: server.url, model: "m", apiKey: Redacted.make("") })
+      const messages: Array<string> = []
+      for (const model of [openAi, anthropic]) {
+        for (const _ of unstorable) messages.push((yield* failureOf(model.stream(request()))).reason.message)
+      }
+      messages.push((yield* failureOf(openAi.stream(request()))).reason.message)
+      // OpenAI reads an empty name as a name not yet sent: its call has none.
+      assert.deepStrictEqual(messages, [
+        "invalid tool call name",
+        "invalid tool call: missing name",
+        "invalid tool call name",
+        "invalid tool call name",
+        ...unstorable.map(() => "invalid tool call name"),
+        "invalid tool call name",
+      ])
+    }),
+  )
+
+  it.effect("a name of 512 units, or one the catalog lacks, is recorded for the engine to reject", () =>
+    Effect.gen(function* () {
+      const name = "n".repeat(512)
+      const server = yield* ScriptedServer.make({
+        script: [Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call_a", name, arguments: ["{}"] }] }))],
+      })
+      const model = yield* LanguageModel.make({ kind: "openai-compatible", baseUrl: `${server.url}/v1`, model: "m", apiKey: Redacted.make("") })
+      const { events, error } = yield* collect(model.stream(request()))
+      assert.isUndefined(error)
+      const built = StepBuilder.fold("step-1", events)
+      assert.deepStrictEqual(
+        Result.isSuccess(built) ? built.success.parts.map((part) => (part.kind === "tool_call" ? part.name : part.kind)) : built,
+        [name],
+      )
+    }),
+  )
+})
+
+describe("tool-call ids the adapter gives", () => {
+  it.effect("a call sent without an id gets call_{index}, or call_{index}_{n} when another call holds that", () =>
+    Effect.gen(function* () {
+      const server = yield* ScriptedServer.make({
+        script: [
+          Respond.sse([
+            OpenAiSse.role(),
+            OpenAiSse.toolCall({ index: 0, id: "call_1", name: "f", arguments: "{}" }),
+            OpenAiSse.toolCall({ index: 1, name: "g", arguments: "{}" }),
+            OpenAiSse.toolCall({ index: 2, name: "h", arguments: "{}" }),
+            OpenAiSse.toolCall({ index: 3, id: "call_2_1", name: "i", arguments: "{}" }),
+            OpenAiSse.finish("tool_calls"),
+            OpenAiSse.done(),
+          ]),
+        ],
+      })
+      const model = yield* LanguageModel.make({ kind: "openai-compatible", baseUrl: `${server.url}/v1`, model: "m", apiKey: Redacted.make("") })
+      const { events, error } = yield* collect(model.stream(request()))
+      assert.isUndefined(error)
+      assert.deepStrictEqual(
+        events.flatMap((event) => (event.kind === "tool_call" ? [`${event.name}:${event.id}`] : [])),
+        ["f:call_1", "g:call_1_1", "h:call_2", "i:call_2_1"],
+      )
     }),
   )
 })

@@ -128,12 +128,22 @@ export const openAiNormalizer = (): Normalizer => {
     const reason = mapFinishReason(finishReason)
     if (reason === undefined) return adapterFailure(`model did not complete: ${finishReason}`)
     closeOpen(out)
+    // A call the provider sent without an id is given `call_{index}`, or, when another call holds
+    // that (the provider's own, or another call at that index), `call_{index}_{n}` for the least n
+    // free: two calls never share an id the step would refuse.
+    const taken = new Set(calls.flatMap(({ call }) => (call.id === undefined ? [] : [call.id])))
+    const madeId = (index: number): string => {
+      let id = `call_${index}`
+      for (let n = 1; taken.has(id); n++) id = `call_${index}_${n}`
+      taken.add(id)
+      return id
+    }
     // In index order; the calls of one index in the order they started (the sort is stable).
     for (const { index, call } of [...calls].sort((left, right) => left.index - right.index)) {
       if (call.name === undefined) return adapterFailure("invalid tool call: missing name")
       const input = parseToolInput(call.arguments.join(""))
       if (input === undefined) return invalidToolInput(finishReason)
-      out.push({ kind: "tool_call", id: call.id ?? `call_${index}`, name: call.name, input, providerExecuted: false })
+      out.push({ kind: "tool_call", id: call.id ?? madeId(index), name: call.name, input, providerExecuted: false })
     }
     out.push({ kind: "finished", reason, usage })
     finished = true

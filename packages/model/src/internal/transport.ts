@@ -52,9 +52,23 @@ const describe = (cause: unknown): string => {
   return String(cause)
 }
 
-/** A provider's tool-call id becomes a fact's id: 1–512 UTF-16 units of well-formed text, no NUL. */
-const isToolCallId = (id: string): boolean =>
-  id.length >= 1 && id.length <= Limits.MAX_ID_UTF16 && !/\p{Cs}/u.test(id) && !id.includes("\u0000")
+/** A provider's tool-call id or name becomes a fact's: 1–512 UTF-16 units of well-formed text, no NUL. */
+const isStoredName = (value: string): boolean =>
+  value.length >= 1 && value.length <= Limits.MAX_ID_UTF16 && !/\p{Cs}/u.test(value) && !value.includes("\u0000")
+
+/**
+ * Why a tool call cannot be recorded, or `undefined`. A name the catalog lacks is the engine's
+ * `unavailable` rejection, which the model reads; one no fact can hold (empty, NUL, a lone surrogate,
+ * past 512 units) fails the attempt here instead of a rejection the log would refuse.
+ */
+const toolCallProblem = (event: Model.ModelEvent): string | undefined =>
+  event.kind !== "tool_call"
+    ? undefined
+    : !isStoredName(event.id)
+      ? ModelError.AdapterMessage.invalidToolCallId
+      : !isStoredName(event.name)
+        ? ModelError.AdapterMessage.invalidToolCallName
+        : undefined
 
 const isAbortError = (cause: unknown): boolean => cause instanceof Error && cause.name === "AbortError"
 
@@ -330,8 +344,9 @@ export const open: (
     }
     messages.length = 0
     for (const event of secretFilter.filter(produced)) {
-      if (event.kind === "tool_call" && !isToolCallId(event.id)) {
-        found ??= { kind: "adapter", message: ModelError.AdapterMessage.invalidToolCallId }
+      const problem = toolCallProblem(event)
+      if (problem !== undefined) {
+        found ??= { kind: "adapter", message: problem }
         break
       }
       if (event.kind === "part_delta" && event.text.length > request.maxDeltaChars) {
@@ -369,8 +384,9 @@ export const open: (
         const produced: Array<Model.ModelEvent> = []
         let found = request.normalizer.end(produced)
         for (const event of secretFilter.filter(produced)) {
-          if (event.kind === "tool_call" && !isToolCallId(event.id)) {
-            found ??= { kind: "adapter", message: ModelError.AdapterMessage.invalidToolCallId }
+          const problem = toolCallProblem(event)
+          if (problem !== undefined) {
+            found ??= { kind: "adapter", message: problem }
             break
           }
           tracker.observe(event)
