@@ -80,7 +80,9 @@ export class StepBuilder {
         return Result.void
       }
       case "tool_call": {
-        if (this.toolCallIds.has(event.id)) return unsupported()
+        if (this.toolCallIds.has(event.id)) {
+          return Result.fail(ModelError.adapter(`${ModelError.AdapterMessage.unsupportedEvent}: two tool calls of one output share an id`))
+        }
         this.toolCallIds.add(event.id)
         const { kind: _kind, ...call } = event
         this.slots.push({ kind: "tool_call", part: { kind: "tool_call", ...call } })

@@ -48,6 +48,11 @@ describe("StepBuilder", () => {
       "unsupported provider event",
     )
     assert.strictEqual(failureMessage(StepBuilder.fold("s", [{ kind: "part_delta", id: "b", text: "x" }])), "unsupported provider event")
+    const call: Model.ModelEvent = { kind: "tool_call", id: "c", name: "read", input: {}, providerExecuted: false }
+    assert.strictEqual(
+      failureMessage(StepBuilder.fold("s", [call, { ...call, name: "write" }])),
+      "unsupported provider event: two tool calls of one output share an id",
+    )
   })
 
   it("refuses finished while a part is open, and finish() without finished", () => {
