@@ -4,6 +4,7 @@
  * command tools are opt-in. Every expected error is a `ToolFailure` the model can read.
  */
 import { Schema } from "effect"
+import * as path from "node:path"
 import { defaults, type BuiltinLimits } from "./Defaults.ts"
 import { listFiles as listFilesEffect } from "./internal/list-files.ts"
 import { readFile as readFileEffect } from "./internal/read-file.ts"
@@ -144,8 +145,11 @@ export const searchText = (workspace: Root, overrides: Partial<BuiltinLimits> = 
   })
 }
 
-export const writeFile = (workspace: Root): Tool.Tool =>
-  Tool.make({
+export const writeFile = (workspace: Root): Tool.Tool => {
+  // A relative path is the process's when the set is built, as the log's own is when the store opens
+  // it: resolved once, so a later change of directory cannot move the protection off the log.
+  const protectedFiles = (workspace.protectedFiles ?? []).map((file) => path.resolve(file))
+  return Tool.make({
     name: "write_file",
     description: descriptions.write_file,
     input: Schema.Struct({
@@ -153,8 +157,9 @@ export const writeFile = (workspace: Root): Tool.Tool =>
       content: Schema.String.annotate({ description: "The complete new content of the file" }),
     }),
     semantics: "parallel",
-    execute: (input) => writeFileEffect(workspace.root, input, workspace.protectedFiles ?? []),
+    execute: (input) => writeFileEffect(workspace.root, input, protectedFiles),
   })
+}
 
 export const runCommand = (workspace: Root, overrides: Partial<BuiltinLimits> = {}): Tool.Tool => {
   const limits = limitsOf(overrides)

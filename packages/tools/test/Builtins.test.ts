@@ -1,5 +1,6 @@
 import { execFileSync } from "node:child_process"
 import * as fs from "node:fs"
+import * as os from "node:os"
 import * as path from "node:path"
 import { assert, describe, it } from "@effect/vitest"
 import { Builtins, Defaults, ToolCatalog } from "@maka/tools"
@@ -338,6 +339,22 @@ describe("write_file", () => {
       assert.strictEqual(textOf(yield* call(tool, { path: ".maka/notes.txt", content: "ok" })), "Wrote 2 bytes to .maka/notes.txt")
       assert.strictEqual(textOf(yield* call(tool, { path: "absent/notes.txt", content: "ok" })), "Wrote 2 bytes to absent/notes.txt")
       assert.strictEqual(textOf(yield* call(tool, { path: "events.sqlite-wal", content: "ok" })), "Wrote 2 bytes to events.sqlite-wal")
+    }),
+  )
+
+  it.effect("keeps a relative protected file's protection where it was when the set was built, after a change of directory", () =>
+    Effect.gen(function* () {
+      const { root, workspace } = yield* workspaceFixture
+      fs.writeFileSync(path.join(root, "events.sqlite"), "the log")
+      const before = process.cwd()
+      process.chdir(root)
+      const tool = yield* Effect.ensuring(
+        Effect.sync(() => Builtins.writeFile({ ...workspace, protectedFiles: ["events.sqlite"] })),
+        Effect.sync(() => process.chdir(os.tmpdir())),
+      )
+      const written = yield* Effect.ensuring(call(tool, { path: "events.sqlite", content: "garbage" }), Effect.sync(() => process.chdir(before)))
+      assert.include(failureOf(written), "a file of the event log, never written by a tool")
+      assert.strictEqual(fs.readFileSync(path.join(root, "events.sqlite"), "utf8"), "the log")
     }),
   )
 

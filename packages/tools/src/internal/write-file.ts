@@ -102,7 +102,7 @@ const protectedAt = (file: string): Effect.Effect<Protected | undefined> =>
  */
 const protectedOf = (given: string): Effect.Effect<ReadonlyArray<Protected>> =>
   Effect.gen(function* () {
-    // A relative path is the process's, as the log's own path given to the store is.
+    // Absolute: `Builtins.writeFile` resolved a relative one when the set was built.
     const file = path.resolve(given)
     const target = yield* tryFs(() => fs.realpath(file)).pipe(Effect.option)
     const names = Option.isSome(target) && target.value !== file ? [file, target.value] : [file]
