@@ -358,8 +358,11 @@ const deriveInput = (input: InputSchema, name: string, description: string): Der
  * JSON Schema, or it does not describe a JSON object.
  */
 export const make = <S extends InputSchema>(config: Config<S>): Tool => {
-  if (!NAME_PATTERN.test(config.name)) {
-    throw invalidDefinition(`tool name ${JSON.stringify(config.name)} must be 1-64 characters of [A-Za-z0-9_-]`)
+  // A string first: the pattern would read `123`, or an object whose `toString` gives a name, as one.
+  const name: unknown = config.name
+  if (typeof name !== "string") throw invalidDefinition(`tool name must be a string, got ${kindOf(name)}`)
+  if (!NAME_PATTERN.test(name)) {
+    throw invalidDefinition(`tool name ${JSON.stringify(name)} must be 1-64 characters of [A-Za-z0-9_-]`)
   }
   if (!Schema.is(Semantics)(config.semantics)) {
     throw invalidDefinition(`tool ${config.name} has unknown semantics ${JSON.stringify(config.semantics)}`)

@@ -132,6 +132,8 @@ describe("Journal.invoke", () => {
         [{ body: Buffer.from("xy") }, 'got an instance of Buffer\n  at ["value"]["body"]'],
         [{ row: new Row() }, 'got an instance of Row\n  at ["value"]["row"]'],
         [{ bare: Object.create({ inherited: 1 }) }, 'got an object whose prototype is not Object.prototype\n  at ["value"]["bare"]'],
+        [{ rows: Object.assign([1, 2], { total: 2 }) }, 'got an array with a property that is not an item ("total")\n  at ["value"]["rows"]'],
+        [[[0], Object.assign([], { [Symbol.for("s")]: 1 })], 'got an array with a property that is not an item (Symbol(s))\n  at ["value"][1]'],
       ]
       for (const [value, message] of refused) {
         assert.strictEqual(yield* outcomeOf(value), `tool returned an invalid output: Expected Json (plain objects and arrays), ${message}`)

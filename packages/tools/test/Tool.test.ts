@@ -4,6 +4,7 @@ import { Tool, ToolError } from "@maka/tools"
 import { Effect, Schema } from "effect"
 import { z } from "zod"
 import { definitionError } from "./fixtures.ts"
+import { classifyError } from "../src/internal/execution.ts"
 
 const Input = Schema.Struct({
   path: Schema.String.annotate({ description: "A path" }),
@@ -86,6 +87,21 @@ describe("Tool.make", () => {
     for (const name of ["", "x".repeat(65), "read file", "read.file", "réad", "a/b"]) {
       assert.include(definitionError(() => make(name)), "must be 1-64 characters")
     }
+    // Only a string: neither a number nor an object whose text would pass the pattern.
+    const named = (name: unknown) => definitionError(() => make(name as string)).replace("invalid tool definition: ", "")
+    assert.strictEqual(named(123), "tool name must be a string, got number")
+    assert.strictEqual(named(null), "tool name must be a string, got null")
+    assert.strictEqual(named(undefined), "tool name must be a string, got undefined")
+    assert.strictEqual(named(["read"]), "tool name must be a string, got an array")
+    assert.strictEqual(named({ toString: () => "read" }), "tool name must be a string, got an object")
+  })
+
+  it("settles a failure with no reason at all as 'tool failed', as an empty message", () => {
+    for (const reason of [undefined, null, new Error(""), { message: "" }]) {
+      assert.deepStrictEqual(classifyError(reason), { _tag: "Failed", message: "tool failed" })
+    }
+    assert.deepStrictEqual(classifyError(0), { _tag: "Failed", message: "0" })
+    assert.deepStrictEqual(classifyError("nope"), { _tag: "Failed", message: "nope" })
   })
 
   it("refuses an input Schema that is not a JSON object, and unknown semantics", () => {

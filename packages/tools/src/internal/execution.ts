@@ -26,7 +26,8 @@ const hasTag = (value: unknown, tag: string): value is { readonly _tag: string; 
 const messageOf = (error: unknown): string => {
   // Read once: a getter may answer differently each time, and only a string is settled as a message.
   const message: unknown = typeof error === "object" && error !== null && "message" in error ? error.message : undefined
-  return typeof message === "string" ? message : describeDefect(error)
+  // A failure with no reason at all (`Promise.reject()`, `Effect.fail(null)`) said nothing, as an empty message.
+  return typeof message === "string" ? message : error === undefined || error === null ? "" : describeDefect(error)
 }
 
 /** The message of a success whose output cannot be recorded (over 64 MiB raw, too deep, unreadable). */
@@ -96,6 +97,16 @@ const toEffect = (result: ToolExecution): Effect.Effect<unknown, unknown> => {
 const notPlain = (value: unknown, path: Array<string | number>): { readonly what: string; readonly path: string } | undefined => {
   if (typeof value !== "object" || value === null) return undefined
   if (Array.isArray(value)) {
+    // Its items and `length`, and nothing else: the schema reads an array by index, so another own
+    // property (`rows.total = 2`) would be dropped from what is stored.
+    const keys = Reflect.ownKeys(value)
+    const extra = keys.length === value.length + 1 ? undefined : keys.find((key) => key !== "length" && !(typeof key === "string" && /^(0|[1-9][0-9]*)$/.test(key)))
+    if (extra !== undefined) {
+      return {
+        what: `an array with a property that is not an item (${typeof extra === "symbol" ? extra.toString() : JSON.stringify(extra)})`,
+        path: path.map((key) => `[${JSON.stringify(key)}]`).join(""),
+      }
+    }
     for (const [index, item] of value.entries()) {
       path.push(index)
       const found = notPlain(item, path)
