@@ -753,6 +753,33 @@ describe("reconciliation", () => {
   })
 })
 
+describe("a history --allow-prior-unknown does not cover", () => {
+  it("is refused without sending the user to the flag they gave, and says what else it can be", async () => {
+    const server = await serve([
+      Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-1", name: "list_files", arguments: ["{}"] }] })),
+      answer(["listed"]),
+    ])
+    const { root, workspace, db } = fresh()
+    const base = ["--db", db, "--workspace", workspace, "--base-url", `${server.url}/v1`, "--model", "m", "--session", "h1"]
+    expect((await maka(["run", ...base, "list it"], { cwd: root })).code).toBe(0)
+    // A settlement removed by hand: its dispatch is left without one, which no flag covers.
+    const database = new BetterSqlite3(db)
+    database.exec(
+      "DELETE FROM tool_result_payloads WHERE event_id IN (SELECT event_id FROM event_log WHERE kind = 'tool_settled'); DELETE FROM event_log WHERE kind = 'tool_settled'",
+    )
+    database.close()
+    const plain = await maka(["run", ...base, "again"], { cwd: root })
+    expect(plain.code).toBe(3)
+    expect(plain.stderr).toContain("send it with `maka run --allow-prior-unknown`")
+    const allowed = await maka(["run", ...base, "--allow-prior-unknown", "again"], { cwd: root })
+    expect(allowed.code).toBe(3)
+    expect(allowed.stderr).not.toContain("send it with")
+    expect(allowed.stderr).toContain(
+      "--allow-prior-unknown only lets a message follow a run sealed `outcome_unknown`; this history holds another unresolved step: a run left open (`maka recover` seals it) or rows changed by hand (`maka events --session ID` shows them)",
+    )
+  })
+})
+
 // docs/cli.md §10.1: each line is {"sequence":N,"event":{…}} in that order, the event canonical (sorted keys).
 describe("event lines", () => {
   it("put the sequence first and the event in canonical form", async () => {

@@ -391,16 +391,29 @@ export const text = <E, R>(events: Stream.Stream<Event.StoredEvent, E, R>): Stre
   )
 
 /** An admission refusal with the way out added to its message. */
-const withHint = (error: EngineError.EngineError): EngineError.EngineError =>
-  error.reason._tag === "ReconciliationRequired"
-    ? EngineError.reconciliation(Hints.append(error.reason.message, Hints.forReconciliation(error.reason.message)))
-    : error
+const withHint =
+  (allowedPriorUnknown: unknown) =>
+  (error: EngineError.EngineError): EngineError.EngineError =>
+    error.reason._tag === "ReconciliationRequired"
+      ? EngineError.reconciliation(
+          Hints.append(error.reason.message, Hints.forReconciliation(error.reason.message, allowedPriorUnknown === true)),
+        )
+      : error
+
+/** Whether `options` asked for `allowPriorUnknown`, read without trusting their shape (`startInput` checks it). */
+const allowsPriorUnknown = (options: unknown): unknown => {
+  try {
+    return typeof options === "object" && options !== null ? Reflect.get(options, "allowPriorUnknown") : undefined
+  } catch {
+    return undefined
+  }
+}
 
 /** Admits a run from plain options on the `Engine` in context; resolves once the opening is durable. */
 export const start = (options: RunOptions): Effect.Effect<AgentRun, EngineError.EngineError, Engine.Engine | Ids.Ids> =>
   Effect.gen(function* () {
     const engine = yield* Engine.Engine
-    const running = yield* Effect.mapError(Effect.flatMap(startInput(options), engine.start), withHint)
+    const running = yield* Effect.mapError(Effect.flatMap(startInput(options), engine.start), withHint(allowsPriorUnknown(options)))
     return { ...running, text: text(running.events), textAndThinking: textAndThinking(running.events) }
   })
 
@@ -408,7 +421,7 @@ export const start = (options: RunOptions): Effect.Effect<AgentRun, EngineError.
 export const run = (options: RunOptions): Effect.Effect<Engine.RunResult, EngineError.EngineError, Engine.Engine | Ids.Ids> =>
   Effect.gen(function* () {
     const engine = yield* Engine.Engine
-    return yield* Effect.mapError(Effect.flatMap(startInput(options), engine.run), withHint)
+    return yield* Effect.mapError(Effect.flatMap(startInput(options), engine.run), withHint(allowsPriorUnknown(options)))
   })
 
 /** The options of a standalone compaction: a run's, without the message, tools and step budget. */
@@ -431,7 +444,7 @@ export const compact = (options: CompactOptions): Effect.Effect<Engine.RunResult
       allowPriorUnknown: undefined,
       message: "",
     })
-    return yield* Effect.mapError(engine.compact(input), withHint)
+    return yield* Effect.mapError(engine.compact(input), withHint(false))
   })
 
 /**

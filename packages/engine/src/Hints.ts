@@ -23,6 +23,10 @@ export const FILE_REPLACED_HINT =
 export const PRIOR_UNKNOWN_HINT =
   "to go on with a new message, start again with `allowPriorUnknown: true` (the model is told that the earlier outcome is unknown)"
 
+/** The refusal of a run that already had `allowPriorUnknown`: it covers one case, and this is another. */
+export const PRIOR_UNKNOWN_NOT_COVERED_HINT =
+  "allowPriorUnknown only lets a message follow a run sealed `outcome_unknown`; this history holds another unresolved step: a run left open (a recovery seals it) or rows changed by hand (read the session's events to find it)"
+
 export const SEALED_HINT =
   "the run was sealed by another engine while it was live (recovery: `recover()` or `maka recover` run beside it); its terminal is in the log"
 
@@ -70,12 +74,15 @@ export const storeMessage = (reason: string, message: string): string => {
 /**
  * An admission refused over unsettled history; nothing when the message already names the way out:
  * `allowPriorUnknown`, `recover`, or a terminal of this engine's that is written once the log
- * accepts writes again (`allowPriorUnknown` is refused the same way meanwhile).
+ * accepts writes again (`allowPriorUnknown` is refused the same way meanwhile). A run that had
+ * `allowPriorUnknown` is not told to start again with it.
  */
-export const forReconciliation = (message: string): string | undefined =>
+export const forReconciliation = (message: string, allowedPriorUnknown = false): string | undefined =>
   message.includes("allowPriorUnknown") || message.includes("recover") || message.includes("when the log accepts writes")
     ? undefined
-    : PRIOR_UNKNOWN_HINT
+    : allowedPriorUnknown
+      ? PRIOR_UNKNOWN_NOT_COVERED_HINT
+      : PRIOR_UNKNOWN_HINT
 
 /** A model failure after its retries: unreachable endpoints and refused keys. */
 export const forModel = (error: ModelError.ModelError): string | undefined => {

@@ -55,6 +55,12 @@ describe("Hints", () => {
     // A terminal this engine owes is written once the log takes writes: allowPriorUnknown is refused
     // the same way meanwhile, so it is not offered.
     assert.isUndefined(Hints.forReconciliation(EngineError.UNWRITTEN_TERMINAL_MESSAGE))
+    // A run that had allowPriorUnknown is told what else the refusal can be, not to start again with it.
+    assert.strictEqual(
+      Hints.forReconciliation("Session contains unsealed or unresolved prior execution", true),
+      Hints.PRIOR_UNKNOWN_NOT_COVERED_HINT,
+    )
+    assert.isUndefined(Hints.forReconciliation(EngineError.UNSEALED_RUN_MESSAGE, true))
     const once = Hints.append("refused", Hints.PRIOR_UNKNOWN_HINT)
     assert.strictEqual(Hints.append(once, Hints.PRIOR_UNKNOWN_HINT), once)
   })

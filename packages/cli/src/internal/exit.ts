@@ -58,6 +58,9 @@ export const exitCodeOf = (outcome: Outcome.InvocationOutcome): number => {
 const CLI_TERMS: ReadonlyArray<readonly [string, string]> = [
   ["start again with `allowPriorUnknown: true`", "send it with `maka run --allow-prior-unknown`"],
   ["send an explicit new message with allowPriorUnknown", "send an explicit new message with `maka run --allow-prior-unknown`"],
+  ["allowPriorUnknown only lets a message follow", "--allow-prior-unknown only lets a message follow"],
+  ["(a recovery seals it)", "(`maka recover` seals it)"],
+  ["(read the session's events to find it)", "(`maka events --session ID` shows them)"],
   ["check the provider's apiKey (and that it belongs to this baseUrl)", "check MAKA_API_KEY (and that it belongs to this --base-url)"],
   ["the provider's baseUrl is right", "--base-url is right"],
 ]
