@@ -234,7 +234,7 @@ const shapeProblem = (options: RunOptions): string | undefined => {
   }
   const message: unknown = options.message
   if (typeof message !== "string" && !(isRecord(message) && typeof message["text"] === "string")) {
-    return "message must be a string"
+    return "message must be a string or {text, displayText?}"
   }
   const workspace: unknown = options.workspace
   if (workspace !== undefined && !(isRecord(workspace) && typeof workspace["root"] === "string")) {

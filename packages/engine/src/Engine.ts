@@ -1019,6 +1019,8 @@ export const make = (options: EngineOptionsInput = {}) =>
 
     const abandonHandoff = (sessionId: string) =>
       Effect.gen(function* () {
+        // As the facade says it: an id that is no string names no session, paused or not.
+        if (typeof sessionId !== "string") return yield* Effect.fail(EngineError.invalidInput("sessionId must be a string"))
         const pending = (yield* allPending).find((item) => item.sessionId === sessionId)
         if (pending === undefined) {
           // A pause another caller took first (a successor, live or ended, or another abandon) is

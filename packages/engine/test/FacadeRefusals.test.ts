@@ -208,6 +208,19 @@ describe("start refusals write nothing", () => {
     assert.isAtLeast(refused, 2)
   })
 
+  it("refuses a message that is neither a string nor {text}, naming both forms, and takes either", async () => {
+    const context = await setup([Respond.sse(OpenAiSse.response({ text: ["One."] })), Respond.sse(OpenAiSse.response({ text: ["Two."] }))])
+    for (const message of [{}, 5, null, { text: 5 }]) {
+      const refused = await rejection(context.engine.start(options(context, { message: untyped(message) })))
+      assertInvalid(refused, "message must be a string or {text, displayText?}", JSON.stringify(message))
+    }
+    assert.deepStrictEqual(await context.engine.events("session-1"), [])
+    for (const message of ["plain", { text: "shown", displayText: "short" }]) {
+      const run = await context.engine.start(options(context, { message: untyped(message) }))
+      assert.deepStrictEqual((await run.wait()).outcome, { kind: "completed" })
+    }
+  })
+
   it("refuses allowPriorUnknown that is not a boolean: the string \"false\" never admits a run over an unknown outcome", async () => {
     const context = await setup([
       Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-1", name: "deploy", arguments: ['{"target":"prod"}'] }] })),

@@ -467,6 +467,10 @@ describe("handoff", () => {
         const never = yield* Effect.flip(context.engine.abandonHandoff("session-never"))
         assert.strictEqual(never.reason._tag, "InvalidInput", never.message)
         assert.include(never.message, "session session-never holds no sealed handoff")
+        for (const notAnId of [undefined, null, 7]) {
+          const refused = yield* Effect.flip(context.engine.abandonHandoff(notAnId as unknown as string))
+          assert.deepStrictEqual(refused.reason, { _tag: "InvalidInput", message: "sessionId must be a string" })
+        }
         const next = yield* context.engine.run(input(context, "Next.", ToolCatalog.make([])))
         assert.deepStrictEqual(next.outcome, { kind: "completed" })
       }),
