@@ -35,6 +35,11 @@ export type Reason =
       readonly lost?: true
       /** How it was lost, when not by its keeper's end: another writer's open, the file removed. */
       readonly why?: string
+      /**
+       * Who holds it, when the system says (Linux's `/proc/locks`): `this process`, `process PID` (the
+       * host of the lease keeper holding it), or a keeper whose host has ended.
+       */
+      readonly holder?: string
     }
   | { readonly _tag: "UnsupportedDatabase"; readonly message: string }
   | { readonly _tag: "ConnectionClosed" }
@@ -82,7 +87,7 @@ export const describe = (reason: Reason): string => {
     case "WriterBusy":
       return reason.lost === true
         ? `${LEASE_LOST_MESSAGE} ${reason.path} (${reason.why ?? "its lease keeper ended"}); it writes nothing more to it`
-        : `another writer holds the log ${reason.path}`
+        : `another writer holds the log ${reason.path}${reason.holder === undefined ? "" : ` (${reason.holder})`}`
     case "UnsupportedDatabase":
       return reason.message
     case "ConnectionClosed":

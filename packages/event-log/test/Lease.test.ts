@@ -2,7 +2,16 @@ import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { describe, expect, it, vi } from "vitest"
-import { acquireLease, canonicalDatabasePath, keeperProcessId, LEASE_DEFAULTS, LOCK_SUFFIX, MAX_DATABASE_PATH_BYTES, processState } from "../src/internal/lease.ts"
+import {
+  acquireLease,
+  canonicalDatabasePath,
+  keeperProcessId,
+  LEASE_DEFAULTS,
+  LOCK_SUFFIX,
+  lockHolderOf,
+  MAX_DATABASE_PATH_BYTES,
+  processState,
+} from "../src/internal/lease.ts"
 import { MIGRATIONS } from "../src/internal/migrations.ts"
 import { openSqlite } from "../src/internal/open-sqlite.ts"
 import { childScript, expectReason, listing, rejection, spawnChild, temporaryDirectory } from "./fixtures/storage.ts"
@@ -54,6 +63,9 @@ describe("the writer lease", () => {
     const error = await expectReason(openSqlite(file), "WriterBusy")
     expect(performance.now() - started).toBeLessThan(AT_ONCE_MS)
     expect(error.reason._tag === "WriterBusy" ? error.reason.path : "").toBe(fs.realpathSync(file))
+    // The refusal names the holder: this process's own keeper holds the lock.
+    expect(error.reason._tag === "WriterBusy" ? error.reason.holder : "").toBe("this process")
+    expect(error.message).toBe(`another writer holds the log ${fs.realpathSync(file)} (this process)`)
     // A refused attempt does not disturb the holder: the lock is still held.
     await expectReason(openSqlite(file), "WriterBusy")
     await first.close()
@@ -214,8 +226,10 @@ describe("the writer lease across processes", () => {
       // Start this process's lease keeper first, so the timing below is the refusal alone.
       await (await openSqlite(path.join(directory, "warm-up.sqlite"))).close()
 
-      // This process is a second writer; so is another child.
+      // This process is a second writer; so is another child. The refusal names the holding host.
       expect(await elapsed(() => expectReason(openSqlite(file), "WriterBusy"))).toBeLessThan(AT_ONCE_MS)
+      const refused = await expectReason(openSqlite(file), "WriterBusy")
+      expect(refused.reason._tag === "WriterBusy" ? refused.reason.holder : "").toBe(`process ${holder.process.pid}`)
       const contender = spawnChild(childScript("writer.ts"), ["try", file])
       expect(await contender.line("refused")).toBe("refused WriterBusy")
       expect((await contender.exited).code).toBe(0)
@@ -366,6 +380,33 @@ describe("the writer lease across processes", () => {
       for (const holder of holders) holder.process.kill("SIGKILL")
     }
   }, 20_000)
+
+  it("names a stopped keeper whose host was killed as the holder, and how to end it", async () => {
+    const file = path.join(temporaryDirectory(), "events.sqlite")
+    const holder = spawnChild(childScript("writer.ts"), ["hold", file])
+    let keeper: number | undefined
+    try {
+      await holder.line("ready")
+      keeper = lockHolderOf(`${file}${LOCK_SUFFIX}`)
+      expect(keeper).toBeDefined()
+      expect(keeper).not.toBe(holder.process.pid)
+      process.kill(keeper!, "SIGSTOP")
+      await vi.waitFor(() => expect(isStoppedProcess(keeper!)).toBe(true), { timeout: 5_000 })
+      // Killed by a signal it cannot handle, the host leaves its stopped keeper holding the lock.
+      holder.process.kill("SIGKILL")
+      await holder.exited
+      const refused = await expectReason(openSqlite(file), "WriterBusy")
+      expect(refused.reason._tag === "WriterBusy" ? refused.reason.holder : "").toBe(
+        `lease keeper process ${keeper}, whose host process ${holder.process.pid} has ended and which is stopped: ending it (kill -KILL ${keeper}) frees the log`,
+      )
+      process.kill(keeper!, "SIGKILL")
+      const next = await openPromptly(file)
+      await next.close()
+    } finally {
+      holder.process.kill("SIGKILL")
+      if (keeper !== undefined && isAlive(keeper)) process.kill(keeper, "SIGKILL")
+    }
+  })
 
   it("ends a stopped keeper when its host exits, so the lease is free once the host is gone", async () => {
     const file = path.join(temporaryDirectory(), "events.sqlite")

@@ -159,7 +159,9 @@ export const canonicalDatabasePath = (databasePath: string, access: "writer" | "
 }
 
 /**
- * The keeper, run as `node -e KEEPER_SOURCE <better-sqlite3 path> <contender wait>`. It reads one
+ * The keeper, run as `node -e KEEPER_SOURCE <better-sqlite3 path> <contender wait> <host pid>` (the
+ * last only for `leaseHolderOf` to read in `/proc`: a keeper whose parent is no longer it has lost
+ * its host). It reads one
  * JSON request per line on stdin (`acquire` or `release` of a lock file) and answers one JSON line on
  * stdout. Each lock is a better-sqlite3 connection in `locking_mode=EXCLUSIVE` inside `BEGIN
  * EXCLUSIVE` with its journal in memory (a killed keeper leaves no `-journal` beside the lock file).
@@ -283,7 +285,7 @@ class Keeper {
     const driver = driverPath()
     // The host's NODE_OPTIONS (loaders, inspectors) have no business in the keeper.
     const { NODE_OPTIONS: _options, ...environment } = process.env
-    this.child = spawn(process.execPath, ["-e", KEEPER_SOURCE, driver, String(LEASE_DEFAULTS.contenderWaitMs)], {
+    this.child = spawn(process.execPath, ["-e", KEEPER_SOURCE, driver, String(LEASE_DEFAULTS.contenderWaitMs), String(process.pid)], {
       stdio: ["pipe", "pipe", "pipe"],
       env: environment,
       windowsHide: true,
@@ -458,6 +460,72 @@ export const processState = (pid: number): string | undefined => {
   }
 }
 
+/** A process's parent in `/proc/PID/stat` (the field after its state), or `undefined`. */
+const parentOf = (pid: number): number | undefined => {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8")
+    const parent = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1])
+    return Number.isSafeInteger(parent) ? parent : undefined
+  } catch {
+    return undefined
+  }
+}
+
+/**
+ * The process holding a write lock on the file `lockPath`, as `/proc/locks` (Linux) lists it: the
+ * entry whose device and inode are the file's. `undefined` when it does not say (no `/proc`, the file
+ * gone, a lock of another kind, or another namespace's process).
+ */
+export const lockHolderOf = (lockPath: string): number | undefined => {
+  try {
+    const stat = fs.statSync(lockPath, { bigint: true })
+    // `/proc/locks` names a device as hexadecimal major:minor, the kernel's split of its number.
+    const major = ((stat.dev >> 8n) & 0xfffn) | ((stat.dev >> 32n) & ~0xfffn)
+    const minor = (stat.dev & 0xffn) | ((stat.dev >> 12n) & ~0xffn)
+    for (const line of fs.readFileSync("/proc/locks", "utf8").split("\n")) {
+      // `N: POSIX ADVISORY WRITE PID MAJOR:MINOR:INODE START END`
+      const fields = line.trim().split(/\s+/)
+      const device = fields[5]?.split(":") ?? []
+      if (fields[1] !== "POSIX" || fields[3] !== "WRITE" || device.length !== 3) continue
+      if (BigInt(`0x${device[0]}`) !== major || BigInt(`0x${device[1]}`) !== minor || BigInt(device[2]!) !== stat.ino) continue
+      const pid = Number(fields[4])
+      return Number.isSafeInteger(pid) && pid > 0 ? pid : undefined
+    }
+    return undefined
+  } catch {
+    return undefined
+  }
+}
+
+/**
+ * Who holds the lease of the log whose lock file is `lockPath`, in words for a `WriterBusy` refusal:
+ * this process, the host of the keeper that holds it, or a keeper whose host is gone (say, killed by
+ * a signal while its keeper was stopped) and that holds the log for no one. `undefined` when unknown.
+ */
+export const leaseHolderOf = (lockPath: string): string | undefined => {
+  const pid = lockHolderOf(lockPath)
+  if (pid === undefined) return undefined
+  if (pid === keeper?.pid) return "this process"
+  const parent = parentOf(pid)
+  if (parent === undefined) return undefined
+  // A keeper's last argument is its host's id; a holder that is no keeper is named as it is.
+  const host = Number(readCommandLine(pid)?.at(-1))
+  if (!Number.isSafeInteger(host) || host < 1) return `process ${pid}`
+  if (parent === host) return `process ${host}`
+  const state = processState(pid)
+  const stopped = state === "T" || state === "t"
+  return `lease keeper process ${pid}, whose host process ${host} has ended${stopped ? " and which is stopped" : ""}: ending it (kill -KILL ${pid}) frees the log`
+}
+
+/** The arguments of a process (`/proc/PID/cmdline`), or `undefined`. */
+const readCommandLine = (pid: number): ReadonlyArray<string> | undefined => {
+  try {
+    return fs.readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0").filter((argument) => argument !== "")
+  } catch {
+    return undefined
+  }
+}
+
 let keeper: Keeper | undefined
 
 const currentKeeper = (): Keeper => {
@@ -486,7 +554,10 @@ export const acquireLease = async (canonicalPath: string): Promise<Lease> => {
     throw io(`${lockPath}: ${error instanceof Error ? error.message : String(error)}`)
   }
   if (reply.ok !== true) owner.idle()
-  if (reply.busy === true) throw EventLogError.make({ _tag: "WriterBusy", path: canonicalPath })
+  if (reply.busy === true) {
+    const holder = leaseHolderOf(lockPath)
+    throw EventLogError.make({ _tag: "WriterBusy", path: canonicalPath, ...(holder === undefined ? {} : { holder }) })
+  }
   if (reply.ok !== true) {
     throw storeError(Object.assign(new Error(reply.message ?? "the lease keeper refused"), { code: reply.code }), lockPath)
   }
