@@ -819,7 +819,8 @@ export const make = (options: EngineOptionsInput = {}) =>
             joinedHandoff: joinHandoff(gate, handoff),
             fiber,
             result,
-            pausable: settings.configuration.workspaceIdentity !== undefined,
+            // A compaction has no handoff gate: it never pauses, and a close with handoff cancels it at once.
+            pausable: body !== runCompact && settings.configuration.workspaceIdentity !== undefined,
           })
         }
         // A caller that stops waiting drops the handle it would get: the run is cancelled, and the

@@ -446,6 +446,22 @@ describe("Facade", () => {
     assert.deepStrictEqual((await second.wait()).outcome, { kind: "completed" })
   })
 
+  it("close({handoff: true}) cancels a compaction in flight at once: it never pauses, so it is not waited for", async () => {
+    const context = await setup([Respond.sse(OpenAiSse.response({ text: ["A long answer about the workspace."] })), Respond.hang()])
+    await context.engine.close()
+    // A wait for a pause that never comes would hold this close for as long as the test runs.
+    const engine = await createEngine({ database: context.database, engineOptions: { handoffWaitMs: 2 ** 31 - 1 } })
+    cleanups.push(() => engine.close())
+    const workspace = await openWorkspace(context.workspace)
+    await (await engine.start(options(context, { workspace }))).wait()
+    const compacting = engine.compact({ sessionId: "session-1", provider: options(context).provider, workspace })
+    await context.server.request(1)
+    const closed = await engine.close({ handoff: true })
+    const compacted = await compacting
+    assert.deepStrictEqual(compacted.outcome, { kind: "cancelled", source: "runtime_cancellation" })
+    assert.deepStrictEqual(closed, [{ invocation: compacted.invocation, outcome: "cancelled" }])
+  })
+
   it("close() tells a run its close sealed outcome_unknown as ended with that terminal, not cancelled", async () => {
     const context = await setup([Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-1", name: "stuck", arguments: ["{}"] }] }))])
     await context.engine.close()

@@ -413,9 +413,9 @@ describe("OpenAI-compatible adapter", () => {
 })
 
 describe("Anthropic adapter", () => {
-  it.effect("writes tool history as text in a request offering no tools, and leaves out text of only whitespace (assistant or user)", () =>
+  it.effect("writes tool history as text in a request offering no tools, leaves out assistant text of only whitespace, and names a blank user message", () =>
     Effect.gen(function* () {
-      const server = yield* serve(Respond.sse(AnthropicSse.response({ text: ["ok"] })), Respond.sse(AnthropicSse.response({ text: ["ok"] })))
+      const server = yield* serve(Respond.sse(AnthropicSse.response({ text: ["ok"] })), Respond.sse(AnthropicSse.response({ text: ["ok"] })), Respond.sse(AnthropicSse.response({ text: ["ok"] })))
       const model = yield* anthropic(server)
       const history: Prompt.Prompt = [
         { role: "user", content: "Read a.txt" },
@@ -445,16 +445,28 @@ describe("Anthropic adapter", () => {
       assert.deepStrictEqual(sent["messages"], [
         { role: "user", content: [{ type: "text", text: "Read a.txt" }] },
         { role: "assistant", content: [{ type: "text", text: '[tool call toolu_1: read_file {"path":"a.txt"}]' }] },
-        { role: "user", content: [{ type: "text", text: "[tool result toolu_1: read_file]\nalpha" }] },
+        {
+          role: "user",
+          content: [
+            { type: "text", text: "[tool result toolu_1: read_file]\nalpha" },
+            { type: "text", text: "(an empty message)" },
+          ],
+        },
         { role: "assistant", content: [{ type: "text", text: "Go on." }] },
         { role: "user", content: [{ type: "text", text: "Summarise." }] },
       ])
+      // A blank first message keeps the conversation's first turn the user's.
+      yield* stepOf(model.stream(request({ prompt: [{ role: "user", content: " " }, { role: "assistant", parts: [{ kind: "text", text: "Hi." }] }, { role: "user", content: "Go on." }], tools: [] })))
+      assert.deepStrictEqual(
+        (server.requests()[1]!.json as { readonly messages: ReadonlyArray<{ readonly role: string }> }).messages.map((message) => message.role),
+        ["user", "assistant", "user"],
+      )
       // With tools offered, the same history is tool_use and tool_result blocks.
       yield* stepOf(model.stream(request({ prompt: history, tools })))
-      const withTools = server.requests()[1]!.json as { readonly messages: ReadonlyArray<{ readonly content: ReadonlyArray<{ readonly type: string }> }> }
+      const withTools = server.requests()[2]!.json as { readonly messages: ReadonlyArray<{ readonly content: ReadonlyArray<{ readonly type: string }> }> }
       assert.deepStrictEqual(
         withTools.messages.flatMap((message) => message.content.map((block) => block.type)),
-        ["text", "tool_use", "tool_result", "text", "text"],
+        ["text", "tool_use", "tool_result", "text", "text", "text"],
       )
     }),
   )

@@ -67,6 +67,17 @@ const limitNames: Readonly<Record<keyof BuiltinLimits, true>> = {
   commandOutputBytes: true,
 }
 
+/**
+ * The largest value of each cap that sizes a buffer: `binaryProbeBytes` is allocated by every
+ * `read_file` call, `searchMaxFileBytes` is read whole per file searched, and `commandOutputBytes`
+ * is kept per stream, both of which must fit the 64 MiB a stored raw result may hold.
+ */
+const largest: Readonly<Partial<Record<keyof BuiltinLimits, number>>> = {
+  binaryProbeBytes: 1024 * 1024,
+  searchMaxFileBytes: 1024 * 1024 * 1024,
+  commandOutputBytes: 32 * 1024 * 1024,
+}
+
 /** Each default whose call input is bounded by another limit: the default must be an input the bound admits. */
 const boundedBy: ReadonlyArray<readonly [keyof BuiltinLimits, keyof BuiltinLimits]> = [
   ["readFileLimitLines", "readFileMaxLimitLines"],
@@ -77,8 +88,9 @@ const boundedBy: ReadonlyArray<readonly [keyof BuiltinLimits, keyof BuiltinLimit
 /**
  * The caps a set is built with: `overrides` over `defaults`. Each cap is a count, so an override
  * must be a positive safe integer of a known name (a misspelt one would otherwise be ignored, and
- * `0` or `Infinity` turns a cap into "refuse everything" or "no cap"), and a default a call may
- * fall back to must not exceed the largest value a call may ask for. Refused with `InvalidDefinition`.
+ * `0` or `Infinity` turns a cap into "refuse everything" or "no cap"), a cap that sizes a buffer no
+ * more than `largest` says, and a default a call may fall back to no more than the largest value a
+ * call may ask for. Refused with `InvalidDefinition`.
  */
 const limitsOf = (overrides: Partial<BuiltinLimits>): BuiltinLimits => {
   const limits: Record<string, unknown> = { ...defaults }
@@ -88,6 +100,9 @@ const limitsOf = (overrides: Partial<BuiltinLimits>): BuiltinLimits => {
     if (value === undefined) continue
     if (!Number.isSafeInteger(value) || (value as number) < 1)
       throw invalidDefinition(`builtin limit ${name} must be a positive integer, got ${describeValue(value)}`)
+    const most = largest[name as keyof BuiltinLimits]
+    if (most !== undefined && (value as number) > most)
+      throw invalidDefinition(`builtin limit ${name} must be at most ${most}, got ${String(value)}`)
     limits[name] = value
   }
   const checked = limits as unknown as BuiltinLimits

@@ -41,6 +41,10 @@ describe("Builtins sets", () => {
         refused({ commandMaxTimeoutSeconds: 60 }),
         "commandTimeoutSeconds (120) exceeds commandMaxTimeoutSeconds (60)",
       )
+      assert.include(refused({ binaryProbeBytes: 2 ** 40 }), "binaryProbeBytes must be at most 1048576, got 1099511627776")
+      assert.include(refused({ searchMaxFileBytes: 2 ** 31 }), "searchMaxFileBytes must be at most 1073741824")
+      assert.include(refused({ commandOutputBytes: 64 * 1024 * 1024 }), "commandOutputBytes must be at most 33554432")
+      assert.strictEqual(Builtins.all(workspace, { binaryProbeBytes: 2 ** 20, searchMaxFileBytes: 2 ** 30, commandOutputBytes: 2 ** 25 }).length, 5)
       assert.include(refused({ readFileLimitLines: 200_000 }), "readFileLimitLines (200000) exceeds readFileMaxLimitLines")
       assert.include(refused({ searchMaxResults: 5_000 }), "searchMaxResults (5000) exceeds searchMaxResultsLimit")
       // In range, both ways round, and an absent value keeps its default.

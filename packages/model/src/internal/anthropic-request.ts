@@ -45,15 +45,17 @@ const assistantBlocks = (message: Prompt.AssistantMessage, withTools: boolean): 
   })
 
 /**
- * Blocks of a user-role turn. A user text of only whitespace is left out as an assistant's is (the
- * engine refuses one on this route at admission; one recorded before, or on another route, would
- * make every request of the session refused).
+ * What a user message of only whitespace is sent as. The API refuses such a text block, and leaving
+ * the message out could leave a request that begins with the assistant's turn, or holds no message:
+ * the engine refuses one on this route at admission, and one recorded before (or on another route)
+ * keeps its place in the conversation this way.
  */
+export const BLANK_USER_MESSAGE = "(an empty message)"
+
+/** Blocks of a user-role turn. */
 const userBlocks = (message: Prompt.UserMessage | Prompt.ToolMessage, withTools: boolean): Array<Json> =>
   message.role === "user"
-    ? message.content.trim() === ""
-      ? []
-      : [{ type: "text", text: message.content }]
+    ? [{ type: "text", text: message.content.trim() === "" ? BLANK_USER_MESSAGE : message.content }]
     : message.results.map((result) =>
         withTools
           ? {
