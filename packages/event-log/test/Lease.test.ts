@@ -1,4 +1,6 @@
+import { spawn } from "node:child_process"
 import * as fs from "node:fs"
+import { createRequire } from "node:module"
 import * as os from "node:os"
 import * as path from "node:path"
 import { describe, expect, it, vi } from "vitest"
@@ -405,6 +407,21 @@ describe("the writer lease across processes", () => {
     } finally {
       holder.process.kill("SIGKILL")
       if (keeper !== undefined && isAlive(keeper)) process.kill(keeper, "SIGKILL")
+    }
+  })
+
+  it("names the parent of a lock holder it did not start (an earlier build's keeper, naming no host) as the holder", async () => {
+    const file = path.join(temporaryDirectory(), "events.sqlite")
+    const driver = createRequire(import.meta.url).resolve("better-sqlite3")
+    // Shaped as an earlier keeper: `node -e SOURCE <driver> <wait>`, its last argument no host's id.
+    const source = `const Database = require(process.argv[1]); const c = new Database(${JSON.stringify(`${file}${LOCK_SUFFIX}`)}); c.pragma("journal_mode = MEMORY"); c.pragma("locking_mode = EXCLUSIVE"); c.exec("BEGIN EXCLUSIVE"); console.log("locked"); setInterval(() => {}, 60000)`
+    const holder = spawn(process.execPath, ["-e", source, driver, "1000"], { stdio: ["ignore", "pipe", "inherit"] })
+    try {
+      await new Promise((resolve) => holder.stdout.once("data", resolve))
+      const refused = await expectReason(openSqlite(file), "WriterBusy")
+      expect(refused.reason._tag === "WriterBusy" ? refused.reason.holder : "").toBe(`process ${process.pid}`)
+    } finally {
+      holder.kill("SIGKILL")
     }
   })
 
