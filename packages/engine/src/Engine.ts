@@ -306,6 +306,12 @@ const openingProblem = (input: LaunchInput): string | undefined => {
   return Result.isFailure(opening) ? opening.failure.message : undefined
 }
 
+/**
+ * How many events past its last seen commit a run that ended without a durable terminal reads back
+ * for the terminal it may have after all: its own unseen commits, a step's at most.
+ */
+const LANDED_READ_LIMIT = 1_000
+
 /** Why a continuation's source is refused at admission (docs/engine.md §5.2): an invalid id, or another session. */
 const CONTINUATION_SESSION_MESSAGE = "source: a continuation continues a run of its own session"
 
@@ -796,7 +802,39 @@ export const make = (options: EngineOptionsInput = {}) =>
             // that runs once and exits (`maka run`) would leave the session unsealed until a recover.
             // Bounded: a store that does not answer is tried again at the next start, as before.
             const retry = Effect.ignore(Effect.timeout(sealUnwritten(input.invocation.sessionId), UNWRITTEN_RETRY_MS))
-            return Effect.andThen(retry, Effect.andThen(release, Deferred.fail(result, error)))
+            // The terminal may be durable after all (a commit whose outcome was unknown had landed,
+            // or the retry wrote one): then the run ended with it, and its caller is told so.
+            return Effect.andThen(
+              retry,
+              Effect.flatMap(landedTerminal(committed), (terminal) =>
+                Effect.andThen(
+                  release,
+                  terminal === undefined
+                    ? Deferred.fail(result, error)
+                    : Deferred.succeed(result, { invocation: input.invocation, outcome: terminal }),
+                ),
+              ),
+            )
+          })
+        /**
+         * This run's events the log holds past those it saw committed, added to its feed, and the
+         * terminal among them; nothing when they cannot be read (within the retry's bound) or the
+         * run saw no commit of its own (its opening's place in the log is then unknown).
+         */
+        const landedTerminal = (seen: ReadonlyArray<Event.StoredEvent>) =>
+          Effect.suspend(() => {
+            const last = seen.at(-1)
+            if (last === undefined) return Effect.succeed(undefined)
+            return log.events(input.invocation.sessionId, last.sequence, LANDED_READ_LIMIT).pipe(
+              Effect.timeout(UNWRITTEN_RETRY_MS),
+              Effect.map((events) => {
+                const own = events.filter((stored) => stored.event.invocation.invocationId === input.invocation.invocationId)
+                feed.add(own)
+                const ended = own.find((stored) => stored.event.fact.kind === "invocation_ended")?.event.fact
+                return ended?.kind === "invocation_ended" ? ended.outcome : undefined
+              }),
+              Effect.orElseSucceed(() => undefined),
+            )
           })
         const worker = watched.pipe(
           Effect.provideService(Ids.Ids, ids),

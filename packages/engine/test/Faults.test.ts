@@ -11,7 +11,7 @@ import * as LogTesting from "@maka/event-log/testing"
 import { LanguageModel, ModelError } from "@maka/model"
 import { Ids, Tool, ToolCatalog } from "@maka/tools"
 import { History, OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
-import { Cause, Context, Effect, Exit, Layer, Redacted, Schema, type Scope } from "effect"
+import { Cause, Context, Effect, Exit, Layer, Redacted, Schema, type Scope, Stream } from "effect"
 import * as path from "node:path"
 import * as Engine from "../src/Engine.ts"
 import * as EngineError from "../src/EngineError.ts"
@@ -300,14 +300,20 @@ describe("unknown outcomes and unwritten terminals", () => {
       }),
     ))
 
-  it.live("a terminal lost with its connection is written at once by a second commit, before the run's failure is reported", () =>
+  it.live("a terminal lost with its connection is written at once by a second commit, and the run's wait reports it", () =>
     Effect.scoped(
       Effect.gen(function* () {
         // The terminal's commit is lost (nothing written, outcome unknown); the next commit goes through.
         const faulted = yield* faultedSetup("invocation_ended#1", "unknown-lost")
-        const { wait } = yield* runLoop(faulted)
-        assert.isTrue(Exit.isFailure(wait))
+        const running = yield* faulted.context.engine.start(input(faulted.context, "Loop.", catalog(faulted.effects)))
+        const seen = yield* Stream.runCollect(running.events)
+        const wait = yield* Effect.exit(running.wait)
         assert.isTrue(faulted.faults.fired())
+        // The caller is told the terminal the log holds, not that none could be written; the run's
+        // events end with it too.
+        const sealedLater = { kind: "failed", class: "event_commit", message: EngineError.SEALED_LATER_MESSAGE } as const
+        assert.deepStrictEqual(Exit.isSuccess(wait) ? wait.value.outcome : String(wait), sealedLater)
+        assert.deepStrictEqual(Array.from(seen).at(-1)?.event.fact, { kind: "invocation_ended", outcome: sealedLater })
         const { context } = faulted
         // Sealed already: no next start, no recover() needed, nothing left unfinished.
         assert.deepStrictEqual(yield* context.log.unfinishedInvocations(10), [])
@@ -553,11 +559,20 @@ const everyCommitPoint = (openLog?: Effect.Effect<Setup["log"], unknown, Scope.S
             const faulted = yield* faultedSetup(label, mode, openLog)
             const { wait } = yield* runLoop(faulted)
             assert.isTrue(faulted.faults.fired(), `${label} ${mode} never fired: ${faulted.faults.labels.join(" ")} ${String(wait)}`)
-            // A sealed run names the store failure (or the unknown outcome it left): never a bug, never success.
+            // A sealed run names the store failure (or the unknown outcome it left): never a bug; and
+            // success only where the terminal's own commit landed though its outcome was unknown. What
+            // the run reports is the terminal the log holds.
             if (Exit.isSuccess(wait)) {
               const outcome = wait.value.outcome
               const ending = outcome.kind === "failed" ? outcome.class : outcome.kind
-              assert.include(["event_commit", "outcome_unknown"], ending, `${label} ${mode}`)
+              const landed = label === "invocation_ended#1" && mode === "unknown-landed"
+              assert.include(landed ? ["completed"] : ["event_commit", "outcome_unknown"], ending, `${label} ${mode}`)
+              const logged = (yield* faulted.context.log.events("session-1")).flatMap((stored) =>
+                stored.event.fact.kind === "invocation_ended" && stored.event.invocation.invocationId === wait.value.invocation.invocationId
+                  ? [stored.event.fact.outcome]
+                  : [],
+              )
+              assert.deepStrictEqual(logged, [outcome], `${label} ${mode}`)
             } else {
               // A run whose terminal could not be written fails with the store's error, as it is.
               const error = Cause.squash(wait.cause)
