@@ -4,10 +4,31 @@
  * flushed.
  */
 import * as fs from "node:fs"
-import { exitOnEarlySignals } from "./internal/early-signals.ts"
+import * as tty from "node:tty"
+import { exitOnEarlySignals, terminalHungUp } from "./internal/early-signals.ts"
 
 // First, before the command line's modules load: a signal until a command handles its own is exit 130.
 exitOnEarlySignals()
+
+/**
+ * At exit Node 20 gives the terminal back its settings, and aborts (SIGABRT, a native stack on
+ * stderr) when that terminal has hung up (nodejs/node#51519): a closed window or SSH connection would
+ * end a cancelled run with status 134 instead of 130. Once the terminal is known gone (a SIGHUP, or
+ * a write to it that failed `EIO`), its descriptors are closed first, which Node's restore skips.
+ */
+let stdoutFailure: () => string | undefined = () => undefined
+// Which are terminals is known now only: a hung-up terminal no longer answers as one.
+const terminals = [0, 1, 2].filter((fd) => tty.isatty(fd))
+process.on("exit", () => {
+  if (!terminalHungUp() && stdoutFailure() !== "EIO") return
+  for (const fd of terminals) {
+    try {
+      fs.closeSync(fd)
+    } catch {
+      // Closed already: nothing to restore.
+    }
+  }
+})
 const { main } = await import("./internal/main.ts")
 const { afterOutput, processSink } = await import("./internal/terminal.ts")
 
@@ -17,6 +38,7 @@ const VERSION =
   typeof manifest === "object" && manifest !== null && "version" in manifest && typeof manifest.version === "string" ? manifest.version : "unknown"
 
 const sink = processSink(process.stdout, process.stderr)
+stdoutFailure = sink.outFailure
 const code = await main({
   argv: process.argv.slice(2),
   environment: process.env,
@@ -29,8 +51,10 @@ const code = await main({
 // (docs/cli.md §10.1 "Signals"). The output goes on draining; a second signal stops at once.
 let lateSignals = 0
 const onLateSignal = () => {
-  if (++lateSignals === 1) sink.err("maka: the command has ended; its output is still being written (signal again to stop now)\n")
-  else process.exit(afterOutput(code, sink.outFailure()).code)
+  // Said only while output waits to be written: with nothing pending the process is ending anyway.
+  if (++lateSignals === 1) {
+    if (process.stdout.writableLength > 0) sink.err("maka: the command has ended; its output is still being written (signal again to stop now)\n")
+  } else process.exit(afterOutput(code, sink.outFailure()).code)
 }
 for (const name of ["SIGINT", "SIGTERM", "SIGHUP"] as const) process.on(name, onLateSignal)
 sink.flush()

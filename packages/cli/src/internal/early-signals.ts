@@ -8,10 +8,17 @@
  */
 const SIGNALS = ["SIGINT", "SIGTERM", "SIGHUP"] as const
 
+/** Whether a SIGHUP came (this listener is the first of every one, so it sees each). */
+let hungUp = false
+
 export const exitOnEarlySignals = (): void => {
   for (const name of SIGNALS) {
     process.on(name, () => {
+      if (name === "SIGHUP") hungUp = true
       if (process.listenerCount(name) === 1) process.exit(130)
     })
   }
 }
+
+/** Whether the process was told its terminal went away (SIGHUP). */
+export const terminalHungUp = (): boolean => hungUp
