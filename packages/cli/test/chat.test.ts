@@ -297,4 +297,24 @@ describe("maka chat and maka run on a stdin that cannot be read", () => {
     }
     expect(fs.existsSync(db)).toBe(false)
   })
+
+  it.each([
+    ["chat", "maka: could not read stdin (EISDIR); pipe the chat's lines on stdin, or run it at a terminal\n"],
+    ["run", "maka: could not read the message from stdin (EISDIR); give a MESSAGE, or pipe it on stdin\n"],
+  ])("maka %s on a directory as stdin says so (it reads as empty) and exits 2, with nothing made", (command, line) => {
+    const { root, workspace, db } = fresh()
+    const directory = fs.openSync(root, "r")
+    try {
+      const result = spawnSync(process.execPath, [bin, command, "--db", db, "--workspace", workspace], {
+        cwd: root,
+        stdio: [directory, "pipe", "pipe"],
+        encoding: "utf8",
+        timeout: 30_000,
+      })
+      expect({ code: result.status, stdout: result.stdout, stderr: result.stderr }).toEqual({ code: 2, stdout: "", stderr: line })
+    } finally {
+      fs.closeSync(directory)
+    }
+    expect(fs.existsSync(db)).toBe(false)
+  })
 })

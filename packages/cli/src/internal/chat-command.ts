@@ -9,7 +9,7 @@
 import { StringDecoder } from "node:string_decoder"
 import { ExitCode, fromEngineError } from "./exit.ts"
 import * as Flags from "./flags.ts"
-import { errorCodeOf, messageProblem, openHost, settingsOf, type RunContext } from "./run-command.ts"
+import { errorCodeOf, messageProblem, openHost, settingsOf, unreadableStdin, type RunContext } from "./run-command.ts"
 import { handleSignals } from "./signals.ts"
 
 /**
@@ -49,6 +49,13 @@ const readLines = (
     failure ??= errorCodeOf(error)
     finish()
   }
+  // A directory reads as an empty input rather than failing: it is told apart before any reading.
+  const directory = unreadableStdin(input)
+  if (directory !== undefined) {
+    failure = directory
+    setImmediate(finish)
+    return { close: () => undefined, failure: () => failure }
+  }
   input.on("data", onData)
   input.on("end", finish)
   input.on("error", fail)
@@ -62,6 +69,16 @@ const readLines = (
     failure: () => failure,
   }
 }
+
+/**
+ * The longest line a Linux terminal hands over in its line mode (its line buffer less the line
+ * feed): the rest of a longer line, pasted, is dropped by the terminal, so a line of this length
+ * may be cut and is not sent as it is.
+ */
+export const TERMINAL_LINE_BYTES = 4_095
+
+export const TERMINAL_LINE_PROBLEM =
+  `the line reached the terminal's limit of ${TERMINAL_LINE_BYTES} bytes, so the terminal may have cut it; for a longer message use maka chat < FILE, or maka run - < FILE`
 
 export const chatCommand = async (context: RunContext): Promise<number> => {
   const { values } = Flags.parse("chat", context.args)
@@ -78,10 +95,14 @@ export const chatCommand = async (context: RunContext): Promise<number> => {
   // ended, or holds all the steering it can), it and the lines after it wait for turns of their own.
   const toSteer: Array<string> = []
   let pumping: Promise<void> | undefined
+  // A line the log would refuse, or one a terminal may have cut, is reported and skipped.
+  const fromTerminal = context.stdin.isTTY === true && process.platform === "linux"
+  const lineProblem = (line: string): string | undefined =>
+    messageProblem(line) ?? (fromTerminal && Buffer.byteLength(line, "utf8") >= TERMINAL_LINE_BYTES ? TERMINAL_LINE_PROBLEM : undefined)
   const pumpOnce = async () => {
     while (toSteer.length > 0) {
       const line = toSteer[0]!
-      const problem = messageProblem(line)
+      const problem = lineProblem(line)
       if (problem !== undefined) {
         toSteer.shift()
         context.sink.err(`maka: ${problem}; the line is skipped\n`)
@@ -139,7 +160,7 @@ export const chatCommand = async (context: RunContext): Promise<number> => {
         wake = undefined
       }
       const line = signals.signal.aborted ? undefined : queued.shift()
-      const problem = line === undefined ? undefined : messageProblem(line)
+      const problem = line === undefined ? undefined : lineProblem(line)
       if (problem === undefined) return line
       context.sink.err(`maka: ${problem}; the line is skipped\n`)
       skipped = true

@@ -31,8 +31,27 @@ export const errorCodeOf = (error: unknown): string =>
       ? error.message
       : String(error)
 
+/**
+ * Why stdin cannot be read at all though reading it would not fail: a directory, which Node reads as
+ * an empty input. `undefined` for anything else (a failing read says why itself).
+ */
+export const unreadableStdin = (stdin: NodeJS.ReadStream): string | undefined => {
+  const fd: unknown = Reflect.get(stdin, "fd")
+  if (typeof fd !== "number") return undefined
+  try {
+    // The bigint form: with the number form, on Node 20.20, a later import of the log's modules
+    // resolved them at their symbolic links' paths when stdin was a pipe, and better-sqlite3 then
+    // could not find its `bindings` (every `maka run -` failed to open the log).
+    return fs.fstatSync(fd, { bigint: true }).isDirectory() ? "EISDIR" : undefined
+  } catch {
+    return undefined
+  }
+}
+
 const readStdin = (stdin: NodeJS.ReadStream): Promise<string> =>
   new Promise((resolve, reject) => {
+    const unreadable = unreadableStdin(stdin)
+    if (unreadable !== undefined) return reject(Object.assign(new Error(unreadable), { code: unreadable }))
     const chunks: Array<Buffer> = []
     stdin.on("data", (chunk: Buffer) => chunks.push(chunk))
     stdin.on("end", () => resolve(Buffer.concat(chunks).toString("utf8")))
