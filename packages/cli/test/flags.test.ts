@@ -94,6 +94,9 @@ describe("the refusals of the flag parser (docs/cli.md §10.1)", () => {
       kind: "postgres",
       url: "postgres://user@localhost:5432/maka",
     })
+    // The socket: form the log takes too; text of no URL form is refused naming the forms.
+    expect(Flags.database({ "database-url": "socket:/tmp/pg?db=maka" }, {}, "/")).toEqual({ kind: "postgres", url: "socket:/tmp/pg?db=maka" })
+    expect(() => Flags.database({ "database-url": "/tmp/pg maka" }, {}, "/")).toThrow("--database-url must be a postgres://, postgresql:// or socket: URL")
   })
 
   it("takes the database a flag names over both variables; refuses both flags, or no flag and both variables", () => {

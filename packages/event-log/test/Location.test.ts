@@ -27,6 +27,13 @@ describe("redactUrl", () => {
     )
   })
 
+  it("keeps where the server is and which database, as a socket: URL or a ?host= names them", () => {
+    expect(redactUrl("socket:/tmp/pg?db=agents&port=5433")).toBe("socket:/tmp/pg?db=agents&port=5433")
+    expect(redactUrl("postgres:///agents?host=/tmp/pg&port=5433&user=maka&password=hunter2")).toBe(
+      "postgres:///agents?host=/tmp/pg&port=5433&user=maka&password=***",
+    )
+  })
+
   it("hides a password holding an unescaped slash, which a parser would read as a host and a path", () => {
     expect(redactUrl("postgres://maka:123/hunter2@db.example:5432/agents")).toBe("postgres://***@db.example:5432/agents")
     // A port that is no number: no URL at all, and nothing of it shown.

@@ -297,7 +297,8 @@ export const database = (values: Values, environment: Environment, cwd: string):
     throw new UsageError("MAKA_DB and MAKA_DATABASE_URL are both set: unset one, or pass --db or --database-url")
   }
   if (url !== undefined) {
-    if (!/^postgres(ql)?:\/\//.test(url)) throw new UsageError("--database-url must be a postgres:// URL")
+    // The URL forms the log takes (docs/log-format.md §3.1); a socket folder's bare path is not one here.
+    if (!/^(postgres(ql)?:\/\/|socket:)/.test(url)) throw new UsageError("--database-url must be a postgres://, postgresql:// or socket: URL")
     // Not echoed: the URL may carry a password.
     if (!URL.canParse(url)) throw new UsageError("--database-url is not a valid URL (postgres://USER@HOST:PORT/DATABASE)")
     return { kind: "postgres", url }

@@ -156,7 +156,18 @@ export interface PostgresStore {
 export const quoteIdentifier = (name: string): string => `"${name.replaceAll('"', '""')}"`
 
 /** Connection parameters whose values a message may show; every other one may be a secret. */
-const SHOWN_PARAMETERS: ReadonlySet<string> = new Set(["sslmode", "application_name", "connect_timeout", "uselibpqcompat"])
+const SHOWN_PARAMETERS: ReadonlySet<string> = new Set([
+  "sslmode",
+  "application_name",
+  "connect_timeout",
+  "uselibpqcompat",
+  // Where the server is and which database: a `socket:` URL and a `?host=` folder name them here.
+  "host",
+  "port",
+  "db",
+  "dbname",
+  "user",
+])
 
 /**
  * A URL without its secrets, for messages: the password, and the value of every query parameter
