@@ -52,16 +52,21 @@ export const runTransaction = async <A>(
   isWrite: boolean,
   location: string,
 ): Promise<A> => {
-  const progress: { stage: Stage } = { stage: "begin" }
+  const progress: { stage: Stage; bodyError?: { readonly error: unknown } } = { stage: "begin" }
   try {
     return await builder.execute(async (transaction) => {
       progress.stage = "body"
-      const result = await body(transaction)
+      const result = await body(transaction).catch((error: unknown) => {
+        progress.bodyError = { error }
+        throw error
+      })
       progress.stage = "commit"
       return result
     })
   } catch (error) {
-    if (progress.stage === "body") throw error
+    // The body's own error, even when the rollback after it failed too (a connection gone: the
+    // rollback's "not queryable" would hide the reset that caused it).
+    if (progress.stage === "body") throw progress.bodyError === undefined ? error : progress.bodyError.error
     if (progress.stage === "commit") {
       if (isAbortedTransactionError(error)) {
         throw EventLogError.make({
