@@ -802,11 +802,13 @@ export const make = (options: EngineOptionsInput = {}) =>
             // that runs once and exits (`maka run`) would leave the session unsealed until a recover.
             // Bounded: a store that does not answer is tried again at the next start, as before.
             const retry = Effect.ignore(Effect.timeout(sealUnwritten(input.invocation.sessionId), UNWRITTEN_RETRY_MS))
-            // The terminal may be durable after all (a commit whose outcome was unknown had landed,
-            // or the retry wrote one): then the run ended with it, and its caller is told so.
+            // When the log failed the run, its terminal may be durable after all (a commit whose
+            // outcome was unknown had landed, or the retry wrote one): then the run ended with it,
+            // and its caller is told so. Any other failure (a defect) is told as it is.
+            const byTheLog = error.reason._tag === "Commit" || error.reason._tag === "Store"
             return Effect.andThen(
               retry,
-              Effect.flatMap(landedTerminal(committed), (terminal) =>
+              Effect.flatMap(byTheLog ? landedTerminal(committed) : Effect.succeed(undefined), (terminal) =>
                 Effect.andThen(
                   release,
                   terminal === undefined
