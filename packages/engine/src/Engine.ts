@@ -18,7 +18,7 @@ import {
   type Fact,
   type Outcome,
 } from "@maka/facts"
-import { EventLog } from "@maka/event-log"
+import { EventLog, EventLogError } from "@maka/event-log"
 import type { LanguageModel } from "@maka/model"
 import { Cancellation, Ids, ToolCatalog } from "@maka/tools"
 import { Clock, Context, Deferred, Effect, Exit, Fiber, Layer, Option, type Redacted, Ref, Result, Schema, Scope, Semaphore, Stream } from "effect"
@@ -802,10 +802,11 @@ export const make = (options: EngineOptionsInput = {}) =>
             // that runs once and exits (`maka run`) would leave the session unsealed until a recover.
             // Bounded: a store that does not answer is tried again at the next start, as before.
             const retry = Effect.ignore(Effect.timeout(sealUnwritten(input.invocation.sessionId), UNWRITTEN_RETRY_MS))
-            // When the log failed the run, its terminal may be durable after all (a commit whose
-            // outcome was unknown had landed, or the retry wrote one): then the run ended with it,
-            // and its caller is told so. Any other failure (a defect) is told as it is.
-            const byTheLog = error.reason._tag === "Commit" || error.reason._tag === "Store"
+            // After a commit whose outcome was unknown, the run's terminal may be durable after all
+            // (that commit had landed, or the retry wrote one): then the run ended with it, and its
+            // caller is told so. A refusal (nothing landed, another engine's seal) or a defect is
+            // told as it is.
+            const byTheLog = error.reason._tag === "Commit" && error.reason.message.startsWith(EventLogError.OUTCOME_UNKNOWN_MESSAGE)
             return Effect.andThen(
               retry,
               Effect.flatMap(byTheLog ? landedTerminal(committed) : Effect.succeed(undefined), (terminal) =>
@@ -831,9 +832,12 @@ export const make = (options: EngineOptionsInput = {}) =>
               Effect.timeout(UNWRITTEN_RETRY_MS),
               Effect.map((events) => {
                 const own = events.filter((stored) => stored.event.invocation.invocationId === input.invocation.invocationId)
-                feed.add(own)
                 const ended = own.find((stored) => stored.event.fact.kind === "invocation_ended")?.event.fact
-                return ended?.kind === "invocation_ended" ? ended.outcome : undefined
+                // A pause whose commit was uncertain is told as none (docs/engine.md §5.10): the
+                // handoff's caller learns that none was sealed, and the reserved session says the rest.
+                if (ended?.kind !== "invocation_ended" || ended.outcome.kind === "handoff_paused") return undefined
+                feed.add(own)
+                return ended.outcome
               }),
               Effect.orElseSucceed(() => undefined),
             )

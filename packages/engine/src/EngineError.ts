@@ -28,6 +28,9 @@ export type Reason =
   | { readonly _tag: "Internal"; readonly message: string }
 
 export const SESSION_ACTIVE_MESSAGE = "session already has an active invocation"
+
+/** A continuation's or a successor's retry whose context, read again, no longer gives its frozen request (docs/engine.md §5.6). */
+export const RETRY_CHANGED_INPUT_MESSAGE = "continuation retry changed frozen model input"
 /** A start on an engine that has closed (`close()`, or the scope that made it ended): `Internal`. */
 export const ENGINE_CLOSED_MESSAGE = "the engine is closed"
 export const SESSION_RESERVED_MESSAGE = Prompts.SESSION_RESERVED_MESSAGE

@@ -8,13 +8,17 @@ import { assert, describe, it } from "@effect/vitest"
 import { Codec, Digest } from "@maka/facts"
 import { FactBuilders, History, OpenAiSse, Respond, type ScriptedServer } from "@maka/testkit"
 import { Tool, ToolCatalog } from "@maka/tools"
-import { Effect } from "effect"
+import { Effect, Result } from "effect"
+import * as EngineError from "../src/EngineError.ts"
 import type * as Engine from "../src/Engine.ts"
 import * as fs from "node:fs"
 import * as path from "node:path"
 import { answer, echoCall, mainEntry, summaryAnswer, summaryEntry, summaryText } from "./support/compaction.ts"
 import { expectFrozenSources, factsOf, kinds, reopen } from "./support/harness.ts"
 import { catalog, echoTool, input, setup, type Effects, type Setup } from "./support/setup.ts"
+import type { EventLog } from "@maka/event-log"
+
+type Shape = EventLog.EventLogShape
 
 /** A stream that shows some text, then fails with a provider error no retry fixes. */
 const failsAfterText = (text: string) =>
@@ -158,6 +162,70 @@ const continuedSource = (after: ReadonlyArray<ReturnType<typeof mainEntry>> = []
     assert.deepStrictEqual((yield* running.wait).outcome, { kind: "completed" })
     return { context, effects, source, running }
   })
+
+describe("a continuation's retry (docs/engine.md §5.6)", () => {
+  /** The source, then a continuation whose first attempt the provider refuses for now (503), with `wrapLog` around the log. */
+  const continuedThroughRetry = (wrapLog?: (log: Shape) => Shape) =>
+    Effect.gen(function* () {
+      const context = yield* setup(
+        {
+          script: [
+            mainEntry(echoCall("call-1", "alpha")),
+            mainEntry(failsAfterText("x")),
+            mainEntry(answer("Unrelated.")),
+            mainEntry(Respond.json(503, Respond.openAiError("The server is busy.", { type: "server_error" }))),
+            mainEntry(answer("Continued after a retry.")),
+          ],
+        },
+        { backoffBaseMs: 5, backoffMaxMs: 40 },
+        {},
+        wrapLog === undefined ? {} : { wrapLog },
+      )
+      const effects: Effects = { ran: [] }
+      const source = yield* failedSourceThenAnother(context, effects)
+      const running = yield* context.engine.continueRun(continueInput(context, source.invocation, catalog(effects)))
+      return { context, result: yield* Effect.result(running.wait) }
+    })
+
+  it.live("re-reads its context before the retry and re-sends the frozen request when the log still gives it", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const { context, result } = yield* continuedThroughRetry()
+        assert.deepStrictEqual(Result.isSuccess(result) ? result.success.outcome : result.failure.message, { kind: "completed" })
+        const requests = context.server.requests()
+        assert.strictEqual(requests.length, 5)
+        assert.strictEqual(requests[4]!.body, requests[3]!.body)
+      }),
+    ))
+
+  it.live("is refused ReconciliationRequired when its context, read again, no longer gives its frozen request", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        // The continuation's own context reads after its first (the one its first request is built
+        // from) lose the opening message: the log no longer gives the request it froze.
+        const reads = new Map<string, number>()
+        const { context, result } = yield* continuedThroughRetry((log) => ({
+          ...log,
+          readModelContextWithHash: (sessionId, request) =>
+            Effect.map(log.readModelContextWithHash(sessionId, request), (read) => {
+              const current = request?.current
+              if (current === undefined || !current.startsWith("continued-invocation-")) return read
+              reads.set(current, (reads.get(current) ?? 0) + 1)
+              // Without the user's message that opened the source run.
+              const tail = read.source.tail.filter((item) => !(item.kind === "canonical" && item.stored.event.fact.kind === "invocation_opened"))
+              return reads.get(current)! > 1 ? { ...read, source: { ...read.source, tail } } : read
+            }),
+        }))
+        assert.deepStrictEqual(Result.isSuccess(result) ? result.success.outcome : result.failure.message, {
+          kind: "failed",
+          class: "reconciliation_required",
+          message: EngineError.RETRY_CHANGED_INPUT_MESSAGE,
+        })
+        // The retry was never sent.
+        assert.strictEqual(context.server.requests().length, 4)
+      }),
+    ))
+})
 
 describe("continuation", () => {
   it.live("replays only the source's lineage, without later runs or interrupted text, and its claim matches the first request (scenario 52)", () =>

@@ -19,6 +19,9 @@ export type Rejection =
 export const FILE_REPLACED =
   "its file or its -wal was removed or replaced while this writer had it open: what it wrote since is not in the log"
 
+/** How the message of a commit whose outcome is unknown (`OutcomeUnknown`) begins. */
+export const OUTCOME_UNKNOWN_MESSAGE = "commit outcome unknown"
+
 /** How the message of a lost lease (`WriterBusy` with `lost`) begins. */
 export const LEASE_LOST_MESSAGE = "this process lost the writer's lease of the log"
 
@@ -37,7 +40,8 @@ export type Reason =
       readonly why?: string
       /**
        * Who holds it, when the system says (Linux's `/proc/locks`): `this process`, `process PID` (the
-       * host of the lease keeper holding it), or a keeper whose host has ended.
+       * host of the lease keeper holding it, or another program holding the lock itself), or a
+       * keeper whose host has ended.
        */
       readonly holder?: string
     }
@@ -83,7 +87,7 @@ export const describe = (reason: Reason): string => {
     case "Rejected":
       return `rejected: ${describeRejection(reason.rejection)}`
     case "OutcomeUnknown":
-      return `commit outcome unknown: ${reason.message}`
+      return `${OUTCOME_UNKNOWN_MESSAGE}: ${reason.message}`
     case "WriterBusy":
       return reason.lost === true
         ? `${LEASE_LOST_MESSAGE} ${reason.path} (${reason.why ?? "its lease keeper ended"}); it writes nothing more to it`

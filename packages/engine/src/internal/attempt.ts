@@ -424,15 +424,18 @@ export type RetryBoundary = Effect.Effect<Lineage.HandoffPause | undefined, Engi
 
 /**
  * Runs attempts until one completes, a failure is not retryable, the attempts are spent, or a
- * handoff pauses the run at `boundary` before a retry.
+ * handoff pauses the run at `boundary` before a retry. `beforeRetry` runs before each retry, after
+ * its backoff: a failure there ends the step (a continuation's check of its frozen input).
  */
 export const attemptWithRetries = (
   run: Run,
   input: AttemptInput,
   boundary: RetryBoundary,
+  beforeRetry: Effect.Effect<void, EngineError.EngineError, Ids.Ids> = Effect.void,
 ): Effect.Effect<Completed | PausedAtRetry, EngineError.EngineError, Ids.Ids> =>
   Effect.gen(function* () {
     for (let failed = 0; ; ) {
+      if (failed > 0) yield* beforeRetry
       const result = yield* Effect.result(attempt(run, input))
       if (Result.isSuccess(result)) return result.success
       failed++

@@ -867,7 +867,20 @@ const runStep = (
     const input = yield* mainRequest(run, source, run.live!.projection(run.carry), captured.definitions, priorUnknown, run.live!.holdsArchived)
     // A handoff requested while the step's attempts fail replay-safely is taken before a retry:
     // the step has no completion yet, so the pause is the top of this step (docs/engine.md §5.10).
-    const attempted = yield* Effect.result(attemptWithRetries(run, input, handoffBoundary(run, loop, step, priorUnknown)))
+    // A continuation's or a successor's retry re-reads its context and rebuilds the request: a retry
+    // re-sends the frozen request, which must still be what the log gives (docs/engine.md §5.6).
+    const sameInput =
+      run.claim === undefined
+        ? Effect.void
+        : Effect.gen(function* () {
+            const fresh = yield* readContext(run, priorUnknown)
+            const rebuiltSource = yield* Effect.mapError(Effect.fromResult(fresh.snapshot()), storeError)
+            const rebuilt = yield* mainRequest(run, rebuiltSource, fresh.projection(), captured.definitions, priorUnknown, fresh.holdsArchived)
+            if (rebuilt.inputDigest !== input.inputDigest) {
+              return yield* Effect.fail(EngineError.reconciliation(EngineError.RETRY_CHANGED_INPUT_MESSAGE))
+            }
+          })
+    const attempted = yield* Effect.result(attemptWithRetries(run, input, handoffBoundary(run, loop, step, priorUnknown), sameInput))
     if (Result.isFailure(attempted)) {
       // The request was built over a kept context something else outgrew: the opening is written,
       // nothing of the step is; the step is built again over a fresh read (once: the opening is in).
