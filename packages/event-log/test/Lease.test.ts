@@ -425,6 +425,25 @@ describe("the writer lease across processes", () => {
     }
   })
 
+  it("names another program holding the lock file as itself, not its parent", async () => {
+    const directory = temporaryDirectory()
+    const file = path.join(directory, "events.sqlite")
+    const driver = createRequire(import.meta.url).resolve("better-sqlite3")
+    const script = path.join(directory, "holder.cjs")
+    fs.writeFileSync(
+      script,
+      `const Database = require(${JSON.stringify(driver)}); const c = new Database(${JSON.stringify(`${file}${LOCK_SUFFIX}`)}); c.pragma("journal_mode = MEMORY"); c.pragma("locking_mode = EXCLUSIVE"); c.exec("BEGIN EXCLUSIVE"); console.log("locked"); setInterval(() => {}, 60000)`,
+    )
+    const holder = spawn(process.execPath, [script], { stdio: ["ignore", "pipe", "inherit"] })
+    try {
+      await new Promise((resolve) => holder.stdout.once("data", resolve))
+      const refused = await expectReason(openSqlite(file), "WriterBusy")
+      expect(refused.reason._tag === "WriterBusy" ? refused.reason.holder : "").toBe(`process ${holder.pid}`)
+    } finally {
+      holder.kill("SIGKILL")
+    }
+  })
+
   it("ends a stopped keeper when its host exits, so the lease is free once the host is gone", async () => {
     const file = path.join(temporaryDirectory(), "events.sqlite")
     const child = spawnChild(childScript("writer.ts"), ["stop-keeper-and-leave", file])

@@ -508,31 +508,27 @@ export const leaseHolderOf = (lockPath: string): string | undefined => {
   if (pid === keeper?.pid) return "this process"
   const parent = parentOf(pid)
   if (parent === undefined) return undefined
-  const host = keeperHostOf(pid)
-  // Not a keeper this build starts (another program's lock, an earlier build's keeper, which names
-  // no host): its parent, when it has one, is who holds the log.
-  if (host === undefined) return parent > 1 ? `process ${parent}` : `process ${pid}`
+  const argv = readCommandLine(pid)
+  const host = keeperHostOf(argv)
+  if (host === undefined) {
+    // An earlier build's keeper (`node -e SOURCE <driver> <wait>`, naming no host) holds it for its
+    // parent while that is no init or subreaper; any other program holds it itself.
+    const earlierKeeper = argv !== undefined && argv[1] === "-e" && argv[2]?.includes("locking_mode = EXCLUSIVE") === true
+    return earlierKeeper && parent > 1 ? `process ${parent}` : `process ${pid}`
+  }
   if (parent === host) return `process ${host}`
   // Its parent is not the host it was started by: the host has ended (a keeper is re-parented only
-  // then). Still there by its id is a process that took the id since, or a reading mid-change.
-  if (isLive(host)) return `process ${parent}`
+  // then), whatever runs under that id now.
   const state = processState(pid)
   const stopped = state === "T" || state === "t"
   return `lease keeper process ${pid}, whose host process ${host} has ended${stopped ? " and which is stopped" : ""}: ending it (kill -KILL ${pid}) frees the log`
 }
 
-/** Whether a process of this id runs (there, and not a zombie). */
-const isLive = (pid: number): boolean => {
-  const state = processState(pid)
-  return state !== undefined && state !== "Z" && state !== "X"
-}
-
 /**
- * The host id a keeper of this build was started with: its command line is exactly `node -e
- * KEEPER_SOURCE <driver> <contender wait> <host pid>`. `undefined` for any other process.
+ * The host id a keeper of this build was started with, from its command line `argv`: exactly `node
+ * -e KEEPER_SOURCE <driver> <contender wait> <host pid>`. `undefined` for any other process.
  */
-const keeperHostOf = (pid: number): number | undefined => {
-  const argv = readCommandLine(pid)
+const keeperHostOf = (argv: ReadonlyArray<string> | undefined): number | undefined => {
   if (argv === undefined || argv.length !== 6 || argv[1] !== "-e" || argv[2] !== KEEPER_SOURCE) return undefined
   const host = Number(argv[5])
   return Number.isSafeInteger(host) && host > 1 ? host : undefined
