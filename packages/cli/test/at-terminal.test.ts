@@ -11,7 +11,7 @@ import * as fs from "node:fs"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
 import { afterEach, describe, expect, it } from "vitest"
-import { TERMINAL_LINE_PROBLEM } from "../src/internal/chat-command.ts"
+import { TERMINAL_LINE_PROBLEM } from "../src/internal/run-command.ts"
 import { bin, eventLines, folder, maka, type Folder } from "./support/cli.ts"
 
 const wrapper = path.join(path.dirname(fileURLToPath(import.meta.url)), "fixtures", "hangup-wrapper.mjs")
@@ -97,5 +97,28 @@ describe("a terminal that hangs up", () => {
       line.event.fact.kind === "invocation_opened" ? [(line.event.fact["input"] as { content: { text: string } }).content.text] : [],
     )
     expect(texts).toEqual(["short"])
+  })
+
+  it("refuses a maka run - message with a line the terminal may have cut, before anything is opened", async () => {
+    const made = folder()
+    folders.push(made)
+    const { root, workspace, db } = made
+    const status = path.join(root, "status.json")
+    const errors = path.join(root, "stderr.txt")
+    const command = [process.execPath, wrapper, status, errors, process.execPath, bin, "run", "--db", db, "--workspace", workspace, "-"]
+    const terminal = spawn("script", ["-q", "-e", "-c", command.map((word) => `'${word}'`).join(" "), "/dev/null"], {
+      cwd: root,
+      stdio: ["pipe", "pipe", "inherit"],
+    })
+    terminal.stdout.resume()
+    const long = "y".repeat(6_000)
+    for (let offset = 0; offset < long.length; offset += 1_000) terminal.stdin.write(long.slice(offset, offset + 1_000))
+    // The line, then end of input (Ctrl-D at the start of the next line).
+    terminal.stdin.write("\n\u0004")
+    const ended = JSON.parse(await appears(status, 20_000)) as { code: number | null; signal: string | null }
+    terminal.kill("SIGKILL")
+    expect(fs.readFileSync(errors, "utf8")).toBe(`maka: ${TERMINAL_LINE_PROBLEM}\n`)
+    expect(ended).toEqual({ code: 2, signal: null })
+    expect(fs.existsSync(db)).toBe(false)
   })
 })

@@ -1,4 +1,4 @@
-import type { Event } from "@maka/facts"
+import { Lineage, type Event } from "@maka/facts"
 import { FactBuilders, History } from "@maka/testkit"
 import { afterEach, describe, expect, it, vi } from "vitest"
 import { timelineOf } from "../src/internal/inspect.ts"
@@ -162,6 +162,27 @@ describe("what maka inspect's timeline says of a failed attempt", () => {
     expect(interrupted).toHaveLength(2)
     expect(interrupted[0]).toMatch(/step 1 interrupted: retryable_failure \(retried\)$/)
     expect(interrupted[1]).toMatch(/step 2 interrupted: retryable_failure$/)
+  })
+
+  it("marks a paused run's failed attempt retried when its handoff successor's first request sends the retry", () => {
+    const history = new History.History()
+    const paused = history.open()
+    paused.interrupt(paused.request(), "retryable_failure")
+    const pause = paused.pause()
+    paused.end({ kind: "handoff_paused", pause })
+    const successor = Lineage.successorOf(pause.intent, paused.invocation)
+    const claim: Lineage.ContinuationClaim = {
+      id: pause.intent.claimId,
+      source: { invocation: paused.invocation, highWater: 4, digest: FactBuilders.digestOf("run-prefix") },
+      base: { highWater: 0, digest: FactBuilders.digestOf("session-base") },
+      replay: { ...pause.execution.replay },
+    }
+    const resumed = history.open({ input: { kind: "handoff", claim, pause }, turnId: successor.turnId, runId: successor.runId, invocationId: successor.invocationId })
+    resumed.request()
+    const lines: Array<string> = []
+    const add = timelineOf(lines)
+    for (const written of history.written) add(written.stored)
+    expect(lines.find((line) => line.includes("interrupted"))).toMatch(/step 1 interrupted: retryable_failure \(retried\)$/)
   })
 
   it("gives no duration where the writer's clock went back between two events (informational times)", () => {

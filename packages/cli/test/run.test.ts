@@ -800,3 +800,31 @@ describe("event lines", () => {
     })
   })
 })
+
+// docs/cli.md §10.1: the page shows the model's outputs: thinking marked as such, and the text an
+// interrupted request showed before it ended (never part of the history).
+describe("maka inspect --html on outputs that are not plain answers", () => {
+  it("marks thinking in an output, and shows the text a failed request streamed before it ended", async () => {
+    const server = await serve([
+      Respond.sse(OpenAiSse.response({ reasoning: ["Weighing it."], text: ["Forty-two."] })),
+      Respond.sse([
+        OpenAiSse.role(),
+        OpenAiSse.text("partial answer"),
+        OpenAiSse.error("The request is invalid.", { type: "invalid_request_error", code: "invalid_request" }),
+      ]),
+    ])
+    const { root, workspace, db } = fresh()
+    const base = ["--db", db, "--workspace", workspace, "--base-url", `${server.url}/v1`, "--model", "m", "--tools", "none", "--session", "o1"]
+    expect((await maka(["run", ...base, "first"], { cwd: root })).code).toBe(0)
+    const failed = await maka(["run", ...base, "second"], { cwd: root })
+    expect(failed.stdout).toContain("partial answer")
+    expect(failed.code).toBe(1)
+    const page = path.join(root, "page.html")
+    expect((await maka(["inspect", "--db", db, "--session", "o1", "--html", page], { cwd: root })).code).toBe(0)
+    const html = fs.readFileSync(page, "utf8")
+    expect(html).toContain("<pre>(thinking) Weighing it.\nForty-two.</pre>")
+    expect(html).toContain(
+      "<p>No output: the request did not complete. The text it showed before it ended (never part of the history):</p><pre>partial answer</pre>",
+    )
+  })
+})

@@ -9,7 +9,7 @@
 import { StringDecoder } from "node:string_decoder"
 import { ExitCode, fromEngineError } from "./exit.ts"
 import * as Flags from "./flags.ts"
-import { errorCodeOf, messageProblem, openHost, settingsOf, unreadableStdin, type RunContext } from "./run-command.ts"
+import { errorCodeOf, messageProblem, openHost, settingsOf, terminalLineProblem, unreadableStdin, type RunContext } from "./run-command.ts"
 import { handleSignals } from "./signals.ts"
 
 /**
@@ -70,16 +70,6 @@ const readLines = (
   }
 }
 
-/**
- * The longest line a Linux terminal hands over in its line mode (its line buffer less the line
- * feed): the rest of a longer line, pasted, is dropped by the terminal, so a line of this length
- * may be cut and is not sent as it is.
- */
-export const TERMINAL_LINE_BYTES = 4_095
-
-export const TERMINAL_LINE_PROBLEM =
-  `the line reached the terminal's limit of ${TERMINAL_LINE_BYTES} bytes, so the terminal may have cut it; for a longer message use maka chat < FILE, or maka run - < FILE`
-
 export const chatCommand = async (context: RunContext): Promise<number> => {
   const { values } = Flags.parse("chat", context.args)
   const settings = settingsOf(values, context)
@@ -96,9 +86,7 @@ export const chatCommand = async (context: RunContext): Promise<number> => {
   const toSteer: Array<string> = []
   let pumping: Promise<void> | undefined
   // A line the log would refuse, or one a terminal may have cut, is reported and skipped.
-  const fromTerminal = context.stdin.isTTY === true && process.platform === "linux"
-  const lineProblem = (line: string): string | undefined =>
-    messageProblem(line) ?? (fromTerminal && Buffer.byteLength(line, "utf8") >= TERMINAL_LINE_BYTES ? TERMINAL_LINE_PROBLEM : undefined)
+  const lineProblem = (line: string): string | undefined => messageProblem(line) ?? terminalLineProblem(context.stdin, line)
   const pumpOnce = async () => {
     while (toSteer.length > 0) {
       const line = toSteer[0]!

@@ -113,7 +113,7 @@ export interface InspectPage {
 
 /** The page of a session, from what `maka inspect` kept of its events. */
 export const inspectPage = (sessionId: string, session: SessionView): InspectPage => {
-  const { outputs, openings } = session
+  const { outputs, openings, observed } = session
   let largest = 1
   for (const stored of session.mainRequests) {
     const fact = stored.event.fact
@@ -135,11 +135,18 @@ export const inspectPage = (sessionId: string, session: SessionView): InspectPag
     sizeRows.push(
       `<tr><td>step ${number}</td><td style="width:30rem"><div class="bar" style="width:${width}%"></div></td><td>${tokens ?? "?"} tokens in, ${messages}</td></tr>`,
     )
+    const shown = request.kind === "model_requested" ? observed.get(request.stepId) : undefined
     const output =
       stepOutput === undefined
-        ? "<p>No output: the request did not complete.</p>"
+        ? shown === undefined
+          ? "<p>No output: the request did not complete.</p>"
+          : `<p>No output: the request did not complete. The text it showed before it ended (never part of the history):</p><pre>${escape(shown)}</pre>`
         : `<pre>${escape(
-            stepOutput.parts.map((part) => (part.kind === "tool_call" ? `call ${part.name} ${JSON.stringify(part.input)}` : part.text)).join("\n"),
+            stepOutput.parts
+              .map((part) =>
+                part.kind === "tool_call" ? `call ${part.name} ${JSON.stringify(part.input)}` : part.textKind === "thinking" ? `(thinking) ${part.text}` : part.text,
+              )
+              .join("\n"),
           )}</pre><p>finish ${escape(stepOutput.finishReason)}</p>`
     if ("unreadable" in rebuilt) {
       stepSections.push(`<details id="step-${number}"><summary>Step ${number} — source not readable</summary>

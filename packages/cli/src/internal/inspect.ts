@@ -53,7 +53,8 @@ export const timelineOf = (lines: Array<string>): ((stored: Event.StoredEvent) =
   const dispatched = new Map<string, { readonly name: string; readonly at: number }>()
   let mainSteps = 0
   // A main attempt that failed retryably, by its invocation: marked retried when the next request
-  // of that invocation follows (its last attempt, or one cut by a cancellation, is not).
+  // of that invocation (or of its handoff successor) follows (its last attempt, or one cut by a
+  // cancellation, is not).
   const failedAttempts = new Map<string, number>()
   return (stored) => {
     const fact: Fact.Fact = stored.event.fact
@@ -68,6 +69,16 @@ export const timelineOf = (lines: Array<string>): ((stored: Event.StoredEvent) =
               ? `${fact.input.kind} of invocation ${fact.input.claim.source.invocation.invocationId} (its first ${fact.input.claim.source.highWater} events)`
               : fact.input.kind
         const model = fact.configuration.model
+        // A successor sends the retry its paused run waited to send (docs/engine.md §5.10): that
+        // run's failed attempt is marked retried at the successor's first request.
+        if (fact.input.kind === "handoff") {
+          const paused = fact.input.claim.source.invocation.invocationId
+          const failed = failedAttempts.get(paused)
+          if (failed !== undefined) {
+            failedAttempts.delete(paused)
+            failedAttempts.set(stored.event.invocation.invocationId, failed)
+          }
+        }
         lines.push(`${prefix} invocation ${stored.event.invocation.invocationId} opened: ${input}`)
         if (model !== undefined) lines.push(`${" ".repeat(19)}  model ${model.model} on ${model.connectionId}, cwd ${fact.configuration.cwd}`)
         break
@@ -448,6 +459,8 @@ export interface SessionView {
   readonly mainRequests: ReadonlyArray<Event.StoredEvent>
   /** The output of each completed request, by step id. */
   readonly outputs: ReadonlyMap<string, Model.ModelStep>
+  /** The answer text a request that did not complete showed before it ended, by step id. */
+  readonly observed: ReadonlyMap<string, string>
 }
 
 /**
@@ -460,6 +473,9 @@ export const readSession = async (open: OpenLog, sessionId: string, withOutputs 
   const openings = new Map<string, Fact.InvocationOpened>()
   const mainRequests: Array<Event.StoredEvent> = []
   const outputs = new Map<string, Model.ModelStep>()
+  // The answer text each request showed, until its completion replaces it: what an interrupted one left.
+  const observed = new Map<string, string>()
+  const answerParts = new Set<string>()
   let count = 0
   for await (const page of sessionEventPages(open, sessionId)) {
     for (const stored of page) {
@@ -467,12 +483,20 @@ export const readSession = async (open: OpenLog, sessionId: string, withOutputs 
       const fact = stored.event.fact
       if (fact.kind === "invocation_opened") openings.set(stored.event.invocation.invocationId, fact)
       else if (fact.kind === "model_requested" && fact.purpose === "main") mainRequests.push(stored)
-      else if (fact.kind === "model_completed" && withOutputs) outputs.set(fact.stepId, fact.output)
+      else if (fact.kind === "model_completed" && withOutputs) {
+        outputs.set(fact.stepId, fact.output)
+        observed.delete(fact.stepId)
+      } else if (fact.kind === "model_observed" && withOutputs) {
+        const event = fact.event
+        const part = `${fact.stepId}\u0000${event.kind === "part_started" || event.kind === "part_delta" ? event.id : ""}`
+        if (event.kind === "part_started" && event.textKind === "text") answerParts.add(part)
+        else if (event.kind === "part_delta" && answerParts.has(part)) observed.set(fact.stepId, `${observed.get(fact.stepId) ?? ""}${event.text}`)
+      }
     }
     count += page.length
   }
   if (count === 0) throw new CliError(`session ${sessionId} has no events`, ExitCode.failed)
-  return { count, lines, openings, mainRequests, outputs }
+  return { count, lines, openings, mainRequests, outputs, observed }
 }
 
 function* linesOf(lines: ReadonlyArray<string>): Iterable<string> {

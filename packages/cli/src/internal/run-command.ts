@@ -113,6 +113,22 @@ const observingFetch = (
   }
 }
 
+/**
+ * The longest line a Linux terminal hands over in its line mode (its line buffer less the line
+ * feed): the rest of a longer line, pasted, is dropped by the terminal, so a line of this length
+ * may be cut and is not sent as it is.
+ */
+export const TERMINAL_LINE_BYTES = 4_095
+
+export const TERMINAL_LINE_PROBLEM =
+  `the line reached the terminal's limit of ${TERMINAL_LINE_BYTES} bytes, so the terminal may have cut it; for a longer message use maka chat < FILE, or maka run - < FILE`
+
+/** Why `text` read from `stdin` may have been cut by a Linux terminal (a line at its limit), or `undefined`. */
+export const terminalLineProblem = (stdin: NodeJS.ReadStream, text: string): string | undefined =>
+  stdin.isTTY === true && process.platform === "linux" && text.split("\n").some((line) => Buffer.byteLength(line, "utf8") >= TERMINAL_LINE_BYTES)
+    ? TERMINAL_LINE_PROBLEM
+    : undefined
+
 /** Why the log would refuse a user message's text (over its size limit), or `undefined`. */
 export const messageProblem = (message: string): string | undefined => {
   const bytes = Buffer.byteLength(message, "utf8")
@@ -136,6 +152,11 @@ const readMessage = async (context: RunContext, positionals: ReadonlyArray<strin
     ).replace(/\r?\n$/, "")
   }
   if (message.trim() === "") throw new Flags.UsageError("the message is empty; give a MESSAGE with text")
+  // Read from a terminal (`maka run -`): a line at the terminal's limit may have been cut there.
+  if (positionals[0] === undefined || positionals[0] === "-") {
+    const cut = terminalLineProblem(context.stdin, message)
+    if (cut !== undefined) throw new Flags.UsageError(cut)
+  }
   // Refused here, before the log, the workspace or a session is made for it.
   const problem = messageProblem(message)
   if (problem !== undefined) throw new Flags.UsageError(problem)
