@@ -26,6 +26,31 @@ describe("secrets in errors", () => {
     }),
   )
 
+  it.effect("scrubs the token of a Redacted authorization value (Bearer TOKEN) echoed without its scheme, in errors and in answers", () =>
+    Effect.gen(function* () {
+      const token = "tok-ZZZZ9999YYYY8888XXXX"
+      const server = yield* ScriptedServer.make({
+        script: [
+          Respond.json(401, { error: { message: `Incorrect API key provided: ${token}.` } }),
+          Respond.sse(OpenAiSse.response({ text: ["your token is tok-ZZZZ9999", "YYYY8888XXXX, keep it"] })),
+        ],
+      })
+      const model = yield* LanguageModel.make({
+        kind: "openai-compatible",
+        baseUrl: `${server.url}/v1`,
+        model: "m",
+        apiKey: Redacted.make(""),
+        headers: { Authorization: Redacted.make(`Bearer ${token}`) },
+      })
+      const error = yield* failureOf(model.stream(request()))
+      assert.strictEqual(error.reason._tag === "Provider" ? error.reason.message.includes(token) : true, false)
+      assert.include(error.message, "Incorrect API key provided: [redacted].")
+      const { events } = yield* collect(model.stream(request()))
+      const text = events.flatMap((event) => (event.kind === "part_delta" ? [event.text] : [])).join("")
+      assert.strictEqual(text, "your token is [redacted], keep it")
+    }),
+  )
+
   it.effect("scrubs a key that a long provider message would cut in half", () =>
     Effect.gen(function* () {
       const key = "sk-ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"

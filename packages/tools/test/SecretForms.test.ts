@@ -18,3 +18,16 @@ describe("a secret a tool's output carries URL-encoded", () => {
     expect(scrub(`GET /v1?api_key=${encoded} HTTP/1.1`, [Redacted.make(KEY)])).toBe(`GET /v1?api_key=${REDACTED} HTTP/1.1`)
   })
 })
+
+describe("an authorization value given as a secret (Bearer TOKEN)", () => {
+  it("is scrubbed with its scheme and as its token alone, which a tool's output shows without the scheme", () => {
+    const token = "tok-ZZZZ9999YYYY8888XXXX"
+    const secrets = [Redacted.make(`Bearer ${token}`)]
+    expect(scrub(`Authorization: Bearer ${token}`, secrets)).toBe(`Authorization: ${REDACTED}`)
+    expect(scrub(`token=${token};`, secrets)).toBe(`token=${REDACTED};`)
+    // What a cut left of the token's start, as of any secret's.
+    expect(scrub("head tok-ZZZZ9999YYYY", secrets)).not.toContain("tok-ZZZZ9999")
+    // A short word after a scheme is no credential of its own: ordinary text keeps it.
+    expect(scrub("abc1234 is a word", [Redacted.make("Token abc1234")])).toBe("abc1234 is a word")
+  })
+})

@@ -29,10 +29,17 @@ const urlForms = (value: string): ReadonlyArray<string> => {
   })
 }
 
+/**
+ * The credential of an authorization header's value (`Bearer TOKEN`, `Basic …`, `Token …`): a
+ * server or a model echoes the token without its scheme, so the token is a secret of its own.
+ */
+const AUTHORIZATION = /^(?:bearer|basic|token|bot|apikey|api-key|key)\s+(\S{8,})$/i
+
 /** Every form of `secret` that text can carry, longest first. */
 export const formsOf = (secret: string): ReadonlyArray<string> => {
   const forms = new Set<string>()
-  for (const value of [secret, secret.trim()]) {
+  const credential = AUTHORIZATION.exec(secret.trim())?.[1]
+  for (const value of credential === undefined ? [secret, secret.trim()] : [secret, secret.trim(), credential]) {
     forms.add(value)
     forms.add(JSON.stringify(value).slice(1, -1))
     for (const encoded of urlForms(value)) forms.add(encoded)
