@@ -123,11 +123,11 @@ export const providerConfig = (provider: ProviderOptions): ProviderConfig.Provid
   ...(provider.requestDeadlineMs === undefined ? {} : { requestDeadlineMs: provider.requestDeadlineMs }),
 })
 
-/** What a tool failure message must never carry: the provider key and the `Redacted` header values. */
-export const secretsOf = (config: ProviderConfig.ProviderConfig): ReadonlyArray<Redacted.Redacted<string>> => [
-  ...(Redacted.value(config.apiKey) === "" ? [] : [config.apiKey]),
-  ...Object.values(config.headers ?? {}).filter((value) => Redacted.isRedacted(value)),
-]
+/**
+ * What a tool's output or failure message must never carry: the provider's secrets (its key, its
+ * `Redacted` header values, a credential header given as plain text).
+ */
+export const secretsOf = (config: ProviderConfig.ProviderConfig): ReadonlyArray<Redacted.Redacted<string>> => ProviderConfig.secretsOf(config)
 
 const isRecord = (value: unknown): value is Readonly<Record<string, unknown>> => typeof value === "object" && value !== null
 

@@ -425,6 +425,21 @@ describe("the writer lease across processes", () => {
     }
   })
 
+  it("starts its keeper with an empty environment: none of the host's variables (its credentials) is there", async () => {
+    const file = path.join(temporaryDirectory(), "events.sqlite")
+    const holder = spawnChild(childScript("writer.ts"), ["hold", file], { MAKA_API_KEY: "sk-keeper-must-not-hold-this" })
+    try {
+      await holder.line("ready")
+      const keeper = lockHolderOf(`${file}${LOCK_SUFFIX}`)
+      expect(keeper).toBeDefined()
+      expect(fs.readFileSync(`/proc/${keeper}/environ`, "utf8")).toBe("")
+      // It holds the lease all the same.
+      await expectReason(openSqlite(file), "WriterBusy")
+    } finally {
+      holder.process.kill("SIGKILL")
+    }
+  })
+
   it("names another program holding the lock file as itself, not its parent", async () => {
     const directory = temporaryDirectory()
     const file = path.join(directory, "events.sqlite")

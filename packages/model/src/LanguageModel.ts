@@ -160,10 +160,7 @@ const makeChecked = (config: ProviderConfig.ProviderConfig, options: MakeOptions
           HttpClient.fetchAnswer(hostFetch(url, { ...request, body: HttpClient.textOf(request.body), redirect: "manual" })).then(HttpClient.fromFetchResponse)
   // An empty key (a local server needs none) sends no credential header and redacts nothing. Every
   // form the key and the Redacted header values can come back in is scrubbed from error messages.
-  const credentials: ReadonlyArray<Redacted.Redacted<string>> = [
-    config.apiKey,
-    ...Object.values(config.headers ?? {}).filter((value) => Redacted.isRedacted(value)),
-  ].filter((secret) => Redacted.value(secret).trim() !== "")
+  const credentials = ProviderConfig.secretsOf(config)
   const secrets = formsOf(credentials.map((secret) => Redacted.value(secret)))
   const normalizer = (): Normalizer =>
     config.kind === "anthropic" ? anthropicNormalizer(routeIdentity) : openAiNormalizer()

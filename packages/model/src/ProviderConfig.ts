@@ -90,6 +90,22 @@ export const routeIdentity = (
  * cause `bad port`), which would fail every attempt as a network failure, retried for minutes. A
  * configuration with its own `fetch` may reach them.
  */
+/** Header names whose value is a credential, whether it is given `Redacted` or as plain text. */
+const CREDENTIAL_HEADERS: ReadonlySet<string> = new Set(["authorization", "proxy-authorization", "x-api-key", "api-key"])
+
+/**
+ * What must never reach a message, the log or the model of `config`: the key (when not empty),
+ * every `Redacted` header value, and the value of a credential header (`authorization`, `x-api-key`,
+ * …) given as plain text, which replaces the header built from the key.
+ */
+export const secretsOf = (config: Pick<ProviderConfig, "apiKey" | "headers">): ReadonlyArray<Redacted.Redacted<string>> =>
+  [
+    config.apiKey,
+    ...Object.entries(config.headers ?? {}).flatMap(([name, value]) =>
+      Redacted.isRedacted(value) ? [value] : CREDENTIAL_HEADERS.has(name.toLowerCase()) ? [Redacted.make(value)] : [],
+    ),
+  ].filter((secret) => Redacted.value(secret).trim() !== "")
+
 export const FETCH_BAD_PORTS: ReadonlySet<number> = new Set([
   1, 7, 9, 11, 13, 15, 17, 19, 20, 21, 22, 23, 25, 37, 42, 43, 53, 69, 77, 79, 87, 95, 101, 102, 103, 104, 109, 110, 111,
   113, 115, 117, 119, 123, 135, 137, 139, 143, 161, 179, 389, 427, 465, 512, 513, 514, 515, 526, 530, 531, 532, 540, 548,

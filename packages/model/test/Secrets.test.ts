@@ -51,6 +51,29 @@ describe("secrets in errors", () => {
     }),
   )
 
+  it.effect("treats a credential header given as plain text (authorization, x-api-key) as a secret, which replaces the key's header", () =>
+    Effect.gen(function* () {
+      const token = "PLAIN-HEADER-TOKEN-123456"
+      for (const [name, kind] of [["Authorization", "openai-compatible"], ["X-Api-Key", "anthropic"]] as const) {
+        const server = yield* ScriptedServer.make({ script: [Respond.json(401, { error: { message: `bad credential ${token}` } })] })
+        const model = yield* LanguageModel.make({
+          kind,
+          baseUrl: kind === "anthropic" ? server.url : `${server.url}/v1`,
+          model: "m",
+          apiKey: Redacted.make("sk-unsent-key-0000"),
+          headers: { [name]: name === "Authorization" ? `Bearer ${token}` : token },
+        })
+        const error = yield* failureOf(model.stream(request()))
+        assert.notInclude(error.message, token, name)
+        assert.include(error.message, "bad credential [redacted]", name)
+        assert.deepStrictEqual(
+          (model.secrets ?? []).map((secret) => Redacted.value(secret)),
+          ["sk-unsent-key-0000", name === "Authorization" ? `Bearer ${token}` : token],
+        )
+      }
+    }),
+  )
+
   it.effect("scrubs a key that a long provider message would cut in half", () =>
     Effect.gen(function* () {
       const key = "sk-ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"

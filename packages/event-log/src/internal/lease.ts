@@ -284,10 +284,11 @@ class Keeper {
   constructor() {
     const driver = driverPath()
     // The host's NODE_OPTIONS (loaders, inspectors) have no business in the keeper.
-    const { NODE_OPTIONS: _options, ...environment } = process.env
+    // An empty environment: the keeper needs none, and the host's (NODE_OPTIONS' loaders and
+    // inspectors, the credentials it holds) has no business in it.
     this.child = spawn(process.execPath, ["-e", KEEPER_SOURCE, driver, String(LEASE_DEFAULTS.contenderWaitMs), String(process.pid)], {
       stdio: ["pipe", "pipe", "pipe"],
-      env: environment,
+      env: {},
       windowsHide: true,
     })
     this.child.on("error", (error) => this.gone(error))
