@@ -219,6 +219,42 @@ describe("OpenAI-compatible adapter", () => {
     }),
   )
 
+  it.effect("reads Together's eos as stop and Mistral's model_length as length", () =>
+    Effect.gen(function* () {
+      const server = yield* serve(
+        Respond.sse(OpenAiSse.response({ text: ["done"], finishReason: "eos" })),
+        Respond.sse(OpenAiSse.response({ text: ["cut"], finishReason: "model_length" })),
+      )
+      const model = yield* openAi(server)
+      const reasons: Array<string> = []
+      for (let index = 0; index < 2; index++) {
+        const { events, error } = yield* collect(model.stream(request()))
+        assert.isUndefined(error)
+        reasons.push(...events.flatMap((event) => (event.kind === "finished" ? [event.reason] : [])))
+      }
+      assert.deepStrictEqual(reasons, ["stop", "length"])
+    }),
+  )
+
+  it.effect("takes the thinking of reasoning when reasoning_content beside it is empty", () =>
+    Effect.gen(function* () {
+      const server = yield* serve(
+        Respond.sse([
+          OpenAiSse.role(),
+          OpenAiSse.chunk({ reasoning_content: "", reasoning: "step one" }),
+          OpenAiSse.text("answer"),
+          OpenAiSse.finish("stop"),
+          OpenAiSse.done(),
+        ]),
+      )
+      const { events } = yield* collect((yield* openAi(server)).stream(request()))
+      assert.deepStrictEqual(
+        events.flatMap((event) => (event.kind === "part_delta" ? [event.text] : [])),
+        ["step one", "answer"],
+      )
+    }),
+  )
+
   it.effect("an unknown finish reason is an adapter error naming it", () =>
     Effect.gen(function* () {
       const server = yield* serve(Respond.sse(OpenAiSse.response({ text: ["no"], finishReason: "content_filter" })))

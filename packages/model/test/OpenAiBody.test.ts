@@ -59,7 +59,10 @@ const wholeBody = (model: string, request: Prompt.ModelRequest, prompt: Prompt.P
   messages: JSON.parse(openAiBody(model, request, prompt, "max_tokens")).messages,
   max_tokens: request.maxOutputTokens,
   stream: true,
-  stream_options: { include_usage: true },
+  // The options' own stream_options replace the adapter's (docs/model.md §4.1); null leaves it out.
+  ...(request.providerOptions["stream_options"] === null
+    ? {}
+    : { stream_options: request.providerOptions["stream_options"] ?? { include_usage: true } }),
   ...(request.tools.length === 0
     ? {}
     : {
@@ -75,6 +78,19 @@ const requestOf = (
   providerOptions: Record<string, unknown>,
   tools: ReadonlyArray<Prompt.ToolDefinition> = [],
 ): Prompt.ModelRequest => ({ prompt, tools, providerOptions, maxOutputTokens: 1_000 }) as unknown as Prompt.ModelRequest
+
+describe("the OpenAI-compatible body's stream_options", () => {
+  it("is the adapter's include_usage unless providerOptions give their own, and left out when they give null", () => {
+    const prompt: Prompt.Prompt = [{ role: "user", content: "hi" }]
+    const bodyWith = (options: Record<string, unknown>) => JSON.parse(openAiBody("m", requestOf(prompt, options), prompt, "max_tokens")) as Record<string, unknown>
+    assert.deepStrictEqual(bodyWith({})["stream_options"], { include_usage: true })
+    assert.deepStrictEqual(bodyWith({ stream_options: { include_usage: false } })["stream_options"], { include_usage: false })
+    assert.isFalse("stream_options" in bodyWith({ stream_options: null }))
+    // The fields the options never replace.
+    const body = bodyWith({ model: "x", messages: [], stream: false, max_tokens: 1, stream_options: null })
+    assert.deepStrictEqual([body["model"], body["stream"], body["max_tokens"]], ["m", true, 1_000])
+  })
+})
 
 describe("the OpenAI-compatible body from message fragments", () => {
   it("equals the body written whole, with reused and with fresh message objects", () => {

@@ -57,6 +57,8 @@ export const mapFinishReason = (reason: string): Model.FinishReason | undefined 
     case "stop":
     case "end_turn":
     case "stop_sequence":
+    // Together's end of sequence.
+    case "eos":
       return "stop"
     case "tool_calls":
     case "function_call":
@@ -65,6 +67,8 @@ export const mapFinishReason = (reason: string): Model.FinishReason | undefined 
     case "length":
     case "max_tokens":
     case "model_context_window_exceeded":
+    // Mistral's context window reached.
+    case "model_length":
       return "length"
     default:
       return undefined

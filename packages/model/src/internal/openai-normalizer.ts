@@ -213,7 +213,8 @@ export const openAiNormalizer = (): Normalizer => {
       const refusal = optionalString(delta, "refusal")
       if (refusal === INVALID) return UNSUPPORTED
       if (refusal !== undefined && refusal !== "") return adapterFailure("model did not complete: refusal")
-      const thinking = reasoningContent ?? reasoning
+      // The first field that says something: a server moving from one name to the other may send both.
+      const thinking = reasoningContent !== undefined && reasoningContent !== "" ? reasoningContent : (reasoning ?? reasoningContent)
       if (thinking !== undefined) text("thinking", thinking, out)
       if (content !== undefined) text("text", content, out)
       const toolCalls = delta["tool_calls"]

@@ -225,15 +225,23 @@ const afterMessages = ({ body, messagesAt, toolsAt, hasTools }: BodyLayout, requ
     ? `${body.slice(messagesAt + MESSAGES_TEXT.length, toolsAt)}${toolsJson(request.tools)}${body.slice(toolsAt + TOOLS_TEXT.length)}`
     : body.slice(messagesAt + MESSAGES_TEXT.length)
 
-const bodyFields = (model: string, request: Prompt.ModelRequest, limitField: OutputLimitField, messages: Json, tools: Json) => ({
-  ...request.providerOptions,
-  model,
-  messages,
-  [limitField]: request.maxOutputTokens,
-  stream: true,
-  stream_options: { include_usage: true },
-  ...(request.tools.length > 0 ? { tools } : {}),
-})
+/**
+ * The body's fields. `providerOptions` go first and cannot replace `model`, `messages`, `stream`, the
+ * output limit or `tools`; a `stream_options` of theirs replaces the adapter's `{include_usage: true}`,
+ * and `stream_options: null` leaves the field out (a server that refuses it).
+ */
+const bodyFields = (model: string, request: Prompt.ModelRequest, limitField: OutputLimitField, messages: Json, tools: Json) => {
+  const { stream_options: streamOptions, ...options } = request.providerOptions ?? {}
+  return {
+    ...options,
+    model,
+    messages,
+    [limitField]: request.maxOutputTokens,
+    stream: true,
+    ...(streamOptions === null ? {} : { stream_options: streamOptions ?? { include_usage: true } }),
+    ...(request.tools.length > 0 ? { tools } : {}),
+  }
+}
 
 /** The request body for `model`, as canonical JSON text; the output limit goes in `limitField`. */
 export const openAiBody = (
