@@ -121,13 +121,35 @@ const codesOf = (objects: ReadonlyArray<Readonly<Record<string, unknown>>>): Rea
     ),
   )
 
-/** The provider's own message: the nested `error.message`, else the body's `message`. */
+/**
+ * A validation error's list (FastAPI's `detail`, Mistral's `message.detail`): each item's `msg` and
+ * where it points (`loc`), joined; undefined for anything else.
+ */
+const detailsOf = (value: unknown): string | undefined => {
+  const list = isRecord(value) ? value["detail"] : value
+  if (!Array.isArray(list)) return undefined
+  const said = list.flatMap((item) => {
+    if (!isRecord(item) || typeof item["msg"] !== "string") return []
+    const at = Array.isArray(item["loc"]) ? item["loc"].filter((part) => typeof part === "string" || typeof part === "number").join(".") : ""
+    return [at === "" ? item["msg"] : `${item["msg"]} at ${at}`]
+  })
+  return said.length === 0 ? undefined : said.join("; ")
+}
+
+/**
+ * The provider's own message: the nested `error.message`, else the body's `message`, `detail`, or
+ * `error` as a string (a TGI or LiteLLM server's), or a validation error's list.
+ */
 const messageOf = (objects: ReadonlyArray<Readonly<Record<string, unknown>>>): string | undefined => {
   for (const object of [...objects].reverse()) {
     const message = object["message"]
     if (typeof message === "string") return message
     const detail = object["detail"]
     if (typeof detail === "string") return detail
+    const error = object["error"]
+    if (typeof error === "string") return error
+    const details = detailsOf(message) ?? detailsOf(detail)
+    if (details !== undefined) return details
   }
   return undefined
 }

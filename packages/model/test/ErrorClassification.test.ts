@@ -79,6 +79,23 @@ describe("classify", () => {
     assert.strictEqual(error.reason._tag === "Provider" && error.reason.reason, "rate_limit")
   })
 
+  it("reads a string error (TGI, LiteLLM) and a validation list (FastAPI, Mistral) as the provider's message", () => {
+    const messageOf = (evidence: Partial<ErrorClassification.Evidence>) => ErrorClassification.classify({ ...base, ...evidence }).message
+    assert.include(messageOf({ status: 422, body: JSON.stringify({ error: "Input validation error: inputs too long", error_type: "validation" }) }), "Input validation error: inputs too long")
+    assert.include(messageOf({ payload: { error: "litellm.APIConnectionError: upstream closed" } }), "litellm.APIConnectionError: upstream closed")
+    assert.include(
+      messageOf({ status: 422, body: JSON.stringify({ detail: [{ loc: ["body", "temperature"], msg: "Input should be less than or equal to 2" }] }) }),
+      "Input should be less than or equal to 2 at body.temperature",
+    )
+    assert.include(
+      messageOf({ status: 422, body: JSON.stringify({ message: { detail: [{ loc: ["body", "foo"], msg: "Extra inputs are not permitted" }] }, type: "invalid_request_error" }) }),
+      "Extra inputs are not permitted at body.foo",
+    )
+    // An in-stream string error that says the context is full is an overflow, as its object form is.
+    const overflow = ErrorClassification.classify({ ...base, payload: { error: "This model's maximum context length is 8192 tokens. However, you requested 9000 tokens." } })
+    assert.strictEqual(overflow.reason._tag, "ContextOverflow")
+  })
+
   it("matches codes case-insensitively with - and _ alike", () => {
     const error = ErrorClassification.classify({ ...base, payload: { error: { status: "RESOURCE_EXHAUSTED", message: "busy" } } })
     assert.strictEqual(error.reason._tag === "Provider" && error.reason.reason, "provider_unavailable")
