@@ -261,6 +261,11 @@ const shapeProblem = (options: RunOptions): string | undefined => {
   ) {
     return `maxOutputTokens must be an integer in 1..${Limits.MAX_MAIN_OUTPUT_LIMIT}`
   }
+  // `null` (a config file's empty value) is no number: left to `??`, it would be the default unseen.
+  if (options.maxSteps === null) return `maxSteps must be an integer in 1..${Limits.MAX_STEPS}`
+  if (options.idleTimeoutMs === null) {
+    return `idleTimeoutMs must be an integer in [${ModelDefaults.ModelDefaults.minIdleTimeoutMs}, ${ModelDefaults.ModelDefaults.maxIdleTimeoutMs}]`
+  }
   // A string such as "false" is truthy: it would admit a run over an unknown outcome.
   if (options.allowPriorUnknown !== undefined && typeof options.allowPriorUnknown !== "boolean") {
     return "allowPriorUnknown must be a boolean"

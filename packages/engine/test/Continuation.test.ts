@@ -201,20 +201,15 @@ describe("a continuation's retry (docs/engine.md §5.6)", () => {
   it.live("is refused ReconciliationRequired when its context, read again, no longer gives its frozen request", () =>
     Effect.scoped(
       Effect.gen(function* () {
-        // The continuation's own context reads after its first (the one its first request is built
-        // from) lose the opening message: the log no longer gives the request it froze.
-        const reads = new Map<string, number>()
+        // The log's re-read of a request's source, from its evidence, loses the opening message of
+        // the source run: the log no longer gives the request the continuation froze.
         const { context, result } = yield* continuedThroughRetry((log) => ({
           ...log,
-          readModelContextWithHash: (sessionId, request) =>
-            Effect.map(log.readModelContextWithHash(sessionId, request), (read) => {
-              const current = request?.current
-              if (current === undefined || !current.startsWith("continued-invocation-")) return read
-              reads.set(current, (reads.get(current) ?? 0) + 1)
-              // Without the user's message that opened the source run.
-              const tail = read.source.tail.filter((item) => !(item.kind === "canonical" && item.stored.event.fact.kind === "invocation_opened"))
-              return reads.get(current)! > 1 ? { ...read, source: { ...read.source, tail } } : read
-            }),
+          readFrozenModelContext: (evidence, limits) =>
+            Effect.map(log.readFrozenModelContext(evidence, limits), (source) => ({
+              ...source,
+              tail: source.tail.filter((item) => !(item.kind === "canonical" && item.stored.event.fact.kind === "invocation_opened")),
+            })),
         }))
         assert.deepStrictEqual(Result.isSuccess(result) ? result.success.outcome : result.failure.message, {
           kind: "failed",

@@ -221,6 +221,16 @@ describe("start refusals write nothing", () => {
     }
   })
 
+  it("refuses null for maxSteps and idleTimeoutMs, as for every other option, instead of taking the default unseen", async () => {
+    const context = await setup([Respond.sse(OpenAiSse.response({ text: ["One."] }))])
+    const maxSteps = await rejection(context.engine.start(options(context, { maxSteps: untyped(null) })))
+    assertInvalid(maxSteps, "maxSteps must be an integer in 1..256", "maxSteps")
+    const idle = await rejection(context.engine.start(options(context, { idleTimeoutMs: untyped(null) })))
+    assertInvalid(idle, "idleTimeoutMs must be an integer in [1000, 300000]", "idleTimeoutMs")
+    assert.deepStrictEqual(await context.engine.events("session-1"), [])
+    assert.strictEqual(context.server.requests().length, 0)
+  })
+
   it("refuses allowPriorUnknown that is not a boolean: the string \"false\" never admits a run over an unknown outcome", async () => {
     const context = await setup([
       Respond.sse(OpenAiSse.response({ toolCalls: [{ id: "call-1", name: "deploy", arguments: ['{"target":"prod"}'] }] })),

@@ -425,14 +425,17 @@ describe("the writer lease across processes", () => {
     }
   })
 
-  it("starts its keeper with an empty environment: none of the host's variables (its credentials) is there", async () => {
+  it("starts its keeper with only the variables node may need to start: none of the host's credentials", async () => {
     const file = path.join(temporaryDirectory(), "events.sqlite")
-    const holder = spawnChild(childScript("writer.ts"), ["hold", file], { MAKA_API_KEY: "sk-keeper-must-not-hold-this" })
+    const holder = spawnChild(childScript("writer.ts"), ["hold", file], { MAKA_API_KEY: "sk-keeper-must-not-hold-this", ELECTRON_RUN_AS_NODE: "1" })
     try {
       await holder.line("ready")
       const keeper = lockHolderOf(`${file}${LOCK_SUFFIX}`)
       expect(keeper).toBeDefined()
-      expect(fs.readFileSync(`/proc/${keeper}/environ`, "utf8")).toBe("")
+      const names = fs.readFileSync(`/proc/${keeper}/environ`, "utf8").split("\0").filter((entry) => entry !== "").map((entry) => entry.split("=")[0])
+      expect(names).toContain("ELECTRON_RUN_AS_NODE")
+      expect(names).not.toContain("MAKA_API_KEY")
+      expect(names.every((name) => ["PATH", "LD_LIBRARY_PATH", "DYLD_LIBRARY_PATH", "ELECTRON_RUN_AS_NODE", "SystemRoot", "TMPDIR", "TEMP", "TMP"].includes(name!))).toBe(true)
       // It holds the lease all the same.
       await expectReason(openSqlite(file), "WriterBusy")
     } finally {

@@ -44,6 +44,16 @@ describe("secrets in errors", () => {
       })
       const error = yield* failureOf(model.stream(request()))
       assert.strictEqual(error.reason._tag === "Provider" ? error.reason.message.includes(token) : true, false)
+      // A word without a digit after the scheme (a header built from an unset variable) is no token: text keeps it.
+      const unset = yield* ScriptedServer.make({ script: [Respond.json(400, { error: { message: "value undefined is not allowed" } })] })
+      const blank = yield* LanguageModel.make({
+        kind: "openai-compatible",
+        baseUrl: `${unset.url}/v1`,
+        model: "m",
+        apiKey: Redacted.make(""),
+        headers: { Authorization: Redacted.make("Bearer undefined") },
+      })
+      assert.include((yield* failureOf(blank.stream(request()))).message, "value undefined is not allowed")
       assert.include(error.message, "Incorrect API key provided: [redacted].")
       const { events } = yield* collect(model.stream(request()))
       const text = events.flatMap((event) => (event.kind === "part_delta" ? [event.text] : [])).join("")

@@ -30,4 +30,13 @@ describe("an authorization value given as a secret (Bearer TOKEN)", () => {
     // A short word after a scheme is no credential of its own: ordinary text keeps it.
     expect(scrub("abc1234 is a word", [Redacted.make("Token abc1234")])).toBe("abc1234 is a word")
   })
+
+  it("leaves the public header another JSON Web Token shares, and scrubs the token and its signature", () => {
+    const header = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9"
+    const token = `${header}.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U`
+    const other = `${header}.eyJzdWIiOiJvdGhlciJ9.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c`
+    const secrets = [Redacted.make(`Bearer ${token}`)]
+    expect(scrub(`mine ${token}; another ${other}`, secrets)).toBe(`mine ${REDACTED}; another ${other}`)
+    expect(scrub(`cut …${token.slice(-20)}`, secrets)).toBe(`cut …${REDACTED}`)
+  })
 })

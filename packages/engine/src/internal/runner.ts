@@ -11,7 +11,7 @@ import { Cause, Effect, Exit, Fiber, Option, Ref, Result, Semaphore } from "effe
 import * as EngineError from "../EngineError.ts"
 import * as PromptBuilder from "../PromptBuilder.ts"
 import * as Recovery from "../Recovery.ts"
-import { attemptWithRetries, isStaleSource, type PausedAtRetry } from "./attempt.ts"
+import { attemptWithRetries, isStaleSource, type AttemptInput, type PausedAtRetry } from "./attempt.ts"
 import * as Compaction from "./compaction.ts"
 import * as Continuation from "./continuation.ts"
 import { faultPoint } from "./fault.ts"
@@ -425,7 +425,8 @@ const mainRequest = (
     })
     const projected = projectPrompt(run.model.kind, run.model.routeIdentity, prompt)
     const request: Prompt.ModelRequest = { prompt: projected, tools, providerOptions: settings.providerOptions, maxOutputTokens }
-    return { request, inputDigest: Digest.modelInput(request), source, archived, evidence: {} }
+    const evidence: AttemptInput["evidence"] = {}
+    return { request, inputDigest: Digest.modelInput(request), source, archived, evidence }
   })
 
 /** Runs the local calls of a completed step through the journal; returns whether the turn is done. */
@@ -867,18 +868,27 @@ const runStep = (
     const input = yield* mainRequest(run, source, run.live!.projection(run.carry), captured.definitions, priorUnknown, run.live!.holdsArchived)
     // A handoff requested while the step's attempts fail replay-safely is taken before a retry:
     // the step has no completion yet, so the pause is the top of this step (docs/engine.md §5.10).
-    // A continuation's or a successor's retry re-reads its context and rebuilds the request: a retry
-    // re-sends the frozen request, which must still be what the log gives (docs/engine.md §5.6).
+    // A continuation's or a successor's retry re-reads its request's source and rebuilds the request
+    // (docs/engine.md §5.6): a retry re-sends the frozen request, which the log must still give.
+    // The source is re-read from the request's evidence, as it was then: what the run wrote since
+    // (an archive paid during the backoff) is no difference.
     const sameInput =
       run.claim === undefined
         ? Effect.void
         : Effect.gen(function* () {
-            const fresh = yield* readContext(run, priorUnknown)
-            const rebuiltSource = yield* Effect.mapError(Effect.fromResult(fresh.snapshot()), storeError)
-            const rebuilt = yield* mainRequest(run, rebuiltSource, fresh.projection(), captured.definitions, priorUnknown, fresh.holdsArchived)
-            if (rebuilt.inputDigest !== input.inputDigest) {
-              return yield* Effect.fail(EngineError.reconciliation(EngineError.RETRY_CHANGED_INPUT_MESSAGE))
+            const evidence = input.evidence.current
+            if (evidence === undefined) return
+            const changed = EngineError.reconciliation(EngineError.RETRY_CHANGED_INPUT_MESSAGE)
+            const frozen = yield* Effect.result(
+              run.log.readFrozenModelContext({ scope: input.source.sourceEvidence.scope, highWater: evidence.highWater, digest: evidence.digest }),
+            )
+            // Rows that no longer give the evidence's digest are a difference too.
+            if (Result.isFailure(frozen)) {
+              return yield* Effect.fail(frozen.failure.isRejected ? changed : storeError(frozen.failure))
             }
+            const source = frozen.success
+            const rebuilt = yield* mainRequest(run, source, PromptBuilder.projectSource(source), captured.definitions, priorUnknown)
+            if (rebuilt.inputDigest !== input.inputDigest) return yield* Effect.fail(changed)
           })
     const attempted = yield* Effect.result(attemptWithRetries(run, input, handoffBoundary(run, loop, step, priorUnknown), sameInput))
     if (Result.isFailure(attempted)) {

@@ -267,6 +267,16 @@ const driverPath = (): string => {
   return require.resolve("better-sqlite3")
 }
 
+/**
+ * The variables a keeper gets of its host's environment: what the node it runs as may need to start
+ * (its libraries' path, Electron's switch to plain node, Windows' system folder) and nothing else.
+ * The host's `NODE_OPTIONS` (loaders, inspectors) and the credentials it holds have no business there.
+ */
+const KEEPER_VARIABLES: ReadonlyArray<string> = ["PATH", "LD_LIBRARY_PATH", "DYLD_LIBRARY_PATH", "ELECTRON_RUN_AS_NODE", "SystemRoot", "TMPDIR", "TEMP", "TMP"]
+
+export const keeperEnvironment = (environment: NodeJS.ProcessEnv): Record<string, string> =>
+  Object.fromEntries(KEEPER_VARIABLES.flatMap((name) => (environment[name] === undefined ? [] : [[name, environment[name]!]])))
+
 /** The keeper process of this process, started on the first lease and shared by all of them. */
 class Keeper {
   private readonly child: ChildProcessWithoutNullStreams
@@ -284,11 +294,9 @@ class Keeper {
   constructor() {
     const driver = driverPath()
     // The host's NODE_OPTIONS (loaders, inspectors) have no business in the keeper.
-    // An empty environment: the keeper needs none, and the host's (NODE_OPTIONS' loaders and
-    // inspectors, the credentials it holds) has no business in it.
     this.child = spawn(process.execPath, ["-e", KEEPER_SOURCE, driver, String(LEASE_DEFAULTS.contenderWaitMs), String(process.pid)], {
       stdio: ["pipe", "pipe", "pipe"],
-      env: {},
+      env: keeperEnvironment(process.env),
       windowsHide: true,
     })
     this.child.on("error", (error) => this.gone(error))

@@ -28,9 +28,11 @@ const urlForms = (value: string): ReadonlyArray<string> => {
 
 /**
  * The credential of an authorization header's value (`Bearer TOKEN`, `Basic …`, `Token …`): a
- * server or a model echoes the token without its scheme, so the token is a secret of its own.
+ * server or a model echoes the token without its scheme, so the token is a secret of its own. Only
+ * one that looks like a token (8 characters or more, a digit among them): `Bearer undefined`, a
+ * header built from an unset variable, would erase a word.
  */
-const AUTHORIZATION = /^(?:bearer|basic|token|bot|apikey|api-key|key)\s+(\S{8,})$/i
+const AUTHORIZATION = /^(?:bearer|basic|token|bot|apikey|api-key|key)\s+(?=\S*\d)(\S{8,})$/i
 
 /** Every form of every secret, longest first; empty secrets give none. */
 export const formsOf = (secrets: ReadonlyArray<string>): ReadonlyArray<string> => {
