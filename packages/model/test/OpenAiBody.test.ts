@@ -54,7 +54,7 @@ const tool: fc.Arbitrary<Prompt.ToolDefinition> = fc.record({
 
 /** The body as it was written before fragments: one canonical write of the whole object. */
 const wholeBody = (model: string, request: Prompt.ModelRequest, prompt: Prompt.Prompt): unknown => ({
-  ...request.providerOptions,
+  ...Object.fromEntries(Object.entries(request.providerOptions).filter(([key]) => key !== "tools")),
   model,
   messages: JSON.parse(openAiBody(model, request, prompt, "max_tokens")).messages,
   max_tokens: request.maxOutputTokens,
@@ -86,9 +86,9 @@ describe("the OpenAI-compatible body's stream_options", () => {
     assert.deepStrictEqual(bodyWith({})["stream_options"], { include_usage: true })
     assert.deepStrictEqual(bodyWith({ stream_options: { include_usage: false } })["stream_options"], { include_usage: false })
     assert.isFalse("stream_options" in bodyWith({ stream_options: null }))
-    // The fields the options never replace.
-    const body = bodyWith({ model: "x", messages: [], stream: false, max_tokens: 1, stream_options: null })
-    assert.deepStrictEqual([body["model"], body["stream"], body["max_tokens"]], ["m", true, 1_000])
+    // The fields the options never replace, nor add: tools, when the request offers none.
+    const body = bodyWith({ model: "x", messages: [], stream: false, max_tokens: 1, stream_options: null, tools: [{ type: "function" }] })
+    assert.deepStrictEqual([body["model"], body["stream"], body["max_tokens"], body["tools"]], ["m", true, 1_000, undefined])
   })
 })
 

@@ -44,7 +44,18 @@ describe("secrets in errors", () => {
       })
       const error = yield* failureOf(model.stream(request()))
       assert.strictEqual(error.reason._tag === "Provider" ? error.reason.message.includes(token) : true, false)
-      // A word without a digit after the scheme (a header built from an unset variable) is no token: text keeps it.
+      // A credential without a digit is a secret as any is.
+      const letters = "abcdefghijklmnopQRSTUVWXyzabcdEF"
+      const plain = yield* ScriptedServer.make({ script: [Respond.json(401, { error: { message: `credential ${letters} was refused` } })] })
+      const basic = yield* LanguageModel.make({
+        kind: "openai-compatible",
+        baseUrl: `${plain.url}/v1`,
+        model: "m",
+        apiKey: Redacted.make(""),
+        headers: { Authorization: Redacted.make(`Basic ${letters}`) },
+      })
+      assert.include((yield* failureOf(basic.stream(request()))).message, "credential [redacted] was refused")
+      // A placeholder after the scheme (a header built from an unset variable) is no secret: text keeps it.
       const unset = yield* ScriptedServer.make({ script: [Respond.json(400, { error: { message: "value undefined is not allowed" } })] })
       const blank = yield* LanguageModel.make({
         kind: "openai-compatible",

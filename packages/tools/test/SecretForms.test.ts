@@ -38,5 +38,17 @@ describe("an authorization value given as a secret (Bearer TOKEN)", () => {
     const secrets = [Redacted.make(`Bearer ${token}`)]
     expect(scrub(`mine ${token}; another ${other}`, secrets)).toBe(`mine ${REDACTED}; another ${other}`)
     expect(scrub(`cut …${token.slice(-20)}`, secrets)).toBe(`cut …${REDACTED}`)
+    // Another token after the scheme keeps its header and all after it.
+    expect(scrub(`Authorization: Bearer ${other}`, secrets)).toBe(`Authorization: Bearer ${other}`)
+    // A piece of the token's start that runs past its header is scrubbed, as any secret's is, the
+    // token alone given or after its scheme.
+    for (const given of [token, `Bearer ${token}`]) {
+      expect(scrub(`TOKEN=${token.slice(0, -10)}`, [Redacted.make(given)])).toBe(`TOKEN=${REDACTED}`)
+    }
+  })
+
+  it("gives a placeholder credential (Bearer undefined) no forms: it holds no secret, and its word stays", () => {
+    expect(scrub("the value is undefined here", [Redacted.make("Bearer undefined")])).toBe("the value is undefined here")
+    expect(scrub("Bearer undefined", [Redacted.make("Bearer undefined")])).toBe("Bearer undefined")
   })
 })

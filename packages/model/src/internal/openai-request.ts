@@ -231,7 +231,8 @@ const afterMessages = ({ body, messagesAt, toolsAt, hasTools }: BodyLayout, requ
  * and `stream_options: null` leaves the field out (a server that refuses it).
  */
 const bodyFields = (model: string, request: Prompt.ModelRequest, limitField: OutputLimitField, messages: Json, tools: Json) => {
-  const { stream_options: streamOptions, ...options } = request.providerOptions ?? {}
+  // `tools` are the adapter's even when the request offers none (a summary's): never the options'.
+  const { stream_options: streamOptions, tools: _tools, ...options } = request.providerOptions ?? {}
   return {
     ...options,
     model,

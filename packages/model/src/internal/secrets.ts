@@ -28,17 +28,19 @@ const urlForms = (value: string): ReadonlyArray<string> => {
 
 /**
  * The credential of an authorization header's value (`Bearer TOKEN`, `Basic …`, `Token …`): a
- * server or a model echoes the token without its scheme, so the token is a secret of its own. Only
- * one that looks like a token (8 characters or more, a digit among them): `Bearer undefined`, a
- * header built from an unset variable, would erase a word.
+ * server or a model echoes the token without its scheme, so the token (8 characters or more) is a
+ * secret of its own. A value whose credential is a placeholder (`Bearer undefined`, a header built
+ * from an unset variable) holds no secret, and scrubbing it would erase a word: it has no forms.
  */
-const AUTHORIZATION = /^(?:bearer|basic|token|bot|apikey|api-key|key)\s+(?=\S*\d)(\S{8,})$/i
+const AUTHORIZATION = /^(?:bearer|basic|token|bot|apikey|api-key|key)\s+(\S{8,})$/i
+const PLACEHOLDER = /^(?:undefined|null|none|placeholder|changeme|your[-_]?(?:api[-_]?)?(?:key|token))$/i
 
 /** Every form of every secret, longest first; empty secrets give none. */
 export const formsOf = (secrets: ReadonlyArray<string>): ReadonlyArray<string> => {
   const forms = new Set<string>()
   for (const secret of secrets) {
     const credential = AUTHORIZATION.exec(secret.trim())?.[1]
+    if (credential !== undefined && PLACEHOLDER.test(credential)) continue
     for (const value of credential === undefined ? [secret, secret.trim()] : [secret, secret.trim(), credential]) {
       forms.add(value)
       forms.add(JSON.stringify(value).slice(1, -1))

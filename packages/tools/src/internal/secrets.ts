@@ -31,16 +31,18 @@ const urlForms = (value: string): ReadonlyArray<string> => {
 
 /**
  * The credential of an authorization header's value (`Bearer TOKEN`, `Basic …`, `Token …`): a
- * server or a model echoes the token without its scheme, so the token is a secret of its own. Only
- * one that looks like a token (8 characters or more, a digit among them): `Bearer undefined`, a
- * header built from an unset variable, would erase a word.
+ * server or a model echoes the token without its scheme, so the token (8 characters or more) is a
+ * secret of its own. A value whose credential is a placeholder (`Bearer undefined`, a header built
+ * from an unset variable) holds no secret, and scrubbing it would erase a word: it has no forms.
  */
-const AUTHORIZATION = /^(?:bearer|basic|token|bot|apikey|api-key|key)\s+(?=\S*\d)(\S{8,})$/i
+const AUTHORIZATION = /^(?:bearer|basic|token|bot|apikey|api-key|key)\s+(\S{8,})$/i
+const PLACEHOLDER = /^(?:undefined|null|none|placeholder|changeme|your[-_]?(?:api[-_]?)?(?:key|token))$/i
 
 /** Every form of `secret` that text can carry, longest first. */
 export const formsOf = (secret: string): ReadonlyArray<string> => {
   const forms = new Set<string>()
   const credential = AUTHORIZATION.exec(secret.trim())?.[1]
+  if (credential !== undefined && PLACEHOLDER.test(credential)) return []
   for (const value of credential === undefined ? [secret, secret.trim()] : [secret, secret.trim(), credential]) {
     forms.add(value)
     forms.add(JSON.stringify(value).slice(1, -1))
@@ -62,8 +64,8 @@ const allForms = (secrets: ReadonlyArray<Redacted.Redacted<string>>): ReadonlyAr
  */
 export const fragmentLength = (form: string): number => Math.min(16, Math.max(8, Math.ceil(form.length / 2)))
 
-/** A JSON Web Token's start: its base64url header (`{"` encodes as `eyJ`), then a dot. */
-const JWT_START = /^eyJ[A-Za-z0-9_-]+\./
+/** A JSON Web Token's start, alone or after a scheme: its base64url header (`{"` is `eyJ`), then a dot. */
+const JWT_START = /(?:^|(?<=\s))eyJ[A-Za-z0-9_-]+\./
 
 /** How long a piece that ends a form must be to be scrubbed: a key's end is random, no prefix. */
 export const TAIL_FRAGMENT_LENGTH = 8
@@ -72,18 +74,21 @@ export const TAIL_FRAGMENT_LENGTH = 8
  * The ranges of `text` holding a piece of `form` that a cut left: a prefix of at least
  * `fragmentLength(form)` characters (a tool kept the head of its output and cut the secret's end
  * off) or a suffix of at least `TAIL_FRAGMENT_LENGTH` (a page or window that begins inside it);
- * no prefix of a JSON Web Token, whose start is its public header.
+ * a prefix of a JSON Web Token only past its public header and half of what follows it.
  */
 const fragmentsOf = (text: string, form: string): Array<readonly [number, number]> => {
   const ranges: Array<readonly [number, number]> = []
   const least = fragmentLength(form)
   if (form.length <= least) return ranges
-  const head = form.slice(0, least)
-  // A JSON Web Token begins with its header, which many tokens share and which is no secret: no
-  // piece of its start is looked for (its end, the signature, is).
-  const publicStart = JWT_START.test(form)
-  for (let at = publicStart ? -1 : text.indexOf(head); at !== -1; at = text.indexOf(head, at + 1)) {
-    let length = least
+  // A JSON Web Token's header (after a scheme, or alone) is shared by many tokens, and so is its
+  // payload's start (`{"sub":"…` and the like): a piece of the form's start counts only once it runs
+  // past the header, its dot and half of what follows.
+  const jwt = JWT_START.exec(form)
+  const afterHeader = jwt === null ? 0 : jwt.index + jwt[0].length
+  const headLength = jwt === null ? least : Math.max(least, afterHeader + Math.ceil((form.length - afterHeader) / 2))
+  const head = form.slice(0, headLength)
+  for (let at = headLength >= form.length ? -1 : text.indexOf(head); at !== -1; at = text.indexOf(head, at + 1)) {
+    let length = headLength
     while (length < form.length && text[at + length] === form[length]) length++
     ranges.push([at, at + length])
   }
