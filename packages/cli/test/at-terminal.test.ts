@@ -30,32 +30,50 @@ const appears = async (file: string, timeoutMs: number): Promise<string> => {
   throw new Error(`${file} did not appear within ${timeoutMs} ms`)
 }
 
+/**
+ * `maka ARGS` on a terminal of its own (`script`'s): the test writes to `terminal.stdin` as typing;
+ * `ended()` is how the command ended (a hangup does not end the wrapper that tells it), `stderr()`
+ * what it wrote there; `shows(text)` resolves once the terminal showed `text`.
+ */
+const atTerminal = (made: Folder, args: ReadonlyArray<string>, env: Readonly<Record<string, string>> = {}) => {
+  const status = path.join(made.root, "status.json")
+  const errors = path.join(made.root, "stderr.txt")
+  const command = [process.execPath, wrapper, status, errors, process.execPath, bin, ...args]
+  const terminal = spawn("script", ["-q", "-c", command.map((word) => `'${word}'`).join(" "), "/dev/null"], {
+    cwd: made.root,
+    stdio: ["pipe", "pipe", "inherit"],
+    env: { ...process.env, ...env },
+  })
+  let shown = ""
+  const waiting: Array<{ readonly text: string; readonly resolve: () => void }> = []
+  terminal.stdout.on("data", (chunk: Buffer) => {
+    shown += chunk.toString("utf8")
+    for (const waiter of waiting.filter((item) => shown.includes(item.text))) {
+      waiting.splice(waiting.indexOf(waiter), 1)
+      waiter.resolve()
+    }
+  })
+  return {
+    terminal,
+    shows: (text: string) => new Promise<void>((resolve) => (shown.includes(text) ? resolve() : waiting.push({ text, resolve }))),
+    ended: async () => JSON.parse(await appears(status, 20_000)) as { code: number | null; signal: string | null },
+    stderr: () => fs.readFileSync(errors, "utf8"),
+  }
+}
+
 describe("a terminal that hangs up", () => {
   it("cancels maka chat's turn, seals it, and exits 130 without an abort", async () => {
     const made = folder()
     folders.push(made)
     const { root, workspace, db } = made
-    const status = path.join(root, "status.json")
-    const errors = path.join(root, "stderr.txt")
-    const command = [process.execPath, wrapper, status, errors, process.execPath, bin, "chat", "--db", db, "--workspace", workspace, "--session", "h1"]
-    const terminal = spawn("script", ["-q", "-c", command.map((word) => `'${word}'`).join(" "), "/dev/null"], {
-      cwd: root,
-      stdio: ["pipe", "pipe", "inherit"],
-      env: { ...process.env, MAKA_OFFLINE_DELAY_MS: "300" },
-    })
-    let shown = ""
-    const streaming = new Promise<void>((resolve) => {
-      terminal.stdout.on("data", (chunk: Buffer) => {
-        shown += chunk.toString("utf8")
-        if (shown.includes("You asked")) resolve()
-      })
-    })
+    const chat = atTerminal(made, ["chat", "--db", db, "--workspace", workspace, "--session", "h1"], { MAKA_OFFLINE_DELAY_MS: "300" })
+    const streaming = chat.shows("You asked")
     // Typed once the chat is up: a line before it would be read all the same.
-    terminal.stdin.write("first\n")
+    chat.terminal.stdin.write("first\n")
     await streaming
-    terminal.kill("SIGKILL")
-    const ended = JSON.parse(await appears(status, 20_000)) as { code: number | null; signal: string | null }
-    const stderr = fs.readFileSync(errors, "utf8")
+    chat.terminal.kill("SIGKILL")
+    const ended = await chat.ended()
+    const stderr = chat.stderr()
     expect(stderr).not.toContain("Assertion failed")
     expect(ended).toEqual({ code: 130, signal: null })
     expect(stderr).toContain("cancelled")
@@ -67,30 +85,18 @@ describe("a terminal that hangs up", () => {
     const made = folder()
     folders.push(made)
     const { root, workspace, db } = made
-    const status = path.join(root, "status.json")
-    const errors = path.join(root, "stderr.txt")
-    const command = [process.execPath, wrapper, status, errors, process.execPath, bin, "chat", "--db", db, "--workspace", workspace, "--session", "p1"]
-    const terminal = spawn("script", ["-q", "-e", "-c", command.map((word) => `'${word}'`).join(" "), "/dev/null"], {
-      cwd: root,
-      stdio: ["pipe", "pipe", "inherit"],
-    })
-    let shown = ""
-    const answered = new Promise<void>((resolve) => {
-      terminal.stdout.on("data", (chunk: Buffer) => {
-        shown += chunk.toString("utf8")
-        if (shown.includes('You asked: "short"')) resolve()
-      })
-    })
+    const chat = atTerminal(made, ["chat", "--db", db, "--workspace", workspace, "--session", "p1"])
+    const answered = chat.shows('You asked: "short"')
     // Pasted in pieces, as a terminal receives a paste: the terminal keeps 4,095 bytes of the line.
     const long = "x".repeat(6_000)
-    for (let offset = 0; offset < long.length; offset += 1_000) terminal.stdin.write(long.slice(offset, offset + 1_000))
-    terminal.stdin.write("\nshort\n")
+    for (let offset = 0; offset < long.length; offset += 1_000) chat.terminal.stdin.write(long.slice(offset, offset + 1_000))
+    chat.terminal.stdin.write("\nshort\n")
     await answered
     // End of input at a terminal: Ctrl-D.
-    terminal.stdin.write("\u0004")
-    const ended = JSON.parse(await appears(status, 20_000)) as { code: number | null; signal: string | null }
-    terminal.kill("SIGKILL")
-    expect(fs.readFileSync(errors, "utf8")).toContain(`maka: ${TERMINAL_LINE_PROBLEM}; the line is skipped`)
+    chat.terminal.stdin.write("\u0004")
+    const ended = await chat.ended()
+    chat.terminal.kill("SIGKILL")
+    expect(chat.stderr()).toContain(`maka: ${TERMINAL_LINE_PROBLEM}; the line is skipped`)
     expect(ended).toEqual({ code: 0, signal: null })
     const events = await maka(["events", "--db", db, "--session", "p1", "--json"], { cwd: root })
     const texts = eventLines(events.stdout).flatMap((line) =>
@@ -102,22 +108,15 @@ describe("a terminal that hangs up", () => {
   it("refuses a maka run - message with a line the terminal may have cut, before anything is opened", async () => {
     const made = folder()
     folders.push(made)
-    const { root, workspace, db } = made
-    const status = path.join(root, "status.json")
-    const errors = path.join(root, "stderr.txt")
-    const command = [process.execPath, wrapper, status, errors, process.execPath, bin, "run", "--db", db, "--workspace", workspace, "-"]
-    const terminal = spawn("script", ["-q", "-e", "-c", command.map((word) => `'${word}'`).join(" "), "/dev/null"], {
-      cwd: root,
-      stdio: ["pipe", "pipe", "inherit"],
-    })
-    terminal.stdout.resume()
+    const { workspace, db } = made
+    const run = atTerminal(made, ["run", "--db", db, "--workspace", workspace, "-"])
     const long = "y".repeat(6_000)
-    for (let offset = 0; offset < long.length; offset += 1_000) terminal.stdin.write(long.slice(offset, offset + 1_000))
+    for (let offset = 0; offset < long.length; offset += 1_000) run.terminal.stdin.write(long.slice(offset, offset + 1_000))
     // The line, then end of input (Ctrl-D at the start of the next line).
-    terminal.stdin.write("\n\u0004")
-    const ended = JSON.parse(await appears(status, 20_000)) as { code: number | null; signal: string | null }
-    terminal.kill("SIGKILL")
-    expect(fs.readFileSync(errors, "utf8")).toBe(`maka: ${TERMINAL_LINE_PROBLEM}\n`)
+    run.terminal.stdin.write("\n\u0004")
+    const ended = await run.ended()
+    run.terminal.kill("SIGKILL")
+    expect(run.stderr()).toBe(`maka: ${TERMINAL_LINE_PROBLEM}\n`)
     expect(ended).toEqual({ code: 2, signal: null })
     expect(fs.existsSync(db)).toBe(false)
   })
