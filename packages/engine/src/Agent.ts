@@ -429,6 +429,9 @@ export const run = (options: RunOptions): Effect.Effect<Engine.RunResult, Engine
     return yield* Effect.mapError(Effect.flatMap(startInput(options), engine.run), withHint(allowsPriorUnknown(options)))
   })
 
+/** What `compact` gives `startInput` as a message: never written or sent. */
+const COMPACTION_STAND_IN = "(compaction)"
+
 /** The options of a standalone compaction: a run's, without the message, tools and step budget. */
 export type CompactOptions = Omit<RunOptions, "message" | "tools" | "maxSteps" | "allowPriorUnknown">
 
@@ -442,12 +445,14 @@ export const compact = (options: CompactOptions): Effect.Effect<Engine.RunResult
     const read = readOptions(options)
     if (typeof read === "string") return yield* Effect.fail(EngineError.invalidInput(read.replace("start options", "compact options")))
     // A compaction has no step budget of its own and no prior-unknown choice: whatever a caller
-    // without types passes for them is not checked, as it is not used.
+    // without types passes for them is not checked, as it is not used. Nor has it a message: the
+    // one `startInput` checks is a stand-in, dropped, and visible (a blank one is refused on the
+    // Anthropic route, for a message that would be sent).
     const { message: _message, tools: _tools, maxSteps: _maxSteps, allowPriorUnknown: _allow, ...input } = yield* startInput({
       ...read,
       maxSteps: undefined,
       allowPriorUnknown: undefined,
-      message: "",
+      message: COMPACTION_STAND_IN,
     })
     return yield* Effect.mapError(engine.compact(input), withHint(false))
   })

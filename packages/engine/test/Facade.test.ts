@@ -1,6 +1,6 @@
 import type { Event } from "@maka/facts"
 import { EventLogError } from "@maka/event-log"
-import { AnthropicSse, OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
+import { AnthropicSse, FactBuilders, OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
 import { Builtins, Tool, ToolCatalog } from "@maka/tools"
 import { Effect, Schema } from "effect"
 import * as diagnostics from "node:diagnostics_channel"
@@ -638,6 +638,22 @@ describe("Facade", () => {
     const other = await setup([Respond.sse(OpenAiSse.response({ text: ["fine"] }))])
     const blank = await other.engine.start(options(other, { message: " " }))
     assert.deepStrictEqual((await blank.wait()).outcome, { kind: "completed" })
+  })
+
+  it("compacts a session on the Anthropic route: a compaction has no message for the blank-message refusal to see", async () => {
+    const context = await setup([
+      Respond.sse(AnthropicSse.response({ text: ["Forty-two."] })),
+      Respond.sse(AnthropicSse.response({ text: [FactBuilders.VALID_SUMMARY] })),
+    ])
+    const provider = { kind: "anthropic" as const, baseUrl: context.server.url, model: "claude-test", apiKey: API_KEY }
+    const workspace = await openWorkspace(context.workspace)
+    await (await context.engine.start(options(context, { provider, workspace }))).wait()
+    const compacted = await context.engine.compact({ sessionId: "session-1", provider, workspace })
+    const outcome = compacted.outcome
+    assert.deepStrictEqual(outcome.kind === "context_compact_finished" ? outcome.outcome.kind : outcome, "compacted")
+    const kinds = (await context.engine.events("session-1")).map((stored) => stored.event.fact.kind)
+    assert.include(kinds, "context_checkpoint_recorded")
+    assert.strictEqual(context.server.requests().length, 2)
   })
 
   it("passes outputLimitField to the provider configuration only when it is set", () => {
