@@ -172,7 +172,7 @@ describe("the live context's limits", () => {
    * A run whose steps pass the 8 MiB limit while every summary fails (with `summary`, in turn, the last repeated): it ends
    * `outcome` before it sends a request a fresh read refuses, after `summaries` summary requests.
    */
-  const outgrowsFailing = (summary: ReadonlyArray<Respond.Responder>, outcome: string, summaries: number) =>
+  const outgrowsFailing = (summary: ReadonlyArray<Respond.Responder>, outcome: string, summaries: number, says?: string) =>
     Effect.scoped(
       Effect.gen(function* () {
         // Each step calls `sink` nine times with 100,000 characters: about 1.8 MB of completion and
@@ -197,6 +197,8 @@ describe("the live context's limits", () => {
         })
         const result = yield* context.engine.run(input(context, "Fill the context.", ToolCatalog.make([sink]), { maxSteps: 8 }))
         assert.strictEqual(result.outcome.kind === "failed" ? result.outcome.class : result.outcome.kind, outcome)
+        // The refusal says why no summary brought the history back within the limits.
+        if (says !== undefined) assert.include(result.outcome.kind === "failed" ? result.outcome.message : "", says)
         // Past 80 % of the byte limit a compaction was due, and the budget it spent is not renewed
         // before the limit is reached; past it, a fit pass tries again unless the summary answered
         // with tool content (docs/engine.md §5.12 "Fit passes").
@@ -210,7 +212,7 @@ describe("the live context's limits", () => {
     )
 
   it.live("a run whose history outgrows 8 MiB while its summaries fail ends event_store before it sends the request a fresh read refuses", () =>
-    outgrowsFailing([refusedSummary], "event_store", 2),
+    outgrowsFailing([refusedSummary], "event_store", 2, "the summary asked to fold it was not adopted (the session's summary requests say why)"),
   60_000)
 
   it.live("a run whose history outgrows 8 MiB after its summary answered with tool calls ends reconciliation_required, asking no other summary", () =>

@@ -506,10 +506,24 @@ const adopted = (run: Run, loop: LoopState, adoption: Compaction.Adoption) => {
 
 /** Runs a compaction in the foreground and adopts it; returns whether a checkpoint was adopted. */
 const compactNow = (run: Run, loop: LoopState, mode: ModelContext.CheckpointMode, fit: boolean) =>
+  Effect.map(compaction(run, loop, mode, fit), (how) => how === "adopted")
+
+/** A foreground compaction, and how it went: adopted, no clean cut to summarise, or a summary not adopted. */
+const compaction = (run: Run, loop: LoopState, mode: ModelContext.CheckpointMode, fit: boolean) =>
   Effect.gen(function* () {
     const captured = yield* Compaction.capture(run, mode, fit)
-    return captured.kind === "captured" && (yield* foregroundOf(run, loop, captured.captured))
+    if (captured.kind !== "captured") return "no_cut" as const
+    return (yield* foregroundOf(run, loop, captured.captured)) ? ("adopted" as const) : ("not_adopted" as const)
   })
+
+/** Why a history past the read limits could not be brought back within them, added to the store's refusal. */
+const UNFITTED_BECAUSE = {
+  no_cut: "no clean cut of the history fits, so no summary could fold it",
+  not_adopted: "the summary asked to fold it was not adopted (the session's summary requests say why)",
+} as const
+
+const withCause = (failure: EngineError.EngineError, because: keyof typeof UNFITTED_BECAUSE): EngineError.EngineError =>
+  failure.reason._tag === "Store" ? EngineError.make({ ...failure.reason, message: `${failure.reason.message}: ${UNFITTED_BECAUSE[because]}` }) : failure
 
 /** `foreground`, in slices from the start when a background summary of this run was refused as too long. */
 const foregroundOf = (run: Run, loop: LoopState, captured: Compaction.Captured) => {
@@ -830,10 +844,10 @@ const fittedSnapshot = (run: Run, loop: LoopState, priorUnknown: boolean) =>
       } else if (loop.summaryToolContent) {
         // A summary already answered with tool content: no other is asked.
         return yield* unfitted(loop, read.failure)
-      } else if (yield* compactNow(run, loop, automaticMode(run, loop), true)) {
-        loop.budget = "reshaped"
       } else {
-        return yield* unfitted(loop, read.failure)
+        const how = yield* compaction(run, loop, automaticMode(run, loop), true)
+        if (how !== "adopted") return yield* unfitted(loop, withCause(read.failure, how))
+        loop.budget = "reshaped"
       }
     }
   })
