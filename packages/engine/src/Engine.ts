@@ -328,7 +328,7 @@ const continuationSourceProblem = (input: LaunchInput): string | undefined => {
 /**
  * Whether a provider of `kind` refuses a user message of `text`: the Anthropic API refuses a text
  * block with no visible character, so a run (or a steering message) with one would fail its next
- * request, and every request after it that repeats the message.
+ * request (a history that holds one from before is sent with `(an empty message)` in its place).
  */
 const invisibleTo = (kind: string, text: string): boolean => kind === "anthropic" && text.trim() === ""
 
