@@ -5,7 +5,7 @@
  */
 import { Redacted } from "effect"
 import { describe, expect, it } from "vitest"
-import { REDACTED, scrub } from "../src/internal/secrets.ts"
+import { REDACTED, scrub, scrubOutput } from "../src/internal/secrets.ts"
 
 const KEY = "sk-Test!key(with)*odd~chars/and+plus=end 42"
 
@@ -50,5 +50,17 @@ describe("an authorization value given as a secret (Bearer TOKEN)", () => {
   it("gives a placeholder credential (Bearer undefined) no forms: it holds no secret, and its word stays", () => {
     expect(scrub("the value is undefined here", [Redacted.make("Bearer undefined")])).toBe("the value is undefined here")
     expect(scrub("Bearer undefined", [Redacted.make("Bearer undefined")])).toBe("Bearer undefined")
+  })
+})
+
+describe("a secret holding a quote or a backslash, JSON-escaped inside a JSON output's string", () => {
+  it("is scrubbed whole, as in a text output (a command that printed json.dumps of it)", () => {
+    const key = 'sk-te"st\\Ab+c/d=ef 0123456789XYZ'
+    const printed = `${JSON.stringify(key)}\n`
+    expect(scrubOutput({ format: "text", value: printed }, [Redacted.make(key)])).toEqual({ format: "text", value: `"${REDACTED}"\n` })
+    expect(scrubOutput({ format: "json", value: { stdout: printed } }, [Redacted.make(key)])).toEqual({
+      format: "json",
+      value: { stdout: `"${REDACTED}"\n` },
+    })
   })
 })

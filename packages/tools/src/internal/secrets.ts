@@ -45,7 +45,11 @@ export const formsOf = (secret: string): ReadonlyArray<string> => {
   if (credential !== undefined && PLACEHOLDER.test(credential)) return []
   for (const value of credential === undefined ? [secret, secret.trim()] : [secret, secret.trim(), credential]) {
     forms.add(value)
-    forms.add(JSON.stringify(value).slice(1, -1))
+    const escaped = JSON.stringify(value).slice(1, -1)
+    forms.add(escaped)
+    // Escaped twice: a JSON output's string holding the JSON-escaped secret (a command that printed
+    // `json.dumps(key)`), as the output's canonical text carries it.
+    forms.add(JSON.stringify(escaped).slice(1, -1))
     for (const encoded of urlForms(value)) forms.add(encoded)
   }
   return [...forms].filter((form) => form.length >= MIN_SECRET_LENGTH).sort((left, right) => right.length - left.length)
