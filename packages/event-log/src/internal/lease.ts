@@ -456,28 +456,26 @@ class Keeper {
 }
 
 /**
- * A process's state letter in `/proc/PID/stat` (`R`, `S`, `T` stopped, `Z` zombie, …), the field after
- * the command's closing parenthesis; `undefined` when `/proc` does not say (no such process, or no
- * `/proc` on this system).
+ * The fields of `/proc/PID/stat` after the command's closing parenthesis (its state letter first,
+ * then its parent's id, …); `undefined` when `/proc` does not say (no such process, or no `/proc`
+ * on this system).
  */
-export const processState = (pid: number): string | undefined => {
+const statFields = (pid: number): ReadonlyArray<string> | undefined => {
   try {
     const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8")
-    return stat.charAt(stat.lastIndexOf(")") + 2) || undefined
+    return stat.slice(stat.lastIndexOf(")") + 2).split(" ")
   } catch {
     return undefined
   }
 }
 
-/** A process's parent in `/proc/PID/stat` (the field after its state), or `undefined`. */
+/** A process's state letter (`R`, `S`, `T` stopped, `Z` zombie, …), or `undefined`. */
+export const processState = (pid: number): string | undefined => statFields(pid)?.[0] || undefined
+
+/** A process's parent, or `undefined`. */
 const parentOf = (pid: number): number | undefined => {
-  try {
-    const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8")
-    const parent = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1])
-    return Number.isSafeInteger(parent) ? parent : undefined
-  } catch {
-    return undefined
-  }
+  const parent = Number(statFields(pid)?.[1])
+  return Number.isSafeInteger(parent) ? parent : undefined
 }
 
 /**
