@@ -167,15 +167,45 @@ describe("OpenAI-compatible adapter", () => {
       const server = yield* serve(Respond.sse([OpenAiSse.role(), Respond.event("{not json"), OpenAiSse.done()]))
       const error = yield* failureOf((yield* openAi(server)).stream(request()))
       assert.strictEqual(error.reason._tag, "Adapter")
-      assert.strictEqual(error.reason.message, "unsupported provider event")
+      assert.strictEqual(error.reason.message, "unsupported provider event: the data is not JSON")
     }),
   )
 
-  it.effect("a chunk of an unknown shape is an unsupported provider event", () =>
+  it.effect("a chunk of an unknown shape is an unsupported provider event naming the field", () =>
     Effect.gen(function* () {
-      const server = yield* serve(Respond.sse([OpenAiSse.role(), Respond.event({ choices: "nope" }), OpenAiSse.done()]))
-      const error = yield* failureOf((yield* openAi(server)).stream(request()))
-      assert.strictEqual(error.reason.message, "unsupported provider event")
+      const chunks: ReadonlyArray<unknown> = [
+        { choices: "nope" },
+        [1],
+        // Read where the response is first named: here, without a role chunk before it.
+        { id: "x", created: "1700000000", choices: [] },
+        // Magistral's content blocks where a string is read.
+        { choices: [{ index: 0, delta: { content: [{ type: "text", text: "hi" }] }, finish_reason: null }] },
+        { choices: [{ index: 0, delta: { tool_calls: [{ index: "0", function: { name: "f" } }] }, finish_reason: null }] },
+        { choices: [{ index: 0, delta: { tool_calls: [{ index: 0, function: { name: "f", arguments: { a: 1 } } }] } }] },
+        { choices: [{ index: 0, delta: {}, finish_reason: 7 }] },
+      ]
+      const server = yield* serve(
+        ...chunks.map((chunk, index) => Respond.sse([...(index === 2 ? [] : [OpenAiSse.role()]), Respond.event(chunk), OpenAiSse.done()])),
+      )
+      const model = yield* openAi(server)
+      const messages: Array<string> = []
+      for (const _ of chunks) {
+        const error = yield* failureOf(model.stream(request()))
+        assert.strictEqual(error.reason._tag, "Adapter", error.message)
+        messages.push(error.reason.message)
+      }
+      assert.deepStrictEqual(
+        messages.map((message) => message.replace("unsupported provider event: ", "")),
+        [
+          "choices is not an array",
+          "the data is not a JSON object",
+          "created is not a count",
+          "delta.content is not a string",
+          "delta.tool_calls[].index is not a count",
+          "delta.tool_calls[].function.arguments is not a string",
+          "finish_reason is not a string",
+        ],
+      )
     }),
   )
 
@@ -590,17 +620,37 @@ describe("Anthropic adapter", () => {
     }),
   )
 
-  it.effect("a delta for a block of another kind is an unsupported provider event", () =>
+  it.effect("a delta for a block of another kind, or not open, is an unsupported provider event saying so", () =>
     Effect.gen(function* () {
-      const server = yield* serve(
-        Respond.sse([
-          AnthropicSse.messageStart(),
-          AnthropicSse.blockStart(0, { type: "text", text: "" }),
-          AnthropicSse.blockDelta(0, { type: "thinking_delta", thinking: "x" }),
-        ]),
-      )
-      const error = yield* failureOf((yield* anthropic(server)).stream(request()))
-      assert.strictEqual(error.reason.message, "unsupported provider event")
+      const text = AnthropicSse.blockStart(0, { type: "text", text: "" })
+      const streams = [
+        [text, AnthropicSse.blockDelta(0, { type: "thinking_delta", thinking: "x" })],
+        [AnthropicSse.blockStart(0, { type: "redacted_thinking", data: "r" }), AnthropicSse.blockDelta(0, { type: "thinking_delta", thinking: "x" })],
+        [text, AnthropicSse.blockDelta(1, { type: "text_delta", text: "x" })],
+        [text, AnthropicSse.blockStop(0), AnthropicSse.blockStop(0)],
+        [text, text],
+        [AnthropicSse.messageStart()],
+        [AnthropicSse.blockStart(0, { type: "tool_use", id: "c", name: 5 })],
+        [text, AnthropicSse.blockDelta(0, { type: "text_delta", text: ["x"] })],
+      ]
+      const server = yield* serve(...streams.map((events) => Respond.sse([AnthropicSse.messageStart(), ...events])))
+      const model = yield* anthropic(server)
+      const messages: Array<string> = []
+      for (const _ of streams) {
+        const error = yield* failureOf(model.stream(request()))
+        assert.strictEqual(error.reason._tag, "Adapter")
+        messages.push(error.reason.message.replace("unsupported provider event: ", ""))
+      }
+      assert.deepStrictEqual(messages, [
+        "a thinking_delta for a text block",
+        "a thinking_delta for a redacted_thinking block",
+        "a delta for content block 1, which is not open",
+        "a stop of content block 0, which is not open",
+        "content block 0 started twice",
+        "a second message_start",
+        "content_block.name is not a string",
+        "delta.text is not a string",
+      ])
     }),
   )
 

@@ -19,8 +19,9 @@ import {
   invalidToolInput,
   isJsonObject,
   mapFinishReason,
+  notA,
   parseToolInput,
-  UNSUPPORTED,
+  unsupportedShape,
   unsupportedType,
   type Normalizer,
   type NormalizerFailure,
@@ -93,14 +94,16 @@ export const anthropicNormalizer = (routeIdentity: string): Normalizer => {
   const blockStart = (event: JsonRecord, out: Array<Model.ModelEvent>): NormalizerFailure | undefined => {
     const index = event["index"]
     const content = optionalRecord(event, "content_block")
-    if (typeof index !== "number" || !Number.isSafeInteger(index) || index < 0) return UNSUPPORTED
-    if (content === INVALID || content === undefined || blocks.has(index)) return UNSUPPORTED
+    if (typeof index !== "number" || !Number.isSafeInteger(index) || index < 0) return notA("content_block_start.index", "a count")
+    if (content === INVALID || content === undefined) return notA("content_block_start.content_block", "an object")
+    if (blocks.has(index)) return unsupportedShape(`content block ${index} started twice`)
     const type = content["type"]
     const id = `block-${index}`
     if (type === "text" || type === "thinking") {
       const initial = optionalString(content, type === "text" ? "text" : "thinking")
       const signature = optionalString(content, "signature")
-      if (initial === INVALID || signature === INVALID) return UNSUPPORTED
+      if (initial === INVALID) return notA(`content_block.${type}`, "a string")
+      if (signature === INVALID) return notA("content_block.signature", "a string")
       blocks.set(index, { type, id, signature: signature === "" ? undefined : signature, redactedData: undefined })
       open.add(index)
       out.push({ kind: "part_started", id, textKind: type === "text" ? "text" : "thinking" })
@@ -109,7 +112,7 @@ export const anthropicNormalizer = (routeIdentity: string): Normalizer => {
     }
     if (type === "redacted_thinking") {
       const data = optionalString(content, "data")
-      if (data === INVALID || data === undefined) return UNSUPPORTED
+      if (data === INVALID || data === undefined) return notA("content_block.data", "a string")
       blocks.set(index, { type: "thinking", id, signature: undefined, redactedData: data })
       open.add(index)
       out.push({ kind: "part_started", id, textKind: "thinking" })
@@ -119,7 +122,8 @@ export const anthropicNormalizer = (routeIdentity: string): Normalizer => {
       const callId = optionalString(content, "id")
       const name = optionalString(content, "name")
       const input = content["input"]
-      if (callId === INVALID || name === INVALID || callId === undefined || name === undefined) return UNSUPPORTED
+      if (callId === INVALID || callId === undefined) return notA("content_block.id", "a string")
+      if (name === INVALID || name === undefined) return notA("content_block.name", "a string")
       const initial = input === undefined ? {} : isJsonObject(input) ? input : undefined
       if (initial === undefined) return adapterFailure("invalid tool call input")
       blocks.set(index, { type: "tool_use", id: callId, name, json: [], initial })
@@ -132,43 +136,46 @@ export const anthropicNormalizer = (routeIdentity: string): Normalizer => {
   const blockDelta = (event: JsonRecord, out: Array<Model.ModelEvent>): NormalizerFailure | undefined => {
     const index = event["index"]
     const delta = optionalRecord(event, "delta")
-    if (typeof index !== "number" || delta === INVALID || delta === undefined || !open.has(index)) return UNSUPPORTED
+    if (typeof index !== "number") return notA("content_block_delta.index", "a count")
+    if (delta === INVALID || delta === undefined) return notA("content_block_delta.delta", "an object")
     const block = blocks.get(index)
-    if (block === undefined) return UNSUPPORTED
+    if (block === undefined || !open.has(index)) return unsupportedShape(`a delta for content block ${index}, which is not open`)
     const type = delta["type"]
     if (type === "text_delta" && block.type === "text") {
       const value = optionalString(delta, "text")
-      if (value === INVALID || value === undefined) return UNSUPPORTED
+      if (value === INVALID || value === undefined) return notA("delta.text", "a string")
       if (value !== "") out.push({ kind: "part_delta", id: block.id, text: value })
       return undefined
     }
     if (type === "thinking_delta" && block.type === "thinking" && block.redactedData === undefined) {
       const value = optionalString(delta, "thinking")
-      if (value === INVALID || value === undefined) return UNSUPPORTED
+      if (value === INVALID || value === undefined) return notA("delta.thinking", "a string")
       if (value !== "") out.push({ kind: "part_delta", id: block.id, text: value })
       return undefined
     }
     if (type === "signature_delta" && block.type === "thinking") {
       const value = optionalString(delta, "signature")
-      if (value === INVALID || value === undefined) return UNSUPPORTED
+      if (value === INVALID || value === undefined) return notA("delta.signature", "a string")
       block.signature = (block.signature ?? "") + value
       return undefined
     }
     if (type === "input_json_delta" && block.type === "tool_use") {
       const value = optionalString(delta, "partial_json")
-      if (value === INVALID || value === undefined) return UNSUPPORTED
+      if (value === INVALID || value === undefined) return notA("delta.partial_json", "a string")
       block.json.push(value)
       return undefined
     }
-    // A known delta for a block of another kind is only unsupported; an unknown one is named.
-    return KNOWN_DELTAS.has(String(type)) ? UNSUPPORTED : unsupportedType("delta type", type)
+    // A known delta for a block of another kind says so; an unknown one is named.
+    return KNOWN_DELTAS.has(String(type))
+      ? unsupportedShape(`a ${String(type)} for a ${block.type !== "tool_use" && block.redactedData !== undefined ? "redacted_thinking" : block.type} block`)
+      : unsupportedType("delta type", type)
   }
 
   const blockStop = (event: JsonRecord, out: Array<Model.ModelEvent>): NormalizerFailure | undefined => {
     const index = event["index"]
-    if (typeof index !== "number" || !open.has(index)) return UNSUPPORTED
+    if (typeof index !== "number") return notA("content_block_stop.index", "a count")
     const block = blocks.get(index)
-    if (block === undefined) return UNSUPPORTED
+    if (block === undefined || !open.has(index)) return unsupportedShape(`a stop of content block ${index}, which is not open`)
     open.delete(index)
     if (block.type === "tool_use") {
       const text = block.json.join("")
@@ -190,12 +197,15 @@ export const anthropicNormalizer = (routeIdentity: string): Normalizer => {
     switch (value["type"]) {
       case "message_start": {
         const message = optionalRecord(value, "message")
-        if (message === INVALID || message === undefined || started) return UNSUPPORTED
+        if (message === INVALID || message === undefined) return notA("message_start.message", "an object")
+        if (started) return unsupportedShape("a second message_start")
         started = true
         const id = optionalString(message, "id")
         const model = optionalString(message, "model")
         const messageUsage = optionalRecord(message, "usage")
-        if (id === INVALID || model === INVALID || messageUsage === INVALID) return UNSUPPORTED
+        if (id === INVALID) return notA("message.id", "a string")
+        if (model === INVALID) return notA("message.model", "a string")
+        if (messageUsage === INVALID) return INVALID_USAGE
         if (messageUsage !== undefined) {
           const failure = readUsage(messageUsage, usage)
           if (failure !== undefined) return failure
@@ -212,9 +222,10 @@ export const anthropicNormalizer = (routeIdentity: string): Normalizer => {
       case "message_delta": {
         const delta = optionalRecord(value, "delta")
         const deltaUsage = optionalRecord(value, "usage")
-        if (delta === INVALID || deltaUsage === INVALID) return UNSUPPORTED
+        if (delta === INVALID) return notA("message_delta.delta", "an object")
+        if (deltaUsage === INVALID) return INVALID_USAGE
         const reason = delta === undefined ? undefined : optionalString(delta, "stop_reason")
-        if (reason === INVALID) return UNSUPPORTED
+        if (reason === INVALID) return notA("delta.stop_reason", "a string")
         if (reason !== undefined) stopReason = reason
         if (deltaUsage !== undefined) return readUsage(deltaUsage, usage)
         return undefined
@@ -245,8 +256,8 @@ export const anthropicNormalizer = (routeIdentity: string): Normalizer => {
     message: (message: SseMessage, out) => {
       if (finished) return undefined
       const parsed = parseJson(message.data)
-      if (parsed === INVALID) return UNSUPPORTED
-      if (!isRecord(parsed)) return UNSUPPORTED
+      if (parsed === INVALID) return unsupportedShape("the data is not JSON")
+      if (!isRecord(parsed)) return unsupportedShape("the data is not a JSON object")
       return event(parsed, out)
     },
     end: () =>

@@ -33,6 +33,16 @@ export const adapterFailure = (message: string): NormalizerFailure => ({ kind: "
 export const UNSUPPORTED: NormalizerFailure = adapterFailure("unsupported provider event")
 
 /**
+ * `UNSUPPORTED` saying what of the event this adapter cannot read, so a provider's variant shape is
+ * found from the message alone (`unsupported provider event: delta.content is not a string`): the
+ * adapter's own words and field paths, never the provider's value.
+ */
+export const unsupportedShape = (what: string): NormalizerFailure => adapterFailure(`unsupported provider event: ${what}`)
+
+/** `unsupportedShape` of a field of the wrong type: `{path} is not {expected}`. */
+export const notA = (path: string, expected: string): NormalizerFailure => unsupportedShape(`${path} is not ${expected}`)
+
+/**
  * A tool call's arguments that are not a JSON object; when the output limit ended the output (the
  * provider's `length` or `max_tokens`, not a full context window), they were cut by it, and the
  * message says so: a higher limit lets the call finish.

@@ -16,11 +16,12 @@ import {
 } from "./json-read.ts"
 import {
   adapterFailure,
+  notA,
+  unsupportedShape,
   unsupportedType,
   invalidToolInput,
   mapFinishReason,
   parseToolInput,
-  UNSUPPORTED,
   type Normalizer,
   type NormalizerFailure,
   type SseMessage,
@@ -99,16 +100,18 @@ export const openAiNormalizer = (): Normalizer => {
   }
 
   const toolFragment = (fragment: unknown, position: number): NormalizerFailure | undefined => {
-    if (!isRecord(fragment)) return UNSUPPORTED
+    if (!isRecord(fragment)) return notA("delta.tool_calls[]", "an object")
     const indexValue = fragment["index"]
     const index = indexValue === undefined ? position : indexValue
-    if (typeof index !== "number" || !Number.isSafeInteger(index) || index < 0) return UNSUPPORTED
+    if (typeof index !== "number" || !Number.isSafeInteger(index) || index < 0) return notA("delta.tool_calls[].index", "a count")
     const id = optionalString(fragment, "id")
     const fn = optionalRecord(fragment, "function")
-    if (id === INVALID || fn === INVALID) return UNSUPPORTED
+    if (id === INVALID) return notA("delta.tool_calls[].id", "a string")
+    if (fn === INVALID) return notA("delta.tool_calls[].function", "an object")
     const name = fn === undefined ? undefined : optionalString(fn, "name")
     const args = fn === undefined ? undefined : optionalString(fn, "arguments")
-    if (name === INVALID || args === INVALID) return UNSUPPORTED
+    if (name === INVALID) return notA("delta.tool_calls[].function.name", "a string")
+    if (args === INVALID) return notA("delta.tool_calls[].function.arguments", "a string")
     let call = callAt.get(index)
     if (call === undefined || startsAnother(call, id, name, args)) {
       call = { id: undefined, name: undefined, arguments: [], renamed: false }
@@ -172,7 +175,9 @@ export const openAiNormalizer = (): Normalizer => {
       const id = optionalString(value, "id")
       const model = optionalString(value, "model")
       const created = optionalCount(value, "created")
-      if (id === INVALID || model === INVALID || created === INVALID) return UNSUPPORTED
+      if (id === INVALID) return notA("id", "a string")
+      if (model === INVALID) return notA("model", "a string")
+      if (created === INVALID) return notA("created", "a count")
       // Metadata comes from the first chunk that names the response (Azure opens with an empty one).
       if ((id !== undefined && id !== "") || (model !== undefined && model !== "")) {
         sawMetadata = true
@@ -194,24 +199,27 @@ export const openAiNormalizer = (): Normalizer => {
     }
     const choices = value["choices"]
     if (choices === undefined || choices === null) return undefined
-    if (!Array.isArray(choices)) return UNSUPPORTED
+    if (!Array.isArray(choices)) return notA("choices", "an array")
     const choice = readChoice(choices)
     if (choice === undefined) return undefined
-    if (!isRecord(choice)) return UNSUPPORTED
+    if (!isRecord(choice)) return notA("choices[]", "an object")
     const delta = optionalRecord(choice, "delta")
     const reason = optionalString(choice, "finish_reason")
-    if (delta === INVALID || reason === INVALID) return UNSUPPORTED
+    if (delta === INVALID) return notA("delta", "an object")
+    if (reason === INVALID) return notA("finish_reason", "a string")
     if (delta !== undefined) {
       const reasoningContent = optionalString(delta, "reasoning_content")
       const reasoning = optionalString(delta, "reasoning")
       const content = optionalString(delta, "content")
-      if (reasoningContent === INVALID || reasoning === INVALID || content === INVALID) return UNSUPPORTED
+      if (reasoningContent === INVALID) return notA("delta.reasoning_content", "a string")
+      if (reasoning === INVALID) return notA("delta.reasoning", "a string")
+      if (content === INVALID) return notA("delta.content", "a string")
       // What this adapter does not read is refused, never dropped: a legacy `function_call` (the
       // request offers `tools`), and a refusal (the answer the model declined to give).
       const legacyCall = delta["function_call"]
       if (legacyCall !== undefined && legacyCall !== null) return unsupportedType("delta", "function_call")
       const refusal = optionalString(delta, "refusal")
-      if (refusal === INVALID) return UNSUPPORTED
+      if (refusal === INVALID) return notA("delta.refusal", "a string")
       if (refusal !== undefined && refusal !== "") return adapterFailure("model did not complete: refusal")
       // The first field that says something: a server moving from one name to the other may send both.
       const thinking = reasoningContent !== undefined && reasoningContent !== "" ? reasoningContent : (reasoning ?? reasoningContent)
@@ -219,7 +227,7 @@ export const openAiNormalizer = (): Normalizer => {
       if (content !== undefined) text("text", content, out)
       const toolCalls = delta["tool_calls"]
       if (toolCalls !== undefined && toolCalls !== null) {
-        if (!Array.isArray(toolCalls)) return UNSUPPORTED
+        if (!Array.isArray(toolCalls)) return notA("delta.tool_calls", "an array")
         for (let position = 0; position < toolCalls.length; position++) {
           const failure = toolFragment(toolCalls[position], position)
           if (failure !== undefined) return failure
@@ -240,8 +248,8 @@ export const openAiNormalizer = (): Normalizer => {
         return { kind: "provider_payload", payload: payload === INVALID ? { message: data } : payload }
       }
       const parsed = parseJson(data)
-      if (parsed === INVALID) return UNSUPPORTED
-      if (!isRecord(parsed)) return UNSUPPORTED
+      if (parsed === INVALID) return unsupportedShape("the data is not JSON")
+      if (!isRecord(parsed)) return unsupportedShape("the data is not a JSON object")
       return chunk(parsed, out)
     },
     end: (out) => (finished ? undefined : finish(out)),
