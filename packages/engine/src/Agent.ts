@@ -236,6 +236,16 @@ const shapeProblem = (options: RunOptions): string | undefined => {
   if (typeof message !== "string" && !(isRecord(message) && typeof message["text"] === "string")) {
     return "message must be a string or {text, displayText?}"
   }
+  // Checked here, so the refusal names the option rather than the opening's field it becomes.
+  if (options.systemPrompt !== undefined && typeof options.systemPrompt !== "string") return "systemPrompt must be a string"
+  const connection: unknown = options.connection
+  if (connection !== undefined) {
+    if (!isRecord(connection) || typeof connection["id"] !== "string" || typeof connection["slug"] !== "string") {
+      return "connection must be {id, slug}, two strings"
+    }
+    const unknownKey = Object.keys(connection).find((key) => key !== "id" && key !== "slug")
+    if (unknownKey !== undefined) return `connection has no key '${unknownKey}' (the keys are id, slug)`
+  }
   const workspace: unknown = options.workspace
   if (workspace !== undefined && !(isRecord(workspace) && typeof workspace["root"] === "string")) {
     const problem = workspacePathProblem(workspace)

@@ -106,6 +106,13 @@ describe("start refusals write nothing", () => {
       [{ providerOptions: untyped(["not", "an", "object"]) }, "providerOptions"],
       [{ tools: [readToolResult] }, "read_tool_result"],
       [{ connection: { id: "", slug: "openai-compatible" } }, "length of at least 1"],
+      // Named as the caller passed them, not as the opening's fields they become.
+      [{ systemPrompt: untyped(5) }, "systemPrompt must be a string"],
+      [{ systemPrompt: untyped(null) }, "systemPrompt must be a string"],
+      [{ connection: untyped("openai-compatible") }, "connection must be {id, slug}, two strings"],
+      [{ connection: untyped({ id: 1, slug: "s" }) }, "connection must be {id, slug}, two strings"],
+      [{ connection: untyped(null) }, "connection must be {id, slug}, two strings"],
+      [{ connection: untyped({ id: "a", slug: "b", model: "m" }) }, "connection has no key 'model' (the keys are id, slug)"],
     ]
     for (const [index, [overrides, text]] of cases.entries()) {
       const workspace = freshWorkspace(context, `workspace-${index}`)
