@@ -295,6 +295,15 @@ describe("classification, rule 8: unavailable", () => {
       assert.isTrue(reason.replaySafe)
     }),
   )
+
+  it.effect("an error event a proxy sent without its type in the data is classified by its SSE name", () =>
+    Effect.gen(function* () {
+      const untyped = Respond.event({ error: { type: "overloaded_error", message: "Overloaded" } }, { event: "error" })
+      const reason = providerReason(yield* anthropicErrorOf(Respond.sse([AnthropicSse.messageStart(), untyped])))
+      assert.strictEqual(reason.reason, "provider_unavailable")
+      assert.include(reason.message, "Overloaded")
+    }),
+  )
 })
 
 describe("classification, rule 9: other 4xx", () => {

@@ -49,6 +49,28 @@ describe("idle timeout with a fetch that ignores its signal", () => {
   )
 })
 
+describe("the grace after the finish", () => {
+  it.effect("wins over an idle timeout falling due at the same time: a body left open after the finish completes", () =>
+    Effect.gen(function* () {
+      const text = OpenAiSse.response({ text: ["all of it"] })
+        .map((step) => (step.kind === "event" ? `data: ${step.data}\n\n` : ""))
+        .join("")
+      // The whole answer, then a body that never ends and ignores being cancelled.
+      const body = new ReadableStream<Uint8Array>({
+        start: (controller) => controller.enqueue(new TextEncoder().encode(text)),
+        pull: () => new Promise<void>(() => undefined),
+      })
+      const fetch = () => Promise.resolve(new Response(body, { status: 200, headers: { "content-type": "text/event-stream" } }))
+      const model = yield* LanguageModel.make(config(fetch), { idleTimeoutMs: 1_000 })
+      const fiber = yield* Effect.forkChild(collect(model.stream(request())))
+      yield* advanceUntilDone(fiber, 500)
+      const { events, error } = yield* Fiber.join(fiber)
+      assert.isUndefined(error, error?.message)
+      assert.strictEqual(events.at(-1)?.kind, "finished")
+    }),
+  )
+})
+
 describe("requestDeadlineMs", () => {
   it.live("ends a request that keep-alive comments keep alive", () =>
     Effect.gen(function* () {

@@ -19,6 +19,7 @@ const throwing: Normalizer = {
   },
   end: () => undefined,
   isFinished: () => false,
+  saysNothing: () => false,
   hasBufferedOutput: () => false,
 }
 

@@ -588,6 +588,22 @@ describe("Anthropic adapter", () => {
     }),
   )
 
+  it.effect("usage counts are cumulative: a message_delta's lower count keeps the message_start's", () =>
+    Effect.gen(function* () {
+      const server = yield* serve(
+        Respond.sse(
+          AnthropicSse.response({
+            text: ["ok"],
+            inputUsage: { input_tokens: 150000, cache_read_input_tokens: 20, output_tokens: 1 },
+            outputUsage: { input_tokens: 0, cache_read_input_tokens: 0, output_tokens: 7 },
+          }),
+        ),
+      )
+      const step = yield* stepOf((yield* anthropic(server)).stream(request()))
+      assert.deepStrictEqual(step.usage, { inputTokens: 150020, outputTokens: 7, cacheReadTokens: 20 })
+    }),
+  )
+
   it.effect("keeps the thinking signature and redacted thinking in providerOptions stamped with the route", () =>
     Effect.gen(function* () {
       const server = yield* serve(
@@ -828,6 +844,46 @@ describe("after the finish", () => {
       const { events, error } = yield* collect((yield* anthropic(server)).stream(request()))
       afterFinish(error)
       assert.isFalse(events.some((event) => event.kind === "finished"))
+    }),
+  )
+
+  it.effect("a message that says nothing after the finish (a ping, a [DONE]) is no event: the step finishes", () =>
+    Effect.gen(function* () {
+      const trailers = [[AnthropicSse.ping()], [Respond.raw("data: [DONE]\n\n")], [AnthropicSse.ping(), Respond.raw("data: [DONE]\n\n"), AnthropicSse.ping()]]
+      const server = yield* serve(
+        ...trailers.map((after) => Respond.sse([...AnthropicSse.response({ text: ["ok"] }), ...after])),
+        Respond.sse([...OpenAiSse.response({ text: ["ok"] }), Respond.raw("data: [DONE]\n\n")]),
+      )
+      const model = yield* anthropic(server)
+      for (const after of trailers) {
+        const step = yield* stepOf(model.stream(request()))
+        assert.strictEqual(step.finishReason, "stop", JSON.stringify(after))
+        assert.deepStrictEqual(step.parts, [{ kind: "text", textKind: "text", text: "ok" }])
+      }
+      assert.strictEqual((yield* stepOf((yield* openAi(server)).stream(request()))).finishReason, "stop")
+    }),
+  )
+
+  it.effect("an Anthropic body that ends after the stop reason, without message_stop, finishes the step", () =>
+    Effect.gen(function* () {
+      const withoutStop = (options: AnthropicSse.ResponseOptions) => AnthropicSse.response(options).slice(0, -1)
+      const server = yield* serve(
+        Respond.sse(withoutStop({ text: ["all ", "of it"], inputUsage: { input_tokens: 150 } })),
+        Respond.sse(withoutStop({ toolUses: [{ id: "t", name: "read_file", json: ['{"path":', '"a"}'] }] })),
+        // A block still open at the end is a cut stream, as before.
+        Respond.sse([AnthropicSse.messageStart(), AnthropicSse.blockStart(0, { type: "text", text: "" }), AnthropicSse.messageDelta("end_turn")]),
+      )
+      const model = yield* anthropic(server)
+      const text = yield* stepOf(model.stream(request()))
+      assert.deepStrictEqual([text.parts, text.finishReason, text.usage], [
+        [{ kind: "text", textKind: "text", text: "all of it" }],
+        "stop",
+        { inputTokens: 150, outputTokens: 5 },
+      ])
+      const call = yield* stepOf(model.stream(request()))
+      assert.deepStrictEqual([call.finishReason, call.parts.map((part) => part.kind)], ["tool-calls", ["tool_call"]])
+      const open = yield* failureOf(model.stream(request()))
+      assert.deepStrictEqual([open.reason._tag, open.message.includes("stream ended before message_stop")], ["Provider", true])
     }),
   )
 

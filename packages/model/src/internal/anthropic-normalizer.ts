@@ -49,16 +49,20 @@ const INVALID_USAGE = adapterFailure("invalid usage")
 /** The content block deltas this adapter reads (docs/model.md §4.3). */
 const KNOWN_DELTAS: ReadonlySet<string> = new Set(["text_delta", "thinking_delta", "signature_delta", "input_json_delta"])
 
+/**
+ * Usage of `message_start`, then of each `message_delta`: counts are cumulative, so a later one never
+ * lowers an earlier (a server sending `input_tokens: 0` in its delta keeps the start's count).
+ */
 const readUsage = (usage: JsonRecord, into: Usage): NormalizerFailure | undefined => {
   const input = optionalCount(usage, "input_tokens")
   const cacheRead = optionalCount(usage, "cache_read_input_tokens")
   const cacheWrite = optionalCount(usage, "cache_creation_input_tokens")
   const output = optionalCount(usage, "output_tokens")
   if (input === INVALID || cacheRead === INVALID || cacheWrite === INVALID || output === INVALID) return INVALID_USAGE
-  if (input !== undefined) into.input = input
-  if (cacheRead !== undefined) into.cacheRead = cacheRead
-  if (cacheWrite !== undefined) into.cacheWrite = cacheWrite
-  if (output !== undefined) into.output = output
+  if (input !== undefined) into.input = Math.max(into.input ?? 0, input)
+  if (cacheRead !== undefined) into.cacheRead = Math.max(into.cacheRead ?? 0, cacheRead)
+  if (cacheWrite !== undefined) into.cacheWrite = Math.max(into.cacheWrite ?? 0, cacheWrite)
+  if (output !== undefined) into.output = Math.max(into.output ?? 0, output)
   return undefined
 }
 
@@ -230,26 +234,33 @@ export const anthropicNormalizer = (routeIdentity: string): Normalizer => {
         if (deltaUsage !== undefined) return readUsage(deltaUsage, usage)
         return undefined
       }
-      case "message_stop": {
+      case "message_stop":
         if (stopReason === undefined) {
           return invalidInput ? invalidToolInput(undefined) : { kind: "truncated", message: "message stopped without a stop reason" }
         }
-        const reason = mapFinishReason(stopReason)
-        if (reason === undefined) return adapterFailure(`model did not complete: ${stopReason}`)
-        if (invalidInput) return invalidToolInput(stopReason)
-        if (open.size > 0) return adapterFailure("model stream finished with an open part")
-        out.push({ kind: "finished", reason, usage: toModelUsage(usage) })
-        finished = true
-        return undefined
-      }
+        return finish(stopReason, out)
       case "ping":
         return undefined
       case "error":
-        // A tool block whose input did not parse came first: that is the failure, as at its stop.
-        return invalidInput ? invalidToolInput(stopReason) : { kind: "provider_payload", payload: value }
+        return providerError(value)
       default:
         return unsupportedType("event type", value["type"])
     }
+  }
+
+  /** An `error` event: a tool block whose input did not parse came first and is the failure, as at its stop. */
+  const providerError = (value: JsonRecord): NormalizerFailure =>
+    invalidInput ? invalidToolInput(stopReason) : { kind: "provider_payload", payload: value }
+
+  /** `finished` at `message_stop`, or at the end of a body after the stop reason. */
+  const finish = (reason: string, out: Array<Model.ModelEvent>): NormalizerFailure | undefined => {
+    const mapped = mapFinishReason(reason)
+    if (mapped === undefined) return adapterFailure(`model did not complete: ${reason}`)
+    if (invalidInput) return invalidToolInput(reason)
+    if (open.size > 0) return adapterFailure("model stream finished with an open part")
+    out.push({ kind: "finished", reason: mapped, usage: toModelUsage(usage) })
+    finished = true
+    return undefined
   }
 
   return {
@@ -258,11 +269,26 @@ export const anthropicNormalizer = (routeIdentity: string): Normalizer => {
       const parsed = parseJson(message.data)
       if (parsed === INVALID) return unsupportedShape("the data is not JSON")
       if (!isRecord(parsed)) return unsupportedShape("the data is not a JSON object")
+      // A proxy's error event may carry its `event: error` line and no `type` in the data.
+      if (message.event === "error" && parsed["type"] === undefined) return providerError(parsed)
       return event(parsed, out)
     },
-    end: () =>
-      finished ? undefined : invalidInput ? invalidToolInput(stopReason) : { kind: "truncated", message: "stream ended before message_stop" },
+    // The end of the body after the stop reason (`message_delta`) is the finish, as on the
+    // OpenAI-compatible route: gateways that leave `message_stop` out sent the whole answer.
+    end: (out) =>
+      finished
+        ? undefined
+        : stopReason !== undefined && open.size === 0
+          ? finish(stopReason, out)
+          : invalidInput
+            ? invalidToolInput(stopReason)
+            : { kind: "truncated", message: "stream ended before message_stop" },
     isFinished: () => finished,
+    saysNothing: (message) => {
+      if (message.data === "[DONE]") return true
+      const parsed = parseJson(message.data)
+      return isRecord(parsed) && parsed["type"] === "ping"
+    },
     hasBufferedOutput: () => [...blocks.values()].some((block) => block.type === "tool_use"),
   }
 }

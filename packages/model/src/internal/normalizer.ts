@@ -24,6 +24,8 @@ export interface Normalizer {
   readonly end: (out: Array<Model.ModelEvent>) => NormalizerFailure | undefined
   /** Whether `finished` was emitted: the transport stops reading. */
   readonly isFinished: () => boolean
+  /** Whether a message carries nothing (a keep-alive, a `[DONE]`): one after the finish is ignored. */
+  readonly saysNothing: (message: SseMessage) => boolean
   /** Whether content arrived that is still buffered (tool-call fragments): it counts as observed output. */
   readonly hasBufferedOutput: () => boolean
 }

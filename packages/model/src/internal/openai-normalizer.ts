@@ -254,6 +254,7 @@ export const openAiNormalizer = (): Normalizer => {
     },
     end: (out) => (finished ? undefined : finish(out)),
     isFinished: () => finished,
+    saysNothing: (message) => message.data === "[DONE]",
     hasBufferedOutput: () => calls.length > 0,
   }
 }

@@ -166,14 +166,16 @@ export const open: (
     wakeAt = undefined
     if (deadlineMs !== undefined && at - startedAt >= deadlineMs) return Effect.sync(() => expire(ModelError.deadlineExceeded(deadlineMs)))
     const idleLeft = lastActivity + request.idleTimeoutMs - at
+    const graceLeft = finishedAt === undefined ? request.afterFinishGraceMs : finishedAt + request.afterFinishGraceMs - at
+    // The grace first: a finished step whose grace is over ends its wait (which stops the reading),
+    // even when its idle timeout falls due at the same time (both 1 s).
+    if (reading && finishedAt !== undefined && graceLeft <= 0) endWait?.(GRACE_OVER)
     if (reading && idleLeft <= 0) {
       if (lookedAgain) return Effect.sync(() => expire(ModelError.timedOut()))
       lookedAgain = true
       return Effect.flatMap(afterRealTime(late > LATE_TIMER_MS ? LATE_LOOK_MS : 0), () => watchdog)
     }
     lookedAgain = false
-    const graceLeft = finishedAt === undefined ? request.afterFinishGraceMs : finishedAt + request.afterFinishGraceMs - at
-    if (reading && finishedAt !== undefined && graceLeft <= 0) endWait?.(GRACE_OVER)
     let sleep = Math.min(reading ? idleLeft : request.idleTimeoutMs, graceLeft > 0 ? graceLeft : request.afterFinishGraceMs)
     if (deadlineMs !== undefined) sleep = Math.min(sleep, startedAt + deadlineMs - at)
     wakeAt = at + Math.max(sleep, 0)
@@ -331,8 +333,10 @@ export const open: (
     let found: NormalizerFailure | undefined
     for (const message of messages) {
       if (found !== undefined) break
-      // Once the stream finished, any further event (not a comment) breaks the vocabulary.
+      // Once the stream finished, any further event breaks the vocabulary, but for a comment and a
+      // message that says nothing (Anthropic's `ping`, a `[DONE]`), which servers send after it.
       if (request.normalizer.isFinished()) {
+        if (request.normalizer.saysNothing(message)) continue
         found = { kind: "adapter", message: ModelError.AdapterMessage.eventAfterFinish }
         break
       }
