@@ -413,6 +413,26 @@ describe("OpenAI-compatible adapter", () => {
     }),
   )
 
+  it.effect("joins a surrogate pair a provider split between two deltas; a half left at the part's end is given back", () =>
+    Effect.gen(function* () {
+      const server = yield* serve(
+        Respond.sse(OpenAiSse.response({ text: ["a\ud83d", "\ude00b\ud83d", "\ude01", "\ud83d"] })),
+        Respond.sse(AnthropicSse.response({ text: ["\ud83d", "\ude00", "c\ud83d"] })),
+      )
+      const deltasOf = (events: ReadonlyArray<import("@maka/facts").Model.ModelEvent>) =>
+        events.flatMap((event) => (event.kind === "part_delta" ? [event.text] : []))
+      const openAiEvents = (yield* collect((yield* openAi(server)).stream(request()))).events
+      assert.deepStrictEqual(deltasOf(openAiEvents), ["a", "\ud83d\ude00b", "\ud83d\ude01", "\ud83d"])
+      const anthropicEvents = (yield* collect((yield* anthropic(server)).stream(request()))).events
+      assert.deepStrictEqual(deltasOf(anthropicEvents), ["\ud83d\ude00", "c", "\ud83d"])
+      // The half given back comes before its part's finish.
+      for (const events of [openAiEvents, anthropicEvents]) {
+        const finish = events.findIndex((event) => event.kind === "part_finished")
+        assert.strictEqual(events[finish - 1]?.kind, "part_delta")
+      }
+    }),
+  )
+
   it.effect("splits deltas over 8,192 UTF-16 units without splitting a surrogate pair", () =>
     Effect.gen(function* () {
       // 8,191 units, then a pair straddling the 8,192 boundary, then more.

@@ -15,6 +15,7 @@ import * as ModelError from "../ModelError.ts"
 import type { BodyRead, BodyReader, HttpRequest, HttpResponse, RequestBody } from "./http-client.ts"
 import * as HttpClient from "./http-client.ts"
 import { splitDelta } from "./delta-split.ts"
+import * as SurrogateCarry from "./surrogate-carry.ts"
 import { INVALID, parseJson } from "./json-read.ts"
 import type { Normalizer, NormalizerFailure, SseMessage } from "./normalizer.ts"
 import { ReplayTracker } from "./replay-tracker.ts"
@@ -116,6 +117,7 @@ export const open: (
   const controller = new AbortController()
   const tracker = new ReplayTracker()
   const secretFilter = SecretFilter.make(request.secrets)
+  const carry = SurrogateCarry.make()
   const scope = yield* Scope.Scope
   const startedAt = now()
   // The idle timer's state: it counts only while a wait on the network is pending.
@@ -347,7 +349,7 @@ export const open: (
       found = request.normalizer.message(message, produced)
     }
     messages.length = 0
-    for (const event of secretFilter.filter(produced)) {
+    for (const event of carry(secretFilter.filter(produced))) {
       const problem = toolCallProblem(event)
       if (problem !== undefined) {
         found ??= { kind: "adapter", message: problem }
@@ -387,7 +389,7 @@ export const open: (
       if (failure === undefined && !request.normalizer.isFinished()) {
         const produced: Array<Model.ModelEvent> = []
         let found = request.normalizer.end(produced)
-        for (const event of secretFilter.filter(produced)) {
+        for (const event of carry(secretFilter.filter(produced))) {
           const problem = toolCallProblem(event)
           if (problem !== undefined) {
             found ??= { kind: "adapter", message: problem }
