@@ -232,6 +232,20 @@ const runDispatched = (
     return { execution, interrupted: Exit.isFailure(waited) }
   })
 
+/**
+ * A JSON value with U+FFFD in place of each lone surrogate of its strings and keys (two keys that
+ * differ only there become one, the later value kept, as `JSON.parse` keeps a repeated key's last).
+ */
+const wellFormedJson = (value: Identity.Json): Identity.Json => {
+  if (typeof value === "string") return Validation.toWellFormedText(value)
+  if (Array.isArray(value)) return value.map(wellFormedJson)
+  if (value === null || typeof value !== "object") return value
+  // `fromEntries` defines each key as its own property: a `__proto__` key stays a key.
+  return Object.fromEntries(
+    Object.entries(value as { readonly [key: string]: Identity.Json }).map(([key, child]) => [Validation.toWellFormedText(key), wellFormedJson(child)]),
+  )
+}
+
 /** The settlement write of a known outcome, with the outcome it records. */
 const settleWrite = (
   invocation: Identity.Invocation,
@@ -253,13 +267,17 @@ const settleWrite = (
     // Its output is stored, and read by the model, with the secrets scrubbed, as a failure's message is.
     const output = scrubOutput(execution.output, secrets)
     let built = build(output)
-    // A fact's text is well-formed Unicode (packages/facts/README.md), so a text output holding a
-    // lone surrogate (text cut inside a pair) is refused. Like a failure message the journal stores
-    // but did not write, it is then stored with U+FFFD in place of each lone surrogate, as a UTF-8
-    // encoder (and so the model) would read it anyway. Only after the refusal: the usual text,
-    // well-formed, is not scanned once more.
-    if (Result.isFailure(built) && built.failure.rule === "text_ill_formed" && output.format === "text") {
-      built = build({ format: "text", value: Validation.toWellFormedText(output.value) })
+    // A fact's text is well-formed Unicode (packages/facts/README.md), so an output holding a lone
+    // surrogate (text cut inside a pair, in a text output or any string of a JSON one) is refused.
+    // Like a failure message the journal stores but did not write, it is then stored with U+FFFD in
+    // place of each lone surrogate, as a UTF-8 encoder (and so the model) would read it anyway. Only
+    // after the refusal: the usual output, well-formed, is not scanned once more.
+    if (Result.isFailure(built) && built.failure.rule === "text_ill_formed") {
+      built = build(
+        output.format === "text"
+          ? { format: "text", value: Validation.toWellFormedText(output.value) }
+          : { format: "json", value: wellFormedJson(output.value) },
+      )
     }
     if (Result.isFailure(built)) {
       // The effect happened but its output cannot be stored: say so as a known failure.

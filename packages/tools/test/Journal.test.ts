@@ -241,9 +241,18 @@ describe("Journal.invoke", () => {
       assert.deepStrictEqual(settled.outcome.projection, { kind: "text", text: expected })
       assert.isTrue(EventWrite.payloadMatches(settled.outcome.raw, Canonical.stringify(Tool.text(expected))))
       assert.deepInclude(result, { _tag: "Settled", outcome: settled.outcome })
-      // A JSON output is data, not text: it is recorded as given or not at all.
-      const json = yield* runProbe(() => Effect.succeed(Tool.json({ text: cut })))
-      assert.deepStrictEqual(kinds(json.facts), ["tool_dispatched", "tool_settled:failed"])
+      // So is each string and key of a JSON output, at any depth; a `__proto__` key stays a key.
+      const json = yield* runProbe(() =>
+        Effect.succeed(Tool.json(JSON.parse(`{"text": ${JSON.stringify(cut)}, "rows": [{"\\udc00": 1}, ${JSON.stringify(cut)}], "__proto__": {"n": 2}}`))),
+      )
+      const stored = json.facts[1]!
+      if (stored.kind !== "tool_settled" || stored.outcome.kind !== "succeeded") return assert.fail("expected a success")
+      const repaired = JSON.parse(`{"text": "${"\u{1F600}\u{1F600}\ufffd"}", "rows": [{"\ufffd": 1}, "${"\u{1F600}\u{1F600}\ufffd"}"], "__proto__": {"n": 2}}`)
+      assert.isTrue(EventWrite.payloadMatches(stored.outcome.raw, Canonical.stringify(Tool.json(repaired))))
+      assert.deepStrictEqual(Object.keys(JSON.parse(Canonical.stringify(Tool.json(repaired))).value), ["__proto__", "rows", "text"])
+      // A top-level JSON string too.
+      const string = yield* runProbe(() => Effect.succeed(Tool.json(cut)))
+      assert.deepStrictEqual(kinds(string.facts), ["tool_dispatched", "tool_settled:succeeded"])
     }),
   )
 
