@@ -14,6 +14,7 @@ import {
   Limits,
   Lineage,
   ModelContext,
+  Validation,
   type Event,
   type Fact,
   type Outcome,
@@ -259,7 +260,10 @@ const checkProviderOptions = (value: unknown, what: string): string | undefined 
   const problem = checkJsonObject(value, what)
   if (problem !== undefined) return problem
   const text = Canonical.tryStringify(value)
-  return Result.isFailure(text) ? `${what}: ${text.failure.message}` : undefined
+  if (Result.isFailure(text)) return `${what}: ${text.failure.message}`
+  // Sent as given, and stored in a handoff's pause: a lone surrogate would leave the pause unwritable.
+  const wellFormed = Validation.wellFormed(value, what)
+  return Result.isFailure(wellFormed) ? wellFormed.failure.message : undefined
 }
 
 /** What `start` and `compact` share: everything but the message and the tools. */

@@ -104,6 +104,8 @@ describe("start refusals write nothing", () => {
       ],
       [{ context: untyped("declaredWindow=5") }, "context must be an object"],
       [{ providerOptions: untyped(["not", "an", "object"]) }, "providerOptions"],
+      // A handoff stores them in its pause: one no fact may hold would leave every handoff unwritable.
+      [{ providerOptions: { user: "v\udfff" } }, "providerOptions.user is not well-formed Unicode (it holds a lone surrogate)"],
       [{ tools: [readToolResult] }, "read_tool_result"],
       [{ connection: { id: "", slug: "openai-compatible" } }, "length of at least 1"],
       // Named as the caller passed them, not as the opening's fields they become.
