@@ -114,6 +114,17 @@ describe("run_command", () => {
       // U+FFFD, and a leading byte-order mark is kept.
       const short = resultOf(yield* call(Builtins.runCommand(workspace), { command: "printf '\\357\\273\\277abc\\342'" }))
       assert.strictEqual(short.stdout, "\uFEFFabc\uFFFD")
+      // Two bytes of a three-byte character are one U+FFFD, and nothing was cut either.
+      const twoBytes = resultOf(yield* call(Builtins.runCommand(workspace), { command: "printf 'abc\\342\\202'" }))
+      assert.strictEqual(twoBytes.stdout, "abc\uFFFD")
+      // Cut where its JSON form would pass the limit (a control character is 6 bytes there), after a
+      // three-byte character: the dropped bytes are the rest of the output's own.
+      const mixed = resultOf(
+        yield* call(Builtins.runCommand(workspace), { command: "for i in $(seq 10000); do printf '\\001\\001\\001\\342\\202\\254'; done" }),
+      )
+      const [kept, cutNote] = mixed.stdout.split("\n[truncated: ")
+      assert.isTrue(kept!.endsWith("\u20AC"), "the cut falls after a three-byte character")
+      assert.strictEqual(Buffer.byteLength(kept!) + Number(/^(\d+) more bytes\]$/.exec(cutNote ?? "")?.[1]), 60_000)
     }),
   )
 

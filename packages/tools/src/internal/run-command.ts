@@ -44,11 +44,13 @@ const environmentWithout = (hidden: ReadonlyArray<string>): NodeJS.ProcessEnv | 
 const decode = (raw: Buffer, capped: boolean): string => new TextDecoder("utf-8", { ignoreBOM: true }).decode(raw, { stream: capped })
 
 /**
- * How many leading bytes of `raw` decode (as `Capture.text` decodes them) to `units` UTF-16 units:
- * the shortest prefix that gives them, found by halving (each probe decodes the prefix).
+ * How many leading bytes of `raw` decode to the first `units` UTF-16 units of its text: the shortest
+ * prefix that gives them, found by halving (each probe decodes the prefix). A probe leaves a partial
+ * character at its end out, so the prefix takes the last character's bytes whole; text that ends in
+ * a partial character of its own (its U+FFFD) is the whole of `raw`.
  */
-const rawLengthOf = (raw: Buffer, units: number, capped: boolean): number => {
-  const unitsOf = (bytes: number) => decode(raw.subarray(0, bytes), capped).length
+const rawLengthOf = (raw: Buffer, units: number): number => {
+  const unitsOf = (bytes: number) => decode(raw.subarray(0, bytes), true).length
   let low = 0
   let high = raw.length
   while (low < high) {
@@ -91,7 +93,7 @@ class Capture {
     const kept = encodedLength(decoded) <= maxEncodedBytes ? decoded : cutEncoded(decoded, maxEncodedBytes)
     // Counted in the command's own bytes (an unreadable byte is one, not its U+FFFD's three), the
     // partial character left at the end of what was kept included.
-    const dropped = this.dropped + raw.length - rawLengthOf(raw, kept.length, capped)
+    const dropped = this.dropped + raw.length - rawLengthOf(raw, kept.length)
     return dropped === 0 ? kept : `${kept}\n[truncated: ${dropped} more bytes]`
   }
 
