@@ -608,6 +608,43 @@ describe("Anthropic adapter", () => {
     }),
   )
 
+  it.effect("sends tool ids recorded on another route in the API's pattern, unique in the request", () =>
+    Effect.gen(function* () {
+      const server = yield* serve(Respond.sse(AnthropicSse.response({ text: ["ok"] })))
+      const model = yield* anthropic(server)
+      const call = (toolCallId: string): Prompt.AssistantMessage["parts"][number] => ({
+        kind: "tool_call",
+        toolCallId,
+        toolName: "read_file",
+        input: { path: "a.txt" },
+        providerExecuted: false,
+      })
+      const result = (toolCallId: string): Prompt.ToolMessage["results"][number] => ({ toolCallId, toolName: "read_file", output: { type: "text", value: "a" } })
+      // Kimi's ids, an OpenAI-compatible server's made-up `call_0` in two steps, then a call whose
+      // own id is the one made for the repeat.
+      const history: Prompt.Prompt = [
+        { role: "user", content: "Read." },
+        { role: "assistant", parts: [call("functions.read_file:0"), call("call_0")] },
+        { role: "tool", results: [result("functions.read_file:0"), result("call_0")] },
+        { role: "assistant", parts: [call("call_0")] },
+        { role: "tool", results: [result("call_0")] },
+        { role: "assistant", parts: [call("call_0_2")] },
+        { role: "tool", results: [result("call_0_2")] },
+      ]
+      yield* stepOf(model.stream(request({ prompt: history, tools })))
+      const messages = (server.requests()[0]?.json as { messages: ReadonlyArray<{ content: ReadonlyArray<Record<string, unknown>> }> }).messages
+      const sent = messages.slice(1).map((message) => message.content.map((block) => block["id"] ?? block["tool_use_id"]))
+      assert.deepStrictEqual(sent, [
+        ["functions_read_file_0", "call_0"],
+        ["functions_read_file_0", "call_0"],
+        ["call_0_2"],
+        ["call_0_2"],
+        ["call_0_2_2"],
+        ["call_0_2_2"],
+      ])
+    }),
+  )
+
   it.effect("usage counts are cumulative: a message_delta's lower count keeps the message_start's", () =>
     Effect.gen(function* () {
       const server = yield* serve(

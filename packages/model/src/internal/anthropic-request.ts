@@ -19,13 +19,48 @@ const anthropicOptions = (options: Identity.JsonObject | undefined): Identity.Js
 const resultText = (result: Prompt.ToolResult): string =>
   result.output.type === "json" ? canonicalJson(result.output.value) : result.output.value
 
+/** The ids the API takes for a tool call: `^[a-zA-Z0-9_-]+$`, and unique in a request. */
+const TOOL_ID = /^[A-Za-z0-9_-]+$/
+
+const validToolId = (id: string): string => (TOOL_ID.test(id) ? id : id.replace(/[^A-Za-z0-9_-]/g, "_") || "call")
+
+/**
+ * The ids one request sends for its tool calls and results. A session's calls may come from another
+ * route, whose ids the API refuses: a character outside its pattern (`functions.read_file:0`), or an
+ * id repeated by a later step (an OpenAI-compatible server's made-up `call_0`). Such a call is sent
+ * with that character as `_`, and a repeated id with `_2`, `_3`… (the least free); a result takes the
+ * id its call was last sent with. Given in the order of the prompt, so a request that extends another
+ * sends its calls with the same ids; a session whose ids are all valid and distinct sends them as
+ * recorded.
+ */
+interface ToolIds {
+  readonly call: (id: string) => string
+  readonly result: (id: string) => string
+}
+
+const toolIds = (): ToolIds => {
+  const used = new Set<string>()
+  const sentAs = new Map<string, string>()
+  return {
+    call: (id) => {
+      const base = validToolId(id)
+      let sent = base
+      for (let n = 2; used.has(sent); n++) sent = `${base}_${n}`
+      used.add(sent)
+      sentAs.set(id, sent)
+      return sent
+    },
+    result: (id) => sentAs.get(id) ?? validToolId(id),
+  }
+}
+
 /**
  * Blocks of an assistant message. Text of only whitespace is left out with the empty (the API
  * refuses a text block without a visible character). `withTools` false (a request offering no tools,
  * as a summary's): a tool call is a text block saying what was called, since the API refuses
  * `tool_use` and `tool_result` blocks in a request that defines no tools.
  */
-const assistantBlocks = (message: Prompt.AssistantMessage, withTools: boolean): Array<Json> =>
+const assistantBlocks = (message: Prompt.AssistantMessage, withTools: boolean, ids: ToolIds): Array<Json> =>
   message.parts.flatMap((part): Array<Json> => {
     switch (part.kind) {
       case "text":
@@ -39,7 +74,7 @@ const assistantBlocks = (message: Prompt.AssistantMessage, withTools: boolean): 
       }
       case "tool_call":
         return withTools
-          ? [{ type: "tool_use", id: part.toolCallId, name: part.toolName, input: part.input }]
+          ? [{ type: "tool_use", id: ids.call(part.toolCallId), name: part.toolName, input: part.input }]
           : [{ type: "text", text: `[tool call ${part.toolCallId}: ${part.toolName} ${canonicalJson(part.input)}]` }]
     }
   })
@@ -53,14 +88,14 @@ const assistantBlocks = (message: Prompt.AssistantMessage, withTools: boolean): 
 export const BLANK_USER_MESSAGE = "(an empty message)"
 
 /** Blocks of a user-role turn. */
-const userBlocks = (message: Prompt.UserMessage | Prompt.ToolMessage, withTools: boolean): Array<Json> =>
+const userBlocks = (message: Prompt.UserMessage | Prompt.ToolMessage, withTools: boolean, ids: ToolIds): Array<Json> =>
   message.role === "user"
     ? [{ type: "text", text: message.content.trim() === "" ? BLANK_USER_MESSAGE : message.content }]
     : message.results.map((result) =>
         withTools
           ? {
               type: "tool_result",
-              tool_use_id: result.toolCallId,
+              tool_use_id: ids.result(result.toolCallId),
               content: resultText(result),
               ...(result.output.type === "error-text" ? { is_error: true } : {}),
             }
@@ -73,13 +108,14 @@ const userBlocks = (message: Prompt.UserMessage | Prompt.ToolMessage, withTools:
 const turns = (prompt: Prompt.Prompt, withTools: boolean): { readonly system: ReadonlyArray<string>; readonly messages: Array<Json> } => {
   const system: Array<string> = []
   const messages: Array<{ role: "user" | "assistant"; content: Array<Json> }> = []
+  const ids = toolIds()
   for (const message of prompt) {
     if (message.role === "system") {
       system.push(message.content)
       continue
     }
     const role = message.role === "assistant" ? "assistant" : "user"
-    const content = message.role === "assistant" ? assistantBlocks(message, withTools) : userBlocks(message, withTools)
+    const content = message.role === "assistant" ? assistantBlocks(message, withTools, ids) : userBlocks(message, withTools, ids)
     if (content.length === 0) continue
     const previous = messages[messages.length - 1]
     if (previous !== undefined && previous.role === role) previous.content.push(...content)
