@@ -49,6 +49,8 @@ const VETO_PHRASES: ReadonlyArray<string> = ["rate limit", "too many requests", 
 const OUTPUT_VETO = /(?:\boutput\b|\bcompletion\b|\bmax_tokens\b)[\s\S]*?(?:too many tokens|token limit exceeded)/
 
 const ANTHROPIC_PROMPT_TOO_LONG = /^prompt is too long: (\d+) tokens > (\d+) maximum$/
+/** Anthropic's prompt that fits the window but not with the request's `max_tokens` beside it. */
+const ANTHROPIC_INPUT_AND_OUTPUT = /^input length and `max_tokens` exceed context limit: (\d+) \+ (\d+) > (\d+)\b/
 
 /** In-stream error types that stand in for a status (Anthropic's `error` event, OpenAI-style codes). */
 const STREAM_RATE_LIMIT = normalizedSet(new Set(["rate_limit_error", "rate_limit_exceeded"]))
@@ -239,6 +241,13 @@ export const classify = (evidence: Evidence): ModelError.ModelError => {
   if (status === 400 && normalized.includes("invalid_request_error") && providerText !== undefined) {
     const match = ANTHROPIC_PROMPT_TOO_LONG.exec(providerText)
     if (match !== null && Number(match[1]) > Number(match[2])) return ModelError.contextOverflow(evidence.observedOutput)
+    // The input and the output limit together pass the window: a shorter input fits, unless the
+    // output limit alone fills the window (that request is refused whatever the history).
+    const both = ANTHROPIC_INPUT_AND_OUTPUT.exec(providerText)
+    if (both !== null) {
+      const [input, output, window] = [Number(both[1]), Number(both[2]), Number(both[3])]
+      if (input + output > window && output < window) return ModelError.contextOverflow(evidence.observedOutput)
+    }
   }
   // 5. Free-text overflow, only with 400 or no status, and only without a veto.
   if (status === undefined || status === 400) {

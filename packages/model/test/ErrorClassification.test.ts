@@ -96,6 +96,19 @@ describe("classify", () => {
     assert.strictEqual(overflow.reason._tag, "ContextOverflow")
   })
 
+  it("reads Anthropic's input and max_tokens past the window as an overflow, unless max_tokens alone fills it", () => {
+    const reasonOf = (message: string) => {
+      const body = JSON.stringify({ type: "error", error: { type: "invalid_request_error", message } })
+      const error = ErrorClassification.classify({ ...base, status: 400, body })
+      return error.reason._tag === "Provider" ? error.reason.reason : error.reason._tag
+    }
+    const text = (input: number, output: number, window: number) =>
+      `input length and \`max_tokens\` exceed context limit: ${input} + ${output} > ${window}, decrease input length or \`max_tokens\` and try again`
+    assert.strictEqual(reasonOf(text(188240, 21333, 200000)), "ContextOverflow")
+    assert.strictEqual(reasonOf(text(1000, 200000, 200000)), "rejected")
+    assert.strictEqual(reasonOf(text(1000, 2000, 200000)), "rejected")
+  })
+
   it("matches codes case-insensitively with - and _ alike", () => {
     const error = ErrorClassification.classify({ ...base, payload: { error: { status: "RESOURCE_EXHAUSTED", message: "busy" } } })
     assert.strictEqual(error.reason._tag === "Provider" && error.reason.reason, "provider_unavailable")
