@@ -608,6 +608,41 @@ describe("Anthropic adapter", () => {
     }),
   )
 
+  it.effect("leaves thinking out of a request continuing a tool loop whose last assistant message has none", () =>
+    Effect.gen(function* () {
+      const server = yield* serve(...[1, 2, 3].map(() => Respond.sse(AnthropicSse.response({ text: ["ok"] }))))
+      const model = yield* anthropic(server)
+      const thinkingOn = { thinking: { type: "enabled", budget_tokens: 1024 }, temperature: 1 }
+      const call: Prompt.AssistantMessage["parts"][number] = { kind: "tool_call", toolCallId: "toolu_1", toolName: "read_file", input: { path: "a" }, providerExecuted: false }
+      const signed: Prompt.AssistantMessage["parts"][number] = {
+        kind: "thinking",
+        text: "Plan.",
+        providerOptions: { anthropic: { signature: "sig" }, maka: { routeIdentity: model.routeIdentity } },
+      }
+      const result: Prompt.PromptMessage = { role: "tool", results: [{ toolCallId: "toolu_1", toolName: "read_file", output: { type: "text", value: "a" } }] }
+      const prompts: ReadonlyArray<Prompt.Prompt> = [
+        // A loop from another route (its reasoning not sent here): thinking left out.
+        [{ role: "user", content: "Go." }, { role: "assistant", parts: [{ kind: "thinking", text: "Elsewhere." }, call] }, result],
+        // The loop's last message begins with this route's thinking: kept.
+        [{ role: "user", content: "Go." }, { role: "assistant", parts: [signed, call] }, result],
+        // A new turn after an answer without thinking: kept.
+        [{ role: "user", content: "Go." }, { role: "assistant", parts: [{ kind: "text", text: "Done." }] }, { role: "user", content: "More." }],
+      ]
+      const sent: Array<unknown> = []
+      for (const prompt of prompts) {
+        const index = server.requests().length
+        yield* stepOf(model.stream(request({ prompt, tools, providerOptions: thinkingOn })))
+        const json = server.requests()[index]?.json as Record<string, unknown>
+        sent.push([json["thinking"], json["temperature"]])
+      }
+      assert.deepStrictEqual(sent, [
+        [undefined, 1],
+        [{ type: "enabled", budget_tokens: 1024 }, 1],
+        [{ type: "enabled", budget_tokens: 1024 }, 1],
+      ])
+    }),
+  )
+
   it.effect("sends tool ids recorded on another route in the API's pattern, unique in the request", () =>
     Effect.gen(function* () {
       const server = yield* serve(Respond.sse(AnthropicSse.response({ text: ["ok"] })))

@@ -105,9 +105,12 @@ const userBlocks = (message: Prompt.UserMessage | Prompt.ToolMessage, withTools:
             },
       )
 
-const turns = (prompt: Prompt.Prompt, withTools: boolean): { readonly system: ReadonlyArray<string>; readonly messages: Array<Json> } => {
+/** One message of the body. */
+type Turn = { readonly role: "user" | "assistant"; readonly content: Array<Json> }
+
+const turns = (prompt: Prompt.Prompt, withTools: boolean): { readonly system: ReadonlyArray<string>; readonly messages: Array<Turn> } => {
   const system: Array<string> = []
-  const messages: Array<{ role: "user" | "assistant"; content: Array<Json> }> = []
+  const messages: Array<Turn> = []
   const ids = toolIds()
   for (const message of prompt) {
     if (message.role === "system") {
@@ -124,11 +127,32 @@ const turns = (prompt: Prompt.Prompt, withTools: boolean): { readonly system: Re
   return { system, messages }
 }
 
+/**
+ * Whether `messages` continue a tool loop whose last assistant message does not begin with thinking:
+ * with thinking on, the API refuses such a request ("a final `assistant` message must start with a
+ * thinking block"). It is one whose thinking was not recorded on this route (a continuation or a
+ * session from another route, a step run with thinking off, thinking given without a signature).
+ */
+const loopWithoutThinking = (messages: ReadonlyArray<Turn>): boolean => {
+  const last = messages[messages.length - 1]
+  const assistant = messages[messages.length - 2]
+  if (last?.role !== "user" || assistant?.role !== "assistant") return false
+  const typeOf = (block: Json | undefined) => (isObject(block) ? block["type"] : undefined)
+  if (!last.content.some((block) => typeOf(block) === "tool_result")) return false
+  const first = typeOf(assistant.content[0])
+  return first !== "thinking" && first !== "redacted_thinking"
+}
+
 /** The request body for `model`, as canonical JSON text. */
 export const anthropicBody = (model: string, request: Prompt.ModelRequest, prompt: Prompt.Prompt): string => {
   const { system, messages } = turns(prompt, request.tools.length > 0)
+  // Such a request is sent without `thinking`: its step answers without thinking, and the loop's
+  // next request again, until the turn's answer (docs/model.md §4.1).
+  const thinking = request.providerOptions?.["thinking"]
+  const { thinking: _thinking, ...others } = request.providerOptions ?? {}
+  const withoutThinking = isObject(thinking) && thinking["type"] !== "disabled" && loopWithoutThinking(messages)
   return canonicalJson({
-    ...request.providerOptions,
+    ...(withoutThinking ? others : request.providerOptions),
     model,
     messages,
     max_tokens: request.maxOutputTokens,
