@@ -260,11 +260,13 @@ const parseReply = (line: string): KeeperReply | undefined => {
  * else resolved from this module.
  */
 const driverPath = (): string => {
-  const require = createRequire(import.meta.url)
-  for (const entry of Object.values(require.cache)) {
+  // A CommonJS bundle of this module has its own `require` and no `import.meta.url` (an ES module
+  // bundle may name a `require` of its own too, a shim with neither `cache` nor `resolve`).
+  const resolver = typeof require === "function" && typeof require.resolve === "function" ? require : createRequire(import.meta.url)
+  for (const entry of Object.values(resolver.cache)) {
     if (entry !== undefined && entry.exports === BetterSqlite3) return entry.filename
   }
-  return require.resolve("better-sqlite3")
+  return resolver.resolve("better-sqlite3")
 }
 
 /**
@@ -557,6 +559,23 @@ const currentKeeper = (): Keeper => {
   return keeper
 }
 
+/**
+ * `currentKeeper`, or the `Io` failure saying that the keeper could not start, and why: a spawn that
+ * throws at once (Node's permission model without `--allow-child-process`), or its driver not found.
+ */
+const startedKeeper = (lockPath: string): Keeper => {
+  try {
+    return currentKeeper()
+  } catch (error) {
+    const denied = (error as { readonly code?: unknown } | null)?.code === "ERR_ACCESS_DENIED"
+    throw io(
+      `${lockPath}: the lease keeper (a node child process every SQLite writer runs) could not start: ` +
+        `${error instanceof Error ? error.message : String(error)}` +
+        (denied ? " (under Node's permission model, allow it with --allow-child-process)" : ""),
+    )
+  }
+}
+
 /** The process id of the running keeper, if any (for tests). */
 export const keeperProcessId = (): number | undefined => (keeper === undefined || keeper.exited ? undefined : keeper.pid)
 
@@ -567,7 +586,7 @@ export const keeperProcessId = (): number | undefined => (keeper === undefined |
  */
 export const acquireLease = async (canonicalPath: string): Promise<Lease> => {
   const lockPath = `${canonicalPath}${LOCK_SUFFIX}`
-  const owner = currentKeeper()
+  const owner = startedKeeper(lockPath)
   let reply: KeeperReply
   try {
     reply = await owner.request("acquire", lockPath, LEASE_DEFAULTS.acquireWaitMs)

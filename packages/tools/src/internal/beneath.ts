@@ -21,8 +21,24 @@ import { fsReason, tryFs, type FsError } from "./fs.ts"
 
 const { O_RDONLY, O_WRONLY, O_CREAT, O_EXCL, O_NOFOLLOW, O_NONBLOCK, O_DIRECTORY } = constants
 
-/** Whether names can be resolved relative to an open directory descriptor (Linux `/proc`). */
-const hasDescriptorPaths = process.platform === "linux" && existsSync("/proc/self/fd")
+let descriptorPaths: boolean | undefined
+
+/**
+ * Whether names can be resolved relative to an open directory descriptor (Linux `/proc`). Looked at
+ * the first time a tool resolves a name, not when the module loads: a process that may not read
+ * `/proc/self/fd` (Node's permission model without it in `--allow-fs-read`, where the look throws)
+ * resolves names by path, as where there is no `/proc`.
+ */
+const hasDescriptorPaths = (): boolean => {
+  if (descriptorPaths === undefined) {
+    try {
+      descriptorPaths = process.platform === "linux" && existsSync("/proc/self/fd")
+    } catch {
+      descriptorPaths = false
+    }
+  }
+  return descriptorPaths
+}
 
 /** An open directory inside the workspace: its descriptor and the real path it was opened as. */
 export interface Directory {
@@ -54,9 +70,9 @@ export const entryName = (bytes: Buffer): EntryName => {
 
 /** The path through which `name` is opened relative to `directory`. */
 const at = (directory: Directory, name: EntryName): string | Buffer => {
-  const base = hasDescriptorPaths ? `/proc/self/fd/${directory.handle.fd}` : directory.path
+  const base = hasDescriptorPaths() ? `/proc/self/fd/${directory.handle.fd}` : directory.path
   return typeof name === "string"
-    ? hasDescriptorPaths
+    ? hasDescriptorPaths()
       ? `${base}/${name}`
       : path.join(base, name)
     : Buffer.concat([Buffer.from(`${base}${path.sep}`), name])
@@ -64,7 +80,7 @@ const at = (directory: Directory, name: EntryName): string | Buffer => {
 
 /** The path a directory's own entries are listed through. */
 const listPath = (directory: Directory): string =>
-  hasDescriptorPaths ? `/proc/self/fd/${directory.handle.fd}` : directory.path
+  hasDescriptorPaths() ? `/proc/self/fd/${directory.handle.fd}` : directory.path
 
 const changed = (display: string): ToolFailure =>
   failure(`${display}: the path changed while it was opened (a symbolic link appeared); try again`)
@@ -89,7 +105,7 @@ const acquire = (open: () => Promise<fs.FileHandle>, display: string): Effect.Ef
  * any component and names the file `stat` describes.
  */
 const verify = (root: string, real: string, stat: Stats, display: string): Effect.Effect<void, ToolFailure> => {
-  if (hasDescriptorPaths) return Effect.void
+  if (hasDescriptorPaths()) return Effect.void
   return Effect.gen(function* () {
     let current = root
     const names = path.relative(root, real).split(path.sep).filter((name) => name.length > 0)
@@ -116,7 +132,7 @@ export const openChildDirectory = (
   Effect.gen(function* () {
     const handle = yield* acquire(() => fs.open(at(directory, name), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK), display)
     const opened = { handle, path: path.join(directory.path, nameText(name)) }
-    if (!hasDescriptorPaths) {
+    if (!hasDescriptorPaths()) {
       const stat = yield* tryFs(() => handle.stat()).pipe(Effect.mapError(fsFailure(display)))
       yield* verify(root, opened.path, stat, display)
     }

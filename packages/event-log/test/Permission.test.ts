@@ -1,0 +1,42 @@
+/**
+ * Node's permission model without `--allow-child-process`: a SQLite writer cannot start its lease's
+ * keeper, and the open fails saying so and what to allow, writing nothing. Runs the built package in
+ * a child process.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { spawnSync } from "node:child_process"
+import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
+
+const ROOT = fs.realpathSync(path.resolve(import.meta.dirname, "../../.."))
+const CHILD = path.join(import.meta.dirname, "fixtures", "permission-child.mjs")
+const PERMISSION = Number(process.versions.node.split(".")[0]) >= 22 ? "--permission" : "--experimental-permission"
+
+describe("under Node's permission model", () => {
+  it("a writer that may not start a child process is refused naming the permission, and writes nothing", () => {
+    const directory = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), "maka-permission-")))
+    try {
+      const child = spawnSync(
+        process.execPath,
+        [
+          "--no-warnings",
+          PERMISSION,
+          `--allow-fs-read=${ROOT}/`,
+          `--allow-fs-read=${directory}/`,
+          `--allow-fs-write=${directory}/`,
+          "--allow-addons",
+          CHILD,
+          path.join(directory, "log.db"),
+        ],
+        { encoding: "utf8", timeout: 60_000 },
+      )
+      assert.strictEqual(child.status, 0, child.stderr)
+      assert.include(child.stdout, "the lease keeper (a node child process every SQLite writer runs) could not start")
+      assert.include(child.stdout, "allow it with --allow-child-process")
+      assert.deepStrictEqual(fs.readdirSync(directory), [])
+    } finally {
+      fs.rmSync(directory, { recursive: true, force: true })
+    }
+  })
+})
