@@ -537,6 +537,21 @@ describe("the SQLite open-order check", () => {
     }
   }
 
+  it("stops before the lease, with what to do, when no temporary folder can hold the copy to survey", async () => {
+    const { directory, file } = foreignWal(0)
+    const before = snapshot(directory)
+    const previous = process.env["TMPDIR"]
+    process.env["TMPDIR"] = path.join(directory, "missing")
+    try {
+      await expectReason(openSqlite(file), "Io", `in the temporary folder ${path.join(directory, "missing")} (ENOENT); set TMPDIR to a writable folder`)
+    } finally {
+      if (previous === undefined) delete process.env["TMPDIR"]
+      else process.env["TMPDIR"] = previous
+    }
+    // No lock beside a file that may be no log.
+    expect(snapshot(directory)).toEqual(before)
+  })
+
   /** Another program's database without an application id, closed cleanly in `journalMode`: no sidecars. */
   const unstampedForeign = (directory: string, journalMode: "delete" | "wal") => {
     const file = path.join(directory, `app-${journalMode}.sqlite`)

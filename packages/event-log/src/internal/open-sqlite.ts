@@ -223,6 +223,26 @@ const SIDECARS = ["-wal", "-journal"] as const
 
 const hasSidecar = (file: string): boolean => SIDECARS.some((suffix) => fs.existsSync(`${file}${suffix}`))
 
+/** The failures of `surveyFolder`: no survey can be made, so the open stops before it takes the lease. */
+const noSurveyFolder = new WeakSet<object>()
+
+/**
+ * A new folder in the temporary folder (`os.tmpdir()`, `TMPDIR`) for a survey's copy, or the `Io`
+ * failure saying that none could be made there and what to do.
+ */
+const surveyFolder = (file: string): string => {
+  try {
+    return fs.mkdtempSync(nodePath.join(os.tmpdir(), "maka-survey-"))
+  } catch (error) {
+    const failure = io(
+      `${file}: no folder for a copy to survey it could be made in the temporary folder ${os.tmpdir()} ` +
+        `(${errorCode(error) ?? (error instanceof Error ? error.message : String(error))}); set TMPDIR to a writable folder`,
+    )
+    noSurveyFolder.add(failure)
+    throw failure
+  }
+}
+
 /**
  * Classifies a database without opening it: a copy of the file and its sidecars in a temporary
  * folder is opened and surveyed instead, so the original, its `-wal` and `-shm` stay byte-for-byte
@@ -230,7 +250,7 @@ const hasSidecar = (file: string): boolean => SIDECARS.some((suffix) => fs.exist
  * file creates its `-wal` and `-shm`, read-only too, and a read-only connection cannot remove them).
  */
 const surveyCopy = (file: string): SchemaState => {
-  const directory = fs.mkdtempSync(nodePath.join(os.tmpdir(), "maka-survey-"))
+  const directory = surveyFolder(file)
   try {
     const copy = nodePath.join(directory, "survey.sqlite")
     fs.copyFileSync(file, copy)
@@ -329,6 +349,9 @@ const refuseBeforeLease = (file: string): void => {
     else surveyCopy(file)
   } catch (error) {
     if (EventLogError.isEventLogError(error) && error.reason._tag === "UnsupportedDatabase") throw error
+    // No temporary folder: the check after the lease could not survey it either, so stop before a
+    // lock is made beside a file that may be no log.
+    if (noSurveyFolder.has(error as object)) throw error
   }
 }
 
