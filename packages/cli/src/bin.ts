@@ -32,10 +32,22 @@ process.on("exit", () => {
 const { main } = await import("./internal/main.ts")
 const { afterOutput, processSink } = await import("./internal/terminal.ts")
 
-// `src/bin.ts` and `dist/bin.js` both sit one folder below the package root.
-const manifest: unknown = JSON.parse(fs.readFileSync(new URL("../package.json", import.meta.url), "utf8"))
-const VERSION =
-  typeof manifest === "object" && manifest !== null && "version" in manifest && typeof manifest.version === "string" ? manifest.version : "unknown"
+/**
+ * The package's version from its manifest: `src/bin.ts` and `dist/bin.js` both sit one folder below
+ * the package root. Bundled into one file, the file there is another's or none: `unknown` then.
+ */
+const versionOf = (): string => {
+  try {
+    const manifest: unknown = JSON.parse(fs.readFileSync(new URL("../package.json", import.meta.url), "utf8"))
+    return typeof manifest === "object" && manifest !== null && "name" in manifest && manifest.name === "@maka/cli" &&
+      "version" in manifest && typeof manifest.version === "string"
+      ? manifest.version
+      : "unknown"
+  } catch {
+    return "unknown"
+  }
+}
+const VERSION = versionOf()
 
 const sink = processSink(process.stdout, process.stderr)
 stdoutFailure = sink.outFailure

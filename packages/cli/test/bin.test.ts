@@ -1,3 +1,4 @@
+import { spawnSync } from "node:child_process"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
@@ -75,6 +76,34 @@ describe("the maka binary", () => {
     const extra = await run("--version", "extra")
     expect([extra.code, extra.stdout, extra.stderr]).toEqual([2, "", "maka: unexpected argument 'extra': maka --version takes none; see maka --help\n"])
   })
+
+  it("bundled into one file, prints unknown for its version rather than another package's, or failing", async () => {
+    const { build } = await import("esbuild")
+    const directory = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), "maka-cli-bundle-")))
+    try {
+      // The bundle's folder, in a program whose own manifest sits one folder up.
+      fs.writeFileSync(path.join(directory, "package.json"), JSON.stringify({ name: "host", version: "9.9.9" }))
+      const bundle = path.join(directory, "dist", "maka.mjs")
+      await build({
+        entryPoints: [path.join(packageRoot, "dist", "bin.js")],
+        bundle: true,
+        platform: "node",
+        format: "esm",
+        outfile: bundle,
+        external: ["better-sqlite3", "pg"],
+        logLevel: "silent",
+      })
+      fs.mkdirSync(path.join(directory, "node_modules"))
+      fs.symlinkSync(path.join(packageRoot, "..", "..", "node_modules", "better-sqlite3"), path.join(directory, "node_modules", "better-sqlite3"))
+      const child = spawnSync(process.execPath, [bundle, "--version"], { cwd: directory, encoding: "utf8", timeout: 60_000 })
+      expect([child.status, child.stdout, child.stderr]).toEqual([0, "unknown\n", ""])
+      fs.rmSync(path.join(directory, "package.json"))
+      const alone = spawnSync(process.execPath, [bundle, "--version"], { cwd: directory, encoding: "utf8", timeout: 60_000 })
+      expect([alone.status, alone.stdout, alone.stderr]).toEqual([0, "unknown\n", ""])
+    } finally {
+      fs.rmSync(directory, { recursive: true, force: true })
+    }
+  }, 60_000)
 
   it.each(Object.keys(COMMANDS))("lists every flag of %s with its default in its --help", async (command) => {
     const result = await run(command, "--help")
