@@ -63,4 +63,24 @@ describe("EventFeed", () => {
     assert.isTrue((await early.next()).done)
     assert.isTrue((await late.next()).done)
   })
+
+  it("return() ends the reader's waiting next() at once, and leaves the other readers waiting", async () => {
+    const feed = new EventFeed()
+    const leaving = feed.events()
+    const staying = feed.events()
+    const waiting = [leaving.next(), leaving.next()]
+    const stayingRead = staying.next()
+    assert.isTrue((await leaving.return!()).done)
+    // Settled before any event is added (the run's next commit may be minutes away).
+    let settled: unknown = "still waiting"
+    void Promise.all(waiting).then((results) => (settled = results))
+    await new Promise((resolve) => setImmediate(resolve))
+    assert.deepStrictEqual(settled, [
+      { done: true, value: undefined },
+      { done: true, value: undefined },
+    ])
+    feed.add([stored(1)])
+    assert.strictEqual(((await stayingRead) as IteratorYieldResult<Event.StoredEvent>).value.sequence, 1)
+    assert.isTrue((await leaving.next()).done)
+  })
 })

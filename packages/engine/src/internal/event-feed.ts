@@ -63,18 +63,34 @@ export class EventFeed {
   events(): AsyncIterableIterator<Event.StoredEvent> {
     let index = 0
     let closed = false
+    /** This reader's calls of `next` waiting for an event: `return` ends them at once. */
+    const pending = new Set<() => void>()
     const next = (): Promise<IteratorResult<Event.StoredEvent, undefined>> => {
       if (!closed && index < this.committed.length) return Promise.resolve({ done: false, value: this.committed[index++]! })
       if (closed || this.#ended) {
         closed = true
         return Promise.resolve({ done: true, value: undefined })
       }
-      return new Promise((resolve) => this.#waiting.push(() => resolve(next())))
+      return new Promise((resolve) => {
+        const resume = () => {
+          pending.delete(resume)
+          resolve(next())
+        }
+        pending.add(resume)
+        this.#waiting.push(resume)
+      })
     }
     const iterator: AsyncIterableIterator<Event.StoredEvent> = {
       next,
+      // A reader that stops (a `break`, a client gone) ends its waiting calls now, not at the run's
+      // next commit, which a slow tool or a silent model may hold off for minutes.
       return: () => {
         closed = true
+        if (pending.size > 0) {
+          const ended = [...pending]
+          this.#waiting = this.#waiting.filter((resume) => !pending.has(resume))
+          for (const resume of ended) resume()
+        }
         return Promise.resolve({ done: true, value: undefined })
       },
       [Symbol.asyncIterator]: () => iterator,
