@@ -266,6 +266,19 @@ const checkProviderOptions = (value: unknown, what: string): string | undefined 
   return Result.isFailure(wellFormed) ? wellFormed.failure.message : undefined
 }
 
+/** How a resuming host's tool catalog differs from a pause's: the names added or removed, or a definition. */
+const catalogChange = (paused: ReadonlyArray<string>, resuming: ReadonlyArray<string>): string => {
+  const added = resuming.filter((name) => !paused.includes(name))
+  const removed = paused.filter((name) => !resuming.includes(name))
+  const changes = [
+    ...(removed.length === 0 ? [] : [`without ${removed.join(", ")}`]),
+    ...(added.length === 0 ? [] : [`with ${added.join(", ")} added`]),
+  ]
+  return changes.length === 0
+    ? "the tool catalog differs from the pause's: a tool of the same name has another definition (description or input schema)"
+    : `the tool catalog differs from the pause's: ${changes.join(", ")}`
+}
+
 /** What `start` and `compact` share: everything but the message and the tools. */
 type LaunchInput = Omit<StartInput, "message" | "tools"> & {
   readonly message?: Input.MessageInput
@@ -1043,6 +1056,12 @@ export const make = (options: EngineOptionsInput = {}) =>
           const tools = catalog.success
           if (tools === undefined) {
             skip("no tool catalog for the pause")
+            continue
+          }
+          // As the successor will run it: with the engine's own `read_tool_result` when it has tools.
+          const offered = catalogOf(tools, log, pending.sessionId)
+          if (offered.digest !== execution.tools.catalogDigest) {
+            skip(`handoff execution settings changed: ${catalogChange(execution.tools.names, offered.names)}`)
             continue
           }
           const started = yield* Effect.result(resume({ paused: pending.invocation, pause: pending.pause, model, tools }))

@@ -48,6 +48,14 @@ const tools = (effects: Effects, releases: Array<Deferred.Deferred<void>>) =>
     }),
   ])
 
+/** A tool's definition but its name, for catalogs that differ from a pause's. */
+const extraDefinition = {
+  description: "Another tool.",
+  input: Schema.Struct({ value: Schema.String }),
+  semantics: "parallel" as const,
+  execute: () => Effect.succeed(Tool.text("extra")),
+}
+
 const slowCall = (id: string, value: string) =>
   Respond.sse(OpenAiSse.response({ toolCalls: [{ id, name: "slow", arguments: [JSON.stringify({ value })] }] }))
 
@@ -516,6 +524,10 @@ describe("the handoff gate", () => {
             { provider: () => provider, tools: untyped<Resolvers["tools"]>(() => Promise.resolve(slow)) },
             { provider: () => provider, tools: untyped<Resolvers["tools"]>(() => null) },
             { provider: () => { throw Object.assign(new Error(), { message: Symbol("odd") }) }, tools: () => slow },
+            // A catalog other than the pause's: a tool left out, one added, one of the same name redefined.
+            { provider: () => provider, tools: () => slow.filter((tool) => tool.name !== "slow") },
+            { provider: () => provider, tools: () => [...slow, Tool.make({ ...extraDefinition, name: "extra" })] },
+            { provider: () => provider, tools: () => [...slow.filter((tool) => tool.name !== "slow"), Tool.make({ ...extraDefinition, name: "slow" })] },
           ],
           (resolvers) => Effect.promise(() => engine.resumePending(resolvers)),
         )
@@ -533,6 +545,11 @@ describe("the handoff gate", () => {
           ["the tools resolver returned a Promise; resolvers answer synchronously (read what they need before resumePending)"],
           ["the tools resolver returned null, not a list of tools or undefined"],
           ["the provider resolver threw: Symbol(odd)"],
+          ["handoff execution settings changed: the tool catalog differs from the pause's: without slow"],
+          ["handoff execution settings changed: the tool catalog differs from the pause's: with extra added"],
+          [
+            "handoff execution settings changed: the tool catalog differs from the pause's: a tool of the same name has another definition (description or input schema)",
+          ],
         ])
         // Each resolver is told which paused run it serves: its session and its configuration.
         const asked: Array<string> = []
