@@ -263,7 +263,8 @@ const checkProviderOptions = (value: unknown, what: string): string | undefined 
   if (Result.isFailure(text)) return `${what}: ${text.failure.message}`
   // Sent as given, and stored in a handoff's pause: a lone surrogate would leave the pause unwritable.
   const wellFormed = Validation.wellFormed(value, what)
-  return Result.isFailure(wellFormed) ? wellFormed.failure.message : undefined
+  // Its path may hold the key at fault: the refusal itself is well-formed.
+  return Result.isFailure(wellFormed) ? Validation.toWellFormedText(wellFormed.failure.message) : undefined
 }
 
 /** How a resuming host's tool catalog differs from a pause's: the names added or removed, or a definition. */

@@ -106,6 +106,8 @@ describe("start refusals write nothing", () => {
       [{ providerOptions: untyped(["not", "an", "object"]) }, "providerOptions"],
       // A handoff stores them in its pause: one no fact may hold would leave every handoff unwritable.
       [{ providerOptions: { user: "v\udfff" } }, "providerOptions.user is not well-formed Unicode (it holds a lone surrogate)"],
+      // A key at fault is named with U+FFFD in its place: the refusal is well-formed text itself.
+      [{ providerOptions: { "k\ud800": 1 } }, "providerOptions.k\ufffd is not well-formed Unicode"],
       [{ tools: [readToolResult] }, "read_tool_result"],
       [{ connection: { id: "", slug: "openai-compatible" } }, "length of at least 1"],
       // Named as the caller passed them, not as the opening's fields they become.

@@ -643,6 +643,25 @@ describe("Anthropic adapter", () => {
     }),
   )
 
+  it.effect("leaves the options' tool_choice out of a request without tools (a summary's), which the API refuses", () =>
+    Effect.gen(function* () {
+      const server = yield* serve(...[1, 2].map(() => Respond.sse(AnthropicSse.response({ text: ["ok"] }))))
+      const model = yield* anthropic(server)
+      const providerOptions = { tool_choice: { type: "auto" }, temperature: 0 }
+      const choices: Array<unknown> = []
+      for (const offered of [[], tools]) {
+        const index = server.requests().length
+        yield* stepOf(model.stream(request({ tools: offered, providerOptions })))
+        const json = server.requests()[index]?.json as Record<string, unknown>
+        choices.push([json["tool_choice"], json["temperature"]])
+      }
+      assert.deepStrictEqual(choices, [
+        [undefined, 0],
+        [{ type: "auto" }, 0],
+      ])
+    }),
+  )
+
   it.effect("sends tool ids recorded on another route in the API's pattern, unique in the request", () =>
     Effect.gen(function* () {
       const server = yield* serve(Respond.sse(AnthropicSse.response({ text: ["ok"] })))
@@ -961,7 +980,7 @@ describe("after the finish", () => {
       const withoutStop = (options: AnthropicSse.ResponseOptions) => AnthropicSse.response(options).slice(0, -1)
       const server = yield* serve(
         Respond.sse(withoutStop({ text: ["all ", "of it"], inputUsage: { input_tokens: 150 } })),
-        Respond.sse(withoutStop({ toolUses: [{ id: "t", name: "read_file", json: ['{"path":', '"a"}'] }] })),
+        Respond.sse([...withoutStop({ toolUses: [{ id: "t", name: "read_file", json: ['{"path":', '"a"}'] }] }), Respond.raw("data: [DONE]\n\n")]),
         // A block still open at the end is a cut stream, as before.
         Respond.sse([AnthropicSse.messageStart(), AnthropicSse.blockStart(0, { type: "text", text: "" }), AnthropicSse.messageDelta("end_turn")]),
       )

@@ -54,7 +54,11 @@ const tool: fc.Arbitrary<Prompt.ToolDefinition> = fc.record({
 
 /** The body as it was written before fragments: one canonical write of the whole object. */
 const wholeBody = (model: string, request: Prompt.ModelRequest, prompt: Prompt.Prompt): unknown => ({
-  ...Object.fromEntries(Object.entries(request.providerOptions).filter(([key]) => key !== "tools")),
+  ...Object.fromEntries(
+    Object.entries(request.providerOptions).filter(
+      ([key]) => key !== "tools" && (request.tools.length > 0 || (key !== "tool_choice" && key !== "parallel_tool_calls")),
+    ),
+  ),
   model,
   messages: JSON.parse(openAiBody(model, request, prompt, "max_tokens")).messages,
   max_tokens: request.maxOutputTokens,
@@ -89,6 +93,18 @@ describe("the OpenAI-compatible body's stream_options", () => {
     // The fields the options never replace, nor add: tools, when the request offers none.
     const body = bodyWith({ model: "x", messages: [], stream: false, max_tokens: 1, stream_options: null, tools: [{ type: "function" }] })
     assert.deepStrictEqual([body["model"], body["stream"], body["max_tokens"], body["tools"]], ["m", true, 1_000, undefined])
+  })
+
+  it("leaves the options' tool_choice and parallel_tool_calls out of a request without tools, which OpenAI refuses", () => {
+    const prompt: Prompt.Prompt = [{ role: "user", content: "hi" }]
+    const options = { tool_choice: "auto", parallel_tool_calls: false, temperature: 0 }
+    const definition = { name: "read_file", description: "Reads.", inputSchema: { type: "object" } } as unknown as Prompt.ToolDefinition
+    const fieldsOf = (tools: ReadonlyArray<Prompt.ToolDefinition>) => {
+      const body = JSON.parse(openAiBody("m", requestOf(prompt, options, tools), prompt, "max_tokens")) as Record<string, unknown>
+      return [body["tool_choice"], body["parallel_tool_calls"], body["temperature"]]
+    }
+    assert.deepStrictEqual(fieldsOf([]), [undefined, undefined, 0])
+    assert.deepStrictEqual(fieldsOf([definition]), ["auto", false, 0])
   })
 })
 

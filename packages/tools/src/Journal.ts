@@ -232,18 +232,38 @@ const runDispatched = (
     return { execution, interrupted: Exit.isFailure(waited) }
   })
 
+/** Two keys of one object that differ only in their lone surrogates: no repair keeps both. */
+const KEYS_MERGED = Symbol("keys merged")
+
 /**
- * A JSON value with U+FFFD in place of each lone surrogate of its strings and keys (two keys that
- * differ only there become one, the later value kept, as `JSON.parse` keeps a repeated key's last).
+ * A JSON value with U+FFFD in place of each lone surrogate of its strings and keys; `KEYS_MERGED`
+ * when two keys of an object would become one (the output is then not stored, rather than stored
+ * with a value lost).
  */
-const wellFormedJson = (value: Identity.Json): Identity.Json => {
+const wellFormedJson = (value: Identity.Json): Identity.Json | typeof KEYS_MERGED => {
   if (typeof value === "string") return Validation.toWellFormedText(value)
-  if (Array.isArray(value)) return value.map(wellFormedJson)
   if (value === null || typeof value !== "object") return value
+  if (Array.isArray(value)) {
+    const items: Array<Identity.Json> = []
+    for (const item of value) {
+      const repaired = wellFormedJson(item)
+      if (repaired === KEYS_MERGED) return KEYS_MERGED
+      items.push(repaired)
+    }
+    return items
+  }
+  const entries = Object.entries(value as { readonly [key: string]: Identity.Json })
+  const repaired: Array<readonly [string, Identity.Json]> = []
+  const keys = new Set<string>()
+  for (const [key, child] of entries) {
+    const name = Validation.toWellFormedText(key)
+    const inner = wellFormedJson(child)
+    if (keys.has(name) || inner === KEYS_MERGED) return KEYS_MERGED
+    keys.add(name)
+    repaired.push([name, inner])
+  }
   // `fromEntries` defines each key as its own property: a `__proto__` key stays a key.
-  return Object.fromEntries(
-    Object.entries(value as { readonly [key: string]: Identity.Json }).map(([key, child]) => [Validation.toWellFormedText(key), wellFormedJson(child)]),
-  )
+  return Object.fromEntries(repaired)
 }
 
 /** The settlement write of a known outcome, with the outcome it records. */
@@ -273,11 +293,10 @@ const settleWrite = (
     // place of each lone surrogate, as a UTF-8 encoder (and so the model) would read it anyway. Only
     // after the refusal: the usual output, well-formed, is not scanned once more.
     if (Result.isFailure(built) && built.failure.rule === "text_ill_formed") {
-      built = build(
-        output.format === "text"
-          ? { format: "text", value: Validation.toWellFormedText(output.value) }
-          : { format: "json", value: wellFormedJson(output.value) },
-      )
+      const repaired = output.format === "text" ? Validation.toWellFormedText(output.value) : wellFormedJson(output.value)
+      if (repaired !== KEYS_MERGED) {
+        built = build(output.format === "text" ? { format: "text", value: repaired as string } : { format: "json", value: repaired })
+      }
     }
     if (Result.isFailure(built)) {
       // The effect happened but its output cannot be stored: say so as a known failure.

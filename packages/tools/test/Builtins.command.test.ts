@@ -125,6 +125,16 @@ describe("run_command", () => {
       const [kept, cutNote] = mixed.stdout.split("\n[truncated: ")
       assert.isTrue(kept!.endsWith("\u20AC"), "the cut falls after a three-byte character")
       assert.strictEqual(Buffer.byteLength(kept!) + Number(/^(\d+) more bytes\]$/.exec(cutNote ?? "")?.[1]), 60_000)
+      // The cut right after the U+FFFD of an interrupted sequence (two bytes of a three-byte
+      // character, then an ASCII one): those two bytes are kept, the rest is dropped.
+      const interrupted = resultOf(
+        yield* call(Builtins.runCommand(workspace), {
+          command: "head -c 21000 /dev/zero | tr '\\0' '\\001'; head -c 4493 /dev/zero | tr '\\0' a; printf '\\342\\202X'; head -c 100 /dev/zero | tr '\\0' b",
+        }),
+      )
+      const [shownCut, shownNote] = interrupted.stdout.split("\n[truncated: ")
+      assert.isTrue(shownCut!.endsWith("a\uFFFD"), "the cut falls after the interrupted sequence")
+      assert.strictEqual(shownNote, "101 more bytes]")
     }),
   )
 

@@ -253,6 +253,9 @@ describe("Journal.invoke", () => {
       // A top-level JSON string too.
       const string = yield* runProbe(() => Effect.succeed(Tool.json(cut)))
       assert.deepStrictEqual(kinds(string.facts), ["tool_dispatched", "tool_settled:succeeded"])
+      // Two keys that differ only in their lone surrogates would become one, a value lost: not stored.
+      const merged = yield* runProbe(() => Effect.succeed(Tool.json(JSON.parse(`{"rows": [{"a\\ud800": 1, "a\\udc00": 2}]}`))))
+      assert.deepStrictEqual(kinds(merged.facts), ["tool_dispatched", "tool_settled:failed"])
     }),
   )
 

@@ -266,6 +266,8 @@ export const anthropicNormalizer = (routeIdentity: string): Normalizer => {
   return {
     message: (message: SseMessage, out) => {
       if (finished) return undefined
+      // Not Anthropic's, but some servers end a stream with it: it says nothing, wherever it comes.
+      if (message.data === "[DONE]") return undefined
       const parsed = parseJson(message.data)
       if (parsed === INVALID) return unsupportedShape("the data is not JSON")
       if (!isRecord(parsed)) return unsupportedShape("the data is not a JSON object")
@@ -278,7 +280,7 @@ export const anthropicNormalizer = (routeIdentity: string): Normalizer => {
     end: (out) =>
       finished
         ? undefined
-        : stopReason !== undefined && open.size === 0
+        : started && stopReason !== undefined && open.size === 0
           ? finish(stopReason, out)
           : invalidInput
             ? invalidToolInput(stopReason)

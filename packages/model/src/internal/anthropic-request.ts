@@ -149,10 +149,17 @@ export const anthropicBody = (model: string, request: Prompt.ModelRequest, promp
   // Such a request is sent without `thinking`: its step answers without thinking, and the loop's
   // next request again, until the turn's answer (docs/model.md §4.1).
   const thinking = request.providerOptions?.["thinking"]
-  const { thinking: _thinking, ...others } = request.providerOptions ?? {}
   const withoutThinking = isObject(thinking) && thinking["type"] !== "disabled" && loopWithoutThinking(messages)
+  // A request that offers no tools (a summary's) leaves out their `tool_choice`, which the API refuses
+  // without `tools`.
+  const { thinking: _thinking, tool_choice: _choice, ...others } = request.providerOptions ?? {}
+  const options = {
+    ...others,
+    ...(withoutThinking || thinking === undefined ? {} : { thinking }),
+    ...(request.tools.length === 0 || request.providerOptions?.["tool_choice"] === undefined ? {} : { tool_choice: request.providerOptions["tool_choice"] }),
+  }
   return canonicalJson({
-    ...(withoutThinking ? others : request.providerOptions),
+    ...options,
     model,
     messages,
     max_tokens: request.maxOutputTokens,

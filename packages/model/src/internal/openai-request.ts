@@ -228,13 +228,16 @@ const afterMessages = ({ body, messagesAt, toolsAt, hasTools }: BodyLayout, requ
 /**
  * The body's fields. `providerOptions` go first and cannot replace `model`, `messages`, `stream`, the
  * output limit or `tools`; a `stream_options` of theirs replaces the adapter's `{include_usage: true}`,
- * and `stream_options: null` leaves the field out (a server that refuses it).
+ * and `stream_options: null` leaves the field out (a server that refuses it). A request that offers
+ * no tools (a summary's) leaves out their `tool_choice` and `parallel_tool_calls`, which OpenAI
+ * refuses without `tools`.
  */
 const bodyFields = (model: string, request: Prompt.ModelRequest, limitField: OutputLimitField, messages: Json, tools: Json) => {
   // `tools` are the adapter's even when the request offers none (a summary's): never the options'.
   const { stream_options: streamOptions, tools: _tools, ...options } = request.providerOptions ?? {}
+  const { tool_choice: _choice, parallel_tool_calls: _parallel, ...withoutToolFields } = options
   return {
-    ...options,
+    ...(request.tools.length > 0 ? options : withoutToolFields),
     model,
     messages,
     [limitField]: request.maxOutputTokens,

@@ -44,19 +44,23 @@ const environmentWithout = (hidden: ReadonlyArray<string>): NodeJS.ProcessEnv | 
 const decode = (raw: Buffer, capped: boolean): string => new TextDecoder("utf-8", { ignoreBOM: true }).decode(raw, { stream: capped })
 
 /**
- * How many leading bytes of `raw` decode to the first `units` UTF-16 units of its text: the shortest
- * prefix that gives them, found by halving (each probe decodes the prefix). A probe leaves a partial
- * character at its end out, so the prefix takes the last character's bytes whole; text that ends in
- * a partial character of its own (its U+FFFD) is the whole of `raw`.
+ * How many leading bytes of `raw` decode to `kept`, a prefix of its text: the shortest prefix whose
+ * decoding, a partial last character left out, is as long (found by halving, each probe decoding
+ * the prefix), or a few bytes less, when the character that brought it there came with the U+FFFD of
+ * an interrupted sequence before it (which only the byte after it ends): the longest of those that
+ * decodes, flushed, to `kept` itself. Text that ends in a partial character of its own (its U+FFFD)
+ * is the whole of `raw`.
  */
-const rawLengthOf = (raw: Buffer, units: number): number => {
-  const unitsOf = (bytes: number) => decode(raw.subarray(0, bytes), true).length
+const rawLengthOf = (raw: Buffer, kept: string): number => {
   let low = 0
   let high = raw.length
   while (low < high) {
     const middle = (low + high) >>> 1
-    if (unitsOf(middle) >= units) high = middle
+    if (decode(raw.subarray(0, middle), true).length >= kept.length) high = middle
     else low = middle + 1
+  }
+  for (let bytes = low; bytes >= Math.max(0, low - 4); bytes--) {
+    if (decode(raw.subarray(0, bytes), false) === kept) return bytes
   }
   return low
 }
@@ -93,7 +97,7 @@ class Capture {
     const kept = encodedLength(decoded) <= maxEncodedBytes ? decoded : cutEncoded(decoded, maxEncodedBytes)
     // Counted in the command's own bytes (an unreadable byte is one, not its U+FFFD's three), the
     // partial character left at the end of what was kept included.
-    const dropped = this.dropped + raw.length - rawLengthOf(raw, kept.length)
+    const dropped = this.dropped + raw.length - rawLengthOf(raw, kept)
     return dropped === 0 ? kept : `${kept}\n[truncated: ${dropped} more bytes]`
   }
 
