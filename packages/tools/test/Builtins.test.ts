@@ -329,6 +329,10 @@ describe("write_file", () => {
         "absent/other.sqlite",
         "absent/other.sqlite-wal",
         "./absent/../absent/other.sqlite",
+        // A folder named like a sidecar, which SQLite could then not create: the log would not open.
+        ".maka/events.sqlite-journal/x",
+        ".maka/events.sqlite-wal2/deeper/x",
+        "absent/other.sqlite-shm/x",
       ]
       for (const input of refused) {
         assert.include(failureOf(yield* call(tool, { path: input, content: "oops" })), "a file of the event log, never written by a tool", input)

@@ -36,14 +36,27 @@ export interface WriteFileInput {
   readonly content: string
 }
 
-/** The directory the file goes in, opened beneath the root, its missing parts created on the way. */
-const parentOf = (root: string, resolved: string, display: string): Effect.Effect<Directory, ToolFailure, Scope.Scope> =>
+/**
+ * The directory the file goes in, opened beneath the root, its missing parts created on the way; a
+ * part `refuses` is not made (a folder named like a sidecar of the event log, `events.sqlite-journal`,
+ * which SQLite would then fail to create: the log could not be opened).
+ */
+const parentOf = (
+  root: string,
+  resolved: string,
+  display: string,
+  refuses: (directory: string, name: string) => ToolFailure | undefined,
+): Effect.Effect<Directory, ToolFailure, Scope.Scope> =>
   Effect.gen(function* () {
     const ancestor = yield* existingAncestor(root, resolved)
     yield* inside(root, display, ancestor.real)
     let directory = yield* openDirectory(root, ancestor.real, display)
     const missing = path.relative(ancestor.lexical, path.dirname(resolved)).split(path.sep).filter((name) => name.length > 0)
-    for (const name of missing) directory = yield* makeChildDirectory(root, directory, name, display)
+    for (const name of missing) {
+      const refusal = refuses(directory.path, name)
+      if (refusal !== undefined) return yield* Effect.fail(refusal)
+      directory = yield* makeChildDirectory(root, directory, name, display)
+    }
     return directory
   })
 
@@ -160,15 +173,20 @@ export const writeFile = (
     if (resolved === canonical) return yield* Effect.fail(failure(`${input.path}: is the workspace root`))
     const ending = directoryEnding(input.path)
     if (ending !== undefined) return yield* Effect.fail(notAFile(input.path, ending))
-    // Refused before a missing folder on the way is made (checked again where the write lands);
-    // a path that leads out is left to be refused as outside, never told apart as the log's.
-    const planned = yield* realOrPlanned(path.dirname(resolved))
-    if (planned !== undefined && isInside(canonical, planned) && isGuarded(guarded, planned, path.basename(resolved))) {
-      return yield* Effect.fail(refusedProtected)
+    // Refused before a missing folder on the way is made (checked again where the write lands), as
+    // is a path through a folder named like one (`events.sqlite-journal/x`); a path that leads out is
+    // left to be refused as outside, never told apart as the log's.
+    for (let at = resolved; at !== canonical && isInside(canonical, at); at = path.dirname(at)) {
+      const planned = yield* realOrPlanned(path.dirname(at))
+      if (planned !== undefined && isInside(canonical, planned) && isGuarded(guarded, planned, path.basename(at))) {
+        return yield* Effect.fail(refusedProtected)
+      }
     }
     yield* Effect.scoped(
       Effect.gen(function* () {
-        const parent = yield* parentOf(canonical, resolved, input.path)
+        const parent = yield* parentOf(canonical, resolved, input.path, (directory, name) =>
+          isGuarded(guarded, directory, name) ? refusedProtected : undefined,
+        )
         const target = yield* landing(canonical, parent, path.basename(resolved), input.path)
         if (path.join(target.directory.path, target.name) === marker) return yield* Effect.fail(refused)
         if (isGuarded(guarded, target.directory.path, target.name)) return yield* Effect.fail(refusedProtected)
