@@ -218,6 +218,79 @@ describe("a lock file this user cannot write", () => {
   })
 })
 
+describe("files of a new log", () => {
+  it("are this user's and its group's, never others': the log, its -wal and -shm, and the lock", async () => {
+    const directory = temporaryDirectory()
+    const file = path.join(directory, "events.sqlite")
+    const previous = process.umask(0o002)
+    try {
+      const database = await openSqlite(file)
+      const modes = Object.fromEntries(listing(directory).map((name) => [name, fs.statSync(path.join(directory, name)).mode & 0o777]))
+      await database.close()
+      // The lock is made by the keeper, with the umask the process had when it started the keeper.
+      const lock = modes[`events.sqlite${LOCK_SUFFIX}`]!
+      delete modes[`events.sqlite${LOCK_SUFFIX}`]
+      expect(modes).toEqual({ "events.sqlite": 0o660, "events.sqlite-shm": 0o660, "events.sqlite-wal": 0o660 })
+      expect(lock & 0o607).toBe(0o600)
+    } finally {
+      process.umask(previous)
+    }
+    // A log that exists keeps its own bits.
+    const shared = path.join(temporaryDirectory(), "shared.sqlite")
+    fs.writeFileSync(shared, "")
+    fs.chmodSync(shared, 0o644)
+    await (await openSqlite(shared)).close()
+    expect(fs.statSync(shared).mode & 0o777).toBe(0o644)
+  })
+
+  it("refuses a link, or a file of several names, at the lock's name, leaving what it points to as it was", async () => {
+    const directory = temporaryDirectory()
+    const file = path.join(directory, "events.sqlite")
+    const other = path.join(temporaryDirectory(), "app.sqlite")
+    const connection = new (createRequire(import.meta.url)("better-sqlite3"))(other)
+    connection.pragma("journal_mode = WAL")
+    connection.exec("CREATE TABLE notes (body TEXT)")
+    connection.close()
+    const before = fs.readFileSync(other)
+    fs.symlinkSync(other, `${file}${LOCK_SUFFIX}`)
+    await expectReason(openSqlite(file), "Io", `${file}${LOCK_SUFFIX}: the writer's lock file is a symbolic link; remove it (the writer makes its own)`)
+    fs.rmSync(`${file}${LOCK_SUFFIX}`)
+    fs.linkSync(other, `${file}${LOCK_SUFFIX}`)
+    await expectReason(openSqlite(file), "Io", "the writer's lock file is a file of 2 hard links")
+    expect(fs.readFileSync(other).equals(before)).toBe(true)
+    expect(listing(directory)).toEqual([`events.sqlite${LOCK_SUFFIX}`])
+  })
+})
+
+/** Only root makes a file another user owns; elsewhere the case cannot be set up (and says so). */
+const asRoot = process.getuid?.() === 0
+if (!asRoot) console.log("a sidecar of another user: not run, only root can make a file another user owns")
+
+describe.runIf(asRoot)("a sidecar of another user", () => {
+  it("is refused, naming it, by a writer and a reader: SQLite would read another user's -wal into the log", async () => {
+    const directory = temporaryDirectory()
+    const file = path.join(directory, "events.sqlite")
+    await (await openSqlite(file)).close()
+    for (const suffix of ["-wal", "-journal"]) {
+      const planted = `${file}${suffix}`
+      fs.writeFileSync(planted, "planted history")
+      fs.chmodSync(planted, 0o666)
+      fs.chownSync(planted, 65534, 65534)
+      const message = `${planted} belongs to another user (uid 65534) than the log (uid 0): SQLite would read it into the log`
+      for (const readOnly of [false, true]) await expectReason(openSqlite(file, { readOnly }), "Io", message)
+      expect(fs.readFileSync(planted, "utf8")).toBe("planted history")
+      // One of the log's group is the log's own (a log a group of users shares): not refused for its owner.
+      fs.chownSync(planted, 65534, fs.statSync(file).gid)
+      const opened = await openSqlite(file, { readOnly: true }).then(
+        (database) => database.close().then(() => "opened"),
+        (error: unknown) => String(error),
+      )
+      expect(opened).not.toContain("belongs to another user")
+      fs.rmSync(planted)
+    }
+  })
+})
+
 describe("the writer lease across processes", () => {
   it("refuses a second writer process while the first is alive, and frees the lease at once when it is killed", async () => {
     const directory = temporaryDirectory()

@@ -175,6 +175,22 @@ const held = new Map();
 const reply = (message) => process.stdout.write(JSON.stringify(message) + "\n");
 const acquire = (request) => {
   if (held.has(request.path)) return reply({ id: request.id, busy: true });
+  // A new lock file is made this user's, and its group's when the umask lets it, but never others':
+  // another user who could open it could hold it and keep every writer out.
+  try {
+    fs.closeSync(fs.openSync(request.path, fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_WRONLY, 0o660));
+  } catch (error) {
+    if (error.code === "ENAMETOOLONG") return reply({ id: request.id, code: error.code, message: "the writer's lock file's name is too long (ENAMETOOLONG): use a shorter file name for the log" });
+    if (error.code !== "EEXIST" && error.code !== "EACCES") return reply({ id: request.id, code: error.code, message: "the writer's lock file cannot be made (" + error.code + ")" });
+  }
+  // Only a regular file of one name: SQLite follows a link, so one planted at the lock's name (in a
+  // folder others can write) would have the keeper lock, and change, the file it points to.
+  let entry;
+  try { entry = fs.lstatSync(request.path); } catch (error) { return reply({ id: request.id, code: error.code, message: "the writer's lock file cannot be read (" + error.code + ")" }); }
+  if (!entry.isFile() || entry.nlink !== 1) {
+    const what = entry.isSymbolicLink() ? "a symbolic link" : entry.isFile() ? "a file of " + entry.nlink + " hard links" : "not a regular file";
+    return reply({ id: request.id, code: "ELOOP", message: "the writer's lock file is " + what + "; remove it (the writer makes its own)" });
+  }
   // SQLite opens a lock file it cannot write read-only, and BEGIN EXCLUSIVE then locks nothing: two
   // writers would share the log. (access() opens no descriptor, which would drop a held lock.)
   try {

@@ -145,6 +145,26 @@ const requireWritable = (file: string): void => {
 }
 
 /**
+ * Refuses a sidecar another user may have planted: SQLite reads a `-wal` (or a hot `-journal`) into
+ * the log it opens, so one made by another account beside a log in a folder others can write (a
+ * sticky `/tmp`) would make history of theirs the log's. A sidecar of the log's owner or of this user
+ * is the log's own; so is one of the log's group (a log a group of users shares).
+ */
+const refuseForeignSidecars = (file: string): void => {
+  const euid = process.geteuid?.()
+  const log = lstatOrUndefined(file)
+  if (euid === undefined || log === undefined) return
+  for (const suffix of ["-wal", "-shm", "-journal"]) {
+    const sidecar = lstatOrUndefined(`${file}${suffix}`)
+    if (sidecar === undefined || sidecar.uid === log.uid || sidecar.uid === euid || sidecar.gid === log.gid) continue
+    throw io(
+      `${file}${suffix} belongs to another user (uid ${sidecar.uid}) than the log (uid ${log.uid}): SQLite would read it ` +
+        "into the log; remove it if that user is not one the log is shared with",
+    )
+  }
+}
+
+/**
  * A reader of a cleanly closed log needs its folder writable: SQLite makes the log's `-wal` and
  * `-shm` there, and would refuse with "attempt to write a readonly database" naming nothing.
  */
@@ -537,14 +557,29 @@ const openMemory = async (options: SqliteOptions): Promise<Database> => {
   }
 }
 
+/**
+ * A new log is made before SQLite opens it, empty, readable by this user and by its group when the
+ * umask lets it, never by others: it holds every message and tool output of its sessions (SQLite
+ * gives its `-wal` and `-shm` the same permission bits). A log that exists keeps its own.
+ */
+const createPrivately = (file: string): void => {
+  try {
+    fs.closeSync(fs.openSync(file, fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_WRONLY, 0o660))
+  } catch (error) {
+    if (errorCode(error) !== "EEXIST") throw storeError(error, file)
+  }
+}
+
 const openWriter = async (path: string, options: SqliteOptions): Promise<Database> => {
   const file = canonicalDatabasePath(path)
   requireWritable(file)
+  refuseForeignSidecars(file)
   refuseBeforeLease(file)
   const lease = await acquireLease(file)
   let connection: BetterSqlite3.Database | undefined
   let db: Kysely<Tables> | undefined
   try {
+    createPrivately(file)
     const isStamped = checkBeforeOpen(file)
     connection = openConnection(file, { timeout: options.busyTimeout ?? SQLITE_DEFAULTS.busyTimeout })
     const opened = connection
@@ -641,6 +676,7 @@ const openReadOnly = async (path: string, options: SqliteOptions): Promise<Datab
   const header = checkBeforeReading(file)
   const hadWal = fs.existsSync(`${file}-wal`)
   requireReadable(file)
+  refuseForeignSidecars(file)
   const connection = openConnection(file, {
     readonly: true,
     fileMustExist: true,
