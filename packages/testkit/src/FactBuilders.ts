@@ -11,6 +11,7 @@ import type {
   ToolCall,
 } from "@maka/facts"
 import { Digest } from "@maka/facts"
+import { defined } from "./internal/defined.ts"
 
 /** The last UUID group: 12 hex digits of `n`, an integer in 0..2^48 − 1, or a `RangeError`. */
 const lastGroup = (builder: string, n: number): string => {
@@ -30,30 +31,36 @@ export const WORKSPACE_IDENTITY = `workspace:v1:${workspaceUuid()}`
 
 export const SYSTEM_PROMPT = "You are a careful assistant."
 
-export const invocation = (overrides: Partial<Identity.Invocation> = {}): Identity.Invocation => ({
+/**
+ * The fields a builder takes in place of its defaults: any of them, each possibly `undefined`, which
+ * keeps the default (under `exactOptionalPropertyTypes` too, as the `Respond` options).
+ */
+export type Overrides<T> = { readonly [K in keyof T]?: T[K] | undefined }
+
+export const invocation = (overrides: Overrides<Identity.Invocation> = {}): Identity.Invocation => ({
   sessionId: "session-1",
   turnId: "turn-1",
   runId: "run-1",
   invocationId: "invocation-1",
-  ...overrides,
+  ...defined(overrides),
 })
 
-export const modelBinding = (overrides: Partial<Configuration.ModelBinding> = {}): Configuration.ModelBinding => ({
+export const modelBinding = (overrides: Overrides<Configuration.ModelBinding> = {}): Configuration.ModelBinding => ({
   connectionId: "openai-compatible:http://127.0.0.1:8080/v1",
   connectionSlug: "openai-compatible",
   model: "test-model",
-  ...overrides,
+  ...defined(overrides),
 })
 
 export const configuration = (
-  overrides: Partial<Configuration.InvocationConfiguration> = {},
+  overrides: Overrides<Configuration.InvocationConfiguration> = {},
 ): Configuration.InvocationConfiguration => ({
   systemPrompt: { text: SYSTEM_PROMPT },
   cwd: "/workspace",
   workspaceIdentity: WORKSPACE_IDENTITY,
   model: modelBinding(),
   toolMode: "direct",
-  ...overrides,
+  ...defined(overrides),
 })
 
 export const message = (text: string, displayText?: string): Input.MessageInput =>

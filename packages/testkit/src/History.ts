@@ -5,6 +5,7 @@
  * history `@maka/facts` accepts.
  */
 import { Codec, Digest, EventWrite, Result } from "./internal/facts.ts"
+import { defined } from "./internal/defined.ts"
 import type {
   Archive,
   Configuration,
@@ -35,7 +36,7 @@ export interface HistoryOptions {
 export interface OpenOptions {
   readonly message?: string | Input.MessageInput | undefined
   readonly input?: Input.InvocationInput | undefined
-  readonly configuration?: Partial<Configuration.InvocationConfiguration> | undefined
+  readonly configuration?: Builders.Overrides<Configuration.InvocationConfiguration> | undefined
   readonly turnId?: string | undefined
   readonly runId?: string | undefined
   readonly invocationId?: string | undefined
@@ -268,7 +269,7 @@ export class Run {
   }
 
   /** A pause of this run with valid ids, for handoff terminals. */
-  pause(overrides: Partial<Lineage.HandoffIntent> = {}, remainingSteps = 8): Lineage.HandoffPause {
+  pause(overrides: Builders.Overrides<Lineage.HandoffIntent> = {}, remainingSteps = 8): Lineage.HandoffPause {
     return {
       intent: {
         handoffId: `${this.invocation.runId}-handoff`,
@@ -277,7 +278,7 @@ export class Run {
         successorRunId: `${this.invocation.runId}-successor`,
         successorInvocationId: `${this.invocation.invocationId}-successor`,
         claimId: `${this.invocation.runId}-claim`,
-        ...overrides,
+        ...defined(overrides),
       },
       remainingSteps,
       execution: {

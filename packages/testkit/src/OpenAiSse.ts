@@ -67,11 +67,11 @@ export const toolCall = (
 export const finish = (reason: string, header: ChunkHeader = {}): SseStep => chunk({}, { ...header, finishReason: reason })
 
 export interface Usage {
-  readonly prompt_tokens?: number
-  readonly completion_tokens?: number
-  readonly total_tokens?: number
-  readonly prompt_tokens_details?: { readonly cached_tokens?: number }
-  readonly completion_tokens_details?: { readonly reasoning_tokens?: number }
+  readonly prompt_tokens?: number | undefined
+  readonly completion_tokens?: number | undefined
+  readonly total_tokens?: number | undefined
+  readonly prompt_tokens_details?: { readonly cached_tokens?: number | undefined } | undefined
+  readonly completion_tokens_details?: { readonly reasoning_tokens?: number | undefined } | undefined
 }
 
 /** The final usage chunk (`stream_options.include_usage`): no choices. */

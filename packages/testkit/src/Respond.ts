@@ -3,8 +3,10 @@
  * until released) that end by closing, dropping the socket or stalling; JSON errors with status and
  * headers; a hang until the client aborts; a socket dropped before any response; a response held
  * until a `Gate` opens. Pure data: the server interprets them. A builder given a status outside
- * 200..599 (a 1xx is no final response), or a delay that is no timer's, throws a `TypeError`.
+ * 200..599 (a 1xx is no final response), a delay that is no timer's, a header Node cannot send, or
+ * data with no JSON form, throws a `TypeError`.
  */
+import { validateHeaderName, validateHeaderValue } from "node:http"
 
 /** A latch a test opens to let a held response (or the rest of a stream) go on. */
 export interface Gate {
@@ -72,13 +74,21 @@ const delayOf = (delayMs: number | undefined): { readonly delayMs?: number } => 
   return { delayMs }
 }
 
+/** `data` as an event's text: itself when a string, else its JSON; a value without one is a `TypeError`. */
+const eventData = (data: unknown): string => {
+  if (typeof data === "string") return data
+  const text: unknown = JSON.stringify(data)
+  if (typeof text !== "string") throw new TypeError(`testkit: Respond.event's data has no JSON form (${typeof data})`)
+  return text
+}
+
 /** An SSE `data:` event; a non-string `data` is written as JSON. */
 export const event = (
   data: unknown,
   options: { readonly event?: string | undefined; readonly delayMs?: number | undefined } = {},
 ): SseStep => ({
   kind: "event",
-  data: typeof data === "string" ? data : JSON.stringify(data),
+  data: eventData(data),
   ...(options.event === undefined ? {} : { event: options.event }),
   ...delayOf(options.delayMs),
 })
@@ -115,6 +125,19 @@ const checkStatus = (builder: string, status: number): number => {
   throw new TypeError(`testkit: ${builder} needs an HTTP status from 200 to 599, got ${String(status)}`)
 }
 
+/** `headers` when Node can send each (name and value); otherwise a `TypeError` naming `builder` and the header. */
+const checkHeaders = (builder: string, headers: Readonly<Record<string, string>>): Readonly<Record<string, string>> => {
+  for (const [name, value] of Object.entries(headers)) {
+    try {
+      validateHeaderName(name)
+      validateHeaderValue(name, value)
+    } catch (error) {
+      throw new TypeError(`testkit: ${builder}: header ${JSON.stringify(name)}: ${error instanceof Error ? error.message : String(error)}`)
+    }
+  }
+  return headers
+}
+
 export interface SseOptions {
   readonly status?: number | undefined
   /** Replace the defaults (`content-type`, `cache-control`) whatever their casing. */
@@ -126,7 +149,7 @@ export interface SseOptions {
 export const sse = (steps: ReadonlyArray<SseStep>, options: SseOptions = {}): Responder => ({
   kind: "sse",
   status: checkStatus("Respond.sse", options.status ?? 200),
-  headers: options.headers ?? {},
+  headers: checkHeaders("Respond.sse", options.headers ?? {}),
   steps,
   end: options.end ?? "close",
 })
@@ -151,7 +174,7 @@ export const json = (
 ): Responder => ({
   kind: "json",
   status: checkStatus("Respond.json", status),
-  headers,
+  headers: checkHeaders("Respond.json", headers),
   body,
   ...delayOf(options.delayMs),
 })
@@ -162,8 +185,14 @@ export const hang = (): Responder => ({ kind: "hang" })
 /** The socket destroyed before any response byte. */
 export const drop = (): Responder => ({ kind: "drop" })
 
-/** `then` once `gate` is released. */
-export const hold = (gate: Gate, then: Responder): Responder => ({ kind: "hold", gate, then })
+/** `then` once `gate` is released; a `then` that is no responder is a `TypeError`. */
+export const hold = (gate: Gate, then: Responder): Responder => {
+  const kind: unknown = typeof then === "object" && then !== null ? (then as { readonly kind?: unknown }).kind : undefined
+  if (kind !== "sse" && kind !== "json" && kind !== "hang" && kind !== "drop" && kind !== "hold") {
+    throw new TypeError("testkit: Respond.hold's responder is no responder (Respond.*)")
+  }
+  return { kind: "hold", gate, then }
+}
 
 /** An OpenAI-style error body. */
 export const openAiError = (

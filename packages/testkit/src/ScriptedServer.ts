@@ -6,6 +6,7 @@
  * `close` serve Promise users. Nothing a script or a progress callback throws escapes the server: a
  * throwing `match` answers like an unscripted request, a throwing `onProgress` is recorded.
  */
+import * as http from "node:http"
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http"
 import { Effect, type Scope } from "effect"
 import type { Responder, SseStep } from "./Respond.ts"
@@ -107,7 +108,10 @@ const ENTRY_KEYS: ReadonlySet<string> = new Set(["match", "respond", "repeat"])
  */
 const entryOf = (value: ScriptEntry | Responder, position: number): ScriptEntry => {
   const isRecord = typeof value === "object" && value !== null
-  if (isRecord && !("respond" in value) && RESPONDER_KINDS.has((value as { readonly kind?: unknown }).kind)) return { respond: value }
+  if (isRecord && !("respond" in value) && RESPONDER_KINDS.has((value as { readonly kind?: unknown }).kind)) {
+    refuseMalformed(value as Responder, `script entry ${position}`)
+    return { respond: value as Responder }
+  }
   const keys = isRecord ? Object.keys(value) : []
   const entry = value as Partial<ScriptEntry>
   if (
@@ -116,11 +120,61 @@ const entryOf = (value: ScriptEntry | Responder, position: number): ScriptEntry 
     typeof entry.respond !== "object" ||
     entry.respond === null ||
     !RESPONDER_KINDS.has((entry.respond as { readonly kind?: unknown }).kind) ||
-    (entry.match !== undefined && typeof entry.match !== "function")
+    (entry.match !== undefined && typeof entry.match !== "function") ||
+    (entry.repeat !== undefined && typeof entry.repeat !== "boolean")
   ) {
     throw new TypeError(`testkit: script entry ${position} is neither a responder (Respond.*) nor {match?, respond, repeat?}`)
   }
+  refuseMalformed(entry.respond, `script entry ${position}`)
   return value as ScriptEntry
+}
+
+const STEP_TEXT: Readonly<Record<string, string>> = { event: "data", comment: "text", raw: "text" }
+
+/**
+ * A `TypeError` naming what of `responder` would answer nothing or break its socket: a step that is
+ * no step (a block builder's array not spread into the steps, `Respond.event(undefined)`), a header
+ * Node refuses, a held responder that is none. Responders made by `Respond.*` pass; a hand-made or
+ * edited one is checked as deep.
+ */
+const refuseMalformed = (responder: Responder, where: string): void => {
+  const fail = (what: string): never => {
+    throw new TypeError(`testkit: ${where}: ${what}`)
+  }
+  if (responder.kind === "hold") {
+    const then = responder.then as unknown
+    if (typeof then !== "object" || then === null || !RESPONDER_KINDS.has((then as { readonly kind?: unknown }).kind)) {
+      fail("Respond.hold's responder is no responder (Respond.*)")
+    }
+    return refuseMalformed(responder.then, where)
+  }
+  if (responder.kind !== "sse" && responder.kind !== "json") return
+  for (const [name, value] of Object.entries(responder.headers)) {
+    try {
+      http.validateHeaderName(name)
+      http.validateHeaderValue(name, value)
+    } catch (error) {
+      fail(`header ${JSON.stringify(name)}: ${error instanceof Error ? error.message : String(error)}`)
+    }
+  }
+  if (responder.kind !== "sse") return
+  const steps = responder.steps as unknown
+  if (!Array.isArray(steps)) return fail("Respond.sse takes an array of steps")
+  steps.forEach((step: unknown, index) => {
+    const kind = typeof step === "object" && step !== null ? (step as { readonly kind?: unknown }).kind : undefined
+    const field = typeof kind === "string" ? STEP_TEXT[kind] : undefined
+    const fine =
+      field !== undefined
+        ? typeof (step as Record<string, unknown>)[field] === "string"
+        : kind === "wait" && typeof (step as { readonly gate?: unknown }).gate === "object"
+    if (!fine) {
+      fail(
+        Array.isArray(step)
+          ? `step ${index} is an array: spread a block's steps into the list (...AnthropicSse.textBlock(0, ["hi"]))`
+          : `step ${index} is no SSE step (Respond.event, comment, raw or waitFor)${kind === "event" ? ": its data is no string (Respond.event(undefined)?)" : ""}`,
+      )
+    }
+  })
 }
 
 const sseText = (step: Exclude<SseStep, { kind: "wait" }>): string => {
@@ -306,8 +360,11 @@ export const start = (options: ServerOptions = {}): Promise<ScriptedServer> => {
       status = code
     }
     let lastWrite: Promise<void> = Promise.resolve()
+    // A write that throws fails the responder (its socket dropped), not a promise no one awaits.
     const write = (text: string): void => {
-      lastWrite = new Promise((resolve) => response.write(text, () => resolve()))
+      let written!: () => void
+      lastWrite = new Promise((resolve) => (written = resolve))
+      response.write(text, () => written())
     }
     const dropSocket = (): void => {
       if (outcome === undefined) finish("dropped")

@@ -80,6 +80,17 @@ describe("History", () => {
     assert.strictEqual(new History.History({ firstSequence: 5 }).highWater, 4)
   })
 
+  it("takes undefined for an override as absent, keeping the default (under exactOptionalPropertyTypes)", () => {
+    assert.deepStrictEqual(FactBuilders.invocation({ runId: undefined, turnId: "turn-9" }), {
+      sessionId: "session-1",
+      turnId: "turn-9",
+      runId: "run-1",
+      invocationId: "invocation-1",
+    })
+    assert.strictEqual(FactBuilders.configuration({ cwd: undefined }).cwd, "/workspace")
+    assert.strictEqual(FactBuilders.modelBinding({ model: undefined }).model, "test-model")
+  })
+
   it("refuses to build an invalid event", () => {
     const history = new History.History()
     const run = history.open()

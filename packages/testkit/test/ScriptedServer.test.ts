@@ -93,7 +93,7 @@ describe("ScriptedServer", () => {
 
   it("refuses a script entry that is neither a responder nor {match?, respond, repeat?}, naming its position", async () => {
     const misspelt = { match: () => true, response: Respond.json(200, {}) } as unknown as ScriptedServer.ScriptEntry
-    for (const bad of [misspelt, { respond: { kind: "nope" } }, { respond: Respond.json(200, {}), match: "main" }, 42, null]) {
+    for (const bad of [misspelt, { respond: { kind: "nope" } }, { respond: Respond.json(200, {}), match: "main" }, { respond: Respond.drop(), repeat: "yes" }, 42, null]) {
       const started = ScriptedServer.start({ script: [Respond.json(200, {}), bad as unknown as ScriptedServer.ScriptEntry] })
       await started.then(
         (server) => {
@@ -114,6 +114,32 @@ describe("ScriptedServer", () => {
       assert.strictEqual(response.status, 404)
     } finally {
       await server.close()
+    }
+  })
+
+  it("refuses a responder that would answer nothing or break its socket, when it is made or scripted", async () => {
+    // Made by the builders: data with no JSON form, a header Node cannot send, a hold of no responder.
+    assert.throws(() => Respond.event(undefined), TypeError, "Respond.event's data has no JSON form (undefined)")
+    assert.throws(() => Respond.json(429, {}, { "retry after": "1" }), TypeError, 'Respond.json: header "retry after"')
+    assert.throws(() => Respond.sse([], { headers: { "x-note": "a\nb" } }), TypeError, 'Respond.sse: header "x-note"')
+    assert.throws(() => Respond.hold(Respond.gate(), { kind: "nope" } as unknown as Respond.Responder), TypeError, "Respond.hold's responder is no responder")
+    // Scripted as data: a block's steps not spread into the list, and the same made by hand.
+    const unspread = Respond.sse([AnthropicSse.messageStart(), AnthropicSse.textBlock(0, ["hi"]) as unknown as Respond.SseStep])
+    const handMade: ReadonlyArray<readonly [unknown, string]> = [
+      [unspread, "script entry 0: step 1 is an array: spread a block's steps into the list"],
+      [{ respond: unspread, repeat: true }, "script entry 0: step 1 is an array"],
+      [{ kind: "sse", status: 200, headers: {}, steps: [{ kind: "event", data: undefined }], end: "close" }, "step 0 is no SSE step (Respond.event, comment, raw or waitFor): its data is no string"],
+      [{ kind: "json", status: 429, headers: { "retry after": "1" }, body: {} }, 'script entry 0: header "retry after"'],
+      [{ kind: "hold", gate: Respond.gate(), then: { kind: "nope" } }, "script entry 0: Respond.hold's responder is no responder"],
+      [{ kind: "hold", gate: Respond.gate(), then: { kind: "sse", status: 200, headers: {}, steps: [7], end: "close" } }, "step 0 is no SSE step"],
+    ]
+    for (const [bad, message] of handMade) {
+      const refused = await ScriptedServer.start({ script: [bad as ScriptedServer.ScriptEntry] }).then(
+        (server) => server.close().then(() => undefined),
+        (error: unknown) => error,
+      )
+      assert.instanceOf(refused, TypeError, message)
+      assert.include((refused as TypeError).message, message)
     }
   })
 
