@@ -9,6 +9,7 @@ import { createHash } from "node:crypto"
 import * as http from "node:http"
 import type { AddressInfo } from "node:net"
 import { OFFLINE_MODEL } from "./internal/flags.ts"
+import { oneLine } from "./internal/clip.ts"
 
 export { OFFLINE_MODEL }
 export const OFFLINE_BASE_URL = "http://offline.maka.invalid/v1"
@@ -79,10 +80,6 @@ const isSummaryRequest = (request: ChatRequest): boolean => {
   return last !== undefined && last.role === "user" && last.content.endsWith(Prompts.COMPACTION_ATTEMPT_SUFFIX)
 }
 
-const oneLine = (value: string, max: number): string => {
-  const flat = value.replace(/\s+/g, " ").trim()
-  return flat.length <= max ? flat : `${flat.slice(0, max - 1)}…`
-}
 
 /** What a previous summary in the request carries over: its answered messages and the tools it names. */
 interface Carried {

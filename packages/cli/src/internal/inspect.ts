@@ -19,11 +19,9 @@ import * as Flags from "./flags.ts"
 import type { CommandContext } from "./read-commands.ts"
 import type { InspectPage } from "./inspect-html.ts"
 import { openReadOnly, sessionEventPages, type OpenLog } from "./store.ts"
+import { oneLine } from "./clip.ts"
 
-const clip = (text: string, max = 100): string => {
-  const flat = text.replace(/\s+/g, " ").trim()
-  return flat.length <= max ? flat : `${flat.slice(0, max - 1)}…`
-}
+const clip = (text: string, max = 100): string => oneLine(text, max)
 
 const time = (ms: number): string => new Date(ms).toISOString().slice(11, 23)
 

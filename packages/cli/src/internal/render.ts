@@ -5,6 +5,7 @@
  */
 import type { Recovery } from "@maka/engine"
 import { Canonical, Limits, Summary, type Event } from "@maka/facts"
+import { clip } from "./clip.ts"
 
 export interface Sink {
   readonly out: (text: string) => void
@@ -60,10 +61,7 @@ export const recoveredLines = (report: Recovery.Report | undefined): string =>
 export const formatSeconds = (ms: number): string =>
   ms >= 1000 ? `${Math.round(ms / 1000)} s` : `${(Math.max(ms, 0) / 1000).toFixed(1)} s`
 
-const shortJson = (value: unknown, max = 120): string => {
-  const text = Canonical.stringify(value)
-  return text.length <= max ? text : `${text.slice(0, max - 1)}…`
-}
+const shortJson = (value: unknown, max = 120): string => clip(Canonical.stringify(value), max)
 
 /**
  * How a `run_command` call ended when the command did not exit 0 (`timed out, killed`, `killed by
