@@ -259,6 +259,10 @@ describe("files of a new log", () => {
     await expectReason(openSqlite(file), "Io", "the writer's lock file is a file of 2 hard links")
     expect(fs.readFileSync(other).equals(before)).toBe(true)
     expect(listing(directory)).toEqual([`events.sqlite${LOCK_SUFFIX}`])
+    // A lock file with other content is said to be one, not taken for a log that is none.
+    fs.rmSync(`${file}${LOCK_SUFFIX}`)
+    fs.writeFileSync(`${file}${LOCK_SUFFIX}`, "x".repeat(4096))
+    await expectReason(openSqlite(file), "Io", `${file}${LOCK_SUFFIX}: the writer's lock file holds something else (SQLite: file is not a database); remove it`)
   })
 })
 

@@ -617,6 +617,10 @@ export const acquireLease = async (canonicalPath: string): Promise<Lease> => {
     const holder = leaseHolderOf(lockPath)
     throw EventLogError.make({ _tag: "WriterBusy", path: canonicalPath, ...(holder === undefined ? {} : { holder }) })
   }
+  // A lock file with other content (made by hand, or by another program) is no log: say what it is.
+  if (reply.ok !== true && reply.code === "SQLITE_NOTADB") {
+    throw io(`${lockPath}: the writer's lock file holds something else (SQLite: ${reply.message ?? "file is not a database"}); remove it (the writer makes its own)`)
+  }
   if (reply.ok !== true) {
     throw storeError(Object.assign(new Error(reply.message ?? "the lease keeper refused"), { code: reply.code }), lockPath)
   }
