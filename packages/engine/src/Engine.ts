@@ -596,19 +596,17 @@ const steer = (
     if (queued === "ended") {
       const handingOff = gate.current === "committed" || gate.current === "sealed"
       return yield* Effect.fail(
-        EngineError.busy(handingOff ? "the run is handing off: steer its successor" : (gate.steeringEndedBecause ?? "the run has ended its turn")),
+        EngineError.busy(handingOff ? EngineError.STEERING_HANDING_OFF_MESSAGE : (gate.steeringEndedBecause ?? EngineError.STEERING_ENDED_MESSAGE)),
       )
     }
     if (queued === "full") {
       return yield* Effect.fail(
-        EngineError.busy(`the run already holds ${MAX_QUEUED_STEERING} steering messages for its next step`),
+        EngineError.busy(EngineError.STEERING_FULL_MESSAGE),
       )
     }
     if (queued === "full_bytes") {
       return yield* Effect.fail(
-        EngineError.busy(
-          `the run's steering for its next step would pass ${MAX_QUEUED_STEERING_BYTES} serialized bytes with this message; steer it after that step`,
-        ),
+        EngineError.busy(EngineError.STEERING_FULL_BYTES_MESSAGE),
       )
     }
   })

@@ -7,6 +7,7 @@ import type { EventLogError } from "@maka/event-log"
 import type { ModelError } from "@maka/model"
 import { Data } from "effect"
 import * as Hints from "./Hints.ts"
+import { MAX_QUEUED_STEERING, MAX_QUEUED_STEERING_BYTES } from "./internal/options.ts"
 
 export type Reason =
   | { readonly _tag: "Busy"; readonly message: string }
@@ -33,6 +34,13 @@ export const SESSION_ACTIVE_MESSAGE = "session already has an active invocation"
 export const RETRY_CHANGED_INPUT_MESSAGE = "continuation retry changed frozen model input"
 /** A start on an engine that has closed (`close()`, or the scope that made it ended): `Internal`. */
 export const ENGINE_CLOSED_MESSAGE = "the engine is closed"
+/** `steer`'s `Busy` refusals: the run took its last steering, or holds all it can for its next step. */
+export const STEERING_ENDED_MESSAGE = "the run has ended its turn"
+export const STEERING_HANDING_OFF_MESSAGE = "the run is handing off: steer its successor"
+export const STEERING_LAST_STEP_MESSAGE = "the run is in its last step (maxSteps): no later step could deliver steering"
+export const STEERING_FULL_MESSAGE = `the run already holds ${MAX_QUEUED_STEERING} steering messages for its next step`
+export const STEERING_FULL_BYTES_MESSAGE =
+  `the run's steering for its next step would pass ${MAX_QUEUED_STEERING_BYTES} serialized bytes with this message; steer it after that step`
 export const SESSION_RESERVED_MESSAGE = Prompts.SESSION_RESERVED_MESSAGE
 /** A successor or an abandon of a pause that is no longer pending: another caller took it first. */
 export const HANDOFF_TAKEN_MESSAGE = "the handoff was already resumed or abandoned (by this or another host)"

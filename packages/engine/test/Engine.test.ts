@@ -4,6 +4,7 @@ import { OpenAiSse, Respond } from "@maka/testkit"
 import { Tool, ToolCatalog } from "@maka/tools"
 import { Deferred, Effect, Fiber, Schema, Stream } from "effect"
 import { MAX_QUEUED_STEERING, MAX_QUEUED_STEERING_BYTES } from "../src/internal/options.ts"
+import * as EngineError from "../src/EngineError.ts"
 import { factsOf } from "./support/harness.ts"
 import { catalog, input, setup, type Effects } from "./support/setup.ts"
 
@@ -324,6 +325,8 @@ describe("Engine", () => {
         for (let index = 1; index < MAX_QUEUED_STEERING; index++) yield* running.steer(`more ${index}`)
         const full = yield* Effect.flip(running.steer("one too many"))
         assert.strictEqual(full.reason._tag, "Busy")
+        // The exported text a host maps (to HTTP 429, say) without reading prose.
+        assert.strictEqual(full.message, EngineError.STEERING_FULL_MESSAGE)
         gate.release()
         const result = yield* running.wait
         assert.deepStrictEqual(result.outcome, { kind: "completed" })
@@ -355,6 +358,7 @@ describe("Engine", () => {
         const over = yield* Effect.flip(running.steer(heavy("c")))
         assert.strictEqual(over.reason._tag, "Busy")
         assert.include(over.message, `would pass ${MAX_QUEUED_STEERING_BYTES} serialized bytes`)
+        assert.strictEqual(over.message, EngineError.STEERING_FULL_BYTES_MESSAGE)
         // A small one still fits beside them.
         yield* running.steer("small")
         first.release()

@@ -65,7 +65,7 @@ export class HandoffGate {
    * No later step will deliver steering (the run answered with nothing left to deliver, or its last
    * step begins): later steering is refused with `reason` rather than dropped. Returns `true`.
    */
-  endSteering(reason = "the run has ended its turn"): boolean {
+  endSteering(reason = EngineError.STEERING_ENDED_MESSAGE): boolean {
     this.steeringEnded ??= reason
     return true
   }

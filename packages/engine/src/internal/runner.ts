@@ -944,7 +944,7 @@ const runStep = (
 const RUN_ENDED_STEERING = "the run has ended"
 
 /** Why a run in its last step takes no steering: no later step could deliver it. */
-export const LAST_STEP_STEERING = "the run is in its last step (maxSteps): no later step could deliver steering"
+export const LAST_STEP_STEERING = EngineError.STEERING_LAST_STEP_MESSAGE
 
 /** The step loop (docs/engine.md §5.4); a background summary never outlives it. */
 export const stepLoop = (run: Run, loop: LoopState, priorUnknown: boolean): Effect.Effect<Done, EngineError.EngineError, Ids.Ids> =>
