@@ -129,7 +129,7 @@ export const validate = (config: ProviderConfig): Result.Result<ProviderConfig, 
   // identity; it is refused whatever it holds, like a fragment (neither fits `{baseUrl}/path`).
   if (config.baseUrl.includes("?") || config.baseUrl.includes("#")) {
     return Result.fail(
-      "baseUrl must not carry a query string or fragment; pass a key as apiKey or a Redacted header, other parameters as headers or providerOptions",
+      "baseUrl must not carry a query string or fragment; pass a key as apiKey or a Redacted header, other parameters as headers or providerOptions, or a query parameter (Azure's api-version) through a host fetch",
     )
   }
   // Any other value would fail every attempt as a transport failure, retried for minutes.
