@@ -129,6 +129,26 @@ describe("read_file pages fit the model-visible projection", () => {
   )
 })
 
+describe("search_text reads files as read_file does", () => {
+  it.effect("leaves a leading byte-order mark out of the first line, and skips a file with a NUL anywhere", () =>
+    Effect.gen(function* () {
+      const { root, workspace } = yield* workspaceFixture
+      fs.writeFileSync(path.join(root, "bom.txt"), "\ufeffneedle here\nneedle again\n")
+      // Text for 16 KiB, then a NUL: past the first 8 KiB read_file probes, still a binary file.
+      fs.writeFileSync(path.join(root, "late.bin"), `${"needle\n".repeat(2_400)}needle\u0000here\n`)
+      const tool = Builtins.searchText(workspace)
+      const found = jsonOf(yield* call(tool, { pattern: "needle" })) as { matches: ReadonlyArray<{ path: string; line: number; text: string }> }
+      assert.deepStrictEqual(found.matches, [
+        { path: "bom.txt", line: 1, text: "needle here" },
+        { path: "bom.txt", line: 2, text: "needle again" },
+      ])
+      const marked = jsonOf(yield* call(tool, { pattern: "\ufeffneedle" })) as { matches: ReadonlyArray<unknown> }
+      assert.deepStrictEqual(marked.matches, [])
+      assert.include(failureOf(yield* call(Builtins.readFile(workspace), { path: "late.bin" })), "binary file")
+    }),
+  )
+})
+
 describe("search_text stops before its result would not fit the projection", () => {
   it.effect("stops, truncated, before the encoded result would pass 256 KiB", () =>
     Effect.gen(function* () {

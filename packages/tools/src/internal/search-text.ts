@@ -98,8 +98,11 @@ export const searchText = (
         if (!opened.stat.isFile() || opened.stat.size > limits.searchMaxFileBytes) return false
         // What it held when opened: a file that grows while it is searched is not chased.
         const content = yield* readOpened(opened.handle, opened.stat.size)
-        if (content.subarray(0, limits.binaryProbeBytes).includes(0)) return false
-        const lines = content.toString("utf8").split("\n")
+        // Binary anywhere, as read_file finds it reading the whole file: none of its lines is shown.
+        if (content.includes(0)) return false
+        // A leading byte-order mark is no text of the first line (read_file leaves it out too).
+        const text = content.toString("utf8")
+        const lines = (text.charCodeAt(0) === 0xfeff ? text.slice(1) : text).split("\n")
         for (const [index, raw] of lines.entries()) {
           if (!raw.includes(input.pattern)) continue
           if (matches.length >= maxResults) {
