@@ -383,6 +383,30 @@ describe("a summary too long for the model", () => {
         assert.isAbove(yield* expectFrozenSources(context.log, mainRequestsOf(yield* context.log.events("session-1"))), 0)
       }),
     ))
+  it.live("raises the limit of a run's second recovery, whose halved slice holds nothing past the run's own checkpoint", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        // A model whose summaries fit less than its main requests, and long summaries: at the run's
+        // second overflow, half the refused source is less than its own checkpoint's summary.
+        const SUMMARY_LIMIT = 3_500
+        const MAIN_LIMIT = 6_000
+        const context = yield* setup({
+          script: [
+            { match: (request) => request.body.length > (isSummaryRequest(request) ? SUMMARY_LIMIT : MAIN_LIMIT), respond: overflow(), repeat: true },
+            { match: isSummaryRequest, respond: summaryAnswer(summaryText(`slice ${"s".repeat(800)}`)), repeat: true },
+            ...Array.from({ length: 24 }, (_, index) => mainEntry(echoCall(`call-${index}`, `${index}${"v".repeat(300)}`))),
+            mainEntry(answer("Done.")),
+          ],
+        })
+        const effects = { ran: [] as Array<string> }
+        const result = yield* context.engine.run(input(context, "Echo the values.", catalog(effects), { maxSteps: 40 }))
+        const sent = context.server.requests().map((request) => `${isSummaryRequest(request) ? "S" : "M"}${request.body.length}`)
+        // It used to give up at the second recovery, after its first two summaries were refused.
+        assert.deepStrictEqual(result.outcome, { kind: "completed" }, sent.join(" "))
+        assert.lengthOf(effects.ran, 24)
+      }),
+    ))
+
   it.live("raises a standalone slice's limit when no clean cut fits the halved one", () =>
     Effect.scoped(
       Effect.gen(function* () {

@@ -63,7 +63,7 @@ const hasConversation = (source: EventLog.ModelContextSource): boolean =>
  * them is compacted in passes;
  * `maxBytes` lowers the byte limit for a slice (docs/engine.md §5.12 "Slices"), of any mode.
  */
-export const capture = (run: Run, mode: ModelContext.CheckpointMode, fit: boolean, maxBytes?: number) =>
+export const capture = (run: Run, mode: ModelContext.CheckpointMode, fit: boolean, maxBytes?: number): Effect.Effect<Capture, EngineError.EngineError> =>
   Effect.gen(function* () {
     yield* Effect.mapError(flushCarry(run), (error) => EngineError.commit(error.message))
     // A live context that saw the fence builds the same source from memory (docs/architecture.md §12).
@@ -91,8 +91,11 @@ export const capture = (run: Run, mode: ModelContext.CheckpointMode, fit: boolea
       )
     }
     const source = read.success.source
-    if (!hasConversation(source)) return { kind: "unchanged" } satisfies Capture
-    return { kind: "captured", captured: { mode, source } } satisfies Capture
+    if (hasConversation(source)) return { kind: "captured", captured: { mode, source } } satisfies Capture
+    // Nothing under the byte limit past what the newest checkpoint covers: history left beyond it
+    // is a slice no clean cut fits (raised by the caller), not a history with nothing left.
+    if (maxBytes !== undefined && (yield* capture(run, mode, fit)).kind === "captured") return { kind: "too_large" } satisfies Capture
+    return { kind: "unchanged" } satisfies Capture
   })
 
 /** How a summary job ended. */
