@@ -146,6 +146,22 @@ describe("the progress of a long tool call", () => {
 })
 
 
+describe("what maka inspect's timeline says of a step's tokens", () => {
+  it("shows the cache reads and writes of its input and the reasoning of its output, when the provider told them", () => {
+    const history = new History.History()
+    const run = history.open()
+    run.complete(run.request(), FactBuilders.textStep("cached", { inputTokens: 100, outputTokens: 20, cacheReadTokens: 40, cacheWriteTokens: 7, reasoningTokens: 9 }))
+    run.complete(run.request(), FactBuilders.textStep("plain", { inputTokens: 120, outputTokens: 5 }))
+    run.end()
+    const lines: Array<string> = []
+    const add = timelineOf(lines)
+    for (const written of history.written) add(written.stored)
+    const completed = lines.filter((line) => line.includes("completed"))
+    expect(completed[0]).toMatch(/finish stop, tokens in 100 out 20, cache read 40, cache write 7, reasoning 9, text "cached"$/)
+    expect(completed[1]).toMatch(/finish stop, tokens in 120 out 5, text "plain"$/)
+  })
+})
+
 describe("what maka inspect's timeline says of a failed attempt", () => {
   it("marks a main attempt retried only when another request of its run follows it", () => {
     const history = new History.History()

@@ -21,7 +21,7 @@ import {
 } from "@maka/facts"
 import { EventLog, EventLogError } from "@maka/event-log"
 import type { LanguageModel } from "@maka/model"
-import { Cancellation, Ids, ToolCatalog } from "@maka/tools"
+import { Cancellation, Ids, ReadToolResult, ToolCatalog } from "@maka/tools"
 import { Clock, Context, Deferred, Effect, Exit, Fiber, Layer, Option, type Redacted, Ref, Result, Schema, Scope, Semaphore, Stream } from "effect"
 import * as EngineError from "./EngineError.ts"
 import * as AbortFanout from "./internal/abort-fanout.ts"
@@ -269,8 +269,10 @@ const checkProviderOptions = (value: unknown, what: string): string | undefined 
 
 /** How a resuming host's tool catalog differs from a pause's: the names added or removed, or a definition. */
 const catalogChange = (paused: ReadonlyArray<string>, resuming: ReadonlyArray<string>): string => {
-  const added = resuming.filter((name) => !paused.includes(name))
-  const removed = paused.filter((name) => !resuming.includes(name))
+  // The engine's own tool comes and goes with the host's: it is never the host's change.
+  const own = (name: string) => name !== ReadToolResult.NAME
+  const added = resuming.filter((name) => own(name) && !paused.includes(name))
+  const removed = paused.filter((name) => own(name) && !resuming.includes(name))
   const changes = [
     ...(removed.length === 0 ? [] : [`without ${removed.join(", ")}`]),
     ...(added.length === 0 ? [] : [`with ${added.join(", ")} added`]),
@@ -1057,11 +1059,15 @@ export const make = (options: EngineOptionsInput = {}) =>
             skip("no tool catalog for the pause")
             continue
           }
-          // As the successor will run it: with the engine's own `read_tool_result` when it has tools.
-          const offered = catalogOf(tools, log, pending.sessionId)
-          if (offered.digest !== execution.tools.catalogDigest) {
-            skip(`handoff execution settings changed: ${catalogChange(execution.tools.names, offered.names)}`)
-            continue
+          // As the successor will run it: with the engine's own `read_tool_result` when it has tools
+          // (a host tool of that name is the resume's own refusal, below).
+          const reserved = reservedNameProblem(tools)
+          if (reserved === undefined) {
+            const offered = catalogOf(tools, log, pending.sessionId)
+            if (offered.digest !== execution.tools.catalogDigest) {
+              skip(`handoff execution settings changed: ${catalogChange(execution.tools.names, offered.names)}`)
+              continue
+            }
           }
           const started = yield* Effect.result(resume({ paused: pending.invocation, pause: pending.pause, model, tools }))
           if (Result.isFailure(started)) skip(started.failure.message)

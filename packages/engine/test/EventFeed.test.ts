@@ -1,6 +1,6 @@
 import type { Event } from "@maka/facts"
 import { assert, describe, it } from "vitest"
-import { EventFeed } from "../src/internal/event-feed.ts"
+import { EventFeed, textAndThinkingOf, textOf } from "../src/internal/event-feed.ts"
 
 const stored = (sequence: number): Event.StoredEvent => ({ sequence, event: { fact: { kind: "model_observed" } } }) as unknown as Event.StoredEvent
 
@@ -82,5 +82,17 @@ describe("EventFeed", () => {
     feed.add([stored(1)])
     assert.strictEqual(((await stayingRead) as IteratorYieldResult<Event.StoredEvent>).value.sequence, 1)
     assert.isTrue((await leaving.next()).done)
+  })
+
+  it("return() on the text of a run ends its waiting next() at once too", async () => {
+    const feed = new EventFeed()
+    for (const reader of [textOf(feed.events()), textAndThinkingOf(feed.events())]) {
+      const waiting = reader.next()
+      let settled: unknown = "still waiting"
+      void waiting.then((result) => (settled = result))
+      await reader.return!()
+      await new Promise((resolve) => setImmediate(resolve))
+      assert.deepStrictEqual(settled, { done: true, value: undefined })
+    }
   })
 })

@@ -528,6 +528,10 @@ describe("the handoff gate", () => {
             { provider: () => provider, tools: () => slow.filter((tool) => tool.name !== "slow") },
             { provider: () => provider, tools: () => [...slow, Tool.make({ ...extraDefinition, name: "extra" })] },
             { provider: () => provider, tools: () => [...slow.filter((tool) => tool.name !== "slow"), Tool.make({ ...extraDefinition, name: "slow" })] },
+            // A host tool under the engine's own tool's name: the resume's refusal, not a rejection of the call.
+            { provider: () => provider, tools: () => [...slow, Tool.make({ ...extraDefinition, name: "read_tool_result" })] },
+            // No tools at all: the engine's own tool is no change of the host's.
+            { provider: () => provider, tools: () => [] },
           ],
           (resolvers) => Effect.promise(() => engine.resumePending(resolvers)),
         )
@@ -550,6 +554,8 @@ describe("the handoff gate", () => {
           [
             "handoff execution settings changed: the tool catalog differs from the pause's: a tool of the same name has another definition (description or input schema)",
           ],
+          ["the tool name read_tool_result is reserved: the engine adds its own tool under it"],
+          ["handoff execution settings changed: the tool catalog differs from the pause's: without echo, slow"],
         ])
         // Each resolver is told which paused run it serves: its session and its configuration.
         const asked: Array<string> = []

@@ -334,12 +334,18 @@ describe("write_file", () => {
         ".maka/events.sqlite-wal2/deeper/x",
         "absent/other.sqlite-shm/x",
       ]
+      // An existing folder of such a name is no file of the log: written into.
+      fs.mkdirSync(path.join(folder, "events.sqlite-backups"))
       for (const input of refused) {
         assert.include(failureOf(yield* call(tool, { path: input, content: "oops" })), "a file of the event log, never written by a tool", input)
       }
       assert.strictEqual(fs.readFileSync(log, "utf8"), "the log")
       assert.strictEqual(fs.readFileSync(`${log}-wal`, "utf8"), "its wal")
-      assert.deepStrictEqual(fs.readdirSync(folder).sort(), ["events.sqlite", "events.sqlite-wal"])
+      assert.deepStrictEqual(fs.readdirSync(folder).sort(), ["events.sqlite", "events.sqlite-backups", "events.sqlite-wal"])
+      assert.strictEqual(
+        textOf(yield* call(tool, { path: ".maka/events.sqlite-backups/notes.txt", content: "ok" })),
+        "Wrote 2 bytes to .maka/events.sqlite-backups/notes.txt",
+      )
       // Refused before anything is made: not even the missing folder.
       assert.isFalse(fs.existsSync(path.join(root, "absent")))
       // Other files of the folder, a file of the same name in another folder, and another file of a

@@ -102,6 +102,10 @@ export const timelineOf = (lines: Array<string>): ((stored: Event.StoredEvent) =
         const took = durationOf(step?.at, at)
         lines.push(
           `${prefix}   ${label} completed${took}: finish ${fact.output.finishReason}, tokens in ${usage.inputTokens ?? "?"} out ${usage.outputTokens ?? "?"}` +
+            // Parts of those counts, not more tokens: cache reads and writes of the input, reasoning of the output.
+            (usage.cacheReadTokens === undefined ? "" : `, cache read ${usage.cacheReadTokens}`) +
+            (usage.cacheWriteTokens === undefined ? "" : `, cache write ${usage.cacheWriteTokens}`) +
+            (usage.reasoningTokens === undefined ? "" : `, reasoning ${usage.reasoningTokens}`) +
             (calls.length === 0 ? "" : `, calls ${calls.join(", ")}`) +
             (text === "" ? "" : `, text ${JSON.stringify(clip(text, 60))}`),
         )

@@ -135,16 +135,43 @@ export const textDeltaOf = (state: TextState, stored: Event.StoredEvent): TextDe
   return { kind: state.kinds.get(key) ?? "text", text: observed.text }
 }
 
-/** The text and thinking deltas of `events`, in order. */
-export async function* textAndThinkingOf(events: AsyncIterable<Event.StoredEvent>): AsyncGenerator<TextDelta, void, undefined> {
-  const state = textState()
-  for await (const stored of events) {
-    const delta = textDeltaOf(state, stored)
-    if (delta !== undefined) yield delta
+/**
+ * What `pick` gives of each event of `events` (an undefined skipped), in order. Its `return` returns
+ * the events' iterator at once, which ends a `next` waiting on it (an async generator would queue
+ * the `return` behind that `next`, until the run's next commit).
+ */
+const picked = <A>(events: AsyncIterable<Event.StoredEvent>, pick: (stored: Event.StoredEvent) => A | undefined): AsyncIterableIterator<A> => {
+  const source = events[Symbol.asyncIterator]()
+  const next = async (): Promise<IteratorResult<A, undefined>> => {
+    for (;;) {
+      const result = await source.next()
+      if (result.done === true) return { done: true, value: undefined }
+      const value = pick(result.value)
+      if (value !== undefined) return { done: false, value }
+    }
   }
+  const iterator: AsyncIterableIterator<A> = {
+    next,
+    return: async () => {
+      await source.return?.()
+      return { done: true, value: undefined }
+    },
+    [Symbol.asyncIterator]: () => iterator,
+  }
+  return iterator
+}
+
+/** The text and thinking deltas of `events`, in order. */
+export const textAndThinkingOf = (events: AsyncIterable<Event.StoredEvent>): AsyncIterableIterator<TextDelta> => {
+  const state = textState()
+  return picked(events, (stored) => textDeltaOf(state, stored))
 }
 
 /** The answer's text deltas of `events`, thinking excluded. */
-export async function* textOf(events: AsyncIterable<Event.StoredEvent>): AsyncGenerator<string, void, undefined> {
-  for await (const delta of textAndThinkingOf(events)) if (delta.kind === "text") yield delta.text
+export const textOf = (events: AsyncIterable<Event.StoredEvent>): AsyncIterableIterator<string> => {
+  const state = textState()
+  return picked(events, (stored) => {
+    const delta = textDeltaOf(state, stored)
+    return delta?.kind === "text" ? delta.text : undefined
+  })
 }

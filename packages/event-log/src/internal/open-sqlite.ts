@@ -146,20 +146,22 @@ const requireWritable = (file: string): void => {
 
 /**
  * Refuses a sidecar another user may have planted: SQLite reads a `-wal` (or a hot `-journal`) into
- * the log it opens, so one made by another account beside a log in a folder others can write (a
+ * the log it opens, so one made by another account beside a log in a folder every user can write (a
  * sticky `/tmp`) would make history of theirs the log's. A sidecar of the log's owner or of this user
- * is the log's own; so is one of the log's group (a log a group of users shares).
+ * is the log's own; so is any in a folder others cannot write, whose writers the folder's owner chose
+ * (a log a group of users shares).
  */
 const refuseForeignSidecars = (file: string): void => {
   const euid = process.geteuid?.()
   const log = lstatOrUndefined(file)
-  if (euid === undefined || log === undefined) return
+  const folder = lstatOrUndefined(nodePath.dirname(file))
+  if (euid === undefined || log === undefined || folder === undefined || (folder.mode & 0o002) === 0) return
   for (const suffix of ["-wal", "-shm", "-journal"]) {
     const sidecar = lstatOrUndefined(`${file}${suffix}`)
-    if (sidecar === undefined || sidecar.uid === log.uid || sidecar.uid === euid || sidecar.gid === log.gid) continue
+    if (sidecar === undefined || sidecar.uid === log.uid || sidecar.uid === euid) continue
     throw io(
-      `${file}${suffix} belongs to another user (uid ${sidecar.uid}) than the log (uid ${log.uid}): SQLite would read it ` +
-        "into the log; remove it if that user is not one the log is shared with",
+      `${file}${suffix} belongs to another user (uid ${sidecar.uid}) than the log (uid ${log.uid}), in a folder every user ` +
+        "can write: SQLite would read it into the log; keep the log in a folder of its own",
     )
   }
 }

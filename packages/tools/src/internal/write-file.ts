@@ -174,12 +174,21 @@ export const writeFile = (
     const ending = directoryEnding(input.path)
     if (ending !== undefined) return yield* Effect.fail(notAFile(input.path, ending))
     // Refused before a missing folder on the way is made (checked again where the write lands), as
-    // is a path through a folder named like one (`events.sqlite-journal/x`); a path that leads out is
+    // is a folder it would make named like one (`events.sqlite-journal/x`: SQLite could then not make
+    // its journal); an existing folder of such a name is no file of the log. A path that leads out is
     // left to be refused as outside, never told apart as the log's.
-    for (let at = resolved; at !== canonical && isInside(canonical, at); at = path.dirname(at)) {
-      const planned = yield* realOrPlanned(path.dirname(at))
-      if (planned !== undefined && isInside(canonical, planned) && isGuarded(guarded, planned, path.basename(at))) {
-        return yield* Effect.fail(refusedProtected)
+    if (guarded.length > 0) {
+      const planned = yield* realOrPlanned(path.dirname(resolved))
+      if (planned !== undefined && isInside(canonical, planned)) {
+        if (isGuarded(guarded, planned, path.basename(resolved))) return yield* Effect.fail(refusedProtected)
+        const existing = yield* Effect.option(existingAncestor(canonical, resolved))
+        if (Option.isSome(existing) && isInside(existing.value.real, planned)) {
+          let parent = existing.value.real
+          for (const name of path.relative(parent, planned).split(path.sep).filter((part) => part.length > 0)) {
+            if (isGuarded(guarded, parent, name)) return yield* Effect.fail(refusedProtected)
+            parent = path.join(parent, name)
+          }
+        }
       }
     }
     yield* Effect.scoped(
