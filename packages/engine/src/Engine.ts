@@ -35,6 +35,7 @@ import { checkContinuation as checkContinuationOf, LAST_STEP_STEERING, runCompac
 import * as PromptBuilder from "./PromptBuilder.ts"
 import * as Recovery from "./Recovery.ts"
 import * as Steering from "./internal/steering.ts"
+import { describeThrown } from "./internal/start-options.ts"
 
 export { defaults, type EngineOptions, type EngineOptionsInput }
 
@@ -291,7 +292,8 @@ type LaunchInput = Omit<StartInput, "message" | "tools"> & {
 }
 
 /** The input checks of docs/engine.md §5.2 for a message run; the first problem, or `undefined`. */
-export const validateInput = (input: LaunchInput): string | undefined => settingsProblem(input) ?? openingProblem(input)
+export const validateInput = (input: LaunchInput): string | undefined =>
+  typeof input !== "object" || input === null ? "the input must be an object" : (settingsProblem(input) ?? openingProblem(input))
 
 /** The opening of a message or standalone compaction run (a successor's and a continuation's hold claims prepared later). */
 const openingFact = (input: LaunchInput): Fact.InvocationOpened => ({
@@ -631,9 +633,16 @@ const joinHandoff = (
     )
   })
 
-export const make = (options: EngineOptionsInput = {}) =>
+export const make = (given: EngineOptionsInput = {}) =>
   Effect.gen(function* () {
-    // The facade checks them before it opens the log; a host of this API gets the same refusal.
+    // Read once (a getter or a proxy trap of the host's that throws is the same refusal as the
+    // facade's, never a defect), then checked: the facade checks them before it opens the log.
+    const read = Result.try({
+      try: (): EngineOptionsInput => (typeof given === "object" && given !== null && !Array.isArray(given) ? { ...given } : given),
+      catch: (error) => EngineError.invalidInput(`the engine's options could not be read: ${describeThrown(error)}`),
+    })
+    if (Result.isFailure(read)) return yield* Effect.fail(read.failure)
+    const options = read.success
     const problem = optionsProblem(options)
     if (problem !== undefined) return yield* Effect.fail(EngineError.invalidInput(problem))
     const log = yield* EventLog.EventLog
@@ -1092,6 +1101,8 @@ export const make = (options: EngineOptionsInput = {}) =>
 
     const abandonHandoff = (sessionId: string) =>
       Effect.gen(function* () {
+        // A closed engine writes nothing, as its `start` admits nothing.
+        if (closed) return yield* Effect.fail(EngineError.internal(EngineError.ENGINE_CLOSED_MESSAGE))
         // As the facade says it: an id that is no string names no session, paused or not.
         if (typeof sessionId !== "string") return yield* Effect.fail(EngineError.invalidInput("sessionId must be a string"))
         const pending = (yield* allPending).find((item) => item.sessionId === sessionId)
@@ -1190,10 +1201,10 @@ export const make = (options: EngineOptionsInput = {}) =>
       abandonHandoff,
       handOffAll,
       liveInvocations: () => [...live.values()].map((item) => item.invocation),
-      recover: Effect.provideService(
-        Recovery.recover(log, (invocation) => active.has(invocation.sessionId)),
-        Ids.Ids,
-        ids,
+      recover: Effect.suspend(() =>
+        closed
+          ? Effect.fail(EngineError.internal(EngineError.ENGINE_CLOSED_MESSAGE))
+          : Effect.provideService(Recovery.recover(log, (invocation) => active.has(invocation.sessionId)), Ids.Ids, ids),
       ),
       close,
     } satisfies EngineShape

@@ -36,6 +36,8 @@ export const RETRY_CHANGED_INPUT_MESSAGE = "continuation retry changed frozen mo
 export const ENGINE_CLOSED_MESSAGE = "the engine is closed"
 /** `steer`'s `Busy` refusals: the run took its last steering, or holds all it can for its next step. */
 export const STEERING_ENDED_MESSAGE = "the run has ended its turn"
+/** A run being sealed (cancelled, failed): `STEERING_ENDED_MESSAGE` begins with it too. */
+export const STEERING_RUN_ENDED_MESSAGE = "the run has ended"
 export const STEERING_HANDING_OFF_MESSAGE = "the run is handing off: steer its successor"
 export const STEERING_LAST_STEP_MESSAGE = "the run is in its last step (maxSteps): no later step could deliver steering"
 export const STEERING_FULL_MESSAGE = `the run already holds ${MAX_QUEUED_STEERING} steering messages for its next step`

@@ -14,7 +14,7 @@ import * as EngineError from "./EngineError.ts"
 import * as AbortFanout from "./internal/abort-fanout.ts"
 import * as EventFeed from "./internal/event-feed.ts"
 import * as Handoff from "./internal/handoff.ts"
-import { readOptions } from "./internal/start-options.ts"
+import { describeThrown, readOptions } from "./internal/start-options.ts"
 import type * as Recovery from "./Recovery.ts"
 
 /** The defaults of `createEngine` and `start` (`Agent.defaults`). */
@@ -163,27 +163,41 @@ const hasAborted = (signal: AbortSignal | undefined): boolean => {
   }
 }
 
-/** What is wrong with `resumePending`'s resolvers, if anything: both must be functions. */
-const resolversProblem = (resolvers: unknown): string | undefined => {
-  if (typeof resolvers !== "object" || resolvers === null) return "resumePending takes {provider, tools}, each a function"
-  const { provider, tools } = resolvers as { readonly provider?: unknown; readonly tools?: unknown }
-  if (typeof provider !== "function") return "resumePending's provider resolver must be a function"
-  if (typeof tools !== "function") return "resumePending's tools resolver must be a function"
-  return undefined
+/**
+ * `read()`, or the refusal saying that `what` could not be read (a getter or a proxy of the caller's
+ * that throws): a facade call rejects with it, never throws.
+ */
+const readOrRefusal = <A>(what: string, read: () => A | string): A | string => {
+  try {
+    return read()
+  } catch (error) {
+    return `${what} could not be read: ${describeThrown(error)}`
+  }
 }
 
-/** What is wrong with `events`' range, or `undefined`: `after` a sequence (0 or more), `limit` 1 or more. */
-const rangeProblem = (range: unknown): string | undefined => {
-  if (range === undefined) return undefined
-  if (typeof range !== "object" || range === null) return "the range must be an object {after?, limit?}"
-  // A misspelt `after` would read from the first event, unseen.
-  const unknownKey = Object.keys(range).find((key) => key !== "after" && key !== "limit")
-  if (unknownKey !== undefined) return `the range has no key '${unknownKey}' (the keys are after, limit)`
-  const { after, limit } = range as { readonly after?: unknown; readonly limit?: unknown }
-  if (after !== undefined && !(Number.isSafeInteger(after) && (after as number) >= 0)) return "after must be an integer of 0 or more"
-  if (limit !== undefined && !(Number.isSafeInteger(limit) && (limit as number) >= 1)) return "limit must be an integer of 1 or more"
-  return undefined
-}
+/** `resumePending`'s resolvers, each read once, or what is wrong with them: both must be functions. */
+const resolversOf = (resolvers: unknown): ResumeResolvers | string =>
+  readOrRefusal("resumePending's resolvers", () => {
+    if (typeof resolvers !== "object" || resolvers === null) return "resumePending takes {provider, tools}, each a function"
+    const { provider, tools } = resolvers as { readonly provider?: unknown; readonly tools?: unknown }
+    if (typeof provider !== "function") return "resumePending's provider resolver must be a function"
+    if (typeof tools !== "function") return "resumePending's tools resolver must be a function"
+    return { provider, tools } as ResumeResolvers
+  })
+
+/** `events`' range, each field read once, or what is wrong with it: `after` a sequence (0 or more), `limit` 1 or more. */
+const rangeOf = (range: unknown): { readonly after?: number | undefined; readonly limit?: number | undefined } | string =>
+  readOrRefusal("the range", () => {
+    if (range === undefined) return {}
+    if (typeof range !== "object" || range === null) return "the range must be an object {after?, limit?}"
+    // A misspelt `after` would read from the first event, unseen.
+    const unknownKey = Object.keys(range).find((key) => key !== "after" && key !== "limit")
+    if (unknownKey !== undefined) return `the range has no key '${unknownKey}' (the keys are after, limit)`
+    const { after, limit } = range as { readonly after?: unknown; readonly limit?: unknown }
+    if (after !== undefined && !(Number.isSafeInteger(after) && (after as number) >= 0)) return "after must be an integer of 0 or more"
+    if (limit !== undefined && !(Number.isSafeInteger(limit) && (limit as number) >= 1)) return "limit must be an integer of 1 or more"
+    return { after: after as number | undefined, limit: limit as number | undefined }
+  })
 
 /**
  * Opens the log and an engine over it. On SQLite the engine takes the writer lease and recovers what a
@@ -319,9 +333,9 @@ export const createEngine = async (options: CreateEngineOptions): Promise<MakaEn
       live.add(tracked)
       return done
     },
-    resumePending: (resolvers) => {
-      const problem = resolversProblem(resolvers)
-      if (problem !== undefined) return Promise.reject(EngineError.invalidInput(problem))
+    resumePending: (given) => {
+      const resolvers = resolversOf(given)
+      if (typeof resolvers === "string") return Promise.reject(EngineError.invalidInput(resolvers))
       return run(
         engine.resumePending({
           provider: (routeIdentity, binding, paused) => {
@@ -351,16 +365,16 @@ export const createEngine = async (options: CreateEngineOptions): Promise<MakaEn
         ? run(engine.abandonHandoff(sessionId))
         : Promise.reject(EngineError.invalidInput("sessionId must be a string")),
     recover: () => run(engine.recover),
-    events: (sessionId, range) => {
-      const problem = typeof sessionId === "string" ? rangeProblem(range) : "sessionId must be a string"
-      return problem === undefined
-        ? run(engine.log.events(sessionId, range?.after, range?.limit))
-        : Promise.reject(EngineError.invalidInput(problem))
+    events: (sessionId, given) => {
+      const range = typeof sessionId === "string" ? rangeOf(given) : "sessionId must be a string"
+      return typeof range === "string"
+        ? Promise.reject(EngineError.invalidInput(range))
+        : run(engine.log.events(sessionId, range.after, range.limit))
     },
     close: ((closeOptions?: { readonly handoff?: boolean } | null) => {
       // Anything but `{handoff: true}` closes without handing off (`null` too): a close never fails
       // on its options, and never leaves the log's lease held.
-      const handoff = typeof closeOptions === "object" && closeOptions !== null && closeOptions.handoff === true
+      const handoff = readOrRefusal("", () => typeof closeOptions === "object" && closeOptions !== null && closeOptions.handoff === true) === true
       closing ??= (async () => {
         try {
           await Promise.allSettled([...starting])

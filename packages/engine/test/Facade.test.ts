@@ -396,6 +396,23 @@ describe("Facade", () => {
       const refused = await rejection(context.engine.resumePending(resolvers as unknown as Parameters<typeof context.engine.resumePending>[0]))
       assert.deepStrictEqual([refused.reason._tag, refused.message], ["InvalidInput", message])
     }
+    // A getter or a proxy of the caller's that throws is the same refusal, a rejected promise, never a throw.
+    const throwing = { get after(): number { throw new Error("no after") } }
+    const trapped = new Proxy({}, { ownKeys: () => { throw new Error("no keys") } })
+    const calls: ReadonlyArray<readonly [() => Promise<unknown>, string]> = [
+      [() => context.engine.events("session-1", throwing), "the range could not be read: no after"],
+      [() => context.engine.events("session-1", trapped), "the range could not be read: no keys"],
+      [
+        () => context.engine.resumePending({ get provider(): never { throw new Error("no provider") }, tools: () => [] }),
+        "resumePending's resolvers could not be read: no provider",
+      ],
+    ]
+    for (const [call, message] of calls) {
+      let promise: Promise<unknown> | undefined
+      assert.doesNotThrow(() => (promise = call()), message)
+      const refused = await rejection(promise!)
+      assert.deepStrictEqual([refused.reason._tag, refused.message], ["InvalidInput", message])
+    }
     for (const sessionId of [{ a: 1 }, 42, undefined]) {
       for (const refusal of [context.engine.events(sessionId as unknown as string), context.engine.abandonHandoff(sessionId as unknown as string)]) {
         const refused = await rejection(refusal)
@@ -403,6 +420,10 @@ describe("Facade", () => {
         assert.strictEqual(refused.message, "sessionId must be a string")
       }
     }
+    // A close never fails on its options: one whose getter throws closes without handing off.
+    let closing: Promise<unknown> | undefined
+    assert.doesNotThrow(() => (closing = context.engine.close({ get handoff(): boolean { throw new Error("no handoff") } })))
+    assert.deepStrictEqual(await closing, [])
   })
 
   it("refuses a second live run on a session with Busy", async () => {

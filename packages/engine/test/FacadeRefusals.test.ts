@@ -312,6 +312,17 @@ describe("start refusals write nothing", () => {
       "start options could not be read: baseUrl is not here",
       "provider.baseUrl",
     )
+    // Deeper: a header, a context window, a provider option (they were an Internal failure with a
+    // stack, or a defect of the Effect API, or "nested too deeply").
+    const throwing = (name: string) => Object.defineProperty({}, name, { enumerable: true, get: () => { throw new Error(`${name} is not here`) } })
+    const deeper: ReadonlyArray<readonly [Partial<StartOptions>, string]> = [
+      [{ provider: { ...options(context).provider, headers: throwing("x-a") } }, "x-a"],
+      [{ context: throwing("declaredWindow") }, "declaredWindow"],
+      [{ providerOptions: { nested: throwing("temperature") } }, "temperature"],
+    ]
+    for (const [overrides, name] of deeper) {
+      assertInvalid(await rejection(context.engine.start(options(context, { workspace, ...overrides }))), `start options could not be read: ${name} is not here`, name)
+    }
     // Each option is read once: a signal getter that gave a new signal at each read would leave the
     // facade and the engine watching different signals.
     const reads = new Map<string, number>()

@@ -941,7 +941,7 @@ const runStep = (
   })
 
 /** Why a run that is being sealed takes no steering. */
-const RUN_ENDED_STEERING = "the run has ended"
+const RUN_ENDED_STEERING = EngineError.STEERING_RUN_ENDED_MESSAGE
 
 /** Why a run in its last step takes no steering: no later step could deliver it. */
 export const LAST_STEP_STEERING = EngineError.STEERING_LAST_STEP_MESSAGE
