@@ -4,12 +4,13 @@
  * lease finds its driver's file through the bundle's own `require`. Bundles the built package and
  * runs each bundle in a child process, from another directory, on a fresh SQLite log.
  */
-import { assert, describe, it } from "@effect/vitest"
+import { assert, beforeAll, describe, it } from "@effect/vitest"
 import { spawnSync } from "node:child_process"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { build } from "esbuild"
+import { buildDist } from "../../../tools/test/built.ts"
 
 const ROOT = fs.realpathSync(path.resolve(import.meta.dirname, "../../.."))
 const ENGINE = path.join(ROOT, "packages", "engine", "dist", "index.js")
@@ -26,6 +27,8 @@ main().catch((error) => process.stdout.write("failed: " + error.message))
 `
 
 describe("an application bundled into one file", () => {
+  beforeAll(() => buildDist("engine"), 240_000)
+
   for (const format of ["cjs", "esm"] as const) {
     it(`opens a SQLite log as ${format === "cjs" ? "CommonJS" : "ES modules"}`, { timeout: 60_000 }, async () => {
       const directory = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), "maka-bundle-")))

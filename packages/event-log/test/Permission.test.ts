@@ -3,17 +3,20 @@
  * keeper, and the open fails saying so and what to allow, writing nothing. Runs the built package in
  * a child process.
  */
-import { assert, describe, it } from "@effect/vitest"
+import { assert, beforeAll, describe, it } from "@effect/vitest"
 import { spawnSync } from "node:child_process"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
+import { buildDist } from "../../../tools/test/built.ts"
 
 const ROOT = fs.realpathSync(path.resolve(import.meta.dirname, "../../.."))
 const CHILD = path.join(import.meta.dirname, "fixtures", "permission-child.mjs")
 const PERMISSION = Number(process.versions.node.split(".")[0]) >= 22 ? "--permission" : "--experimental-permission"
 
 describe("under Node's permission model", () => {
+  beforeAll(() => buildDist("event-log"), 240_000)
+
   it("a writer that may not start a child process is refused naming the permission, and writes nothing", () => {
     const directory = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), "maka-permission-")))
     try {

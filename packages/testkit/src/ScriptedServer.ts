@@ -149,6 +149,8 @@ const refuseMalformed = (responder: Responder, where: string): void => {
     return refuseMalformed(responder.then, where)
   }
   if (responder.kind !== "sse" && responder.kind !== "json") return
+  const headers = responder.headers as unknown
+  if (typeof headers !== "object" || headers === null) fail(`a ${responder.kind} responder needs headers, {} at least (Respond.${responder.kind} gives them)`)
   for (const [name, value] of Object.entries(responder.headers)) {
     try {
       http.validateHeaderName(name)
@@ -230,10 +232,18 @@ const responseHeaders = (contentType: string, extra: Readonly<Record<string, str
 }
 
 /** Starts a server on 127.0.0.1 with an ephemeral port. */
+/** The keys of `ServerOptions`: a misspelt one would leave the server answering every request 404. */
+const OPTION_KEYS: ReadonlySet<string> = new Set(["script", "onProgress"])
+
 export const start = (options: ServerOptions = {}): Promise<ScriptedServer> => {
   let script: Array<ScriptEntry>
   try {
-    script = (options.script ?? []).map(entryOf)
+    if (typeof options !== "object" || options === null) throw new TypeError("testkit: the server's options must be {script?, onProgress?}")
+    const unknownKey = Object.keys(options).find((key) => !OPTION_KEYS.has(key))
+    if (unknownKey !== undefined) throw new TypeError(`testkit: the server's options have no key '${unknownKey}' (the keys are script, onProgress)`)
+    const given: unknown = options.script ?? []
+    if (!Array.isArray(given)) throw new TypeError("testkit: script must be an array of entries or responders")
+    script = (given as ReadonlyArray<ScriptEntry | Responder>).map(entryOf)
   } catch (error) {
     return Promise.reject(error)
   }

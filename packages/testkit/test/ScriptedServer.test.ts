@@ -132,9 +132,22 @@ describe("ScriptedServer", () => {
       [{ kind: "json", status: 429, headers: { "retry after": "1" }, body: {} }, 'script entry 0: header "retry after"'],
       [{ kind: "hold", gate: Respond.gate(), then: { kind: "nope" } }, "script entry 0: Respond.hold's responder is no responder"],
       [{ kind: "hold", gate: Respond.gate(), then: { kind: "sse", status: 200, headers: {}, steps: [7], end: "close" } }, "step 0 is no SSE step"],
+      [{ kind: "json", status: 200, body: {} }, "script entry 0: a json responder needs headers, {} at least"],
     ]
     for (const [bad, message] of handMade) {
       const refused = await ScriptedServer.start({ script: [bad as ScriptedServer.ScriptEntry] }).then(
+        (server) => server.close().then(() => undefined),
+        (error: unknown) => error,
+      )
+      assert.instanceOf(refused, TypeError, message)
+      assert.include((refused as TypeError).message, message)
+    }
+    // The options themselves: a misspelt key would answer every request 404; a script that is no list.
+    for (const [options, message] of [
+      [{ scrpt: [] }, "the server's options have no key 'scrpt' (the keys are script, onProgress)"],
+      [{ script: 5 }, "script must be an array of entries or responders"],
+    ] as const) {
+      const refused = await ScriptedServer.start(options as unknown as ScriptedServer.ServerOptions).then(
         (server) => server.close().then(() => undefined),
         (error: unknown) => error,
       )

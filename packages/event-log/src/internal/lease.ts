@@ -177,8 +177,11 @@ const acquire = (request) => {
   if (held.has(request.path)) return reply({ id: request.id, busy: true });
   // A new lock file is made this user's, and its group's when the umask lets it, but never others':
   // another user who could open it could hold it and keep every writer out.
+  // The host's umask of this request, not the keeper's of its start.
+  const mode = typeof request.umask === "number" ? 0o660 & ~request.umask : 0o660;
   try {
-    fs.closeSync(fs.openSync(request.path, fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_WRONLY, 0o660));
+    const descriptor = fs.openSync(request.path, fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_WRONLY, mode);
+    try { if (typeof request.umask === "number") fs.fchmodSync(descriptor, mode); } finally { fs.closeSync(descriptor); }
   } catch (error) {
     if (error.code === "ENAMETOOLONG") return reply({ id: request.id, code: error.code, message: "the writer's lock file's name is too long (ENAMETOOLONG): use a shorter file name for the log" });
     if (error.code !== "EEXIST" && error.code !== "EACCES") return reply({ id: request.id, code: error.code, message: "the writer's lock file cannot be made (" + error.code + ")" });
@@ -295,6 +298,21 @@ const KEEPER_VARIABLES: ReadonlyArray<string> = ["PATH", "LD_LIBRARY_PATH", "DYL
 export const keeperEnvironment = (environment: NodeJS.ProcessEnv): Record<string, string> =>
   Object.fromEntries(KEEPER_VARIABLES.flatMap((name) => (environment[name] === undefined ? [] : [[name, environment[name]!]])))
 
+/**
+ * This process's umask now, for a lock file the keeper (started earlier, with the umask of then)
+ * makes: set and set back, since `process.umask()` without an argument is deprecated. Undefined
+ * where there is none to read (a worker thread).
+ */
+const currentUmask = (): number | undefined => {
+  try {
+    const mask = process.umask(0o022)
+    process.umask(mask)
+    return mask
+  } catch {
+    return undefined
+  }
+}
+
 /** The keeper process of this process, started on the first lease and shared by all of them. */
 class Keeper {
   private readonly child: ChildProcessWithoutNullStreams
@@ -402,7 +420,7 @@ class Keeper {
       })
       this.updateReference()
       // Without pipes the request waits for the spawn's 'error', which fails it.
-      if (this.hasPipes) this.child.stdin.write(`${JSON.stringify({ id, op, path: lockPath })}\n`)
+      if (this.hasPipes) this.child.stdin.write(`${JSON.stringify({ id, op, path: lockPath, umask: currentUmask() })}\n`)
     })
   }
 
