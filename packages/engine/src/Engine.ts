@@ -778,7 +778,10 @@ export const make = (given: EngineOptionsInput = {}) =>
         // A claim's first step delivers no steering (its request is the replay): with no step after
         // it, steering is refused from the start, as in any run's last step.
         if ((input.successor !== undefined || input.continuation !== undefined) && settings.maxSteps === 1) gate.endSteering(LAST_STEP_STEERING)
-        const handoff = handoffRequest(gate, hostEpoch, ids)
+        // A run that can never pause (a compaction, a run without a workspace) answers a handoff at
+        // once with none, rather than at its next step boundary, which a shutdown would wait for.
+        const pausable = body !== runCompact && settings.configuration.workspaceIdentity !== undefined
+        const handoff = pausable ? handoffRequest(gate, hostEpoch, ids) : Effect.succeed(undefined)
         const steeringWindow = { current: Steering.emptyWindow }
         const feed = new EventFeed.EventFeed()
         const committed = feed.committed
@@ -891,7 +894,7 @@ export const make = (given: EngineOptionsInput = {}) =>
             fiber,
             result,
             // A compaction has no handoff gate: it never pauses, and a close with handoff cancels it at once.
-            pausable: body !== runCompact && settings.configuration.workspaceIdentity !== undefined,
+            pausable,
           })
         }
         // A caller that stops waiting drops the handle it would get: the run is cancelled, and the

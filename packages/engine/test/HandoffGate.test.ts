@@ -673,6 +673,27 @@ describe("the handoff gate", () => {
     ),
   )
 
+  it.live("run.handoff() of a run that can never pause (no workspace) resolves null at once, not at its step boundary", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const held = Respond.gate()
+        const server = yield* ScriptedServer.make({ script: [Respond.hold(held, answer("Done."))] })
+        const directory = yield* LogTesting.temporaryDirectory
+        const engine = yield* Effect.acquireRelease(
+          Effect.promise(() => createEngine({ database: path.join(directory, "events.sqlite") })),
+          (opened) => Effect.promise(() => opened.close()),
+        )
+        const provider = { kind: "openai-compatible" as const, baseUrl: `${server.url}/v1`, model: "test-model", apiKey: "sk-facade" }
+        const run = yield* Effect.promise(() => engine.start({ sessionId: "session-1", provider, maxSteps: 4, message: "Answer." }))
+        yield* Effect.promise(() => server.request(0))
+        // The model's answer is held: the run is in the middle of its step while the handoff is asked.
+        assert.isNull(yield* Effect.promise(() => run.handoff()))
+        held.release()
+        assert.deepStrictEqual((yield* Effect.promise(() => run.wait())).outcome, { kind: "completed" })
+      }),
+    ),
+  )
+
   it.live("close({handoff: true}) cancels a run that reaches no step boundary within handoffWaitMs (a model stream that sends nothing)", () =>
     Effect.scoped(
       Effect.gen(function* () {
