@@ -94,7 +94,13 @@ const boundedBy: ReadonlyArray<readonly [keyof BuiltinLimits, keyof BuiltinLimit
  */
 const limitsOf = (overrides: Partial<BuiltinLimits>): BuiltinLimits => {
   const limits: Record<string, unknown> = { ...defaults }
-  for (const [name, value] of Object.entries(overrides ?? {})) {
+  let entries: ReadonlyArray<readonly [string, unknown]>
+  try {
+    entries = Object.entries(overrides ?? {})
+  } catch (error) {
+    throw invalidDefinition(`builtin limits could not be read: ${error instanceof Error ? error.message : String(error)}`)
+  }
+  for (const [name, value] of entries) {
     if (!Object.hasOwn(limitNames, name))
       throw invalidDefinition(`builtin limit ${JSON.stringify(name)} is not one a builtin set takes`)
     if (value === undefined) continue

@@ -358,6 +358,18 @@ const deriveInput = (input: InputSchema, name: string, description: string): Der
  * JSON Schema, or it does not describe a JSON object.
  */
 export const make = <S extends InputSchema>(config: Config<S>): Tool => {
+  // A definition that is no object, or whose getter or proxy trap throws, is an invalid definition
+  // like any other, never a bare TypeError.
+  if (typeof config !== "object" || config === null) throw invalidDefinition(`a tool definition must be an object, got ${kindOf(config)}`)
+  try {
+    return makeChecked(config)
+  } catch (error) {
+    if (error instanceof ToolError) throw error
+    throw invalidDefinition(`a tool definition could not be read: ${describeDefect(error)}`)
+  }
+}
+
+const makeChecked = <S extends InputSchema>(config: Config<S>): Tool => {
   // A string first: the pattern would read `123`, or an object whose `toString` gives a name, as one.
   const name: unknown = config.name
   if (typeof name !== "string") throw invalidDefinition(`tool name must be a string, got ${kindOf(name)}`)

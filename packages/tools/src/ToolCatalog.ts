@@ -117,6 +117,8 @@ const toolProblem = (tool: unknown): string | undefined => {
  * not one `Tool.make` builds (its name, semantics, decoder or definition).
  */
 export const make = (tools: Iterable<Tool>): ToolCatalog => {
+  const iterable = typeof tools === "object" && tools !== null && Symbol.iterator in tools
+  if (!iterable) throw invalidDefinition("tools must be a list of tools (Tool.make)")
   const given = [...tools]
   for (const tool of given) {
     const problem = toolProblem(tool)

@@ -142,6 +142,7 @@ const createMarker = (root: string, file: string): Effect.Effect<Marker, ToolErr
 /** Opens the workspace at `root` (resolved against the current directory). */
 export const open = (root: string): Effect.Effect<Workspace, ToolError, Ids> =>
   Effect.gen(function* () {
+    if (typeof root !== "string") return yield* Effect.fail(workspaceInvalid(`(${typeof root})`, "the workspace root must be a path (a string)"))
     const requested = path.resolve(root)
     const canonical = yield* tryFsSync(() => fsSync.realpathSync.native(requested)).pipe(Effect.mapError(fsFailure(requested)))
     const stat = yield* tryFsSync(() => fsSync.statSync(canonical)).pipe(Effect.mapError(fsFailure(canonical)))

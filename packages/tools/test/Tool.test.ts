@@ -1,6 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import type { Identity } from "@maka/facts"
-import { Tool, ToolError } from "@maka/tools"
+import { Builtins, Tool, ToolCatalog, ToolError } from "@maka/tools"
 import { Effect, Schema } from "effect"
 import { z } from "zod"
 import { definitionError } from "./fixtures.ts"
@@ -94,6 +94,16 @@ describe("Tool.make", () => {
     assert.strictEqual(named(undefined), "tool name must be a string, got undefined")
     assert.strictEqual(named(["read"]), "tool name must be a string, got an array")
     assert.strictEqual(named({ toString: () => "read" }), "tool name must be a string, got an object")
+  })
+
+  it("refuses a definition, a catalog or limits that are none, or that throw while read, as invalid definitions", () => {
+    const refusal = (build: () => unknown) => definitionError(build).replace("invalid tool definition: ", "")
+    assert.strictEqual(refusal(() => Tool.make(null as unknown as Parameters<typeof Tool.make>[0])), "a tool definition must be an object, got null")
+    const throwing = Object.defineProperty({}, "name", { get: () => { throw new Error("no name") } })
+    assert.strictEqual(refusal(() => Tool.make(throwing as unknown as Parameters<typeof Tool.make>[0])), "a tool definition could not be read: Error: no name")
+    assert.strictEqual(refusal(() => ToolCatalog.from(null as unknown as ReadonlyArray<Tool.Tool>)), "tools must be a list of tools (Tool.make)")
+    const limits = Object.defineProperty({}, "commandTimeoutSeconds", { enumerable: true, get: () => { throw new Error("no limit") } })
+    assert.strictEqual(refusal(() => Builtins.all({ root: "/tmp" } as never, limits)), "builtin limits could not be read: no limit")
   })
 
   it("settles a failure with no reason at all as 'tool failed', as an empty message", () => {

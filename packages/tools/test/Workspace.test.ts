@@ -16,6 +16,16 @@ const reasonOf = (root: string) =>
   })
 
 describe("Workspace.open", () => {
+  it.effect("refuses a root that is no path as an invalid workspace, never a defect", () =>
+    Effect.gen(function* () {
+      for (const root of [null, 5, { path: "/tmp" }]) {
+        const error = yield* Effect.flip(Effect.provide(Workspace.open(root as unknown as string), Ids.layer))
+        assert.strictEqual(error.reason._tag, "WorkspaceInvalid")
+        assert.include(error.message, "the workspace root must be a path (a string)")
+      }
+    }),
+  )
+
   it.effect("creates the marker with a fresh UUIDv4 and derives the identity from it", () =>
     Effect.gen(function* () {
       const root = yield* tempDirectory
