@@ -8,14 +8,17 @@ import { spawnSync } from "node:child_process"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
-import { buildDist } from "../../../tools/test/built.ts"
 
 const ROOT = fs.realpathSync(path.resolve(import.meta.dirname, "../../.."))
 const CHILD = path.join(import.meta.dirname, "fixtures", "permission-child.mjs")
 const PERMISSION = Number(process.versions.node.split(".")[0]) >= 22 ? "--permission" : "--experimental-permission"
 
 describe("under Node's permission model", () => {
-  beforeAll(() => buildDist("event-log"), 240_000)
+  // The built package runs in the child: built first (incremental; the cli project's setup does it too).
+  beforeAll(() => {
+    const build = spawnSync(path.join(ROOT, "node_modules/.bin/tsc"), ["-b", "packages/event-log"], { cwd: ROOT, encoding: "utf8", timeout: 240_000 })
+    if (build.status !== 0) throw new Error(`tsc -b packages/event-log failed:\n${build.stdout}${build.stderr}`)
+  }, 240_000)
 
   it("a writer that may not start a child process is refused naming the permission, and writes nothing", () => {
     const directory = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), "maka-permission-")))
