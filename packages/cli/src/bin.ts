@@ -49,12 +49,25 @@ const versionOf = (): string => {
 }
 const VERSION = versionOf()
 
+/**
+ * The current directory, or, when it was removed (`uv_cwd` fails), the path the shell gives for it:
+ * a command of absolute paths (`--version`, `--db /…`) runs, and one that needs the directory meets
+ * its absence as a missing folder, in one line.
+ */
+const currentDirectory = (): string => {
+  try {
+    return process.cwd()
+  } catch {
+    return process.env["PWD"] ?? "/"
+  }
+}
+
 const sink = processSink(process.stdout, process.stderr)
 stdoutFailure = sink.outFailure
 const code = await main({
   argv: process.argv.slice(2),
   environment: process.env,
-  cwd: process.cwd(),
+  cwd: currentDirectory(),
   sink,
   stdin: process.stdin,
   version: VERSION,

@@ -4,7 +4,7 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { describe, expect, it } from "vitest"
 import { COMMANDS, flagText } from "../src/internal/flags.ts"
-import { maka, packageRoot } from "./support/cli.ts"
+import { bin, maka, packageRoot } from "./support/cli.ts"
 
 // The built `maka` binary, run with plain `node` from a directory outside the repository (docs/architecture.md §2).
 const run = (...args: ReadonlyArray<string>) => maka(args, { cwd: os.tmpdir() })
@@ -104,6 +104,28 @@ describe("the maka binary", () => {
       fs.rmSync(directory, { recursive: true, force: true })
     }
   }, 60_000)
+
+  it("runs in a current directory that was removed: absolute paths work, a relative one is one line", () => {
+    const directory = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), "maka-gone-")))
+    try {
+      const inGone = (...args: ReadonlyArray<string>) =>
+        spawnSync("sh", ["-c", 'mkdir gone && cd gone && rmdir ../gone && exec "$@"', "sh", process.execPath, bin, ...args], {
+          cwd: directory,
+          encoding: "utf8",
+          timeout: 60_000,
+        })
+      const version = inGone("--version")
+      expect([version.status, version.stderr]).toEqual([0, ""])
+      fs.mkdirSync(path.join(directory, "workspace"))
+      const absolute = inGone("run", "--db", path.join(directory, "log.db"), "--workspace", path.join(directory, "workspace"), "hi")
+      expect([absolute.status, absolute.stderr.includes("    at ")]).toEqual([0, false])
+      const relative = inGone("sessions")
+      expect(relative.status).toBe(1)
+      expect(relative.stderr).toMatch(/^maka: no maka log at .*gone\/\.maka\/events\.sqlite; pass --db PATH of an existing log\n$/)
+    } finally {
+      fs.rmSync(directory, { recursive: true, force: true })
+    }
+  })
 
   it.each(Object.keys(COMMANDS))("lists every flag of %s with its default in its --help", async (command) => {
     const result = await run(command, "--help")

@@ -267,7 +267,16 @@ describe("maka chat", () => {
     const last = await maka(["chat", "--db", db, "--workspace", workspace, "--session", "c"], { cwd: root, input: `third\n${long}\n` })
     expect(last.stdout).toContain('You asked: "third"')
     expect(last.code).toBe(2)
-  })
+    // A line of many megabytes, multi-byte and with no line end till its last: counted as it comes,
+    // never held whole nor searched again as it grows (it took minutes), and skipped the same way.
+    const huge = "\u00e9".repeat(4 * 1024 * 1024)
+    const big = await maka(["chat", "--db", db, "--workspace", workspace, "--session", "c"], { cwd: root, input: `${huge}\r\nfourth\n` })
+    expect(big.stderr.split("\n").filter((line) => line.includes("skipped"))).toEqual([
+      `maka: the message is ${8 * 1024 * 1024} bytes of UTF-8; a message holds at most 65536; the line is skipped`,
+    ])
+    expect(big.stdout).toContain('You asked: "fourth"')
+    expect(big.code).toBe(0)
+  }, 60_000)
 
   it("refuses bad flags with exit 2 before reading any line", async () => {
     const { root, workspace, db } = fresh()

@@ -1,7 +1,7 @@
 import { Canonical } from "@maka/facts"
 import BetterSqlite3 from "better-sqlite3"
 import { OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
-import { spawn } from "node:child_process"
+import { spawn, spawnSync } from "node:child_process"
 import * as fs from "node:fs"
 import * as path from "node:path"
 import { afterEach, describe, expect, it } from "vitest"
@@ -80,6 +80,24 @@ describe("maka run on the offline model", () => {
     fs.mkdirSync(path.join(root, "kept"))
     expect((await maka(["run", "--db", path.join(root, "kept", `${"a".repeat(300)}.sqlite`), "--workspace", workspace, "hi"], { cwd: root })).code).toBe(1)
     expect(fs.existsSync(path.join(root, "kept"))).toBe(true)
+  })
+
+  it("refuses a message on stdin as soon as more came than a message holds, reading no further", () => {
+    const { root, workspace, db } = fresh()
+    // Endless input: it was read to the end (never), or into a string past V8's length (a stack).
+    const endless = fs.openSync("/dev/zero", "r")
+    try {
+      const result = spawnSync(process.execPath, [bin, "run", "--db", db, "--workspace", workspace, "-"], {
+        cwd: root,
+        stdio: [endless, "pipe", "pipe"],
+        encoding: "utf8",
+        timeout: 60_000,
+      })
+      expect([result.status, result.stderr]).toEqual([2, "maka: the message on stdin is over 65536 bytes of UTF-8; a message holds at most 65536\n"])
+    } finally {
+      fs.closeSync(endless)
+    }
+    expect(fs.existsSync(db)).toBe(false)
   })
 
   it("reads the message from stdin when MESSAGE is -", async () => {

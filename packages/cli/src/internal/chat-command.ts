@@ -6,6 +6,7 @@
  * size limit) is reported and skipped, and the chat goes on. The exit code is the last line's: its
  * turn's, or 2 for a skipped line.
  */
+import { Limits } from "@maka/facts"
 import { StringDecoder } from "node:string_decoder"
 import { ExitCode, fromEngineError } from "./exit.ts"
 import * as Flags from "./flags.ts"
@@ -20,26 +21,60 @@ import { handleSignals } from "./signals.ts"
 const readLines = (
   input: NodeJS.ReadStream,
   onLine: (line: string) => void,
+  onOverlong: (bytes: number) => void,
   onEnd: () => void,
-): { readonly close: () => void; readonly failure: () => string | undefined } => {
+): {
+  readonly close: () => void
+  readonly failure: () => string | undefined
+  readonly pause: () => void
+  readonly resume: () => void
+} => {
   const decoder = new StringDecoder("utf8")
   let pending = ""
+  // The bytes of a line past what any message holds: its text is dropped as it comes, and only
+  // counted (a line of gigabytes, a binary file piped in, costs no more than a message).
+  let overlong: number | undefined
+  let overlongEndsCr = false
   const emit = (line: string) => onLine(line.endsWith("\r") ? line.slice(0, -1) : line)
   const onData = (chunk: Buffer | string) => {
-    pending += typeof chunk === "string" ? chunk : decoder.write(chunk)
-    for (let end = pending.indexOf("\n"); end !== -1; end = pending.indexOf("\n")) {
-      const line = pending.slice(0, end)
-      pending = pending.slice(end + 1)
-      emit(line)
+    // Each chunk is searched once: a long line is never searched again as it grows.
+    const text = typeof chunk === "string" ? chunk : decoder.write(chunk)
+    let start = 0
+    for (let end = text.indexOf("\n"); end !== -1; end = text.indexOf("\n", start)) {
+      const piece = text.slice(start, end)
+      if (overlong === undefined) emit(pending + piece)
+      else {
+        // Counted as `emit` gives a line: without the `\r` before its `\n`.
+        const endsCr = piece === "" ? overlongEndsCr : piece.endsWith("\r")
+        onOverlong(overlong + Buffer.byteLength(piece) - (endsCr ? 1 : 0))
+      }
+      pending = ""
+      overlong = undefined
+      start = end + 1
+    }
+    const rest = text.slice(start)
+    if (overlong !== undefined) {
+      overlong += Buffer.byteLength(rest)
+      if (rest !== "") overlongEndsCr = rest.endsWith("\r")
+    } else {
+      pending += rest
+      // A UTF-16 unit is at least a byte of UTF-8: a line this long is over the limit, its `\r` aside.
+      if (pending.length > LINE_UNITS) {
+        overlong = Buffer.byteLength(pending)
+        overlongEndsCr = pending.endsWith("\r")
+        pending = ""
+      }
     }
   }
   let ended = false
   const finish = () => {
     if (ended) return
     ended = true
-    pending += decoder.end()
-    if (pending !== "") emit(pending)
+    const rest = decoder.end()
+    if (overlong !== undefined) onOverlong(overlong + Buffer.byteLength(rest) - ((rest === "" ? overlongEndsCr : rest.endsWith("\r")) ? 1 : 0))
+    else if (pending + rest !== "") emit(pending + rest)
     pending = ""
+    overlong = undefined
     onEnd()
   }
   // An input that cannot be read (a descriptor opened for writing, a directory) ends the lines too,
@@ -54,7 +89,7 @@ const readLines = (
   if (directory !== undefined) {
     failure = directory
     setImmediate(finish)
-    return { close: () => undefined, failure: () => failure }
+    return { close: () => undefined, failure: () => failure, pause: () => undefined, resume: () => undefined }
   }
   input.on("data", onData)
   input.on("end", finish)
@@ -67,8 +102,16 @@ const readLines = (
       input.pause()
     },
     failure: () => failure,
+    pause: () => input.pause(),
+    resume: () => input.resume(),
   }
 }
+
+/** The longest line that may be a message: its bytes' limit and a `\r` before its `\n`. */
+const LINE_UNITS = Limits.MAX_MESSAGE_TEXT_BYTES + 1
+
+/** How many lines wait for turns before the input is read no further (until they are taken). */
+const QUEUED_LINES = 64
 
 export const chatCommand = async (context: RunContext): Promise<number> => {
   const { values } = Flags.parse("chat", context.args)
@@ -84,6 +127,8 @@ export const chatCommand = async (context: RunContext): Promise<number> => {
   // its own, is that turn's steering: given one at a time, in order. Once one is refused (the turn
   // ended, or holds all the steering it can), it and the lines after it wait for turns of their own.
   const toSteer: Array<string> = []
+  // Whether the input is paused because enough lines wait already.
+  let held = false
   let pumping: Promise<void> | undefined
   // A line the log would refuse, or one a terminal may have cut, is reported and skipped.
   const lineProblem = (line: string): string | undefined => messageProblem(line) ?? terminalLineProblem(context.stdin, line)
@@ -124,13 +169,26 @@ export const chatCommand = async (context: RunContext): Promise<number> => {
       pump()
     } else {
       queued.push(line)
+      // Lines piped faster than turns take them (`yes |`) wait in the pipe, not in memory.
+      if (queued.length >= QUEUED_LINES && !held) {
+        held = true
+        lines.pause()
+      }
     }
     wake?.()
   }
-  const lines = readLines(context.stdin, onLine, () => {
-    ended = true
-    wake?.()
-  })
+  const lines = readLines(
+    context.stdin,
+    onLine,
+    (bytes) => {
+      context.sink.err(`maka: the message is ${bytes} bytes of UTF-8; a message holds at most ${Limits.MAX_MESSAGE_TEXT_BYTES}; the line is skipped\n`)
+      skipped = true
+    },
+    () => {
+      ended = true
+      wake?.()
+    },
+  )
   // One listener for the whole chat: a wait for the next line ends on a line, the end of input or a signal.
   signals.signal.addEventListener("abort", () => wake?.(), { once: true })
   /** The next line that can be a message; a line the log would refuse is reported and skipped. */
@@ -148,6 +206,10 @@ export const chatCommand = async (context: RunContext): Promise<number> => {
         wake = undefined
       }
       const line = signals.signal.aborted ? undefined : queued.shift()
+      if (held && queued.length < QUEUED_LINES / 2) {
+        held = false
+        lines.resume()
+      }
       const problem = line === undefined ? undefined : lineProblem(line)
       if (problem === undefined) return line
       context.sink.err(`maka: ${problem}; the line is skipped\n`)

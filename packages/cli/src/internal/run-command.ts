@@ -48,12 +48,29 @@ export const unreadableStdin = (stdin: NodeJS.ReadStream): string | undefined =>
   }
 }
 
-const readStdin = (stdin: NodeJS.ReadStream): Promise<string> =>
+/** The most bytes of stdin a message may take: its limit and the line end that closes it. */
+const STDIN_MESSAGE_BYTES = Limits.MAX_MESSAGE_TEXT_BYTES + 2
+
+/**
+ * The message on stdin, read to its end; `undefined` as soon as more bytes came than a message can
+ * hold, stdin then left unread (a file of gigabytes, `/dev/zero`, `yes |` are refused at once, in
+ * the memory of one message).
+ */
+const readStdin = (stdin: NodeJS.ReadStream): Promise<string | undefined> =>
   new Promise((resolve, reject) => {
     const unreadable = unreadableStdin(stdin)
     if (unreadable !== undefined) return reject(Object.assign(new Error(unreadable), { code: unreadable }))
     const chunks: Array<Buffer> = []
-    stdin.on("data", (chunk: Buffer) => chunks.push(chunk))
+    let bytes = 0
+    const onData = (chunk: Buffer) => {
+      bytes += chunk.length
+      if (bytes <= STDIN_MESSAGE_BYTES) return void chunks.push(chunk)
+      stdin.off("data", onData)
+      stdin.pause()
+      stdin.destroy()
+      resolve(undefined)
+    }
+    stdin.on("data", onData)
     stdin.on("end", () => resolve(Buffer.concat(chunks).toString("utf8")))
     stdin.on("error", reject)
   })
@@ -145,11 +162,13 @@ const readMessage = async (context: RunContext, positionals: ReadonlyArray<strin
     if (message === undefined && context.stdin.isTTY === true) throw new Flags.UsageError("give a MESSAGE, or pipe it on stdin")
     // The line end that closes piped input (`echo`, a file's last line) is not part of the message,
     // as `maka chat` reads a line without it.
-    message = (
-      await readStdin(context.stdin).catch((error: unknown) => {
-        throw new Flags.UsageError(`could not read the message from stdin (${errorCodeOf(error)}); give a MESSAGE, or pipe it on stdin`)
-      })
-    ).replace(/\r?\n$/, "")
+    const read = await readStdin(context.stdin).catch((error: unknown) => {
+      throw new Flags.UsageError(`could not read the message from stdin (${errorCodeOf(error)}); give a MESSAGE, or pipe it on stdin`)
+    })
+    if (read === undefined) {
+      throw new Flags.UsageError(`the message on stdin is over ${Limits.MAX_MESSAGE_TEXT_BYTES} bytes of UTF-8; a message holds at most ${Limits.MAX_MESSAGE_TEXT_BYTES}`)
+    }
+    message = read.replace(/\r?\n$/, "")
   }
   if (message.trim() === "") throw new Flags.UsageError("the message is empty; give a MESSAGE with text")
   // Read from a terminal (`maka run -`): a line at the terminal's limit may have been cut there.
