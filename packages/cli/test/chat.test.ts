@@ -37,10 +37,11 @@ describe("maka chat", () => {
 
   it("ends a line only at \\n, as maka run reads: a \\r before it is dropped, a lone \\r is text, a last line needs none", async () => {
     const { root, workspace, db } = fresh()
-    const result = await maka(["chat", "--db", db, "--workspace", workspace, "--session", "c"], { cwd: root, input: "alpha\rbeta\none\r\nlast" })
+    const result = await maka(["chat", "--db", db, "--workspace", workspace, "--session", "c"], { cwd: root, input: "\ufeffalpha\rbeta\none\r\n\ufefflast" })
     expect(result.code).toBe(0)
     const { openings } = await invocationsOf(root, db, "c")
-    expect(openings.map((line) => line.event.fact["input"].content.text)).toEqual(["alpha\rbeta", "one", "last"])
+    // A byte-order mark that begins the input is no text of its first line; one later is text.
+    expect(openings.map((line) => line.event.fact["input"].content.text)).toEqual(["alpha\rbeta", "one", "\ufefflast"])
   })
 
   it("delivers a line entered while a turn runs to that turn as steering", async () => {
@@ -276,6 +277,30 @@ describe("maka chat", () => {
     ])
     expect(big.stdout).toContain('You asked: "fourth"')
     expect(big.code).toBe(0)
+  }, 60_000)
+
+  it("reads no further while enough lines wait for turns: lines piped faster than turns stay in the pipe", async () => {
+    const { root, workspace, db } = fresh()
+    // 200,000 lines, far more than a pipe and the streams hold: read all at once, they filled memory.
+    const flood = "x\n".repeat(200_000)
+    let unread = 0
+    const result = await maka(["chat", "--db", db, "--workspace", workspace, "--session", "f", "--tools", "none"], {
+      cwd: root,
+      env: { MAKA_OFFLINE_DELAY_MS: "200" },
+      input: { open: flood },
+      onOutput: when(
+        (output) => output.stdout.includes('You asked: "x"'),
+        (child) => {
+          // Some turns in, the chat has stopped reading: most of the flood still waits on this side.
+          setTimeout(() => {
+            unread = child.stdin!.writableLength
+            child.kill("SIGINT")
+          }, 1_000)
+        },
+      ),
+    })
+    expect(result.code).toBe(130)
+    expect(unread).toBeGreaterThan(flood.length / 2)
   }, 60_000)
 
   it("refuses bad flags with exit 2 before reading any line", async () => {

@@ -61,7 +61,8 @@ describe("maka run on the offline model", () => {
 
   it("reads the message from stdin when it is absent, without the line end that closes it", async () => {
     const { root, workspace, db } = fresh()
-    const input = "from stdin\n\n  second line \r\n"
+    // A byte-order mark that begins it, as some editors write, is no part of it either.
+    const input = "\ufefffrom stdin\n\n  second line \r\n"
     const result = await maka(["run", "--db", db, "--workspace", workspace, "--json"], { cwd: root, input })
     expect(result.code).toBe(0)
     const opening = eventLines(result.stdout)[0]!.event.fact

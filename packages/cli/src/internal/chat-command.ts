@@ -35,10 +35,14 @@ const readLines = (
   // counted (a line of gigabytes, a binary file piped in, costs no more than a message).
   let overlong: number | undefined
   let overlongEndsCr = false
+  let atStart = true
   const emit = (line: string) => onLine(line.endsWith("\r") ? line.slice(0, -1) : line)
   const onData = (chunk: Buffer | string) => {
-    // Each chunk is searched once: a long line is never searched again as it grows.
-    const text = typeof chunk === "string" ? chunk : decoder.write(chunk)
+    // Each chunk is searched once: a long line is never searched again as it grows. A byte-order
+    // mark that begins the input is no text of its first line.
+    const decoded = typeof chunk === "string" ? chunk : decoder.write(chunk)
+    const text = atStart && decoded.startsWith("\ufeff") ? decoded.slice(1) : decoded
+    if (decoded !== "") atStart = false
     let start = 0
     for (let end = text.indexOf("\n"); end !== -1; end = text.indexOf("\n", start)) {
       const piece = text.slice(start, end)

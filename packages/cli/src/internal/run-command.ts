@@ -168,7 +168,8 @@ const readMessage = async (context: RunContext, positionals: ReadonlyArray<strin
     if (read === undefined) {
       throw new Flags.UsageError(`the message on stdin is over ${Limits.MAX_MESSAGE_TEXT_BYTES} bytes of UTF-8; a message holds at most ${Limits.MAX_MESSAGE_TEXT_BYTES}`)
     }
-    message = read.replace(/\r?\n$/, "")
+    // Nor is a byte-order mark a file from some editors begins with.
+    message = read.replace(/^\ufeff/, "").replace(/\r?\n$/, "")
   }
   if (message.trim() === "") throw new Flags.UsageError("the message is empty; give a MESSAGE with text")
   // Read from a terminal (`maka run -`): a line at the terminal's limit may have been cut there.
