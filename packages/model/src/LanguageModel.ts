@@ -137,11 +137,19 @@ export const make = (
   options: MakeOptions = {},
 ): Effect.Effect<LanguageModelShape, ModelError.ModelError> =>
   Effect.suspend(() => {
-    const checked = ProviderConfig.validate(config)
-    if (Result.isFailure(checked)) return Effect.fail(invalid(checked.failure))
-    const optionsProblem = checkOptions(options)
-    if (optionsProblem !== undefined) return Effect.fail(invalid(optionsProblem))
-    return Effect.succeed(makeChecked(config, options))
+    // A configuration or options that are no object, or whose getter throws while read, are an
+    // invalid configuration like any other, never a defect.
+    if (typeof config !== "object" || config === null) return Effect.fail(invalid("the provider configuration must be an object"))
+    if (typeof options !== "object" || options === null) return Effect.fail(invalid("the model's options must be an object"))
+    try {
+      const checked = ProviderConfig.validate(config)
+      if (Result.isFailure(checked)) return Effect.fail(invalid(checked.failure))
+      const optionsProblem = checkOptions(options)
+      if (optionsProblem !== undefined) return Effect.fail(invalid(optionsProblem))
+      return Effect.succeed(makeChecked(config, options))
+    } catch (error) {
+      return Effect.fail(invalid(`the provider configuration could not be read: ${error instanceof Error ? error.message : String(error)}`))
+    }
   })
 
 const makeChecked = (config: ProviderConfig.ProviderConfig, options: MakeOptions): LanguageModelShape => {

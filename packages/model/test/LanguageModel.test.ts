@@ -473,6 +473,22 @@ describe("OpenAI-compatible adapter", () => {
     }),
   )
 
+  it.effect("refuses a configuration or options that are no object, or whose getter throws, as an invalid configuration", () =>
+    Effect.gen(function* () {
+      const config = { kind: "openai-compatible" as const, baseUrl: "http://127.0.0.1:8080/v1", model: "m", apiKey: Redacted.make(API_KEY) }
+      const throwing = Object.defineProperty({ ...config }, "headers", { enumerable: true, get: () => { throw new Error("no headers") } })
+      const cases: ReadonlyArray<readonly [Effect.Effect<unknown, import("@maka/model").ModelError.ModelError>, string]> = [
+        [LanguageModel.make(null as unknown as ProviderConfig.ProviderConfig), "the provider configuration must be an object"],
+        [LanguageModel.make(config, null as unknown as LanguageModel.MakeOptions), "the model's options must be an object"],
+        [LanguageModel.make(throwing), "the provider configuration could not be read: no headers"],
+      ]
+      for (const [made, message] of cases) {
+        const error = yield* Effect.flip(made)
+        assert.deepStrictEqual([error.reason._tag, error.reason.message], ["Adapter", `invalid provider configuration: ${message}`])
+      }
+    }),
+  )
+
   it.effect("refuses an idle timeout outside 1–300 s and an invalid base URL", () =>
     Effect.gen(function* () {
       const server = yield* serve()
