@@ -4,6 +4,7 @@
  * flushed.
  */
 import * as fs from "node:fs"
+import * as path from "node:path"
 import * as tty from "node:tty"
 import { exitOnEarlySignals, terminalHungUp } from "./internal/early-signals.ts"
 
@@ -50,16 +51,23 @@ const versionOf = (): string => {
 const VERSION = versionOf()
 
 /**
- * The current directory, or, when it was removed (`uv_cwd` fails), the path the shell gives for it:
- * a command of absolute paths (`--version`, `--db /…`) runs, and one that needs the directory meets
- * its absence as a missing folder, in one line.
+ * The current directory, or, when it was removed (`uv_cwd` fails), the path the shell gives for it
+ * when that is one that no longer exists (so a command of absolute paths runs, and one that needs the
+ * directory meets its absence as a missing folder); `undefined` when there is none to trust (`PWD`
+ * unset, or naming a directory that exists: another process's, which maka must not work in).
  */
-const currentDirectory = (): string => {
+const currentDirectory = (): string | undefined => {
   try {
     return process.cwd()
   } catch {
-    return process.env["PWD"] ?? "/"
+    const shell = process.env["PWD"]
+    return shell !== undefined && path.isAbsolute(shell) && !fs.existsSync(shell) ? shell : undefined
   }
+}
+const cwd = currentDirectory()
+if (cwd === undefined) {
+  process.stderr.write("maka: the current directory no longer exists; cd to one that does\n")
+  process.exit(1)
 }
 
 const sink = processSink(process.stdout, process.stderr)
@@ -67,7 +75,7 @@ stdoutFailure = sink.outFailure
 const code = await main({
   argv: process.argv.slice(2),
   environment: process.env,
-  cwd: currentDirectory(),
+  cwd,
   sink,
   stdin: process.stdin,
   version: VERSION,

@@ -122,6 +122,15 @@ describe("the maka binary", () => {
       const relative = inGone("sessions")
       expect(relative.status).toBe(1)
       expect(relative.stderr).toMatch(/^maka: no maka log at .*gone\/\.maka\/events\.sqlite; pass --db PATH of an existing log\n$/)
+      // With no path to trust for it (PWD naming another directory that exists, as a parent that
+      // spawned it with another cwd leaves it), maka does nothing rather than work elsewhere.
+      const elsewhere = spawnSync("sh", ["-c", 'mkdir gone && cd gone && rmdir ../gone && PWD="$0" exec "$@"', directory, process.execPath, bin, "run", "hi"], {
+        cwd: directory,
+        encoding: "utf8",
+        timeout: 60_000,
+      })
+      expect([elsewhere.status, elsewhere.stderr]).toEqual([1, "maka: the current directory no longer exists; cd to one that does\n"])
+      expect(fs.existsSync(path.join(directory, ".maka"))).toBe(false)
     } finally {
       fs.rmSync(directory, { recursive: true, force: true })
     }

@@ -277,6 +277,10 @@ describe("maka chat", () => {
     ])
     expect(big.stdout).toContain('You asked: "fourth"')
     expect(big.code).toBe(0)
+    // Taken in its place among the lines: the last line skipped, the chat's code is 2.
+    const bigLast = await maka(["chat", "--db", db, "--workspace", workspace, "--session", "c"], { cwd: root, input: `fifth\nsixth\n${huge}\n` })
+    expect(bigLast.stdout).toContain('You asked: "sixth"')
+    expect(bigLast.code).toBe(2)
   }, 60_000)
 
   it("reads no further while enough lines wait for turns: lines piped faster than turns stay in the pipe", async () => {

@@ -182,7 +182,14 @@ const resolversOf = (resolvers: unknown): ResumeResolvers | string =>
     const { provider, tools } = resolvers as { readonly provider?: unknown; readonly tools?: unknown }
     if (typeof provider !== "function") return "resumePending's provider resolver must be a function"
     if (typeof tools !== "function") return "resumePending's tools resolver must be a function"
-    return { provider, tools } as ResumeResolvers
+    // Called on the host's own object, as methods: a resolver of a class keeps its `this`.
+    const self = resolvers as ResumeResolvers
+    const asProvider = provider as ResumeResolvers["provider"]
+    const asTools = tools as ResumeResolvers["tools"]
+    return {
+      provider: (...args: Parameters<ResumeResolvers["provider"]>) => asProvider.apply(self, args),
+      tools: (...args: Parameters<ResumeResolvers["tools"]>) => asTools.apply(self, args),
+    }
   })
 
 /** `events`' range, each field read once, or what is wrong with it: `after` a sequence (0 or more), `limit` 1 or more. */

@@ -449,6 +449,15 @@ describe("Facade", () => {
     assert.isTrue(context.server.requests().every((request) => request.headers["authorization"] === `Bearer ${API_KEY}`))
   })
 
+  it("sends an apiKey the host defined out of sight (not enumerable), as it does a plain one", async () => {
+    const context = await setup(listThenAnswer)
+    const { apiKey, ...visible } = options(context).provider
+    const provider = Object.defineProperty({ ...visible }, "apiKey", { value: apiKey, enumerable: false })
+    await (await context.engine.start(options(context, { provider }))).wait()
+    assert.isNotEmpty(context.server.requests())
+    assert.isTrue(context.server.requests().every((request) => request.headers["authorization"] === `Bearer ${API_KEY}`))
+  })
+
   it("fails a step whose tool call names a tool no fact can hold (NUL) as model_adapter, sealed, and the session goes on", async () => {
     const context = await setup([
       Respond.sse(OpenAiSse.response({ text: ["Calling."], toolCalls: [{ id: "call-1", name: "list\u0000files", arguments: ["{}"] }] })),

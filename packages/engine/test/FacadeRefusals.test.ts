@@ -312,13 +312,12 @@ describe("start refusals write nothing", () => {
       "start options could not be read: baseUrl is not here",
       "provider.baseUrl",
     )
-    // Deeper: a header, a context window, a provider option (they were an Internal failure with a
-    // stack, or a defect of the Effect API, or "nested too deeply").
+    // Deeper: a header, a context window (they were an Internal failure with a stack, or a defect of
+    // the Effect API).
     const throwing = (name: string) => Object.defineProperty({}, name, { enumerable: true, get: () => { throw new Error(`${name} is not here`) } })
     const deeper: ReadonlyArray<readonly [Partial<StartOptions>, string]> = [
       [{ provider: { ...options(context).provider, headers: throwing("x-a") } }, "x-a"],
       [{ context: throwing("declaredWindow") }, "declaredWindow"],
-      [{ providerOptions: { nested: throwing("temperature") } }, "temperature"],
     ]
     for (const [overrides, name] of deeper) {
       assertInvalid(await rejection(context.engine.start(options(context, { workspace, ...overrides }))), `start options could not be read: ${name} is not here`, name)

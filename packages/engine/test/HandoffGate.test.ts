@@ -532,6 +532,18 @@ describe("the handoff gate", () => {
             { provider: () => provider, tools: () => [...slow, Tool.make({ ...extraDefinition, name: "read_tool_result" })] },
             // No tools at all: the engine's own tool is no change of the host's.
             { provider: () => provider, tools: () => [] },
+            // Resolvers of a class, called as its methods (their `this` the host's object).
+            new (class {
+              readonly asked: Array<string> = []
+              provider() {
+                this.asked.push("provider")
+                return provider
+              }
+              tools() {
+                this.asked.push("tools")
+                return []
+              }
+            })(),
           ],
           (resolvers) => Effect.promise(() => engine.resumePending(resolvers)),
         )
@@ -555,6 +567,7 @@ describe("the handoff gate", () => {
             "handoff execution settings changed: the tool catalog differs from the pause's: a tool of the same name has another definition (description or input schema)",
           ],
           ["the tool name read_tool_result is reserved: the engine adds its own tool under it"],
+          ["handoff execution settings changed: the tool catalog differs from the pause's: without echo, slow"],
           ["handoff execution settings changed: the tool catalog differs from the pause's: without echo, slow"],
         ])
         // Each resolver is told which paused run it serves: its session and its configuration.

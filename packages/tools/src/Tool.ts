@@ -365,7 +365,7 @@ export const make = <S extends InputSchema>(config: Config<S>): Tool => {
     return makeChecked(config)
   } catch (error) {
     if (error instanceof ToolError) throw error
-    throw invalidDefinition(`a tool definition could not be read: ${describeDefect(error)}`)
+    throw invalidDefinition(`a tool definition could not be read: ${error instanceof Error ? error.message : String(error)}`)
   }
 }
 

@@ -100,7 +100,7 @@ describe("Tool.make", () => {
     const refusal = (build: () => unknown) => definitionError(build).replace("invalid tool definition: ", "")
     assert.strictEqual(refusal(() => Tool.make(null as unknown as Parameters<typeof Tool.make>[0])), "a tool definition must be an object, got null")
     const throwing = Object.defineProperty({}, "name", { get: () => { throw new Error("no name") } })
-    assert.strictEqual(refusal(() => Tool.make(throwing as unknown as Parameters<typeof Tool.make>[0])), "a tool definition could not be read: Error: no name")
+    assert.strictEqual(refusal(() => Tool.make(throwing as unknown as Parameters<typeof Tool.make>[0])), "a tool definition could not be read: no name")
     assert.strictEqual(refusal(() => ToolCatalog.from(null as unknown as ReadonlyArray<Tool.Tool>)), "tools must be a list of tools (Tool.make)")
     const limits = Object.defineProperty({}, "commandTimeoutSeconds", { enumerable: true, get: () => { throw new Error("no limit") } })
     assert.strictEqual(refusal(() => Builtins.all({ root: "/tmp" } as never, limits)), "builtin limits could not be read: no limit")

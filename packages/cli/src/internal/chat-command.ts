@@ -111,6 +111,9 @@ const readLines = (
   }
 }
 
+/** A line as the chat takes it: its text, or the bytes of one too long to be kept. */
+type Line = string | { readonly overlongBytes: number }
+
 /** The longest line that may be a message: its bytes' limit and a `\r` before its `\n`. */
 const LINE_UNITS = Limits.MAX_MESSAGE_TEXT_BYTES + 1
 
@@ -121,7 +124,7 @@ export const chatCommand = async (context: RunContext): Promise<number> => {
   const { values } = Flags.parse("chat", context.args)
   const settings = settingsOf(values, context)
   const signals = handleSignals(context.sink)
-  const queued: Array<string> = []
+  const queued: Array<Line> = []
   let ended = false
   let wake: (() => void) | undefined
   let steer: ((text: string) => Promise<void>) | undefined
@@ -130,12 +133,15 @@ export const chatCommand = async (context: RunContext): Promise<number> => {
   // Lines keep their order. A line that comes while a turn runs, with no line waiting for a turn of
   // its own, is that turn's steering: given one at a time, in order. Once one is refused (the turn
   // ended, or holds all the steering it can), it and the lines after it wait for turns of their own.
-  const toSteer: Array<string> = []
+  const toSteer: Array<Line> = []
   // Whether the input is paused because enough lines wait already.
   let held = false
   let pumping: Promise<void> | undefined
   // A line the log would refuse, or one a terminal may have cut, is reported and skipped.
-  const lineProblem = (line: string): string | undefined => messageProblem(line) ?? terminalLineProblem(context.stdin, line)
+  const lineProblem = (line: Line): string | undefined =>
+    typeof line === "string"
+      ? (messageProblem(line) ?? terminalLineProblem(context.stdin, line))
+      : `the message is ${line.overlongBytes} bytes of UTF-8; a message holds at most ${Limits.MAX_MESSAGE_TEXT_BYTES}`
   const pumpOnce = async () => {
     while (toSteer.length > 0) {
       const line = toSteer[0]!
@@ -147,7 +153,8 @@ export const chatCommand = async (context: RunContext): Promise<number> => {
         continue
       }
       const deliver = steer
-      const delivered = deliver === undefined ? false : await deliver(line).then(() => true, () => false)
+      // A line with no problem is text: only an overlong one is not.
+      const delivered = deliver === undefined || typeof line !== "string" ? false : await deliver(line).then(() => true, () => false)
       if (!delivered) {
         steer = undefined
         queued.unshift(...toSteer.splice(0))
@@ -166,8 +173,8 @@ export const chatCommand = async (context: RunContext): Promise<number> => {
       wake?.()
     })
   }
-  const onLine = (line: string) => {
-    if (line.trim() === "") return
+  const onLine = (line: Line) => {
+    if (typeof line === "string" && line.trim() === "") return
     if (steer !== undefined && queued.length === 0) {
       toSteer.push(line)
       pump()
@@ -184,10 +191,8 @@ export const chatCommand = async (context: RunContext): Promise<number> => {
   const lines = readLines(
     context.stdin,
     onLine,
-    (bytes) => {
-      context.sink.err(`maka: the message is ${bytes} bytes of UTF-8; a message holds at most ${Limits.MAX_MESSAGE_TEXT_BYTES}; the line is skipped\n`)
-      skipped = true
-    },
+    // Reported in its place among the lines, as a line over the limit that was kept whole is.
+    (bytes) => onLine({ overlongBytes: bytes }),
     () => {
       ended = true
       wake?.()
@@ -215,7 +220,7 @@ export const chatCommand = async (context: RunContext): Promise<number> => {
         lines.resume()
       }
       const problem = line === undefined ? undefined : lineProblem(line)
-      if (problem === undefined) return line
+      if (problem === undefined) return line as string | undefined
       context.sink.err(`maka: ${problem}; the line is skipped\n`)
       skipped = true
     }

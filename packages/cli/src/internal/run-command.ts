@@ -48,8 +48,8 @@ export const unreadableStdin = (stdin: NodeJS.ReadStream): string | undefined =>
   }
 }
 
-/** The most bytes of stdin a message may take: its limit and the line end that closes it. */
-const STDIN_MESSAGE_BYTES = Limits.MAX_MESSAGE_TEXT_BYTES + 2
+/** The most bytes of stdin a message may take: its limit, the line end that closes it, a byte-order mark. */
+const STDIN_MESSAGE_BYTES = Limits.MAX_MESSAGE_TEXT_BYTES + 2 + 3
 
 /**
  * The message on stdin, read to its end; `undefined` as soon as more bytes came than a message can

@@ -94,7 +94,7 @@ export const capture = (run: Run, mode: ModelContext.CheckpointMode, fit: boolea
     if (hasConversation(source)) return { kind: "captured", captured: { mode, source } } satisfies Capture
     // Nothing under the byte limit past what the newest checkpoint covers: history left beyond it
     // is a slice no clean cut fits (raised by the caller), not a history with nothing left.
-    if (maxBytes !== undefined && (yield* capture(run, mode, fit)).kind === "captured") return { kind: "too_large" } satisfies Capture
+    if (maxBytes !== undefined && (yield* capture(run, mode, fit)).kind !== "unchanged") return { kind: "too_large" } satisfies Capture
     return { kind: "unchanged" } satisfies Capture
   })
 

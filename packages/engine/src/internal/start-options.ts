@@ -20,33 +20,31 @@ export const readOptions = (options: unknown): RunOptions | string => {
     const provider = recordOf(read["provider"])
     if (provider !== undefined) {
       const headers = recordOf(provider["headers"])
-      read["provider"] = headers === undefined ? provider : { ...provider, headers }
+      // Set on the copy, not spread into a new one: a field kept out of sight stays there.
+      if (headers !== undefined) provider["headers"] = headers
+      read["provider"] = provider
     }
     for (const key of ["context", "connection", "message"]) {
       const record = recordOf(read[key])
       if (record !== undefined) read[key] = record
     }
-    if (read["providerOptions"] !== undefined) read["providerOptions"] = plainCopy(read["providerOptions"], 0)
     return read as unknown as RunOptions
   } catch (error) {
     return `start options could not be read: ${describeThrown(error)}`
   }
 }
 
-/** How deep `plainCopy` copies: a deeper value is left as given, for the checks to refuse as too deep. */
-const COPY_DEPTH = 64
-
-/** Plain objects and arrays copied through `COPY_DEPTH` levels (each getter run once); anything else as given. */
-const plainCopy = (value: unknown, depth: number): unknown => {
-  if (depth >= COPY_DEPTH || typeof value !== "object" || value === null) return value
-  // An array with a property besides its items is left for the checks to refuse (a copy would lose it).
-  if (Array.isArray(value)) return Object.keys(value).length === value.length ? value.map((item) => plainCopy(item, depth + 1)) : value
-  if (Object.getPrototypeOf(value) !== Object.prototype) return value
-  return Object.fromEntries(Object.entries(value).map(([key, child]) => [key, plainCopy(child, depth + 1)]))
+/**
+ * A plain object's own fields copied, each getter run once, each keeping whether it is enumerable
+ * (a key kept out of sight, `apiKey` defined not enumerable, is still the caller's key, and still no
+ * key a check of the enumerable ones names); anything else undefined.
+ */
+const recordOf = (value: unknown): Record<string, unknown> | undefined => {
+  if (typeof value !== "object" || value === null || Array.isArray(value) || Object.getPrototypeOf(value) !== Object.prototype) return undefined
+  const copy: Record<string, unknown> = {}
+  for (const key of Object.getOwnPropertyNames(value)) {
+    const field = (value as Record<string, unknown>)[key]
+    Object.defineProperty(copy, key, { value: field, enumerable: Object.prototype.propertyIsEnumerable.call(value, key), writable: true, configurable: true })
+  }
+  return copy
 }
-
-/** A plain object's own enumerable fields, copied (each getter run once); anything else undefined. */
-const recordOf = (value: unknown): Record<string, unknown> | undefined =>
-  typeof value === "object" && value !== null && !Array.isArray(value) && Object.getPrototypeOf(value) === Object.prototype
-    ? { ...value }
-    : undefined

@@ -300,14 +300,14 @@ export const keeperEnvironment = (environment: NodeJS.ProcessEnv): Record<string
 
 /**
  * This process's umask now, for a lock file the keeper (started earlier, with the umask of then)
- * makes: set and set back, since `process.umask()` without an argument is deprecated. Undefined
- * where there is none to read (a worker thread).
+ * makes, read from `/proc/self/status` (Linux): never set, even for a moment, as reading it through
+ * `process.umask` would be (a file another thread made meanwhile would take the wrong bits).
+ * Undefined where there is no such line (macOS): the keeper's umask then applies.
  */
 const currentUmask = (): number | undefined => {
   try {
-    const mask = process.umask(0o022)
-    process.umask(mask)
-    return mask
+    const line = /^Umask:\s*([0-7]+)$/m.exec(fs.readFileSync("/proc/self/status", "utf8"))
+    return line === null ? undefined : Number.parseInt(line[1]!, 8)
   } catch {
     return undefined
   }
