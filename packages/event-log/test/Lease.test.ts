@@ -338,6 +338,21 @@ describe("the writer lease across processes", () => {
     }
   })
 
+  it("names another program that holds a read lock on the lock file as the holder", async () => {
+    const directory = temporaryDirectory()
+    const file = path.join(directory, "events.sqlite")
+    await (await openSqlite(file)).close()
+    const reader = spawnChild(childScript("writer.ts"), ["read-lock", file])
+    try {
+      await reader.line("ready")
+      const refused = await expectReason(openSqlite(file), "WriterBusy")
+      expect(refused.reason._tag === "WriterBusy" ? refused.reason.holder : "").toBe(`process ${reader.process.pid}`)
+    } finally {
+      reader.process.kill("SIGKILL")
+      await reader.exited
+    }
+  })
+
   it("keeps the lease while its holder reads the lock and database files and copies the folder, and frees it when the holder is killed", async () => {
     const directory = temporaryDirectory()
     const file = path.join(directory, "events.sqlite")

@@ -525,16 +525,21 @@ export const lockHolderOf = (lockPath: string): number | undefined => {
     // `/proc/locks` names a device as hexadecimal major:minor, the kernel's split of its number.
     const major = ((stat.dev >> 8n) & 0xfffn) | ((stat.dev >> 32n) & ~0xfffn)
     const minor = (stat.dev & 0xffn) | ((stat.dev >> 12n) & ~0xffn)
+    // A keeper's exclusive lock is a write lock; another program reading the file as a database
+    // holds a read lock, which keeps a writer out as well: named when no write lock is there.
+    let reader: number | undefined
     for (const line of fs.readFileSync("/proc/locks", "utf8").split("\n")) {
       // `N: POSIX ADVISORY WRITE PID MAJOR:MINOR:INODE START END`
       const fields = line.trim().split(/\s+/)
       const device = fields[5]?.split(":") ?? []
-      if (fields[1] !== "POSIX" || fields[3] !== "WRITE" || device.length !== 3) continue
+      if (fields[1] !== "POSIX" || (fields[3] !== "WRITE" && fields[3] !== "READ") || device.length !== 3) continue
       if (BigInt(`0x${device[0]}`) !== major || BigInt(`0x${device[1]}`) !== minor || BigInt(device[2]!) !== stat.ino) continue
       const pid = Number(fields[4])
-      return Number.isSafeInteger(pid) && pid > 0 ? pid : undefined
+      if (!Number.isSafeInteger(pid) || pid <= 0) continue
+      if (fields[3] === "WRITE") return pid
+      reader ??= pid
     }
-    return undefined
+    return reader
   } catch {
     return undefined
   }

@@ -1,6 +1,7 @@
 /**
  * Child process of the lease and storage crash tests, run as `node --import tsx writer.ts <mode> <database>`:
- * `hold` opens the log as its writer, prints `ready` and waits to be killed; `hold-io` does the same
+ * `hold` opens the log as its writer, prints `ready` and waits to be killed (`read-lock` holds a read
+ * lock on its lock file instead); `hold-io` does the same
  * after reading the lock and database files and copying the log folder many times, as a host that
  * backs its folder up would; `open-and-leave` opens it and ends without closing it (`stop-keeper-and-leave` after stopping its keeper); `try` opens it and prints
  * `opened` or `refused <reason>` (`try-lease` and `try-message` below); `crash-in-write` inserts a row inside a write transaction and then
@@ -10,13 +11,24 @@ import * as fs from "node:fs"
 import * as path from "node:path"
 import * as EventLogError from "../../src/EventLogError.ts"
 import { faultPoint } from "../../src/internal/fault.ts"
-import { acquireLease, canonicalDatabasePath, keeperProcessId } from "../../src/internal/lease.ts"
+import BetterSqlite3 from "better-sqlite3"
+import { acquireLease, canonicalDatabasePath, keeperProcessId, LOCK_SUFFIX } from "../../src/internal/lease.ts"
 import { openSqlite } from "../../src/internal/open-sqlite.ts"
 
 const [mode, file] = process.argv.slice(2)
 if (mode === undefined || file === undefined) throw new Error("usage: writer.ts <hold|hold-io|try|crash-in-write> <database>")
 
 const main = async (): Promise<void> => {
+  // Another program that reads the writer's lock file as a database: its read lock, held, keeps
+  // every writer out (the refusal names it).
+  if (mode === "read-lock") {
+    const lock = new BetterSqlite3(`${file}${LOCK_SUFFIX}`, { readonly: true })
+    lock.exec("BEGIN")
+    lock.prepare("SELECT count(*) FROM sqlite_master").get()
+    process.stdout.write("ready\n")
+    setInterval(() => lock.open, 60_000)
+    return
+  }
   if (mode === "try-lease" || mode === "try-message") {
     // `try-lease` takes the lease alone (no checks of the host's open before it), `try-message`
     // opens the log; each prints `opened` or `refused <reason>: <message>`.
