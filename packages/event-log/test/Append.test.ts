@@ -402,6 +402,12 @@ for (const dialect of dialects()) {
             expect(error.reason._tag === "Rejected" && error.reason.rejection._tag).toBe("InvalidTransition")
             expect(error.message).toContain("not a checked EventWrite")
           }
+          // A batch that is no list is refused the same way, never a defect.
+          for (const batch of [null, undefined, { length: 1 }]) {
+            const refused = yield* failure(log.appendBatch(batch as unknown as ReadonlyArray<EventWrite.EventWrite>))
+            expect(refused.reason._tag === "Rejected" && refused.reason.rejection._tag).toBe("InvalidTransition")
+            expect(refused.message).toContain("the batch is not a list of checked EventWrites")
+          }
           const truncatedEmoji = { ...opening, fact: { ...opening.fact, input: { kind: "message", content: { text: "hi \ud83d" } } } } as typeof opening
           yield* expectRefused(log, "session-1", log.append(handBuilt(truncatedEmoji)), "InvalidTransition", "well-formed")
           expect(yield* log.prefix({ kind: "root" })).toMatchObject({ highWater: 0, events: [] })
