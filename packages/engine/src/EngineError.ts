@@ -25,7 +25,13 @@ export type Reason =
     }
   | { readonly _tag: "Model"; readonly error: ModelError.ModelError }
   | { readonly _tag: "Tool"; readonly message: string }
-  | { readonly _tag: "ToolOutcomeUnknown"; readonly operationId: string }
+  | {
+      readonly _tag: "ToolOutcomeUnknown"
+      readonly operationId: string
+      /** The tool called, and what it said of its outcome (scrubbed of secrets), when known. */
+      readonly toolName?: string | undefined
+      readonly detail?: string | undefined
+    }
   | { readonly _tag: "Internal"; readonly message: string }
 
 export const SESSION_ACTIVE_MESSAGE = "session already has an active invocation"
@@ -90,7 +96,10 @@ const describe = (reason: Reason): string => {
           : reason.error.reason.message
         : Hints.append(reason.error.message, Hints.forModel(reason.error))
     case "ToolOutcomeUnknown":
-      return `the outcome of tool operation ${reason.operationId} is unknown`
+      return (
+        `the outcome of tool operation ${reason.operationId}${reason.toolName === undefined ? "" : ` (${reason.toolName})`} is unknown` +
+        (reason.detail === undefined || reason.detail === "" ? "" : `: ${reason.detail}`)
+      )
   }
 }
 

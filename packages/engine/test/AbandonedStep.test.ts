@@ -38,6 +38,9 @@ const stalledSeal = (resumed: Deferred.Deferred<void>) =>
  * A run's set-up for abandonment: the model calls `name` with `args` and then answers, a grace of
  * 100 ms, and a log whose seal waits for `resumed` (`stalledSeal`).
  */
+/** What the terminal of a run whose tool was abandoned after the grace says of it. */
+const abandoned = (graceMs: number) => `its tool ran on past cancelGraceMs (${graceMs} ms) after the run was cancelled, and was abandoned`
+
 const abandonable = (name: string, args: string, resumed: Deferred.Deferred<void>) =>
   Effect.gen(function* () {
     const { sealing, wrapLog } = yield* stalledSeal(resumed)
@@ -97,7 +100,7 @@ describe("a step abandoned after the cancellation grace", () => {
         assert.deepStrictEqual(result.outcome, {
           kind: "failed",
           class: "outcome_unknown",
-          message: `the outcome of tool operation ${running3.operationId} is unknown`,
+          message: `the outcome of tool operation ${running3.operationId} is unknown: ${abandoned(200)}`,
         })
       }),
     ))
@@ -189,7 +192,7 @@ describe("a step abandoned after the cancellation grace", () => {
         assert.deepStrictEqual(result.outcome, {
           kind: "failed",
           class: "outcome_unknown",
-          message: `the outcome of tool operation ${dispatched!.operationId} is unknown`,
+          message: `the outcome of tool operation ${dispatched!.operationId} is unknown: ${abandoned(100)}`,
         })
         // Its effect is recorded as unknown, never as settled, and the session needs allowPriorUnknown.
         assert.deepStrictEqual(factsOf(events, "tool_settled"), [])

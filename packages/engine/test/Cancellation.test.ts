@@ -151,7 +151,7 @@ describe("a tool that ignores its AbortSignal", () => {
         const dispatched = events.map((stored) => stored.event.fact).find((fact) => fact.kind === "tool_dispatched")
         assert.strictEqual(
           result.outcome.kind === "failed" ? result.outcome.message : undefined,
-          `the outcome of tool operation ${dispatched?.kind === "tool_dispatched" ? dispatched.operationId : "?"} is unknown`,
+          `the outcome of tool operation ${dispatched?.kind === "tool_dispatched" ? dispatched.operationId : "?"} is unknown: its tool ran on past cancelGraceMs (${graceMs} ms) after the run was cancelled, and was abandoned`,
         )
         assert.deepStrictEqual(effects.ran, [])
         // The session says how to go on.

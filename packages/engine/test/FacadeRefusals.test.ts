@@ -250,6 +250,8 @@ describe("start refusals write nothing", () => {
     const first = await context.engine.start(options(context, { tools: [deployUnknown] }))
     const outcome = (await first.wait()).outcome
     assert.strictEqual(outcome.kind === "failed" ? outcome.class : outcome.kind, "outcome_unknown")
+    // The terminal names the tool and keeps what it said: the one clue to what the effect did.
+    assert.match(outcome.kind === "failed" ? (outcome.message ?? "") : "", /^the outcome of tool operation \S+:call-1 \(deploy\) is unknown: the deploy host stopped answering$/)
     const before = (await context.engine.events("session-1")).length
     for (const allow of ["false", "true", 0, 1, null]) {
       const refused = await rejection(

@@ -382,7 +382,13 @@ const journalWithin = <E>(
     )
     const [unknown] = guard.unsettled
     return yield* Effect.fail(
-      unknown === undefined ? EngineError.cancelled() : EngineError.make({ _tag: "ToolOutcomeUnknown", operationId: unknown }),
+      unknown === undefined
+        ? EngineError.cancelled()
+        : EngineError.make({
+            _tag: "ToolOutcomeUnknown",
+            operationId: unknown,
+            detail: `its tool ran on past cancelGraceMs (${run.options.cancelGraceMs} ms) after the run was cancelled, and was abandoned`,
+          }),
     )
   })
 
@@ -445,7 +451,11 @@ const runTools = (run: Run, loop: LoopState, captured: ToolCatalog.CapturedCatal
     // The step is uncertain exactly when one of its calls ended `OutcomeUnknown` (the rest were rejected).
     const unknown = result.calls.find((call) => call._tag === "OutcomeUnknown")
     if (unknown !== undefined) {
-      return yield* Effect.fail(EngineError.make({ _tag: "ToolOutcomeUnknown", operationId: unknown.request.operationId }))
+      // Named with its tool and what the tool said (its message, already scrubbed of secrets): the
+      // one clue to what the effect did, which the host must now check.
+      return yield* Effect.fail(
+        EngineError.make({ _tag: "ToolOutcomeUnknown", operationId: unknown.request.operationId, toolName: unknown.request.name, detail: unknown.message }),
+      )
     }
     if (result.cancelled) {
       // The batch ends the run unpruned: the prune it owes goes to the session's next run.
