@@ -84,6 +84,25 @@ describe("EventFeed", () => {
     assert.isTrue((await leaving.next()).done)
   })
 
+  it("serves the text's next() calls in the order they were made, every value before the end", async () => {
+    const feed = new EventFeed()
+    const observed = (sequence: number, event: object) =>
+      ({ sequence, event: { fact: { kind: "model_observed", stepId: "s", event } } }) as unknown as Event.StoredEvent
+    feed.add([
+      { sequence: 1, event: { fact: { kind: "invocation_opened" } } } as unknown as Event.StoredEvent,
+      observed(2, { kind: "part_started", id: "p", textKind: "text" }),
+      observed(3, { kind: "part_delta", id: "p", text: "abc" }),
+      observed(4, { kind: "part_finished", id: "p" }),
+    ])
+    feed.end()
+    const reader = textOf(feed.events())
+    const results = await Promise.all(Array.from({ length: 6 }, () => reader.next()))
+    assert.deepStrictEqual(
+      results.map((result) => (result.done === true ? "done" : result.value)),
+      ["abc", "done", "done", "done", "done", "done"],
+    )
+  })
+
   it("return() on the text of a run ends its waiting next() at once too", async () => {
     const feed = new EventFeed()
     for (const reader of [textOf(feed.events()), textAndThinkingOf(feed.events())]) {

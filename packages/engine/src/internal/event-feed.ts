@@ -142,13 +142,21 @@ export const textDeltaOf = (state: TextState, stored: Event.StoredEvent): TextDe
  */
 const picked = <A>(events: AsyncIterable<Event.StoredEvent>, pick: (stored: Event.StoredEvent) => A | undefined): AsyncIterableIterator<A> => {
   const source = events[Symbol.asyncIterator]()
-  const next = async (): Promise<IteratorResult<A, undefined>> => {
+  const pull = async (): Promise<IteratorResult<A, undefined>> => {
     for (;;) {
       const result = await source.next()
       if (result.done === true) return { done: true, value: undefined }
       const value = pick(result.value)
       if (value !== undefined) return { done: false, value }
     }
+  }
+  // Calls of `next` made before the last settled are served in the order they were made, as an
+  // async generator serves them (a call whose events were all skipped must not pull behind later ones).
+  let last: Promise<unknown> = Promise.resolve()
+  const next = (): Promise<IteratorResult<A, undefined>> => {
+    const result = last.then(pull)
+    last = result.catch(() => undefined)
+    return result
   }
   const iterator: AsyncIterableIterator<A> = {
     next,
