@@ -51,20 +51,21 @@ const versionOf = (): string => {
 const VERSION = versionOf()
 
 /**
- * The current directory, or, when it was removed (`uv_cwd` fails), the path the shell gives for it
- * when that is one that no longer exists (so a command of absolute paths runs, and one that needs the
- * directory meets its absence as a missing folder); `undefined` when there is none to trust (`PWD`
- * unset, or naming a directory that exists: another process's, which maka must not work in).
+ * The current directory; `undefined` when it was removed (`uv_cwd` fails). No path stands in for it:
+ * the shell's `PWD` may name another directory, or one a `mkdir` would make again, and maka would
+ * then work (and write its log) where it was not started.
  */
 const currentDirectory = (): string | undefined => {
   try {
     return process.cwd()
   } catch {
-    const shell = process.env["PWD"]
-    return shell !== undefined && path.isAbsolute(shell) && !fs.existsSync(shell) ? shell : undefined
+    return undefined
   }
 }
-const cwd = currentDirectory()
+/** What needs no directory: the version and the help, printed wherever maka is. */
+const needsNoDirectory = (argv: ReadonlyArray<string>): boolean =>
+  argv.length === 0 || argv.includes("--version") || argv.includes("--help") || argv.includes("-h")
+const cwd = currentDirectory() ?? (needsNoDirectory(process.argv.slice(2)) ? path.parse(process.execPath).root : undefined)
 if (cwd === undefined) {
   process.stderr.write("maka: the current directory no longer exists; cd to one that does\n")
   process.exit(1)

@@ -314,16 +314,23 @@ describe("start refusals write nothing", () => {
       "start options could not be read: baseUrl is not here",
       "provider.baseUrl",
     )
-    // Deeper: a header, a context window (they were an Internal failure with a stack, or a defect of
-    // the Effect API).
+    // Deeper: a header, a context window, a provider option (an Internal failure with a stack, a
+    // defect of the Effect API, or "nested too deeply").
     const throwing = (name: string) => Object.defineProperty({}, name, { enumerable: true, get: () => { throw new Error(`${name} is not here`) } })
     const deeper: ReadonlyArray<readonly [Partial<StartOptions>, string]> = [
       [{ provider: { ...options(context).provider, headers: throwing("x-a") } }, "x-a"],
       [{ context: throwing("declaredWindow") }, "declaredWindow"],
+      [{ providerOptions: { nested: throwing("temperature") } }, "temperature"],
     ]
     for (const [overrides, name] of deeper) {
       assertInvalid(await rejection(context.engine.start(options(context, { workspace, ...overrides }))), `start options could not be read: ${name} is not here`, name)
     }
+    // Provider options that refer to themselves are refused, and promptly (a copy of every branch
+    // of a value shared by two keys ran for ever).
+    const cyclic: Record<string, unknown> = {}
+    cyclic["a"] = cyclic
+    cyclic["b"] = cyclic
+    assertInvalid(await rejection(context.engine.start(options(context, { workspace, providerOptions: untyped(cyclic) }))), "providerOptions", "cycle")
     // Each option is read once: a signal getter that gave a new signal at each read would leave the
     // facade and the engine watching different signals.
     const reads = new Map<string, number>()

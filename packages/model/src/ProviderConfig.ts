@@ -158,6 +158,11 @@ export const validate = (config: ProviderConfig): Result.Result<ProviderConfig, 
     if (typeof config.headers !== "object" || config.headers === null || Array.isArray(config.headers)) {
       return Result.fail("headers must be an object of header names to values")
     }
+    // Its own fields are read: a `Headers` or a `Map` has none, and would send no header at all.
+    const prototype: unknown = Object.getPrototypeOf(config.headers)
+    if (prototype !== Object.prototype && prototype !== null) {
+      return Result.fail("headers must be a plain object of header names to values (a Headers or a Map is not read: use Object.fromEntries)")
+    }
     const names = Object.keys(config.headers).map((name) => name.toLowerCase())
     if (new Set(names).size !== names.length) return Result.fail("header names must be unique ignoring case")
     if (names.some((name) => !/^[!#$%&'*+.^_`|~0-9a-z-]+$/.test(name))) return Result.fail("invalid header name")

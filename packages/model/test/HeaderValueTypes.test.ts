@@ -35,6 +35,11 @@ describe("header values that are not text", () => {
   it("refuses headers that are not an object, and an apiKey Redacted over a number", () => {
     assert.strictEqual(problemOf({ ...base, headers: untyped(null) }), "headers must be an object of header names to values")
     assert.strictEqual(problemOf({ ...base, headers: untyped("x-a: 1") }), "headers must be an object of header names to values")
+    // A Headers or a Map has no fields of its own to read: it would send no header at all.
+    for (const headers of [new Headers({ "x-a": "1" }), new Map([["x-a", "1"]])]) {
+      assert.include(problemOf({ ...base, headers: untyped(headers) }), "headers must be a plain object of header names to values")
+    }
+    assert.isTrue(Result.isSuccess(ProviderConfig.validate({ ...base, headers: Object.assign(Object.create(null), { "x-a": "1" }) })))
     assert.strictEqual(problemOf({ ...base, apiKey: untyped(Redacted.make(42)) }), "apiKey must be a string")
   })
 
