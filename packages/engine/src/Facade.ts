@@ -381,7 +381,12 @@ export const createEngine = async (options: CreateEngineOptions): Promise<MakaEn
     close: ((closeOptions?: { readonly handoff?: boolean } | null) => {
       // Anything but `{handoff: true}` closes without handing off (`null` too): a close never fails
       // on its options, and never leaves the log's lease held.
-      const handoff = readOrRefusal("", () => typeof closeOptions === "object" && closeOptions !== null && closeOptions.handoff === true) === true
+      let handoff = false
+      try {
+        handoff = typeof closeOptions === "object" && closeOptions !== null && closeOptions.handoff === true
+      } catch {
+        // A getter that throws closes without handing off, as any other value but `true` does.
+      }
       closing ??= (async () => {
         try {
           await Promise.allSettled([...starting])

@@ -293,6 +293,18 @@ describe.runIf(asRoot)("a sidecar of another user", () => {
       expect(fs.readFileSync(planted, "utf8")).toBe("planted history")
       fs.rmSync(planted)
     }
+    // Nor an empty -wal or a -shm of another account (a reader that ended without its close): SQLite
+    // reads nothing of them into the log.
+    for (const suffix of ["-wal", "-shm"]) {
+      fs.writeFileSync(`${file}${suffix}`, "")
+      fs.chownSync(`${file}${suffix}`, 65534, 65534)
+    }
+    const untouched = await openSqlite(file, { readOnly: true }).then(
+      (database) => database.close().then(() => "opened"),
+      (error: unknown) => String(error),
+    )
+    expect(untouched).not.toContain("belongs to another user")
+    for (const suffix of ["-wal", "-shm"]) fs.rmSync(`${file}${suffix}`, { force: true })
     // In a folder others cannot write, its writers are the owner's choice (a log a group shares).
     fs.chmodSync(directory, 0o775)
     const planted = `${file}-wal`

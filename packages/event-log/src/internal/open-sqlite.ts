@@ -156,9 +156,11 @@ const refuseForeignSidecars = (file: string): void => {
   const log = lstatOrUndefined(file)
   const folder = lstatOrUndefined(nodePath.dirname(file))
   if (euid === undefined || log === undefined || folder === undefined || (folder.mode & 0o002) === 0) return
-  for (const suffix of ["-wal", "-shm", "-journal"]) {
+  // Only what SQLite would read in: a `-shm` is rebuilt from the `-wal`, and an empty `-wal` (a
+  // reader of another account that ended without its close) holds nothing.
+  for (const suffix of ["-wal", "-journal"]) {
     const sidecar = lstatOrUndefined(`${file}${suffix}`)
-    if (sidecar === undefined || sidecar.uid === log.uid || sidecar.uid === euid) continue
+    if (sidecar === undefined || sidecar.size === 0 || sidecar.uid === log.uid || sidecar.uid === euid) continue
     throw io(
       `${file}${suffix} belongs to another user (uid ${sidecar.uid}) than the log (uid ${log.uid}), in a folder every user ` +
         "can write: SQLite would read it into the log; keep the log in a folder of its own",
