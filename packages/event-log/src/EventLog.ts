@@ -336,9 +336,11 @@ export const make = (database: Database): Effect.Effect<EventLogShape> =>
       // A batch that is no list is refused as a write that is none is, never a defect.
       !Array.isArray(writes)
         ? Effect.fail(EventLogError.invalidTransition("the batch is not a list of checked EventWrites"))
-        : writes.length === 0 && complete === undefined
-          ? Effect.succeed([])
-          : Effect.uninterruptible(Effect.flatMap(Clock.currentTimeMillis, (now) => appendTo(writes, complete, now)))
+        : complete !== undefined && typeof complete !== "function"
+          ? Effect.fail(EventLogError.invalidTransition("the batch's complete is not a function"))
+          : writes.length === 0 && complete === undefined
+            ? Effect.succeed([])
+            : Effect.uninterruptible(Effect.flatMap(Clock.currentTimeMillis, (now) => appendTo(writes, complete, now)))
 
     const context = (sessionId: string, request: ContextRequest, manual: boolean) =>
       read((tx) =>

@@ -408,6 +408,14 @@ for (const dialect of dialects()) {
             expect(refused.reason._tag === "Rejected" && refused.reason.rejection._tag).toBe("InvalidTransition")
             expect(refused.message).toContain("the batch is not a list of checked EventWrites")
           }
+          // A `complete` that is no function, or builds no list, is refused too, nothing written.
+          const leading = History.smallRun().writes.slice(0, 1)
+          const wrongComplete = yield* failure(log.appendBatch(leading, "x" as unknown as EventLog.CompleteBatch))
+          expect(wrongComplete.reason._tag === "Rejected" && wrongComplete.reason.rejection._tag).toBe("InvalidTransition")
+          expect(wrongComplete.message).toContain("complete is not a function")
+          const noList = yield* failure(log.appendBatch(leading, (() => null) as unknown as EventLog.CompleteBatch))
+          expect(noList.reason._tag === "Rejected" && noList.reason.rejection._tag).toBe("InvalidTransition")
+          expect(noList.message).toContain("returned no list")
           const truncatedEmoji = { ...opening, fact: { ...opening.fact, input: { kind: "message", content: { text: "hi \ud83d" } } } } as typeof opening
           yield* expectRefused(log, "session-1", log.append(handBuilt(truncatedEmoji)), "InvalidTransition", "well-formed")
           expect(yield* log.prefix({ kind: "root" })).toMatchObject({ highWater: 0, events: [] })

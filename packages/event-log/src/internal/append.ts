@@ -539,7 +539,9 @@ export const appendBatch = async (
       if (position === leading.length && options.complete !== undefined) {
         await flush()
         // The trailing writes, built from the sequences of the leading ones inside the transaction.
-        const trailing = verifyWrites(options.complete([...sequences], (sessionId) => prior.get(sessionId)))
+        const built = options.complete([...sequences], (sessionId) => prior.get(sessionId))
+        if (!Array.isArray(built)) throw invalid("the batch's complete returned no list of checked EventWrites")
+        const trailing = verifyWrites(built)
         writes.push(...trailing)
         if (index === undefined) await prefetch(trailing)
       }
