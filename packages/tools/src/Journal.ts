@@ -339,7 +339,12 @@ const invokeWith = (
     }
     // T2: the settlement; if its commit fails the call stays uncertain, never reported settled.
     const unsettled = (message: string) => {
-      const unknown = { _tag: "OutcomeUnknown", request, cause: "settle_commit", message } satisfies OutcomeUnknown
+      const unknown = {
+        _tag: "OutcomeUnknown",
+        request,
+        cause: "settle_commit",
+        message: failureMessage(message, options.secrets),
+      } satisfies OutcomeUnknown
       return { invoked: unknown, interrupted }
     }
     const built = yield* Effect.result(settleWrite(invocation, request, execution, options.secrets ?? []))

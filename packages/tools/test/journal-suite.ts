@@ -430,6 +430,22 @@ export const journalSuite = (name: string, makeSinkLayer: MakeSinkLayer) =>
       }).pipe(Effect.provide(makeSinkLayer())),
     )
 
+    it.effect("scrubs the secrets from a failed settle commit's message", () =>
+      Effect.gen(function* () {
+        const effects: Effects = { ran: [] }
+        const key = "sk-settle-commit-secret-0123456789"
+        const context = yield* setup([call("call-1", "echo")], [{ commit: 2, kind: "rejected", reason: `store said ${key}` }])
+        const result = yield* withSink(context)(
+          Journal.runStep(context.invocation, fixtureTools(effects).capture(), context.requests, { secrets: [Redacted.make(key)] }),
+        )
+        assert.deepInclude(result.calls[0]!, {
+          _tag: "OutcomeUnknown",
+          cause: "settle_commit",
+          message: "tool_settled commit rejected: store said [redacted]",
+        })
+      }).pipe(Effect.provide(makeSinkLayer())),
+    )
+
     it.effect("never starts the effect when the dispatch commit fails", () =>
       Effect.gen(function* () {
         const effects: Effects = { ran: [] }
