@@ -478,23 +478,45 @@ export { isSynchronous, SYNCHRONOUS_LEVELS } from "./internal/synchronous.ts"
  * path `":memory:"` opens an in-memory log instead (no file, no lease, gone at close) for tests and
  * notebooks.
  */
+/**
+ * What a caller without types passes where options or a location belong is refused as
+ * `UnsupportedDatabase` naming it, before anything is opened, never a bare `TypeError` as `Io`.
+ */
+const givenOptions = <A extends object>(options: A, layer: string): A => {
+  if (typeof options !== "object" || options === null) {
+    throw EventLogError.make({ _tag: "UnsupportedDatabase", message: `${layer} takes an options object, not ${describeGiven(options)}` })
+  }
+  return options
+}
+const givenLocation = (value: unknown, field: string): string => {
+  if (typeof value !== "string" || value === "") {
+    throw EventLogError.make({ _tag: "UnsupportedDatabase", message: `${field} must be a non-empty string, not ${describeGiven(value)}` })
+  }
+  return value
+}
+const describeGiven = (value: unknown): string => (value === "" ? "an empty string" : value === null ? "null" : typeof value)
+
 export const layerSqlite = (options: SqliteOptions) =>
   Layer.effect(
     EventLog,
-    fromDatabase(() =>
-      openSqlite(options.path, options.synchronous === undefined ? {} : { synchronous: options.synchronous }),
-    ),
+    fromDatabase(() => {
+      const { path, synchronous } = givenOptions(options, "layerSqlite")
+      return openSqlite(givenLocation(path, "path"), synchronous === undefined ? {} : { synchronous })
+    }),
   )
 
 /** A read-only SQLite log for inspection: no lease, never creates, migrates or changes the file. */
 export const layerSqliteReadOnly = (path: string) =>
-  Layer.effect(EventLog, fromDatabase(() => openSqlite(path, { readOnly: true })))
+  Layer.effect(EventLog, fromDatabase(() => openSqlite(givenLocation(path, "path"), { readOnly: true })))
 
 /** A PostgreSQL log shared by several hosts. */
 export const layerPostgres = (options: { readonly url: string; readonly schema?: string }) =>
   Layer.effect(
     EventLog,
-    fromDatabase(() => openPostgres({ url: options.url }, options.schema === undefined ? {} : { schema: options.schema })),
+    fromDatabase(() => {
+      const { url, schema } = givenOptions(options, "layerPostgres")
+      return openPostgres({ url: givenLocation(url, "url") }, schema === undefined ? {} : { schema })
+    }),
   )
 
 /**
@@ -505,9 +527,10 @@ export const layerPostgres = (options: { readonly url: string; readonly schema?:
 export const layerPostgresReadOnly = (options: { readonly url: string; readonly schema?: string }) =>
   Layer.effect(
     EventLog,
-    fromDatabase(() =>
-      openPostgres({ url: options.url }, { readOnly: true, ...(options.schema === undefined ? {} : { schema: options.schema }) }),
-    ),
+    fromDatabase(() => {
+      const { url, schema } = givenOptions(options, "layerPostgresReadOnly")
+      return openPostgres({ url: givenLocation(url, "url") }, { readOnly: true, ...(schema === undefined ? {} : { schema }) })
+    }),
   )
 
 /** `EventSink` over the `EventLog`: refusals are `rejected`, every other failure `outcome_unknown`. */
