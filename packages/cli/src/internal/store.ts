@@ -42,7 +42,8 @@ export async function* sessionEventPages(open: OpenLog, sessionId: string): Asyn
  * Why `maka recover` is refused beside a live writer: that process recovered the log when it opened
  * it (SQLite), so nothing is left to seal until it ends.
  */
-export const WRITER_BUSY_HINT = "another maka process (a run, chat or resume) has the log open and recovered it when it opened it; recover once it has ended"
+export const WRITER_BUSY_HINT =
+  "another process holds the log as its writer (a maka run, chat or resume, which recovered it when it opened it); recover once it has ended"
 
 /**
  * A store failure as one line. With `refusalAsIs`, a refusal of the database (`UnsupportedDatabase`,
