@@ -6,6 +6,7 @@
  */
 import type { Configuration, Event, Identity, Lineage } from "@maka/facts"
 import type { EventLog, EventLogError } from "@maka/event-log"
+import { ModelDefaults } from "@maka/model"
 import { Ids, ToolCatalog, Workspace } from "@maka/tools"
 import { Cause, Effect, Exit, ManagedRuntime, Option, Stream } from "effect"
 import * as Agent from "./Agent.ts"
@@ -60,6 +61,11 @@ export interface ResumeResolvers {
   ) => ProviderOptions | undefined
   /** The tools of the pause's catalog (its names include the engine's `read_tool_result`), or `undefined`. */
   readonly tools: (names: ReadonlyArray<string>, catalogDigest: string, paused: Engine.PausedRun) => Agent.Tools | undefined
+  /**
+   * The idle timeout of each resumed run's model requests, as `start`'s (default 120,000 ms, within
+   * 1,000–300,000): the log does not hold the paused run's, so the resuming host sets it.
+   */
+  readonly idleTimeoutMs?: number
 }
 
 export type ResumeReport =
@@ -178,17 +184,26 @@ const readOrRefusal = <A>(what: string, read: () => A | string): A | string => {
 /** `resumePending`'s resolvers, each read once, or what is wrong with them: both must be functions. */
 const resolversOf = (resolvers: unknown): ResumeResolvers | string =>
   readOrRefusal("resumePending's resolvers", () => {
-    if (typeof resolvers !== "object" || resolvers === null) return "resumePending takes {provider, tools}, each a function"
+    if (typeof resolvers !== "object" || resolvers === null) return "resumePending takes {provider, tools}, each a function, and idleTimeoutMs?"
     const { provider, tools } = resolvers as { readonly provider?: unknown; readonly tools?: unknown }
     if (typeof provider !== "function") return "resumePending's provider resolver must be a function"
     if (typeof tools !== "function") return "resumePending's tools resolver must be a function"
     // Called on the host's own object, as methods: a resolver of a class keeps its `this`.
+    const { idleTimeoutMs } = resolvers as { readonly idleTimeoutMs?: unknown }
+    const { minIdleTimeoutMs, maxIdleTimeoutMs } = ModelDefaults.ModelDefaults
+    if (
+      idleTimeoutMs !== undefined &&
+      !(Number.isSafeInteger(idleTimeoutMs) && (idleTimeoutMs as number) >= minIdleTimeoutMs && (idleTimeoutMs as number) <= maxIdleTimeoutMs)
+    ) {
+      return `resumePending's idleTimeoutMs must be an integer in [${minIdleTimeoutMs}, ${maxIdleTimeoutMs}]`
+    }
     const self = resolvers as ResumeResolvers
     const asProvider = provider as ResumeResolvers["provider"]
     const asTools = tools as ResumeResolvers["tools"]
     return {
       provider: (...args: Parameters<ResumeResolvers["provider"]>) => asProvider.apply(self, args),
       tools: (...args: Parameters<ResumeResolvers["tools"]>) => asTools.apply(self, args),
+      ...(idleTimeoutMs === undefined ? {} : { idleTimeoutMs: idleTimeoutMs as number }),
     }
   })
 
@@ -349,7 +364,7 @@ export const createEngine = async (options: CreateEngineOptions): Promise<MakaEn
             const provider = resolvers.provider(routeIdentity, binding, paused)
             if (provider === undefined) return Effect.succeed(undefined)
             const problem = resolvedProblem("provider", provider, (value) => typeof value === "object" && value !== null)
-            return problem === undefined ? Agent.modelOf(provider) : Effect.fail(EngineError.invalidInput(problem))
+            return problem === undefined ? Agent.modelOf(provider, resolvers.idleTimeoutMs) : Effect.fail(EngineError.invalidInput(problem))
           },
           tools: (names, catalogDigest, paused) => {
             const tools = resolvers.tools(names, catalogDigest, paused)

@@ -12,7 +12,7 @@ import * as v8 from "node:v8"
 import * as vm from "node:vm"
 import { afterEach, assert, describe, it } from "vitest"
 import * as EngineError from "../src/EngineError.ts"
-import { createEngine, openWorkspace, providerConfig, type MakaEngine, type StartOptions } from "../src/Facade.ts"
+import { createEngine, openWorkspace, providerConfig, type MakaEngine, type Run, type StartOptions } from "../src/Facade.ts"
 import * as Hints from "../src/Hints.ts"
 import { rejection } from "./support/harness.ts"
 
@@ -490,6 +490,32 @@ describe("Facade", () => {
     const compacted = await compacting
     assert.deepStrictEqual(compacted.outcome, { kind: "cancelled", source: "runtime_cancellation" })
     assert.deepStrictEqual(closed, [{ invocation: compacted.invocation, outcome: "cancelled" }])
+  })
+
+  it("resumes a paused run with the resuming host's idleTimeoutMs: the log does not hold the paused run's", async () => {
+    const context = await setup([listThenAnswer[0]!, Respond.hang()])
+    await context.engine.close()
+    const first = await createEngine({ database: context.database })
+    const workspace = await openWorkspace(context.workspace)
+    const run = await first.start(options(context, { workspace, idleTimeoutMs: 1_000 }))
+    const pause = await run.handoff()
+    assert.isNotNull(pause)
+    await first.close()
+    const second = await createEngine({ database: context.database })
+    cleanups.push(() => second.close())
+    const resolvers = { provider: () => options(context).provider, tools: () => Builtins.read({ root: fs.realpathSync(context.workspace) }) }
+    for (const idleTimeoutMs of [999, 300_001, 1.5, "1000"]) {
+      const refused = await rejection(second.resumePending({ ...resolvers, idleTimeoutMs: idleTimeoutMs as number }))
+      assert.deepStrictEqual(
+        [refused.reason._tag, refused.message],
+        ["InvalidInput", "resumePending's idleTimeoutMs must be an integer in [1000, 300000]"],
+      )
+    }
+    const [report] = await second.resumePending({ ...resolvers, idleTimeoutMs: 1_000 })
+    assert.isTrue(report !== undefined && "started" in report, JSON.stringify(report))
+    // The successor's request hangs: it times out after the second given, not the default 120.
+    const outcome = (await (report as { readonly started: Run }).started.wait()).outcome
+    assert.strictEqual(outcome.kind === "failed" ? outcome.class : outcome.kind, "model_timeout")
   })
 
   it("close() tells a run its close sealed outcome_unknown as ended with that terminal, not cancelled", async () => {
