@@ -184,7 +184,7 @@ const readOrRefusal = <A>(what: string, read: () => A | string): A | string => {
 /** `resumePending`'s resolvers, each read once, or what is wrong with them: both must be functions. */
 const resolversOf = (resolvers: unknown): ResumeResolvers | string =>
   readOrRefusal("resumePending's resolvers", () => {
-    if (typeof resolvers !== "object" || resolvers === null) return "resumePending takes {provider, tools}, each a function, and idleTimeoutMs?"
+    if (typeof resolvers !== "object" || resolvers === null) return "resumePending takes {provider, tools}, each a function"
     const { provider, tools } = resolvers as { readonly provider?: unknown; readonly tools?: unknown }
     if (typeof provider !== "function") return "resumePending's provider resolver must be a function"
     if (typeof tools !== "function") return "resumePending's tools resolver must be a function"
