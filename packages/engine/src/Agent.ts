@@ -16,6 +16,7 @@ import * as Engine from "./Engine.ts"
 import * as EngineError from "./EngineError.ts"
 import * as Hints from "./Hints.ts"
 import * as EventFeed from "./internal/event-feed.ts"
+import type { TextDelta } from "./internal/event-feed.ts"
 import { describeThrown, readOptions } from "./internal/start-options.ts"
 import { optionsProblem } from "./internal/options.ts"
 
@@ -100,8 +101,11 @@ export interface RunOptions {
   readonly signal?: AbortSignal | undefined
 }
 
-/** One piece of a rendered answer: visible text or the model's thinking. */
-export type TextDelta = EventFeed.TextDelta
+/**
+ * One piece of a rendered answer: visible text or the model's thinking. Re-exported by name (not an
+ * alias), so a library's declarations that name it reach it through this module, never `internal/`.
+ */
+export type { TextDelta }
 
 /** A running invocation with its answer as text. */
 export interface AgentRun extends Engine.RunningInvocation {

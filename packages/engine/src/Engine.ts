@@ -54,19 +54,19 @@ export interface StartInput {
   readonly configuration: Configuration.InvocationConfiguration
   readonly message: Input.MessageInput
   readonly tools: ToolCatalog.ToolCatalog
-  readonly maxSteps?: number
-  readonly allowPriorUnknown?: boolean
-  readonly providerOptions?: Identity.JsonObject
-  readonly context?: ModelContext.ModelRequestContext
-  readonly mainOutputLimit?: number
-  readonly requestFingerprint?: string
+  readonly maxSteps?: number | undefined
+  readonly allowPriorUnknown?: boolean | undefined
+  readonly providerOptions?: Identity.JsonObject | undefined
+  readonly context?: ModelContext.ModelRequestContext | undefined
+  readonly mainOutputLimit?: number | undefined
+  readonly requestFingerprint?: string | undefined
   /**
    * Secrets scrubbed from every tool failure message before it is stored, beside the model's own
    * credentials (its key and Redacted header values, always scrubbed: `LanguageModel.secrets`).
    */
-  readonly secrets?: ReadonlyArray<Redacted.Redacted<string>>
+  readonly secrets?: ReadonlyArray<Redacted.Redacted<string>> | undefined
   /** Cancels the run when it aborts; aborted before admission, nothing is written. */
-  readonly signal?: AbortSignal
+  readonly signal?: AbortSignal | undefined
 }
 
 /** A standalone compaction (docs/engine.md §5.12): a `context_compact` invocation over the session's history. */
@@ -74,14 +74,14 @@ export interface CompactInput {
   readonly invocation: Identity.Invocation
   readonly model: LanguageModel.LanguageModelShape
   readonly configuration: Configuration.InvocationConfiguration
-  readonly providerOptions?: Identity.JsonObject
-  readonly context?: ModelContext.ModelRequestContext
+  readonly providerOptions?: Identity.JsonObject | undefined
+  readonly context?: ModelContext.ModelRequestContext | undefined
   /** The summary request's output limit (default 8,000). */
-  readonly mainOutputLimit?: number
+  readonly mainOutputLimit?: number | undefined
   /** Names the request; a fresh id when absent. */
-  readonly requestFingerprint?: string
-  readonly secrets?: ReadonlyArray<Redacted.Redacted<string>>
-  readonly signal?: AbortSignal
+  readonly requestFingerprint?: string | undefined
+  readonly secrets?: ReadonlyArray<Redacted.Redacted<string>> | undefined
+  readonly signal?: AbortSignal | undefined
 }
 
 export interface RunResult {
@@ -118,13 +118,13 @@ export interface ResumeInput {
   readonly model: LanguageModel.LanguageModelShape
   readonly tools: ToolCatalog.ToolCatalog
   /** The paused run's configuration when absent; any other is refused. */
-  readonly configuration?: Configuration.InvocationConfiguration
+  readonly configuration?: Configuration.InvocationConfiguration | undefined
   /** The pause's frozen settings when absent; any other is refused. */
-  readonly providerOptions?: Identity.JsonObject
-  readonly context?: ModelContext.ModelRequestContext
-  readonly mainOutputLimit?: number
-  readonly secrets?: ReadonlyArray<Redacted.Redacted<string>>
-  readonly signal?: AbortSignal
+  readonly providerOptions?: Identity.JsonObject | undefined
+  readonly context?: ModelContext.ModelRequestContext | undefined
+  readonly mainOutputLimit?: number | undefined
+  readonly secrets?: ReadonlyArray<Redacted.Redacted<string>> | undefined
+  readonly signal?: AbortSignal | undefined
 }
 
 /**
@@ -140,14 +140,14 @@ export interface ContinueInput {
   /** Its `workspaceIdentity` must equal the source's. */
   readonly configuration: Configuration.InvocationConfiguration
   readonly tools: ToolCatalog.ToolCatalog
-  readonly maxSteps?: number
-  readonly providerOptions?: Identity.JsonObject
-  readonly context?: ModelContext.ModelRequestContext
-  readonly mainOutputLimit?: number
+  readonly maxSteps?: number | undefined
+  readonly providerOptions?: Identity.JsonObject | undefined
+  readonly context?: ModelContext.ModelRequestContext | undefined
+  readonly mainOutputLimit?: number | undefined
   /** A digest naming the request (`sha256:…`); a digest of the claim when absent. */
-  readonly requestFingerprint?: string
-  readonly secrets?: ReadonlyArray<Redacted.Redacted<string>>
-  readonly signal?: AbortSignal
+  readonly requestFingerprint?: string | undefined
+  readonly secrets?: ReadonlyArray<Redacted.Redacted<string>> | undefined
+  readonly signal?: AbortSignal | undefined
 }
 
 /** The paused run a resolver is asked about: its session, invocation and configuration (its `cwd` included). */
@@ -178,13 +178,21 @@ export type ResumeReport =
  * `cancelled`, or `ended` when the run reached its own terminal first (completed, or failed, before
  * its pause or its cancellation took effect), with that terminal: a host must not run it again.
  */
-export interface ClosedRun {
-  readonly invocation: Identity.Invocation
-  readonly outcome: "paused" | "cancelled" | "ended"
-  readonly pause?: Lineage.HandoffPause
-  /** The terminal of an `ended` run. */
-  readonly terminal?: Outcome.InvocationOutcome
-}
+export type ClosedRun =
+  | {
+      readonly invocation: Identity.Invocation
+      readonly outcome: "paused"
+      readonly pause: Lineage.HandoffPause
+      readonly terminal?: undefined
+    }
+  | { readonly invocation: Identity.Invocation; readonly outcome: "cancelled"; readonly pause?: undefined; readonly terminal?: undefined }
+  | {
+      readonly invocation: Identity.Invocation
+      readonly outcome: "ended"
+      readonly pause?: undefined
+      /** The terminal the run reached on its own. */
+      readonly terminal: Outcome.InvocationOutcome
+    }
 
 /**
  * What a close tells of a run it cancelled, from the terminal the run was sealed with (`undefined`

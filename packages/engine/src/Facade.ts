@@ -10,6 +10,7 @@ import { ModelDefaults } from "@maka/model"
 import { Ids, ToolCatalog, Workspace } from "@maka/tools"
 import { Cause, Effect, Exit, ManagedRuntime, Option, Stream } from "effect"
 import * as Agent from "./Agent.ts"
+import type { TextDelta } from "./Agent.ts"
 import * as Engine from "./Engine.ts"
 import * as EngineError from "./EngineError.ts"
 import * as AbortFanout from "./internal/abort-fanout.ts"
@@ -25,7 +26,7 @@ export type CreateEngineOptions = Agent.LogOptions
 export type ProviderOptions = Agent.ProviderOptions
 export type StartOptions = Agent.RunOptions
 export type CompactOptions = Agent.CompactOptions
-export type TextDelta = Agent.TextDelta
+export type { TextDelta }
 
 export type RunResult = Engine.RunResult
 
@@ -123,7 +124,7 @@ const resolvedProblem = (resolver: "provider" | "tools", value: unknown, isUsabl
 /** `close()` resolves once everything is closed; `close({handoff: true})` with what became of each live run. */
 export interface Close {
   (): Promise<void>
-  (options: { readonly handoff?: boolean | undefined }): Promise<ReadonlyArray<ClosedRun>>
+  (options: { readonly handoff?: boolean | undefined } | undefined): Promise<ReadonlyArray<ClosedRun>>
 }
 
 type Services = Engine.Engine | EventLog.EventLog | Ids.Ids

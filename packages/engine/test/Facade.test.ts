@@ -541,6 +541,12 @@ describe("Facade", () => {
     const terminal = (await run.wait()).outcome
     assert.strictEqual(terminal.kind === "failed" ? terminal.class : terminal.kind, "outcome_unknown")
     assert.deepStrictEqual(closed, [{ invocation: run.invocation, outcome: "ended", terminal }])
+    // The report narrows on its outcome: an `ended` one has its terminal, a `paused` one its pause.
+    const told = closed.map((report) => (report.outcome === "ended" ? report.terminal.kind : report.outcome === "paused" ? report.pause.remainingSteps : report.outcome))
+    assert.deepStrictEqual(told, ["failed"])
+    // A host's own shutdown passes its optional options on as they are.
+    const shutdown = (options?: { readonly handoff?: boolean }) => engine.close(options)
+    assert.deepStrictEqual(await shutdown(), closed)
   })
 
   it("closes, then a new engine on the same file reads the session back", async () => {

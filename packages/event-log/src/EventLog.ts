@@ -27,10 +27,15 @@ export type {
   SourceEvidence,
   TailItem,
 } from "./internal/context.ts"
+// Every type a public declaration names is exported from here by name, so a library's own
+// declarations built on this package name it through this module, never through `internal/`.
+export type { Database, Dialect } from "./internal/database.ts"
+export type { Synchronous } from "./internal/synchronous.ts"
 export type {
   LogPrefix,
   PruneCandidate,
   PruneCursor,
+  PruneOptions,
   PrunePage,
   InvocationRecovery,
   SessionSummary,

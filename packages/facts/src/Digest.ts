@@ -204,7 +204,7 @@ const modelInputByFragments = (input: ModelInputFields): string | undefined => {
   return finish(hash.update(`],"providerOptions":${providerOptions},"tools":${tools}}`, "utf8"))
 }
 
-interface ModelInputFields {
+export interface ModelInputFields {
   readonly prompt: unknown
   readonly tools: unknown
   readonly providerOptions: unknown
