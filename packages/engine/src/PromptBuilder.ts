@@ -225,6 +225,15 @@ export const outputLimit = (input: OutputLimitInput): number => {
 }
 
 /**
+ * A summary request's output limit (docs/engine.md §5.6): `min(mainOutputLimit ?? 8,000, 8,000)`,
+ * and with an Anthropic thinking budget (which a limit must stay above) the budget plus 8,000, never
+ * above the main limit (which is above the budget). Uncapped, a large main limit would make every
+ * summary of a full window overflow it, exactly when compaction is needed.
+ */
+export const summaryOutputLimit = (mainOutputLimit: number | undefined, thinkingBudget: number): number =>
+  Math.min(mainOutputLimit ?? Limits.DEFAULT_OUTPUT_LIMIT, Limits.SUMMARY_OUTPUT_CAP + thinkingBudget)
+
+/**
  * The Anthropic thinking budget in provider options (`thinking.budget_tokens`, a safe integer above
  * zero), which the output limit reserves; 0 on another route or without one.
  */

@@ -718,6 +718,39 @@ describe("Facade", () => {
     assert.strictEqual(context.server.requests().length, 2)
   })
 
+  it("sends a summary at most 8,000 output tokens, whatever the main limit, and its thinking budget more on Anthropic", async () => {
+    const context = await setup([
+      Respond.sse(OpenAiSse.response({ text: ["Forty-two."] })),
+      Respond.sse(OpenAiSse.response({ text: [FactBuilders.VALID_SUMMARY] })),
+      Respond.sse(AnthropicSse.response({ text: ["Forty-three."] })),
+      Respond.sse(AnthropicSse.response({ text: [FactBuilders.VALID_SUMMARY] })),
+    ])
+    const workspace = await openWorkspace(context.workspace)
+    const bodies = () => context.server.requests().map((request) => JSON.parse(new TextDecoder().decode(request.rawBody)) as Record<string, unknown>)
+    await (await context.engine.start(options(context, { workspace, maxOutputTokens: 32_000 }))).wait()
+    await context.engine.compact({ sessionId: "session-1", provider: options(context).provider, workspace, maxOutputTokens: 32_000 })
+    // A summary of a full window asked for the main limit would overflow it (docs/engine.md §5.6).
+    assert.deepStrictEqual(
+      bodies().map((body) => body["max_tokens"]),
+      [32_000, 8_000],
+    )
+    const anthropic = {
+      sessionId: "session-2",
+      provider: { kind: "anthropic" as const, baseUrl: context.server.url, model: "claude-test", apiKey: API_KEY },
+      workspace,
+      maxOutputTokens: 32_000,
+      providerOptions: { thinking: { type: "enabled", budget_tokens: 10_000 } },
+    }
+    await (await context.engine.start(options(context, anthropic))).wait()
+    await context.engine.compact(anthropic)
+    assert.deepStrictEqual(
+      bodies()
+        .slice(2)
+        .map((body) => body["max_tokens"]),
+      [32_000, 18_000],
+    )
+  })
+
   it("passes outputLimitField to the provider configuration only when it is set", () => {
     const provider = { kind: "openai-compatible" as const, baseUrl: "https://api.openai.com/v1", model: "o4-mini", apiKey: API_KEY }
     const config: Record<string, unknown> = { ...providerConfig({ ...provider, outputLimitField: "max_completion_tokens" }) }

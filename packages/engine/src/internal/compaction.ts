@@ -110,7 +110,10 @@ export interface JobOptions {
 
 /** A summary attempt's request over `history` with `instruction`, and its input digest. */
 const summaryRequest = (run: Run, history: Prompt.Prompt, instruction: string) => {
-  const maxOutputTokens = run.settings.mainOutputLimit ?? Limits.DEFAULT_OUTPUT_LIMIT
+  const maxOutputTokens = PromptBuilder.summaryOutputLimit(
+    run.settings.mainOutputLimit,
+    PromptBuilder.thinkingBudgetOf(run.model.kind, run.settings.providerOptions),
+  )
   const prompt: Prompt.Prompt = [...history, { role: "user", content: Prompts.compactionAttemptMessage(instruction) }]
   const projected = projectPrompt(run.model.kind, run.model.routeIdentity, prompt)
   const request: Prompt.ModelRequest = { prompt: projected, tools: [], providerOptions: run.settings.providerOptions, maxOutputTokens }
