@@ -13,6 +13,8 @@ export const OVERFLOW_CODES: ReadonlySet<string> = new Set([
   "context_length_exceeded",
   "model_context_window_exceeded",
   "request_too_large",
+  // llama.cpp's llama-server (an addition to docs/model.md §4.5's list).
+  "exceed_context_size_error",
 ])
 
 /** Codes compare case-insensitively with `-` and `_` alike (`RESOURCE_EXHAUSTED` is `resource-exhausted`). */
@@ -32,6 +34,8 @@ export const QUOTA_CODES: ReadonlySet<string> = new Set(["insufficient_quota", "
  * - `exceeds the context window` — OpenAI Responses / Azure ("Your input exceeds the context window of this model");
  * - `maximum context length is` — OpenAI chat, DeepSeek, vLLM, OpenRouter ("This model's maximum context length is 8192 tokens");
  * - `context length exceeded` — Ollama and llama.cpp servers, LiteLLM ("context length exceeded");
+ * - `exceeds the available context size` — llama.cpp's llama-server ("request (4476 tokens) exceeds
+ *   the available context size (4096 tokens)"), an addition to docs/model.md §4.5's list;
  * - a subject word (`prompt`, `input`, `context`, `message`) followed later by `too many tokens` or
  *   `token limit exceeded` — Gemini through its OpenAI-compatible endpoint ("The input token count …
  *   exceeds … token limit exceeded"), Mistral ("Prompt contains too many tokens").
@@ -41,6 +45,7 @@ export const OVERFLOW_PHRASES: ReadonlyArray<string> = [
   "exceeds the context window",
   "maximum context length is",
   "context length exceeded",
+  "exceeds the available context size",
 ]
 
 const SUBJECT_OVERFLOW = /\b(?:prompt|input|context|message)s?\b[\s\S]*?(?:too many tokens|token limit exceeded)/

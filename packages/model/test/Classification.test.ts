@@ -70,6 +70,16 @@ describe("classification, rule 2: structured overflow codes outrank the status",
     }),
   )
 
+  it.effect("llama-server's 400 exceed_context_size_error is a context overflow, by its type and by its text", () =>
+    Effect.gen(function* () {
+      const message = "request (4476 tokens) exceeds the available context size (4096 tokens)"
+      const body = { error: { code: 400, message, type: "exceed_context_size_error", n_prompt_tokens: 4476, n_ctx: 4096 } }
+      assert.strictEqual((yield* errorOf(Respond.json(400, body))).reason._tag, "ContextOverflow")
+      const typeOnly = { error: { code: 400, message: "request too big", type: "exceed_context_size_error" } }
+      assert.strictEqual((yield* errorOf(Respond.json(400, typeOnly))).reason._tag, "ContextOverflow")
+    }),
+  )
+
   it.effect("a 503 from a proxy wrapping model_context_window_exceeded is a context overflow", () =>
     Effect.gen(function* () {
       const error = yield* errorOf(Respond.json(503, { error: { message: "upstream failed", type: "model_context_window_exceeded" } }))

@@ -42,6 +42,7 @@ describe("isOverflowText", () => {
     ["Gemini (OpenAI-compatible)", "The input token count (1200000) exceeds the maximum number of tokens allowed; token limit exceeded."],
     ["vLLM", "This model's maximum context length is 4096 tokens. However, you requested 4500 tokens in the messages."],
     ["Ollama", "context length exceeded"],
+    ["llama.cpp", "request (4476 tokens) exceeds the available context size (4096 tokens)"],
     ["OpenRouter", "This endpoint's maximum context length is 32768 tokens. However, you requested about 40000 tokens."],
     ["OpenAI Responses", "Your input exceeds the context window of this model. Please adjust your input and try again."],
     ["Mistral", "Prompt contains 40000 tokens, too many tokens for model"],
