@@ -649,6 +649,29 @@ describe("automatic compaction", () => {
 })
 
 describe("overflow recovery", () => {
+  it.live("ends the run reconciliation_required when the recovery summary calls a tool (scenario 43), not context_overflow", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* setup(
+          {
+            script: [mainEntry(answer("The code is 4417.")), mainEntry(overflow()), summaryEntry(echoCall("call-9", "x"))],
+          },
+          undefined,
+          oneSlot,
+        )
+        const effects: Effects = { ran: [] }
+        yield* context.engine.run(input(context, "The code is 4417.", catalog(effects)))
+        const result = yield* context.engine.run(input(context, "Go on.", catalog(effects)))
+        assert.deepStrictEqual(result.outcome.kind === "failed" ? [result.outcome.class, result.outcome.message] : result.outcome.kind, [
+          "reconciliation_required",
+          "summary contains tool content",
+        ])
+        assert.deepStrictEqual(effects.ran, [])
+        assert.deepStrictEqual(factsOf(yield* context.log.events("session-1"), "context_checkpoint_recorded"), [])
+      }),
+    ),
+  )
+
   it.live("adopts one summary and repeats the step when the provider overflows before any output (scenario 44)", () =>
     Effect.scoped(
       Effect.gen(function* () {

@@ -919,8 +919,10 @@ const runStep = (
       // The request was built over a kept context something else outgrew: the opening is written,
       // nothing of the step is; the step is built again over a fresh read (once: the opening is in).
       if (isStaleSource(attempted.failure)) return yield* runStep(run, loop, step, priorUnknown)
-      if (!priorUnknown && (yield* recoversOverflow(run, loop, attempted.failure, step)) && (yield* recoverOverflow(run, loop))) {
-        return false
+      if (!priorUnknown && (yield* recoversOverflow(run, loop, attempted.failure, step))) {
+        if (yield* recoverOverflow(run, loop)) return false
+        // A recovery summary that answered with tool content ends the run for that (scenario 43).
+        return yield* unfitted(loop, attempted.failure)
       }
       return yield* Effect.fail(attempted.failure)
     }
