@@ -239,25 +239,25 @@ export const classify = (evidence: Evidence): ModelError.ModelError => {
     evidence.headers === undefined ? undefined : parseRetryAfter(evidence.headers, evidence.nowMs)
 
   // 2. Structured overflow codes outrank the status (proxies wrap overflows in 503).
-  if (has(OVERFLOW)) return ModelError.contextOverflow(evidence.observedOutput)
+  if (has(OVERFLOW)) return ModelError.contextOverflow(evidence.observedOutput, message)
   // 3. 413 Payload Too Large.
-  if (status === 413) return ModelError.contextOverflow(evidence.observedOutput)
+  if (status === 413) return ModelError.contextOverflow(evidence.observedOutput, message)
   // 4. Anthropic's exact "prompt is too long: N tokens > M maximum" with N > M.
   if (status === 400 && normalized.includes("invalid_request_error") && providerText !== undefined) {
     const match = ANTHROPIC_PROMPT_TOO_LONG.exec(providerText)
-    if (match !== null && Number(match[1]) > Number(match[2])) return ModelError.contextOverflow(evidence.observedOutput)
+    if (match !== null && Number(match[1]) > Number(match[2])) return ModelError.contextOverflow(evidence.observedOutput, message)
     // The input and the output limit together pass the window: a shorter input fits, unless the
     // output limit alone fills the window (that request is refused whatever the history).
     const both = ANTHROPIC_INPUT_AND_OUTPUT.exec(providerText)
     if (both !== null) {
       const [input, output, window] = [Number(both[1]), Number(both[2]), Number(both[3])]
-      if (input + output > window && output < window) return ModelError.contextOverflow(evidence.observedOutput)
+      if (input + output > window && output < window) return ModelError.contextOverflow(evidence.observedOutput, message)
     }
   }
   // 5. Free-text overflow, only with 400 or no status, and only without a veto.
   if (status === undefined || status === 400) {
     const text = `${providerText ?? ""}\n${evidence.body ?? ""}`
-    if (isOverflowText(text)) return ModelError.contextOverflow(evidence.observedOutput)
+    if (isOverflowText(text)) return ModelError.contextOverflow(evidence.observedOutput, message)
   }
   // 6. Rate limits, except quotas that waiting will not clear.
   if (status === 429) return has(QUOTA) ? fail("rejected") : fail("rate_limit", retryAfter())

@@ -17,12 +17,16 @@ export const TRANSIENT_PROVIDER_REASONS: ReadonlySet<ProviderReason> = new Set([
   "stream_truncated",
 ])
 
-/** The request did not fit the model's context window; `observedOutput` tells whether content was shown. */
+/**
+ * The request did not fit the model's context window; `observedOutput` tells whether content was
+ * shown, `detail` what the provider said when it refused (status, code, start of its message).
+ */
 export class ContextOverflow extends Data.TaggedError("ContextOverflow")<{
   readonly observedOutput: boolean
+  readonly detail?: string | undefined
 }> {
   override get message(): string {
-    return "model context window exceeded"
+    return this.detail === undefined ? "model context window exceeded" : `model context window exceeded (${this.detail})`
   }
 }
 
@@ -88,8 +92,8 @@ export const retryAfterMs = (error: ModelError): number | undefined =>
 /** A provider message cut to 4 KiB of UTF-8 at a character boundary. */
 export const providerMessage = (text: string): string => Canonical.truncateUtf8(text, Limits.MAX_PROVIDER_MESSAGE_BYTES)
 
-export const contextOverflow = (observedOutput: boolean): ModelError =>
-  new ModelError({ reason: new ContextOverflow({ observedOutput }) })
+export const contextOverflow = (observedOutput: boolean, detail?: string): ModelError =>
+  new ModelError({ reason: new ContextOverflow(detail === undefined ? { observedOutput } : { observedOutput, detail }) })
 
 export const provider = (options: {
   readonly reason: ProviderReason

@@ -74,7 +74,13 @@ describe("classification, rule 2: structured overflow codes outrank the status",
     Effect.gen(function* () {
       const message = "request (4476 tokens) exceeds the available context size (4096 tokens)"
       const body = { error: { code: 400, message, type: "exceed_context_size_error", n_prompt_tokens: 4476, n_ctx: 4096 } }
-      assert.strictEqual((yield* errorOf(Respond.json(400, body))).reason._tag, "ContextOverflow")
+      const overflow = yield* errorOf(Respond.json(400, body))
+      assert.strictEqual(overflow.reason._tag, "ContextOverflow")
+      // What the provider said stays in the message, as for every other provider failure.
+      assert.strictEqual(
+        overflow.reason.message,
+        `model context window exceeded (HTTP 400: ${message})`,
+      )
       const typeOnly = { error: { code: 400, message: "request too big", type: "exceed_context_size_error" } }
       assert.strictEqual((yield* errorOf(Respond.json(400, typeOnly))).reason._tag, "ContextOverflow")
     }),
