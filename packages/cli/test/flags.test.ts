@@ -160,9 +160,9 @@ describe("an unknown command", () => {
 describe("the API key's characters", () => {
   it("are judged as @maka/model judges them", async () => {
     const { ProviderConfig } = await import("@maka/model")
-    const samples = ["sk-abc", "sk-\nabc", "sk-abc\n", "\r\n sk-abc \t", "sk-\u0000abc", "clé", "sk-🙂", "sk-\u2028", "a\r\nX-Other: 1", "\t"]
+    const samples = ["sk-abc", "sk-\nabc", "sk-abc\n", "\r\n sk-abc \t", "sk-\u0000abc", "clé", "sk-🙂", "sk-\u2028", "a\r\nX-Other: 1", "\t", "sk-\u0001abc", "sk-abc\u007f", "a\tb"]
     for (const sample of samples) expect(Flags.isHeaderValue(sample), JSON.stringify(sample)).toBe(ProviderConfig.isHeaderValue(sample))
-    expect(samples.filter((sample) => !Flags.isHeaderValue(sample))).toHaveLength(5)
+    expect(samples.filter((sample) => !Flags.isHeaderValue(sample))).toHaveLength(7)
   })
 })
 

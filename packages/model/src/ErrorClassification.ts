@@ -282,6 +282,8 @@ export const classify = (evidence: Evidence): ModelError.ModelError => {
   // Choice: an in-stream error has no status; its typed code stands in for one (Anthropic's `error`
   // event types), and an error with no recognisable code is treated as transient.
   if (status === undefined) {
+    // A quota that waiting will not clear (rule 6's bodies), in a stream or a 200 body as in a 429.
+    if (has(QUOTA)) return fail("rejected")
     if (has(STREAM_RATE_LIMIT)) return fail("rate_limit")
     if (has(STREAM_AUTH)) return fail("auth")
     if (has(STREAM_REJECTED)) return fail("rejected")

@@ -177,11 +177,13 @@ export const validate = (config: ProviderConfig): Result.Result<ProviderConfig, 
 }
 
 /** What is wrong with a value `isHeaderValue` refuses; the value itself is never shown. */
-export const NOT_A_HEADER_VALUE = "holds a character an HTTP header cannot carry (a line break, NUL, or one beyond U+00FF)"
+export const NOT_A_HEADER_VALUE =
+  "holds a character an HTTP header cannot carry (a line break, NUL or another control character, or one beyond U+00FF)"
 
 /**
- * Whether `fetch` can send `value` as a header value: once the HTTP whitespace at its ends is trimmed
- * (as `fetch` does), no NUL, CR or LF, and no code point above U+00FF.
+ * Whether `fetch` and Node's client can send `value` as a header value: once the HTTP whitespace at
+ * its ends is trimmed (as `fetch` does), only tabs, visible ASCII, spaces and U+0080–U+00FF (Node
+ * refuses every other control character, DEL included, before sending).
  */
 export const isHeaderValue = (value: string): boolean =>
-  !/[\u0000\n\r]|[^\u0000-\u00ff]/.test(value.replace(/^[\t\n\r ]+|[\t\n\r ]+$/g, ""))
+  !/[^\t\u0020-\u007e\u0080-\u00ff]/.test(value.replace(/^[\t\n\r ]+|[\t\n\r ]+$/g, ""))

@@ -312,6 +312,18 @@ describe("classification, rule 8: unavailable", () => {
     }),
   )
 
+  it.effect("a quota in a stream or in a 200 JSON body is rejected, not retried as transient (rule 6's types)", () =>
+    Effect.gen(function* () {
+      const quota = { error: { type: "insufficient_quota", message: "You exceeded your current quota" } }
+      const inStream = yield* errorOf(Respond.sse([Respond.event(quota)]))
+      assert.strictEqual(providerReason(inStream).reason, "rejected")
+      const inJson = yield* errorOf(Respond.json(200, quota))
+      assert.strictEqual(providerReason(inJson).reason, "rejected")
+      const anthropic = yield* anthropicErrorOf(Respond.sse([AnthropicSse.messageStart(), AnthropicSse.error("FreeUsageLimitError", "Free usage exceeded")]))
+      assert.strictEqual(providerReason(anthropic).reason, "rejected")
+    }),
+  )
+
   it.effect("an error event a proxy sent without its type in the data is classified by its SSE name", () =>
     Effect.gen(function* () {
       const untyped = Respond.event({ error: { type: "overloaded_error", message: "Overloaded" } }, { event: "error" })

@@ -3,7 +3,7 @@ import { assert, describe, it } from "@effect/vitest"
 import * as http from "node:http"
 import { Effect, Fiber, Redacted, Result } from "effect"
 import { AnthropicSse, OpenAiSse, Respond, ScriptedServer } from "@maka/testkit"
-import { LanguageModel, ProviderConfig, StepBuilder } from "@maka/model"
+import { LanguageModel, ModelDefaults, ProviderConfig, StepBuilder } from "@maka/model"
 import { advanceUntilDone, collect, failureOf, providerReason, request } from "./support.ts"
 
 describe("secrets in errors", () => {
@@ -107,6 +107,22 @@ describe("secrets in errors", () => {
     }),
   )
 
+  it.effect("leaves no start of a key that the error body's size limit cut in half", () =>
+    Effect.gen(function* () {
+      const key = "sk-SECRETKEY-abcdef0123456789"
+      // The body is read up to its limit: the cut falls 20 characters into the key.
+      const padding = " ".repeat(ModelDefaults.ModelDefaults.maxErrorBodyBytes - 20)
+      const server = yield* ScriptedServer.make({
+        script: [Respond.json(400, `${padding}${key} trailing`, { "content-type": "text/plain" })],
+      })
+      const model = yield* LanguageModel.make({ kind: "openai-compatible", baseUrl: `${server.url}/v1`, model: "m", apiKey: Redacted.make(key) })
+      const error = yield* failureOf(model.stream(request()))
+      assert.isFalse(error.message.includes("sk-SE"), error.message)
+      assert.include(error.message, "HTTP 400: [redacted]")
+      assert.notInclude(error.message, "trailing")
+    }),
+  )
+
   it.effect("never follows a redirect: the key and the prompt reach no other address, and the 3xx is a rejection", () =>
     Effect.gen(function* () {
       const listen = (handler: http.RequestListener) =>
@@ -195,7 +211,8 @@ describe("secrets in errors", () => {
 
   it("refuses a key or header value no HTTP header can carry, without showing it", () => {
     const base = { kind: "openai-compatible", baseUrl: "http://127.0.0.1:8080/v1", model: "m" } as const
-    for (const bad of ["sk-\nhunter2", "sk-hunter2\r\nX-Other: 1", "sk-\u0000hunter2", "sk-hunter2\u2028", "sk-hunter2🙂"]) {
+    const controls = ["sk-\u0001hunter2", "sk-hunter2\u007f", "sk-\u001bhunter2"]
+    for (const bad of ["sk-\nhunter2", "sk-hunter2\r\nX-Other: 1", "sk-\u0000hunter2", "sk-hunter2\u2028", "sk-hunter2🙂", ...controls]) {
       const key = ProviderConfig.validate({ ...base, apiKey: Redacted.make(bad) })
       assert.isTrue(Result.isFailure(key), JSON.stringify(bad))
       if (Result.isFailure(key)) {

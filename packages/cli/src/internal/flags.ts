@@ -355,7 +355,7 @@ const baseUrlProblem = (value: string): string | undefined => {
  * package (test/flags.test.ts keeps the two in step): the value `fetch` would refuse, once trimmed.
  */
 export const isHeaderValue = (value: string): boolean =>
-  !/[\u0000\n\r]|[^\u0000-\u00ff]/.test(value.replace(/^[\t\n\r ]+|[\t\n\r ]+$/g, ""))
+  !/[^\t\u0020-\u007e\u0080-\u00ff]/.test(value.replace(/^[\t\n\r ]+|[\t\n\r ]+$/g, ""))
 
 /** The model of the offline provider (docs/cli.md §10.1). */
 export const OFFLINE_MODEL = "maka-offline"
@@ -393,7 +393,9 @@ export const provider = (values: Values, environment: Environment): ProviderSett
   if (model === undefined) throw new UsageError(`--provider ${name} needs --model or MAKA_MODEL`)
   const apiKey = nonEmpty(environment["MAKA_API_KEY"])
   if (apiKey !== undefined && !isHeaderValue(apiKey)) {
-    throw new UsageError("MAKA_API_KEY holds a character an HTTP header cannot carry (a line break, NUL, or one beyond U+00FF)")
+    throw new UsageError(
+      "MAKA_API_KEY holds a character an HTTP header cannot carry (a line break, NUL or another control character, or one beyond U+00FF)",
+    )
   }
   return { provider: name, baseUrl, model, ...(apiKey === undefined ? {} : { apiKey }) }
 }

@@ -50,6 +50,20 @@ export const formsOf = (secrets: ReadonlyArray<string>): ReadonlyArray<string> =
   return [...forms].filter((form) => form.length >= MIN_FORM_LENGTH).sort((left, right) => right.length - left.length)
 }
 
+/**
+ * `text` that was cut short (at a size limit, or by a body that failed half-way), without a tail of
+ * two characters or more that begins one of `forms`: the cut may have split a secret, and the start
+ * it left is none of its whole forms, so `scrub` would let it through. Such a tail is `[redacted]`.
+ */
+export const withoutCutSecret = (text: string, forms: ReadonlyArray<string>): string => {
+  const longest = forms.reduce((most, form) => Math.max(most, form.length), 0)
+  for (let length = Math.min(text.length, longest - 1); length >= 2; length--) {
+    const tail = text.slice(text.length - length)
+    if (forms.some((form) => form.length > length && form.startsWith(tail))) return text.slice(0, text.length - length) + REDACTED
+  }
+  return text
+}
+
 /** `text` with every one of `forms` (from `formsOf`) replaced by `replacement` (`[redacted]`). */
 export const scrub = (text: string, forms: ReadonlyArray<string>, replacement = REDACTED): string => {
   let current = text

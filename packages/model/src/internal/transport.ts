@@ -20,7 +20,7 @@ import { INVALID, parseJson } from "./json-read.ts"
 import type { Normalizer, NormalizerFailure, SseMessage } from "./normalizer.ts"
 import { ReplayTracker } from "./replay-tracker.ts"
 import * as SecretFilter from "./secret-filter.ts"
-import { scrub } from "./secrets.ts"
+import { scrub, withoutCutSecret } from "./secrets.ts"
 
 export interface TransportRequest {
   readonly url: string
@@ -253,7 +253,7 @@ export const open: (
       const open = reader
       return open === undefined ? Effect.succeed({ done: true, value: undefined }) : waitFor(() => open.read(), bodyFailed)
     }
-    const text = yield* readErrorBody(read, request.maxErrorBodyBytes)
+    const text = yield* readErrorBody(read, request.maxErrorBodyBytes, request.secrets)
     const nowMs = wallNow()
     if (response.ok) {
       const payload = ErrorClassification.parsePayload(text)
@@ -533,24 +533,29 @@ export const open: (
 })
 
 
-/** Reads at most `limit` bytes of an error body as text. */
+/**
+ * Reads at most `limit` bytes of an error body as text. A body cut short (at the limit, or failing
+ * half-way) loses a tail that may be the start of a secret the cut split (`withoutCutSecret`).
+ */
 const readErrorBody = (
   read: () => Effect.Effect<BodyRead, ModelError.ModelError>,
   limit: number,
+  secrets: ReadonlyArray<string>,
 ): Effect.Effect<string, ModelError.ModelError> => {
   const decoder = new TextDecoder()
   const parts: Array<string> = []
   let size = 0
+  const cut = (text: string) => withoutCutSecret(text, secrets)
   const loop: Effect.Effect<string, ModelError.ModelError> = Effect.flatMap(read(), (chunk) => {
     if (chunk.done) return Effect.succeed(parts.join("") + decoder.decode())
     const room = limit - size
     const bytes = chunk.value.byteLength > room ? chunk.value.subarray(0, room) : chunk.value
     size += bytes.byteLength
     parts.push(decoder.decode(bytes, { stream: true }))
-    return size >= limit ? Effect.succeed(parts.join("") + decoder.decode()) : loop
+    return size >= limit ? Effect.succeed(cut(parts.join("") + decoder.decode())) : loop
   })
   // A body that fails half-way is classified with what arrived; an idle timeout stays `timed_out`.
   return Effect.suspend(() => loop).pipe(
-    Effect.catch((error) => (error.reason._tag === "TimedOut" ? Effect.fail(error) : Effect.succeed(parts.join("")))),
+    Effect.catch((error) => (error.reason._tag === "TimedOut" ? Effect.fail(error) : Effect.succeed(cut(parts.join(""))))),
   )
 }
