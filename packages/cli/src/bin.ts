@@ -30,7 +30,7 @@ process.on("exit", () => {
     }
   }
 })
-const { main } = await import("./internal/main.ts")
+const { asksOnlyHelp, main } = await import("./internal/main.ts")
 const { afterOutput, processSink } = await import("./internal/terminal.ts")
 
 /**
@@ -62,10 +62,8 @@ const currentDirectory = (): string | undefined => {
     return undefined
   }
 }
-/** What needs no directory: the version and the help, printed wherever maka is. */
-const needsNoDirectory = (argv: ReadonlyArray<string>): boolean =>
-  argv.length === 0 || argv.includes("--version") || argv.includes("--help") || argv.includes("-h")
-const cwd = currentDirectory() ?? (needsNoDirectory(process.argv.slice(2)) ? path.parse(process.execPath).root : undefined)
+// What needs no directory: the version and the help, printed wherever maka is (`asksOnlyHelp`).
+const cwd = currentDirectory() ?? (asksOnlyHelp(process.argv.slice(2)) ? path.parse(process.execPath).root : undefined)
 if (cwd === undefined) {
   process.stderr.write("maka: the current directory no longer exists; cd to one that does\n")
   process.exit(1)

@@ -52,6 +52,16 @@ describe("the maka binary", () => {
     expect((await run("--help", "run")).stdout).toBe(topic.stdout)
     const second = await run("help", "run", "events")
     expect([second.code, second.stdout, second.stderr]).toEqual([2, "", "maka: unexpected argument 'events': maka help takes one command at most; see maka --help\n"])
+    // Nor does maka COMMAND --help (docs/cli.md §10), wherever the other argument stands.
+    for (const args of [["run", "--help", "--json"], ["run", "--bogus", "--help"], ["backup", "a", "-h"]] as const) {
+      const extra = await run(...args)
+      const other = args.find((arg) => arg !== "--help" && arg !== "-h" && arg !== args[0])
+      expect([extra.code, extra.stdout, extra.stderr]).toEqual([
+        2,
+        "",
+        `maka: unexpected argument '${other}': maka ${args[0]} --help takes nothing more; see maka ${args[0]} --help\n`,
+      ])
+    }
   })
 
   it("takes --help after '--' as the command's argument, not as a request for help", async () => {
@@ -117,9 +127,13 @@ describe("the maka binary", () => {
         })
       const version = inGone(path.join(directory, "gone"), "--version")
       expect([version.status, version.stderr]).toEqual([0, ""])
-      expect(inGone(path.join(directory, "gone"), "--help").status).toBe(0)
+      for (const args of [["--help"], ["-v"], ["help"], ["help", "run"], ["run", "--help"], ["sessions", "-h"]]) {
+        expect(inGone(path.join(directory, "gone"), ...args).status, args.join(" ")).toBe(0)
+      }
       for (const pwd of [path.join(directory, "gone"), directory]) {
-        for (const args of [["run", "hi"], ["sessions"]]) {
+        // A --help that is a message, or among other arguments, asks for a run: no root stands in.
+        const runs = [["run", "--db", "x.sqlite", "--", "--help"], ["run", "--session", "-h", "hi"], ["run", "hi", "--help"]]
+        for (const args of [["run", "hi"], ["sessions"], ...runs]) {
           const refused = inGone(pwd, ...args)
           expect([refused.status, refused.stderr]).toEqual([1, "maka: the current directory no longer exists; cd to one that does\n"])
         }

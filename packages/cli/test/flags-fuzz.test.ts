@@ -230,7 +230,12 @@ const decode = (argv: ReadonlyArray<string>, environment: Flags.Environment, lab
   if (!Flags.isCommand(first)) return { kind: "usage", message: Flags.unknownCommand(first) }
   // After `--` a `--help` is the command's argument.
   const flags = args.includes("--") ? args.slice(0, args.indexOf("--")) : args
-  if (flags.includes("--help") || flags.includes("-h")) return { kind: "help" }
+  // `maka COMMAND --help` takes nothing more.
+  if (flags.includes("--help") || flags.includes("-h")) {
+    if (args.length === 1) return { kind: "help" }
+    const other = args.find((arg) => arg !== "--help" && arg !== "-h") ?? args[1]
+    return { kind: "usage", message: `unexpected argument '${other}': maka ${first} --help takes nothing more; see maka ${first} --help` }
+  }
   try {
     checks(first, args, environment)
     return { kind: "accepted" }

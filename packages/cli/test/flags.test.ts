@@ -186,6 +186,15 @@ describe("the offline provider's flags (docs/cli.md §10.1)", () => {
     )
   })
 
+  it("refuses a base URL ending in a blank, which fetch would trim and the route identity keep", () => {
+    for (const blank of [" ", "\t", "\n"]) {
+      expect(refusalOf({ "base-url": `http://127.0.0.1:8080/v1${blank}`, model: "m" })).toBe(
+        "--base-url must not end with a space, tab or line break (MAKA_BASE_URL copied with a blank?)",
+      )
+    }
+    expect(refusalOf({ model: "m" }, { MAKA_BASE_URL: "http://127.0.0.1:8080/v1" })).toBeUndefined()
+  })
+
   it("refuses a --base-url when chosen by name", () => {
     expect(refusalOf({ provider: "offline", "base-url": "http://x.example/v1" })).toBe("--provider offline takes no --base-url: its server is built in")
   })

@@ -179,6 +179,14 @@ describe("a log folder that cannot be made", () => {
     expect(fs.readFileSync(file, "utf8")).toBe("kept\n")
   })
 
+  it("maka run ends at once with exit 1 where the system refuses a folder under one that exists (/proc)", async () => {
+    const { root, workspace } = fresh()
+    const db = path.join("/proc", `maka-none-${process.pid}`, "events.sqlite")
+    const result = await maka(["run", "--db", db, "--workspace", workspace, "hi"], { cwd: root })
+    expect(result.stderr.trim()).toMatch(new RegExp(`^maka: store error: cannot make the folder ${path.dirname(db)} of the log: `))
+    expect(result.code).toBe(1)
+  })
+
   it.each(["recover", "resume"])("maka %s says so for the default log under a file named .maka", async (command) => {
     const { root } = fresh()
     const file = path.join(root, ".maka")

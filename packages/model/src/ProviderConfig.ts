@@ -121,6 +121,8 @@ export const validate = (config: ProviderConfig): Result.Result<ProviderConfig, 
   if (!/^https?:\/\/[^/]/i.test(config.baseUrl) || !URL.canParse(config.baseUrl)) {
     return Result.fail("baseUrl must be an absolute http(s) URL")
   }
+  // `fetch` trims what the route identity keeps: a run and its resume with the clean URL would differ.
+  if (/\s$/.test(config.baseUrl)) return Result.fail("baseUrl must not end with a space, tab or line break")
   const url = new URL(config.baseUrl)
   if (url.username !== "" || url.password !== "") {
     return Result.fail("baseUrl must not carry credentials; pass the key as apiKey or a Redacted header")

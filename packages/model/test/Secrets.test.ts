@@ -318,6 +318,13 @@ describe("secrets in the form actually sent", () => {
     }),
   )
 
+  it("refuses a base URL ending in a blank: fetch trims it, the route identity would keep it", () => {
+    for (const blank of [" ", "\t", "\r\n"]) {
+      const checked = ProviderConfig.validate({ kind: "openai-compatible", baseUrl: `https://example.com/v1${blank}`, model: "m", apiKey: Redacted.make("") })
+      assert.deepStrictEqual(checked, Result.fail("baseUrl must not end with a space, tab or line break"))
+    }
+  })
+
   it("refuses a base URL with any query string or fragment, without echoing it", () => {
     for (const suffix of ["?key=abc123secret", "?api_key=abc123secret", "?token=abc123secret", "?api-version=2024-01-01", "#abc123secret"]) {
       const checked = ProviderConfig.validate({

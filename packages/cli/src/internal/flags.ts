@@ -336,6 +336,8 @@ const baseUrlProblem = (value: string): string | undefined => {
   const url = new URL(value)
   if (url.protocol !== "http:" && url.protocol !== "https:") return `--base-url must be an http(s) URL, not ${url.protocol}`
   if (!/^https?:\/\/[^/]/i.test(value)) return "--base-url must be an absolute URL: http(s)://HOST[:PORT][/PATH]"
+  // `fetch` trims it, the route identity would keep it: a resume with the clean URL would not match.
+  if (/\s$/.test(value)) return "--base-url must not end with a space, tab or line break (MAKA_BASE_URL copied with a blank?)"
   if (url.username !== "" || url.password !== "") {
     return "--base-url must not carry credentials (user:password@); the API key comes only from MAKA_API_KEY"
   }

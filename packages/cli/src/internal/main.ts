@@ -16,6 +16,19 @@ export interface MainContext {
   readonly version: string
 }
 
+const HELP_OR_VERSION: ReadonlySet<string> = new Set(["-h", "--help", "help", "-v", "--version"])
+
+/**
+ * Whether `argv` asks for nothing but the usage, a help text or the version (docs/cli.md §10): what
+ * runs in a directory that was removed, since it touches no file. `maka COMMAND --help` takes
+ * nothing more, so a `--help` among other arguments (a message, a flag's value, after `--`) is not.
+ */
+export const asksOnlyHelp = (argv: ReadonlyArray<string>): boolean => {
+  const [first, ...args] = argv
+  if (first === undefined || HELP_OR_VERSION.has(first)) return true
+  return isCommand(first) && args.length === 1 && (args[0] === "--help" || args[0] === "-h")
+}
+
 const dispatch = async (context: MainContext): Promise<number> => {
   const [first, ...args] = context.argv
   if (first === undefined) {
@@ -41,6 +54,9 @@ const dispatch = async (context: MainContext): Promise<number> => {
   const dashes = args.indexOf("--")
   const flags = dashes === -1 ? args : args.slice(0, dashes)
   if (flags.includes("--help") || flags.includes("-h")) {
+    // `maka COMMAND --help` takes nothing more (docs/cli.md §10), as `maka --help COMMAND` does.
+    const other = args.find((arg) => arg !== "--help" && arg !== "-h") ?? args[1]
+    if (args.length > 1) throw new UsageError(`unexpected argument '${other}': maka ${first} --help takes nothing more; see maka ${first} --help`)
     context.sink.out(commandUsage(first))
     return ExitCode.completed
   }

@@ -120,6 +120,31 @@ const folderProblem = (folder: string, error: unknown): string => {
 }
 
 /**
+ * Makes `folder` and the folders above it that are missing, one by one, and returns the first made.
+ * Not `mkdirSync`'s `recursive`: on Node 20 it loops for ever, deaf to signals, where a parent that
+ * exists refuses a child (`ENOENT` under /proc or /sys); made one by one, that refusal is an error.
+ */
+const makeFolders = (folder: string): string | undefined => {
+  const missing: Array<string> = []
+  for (let current = folder; !fs.existsSync(current); current = path.dirname(current)) {
+    missing.unshift(current)
+    if (path.dirname(current) === current) break
+  }
+  for (const each of missing) {
+    try {
+      fs.mkdirSync(each)
+    } catch (error) {
+      // Made meanwhile by another process: it is there, as wanted.
+      if ((error as { readonly code?: unknown }).code !== "EEXIST") throw error
+    }
+  }
+  if (missing.length === 0 && !fs.statSync(folder).isDirectory()) {
+    throw Object.assign(new Error(`${folder} is not a directory`), { code: "ENOTDIR" })
+  }
+  return missing[0]
+}
+
+/**
  * Makes the folder of the SQLite log a writing command opens. With `defaultUnder` (the current
  * directory), a log that does not exist is created only at the default path there: a missing `--db` /
  * `MAKA_DB` file is most likely a typo. Returns what removes the folders it made, while they are empty.
@@ -133,7 +158,7 @@ export const prepareLogFolder = (target: DatabaseTarget, options: { readonly def
   const folder = path.dirname(target.path)
   let made: string | undefined
   try {
-    made = fs.mkdirSync(folder, { recursive: true })
+    made = makeFolders(folder)
   } catch (error) {
     throw new CliError(`store error: cannot make the folder ${folder} of the log: ${folderProblem(folder, error)}`, ExitCode.failed)
   }
