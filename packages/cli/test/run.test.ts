@@ -370,6 +370,31 @@ describe("maka run against an endpoint", () => {
     ])
   })
 
+  it("names a retry by its class and requested wait also when the error body is larger than the adapter reads", async () => {
+    const body = Respond.openAiError(`slow down ${"x".repeat(100_000)}`, { type: "rate_limit_error", code: "rate_limit_exceeded" })
+    const server = await serve([Respond.json(429, body, { "retry-after": "2" }), answer(["after ", "the retry"])])
+    const { root, workspace, db } = fresh()
+    const result = await maka(["run", "--db", db, "--workspace", workspace, "--base-url", `${server.url}/v1`, "--model", "test-model", "--tools", "none", "hi"], {
+      cwd: root,
+    })
+    expect(result.stderr.split("\n").filter((line) => line.startsWith("retrying"))).toEqual(["retrying in 2 s: rate_limit"])
+    expect(result.stdout).toBe("after the retry\n")
+    expect(result.code).toBe(0)
+  })
+
+  it("reads MAKA_OFFLINE_DELAY_MS only for the offline model it paces", async () => {
+    const server = await serve([answer(["served"])])
+    const { root, workspace, db } = fresh()
+    const env = { MAKA_OFFLINE_DELAY_MS: "20000" }
+    const served = await maka(["run", "--db", db, "--workspace", workspace, "--base-url", `${server.url}/v1`, "--model", "test-model", "--tools", "none", "hi"], {
+      cwd: root,
+      env,
+    })
+    expect([served.code, served.stdout]).toEqual([0, "served\n"])
+    const offline = await maka(["run", "--db", db, "--workspace", workspace, "--tools", "none", "hi"], { cwd: root, env })
+    expect([offline.code, offline.stderr.trim()]).toEqual([2, "maka: MAKA_OFFLINE_DELAY_MS must be an integer in 0..10000"])
+  })
+
   it("shows a waiting retry with its delay and reason, then completes", async () => {
     const server = await serve([
       Respond.json(429, Respond.openAiError("slow down", { type: "rate_limit_error", code: "rate_limit_exceeded" }), { "retry-after": "1" }),

@@ -190,7 +190,7 @@ export const resumeCommand = async (context: CommandContext): Promise<number> =>
   const isAbandon = values.abandon === true
   if (isAbandon && sessionId === undefined) throw new Flags.UsageError("maka resume --abandon needs --session ID: the pause to release")
   const provider = isAbandon ? undefined : Flags.provider(values, context.environment)
-  const delayMs = isAbandon ? 0 : offlineDelay(context.environment)
+  const delayMs = provider?.provider === "offline" ? offlineDelay(context.environment) : 0
   const idleTimeoutSeconds = Flags.integer("idle-timeout", values["idle-timeout"], ...defaults.idleTimeoutRange) ?? defaults.idleTimeoutSeconds
   if (target.kind === "sqlite" && !fs.existsSync(target.path)) {
     // A log that does not exist holds no pause: nothing is made for it (a `--db` other than the

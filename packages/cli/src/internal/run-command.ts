@@ -90,12 +90,37 @@ export const workspaceDirectory = (cwd: string, flag: string | undefined): strin
   return real
 }
 
+/**
+ * The first `limit` bytes of a response's body as text, then the rest left unread (cancelled): the
+ * adapter reads no more of an error body either, and a copy read to its end would hold the
+ * response open after the adapter let it go (and read an endless body for ever).
+ */
+const readHead = async (response: Response, limit: number): Promise<string> => {
+  const reader = response.body?.getReader()
+  if (reader === undefined) return ""
+  const decoder = new TextDecoder()
+  let text = ""
+  let size = 0
+  try {
+    while (size < limit) {
+      const chunk = await reader.read()
+      if (chunk.done) break
+      const bytes = chunk.value.subarray(0, limit - size)
+      size += bytes.byteLength
+      text += decoder.decode(bytes, { stream: true })
+    }
+  } finally {
+    reader.cancel().catch(() => undefined)
+  }
+  return text + decoder.decode()
+}
+
 /** Wraps a `fetch` so a retry line can name the provider's failure and its requested wait. */
 const observingFetch = (
   inner: (input: string, init: RequestInit) => Promise<Response>,
   record: (failure: ObservedFailure) => void,
 ) => {
-  let classify: typeof import("@maka/model").ErrorClassification.classify | undefined
+  let model: typeof import("@maka/model") | undefined
   return async (input: string, init: RequestInit): Promise<Response> => {
     let response: Response
     try {
@@ -108,14 +133,12 @@ const observingFetch = (
     // failure is named by its status until its body is classified (never by an earlier attempt's).
     record({ reason: response.ok ? "the streamed response failed" : `HTTP ${response.status}` })
     if (!response.ok) {
-      classify ??= (await import("@maka/model")).ErrorClassification.classify
-      const classifyNow = classify
-      response
-        .clone()
-        .text()
+      model ??= await import("@maka/model")
+      const classify = model.ErrorClassification.classify
+      readHead(response.clone(), model.ModelDefaults.ModelDefaults.maxErrorBodyBytes)
         .then(
           (body) => {
-            const error = classifyNow({ status: response.status, headers: response.headers, body, nowMs: Date.now(), replaySafe: true, observedOutput: false })
+            const error = classify({ status: response.status, headers: response.headers, body, nowMs: Date.now(), replaySafe: true, observedOutput: false })
             const reason = error.reason
             record(
               reason._tag === "Provider"
@@ -210,9 +233,10 @@ export interface RunSettings {
 
 export const settingsOf = (values: Flags.Values, context: Pick<RunContext, "environment" | "cwd">): RunSettings => {
   const isNewSession = values.session === undefined
+  const provider = Flags.provider(values, context.environment)
   return {
     database: Flags.database(values, context.environment, context.cwd),
-    provider: Flags.provider(values, context.environment),
+    provider,
     level: Flags.toolLevel(values.tools),
     maxSteps: Flags.integer("max-steps", values["max-steps"], ...defaults.maxStepsRange) ?? defaults.maxSteps,
     idleTimeoutSeconds: Flags.integer("idle-timeout", values["idle-timeout"], ...defaults.idleTimeoutRange) ?? defaults.idleTimeoutSeconds,
@@ -223,7 +247,8 @@ export const settingsOf = (values: Flags.Values, context: Pick<RunContext, "envi
     isNewSession,
     allowPriorUnknown: values["allow-prior-unknown"] === true,
     json: values.json === true,
-    offlineDelayMs: offlineDelay(context.environment),
+    // Read only for the offline model it paces: a value set for demos refuses no other run.
+    offlineDelayMs: provider.provider === "offline" ? offlineDelay(context.environment) : 0,
   }
 }
 
