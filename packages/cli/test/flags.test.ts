@@ -189,9 +189,15 @@ describe("the offline provider's flags (docs/cli.md §10.1)", () => {
   it("refuses a base URL ending in a blank, which fetch would trim and the route identity keep", () => {
     for (const blank of [" ", "\t", "\n"]) {
       expect(refusalOf({ "base-url": `http://127.0.0.1:8080/v1${blank}`, model: "m" })).toBe(
-        "--base-url must not end with a space, tab or line break (MAKA_BASE_URL copied with a blank?)",
+        "--base-url must not end with a space, tab or line break",
       )
     }
+    // A value from the environment is named by its variable, not by a flag never given.
+    expect(refusalOf({ model: "m" }, { MAKA_BASE_URL: "http://127.0.0.1:8080/v1 " })).toBe("MAKA_BASE_URL must not end with a space, tab or line break")
+    expect(refusalOf({ model: "m" }, { MAKA_BASE_URL: "ftp://127.0.0.1/v1" })).toBe("MAKA_BASE_URL must be an http(s) URL, not ftp:")
+    expect(usageError(() => Flags.database({}, { MAKA_DATABASE_URL: "mysql://h/db" }, "/"))).toBe(
+      "MAKA_DATABASE_URL must be a postgres://, postgresql:// or socket: URL",
+    )
     expect(refusalOf({ model: "m" }, { MAKA_BASE_URL: "http://127.0.0.1:8080/v1" })).toBeUndefined()
   })
 

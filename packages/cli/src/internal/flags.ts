@@ -298,9 +298,11 @@ export const database = (values: Values, environment: Environment, cwd: string):
   }
   if (url !== undefined) {
     // The URL forms the log takes (docs/log-format.md §3.1); a socket folder's bare path is not one here.
-    if (!/^(postgres(ql)?:\/\/|socket:)/.test(url)) throw new UsageError("--database-url must be a postgres://, postgresql:// or socket: URL")
+    // Named as given: the flag, or the variable it came from.
+    const named = hasFlag ? "--database-url" : "MAKA_DATABASE_URL"
+    if (!/^(postgres(ql)?:\/\/|socket:)/.test(url)) throw new UsageError(`${named} must be a postgres://, postgresql:// or socket: URL`)
     // Not echoed: the URL may carry a password.
-    if (!URL.canParse(url)) throw new UsageError("--database-url is not a valid URL (postgres://USER@HOST:PORT/DATABASE)")
+    if (!URL.canParse(url)) throw new UsageError(`${named} is not a valid URL (postgres://USER@HOST:PORT/DATABASE)`)
     return { kind: "postgres", url }
   }
   return { kind: "sqlite", path: path.resolve(cwd, file ?? defaults.database) }
@@ -331,23 +333,23 @@ export const FETCH_BAD_PORTS: ReadonlySet<number> = new Set([
  * What is wrong with a base URL, or undefined. The value itself is never echoed: a key pasted into
  * the flag, or carried in its user info or query, must not reach the terminal or a log of it.
  */
-const baseUrlProblem = (value: string): string | undefined => {
-  if (!URL.canParse(value)) return "--base-url must be an http(s) URL; the value given is not a URL"
+const baseUrlProblem = (value: string, named = "--base-url"): string | undefined => {
+  if (!URL.canParse(value)) return `${named} must be an http(s) URL; the value given is not a URL`
   const url = new URL(value)
-  if (url.protocol !== "http:" && url.protocol !== "https:") return `--base-url must be an http(s) URL, not ${url.protocol}`
-  if (!/^https?:\/\/[^/]/i.test(value)) return "--base-url must be an absolute URL: http(s)://HOST[:PORT][/PATH]"
+  if (url.protocol !== "http:" && url.protocol !== "https:") return `${named} must be an http(s) URL, not ${url.protocol}`
+  if (!/^https?:\/\/[^/]/i.test(value)) return `${named} must be an absolute URL: http(s)://HOST[:PORT][/PATH]`
   // `fetch` trims it, the route identity would keep it: a resume with the clean URL would not match.
-  if (/\s$/.test(value)) return "--base-url must not end with a space, tab or line break (MAKA_BASE_URL copied with a blank?)"
+  if (/\s$/.test(value)) return `${named} must not end with a space, tab or line break`
   if (url.username !== "" || url.password !== "") {
-    return "--base-url must not carry credentials (user:password@); the API key comes only from MAKA_API_KEY"
+    return `${named} must not carry credentials (user:password@); the API key comes only from MAKA_API_KEY`
   }
   // The text itself: an empty `?` or `#` leaves `search` and `hash` empty.
   if (value.includes("?") || value.includes("#")) {
-    return "--base-url must not carry a query string or fragment; the API key comes only from MAKA_API_KEY"
+    return `${named} must not carry a query string or fragment; the API key comes only from MAKA_API_KEY`
   }
   const port = Number(url.port)
   if (FETCH_BAD_PORTS.has(port)) {
-    return `--base-url port ${port} is one fetch never connects to (a bad port of the Fetch standard); use another port`
+    return `${named} port ${port} is one fetch never connects to (a bad port of the Fetch standard); use another port`
   }
   return undefined
 }
@@ -390,7 +392,8 @@ export const provider = (values: Values, environment: Environment): ProviderSett
     return { provider: name }
   }
   if (baseUrl === undefined) throw new UsageError(`--provider ${name} needs --base-url or MAKA_BASE_URL`)
-  const problem = baseUrlProblem(baseUrl)
+  // Named as given: the flag, or the variable it came from.
+  const problem = baseUrlProblem(baseUrl, values["base-url"] === undefined ? "MAKA_BASE_URL" : "--base-url")
   if (problem !== undefined) throw new UsageError(problem)
   if (model === undefined) throw new UsageError(`--provider ${name} needs --model or MAKA_MODEL`)
   const apiKey = nonEmpty(environment["MAKA_API_KEY"])
