@@ -76,7 +76,7 @@ export interface CompactInput {
   readonly configuration: Configuration.InvocationConfiguration
   readonly providerOptions?: Identity.JsonObject | undefined
   readonly context?: ModelContext.ModelRequestContext | undefined
-  /** The summary request's output limit (default 8,000). */
+  /** The run's output limit (default 8,000), of which a summary request asks at most 8,000 (docs/engine.md §5.6). */
   readonly mainOutputLimit?: number | undefined
   /** Names the request; a fresh id when absent. */
   readonly requestFingerprint?: string | undefined

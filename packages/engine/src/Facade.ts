@@ -66,7 +66,7 @@ export interface ResumeResolvers {
    * The idle timeout of each resumed run's model requests, as `start`'s (default 120,000 ms, within
    * 1,000–300,000): the log does not hold the paused run's, so the resuming host sets it.
    */
-  readonly idleTimeoutMs?: number
+  readonly idleTimeoutMs?: number | undefined
 }
 
 export type ResumeReport =
@@ -189,7 +189,6 @@ const resolversOf = (resolvers: unknown): ResumeResolvers | string =>
     const { provider, tools } = resolvers as { readonly provider?: unknown; readonly tools?: unknown }
     if (typeof provider !== "function") return "resumePending's provider resolver must be a function"
     if (typeof tools !== "function") return "resumePending's tools resolver must be a function"
-    // Called on the host's own object, as methods: a resolver of a class keeps its `this`.
     const { idleTimeoutMs } = resolvers as { readonly idleTimeoutMs?: unknown }
     const { minIdleTimeoutMs, maxIdleTimeoutMs } = ModelDefaults.ModelDefaults
     if (
@@ -198,6 +197,7 @@ const resolversOf = (resolvers: unknown): ResumeResolvers | string =>
     ) {
       return `resumePending's idleTimeoutMs must be an integer in [${minIdleTimeoutMs}, ${maxIdleTimeoutMs}]`
     }
+    // Called on the host's own object, as methods: a resolver of a class keeps its `this`.
     const self = resolvers as ResumeResolvers
     const asProvider = provider as ResumeResolvers["provider"]
     const asTools = tools as ResumeResolvers["tools"]
