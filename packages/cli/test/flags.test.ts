@@ -22,6 +22,10 @@ describe("the refusals of the flag parser (docs/cli.md §10.1)", () => {
     const cases: ReadonlyArray<readonly [Flags.CommandName, ReadonlyArray<string>, string]> = [
       ["run", ["--bogus", "hi"], "unknown flag '--bogus' (an argument that starts with '-' goes after '--'); see maka run --help"],
       ["recover", ["--json"], "unknown flag '--json'; see maka recover --help"],
+      // A misspelt flag of the command is named with the one it most likely meant.
+      ["run", ["hi", "--sesion", "s"], "unknown flag '--sesion'; did you mean '--session'? see maka run --help"],
+      ["sessions", ["--jsn"], "unknown flag '--jsn'; did you mean '--json'? see maka sessions --help"],
+      ["run", ["--max-step=3", "hi"], "unknown flag '--max-step'; did you mean '--max-steps'? see maka run --help"],
       ["sessions", ["extra"], "unexpected argument 'extra': maka sessions takes none; see maka sessions --help"],
       ["run", ["--model"], "--model needs a value; see maka run --help"],
       ["events", ["--session"], "--session needs a value; see maka events --help"],

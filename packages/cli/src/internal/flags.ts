@@ -192,7 +192,9 @@ export const parse = (command: CommandName, args: ReadonlyArray<string>): Parsed
   try {
     parsed = parseArgs({ args: [...args], options, allowPositionals: spec.arguments !== undefined, strict: true, tokens: true })
   } catch (error) {
-    throw new UsageError(`${parseProblem(command, error)}; see maka ${command} --help`)
+    const problem = parseProblem(command, error)
+    // As unknownCommand's: "did you mean '--session'? see maka run --help".
+    throw new UsageError(`${problem}${problem.endsWith("?") ? " " : "; "}see maka ${command} --help`)
   }
   // A flag given twice would silently take its last value (`--session a --session b`).
   const seen = new Set<string>()
@@ -242,6 +244,13 @@ const parseProblem = (command: CommandName, error: unknown): string => {
   const quoted = /'([^']*)'/.exec(message)?.[1]
   const flag = quoted?.split(" ")[0]
   if (code === "ERR_PARSE_ARGS_UNKNOWN_OPTION" && quoted !== undefined) {
+    // A misspelt flag of the command (`--sesion`) is named with the one it most likely meant.
+    const written = quoted.replace(/^-+/, "").split("=")[0]!.toLowerCase()
+    const near = ["help", ...COMMANDS[command].flags]
+      .map((name) => ({ name, edits: distance(written, name) }))
+      .filter(({ name, edits }) => written.length > 1 && edits <= (name.length <= 4 ? 1 : 2))
+      .sort((left, right) => left.edits - right.edits)[0]
+    if (near !== undefined) return `unknown flag '${quoted}'; did you mean '--${near.name}'?`
     return "arguments" in COMMANDS[command]
       ? `unknown flag '${quoted}' (an argument that starts with '-' goes after '--')`
       : `unknown flag '${quoted}'`
