@@ -5,14 +5,12 @@
  * the packages' `exports` block: the library's users would get TS2307, or `any` with skipLibCheck.
  * This compiles such a library with declaration emit and reads what it wrote.
  */
-import { spawnSync } from "node:child_process"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
-import { fileURLToPath } from "node:url"
 import { afterAll, describe, expect, it } from "vitest"
+import { compileProgram } from "./support/workspace-program.ts"
 
-const repositoryRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..")
 
 const folder = fs.mkdtempSync(path.join(os.tmpdir(), "maka-declarations-"))
 afterAll(() => fs.rmSync(folder, { recursive: true, force: true }))
@@ -38,34 +36,14 @@ export const closed = (run: Engine.ClosedRun) => run
 describe("a library's declarations over the packages", () => {
   it("name every type through an exported path, never internal/", () => {
     fs.writeFileSync(path.join(folder, "library.ts"), LIBRARY)
-    fs.symlinkSync(path.join(repositoryRoot, "node_modules"), path.join(folder, "node_modules"), "dir")
-    fs.writeFileSync(path.join(folder, "package.json"), JSON.stringify({ type: "module" }))
-    fs.writeFileSync(
-      path.join(folder, "tsconfig.json"),
-      JSON.stringify({
-        compilerOptions: {
-          // The packages' own settings: their sources are checked as they are built.
-          strict: true,
-          exactOptionalPropertyTypes: true,
-          noUncheckedIndexedAccess: true,
-          module: "NodeNext",
-          moduleResolution: "NodeNext",
-          target: "ES2022",
-          lib: ["ES2023", "DOM"],
-          types: ["node"],
-          declaration: true,
-          emitDeclarationOnly: true,
-          outDir: "out",
-          skipLibCheck: true,
-          customConditions: ["@maka/source"],
-          allowImportingTsExtensions: true,
-        },
-        files: ["library.ts"],
-      }),
-    )
-    const tsc = path.join(repositoryRoot, "node_modules/.bin/tsc")
-    const result = spawnSync(tsc, ["-p", path.join(folder, "tsconfig.json")], { cwd: folder, encoding: "utf8" })
-    expect(`${result.stdout}${result.stderr}`).toBe("")
+    // The packages' own settings besides the common ones: their sources are checked as they are built.
+    const result = compileProgram(folder, ["library.ts"], {
+      noUncheckedIndexedAccess: true,
+      declaration: true,
+      emitDeclarationOnly: true,
+      outDir: "out",
+    })
+    expect(result.output).toBe("")
     expect(result.status).toBe(0)
     const declarations = fs.readFileSync(path.join(folder, "out", "library.d.ts"), "utf8")
     expect(declarations).toContain("TextDelta")

@@ -4,14 +4,12 @@
  * takes from its host (a step, an event) is declared in the example (`declare const`), which says
  * where it comes from. The testkit's examples are also run, by its own `ReadmeExamples.test.ts`.
  */
-import { spawnSync } from "node:child_process"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
-import { fileURLToPath } from "node:url"
 import { afterAll, describe, expect, it } from "vitest"
+import { compileProgram, repositoryRoot } from "./support/workspace-program.ts"
 
-const repositoryRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..")
 const PACKAGES = ["engine", "event-log", "facts", "model", "tools", "testkit"]
 
 /** The ```ts blocks of a README, in order. */
@@ -41,32 +39,8 @@ describe("the package READMEs' examples", () => {
     }
     // Every package with an API shows one.
     for (const name of PACKAGES) expect(files.some((file) => file.startsWith(`${name}-`)), name).toBe(true)
-    // The workspace's packages and their dependencies, as an installed project would see them.
-    fs.symlinkSync(path.join(repositoryRoot, "node_modules"), path.join(folder, "node_modules"), "dir")
-    fs.writeFileSync(path.join(folder, "package.json"), JSON.stringify({ type: "module" }))
-    fs.writeFileSync(
-      path.join(folder, "tsconfig.json"),
-      JSON.stringify({
-        compilerOptions: {
-          strict: true,
-          exactOptionalPropertyTypes: true,
-          module: "NodeNext",
-          moduleResolution: "NodeNext",
-          target: "ES2022",
-          lib: ["ES2023", "DOM"],
-          types: ["node"],
-          noEmit: true,
-          skipLibCheck: true,
-          moduleDetection: "force",
-          customConditions: ["@maka/source"],
-          allowImportingTsExtensions: true,
-        },
-        files,
-      }),
-    )
-    const tsc = path.join(repositoryRoot, "node_modules/.bin/tsc")
-    const result = spawnSync(tsc, ["-p", path.join(folder, "tsconfig.json")], { cwd: folder, encoding: "utf8" })
-    expect(`${result.stdout}${result.stderr}`).toBe("")
+    const result = compileProgram(folder, files, { noEmit: true, moduleDetection: "force" })
+    expect(result.output).toBe("")
     expect(result.status).toBe(0)
   }, 120_000)
 })

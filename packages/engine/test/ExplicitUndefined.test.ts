@@ -34,14 +34,9 @@ describe("optional inputs given as undefined", () => {
         } satisfies { readonly [K in keyof Engine.StartInput]?: undefined }
         const run = yield* context.engine.run(input(context, "Hello.", ToolCatalog.make([]), absent))
         assert.deepStrictEqual(run.outcome, { kind: "completed" })
-        const compactAbsent = {
-          providerOptions: undefined,
-          context: undefined,
-          mainOutputLimit: undefined,
-          requestFingerprint: undefined,
-          secrets: undefined,
-          signal: undefined,
-        } satisfies { readonly [K in keyof Engine.CompactInput]?: undefined }
+        // A compaction's optional inputs are the run's but its step budget and prior-unknown choice.
+        const { maxSteps: _maxSteps, allowPriorUnknown: _allow, ...compactAbsent } = absent
+        compactAbsent satisfies { readonly [K in keyof Engine.CompactInput]?: undefined }
         const compacted = yield* context.engine.compact({
           invocation: FactBuilders.invocation({ turnId: "compact-turn", runId: "compact-run", invocationId: "compact-invocation" }),
           model: context.model,
